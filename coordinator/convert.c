@@ -1,0 +1,192 @@
+/* coordinator/: convert a llama2.c checkpoint + tokenizer.bin into a .shlm file. */
+#include "convert.h"
+
+#include "llama2c.h"
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TOKENIZER_MAX_BYTES (64u << 20)
+
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
+{
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+/* Encodes f32 rows into the tensor's format. */
+static void encode(const struct shlm_tensor_spec *s, const float *src, void *dst)
+{
+    switch (s->dtype) {
+    case KN_DT_F32:
+        memcpy(dst, src, (size_t)s->rows * (size_t)s->cols * sizeof(float));
+        return;
+    case KN_DT_BF16:
+        kn_quant_bf16(src, (size_t)s->rows * (size_t)s->cols, dst);
+        return;
+    case KN_DT_Q8:
+        kn_quant_q8(src, s->rows, s->cols, dst);
+        return;
+    case KN_DT_W4A16:
+        kn_quant_w4a16(src, s->rows, s->cols, s->group, dst);
+        return;
+    case KN_DT_W4A8:
+        kn_quant_w4a8(src, s->rows, s->cols, s->group, dst);
+        return;
+    }
+}
+
+int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
+{
+    struct coord_llama2c ck;
+    struct coord_tok tok;
+    uint8_t *tokbuf = NULL;
+    size_t toklen = 0;
+    int rc, group = o->group;
+    if (o->scheme == SHLM_SCHEME_W4A16 || o->scheme == SHLM_SCHEME_W4A8) {
+        if (!group)
+            group = o->scheme == SHLM_SCHEME_W4A16 ? 64 : 128;
+        if (group < 32 || group > KN_MAX_GROUP || group % 32)
+            return coord_fail(e, -EINVAL, "--group %d: expected 32, 64, 128 or 256", group);
+        if (o->head_bits != 8 && o->head_bits != 4)
+            return coord_fail(e, -EINVAL, "--head-bits %d: expected 8 or 4", o->head_bits);
+    } else {
+        group = 0;
+    }
+    if ((rc = coord_llama2c_open(&ck, o->checkpoint, e)))
+        return rc;
+    if ((rc = coord_read_file(o->tokenizer, TOKENIZER_MAX_BYTES, &tokbuf, &toklen, e)))
+        goto out_ck;
+    /* parse it now so a bad or mismatched tokenizer is refused here, not at generation */
+    if ((rc = coord_tok_init(&tok, tokbuf, toklen, (int)ck.cfg.vocab_size, o->tokenizer, e)))
+        goto out_tokbuf;
+    coord_tok_free(&tok);
+
+    struct shlm_tensor_spec *specs = calloc(SHLM_MAX_TENSORS, sizeof(*specs));
+    struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
+    struct shlm_header *h = calloc(1, sizeof(*h));
+    if (!specs || !table || !h) {
+        rc = coord_fail(e, -ENOMEM, "out of memory");
+        goto out_free;
+    }
+    int n = shlm_expected_tensors(&ck.cfg, o->scheme, group, o->head_bits, specs,
+                                  SHLM_MAX_TENSORS);
+    if (n < 0) {
+        rc = coord_fail(e, -EINVAL, "%s: too many layers for the tensor table", o->checkpoint);
+        goto out_free;
+    }
+    /* layout: header, table, tokenizer, then each tensor at a 4 KiB boundary */
+    memcpy(h->magic, SHLM_MAGIC, sizeof(SHLM_MAGIC));
+    h->version = SHLM_VERSION;
+    h->header_bytes = sizeof(*h);
+    h->cfg = ck.cfg;
+    h->scheme = o->scheme;
+    h->group = (uint32_t)group;
+    h->head_bits = group ? (uint32_t)o->head_bits : 0;
+    h->n_tensors = (uint32_t)n;
+    h->table_offset = sizeof(*h);
+    h->tok_offset = h->table_offset + (uint64_t)n * sizeof(struct shlm_tensor);
+    h->tok_bytes = toklen;
+    h->tok_kind = SHLM_TOK_LLAMA2C;
+    h->bos_id = 1;
+    h->eos_id = 2;
+    h->data_offset = align_up(h->tok_offset + toklen, SHLM_ALIGN);
+    uint64_t off = h->data_offset;
+    for (int i = 0; i < n; i++) {
+        struct shlm_tensor *t = &table[i];
+        snprintf(t->name, sizeof(t->name), "%s", specs[i].name);
+        t->dtype = (uint32_t)specs[i].dtype;
+        t->group = (uint32_t)specs[i].group;
+        t->rows = (uint32_t)specs[i].rows;
+        t->cols = (uint32_t)specs[i].cols;
+        t->bytes = kn_mat_bytes(specs[i].dtype, specs[i].rows, specs[i].cols, specs[i].group);
+        t->offset = off;
+        off = align_up(off + t->bytes, SHLM_ALIGN);
+    }
+    h->file_bytes = off;
+
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", o->out, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = coord_fail(e, -errno, "%s: %s", o->out, strerror(errno));
+        goto out_free;
+    }
+    if (ftruncate(fd, (off_t)h->file_bytes) < 0) {
+        rc = coord_fail(e, -errno, "%s: %s", o->out, strerror(errno));
+        goto out_unlink;
+    }
+    for (int i = 0; i < n; i++) {
+        struct shlm_tensor *t = &table[i];
+        const float *src = coord_llama2c_tensor(&ck, t->name);
+        KN_ASSERT(src);
+        void *buf = malloc(t->bytes);
+        if (!buf) {
+            rc = coord_fail(e, -ENOMEM, "out of memory for tensor %s", t->name);
+            goto out_unlink;
+        }
+        encode(&specs[i], src, buf);
+        t->checksum = shlm_hash(buf, t->bytes);
+        rc = pwrite_all(fd, buf, t->bytes, t->offset);
+        free(buf);
+        if (rc) {
+            coord_fail(e, rc, "%s: write failed: %s", o->out, strerror(-rc));
+            goto out_unlink;
+        }
+        if (!o->quiet)
+            fprintf(stderr, "\rshardlm convert: %d/%d tensors", i + 1, n);
+    }
+    h->checksum = shlm_hash(h, sizeof(*h)) ^ shlm_hash(table, (size_t)n * sizeof(*table));
+    if ((rc = pwrite_all(fd, h, sizeof(*h), 0)) ||
+        (rc = pwrite_all(fd, table, (size_t)n * sizeof(*table), h->table_offset)) ||
+        (rc = pwrite_all(fd, tokbuf, toklen, h->tok_offset))) {
+        coord_fail(e, rc, "%s: write failed: %s", o->out, strerror(-rc));
+        goto out_unlink;
+    }
+    if (fsync(fd) < 0 || close(fd) < 0) {
+        fd = -1;
+        rc = coord_fail(e, -errno, "%s: %s", o->out, strerror(errno));
+        goto out_unlink;
+    }
+    fd = -1;
+    if (rename(tmp, o->out) < 0) {
+        rc = coord_fail(e, -errno, "%s: %s", o->out, strerror(errno));
+        goto out_unlink;
+    }
+    if (!o->quiet)
+        fprintf(stderr, "\rshardlm convert: wrote %s: %s%s%.0d, %d tensors, %llu bytes\n", o->out,
+                shlm_scheme_name(o->scheme), group ? " group " : "", group, n,
+                (unsigned long long)h->file_bytes);
+    rc = 0;
+    goto out_free;
+out_unlink:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+out_free:
+    free(specs);
+    free(table);
+    free(h);
+out_tokbuf:
+    free(tokbuf);
+out_ck:
+    coord_llama2c_close(&ck);
+    return rc;
+}

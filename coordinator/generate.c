@@ -1,0 +1,111 @@
+/* coordinator/: text generation through the engine. */
+#include "generate.h"
+
+#include "engine.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Writes one decoded piece to stdout and flushes it. -EPIPE when stdout is gone. */
+static int emit(const struct coord_tok *t, int prev, int token)
+{
+    size_t len;
+    const char *piece = coord_tok_decode(t, prev, token, &len);
+    if (!coord_tok_printable(piece, len))
+        return 0;
+    if (fwrite(piece, 1, len, stdout) != len || fflush(stdout) != 0)
+        return -EPIPE;
+    return 0;
+}
+
+int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
+{
+    struct coord_engine g;
+    struct coord_engine_opts eo = {.model_path = o->model, .verbose = o->verbose};
+    struct coord_tok tok;
+    struct coord_sampler smp;
+    int rc = coord_engine_start(&g, &eo, e);
+    if (rc)
+        return rc;
+    const struct shlm_header *h = g.img.hdr;
+    int ctx = (int)h->cfg.seq_len;
+    if ((rc = coord_tok_init(&tok, g.img.base + h->tok_offset, h->tok_bytes,
+                             (int)h->cfg.vocab_size, o->model, e)))
+        goto out_engine;
+    if ((rc = coord_sampler_init(&smp, (int)h->cfg.vocab_size, o->temp, o->top_p, o->seed))) {
+        coord_fail(e, rc, "out of memory");
+        goto out_tok;
+    }
+    int max = (int)strlen(o->prompt) + 3;
+    int32_t *ids = malloc((size_t)max * sizeof(int32_t));
+    if (!ids) {
+        rc = coord_fail(e, -ENOMEM, "out of memory");
+        goto out_smp;
+    }
+    int np = coord_tok_encode(&tok, o->prompt, true, false, ids, max);
+    if (np < 0) {
+        rc = coord_fail(e, np, "cannot tokenize the prompt: %s", strerror(-np));
+        goto out_ids;
+    }
+    if (np > ctx) {
+        rc = coord_fail(e, -E2BIG, "the prompt is %d tokens, longer than the context of %d", np,
+                        ctx);
+        goto out_ids;
+    }
+    /* the last new token is sampled, never fed: np + n - 1 positions */
+    if (o->n > 0 && np + o->n - 1 > ctx) {
+        rc = coord_fail(e, -E2BIG, "the prompt (%d tokens) plus -n %d exceeds the context of %d; "
+                        "use -n %d or less", np, o->n, ctx, ctx - np + 1);
+        goto out_ids;
+    }
+    for (int i = 1; i < np; i++)
+        if ((rc = emit(&tok, ids[i - 1], ids[i])))
+            goto out_ids;
+
+    struct coord_seq_step s = {.seq_id = 0, .pos = 0, .n_tokens = (uint32_t)np, .tokens = ids};
+    int prev = ids[np - 1];
+    uint64_t t0 = coord_now_ns(), t_first = 0;
+    int produced = 0;
+    for (int i = 0; i < o->n; i++) {
+        if ((rc = coord_engine_step(&g, &s, 1, e)))
+            break;
+        if (!t_first)
+            t_first = coord_now_ns();
+        int next = coord_sample(&smp, (float *)s.logits);
+        if (next == (int)h->bos_id || next == (int)h->eos_id)
+            break;
+        if ((rc = emit(&tok, prev, next))) {
+            coord_fail(e, rc, "stdout closed");
+            break;
+        }
+        produced++;
+        s.pos += s.n_tokens;
+        s.n_tokens = 1;
+        s.tokens = &ids[0];
+        ids[0] = next;
+        prev = next;
+    }
+    if (rc != -EPIPE) {
+        putchar('\n');
+        fflush(stdout);
+    }
+    if (o->verbose && t_first) {
+        uint64_t t1 = coord_now_ns();
+        fprintf(stderr, "prompt %d tokens, generated %d; first token %.1f ms, decode %.1f tok/s\n",
+                np, produced, (double)(t_first - t0) / 1e6,
+                produced > 1 ? (produced - 1) / ((double)(t1 - t_first) / 1e9) : 0.0);
+    }
+out_ids:
+    free(ids);
+out_smp:
+    coord_sampler_free(&smp);
+out_tok:
+    coord_tok_free(&tok);
+out_engine:
+    coord_engine_stop(&g);
+    return rc;
+}

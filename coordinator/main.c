@@ -1,0 +1,292 @@
+/* shardlm: the command line. Each command parses its options, runs, and prints one line
+ * "shardlm <command>: <what went wrong>" on failure. Exit codes: 0 ok, 1 failure, 2 bad usage,
+ * 128 + signal when interrupted (130 for SIGINT, 143 for SIGTERM). */
+#include "convert.h"
+#include "engine.h"
+#include "generate.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char usage_main[] =
+    "usage: shardlm <command> [options]\n"
+    "\n"
+    "shardlm serves decoder-only language models on CPU servers from 4-bit weights: a\n"
+    "coordinator process and worker processes that share the weights in shared memory.\n"
+    "\n"
+    "commands:\n"
+    "  convert   CHECKPOINT --tokenizer TOKENIZER.bin --scheme S -o OUT.shlm\n"
+    "            turn a llama2.c checkpoint into a .shlm model file\n"
+    "  generate  -m MODEL.shlm -p PROMPT -n N    generate text (streamed to stdout)\n"
+    "  eval      -m MODEL.shlm --ref DIR         KL divergence, top-1 and perplexity against\n"
+    "            reference logits\n"
+    "\n"
+    "`shardlm <command> --help` describes each command's options.\n";
+
+static const char usage_convert[] =
+    "usage: shardlm convert CHECKPOINT --tokenizer TOKENIZER.bin --scheme f32|bf16|w4a16|w4a8\n"
+    "                       [--group N] [--head-bits 8|4] -o OUT.shlm\n"
+    "\n"
+    "Reads a llama2.c checkpoint (shared or separate classifier) and its tokenizer.bin and\n"
+    "writes a .shlm file.\n"
+    "  --scheme S      f32 and bf16: every tensor in that type. w4a16: asymmetric int4 with a\n"
+    "                  scale and zero point per group, f32 activations. w4a8: symmetric int4\n"
+    "                  (zero point 8) with a searched per-group scale, int8 per-token activations.\n"
+    "  --group N       int4 group size, 32/64/128/256 (default: 64 for w4a16, 128 for w4a8)\n"
+    "  --head-bits B   embedding and LM head of the int4 schemes: 8 = int8 per row (default),\n"
+    "                  4 = the scheme's int4\n"
+    "  -o OUT          output file (written whole or not at all)\n"
+    "  -q, --quiet     no progress on stderr\n";
+
+static const char usage_generate[] =
+    "usage: shardlm generate -m MODEL.shlm -p PROMPT [-n N] [--temp T] [--top-p P] [--seed S]\n"
+    "                        [--verbose]\n"
+    "\n"
+    "Starts the coordinator and its worker, and prints the prompt and its continuation as it\n"
+    "is generated, then a newline. Stops after N new tokens (default 256) or at BOS/EOS.\n"
+    "  --temp T        sampling temperature, 0 = greedy (default 1.0)\n"
+    "  --top-p P       nucleus sampling mass in (0, 1] (default 0.9)\n"
+    "  --seed S        random seed (default: from the clock)\n"
+    "  --verbose       worker layout and per-step timings on stderr\n";
+
+static const char usage_eval[] =
+    "usage: shardlm eval -m MODEL.shlm --ref DIR [--verbose]\n"
+    "\n"
+    "Feeds the token sequences of DIR/greedy.tsv (prompt, prompt ids, generated ids, text file,\n"
+    "logits file) and compares the model's logits with the reference float32 logits: per prompt\n"
+    "and overall, the mean KL divergence KL(ref || model), the top-1 agreement and the\n"
+    "perplexity of the sequence. The last line reads\n"
+    "  overall kld=<mean> top1=<fraction> ppl=<value>\n";
+
+static int bad_usage(const char *cmd, const char *usage, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "shardlm %s: ", cmd);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s", usage);
+    return 2;
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_float(const char *s, float lo, float hi, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static int exit_code(const char *cmd, int rc, const struct coord_err *e)
+{
+    if (rc == 0)
+        return 0;
+    if (rc == -EINTR && coord_stop_signal) {
+        fprintf(stderr, "shardlm %s: stopped by signal %d\n", cmd, (int)coord_stop_signal);
+        return 128 + (int)coord_stop_signal;
+    }
+    fprintf(stderr, "shardlm %s: %s\n", cmd, e->msg);
+    return 1;
+}
+
+static int cmd_convert(int argc, char **argv)
+{
+    struct coord_convert_opts o = {.head_bits = 8, .scheme = (enum shlm_scheme)-1};
+    static const struct option opts[] = {{"tokenizer", required_argument, 0, 't'},
+                                         {"scheme", required_argument, 0, 's'},
+                                         {"group", required_argument, 0, 'g'},
+                                         {"head-bits", required_argument, 0, 'b'},
+                                         {"quiet", no_argument, 0, 'q'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int c;
+    long v;
+    while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            o.tokenizer = optarg;
+            break;
+        case 's':
+            if (shlm_scheme_parse(optarg, &o.scheme))
+                return bad_usage("convert", usage_convert,
+                                 "unknown scheme '%s' (expected f32, bf16, w4a16 or w4a8)", optarg);
+            break;
+        case 'g':
+            if (!parse_int(optarg, 32, KN_MAX_GROUP, &v) || v % 32)
+                return bad_usage("convert", usage_convert,
+                                 "--group '%s': expected 32, 64, 128 or 256", optarg);
+            o.group = (int)v;
+            break;
+        case 'b':
+            if (!parse_int(optarg, 4, 8, &v) || (v != 4 && v != 8))
+                return bad_usage("convert", usage_convert, "--head-bits '%s': expected 8 or 4",
+                                 optarg);
+            o.head_bits = (int)v;
+            break;
+        case 'o':
+            o.out = optarg;
+            break;
+        case 'q':
+            o.quiet = true;
+            break;
+        case 'h':
+            fputs(usage_convert, stdout);
+            return 0;
+        default:
+            fputs(usage_convert, stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1)
+        return bad_usage("convert", usage_convert, "expected one CHECKPOINT%s", "");
+    o.checkpoint = argv[optind];
+    if (!o.tokenizer || !o.out || (int)o.scheme < 0)
+        return bad_usage("convert", usage_convert, "--tokenizer, --scheme and -o are required%s",
+                         "");
+    if (o.group && o.scheme != SHLM_SCHEME_W4A16 && o.scheme != SHLM_SCHEME_W4A8)
+        return bad_usage("convert", usage_convert, "--group applies to w4a16 and w4a8 only%s", "");
+    struct coord_err e;
+    return exit_code("convert", coord_convert(&o, &e), &e);
+}
+
+static int cmd_generate(int argc, char **argv)
+{
+    struct coord_generate_opts o = {.n = 256, .temp = 1.0f, .top_p = 0.9f};
+    bool seeded = false;
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"prompt", required_argument, 0, 'p'},
+                                         {"temp", required_argument, 0, 'T'},
+                                         {"top-p", required_argument, 0, 'P'},
+                                         {"seed", required_argument, 0, 'S'},
+                                         {"verbose", no_argument, 0, 'v'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int c;
+    long v;
+    while ((c = getopt_long(argc, argv, "m:p:n:vh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            o.model = optarg;
+            break;
+        case 'p':
+            o.prompt = optarg;
+            break;
+        case 'n':
+            if (!parse_int(optarg, 0, 1 << 24, &v))
+                return bad_usage("generate", usage_generate, "-n '%s': expected a count >= 0",
+                                 optarg);
+            o.n = (int)v;
+            break;
+        case 'T':
+            if (!parse_float(optarg, 0.0f, 100.0f, &o.temp))
+                return bad_usage("generate", usage_generate, "--temp '%s': expected 0..100",
+                                 optarg);
+            break;
+        case 'P':
+            if (!parse_float(optarg, 1e-6f, 1.0f, &o.top_p))
+                return bad_usage("generate", usage_generate, "--top-p '%s': expected (0, 1]",
+                                 optarg);
+            break;
+        case 'S': {
+            char *end;
+            errno = 0;
+            o.seed = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end)
+                return bad_usage("generate", usage_generate, "--seed '%s': expected an integer",
+                                 optarg);
+            seeded = true;
+            break;
+        }
+        case 'v':
+            o.verbose = true;
+            break;
+        case 'h':
+            fputs(usage_generate, stdout);
+            return 0;
+        default:
+            fputs(usage_generate, stderr);
+            return 2;
+        }
+    }
+    if (!o.model || !o.prompt || optind != argc)
+        return bad_usage("generate", usage_generate, "-m and -p are required%s", "");
+    if (!seeded)
+        o.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    coord_signals_install();
+    struct coord_err e;
+    return exit_code("generate", coord_generate(&o, &e), &e);
+}
+
+static int cmd_eval(int argc, char **argv)
+{
+    struct coord_eval_opts o = {0};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"ref", required_argument, 0, 'r'},
+                                         {"verbose", no_argument, 0, 'v'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            o.model = optarg;
+            break;
+        case 'r':
+            o.ref_dir = optarg;
+            break;
+        case 'v':
+            o.verbose = true;
+            break;
+        case 'h':
+            fputs(usage_eval, stdout);
+            return 0;
+        default:
+            fputs(usage_eval, stderr);
+            return 2;
+        }
+    }
+    if (!o.model || !o.ref_dir || optind != argc)
+        return bad_usage("eval", usage_eval, "-m and --ref are required%s", "");
+    coord_signals_install();
+    struct coord_err e;
+    return exit_code("eval", coord_eval(&o, &e), &e);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage_main, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage_main, stdout);
+        return 0;
+    }
+    /* each command sees argv starting at its own name */
+    if (strcmp(cmd, "convert") == 0)
+        return cmd_convert(argc - 1, argv + 1);
+    if (strcmp(cmd, "generate") == 0)
+        return cmd_generate(argc - 1, argv + 1);
+    if (strcmp(cmd, "eval") == 0)
+        return cmd_eval(argc - 1, argv + 1);
+    fprintf(stderr, "shardlm: unknown command '%s'\n%s", cmd, usage_main);
+    return 2;
+}

@@ -1,0 +1,67 @@
+/* coordinator/: small shared helpers. */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int coord_fail(struct coord_err *e, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int coord_read_file(const char *path, size_t max, uint8_t **out, size_t *len, struct coord_err *e)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return coord_fail(e, -EINVAL, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        return coord_fail(e, -EFBIG, "%s: %lld bytes, more than the %zu expected", path,
+                          (long long)st.st_size, max);
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf) {
+        close(fd);
+        return coord_fail(e, -ENOMEM, "%s: out of memory", path);
+    }
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            int rc = r < 0 ? -errno : -EIO;
+            free(buf);
+            close(fd);
+            return coord_fail(e, rc, "%s: read failed at byte %zu", path, got);
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+uint64_t coord_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

@@ -1,0 +1,22 @@
+/* coordinator/: small shared helpers (file reading, errors, time). */
+#ifndef SHARDLM_COORD_UTIL_H
+#define SHARDLM_COORD_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One-line error text, filled by the function that failed and printed once by the CLI. */
+struct coord_err {
+    char msg[512];
+};
+/* Formats @fmt into @e and returns @rc (a negative errno), for `return coord_fail(...)`. */
+int coord_fail(struct coord_err *e, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Reads the whole of @path (at most @max bytes) into a malloc'd buffer. Returns 0 or -errno
+ * with @e set (-EFBIG past @max). Free *@out with free(). */
+int coord_read_file(const char *path, size_t max, uint8_t **out, size_t *len, struct coord_err *e);
+
+uint64_t coord_now_ns(void);
+
+#endif

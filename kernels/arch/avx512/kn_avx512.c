@@ -1,0 +1,282 @@
+/* kernels/arch/avx512: the AVX-512 table (F, BW, VL, VNNI, BF16 with FMA and F16C).
+ *
+ * Every matrix product is one function per weight format that computes a (m, n1 - n0) block:
+ * for each output row n it runs the same row dot over the m activations, so the weight row is
+ * read from memory once and from L1 for the other m - 1 (gemv is the m = 1 case). Results match
+ * kn_ref.c up to float summation order; tests/test_kernels.c holds them to named tolerances.
+ *
+ * Bounds: a row of W4 codes is (cols + 1) / 2 bytes and the last row of a matrix may end at the
+ * end of a mapping, so every code load is masked to the bytes of the current group (masked-off
+ * elements of a masked load do not fault: Intel SDM vol. 1, ch. 15, memory fault suppression).
+ * Activation loads use the same masks; the prepared activations are zero-padded to kpad anyway.
+ *
+ * Pure functions: no allocation, no state, no CPU checks per call (kn_probe.c picks the table).
+ */
+#include "../ref/kn_ref.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+/* Lane masks for the first @n lanes (n <= 0 gives none, n >= width gives all). */
+static inline __mmask16 mask16(int n)
+{
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+static inline __mmask64 mask64(int n)
+{
+    return n >= 64 ? ~(__mmask64)0 : n <= 0 ? (__mmask64)0 : (((__mmask64)1 << n) - 1);
+}
+
+static inline float f16_scale(const uint16_t *sc, size_t i) { return _cvtsh_ss(sc[i]); }
+
+/* ---- row dots: one weight row against one prepared activation ---- */
+
+/* sum_k w[k] x[k] over @k floats; two accumulators to hide the FMA latency. */
+static inline float dot_f32(const float *w, const float *x, int k)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= k; i += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+    }
+    for (; i < k; i += 16) {
+        __mmask16 m = mask16(k - i);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, x + i), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+/* bf16 lanes widened exactly to f32 (a bf16 is the top half of an f32). */
+static inline __m512 load_bf16(__mmask16 m, const uint16_t *p)
+{
+    __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+}
+
+/* sum_k w[k] x[k] with bf16 weights. f32 FMA on the widened weights, not VDPBF16PS: that one
+ * would round the activations to bf16 too and drift from the reference. */
+static inline float dot_bf16(const uint16_t *w, const float *x, int k)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= k; i += 32) {
+        a0 = _mm512_fmadd_ps(load_bf16(0xffff, w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(load_bf16(0xffff, w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+    }
+    for (; i < k; i += 16) {
+        __mmask16 m = mask16(k - i);
+        a0 = _mm512_fmadd_ps(load_bf16(m, w + i), _mm512_maskz_loadu_ps(m, x + i), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+/* sum_k code[k] x[k] for int8 codes (the caller applies the row scale). */
+static inline float dot_q8(const int8_t *w, const float *x, int k)
+{
+    __m512 a0 = _mm512_setzero_ps();
+    for (int i = 0; i < k; i += 16) {
+        __mmask16 m = mask16(k - i);
+        __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, w + i)));
+        a0 = _mm512_fmadd_ps(c, _mm512_maskz_loadu_ps(m, x + i), a0);
+    }
+    return _mm512_reduce_add_ps(a0);
+}
+
+/* One W4A16 row: sum_g s_g * (sum_k code_k x_k - zero_g * gsum_g). Byte j of the row holds
+ * elements 2j (low nibble) and 2j + 1 (high nibble), so 16 bytes meet 16 floats of x->xe and of
+ * x->xo at the same index. The group sums stay in lanes, scaled by s_g, and are reduced once per
+ * row; the zero-point term is a scalar per group. @sc and @zr point at this row's groups. */
+static inline float dot_w4a16(const uint8_t *row, const uint16_t *sc, const uint8_t *zr,
+                              const struct kn_act *x, int cols, int group)
+{
+    const __m512i lo4 = _mm512_set1_epi32(15);
+    int ng = kn_ngroups(cols, group);
+    __m512 acc = _mm512_setzero_ps();
+    float corr = 0.0f;
+    for (int g = 0; g < ng; g++) {
+        int k0 = g * group, kn = cols - k0 < group ? cols - k0 : group;
+        int b0 = k0 / 2, nb = (kn + 1) / 2; /* group is even: groups start on a byte */
+        __m512 ag = _mm512_setzero_ps();
+        for (int j = 0; j < nb; j += 16) {
+            __mmask16 m = mask16(nb - j);
+            __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, row + b0 + j));
+            __m512 clo = _mm512_cvtepi32_ps(_mm512_and_si512(c, lo4));
+            __m512 chi = _mm512_cvtepi32_ps(_mm512_srli_epi32(c, 4));
+            ag = _mm512_fmadd_ps(clo, _mm512_maskz_loadu_ps(m, x->xe + b0 + j), ag);
+            ag = _mm512_fmadd_ps(chi, _mm512_maskz_loadu_ps(m, x->xo + b0 + j), ag);
+        }
+        float s = f16_scale(sc, (size_t)g);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(s), ag, acc);
+        corr += s * (float)zr[g] * x->gsum[g];
+    }
+    return _mm512_reduce_add_ps(acc) - corr;
+}
+
+/* One W4A8 row: qscale * sum_g s_g * (isum_g - 8 * qgsum_g), isum_g = sum_k code_k q_k.
+ * VPDPBUSD (Intel SDM vol. 2) multiplies unsigned bytes by signed bytes and adds groups of four
+ * into int32 lanes: the codes 0..15 are the unsigned side, the int8 activations the signed one;
+ * products are at most 15 * 128, so the lanes never overflow. The lanes of a group are converted
+ * exactly to float and scaled by s_g in place; one horizontal reduce per row. */
+static inline float dot_w4a8(const uint8_t *row, const uint16_t *sc, const struct kn_act *x,
+                             int cols, int group)
+{
+    const __m512i lo4 = _mm512_set1_epi8(15);
+    int ng = kn_ngroups(cols, group);
+    __m512 acc = _mm512_setzero_ps();
+    float corr = 0.0f;
+    for (int g = 0; g < ng; g++) {
+        int k0 = g * group, kn = cols - k0 < group ? cols - k0 : group;
+        int b0 = k0 / 2, nb = (kn + 1) / 2;
+        __m512i ai = _mm512_setzero_si512();
+        for (int j = 0; j < nb; j += 64) {
+            __mmask64 m = mask64(nb - j);
+            __m512i b = _mm512_maskz_loadu_epi8(m, row + b0 + j);
+            __m512i lo = _mm512_and_si512(b, lo4);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), lo4);
+            ai = _mm512_dpbusd_epi32(ai, lo, _mm512_maskz_loadu_epi8(m, x->qe + b0 + j));
+            ai = _mm512_dpbusd_epi32(ai, hi, _mm512_maskz_loadu_epi8(m, x->qo + b0 + j));
+        }
+        float s = f16_scale(sc, (size_t)g);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(s), _mm512_cvtepi32_ps(ai), acc);
+        /* codes are value + 8; padding q is 0, so the group's qgsum is the right correction */
+        corr += s * (float)(8 * x->qgsum[g]);
+    }
+    return x->qscale * (_mm512_reduce_add_ps(acc) - corr);
+}
+
+/* ---- blocks: rows [n0, n1) x m activations, y is (m, ldy) ---- */
+
+static void mm_f32(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                   int n0, int n1)
+{
+    size_t k = (size_t)w->cols;
+    for (int n = n0; n < n1; n++) {
+        const float *row = (const float *)w->codes + (size_t)n * k;
+        for (int i = 0; i < m; i++)
+            y[(size_t)i * ldy + (size_t)n] = dot_f32(row, x[i].x, w->cols);
+    }
+}
+
+static void mm_bf16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                    int n0, int n1)
+{
+    size_t k = (size_t)w->cols;
+    for (int n = n0; n < n1; n++) {
+        const uint16_t *row = (const uint16_t *)w->codes + (size_t)n * k;
+        for (int i = 0; i < m; i++)
+            y[(size_t)i * ldy + (size_t)n] = dot_bf16(row, x[i].x, w->cols);
+    }
+}
+
+static void mm_q8(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                  int n0, int n1)
+{
+    size_t k = (size_t)w->cols;
+    const float *sc = w->scales;
+    for (int n = n0; n < n1; n++) {
+        const int8_t *row = (const int8_t *)w->codes + (size_t)n * k;
+        for (int i = 0; i < m; i++)
+            y[(size_t)i * ldy + (size_t)n] = sc[n] * dot_q8(row, x[i].x, w->cols);
+    }
+}
+
+static void mm_w4a16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                     int n0, int n1)
+{
+    size_t rb = kn_w4_row_bytes(w->cols), ng = (size_t)kn_ngroups(w->cols, w->group);
+    for (int n = n0; n < n1; n++) {
+        const uint8_t *row = (const uint8_t *)w->codes + (size_t)n * rb;
+        const uint16_t *sc = (const uint16_t *)w->scales + (size_t)n * ng;
+        const uint8_t *zr = w->zeros + (size_t)n * ng;
+        for (int i = 0; i < m; i++)
+            y[(size_t)i * ldy + (size_t)n] = dot_w4a16(row, sc, zr, &x[i], w->cols, w->group);
+    }
+}
+
+static void mm_w4a8(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                    int n0, int n1)
+{
+    size_t rb = kn_w4_row_bytes(w->cols), ng = (size_t)kn_ngroups(w->cols, w->group);
+    for (int n = n0; n < n1; n++) {
+        const uint8_t *row = (const uint8_t *)w->codes + (size_t)n * rb;
+        const uint16_t *sc = (const uint16_t *)w->scales + (size_t)n * ng;
+        for (int i = 0; i < m; i++)
+            y[(size_t)i * ldy + (size_t)n] = dot_w4a8(row, sc, &x[i], w->cols, w->group);
+    }
+}
+
+/* Checks the activations against @w (a broken invariant aborts), then runs the block. */
+static void mm_dispatch(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                        int n0, int n1)
+{
+    KN_ASSERT(n0 >= 0 && n0 <= n1 && n1 <= w->rows);
+    for (int i = 0; i < m; i++) {
+        KN_ASSERT(x[i].k == w->cols);
+        if (w->dtype == KN_DT_W4A16 || w->dtype == KN_DT_W4A8)
+            KN_ASSERT(x[i].group == w->group);
+    }
+    switch (w->dtype) {
+    case KN_DT_F32:
+        mm_f32(w, x, m, y, ldy, n0, n1);
+        return;
+    case KN_DT_BF16:
+        mm_bf16(w, x, m, y, ldy, n0, n1);
+        return;
+    case KN_DT_Q8:
+        mm_q8(w, x, m, y, ldy, n0, n1);
+        return;
+    case KN_DT_W4A16:
+        mm_w4a16(w, x, m, y, ldy, n0, n1);
+        return;
+    case KN_DT_W4A8:
+        mm_w4a8(w, x, m, y, ldy, n0, n1);
+        return;
+    }
+    KN_ASSERT(!"unknown weight dtype");
+}
+
+/* y[n] = W[n,:] . x for n in [n0, n1). */
+static void kn_gemv_avx512(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    mm_dispatch(w, x, 1, y, 0, n0, n1);
+}
+
+/* y[i][n] = W[n,:] . x[i] for i < m, n in [n0, n1); y is (m, ldy). */
+static void kn_gemm_avx512(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
+                           int n0, int n1)
+{
+    mm_dispatch(w, x, m, y, (size_t)ldy, n0, n1);
+}
+
+/* o = x * w / sqrt(mean(x^2) + eps), as kn_rmsnorm_ref up to summation order. */
+static void kn_rmsnorm_avx512(float *o, const float *x, const float *w, int n, float eps)
+{
+    __m512 ss = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        __m512 v = _mm512_maskz_loadu_ps(mask16(n - i), x + i);
+        ss = _mm512_fmadd_ps(v, v, ss);
+    }
+    float inv = 1.0f / sqrtf(_mm512_reduce_add_ps(ss) / (float)n + eps);
+    __m512 vi = _mm512_set1_ps(inv);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = mask16(n - i);
+        __m512 v = _mm512_mul_ps(vi, _mm512_maskz_loadu_ps(m, x + i));
+        _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), v));
+    }
+}
+
+/* rope, softmax, silu_mul and attention are the reference ones: they need exp/sin/cos with the
+ * reference's accuracy and are a small part of a token's time next to the matrix products. */
+const struct kn_ops kn_ops_avx512 = {
+    .name = "avx512",
+    .isa = KN_ISA_AVX512,
+    .gemv = kn_gemv_avx512,
+    .gemm = kn_gemm_avx512,
+    .rmsnorm = kn_rmsnorm_avx512,
+    .rope = kn_rope_ref,
+    .softmax = kn_softmax_ref,
+    .silu_mul = kn_silu_mul_ref,
+    .attention = kn_attention_ref,
+};

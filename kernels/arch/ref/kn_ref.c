@@ -1,0 +1,201 @@
+/* kernels/arch/ref: scalar reference for every operation. No intrinsics: this file defines what
+ * each SIMD variant must compute, and the tests hold them to it. */
+#include "kn_ref.h"
+
+#include <math.h>
+
+static float dot_f32(const float *w, const float *x, int k)
+{
+    float s = 0.0f;
+    for (int i = 0; i < k; i++)
+        s += w[i] * x[i];
+    return s;
+}
+
+void kn_gemv_f32_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    const float *p = w->codes;
+    for (int n = n0; n < n1; n++)
+        y[n] = dot_f32(p + (size_t)n * (size_t)w->cols, x->x, w->cols);
+}
+
+void kn_gemv_bf16_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    const uint16_t *p = w->codes;
+    for (int n = n0; n < n1; n++) {
+        const uint16_t *row = p + (size_t)n * (size_t)w->cols;
+        float s = 0.0f;
+        for (int k = 0; k < w->cols; k++)
+            s += kn_bf16_to_f32(row[k]) * x->x[k];
+        y[n] = s;
+    }
+}
+
+void kn_gemv_q8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    const int8_t *p = w->codes;
+    const float *sc = w->scales;
+    for (int n = n0; n < n1; n++) {
+        const int8_t *row = p + (size_t)n * (size_t)w->cols;
+        float s = 0.0f;
+        for (int k = 0; k < w->cols; k++)
+            s += (float)row[k] * x->x[k];
+        y[n] = sc[n] * s;
+    }
+}
+
+/* sum over the group of code * x, codes of row @row from element k0 for n elements */
+void kn_gemv_w4a16_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    int ng = kn_ngroups(w->cols, w->group);
+    size_t rb = kn_w4_row_bytes(w->cols);
+    const uint16_t *sc = w->scales;
+    for (int n = n0; n < n1; n++) {
+        const uint8_t *row = (const uint8_t *)w->codes + (size_t)n * rb;
+        float acc = 0.0f;
+        for (int g = 0; g < ng; g++) {
+            int k0 = g * w->group, k1 = k0 + w->group < w->cols ? k0 + w->group : w->cols;
+            float s = 0.0f;
+            for (int k = k0; k < k1; k++) {
+                int code = k % 2 ? row[k / 2] >> 4 : row[k / 2] & 15;
+                s += (float)code * x->x[k];
+            }
+            size_t gi = (size_t)n * (size_t)ng + (size_t)g;
+            acc += kn_f16_to_f32(sc[gi]) * (s - (float)w->zeros[gi] * x->gsum[g]);
+        }
+        y[n] = acc;
+    }
+}
+
+void kn_gemv_w4a8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    int ng = kn_ngroups(w->cols, w->group);
+    size_t rb = kn_w4_row_bytes(w->cols);
+    const uint16_t *sc = w->scales;
+    for (int n = n0; n < n1; n++) {
+        const uint8_t *row = (const uint8_t *)w->codes + (size_t)n * rb;
+        float acc = 0.0f;
+        for (int g = 0; g < ng; g++) {
+            int k0 = g * w->group, k1 = k0 + w->group < w->cols ? k0 + w->group : w->cols;
+            int32_t s = 0;
+            for (int k = k0; k < k1; k++) {
+                int code = k % 2 ? row[k / 2] >> 4 : row[k / 2] & 15;
+                s += code * x->q[k];
+            }
+            /* codes are value + 8: subtract 8 * sum(q) over the group (padding q is 0) */
+            acc += kn_f16_to_f32(sc[(size_t)n * (size_t)ng + (size_t)g]) *
+                   (float)(s - 8 * x->qgsum[g]);
+        }
+        y[n] = acc * x->qscale;
+    }
+}
+
+void kn_gemv_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    KN_ASSERT(x->k == w->cols);
+    switch (w->dtype) {
+    case KN_DT_F32:
+        kn_gemv_f32_ref(w, x, y, n0, n1);
+        return;
+    case KN_DT_BF16:
+        kn_gemv_bf16_ref(w, x, y, n0, n1);
+        return;
+    case KN_DT_Q8:
+        kn_gemv_q8_ref(w, x, y, n0, n1);
+        return;
+    case KN_DT_W4A16:
+        KN_ASSERT(x->group == w->group);
+        kn_gemv_w4a16_ref(w, x, y, n0, n1);
+        return;
+    case KN_DT_W4A8:
+        KN_ASSERT(x->group == w->group);
+        kn_gemv_w4a8_ref(w, x, y, n0, n1);
+        return;
+    }
+}
+
+void kn_gemm_ref(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy, int n0,
+                 int n1)
+{
+    for (int i = 0; i < m; i++)
+        kn_gemv_ref(w, &x[i], y + (size_t)i * (size_t)ldy, n0, n1);
+}
+
+void kn_rmsnorm_ref(float *o, const float *x, const float *w, int n, float eps)
+{
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    ss = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = 0; i < n; i++)
+        o[i] = w[i] * (ss * x[i]);
+}
+
+void kn_rope_ref(float *v, int nheads, int hd, int pos, float theta, bool neox)
+{
+    for (int h = 0; h < nheads; h++) {
+        float *p = v + (size_t)h * (size_t)hd;
+        for (int i = 0; i < hd; i += 2) {
+            float freq = 1.0f / powf(theta, (float)i / (float)hd);
+            float val = (float)pos * freq, fcr = cosf(val), fci = sinf(val);
+            int a = neox ? i / 2 : i, b = neox ? i / 2 + hd / 2 : i + 1;
+            float v0 = p[a], v1 = p[b];
+            p[a] = v0 * fcr - v1 * fci;
+            p[b] = v0 * fci + v1 * fcr;
+        }
+    }
+}
+
+void kn_softmax_ref(float *x, int n)
+{
+    float mx = x[0];
+    for (int i = 1; i < n; i++)
+        mx = fmaxf(mx, x[i]);
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    for (int i = 0; i < n; i++)
+        x[i] /= sum;
+}
+
+void kn_silu_mul_ref(float *a, const float *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        a[i] = a[i] * (1.0f / (1.0f + expf(-a[i]))) * b[i];
+}
+
+void kn_attention_ref(float *out, const float *q, const float *kc, const float *vc, int kv_stride,
+                      int pos, int nheads, int nkv, int hd, float *scratch)
+{
+    int per_kv = nheads / nkv;
+    float div = sqrtf((float)hd);
+    for (int h = 0; h < nheads; h++) {
+        const float *qh = q + (size_t)h * (size_t)hd;
+        size_t off = (size_t)(h / per_kv) * (size_t)hd;
+        for (int t = 0; t <= pos; t++)
+            scratch[t] = dot_f32(qh, kc + (size_t)t * (size_t)kv_stride + off, hd) / div;
+        kn_softmax_ref(scratch, pos + 1);
+        float *oh = out + (size_t)h * (size_t)hd;
+        for (int i = 0; i < hd; i++)
+            oh[i] = 0.0f;
+        for (int t = 0; t <= pos; t++) {
+            const float *vt = vc + (size_t)t * (size_t)kv_stride + off;
+            for (int i = 0; i < hd; i++)
+                oh[i] += scratch[t] * vt[i];
+        }
+    }
+}
+
+const struct kn_ops kn_ops_ref = {
+    .name = "ref",
+    .isa = KN_ISA_REF,
+    .gemv = kn_gemv_ref,
+    .gemm = kn_gemm_ref,
+    .rmsnorm = kn_rmsnorm_ref,
+    .rope = kn_rope_ref,
+    .softmax = kn_softmax_ref,
+    .silu_mul = kn_silu_mul_ref,
+    .attention = kn_attention_ref,
+};

@@ -1,0 +1,136 @@
+/* kernels: pure compute over packed weights, one function table per ISA.
+ *
+ * Weight formats (the canonical .shlm layout, see shm/shlm.h):
+ *   KN_DT_F32    rows x cols float, row-major.
+ *   KN_DT_BF16   rows x cols bfloat16, row-major.
+ * Codes come first, their region padded to a multiple of 64 bytes (kn_codes_bytes), then scales.
+ *   KN_DT_Q8     int8 per row: codes (rows x cols int8), then scales (rows float).
+ *                value = scale[r] * code.
+ *   KN_DT_W4A16  asymmetric int4 per group: codes (rows x ceil(cols/2) bytes, element 2j in the
+ *                low nibble of byte j, 2j+1 in the high one), then scales (rows x ngroups fp16),
+ *                then zero points (rows x ngroups uint8, 0..15). value = scale * (code - zero).
+ *   KN_DT_W4A8   symmetric int4 per group, zero point 8: codes as W4A16, then scales
+ *                (rows x ngroups fp16). value = scale * (code - 8). Activations are quantized to
+ *                int8 per token.
+ * Groups run along a row; the last group of a row is shorter when the group does not divide cols.
+ */
+#ifndef SHARDLM_KN_H
+#define SHARDLM_KN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KN_ASSERT(c)                                                                               \
+    do {                                                                                           \
+        if (!(c))                                                                                  \
+            kn_assert_fail(#c, __FILE__, __LINE__);                                                \
+    } while (0)
+_Noreturn void kn_assert_fail(const char *what, const char *file, int line);
+
+enum kn_dtype { KN_DT_F32 = 0, KN_DT_BF16 = 1, KN_DT_Q8 = 2, KN_DT_W4A16 = 3, KN_DT_W4A8 = 4 };
+
+enum kn_isa { KN_ISA_REF = 0, KN_ISA_AVX2 = 1, KN_ISA_AVX512 = 2, KN_ISA_AMX = 3 };
+
+/* Activation quantization granularity for W4A8 and the padding of every prepared activation. */
+#define KN_MAX_GROUP 256
+
+/* A read-only view of one weight matrix (rows = outputs, cols = inputs). */
+struct kn_mat {
+    enum kn_dtype dtype;
+    int rows, cols;
+    int group;             /* elements per group (W4 only), even, 32..KN_MAX_GROUP */
+    const void *codes;     /* F32/BF16 data, or Q8/W4 codes */
+    const void *scales;    /* Q8: float [rows]; W4: uint16 fp16 [rows][ngroups] */
+    const uint8_t *zeros;  /* W4A16: [rows][ngroups] */
+};
+
+static inline int kn_ngroups(int cols, int group) { return (cols + group - 1) / group; }
+static inline size_t kn_w4_row_bytes(int cols) { return (size_t)(cols + 1) / 2; }
+
+/* Bytes of the (padded) codes region, and of the whole matrix in the canonical layout. */
+size_t kn_codes_bytes(enum kn_dtype dt, int rows, int cols);
+size_t kn_mat_bytes(enum kn_dtype dt, int rows, int cols, int group);
+/* Fills the part pointers of @m from one contiguous canonical buffer @base. */
+void kn_mat_view(struct kn_mat *m, enum kn_dtype dt, int rows, int cols, int group,
+                 const void *base);
+
+/* One activation vector prepared for every weight format: x padded with zeros to a multiple of
+ * @group, split into even/odd elements (to match the nibble order), per-group sums, and the int8
+ * per-token quantization used by W4A8. Buffers are owned by the caller (kn_act_alloc). */
+struct kn_act {
+    int k, kpad, group;
+    float *x;       /* (kpad) */
+    float *xe, *xo; /* (kpad/2) elements 0,2,4.. and 1,3,5.. */
+    float *gsum;    /* (kpad/group) sum of x per group */
+    int8_t *q;      /* (kpad) round(x / qscale) */
+    int8_t *qe, *qo;/* (kpad/2) */
+    int32_t *qgsum; /* (kpad/group) sum of q per group */
+    float qscale;   /* max|x| / 127 */
+};
+/* Allocates buffers for vectors of length @k with group @group. Returns 0 or -ENOMEM. */
+int kn_act_alloc(struct kn_act *a, int k, int group);
+void kn_act_free(struct kn_act *a);
+/* Prepares @a from @x (length a->k). */
+void kn_act_prepare(struct kn_act *a, const float *x);
+
+/* The dispatch table. Matrix products compute output rows [n0, n1) so callers can split work.
+ * gemm: M activations, y is (M, ldy) row-major. */
+struct kn_ops {
+    const char *name;
+    enum kn_isa isa;
+    /* y[n] = sum_k W[n,k] x[k] for n in [n0, n1) */
+    void (*gemv)(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
+    void (*gemm)(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy, int n0,
+                 int n1);
+    /* o = x * w / sqrt(mean(x^2) + eps) */
+    void (*rmsnorm)(float *o, const float *x, const float *w, int n, float eps);
+    /* Rotates @nheads heads of @head_dim at position @pos; interleaved pairs (llama2.c) or
+     * NeoX halves. */
+    void (*rope)(float *v, int nheads, int head_dim, int pos, float theta, bool neox);
+    /* In-place softmax over n values. */
+    void (*softmax)(float *x, int n);
+    /* a[i] = silu(a[i]) * b[i] */
+    void (*silu_mul)(float *a, const float *b, int n);
+    /* Causal GQA attention of one query token at position @pos over cached keys/values
+     * 0..pos. q (nheads, hd); k/v cache rows (pos+1, kv_stride) where head h reads KV head
+     * h / (nheads / nkv) at column offset (h / (nheads/nkv)) * hd; out (nheads, hd);
+     * scratch (pos+1) floats. */
+    void (*attention)(float *out, const float *q, const float *kc, const float *vc,
+                      int kv_stride, int pos, int nheads, int nkv, int hd, float *scratch);
+};
+
+extern const struct kn_ops kn_ops_ref;
+extern const struct kn_ops kn_ops_avx512;
+
+/* What this CPU and OS support (CPUID, then XGETBV). */
+struct kn_cpu {
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, amx;
+};
+void kn_cpu_probe(struct kn_cpu *c);
+/* The fastest table this machine runs. SHARDLM_ISA=ref|avx512 forces one (an unsupported
+ * choice falls back to ref). Never NULL. */
+const struct kn_ops *kn_ops_select(void);
+/* Every table this machine can run, ref first; returns how many (at most @max). */
+int kn_ops_available(const struct kn_ops **out, int max);
+
+/* fp16 / bf16 helpers (round to nearest even). */
+uint16_t kn_f32_to_f16(float f);
+float kn_f16_to_f32(uint16_t h);
+uint16_t kn_f32_to_bf16(float f);
+static inline float kn_bf16_to_f32(uint16_t b)
+{
+    union { uint32_t u; float f; } v = {.u = (uint32_t)b << 16};
+    return v.f;
+}
+
+/* Quantizers: canonical layout of one matrix from f32 rows (rows, cols) into @out, which has
+ * kn_mat_bytes() bytes. */
+void kn_quant_q8(const float *w, int rows, int cols, void *out);
+void kn_quant_w4a16(const float *w, int rows, int cols, int group, void *out);
+void kn_quant_w4a8(const float *w, int rows, int cols, int group, void *out);
+void kn_quant_bf16(const float *w, size_t n, uint16_t *out);
+/* Dequantizes row @r of @m into @out (cols floats). */
+void kn_mat_row(const struct kn_mat *m, int r, float *out);
+
+#endif

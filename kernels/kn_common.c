@@ -1,0 +1,231 @@
+/* kernels: layout helpers, activation preparation, fp16/bf16 conversion. No intrinsics here. */
+#include "kn.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kn_assert_fail(const char *what, const char *file, int line)
+{
+    fprintf(stderr, "shardlm: internal error: %s:%d: assertion '%s' failed\n", file, line, what);
+    abort();
+}
+
+size_t kn_codes_bytes(enum kn_dtype dt, int rows, int cols)
+{
+    size_t r = (size_t)rows, c = (size_t)cols, n;
+    switch (dt) {
+    case KN_DT_F32:
+        return r * c * 4;
+    case KN_DT_BF16:
+        return r * c * 2;
+    case KN_DT_Q8:
+        n = r * c;
+        break;
+    default:
+        n = r * kn_w4_row_bytes(cols);
+        break;
+    }
+    return (n + 63) / 64 * 64;
+}
+
+size_t kn_mat_bytes(enum kn_dtype dt, int rows, int cols, int group)
+{
+    size_t r = (size_t)rows, c = (size_t)cols;
+    switch (dt) {
+    case KN_DT_F32:
+        return r * c * 4;
+    case KN_DT_BF16:
+        return r * c * 2;
+    case KN_DT_Q8:
+        return kn_codes_bytes(dt, rows, cols) + r * 4;
+    case KN_DT_W4A16:
+        return kn_codes_bytes(dt, rows, cols) + r * (size_t)kn_ngroups(cols, group) * 3;
+    case KN_DT_W4A8:
+        return kn_codes_bytes(dt, rows, cols) + r * (size_t)kn_ngroups(cols, group) * 2;
+    }
+    return 0;
+}
+
+void kn_mat_view(struct kn_mat *m, enum kn_dtype dt, int rows, int cols, int group,
+                 const void *base)
+{
+    const uint8_t *p = base;
+    size_t r = (size_t)rows;
+    memset(m, 0, sizeof(*m));
+    m->dtype = dt;
+    m->rows = rows;
+    m->cols = cols;
+    m->group = group;
+    m->codes = p;
+    switch (dt) {
+    case KN_DT_F32:
+    case KN_DT_BF16:
+        break;
+    case KN_DT_Q8:
+        m->scales = p + kn_codes_bytes(dt, rows, cols);
+        break;
+    case KN_DT_W4A16:
+    case KN_DT_W4A8: {
+        size_t ng = (size_t)kn_ngroups(cols, group);
+        m->scales = p + kn_codes_bytes(dt, rows, cols);
+        if (dt == KN_DT_W4A16)
+            m->zeros = p + kn_codes_bytes(dt, rows, cols) + r * ng * 2;
+        break;
+    }
+    }
+}
+
+int kn_act_alloc(struct kn_act *a, int k, int group)
+{
+    memset(a, 0, sizeof(*a));
+    KN_ASSERT(group >= 2 && group % 2 == 0 && group <= KN_MAX_GROUP);
+    a->k = k;
+    a->group = group;
+    a->kpad = (k + group - 1) / group * group;
+    size_t kp = (size_t)a->kpad, ng = kp / (size_t)group;
+    /* One block, 64-byte aligned parts. */
+    size_t sz = 0, off[7];
+    size_t parts[7] = {kp * 4, kp / 2 * 4, kp / 2 * 4, ng * 4, kp, kp, ng * 4};
+    for (int i = 0; i < 7; i++) {
+        off[i] = sz;
+        sz += (parts[i] + 63) / 64 * 64;
+    }
+    uint8_t *p = aligned_alloc(64, sz);
+    if (!p)
+        return -ENOMEM;
+    memset(p, 0, sz);
+    a->x = (float *)(p + off[0]);
+    a->xe = (float *)(p + off[1]);
+    a->xo = (float *)(p + off[2]);
+    a->gsum = (float *)(p + off[3]);
+    a->q = (int8_t *)(p + off[4]);
+    a->qe = (int8_t *)(p + off[5]);
+    a->qo = a->qe + kp / 2;
+    a->qgsum = (int32_t *)(p + off[6]);
+    return 0;
+}
+
+void kn_act_free(struct kn_act *a)
+{
+    free(a->x);
+    memset(a, 0, sizeof(*a));
+}
+
+void kn_act_prepare(struct kn_act *a, const float *x)
+{
+    int k = a->k, kp = a->kpad, g = a->group;
+    memcpy(a->x, x, (size_t)k * sizeof(float));
+    memset(a->x + k, 0, (size_t)(kp - k) * sizeof(float));
+    float amax = 0.0f;
+    for (int i = 0; i < k; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    a->qscale = amax / 127.0f;
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < kp; i++) {
+        a->q[i] = (int8_t)lrintf(a->x[i] * inv);
+        if (i % 2 == 0) {
+            a->xe[i / 2] = a->x[i];
+            a->qe[i / 2] = a->q[i];
+        } else {
+            a->xo[i / 2] = a->x[i];
+            a->qo[i / 2] = a->q[i];
+        }
+    }
+    for (int gi = 0; gi < kp / g; gi++) {
+        float s = 0.0f;
+        int32_t qs = 0;
+        for (int i = gi * g; i < (gi + 1) * g; i++) {
+            s += a->x[i];
+            qs += a->q[i];
+        }
+        a->gsum[gi] = s;
+        a->qgsum[gi] = qs;
+    }
+}
+
+uint16_t kn_f32_to_f16(float f)
+{
+    union { float f; uint32_t u; } v = {.f = f};
+    uint32_t u = v.u, sign = (u >> 16) & 0x8000u;
+    uint32_t absu = u & 0x7fffffffu;
+    if (absu >= 0x7f800000u) /* inf or nan */
+        return (uint16_t)(sign | 0x7c00u | (absu > 0x7f800000u ? 0x200u : 0));
+    if (absu >= 0x477ff000u) /* rounds to >= 65520: overflow */
+        return (uint16_t)(sign | 0x7c00u);
+    if (absu < 0x38800000u) { /* subnormal half (or zero) */
+        union { uint32_t u; float f; } a = {.u = absu};
+        float scaled = a.f * 16777216.0f; /* 2^24: half subnormal unit */
+        return (uint16_t)(sign | (uint32_t)lrintf(scaled));
+    }
+    uint32_t mant = absu & 0x7fffffu;
+    uint32_t exp = (absu >> 23) - 127 + 15;
+    uint32_t h = (exp << 10) | (mant >> 13);
+    uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+float kn_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    union { uint32_t u; float f; } v;
+    if (exp == 0) {
+        float f = (float)mant / 16777216.0f;
+        return sign ? -f : f;
+    }
+    if (exp == 31)
+        v.u = sign | 0x7f800000u | (mant << 13);
+    else
+        v.u = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+    return v.f;
+}
+
+uint16_t kn_f32_to_bf16(float f)
+{
+    union { float f; uint32_t u; } v = {.f = f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((v.u >> 16) | 0x40u);
+    uint32_t r = 0x7fffu + ((v.u >> 16) & 1u);
+    return (uint16_t)((v.u + r) >> 16);
+}
+
+void kn_mat_row(const struct kn_mat *m, int r, float *out)
+{
+    size_t c = (size_t)m->cols;
+    switch (m->dtype) {
+    case KN_DT_F32:
+        memcpy(out, (const float *)m->codes + (size_t)r * c, c * sizeof(float));
+        return;
+    case KN_DT_BF16: {
+        const uint16_t *p = (const uint16_t *)m->codes + (size_t)r * c;
+        for (size_t i = 0; i < c; i++)
+            out[i] = kn_bf16_to_f32(p[i]);
+        return;
+    }
+    case KN_DT_Q8: {
+        const int8_t *p = (const int8_t *)m->codes + (size_t)r * c;
+        float s = ((const float *)m->scales)[r];
+        for (size_t i = 0; i < c; i++)
+            out[i] = s * (float)p[i];
+        return;
+    }
+    case KN_DT_W4A16:
+    case KN_DT_W4A8: {
+        const uint8_t *p = (const uint8_t *)m->codes + (size_t)r * kn_w4_row_bytes(m->cols);
+        int ng = kn_ngroups(m->cols, m->group);
+        const uint16_t *sc = (const uint16_t *)m->scales + (size_t)r * (size_t)ng;
+        for (size_t i = 0; i < c; i++) {
+            int code = i % 2 ? p[i / 2] >> 4 : p[i / 2] & 15;
+            int g = (int)(i / (size_t)m->group);
+            int zero = m->dtype == KN_DT_W4A16 ? m->zeros[(size_t)r * (size_t)ng + (size_t)g] : 8;
+            out[i] = kn_f16_to_f32(sc[g]) * (float)(code - zero);
+        }
+        return;
+    }
+    }
+}

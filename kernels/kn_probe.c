@@ -1,0 +1,83 @@
+/* kernels: CPU probe (CPUID, then OS state through XGETBV) and the choice of one ops table. */
+#include "kn.h"
+
+#include <cpuid.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+void kn_cpu_probe(struct kn_cpu *c)
+{
+    unsigned a, b, cx, d;
+    memset(c, 0, sizeof(*c));
+    if (!__get_cpuid(1, &a, &b, &cx, &d))
+        return;
+    bool osxsave = cx & (1u << 27);
+    bool fma = cx & (1u << 12), f16c = cx & (1u << 29), avx = cx & (1u << 28);
+    if (!osxsave || !avx)
+        return;
+    /* Intel SDM vol. 1, 13.3: XCR0 bits 1,2 = SSE/AVX state; 5,6,7 = opmask, ZMM hi256, hi16 */
+    uint64_t xcr0 = xgetbv0();
+    bool os_avx = (xcr0 & 0x6) == 0x6, os_avx512 = (xcr0 & 0xe6) == 0xe6;
+    bool os_amx = (xcr0 & (3u << 17)) == (3u << 17);
+    if (!os_avx)
+        return;
+    __cpuid_count(7, 0, a, b, cx, d);
+    c->fma = fma;
+    c->f16c = f16c;
+    c->avx2 = b & (1u << 5);
+    if (os_avx512) {
+        c->avx512f = b & (1u << 16);
+        c->avx512bw = b & (1u << 30);
+        c->avx512vl = b & (1u << 31);
+        c->avx512vnni = cx & (1u << 11);
+        unsigned a1, b1, c1, d1;
+        __cpuid_count(7, 1, a1, b1, c1, d1);
+        c->avx512bf16 = a1 & (1u << 5);
+    }
+    /* AMX-TILE and AMX-INT8 (CPUID.7.0:EDX bits 24, 25); the permission request comes with the
+     * AMX table, which does not exist yet. */
+    c->amx = os_amx && (d & (1u << 24)) && (d & (1u << 25));
+}
+
+static bool runs_avx512(const struct kn_cpu *c)
+{
+    return c->avx512f && c->avx512bw && c->avx512vl && c->avx512vnni && c->avx512bf16 && c->fma &&
+           c->f16c;
+}
+
+int kn_ops_available(const struct kn_ops **out, int max)
+{
+    int n = 0;
+    if (n < max)
+        out[n++] = &kn_ops_ref;
+#ifdef SHARDLM_HAVE_AVX512
+    struct kn_cpu c;
+    kn_cpu_probe(&c);
+    if (runs_avx512(&c) && n < max)
+        out[n++] = &kn_ops_avx512;
+#endif
+    return n;
+}
+
+const struct kn_ops *kn_ops_select(void)
+{
+    const struct kn_ops *all[4];
+    int n = kn_ops_available(all, 4);
+    const char *want = getenv("SHARDLM_ISA");
+    if (want && *want) {
+        for (int i = 0; i < n; i++)
+            if (strcmp(all[i]->name, want) == 0)
+                return all[i];
+        fprintf(stderr, "shardlm: SHARDLM_ISA=%s is not available on this CPU, using ref\n", want);
+        return &kn_ops_ref;
+    }
+    return all[n - 1];
+}

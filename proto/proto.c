@@ -1,0 +1,125 @@
+/* proto/: Envelope framing over ZeroMQ. */
+#include "proto.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+int proto_socket_setup(void *sock)
+{
+    int64_t max = PROTO_MAX_MSG;
+    int linger = 0;
+    if (zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof(max)) < 0 ||
+        zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger)) < 0)
+        return -zmq_errno();
+    return 0;
+}
+
+int proto_send(void *sock, const void *id, size_t idlen, const proto_env *env)
+{
+    size_t n = shardlm__envelope__get_packed_size(env);
+    uint8_t stackbuf[512], *buf = n <= sizeof(stackbuf) ? stackbuf : malloc(n);
+    if (!buf)
+        return -ENOMEM;
+    shardlm__envelope__pack(env, buf);
+    int rc = 0;
+    if (id && zmq_send(sock, id, idlen, ZMQ_SNDMORE) < 0)
+        rc = -zmq_errno();
+    else if (zmq_send(sock, buf, n, 0) < 0)
+        rc = -zmq_errno();
+    if (buf != stackbuf)
+        free(buf);
+    return rc;
+}
+
+/* Drops the rest of a multi-part message. */
+static void drain(void *sock)
+{
+    int more = 1;
+    size_t sz = sizeof(more);
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        zmq_msg_recv(&m, sock, 0);
+        zmq_msg_close(&m);
+    }
+}
+
+int proto_recv(void *sock, int timeout_ms, void *id, size_t *idlen, proto_env **out)
+{
+    *out = NULL;
+    zmq_pollitem_t it = {.socket = sock, .events = ZMQ_POLLIN};
+    int n = zmq_poll(&it, 1, timeout_ms);
+    if (n < 0)
+        return -zmq_errno();
+    if (n == 0)
+        return -EAGAIN;
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (id) {
+        if (zmq_msg_recv(&m, sock, 0) < 0) {
+            zmq_msg_close(&m);
+            return -zmq_errno();
+        }
+        size_t len = zmq_msg_size(&m);
+        *idlen = len < PROTO_MAX_ID ? len : PROTO_MAX_ID;
+        memcpy(id, zmq_msg_data(&m), *idlen);
+        int more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        if (!more)
+            return -EBADMSG;
+        zmq_msg_init(&m);
+    }
+    if (zmq_msg_recv(&m, sock, 0) < 0) {
+        zmq_msg_close(&m);
+        return -zmq_errno();
+    }
+    int rc = 0;
+    if (zmq_msg_more(&m)) { /* one frame only */
+        drain(sock);
+        rc = -EBADMSG;
+    } else {
+        *out = shardlm__envelope__unpack(NULL, zmq_msg_size(&m), zmq_msg_data(&m));
+        if (!*out)
+            rc = -EBADMSG;
+        else if ((*out)->msg_case == SHARDLM__ENVELOPE__MSG__NOT_SET) {
+            proto_free(*out);
+            *out = NULL;
+            rc = -EBADMSG;
+        }
+    }
+    zmq_msg_close(&m);
+    return rc;
+}
+
+void proto_free(proto_env *env)
+{
+    if (env)
+        shardlm__envelope__free_unpacked(env, NULL);
+}
+
+const char *proto_case_name(const proto_env *env)
+{
+    switch (env->msg_case) {
+    case SHARDLM__ENVELOPE__MSG_HELLO:
+        return "Hello";
+    case SHARDLM__ENVELOPE__MSG_ATTACH:
+        return "Attach";
+    case SHARDLM__ENVELOPE__MSG_READY:
+        return "Ready";
+    case SHARDLM__ENVELOPE__MSG_STEP:
+        return "Step";
+    case SHARDLM__ENVELOPE__MSG_STEP_DONE:
+        return "StepDone";
+    case SHARDLM__ENVELOPE__MSG_HEARTBEAT:
+        return "Heartbeat";
+    case SHARDLM__ENVELOPE__MSG_SHUTDOWN:
+        return "Shutdown";
+    case SHARDLM__ENVELOPE__MSG_ERROR:
+        return "Error";
+    default:
+        return "unknown";
+    }
+}

@@ -1,0 +1,29 @@
+/* proto/: framing of the protobuf-c Envelope over ZeroMQ sockets.
+ * A DEALER sends and receives one frame; a ROUTER prefixes the peer's routing id. */
+#ifndef SHARDLM_PROTO_H
+#define SHARDLM_PROTO_H
+
+#include "shardlm.pb-c.h"
+
+#include <stddef.h>
+
+#define PROTO_VERSION 1
+#define PROTO_MAX_MSG (1 << 20) /* bytes; set as ZMQ_MAXMSGSIZE on every socket */
+#define PROTO_MAX_ID 64
+
+typedef Shardlm__Envelope proto_env;
+
+/* Packs @env and sends it; @id (ROUTER peers) may be NULL. Returns 0 or -errno. */
+int proto_send(void *sock, const void *id, size_t idlen, const proto_env *env);
+/* Receives one message, waiting at most @timeout_ms (-1: forever). With a ROUTER the peer's id
+ * goes to @id (PROTO_MAX_ID bytes) and its length to *@idlen; pass NULL for a DEALER.
+ * Returns 0 and *@out (free with proto_free), -EAGAIN on timeout, -EINTR when interrupted,
+ * -EBADMSG for a frame that is not an Envelope with a message set (it is consumed), or -errno. */
+int proto_recv(void *sock, int timeout_ms, void *id, size_t *idlen, proto_env **out);
+void proto_free(proto_env *env);
+/* Sets the options every shardlm socket carries (max message size, linger 0). */
+int proto_socket_setup(void *sock);
+/* A name for the message case, for logs. */
+const char *proto_case_name(const proto_env *env);
+
+#endif

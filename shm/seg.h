@@ -1,0 +1,97 @@
+/* shm/: the runtime directory, shared-memory segments, and the layouts of the exchange and KV
+ * segments.
+ *
+ * Every segment is a file in the runtime directory, a private (0700) folder on tmpfs:
+ * $SHARDLM_RUNTIME_DIR if set, else /dev/shm/shardlm-<uid>. Files are 0600 and named
+ * "<coordinator pid>.<what>", so the segments of a coordinator that died can be told from live
+ * ones (seg_clean_stale). The coordinator creates and owns them and unlinks them on exit;
+ * workers map them by path.
+ */
+#ifndef SHARDLM_SEG_H
+#define SHARDLM_SEG_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct seg {
+    char path[PATH_MAX];
+    void *base;
+    size_t size;
+    bool owner; /* created by this process: seg_free() unlinks it */
+};
+
+/* Creates (0700) or checks the runtime directory and writes its path to @out.
+ * Returns 0 or -errno (-EPERM if it exists but is not ours or not private). */
+int seg_rundir(char *out, size_t len);
+/* Path of the runtime file "<pid>.<what>". */
+void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *what);
+
+/* Creates the segment @path (must not exist) of @size bytes, allocated now (so a full tmpfs
+ * fails here with -ENOSPC, not later with SIGBUS), and maps it read-write.
+ * Returns 0 or -errno; nothing is left behind on error. Release with seg_free(). */
+int seg_create(struct seg *s, const char *path, size_t size);
+/* Maps the existing segment @path, which must be exactly @size bytes. Returns 0 or -errno
+ * (-EINVAL for a size mismatch). Release with seg_free(). */
+int seg_map(struct seg *s, const char *path, size_t size, bool writable);
+/* Unmaps, and unlinks if this process created it. Safe on a zeroed struct. */
+void seg_free(struct seg *s);
+
+/* Removes runtime files of coordinators that are no longer alive. Returns how many. */
+int seg_clean_stale(const char *rundir);
+/* Removes every runtime file of coordinator @pid. Returns how many. */
+int seg_clean_pid(const char *rundir, pid_t pid);
+
+/* Exchange segment: step inputs written by the coordinator, logits written by the workers. */
+#define SEG_EXCHANGE_MAGIC 0x58434853u /* "SHCX" */
+struct seg_exchange {
+    uint32_t magic;
+    uint32_t max_tokens; /* capacity of tokens[] */
+    uint32_t vocab;
+    uint32_t logit_rows; /* capacity of logits[] in rows of vocab floats */
+    uint64_t tokens_off, logits_off, bytes;
+};
+size_t seg_exchange_bytes(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows);
+/* Writes the header into a fresh segment of seg_exchange_bytes() bytes. */
+void seg_exchange_init(void *base, uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows);
+/* Checks a mapped exchange segment of @size bytes. 0 or -EINVAL. */
+int seg_exchange_check(const void *base, size_t size, uint32_t vocab);
+static inline int32_t *seg_exchange_tokens(void *base)
+{
+    return (int32_t *)((char *)base + ((struct seg_exchange *)base)->tokens_off);
+}
+static inline float *seg_exchange_logits(void *base)
+{
+    return (float *)((char *)base + ((struct seg_exchange *)base)->logits_off);
+}
+
+/* KV segment of one rank: for each sequence slot and layer, keys then values,
+ * (seq_len, kv_dim) floats each. */
+#define SEG_KV_MAGIC 0x564b4853u /* "SHKV" */
+struct seg_kv {
+    uint32_t magic;
+    uint32_t n_seqs, n_layers, seq_len, kv_dim, reserved;
+    uint64_t data_off, bytes;
+};
+size_t seg_kv_bytes(uint32_t n_seqs, uint32_t n_layers, uint32_t seq_len, uint32_t kv_dim);
+void seg_kv_init(void *base, uint32_t n_seqs, uint32_t n_layers, uint32_t seq_len,
+                 uint32_t kv_dim);
+/* Checks a mapped KV segment against the dimensions the model needs. 0 or -EINVAL. */
+int seg_kv_check(const void *base, size_t size, uint32_t n_layers, uint32_t seq_len,
+                 uint32_t kv_dim);
+/* Keys of (seq, layer): (seq_len, kv_dim); the values follow them. */
+static inline float *seg_kv_keys(void *base, uint32_t seq, uint32_t layer)
+{
+    const struct seg_kv *h = base;
+    size_t plane = (size_t)h->seq_len * h->kv_dim;
+    return (float *)((char *)base + h->data_off) + ((size_t)seq * h->n_layers + layer) * 2 * plane;
+}
+static inline float *seg_kv_values(void *base, uint32_t seq, uint32_t layer)
+{
+    const struct seg_kv *h = base;
+    return seg_kv_keys(base, seq, layer) + (size_t)h->seq_len * h->kv_dim;
+}
+
+#endif

@@ -1,0 +1,287 @@
+/* The .shlm format: hashing, layout of the expected tensors, and a parser that trusts nothing. */
+#include "shlm.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && errlen)
+        vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+uint64_t shlm_hash(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h ^ (uint64_t)n;
+}
+
+static const char *const scheme_names[] = {"f32", "bf16", "w4a16", "w4a8"};
+
+const char *shlm_scheme_name(enum shlm_scheme s)
+{
+    return (unsigned)s < 4 ? scheme_names[s] : "?";
+}
+
+int shlm_scheme_parse(const char *name, enum shlm_scheme *out)
+{
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, scheme_names[i]) == 0) {
+            *out = (enum shlm_scheme)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+int shlm_config_check(const struct shlm_config *c, char *err, size_t errlen)
+{
+#define CHECK(cond, field, expect)                                                                 \
+    if (!(cond))                                                                                   \
+    return fail(err, errlen, -EINVAL, "config field %s: expected %s", field, expect)
+    CHECK(c->arch == SHLM_ARCH_LLAMA, "arch", "1 (llama)");
+    CHECK(c->dim >= 1 && c->dim <= 65536, "dim", "1..65536");
+    CHECK(c->hidden_dim >= 1 && c->hidden_dim <= 1u << 20, "hidden_dim", "1..1048576");
+    CHECK(c->n_layers >= 1 && c->n_layers <= 1024, "n_layers", "1..1024");
+    CHECK(c->n_heads >= 1 && c->n_heads <= 1024, "n_heads", "1..1024");
+    CHECK(c->n_kv_heads >= 1 && c->n_kv_heads <= c->n_heads && c->n_heads % c->n_kv_heads == 0,
+          "n_kv_heads", "a divisor of n_heads");
+    CHECK(c->head_dim >= 2 && c->head_dim <= 1024 && c->head_dim % 2 == 0, "head_dim",
+          "an even number 2..1024");
+    CHECK(c->vocab_size >= 1 && c->vocab_size <= 1u << 22, "vocab_size", "1..4194304");
+    CHECK(c->seq_len >= 1 && c->seq_len <= 1u << 20, "seq_len", "1..1048576");
+    CHECK(isfinite(c->norm_eps) && c->norm_eps > 0.0f && c->norm_eps < 1.0f, "norm_eps",
+          "a number in (0, 1)");
+    CHECK(isfinite(c->rope_theta) && c->rope_theta > 1.0f, "rope_theta", "a number above 1");
+    CHECK(c->rope_neox <= 1, "rope_neox", "0 or 1");
+    CHECK(c->act <= SHLM_ACT_GELU_TANH, "act", "0 (silu) or 1 (gelu-tanh)");
+    CHECK(c->tied_embd <= 1, "tied_embd", "0 or 1");
+#undef CHECK
+    return 0;
+}
+
+static void spec(struct shlm_tensor_spec *s, const char *name, enum kn_dtype dt, int rows, int cols,
+                 int group)
+{
+    snprintf(s->name, sizeof(s->name), "%s", name);
+    s->dtype = dt;
+    s->rows = rows;
+    s->cols = cols;
+    s->group = dt == KN_DT_W4A16 || dt == KN_DT_W4A8 ? group : 0;
+}
+
+int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int group,
+                          int head_bits, struct shlm_tensor_spec *out, int max)
+{
+    enum kn_dtype mat, head;
+    switch (s) {
+    case SHLM_SCHEME_F32:
+        mat = head = KN_DT_F32;
+        break;
+    case SHLM_SCHEME_BF16:
+        mat = head = KN_DT_BF16;
+        break;
+    case SHLM_SCHEME_W4A16:
+    case SHLM_SCHEME_W4A8:
+        mat = s == SHLM_SCHEME_W4A16 ? KN_DT_W4A16 : KN_DT_W4A8;
+        if (group < 32 || group > KN_MAX_GROUP || group % 32)
+            return -EINVAL;
+        if (head_bits != 8 && head_bits != 4)
+            return -EINVAL;
+        head = head_bits == 8 ? KN_DT_Q8 : mat;
+        break;
+    default:
+        return -EINVAL;
+    }
+    int need = 3 + 9 * (int)c->n_layers + (c->tied_embd ? 0 : 1);
+    if (need > max)
+        return -EINVAL;
+    int n = 0, d = (int)c->dim, q = (int)(c->n_heads * c->head_dim);
+    int kv = (int)(c->n_kv_heads * c->head_dim), h = (int)c->hidden_dim;
+    spec(&out[n++], "tok_embd", head, (int)c->vocab_size, d, group);
+    if (!c->tied_embd)
+        spec(&out[n++], "output", head, (int)c->vocab_size, d, group);
+    spec(&out[n++], "output_norm", KN_DT_F32, 1, d, 0);
+    for (int l = 0; l < (int)c->n_layers; l++) {
+        char nm[SHLM_NAME_MAX];
+#define LAYER(suffix, dt, r, cl)                                                                   \
+    snprintf(nm, sizeof(nm), "blk.%d." suffix, l);                                                 \
+    spec(&out[n++], nm, dt, r, cl, group)
+        LAYER("attn_norm", KN_DT_F32, 1, d);
+        LAYER("attn_q", mat, q, d);
+        LAYER("attn_k", mat, kv, d);
+        LAYER("attn_v", mat, kv, d);
+        LAYER("attn_o", mat, d, q);
+        LAYER("ffn_norm", KN_DT_F32, 1, d);
+        LAYER("ffn_gate", mat, h, d);
+        LAYER("ffn_up", mat, h, d);
+        LAYER("ffn_down", mat, d, h);
+#undef LAYER
+    }
+    return n;
+}
+
+const struct shlm_tensor *shlm_find(const struct shlm_model *m, const char *name)
+{
+    for (uint32_t i = 0; i < m->hdr->n_tensors; i++)
+        if (strncmp(m->tensors[i].name, name, SHLM_NAME_MAX) == 0)
+            return &m->tensors[i];
+    return NULL;
+}
+
+void shlm_view(const struct shlm_model *m, const struct shlm_tensor *t, struct kn_mat *v)
+{
+    kn_mat_view(v, (enum kn_dtype)t->dtype, (int)t->rows, (int)t->cols, (int)t->group,
+                m->base + t->offset);
+}
+
+static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
+                         const struct shlm_header *h, struct shlm_tensor_spec *want,
+                         const char *what, char *err, size_t errlen);
+
+int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *what, char *err,
+               size_t errlen)
+{
+    const uint8_t *b = buf;
+    memset(m, 0, sizeof(*m));
+    if (size < sizeof(struct shlm_header))
+        return fail(err, errlen, -EINVAL, "%s: file is %zu bytes, shorter than the %zu-byte header",
+                    what, size, sizeof(struct shlm_header));
+    const struct shlm_header *h = buf;
+    if (memcmp(h->magic, SHLM_MAGIC, sizeof(SHLM_MAGIC)) != 0)
+        return fail(err, errlen, -EPROTO, "%s: not a .shlm file (magic is not \"%s\")", what,
+                    SHLM_MAGIC);
+    if (h->version != SHLM_VERSION)
+        return fail(err, errlen, -EINVAL, "%s: header field version is %u, expected %d", what,
+                    h->version, SHLM_VERSION);
+    if (h->header_bytes != sizeof(*h))
+        return fail(err, errlen, -EINVAL, "%s: header field header_bytes is %u, expected %zu", what,
+                    h->header_bytes, sizeof(*h));
+    if (h->file_bytes != size)
+        return fail(err, errlen, -EINVAL,
+                    "%s: header field file_bytes is %llu but the file has %zu bytes (truncated?)",
+                    what, (unsigned long long)h->file_bytes, size);
+    if (h->n_tensors == 0 || h->n_tensors > SHLM_MAX_TENSORS)
+        return fail(err, errlen, -EINVAL, "%s: header field n_tensors is %u, expected 1..%d", what,
+                    h->n_tensors, SHLM_MAX_TENSORS);
+    uint64_t table_bytes = (uint64_t)h->n_tensors * sizeof(struct shlm_tensor);
+    if (h->table_offset < sizeof(*h) || h->table_offset % 8 || h->table_offset > size ||
+        table_bytes > size - h->table_offset)
+        return fail(err, errlen, -EINVAL, "%s: header field table_offset %llu is out of the file",
+                    what, (unsigned long long)h->table_offset);
+    if (h->tok_offset > size || h->tok_bytes > size - h->tok_offset || h->tok_bytes == 0)
+        return fail(err, errlen, -EINVAL, "%s: header fields tok_offset/tok_bytes are out of the file",
+                    what);
+    if (h->tok_kind != SHLM_TOK_LLAMA2C)
+        return fail(err, errlen, -EINVAL, "%s: header field tok_kind is %u, expected 1 (llama2.c)",
+                    what, h->tok_kind);
+    /* header checksum covers the header with its checksum field zeroed, then the table */
+    struct shlm_header copy = *h;
+    copy.checksum = 0;
+    uint64_t sum = shlm_hash(&copy, sizeof(copy)) ^ shlm_hash(b + h->table_offset, table_bytes);
+    if (sum != h->checksum)
+        return fail(err, errlen, -EINVAL, "%s: header checksum mismatch (corrupt header or table)",
+                    what);
+    char cerr[160];
+    if (shlm_config_check(&h->cfg, cerr, sizeof(cerr)))
+        return fail(err, errlen, -EINVAL, "%s: %s", what, cerr);
+    if (h->scheme > SHLM_SCHEME_W4A8)
+        return fail(err, errlen, -EINVAL, "%s: header field scheme is %u, expected 0..3", what,
+                    h->scheme);
+    if (h->bos_id >= h->cfg.vocab_size || h->eos_id >= h->cfg.vocab_size)
+        return fail(err, errlen, -EINVAL, "%s: header fields bos_id/eos_id are outside the vocabulary",
+                    what);
+
+    struct shlm_tensor_spec *want = calloc(SHLM_MAX_TENSORS, sizeof(*want));
+    if (!want)
+        return fail(err, errlen, -ENOMEM, "%s: out of memory", what);
+    int rc = check_tensors(m, b, size, h, want, what, err, errlen);
+    free(want);
+    return rc;
+}
+
+static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
+                         const struct shlm_header *h, struct shlm_tensor_spec *want,
+                         const char *what, char *err, size_t errlen)
+{
+    int n = shlm_expected_tensors(&h->cfg, (enum shlm_scheme)h->scheme, (int)h->group,
+                                  (int)h->head_bits, want, SHLM_MAX_TENSORS);
+    if (n < 0)
+        return fail(err, errlen, -EINVAL, "%s: header fields scheme/group/head_bits (%s, %u, %u) "
+                    "are not a valid combination", what, shlm_scheme_name(h->scheme), h->group,
+                    h->head_bits);
+    if ((uint32_t)n != h->n_tensors)
+        return fail(err, errlen, -EINVAL, "%s: header field n_tensors is %u, the config needs %d",
+                    what, h->n_tensors, n);
+    m->base = b;
+    m->size = size;
+    m->hdr = h;
+    m->tensors = (const struct shlm_tensor *)(b + h->table_offset);
+    for (uint32_t i = 0; i < h->n_tensors; i++) {
+        const struct shlm_tensor *t = &m->tensors[i];
+        if (memchr(t->name, 0, SHLM_NAME_MAX) == NULL)
+            return fail(err, errlen, -EINVAL, "%s: tensor %u: name is not terminated", what, i);
+        if (t->dtype > KN_DT_W4A8)
+            return fail(err, errlen, -EINVAL, "%s: tensor %s: unknown dtype %u", what, t->name,
+                        t->dtype);
+        if (t->offset % SHLM_ALIGN || t->offset < h->data_offset || t->offset > size ||
+            t->bytes > size - t->offset)
+            return fail(err, errlen, -EINVAL, "%s: tensor %s: offset %llu + %llu bytes is outside "
+                        "the data region", what, t->name, (unsigned long long)t->offset,
+                        (unsigned long long)t->bytes);
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(m->tensors[j].name, t->name) == 0)
+                return fail(err, errlen, -EINVAL, "%s: tensor %s appears twice", what, t->name);
+    }
+    for (int i = 0; i < n; i++) {
+        const struct shlm_tensor *t = shlm_find(m, want[i].name);
+        if (!t)
+            return fail(err, errlen, -EINVAL, "%s: tensor %s is missing", what, want[i].name);
+        if (t->dtype != (uint32_t)want[i].dtype || t->rows != (uint32_t)want[i].rows ||
+            t->cols != (uint32_t)want[i].cols || t->group != (uint32_t)want[i].group)
+            return fail(err, errlen, -EINVAL, "%s: tensor %s: dtype/shape/group %u/%ux%u/%u, "
+                        "expected %d/%dx%d/%d", what, t->name, t->dtype, t->rows, t->cols,
+                        t->group, want[i].dtype, want[i].rows, want[i].cols, want[i].group);
+        size_t bytes = kn_mat_bytes(want[i].dtype, want[i].rows, want[i].cols, want[i].group);
+        if (t->bytes != bytes)
+            return fail(err, errlen, -EINVAL, "%s: tensor %s: %llu bytes, expected %zu", what,
+                        t->name, (unsigned long long)t->bytes, bytes);
+    }
+    /* tensors must not overlap: sorted by offset each ends before the next begins */
+    for (uint32_t i = 0; i < h->n_tensors; i++)
+        for (uint32_t j = 0; j < h->n_tensors; j++) {
+            const struct shlm_tensor *a = &m->tensors[i], *c = &m->tensors[j];
+            if (i != j && a->offset <= c->offset && a->offset + a->bytes > c->offset)
+                return fail(err, errlen, -EINVAL, "%s: tensors %s and %s overlap", what, a->name,
+                            c->name);
+        }
+    return 0;
+}
+
+int shlm_verify_data(const struct shlm_model *m, const char *what, char *err, size_t errlen)
+{
+    for (uint32_t i = 0; i < m->hdr->n_tensors; i++) {
+        const struct shlm_tensor *t = &m->tensors[i];
+        if (shlm_hash(m->base + t->offset, t->bytes) != t->checksum)
+            return fail(err, errlen, -EIO, "%s: tensor %s: checksum mismatch (corrupt data)", what,
+                        t->name);
+    }
+    return 0;
+}

@@ -1,0 +1,109 @@
+/* The .shlm model file: header, tensor table, tokenizer, tensor data (4 KiB aligned) in the
+ * canonical layouts of kernels/kn.h. The weights segment a worker maps is the same image, so the
+ * coordinator and the workers read it through this one parser.
+ *
+ * File layout (all little-endian):
+ *   0                       struct shlm_header (512 bytes)
+ *   header.table_offset     struct shlm_tensor[n_tensors]
+ *   header.tok_offset       tokenizer bytes (tok_kind says which format)
+ *   header.data_offset      tensor data, each tensor at a multiple of SHLM_ALIGN
+ */
+#ifndef SHARDLM_SHLM_H
+#define SHARDLM_SHLM_H
+
+#include "kn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHLM_MAGIC "SHARDLM"
+#define SHLM_VERSION 1
+#define SHLM_ALIGN 4096
+#define SHLM_NAME_MAX 48
+#define SHLM_MAX_TENSORS 4096
+
+enum shlm_arch { SHLM_ARCH_LLAMA = 1 };
+enum shlm_act { SHLM_ACT_SILU = 0, SHLM_ACT_GELU_TANH = 1 };
+enum shlm_scheme { SHLM_SCHEME_F32 = 0, SHLM_SCHEME_BF16 = 1, SHLM_SCHEME_W4A16 = 2, SHLM_SCHEME_W4A8 = 3 };
+enum shlm_tok_kind { SHLM_TOK_LLAMA2C = 1 };
+
+struct shlm_config {
+    uint32_t arch; /* enum shlm_arch */
+    uint32_t dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, seq_len;
+    float norm_eps, rope_theta;
+    uint32_t rope_neox; /* 0: interleaved pairs (llama2.c, GGUF llama), 1: NeoX halves */
+    uint32_t act;       /* enum shlm_act */
+    uint32_t tied_embd; /* output head shares tok_embd */
+    uint32_t reserved[10];
+};
+
+struct shlm_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_bytes; /* sizeof(struct shlm_header) */
+    uint64_t file_bytes;
+    struct shlm_config cfg;
+    uint32_t scheme, group, head_bits, n_tensors;
+    uint64_t table_offset;
+    uint64_t tok_offset, tok_bytes;
+    uint32_t tok_kind, bos_id, eos_id, reserved0;
+    uint64_t data_offset;
+    uint8_t reserved[320];
+    uint64_t checksum; /* shlm_hash of the header (this field zero) and the tensor table */
+};
+_Static_assert(sizeof(struct shlm_config) == 96, "shlm_config layout");
+_Static_assert(sizeof(struct shlm_header) == 512, "shlm_header layout");
+
+struct shlm_tensor {
+    char name[SHLM_NAME_MAX]; /* NUL-terminated */
+    uint32_t dtype;           /* enum kn_dtype */
+    uint32_t group;           /* W4 only, else 0 */
+    uint32_t rows, cols;
+    uint64_t offset;   /* from the start of the file, multiple of SHLM_ALIGN */
+    uint64_t bytes;    /* kn_mat_bytes(dtype, rows, cols, group) */
+    uint64_t checksum; /* shlm_hash of the data */
+};
+_Static_assert(sizeof(struct shlm_tensor) == 88, "shlm_tensor layout");
+
+/* A parsed image: pointers into the caller's buffer (a file mapping or a segment). */
+struct shlm_model {
+    const uint8_t *base;
+    size_t size;
+    const struct shlm_header *hdr;
+    const struct shlm_tensor *tensors; /* (hdr->n_tensors) */
+};
+
+/* 64-bit FNV-1a over 8-byte words (then the tail bytes): corruption detection, not security. */
+uint64_t shlm_hash(const void *p, size_t n);
+
+const char *shlm_scheme_name(enum shlm_scheme s);
+/* Returns 0 and sets *out, or -EINVAL for a name that is not a scheme. */
+int shlm_scheme_parse(const char *name, enum shlm_scheme *out);
+
+/* Parses and validates the image @buf of @size bytes: magic, version, sizes against @size,
+ * header checksum, every tensor's bounds, size and shape against the config, and that every
+ * tensor the architecture needs is there exactly once. On error returns -EINVAL (or -EPROTO for
+ * a wrong magic) and writes one line naming @what (a path) and the field into @err. Does not
+ * read tensor data: see shlm_verify_data(). */
+int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *what, char *err,
+               size_t errlen);
+/* Checks every tensor's checksum. Returns 0 or -EIO with a line naming the tensor in @err. */
+int shlm_verify_data(const struct shlm_model *m, const char *what, char *err, size_t errlen);
+/* The tensor called @name, or NULL. */
+const struct shlm_tensor *shlm_find(const struct shlm_model *m, const char *name);
+/* Fills @v with the view of tensor @t. */
+void shlm_view(const struct shlm_model *m, const struct shlm_tensor *t, struct kn_mat *v);
+
+/* The tensors an architecture needs: name, dtype, shape. Used by the converter to lay the file
+ * out and by shlm_parse() to check it. Returns the count (<= max) or -EINVAL. */
+struct shlm_tensor_spec {
+    char name[SHLM_NAME_MAX];
+    enum kn_dtype dtype;
+    int rows, cols, group;
+};
+int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int group,
+                          int head_bits, struct shlm_tensor_spec *out, int max);
+/* Checks the config for sizes that are zero, inconsistent or absurd. 0 or -EINVAL + @err. */
+int shlm_config_check(const struct shlm_config *c, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,945 @@
+/* tests: every ops table this machine runs against the reference kernels, on ragged shapes, and
+ * the quantizers and fp16/bf16 helpers against their definitions in kn.h.
+ *
+ * Matrix-product results are compared with a relative error normalised by the sum of the
+ * absolute values of the terms the reference adds (its condition bound), so that rows whose
+ * result cancels to near zero are held to the accuracy float summation can give them.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kn.h"
+#include "arch/ref/kn_ref.h"
+
+/* Tolerances. */
+/* gemv/gemm, |y - y_ref| / sum|terms|: both sides round every product and partial sum to f32 but
+ * add them in a different order (16 lanes then a tree, vs left to right); for K <= 300 the
+ * worst case is about K * 2^-24 = 1.8e-5, measured errors are below 1e-6. */
+#define TOL_DOT 1e-5
+/* ref W4 gemv vs dequantize-then-dot in double, same normalisation (brief: 1e-5 relative). */
+#define TOL_REF_DEQ 1e-5
+/* rmsnorm, |o - o_ref| / |o_ref|: one reordered sum of squares, then two products. */
+#define TOL_NORM 1e-5
+/* rope/softmax/silu_mul/attention: a table may only reorder sums; relative to max |out|. */
+#define TOL_SMALL 1e-5
+/* Quantizer error bounds, RMS error of a group over its range (max - min of the originals):
+ * a uniform 4-bit quantizer without clipping has RMS step/sqrt(12) = range/15/3.46 = 0.019
+ * range (asymmetric) and 2*amax/15/3.46 (symmetric). The bounds leave room for fp16 scales,
+ * integer zero points and the clipping the error search chooses. */
+#define QERR_W4A16_RMS 0.035
+#define QERR_W4A8_RMS 0.045
+/* Max error of one element over its group's range: a step plus margin for clipped outliers. */
+#define QERR_MAX 0.2
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- fixed-seed PRNG: xorshift64*, Box-Muller normals ---- */
+
+static uint64_t rng_s;
+
+static void rng_seed(uint64_t s) { rng_s = s ? s : 0x9e3779b97f4a7c15ull; }
+
+static uint64_t rng_u64(void)
+{
+    rng_s ^= rng_s >> 12;
+    rng_s ^= rng_s << 25;
+    rng_s ^= rng_s >> 27;
+    return rng_s * 0x2545f4914f6cdd1dull;
+}
+
+/* uniform in (0, 1) */
+static double rng_unit(void) { return ((double)(rng_u64() >> 11) + 0.5) / 9007199254740992.0; }
+
+static float rng_normal(void)
+{
+    double u = rng_unit(), v = rng_unit();
+    return (float)(sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v));
+}
+
+static void fill_normal(float *p, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = scale * rng_normal();
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* ---- the tables under test: one slot per ISA, ops NULL when this machine lacks it ---- */
+
+struct table_slot {
+    const char *name;
+    const char *needs; /* what a machine without it lacks */
+    const struct kn_ops *ops;
+};
+
+static struct table_slot slot[KN_ISA_AMX + 1] = {
+    [KN_ISA_REF] = {"ref", "nothing", NULL},
+    [KN_ISA_AVX2] = {"avx2", "AVX2 and FMA, or the table in this build", NULL},
+    [KN_ISA_AVX512] = {"avx512",
+                       "AVX-512 F/BW/VL/VNNI/BF16 with OS support, or SHARDLM_HAVE_AVX512 in "
+                       "this build",
+                       NULL},
+    [KN_ISA_AMX] = {"amx", "AMX-TILE/INT8, or the table in this build", NULL},
+};
+
+static const struct kn_ops *table_or_skip(void **state)
+{
+    const struct table_slot *s = *state;
+    if (!s->ops) {
+        print_message("[  SKIP    ] no %s table: this machine lacks %s\n", s->name, s->needs);
+        skip();
+    }
+    return s->ops;
+}
+
+/* ---- weight matrices and activations ---- */
+
+struct wmat {
+    struct kn_mat m;
+    void *buf; /* canonical layout, kn_mat_bytes() */
+    float *w;  /* the f32 originals (rows, cols) */
+};
+
+/* Lays out @w (rows, cols) as @dt into a canonical buffer. */
+static void quantize(enum kn_dtype dt, const float *w, int rows, int cols, int group, void *out)
+{
+    switch (dt) {
+    case KN_DT_F32:
+        memcpy(out, w, (size_t)rows * (size_t)cols * sizeof(float));
+        break;
+    case KN_DT_BF16:
+        kn_quant_bf16(w, (size_t)rows * (size_t)cols, out);
+        break;
+    case KN_DT_Q8:
+        kn_quant_q8(w, rows, cols, out);
+        break;
+    case KN_DT_W4A16:
+        kn_quant_w4a16(w, rows, cols, group, out);
+        break;
+    case KN_DT_W4A8:
+        kn_quant_w4a8(w, rows, cols, group, out);
+        break;
+    }
+}
+
+static void wmat_init(struct wmat *a, enum kn_dtype dt, int rows, int cols, int group)
+{
+    a->w = xmalloc((size_t)rows * (size_t)cols * sizeof(float));
+    fill_normal(a->w, (size_t)rows * (size_t)cols, 0.05f);
+    a->buf = xmalloc(kn_mat_bytes(dt, rows, cols, group));
+    quantize(dt, a->w, rows, cols, group, a->buf);
+    kn_mat_view(&a->m, dt, rows, cols, group, a->buf);
+}
+
+static void wmat_free(struct wmat *a)
+{
+    free(a->buf);
+    free(a->w);
+}
+
+static void act_init(struct kn_act *a, int k, int group, float scale)
+{
+    float *x = xmalloc((size_t)k * sizeof(float));
+    fill_normal(x, (size_t)k, scale);
+    assert_int_equal(kn_act_alloc(a, k, group), 0);
+    kn_act_prepare(a, x);
+    free(x);
+}
+
+static int w4_code(const struct kn_mat *w, int n, int k)
+{
+    const uint8_t *row = (const uint8_t *)w->codes + (size_t)n * kn_w4_row_bytes(w->cols);
+    return k % 2 ? row[k / 2] >> 4 : row[k / 2] & 15;
+}
+
+/* Sum of the absolute values of the terms the reference adds for row @n: the scale of the
+ * rounding error any summation order can make. */
+static double dot_mag(const struct kn_mat *w, int n, const struct kn_act *x)
+{
+    int ng = kn_ngroups(w->cols, w->group);
+    double mag = 0.0;
+    if (w->dtype == KN_DT_W4A16 || w->dtype == KN_DT_W4A8) {
+        const uint16_t *sc = (const uint16_t *)w->scales + (size_t)n * (size_t)ng;
+        for (int g = 0; g < ng; g++) {
+            int k1 = (g + 1) * w->group < w->cols ? (g + 1) * w->group : w->cols;
+            double cx = 0.0, ax = 0.0;
+            for (int k = g * w->group; k < k1; k++) {
+                double xv = w->dtype == KN_DT_W4A16 ? x->x[k] : x->q[k];
+                cx += w4_code(w, n, k) * fabs(xv);
+                ax += fabs(xv);
+            }
+            double s = kn_f16_to_f32(sc[g]);
+            if (w->dtype == KN_DT_W4A16)
+                mag += s * (cx + w->zeros[(size_t)n * (size_t)ng + (size_t)g] * ax);
+            else
+                mag += s * (cx + 8.0 * fabs((double)x->qgsum[g])) * x->qscale;
+        }
+        return mag;
+    }
+    float *row = xmalloc((size_t)w->cols * sizeof(float));
+    kn_mat_row(w, n, row);
+    for (int k = 0; k < w->cols; k++)
+        mag += fabs((double)row[k] * x->x[k]);
+    free(row);
+    return mag;
+}
+
+#define SENTINEL 12345.0f
+
+/* Checks y against y_ref on rows [n0, n1) and that rows outside were left alone; returns the
+ * largest normalised error. */
+static double check_rows(const char *what, const struct kn_mat *w, const struct kn_act *x,
+                         const float *y, const float *yref, int n0, int n1, double tol)
+{
+    double worst = 0.0;
+    for (int n = 0; n < w->rows; n++) {
+        if (n < n0 || n >= n1) {
+            if (y[n] != SENTINEL) {
+                print_error("%s: row %d outside [%d, %d) was written\n", what, n, n0, n1);
+                fail();
+            }
+            continue;
+        }
+        double mag = dot_mag(w, n, x), err = fabs((double)y[n] - yref[n]);
+        double rel = err / (mag > 1e-30 ? mag : 1e-30);
+        if (!(rel <= tol)) {
+            print_error("%s: row %d: %.9g vs ref %.9g (error %.3g of %.3g, tolerance %.1g)\n", what,
+                        n, y[n], yref[n], err, mag, tol);
+            fail();
+        }
+        if (rel > worst)
+            worst = rel;
+    }
+    return worst;
+}
+
+static const char *dt_name[] = {"f32", "bf16", "q8", "w4a16", "w4a8"};
+
+static bool is_w4(enum kn_dtype dt) { return dt == KN_DT_W4A16 || dt == KN_DT_W4A8; }
+
+/* ---- gemv and gemm against the reference ---- */
+
+static const int gemv_rows[] = {1, 3, 17, 64};
+static const int gemv_cols[] = {32, 64, 100, 172, 255, 256, 300};
+/* 32/64/128 as in the models; 48 (24-byte groups) and 256 (KN_MAX_GROUP) for the edges */
+static const int w4_groups[] = {32, 48, 64, 128, 256};
+#define MAX_ROWS 64
+
+/* The quantizers dominate the run time, so each (dtype, group, cols) matrix is quantized once
+ * with MAX_ROWS rows, shared by every table, and smaller ones are its first rows. */
+static struct wmat gemv_cache[KN_DT_W4A8 + 1][ARRAY_SIZE(w4_groups)][ARRAY_SIZE(gemv_cols)];
+
+static const struct wmat *gemv_matrix(enum kn_dtype dt, size_t gi, size_t ci)
+{
+    struct wmat *a = &gemv_cache[dt][gi][ci];
+    if (!a->buf) {
+        uint64_t saved = rng_s; /* the same draws for the caller whether or not this hits */
+        rng_seed(1000 + 100 * (uint64_t)dt + 10 * gi + ci);
+        wmat_init(a, dt, MAX_ROWS, gemv_cols[ci], is_w4(dt) ? w4_groups[gi] : 32);
+        rng_s = saved;
+    }
+    return a;
+}
+
+static void gemv_cache_free(void)
+{
+    for (size_t i = 0; i < sizeof(gemv_cache) / sizeof(struct wmat); i++) {
+        struct wmat *a = &(&gemv_cache[0][0][0])[i];
+        if (a->buf)
+            wmat_free(a);
+    }
+}
+
+/* @dst = the first @n rows of @src, in a canonical buffer of its own. */
+static void wmat_first_rows(struct wmat *dst, const struct wmat *src, int n)
+{
+    const struct kn_mat *s = &src->m;
+    size_t rows = (size_t)n, ng = (size_t)kn_ngroups(s->cols, s->group);
+    dst->w = NULL;
+    dst->buf = xmalloc(kn_mat_bytes(s->dtype, n, s->cols, s->group));
+    kn_mat_view(&dst->m, s->dtype, n, s->cols, s->group, dst->buf);
+    switch (s->dtype) {
+    case KN_DT_F32:
+        memcpy(dst->buf, s->codes, rows * (size_t)s->cols * 4);
+        break;
+    case KN_DT_BF16:
+        memcpy(dst->buf, s->codes, rows * (size_t)s->cols * 2);
+        break;
+    case KN_DT_Q8:
+        memcpy(dst->buf, s->codes, rows * (size_t)s->cols);
+        memcpy((void *)dst->m.scales, s->scales, rows * sizeof(float));
+        break;
+    case KN_DT_W4A16:
+    case KN_DT_W4A8:
+        memcpy(dst->buf, s->codes, rows * kn_w4_row_bytes(s->cols));
+        memcpy((void *)dst->m.scales, s->scales, rows * ng * 2);
+        if (s->dtype == KN_DT_W4A16)
+            memcpy((void *)dst->m.zeros, s->zeros, rows * ng);
+        break;
+    }
+}
+
+static void test_gemv(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    double worst[5] = {0};
+    int cases = 0;
+    rng_seed(1);
+    for (int dt = KN_DT_F32; dt <= KN_DT_W4A8; dt++) {
+        size_t ngr = is_w4(dt) ? ARRAY_SIZE(w4_groups) : 1;
+        for (size_t gi = 0; gi < ngr; gi++) {
+            int group = is_w4(dt) ? w4_groups[gi] : 32;
+            for (size_t ci = 0; ci < ARRAY_SIZE(gemv_cols); ci++) {
+                int K = gemv_cols[ci];
+                /* group 256 only where a row has more than one group */
+                if (group == 256 && K <= 256)
+                    continue;
+                const struct wmat *full = gemv_matrix(dt, gi, ci);
+                for (size_t ri = 0; ri < ARRAY_SIZE(gemv_rows); ri++) {
+                    int N = gemv_rows[ri];
+                    char what[96];
+                    snprintf(what, sizeof(what), "%s gemv %s N=%d K=%d group=%d", ops->name,
+                             dt_name[dt], N, K, group);
+                    struct wmat a;
+                    struct kn_act x;
+                    wmat_first_rows(&a, full, N);
+                    act_init(&x, K, group, 1.0f);
+                    float y[MAX_ROWS], yref[MAX_ROWS];
+                    kn_gemv_ref(&a.m, &x, yref, 0, N);
+                    /* the whole matrix, then a part in the middle */
+                    int r[2][2] = {{0, N}, {N / 3, N - N / 4}};
+                    for (int p = 0; p < 2; p++) {
+                        for (int n = 0; n < N; n++)
+                            y[n] = SENTINEL;
+                        ops->gemv(&a.m, &x, y, r[p][0], r[p][1]);
+                        double e = check_rows(what, &a.m, &x, y, yref, r[p][0], r[p][1], TOL_DOT);
+                        worst[dt] = fmax(worst[dt], e);
+                    }
+                    kn_act_free(&x);
+                    wmat_free(&a);
+                    cases++;
+                }
+            }
+        }
+    }
+    print_message("[          ] %s gemv: %d shapes, worst error/sum|terms|: f32 %.2g bf16 %.2g "
+                  "q8 %.2g w4a16 %.2g w4a8 %.2g (tolerance %.1g)\n",
+                  ops->name, cases, worst[0], worst[1], worst[2], worst[3], worst[4], TOL_DOT);
+}
+
+static const int gemm_m[] = {1, 2, 3, 4, 5, 16, 17};
+
+static void test_gemm(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    static const struct {
+        int n, k, group;
+    } shapes[] = {{17, 172, 64}, {64, 255, 32}, {3, 300, 128}, {5, 100, 48}};
+    double worst = 0.0;
+    rng_seed(2);
+    for (int dt = KN_DT_F32; dt <= KN_DT_W4A8; dt++) {
+        for (size_t si = 0; si < ARRAY_SIZE(shapes); si++) {
+            int N = shapes[si].n, K = shapes[si].k, group = shapes[si].group;
+            struct wmat a;
+            wmat_init(&a, dt, N, K, group);
+            for (size_t mi = 0; mi < ARRAY_SIZE(gemm_m); mi++) {
+                int M = gemm_m[mi], ldy = N + 3; /* a gap after each output row */
+                struct kn_act *x = xmalloc((size_t)M * sizeof(*x));
+                for (int i = 0; i < M; i++)
+                    act_init(&x[i], K, group, 0.5f + (float)i);
+                float *y = xmalloc((size_t)M * (size_t)ldy * sizeof(float));
+                float *yref = xmalloc((size_t)M * (size_t)ldy * sizeof(float));
+                kn_gemm_ref(&a.m, x, M, yref, ldy, 0, N);
+                int r[3][2] = {{0, N}, {1, N}, {N / 2, N / 2 + 1}};
+                for (int p = 0; p < 3; p++) {
+                    int n0 = r[p][0], n1 = r[p][1];
+                    for (size_t i = 0; i < (size_t)M * (size_t)ldy; i++)
+                        y[i] = SENTINEL;
+                    ops->gemm(&a.m, x, M, y, ldy, n0, n1);
+                    for (int i = 0; i < M; i++) {
+                        char what[96];
+                        snprintf(what, sizeof(what), "%s gemm %s M=%d (act %d) N=%d K=%d g=%d",
+                                 ops->name, dt_name[dt], M, i, N, K, group);
+                        const float *yi = y + (size_t)i * (size_t)ldy;
+                        worst = fmax(worst,
+                                     check_rows(what, &a.m, &x[i], yi,
+                                                yref + (size_t)i * (size_t)ldy, n0, n1, TOL_DOT));
+                        for (int n = N; n < ldy; n++)
+                            assert_true(yi[n] == SENTINEL);
+                    }
+                }
+                free(y);
+                free(yref);
+                for (int i = 0; i < M; i++)
+                    kn_act_free(&x[i]);
+                free(x);
+            }
+            wmat_free(&a);
+        }
+    }
+    print_message("[          ] %s gemm: worst error/sum|terms| %.2g (tolerance %.1g)\n", ops->name,
+                  worst, TOL_DOT);
+}
+
+/* A matrix whose codes end exactly where a PROT_NONE page begins: a kernel that reads one byte
+ * past the last row faults. Each layout part is placed at the end of its own guarded mapping. */
+struct guarded {
+    uint8_t *base;
+    size_t len;
+};
+
+/* Copies @bytes of @src to the end of a fresh mapping followed by a PROT_NONE page, as close to
+ * it as alignment @align allows (the parts hold floats or fp16). */
+static void *guarded_tail(struct guarded *g, const void *src, size_t bytes, size_t align)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), body = (bytes + page - 1) / page * page;
+    g->len = body + page;
+    g->base = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(g->base != MAP_FAILED);
+    assert_int_equal(mprotect(g->base + body, page, PROT_NONE), 0);
+    uint8_t *dst = g->base + ((body - bytes) & ~(align - 1));
+    memcpy(dst, src, bytes);
+    return dst;
+}
+
+static void guarded_free(struct guarded *g) { munmap(g->base, g->len); }
+
+static void test_guard_page(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    static const struct {
+        int n, k, group;
+    } shapes[] = {{5, 255, 32}, {3, 172, 128}, {2, 33, 32}, {4, 100, 48}, {1, 1, 32}, {7, 31, 32}};
+    rng_seed(3);
+    for (int dt = KN_DT_F32; dt <= KN_DT_W4A8; dt++) {
+        for (size_t si = 0; si < ARRAY_SIZE(shapes); si++) {
+            int N = shapes[si].n, K = shapes[si].k, group = shapes[si].group;
+            char what[96];
+            snprintf(what, sizeof(what), "%s guard %s N=%d K=%d group=%d", ops->name, dt_name[dt],
+                     N, K, group);
+            struct wmat a;
+            struct kn_act x[2];
+            wmat_init(&a, dt, N, K, group);
+            act_init(&x[0], K, group, 1.0f);
+            act_init(&x[1], K, group, 2.0f);
+            float yref[16], y[16];
+            kn_gemv_ref(&a.m, &x[0], yref, 0, N);
+
+            /* 1: the whole canonical buffer ends at the guard (W4A16's byte-sized zero points
+             * last, so up to 1 byte before it: the fp16 scales need an even base) */
+            size_t bytes = kn_mat_bytes(dt, N, K, group);
+            size_t align = dt == KN_DT_F32 || dt == KN_DT_Q8 ? 4 : 2;
+            struct guarded g0, g1, g2, g3;
+            struct kn_mat m;
+            kn_mat_view(&m, dt, N, K, group, guarded_tail(&g0, a.buf, bytes, align));
+            for (int n = 0; n < N; n++)
+                y[n] = SENTINEL;
+            ops->gemv(&m, &x[0], y, 0, N);
+            check_rows(what, &a.m, &x[0], y, yref, 0, N, TOL_DOT);
+
+            /* 2: the codes (without the layout's 64-byte padding) end at one guard, scales and
+             * zeros at others */
+            size_t esize = dt == KN_DT_F32 ? 4 : dt == KN_DT_BF16 ? 2 : 1;
+            size_t code_bytes = (size_t)N * (is_w4(dt) ? kn_w4_row_bytes(K) : (size_t)K * esize);
+            m = a.m;
+            m.codes = guarded_tail(&g1, a.m.codes, code_bytes, esize);
+            size_t ng = (size_t)kn_ngroups(K, group);
+            g2.base = g3.base = NULL;
+            if (dt == KN_DT_Q8)
+                m.scales = guarded_tail(&g2, a.m.scales, (size_t)N * sizeof(float), 4);
+            if (is_w4(dt))
+                m.scales = guarded_tail(&g2, a.m.scales, (size_t)N * ng * 2, 2);
+            if (dt == KN_DT_W4A16)
+                m.zeros = guarded_tail(&g3, a.m.zeros, (size_t)N * ng, 1);
+            for (int n = 0; n < N; n++)
+                y[n] = SENTINEL;
+            ops->gemv(&m, &x[0], y, 0, N);
+            check_rows(what, &a.m, &x[0], y, yref, 0, N, TOL_DOT);
+            /* the last row alone, through gemm */
+            float ym[2][16], ymref[2][16];
+            kn_gemm_ref(&a.m, x, 2, &ymref[0][0], 16, 0, N);
+            for (int i = 0; i < 2; i++)
+                for (int n = 0; n < N; n++)
+                    ym[i][n] = SENTINEL;
+            ops->gemm(&m, x, 2, &ym[0][0], 16, N - 1, N);
+            for (int i = 0; i < 2; i++)
+                check_rows(what, &a.m, &x[i], ym[i], ymref[i], N - 1, N, TOL_DOT);
+
+            guarded_free(&g0);
+            guarded_free(&g1);
+            if (g2.base)
+                guarded_free(&g2);
+            if (g3.base)
+                guarded_free(&g3);
+            kn_act_free(&x[0]);
+            kn_act_free(&x[1]);
+            wmat_free(&a);
+        }
+    }
+}
+
+/* ---- small ops against the reference ---- */
+
+static double rel_err_vec(const float *a, const float *b, int n)
+{
+    double mx = 0.0, err = 0.0;
+    for (int i = 0; i < n; i++) {
+        mx = fmax(mx, fabs((double)b[i]));
+        err = fmax(err, fabs((double)a[i] - b[i]));
+    }
+    return err / (mx > 1e-30 ? mx : 1e-30);
+}
+
+static void test_rmsnorm(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    static const int ns[] = {1, 15, 16, 17, 100, 288};
+    rng_seed(4);
+    for (size_t t = 0; t < ARRAY_SIZE(ns); t++) {
+        int n = ns[t];
+        float x[288], w[288], o[289], oref[288];
+        fill_normal(x, (size_t)n, 3.0f);
+        fill_normal(w, (size_t)n, 1.0f);
+        o[n] = SENTINEL;
+        kn_rmsnorm_ref(oref, x, w, n, 1e-5f);
+        ops->rmsnorm(o, x, w, n, 1e-5f);
+        for (int i = 0; i < n; i++) {
+            double rel = fabs((double)o[i] - oref[i]) / fmax(fabs((double)oref[i]), 1e-30);
+            if (!(rel <= TOL_NORM)) {
+                print_error("%s rmsnorm n=%d [%d]: %.9g vs %.9g\n", ops->name, n, i, o[i], oref[i]);
+                fail();
+            }
+        }
+        assert_true(o[n] == SENTINEL);
+        /* in place (o == x) is how the worker calls it */
+        ops->rmsnorm(x, x, w, n, 1e-5f);
+        assert_true(rel_err_vec(x, oref, n) <= TOL_NORM);
+    }
+}
+
+static void test_rope(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    static const int hds[] = {8, 16, 64};
+    rng_seed(5);
+    for (int neox = 0; neox <= 1; neox++) {
+        for (size_t t = 0; t < ARRAY_SIZE(hds); t++) {
+            for (int pos = 0; pos <= 40; pos += 5) {
+                int nh = 8, hd = hds[t], n = nh * hd;
+                float v[512], vref[512];
+                fill_normal(v, (size_t)n, 1.0f);
+                memcpy(vref, v, (size_t)n * sizeof(float));
+                kn_rope_ref(vref, nh, hd, pos, 10000.0f, neox);
+                ops->rope(v, nh, hd, pos, 10000.0f, neox);
+                double e = rel_err_vec(v, vref, n);
+                if (!(e <= TOL_SMALL)) {
+                    print_error("%s rope neox=%d hd=%d pos=%d: error %.3g\n", ops->name, neox, hd,
+                                pos, e);
+                    fail();
+                }
+            }
+        }
+    }
+}
+
+static void test_softmax_silu(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    static const int ns[] = {1, 7, 16, 33, 300};
+    rng_seed(6);
+    for (size_t t = 0; t < ARRAY_SIZE(ns); t++) {
+        int n = ns[t];
+        float a[300], b[300], aref[300];
+        fill_normal(a, (size_t)n, 4.0f);
+        memcpy(aref, a, (size_t)n * sizeof(float));
+        kn_softmax_ref(aref, n);
+        ops->softmax(a, n);
+        double sum = 0.0;
+        for (int i = 0; i < n; i++)
+            sum += a[i];
+        assert_true(fabs(sum - 1.0) < 1e-5);
+        assert_true(rel_err_vec(a, aref, n) <= TOL_SMALL);
+
+        fill_normal(a, (size_t)n, 4.0f);
+        fill_normal(b, (size_t)n, 1.0f);
+        memcpy(aref, a, (size_t)n * sizeof(float));
+        kn_silu_mul_ref(aref, b, n);
+        ops->silu_mul(a, b, n);
+        assert_true(rel_err_vec(a, aref, n) <= TOL_SMALL);
+    }
+}
+
+static void test_attention(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    enum { NH = 8, NKV = 4, HD = 8, MAXPOS = 40, STRIDE = NKV * HD + 4 };
+    static float kc[(MAXPOS + 1) * STRIDE], vc[(MAXPOS + 1) * STRIDE];
+    float q[NH * HD], out[NH * HD], oref[NH * HD], scratch[MAXPOS + 1];
+    rng_seed(7);
+    fill_normal(kc, ARRAY_SIZE(kc), 1.0f);
+    fill_normal(vc, ARRAY_SIZE(vc), 1.0f);
+    for (int pos = 0; pos <= MAXPOS; pos++) {
+        fill_normal(q, ARRAY_SIZE(q), 1.0f);
+        kn_attention_ref(oref, q, kc, vc, STRIDE, pos, NH, NKV, HD, scratch);
+        ops->attention(out, q, kc, vc, STRIDE, pos, NH, NKV, HD, scratch);
+        double e = rel_err_vec(out, oref, NH * HD);
+        if (!(e <= TOL_SMALL)) {
+            print_error("%s attention pos=%d: error %.3g\n", ops->name, pos, e);
+            fail();
+        }
+    }
+    /* GQA: heads 2h and 2h+1 share KV head h, so equal queries give equal outputs */
+    for (int h = 0; h < NH; h += 2)
+        memcpy(q + (h + 1) * HD, q + h * HD, HD * sizeof(float));
+    ops->attention(out, q, kc, vc, STRIDE, MAXPOS, NH, NKV, HD, scratch);
+    for (int h = 0; h < NH; h += 2)
+        assert_memory_equal(out + h * HD, out + (h + 1) * HD, HD * sizeof(float));
+    /* pos 0 attends to one token only: out = v[0] of the head's KV */
+    ops->attention(out, q, kc, vc, STRIDE, 0, NH, NKV, HD, scratch);
+    for (int h = 0; h < NH; h++)
+        for (int i = 0; i < HD; i++)
+            assert_float_equal(out[h * HD + i], vc[(h / 2) * HD + i], 1e-6);
+}
+
+/* ---- quantizers and conversions (table-independent) ---- */
+
+struct qstats {
+    double rms_worst, max_worst, sq_sum;
+    size_t n;
+};
+
+/* Dequantizes @m and accumulates the error against @w per group, over its range. */
+static void quant_error(const struct kn_mat *m, const float *w, struct qstats *st)
+{
+    float *row = xmalloc((size_t)m->cols * sizeof(float));
+    for (int r = 0; r < m->rows; r++) {
+        kn_mat_row(m, r, row);
+        const float *src = w + (size_t)r * (size_t)m->cols;
+        for (int k0 = 0; k0 < m->cols; k0 += m->group) {
+            int k1 = k0 + m->group < m->cols ? k0 + m->group : m->cols;
+            float mn = src[k0], mx = src[k0];
+            double sq = 0.0, emax = 0.0;
+            for (int k = k0; k < k1; k++) {
+                mn = fminf(mn, src[k]);
+                mx = fmaxf(mx, src[k]);
+                double e = (double)row[k] - src[k];
+                sq += e * e;
+                emax = fmax(emax, fabs(e));
+            }
+            double range = (double)mx - mn;
+            st->rms_worst = fmax(st->rms_worst, sqrt(sq / (k1 - k0)) / range);
+            st->max_worst = fmax(st->max_worst, emax / range);
+            st->sq_sum += sq;
+            st->n += (size_t)(k1 - k0);
+        }
+    }
+    free(row);
+}
+
+/* (a) random normal weights dequantize within bounds of each group's range, and the asymmetric
+ * scheme is more accurate than the symmetric one. */
+static void test_quant_error(void **state)
+{
+    (void)state;
+    static const int groups[] = {32, 64, 128};
+    enum { R = 32, C = 300 };
+    float *w = xmalloc((size_t)R * C * sizeof(float));
+    rng_seed(8);
+    fill_normal(w, (size_t)R * C, 0.02f);
+    for (size_t gi = 0; gi < ARRAY_SIZE(groups); gi++) {
+        int g = groups[gi];
+        struct qstats st[2];
+        memset(st, 0, sizeof(st));
+        for (int s = 0; s < 2; s++) {
+            enum kn_dtype dt = s ? KN_DT_W4A8 : KN_DT_W4A16;
+            void *buf = xmalloc(kn_mat_bytes(dt, R, C, g));
+            struct kn_mat m;
+            quantize(dt, w, R, C, g, buf);
+            kn_mat_view(&m, dt, R, C, g, buf);
+            quant_error(&m, w, &st[s]);
+            free(buf);
+        }
+        double mse16 = st[0].sq_sum / (double)st[0].n, mse8 = st[1].sq_sum / (double)st[1].n;
+        print_message("[          ] group %3d: rms/range w4a16 %.4f w4a8 %.4f, max/range %.3f %.3f,"
+                      " mse w4a16/w4a8 %.3f\n",
+                      g, st[0].rms_worst, st[1].rms_worst, st[0].max_worst, st[1].max_worst,
+                      mse16 / mse8);
+        assert_true(st[0].rms_worst <= QERR_W4A16_RMS);
+        assert_true(st[1].rms_worst <= QERR_W4A8_RMS);
+        assert_true(st[0].max_worst <= QERR_MAX);
+        assert_true(st[1].max_worst <= QERR_MAX);
+        assert_true(mse16 < mse8);
+    }
+    free(w);
+}
+
+/* (b) the short last group of a row (cols 172, group 128: 44 elements) has its own scale: make
+ * those 100x larger than the rest and both parts must still dequantize accurately. */
+static void test_quant_short_group(void **state)
+{
+    (void)state;
+    enum { R = 3, C = 172, G = 128 };
+    float w[R * C], row[C];
+    rng_seed(9);
+    for (int r = 0; r < R; r++)
+        for (int k = 0; k < C; k++)
+            w[r * C + k] = rng_normal() * (k < G ? 0.01f : 1.0f);
+    for (int s = 0; s < 2; s++) {
+        enum kn_dtype dt = s ? KN_DT_W4A8 : KN_DT_W4A16;
+        _Alignas(64) uint8_t buf[R * C * 2];
+        assert_true(kn_mat_bytes(dt, R, C, G) <= sizeof(buf));
+        struct kn_mat m;
+        quantize(dt, w, R, C, G, buf);
+        kn_mat_view(&m, dt, R, C, G, buf);
+        for (int r = 0; r < R; r++) {
+            kn_mat_row(&m, r, row);
+            for (int part = 0; part < 2; part++) {
+                int k0 = part ? G : 0, k1 = part ? C : G;
+                float mn = INFINITY, mx = -INFINITY;
+                double emax = 0.0;
+                for (int k = k0; k < k1; k++) {
+                    mn = fminf(mn, w[r * C + k]);
+                    mx = fmaxf(mx, w[r * C + k]);
+                    emax = fmax(emax, fabs((double)row[k] - w[r * C + k]));
+                }
+                if (!(emax <= QERR_MAX * (mx - mn))) {
+                    print_error("%s row %d part %d: max error %.4g of range %.4g\n", dt_name[dt], r,
+                                part, emax, (double)(mx - mn));
+                    fail();
+                }
+            }
+            const uint16_t *sc = (const uint16_t *)m.scales + r * 2;
+            double ratio = kn_f16_to_f32(sc[1]) / kn_f16_to_f32(sc[0]);
+            assert_true(ratio > 30.0 && ratio < 300.0);
+        }
+    }
+}
+
+/* (c) fp16: every finite half round-trips exactly; rounding is to nearest even, checked at every
+ * midpoint between neighbouring halves and on hand-picked values; bf16 on a few values. */
+static void test_f16(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        if ((h & 0x7c00u) == 0x7c00u)
+            continue; /* inf, nan */
+        uint16_t back = kn_f32_to_f16(kn_f16_to_f32((uint16_t)h));
+        if (back != h) {
+            print_error("f16 0x%04x -> %.9g -> 0x%04x\n", h, kn_f16_to_f32((uint16_t)h), back);
+            fail();
+        }
+    }
+    /* midpoints: (lo + hi) / 2 needs 12 significant bits, so it is exact in f32 */
+    for (uint32_t h = 0; h < 0x7c00u; h++) {
+        for (uint32_t sign = 0; sign <= 0x8000u; sign += 0x8000u) {
+            float lo = kn_f16_to_f32((uint16_t)h);
+            float hi = h + 1 == 0x7c00u ? 65536.0f : kn_f16_to_f32((uint16_t)(h + 1));
+            float mid = (lo + hi) / 2;
+            float s = sign ? -1.0f : 1.0f;
+            uint16_t even = (uint16_t)(sign | (h % 2 ? h + 1 : h));
+            assert_int_equal(kn_f32_to_f16(s * mid), even);
+            assert_int_equal(kn_f32_to_f16(s * nextafterf(mid, INFINITY)), sign | (h + 1));
+            assert_int_equal(kn_f32_to_f16(s * nextafterf(mid, 0.0f)), sign | h);
+        }
+    }
+    static const struct {
+        float f;
+        uint16_t h;
+    } cases[] = {
+        {1.0f, 0x3c00},
+        {1.0f + 0x1p-11f, 0x3c00},            /* tie, 0x3c00 even */
+        {1.0f + 3 * 0x1p-11f, 0x3c02},        /* tie, 0x3c01 odd: up */
+        {1.0f + 0x1p-11f + 0x1p-20f, 0x3c01}, /* just above the tie */
+        {2.0f - 0x1p-11f, 0x4000},            /* tie that carries into the exponent */
+        {-1.5f, 0xbe00},
+        {65504.0f, 0x7bff},
+        {65519.0f, 0x7bff},
+        {65520.0f, 0x7c00}, /* tie between 65504 and 2^16: even is inf */
+        {1e10f, 0x7c00},
+        {-1e10f, 0xfc00},
+        {0x1p-24f, 0x0001},            /* smallest subnormal */
+        {0x1p-25f, 0x0000},            /* tie with zero: even */
+        {3 * 0x1p-25f, 0x0002},        /* tie between 1 and 2 units */
+        {0x1p-14f - 0x1p-25f, 0x0400}, /* tie between the largest subnormal and 2^-14 */
+        {1e-10f, 0x0000},
+        {-0.0f, 0x8000},
+        {INFINITY, 0x7c00},
+        {-INFINITY, 0xfc00},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        uint16_t got = kn_f32_to_f16(cases[i].f);
+        if (got != cases[i].h) {
+            print_error("kn_f32_to_f16(%a) = 0x%04x, want 0x%04x\n", (double)cases[i].f, got,
+                        cases[i].h);
+            fail();
+        }
+    }
+    uint16_t nan = kn_f32_to_f16(NAN);
+    assert_true((nan & 0x7c00u) == 0x7c00u && (nan & 0x3ffu) != 0);
+    assert_true(isnan(kn_f16_to_f32(nan)));
+#ifdef __FLT16_MAX__
+    /* the compiler's own conversion (round to nearest even) on random floats of every size */
+    rng_seed(10);
+    for (int i = 0; i < 1000000; i++) {
+        union {
+            uint32_t u;
+            float f;
+        } v = {.u = (uint32_t)rng_u64()};
+        if (isnan(v.f))
+            continue;
+        _Float16 c = (_Float16)v.f;
+        uint16_t want;
+        memcpy(&want, &c, 2);
+        if (kn_f32_to_f16(v.f) != want) {
+            print_error("kn_f32_to_f16(%a) = 0x%04x, compiler 0x%04x\n", (double)v.f,
+                        kn_f32_to_f16(v.f), want);
+            fail();
+        }
+    }
+#endif
+    /* bf16: ties to even, carry, overflow */
+    assert_int_equal(kn_f32_to_bf16(1.0f), 0x3f80);
+    assert_int_equal(kn_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie, even */
+    assert_int_equal(kn_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie, odd: up */
+    assert_int_equal(kn_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
+    assert_int_equal(kn_f32_to_bf16(-2.0f), 0xc000);
+    assert_int_equal(kn_f32_to_bf16(3.4e38f), 0x7f80); /* rounds past the largest bf16 */
+    assert_true(isnan(kn_bf16_to_f32(kn_f32_to_bf16(NAN))));
+}
+
+/* (d) the reference W4 kernels compute what the layout says: dequantize (kn_mat_row), then dot
+ * with the activation W4A16 runs on (x), or with the int8 one W4A8 runs on (q * qscale). */
+static void test_ref_w4_semantics(void **state)
+{
+    (void)state;
+    static const struct {
+        int n, k, group;
+    } shapes[] = {{9, 172, 128}, {9, 255, 64}, {4, 300, 32}, {3, 33, 32}, {2, 512, 256}};
+    double worst[2] = {0, 0};
+    rng_seed(11);
+    for (int s = 0; s < 2; s++) {
+        enum kn_dtype dt = s ? KN_DT_W4A8 : KN_DT_W4A16;
+        for (size_t si = 0; si < ARRAY_SIZE(shapes); si++) {
+            int N = shapes[si].n, K = shapes[si].k, group = shapes[si].group;
+            struct wmat a;
+            struct kn_act x;
+            wmat_init(&a, dt, N, K, group);
+            act_init(&x, K, group, 1.0f);
+            float y[16], *row = xmalloc((size_t)K * sizeof(float));
+            kn_gemv_ref(&a.m, &x, y, 0, N);
+            for (int n = 0; n < N; n++) {
+                kn_mat_row(&a.m, n, row);
+                double dot = 0.0, mag = 0.0;
+                for (int k = 0; k < K; k++) {
+                    double xv = dt == KN_DT_W4A8 ? (double)((float)x.q[k] * x.qscale) : x.x[k];
+                    dot += row[k] * xv;
+                    mag += fabs(row[k] * xv);
+                }
+                double rel = fabs(y[n] - dot) / fmax(mag, 1e-30);
+                if (!(rel <= TOL_REF_DEQ)) {
+                    print_error("ref %s N=%d K=%d g=%d row %d: %.9g vs dequantized %.9g\n",
+                                dt_name[dt], N, K, group, n, y[n], dot);
+                    fail();
+                }
+                worst[s] = fmax(worst[s], rel);
+            }
+            free(row);
+            kn_act_free(&x);
+            wmat_free(&a);
+        }
+    }
+    print_message("[          ] ref vs dequantize-then-dot: worst error/sum|terms| w4a16 %.2g "
+                  "w4a8 %.2g (tolerance %.1g)\n",
+                  worst[0], worst[1], TOL_REF_DEQ);
+}
+
+/* kn_act_prepare: padding is zero, the even/odd split and group sums match x and q. */
+static void test_act_prepare(void **state)
+{
+    (void)state;
+    struct kn_act a;
+    rng_seed(12);
+    act_init(&a, 172, 64, 2.0f);
+    assert_int_equal(a.kpad, 192);
+    float amax = 0.0f;
+    for (int i = 0; i < a.k; i++)
+        amax = fmaxf(amax, fabsf(a.x[i]));
+    assert_float_equal(a.qscale, amax / 127.0f, 0.0f);
+    for (int i = a.k; i < a.kpad; i++)
+        assert_true(a.x[i] == 0.0f && a.q[i] == 0);
+    for (int i = 0; i < a.kpad; i++) {
+        assert_true((i % 2 ? a.xo : a.xe)[i / 2] == a.x[i]);
+        assert_int_equal((i % 2 ? a.qo : a.qe)[i / 2], a.q[i]);
+        assert_true(abs(a.q[i]) <= 127);
+        assert_true(fabs(a.q[i] * a.qscale - a.x[i]) <= 0.5001 * a.qscale);
+    }
+    for (int g = 0; g < a.kpad / a.group; g++) {
+        double s = 0.0;
+        int32_t qs = 0;
+        for (int i = g * a.group; i < (g + 1) * a.group; i++) {
+            s += a.x[i];
+            qs += a.q[i];
+        }
+        assert_true(fabs(a.gsum[g] - s) <= 1e-4);
+        assert_int_equal(a.qgsum[g], qs);
+    }
+    kn_act_free(&a);
+}
+
+#define PER_TABLE(fn, isa, label)                                                                  \
+    {                                                                                              \
+        label, fn, NULL, NULL, &slot[isa]                                                          \
+    }
+
+int main(void)
+{
+    const struct kn_ops *all[8];
+    int n = kn_ops_available(all, 8);
+    assert_true(n >= 1 && all[0] == &kn_ops_ref);
+    for (int i = 0; i < n; i++)
+        slot[all[i]->isa].ops = all[i];
+    printf("kernel tables on this machine:");
+    for (int i = 0; i < n; i++)
+        printf(" %s", all[i]->name);
+    printf("\n");
+
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16),
+        cmocka_unit_test(test_act_prepare),
+        cmocka_unit_test(test_quant_error),
+        cmocka_unit_test(test_quant_short_group),
+        cmocka_unit_test(test_ref_w4_semantics),
+        PER_TABLE(test_gemv, KN_ISA_REF, "gemv_ref"),
+        PER_TABLE(test_gemm, KN_ISA_REF, "gemm_ref"),
+        PER_TABLE(test_guard_page, KN_ISA_REF, "guard_page_ref"),
+        PER_TABLE(test_rmsnorm, KN_ISA_REF, "rmsnorm_ref"),
+        PER_TABLE(test_rope, KN_ISA_REF, "rope_ref"),
+        PER_TABLE(test_softmax_silu, KN_ISA_REF, "softmax_silu_ref"),
+        PER_TABLE(test_attention, KN_ISA_REF, "attention_ref"),
+        PER_TABLE(test_gemv, KN_ISA_AVX512, "gemv_avx512"),
+        PER_TABLE(test_gemm, KN_ISA_AVX512, "gemm_avx512"),
+        PER_TABLE(test_guard_page, KN_ISA_AVX512, "guard_page_avx512"),
+        PER_TABLE(test_rmsnorm, KN_ISA_AVX512, "rmsnorm_avx512"),
+        PER_TABLE(test_rope, KN_ISA_AVX512, "rope_avx512"),
+        PER_TABLE(test_softmax_silu, KN_ISA_AVX512, "softmax_silu_avx512"),
+        PER_TABLE(test_attention, KN_ISA_AVX512, "attention_avx512"),
+    };
+    int failed = cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
+    gemv_cache_free();
+    return failed;
+}

@@ -1,0 +1,330 @@
+/* shardlm-worker: one rank of the engine. Connects to its coordinator, maps the segments it is
+ * told to, and runs the steps it is sent until Shutdown or until the coordinator goes away. */
+#include "model.h"
+#include "proto.h"
+#include "seg.h"
+#include "shlm.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define WRK_MAX_CHUNK 64 /* tokens per forward chunk */
+
+struct wrk {
+    unsigned rank;
+    pid_t coord;
+    void *sock;
+    const struct kn_ops *ops;
+    bool attached;
+    struct seg weights, kv, exch;
+    struct shlm_model img;
+    struct wrk_model model;
+    uint64_t last_step;
+};
+
+static void logf_(const struct wrk *w, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "shardlm-worker[%u]: ", w->rank);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static int send_env(struct wrk *w, proto_env *env)
+{
+    int rc = proto_send(w->sock, NULL, 0, env);
+    if (rc)
+        logf_(w, "send failed: %s", zmq_strerror(-rc));
+    return rc;
+}
+
+/* Replies Error{code, message, step_id} and logs it. Returns @code. */
+static int reply_error(struct wrk *w, int code, uint64_t step_id, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    logf_(w, "error: %s", msg);
+    Shardlm__Error e = SHARDLM__ERROR__INIT;
+    e.code = code;
+    e.message = msg;
+    e.step_id = step_id;
+    proto_env env = SHARDLM__ENVELOPE__INIT;
+    env.msg_case = SHARDLM__ENVELOPE__MSG_ERROR;
+    env.error = &e;
+    send_env(w, &env);
+    return code;
+}
+
+static void detach(struct wrk *w)
+{
+    if (w->attached)
+        wrk_model_free(&w->model);
+    seg_free(&w->weights);
+    seg_free(&w->kv);
+    seg_free(&w->exch);
+    w->attached = false;
+}
+
+static int on_attach(struct wrk *w, const Shardlm__Attach *a)
+{
+    char err[512];
+    int rc;
+    if (w->attached)
+        return reply_error(w, -EALREADY, 0, "Attach: already attached");
+    if (a->rank != w->rank || a->n_ranks != 1)
+        return reply_error(w, -EINVAL, 0, "Attach: rank %u of %u, this worker is rank %u of 1",
+                           a->rank, a->n_ranks, w->rank);
+    if ((rc = seg_map(&w->weights, a->weights_path, a->weights_bytes, false)) ||
+        (rc = seg_map(&w->kv, a->kv_path, a->kv_bytes, true)) ||
+        (rc = seg_map(&w->exch, a->exchange_path, a->exchange_bytes, true))) {
+        detach(w);
+        return reply_error(w, rc, 0, "Attach: cannot map segments: %s", strerror(-rc));
+    }
+    rc = shlm_parse(&w->img, w->weights.base, w->weights.size, a->weights_path, err, sizeof(err));
+    if (rc) {
+        detach(w);
+        return reply_error(w, rc, 0, "Attach: %s", err);
+    }
+    const struct shlm_config *c = &w->img.hdr->cfg;
+    if (seg_kv_check(w->kv.base, w->kv.size, c->n_layers, c->seq_len,
+                     c->n_kv_heads * c->head_dim) ||
+        seg_exchange_check(w->exch.base, w->exch.size, c->vocab_size)) {
+        detach(w);
+        return reply_error(w, -EINVAL, 0, "Attach: KV or exchange segment does not fit the model");
+    }
+    rc = wrk_model_init(&w->model, &w->img, w->ops, WRK_MAX_CHUNK);
+    if (rc) {
+        detach(w);
+        return reply_error(w, rc, 0, "Attach: %s", strerror(-rc));
+    }
+    w->attached = true;
+    Shardlm__Ready r = SHARDLM__READY__INIT;
+    r.rank = w->rank;
+    r.weights_bytes = w->weights.size;
+    proto_env env = SHARDLM__ENVELOPE__INIT;
+    env.msg_case = SHARDLM__ENVELOPE__MSG_READY;
+    env.ready = &r;
+    return send_env(w, &env);
+}
+
+/* Checks every field of a Step against the segments before anything is touched. */
+static int check_step(struct wrk *w, const Shardlm__Step *s, char *err, size_t errlen)
+{
+    const struct seg_exchange *x = w->exch.base;
+    const struct seg_kv *kv = w->kv.base;
+    const int32_t *tok = seg_exchange_tokens(w->exch.base);
+    if (s->step_id <= w->last_step)
+        return snprintf(err, errlen, "step_id %llu is not after %llu",
+                        (unsigned long long)s->step_id, (unsigned long long)w->last_step), -EINVAL;
+    if (s->n_seqs == 0 || s->n_seqs > kv->n_seqs)
+        return snprintf(err, errlen, "%zu sequences, expected 1..%u", s->n_seqs, kv->n_seqs),
+               -EINVAL;
+    for (size_t i = 0; i < s->n_seqs; i++) {
+        const Shardlm__StepSeq *q = s->seqs[i];
+        uint64_t rows = q->all_logits ? q->n_tokens : 1;
+        if (q->seq_id >= kv->n_seqs)
+            return snprintf(err, errlen, "seq_id %u, expected < %u", q->seq_id, kv->n_seqs),
+                   -EINVAL;
+        if (q->n_tokens == 0 || (uint64_t)q->pos + q->n_tokens > kv->seq_len)
+            return snprintf(err, errlen, "positions %u..+%u outside the context of %u", q->pos,
+                            q->n_tokens, kv->seq_len), -EINVAL;
+        if ((uint64_t)q->token_offset + q->n_tokens > x->max_tokens)
+            return snprintf(err, errlen, "tokens %u..+%u outside the exchange's %u",
+                            q->token_offset, q->n_tokens, x->max_tokens), -EINVAL;
+        if ((uint64_t)q->logits_row + rows > x->logit_rows)
+            return snprintf(err, errlen, "logits rows %u..+%llu outside the exchange's %u",
+                            q->logits_row, (unsigned long long)rows, x->logit_rows), -EINVAL;
+        for (uint32_t t = 0; t < q->n_tokens; t++) {
+            int32_t id = tok[q->token_offset + t];
+            if (id < 0 || (uint32_t)id >= x->vocab)
+                return snprintf(err, errlen, "token id %d outside the vocabulary of %u", id,
+                                x->vocab), -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int on_step(struct wrk *w, const Shardlm__Step *s)
+{
+    char err[256];
+    if (!w->attached)
+        return reply_error(w, -ENOTCONN, s->step_id, "Step before Attach");
+    int rc = check_step(w, s, err, sizeof(err));
+    if (rc)
+        return reply_error(w, rc, s->step_id, "Step %llu: %s", (unsigned long long)s->step_id,
+                           err);
+    w->last_step = s->step_id;
+    uint64_t t0 = now_ns();
+    const int32_t *tok = seg_exchange_tokens(w->exch.base);
+    float *logits = seg_exchange_logits(w->exch.base);
+    size_t vocab = w->model.cfg.vocab_size;
+    for (size_t i = 0; i < s->n_seqs; i++) {
+        const Shardlm__StepSeq *q = s->seqs[i];
+        wrk_forward(&w->model, w->kv.base, q->seq_id, tok + q->token_offset, (int)q->n_tokens,
+                    (int)q->pos, logits + (size_t)q->logits_row * vocab, q->all_logits);
+    }
+    Shardlm__StepDone d = SHARDLM__STEP_DONE__INIT;
+    d.step_id = s->step_id;
+    d.compute_ns = now_ns() - t0;
+    proto_env env = SHARDLM__ENVELOPE__INIT;
+    env.msg_case = SHARDLM__ENVELOPE__MSG_STEP_DONE;
+    env.step_done = &d;
+    return send_env(w, &env);
+}
+
+/* Handles one message. Returns 1 on Shutdown, else 0 (errors are replied, not fatal). */
+static int handle(struct wrk *w, const proto_env *in)
+{
+    switch (in->msg_case) {
+    case SHARDLM__ENVELOPE__MSG_ATTACH:
+        on_attach(w, in->attach);
+        return 0;
+    case SHARDLM__ENVELOPE__MSG_STEP:
+        on_step(w, in->step);
+        return 0;
+    case SHARDLM__ENVELOPE__MSG_HEARTBEAT:
+        if (!in->heartbeat->reply) {
+            Shardlm__Heartbeat h = SHARDLM__HEARTBEAT__INIT;
+            h.seq = in->heartbeat->seq;
+            h.reply = true;
+            proto_env env = SHARDLM__ENVELOPE__INIT;
+            env.msg_case = SHARDLM__ENVELOPE__MSG_HEARTBEAT;
+            env.heartbeat = &h;
+            send_env(w, &env);
+        }
+        return 0;
+    case SHARDLM__ENVELOPE__MSG_SHUTDOWN:
+        return 1;
+    default:
+        reply_error(w, -EPROTO, 0, "unexpected %s from the coordinator", proto_case_name(in));
+        return 0;
+    }
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: shardlm-worker --endpoint ENDPOINT --rank R --coordinator-pid PID\n"
+               "Started by `shardlm`, not by hand: connects to the coordinator at ENDPOINT, maps\n"
+               "the segments it names and runs its steps. Exits when the coordinator does.\n");
+}
+
+int main(int argc, char **argv)
+{
+    struct wrk w = {0};
+    const char *endpoint = NULL;
+    long coord = 0;
+    static const struct option opts[] = {{"endpoint", required_argument, 0, 'e'},
+                                         {"rank", required_argument, 0, 'r'},
+                                         {"coordinator-pid", required_argument, 0, 'c'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'e':
+            endpoint = optarg;
+            break;
+        case 'r':
+            w.rank = (unsigned)strtoul(optarg, NULL, 10);
+            break;
+        case 'c':
+            coord = strtol(optarg, NULL, 10);
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!endpoint || coord <= 0) {
+        usage(stderr);
+        return 2;
+    }
+    /* die with the coordinator; if it is already gone, do not start. Ctrl-C reaches the whole
+     * process group: the coordinator handles it and shuts us down in order. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    signal(SIGINT, SIG_IGN);
+    w.coord = (pid_t)coord;
+    if (getppid() != w.coord) {
+        logf_(&w, "coordinator %ld is not my parent (gone?), exiting", coord);
+        return 1;
+    }
+    w.ops = kn_ops_select();
+
+    int rc = 1;
+    void *ctx = zmq_ctx_new();
+    w.sock = zmq_socket(ctx, ZMQ_DEALER);
+    char id[32];
+    int idlen = snprintf(id, sizeof(id), "rank-%u", w.rank);
+    if (!w.sock || proto_socket_setup(w.sock) ||
+        zmq_setsockopt(w.sock, ZMQ_ROUTING_ID, id, (size_t)idlen) < 0 ||
+        zmq_connect(w.sock, endpoint) < 0) {
+        logf_(&w, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        goto out_ctx;
+    }
+    Shardlm__Hello hello = SHARDLM__HELLO__INIT;
+    hello.rank = w.rank;
+    hello.pid = (uint32_t)getpid();
+    hello.protocol = PROTO_VERSION;
+    hello.isa = (char *)w.ops->name;
+    proto_env env = SHARDLM__ENVELOPE__INIT;
+    env.msg_case = SHARDLM__ENVELOPE__MSG_HELLO;
+    env.hello = &hello;
+    if (send_env(&w, &env))
+        goto out_ctx;
+
+    for (;;) {
+        proto_env *in;
+        int r = proto_recv(w.sock, 500, NULL, NULL, &in);
+        if (getppid() != w.coord) {
+            logf_(&w, "coordinator gone, exiting");
+            proto_free(in);
+            break;
+        }
+        if (r == -EAGAIN || r == -EINTR)
+            continue;
+        if (r == -EBADMSG) {
+            reply_error(&w, -EBADMSG, 0, "malformed message from the coordinator");
+            continue;
+        }
+        if (r) {
+            logf_(&w, "receive failed: %s", zmq_strerror(-r));
+            break;
+        }
+        int stop = handle(&w, in);
+        proto_free(in);
+        if (stop) {
+            rc = 0;
+            break;
+        }
+    }
+out_ctx:
+    detach(&w);
+    if (w.sock)
+        zmq_close(w.sock);
+    zmq_ctx_term(ctx);
+    return rc;
+}
