@@ -122,6 +122,7 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
     }
     h->file_bytes = off;
 
+    bool progress = isatty(2); /* a counter on terminals, one final line in logs */
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", o->out, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -150,7 +151,7 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
             coord_fail(e, rc, "%s: write failed: %s", o->out, strerror(-rc));
             goto out_unlink;
         }
-        if (!o->quiet)
+        if (!o->quiet && progress)
             fprintf(stderr, "\rshardlm convert: %d/%d tensors", i + 1, n);
     }
     h->checksum = shlm_hash(h, sizeof(*h)) ^ shlm_hash(table, (size_t)n * sizeof(*table));
@@ -170,10 +171,14 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
         rc = coord_fail(e, -errno, "%s: %s", o->out, strerror(errno));
         goto out_unlink;
     }
-    if (!o->quiet)
-        fprintf(stderr, "\rshardlm convert: wrote %s: %s%s%.0d, %d tensors, %llu bytes\n", o->out,
-                shlm_scheme_name(o->scheme), group ? " group " : "", group, n,
+    if (!o->quiet) {
+        char g[32] = "";
+        if (group)
+            snprintf(g, sizeof(g), " group %d head int%d", group, o->head_bits);
+        fprintf(stderr, "%sshardlm convert: wrote %s: %s%s, %d tensors, %llu bytes\n",
+                progress ? "\r" : "", o->out, shlm_scheme_name(o->scheme), g, n,
                 (unsigned long long)h->file_bytes);
+    }
     rc = 0;
     goto out_free;
 out_unlink:

@@ -29,6 +29,7 @@ struct wrk {
     struct shlm_model img;
     struct wrk_model model;
     uint64_t last_step;
+    unsigned fault_step_delay_ms; /* SHARDLM_FAULT=step_delay_ms=N: tests of slow steps */
 };
 
 static void logf_(const struct wrk *w, const char *fmt, ...)
@@ -175,6 +176,8 @@ static int on_step(struct wrk *w, const Shardlm__Step *s)
         return reply_error(w, rc, s->step_id, "Step %llu: %s", (unsigned long long)s->step_id,
                            err);
     w->last_step = s->step_id;
+    if (w->fault_step_delay_ms)
+        usleep(w->fault_step_delay_ms * 1000u);
     uint64_t t0 = now_ns();
     const int32_t *tok = seg_exchange_tokens(w->exch.base);
     float *logits = seg_exchange_logits(w->exch.base);
@@ -273,6 +276,9 @@ int main(int argc, char **argv)
         return 1;
     }
     w.ops = kn_ops_select();
+    const char *fault = getenv("SHARDLM_FAULT");
+    if (fault && sscanf(fault, "step_delay_ms=%u", &w.fault_step_delay_ms) == 1)
+        logf_(&w, "fault hook: every step sleeps %u ms", w.fault_step_delay_ms);
 
     int rc = 1;
     void *ctx = zmq_ctx_new();

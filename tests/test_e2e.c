@@ -1,0 +1,380 @@
+/* End-to-end: the shardlm binary with its worker on the bundled stories260K model.
+ * Golden greedy text at f32 for the four reference prompts, fidelity bounds per scheme, and the
+ * bad-input and failed-start paths (clear one-line error, non-zero exit, nothing left behind). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+static char dir[4096];    /* models converted once for all tests */
+static char rundir[4096]; /* SHARDLM_RUNTIME_DIR of every run: must be empty after each */
+static char env_rundir[4200];
+
+static int setup(void **state)
+{
+    tu_mkdtemp(dir, sizeof(dir), "e2e");
+    tu_path(rundir, sizeof(rundir), "%s/run", dir);
+    tu_path(env_rundir, sizeof(env_rundir), "SHARDLM_RUNTIME_DIR=%s", rundir);
+    static const char *schemes[][3] = {{"f32", NULL, NULL},
+                                       {"bf16", NULL, NULL},
+                                       {"w4a16", "--group", "64"},
+                                       {"w4a16", "--group", "128"},
+                                       {"w4a8", "--group", "128"}};
+    for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++) {
+        char out[4300];
+        tu_path(out, sizeof(out), "%s/%s%s%s.shlm", dir, schemes[i][0],
+                schemes[i][2] ? "g" : "", schemes[i][2] ? schemes[i][2] : "");
+        const char *extra[] = {schemes[i][1], schemes[i][2], NULL};
+        if (tu_convert(out, schemes[i][0], extra))
+            return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    tu_rmdir(dir);
+    return 0;
+}
+
+/* No segment, socket or other runtime file may outlive a run. */
+static void assert_runtime_clean(void)
+{
+    int n = tu_count_files(rundir);
+    if (n > 0) {
+        char cmd[4200];
+        tu_path(cmd, sizeof(cmd), "ls -la '%s' >&2", rundir);
+        (void)!system(cmd);
+    }
+    assert_true(n <= 0);
+}
+
+/* No shardlm-worker of ours may outlive a run: they connect to an endpoint in our rundir. */
+static void assert_no_workers(void)
+{
+    char cmd[4300];
+    /* [s]: the pattern must not match the shell that runs pgrep */
+    tu_path(cmd, sizeof(cmd), "pgrep -f '[s]hardlm-worker --endpoint ipc://%s/' >/dev/null",
+            rundir);
+    assert_int_not_equal(system(cmd), 0);
+}
+
+static void run_shardlm(struct tu_run *r, char *const args[], char *const extra_env[])
+{
+    char *argv[32] = {(char *)tu_bin()};
+    int n = 1;
+    for (int i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    char *env[8] = {env_rundir};
+    int ne = 1;
+    for (int i = 0; extra_env && extra_env[i] && ne < 7; i++)
+        env[ne++] = extra_env[i];
+    env[ne] = NULL;
+    tu_run_cmd(r, argv, env, 120, NULL, NULL);
+}
+
+/* Reads line @no of greedy.tsv: prompt and the count of prompt ids. */
+static void golden_prompt(int no, char *prompt, size_t len, int *n_ids)
+{
+    char path[4200];
+    tu_path(path, sizeof(path), "%s/golden/stories260K/greedy.tsv", tu_shared());
+    char *tsv = tu_slurp(path, NULL);
+    assert_non_null(tsv);
+    char *line = tsv;
+    for (int i = 1; i < no; i++)
+        line = strchr(line, '\n') + 1;
+    char *tab = strchr(line, '\t');
+    snprintf(prompt, len, "%.*s", (int)(tab - line), line);
+    char *ids = tab + 1, *end = strchr(ids, '\t');
+    *n_ids = 0;
+    for (char *p = ids; p < end; p++)
+        if ((p == ids || p[-1] == ' ') && *p != ' ')
+            (*n_ids)++;
+    free(tsv);
+}
+
+static void test_golden_greedy_f32(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200];
+    tu_path(model, sizeof(model), "%s/f32.shlm", dir);
+    for (int no = 1; no <= 4; no++) {
+        char prompt[512], n[16], path[4200];
+        int n_ids;
+        golden_prompt(no, prompt, sizeof(prompt), &n_ids);
+        /* the reference fed 256 positions and printed every token after BOS: its text holds
+         * 257 - n_ids new tokens unless it stopped at id 1 earlier */
+        snprintf(n, sizeof(n), "%d", 257 - n_ids);
+        char *args[] = {"generate", "-m", model, "-p", prompt, "-n", n, "--temp", "0", NULL};
+        run_shardlm(r, args, NULL);
+        tu_path(path, sizeof(path), "%s/golden/stories260K/p%d.txt", tu_shared(), no);
+        size_t glen;
+        char *golden = tu_slurp(path, &glen);
+        assert_non_null(golden);
+        if (r->status != 0 || r->out_len != glen || memcmp(r->out, golden, glen) != 0)
+            fprintf(stderr, "prompt %d: status %d\n--- got\n%s\n--- want\n%s\n--- stderr\n%s\n", no,
+                    r->status, r->out, golden, r->err);
+        assert_int_equal(r->status, 0);
+        assert_int_equal(r->out_len, glen);
+        assert_memory_equal(r->out, golden, glen);
+        free(golden);
+        assert_runtime_clean();
+    }
+    free(r);
+}
+
+/* Runs eval and returns the overall kld / top1 from its last line. */
+static void eval_model(const char *name, double *kld, double *top1, double *ppl)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200], ref[4200];
+    tu_path(model, sizeof(model), "%s/%s.shlm", dir, name);
+    tu_path(ref, sizeof(ref), "%s/golden/stories260K", tu_shared());
+    char *args[] = {"eval", "-m", model, "--ref", ref, NULL};
+    run_shardlm(r, args, NULL);
+    if (r->status)
+        fprintf(stderr, "eval %s: %s", name, r->err);
+    assert_int_equal(r->status, 0);
+    char *last = strstr(r->out, "overall ");
+    assert_non_null(last);
+    assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", kld, top1, ppl), 3);
+    /* four prompts reported before the overall line */
+    int lines = 0;
+    for (char *p = r->out; (p = strstr(p, "prompt ")); p++)
+        lines++;
+    assert_int_equal(lines, 4);
+    fprintf(stderr, "eval %-10s kld=%.6g top1=%.4f ppl=%.4f\n", name, *kld, *top1, *ppl);
+    free(r);
+    assert_runtime_clean();
+}
+
+/* Bounds: the targets, and our measured figures with margin (README, table). */
+static void test_eval_fidelity(void **state)
+{
+    double kld, top1, ppl, ppl_f32;
+    eval_model("f32", &kld, &top1, &ppl_f32);
+    assert_true(kld < 1e-6);
+    assert_true(top1 == 1.0);
+    assert_true(ppl_f32 > 1.0 && ppl_f32 < 2.0); /* measured 1.8272 */
+    eval_model("bf16", &kld, &top1, &ppl);
+    assert_true(kld < 2e-4); /* measured 4.3e-05 */
+    assert_true(top1 > 0.98);
+    eval_model("w4a16g64", &kld, &top1, &ppl);
+    assert_true(kld <= 0.080); /* target; measured 0.0728 */
+    assert_true(top1 > 0.80);
+    eval_model("w4a16g128", &kld, &top1, &ppl);
+    assert_true(kld <= 0.085); /* measured 0.0755 */
+    eval_model("w4a8g128", &kld, &top1, &ppl);
+    assert_true(kld <= 0.085); /* target; measured 0.0842 */
+    assert_true(top1 > 0.80);
+    assert_true(ppl > ppl_f32 && ppl < ppl_f32 * 1.2);
+}
+
+/* Expects exit status 1 or 2, a one-line error containing @needle, no output, nothing left. */
+static void expect_failure(struct tu_run *r, const char *needle)
+{
+    if (r->status == 0 || !strstr(r->err, needle))
+        fprintf(stderr, "status %d, stderr: %s (wanted '%s')\n", r->status, r->err, needle);
+    assert_true(r->status == 1 || r->status == 2);
+    assert_non_null(strstr(r->err, needle));
+    assert_non_null(strstr(r->err, "shardlm"));
+    assert_runtime_clean();
+    assert_no_workers();
+}
+
+static void test_bad_checkpoints(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char src[4200], tok[4200], bad[4200], out[4200];
+    tu_path(src, sizeof(src), "%s/models/stories260K/stories260K.bin", tu_src());
+    tu_path(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", tu_src());
+    tu_path(bad, sizeof(bad), "%s/bad.bin", dir);
+    tu_path(out, sizeof(out), "%s/bad.shlm", dir);
+    char *args[] = {"convert", bad, "--tokenizer", tok, "--scheme", "w4a8", "-o", out, NULL};
+
+    /* missing */
+    unlink(bad);
+    run_shardlm(r, args, NULL);
+    expect_failure(r, "No such file");
+    size_t len = 0;
+    char *ck = tu_slurp(src, &len);
+    assert_non_null(ck);
+    /* truncated inside the header, then inside the weights */
+    assert_int_equal(tu_write(bad, ck, 20), 0);
+    run_shardlm(r, args, NULL);
+    expect_failure(r, "truncated");
+    assert_int_equal(tu_write(bad, ck, len - 100), 0);
+    run_shardlm(r, args, NULL);
+    expect_failure(r, "the header implies");
+    /* header sizes that do not match the file: dim 64 -> 96 */
+    int32_t dim = 96;
+    memcpy(ck, &dim, 4);
+    assert_int_equal(tu_write(bad, ck, len), 0);
+    run_shardlm(r, args, NULL);
+    expect_failure(r, "the header implies");
+    /* absurd header fields */
+    int32_t huge = 0x7fffffff;
+    memcpy(ck + 4, &huge, 4);
+    assert_int_equal(tu_write(bad, ck, len), 0);
+    run_shardlm(r, args, NULL);
+    expect_failure(r, "hidden_dim");
+    assert_int_equal(access(out, F_OK), -1); /* no partial output */
+    free(ck);
+
+    /* unknown scheme, bad group, a tokenizer of another vocabulary */
+    char *a2[] = {"convert", src, "--tokenizer", tok, "--scheme", "q3", "-o", out, NULL};
+    run_shardlm(r, a2, NULL);
+    expect_failure(r, "unknown scheme 'q3'");
+    char *a3[] = {"convert", src, "--tokenizer", tok, "--scheme", "w4a8", "--group", "100", "-o",
+                  out, NULL};
+    run_shardlm(r, a3, NULL);
+    expect_failure(r, "--group");
+    char tok32k[4200];
+    tu_path(tok32k, sizeof(tok32k), "%s/tokenizers/llama2-tokenizer.bin", tu_shared());
+    char *a4[] = {"convert", src, "--tokenizer", tok32k, "--scheme", "f32", "-o", out, NULL};
+    run_shardlm(r, a4, NULL);
+    expect_failure(r, "wrong vocabulary size?");
+    assert_int_equal(access(out, F_OK), -1);
+    free(r);
+}
+
+static void test_bad_model_files(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char good[4200], bad[4200];
+    tu_path(good, sizeof(good), "%s/f32.shlm", dir);
+    tu_path(bad, sizeof(bad), "%s/bad.shlm", dir);
+    char *args[] = {"generate", "-m", bad, "-p", "Once", "-n", "4", "--temp", "0", NULL};
+    size_t len = 0;
+    char *m = tu_slurp(good, &len);
+    assert_non_null(m);
+
+    /* wrong magic: the checkpoint itself given as a model */
+    char ck[4200];
+    tu_path(ck, sizeof(ck), "%s/models/stories260K/stories260K.bin", tu_src());
+    char *a0[] = {"generate", "-m", ck, "-p", "Once", NULL};
+    run_shardlm(r, a0, NULL);
+    expect_failure(r, "not a .shlm file");
+    /* missing */
+    unlink(bad);
+    run_shardlm(r, args, NULL);
+    expect_failure(r, "No such file");
+    /* truncated */
+    assert_int_equal(tu_write(bad, m, len / 2), 0);
+    run_shardlm(r, args, NULL);
+    expect_failure(r, "truncated");
+    /* a flipped byte in the last tensor's data */
+    m[len - 4096 + 7] ^= 0x40;
+    assert_int_equal(tu_write(bad, m, len), 0);
+    run_shardlm(r, args, NULL);
+    expect_failure(r, "checksum mismatch");
+    m[len - 4096 + 7] ^= 0x40;
+    /* a flipped byte in the header's config */
+    m[40] ^= 1;
+    assert_int_equal(tu_write(bad, m, len), 0);
+    run_shardlm(r, args, NULL);
+    expect_failure(r, "header checksum");
+    free(m);
+    free(r);
+}
+
+static void test_bad_arguments(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200];
+    tu_path(model, sizeof(model), "%s/f32.shlm", dir);
+    /* a prompt longer than the 512-token context */
+    char *prompt = malloc(8192);
+    prompt[0] = 0;
+    for (int i = 0; i < 600; i++)
+        strcat(prompt, "cat ");
+    char *a1[] = {"generate", "-m", model, "-p", prompt, "-n", "1", NULL};
+    run_shardlm(r, a1, NULL);
+    expect_failure(r, "longer than the context of 512");
+    char *a2[] = {"generate", "-m", model, "-p", "Once", "-n", "600", NULL};
+    run_shardlm(r, a2, NULL);
+    expect_failure(r, "exceeds the context of 512");
+    char *a3[] = {"generate", "-m", model, "-p", "Once", "-n", "x", NULL};
+    run_shardlm(r, a3, NULL);
+    expect_failure(r, "-n 'x'");
+    char *a4[] = {"generate", "-m", model, "-p", "Once", "--top-p", "1.5", NULL};
+    run_shardlm(r, a4, NULL);
+    expect_failure(r, "--top-p");
+    char *a5[] = {"frobnicate", NULL};
+    run_shardlm(r, a5, NULL);
+    expect_failure(r, "unknown command");
+    char *a6[] = {"generate", "--help", NULL};
+    run_shardlm(r, a6, NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "--temp"));
+    free(prompt);
+    free(r);
+}
+
+/* The worker cannot be started (missing binary), or starts and dies before Hello. */
+static void test_worker_fails_to_start(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200];
+    tu_path(model, sizeof(model), "%s/f32.shlm", dir);
+    char *args[] = {"generate", "-m", model, "-p", "Once", "-n", "4", NULL};
+    char *e1[] = {"SHARDLM_WORKER=/nonexistent/shardlm-worker", NULL};
+    run_shardlm(r, args, e1);
+    expect_failure(r, "cannot start worker /nonexistent/shardlm-worker");
+    char *e2[] = {"SHARDLM_WORKER=/bin/false", NULL};
+    run_shardlm(r, args, e2);
+    expect_failure(r, "exited with status 1");
+    /* a worker that runs but never connects: the Hello timeout fires and it is killed */
+    char script[4200], env3[4300];
+    tu_path(script, sizeof(script), "%s/silent-worker.sh", dir);
+    const char body[] = "#!/bin/sh\nexec sleep 60\n";
+    assert_int_equal(tu_write(script, body, sizeof(body) - 1), 0);
+    chmod(script, 0700);
+    tu_path(env3, sizeof(env3), "SHARDLM_WORKER=%s", script);
+    char *e3[] = {env3, NULL};
+    run_shardlm(r, args, e3);
+    expect_failure(r, "did not say Hello");
+    free(r);
+}
+
+static void send_sigint_later(pid_t pid, void *arg)
+{
+    (void)arg;
+    usleep(700 * 1000);
+    kill(pid, SIGINT);
+}
+
+/* SIGINT during generation: exit 130 with the text so far and a final newline, nothing left. */
+static void test_sigint_stops_cleanly(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200];
+    tu_path(model, sizeof(model), "%s/f32.shlm", dir);
+    /* the worker's fault hook slows each step to 20 ms, so 400 steps outlast the signal */
+    char *argv[] = {(char *)tu_bin(), "generate", "-m", model, "-p", "Once upon a time", "-n",
+                    "400", "--temp", "1", "--seed", "7", NULL};
+    char *env[] = {env_rundir, "SHARDLM_FAULT=step_delay_ms=20", NULL};
+    tu_run_cmd(r, argv, env, 60, send_sigint_later, NULL);
+    assert_int_equal(r->status, 130);
+    assert_non_null(strstr(r->out, "Once upon a time"));
+    assert_true(r->out_len > 0 && r->out[r->out_len - 1] == '\n');
+    assert_non_null(strstr(r->err, "stopped by signal 2"));
+    assert_runtime_clean();
+    assert_no_workers();
+    free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_greedy_f32),   cmocka_unit_test(test_eval_fidelity),
+        cmocka_unit_test(test_bad_checkpoints),     cmocka_unit_test(test_bad_model_files),
+        cmocka_unit_test(test_bad_arguments),       cmocka_unit_test(test_worker_fails_to_start),
+        cmocka_unit_test(test_sigint_stops_cleanly),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,196 @@
+/* Test helpers: paths to the shared data and the built binaries, temporary folders, running a
+ * command with a timeout and capturing its output. Header-only so each test stays one file. */
+#ifndef SHARDLM_TESTUTIL_H
+#define SHARDLM_TESTUTIL_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static inline const char *tu_env(const char *name, const char *fallback)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : fallback;
+}
+/* ../shared (golden outputs, tokenizers), the source tree, the shardlm binary */
+static inline const char *tu_shared(void) { return tu_env("SHARDLM_SHARED", "../shared"); }
+static inline const char *tu_src(void) { return tu_env("SHARDLM_SRC", "."); }
+static inline const char *tu_bin(void) { return tu_env("SHARDLM_BIN", "shardlm"); }
+
+static inline void tu_path(char *out, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out, len, fmt, ap);
+    va_end(ap);
+}
+
+/* A fresh private folder under $TMPDIR; removed (with its files, one level) by tu_rmdir. */
+static inline void tu_mkdtemp(char *out, size_t len, const char *tag)
+{
+    snprintf(out, len, "%s/shardlm-%s-XXXXXX", tu_env("TMPDIR", "/tmp"), tag);
+    if (!mkdtemp(out)) {
+        perror("mkdtemp");
+        abort();
+    }
+}
+
+static inline void tu_rmdir(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "warning: could not remove %s\n", dir);
+}
+
+/* Number of entries in @dir, not counting . and .. (-1 if it cannot be read). */
+static inline int tu_count_files(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof(cmd), "ls -A '%s' 2>/dev/null | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (p) {
+        if (fscanf(p, "%d", &n) != 1)
+            n = -1;
+        pclose(p);
+    }
+    return n;
+}
+
+struct tu_run {
+    int status; /* exit code, or 128 + signal, or -1 on timeout */
+    char out[1 << 16], err[1 << 14];
+    size_t out_len, err_len;
+};
+
+/* Runs argv (NULL-terminated) with extra environment entries @env ("K=V", NULL-terminated or
+ * NULL), capturing stdout and stderr, killing it after @timeout_s. If @on_start is not NULL it
+ * is called with the child's pid once it runs (to signal it, say). */
+static inline void tu_run_cmd(struct tu_run *r, char *const argv[], char *const env[],
+                              int timeout_s, void (*on_start)(pid_t, void *), void *arg)
+{
+    int po[2], pe[2];
+    memset(r, 0, sizeof(*r));
+    if (pipe(po) || pipe(pe))
+        abort();
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        close(po[0]);
+        close(pe[0]);
+        for (int i = 0; env && env[i]; i++)
+            putenv(env[i]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    if (on_start)
+        on_start(pid, arg);
+    struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
+    time_t end = time(NULL) + timeout_s;
+    int open_fds = 2;
+    while (open_fds > 0) {
+        int left = (int)(end - time(NULL));
+        if (left <= 0)
+            break;
+        if (poll(fds, 2, left * 1000) <= 0)
+            continue;
+        for (int i = 0; i < 2; i++) {
+            if (!(fds[i].revents & (POLLIN | POLLHUP)))
+                continue;
+            char *buf = i ? r->err : r->out;
+            size_t *len = i ? &r->err_len : &r->out_len;
+            size_t cap = (i ? sizeof(r->err) : sizeof(r->out)) - 1;
+            char tmp[4096];
+            ssize_t n = read(fds[i].fd, tmp, sizeof(tmp));
+            if (n <= 0) {
+                fds[i].fd = -1;
+                open_fds--;
+                continue;
+            }
+            size_t take = (size_t)n < cap - *len ? (size_t)n : cap - *len;
+            memcpy(buf + *len, tmp, take);
+            *len += take;
+            buf[*len] = 0;
+        }
+    }
+    int st;
+    if (open_fds > 0) { /* timed out */
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        r->status = -1;
+    } else {
+        waitpid(pid, &st, 0);
+        r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
+    close(po[0]);
+    close(pe[0]);
+}
+
+/* Reads a whole small file into a malloc'd NUL-terminated buffer (NULL if it cannot). */
+static inline char *tu_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    if (b)
+        b[n] = 0;
+    if (len)
+        *len = (size_t)n;
+    fclose(f);
+    return b;
+}
+
+static inline int tu_write(const char *path, const void *buf, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = fwrite(buf, 1, len, f);
+    fclose(f);
+    return w == len ? 0 : -1;
+}
+
+/* Converts the bundled stories260K model with `shardlm convert` (extra args, NULL-terminated)
+ * into @out. Returns the exit status. */
+static inline int tu_convert(const char *out, const char *scheme, const char *const extra[])
+{
+    char ck[4096], tok[4096];
+    tu_path(ck, sizeof(ck), "%s/models/stories260K/stories260K.bin", tu_src());
+    tu_path(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", tu_src());
+    char *argv[16] = {(char *)tu_bin(), "convert", ck, "--tokenizer", tok, "--scheme",
+                      (char *)scheme, "-o", (char *)out, "-q"};
+    int n = 10;
+    for (int i = 0; extra && extra[i] && n < 15; i++)
+        argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    struct tu_run *r = malloc(sizeof(*r));
+    tu_run_cmd(r, argv, NULL, 120, NULL, NULL);
+    int st = r->status;
+    if (st)
+        fprintf(stderr, "convert %s failed (%d): %s", scheme, st, r->err);
+    free(r);
+    return st;
+}
+
+#endif
