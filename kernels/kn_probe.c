@@ -47,11 +47,13 @@ void kn_cpu_probe(struct kn_cpu *c)
     c->amx = os_amx && (d & (1u << 24)) && (d & (1u << 25));
 }
 
+#ifdef SHARDLM_HAVE_AVX512
 static bool runs_avx512(const struct kn_cpu *c)
 {
     return c->avx512f && c->avx512bw && c->avx512vl && c->avx512vnni && c->avx512bf16 && c->fma &&
            c->f16c;
 }
+#endif
 
 int kn_ops_available(const struct kn_ops **out, int max)
 {

@@ -1,0 +1,267 @@
+/* shm/shlm + coordinator/convert + coordinator/llama2c: the .shlm format written by convert and
+ * read back; every corruption is refused with a message naming the field; untied classifiers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+
+#include "convert.h"
+#include "llama2c.h"
+#include "shlm.h"
+#include "testutil.h"
+
+static char dir[4096];
+
+static int setup(void **state)
+{
+    tu_mkdtemp(dir, sizeof(dir), "shlm");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    tu_rmdir(dir);
+    return 0;
+}
+
+static void convert_to(const char *ck, const char *out, enum shlm_scheme s, int group, int head)
+{
+    char tok[4200];
+    tu_path(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", tu_src());
+    struct coord_convert_opts o = {.checkpoint = ck, .tokenizer = tok, .out = out, .scheme = s,
+                                   .group = group, .head_bits = head, .quiet = true};
+    struct coord_err e;
+    int rc = coord_convert(&o, &e);
+    if (rc)
+        fprintf(stderr, "%s\n", e.msg);
+    assert_int_equal(rc, 0);
+}
+
+static const char *stories(void)
+{
+    static char p[4200];
+    tu_path(p, sizeof(p), "%s/models/stories260K/stories260K.bin", tu_src());
+    return p;
+}
+
+static void test_roundtrip_every_scheme(void **state)
+{
+    static const struct { enum shlm_scheme s; int group, head; enum kn_dtype mat, emb; } cases[] = {
+        {SHLM_SCHEME_F32, 0, 8, KN_DT_F32, KN_DT_F32},
+        {SHLM_SCHEME_BF16, 0, 8, KN_DT_BF16, KN_DT_BF16},
+        {SHLM_SCHEME_W4A16, 64, 8, KN_DT_W4A16, KN_DT_Q8},
+        {SHLM_SCHEME_W4A16, 128, 4, KN_DT_W4A16, KN_DT_W4A16},
+        {SHLM_SCHEME_W4A8, 128, 8, KN_DT_W4A8, KN_DT_Q8},
+        {SHLM_SCHEME_W4A8, 64, 4, KN_DT_W4A8, KN_DT_W4A8},
+    };
+    struct coord_llama2c ck;
+    struct coord_err e;
+    assert_int_equal(coord_llama2c_open(&ck, stories(), &e), 0);
+    assert_int_equal(ck.cfg.dim, 64);
+    assert_int_equal(ck.cfg.hidden_dim, 172);
+    assert_int_equal(ck.cfg.n_kv_heads, 4);
+    assert_true(ck.cfg.tied_embd);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char out[4300];
+        tu_path(out, sizeof(out), "%s/m%zu.shlm", dir, i);
+        convert_to(stories(), out, cases[i].s, cases[i].group, cases[i].head);
+        size_t len = 0;
+        char *buf = tu_slurp(out, &len);
+        struct shlm_model m;
+        char err[512];
+        assert_int_equal(shlm_parse(&m, buf, len, out, err, sizeof(err)), 0);
+        assert_int_equal(shlm_verify_data(&m, out, err, sizeof(err)), 0);
+        assert_int_equal(len % SHLM_ALIGN, 0);
+        for (uint32_t t = 0; t < m.hdr->n_tensors; t++)
+            assert_int_equal(m.tensors[t].offset % SHLM_ALIGN, 0);
+        const struct shlm_tensor *up = shlm_find(&m, "blk.2.ffn_up");
+        const struct shlm_tensor *emb = shlm_find(&m, "tok_embd");
+        assert_non_null(up);
+        assert_non_null(emb);
+        assert_null(shlm_find(&m, "output")); /* tied */
+        assert_int_equal(up->dtype, cases[i].mat);
+        assert_int_equal(emb->dtype, cases[i].emb);
+        /* dequantized rows stay close to the source: ragged groups (cols 172) included */
+        struct kn_mat v;
+        shlm_view(&m, up, &v);
+        const float *src = coord_llama2c_tensor(&ck, "blk.2.ffn_up");
+        float row[64], err2 = 0, ref2 = 0;
+        for (int r = 0; r < v.rows; r++) {
+            kn_mat_row(&v, r, row);
+            for (int c = 0; c < v.cols; c++) {
+                float d = row[c] - src[r * v.cols + c];
+                err2 += d * d;
+                ref2 += src[r * v.cols + c] * src[r * v.cols + c];
+            }
+        }
+        float rel = sqrtf(err2 / ref2);
+        /* int4: ~10% relative RMS error; bf16 ~0.3%; f32 exact */
+        float bound = cases[i].s == SHLM_SCHEME_F32 ? 0.0f : cases[i].s == SHLM_SCHEME_BF16 ? 0.005f : 0.15f;
+        assert_true(rel <= bound);
+        free(buf);
+    }
+    coord_llama2c_close(&ck);
+}
+
+/* Writes @buf with one change and expects shlm_parse to refuse it, naming @needle. */
+static void expect_refused(const char *buf, size_t len, const char *needle)
+{
+    struct shlm_model m;
+    char err[512] = "";
+    int rc = shlm_parse(&m, buf, len, "x.shlm", err, sizeof(err));
+    if (rc == 0 || !strstr(err, needle))
+        fprintf(stderr, "rc %d err '%s', wanted '%s'\n", rc, err, needle);
+    assert_true(rc < 0);
+    assert_non_null(strstr(err, needle));
+    assert_non_null(strstr(err, "x.shlm"));
+}
+
+/* Recomputes the header checksum after an edit, so the deeper checks are reached. */
+static void reseal(char *buf)
+{
+    struct shlm_header *h = (struct shlm_header *)buf;
+    h->checksum = 0;
+    h->checksum = shlm_hash(h, sizeof(*h)) ^
+                  shlm_hash(buf + h->table_offset, h->n_tensors * sizeof(struct shlm_tensor));
+}
+
+static void test_corruptions(void **state)
+{
+    char out[4300];
+    tu_path(out, sizeof(out), "%s/c.shlm", dir);
+    convert_to(stories(), out, SHLM_SCHEME_W4A8, 128, 8);
+    size_t len = 0;
+    char *good = tu_slurp(out, &len), *b = malloc(len);
+    struct shlm_header *h = (struct shlm_header *)b;
+    struct shlm_tensor *t;
+
+    expect_refused(good, 100, "shorter than the");
+    memcpy(b, good, len);
+    b[0] = 'X';
+    expect_refused(b, len, "not a .shlm file");
+    expect_refused(good, len - 4096, "truncated");
+    memcpy(b, good, len);
+    h->version = 99;
+    expect_refused(b, len, "version");
+    memcpy(b, good, len);
+    h->cfg.dim = 65;
+    expect_refused(b, len, "checksum");
+    reseal(b);
+    expect_refused(b, len, "tensor tok_embd: dtype/shape");
+    memcpy(b, good, len);
+    h->n_tensors = 0x7fffffff;
+    expect_refused(b, len, "n_tensors");
+    memcpy(b, good, len);
+    h->table_offset = len - 8;
+    reseal(b);
+    expect_refused(b, len, "table_offset");
+    memcpy(b, good, len);
+    h->cfg.n_kv_heads = 3;
+    reseal(b);
+    expect_refused(b, len, "n_kv_heads");
+    memcpy(b, good, len);
+    h->scheme = 9;
+    reseal(b);
+    expect_refused(b, len, "scheme");
+    memcpy(b, good, len);
+    h->tok_bytes = len;
+    reseal(b);
+    expect_refused(b, len, "tok_offset/tok_bytes");
+
+    memcpy(b, good, len);
+    t = (struct shlm_tensor *)(b + h->table_offset);
+    t[3].offset = len; /* past the end with its size */
+    reseal(b);
+    expect_refused(b, len, "outside the data region");
+    memcpy(b, good, len);
+    t[3].offset = t[4].offset; /* two tensors on one place */
+    t[3].bytes = t[4].bytes;
+    reseal(b);
+    expect_refused(b, len, "");
+    memcpy(b, good, len);
+    memcpy(t[5].name, t[6].name, SHLM_NAME_MAX); /* duplicate, so one is missing */
+    reseal(b);
+    expect_refused(b, len, "appears twice");
+    memcpy(b, good, len);
+    memset(t[2].name, 'a', SHLM_NAME_MAX); /* unterminated */
+    reseal(b);
+    expect_refused(b, len, "not terminated");
+    memcpy(b, good, len);
+    t[2].dtype = 77;
+    reseal(b);
+    expect_refused(b, len, "unknown dtype");
+    memcpy(b, good, len);
+    t[2].bytes += 1;
+    reseal(b);
+    expect_refused(b, len, "bytes, expected");
+
+    /* data corruption passes the structural parse, fails verification */
+    memcpy(b, good, len);
+    b[t[7].offset + 3] ^= 0x10;
+    struct shlm_model m;
+    char err[512];
+    assert_int_equal(shlm_parse(&m, b, len, "x.shlm", err, sizeof(err)), 0);
+    assert_int_equal(shlm_verify_data(&m, "x.shlm", err, sizeof(err)), -EIO);
+    assert_non_null(strstr(err, t[7].name));
+    free(b);
+    free(good);
+}
+
+/* A separate classifier (negative vocab_size in the llama2.c header) is read from the end of
+ * the checkpoint: here 2x the embedding, which must change the head and nothing else. */
+static void test_untied_classifier(void **state)
+{
+    size_t len = 0;
+    char *ck = tu_slurp(stories(), &len);
+    assert_non_null(ck);
+    size_t emb = 512 * 64 * sizeof(float);
+    char *u = malloc(len + emb);
+    memcpy(u, ck, len);
+    int32_t neg = -512;
+    memcpy(u + 20, &neg, 4);
+    float *cls = (float *)(u + len), *src = (float *)(ck + 28);
+    for (size_t i = 0; i < emb / 4; i++)
+        cls[i] = 2.0f * src[i];
+    char path[4300], out[4300];
+    tu_path(path, sizeof(path), "%s/untied.bin", dir);
+    tu_path(out, sizeof(out), "%s/untied.shlm", dir);
+    assert_int_equal(tu_write(path, u, len + emb), 0);
+
+    struct coord_llama2c l;
+    struct coord_err e;
+    assert_int_equal(coord_llama2c_open(&l, path, &e), 0);
+    assert_false(l.cfg.tied_embd);
+    assert_int_equal(l.cfg.vocab_size, 512);
+    assert_true(coord_llama2c_tensor(&l, "output")[5] == 2.0f * src[5]);
+    coord_llama2c_close(&l);
+
+    convert_to(path, out, SHLM_SCHEME_F32, 0, 8);
+    size_t ml = 0;
+    char *mb = tu_slurp(out, &ml);
+    struct shlm_model m;
+    char err[512];
+    assert_int_equal(shlm_parse(&m, mb, ml, out, err, sizeof(err)), 0);
+    const struct shlm_tensor *o = shlm_find(&m, "output");
+    assert_non_null(o);
+    assert_true(((const float *)(m.base + o->offset))[5] == 2.0f * src[5]);
+    /* the shared-classifier file was one classifier short: the untied header must not open it */
+    memcpy(ck + 20, &neg, 4);
+    assert_int_equal(tu_write(path, ck, len), 0);
+    assert_int_equal(coord_llama2c_open(&l, path, &e), -EINVAL);
+    free(mb);
+    free(u);
+    free(ck);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_every_scheme),
+        cmocka_unit_test(test_corruptions),
+        cmocka_unit_test(test_untied_classifier),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

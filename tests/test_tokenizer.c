@@ -1,0 +1,159 @@
+/* coordinator/tokenizer: llama2.c SentencePiece-BPE encode/decode against the golden ids, and
+ * hostile tokenizer.bin files. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+#include "tokenizer.h"
+
+static uint8_t *load(const char *rel, size_t *len, int shared)
+{
+    char path[4200];
+    tu_path(path, sizeof(path), "%s/%s", shared ? tu_shared() : tu_src(), rel);
+    uint8_t *b = (uint8_t *)tu_slurp(path, len);
+    assert_non_null(b);
+    return b;
+}
+
+static void test_golden_prompt_ids(void **state)
+{
+    size_t len, tl;
+    uint8_t *buf = load("models/stories260K/tok512.bin", &len, 0);
+    struct coord_tok t;
+    struct coord_err e;
+    assert_int_equal(coord_tok_init(&t, buf, len, 512, "tok512.bin", &e), 0);
+    char *tsv = (char *)load("golden/stories260K/greedy.tsv", &tl, 1);
+    int lines = 0;
+    for (char *save, *line = strtok_r(tsv, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *tab = strchr(line, '\t');
+        *tab = 0;
+        int32_t want[64], got[64];
+        int nw = 0;
+        for (char *p = tab + 1; *p && *p != '\t';) {
+            char *end;
+            want[nw++] = (int32_t)strtol(p, &end, 10);
+            p = end;
+            while (*p == ' ')
+                p++;
+        }
+        int ng = coord_tok_encode(&t, line, true, false, got, 64);
+        assert_int_equal(ng, nw);
+        assert_memory_equal(got, want, (size_t)nw * sizeof(int32_t));
+        /* decode(encode(x)) == x: pieces after BOS, leading space dropped */
+        char text[512] = "";
+        size_t tlen = 0;
+        for (int i = 1; i < ng; i++) {
+            size_t pl;
+            const char *piece = coord_tok_decode(&t, got[i - 1], got[i], &pl);
+            memcpy(text + tlen, piece, pl);
+            tlen += pl;
+        }
+        text[tlen] = 0;
+        assert_string_equal(text, line);
+        lines++;
+    }
+    assert_int_equal(lines, 4);
+    /* too small an output buffer is refused, not overrun */
+    int32_t small[2];
+    assert_int_equal(coord_tok_encode(&t, "Once upon a time", true, false, small, 2), -ENOSPC);
+    /* the empty text is BOS only; EOS on request */
+    assert_int_equal(coord_tok_encode(&t, "", true, true, small, 2), 2);
+    assert_int_equal(small[0], 1);
+    assert_int_equal(small[1], 2);
+    coord_tok_free(&t);
+    free(tsv);
+    free(buf);
+}
+
+/* Characters outside a 512-token vocabulary fall back to byte tokens and decode back. */
+static void test_byte_fallback(void **state)
+{
+    size_t len;
+    uint8_t *buf = load("models/stories260K/tok512.bin", &len, 0);
+    struct coord_tok t;
+    struct coord_err e;
+    assert_int_equal(coord_tok_init(&t, buf, len, 512, "tok512.bin", &e), 0);
+    const char *text = "caf\xc3\xa9 \xe2\x82\xac!";
+    int32_t ids[64];
+    int n = coord_tok_encode(&t, text, true, false, ids, 64);
+    assert_true(n > 3);
+    char out[64] = "";
+    size_t ol = 0;
+    for (int i = 1; i < n; i++) {
+        size_t pl;
+        const char *p = coord_tok_decode(&t, ids[i - 1], ids[i], &pl);
+        memcpy(out + ol, p, pl);
+        ol += pl;
+    }
+    out[ol] = 0;
+    assert_string_equal(out, text);
+    /* a lone control byte is not printed, a newline is */
+    assert_false(coord_tok_printable("\x01", 1));
+    assert_true(coord_tok_printable("\n", 1));
+    coord_tok_free(&t);
+    free(buf);
+}
+
+static void test_llama2_vocab(void **state)
+{
+    size_t len;
+    uint8_t *buf = load("tokenizers/llama2-tokenizer.bin", &len, 1);
+    struct coord_tok t;
+    struct coord_err e;
+    assert_int_equal(coord_tok_init(&t, buf, len, 32000, "llama2", &e), 0);
+    int32_t ids[64];
+    int n = coord_tok_encode(&t, "Hello world", true, false, ids, 64);
+    /* Llama 2: BOS, "▁Hello" 15043, "▁world" 3186 */
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[1], 15043);
+    assert_int_equal(ids[2], 3186);
+    coord_tok_free(&t);
+    free(buf);
+}
+
+static void test_hostile_files(void **state)
+{
+    size_t len;
+    uint8_t *buf = load("models/stories260K/tok512.bin", &len, 0);
+    struct coord_tok t;
+    struct coord_err e;
+    /* every truncation is an error, never a read past the end (ASan builds check that) */
+    for (size_t cut = 0; cut < len; cut += (cut < 64 ? 1 : 97)) {
+        uint8_t *c = malloc(cut ? cut : 1);
+        memcpy(c, buf, cut);
+        assert_int_equal(coord_tok_init(&t, c, cut, 512, "cut", &e), -EINVAL);
+        free(c);
+    }
+    /* wrong vocabulary sizes */
+    assert_int_equal(coord_tok_init(&t, buf, len, 511, "v", &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "wrong vocabulary size"));
+    assert_int_equal(coord_tok_init(&t, buf, len, 1 << 22, "v", &e), -EINVAL);
+    assert_int_equal(coord_tok_init(&t, buf, len, -3, "v", &e), -EINVAL);
+    /* a token length past max_token_length or negative */
+    uint8_t *c = malloc(len);
+    memcpy(c, buf, len);
+    int32_t bad = -5;
+    memcpy(c + 8, &bad, 4);
+    assert_int_equal(coord_tok_init(&t, c, len, 512, "neg", &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "token 0: length -5"));
+    bad = 0x7fffffff;
+    memcpy(c, &bad, 4);
+    assert_int_equal(coord_tok_init(&t, c, len, 512, "maxlen", &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "max_token_length"));
+    free(c);
+    free(buf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_prompt_ids),
+        cmocka_unit_test(test_byte_fallback),
+        cmocka_unit_test(test_llama2_vocab),
+        cmocka_unit_test(test_hostile_files),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
