@@ -48,7 +48,9 @@ int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
     }
     int np = coord_tok_encode(&tok, o->prompt, true, false, ids, max);
     if (np < 0) {
-        rc = coord_fail(e, np, "cannot tokenize the prompt: %s", strerror(-np));
+        rc = coord_fail(e, np, "cannot tokenize the prompt: %s",
+                        np == -EILSEQ ? "a character this vocabulary cannot spell"
+                                      : strerror(-np));
         goto out_ids;
     }
     if (np > ctx) {

@@ -76,6 +76,8 @@ int coord_sample(struct coord_sampler *s, float *logits)
     for (int i = 0; i < n; i++)
         if (logits[i] >= cutoff)
             s->scratch[m++] = (struct coord_prob){logits[i], i};
+    if (m == 0) /* top_p below 1/n on a flat distribution: nothing passes, take the top */
+        return coord_argmax(logits, n);
     qsort(s->scratch, (size_t)m, sizeof(*s->scratch), by_prob_desc);
     float mass = 0.0f;
     int last = m - 1;

@@ -130,8 +130,16 @@ int coord_tok_encode(const struct coord_tok *t, const char *text, bool bos, bool
         if (id >= 0) {
             ids[n++] = id;
         } else {
-            for (size_t i = 0; i < blen; i++)
-                ids[n++] = (unsigned char)buf[i] + 3;
+            /* byte fallback: ids 3..258 are <0x00>..<0xFF> in a llama2.c vocabulary */
+            for (size_t i = 0; i < blen; i++) {
+                int id = (unsigned char)buf[i] + 3;
+                if (id >= t->vocab_size) {
+                    free(ids);
+                    free(buf);
+                    return -EILSEQ;
+                }
+                ids[n++] = id;
+            }
         }
         blen = 0;
     }

@@ -32,7 +32,7 @@ void coord_tok_free(struct coord_tok *t);
 
 /* Encodes @text (llama2.c rules: dummy-prefix space, UTF-8 characters or byte fallback, then
  * best-score pair merges). Writes at most @max ids to @out; returns the count, or -ENOSPC when
- * @max is too small, -ENOMEM. */
+ * @max is too small, -EILSEQ for a character the vocabulary cannot spell (no byte tokens), -ENOMEM. */
 int coord_tok_encode(const struct coord_tok *t, const char *text, bool bos, bool eos, int32_t *out,
                      int max);
 /* The text of @token following @prev: a leading space after BOS is dropped, "<0xNN>" pieces are

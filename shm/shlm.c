@@ -189,6 +189,15 @@ int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *w
     if (h->tok_offset > size || h->tok_bytes > size - h->tok_offset || h->tok_bytes == 0)
         return fail(err, errlen, -EINVAL, "%s: header fields tok_offset/tok_bytes are out of the file",
                     what);
+    /* regions in order, none overlapping: header, table, tokenizer, data */
+    if (h->tok_offset < h->table_offset + table_bytes)
+        return fail(err, errlen, -EINVAL, "%s: header field tok_offset %llu overlaps the tensor "
+                    "table", what, (unsigned long long)h->tok_offset);
+    if (h->data_offset % SHLM_ALIGN || h->data_offset < h->tok_offset + h->tok_bytes ||
+        h->data_offset > size)
+        return fail(err, errlen, -EINVAL, "%s: header field data_offset %llu is not a 4 KiB "
+                    "boundary after the tokenizer within the file", what,
+                    (unsigned long long)h->data_offset);
     if (h->tok_kind != SHLM_TOK_LLAMA2C)
         return fail(err, errlen, -EINVAL, "%s: header field tok_kind is %u, expected 1 (llama2.c)",
                     what, h->tok_kind);

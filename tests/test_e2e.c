@@ -368,13 +368,46 @@ static void test_sigint_stops_cleanly(void **state)
     free(r);
 }
 
+static void kill_worker_later(pid_t pid, void *arg)
+{
+    char cmd[4400];
+    usleep(500 * 1000);
+    tu_path(cmd, sizeof(cmd), "pkill -9 -f '[s]hardlm-worker --endpoint ipc://%s/'", rundir);
+    *(int *)arg = system(cmd);
+}
+
+/* A worker killed during generation is reported (not waited on forever) and cleaned up. */
+static void test_worker_dies_mid_generation(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200];
+    tu_path(model, sizeof(model), "%s/f32.shlm", dir);
+    char *argv[] = {(char *)tu_bin(), "generate", "-m", model, "-p", "Once upon a time", "-n",
+                    "400", "--temp", "0", NULL};
+    char *env[] = {env_rundir, "SHARDLM_FAULT=step_delay_ms=20", NULL};
+    int killed = -1;
+    time_t t0 = time(NULL);
+    tu_run_cmd(r, argv, env, 60, kill_worker_later, &killed);
+    assert_int_equal(killed, 0);
+    assert_int_equal(r->status, 1);
+    assert_non_null(strstr(r->err, "was killed by signal 9"));
+    assert_true(time(NULL) - t0 < 5); /* 400 steps of 20 ms would take 8 s */
+    assert_runtime_clean();
+    assert_no_workers();
+    free(r);
+}
+
 int main(void)
 {
+    int skip_rc = tu_require_shared();
+    if (skip_rc >= 0)
+        return skip_rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_greedy_f32),   cmocka_unit_test(test_eval_fidelity),
         cmocka_unit_test(test_bad_checkpoints),     cmocka_unit_test(test_bad_model_files),
         cmocka_unit_test(test_bad_arguments),       cmocka_unit_test(test_worker_fails_to_start),
         cmocka_unit_test(test_sigint_stops_cleanly),
+        cmocka_unit_test(test_worker_dies_mid_generation),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -149,6 +149,9 @@ static void test_hostile_files(void **state)
 
 int main(void)
 {
+    int skip_rc = tu_require_shared();
+    if (skip_rc >= 0)
+        return skip_rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_prompt_ids),
         cmocka_unit_test(test_byte_fallback),

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +26,22 @@ static inline const char *tu_env(const char *name, const char *fallback)
 static inline const char *tu_shared(void) { return tu_env("SHARDLM_SHARED", "../shared"); }
 static inline const char *tu_src(void) { return tu_env("SHARDLM_SRC", "."); }
 static inline const char *tu_bin(void) { return tu_env("SHARDLM_BIN", "shardlm"); }
+
+/* Whether the shared test data is there. When it is not, a test that needs it exits 77 (ctest
+ * SKIP) saying how to run it; under CI (CI=true) a missing folder is a failure instead, so a
+ * misplaced checkout cannot pass by skipping. Returns the exit code to use, or -1 to go on. */
+static inline int tu_require_shared(void)
+{
+    char p[4200];
+    snprintf(p, sizeof(p), "%s/golden/stories260K/greedy.tsv", tu_shared());
+    if (access(p, R_OK) == 0)
+        return -1;
+    bool ci = getenv("CI") && strcmp(getenv("CI"), "true") == 0;
+    fprintf(stderr, "%s: shared test data not found at %s (golden outputs of stories260K); "
+            "configure with -DSHARDLM_SHARED_DIR=/path/to/shared or set SHARDLM_SHARED to run "
+            "this test\n", ci ? "FAIL" : "SKIP", tu_shared());
+    return ci ? 1 : 77;
+}
 
 static inline void tu_path(char *out, size_t len, const char *fmt, ...)
 {

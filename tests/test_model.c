@@ -1,0 +1,168 @@
+/* worker/model: the forward pass in-process, against the reference logits of llama2.c, for
+ * every kernel table, in chunks of several tokens and one token at a time. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+
+#include "convert.h"
+#include "model.h"
+#include "seg.h"
+#include "testutil.h"
+
+#define VOCAB 512
+
+static char dir[4096];
+static char *image;
+static size_t image_len;
+static struct shlm_model img;
+static int32_t tokens[300];
+static int n_rows; /* reference logits rows of prompt 1 */
+static float *ref_logits;
+
+static int setup(void **state)
+{
+    tu_mkdtemp(dir, sizeof(dir), "model");
+    char ck[4200], tok[4200], out[4200], path[4200];
+    tu_path(ck, sizeof(ck), "%s/models/stories260K/stories260K.bin", tu_src());
+    tu_path(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", tu_src());
+    tu_path(out, sizeof(out), "%s/f32.shlm", dir);
+    struct coord_convert_opts o = {.checkpoint = ck, .tokenizer = tok, .out = out,
+                                   .scheme = SHLM_SCHEME_F32, .head_bits = 8, .quiet = true};
+    struct coord_err e;
+    if (coord_convert(&o, &e))
+        return -1;
+    image = tu_slurp(out, &image_len);
+    char err[512];
+    if (!image || shlm_parse(&img, image, image_len, out, err, sizeof(err)))
+        return -1;
+    /* prompt 1: its prompt and generated ids, and its logits */
+    tu_path(path, sizeof(path), "%s/golden/stories260K/greedy.tsv", tu_shared());
+    char *tsv = tu_slurp(path, NULL);
+    if (!tsv)
+        return -1;
+    char *p = strchr(tsv, '\t') + 1;
+    int n = 0;
+    while (*p && *p != '\n' && n < 300) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        tokens[n++] = (int32_t)v;
+        p = end;
+    }
+    free(tsv);
+    tu_path(path, sizeof(path), "%s/golden/stories260K/p1.logits.f32", tu_shared());
+    size_t len = 0;
+    ref_logits = (float *)tu_slurp(path, &len);
+    n_rows = (int)(len / (VOCAB * sizeof(float)));
+    return ref_logits && n_rows <= n ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    free(image);
+    free(ref_logits);
+    tu_rmdir(dir);
+    return 0;
+}
+
+static double kld_row(const float *ref, const float *got)
+{
+    double mr = ref[0], mg = got[0], sr = 0, sg = 0, kl = 0;
+    for (int i = 1; i < VOCAB; i++) {
+        mr = fmax(mr, ref[i]);
+        mg = fmax(mg, got[i]);
+    }
+    for (int i = 0; i < VOCAB; i++) {
+        sr += exp(ref[i] - mr);
+        sg += exp(got[i] - mg);
+    }
+    for (int i = 0; i < VOCAB; i++) {
+        double lp = ref[i] - mr - log(sr), lq = got[i] - mg - log(sg);
+        kl += exp(lp) * (lp - lq);
+    }
+    return kl;
+}
+
+/* Runs prompt 1 through a fresh KV cache in chunks of @chunk tokens (all logits). */
+static float *run(const struct kn_ops *ops, int max_m, int chunk)
+{
+    const struct shlm_config *c = &img.hdr->cfg;
+    struct wrk_model m;
+    assert_int_equal(wrk_model_init(&m, &img, ops, max_m), 0);
+    size_t kvb = seg_kv_bytes(1, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
+    void *kv = calloc(1, kvb);
+    seg_kv_init(kv, 1, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
+    float *out = malloc((size_t)n_rows * VOCAB * sizeof(float));
+    for (int pos = 0; pos < n_rows; pos += chunk) {
+        int n = n_rows - pos < chunk ? n_rows - pos : chunk;
+        wrk_forward(&m, kv, 0, tokens + pos, n, pos, out + (size_t)pos * VOCAB, true);
+    }
+    wrk_model_free(&m);
+    free(kv);
+    return out;
+}
+
+static void test_matches_reference_every_table(void **state)
+{
+    const struct kn_ops *tables[4];
+    int nt = kn_ops_available(tables, 4);
+    for (int t = 0; t < nt; t++) {
+        /* one call with internal chunks of 7 (ragged), and steps of one token (decode) */
+        float *chunked = run(tables[t], 7, n_rows);
+        float *stepped = run(tables[t], 1, 1);
+        double worst = 0, sum = 0, diff = 0;
+        for (int r = 0; r < n_rows; r++) {
+            double k = kld_row(ref_logits + (size_t)r * VOCAB, chunked + (size_t)r * VOCAB);
+            worst = fmax(worst, k);
+            sum += k;
+            for (int i = 0; i < VOCAB; i++)
+                diff = fmax(diff, fabs(chunked[(size_t)r * VOCAB + i] -
+                                       stepped[(size_t)r * VOCAB + i]));
+        }
+        fprintf(stderr, "table %-7s mean kld %.3g worst %.3g, chunked vs stepped max |d| %.3g\n",
+                tables[t]->name, sum / n_rows, worst, diff);
+        assert_true(sum / n_rows < 1e-6);
+        assert_true(worst < 1e-5);
+        assert_true(diff < 1e-3);
+        free(chunked);
+        free(stepped);
+    }
+}
+
+/* Logits of the last token only, when all_logits is false, equal the last row of all. */
+static void test_last_logits_only(void **state)
+{
+    const struct kn_ops *ops = kn_ops_select();
+    const struct shlm_config *c = &img.hdr->cfg;
+    struct wrk_model m;
+    assert_int_equal(wrk_model_init(&m, &img, ops, 16), 0);
+    size_t kvb = seg_kv_bytes(2, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
+    void *kv = calloc(1, kvb);
+    seg_kv_init(kv, 2, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
+    float *all = malloc(40 * VOCAB * sizeof(float)), last[VOCAB];
+    wrk_forward(&m, kv, 0, tokens, 40, 0, all, true);
+    wrk_forward(&m, kv, 1, tokens, 40, 0, last, false); /* another slot, same sequence */
+    assert_memory_equal(last, all + 39 * VOCAB, sizeof(last));
+    free(all);
+    free(kv);
+    wrk_model_free(&m);
+}
+
+int main(void)
+{
+    int skip_rc = tu_require_shared();
+    if (skip_rc >= 0)
+        return skip_rc;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches_reference_every_table),
+        cmocka_unit_test(test_last_logits_only),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,405 @@
+/* shm/seg: the private runtime directory, segment files (create, map, free, ENOSPC), cleaning
+ * the files of dead coordinators, and the exchange and KV segment layouts.
+ *
+ * Every test runs with SHARDLM_RUNTIME_DIR pointing into its own temporary folder, so nothing
+ * touches /dev/shm/shardlm-<uid>. The ENOSPC test mounts a 1 MiB tmpfs and skips without
+ * mount permission (CAP_SYS_ADMIN): run it as root outside an unprivileged container. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <sys/mount.h>
+
+#include "seg.h"
+#include "testutil.h"
+
+struct fixture {
+    char base[2048];   /* temporary folder, removed at teardown */
+    char rundir[2100]; /* base/run: SHARDLM_RUNTIME_DIR, not created by the fixture */
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    tu_mkdtemp(f->base, sizeof(f->base), "seg");
+    tu_path(f->rundir, sizeof(f->rundir), "%s/run", f->base);
+    setenv("SHARDLM_RUNTIME_DIR", f->rundir, 1);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    unsetenv("SHARDLM_RUNTIME_DIR");
+    tu_rmdir(f->base);
+    free(f);
+    return 0;
+}
+
+/* Creates the runtime directory through seg_rundir() and returns its path. */
+static const char *rundir(struct fixture *f)
+{
+    char out[PATH_MAX];
+    assert_int_equal(seg_rundir(out, sizeof(out)), 0);
+    assert_string_equal(out, f->rundir);
+    return f->rundir;
+}
+
+static void touch(const char *dir, const char *name)
+{
+    char p[PATH_MAX];
+    tu_path(p, sizeof(p), "%s/%s", dir, name);
+    assert_int_equal(tu_write(p, "x", 1), 0);
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    char p[PATH_MAX];
+    tu_path(p, sizeof(p), "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
+static void test_rundir_created_private(void **state)
+{
+    struct fixture *f = *state;
+    struct stat st;
+    assert_int_equal(stat(f->rundir, &st), -1); /* does not exist yet */
+    mode_t old = umask(0); /* the mode must not depend on the caller's umask */
+    const char *d = rundir(f);
+    umask(old);
+    assert_int_equal(stat(d, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0700);
+    assert_int_equal(st.st_uid, getuid());
+    /* a second call accepts the directory it made */
+    rundir(f);
+}
+
+static void test_rundir_refuses_shared(void **state)
+{
+    struct fixture *f = *state;
+    char out[PATH_MAX];
+    assert_int_equal(mkdir(f->rundir, 0700), 0);
+    assert_int_equal(chmod(f->rundir, 0755), 0);
+    assert_int_equal(seg_rundir(out, sizeof(out)), -EPERM);
+    assert_int_equal(chmod(f->rundir, 0710), 0); /* group search only is still not private */
+    assert_int_equal(seg_rundir(out, sizeof(out)), -EPERM);
+    assert_int_equal(chmod(f->rundir, 0700), 0);
+    assert_int_equal(seg_rundir(out, sizeof(out)), 0);
+    /* owned by someone else (only root can set that up; not in a user namespace without
+     * uid 65534 mapped) */
+    if (geteuid() == 0 && chown(f->rundir, 65534, 65534) == 0) {
+        assert_int_equal(seg_rundir(out, sizeof(out)), -EPERM);
+        assert_int_equal(chown(f->rundir, getuid(), getgid()), 0);
+    }
+    /* a file, not a directory */
+    assert_int_equal(rmdir(f->rundir), 0);
+    assert_int_equal(tu_write(f->rundir, "x", 1), 0);
+    assert_int_equal(seg_rundir(out, sizeof(out)), -EPERM);
+    /* a parent that does not exist */
+    char deep[PATH_MAX];
+    tu_path(deep, sizeof(deep), "%s/no/such", f->base);
+    setenv("SHARDLM_RUNTIME_DIR", deep, 1);
+    assert_int_equal(seg_rundir(out, sizeof(out)), -ENOENT);
+}
+
+static void test_create_map_free(void **state)
+{
+    struct fixture *f = *state;
+    const char *d = rundir(f);
+    char path[PATH_MAX];
+    seg_path(path, sizeof(path), d, getpid(), "weights");
+    char want[PATH_MAX];
+    tu_path(want, sizeof(want), "%s/%d.weights", d, (int)getpid());
+    assert_string_equal(path, want);
+
+    struct seg a, b, c;
+    const size_t size = 3 * 4096 + 123; /* not a page multiple */
+    assert_int_equal(seg_create(&a, path, size), 0);
+    assert_non_null(a.base);
+    assert_int_equal(a.size, size);
+    assert_true(a.owner);
+    assert_string_equal(a.path, path);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0600);
+    assert_int_equal(st.st_size, size);
+    /* the blocks are allocated now, not on first touch */
+    assert_true((size_t)st.st_blocks * 512 >= size);
+    memset(a.base, 0xab, size);
+
+    /* an existing path is refused and left alone */
+    assert_int_equal(seg_create(&b, path, 4096), -EEXIST);
+    assert_null(b.base);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, size);
+
+    /* mapping checks the size exactly */
+    assert_int_equal(seg_map(&b, path, size - 1, false), -EINVAL);
+    assert_int_equal(seg_map(&b, path, size + 1, true), -EINVAL);
+    assert_int_equal(seg_map(&b, path, 0, false), -EINVAL);
+    assert_null(b.base);
+    char missing[PATH_MAX];
+    seg_path(missing, sizeof(missing), d, getpid(), "missing");
+    assert_int_equal(seg_map(&b, missing, size, false), -ENOENT);
+
+    /* a writable mapping shares the pages with the creator's */
+    assert_int_equal(seg_map(&b, path, size, true), 0);
+    assert_false(b.owner);
+    assert_int_equal(((uint8_t *)b.base)[size - 1], 0xab);
+    ((uint8_t *)b.base)[0] = 0x11;
+    assert_int_equal(((uint8_t *)a.base)[0], 0x11);
+
+    /* a read-only mapping sees the data and faults on a write (checked in a child) */
+    assert_int_equal(seg_map(&c, path, size, false), 0);
+    assert_int_equal(((uint8_t *)c.base)[1], 0xab);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL);
+        ((volatile uint8_t *)c.base)[1] = 0;
+        _exit(0);
+    }
+    int wst;
+    assert_int_equal(waitpid(pid, &wst, 0), pid);
+    assert_true(WIFSIGNALED(wst));
+    assert_int_equal(WTERMSIG(wst), SIGSEGV);
+    assert_int_equal(((uint8_t *)a.base)[1], 0xab);
+
+    /* only the owner's seg_free unlinks */
+    seg_free(&c);
+    seg_free(&b);
+    assert_null(b.base);
+    assert_int_equal(access(path, F_OK), 0);
+    seg_free(&a);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(errno, ENOENT);
+    /* safe on a zeroed struct, and twice */
+    struct seg z = {0};
+    seg_free(&z);
+    seg_free(&a);
+}
+
+static void test_create_bad_size(void **state)
+{
+    struct fixture *f = *state;
+    const char *d = rundir(f);
+    char path[PATH_MAX];
+    seg_path(path, sizeof(path), d, getpid(), "zero");
+    struct seg s;
+    assert_true(seg_create(&s, path, 0) < 0);
+    assert_int_equal(tu_count_files(d), 0); /* nothing left behind */
+}
+
+/* A pid that no process has: a child that exited and was reaped. */
+static pid_t dead_pid(void)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    return pid;
+}
+
+static void test_clean_stale(void **state)
+{
+    struct fixture *f = *state;
+    const char *d = rundir(f);
+    pid_t dead = dead_pid(), me = getpid();
+    char name[64];
+    snprintf(name, sizeof(name), "%d.weights", (int)dead);
+    touch(d, name);
+    snprintf(name, sizeof(name), "%d.kv0", (int)dead);
+    touch(d, name);
+    snprintf(name, sizeof(name), "%d.exchange", (int)me);
+    touch(d, name);
+    snprintf(name, sizeof(name), "%d.sock", (int)getppid()); /* alive too */
+    touch(d, name);
+    /* names that do not follow "<pid>.<what>" are never touched */
+    static const char *const others[] = {"notes.txt", "123abc.x", "0.x", "-5.x", "99999999999.x",
+                                         "42", "7x.weights"};
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
+        touch(d, others[i]);
+    const int n_others = (int)(sizeof(others) / sizeof(others[0]));
+
+    assert_int_equal(seg_clean_stale(d), 2);
+    snprintf(name, sizeof(name), "%d.weights", (int)dead);
+    assert_false(exists(d, name));
+    snprintf(name, sizeof(name), "%d.exchange", (int)me);
+    assert_true(exists(d, name));
+    for (int i = 0; i < n_others; i++)
+        assert_true(exists(d, others[i]));
+    assert_int_equal(tu_count_files(d), 2 + n_others);
+    assert_int_equal(seg_clean_stale(d), 0); /* nothing more to do */
+
+    /* seg_clean_pid removes one coordinator's files, alive or not */
+    snprintf(name, sizeof(name), "%d.kv1", (int)me);
+    touch(d, name);
+    assert_int_equal(seg_clean_pid(d, me), 2);
+    assert_int_equal(tu_count_files(d), 1 + n_others);
+    assert_int_equal(seg_clean_pid(d, me), 0);
+    /* a missing directory is nothing to clean */
+    char none[PATH_MAX];
+    tu_path(none, sizeof(none), "%s/none", f->base);
+    assert_int_equal(seg_clean_stale(none), 0);
+}
+
+/* A fresh zeroed segment of @size bytes at "<pid>.@what", created through seg_create. */
+static void make_seg(struct seg *s, const char *d, const char *what, size_t size)
+{
+    char path[PATH_MAX];
+    seg_path(path, sizeof(path), d, getpid(), what);
+    assert_int_equal(seg_create(s, path, size), 0);
+}
+
+static void test_exchange_layout(void **state)
+{
+    struct fixture *f = *state;
+    const char *d = rundir(f);
+    const uint32_t max_tokens = 100, vocab = 512, rows = 4;
+    size_t size = seg_exchange_bytes(max_tokens, vocab, rows);
+    assert_int_equal(size, 64 + 448 + rows * vocab * 4); /* 400 token bytes padded to 448 */
+    struct seg w, r;
+    make_seg(&w, d, "exchange", size);
+    /* a zeroed segment has no magic yet */
+    assert_int_equal(seg_exchange_check(w.base, size, vocab), -EINVAL);
+    seg_exchange_init(w.base, max_tokens, vocab, rows);
+    assert_int_equal(seg_exchange_check(w.base, size, vocab), 0);
+
+    /* a worker maps it read-only and sees the same layout */
+    assert_int_equal(seg_map(&r, w.path, size, false), 0);
+    assert_int_equal(seg_exchange_check(r.base, size, vocab), 0);
+    assert_int_equal(seg_exchange_check(r.base, size, vocab + 1), -EINVAL);
+    assert_int_equal(seg_exchange_check(r.base, size - 4, vocab), -EINVAL);
+    assert_int_equal(seg_exchange_check(r.base, size + 64, vocab), -EINVAL);
+    assert_int_equal(seg_exchange_check(r.base, 63, vocab), -EINVAL);
+
+    /* tokens then logits, inside the segment and apart */
+    uint8_t *base = w.base;
+    int32_t *tok = seg_exchange_tokens(w.base);
+    float *lg = seg_exchange_logits(w.base);
+    assert_ptr_equal(tok, base + 64);
+    assert_true((uint8_t *)(tok + max_tokens) <= (uint8_t *)lg);
+    assert_ptr_equal((uint8_t *)(lg + (size_t)rows * vocab), base + size);
+    assert_int_equal(((uintptr_t)lg) % 64, 0);
+    tok[max_tokens - 1] = 7;
+    lg[(size_t)rows * vocab - 1] = 1.5f;
+    assert_int_equal(seg_exchange_tokens(r.base)[max_tokens - 1], 7);
+    assert_true(seg_exchange_logits(r.base)[(size_t)rows * vocab - 1] == 1.5f);
+
+    /* a corrupt header field */
+    struct seg_exchange *h = w.base;
+    h->logits_off += 64;
+    assert_int_equal(seg_exchange_check(r.base, size, vocab), -EINVAL);
+    h->logits_off -= 64;
+    h->max_tokens += 16; /* past the 64-byte padding of tokens[]: the sizes no longer agree */
+    assert_int_equal(seg_exchange_check(r.base, size, vocab), -EINVAL);
+    seg_free(&r);
+    seg_free(&w);
+}
+
+static void test_kv_layout(void **state)
+{
+    struct fixture *f = *state;
+    const char *d = rundir(f);
+    const uint32_t n_seqs = 3, n_layers = 2, seq_len = 16, kv_dim = 8;
+    size_t size = seg_kv_bytes(n_seqs, n_layers, seq_len, kv_dim);
+    size_t plane = (size_t)seq_len * kv_dim; /* floats of the keys (or values) of one layer */
+    assert_int_equal(size, 64 + n_seqs * n_layers * 2 * plane * sizeof(float));
+    struct seg w, r;
+    make_seg(&w, d, "kv0", size);
+    assert_int_equal(seg_kv_check(w.base, size, n_layers, seq_len, kv_dim), -EINVAL);
+    seg_kv_init(w.base, n_seqs, n_layers, seq_len, kv_dim);
+    assert_int_equal(seg_map(&r, w.path, size, true), 0);
+    assert_int_equal(seg_kv_check(r.base, size, n_layers, seq_len, kv_dim), 0);
+    assert_int_equal(seg_kv_check(r.base, size, n_layers + 1, seq_len, kv_dim), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size, n_layers, seq_len * 2, kv_dim), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size, n_layers, seq_len, kv_dim - 1), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size - 4, n_layers, seq_len, kv_dim), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size + 4, n_layers, seq_len, kv_dim), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, 32, n_layers, seq_len, kv_dim), -EINVAL);
+
+    /* the planes tile the data region in (seq, layer) order: keys, then values, then the next
+     * layer's keys; the last values end exactly at the end of the segment */
+    float *data = (float *)((uint8_t *)w.base + 64), *expect = data;
+    for (uint32_t s = 0; s < n_seqs; s++)
+        for (uint32_t l = 0; l < n_layers; l++) {
+            float *k = seg_kv_keys(w.base, s, l), *v = seg_kv_values(w.base, s, l);
+            assert_ptr_equal(k, expect);
+            assert_ptr_equal(v, k + plane);
+            expect = v + plane;
+        }
+    float *k = seg_kv_keys(w.base, n_seqs - 1, n_layers - 1);
+    float *v = seg_kv_values(w.base, n_seqs - 1, n_layers - 1);
+    assert_true(k + plane <= v); /* disjoint */
+    assert_true((uint8_t *)k >= (uint8_t *)w.base + 64);
+    assert_ptr_equal((uint8_t *)(v + plane), (uint8_t *)w.base + size);
+    /* writes through one mapping land where the other looks */
+    v[plane - 1] = 3.25f;
+    k[0] = -1.0f;
+    assert_true(seg_kv_values(r.base, n_seqs - 1, n_layers - 1)[plane - 1] == 3.25f);
+    assert_true(seg_kv_keys(r.base, n_seqs - 1, n_layers - 1)[0] == -1.0f);
+    /* no sequence slots at all is refused */
+    struct seg_kv *h = w.base;
+    h->n_seqs = 0;
+    assert_int_equal(seg_kv_check(r.base, size, n_layers, seq_len, kv_dim), -EINVAL);
+    seg_free(&r);
+    seg_free(&w);
+}
+
+/* A full tmpfs fails at seg_create with -ENOSPC (posix_fallocate), not later with SIGBUS on
+ * first touch, and leaves no file behind. */
+static void test_create_enospc(void **state)
+{
+    struct fixture *f = *state;
+    char mnt[PATH_MAX];
+    tu_path(mnt, sizeof(mnt), "%s/small", f->base);
+    assert_int_equal(mkdir(mnt, 0700), 0);
+    if (mount("tmpfs", mnt, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0700") < 0) {
+        char why[256];
+        snprintf(why, sizeof(why), "test_create_enospc: cannot mount a 1 MiB tmpfs (%s); run as "
+                 "root with mount permission (CAP_SYS_ADMIN, e.g. outside an unprivileged "
+                 "container) to check -ENOSPC", strerror(errno));
+        print_message("%s\n", why);
+        skip();
+    }
+    setenv("SHARDLM_RUNTIME_DIR", mnt, 1);
+    char out[PATH_MAX], path[PATH_MAX];
+    int rc = seg_rundir(out, sizeof(out));
+    seg_path(path, sizeof(path), mnt, getpid(), "big");
+    struct seg s;
+    int created = rc == 0 ? seg_create(&s, path, 4u << 20) : rc;
+    int left = tu_count_files(mnt);
+    /* a small one still fits */
+    struct seg small;
+    seg_path(path, sizeof(path), mnt, getpid(), "small");
+    int small_rc = rc == 0 ? seg_create(&small, path, 64 * 1024) : rc;
+    if (small_rc == 0)
+        seg_free(&small);
+    if (created == 0)
+        seg_free(&s);
+    assert_int_equal(umount2(mnt, MNT_DETACH), 0);
+    assert_int_equal(rc, 0);
+    assert_int_equal(created, -ENOSPC);
+    assert_int_equal(left, 0);
+    assert_int_equal(small_rc, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_rundir_created_private, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rundir_refuses_shared, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_map_free, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_bad_size, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_clean_stale, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exchange_layout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kv_layout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_enospc, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
