@@ -13,8 +13,6 @@
 
 #define TOKENIZER_MAX_BYTES (64u << 20)
 
-static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
 static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
 {
     const uint8_t *p = buf;
@@ -86,41 +84,20 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
         rc = coord_fail(e, -ENOMEM, "out of memory");
         goto out_free;
     }
-    int n = shlm_expected_tensors(&ck.cfg, o->scheme, group, o->head_bits, specs,
+    int n = shlm_expected_tensors(&ck.cfg, o->scheme, group, o->head_bits, NULL, specs,
                                   SHLM_MAX_TENSORS);
     if (n < 0) {
         rc = coord_fail(e, -EINVAL, "%s: too many layers for the tensor table", o->checkpoint);
         goto out_free;
     }
-    /* layout: header, table, tokenizer, then each tensor at a 4 KiB boundary */
-    memcpy(h->magic, SHLM_MAGIC, sizeof(SHLM_MAGIC));
-    h->version = SHLM_VERSION;
-    h->header_bytes = sizeof(*h);
+    shlm_layout(h, table, specs, n, toklen);
     h->cfg = ck.cfg;
     h->scheme = o->scheme;
     h->group = (uint32_t)group;
     h->head_bits = group ? (uint32_t)o->head_bits : 0;
-    h->n_tensors = (uint32_t)n;
-    h->table_offset = sizeof(*h);
-    h->tok_offset = h->table_offset + (uint64_t)n * sizeof(struct shlm_tensor);
-    h->tok_bytes = toklen;
     h->tok_kind = SHLM_TOK_LLAMA2C;
     h->bos_id = 1;
     h->eos_id = 2;
-    h->data_offset = align_up(h->tok_offset + toklen, SHLM_ALIGN);
-    uint64_t off = h->data_offset;
-    for (int i = 0; i < n; i++) {
-        struct shlm_tensor *t = &table[i];
-        snprintf(t->name, sizeof(t->name), "%s", specs[i].name);
-        t->dtype = (uint32_t)specs[i].dtype;
-        t->group = (uint32_t)specs[i].group;
-        t->rows = (uint32_t)specs[i].rows;
-        t->cols = (uint32_t)specs[i].cols;
-        t->bytes = kn_mat_bytes(specs[i].dtype, specs[i].rows, specs[i].cols, specs[i].group);
-        t->offset = off;
-        off = align_up(off + t->bytes, SHLM_ALIGN);
-    }
-    h->file_bytes = off;
 
     bool progress = isatty(2); /* a counter on terminals, one final line in logs */
     char tmp[4096];
@@ -154,7 +131,7 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
         if (!o->quiet && progress)
             fprintf(stderr, "\rshardlm convert: %d/%d tensors", i + 1, n);
     }
-    h->checksum = shlm_hash(h, sizeof(*h)) ^ shlm_hash(table, (size_t)n * sizeof(*table));
+    shlm_seal(h, table);
     if ((rc = pwrite_all(fd, h, sizeof(*h), 0)) ||
         (rc = pwrite_all(fd, table, (size_t)n * sizeof(*table), h->table_offset)) ||
         (rc = pwrite_all(fd, tokbuf, toklen, h->tok_offset))) {

@@ -1,6 +1,8 @@
 /* coordinator/: model segment, worker lifecycle and steps. */
 #include "engine.h"
 
+#include "allreduce.h"
+#include "plan.h"
 #include "proto.h"
 
 #include <errno.h>
@@ -9,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -18,7 +21,6 @@
 #define HELLO_TIMEOUT_MS 10000
 #define READY_TIMEOUT_MS 60000
 #define SHUTDOWN_GRACE_MS 2000
-#define LOAD_CHUNK (8u << 20)
 #define LOGITS_BUDGET (64u << 20) /* bytes of logits one step may return */
 
 volatile sig_atomic_t coord_stop_signal;
@@ -41,9 +43,8 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Copies the .shlm file into the weights segment and validates it there, so what the workers
- * map is exactly what was checked. */
-static int load_weights(struct coord_engine *g, const char *path, struct coord_err *e)
+/* Maps the .shlm file read-only and verifies it whole (structure, then every checksum). */
+static int open_model(struct coord_engine *g, const char *path, struct coord_err *e)
 {
     int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -64,37 +65,92 @@ static int load_weights(struct coord_engine *g, const char *path, struct coord_e
                         path);
         goto out_close;
     }
-    if (h.file_bytes != (uint64_t)st.st_size) {
-        rc = coord_fail(e, -EINVAL, "%s: header field file_bytes is %llu but the file has %lld "
-                        "bytes (truncated?)", path, (unsigned long long)h.file_bytes,
-                        (long long)st.st_size);
+    /* FIXME: a file truncated while mapped raises SIGBUS; the streaming load reads instead */
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        rc = coord_fail(e, -errno, "%s: mmap: %s", path, strerror(errno));
         goto out_close;
     }
-    char spath[PATH_MAX];
-    seg_path(spath, sizeof(spath), g->rundir, getpid(), "weights.r0");
-    if ((rc = seg_create(&g->weights, spath, (size_t)st.st_size))) {
-        coord_fail(e, rc, "weights segment %s (%lld bytes): %s", spath, (long long)st.st_size,
-                   strerror(-rc));
-        goto out_close;
-    }
-    for (size_t off = 0; off < (size_t)st.st_size;) {
-        size_t n = (size_t)st.st_size - off < LOAD_CHUNK ? (size_t)st.st_size - off : LOAD_CHUNK;
-        ssize_t r = pread(fd, (char *)g->weights.base + off, n, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            rc = coord_fail(e, r < 0 ? -errno : -EIO, "%s: read failed at byte %zu (file changed?)",
-                            path, off);
-            goto out_close;
-        }
-        off += (size_t)r;
-    }
+    g->file_map = map;
+    g->file_bytes = (size_t)st.st_size;
     char err[512];
-    if ((rc = shlm_parse(&g->img, g->weights.base, g->weights.size, path, err, sizeof(err))) ||
+    if ((rc = shlm_parse(&g->img, map, g->file_bytes, path, err, sizeof(err))) ||
         (rc = shlm_verify_data(&g->img, path, err, sizeof(err))))
         coord_fail(e, rc, "%s", err);
+    else if (g->img.hdr->shard_count)
+        rc = coord_fail(e, -EINVAL, "%s: a weights segment, not a model file", path);
 out_close:
     close(fd);
+    return rc;
+}
+
+/* Copies the slice of @src that rank's plan says into @dst (tensor @name of the shard). */
+static void shard_tensor(const struct kn_mat *src, const char *name, const struct seg_plan *p,
+                         int hd, void *dst)
+{
+    const char *part = strrchr(name, '.');
+    part = part ? part + 1 : name;
+    if (!strcmp(part, "attn_q"))
+        kn_repack_rows(src, p->q0 * hd, p->q1 * hd, dst);
+    else if (!strcmp(part, "attn_k") || !strcmp(part, "attn_v"))
+        kn_repack_rows(src, p->kv0 * hd, p->kv1 * hd, dst);
+    else if (!strcmp(part, "ffn_gate") || !strcmp(part, "ffn_up"))
+        kn_repack_rows(src, p->f0, p->f1, dst);
+    else if (!strcmp(part, "attn_o"))
+        kn_repack_cols(src, p->q0 * hd, p->q1 * hd, p->o_pad, dst);
+    else if (!strcmp(part, "ffn_down"))
+        kn_repack_cols(src, p->f0, p->f1, p->down_pad, dst);
+    else if (!strcmp(part, "output"))
+        kn_repack_rows(src, p->v0, p->v1, dst);
+    else /* replicated: embedding, norms */
+        kn_repack_rows(src, 0, src->rows, dst);
+}
+
+/* Builds rank @r's weights segment on its node: the shard image in the .shlm layout. */
+static int build_shard(struct coord_engine *g, int r, struct coord_err *e)
+{
+    const struct shlm_header *fh = g->img.hdr;
+    const struct shlm_config *c = &fh->cfg;
+    struct seg_plan plan;
+    int group = fh->scheme >= SHLM_SCHEME_W4A16 ? (int)fh->group : 0, rc;
+    if (seg_plan_make(&plan, c, group, g->n_ranks, r))
+        return coord_fail(e, -EINVAL, "cannot split the model over %d ranks", g->n_ranks);
+    struct shlm_tensor_spec *specs = calloc(SHLM_MAX_TENSORS, sizeof(*specs));
+    struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
+    struct shlm_header h = *fh;
+    if (!specs || !table) {
+        rc = coord_fail(e, -ENOMEM, "out of memory");
+        goto out;
+    }
+    int n = shlm_expected_tensors(c, (enum shlm_scheme)fh->scheme, (int)fh->group,
+                                  (int)fh->head_bits, &plan, specs, SHLM_MAX_TENSORS);
+    KN_ASSERT(n > 0); /* the file's header passed the same check */
+    shlm_layout(&h, table, specs, n, fh->tok_bytes);
+    h.shard_rank = (uint32_t)r;
+    h.shard_count = (uint32_t)g->n_ranks;
+    char path[PATH_MAX], what[32];
+    snprintf(what, sizeof(what), "weights.r%d", r);
+    seg_path(path, sizeof(path), g->rundir, getpid(), what);
+    struct coord_rank *cr = &g->ranks[r];
+    if ((rc = seg_create_on(&cr->weights, path, h.file_bytes, g->layout.ranks[r].node))) {
+        coord_fail(e, rc, "weights segment %s (%llu bytes): %s", path,
+                   (unsigned long long)h.file_bytes, strerror(-rc));
+        goto out;
+    }
+    uint8_t *base = cr->weights.base;
+    for (int i = 0; i < n; i++) {
+        struct kn_mat src;
+        shlm_view(&g->img, shlm_find(&g->img, table[i].name), &src);
+        shard_tensor(&src, table[i].name, &plan, (int)c->head_dim, base + table[i].offset);
+        table[i].checksum = shlm_hash(base + table[i].offset, table[i].bytes);
+    }
+    memcpy(base + h.tok_offset, g->img.base + fh->tok_offset, fh->tok_bytes);
+    memcpy(base + h.table_offset, table, (size_t)n * sizeof(*table));
+    shlm_seal(&h, table);
+    memcpy(base, &h, sizeof(h));
+out:
+    free(specs);
+    free(table);
     return rc;
 }
 
@@ -115,12 +171,17 @@ static void worker_path(char *out, size_t len)
     snprintf(out, len, "%s/shardlm-worker", dirname(self));
 }
 
-/* fork + exec of the worker; an exec failure comes back through a close-on-exec pipe. */
-static int spawn_worker(struct coord_engine *g, struct coord_err *e)
+/* fork + exec of rank @r's worker; an exec failure comes back through a close-on-exec pipe. */
+static int spawn_worker(struct coord_engine *g, int r, struct coord_err *e)
 {
-    char path[PATH_MAX], pid[16];
+    const struct coord_rank_layout *L = &g->layout.ranks[r];
+    char path[PATH_MAX], pid[16], rank[16], node[16], threads[16], cpus[1024];
     worker_path(path, sizeof(path));
     snprintf(pid, sizeof(pid), "%d", (int)getpid());
+    snprintf(rank, sizeof(rank), "%d", r);
+    snprintf(node, sizeof(node), "%d", L->node);
+    snprintf(threads, sizeof(threads), "%d", L->n_cpus);
+    seg_cpulist_format(L->cpus, L->n_cpus, cpus, sizeof(cpus));
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) < 0)
         return coord_fail(e, -errno, "pipe: %s", strerror(errno));
@@ -131,8 +192,9 @@ static int spawn_worker(struct coord_engine *g, struct coord_err *e)
         return coord_fail(e, -errno, "fork: %s", strerror(errno));
     }
     if (child == 0) {
-        char *argv[] = {path, "--endpoint", g->endpoint, "--rank", "0", "--coordinator-pid", pid,
-                        NULL};
+        char *argv[] = {path,   "--endpoint", g->endpoint, "--rank",    rank,    "--coordinator-pid",
+                        pid,    "--node",     node,        "--cpus",    cpus,    "--threads",
+                        threads, NULL};
         close(pfd[0]);
         execv(path, argv);
         int err = errno;
@@ -140,60 +202,84 @@ static int spawn_worker(struct coord_engine *g, struct coord_err *e)
         _exit(127);
     }
     close(pfd[1]);
-    g->worker = child;
+    g->ranks[r].pid = child;
     int err = 0;
-    ssize_t r;
-    while ((r = read(pfd[0], &err, sizeof(err))) < 0 && errno == EINTR)
+    ssize_t n;
+    while ((n = read(pfd[0], &err, sizeof(err))) < 0 && errno == EINTR)
         ;
     close(pfd[0]);
-    if (r == (ssize_t)sizeof(err))
+    if (n == (ssize_t)sizeof(err))
         return coord_fail(e, -err, "cannot start worker %s: %s (set SHARDLM_WORKER to its path)",
                           path, strerror(err));
     return 0;
 }
 
-/* Whether the worker is still running; reaps it and describes its end into @e if not. */
-static bool worker_alive(struct coord_engine *g, struct coord_err *e)
+/* Whether rank @r's worker still runs; reaps it and describes its end into @e if not. */
+static bool worker_alive(struct coord_engine *g, int r, struct coord_err *e)
 {
-    if (!g->worker || g->worker_reaped)
+    struct coord_rank *cr = &g->ranks[r];
+    if (!cr->pid || cr->reaped)
         return false;
     int st;
-    pid_t r = waitpid(g->worker, &st, WNOHANG);
-    if (r == 0)
+    pid_t w = waitpid(cr->pid, &st, WNOHANG);
+    if (w == 0)
         return true;
-    g->worker_reaped = true;
-    g->worker_status = st;
-    if (r < 0)
-        coord_fail(e, -ECHILD, "worker rank 0 (pid %d) is gone", (int)g->worker);
+    cr->reaped = true;
+    if (w < 0)
+        coord_fail(e, -ECHILD, "worker rank %d (pid %d) is gone", r, (int)cr->pid);
     else if (WIFSIGNALED(st))
-        coord_fail(e, -ECHILD, "worker rank 0 (pid %d) was killed by signal %d (%s)",
-                   (int)g->worker, WTERMSIG(st), strsignal(WTERMSIG(st)));
+        coord_fail(e, -ECHILD, "worker rank %d (pid %d) was killed by signal %d (%s)", r,
+                   (int)cr->pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
     else
-        coord_fail(e, -ECHILD, "worker rank 0 (pid %d) exited with status %d", (int)g->worker,
+        coord_fail(e, -ECHILD, "worker rank %d (pid %d) exited with status %d", r, (int)cr->pid,
                    WEXITSTATUS(st));
     return false;
 }
 
-/* Waits for a message of case @want from rank 0 (-1: wait as long as it lives). Error replies,
- * the worker's death, a signal and anything unexpected end the wait with @e set. */
-static int wait_for(struct coord_engine *g, int want, int timeout_ms, proto_env **out,
+/* Fails the group: barriers in the exchange stop waiting, so no worker hangs on a dead peer. */
+static int fail_group(struct coord_engine *g, int rc)
+{
+    if (g->exch.base)
+        seg_ar_abort(seg_exchange_ar(g->exch.base));
+    return rc;
+}
+
+/* Rank of a routing id "rank-<r>", or -1. */
+static int id_rank(const struct coord_engine *g, const char *id, size_t len)
+{
+    char buf[PROTO_MAX_ID + 1];
+    memcpy(buf, id, len);
+    buf[len] = 0;
+    int r, used = 0;
+    if (sscanf(buf, "rank-%d%n", &r, &used) != 1 || (size_t)used != len || r < 0 ||
+        r >= g->n_ranks)
+        return -1;
+    return r;
+}
+
+/* Receives the next message of case @want from any rank (-1 timeout: as long as all live) and
+ * returns its rank in *@rank. Error replies, a death, a signal and anything unexpected end the
+ * wait with @e set, after failing the group's barriers. */
+static int wait_any(struct coord_engine *g, int want, int timeout_ms, proto_env **out, int *rank,
                     struct coord_err *e)
 {
     uint64_t deadline = coord_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
     *out = NULL;
     for (;;) {
         if (coord_stop_signal)
-            return coord_fail(e, -EINTR, "interrupted by signal %d", (int)coord_stop_signal);
+            return fail_group(g, coord_fail(e, -EINTR, "interrupted by signal %d",
+                                            (int)coord_stop_signal));
         char id[PROTO_MAX_ID];
         size_t idlen = 0;
         proto_env *env;
         int rc = proto_recv(g->sock, 100, id, &idlen, &env);
         if (rc == -EAGAIN || rc == -EINTR) {
-            if (!worker_alive(g, e))
-                return -ECHILD;
+            for (int r = 0; r < g->n_ranks; r++)
+                if (!worker_alive(g, r, e))
+                    return fail_group(g, -ECHILD);
             if (timeout_ms >= 0 && coord_now_ns() > deadline)
-                return coord_fail(e, -ETIMEDOUT, "worker rank 0 (pid %d) did not answer within "
-                                  "%d ms", (int)g->worker, timeout_ms);
+                return fail_group(g, coord_fail(e, -ETIMEDOUT, "workers did not answer within "
+                                                "%d ms", timeout_ms));
             continue;
         }
         if (rc == -EBADMSG) {
@@ -201,35 +287,40 @@ static int wait_for(struct coord_engine *g, int want, int timeout_ms, proto_env 
             continue;
         }
         if (rc)
-            return coord_fail(e, rc, "receive from worker: %s", zmq_strerror(-rc));
-        if (idlen != 6 || memcmp(id, "rank-0", 6) != 0) {
-            fprintf(stderr, "shardlm: dropped %s from unknown peer\n", proto_case_name(env));
+            return fail_group(g, coord_fail(e, rc, "receive from workers: %s", zmq_strerror(-rc)));
+        int r = id_rank(g, id, idlen);
+        if (r < 0) {
+            fprintf(stderr, "shardlm: dropped %s from an unknown peer\n", proto_case_name(env));
             proto_free(env);
             continue;
         }
         if ((int)env->msg_case == want) {
             *out = env;
+            *rank = r;
             return 0;
         }
-        if (env->msg_case == SHARDLM__ENVELOPE__MSG_ERROR) {
-            rc = coord_fail(e, env->error->code < 0 ? env->error->code : -EPROTO,
-                            "worker rank 0: %s", env->error->message);
-        } else if (env->msg_case == SHARDLM__ENVELOPE__MSG_HEARTBEAT) {
+        if (env->msg_case == SHARDLM__ENVELOPE__MSG_HEARTBEAT) {
             proto_free(env);
             continue;
-        } else {
-            rc = coord_fail(e, -EPROTO, "worker rank 0 sent %s out of turn", proto_case_name(env));
         }
+        if (env->msg_case == SHARDLM__ENVELOPE__MSG_ERROR)
+            rc = coord_fail(e, env->error->code < 0 ? env->error->code : -EPROTO,
+                            "worker rank %d: %s", r, env->error->message);
+        else
+            rc = coord_fail(e, -EPROTO, "worker rank %d sent %s out of turn", r,
+                            proto_case_name(env));
         proto_free(env);
-        return rc;
+        return fail_group(g, rc);
     }
 }
 
-static int send_to_worker(struct coord_engine *g, proto_env *env, struct coord_err *e)
+static int send_to(struct coord_engine *g, int r, proto_env *env, struct coord_err *e)
 {
-    int rc = proto_send(g->sock, "rank-0", 6, env);
+    char id[32];
+    int len = snprintf(id, sizeof(id), "rank-%d", r);
+    int rc = proto_send(g->sock, id, (size_t)len, env);
     if (rc)
-        return coord_fail(e, rc, "send %s to worker rank 0: %s", proto_case_name(env),
+        return coord_fail(e, rc, "send %s to worker rank %d: %s", proto_case_name(env), r,
                           zmq_strerror(-rc));
     return 0;
 }
@@ -247,23 +338,31 @@ uint32_t coord_engine_max_tokens(const struct coord_engine *g)
 static int make_segments(struct coord_engine *g, uint32_t n_seqs, struct coord_err *e)
 {
     const struct shlm_config *c = &g->img.hdr->cfg;
-    char path[PATH_MAX];
-    uint32_t kvd = c->n_kv_heads * c->head_dim;
-    size_t kv_bytes = seg_kv_bytes(n_seqs, c->n_layers, c->seq_len, kvd);
-    int rc;
-    seg_path(path, sizeof(path), g->rundir, getpid(), "kv.r0");
-    if ((rc = seg_create(&g->kv, path, kv_bytes)))
-        return coord_fail(e, rc, "KV segment %s (%zu bytes): %s", path, kv_bytes, strerror(-rc));
-    seg_kv_init(g->kv.base, n_seqs, c->n_layers, c->seq_len, kvd);
-
+    int group = g->img.hdr->scheme >= SHLM_SCHEME_W4A16 ? (int)g->img.hdr->group : 0, rc;
+    char path[PATH_MAX], what[32];
+    for (int r = 0; r < g->n_ranks; r++) {
+        if ((rc = build_shard(g, r, e)))
+            return rc;
+        struct seg_plan p;
+        seg_plan_make(&p, c, group, g->n_ranks, r);
+        uint32_t kvd = (uint32_t)(p.kv1 - p.kv0) * c->head_dim;
+        size_t kv_bytes = seg_kv_bytes(n_seqs, c->n_layers, c->seq_len, kvd);
+        snprintf(what, sizeof(what), "kv.r%d", r);
+        seg_path(path, sizeof(path), g->rundir, getpid(), what);
+        if ((rc = seg_create_on(&g->ranks[r].kv, path, kv_bytes, g->layout.ranks[r].node)))
+            return coord_fail(e, rc, "KV segment %s (%zu bytes): %s", path, kv_bytes,
+                              strerror(-rc));
+        seg_kv_init(g->ranks[r].kv.base, n_seqs, c->n_layers, c->seq_len, kvd);
+    }
     uint32_t rows = LOGITS_BUDGET / (c->vocab_size * 4u);
     rows = rows < 1 ? 1 : rows > c->seq_len ? c->seq_len : rows;
-    size_t x_bytes = seg_exchange_bytes(c->seq_len, c->vocab_size, rows);
+    size_t x_bytes = seg_exchange_bytes(c->seq_len, c->vocab_size, rows, (uint32_t)g->n_ranks,
+                                        c->dim);
     seg_path(path, sizeof(path), g->rundir, getpid(), "exchange");
     if ((rc = seg_create(&g->exch, path, x_bytes)))
         return coord_fail(e, rc, "exchange segment %s (%zu bytes): %s", path, x_bytes,
                           strerror(-rc));
-    seg_exchange_init(g->exch.base, c->seq_len, c->vocab_size, rows);
+    seg_exchange_init(g->exch.base, c->seq_len, c->vocab_size, rows, (uint32_t)g->n_ranks, c->dim);
     return 0;
 }
 
@@ -281,58 +380,103 @@ static int open_socket(struct coord_engine *g, struct coord_err *e)
     return 0;
 }
 
+/* Sends every rank the same message (its own rank filled in by @fill when not NULL). */
+static int send_all(struct coord_engine *g, proto_env *env, void (*fill)(proto_env *, int, void *),
+                    void *arg, struct coord_err *e)
+{
+    for (int r = 0; r < g->n_ranks; r++) {
+        if (fill)
+            fill(env, r, arg);
+        int rc = send_to(g, r, env, e);
+        if (rc)
+            return fail_group(g, rc);
+    }
+    return 0;
+}
+
+static void fill_attach(proto_env *env, int r, void *arg)
+{
+    struct coord_engine *g = arg;
+    Shardlm__Attach *a = env->attach;
+    a->rank = (uint32_t)r;
+    a->weights_path = g->ranks[r].weights.path;
+    a->kv_path = g->ranks[r].kv.path;
+    a->weights_bytes = g->ranks[r].weights.size;
+    a->kv_bytes = g->ranks[r].kv.size;
+}
+
 static int handshake(struct coord_engine *g, struct coord_err *e)
 {
     proto_env *env;
-    int rc = wait_for(g, SHARDLM__ENVELOPE__MSG_HELLO, HELLO_TIMEOUT_MS, &env, e);
-    if (rc) {
-        if (rc == -ETIMEDOUT)
-            coord_fail(e, rc, "worker rank 0 (pid %d) did not say Hello within %d ms",
-                       (int)g->worker, HELLO_TIMEOUT_MS);
-        return rc;
-    }
-    const Shardlm__Hello *h = env->hello;
-    if (h->protocol != PROTO_VERSION || h->rank != 0) {
-        rc = coord_fail(e, -EPROTO, "worker speaks protocol %u as rank %u, expected %d as rank 0",
-                        h->protocol, h->rank, PROTO_VERSION);
+    int rc, r;
+    for (int got = 0; got < g->n_ranks;) {
+        if ((rc = wait_any(g, SHARDLM__ENVELOPE__MSG_HELLO, HELLO_TIMEOUT_MS, &env, &r, e))) {
+            if (rc == -ETIMEDOUT)
+                coord_fail(e, rc, "%d of %d workers did not say Hello within %d ms",
+                           g->n_ranks - got, g->n_ranks, HELLO_TIMEOUT_MS);
+            return rc;
+        }
+        const Shardlm__Hello *h = env->hello;
+        if (h->protocol != PROTO_VERSION || h->rank != (uint32_t)r || g->ranks[r].hello) {
+            rc = coord_fail(e, -EPROTO, "worker rank %d: protocol %u as rank %u, expected %d "
+                            "once", r, h->protocol, h->rank, PROTO_VERSION);
+            proto_free(env);
+            return fail_group(g, rc);
+        }
+        g->ranks[r].hello = true;
+        snprintf(g->ranks[r].isa, sizeof(g->ranks[r].isa), "%s", h->isa ? h->isa : "?");
         proto_free(env);
-        return rc;
+        got++;
     }
-    snprintf(g->worker_isa, sizeof(g->worker_isa), "%s", h->isa ? h->isa : "?");
-    proto_free(env);
 
     Shardlm__Attach a = SHARDLM__ATTACH__INIT;
-    a.rank = 0;
-    a.n_ranks = 1;
-    a.weights_path = g->weights.path;
-    a.kv_path = g->kv.path;
+    a.n_ranks = (uint32_t)g->n_ranks;
     a.exchange_path = g->exch.path;
-    a.weights_bytes = g->weights.size;
-    a.kv_bytes = g->kv.size;
     a.exchange_bytes = g->exch.size;
     proto_env out = SHARDLM__ENVELOPE__INIT;
     out.msg_case = SHARDLM__ENVELOPE__MSG_ATTACH;
     out.attach = &a;
-    if ((rc = send_to_worker(g, &out, e)))
+    if ((rc = send_all(g, &out, fill_attach, g, e)))
         return rc;
-    if ((rc = wait_for(g, SHARDLM__ENVELOPE__MSG_READY, READY_TIMEOUT_MS, &env, e)))
-        return rc;
-    proto_free(env);
+    for (int got = 0; got < g->n_ranks; got++) {
+        if ((rc = wait_any(g, SHARDLM__ENVELOPE__MSG_READY, READY_TIMEOUT_MS, &env, &r, e)))
+            return rc;
+        const Shardlm__Ready *rd = env->ready;
+        if (g->verbose) {
+            /* the layout the worker read back from the kernel; a contract other tools read */
+            fprintf(stderr, "rank %d node %d cpus %s pid %d\n", r, rd->node,
+                    rd->cpus ? rd->cpus : "?", (int)g->ranks[r].pid);
+            fprintf(stderr, "rank %d isa %s threads %u weights %zu bytes kv %zu bytes\n", r,
+                    g->ranks[r].isa, rd->threads, g->ranks[r].weights.size, g->ranks[r].kv.size);
+        }
+        g->ranks[r].ready = true;
+        proto_free(env);
+    }
 
-    /* one heartbeat round trip: the control path works, and what it costs */
+    /* one heartbeat round trip to every rank: the control path works, and what it costs */
     uint64_t t0 = coord_now_ns();
     Shardlm__Heartbeat hb = SHARDLM__HEARTBEAT__INIT;
     hb.seq = 1;
     out.msg_case = SHARDLM__ENVELOPE__MSG_HEARTBEAT;
     out.heartbeat = &hb;
-    if ((rc = send_to_worker(g, &out, e)) ||
-        (rc = wait_for(g, SHARDLM__ENVELOPE__MSG_HEARTBEAT, HELLO_TIMEOUT_MS, &env, e)))
+    if ((rc = send_all(g, &out, NULL, NULL, e)))
         return rc;
-    proto_free(env);
+    for (int got = 0; got < g->n_ranks; got++) {
+        /* wait_any skips heartbeats, so count replies here */
+        char id[PROTO_MAX_ID];
+        size_t idlen;
+        rc = proto_recv(g->sock, HELLO_TIMEOUT_MS, id, &idlen, &env);
+        if (rc)
+            return fail_group(g, coord_fail(e, rc, "no heartbeat from the workers: %s",
+                                            strerror(-rc)));
+        bool ok = env->msg_case == SHARDLM__ENVELOPE__MSG_HEARTBEAT && env->heartbeat->reply;
+        proto_free(env);
+        if (!ok)
+            return fail_group(g, coord_fail(e, -EPROTO, "expected heartbeat replies"));
+    }
     if (g->verbose)
-        fprintf(stderr, "rank 0 pid %d isa %s weights %zu bytes, heartbeat rtt %.1f us\n",
-                (int)g->worker, g->worker_isa, g->weights.size,
-                (double)(coord_now_ns() - t0) / 1e3);
+        fprintf(stderr, "heartbeat rtt %.1f us for %d ranks\n",
+                (double)(coord_now_ns() - t0) / 1e3, g->n_ranks);
     return 0;
 }
 
@@ -347,20 +491,40 @@ int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o
                           rc == -EPERM ? "not a private directory owned by this user"
                                        : strerror(-rc));
     seg_clean_stale(g->rundir);
-    if ((rc = load_weights(g, o->model_path, e)) ||
-        (rc = make_segments(g, o->n_seqs ? o->n_seqs : 1, e)) || (rc = open_socket(g, e)) ||
-        (rc = spawn_worker(g, e)) || (rc = handshake(g, e))) {
-        coord_engine_stop(g);
+    if ((rc = coord_layout_make(&g->layout, &o->layout, e)))
         return rc;
+    if ((rc = open_model(g, o->model_path, e)))
+        goto out_fail;
+    const struct shlm_config *c = &g->img.hdr->cfg;
+    g->n_ranks = g->layout.n_ranks;
+    if ((uint32_t)g->n_ranks > c->n_heads) {
+        rc = coord_fail(e, -EINVAL, "%d workers: more than the model's %u attention heads",
+                        g->n_ranks, c->n_heads);
+        goto out_fail;
     }
+    g->ranks = calloc((size_t)g->n_ranks, sizeof(*g->ranks));
+    if (!g->ranks) {
+        rc = coord_fail(e, -ENOMEM, "out of memory");
+        goto out_fail;
+    }
+    if ((rc = make_segments(g, o->n_seqs ? o->n_seqs : 1, e)) || (rc = open_socket(g, e)))
+        goto out_fail;
+    for (int r = 0; r < g->n_ranks; r++)
+        if ((rc = spawn_worker(g, r, e)))
+            goto out_fail;
+    if ((rc = handshake(g, e)))
+        goto out_fail;
     return 0;
+out_fail:
+    coord_engine_stop(g);
+    return rc;
 }
 
 int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n,
                       struct coord_err *e)
 {
     const struct seg_exchange *x = g->exch.base;
-    const struct seg_kv *kv = g->kv.base;
+    const struct seg_kv *kv = g->ranks[0].kv.base;
     if (n < 1 || (uint32_t)n > kv->n_seqs)
         return coord_fail(e, -EINVAL, "a step carries 1..%u sequences, not %d", kv->n_seqs, n);
     Shardlm__StepSeq *sq = calloc((size_t)n, sizeof(*sq));
@@ -403,22 +567,41 @@ int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
     env.msg_case = SHARDLM__ENVELOPE__MSG_STEP;
     env.step = &st;
     uint64_t t0 = coord_now_ns();
-    if ((rc = send_to_worker(g, &env, e)))
+    if ((rc = send_all(g, &env, NULL, NULL, e)))
         goto out;
-    proto_env *in;
-    if ((rc = wait_for(g, SHARDLM__ENVELOPE__MSG_STEP_DONE, -1, &in, e)))
-        goto out;
-    if (in->step_done->step_id != st.step_id)
-        rc = coord_fail(e, -EPROTO, "worker rank 0 finished step %llu, expected %llu",
-                        (unsigned long long)in->step_done->step_id,
-                        (unsigned long long)st.step_id);
-    g->last_compute_ns = in->step_done->compute_ns;
+    for (int r = 0; r < g->n_ranks; r++)
+        g->ranks[r].done = false;
+    for (int got = 0; got < g->n_ranks; got++) {
+        proto_env *in;
+        int r;
+        if ((rc = wait_any(g, SHARDLM__ENVELOPE__MSG_STEP_DONE, -1, &in, &r, e)))
+            goto out;
+        const Shardlm__StepDone *d = in->step_done;
+        if (d->step_id != st.step_id || g->ranks[r].done) {
+            rc = fail_group(g, coord_fail(e, -EPROTO, "worker rank %d finished step %llu, "
+                                          "expected %llu once", r,
+                                          (unsigned long long)d->step_id,
+                                          (unsigned long long)st.step_id));
+            proto_free(in);
+            goto out;
+        }
+        g->ranks[r].done = true;
+        g->ranks[r].compute_ns = d->compute_ns;
+        g->ranks[r].allreduce_ns = d->allreduce_ns;
+        proto_free(in);
+    }
     g->last_wall_ns = coord_now_ns() - t0;
-    proto_free(in);
-    if (g->verbose && !rc)
-        fprintf(stderr, "step %llu %s tokens %u wall %.3f ms compute rank0 %.3f ms\n",
+    if (g->verbose) {
+        uint64_t ar = 0;
+        for (int r = 0; r < g->n_ranks; r++)
+            ar = g->ranks[r].allreduce_ns > ar ? g->ranks[r].allreduce_ns : ar;
+        fprintf(stderr, "step %llu %s tokens %u wall %.3f ms allreduce %.3f ms compute",
                 (unsigned long long)st.step_id, tokens > (uint32_t)n ? "prefill" : "decode",
-                tokens, (double)g->last_wall_ns / 1e6, (double)g->last_compute_ns / 1e6);
+                tokens, (double)g->last_wall_ns / 1e6, (double)ar / 1e6);
+        for (int r = 0; r < g->n_ranks; r++)
+            fprintf(stderr, " r%d %.3f", r, (double)g->ranks[r].compute_ns / 1e6);
+        fprintf(stderr, " ms\n");
+    }
 out:
     free(sq);
     free(sp);
@@ -428,22 +611,30 @@ out:
 void coord_engine_stop(struct coord_engine *g)
 {
     struct coord_err ignore;
-    if (g->worker && !g->worker_reaped) {
-        if (g->sock) {
-            Shardlm__Shutdown s = SHARDLM__SHUTDOWN__INIT;
-            s.reason = "coordinator exiting";
-            proto_env env = SHARDLM__ENVELOPE__INIT;
-            env.msg_case = SHARDLM__ENVELOPE__MSG_SHUTDOWN;
-            env.shutdown = &s;
-            proto_send(g->sock, "rank-0", 6, &env); /* fails harmlessly if it never connected */
-        }
-        for (int waited = 0; waited < SHUTDOWN_GRACE_MS && worker_alive(g, &ignore); waited += 10)
+    if (g->ranks) {
+        fail_group(g, 0); /* nobody may wait on a barrier for a peer that is shutting down */
+        Shardlm__Shutdown s = SHARDLM__SHUTDOWN__INIT;
+        s.reason = "coordinator exiting";
+        proto_env env = SHARDLM__ENVELOPE__INIT;
+        env.msg_case = SHARDLM__ENVELOPE__MSG_SHUTDOWN;
+        env.shutdown = &s;
+        for (int r = 0; r < g->n_ranks; r++)
+            if (g->sock && worker_alive(g, r, &ignore))
+                send_to(g, r, &env, &ignore); /* fails harmlessly if it never connected */
+        for (int waited = 0; waited < SHUTDOWN_GRACE_MS; waited += 10) {
+            bool any = false;
+            for (int r = 0; r < g->n_ranks; r++)
+                any |= worker_alive(g, r, &ignore);
+            if (!any)
+                break;
             sleep_ms(10);
-        if (worker_alive(g, &ignore)) {
-            kill(g->worker, SIGKILL);
-            waitpid(g->worker, &g->worker_status, 0);
-            g->worker_reaped = true;
         }
+        for (int r = 0; r < g->n_ranks; r++)
+            if (worker_alive(g, r, &ignore)) {
+                kill(g->ranks[r].pid, SIGKILL);
+                waitpid(g->ranks[r].pid, NULL, 0);
+                g->ranks[r].reaped = true;
+            }
     }
     if (g->sock)
         zmq_close(g->sock);
@@ -452,10 +643,17 @@ void coord_engine_stop(struct coord_engine *g)
     g->sock = g->zctx = NULL;
     if (g->sock_path[0])
         unlink(g->sock_path);
-    seg_free(&g->weights);
-    seg_free(&g->kv);
+    for (int r = 0; g->ranks && r < g->n_ranks; r++) {
+        seg_free(&g->ranks[r].weights);
+        seg_free(&g->ranks[r].kv);
+    }
     seg_free(&g->exch);
+    free(g->ranks);
+    g->ranks = NULL;
+    if (g->file_map)
+        munmap(g->file_map, g->file_bytes);
+    g->file_map = NULL;
+    coord_layout_free(&g->layout);
     if (g->rundir[0])
         seg_clean_pid(g->rundir, getpid());
-    g->worker = 0;
 }

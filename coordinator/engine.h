@@ -1,14 +1,17 @@
-/* coordinator/: the engine - model segment, worker process, steps.
+/* coordinator/: the engine - weight shards, worker processes, steps.
  *
- * coord_engine_start() loads the .shlm file into the weights segment, creates the KV and exchange
- * segments, binds a ROUTER socket in the runtime directory, spawns shardlm-worker, and waits
- * for its Hello and, after Attach, its Ready. coord_engine_step() runs one step; the worker's
- * death or an Error reply ends it with a clear message. coord_engine_stop() shuts the worker
- * down and removes every segment and socket file, whatever state start left things in.
+ * coord_engine_start() maps and verifies the .shlm file, plans the shards (shm/plan.h), creates
+ * for every rank a weights segment holding its shard and a KV segment, both bound to the rank's
+ * NUMA node before the first page is touched, and one exchange segment for the group; binds a
+ * ROUTER socket in the runtime directory, spawns one shardlm-worker per rank pinned to its CPUs,
+ * and waits for their Hello and, after Attach, their Ready. coord_engine_step() runs one step on
+ * every rank; a worker's death or Error ends it with a clear message. coord_engine_stop() shuts
+ * the workers down and removes every segment and socket file, whatever state start left.
  */
 #ifndef SHARDLM_COORD_ENGINE_H
 #define SHARDLM_COORD_ENGINE_H
 
+#include "layout.h"
 #include "seg.h"
 #include "shlm.h"
 #include "util.h"
@@ -21,22 +24,32 @@
 struct coord_engine_opts {
     const char *model_path;
     uint32_t n_seqs; /* KV slots; 0 means 1 */
-    bool verbose;    /* layout and per-step timings on stderr */
+    struct coord_layout_opts layout;
+    bool verbose; /* layout and per-step timings on stderr */
+};
+
+struct coord_rank {
+    struct seg weights, kv;
+    pid_t pid;
+    bool reaped, hello, ready, done;
+    char isa[32];
+    uint64_t compute_ns, allreduce_ns; /* of the last step */
 };
 
 struct coord_engine {
     char rundir[PATH_MAX];
     char sock_path[PATH_MAX];
     char endpoint[PATH_MAX + 8];
-    struct seg weights, kv, exch;
-    struct shlm_model img; /* over the weights segment */
+    struct shlm_model img; /* the model file, mapped read-only */
+    void *file_map;
+    size_t file_bytes;
+    struct coord_layout layout;
+    int n_ranks;
+    struct coord_rank *ranks; /* (n_ranks) */
+    struct seg exch;
     void *zctx, *sock;
-    pid_t worker;
-    int worker_status; /* wait status once reaped */
-    bool worker_reaped;
-    char worker_isa[32];
     uint64_t step_id;
-    uint64_t last_compute_ns, last_wall_ns;
+    uint64_t last_wall_ns;
     bool verbose;
 };
 
@@ -56,13 +69,13 @@ void coord_signals_install(void);
 /* Returns 0 or -errno with @e set; on error everything is already cleaned up. */
 int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o,
                        struct coord_err *e);
-/* Runs one step over @n sequences. Returns 0 or -errno with @e set. */
+/* Runs one step over @n sequences on every rank. Returns 0 or -errno with @e set. */
 int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n,
                       struct coord_err *e);
 /* Logit rows one step can return, and tokens it can carry. */
 uint32_t coord_engine_logit_rows(const struct coord_engine *g);
 uint32_t coord_engine_max_tokens(const struct coord_engine *g);
-/* Shuts down the worker (SIGKILL after 2 s), removes segments and socket files. Idempotent. */
+/* Shuts down the workers (SIGKILL after 2 s), removes segments and socket files. Idempotent. */
 void coord_engine_stop(struct coord_engine *g);
 
 #endif

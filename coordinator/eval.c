@@ -6,9 +6,12 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define REF_MAX_BYTES (1u << 30)
 
@@ -83,23 +86,54 @@ static int parse_ids(const char *s, int32_t *ids, int n, int max, int vocab)
     return n;
 }
 
+/* --save: this model's logits go to DIR/<logits file>, its line to DIR/greedy.tsv. */
+static int save_open(const struct coord_eval_opts *o, const char *name, FILE **f,
+                     struct coord_err *e)
+{
+    char path[4096];
+    if (strchr(name, '/'))
+        return coord_fail(e, -EINVAL, "logits file name '%s' has a '/'", name);
+    snprintf(path, sizeof(path), "%s/%s", o->save_dir, name);
+    *f = fopen(path, "wb");
+    return *f ? 0 : coord_fail(e, -errno, "%s: %s", path, strerror(errno));
+}
+
+static int save_line(const struct coord_eval_opts *o, const char *line, struct coord_err *e)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/greedy.tsv", o->save_dir);
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
+    bool ok = fputs(line, f) >= 0 && (strchr(line, '\n') || fputc('\n', f) != EOF);
+    ok &= fclose(f) == 0;
+    return ok ? 0 : coord_fail(e, -EIO, "%s: write failed", path);
+}
+
 static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, char *line, int no,
                      struct eval_acc *total, double *lp, double *lq, struct coord_err *e)
 {
     const struct shlm_config *c = &g->img.hdr->cfg;
     int vocab = (int)c->vocab_size, ctx = (int)c->seq_len;
-    char *f[5];
-    if (split_tabs(line, f, 5) != 5)
+    char *f[5], *orig = strdup(line);
+    int nf = orig ? split_tabs(line, f, 5) : -1;
+    if (nf != 5)
+        free(orig);
+    if (nf != 5)
         return coord_fail(e, -EINVAL, "%s/greedy.tsv line %d: expected 5 tab-separated fields",
                           o->ref_dir, no);
     int32_t *ids = malloc((size_t)(ctx + 1) * sizeof(int32_t));
-    if (!ids)
+    FILE *save = NULL;
+    if (!ids) {
+        free(orig);
         return coord_fail(e, -ENOMEM, "out of memory");
+    }
     int rc, n = parse_ids(f[1], ids, 0, ctx + 1, vocab);
     if (n > 0)
         n = parse_ids(f[2], ids, n, ctx + 1, vocab);
     if (n <= 0) {
         free(ids);
+        free(orig);
         return coord_fail(e, -EINVAL, "%s/greedy.tsv line %d: token ids missing, outside the "
                           "vocabulary of %d or beyond the context of %d", o->ref_dir, no, vocab,
                           ctx);
@@ -110,6 +144,7 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
     size_t len;
     if ((rc = coord_read_file(path, REF_MAX_BYTES, &buf, &len, e))) {
         free(ids);
+        free(orig);
         return rc;
     }
     size_t row_bytes = (size_t)vocab * sizeof(float);
@@ -121,6 +156,8 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
     }
     const float *ref = (const float *)buf;
     struct eval_acc acc = {0};
+    if (o->save_dir && (rc = save_open(o, f[4], &save, e)))
+        goto out;
     uint32_t chunk = coord_engine_logit_rows(g);
     for (int pos = 0; pos < rows;) {
         uint32_t m = (uint32_t)(rows - pos) < chunk ? (uint32_t)(rows - pos) : chunk;
@@ -128,6 +165,10 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
                                    .tokens = ids + pos, .all_logits = true};
         if ((rc = coord_engine_step(g, &s, 1, e)))
             goto out;
+        if (save && fwrite(s.logits, (size_t)vocab * sizeof(float), m, save) != m) {
+            rc = coord_fail(e, -EIO, "%s/%s: write failed", o->save_dir, f[4]);
+            goto out;
+        }
         for (uint32_t i = 0; i < m; i++) {
             int p = pos + (int)i;
             score(&acc, ref + (size_t)p * vocab, s.logits + (size_t)i * vocab, vocab,
@@ -143,9 +184,14 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
     total->positions += acc.positions;
     total->top1 += acc.top1;
     total->predicted += acc.predicted;
+    if (save)
+        rc = save_line(o, orig, e);
 out:
+    if (save && fclose(save) != 0 && !rc)
+        rc = coord_fail(e, -EIO, "%s/%s: write failed", o->save_dir, f[4]);
     free(buf);
     free(ids);
+    free(orig);
     return rc;
 }
 
@@ -156,8 +202,17 @@ int coord_eval(const struct coord_eval_opts *o, struct coord_err *e)
     FILE *f = fopen(path, "r");
     if (!f)
         return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
+    if (o->save_dir) {
+        char tsv[4096];
+        snprintf(tsv, sizeof(tsv), "%s/greedy.tsv", o->save_dir);
+        if ((mkdir(o->save_dir, 0755) < 0 && errno != EEXIST) || (unlink(tsv) < 0 && errno != ENOENT)) {
+            fclose(f);
+            return coord_fail(e, -errno, "--save %s: %s", o->save_dir, strerror(errno));
+        }
+    }
     struct coord_engine g;
-    struct coord_engine_opts eo = {.model_path = o->model, .verbose = o->verbose};
+    struct coord_engine_opts eo = {.model_path = o->model, .layout = o->layout,
+                                   .verbose = o->verbose};
     int rc = coord_engine_start(&g, &eo, e);
     if (rc) {
         fclose(f);

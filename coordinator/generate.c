@@ -25,7 +25,8 @@ static int emit(const struct coord_tok *t, int prev, int token)
 int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
 {
     struct coord_engine g;
-    struct coord_engine_opts eo = {.model_path = o->model, .verbose = o->verbose};
+    struct coord_engine_opts eo = {.model_path = o->model, .layout = o->layout,
+                                   .verbose = o->verbose};
     struct coord_tok tok;
     struct coord_sampler smp;
     int rc = coord_engine_start(&g, &eo, e);

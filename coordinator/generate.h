@@ -2,6 +2,7 @@
 #ifndef SHARDLM_COORD_GENERATE_H
 #define SHARDLM_COORD_GENERATE_H
 
+#include "layout.h"
 #include "util.h"
 
 #include <stdbool.h>
@@ -13,6 +14,7 @@ struct coord_generate_opts {
     float temp;  /* 0: greedy */
     float top_p;
     uint64_t seed;
+    struct coord_layout_opts layout;
     bool verbose;
 };
 
@@ -23,6 +25,8 @@ int coord_generate(const struct coord_generate_opts *o, struct coord_err *e);
 
 struct coord_eval_opts {
     const char *model, *ref_dir;
+    const char *save_dir; /* also write this model's logits there as a reference (or NULL) */
+    struct coord_layout_opts layout;
     bool verbose;
 };
 

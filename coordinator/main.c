@@ -1,6 +1,7 @@
 /* shardlm: the command line. Each command parses its options, runs, and prints one line
  * "shardlm <command>: <what went wrong>" on failure. Exit codes: 0 ok, 1 failure, 2 bad usage,
  * 128 + signal when interrupted (130 for SIGINT, 143 for SIGTERM). */
+#include "bench.h"
 #include "convert.h"
 #include "engine.h"
 #include "generate.h"
@@ -26,6 +27,7 @@ static const char usage_main[] =
     "  generate  -m MODEL.shlm -p PROMPT -n N    generate text (streamed to stdout)\n"
     "  eval      -m MODEL.shlm --ref DIR         KL divergence, top-1 and perplexity against\n"
     "            reference logits\n"
+    "  bench allreduce [--ranks 2,4] [--floats N]  latency of the shared-memory all-reduce\n"
     "\n"
     "`shardlm <command> --help` describes each command's options.\n";
 
@@ -44,25 +46,38 @@ static const char usage_convert[] =
     "  -o OUT          output file (written whole or not at all)\n"
     "  -q, --quiet     no progress on stderr\n";
 
+#define LAYOUT_HELP                                                                                \
+    "  --workers N     tensor-parallel workers (default: one per NUMA node, all its CPUs;\n"      \
+    "                  more workers than nodes split the nodes' CPUs)\n"                           \
+    "  --threads T     threads per worker (default: one per CPU of the worker)\n"                  \
+    "  --cpus LIST     each worker's CPUs, workers separated by ':' (e.g. 0-3:4-7); CPUs may be\n" \
+    "                  shared between workers this way\n"
+
 static const char usage_generate[] =
     "usage: shardlm generate -m MODEL.shlm -p PROMPT [-n N] [--temp T] [--top-p P] [--seed S]\n"
-    "                        [--verbose]\n"
+    "                        [--workers N] [--threads T] [--cpus LIST] [--verbose]\n"
     "\n"
     "Starts the coordinator and its worker, and prints the prompt and its continuation as it\n"
     "is generated, then a newline. Stops after N new tokens (default 256) or at BOS/EOS.\n"
     "  --temp T        sampling temperature, 0 = greedy (default 1.0)\n"
     "  --top-p P       nucleus sampling mass in (0, 1] (default 0.9)\n"
     "  --seed S        random seed (default: from the clock)\n"
-    "  --verbose       worker layout and per-step timings on stderr\n";
+    LAYOUT_HELP
+    "  --verbose       worker layout (`rank <r> node <n> cpus <list> pid <pid>`) and per-step\n"
+    "                  timings (wall, all-reduce, per-rank compute) on stderr\n";
 
 static const char usage_eval[] =
-    "usage: shardlm eval -m MODEL.shlm --ref DIR [--verbose]\n"
+    "usage: shardlm eval -m MODEL.shlm --ref DIR [--save DIR] [--workers N] [--threads T]\n"
+    "                    [--cpus LIST] [--verbose]\n"
     "\n"
     "Feeds the token sequences of DIR/greedy.tsv (prompt, prompt ids, generated ids, text file,\n"
     "logits file) and compares the model's logits with the reference float32 logits: per prompt\n"
     "and overall, the mean KL divergence KL(ref || model), the top-1 agreement and the\n"
     "perplexity of the sequence. The last line reads\n"
-    "  overall kld=<mean> top1=<fraction> ppl=<value>\n";
+    "  overall kld=<mean> top1=<fraction> ppl=<value>\n"
+    "  --save DIR      also write this model's logits to DIR in the same format, to compare\n"
+    "                  another model or layout against it\n"
+    LAYOUT_HELP;
 
 static int bad_usage(const char *cmd, const char *usage, const char *fmt, const char *arg)
 {
@@ -93,6 +108,32 @@ static bool parse_float(const char *s, float lo, float hi, float *out)
     *out = v;
     return true;
 }
+
+/* Handles --workers/--threads/--cpus; returns 1 if @c was one of them, -1 on a bad value. */
+static int layout_option(int c, struct coord_layout_opts *l)
+{
+    long v;
+    switch (c) {
+    case 'W':
+        if (!parse_int(optarg, 1, 256, &v))
+            return -1;
+        l->workers = (int)v;
+        return 1;
+    case 'H':
+        if (!parse_int(optarg, 1, 4096, &v))
+            return -1;
+        l->threads = (int)v;
+        return 1;
+    case 'C':
+        l->cpus = optarg;
+        return 1;
+    }
+    return 0;
+}
+
+#define LAYOUT_OPTIONS                                                                             \
+    {"workers", required_argument, 0, 'W'}, {"threads", required_argument, 0, 'H'},              \
+        {"cpus", required_argument, 0, 'C'}
 
 static int exit_code(const char *cmd, int rc, const struct coord_err *e)
 {
@@ -177,10 +218,17 @@ static int cmd_generate(int argc, char **argv)
                                          {"seed", required_argument, 0, 'S'},
                                          {"verbose", no_argument, 0, 'v'},
                                          {"help", no_argument, 0, 'h'},
+                                         LAYOUT_OPTIONS,
                                          {0, 0, 0, 0}};
     int c;
     long v;
     while ((c = getopt_long(argc, argv, "m:p:n:vh", opts, NULL)) != -1) {
+        int lo = layout_option(c, &o.layout);
+        if (lo < 0)
+            return bad_usage("generate", usage_generate, "bad value '%s' for a layout option",
+                             optarg);
+        if (lo)
+            continue;
         switch (c) {
         case 'm':
             o.model = optarg;
@@ -239,12 +287,22 @@ static int cmd_eval(int argc, char **argv)
     struct coord_eval_opts o = {0};
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"ref", required_argument, 0, 'r'},
+                                         {"save", required_argument, 0, 's'},
                                          {"verbose", no_argument, 0, 'v'},
                                          {"help", no_argument, 0, 'h'},
+                                         LAYOUT_OPTIONS,
                                          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
+        int lo = layout_option(c, &o.layout);
+        if (lo < 0)
+            return bad_usage("eval", usage_eval, "bad value '%s' for a layout option", optarg);
+        if (lo)
+            continue;
         switch (c) {
+        case 's':
+            o.save_dir = optarg;
+            break;
         case 'm':
             o.model = optarg;
             break;
@@ -287,6 +345,12 @@ int main(int argc, char **argv)
         return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0)
         return cmd_eval(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0) {
+        if (argc >= 3 && strcmp(argv[2], "allreduce") == 0)
+            return coord_bench_allreduce(argc - 2, argv + 2);
+        fprintf(stderr, "shardlm bench: expected `shardlm bench allreduce [options]`\n");
+        return 2;
+    }
     fprintf(stderr, "shardlm: unknown command '%s'\n%s", cmd, usage_main);
     return 2;
 }

@@ -55,6 +55,16 @@ size_t kn_mat_bytes(enum kn_dtype dt, int rows, int cols, int group);
 void kn_mat_view(struct kn_mat *m, enum kn_dtype dt, int rows, int cols, int group,
                  const void *base);
 
+/* Rows [r0, r1) of @m as a view of the same memory. */
+void kn_mat_rows(const struct kn_mat *m, int r0, int r1, struct kn_mat *out);
+/* Repacking for shards (kn_repack.c), canonical layout in and out:
+ * rows [r0, r1) of @src into @dst, which has kn_mat_bytes() of the slice; */
+void kn_repack_rows(const struct kn_mat *src, int r0, int r1, void *dst);
+/* columns [c0, c1) of every row with @pad zero columns in front, into @dst of
+ * kn_mat_bytes(rows, pad + c1 - c0). For W4 formats c0 - pad must be a multiple of the group, so
+ * the slice's groups are the source's (the first and last may be partial: same scales). */
+void kn_repack_cols(const struct kn_mat *src, int c0, int c1, int pad, void *dst);
+
 /* One activation vector prepared for every weight format: x padded with zeros to a multiple of
  * @group, split into even/odd elements (to match the nibble order), per-group sums, and the int8
  * per-token quantization used by W4A8. Buffers are owned by the caller (kn_act_alloc). */

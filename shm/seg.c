@@ -1,7 +1,11 @@
 /* shm/: runtime directory and segments. */
 #include "seg.h"
 
+#include "allreduce.h"
+
 #include <dirent.h>
+#include <numa.h>
+#include <numaif.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -34,20 +38,39 @@ void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *
     snprintf(out, len, "%s/%d.%s", rundir, (int)pid, what);
 }
 
-int seg_create(struct seg *s, const char *path, size_t size)
+int seg_create_on(struct seg *s, const char *path, size_t size, int node)
 {
     memset(s, 0, sizeof(*s));
     int rc, fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
-    rc = posix_fallocate(fd, 0, (off_t)size); /* returns the error, not -1 */
-    if (rc)
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)size) < 0) {
+        rc = errno;
         goto out_unlink;
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         rc = errno;
         goto out_unlink;
     }
+    /* on tmpfs the policy of a shared mapping is the file's: it governs every page allocated
+     * for it from now on, by anyone - so bind before fallocate touches the first page */
+    if (node >= 0 && numa_available() >= 0) {
+        unsigned long mask[16] = {0};
+        if (node >= (int)(sizeof(mask) * 8)) {
+            rc = EINVAL;
+            goto out_unlink;
+        }
+        mask[node / (8 * sizeof(long))] = 1ul << (node % (8 * sizeof(long)));
+        if (mbind(p, size, MPOL_BIND, mask, sizeof(mask) * 8, 0) < 0) {
+            rc = errno;
+            goto out_unlink;
+        }
+    }
+    rc = posix_fallocate(fd, 0, (off_t)size); /* returns the error, not -1 */
+    if (rc)
+        goto out_unlink;
     close(fd);
     snprintf(s->path, sizeof(s->path), "%s", path);
     s->base = p;
@@ -55,9 +78,16 @@ int seg_create(struct seg *s, const char *path, size_t size)
     s->owner = true;
     return 0;
 out_unlink:
+    if (p != MAP_FAILED)
+        munmap(p, size);
     close(fd);
     unlink(path);
     return -rc;
+}
+
+int seg_create(struct seg *s, const char *path, size_t size)
+{
+    return seg_create_on(s, path, size, -1);
 }
 
 int seg_map(struct seg *s, const char *path, size_t size, bool writable)
@@ -133,33 +163,52 @@ int seg_clean_stale(const char *rundir) { return clean(rundir, 0); }
 
 int seg_clean_pid(const char *rundir, pid_t pid) { return clean(rundir, pid); }
 
-size_t seg_exchange_bytes(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows)
+/* Offsets of the parts: header, tokens, logits, all-reduce area, each 64-byte aligned. */
+static void exchange_layout(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows,
+                            uint32_t n_ranks, uint32_t dim, struct seg_exchange *h)
 {
-    size_t tok = ((size_t)max_tokens * 4 + 63) / 64 * 64;
-    return 64 + tok + (size_t)logit_rows * vocab * 4;
-}
-
-void seg_exchange_init(void *base, uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows)
-{
-    struct seg_exchange *h = base;
     h->max_tokens = max_tokens;
     h->vocab = vocab;
     h->logit_rows = logit_rows;
+    h->n_ranks = n_ranks;
+    h->dim = dim;
     h->tokens_off = 64;
-    h->logits_off = 64 + ((size_t)max_tokens * 4 + 63) / 64 * 64;
-    h->bytes = seg_exchange_bytes(max_tokens, vocab, logit_rows);
+    h->logits_off = h->tokens_off + ((size_t)max_tokens * 4 + 63) / 64 * 64;
+    h->ar_off = h->logits_off + ((size_t)logit_rows * vocab * 4 + 63) / 64 * 64;
+    h->bytes = h->ar_off + seg_ar_bytes((int)n_ranks, (size_t)SEG_MAX_CHUNK * dim);
+}
+
+size_t seg_exchange_bytes(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows,
+                          uint32_t n_ranks, uint32_t dim)
+{
+    struct seg_exchange h;
+    exchange_layout(max_tokens, vocab, logit_rows, n_ranks, dim, &h);
+    return h.bytes;
+}
+
+void seg_exchange_init(void *base, uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows,
+                       uint32_t n_ranks, uint32_t dim)
+{
+    struct seg_exchange *h = base;
+    exchange_layout(max_tokens, vocab, logit_rows, n_ranks, dim, h);
+    seg_ar_init(seg_exchange_ar(base), (int)n_ranks, (size_t)SEG_MAX_CHUNK * dim);
     __atomic_store_n(&h->magic, SEG_EXCHANGE_MAGIC, __ATOMIC_RELEASE);
 }
 
-int seg_exchange_check(const void *base, size_t size, uint32_t vocab)
+int seg_exchange_check(const void *base, size_t size, uint32_t vocab, uint32_t n_ranks,
+                       uint32_t dim)
 {
     const struct seg_exchange *h = base;
-    if (size < 64 || h->magic != SEG_EXCHANGE_MAGIC || h->vocab != vocab ||
-        h->bytes != size || seg_exchange_bytes(h->max_tokens, h->vocab, h->logit_rows) != size ||
-        h->tokens_off != 64 ||
-        h->logits_off != 64 + ((size_t)h->max_tokens * 4 + 63) / 64 * 64)
+    struct seg_exchange want;
+    if (size < sizeof(*h) || h->magic != SEG_EXCHANGE_MAGIC || h->vocab != vocab ||
+        h->n_ranks != n_ranks || h->dim != dim || h->max_tokens == 0 || h->logit_rows == 0)
         return -EINVAL;
-    return 0;
+    exchange_layout(h->max_tokens, vocab, h->logit_rows, n_ranks, dim, &want);
+    if (h->tokens_off != want.tokens_off || h->logits_off != want.logits_off ||
+        h->ar_off != want.ar_off || h->bytes != want.bytes || want.bytes != size)
+        return -EINVAL;
+    return seg_ar_check((const char *)base + h->ar_off, size - h->ar_off, (int)n_ranks,
+                        (size_t)SEG_MAX_CHUNK * dim);
 }
 
 size_t seg_kv_bytes(uint32_t n_seqs, uint32_t n_layers, uint32_t seq_len, uint32_t kv_dim)
@@ -189,4 +238,56 @@ int seg_kv_check(const void *base, size_t size, uint32_t n_layers, uint32_t seq_
         h->bytes != size || seg_kv_bytes(h->n_seqs, n_layers, seq_len, kv_dim) != size)
         return -EINVAL;
     return 0;
+}
+
+int seg_cpulist_parse(const char *s, size_t len, int *out, int max)
+{
+    int n = 0;
+    size_t i = 0;
+    while (i < len) {
+        char *end;
+        long a = strtol(s + i, &end, 10), b;
+        if (end == s + i || a < 0 || a >= SEG_MAX_CPUS)
+            return -EINVAL;
+        i = (size_t)(end - s);
+        b = a;
+        if (i < len && s[i] == '-') {
+            i++;
+            b = strtol(s + i, &end, 10);
+            if (end == s + i || b < a || b >= SEG_MAX_CPUS)
+                return -EINVAL;
+            i = (size_t)(end - s);
+        }
+        for (long c = a; c <= b; c++) {
+            for (int k = 0; k < n; k++)
+                if (out[k] == c)
+                    return -EINVAL; /* listed twice */
+            if (n >= max)
+                return -EINVAL;
+            out[n++] = (int)c;
+        }
+        if (i < len) {
+            if (s[i] != ',')
+                return -EINVAL;
+            i++;
+            if (i == len)
+                return -EINVAL;
+        }
+    }
+    return n ? n : -EINVAL;
+}
+
+void seg_cpulist_format(const int *cpus, int n, char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = 0;
+    for (int i = 0; i < n && used < len;) {
+        int j = i;
+        while (j + 1 < n && cpus[j + 1] == cpus[j] + 1)
+            j++;
+        int w = j > i ? snprintf(out + used, len - used, "%s%d-%d", i ? "," : "", cpus[i], cpus[j])
+                      : snprintf(out + used, len - used, "%s%d", i ? "," : "", cpus[i]);
+        used += (size_t)(w > 0 ? w : 0);
+        i = j + 1;
+    }
 }

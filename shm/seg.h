@@ -33,6 +33,9 @@ void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *
  * fails here with -ENOSPC, not later with SIGBUS), and maps it read-write.
  * Returns 0 or -errno; nothing is left behind on error. Release with seg_free(). */
 int seg_create(struct seg *s, const char *path, size_t size);
+/* The same, with the memory bound to NUMA node @node (mbind MPOL_BIND before the first page is
+ * allocated; -1: no binding, or the kernel has no NUMA). */
+int seg_create_on(struct seg *s, const char *path, size_t size, int node);
 /* Maps the existing segment @path, which must be exactly @size bytes. Returns 0 or -errno
  * (-EINVAL for a size mismatch). Release with seg_free(). */
 int seg_map(struct seg *s, const char *path, size_t size, bool writable);
@@ -44,20 +47,40 @@ int seg_clean_stale(const char *rundir);
 /* Removes every runtime file of coordinator @pid. Returns how many. */
 int seg_clean_pid(const char *rundir, pid_t pid);
 
-/* Exchange segment: step inputs written by the coordinator, logits written by the workers. */
+/* CPU lists like "0-3,8,10-11" (layouts, worker arguments, reports). */
+#define SEG_MAX_CPUS 1024
+/* Parses @len bytes of @s into @out (at most @max, no CPU twice). Returns the count or -EINVAL. */
+int seg_cpulist_parse(const char *s, size_t len, int *out, int max);
+/* Formats CPUs with ranges: "0-3,8". */
+void seg_cpulist_format(const int *cpus, int n, char *out, size_t len);
+
+/* Exchange segment: step inputs written by the coordinator, logits written by the workers (each
+ * its vocabulary columns), and the all-reduce area of the group (allreduce.h). */
 #define SEG_EXCHANGE_MAGIC 0x58434853u /* "SHCX" */
+#define SEG_MAX_CHUNK 64               /* tokens per forward chunk: sizes the all-reduce slots */
 struct seg_exchange {
     uint32_t magic;
     uint32_t max_tokens; /* capacity of tokens[] */
     uint32_t vocab;
     uint32_t logit_rows; /* capacity of logits[] in rows of vocab floats */
-    uint64_t tokens_off, logits_off, bytes;
+    uint32_t n_ranks;
+    uint32_t dim; /* all-reduce slots hold SEG_MAX_CHUNK x dim floats */
+    uint64_t tokens_off, logits_off, ar_off, bytes;
 };
-size_t seg_exchange_bytes(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows);
-/* Writes the header into a fresh segment of seg_exchange_bytes() bytes. */
-void seg_exchange_init(void *base, uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows);
-/* Checks a mapped exchange segment of @size bytes. 0 or -EINVAL. */
-int seg_exchange_check(const void *base, size_t size, uint32_t vocab);
+size_t seg_exchange_bytes(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows,
+                          uint32_t n_ranks, uint32_t dim);
+/* Writes the header and the all-reduce area into a fresh zeroed segment of
+ * seg_exchange_bytes() bytes. */
+void seg_exchange_init(void *base, uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows,
+                       uint32_t n_ranks, uint32_t dim);
+/* Checks a mapped exchange segment of @size bytes for a group of @n_ranks over a model of
+ * @vocab and @dim. 0 or -EINVAL. */
+int seg_exchange_check(const void *base, size_t size, uint32_t vocab, uint32_t n_ranks,
+                       uint32_t dim);
+static inline void *seg_exchange_ar(void *base)
+{
+    return (char *)base + ((struct seg_exchange *)base)->ar_off;
+}
 static inline int32_t *seg_exchange_tokens(void *base)
 {
     return (int32_t *)((char *)base + ((struct seg_exchange *)base)->tokens_off);

@@ -1,9 +1,12 @@
 /* The .shlm format: hashing, layout of the expected tensors, and a parser that trusts nothing. */
 #include "shlm.h"
 
+#include "plan.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,7 +91,8 @@ static void spec(struct shlm_tensor_spec *s, const char *name, enum kn_dtype dt,
 }
 
 int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int group,
-                          int head_bits, struct shlm_tensor_spec *out, int max)
+                          int head_bits, const struct seg_plan *plan,
+                          struct shlm_tensor_spec *out, int max)
 {
     enum kn_dtype mat, head;
     switch (s) {
@@ -113,11 +117,19 @@ int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int g
     int need = 3 + 9 * (int)c->n_layers + (c->tied_embd ? 0 : 1);
     if (need > max)
         return -EINVAL;
-    int n = 0, d = (int)c->dim, q = (int)(c->n_heads * c->head_dim);
-    int kv = (int)(c->n_kv_heads * c->head_dim), h = (int)c->hidden_dim;
+    /* the whole model is the plan of one rank */
+    struct seg_plan whole;
+    if (!plan) {
+        if (seg_plan_make(&whole, c, 0, 1, 0))
+            return -EINVAL;
+        plan = &whole;
+    }
+    int n = 0, d = (int)c->dim, hd = (int)c->head_dim;
+    int q = (plan->q1 - plan->q0) * hd, kv = (plan->kv1 - plan->kv0) * hd;
+    int f = plan->f1 - plan->f0, v = plan->v1 - plan->v0;
     spec(&out[n++], "tok_embd", head, (int)c->vocab_size, d, group);
     if (!c->tied_embd)
-        spec(&out[n++], "output", head, (int)c->vocab_size, d, group);
+        spec(&out[n++], "output", head, v, d, group);
     spec(&out[n++], "output_norm", KN_DT_F32, 1, d, 0);
     for (int l = 0; l < (int)c->n_layers; l++) {
         char nm[SHLM_NAME_MAX];
@@ -128,14 +140,49 @@ int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int g
         LAYER("attn_q", mat, q, d);
         LAYER("attn_k", mat, kv, d);
         LAYER("attn_v", mat, kv, d);
-        LAYER("attn_o", mat, d, q);
+        LAYER("attn_o", mat, d, plan->o_pad + q);
         LAYER("ffn_norm", KN_DT_F32, 1, d);
-        LAYER("ffn_gate", mat, h, d);
-        LAYER("ffn_up", mat, h, d);
-        LAYER("ffn_down", mat, d, h);
+        LAYER("ffn_gate", mat, f, d);
+        LAYER("ffn_up", mat, f, d);
+        LAYER("ffn_down", mat, d, plan->down_pad + f);
 #undef LAYER
     }
     return n;
+}
+
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+void shlm_layout(struct shlm_header *h, struct shlm_tensor *table,
+                 const struct shlm_tensor_spec *specs, int n, uint64_t tok_bytes)
+{
+    memcpy(h->magic, SHLM_MAGIC, sizeof(SHLM_MAGIC));
+    h->version = SHLM_VERSION;
+    h->header_bytes = sizeof(*h);
+    h->n_tensors = (uint32_t)n;
+    h->table_offset = sizeof(*h);
+    h->tok_offset = h->table_offset + (uint64_t)n * sizeof(struct shlm_tensor);
+    h->tok_bytes = tok_bytes;
+    h->data_offset = align_up(h->tok_offset + tok_bytes, SHLM_ALIGN);
+    uint64_t off = h->data_offset;
+    for (int i = 0; i < n; i++) {
+        struct shlm_tensor *t = &table[i];
+        memset(t, 0, sizeof(*t));
+        snprintf(t->name, sizeof(t->name), "%s", specs[i].name);
+        t->dtype = (uint32_t)specs[i].dtype;
+        t->group = (uint32_t)specs[i].group;
+        t->rows = (uint32_t)specs[i].rows;
+        t->cols = (uint32_t)specs[i].cols;
+        t->bytes = kn_mat_bytes(specs[i].dtype, specs[i].rows, specs[i].cols, specs[i].group);
+        t->offset = off;
+        off = align_up(off + t->bytes, SHLM_ALIGN);
+    }
+    h->file_bytes = off;
+}
+
+void shlm_seal(struct shlm_header *h, const struct shlm_tensor *table)
+{
+    h->checksum = 0;
+    h->checksum = shlm_hash(h, sizeof(*h)) ^ shlm_hash(table, h->n_tensors * sizeof(*table));
 }
 
 const struct shlm_tensor *shlm_find(const struct shlm_model *m, const char *name)
@@ -230,8 +277,16 @@ static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
                          const struct shlm_header *h, struct shlm_tensor_spec *want,
                          const char *what, char *err, size_t errlen)
 {
+    /* shard_count 0: a whole model (a file); n >= 1: the shard of rank shard_rank of n */
+    struct seg_plan plan;
+    bool shard = h->shard_count > 0;
+    if ((!shard && h->shard_rank != 0) ||
+        (shard && seg_plan_make(&plan, &h->cfg, h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0,
+                                (int)h->shard_count, (int)h->shard_rank)))
+        return fail(err, errlen, -EINVAL, "%s: header fields shard_rank/shard_count (%u of %u) do "
+                    "not fit the model", what, h->shard_rank, h->shard_count);
     int n = shlm_expected_tensors(&h->cfg, (enum shlm_scheme)h->scheme, (int)h->group,
-                                  (int)h->head_bits, want, SHLM_MAX_TENSORS);
+                                  (int)h->head_bits, shard ? &plan : NULL, want, SHLM_MAX_TENSORS);
     if (n < 0)
         return fail(err, errlen, -EINVAL, "%s: header fields scheme/group/head_bits (%s, %u, %u) "
                     "are not a valid combination", what, shlm_scheme_name(h->scheme), h->group,

@@ -48,7 +48,8 @@ struct shlm_header {
     uint64_t tok_offset, tok_bytes;
     uint32_t tok_kind, bos_id, eos_id, reserved0;
     uint64_t data_offset;
-    uint8_t reserved[320];
+    uint32_t shard_rank, shard_count; /* a file: 0, 0; a weights segment: rank r of n (plan.h) */
+    uint8_t reserved[312];
     uint64_t checksum; /* shlm_hash of the header (this field zero) and the tensor table */
 };
 _Static_assert(sizeof(struct shlm_config) == 96, "shlm_config layout");
@@ -101,8 +102,18 @@ struct shlm_tensor_spec {
     enum kn_dtype dtype;
     int rows, cols, group;
 };
+struct seg_plan;
+/* With @plan (not NULL) the shapes are those of that rank's shard (see plan.h). */
 int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int group,
-                          int head_bits, struct shlm_tensor_spec *out, int max);
+                          int head_bits, const struct seg_plan *plan,
+                          struct shlm_tensor_spec *out, int max);
+/* Lays out a file or segment image: fills @h's layout fields (magic, version, offsets, sizes),
+ * and @table from @specs (names, formats, shapes, offsets; checksums left 0). The caller sets
+ * config, scheme, tokenizer fields, then the checksums and shlm_seal(). */
+void shlm_layout(struct shlm_header *h, struct shlm_tensor *table,
+                 const struct shlm_tensor_spec *specs, int n, uint64_t tok_bytes);
+/* Computes the header checksum over the header and @table. */
+void shlm_seal(struct shlm_header *h, const struct shlm_tensor *table);
 /* Checks the config for sizes that are zero, inconsistent or absurd. 0 or -EINVAL + @err. */
 int shlm_config_check(const struct shlm_config *c, char *err, size_t errlen);
 

@@ -95,14 +95,14 @@ static float *run(const struct kn_ops *ops, int max_m, int chunk)
 {
     const struct shlm_config *c = &img.hdr->cfg;
     struct wrk_model m;
-    assert_int_equal(wrk_model_init(&m, &img, ops, max_m), 0);
+    assert_int_equal(wrk_model_init(&m, &img, ops, max_m, NULL, NULL), 0);
     size_t kvb = seg_kv_bytes(1, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
     void *kv = calloc(1, kvb);
     seg_kv_init(kv, 1, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
     float *out = malloc((size_t)n_rows * VOCAB * sizeof(float));
     for (int pos = 0; pos < n_rows; pos += chunk) {
         int n = n_rows - pos < chunk ? n_rows - pos : chunk;
-        wrk_forward(&m, kv, 0, tokens + pos, n, pos, out + (size_t)pos * VOCAB, true);
+        assert_int_equal(wrk_forward(&m, kv, 0, tokens + pos, n, pos, out + (size_t)pos * VOCAB, true), 0);
     }
     wrk_model_free(&m);
     free(kv);
@@ -142,13 +142,14 @@ static void test_last_logits_only(void **state)
     const struct kn_ops *ops = kn_ops_select();
     const struct shlm_config *c = &img.hdr->cfg;
     struct wrk_model m;
-    assert_int_equal(wrk_model_init(&m, &img, ops, 16), 0);
+    assert_int_equal(wrk_model_init(&m, &img, ops, 16, NULL, NULL), 0);
     size_t kvb = seg_kv_bytes(2, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
     void *kv = calloc(1, kvb);
     seg_kv_init(kv, 2, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
     float *all = malloc(40 * VOCAB * sizeof(float)), last[VOCAB];
-    wrk_forward(&m, kv, 0, tokens, 40, 0, all, true);
-    wrk_forward(&m, kv, 1, tokens, 40, 0, last, false); /* another slot, same sequence */
+    assert_int_equal(wrk_forward(&m, kv, 0, tokens, 40, 0, all, true), 0);
+    /* another slot, same sequence */
+    assert_int_equal(wrk_forward(&m, kv, 1, tokens, 40, 0, last, false), 0);
     assert_memory_equal(last, all + 39 * VOCAB, sizeof(last));
     free(all);
     free(kv);

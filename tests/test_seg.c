@@ -12,6 +12,7 @@
 
 #include <sys/mount.h>
 
+#include "allreduce.h"
 #include "seg.h"
 #include "testutil.h"
 
@@ -260,23 +261,24 @@ static void test_exchange_layout(void **state)
 {
     struct fixture *f = *state;
     const char *d = rundir(f);
-    const uint32_t max_tokens = 100, vocab = 512, rows = 4;
-    size_t size = seg_exchange_bytes(max_tokens, vocab, rows);
-    assert_int_equal(size, 64 + 448 + rows * vocab * 4); /* 400 token bytes padded to 448 */
+    const uint32_t max_tokens = 100, vocab = 512, rows = 4, ranks = 2, dim = 64;
+    size_t size = seg_exchange_bytes(max_tokens, vocab, rows, ranks, dim);
+    /* 400 token bytes padded to 448, logits, then the all-reduce area */
+    assert_int_equal(size, 64 + 448 + rows * vocab * 4 + seg_ar_bytes(ranks, SEG_MAX_CHUNK * dim));
     struct seg w, r;
     make_seg(&w, d, "exchange", size);
     /* a zeroed segment has no magic yet */
-    assert_int_equal(seg_exchange_check(w.base, size, vocab), -EINVAL);
-    seg_exchange_init(w.base, max_tokens, vocab, rows);
-    assert_int_equal(seg_exchange_check(w.base, size, vocab), 0);
+    assert_int_equal(seg_exchange_check(w.base, size, vocab, ranks, dim), -EINVAL);
+    seg_exchange_init(w.base, max_tokens, vocab, rows, ranks, dim);
+    assert_int_equal(seg_exchange_check(w.base, size, vocab, ranks, dim), 0);
 
     /* a worker maps it read-only and sees the same layout */
     assert_int_equal(seg_map(&r, w.path, size, false), 0);
-    assert_int_equal(seg_exchange_check(r.base, size, vocab), 0);
-    assert_int_equal(seg_exchange_check(r.base, size, vocab + 1), -EINVAL);
-    assert_int_equal(seg_exchange_check(r.base, size - 4, vocab), -EINVAL);
-    assert_int_equal(seg_exchange_check(r.base, size + 64, vocab), -EINVAL);
-    assert_int_equal(seg_exchange_check(r.base, 63, vocab), -EINVAL);
+    assert_int_equal(seg_exchange_check(r.base, size, vocab, ranks, dim), 0);
+    assert_int_equal(seg_exchange_check(r.base, size, vocab + 1, ranks, dim), -EINVAL);
+    assert_int_equal(seg_exchange_check(r.base, size - 4, vocab, ranks, dim), -EINVAL);
+    assert_int_equal(seg_exchange_check(r.base, size + 64, vocab, ranks, dim), -EINVAL);
+    assert_int_equal(seg_exchange_check(r.base, 63, vocab, ranks, dim), -EINVAL);
 
     /* tokens then logits, inside the segment and apart */
     uint8_t *base = w.base;
@@ -284,7 +286,10 @@ static void test_exchange_layout(void **state)
     float *lg = seg_exchange_logits(w.base);
     assert_ptr_equal(tok, base + 64);
     assert_true((uint8_t *)(tok + max_tokens) <= (uint8_t *)lg);
-    assert_ptr_equal((uint8_t *)(lg + (size_t)rows * vocab), base + size);
+    assert_true((uint8_t *)(lg + (size_t)rows * vocab) <= (uint8_t *)seg_exchange_ar(w.base));
+    assert_true((uint8_t *)seg_exchange_ar(w.base) < base + size);
+    assert_int_equal(seg_exchange_check(r.base, size, vocab, ranks + 1, dim), -EINVAL);
+    assert_int_equal(seg_exchange_check(r.base, size, vocab, ranks, dim + 1), -EINVAL);
     assert_int_equal(((uintptr_t)lg) % 64, 0);
     tok[max_tokens - 1] = 7;
     lg[(size_t)rows * vocab - 1] = 1.5f;
@@ -294,10 +299,10 @@ static void test_exchange_layout(void **state)
     /* a corrupt header field */
     struct seg_exchange *h = w.base;
     h->logits_off += 64;
-    assert_int_equal(seg_exchange_check(r.base, size, vocab), -EINVAL);
+    assert_int_equal(seg_exchange_check(r.base, size, vocab, ranks, dim), -EINVAL);
     h->logits_off -= 64;
     h->max_tokens += 16; /* past the 64-byte padding of tokens[]: the sizes no longer agree */
-    assert_int_equal(seg_exchange_check(r.base, size, vocab), -EINVAL);
+    assert_int_equal(seg_exchange_check(r.base, size, vocab, ranks, dim), -EINVAL);
     seg_free(&r);
     seg_free(&w);
 }

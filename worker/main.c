@@ -1,6 +1,7 @@
 /* shardlm-worker: one rank of the engine. Connects to its coordinator, maps the segments it is
  * told to, and runs the steps it is sent until Shutdown or until the coordinator goes away. */
 #include "model.h"
+#include "pin.h"
 #include "proto.h"
 #include "seg.h"
 #include "shlm.h"
@@ -17,16 +18,18 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define WRK_MAX_CHUNK 64 /* tokens per forward chunk */
-
 struct wrk {
     unsigned rank;
     pid_t coord;
     void *sock;
     const struct kn_ops *ops;
+    int node;            /* NUMA node of our memory, -1: none */
+    int n_cpus, *cpus;   /* one pool thread per CPU */
+    struct wrk_pool *pool;
     bool attached;
     struct seg weights, kv, exch;
     struct shlm_model img;
+    struct seg_ar_rank ar;
     struct wrk_model model;
     uint64_t last_step;
     unsigned fault_step_delay_ms; /* SHARDLM_FAULT=step_delay_ms=N: tests of slow steps */
@@ -86,8 +89,8 @@ static int on_attach(struct wrk *w, const Shardlm__Attach *a)
     int rc;
     if (w->attached)
         return reply_error(w, -EALREADY, 0, "Attach: already attached");
-    if (a->rank != w->rank || a->n_ranks != 1)
-        return reply_error(w, -EINVAL, 0, "Attach: rank %u of %u, this worker is rank %u of 1",
+    if (a->rank != w->rank || a->n_ranks < 1 || a->n_ranks > SEG_AR_MAX_RANKS)
+        return reply_error(w, -EINVAL, 0, "Attach: rank %u of %u, this worker is rank %u",
                            a->rank, a->n_ranks, w->rank);
     if ((rc = seg_map(&w->weights, a->weights_path, a->weights_bytes, false)) ||
         (rc = seg_map(&w->kv, a->kv_path, a->kv_bytes, true)) ||
@@ -100,22 +103,36 @@ static int on_attach(struct wrk *w, const Shardlm__Attach *a)
         detach(w);
         return reply_error(w, rc, 0, "Attach: %s", err);
     }
-    const struct shlm_config *c = &w->img.hdr->cfg;
+    const struct shlm_header *h = w->img.hdr;
+    const struct shlm_config *c = &h->cfg;
+    struct seg_plan p;
+    if (h->shard_rank != a->rank || h->shard_count != a->n_ranks ||
+        seg_plan_make(&p, c, h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0,
+                      (int)a->n_ranks, (int)a->rank)) {
+        detach(w);
+        return reply_error(w, -EINVAL, 0, "Attach: the weights segment holds shard %u of %u, "
+                           "not %u of %u", h->shard_rank, h->shard_count, a->rank, a->n_ranks);
+    }
     if (seg_kv_check(w->kv.base, w->kv.size, c->n_layers, c->seq_len,
-                     c->n_kv_heads * c->head_dim) ||
-        seg_exchange_check(w->exch.base, w->exch.size, c->vocab_size)) {
+                     (uint32_t)(p.kv1 - p.kv0) * c->head_dim) ||
+        seg_exchange_check(w->exch.base, w->exch.size, c->vocab_size, a->n_ranks, c->dim)) {
         detach(w);
         return reply_error(w, -EINVAL, 0, "Attach: KV or exchange segment does not fit the model");
     }
-    rc = wrk_model_init(&w->model, &w->img, w->ops, WRK_MAX_CHUNK);
+    seg_ar_attach(&w->ar, seg_exchange_ar(w->exch.base), (int)a->rank, getpid());
+    rc = wrk_model_init(&w->model, &w->img, w->ops, SEG_MAX_CHUNK, w->pool, &w->ar);
     if (rc) {
         detach(w);
         return reply_error(w, rc, 0, "Attach: %s", strerror(-rc));
     }
     w->attached = true;
+    char cpus[1024];
     Shardlm__Ready r = SHARDLM__READY__INIT;
     r.rank = w->rank;
     r.weights_bytes = w->weights.size;
+    r.node = wrk_read_back(cpus, sizeof(cpus));
+    r.cpus = cpus;
+    r.threads = (uint32_t)(w->pool ? wrk_pool_size(w->pool) : 1);
     proto_env env = SHARDLM__ENVELOPE__INIT;
     env.msg_case = SHARDLM__ENVELOPE__MSG_READY;
     env.ready = &r;
@@ -182,14 +199,22 @@ static int on_step(struct wrk *w, const Shardlm__Step *s)
     const int32_t *tok = seg_exchange_tokens(w->exch.base);
     float *logits = seg_exchange_logits(w->exch.base);
     size_t vocab = w->model.cfg.vocab_size;
+    seg_ar_take_wait_ns(&w->ar);
     for (size_t i = 0; i < s->n_seqs; i++) {
         const Shardlm__StepSeq *q = s->seqs[i];
-        wrk_forward(&w->model, w->kv.base, q->seq_id, tok + q->token_offset, (int)q->n_tokens,
-                    (int)q->pos, logits + (size_t)q->logits_row * vocab, q->all_logits);
+        rc = wrk_forward(&w->model, w->kv.base, q->seq_id, tok + q->token_offset,
+                         (int)q->n_tokens, (int)q->pos, logits + (size_t)q->logits_row * vocab,
+                         q->all_logits);
+        if (rc)
+            return reply_error(w, rc, s->step_id, "Step %llu: all-reduce failed: %s",
+                               (unsigned long long)s->step_id,
+                               rc == -ETIMEDOUT ? "peers made no progress" : "group aborted");
     }
     Shardlm__StepDone d = SHARDLM__STEP_DONE__INIT;
     d.step_id = s->step_id;
     d.compute_ns = now_ns() - t0;
+    d.allreduce_ns = seg_ar_take_wait_ns(&w->ar);
+    d.rank = w->rank;
     proto_env env = SHARDLM__ENVELOPE__INIT;
     env.msg_case = SHARDLM__ENVELOPE__MSG_STEP_DONE;
     env.step_done = &d;
@@ -228,18 +253,24 @@ static int handle(struct wrk *w, const proto_env *in)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: shardlm-worker --endpoint ENDPOINT --rank R --coordinator-pid PID\n"
-               "Started by `shardlm`, not by hand: connects to the coordinator at ENDPOINT, maps\n"
-               "the segments it names and runs its steps. Exits when the coordinator does.\n");
+               "                      [--node N] [--cpus LIST] [--threads T]\n"
+               "Started by `shardlm`, not by hand: connects to the coordinator at ENDPOINT, pins\n"
+               "itself to NUMA node N and the CPUs of LIST (one pool thread per CPU, the first T),\n"
+               "maps the segments it is told to and runs its steps. Exits when the coordinator\n"
+               "does.\n");
 }
 
 int main(int argc, char **argv)
 {
-    struct wrk w = {0};
-    const char *endpoint = NULL;
-    long coord = 0;
+    struct wrk w = {.node = -1};
+    const char *endpoint = NULL, *cpus = NULL;
+    long coord = 0, threads = 0;
     static const struct option opts[] = {{"endpoint", required_argument, 0, 'e'},
                                          {"rank", required_argument, 0, 'r'},
                                          {"coordinator-pid", required_argument, 0, 'c'},
+                                         {"node", required_argument, 0, 'n'},
+                                         {"cpus", required_argument, 0, 'C'},
+                                         {"threads", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int o;
@@ -254,6 +285,15 @@ int main(int argc, char **argv)
         case 'c':
             coord = strtol(optarg, NULL, 10);
             break;
+        case 'n':
+            w.node = (int)strtol(optarg, NULL, 10);
+            break;
+        case 'C':
+            cpus = optarg;
+            break;
+        case 't':
+            threads = strtol(optarg, NULL, 10);
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -262,7 +302,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!endpoint || coord <= 0) {
+    if (!endpoint || coord <= 0 || threads < 0 || threads > SEG_MAX_CPUS) {
         usage(stderr);
         return 2;
     }
@@ -275,12 +315,35 @@ int main(int argc, char **argv)
         logf_(&w, "coordinator %ld is not my parent (gone?), exiting", coord);
         return 1;
     }
+    int rc = 1;
+    int cpu_list[SEG_MAX_CPUS];
+    if (cpus) {
+        w.n_cpus = seg_cpulist_parse(cpus, strlen(cpus), cpu_list, SEG_MAX_CPUS);
+        if (w.n_cpus < 0) {
+            logf_(&w, "--cpus '%s' is not a CPU list", cpus);
+            return 2;
+        }
+        w.cpus = cpu_list;
+    }
+    int n_threads = threads ? (int)threads : w.n_cpus ? w.n_cpus : 1;
+    if (w.n_cpus && n_threads > w.n_cpus) {
+        logf_(&w, "--threads %d: only %d CPUs given", n_threads, w.n_cpus);
+        return 2;
+    }
+    int pr = wrk_pin(w.node, w.cpus, w.n_cpus);
+    if (pr) {
+        logf_(&w, "cannot pin to node %d cpus %s: %s", w.node, cpus ? cpus : "-", strerror(-pr));
+        return 1;
+    }
+    if ((pr = wrk_pool_init(&w.pool, n_threads, w.cpus))) {
+        logf_(&w, "cannot start %d threads: %s", n_threads, strerror(-pr));
+        return 1;
+    }
     w.ops = kn_ops_select();
     const char *fault = getenv("SHARDLM_FAULT");
     if (fault && sscanf(fault, "step_delay_ms=%u", &w.fault_step_delay_ms) == 1)
         logf_(&w, "fault hook: every step sleeps %u ms", w.fault_step_delay_ms);
 
-    int rc = 1;
     void *ctx = zmq_ctx_new();
     w.sock = zmq_socket(ctx, ZMQ_DEALER);
     char id[32];
@@ -329,6 +392,7 @@ int main(int argc, char **argv)
     }
 out_ctx:
     detach(&w);
+    wrk_pool_free(w.pool);
     if (w.sock)
         zmq_close(w.sock);
     zmq_ctx_term(ctx);

@@ -42,16 +42,24 @@ static void acts_free(struct kn_act *a, int n)
 }
 
 int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const struct kn_ops *ops,
-                   int max_m)
+                   int max_m, struct wrk_pool *pool, struct seg_ar_rank *ar)
 {
     memset(m, 0, sizeof(*m));
-    const struct shlm_config *c = &img->hdr->cfg;
+    const struct shlm_header *h = img->hdr;
+    const struct shlm_config *c = &h->cfg;
+    int group = h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0;
     m->cfg = *c;
     m->ops = ops;
+    m->pool = pool;
+    m->ar = ar && ar->n_ranks > 1 ? ar : NULL;
     m->max_m = max_m;
+    /* shlm_parse() checked the image against this very plan */
+    KN_ASSERT(seg_plan_make(&m->plan, c, group, h->shard_count ? (int)h->shard_count : 1,
+                            (int)h->shard_rank) == 0);
+    const struct seg_plan *p = &m->plan;
     view(img, "tok_embd", &m->embd);
     if (c->tied_embd)
-        m->head = m->embd;
+        kn_mat_rows(&m->embd, p->v0, p->v1, &m->head);
     else
         view(img, "output", &m->head);
     m->out_norm = vec(img, "output_norm");
@@ -77,23 +85,28 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
         snprintf(nm, sizeof(nm), "blk.%u.ffn_norm", l);
         L->ffn_norm = vec(img, nm);
     }
-    size_t M = (size_t)max_m, dim = c->dim, qd = (size_t)c->n_heads * c->head_dim;
-    size_t kvd = (size_t)c->n_kv_heads * c->head_dim, hid = c->hidden_dim;
+    int hd = (int)c->head_dim;
+    m->qd = (p->q1 - p->q0) * hd;
+    m->kvd = (p->kv1 - p->kv0) * hd;
+    m->ffn = p->f1 - p->f0;
+    m->o_cols = p->o_pad + m->qd;
+    m->down_cols = p->down_pad + m->ffn;
+    size_t M = (size_t)max_m, dim = c->dim;
     /* the activation group must match the W4 tensors' group; other formats ignore it */
-    int group = img->hdr->group ? (int)img->hdr->group : 32;
+    int agroup = group ? group : 32;
     m->x = malloc(M * dim * sizeof(float));
     m->xb = malloc(M * dim * sizeof(float));
-    m->q = malloc(M * qd * sizeof(float));
-    m->k = malloc(M * kvd * sizeof(float));
-    m->v = malloc(M * kvd * sizeof(float));
-    m->att = malloc(M * qd * sizeof(float));
-    m->hb = malloc(M * hid * sizeof(float));
-    m->hb2 = malloc(M * hid * sizeof(float));
+    m->q = malloc(M * (size_t)m->qd * sizeof(float));
+    m->k = malloc(M * (size_t)m->kvd * sizeof(float));
+    m->v = malloc(M * (size_t)m->kvd * sizeof(float));
+    m->att = calloc(M * (size_t)m->o_cols, sizeof(float)); /* pads stay zero */
+    m->hb = calloc(M * (size_t)m->down_cols, sizeof(float));
+    m->hb2 = malloc(M * (size_t)m->ffn * sizeof(float));
     m->scores = malloc((size_t)c->seq_len * sizeof(float));
     if (!m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 ||
-        !m->scores || acts_alloc(&m->a_dim, max_m, (int)dim, group) ||
-        acts_alloc(&m->a_q, max_m, (int)qd, group) ||
-        acts_alloc(&m->a_hidden, max_m, (int)hid, group)) {
+        !m->scores || acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
+        acts_alloc(&m->a_o, max_m, m->o_cols, agroup) ||
+        acts_alloc(&m->a_down, max_m, m->down_cols, agroup)) {
         wrk_model_free(m);
         return -ENOMEM;
     }
@@ -113,8 +126,8 @@ void wrk_model_free(struct wrk_model *m)
     free(m->hb2);
     free(m->scores);
     acts_free(m->a_dim, m->max_m);
-    acts_free(m->a_q, m->max_m);
-    acts_free(m->a_hidden, m->max_m);
+    acts_free(m->a_o, m->max_m);
+    acts_free(m->a_down, m->max_m);
     memset(m, 0, sizeof(*m));
 }
 
@@ -131,14 +144,56 @@ static void add_rows(float *x, const float *d, size_t n)
         x[i] += d[i];
 }
 
+/* A matrix product whose output rows are split over the pool's threads. */
+struct gemm_job {
+    const struct kn_ops *ops;
+    const struct kn_mat *w;
+    const struct kn_act *x;
+    int m, ldy;
+    float *y;
+};
+
+/* Rows per split unit: whole cache lines of output, enough work per thread. */
+#define GEMM_ROW_ALIGN 16
+/* Below this many weights a matrix runs on one thread: fanning out costs more than it saves
+ * (DESIGN.md: a 2048x8 projection, 0.444 ms as a plain loop vs 1.155 ms as a pooled GEMM). */
+#define GEMM_PAR_MIN_WEIGHTS (1 << 16)
+
+static void gemm_part(void *arg, int i, int n)
+{
+    const struct gemm_job *j = arg;
+    int units = (j->w->rows + GEMM_ROW_ALIGN - 1) / GEMM_ROW_ALIGN;
+    int r0 = units * i / n * GEMM_ROW_ALIGN, r1 = units * (i + 1) / n * GEMM_ROW_ALIGN;
+    r1 = r1 < j->w->rows ? r1 : j->w->rows;
+    if (r0 < r1)
+        j->ops->gemm(j->w, j->x, j->m, j->y, j->ldy, r0, r1);
+}
+
+static void gemm(const struct wrk_model *m, const struct kn_mat *w, const struct kn_act *x, int n,
+                 float *y, int ldy)
+{
+    struct gemm_job j = {m->ops, w, x, n, ldy, y};
+    if (!m->pool || (long)w->rows * w->cols < GEMM_PAR_MIN_WEIGHTS)
+        gemm_part(&j, 0, 1);
+    else
+        wrk_pool_run(m->pool, gemm_part, &j);
+}
+
+static int allreduce(struct wrk_model *m, float *buf, size_t n)
+{
+    return m->ar ? seg_ar_allreduce(m->ar, buf, n) : 0;
+}
+
 /* One chunk of n <= max_m tokens; @logits NULL: no head (a prefill chunk before the last). */
-static void forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens,
-                          int n, int pos, float *logits, bool all_logits)
+static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens, int n,
+                         int pos, float *logits, bool all_logits)
 {
     const struct kn_ops *ops = m->ops;
     const struct shlm_config *c = &m->cfg;
-    int dim = (int)c->dim, hd = (int)c->head_dim, nh = (int)c->n_heads, nkv = (int)c->n_kv_heads;
-    int qd = nh * hd, kvd = nkv * hd, hid = (int)c->hidden_dim;
+    const struct seg_plan *p = &m->plan;
+    int dim = (int)c->dim, hd = (int)c->head_dim, kv_mul = (int)(c->n_heads / c->n_kv_heads);
+    int nq = p->q1 - p->q0, nkv = p->kv1 - p->kv0, qd = m->qd, kvd = m->kvd, ffn = m->ffn;
+    int rc;
 
     for (int i = 0; i < n; i++)
         kn_mat_row(&m->embd, tokens[i], m->x + (size_t)i * dim);
@@ -151,50 +206,62 @@ static void forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int
             ops->rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, L->attn_norm, dim,
                          c->norm_eps);
         prepare(m->a_dim, m->xb, n, dim);
-        ops->gemm(&L->q, m->a_dim, n, m->q, qd, 0, qd);
-        ops->gemm(&L->k, m->a_dim, n, m->k, kvd, 0, kvd);
-        ops->gemm(&L->v, m->a_dim, n, m->v, kvd, 0, kvd);
+        gemm(m, &L->q, m->a_dim, n, m->q, qd);
+        gemm(m, &L->k, m->a_dim, n, m->k, kvd);
+        gemm(m, &L->v, m->a_dim, n, m->v, kvd);
         for (int i = 0; i < n; i++) {
             float *qi = m->q + (size_t)i * qd, *ki = m->k + (size_t)i * kvd;
-            ops->rope(qi, nh, hd, pos + i, c->rope_theta, c->rope_neox);
+            ops->rope(qi, nq, hd, pos + i, c->rope_theta, c->rope_neox);
             ops->rope(ki, nkv, hd, pos + i, c->rope_theta, c->rope_neox);
             memcpy(kc + (size_t)(pos + i) * kvd, ki, (size_t)kvd * sizeof(float));
             memcpy(vc + (size_t)(pos + i) * kvd, m->v + (size_t)i * kvd,
                    (size_t)kvd * sizeof(float));
         }
+        /* head by head: our query head q0 + h reads KV head (q0 + h) / kv_mul, which we hold
+         * at local index (q0 + h) / kv_mul - kv0 */
         for (int i = 0; i < n; i++)
-            ops->attention(m->att + (size_t)i * qd, m->q + (size_t)i * qd, kc, vc, kvd, pos + i,
-                           nh, nkv, hd, m->scores);
-        prepare(m->a_q, m->att, n, qd);
-        ops->gemm(&L->o, m->a_q, n, m->xb, dim, 0, dim);
+            for (int h = 0; h < nq; h++) {
+                int kvl = (p->q0 + h) / kv_mul - p->kv0;
+                ops->attention(m->att + (size_t)i * m->o_cols + p->o_pad + (size_t)h * hd,
+                               m->q + (size_t)i * qd + (size_t)h * hd, kc + (size_t)kvl * hd,
+                               vc + (size_t)kvl * hd, kvd, pos + i, 1, 1, hd, m->scores);
+            }
+        prepare(m->a_o, m->att, n, m->o_cols);
+        gemm(m, &L->o, m->a_o, n, m->xb, dim);
+        if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
+            return rc;
         add_rows(m->x, m->xb, (size_t)n * dim);
 
         for (int i = 0; i < n; i++)
             ops->rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, L->ffn_norm, dim,
                          c->norm_eps);
         prepare(m->a_dim, m->xb, n, dim);
-        ops->gemm(&L->gate, m->a_dim, n, m->hb, hid, 0, hid);
-        ops->gemm(&L->up, m->a_dim, n, m->hb2, hid, 0, hid);
+        gemm(m, &L->gate, m->a_dim, n, m->hb + p->down_pad, m->down_cols);
+        gemm(m, &L->up, m->a_dim, n, m->hb2, ffn);
         for (int i = 0; i < n; i++)
-            ops->silu_mul(m->hb + (size_t)i * hid, m->hb2 + (size_t)i * hid, hid);
-        prepare(m->a_hidden, m->hb, n, hid);
-        ops->gemm(&L->down, m->a_hidden, n, m->xb, dim, 0, dim);
+            ops->silu_mul(m->hb + (size_t)i * m->down_cols + p->down_pad, m->hb2 + (size_t)i * ffn,
+                          ffn);
+        prepare(m->a_down, m->hb, n, m->down_cols);
+        gemm(m, &L->down, m->a_down, n, m->xb, dim);
+        if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
+            return rc;
         add_rows(m->x, m->xb, (size_t)n * dim);
     }
 
     if (!logits)
-        return;
+        return 0;
     int first = all_logits ? 0 : n - 1;
     for (int i = first; i < n; i++) {
         ops->rmsnorm(m->xb, m->x + (size_t)i * dim, m->out_norm, dim, c->norm_eps);
         kn_act_prepare(&m->a_dim[0], m->xb);
-        float *row = logits + (size_t)(i - first) * c->vocab_size;
-        ops->gemv(&m->head, &m->a_dim[0], row, 0, (int)c->vocab_size);
+        float *row = logits + (size_t)(i - first) * c->vocab_size + p->v0;
+        gemm(m, &m->head, &m->a_dim[0], 1, row, 0);
     }
+    return 0;
 }
 
-void wrk_forward(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens, int n,
-                 int pos, float *logits, bool all_logits)
+int wrk_forward(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens, int n, int pos,
+                float *logits, bool all_logits)
 {
     for (int done = 0; done < n;) {
         int chunk = n - done < m->max_m ? n - done : m->max_m;
@@ -203,7 +270,10 @@ void wrk_forward(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tok
             out = logits + (size_t)done * m->cfg.vocab_size;
         else if (done + chunk == n)
             out = logits;
-        forward_chunk(m, kv, seq, tokens + done, chunk, pos + done, out, all_logits);
+        int rc = forward_chunk(m, kv, seq, tokens + done, chunk, pos + done, out, all_logits);
+        if (rc)
+            return rc;
         done += chunk;
     }
+    return 0;
 }

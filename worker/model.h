@@ -2,7 +2,10 @@
 #ifndef SHARDLM_WRK_MODEL_H
 #define SHARDLM_WRK_MODEL_H
 
+#include "allreduce.h"
 #include "kn.h"
+#include "plan.h"
+#include "pool.h"
 #include "shlm.h"
 
 #include <stdbool.h>
@@ -14,32 +17,41 @@ struct wrk_layer {
 
 struct wrk_model {
     struct shlm_config cfg;
+    struct seg_plan plan;     /* this rank's slice of every matrix */
     const struct kn_ops *ops;
-    struct kn_mat embd, head; /* (vocab, dim); head == embd when tied */
+    struct wrk_pool *pool;    /* splits matrix rows; not owned */
+    struct seg_ar_rank *ar;   /* all-reduce of partial sums; NULL with one rank */
+    struct kn_mat embd;       /* (vocab, dim), replicated */
+    struct kn_mat head;       /* (v1 - v0, dim): this rank's rows of the LM head */
     const float *out_norm;    /* (dim) */
     struct wrk_layer *layers; /* (n_layers) */
     int max_m;                /* tokens per forward chunk */
+    /* this rank's widths: q and kv heads x head_dim, FFN units, O/down input with their pads */
+    int qd, kvd, ffn, o_cols, down_cols;
     /* scratch, M = max_m rows each */
-    float *x, *xb;     /* (M, dim) residual stream, normed/partial */
-    float *q, *k, *v;  /* (M, q_dim), (M, kv_dim), (M, kv_dim) */
-    float *att;        /* (M, q_dim) attention output */
-    float *hb, *hb2;   /* (M, hidden) */
-    float *scores;     /* (seq_len) */
-    struct kn_act *a_dim, *a_q, *a_hidden; /* (M) prepared activations of dim, q_dim, hidden */
+    float *x, *xb;    /* (M, dim) residual stream; normed input or partial sum */
+    float *q, *k, *v; /* (M, qd), (M, kvd), (M, kvd) */
+    float *att;       /* (M, o_cols): o_pad zeros, then the attention output of our heads */
+    float *hb;        /* (M, down_cols): down_pad zeros, then silu(gate) * up of our units */
+    float *hb2;       /* (M, ffn) up */
+    float *scores;    /* (seq_len) */
+    struct kn_act *a_dim, *a_o, *a_down; /* (M) prepared inputs of q/k/v/gate/up, O, down */
 };
 
-/* Builds the model view over the parsed image @img (which stays mapped while the model lives)
- * with kernel table @ops and chunks of at most @max_m tokens. Returns 0 or -ENOMEM.
- * Release with wrk_model_free(). */
+/* Builds the model view over the parsed image @img (a whole model or one rank's shard; it stays
+ * mapped while the model lives) with kernel table @ops, chunks of at most @max_m tokens, matrix
+ * rows split over @pool (NULL: the caller's thread only) and partial sums added over @ar (NULL
+ * for one rank). Returns 0 or -ENOMEM. Release with wrk_model_free(). */
 int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const struct kn_ops *ops,
-                   int max_m);
+                   int max_m, struct wrk_pool *pool, struct seg_ar_rank *ar);
 void wrk_model_free(struct wrk_model *m);
 
 /* Runs @n tokens of sequence slot @seq at positions @pos.. through the model, reading and
- * appending keys/values in the KV segment @kv (seg_kv layout, checked by the caller). Writes the
- * logits of every token to @logits (n rows of vocab) if @all_logits, else only the last token's
- * (one row). The caller has validated tokens, positions and slot. */
-void wrk_forward(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens, int n,
-                 int pos, float *logits, bool all_logits);
+ * appending keys/values in the KV segment @kv (seg_kv layout, checked by the caller). Writes this
+ * rank's columns [v0, v1) of the logits of every token to @logits (n rows of vocab) if
+ * @all_logits, else of the last token only (one row). The caller has validated tokens, positions
+ * and slot. Returns 0 or the all-reduce's error (-ECONNABORTED, -ETIMEDOUT). */
+int wrk_forward(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens, int n, int pos,
+                float *logits, bool all_logits);
 
 #endif

@@ -79,7 +79,7 @@ static size_t build_shlm(uint8_t **out, enum shlm_scheme scheme, int group, int 
     if (shlm_config_check(&cfg, err, sizeof(err)))
         die(err);
     struct shlm_tensor_spec specs[16] = {0}; /* names are copied whole: no stack bytes */
-    int n = shlm_expected_tensors(&cfg, scheme, group, head_bits, specs, 16);
+    int n = shlm_expected_tensors(&cfg, scheme, group, head_bits, NULL, specs, 16);
     if (n < 0)
         die("shlm_expected_tensors");
     uint8_t tok[128];

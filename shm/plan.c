@@ -1,0 +1,34 @@
+/* shm/: shard plan. */
+#include "plan.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* [lo, hi) of part @i of @n split into @parts nearly equal contiguous ranges */
+static void split(int n, int parts, int i, int *lo, int *hi)
+{
+    *lo = (int)((long)n * i / parts);
+    *hi = (int)((long)n * (i + 1) / parts);
+}
+
+int seg_plan_make(struct seg_plan *p, const struct shlm_config *c, int group, int n_ranks,
+                  int rank)
+{
+    memset(p, 0, sizeof(*p));
+    if (n_ranks < 1 || rank < 0 || rank >= n_ranks || (uint32_t)n_ranks > c->n_heads ||
+        (uint32_t)n_ranks > c->hidden_dim || (uint32_t)n_ranks > c->vocab_size)
+        return -EINVAL;
+    int hd = (int)c->head_dim, kv_mul = (int)(c->n_heads / c->n_kv_heads);
+    p->rank = rank;
+    p->n_ranks = n_ranks;
+    split((int)c->n_heads, n_ranks, rank, &p->q0, &p->q1);
+    p->kv0 = p->q0 / kv_mul;
+    p->kv1 = (p->q1 - 1) / kv_mul + 1;
+    split((int)c->hidden_dim, n_ranks, rank, &p->f0, &p->f1);
+    split((int)c->vocab_size, n_ranks, rank, &p->v0, &p->v1);
+    if (group) {
+        p->o_pad = p->q0 * hd % group;
+        p->down_pad = p->f0 % group;
+    }
+    return 0;
+}

@@ -1,0 +1,33 @@
+/* shm/: the tensor-parallel shard plan - which slice of every matrix a rank holds.
+ *
+ * Query heads are split into contiguous, nearly equal ranges; a rank holds the KV heads its query
+ * heads read (so KV heads are replicated where ranks share one, e.g. 4 KV heads over 8 query heads
+ * at R = 3: ranks hold KV 0-1, 1-2, 3). Gate/up are split by output rows (FFN units), O and down by
+ * input columns (the matching heads and units), the LM head by vocabulary rows; norms and the
+ * embedding are replicated. O and down then produce partial sums that an all-reduce adds up.
+ *
+ * Int4 groups run along input columns, so a column slice that starts inside a group keeps the
+ * group's scale: the shard gets `pad` zero columns in front so its groups line up with the
+ * source's (the matching activations are zero there, which adds nothing to any sum).
+ */
+#ifndef SHARDLM_SEG_PLAN_H
+#define SHARDLM_SEG_PLAN_H
+
+#include "shlm.h"
+
+struct seg_plan {
+    int rank, n_ranks;
+    int q0, q1;          /* query heads [q0, q1) */
+    int kv0, kv1;        /* KV heads held [kv0, kv1) */
+    int f0, f1;          /* FFN units [f0, f1) */
+    int v0, v1;          /* LM head rows [v0, v1) */
+    int o_pad, down_pad; /* zero input columns in front of the O and down shards */
+};
+
+/* The plan of @rank among @n_ranks for config @c; @group is the int4 group of the matrices (0 for
+ * formats without groups). Returns 0 or -EINVAL when n_ranks exceeds the heads, FFN units or
+ * vocabulary (a rank must have work in every layer). */
+int seg_plan_make(struct seg_plan *p, const struct shlm_config *c, int group, int n_ranks,
+                  int rank);
+
+#endif
