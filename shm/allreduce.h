@@ -34,8 +34,9 @@
 /* Bytes the area needs (a multiple of 64); 0 if @n_ranks is not in 1..SEG_AR_MAX_RANKS or the
  * size overflows. */
 size_t seg_ar_bytes(int n_ranks, size_t max_floats);
-/* Initializes a zeroed, 64-byte-aligned area of seg_ar_bytes() bytes. Called once by the
- * coordinator; bad arguments abort (a caller's bug). */
+/* Initializes a 64-byte-aligned area of seg_ar_bytes() bytes (zeroed, or one no rank uses any
+ * more: the header is rewritten, the slots need not be zero). Called once by the coordinator
+ * before any rank attaches; bad arguments abort (a caller's bug). */
 void seg_ar_init(void *area, int n_ranks, size_t max_floats);
 /* Checks an area mapped by a worker (alignment, magic, n_ranks, max_floats, size).
  * Returns 0 or -EINVAL. */

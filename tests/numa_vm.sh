@@ -19,18 +19,20 @@ vm=$shared/tools/numa-vm
 [ -x "$vm" ] || { echo "SKIP: $vm not found; it is needed to emulate $nodes NUMA nodes"; exit 77; }
 case "$build/" in
 /tmp/* | /dev/shm/* | /run/*)
-  echo "numa_vm.sh: $build is hidden from the guest (fresh tmpfs there); use a build folder elsewhere" >&2
+  echo "numa_vm.sh: $build is hidden from the guest (a fresh tmpfs there); build elsewhere" >&2
   exit 2;;
 esac
 for f in "$build/shardlm" "$build/shardlm-worker" "$build/tests/test_numa"; do
   [ -x "$f" ] || { echo "numa_vm.sh: $f not built" >&2; exit 2; }
 done
 
+# converted anew each time (cheap), under a private name and renamed: the 2- and 4-node tests may
+# run at once and share the file
 mkdir -p "$build/numa"
 model=$build/numa/f32.shlm
 "$build/shardlm" convert "$src/models/stories260K/stories260K.bin" \
-  --tokenizer "$src/models/stories260K/tok512.bin" --scheme f32 -o "$model.tmp" -q
-mv -f "$model.tmp" "$model"
+  --tokenizer "$src/models/stories260K/tok512.bin" --scheme f32 -o "$model.$$.tmp" -q
+mv -f "$model.$$.tmp" "$model"
 
 # numa-vm exits 2 with a line "numa-vm: ..." on its stderr when it cannot install QEMU or fetch
 # its kernel (the guest's own output comes on its stdout).

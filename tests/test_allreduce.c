@@ -544,6 +544,18 @@ static void test_check(void **state)
     assert_int_equal(seg_ar_check(mem, bytes, n_ranks, maxf), -EINVAL);
     mem[0] ^= 1;
     assert_int_equal(seg_ar_check(mem, bytes, n_ranks, maxf), 0);
+    /* an aborted area initialized again works again (a fresh group over the same memory) */
+    struct seg_ar_rank r;
+    seg_ar_attach(&r, mem, 0, getpid());
+    seg_ar_abort(mem);
+    assert_int_equal(seg_ar_barrier(&r), -ECONNABORTED);
+    seg_ar_init(mem, n_ranks, maxf);
+    assert_int_equal(seg_ar_check(mem, bytes, n_ranks, maxf), 0);
+    seg_ar_attach(&r, mem, 0, getpid());
+    struct seg_ar_rank absent; /* registered, alive (us), never arrives */
+    seg_ar_attach(&absent, mem, 1, getpid());
+    r.timeout_ms = 30;
+    assert_int_equal(seg_ar_barrier(&r), -ETIMEDOUT); /* not aborted any more */
     free(mem);
 }
 

@@ -173,16 +173,18 @@ static void show_stderr(const char *err)
 static void assert_rank_layout(const struct rank_line *ranks, int found, const char *err)
 {
     bool ok = found == n_nodes;
-    for (int r = 0; ok && r < n_nodes; r++) {
+    for (int r = 0; r < n_nodes; r++) {
         const struct rank_line *k = &ranks[r];
-        ok = k->seen && k->node == nodes[r].id && CPU_EQUAL(&k->cpus, &nodes[r].cpus) &&
-             k->pid > 0;
-        for (int q = 0; ok && q < r; q++)
-            ok = ranks[q].pid != k->pid;
-        if (!ok)
-            fprintf(stderr, "rank %d: %s node %d cpus %s pid %d; want node %d cpus %s\n", r,
-                    k->seen ? "got" : "missing", k->node, k->list, (int)k->pid, nodes[r].id,
-                    nodes[r].list);
+        bool good = k->seen && k->node == nodes[r].id && CPU_EQUAL(&k->cpus, &nodes[r].cpus) &&
+                    k->pid > 0;
+        for (int q = 0; good && q < r; q++)
+            good = ranks[q].pid != k->pid;
+        if (!good && k->seen)
+            fprintf(stderr, "rank %d: got node %d cpus %s pid %d; want node %d cpus %s and a pid "
+                    "of its own\n", r, k->node, k->list, (int)k->pid, nodes[r].id, nodes[r].list);
+        else if (!good)
+            fprintf(stderr, "rank %d: no line\n", r);
+        ok = ok && good;
     }
     if (!ok) {
         fprintf(stderr, "want %d rank lines 'rank <r> node <n> cpus <list> pid <pid>', found %d\n",
