@@ -90,12 +90,14 @@ static double kld_row(const float *ref, const float *got)
     return kl;
 }
 
-/* Runs prompt 1 through a fresh KV cache in chunks of @chunk tokens (all logits). */
-static float *run(const struct kn_ops *ops, int max_m, int chunk)
+/* Runs prompt 1 through a fresh KV cache in chunks of @chunk tokens (all logits), with every
+ * matrix split over @pool when it is not NULL. */
+static float *run_pool(const struct kn_ops *ops, int max_m, int chunk, struct wrk_pool *pool)
 {
     const struct shlm_config *c = &img.hdr->cfg;
     struct wrk_model m;
-    assert_int_equal(wrk_model_init(&m, &img, ops, max_m, NULL, NULL), 0);
+    assert_int_equal(wrk_model_init(&m, &img, ops, max_m, pool, NULL), 0);
+    m.par_min_weights = 0;
     size_t kvb = seg_kv_bytes(1, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
     void *kv = calloc(1, kvb);
     seg_kv_init(kv, 1, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
@@ -107,6 +109,30 @@ static float *run(const struct kn_ops *ops, int max_m, int chunk)
     wrk_model_free(&m);
     free(kv);
     return out;
+}
+
+static float *run(const struct kn_ops *ops, int max_m, int chunk)
+{
+    return run_pool(ops, max_m, chunk, NULL);
+}
+
+/* Rows split over 2 and 3 threads give the same logits bit for bit: each row is one dot. */
+static void test_thread_pool_split(void **state)
+{
+    const struct kn_ops *ops = kn_ops_select();
+    float *one = run(ops, 16, n_rows);
+    for (int t = 2; t <= 3; t++) {
+        struct wrk_pool *pool;
+        assert_int_equal(wrk_pool_init(&pool, t, NULL), 0);
+        /* 3 threads on a 2-CPU machine oversubscribe: one chunked run only */
+        for (int rep = 0; rep < (t == 2 ? 2 : 1); rep++) {
+            float *many = run_pool(ops, 16, rep ? 1 : n_rows, pool);
+            assert_memory_equal(one, many, (size_t)n_rows * VOCAB * sizeof(float));
+            free(many);
+        }
+        wrk_pool_free(pool);
+    }
+    free(one);
 }
 
 static void test_matches_reference_every_table(void **state)
@@ -164,6 +190,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_reference_every_table),
         cmocka_unit_test(test_last_logits_only),
+        cmocka_unit_test(test_thread_pool_split),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -41,6 +41,12 @@ static void acts_free(struct kn_act *a, int n)
     free(a);
 }
 
+/* Rows per split unit: whole cache lines of output, enough work per thread. */
+#define GEMM_ROW_ALIGN 16
+/* Below this many weights a matrix runs on one thread: fanning out costs more than it saves
+ * (DESIGN.md: a 2048x8 projection, 0.444 ms as a plain loop vs 1.155 ms as a pooled GEMM). */
+#define GEMM_PAR_MIN_WEIGHTS (1 << 16)
+
 int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const struct kn_ops *ops,
                    int max_m, struct wrk_pool *pool, struct seg_ar_rank *ar)
 {
@@ -53,6 +59,7 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     m->pool = pool;
     m->ar = ar && ar->n_ranks > 1 ? ar : NULL;
     m->max_m = max_m;
+    m->par_min_weights = GEMM_PAR_MIN_WEIGHTS;
     /* shlm_parse() checked the image against this very plan */
     KN_ASSERT(seg_plan_make(&m->plan, c, group, h->shard_count ? (int)h->shard_count : 1,
                             (int)h->shard_rank) == 0);
@@ -153,12 +160,6 @@ struct gemm_job {
     float *y;
 };
 
-/* Rows per split unit: whole cache lines of output, enough work per thread. */
-#define GEMM_ROW_ALIGN 16
-/* Below this many weights a matrix runs on one thread: fanning out costs more than it saves
- * (DESIGN.md: a 2048x8 projection, 0.444 ms as a plain loop vs 1.155 ms as a pooled GEMM). */
-#define GEMM_PAR_MIN_WEIGHTS (1 << 16)
-
 static void gemm_part(void *arg, int i, int n)
 {
     const struct gemm_job *j = arg;
@@ -173,7 +174,7 @@ static void gemm(const struct wrk_model *m, const struct kn_mat *w, const struct
                  float *y, int ldy)
 {
     struct gemm_job j = {m->ops, w, x, n, ldy, y};
-    if (!m->pool || (long)w->rows * w->cols < GEMM_PAR_MIN_WEIGHTS)
+    if (!m->pool || (long)w->rows * w->cols < m->par_min_weights)
         gemm_part(&j, 0, 1);
     else
         wrk_pool_run(m->pool, gemm_part, &j);
