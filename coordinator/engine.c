@@ -100,6 +100,12 @@ static void shard_tensor(const struct kn_mat *src, const char *name, const struc
         kn_repack_cols(src, p->q0 * hd, p->q1 * hd, p->o_pad, dst);
     else if (!strcmp(part, "ffn_down"))
         kn_repack_cols(src, p->f0, p->f1, p->down_pad, dst);
+    else if (!strcmp(part, "attn_q_bias")) /* (1, q_dim): our heads' columns */
+        kn_repack_cols(src, p->q0 * hd, p->q1 * hd, 0, dst);
+    else if (!strcmp(part, "attn_k_bias") || !strcmp(part, "attn_v_bias"))
+        kn_repack_cols(src, p->kv0 * hd, p->kv1 * hd, 0, dst);
+    else if (!strcmp(part, "attn_gate")) /* (heads, dim): our heads' rows */
+        kn_repack_rows(src, p->q0, p->q1, dst);
     else if (!strcmp(part, "output"))
         kn_repack_rows(src, p->v0, p->v1, dst);
     else /* replicated: embedding, norms */

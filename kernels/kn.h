@@ -95,13 +95,15 @@ struct kn_ops {
                  int n1);
     /* o = x * w / sqrt(mean(x^2) + eps) */
     void (*rmsnorm)(float *o, const float *x, const float *w, int n, float eps);
-    /* Rotates @nheads heads of @head_dim at position @pos; interleaved pairs (llama2.c) or
-     * NeoX halves. */
-    void (*rope)(float *v, int nheads, int head_dim, int pos, float theta, bool neox);
+    /* Rotates @nheads heads of @head_dim at position @pos by pos * inv_freq[i] (head_dim / 2
+     * frequencies, kn_rope_freqs); interleaved pairs (llama2.c, GGUF llama) or NeoX halves. */
+    void (*rope)(float *v, int nheads, int head_dim, int pos, const float *inv_freq, bool neox);
     /* In-place softmax over n values. */
     void (*softmax)(float *x, int n);
     /* a[i] = silu(a[i]) * b[i] */
     void (*silu_mul)(float *a, const float *b, int n);
+    /* a[i] = gelu_tanh(a[i]) * b[i] */
+    void (*gelu_mul)(float *a, const float *b, int n);
     /* Causal GQA attention of one query token at position @pos over cached keys/values
      * 0..pos. q (nheads, hd); k/v cache rows (pos+1, kv_stride) where head h reads KV head
      * h / (nheads / nkv) at column offset (h / (nheads/nkv)) * hd; out (nheads, hd);
@@ -123,6 +125,11 @@ void kn_cpu_probe(struct kn_cpu *c);
 const struct kn_ops *kn_ops_select(void);
 /* Every table this machine can run, ref first; returns how many (at most @max). */
 int kn_ops_available(const struct kn_ops **out, int max);
+
+/* RoPE frequencies: inv_freq[i] = 1 / theta^(2i / head_dim), i < head_dim / 2; with
+ * @factor > 0 rescaled the llama3 way (low/high frequency factors over @orig_ctx positions). */
+void kn_rope_freqs(float *inv_freq, int head_dim, float theta, float factor, float low,
+                   float high, int orig_ctx);
 
 /* fp16 / bf16 helpers (round to nearest even). */
 uint16_t kn_f32_to_f16(float f);

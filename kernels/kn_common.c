@@ -229,3 +229,24 @@ void kn_mat_row(const struct kn_mat *m, int r, float *out)
     }
     }
 }
+
+void kn_rope_freqs(float *inv_freq, int head_dim, float theta, float factor, float low,
+                   float high, int orig_ctx)
+{
+    for (int i = 0; i < head_dim; i += 2) {
+        /* the expression of llama2.c's run.c, so f32 logits stay bit-identical to it */
+        float f = 1.0f / powf(theta, (float)i / (float)head_dim);
+        if (factor > 0.0f) {
+            /* llama3: long wavelengths slowed by factor, short ones kept, a blend between */
+            float wavelen = 2.0f * 3.14159265358979f / f;
+            float lo_wl = (float)orig_ctx / low, hi_wl = (float)orig_ctx / high;
+            if (wavelen > lo_wl) {
+                f /= factor;
+            } else if (wavelen >= hi_wl) {
+                float smooth = ((float)orig_ctx / wavelen - low) / (high - low);
+                f = (1.0f - smooth) * f / factor + smooth * f;
+            }
+        }
+        inv_freq[i / 2] = f;
+    }
+}

@@ -76,6 +76,18 @@ int shlm_config_check(const struct shlm_config *c, char *err, size_t errlen)
     CHECK(c->rope_neox <= 1, "rope_neox", "0 or 1");
     CHECK(c->act <= SHLM_ACT_GELU_TANH, "act", "0 (silu) or 1 (gelu-tanh)");
     CHECK(c->tied_embd <= 1, "tied_embd", "0 or 1");
+    CHECK(c->rope_scaling <= SHLM_ROPE_LLAMA3, "rope_scaling", "0 (none) or 1 (llama3)");
+    CHECK(c->rope_scaling != SHLM_ROPE_LLAMA3 ||
+              (isfinite(c->rope_factor) && c->rope_factor >= 1.0f && c->rope_factor <= 1024.0f &&
+               isfinite(c->rope_low_freq_factor) && c->rope_low_freq_factor > 0.0f &&
+               isfinite(c->rope_high_freq_factor) &&
+               c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_orig_ctx >= 1),
+          "rope_factor/low/high/orig_ctx", "factor 1..1024, 0 < low < high, orig_ctx >= 1");
+    CHECK(c->qkv_bias <= 1, "qkv_bias", "0 or 1");
+    CHECK(c->head_gate <= 1, "head_gate", "0 or 1");
+    CHECK(c->embd_scale == 0.0f || (isfinite(c->embd_scale) && c->embd_scale > 0.0f &&
+                                    c->embd_scale < 65536.0f),
+          "embd_scale", "0 (none) or a positive number");
 #undef CHECK
     return 0;
 }
@@ -114,7 +126,8 @@ int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int g
     default:
         return -EINVAL;
     }
-    int need = 3 + 9 * (int)c->n_layers + (c->tied_embd ? 0 : 1);
+    int need = 3 + (9 + 3 * (int)c->qkv_bias + (int)c->head_gate) * (int)c->n_layers +
+               (c->tied_embd ? 0 : 1);
     if (need > max)
         return -EINVAL;
     /* the whole model is the plan of one rank */
@@ -140,6 +153,14 @@ int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int g
         LAYER("attn_q", mat, q, d);
         LAYER("attn_k", mat, kv, d);
         LAYER("attn_v", mat, kv, d);
+        if (c->qkv_bias) {
+            LAYER("attn_q_bias", KN_DT_F32, 1, q);
+            LAYER("attn_k_bias", KN_DT_F32, 1, kv);
+            LAYER("attn_v_bias", KN_DT_F32, 1, kv);
+        }
+        if (c->head_gate) { /* tiny (heads x dim): f32, like the norms */
+            LAYER("attn_gate", KN_DT_F32, plan->q1 - plan->q0, d);
+        }
         LAYER("attn_o", mat, d, plan->o_pad + q);
         LAYER("ffn_norm", KN_DT_F32, 1, d);
         LAYER("ffn_gate", mat, f, d);
@@ -245,9 +266,9 @@ int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *w
         return fail(err, errlen, -EINVAL, "%s: header field data_offset %llu is not a 4 KiB "
                     "boundary after the tokenizer within the file", what,
                     (unsigned long long)h->data_offset);
-    if (h->tok_kind != SHLM_TOK_LLAMA2C)
-        return fail(err, errlen, -EINVAL, "%s: header field tok_kind is %u, expected 1 (llama2.c)",
-                    what, h->tok_kind);
+    if (h->tok_kind != SHLM_TOK_LLAMA2C && h->tok_kind != SHLM_TOK_BLOB)
+        return fail(err, errlen, -EINVAL, "%s: header field tok_kind is %u, expected 1 or 2", what,
+                    h->tok_kind);
     /* header checksum covers the header with its checksum field zeroed, then the table */
     struct shlm_header copy = *h;
     copy.checksum = 0;

@@ -25,7 +25,8 @@
 enum shlm_arch { SHLM_ARCH_LLAMA = 1 };
 enum shlm_act { SHLM_ACT_SILU = 0, SHLM_ACT_GELU_TANH = 1 };
 enum shlm_scheme { SHLM_SCHEME_F32 = 0, SHLM_SCHEME_BF16 = 1, SHLM_SCHEME_W4A16 = 2, SHLM_SCHEME_W4A8 = 3 };
-enum shlm_tok_kind { SHLM_TOK_LLAMA2C = 1 };
+enum shlm_tok_kind { SHLM_TOK_LLAMA2C = 1, SHLM_TOK_BLOB = 2 /* coord_tok_save() */ };
+enum shlm_rope_scaling { SHLM_ROPE_NONE = 0, SHLM_ROPE_LLAMA3 = 1 };
 
 struct shlm_config {
     uint32_t arch; /* enum shlm_arch */
@@ -34,7 +35,13 @@ struct shlm_config {
     uint32_t rope_neox; /* 0: interleaved pairs (llama2.c, GGUF llama), 1: NeoX halves */
     uint32_t act;       /* enum shlm_act */
     uint32_t tied_embd; /* output head shares tok_embd */
-    uint32_t reserved[10];
+    uint32_t rope_scaling; /* enum shlm_rope_scaling */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor; /* llama3 scaling */
+    uint32_t rope_orig_ctx;                                         /* llama3 scaling */
+    uint32_t qkv_bias;  /* attn_q/k/v have bias vectors (Qwen2) */
+    uint32_t head_gate; /* attn_gate: sigmoid(gate . x) scales each head's output */
+    float embd_scale;   /* embedding rows are multiplied by this (Gemma: sqrt(dim)); 0 means 1 */
+    uint32_t reserved[2];
 };
 
 struct shlm_header {

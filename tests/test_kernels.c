@@ -547,8 +547,10 @@ static void test_rope(void **state)
                 float v[512], vref[512];
                 fill_normal(v, (size_t)n, 1.0f);
                 memcpy(vref, v, (size_t)n * sizeof(float));
-                kn_rope_ref(vref, nh, hd, pos, 10000.0f, neox);
-                ops->rope(v, nh, hd, pos, 10000.0f, neox);
+                float freqs[32];
+                kn_rope_freqs(freqs, hd, 10000.0f, 0.0f, 0.0f, 0.0f, 0);
+                kn_rope_ref(vref, nh, hd, pos, freqs, neox);
+                ops->rope(v, nh, hd, pos, freqs, neox);
                 double e = rel_err_vec(v, vref, n);
                 if (!(e <= TOL_SMALL)) {
                     print_error("%s rope neox=%d hd=%d pos=%d: error %.3g\n", ops->name, neox, hd,
@@ -584,7 +586,47 @@ static void test_softmax_silu(void **state)
         kn_silu_mul_ref(aref, b, n);
         ops->silu_mul(a, b, n);
         assert_true(rel_err_vec(a, aref, n) <= TOL_SMALL);
+
+        fill_normal(a, (size_t)n, 4.0f);
+        memcpy(aref, a, (size_t)n * sizeof(float));
+        kn_gelu_mul_ref(aref, b, n);
+        ops->gelu_mul(a, b, n);
+        assert_true(rel_err_vec(a, aref, n) <= TOL_SMALL);
     }
+}
+
+/* Values checked by hand: GELU-tanh, and the llama3 RoPE rescaling (Llama 3.1: theta 500000,
+ * factor 8, low 1, high 4 over 8192 positions): short wavelengths keep their frequency, long ones
+ * are divided by the factor, the band between is blended. */
+static void test_gelu_and_rope_freqs(void **state)
+{
+    float a[3] = {1.0f, -1.0f, 0.0f}, b[3] = {1.0f, 2.0f, 5.0f};
+    kn_gelu_mul_ref(a, b, 3);
+    assert_true(fabsf(a[0] - 0.841192f) < 1e-5f);
+    assert_true(fabsf(a[1] - 2.0f * -0.158808f) < 1e-5f);
+    assert_true(a[2] == 0.0f);
+    float f[64], plain[64];
+    kn_rope_freqs(plain, 128, 500000.0f, 0.0f, 0.0f, 0.0f, 0);
+    kn_rope_freqs(f, 128, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
+    assert_true(f[0] == 1.0f && plain[0] == 1.0f);
+    int kept = 0, divided = 0, blended = 0;
+    for (int i = 0; i < 64; i++) {
+        float wl = 2.0f * 3.14159265f / plain[i];
+        if (wl < 8192.0f / 4.0f) {
+            assert_true(f[i] == plain[i]);
+            kept++;
+        } else if (wl > 8192.0f) {
+            assert_true(fabsf(f[i] - plain[i] / 8.0f) <= 1e-6f * plain[i]);
+            divided++;
+        } else {
+            assert_true(f[i] < plain[i] && f[i] > plain[i] / 8.0f);
+            blended++;
+        }
+    }
+    assert_true(kept > 0 && divided > 0 && blended > 0);
+    /* llama2.c's expression, exactly */
+    kn_rope_freqs(f, 8, 10000.0f, 0.0f, 0.0f, 0.0f, 0);
+    assert_true(f[1] == 1.0f / powf(10000.0f, 2.0f / 8.0f));
 }
 
 static void test_attention(void **state)
@@ -933,6 +975,7 @@ int main(void)
         PER_TABLE(test_rmsnorm, KN_ISA_REF, "rmsnorm_ref"),
         PER_TABLE(test_rope, KN_ISA_REF, "rope_ref"),
         PER_TABLE(test_softmax_silu, KN_ISA_REF, "softmax_silu_ref"),
+        cmocka_unit_test(test_gelu_and_rope_freqs),
         PER_TABLE(test_attention, KN_ISA_REF, "attention_ref"),
         PER_TABLE(test_gemv, KN_ISA_AVX512, "gemv_avx512"),
         PER_TABLE(test_gemm, KN_ISA_AVX512, "gemm_avx512"),

@@ -4,6 +4,7 @@
 #include "seg.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,10 +88,20 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
         MAT(up, "ffn_up");
         MAT(down, "ffn_down");
 #undef MAT
-        snprintf(nm, sizeof(nm), "blk.%u.attn_norm", l);
-        L->attn_norm = vec(img, nm);
-        snprintf(nm, sizeof(nm), "blk.%u.ffn_norm", l);
-        L->ffn_norm = vec(img, nm);
+#define VEC(field, suffix)                                                                         \
+    snprintf(nm, sizeof(nm), "blk.%u." suffix, l);                                                 \
+    L->field = vec(img, nm)
+        VEC(attn_norm, "attn_norm");
+        VEC(ffn_norm, "ffn_norm");
+        if (c->qkv_bias) {
+            VEC(q_bias, "attn_q_bias");
+            VEC(k_bias, "attn_k_bias");
+            VEC(v_bias, "attn_v_bias");
+        }
+        if (c->head_gate) {
+            VEC(head_gate, "attn_gate");
+        }
+#undef VEC
     }
     int hd = (int)c->head_dim;
     m->qd = (p->q1 - p->q0) * hd;
@@ -110,7 +121,12 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     m->hb = calloc(M * (size_t)m->down_cols, sizeof(float));
     m->hb2 = malloc(M * (size_t)m->ffn * sizeof(float));
     m->scores = malloc((size_t)c->seq_len * sizeof(float));
-    if (!m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 ||
+    m->rope_freqs = malloc((size_t)hd / 2 * sizeof(float));
+    if (m->rope_freqs)
+        kn_rope_freqs(m->rope_freqs, hd, c->rope_theta,
+                      c->rope_scaling == SHLM_ROPE_LLAMA3 ? c->rope_factor : 0.0f,
+                      c->rope_low_freq_factor, c->rope_high_freq_factor, (int)c->rope_orig_ctx);
+    if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 ||
         !m->scores || acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
         acts_alloc(&m->a_o, max_m, m->o_cols, agroup) ||
         acts_alloc(&m->a_down, max_m, m->down_cols, agroup)) {
@@ -132,6 +148,7 @@ void wrk_model_free(struct wrk_model *m)
     free(m->hb);
     free(m->hb2);
     free(m->scores);
+    free(m->rope_freqs);
     acts_free(m->a_dim, m->max_m);
     acts_free(m->a_o, m->max_m);
     acts_free(m->a_down, m->max_m);
@@ -196,8 +213,13 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
     int nq = p->q1 - p->q0, nkv = p->kv1 - p->kv0, qd = m->qd, kvd = m->kvd, ffn = m->ffn;
     int rc;
 
-    for (int i = 0; i < n; i++)
-        kn_mat_row(&m->embd, tokens[i], m->x + (size_t)i * dim);
+    for (int i = 0; i < n; i++) {
+        float *xi = m->x + (size_t)i * dim;
+        kn_mat_row(&m->embd, tokens[i], xi);
+        if (c->embd_scale > 0.0f)
+            for (int j = 0; j < dim; j++)
+                xi[j] *= c->embd_scale;
+    }
 
     for (uint32_t l = 0; l < c->n_layers; l++) {
         const struct wrk_layer *L = &m->layers[l];
@@ -212,8 +234,13 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
         gemm(m, &L->v, m->a_dim, n, m->v, kvd);
         for (int i = 0; i < n; i++) {
             float *qi = m->q + (size_t)i * qd, *ki = m->k + (size_t)i * kvd;
-            ops->rope(qi, nq, hd, pos + i, c->rope_theta, c->rope_neox);
-            ops->rope(ki, nkv, hd, pos + i, c->rope_theta, c->rope_neox);
+            if (L->q_bias) {
+                add_rows(qi, L->q_bias, (size_t)qd);
+                add_rows(ki, L->k_bias, (size_t)kvd);
+                add_rows(m->v + (size_t)i * kvd, L->v_bias, (size_t)kvd);
+            }
+            ops->rope(qi, nq, hd, pos + i, m->rope_freqs, c->rope_neox);
+            ops->rope(ki, nkv, hd, pos + i, m->rope_freqs, c->rope_neox);
             memcpy(kc + (size_t)(pos + i) * kvd, ki, (size_t)kvd * sizeof(float));
             memcpy(vc + (size_t)(pos + i) * kvd, m->v + (size_t)i * kvd,
                    (size_t)kvd * sizeof(float));
@@ -227,6 +254,18 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
                                m->q + (size_t)i * qd + (size_t)h * hd, kc + (size_t)kvl * hd,
                                vc + (size_t)kvl * hd, kvd, pos + i, 1, 1, hd, m->scores);
             }
+        if (L->head_gate) /* a (heads x dim) projection: one plain loop, no fan-out */
+            for (int i = 0; i < n; i++)
+                for (int h = 0; h < nq; h++) {
+                    const float *gw = L->head_gate + (size_t)h * dim, *xi = m->xb + (size_t)i * dim;
+                    float gs = 0.0f;
+                    for (int j = 0; j < dim; j++)
+                        gs += gw[j] * xi[j];
+                    gs = 1.0f / (1.0f + expf(-gs));
+                    float *oh = m->att + (size_t)i * m->o_cols + p->o_pad + (size_t)h * hd;
+                    for (int j = 0; j < hd; j++)
+                        oh[j] *= gs;
+                }
         prepare(m->a_o, m->att, n, m->o_cols);
         gemm(m, &L->o, m->a_o, n, m->xb, dim);
         if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
@@ -240,8 +279,8 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
         gemm(m, &L->gate, m->a_dim, n, m->hb + p->down_pad, m->down_cols);
         gemm(m, &L->up, m->a_dim, n, m->hb2, ffn);
         for (int i = 0; i < n; i++)
-            ops->silu_mul(m->hb + (size_t)i * m->down_cols + p->down_pad, m->hb2 + (size_t)i * ffn,
-                          ffn);
+            (c->act == SHLM_ACT_GELU_TANH ? ops->gelu_mul : ops->silu_mul)(
+                m->hb + (size_t)i * m->down_cols + p->down_pad, m->hb2 + (size_t)i * ffn, ffn);
         prepare(m->a_down, m->hb, n, m->down_cols);
         gemm(m, &L->down, m->a_down, n, m->xb, dim);
         if ((rc = allreduce(m, m->xb, (size_t)n * dim)))

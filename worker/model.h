@@ -11,7 +11,9 @@
 #include <stdbool.h>
 
 struct wrk_layer {
-    const float *attn_norm, *ffn_norm; /* (dim) */
+    const float *attn_norm, *ffn_norm;  /* (dim) */
+    const float *q_bias, *k_bias, *v_bias; /* (qd), (kvd), (kvd) or NULL */
+    const float *head_gate;             /* (our heads, dim) or NULL */
     struct kn_mat q, k, v, o, gate, up, down;
 };
 
@@ -36,6 +38,7 @@ struct wrk_model {
     float *hb;        /* (M, down_cols): down_pad zeros, then silu(gate) * up of our units */
     float *hb2;       /* (M, ffn) up */
     float *scores;    /* (seq_len) */
+    float *rope_freqs; /* (head_dim / 2) */
     struct kn_act *a_dim, *a_o, *a_down; /* (M) prepared inputs of q/k/v/gate/up, O, down */
 };
 

@@ -267,7 +267,7 @@ static void kn_rmsnorm_avx512(float *o, const float *x, const float *w, int n, f
     }
 }
 
-/* rope, softmax, silu_mul and attention are the reference ones: they need exp/sin/cos with the
+/* rope, softmax, silu_mul, gelu_mul and attention are the reference ones: they need exp/sin/cos with the
  * reference's accuracy and are a small part of a token's time next to the matrix products. */
 const struct kn_ops kn_ops_avx512 = {
     .name = "avx512",
@@ -278,5 +278,6 @@ const struct kn_ops kn_ops_avx512 = {
     .rope = kn_rope_ref,
     .softmax = kn_softmax_ref,
     .silu_mul = kn_silu_mul_ref,
+    .gelu_mul = kn_gelu_mul_ref,
     .attention = kn_attention_ref,
 };

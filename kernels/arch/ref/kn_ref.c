@@ -131,13 +131,12 @@ void kn_rmsnorm_ref(float *o, const float *x, const float *w, int n, float eps)
         o[i] = w[i] * (ss * x[i]);
 }
 
-void kn_rope_ref(float *v, int nheads, int hd, int pos, float theta, bool neox)
+void kn_rope_ref(float *v, int nheads, int hd, int pos, const float *inv_freq, bool neox)
 {
     for (int h = 0; h < nheads; h++) {
         float *p = v + (size_t)h * (size_t)hd;
         for (int i = 0; i < hd; i += 2) {
-            float freq = 1.0f / powf(theta, (float)i / (float)hd);
-            float val = (float)pos * freq, fcr = cosf(val), fci = sinf(val);
+            float val = (float)pos * inv_freq[i / 2], fcr = cosf(val), fci = sinf(val);
             int a = neox ? i / 2 : i, b = neox ? i / 2 + hd / 2 : i + 1;
             float v0 = p[a], v1 = p[b];
             p[a] = v0 * fcr - v1 * fci;
@@ -164,6 +163,15 @@ void kn_silu_mul_ref(float *a, const float *b, int n)
 {
     for (int i = 0; i < n; i++)
         a[i] = a[i] * (1.0f / (1.0f + expf(-a[i]))) * b[i];
+}
+
+void kn_gelu_mul_ref(float *a, const float *b, int n)
+{
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int i = 0; i < n; i++) {
+        float x = a[i];
+        a[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * b[i];
+    }
 }
 
 void kn_attention_ref(float *out, const float *q, const float *kc, const float *vc, int kv_stride,
@@ -197,5 +205,6 @@ const struct kn_ops kn_ops_ref = {
     .rope = kn_rope_ref,
     .softmax = kn_softmax_ref,
     .silu_mul = kn_silu_mul_ref,
+    .gelu_mul = kn_gelu_mul_ref,
     .attention = kn_attention_ref,
 };

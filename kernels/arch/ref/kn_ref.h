@@ -14,9 +14,10 @@ void kn_gemv_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n
 void kn_gemm_ref(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy, int n0,
                  int n1);
 void kn_rmsnorm_ref(float *o, const float *x, const float *w, int n, float eps);
-void kn_rope_ref(float *v, int nheads, int head_dim, int pos, float theta, bool neox);
+void kn_rope_ref(float *v, int nheads, int head_dim, int pos, const float *inv_freq, bool neox);
 void kn_softmax_ref(float *x, int n);
 void kn_silu_mul_ref(float *a, const float *b, int n);
+void kn_gelu_mul_ref(float *a, const float *b, int n);
 void kn_attention_ref(float *out, const float *q, const float *kc, const float *vc, int kv_stride,
                       int pos, int nheads, int nkv, int hd, float *scratch);
 

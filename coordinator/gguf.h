@@ -1,0 +1,122 @@
+/* coordinator/: GGUF files - a hostile-input-safe reader (metadata, tensor infos, dequantized
+ * rows) and a writer (for `shardlm synth`).
+ *
+ * GGUF (little-endian): magic "GGUF", u32 version (2 or 3), u64 n_tensors, u64 n_kv; n_kv
+ * key/values (gguf string key = u64 length + bytes, u32 type, value); n_tensors infos (name,
+ * u32 n_dims, u64 dims[n_dims] (dims[0] = the contiguous row length), u32 ggml type, u64 offset
+ * relative to the data section); the data section starts at the next multiple of
+ * general.alignment (default 32) after the infos.
+ */
+#ifndef SHARDLM_COORD_GGUF_H
+#define SHARDLM_COORD_GGUF_H
+
+#include "util.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum gguf_type {
+    GGUF_UINT8 = 0, GGUF_INT8 = 1, GGUF_UINT16 = 2, GGUF_INT16 = 3, GGUF_UINT32 = 4,
+    GGUF_INT32 = 5, GGUF_FLOAT32 = 6, GGUF_BOOL = 7, GGUF_STRING = 8, GGUF_ARRAY = 9,
+    GGUF_UINT64 = 10, GGUF_INT64 = 11, GGUF_FLOAT64 = 12,
+};
+
+/* ggml tensor types this reader dequantizes */
+enum gguf_ggml_type {
+    GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_BF16 = 30,
+};
+
+struct gguf_str {
+    const char *p; /* into the file image, NOT NUL-terminated */
+    uint64_t len;
+};
+
+struct gguf_kv {
+    struct gguf_str key;
+    enum gguf_type type;
+    union {
+        uint64_t u;   /* unsigned integers and bool */
+        int64_t i;    /* signed integers */
+        double f;     /* floats */
+        struct gguf_str s;
+        struct {
+            enum gguf_type type; /* element type (never GGUF_ARRAY: nested arrays are refused) */
+            uint64_t n;
+            const uint8_t *data;    /* raw elements in the image */
+            struct gguf_str *strs;  /* (n) for arrays of strings, indexed at parse time */
+        } arr;
+    } v;
+};
+
+struct gguf_tensor {
+    struct gguf_str name;
+    uint32_t n_dims;
+    uint64_t dims[4];         /* dims[0]: elements per row */
+    enum gguf_ggml_type type; /* any value; unsupported ones fail at read time */
+    uint64_t offset;          /* absolute, in the image */
+    uint64_t bytes;           /* 0 for an unsupported type */
+};
+
+struct gguf_file {
+    const uint8_t *base;
+    size_t size;
+    void *map; /* when opened from a path */
+    uint32_t version;
+    uint64_t n_kv, n_tensors, alignment, data_offset;
+    struct gguf_kv *kv;         /* (n_kv) */
+    struct gguf_tensor *tensors; /* (n_tensors) */
+};
+
+/* Maps @path and parses it. Returns 0 or -errno with @e naming the file and the field.
+ * Release with gguf_close(). */
+int gguf_open(struct gguf_file *g, const char *path, struct coord_err *e);
+/* Parses an image in memory (@what names it in errors); it must outlive @g. Checks every length,
+ * count and offset against the image (no allocation larger than the image implies), duplicate
+ * keys and tensor names, tensor bounds and overlap for the types it knows. */
+int gguf_parse(struct gguf_file *g, const uint8_t *buf, size_t size, const char *what,
+               struct coord_err *e);
+void gguf_close(struct gguf_file *g);
+
+const struct gguf_kv *gguf_find(const struct gguf_file *g, const char *key);
+/* Typed getters: 0, -ENOENT when absent, -EINVAL when of another type or out of range.
+ * Integers of any integer type are accepted when they fit. */
+int gguf_get_u32(const struct gguf_file *g, const char *key, uint32_t *out);
+int gguf_get_f32(const struct gguf_file *g, const char *key, float *out);
+int gguf_get_bool(const struct gguf_file *g, const char *key, bool *out);
+int gguf_get_str(const struct gguf_file *g, const char *key, struct gguf_str *out);
+/* An array of @type (for GGUF_STRING, use kv->v.arr.strs). */
+const struct gguf_kv *gguf_get_arr(const struct gguf_file *g, const char *key,
+                                   enum gguf_type type);
+/* Element @i of a numeric array as a double (any numeric element type). */
+double gguf_arr_num(const struct gguf_kv *kv, uint64_t i);
+bool gguf_str_eq(struct gguf_str s, const char *c);
+
+const struct gguf_tensor *gguf_tensor(const struct gguf_file *g, const char *name);
+/* Dequantizes rows [r0, r1) of @t (a row = dims[0] elements; rows = product of dims[1..]) into
+ * @out as float32. Returns 0 or -EINVAL (unsupported type) with @e set. */
+int gguf_read_rows(const struct gguf_file *g, const struct gguf_tensor *t, uint64_t r0,
+                   uint64_t r1, float *out, struct coord_err *e);
+uint64_t gguf_tensor_rows(const struct gguf_tensor *t);
+
+/* Writer: metadata first, then tensor infos and data; used by `shardlm synth` and the tests. */
+struct gguf_writer;
+int gguf_writer_open(struct gguf_writer **w, const char *path, struct coord_err *e);
+void gguf_w_u32(struct gguf_writer *w, const char *key, uint32_t v);
+void gguf_w_f32(struct gguf_writer *w, const char *key, float v);
+void gguf_w_bool(struct gguf_writer *w, const char *key, bool v);
+void gguf_w_str(struct gguf_writer *w, const char *key, const char *v);
+void gguf_w_arr_str(struct gguf_writer *w, const char *key, const char *const *v, uint64_t n);
+void gguf_w_arr_f32(struct gguf_writer *w, const char *key, const float *v, uint64_t n);
+void gguf_w_arr_i32(struct gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+/* Declares a tensor of @type (GGML_F32 or GGML_F16) with dims[0] = @cols, dims[1] = @rows (1-D
+ * when rows == 0); its data comes later, in declaration order, through gguf_w_tensor_rows(). */
+void gguf_w_tensor(struct gguf_writer *w, const char *name, enum gguf_ggml_type type,
+                   uint64_t cols, uint64_t rows);
+/* Appends rows of the current tensor (float32, converted to its type); tensors are filled in
+ * declaration order, each completely. */
+void gguf_w_tensor_rows(struct gguf_writer *w, const float *rows, uint64_t n_rows);
+/* Writes the file atomically (temporary + rename). Returns 0 or -errno with @e set; frees @w. */
+int gguf_writer_close(struct gguf_writer *w, struct coord_err *e);
+
+#endif
