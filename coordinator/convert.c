@@ -1,17 +1,15 @@
 /* coordinator/: convert a llama2.c checkpoint + tokenizer.bin into a .shlm file. */
 #include "convert.h"
 
-#include "llama2c.h"
-#include "tokenizer.h"
+#include "source.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define TOKENIZER_MAX_BYTES (64u << 20)
 
 static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
 {
@@ -53,10 +51,7 @@ static void encode(const struct shlm_tensor_spec *s, const float *src, void *dst
 
 int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
 {
-    struct coord_llama2c ck;
-    struct coord_tok tok;
-    uint8_t *tokbuf = NULL;
-    size_t toklen = 0;
+    struct coord_source src;
     int rc, group = o->group;
     if (o->scheme == SHLM_SCHEME_W4A16 || o->scheme == SHLM_SCHEME_W4A8) {
         if (!group)
@@ -68,15 +63,13 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
     } else {
         group = 0;
     }
-    if ((rc = coord_llama2c_open(&ck, o->checkpoint, e)))
+    if ((rc = coord_source_open(&src, o->checkpoint, o->tokenizer, o->max_ctx, e)))
         return rc;
-    if ((rc = coord_read_file(o->tokenizer, TOKENIZER_MAX_BYTES, &tokbuf, &toklen, e)))
-        goto out_ck;
-    /* parse it now so a bad or mismatched tokenizer is refused here, not at generation */
-    if ((rc = coord_tok_init(&tok, tokbuf, toklen, (int)ck.cfg.vocab_size, o->tokenizer, e)))
-        goto out_tokbuf;
-    coord_tok_free(&tok);
-
+    char cerr[160];
+    if (shlm_config_check(&src.cfg, cerr, sizeof(cerr))) {
+        rc = coord_fail(e, -EINVAL, "%s: %s", o->checkpoint, cerr);
+        goto out_src;
+    }
     struct shlm_tensor_spec *specs = calloc(SHLM_MAX_TENSORS, sizeof(*specs));
     struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
     struct shlm_header *h = calloc(1, sizeof(*h));
@@ -84,20 +77,20 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
         rc = coord_fail(e, -ENOMEM, "out of memory");
         goto out_free;
     }
-    int n = shlm_expected_tensors(&ck.cfg, o->scheme, group, o->head_bits, NULL, specs,
+    int n = shlm_expected_tensors(&src.cfg, o->scheme, group, o->head_bits, NULL, specs,
                                   SHLM_MAX_TENSORS);
     if (n < 0) {
         rc = coord_fail(e, -EINVAL, "%s: too many layers for the tensor table", o->checkpoint);
         goto out_free;
     }
-    shlm_layout(h, table, specs, n, toklen);
-    h->cfg = ck.cfg;
+    shlm_layout(h, table, specs, n, src.tok_len);
+    h->cfg = src.cfg;
     h->scheme = o->scheme;
     h->group = (uint32_t)group;
     h->head_bits = group ? (uint32_t)o->head_bits : 0;
-    h->tok_kind = SHLM_TOK_LLAMA2C;
-    h->bos_id = 1;
-    h->eos_id = 2;
+    h->tok_kind = src.tok_kind;
+    h->bos_id = src.bos_id;
+    h->eos_id = src.eos_id;
 
     bool progress = isatty(2); /* a counter on terminals, one final line in logs */
     char tmp[4096];
@@ -113,28 +106,34 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
     }
     for (int i = 0; i < n; i++) {
         struct shlm_tensor *t = &table[i];
-        const float *src = coord_llama2c_tensor(&ck, t->name);
-        KN_ASSERT(src);
+        float *f32 = malloc((size_t)t->rows * t->cols * sizeof(float));
         void *buf = malloc(t->bytes);
-        if (!buf) {
+        if (!f32 || !buf) {
+            free(f32);
+            free(buf);
             rc = coord_fail(e, -ENOMEM, "out of memory for tensor %s", t->name);
             goto out_unlink;
         }
-        encode(&specs[i], src, buf);
-        t->checksum = shlm_hash(buf, t->bytes);
-        rc = pwrite_all(fd, buf, t->bytes, t->offset);
-        free(buf);
-        if (rc) {
-            coord_fail(e, rc, "%s: write failed: %s", o->out, strerror(-rc));
-            goto out_unlink;
+        rc = src.read(&src, t->name, (int)t->rows, (int)t->cols, f32, e);
+        if (rc == -ENOENT)
+            coord_fail(e, rc, "%s: tensor %s is missing", o->checkpoint, t->name);
+        if (!rc) {
+            encode(&specs[i], f32, buf);
+            t->checksum = shlm_hash(buf, t->bytes);
+            if ((rc = pwrite_all(fd, buf, t->bytes, t->offset)))
+                coord_fail(e, rc, "%s: write failed: %s", o->out, strerror(-rc));
         }
+        free(f32);
+        free(buf);
+        if (rc)
+            goto out_unlink;
         if (!o->quiet && progress)
             fprintf(stderr, "\rshardlm convert: %d/%d tensors", i + 1, n);
     }
     shlm_seal(h, table);
     if ((rc = pwrite_all(fd, h, sizeof(*h), 0)) ||
         (rc = pwrite_all(fd, table, (size_t)n * sizeof(*table), h->table_offset)) ||
-        (rc = pwrite_all(fd, tokbuf, toklen, h->tok_offset))) {
+        (rc = pwrite_all(fd, src.tok, src.tok_len, h->tok_offset))) {
         coord_fail(e, rc, "%s: write failed: %s", o->out, strerror(-rc));
         goto out_unlink;
     }
@@ -166,9 +165,7 @@ out_free:
     free(specs);
     free(table);
     free(h);
-out_tokbuf:
-    free(tokbuf);
-out_ck:
-    coord_llama2c_close(&ck);
+out_src:
+    coord_source_close(&src);
     return rc;
 }

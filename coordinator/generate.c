@@ -34,8 +34,7 @@ int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
         return rc;
     const struct shlm_header *h = g.img.hdr;
     int ctx = (int)h->cfg.seq_len;
-    if ((rc = coord_tok_init(&tok, g.img.base + h->tok_offset, h->tok_bytes,
-                             (int)h->cfg.vocab_size, o->model, e)))
+    if ((rc = coord_tok_from_shlm(&tok, &g.img, o->model, e)))
         goto out_engine;
     if ((rc = coord_sampler_init(&smp, (int)h->cfg.vocab_size, o->temp, o->top_p, o->seed))) {
         coord_fail(e, rc, "out of memory");

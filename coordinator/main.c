@@ -5,6 +5,9 @@
 #include "convert.h"
 #include "engine.h"
 #include "generate.h"
+#include "inspect.h"
+#include "synth.h"
+#include "tokcli.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -22,8 +25,11 @@ static const char usage_main[] =
     "coordinator process and worker processes that share the weights in shared memory.\n"
     "\n"
     "commands:\n"
-    "  convert   CHECKPOINT --tokenizer TOKENIZER.bin --scheme S -o OUT.shlm\n"
-    "            turn a llama2.c checkpoint into a .shlm model file\n"
+    "  convert   INPUT --scheme S -o OUT.shlm   a GGUF file, Hugging Face directory or llama2.c\n"
+    "            checkpoint (+ --tokenizer) into a .shlm model file\n"
+    "  synth     --shape NAME -o FILE.gguf      a synthetic model for benchmarks\n"
+    "  inspect   FILE                           config, tokenizer and tensors of a model file\n"
+    "  tokenize  --tokenizer FILE TEXT          token ids of TEXT (--decode ID... for text)\n"
     "  generate  -m MODEL.shlm -p PROMPT -n N    generate text (streamed to stdout)\n"
     "  eval      -m MODEL.shlm --ref DIR         KL divergence, top-1 and perplexity against\n"
     "            reference logits\n"
@@ -32,17 +38,20 @@ static const char usage_main[] =
     "`shardlm <command> --help` describes each command's options.\n";
 
 static const char usage_convert[] =
-    "usage: shardlm convert CHECKPOINT --tokenizer TOKENIZER.bin --scheme f32|bf16|w4a16|w4a8\n"
-    "                       [--group N] [--head-bits 8|4] -o OUT.shlm\n"
+    "usage: shardlm convert INPUT [--tokenizer TOKENIZER.bin] --scheme f32|bf16|w4a16|w4a8\n"
+    "                       [--group N] [--head-bits 8|4] [--ctx N] -o OUT.shlm\n"
     "\n"
-    "Reads a llama2.c checkpoint (shared or separate classifier) and its tokenizer.bin and\n"
-    "writes a .shlm file.\n"
+    "Reads a model and writes a .shlm file. INPUT is a GGUF file (llama, qwen2, gemma; tensors\n"
+    "F32/F16/BF16/Q8_0/Q4_0, dequantized then quantized to the scheme), a Hugging Face\n"
+    "directory (config.json, *.safetensors, tokenizer.json) or a llama2.c checkpoint (shared or\n"
+    "separate classifier; it needs --tokenizer, the others carry their own).\n"
     "  --scheme S      f32 and bf16: every tensor in that type. w4a16: asymmetric int4 with a\n"
     "                  scale and zero point per group, f32 activations. w4a8: symmetric int4\n"
     "                  (zero point 8) with a searched per-group scale, int8 per-token activations.\n"
     "  --group N       int4 group size, 32/64/128/256 (default: 64 for w4a16, 128 for w4a8)\n"
     "  --head-bits B   embedding and LM head of the int4 schemes: 8 = int8 per row (default),\n"
     "                  4 = the scheme's int4\n"
+    "  --ctx N         cap the context length (it sizes the KV cache; default: the model's)\n"
     "  -o OUT          output file (written whole or not at all)\n"
     "  -q, --quiet     no progress on stderr\n";
 
@@ -154,6 +163,7 @@ static int cmd_convert(int argc, char **argv)
                                          {"scheme", required_argument, 0, 's'},
                                          {"group", required_argument, 0, 'g'},
                                          {"head-bits", required_argument, 0, 'b'},
+                                         {"ctx", required_argument, 0, 'x'},
                                          {"quiet", no_argument, 0, 'q'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -181,6 +191,12 @@ static int cmd_convert(int argc, char **argv)
                                  optarg);
             o.head_bits = (int)v;
             break;
+        case 'x':
+            if (!parse_int(optarg, 1, 1 << 20, &v))
+                return bad_usage("convert", usage_convert, "--ctx '%s': expected 1..1048576",
+                                 optarg);
+            o.max_ctx = (uint32_t)v;
+            break;
         case 'o':
             o.out = optarg;
             break;
@@ -196,11 +212,10 @@ static int cmd_convert(int argc, char **argv)
         }
     }
     if (optind != argc - 1)
-        return bad_usage("convert", usage_convert, "expected one CHECKPOINT%s", "");
+        return bad_usage("convert", usage_convert, "expected one INPUT%s", "");
     o.checkpoint = argv[optind];
-    if (!o.tokenizer || !o.out || (int)o.scheme < 0)
-        return bad_usage("convert", usage_convert, "--tokenizer, --scheme and -o are required%s",
-                         "");
+    if (!o.out || (int)o.scheme < 0)
+        return bad_usage("convert", usage_convert, "--scheme and -o are required%s", "");
     if (o.group && o.scheme != SHLM_SCHEME_W4A16 && o.scheme != SHLM_SCHEME_W4A8)
         return bad_usage("convert", usage_convert, "--group applies to w4a16 and w4a8 only%s", "");
     struct coord_err e;
@@ -345,6 +360,12 @@ int main(int argc, char **argv)
         return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0)
         return cmd_eval(argc - 1, argv + 1);
+    if (strcmp(cmd, "synth") == 0)
+        return coord_cmd_synth(argc - 1, argv + 1);
+    if (strcmp(cmd, "inspect") == 0)
+        return coord_cmd_inspect(argc - 1, argv + 1);
+    if (strcmp(cmd, "tokenize") == 0)
+        return coord_cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) {
         if (argc >= 3 && strcmp(argv[2], "allreduce") == 0)
             return coord_bench_allreduce(argc - 2, argv + 2);

@@ -1,0 +1,221 @@
+/* coordinator/: `shardlm tokenize` - encode a text or decode ids with the tokenizer of a
+ * tokenizer.bin, a GGUF, a tokenizer.json, a tokenizer blob or a .shlm file, told apart by
+ * their content. */
+#include "tokcli.h"
+
+#include "gguf.h"
+#include "shlm.h"
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: shardlm tokenize --tokenizer FILE [--bos] [--eos] [--add-special] [--special]\n"
+    "                        [--vocab-size N] TEXT\n"
+    "       shardlm tokenize --tokenizer FILE [--vocab-size N] --decode ID...\n"
+    "\n"
+    "Prints the token ids of TEXT on one line, separated by spaces, or with --decode the text\n"
+    "of the ids, then a newline. FILE is told apart by its content: a .shlm model, a GGUF file,\n"
+    "a Hugging Face tokenizer.json, a tokenizer blob, or a llama2.c tokenizer.bin.\n"
+    "  --bos, --eos      start with BOS / end with EOS (default: neither)\n"
+    "  --add-special     BOS/EOS as the tokenizer's source declares (add_bos_token, ...)\n"
+    "  --special         text that spells a control token (\"<|endoftext|>\") is that token\n"
+    "  --vocab-size N    entries of a tokenizer.bin (default: as many as it holds exactly)\n"
+    "  --decode          the arguments are ids to turn back into text\n";
+
+static int bad_usage(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "shardlm tokenize: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s", usage);
+    return 2;
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Builds the tokenizer of the file mapped at @buf (@size bytes). */
+static int open_tok(struct coord_tok *t, const char *path, const uint8_t *buf, size_t size,
+                    long vocab_size, struct coord_err *e)
+{
+    if (size >= 8 && memcmp(buf, SHLM_MAGIC, sizeof(SHLM_MAGIC)) == 0) {
+        struct shlm_model m;
+        char err[512];
+        int rc = shlm_parse(&m, buf, size, path, err, sizeof(err));
+        if (rc)
+            return coord_fail(e, rc, "%s", err);
+        return coord_tok_from_shlm(t, &m, path, e);
+    }
+    if (size >= 4 && memcmp(buf, "GGUF", 4) == 0) {
+        struct gguf_file g;
+        int rc = gguf_parse(&g, buf, size, path, e);
+        if (rc)
+            return rc;
+        rc = coord_tok_from_gguf(t, &g, path, e);
+        gguf_close(&g);
+        return rc;
+    }
+    if (coord_tok_is_blob(buf, size))
+        return coord_tok_load(t, buf, size, path, e);
+    size_t i = 0;
+    while (i < size && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r'))
+        i++;
+    if (i < size && buf[i] == '{')
+        return coord_tok_from_hf_json(t, buf, size, path, e);
+    if (vocab_size == 0) {
+        int n = coord_tok_llama2c_count(buf, size);
+        if (n < 0)
+            return coord_fail(e, -EINVAL, "%s: not a .shlm, GGUF, tokenizer.json or tokenizer "
+                              "blob, and not a whole llama2.c tokenizer.bin (try --vocab-size)",
+                              path);
+        vocab_size = n;
+    }
+    return coord_tok_init(t, buf, size, (int)vocab_size, path, e);
+}
+
+static int run(const char *path, long vocab_size, bool decode, unsigned flags, int n_args,
+               char **args, struct coord_err *e)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+        close(fd);
+        return coord_fail(e, -EINVAL, "%s: not a regular, non-empty file", path);
+    }
+    size_t size = (size_t)st.st_size;
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return coord_fail(e, -errno, "%s: mmap: %s", path, strerror(errno));
+    struct coord_tok t;
+    int rc = open_tok(&t, path, map, size, vocab_size, e);
+    if (rc)
+        goto out_unmap;
+    if (decode) {
+        int prev = -1;
+        for (int i = 0; i < n_args; i++) {
+            long id;
+            if (!parse_long(args[i], 0, t.vocab_size - 1, &id)) {
+                rc = coord_fail(e, -EINVAL, "id '%s': expected 0..%d", args[i], t.vocab_size - 1);
+                goto out_tok;
+            }
+            size_t len;
+            const char *p = coord_tok_decode(&t, prev, (int)id, &len);
+            fwrite(p, 1, len, stdout);
+            prev = (int)id;
+        }
+        putchar('\n');
+    } else {
+        size_t len = strlen(args[0]);
+        int max = (int)(len * 2 + 8) > 0 ? (int)(len * 2 + 8) : 8;
+        int32_t *ids = malloc((size_t)max * sizeof(int32_t));
+        if (!ids) {
+            rc = coord_fail(e, -ENOMEM, "out of memory");
+            goto out_tok;
+        }
+        int n = coord_tok_encode_ex(&t, args[0], len, flags, ids, max);
+        if (n < 0) {
+            rc = coord_fail(e, n, "cannot tokenize the text: %s",
+                            n == -EILSEQ ? "a character this vocabulary cannot spell"
+                                         : strerror(-n));
+            free(ids);
+            goto out_tok;
+        }
+        for (int i = 0; i < n; i++)
+            printf(i ? " %d" : "%d", ids[i]);
+        putchar('\n');
+        free(ids);
+    }
+    if (fflush(stdout) != 0)
+        rc = coord_fail(e, -EIO, "cannot write to stdout");
+out_tok:
+    coord_tok_free(&t);
+out_unmap:
+    munmap(map, size);
+    return rc;
+}
+
+int coord_cmd_tokenize(int argc, char **argv)
+{
+    static const struct option opts[] = {{"tokenizer", required_argument, 0, 't'},
+                                         {"vocab-size", required_argument, 0, 'v'},
+                                         {"bos", no_argument, 0, 'b'},
+                                         {"eos", no_argument, 0, 'e'},
+                                         {"add-special", no_argument, 0, 'a'},
+                                         {"special", no_argument, 0, 's'},
+                                         {"decode", no_argument, 0, 'd'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *path = NULL;
+    long vocab_size = 0;
+    bool decode = false;
+    unsigned flags = 0;
+    int c;
+    optind = 0; /* GNU: start afresh (the tests call this more than once) */
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            path = optarg;
+            break;
+        case 'v':
+            if (!parse_long(optarg, 1, COORD_TOK_MAX_VOCAB, &vocab_size))
+                return bad_usage("--vocab-size '%s': expected 1..4194304", optarg);
+            break;
+        case 'b':
+            flags |= COORD_TOK_ENC_BOS;
+            break;
+        case 'e':
+            flags |= COORD_TOK_ENC_EOS;
+            break;
+        case 'a':
+            flags |= COORD_TOK_ENC_ADD_SPECIAL;
+            break;
+        case 's':
+            flags |= COORD_TOK_ENC_PARSE_SPECIAL;
+            break;
+        case 'd':
+            decode = true;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            fputs(usage, stderr);
+            return 2;
+        }
+    }
+    if (!path)
+        return bad_usage("--tokenizer FILE is required%s", "");
+    int n_args = argc - optind;
+    if (decode && n_args < 1)
+        return bad_usage("--decode needs at least one id%s", "");
+    if (decode && flags)
+        return bad_usage("--bos, --eos, --add-special and --special are for encoding%s", "");
+    if (!decode && n_args != 1)
+        return bad_usage("expected one TEXT argument (quote it), got %s", n_args ? "more" : "none");
+    struct coord_err e;
+    int rc = run(path, vocab_size, decode, flags, n_args, argv + optind, &e);
+    if (rc) {
+        fprintf(stderr, "shardlm tokenize: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,34 @@
+/* Fuzz target for the Hugging Face config.json parser (coordinator/source_hf.c).
+ *
+ * Input: config.json text. What coord_hf_config_parse() accepts must be a config the rest of
+ * shardlm takes as it is: shlm_config_check() passes, and the token ids are inside the
+ * vocabulary. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *buf = malloc(size ? size : 1);
+    if (!buf)
+        return 0;
+    memcpy(buf, data, size);
+    struct coord_hf_config hc;
+    struct coord_err e;
+    if (coord_hf_config_parse(&hc, buf, size, "fuzz", &e) == 0) {
+        char err[160];
+        if (shlm_config_check(&hc.cfg, err, sizeof(err)) != 0)
+            __builtin_trap();
+        if (hc.bos_id >= (int64_t)hc.cfg.vocab_size || hc.eos_id >= (int64_t)hc.cfg.vocab_size ||
+            hc.bos_id < -1 || hc.eos_id < -1)
+            __builtin_trap();
+        if (hc.cfg.rope_neox != 1 || hc.cfg.qkv_bias != (hc.family == COORD_HF_QWEN2))
+            __builtin_trap();
+    } else if (!memchr(e.msg, 0, sizeof(e.msg)) || strncmp(e.msg, "fuzz", 4) != 0) {
+        __builtin_trap(); /* every refusal names the input */
+    }
+    free(buf);
+    return 0;
+}

@@ -1,0 +1,1092 @@
+/* coordinator/gguf: the real vocabulary-only GGUF files of the shared data; the writer read back;
+ * Q8_0 / Q4_0 / BF16 / F16 dequantization against values worked out by hand; every truncation
+ * and a list of corrupted fields refused with a one-line message naming the field.
+ *
+ * The same small images seed the fuzz corpus:
+ *   test_gguf --write-corpus tests/fuzz/corpus/gguf
+ * writes them (valid ones and corrupted variants; names carry no .gguf suffix). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <float.h>
+#include <math.h>
+#include <sys/resource.h>
+
+#include "gguf.h"
+#include "kn.h"
+#include "testutil.h"
+
+static char dir[4096];
+
+static int setup(void **state)
+{
+    tu_mkdtemp(dir, sizeof(dir), "gguf");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    tu_rmdir(dir);
+    return 0;
+}
+
+/* ---- a small image builder ----------------------------------------------------------------- */
+
+struct img {
+    uint8_t *b;
+    size_t n, cap;
+    uint64_t n_kv; /* key/values put so far, patched into the header by img_finish_kv() */
+};
+
+static size_t put(struct img *m, const void *p, size_t n)
+{
+    if (m->n + n > m->cap) {
+        m->cap = (m->n + n) * 2 + 256;
+        m->b = realloc(m->b, m->cap);
+        assert_non_null(m->b);
+    }
+    size_t at = m->n;
+    if (n)
+        memcpy(m->b + at, p, n);
+    m->n += n;
+    return at;
+}
+
+static size_t put_u8(struct img *m, uint8_t v) { return put(m, &v, 1); }
+static size_t put_u16(struct img *m, uint16_t v) { return put(m, &v, 2); }
+static size_t put_u32(struct img *m, uint32_t v) { return put(m, &v, 4); }
+static size_t put_u64(struct img *m, uint64_t v) { return put(m, &v, 8); }
+static size_t put_f32(struct img *m, float v) { return put(m, &v, 4); }
+static size_t put_f64(struct img *m, double v) { return put(m, &v, 8); }
+/* Returns the position of the length field. */
+static size_t put_str(struct img *m, const char *s)
+{
+    size_t at = put_u64(m, strlen(s));
+    put(m, s, strlen(s));
+    return at;
+}
+
+static void patch_u32(struct img *m, size_t at, uint32_t v) { memcpy(m->b + at, &v, 4); }
+static void patch_u64(struct img *m, size_t at, uint64_t v) { memcpy(m->b + at, &v, 8); }
+static uint64_t peek_u64(const struct img *m, size_t at)
+{
+    uint64_t v;
+    memcpy(&v, m->b + at, 8);
+    return v;
+}
+
+static void img_header(struct img *m, uint32_t version, uint64_t n_tensors)
+{
+    m->n = 0;
+    m->n_kv = 0;
+    put(m, "GGUF", 4);
+    put_u32(m, version);
+    put_u64(m, n_tensors);
+    put_u64(m, 0); /* n_kv, patched */
+}
+
+static void img_finish_kv(struct img *m) { patch_u64(m, 16, m->n_kv); }
+
+/* Key and type; returns the position of the type field. */
+static size_t kv_key(struct img *m, const char *key, uint32_t type)
+{
+    m->n_kv++;
+    put_str(m, key);
+    return put_u32(m, type);
+}
+
+struct tdesc {
+    const char *name;
+    uint32_t type, n_dims;
+    uint64_t dims[4];
+    const void *data;
+    size_t bytes;
+};
+
+/* Positions of the fields of tensor info i, to corrupt them. */
+struct tpos {
+    size_t name, n_dims, dims, type, offset;
+};
+
+/* Tensor infos, padding to @align, then the data, each tensor at the next multiple of @align;
+ * nothing after the last one (so every truncation cuts data). */
+static void img_tensors(struct img *m, const struct tdesc *t, int n, uint64_t align,
+                        struct tpos *pos)
+{
+    uint64_t off[16], end = 0;
+    assert_true(n <= 16);
+    for (int i = 0; i < n; i++) {
+        off[i] = (end + align - 1) / align * align;
+        end = off[i] + t[i].bytes;
+    }
+    for (int i = 0; i < n; i++) {
+        struct tpos p;
+        p.name = put_str(m, t[i].name);
+        p.n_dims = put_u32(m, t[i].n_dims);
+        p.dims = m->n;
+        for (uint32_t d = 0; d < t[i].n_dims; d++)
+            put_u64(m, t[i].dims[d]);
+        p.type = put_u32(m, t[i].type);
+        p.offset = put_u64(m, off[i]);
+        if (pos)
+            pos[i] = p;
+    }
+    size_t base = (m->n + align - 1) / align * align;
+    static const uint8_t zero[65536];
+    put(m, zero, base - m->n);
+    for (int i = 0; i < n; i++) {
+        put(m, zero, base + off[i] - m->n);
+        put(m, t[i].data, t[i].bytes);
+    }
+}
+
+/* ---- the small image: a few keys of each shape and one tensor of each supported type -------- */
+
+#define SMALL_NT 5
+
+struct small {
+    struct img m;
+    size_t key0_len, arch_len, align_type, align_val, a_type, b_key, c_val, arr_etype, arr_n,
+        arr_str1;
+    struct tpos t[SMALL_NT];
+};
+
+static float small_f32(int i) { return (float)i * 0.5f - 3.0f; }
+static float small_f16(int i) { return (float)(i - 4) * 0.25f; }
+/* Q8_0 w.2: 2 rows of one block, scales 0.5 and 0.25 */
+static int8_t small_q8(int r, int j) { return (int8_t)(r ? 3 * j - 50 : j - 16); }
+static float small_q8_val(int r, int j) { return (r ? 0.25f : 0.5f) * (float)small_q8(r, j); }
+/* Q4_0 w.3: 1 row of two blocks, scales 2 and 1; block 0 byte j = (15 - j) << 4 | j, block 1
+ * byte j = j << 4 | (15 - j) */
+static float small_q4_val(int k)
+{
+    int b = k / 32, j = k % 32;
+    int nib = b == 0 ? (j < 16 ? j : 15 - (j - 16)) : (j < 16 ? 15 - j : j - 16);
+    return (b == 0 ? 2.0f : 1.0f) * (float)(nib - 8);
+}
+/* BF16 w.4: 3 x 2 */
+static const float small_bf16[6] = {1.5f, -2.0f, 0.0f, 3.140625f, -0.0078125f, 256.0f};
+
+/* Builds the small image: version @version, general.alignment = @align (0: no key, default 32). */
+static void small_build(struct small *s, uint32_t version, uint32_t align)
+{
+    struct img *m = &s->m;
+    img_header(m, version, SMALL_NT);
+    s->key0_len = m->n;
+    kv_key(m, "general.architecture", GGUF_STRING);
+    s->arch_len = put_str(m, "llama");
+    if (align) {
+        s->align_type = kv_key(m, "general.alignment", GGUF_UINT32);
+        s->align_val = put_u32(m, align);
+    }
+    s->a_type = kv_key(m, "t.a", GGUF_UINT32);
+    put_u32(m, 7);
+    s->b_key = m->n + 8;
+    kv_key(m, "t.b", GGUF_FLOAT32);
+    put_f32(m, 0.5f);
+    kv_key(m, "t.c", GGUF_BOOL);
+    s->c_val = put_u8(m, 1);
+    kv_key(m, "t.arr", GGUF_ARRAY);
+    s->arr_etype = put_u32(m, GGUF_STRING);
+    s->arr_n = put_u64(m, 3);
+    put_str(m, "x");
+    s->arr_str1 = put_str(m, "yz");
+    put_str(m, "");
+    kv_key(m, "t.f", GGUF_ARRAY);
+    put_u32(m, GGUF_FLOAT32);
+    put_u64(m, 3);
+    put_f32(m, 1.0f);
+    put_f32(m, -2.0f);
+    put_f32(m, 0.25f);
+    img_finish_kv(m);
+
+    static float f32[16];
+    static uint16_t f16[8], bf16[6];
+    static uint8_t q8[2 * 34], q4[2 * 18];
+    for (int i = 0; i < 16; i++)
+        f32[i] = small_f32(i);
+    for (int i = 0; i < 8; i++)
+        f16[i] = kn_f32_to_f16(small_f16(i));
+    for (int r = 0; r < 2; r++) {
+        uint16_t d = r ? 0x3400 : 0x3800; /* 0.25, 0.5 */
+        memcpy(q8 + 34 * r, &d, 2);
+        for (int j = 0; j < 32; j++)
+            q8[34 * r + 2 + j] = (uint8_t)small_q8(r, j);
+    }
+    for (int b = 0; b < 2; b++) {
+        uint16_t d = b ? 0x3c00 : 0x4000; /* 1, 2 */
+        memcpy(q4 + 18 * b, &d, 2);
+        for (int j = 0; j < 16; j++)
+            q4[18 * b + 2 + j] = (uint8_t)(b ? (j << 4) | (15 - j) : ((15 - j) << 4) | j);
+    }
+    for (int i = 0; i < 6; i++)
+        bf16[i] = kn_f32_to_bf16(small_bf16[i]);
+    const struct tdesc t[SMALL_NT] = {
+        {"w.0", GGML_F32, 2, {8, 2}, f32, sizeof(f32)},
+        {"w.1", GGML_F16, 1, {8}, f16, sizeof(f16)},
+        {"w.2", GGML_Q8_0, 2, {32, 2}, q8, sizeof(q8)},
+        {"w.3", GGML_Q4_0, 2, {64, 1}, q4, sizeof(q4)},
+        {"w.4", GGML_BF16, 2, {3, 2}, bf16, sizeof(bf16)},
+    };
+    img_tensors(m, t, SMALL_NT, align ? align : 32, s->t);
+}
+
+/* Parses an exact-size heap copy (so ASan sees any read past the end). */
+static int parse_copy(struct gguf_file *g, uint8_t **copy, const uint8_t *b, size_t n,
+                      struct coord_err *e)
+{
+    *copy = malloc(n ? n : 1);
+    assert_non_null(*copy);
+    if (n)
+        memcpy(*copy, b, n);
+    e->msg[0] = 0;
+    return gguf_parse(g, *copy, n, "img", e);
+}
+
+static void assert_one_line_error(int rc, const struct coord_err *e)
+{
+    assert_true(rc < 0);
+    assert_true(strlen(e->msg) > 0);
+    assert_null(strchr(e->msg, '\n'));
+}
+
+/* ---- corrupted variants -------------------------------------------------------------------- */
+
+struct corrupt {
+    const char *name;
+    void (*apply)(struct small *s);
+    int rc;
+    const char *want1, *want2; /* both must appear in the message */
+};
+
+static void c_magic(struct small *s) { s->m.b[0] = 'X'; }
+static void c_version1(struct small *s) { patch_u32(&s->m, 4, 1); }
+static void c_version4(struct small *s) { patch_u32(&s->m, 4, 4); }
+static void c_huge_n_kv(struct small *s) { patch_u64(&s->m, 16, 1ull << 60); }
+static void c_huge_n_tensors(struct small *s) { patch_u64(&s->m, 8, 1ull << 59); }
+static void c_huge_key_len(struct small *s) { patch_u64(&s->m, s->key0_len, 1ull << 62); }
+static void c_huge_str_len(struct small *s) { patch_u64(&s->m, s->arch_len, UINT64_MAX); }
+static void c_huge_arr_n(struct small *s) { patch_u64(&s->m, s->arr_n, 1ull << 61); }
+static void c_huge_arr_str(struct small *s) { patch_u64(&s->m, s->arr_str1, 1ull << 40); }
+static void c_unknown_type(struct small *s) { patch_u32(&s->m, s->a_type, 13); }
+static void c_unknown_etype(struct small *s) { patch_u32(&s->m, s->arr_etype, 0x80000000u); }
+static void c_nested(struct small *s) { patch_u32(&s->m, s->arr_etype, GGUF_ARRAY); }
+static void c_bool2(struct small *s) { s->m.b[s->c_val] = 2; }
+static void c_dup_key(struct small *s) { s->m.b[s->b_key + 2] = 'a'; }
+static void c_align3(struct small *s) { patch_u32(&s->m, s->align_val, 3); }
+static void c_align0(struct small *s) { patch_u32(&s->m, s->align_val, 0); }
+static void c_align_big(struct small *s) { patch_u32(&s->m, s->align_val, 1u << 17); }
+static void c_align_type(struct small *s) { patch_u32(&s->m, s->align_type, GGUF_INT32); }
+static void c_ndims5(struct small *s) { patch_u32(&s->m, s->t[0].n_dims, 5); }
+static void c_ndims0(struct small *s) { patch_u32(&s->m, s->t[0].n_dims, 0); }
+static void c_dim0(struct small *s) { patch_u64(&s->m, s->t[0].dims + 8, 0); }
+static void c_dims_overflow(struct small *s)
+{
+    patch_u64(&s->m, s->t[0].dims, 1ull << 33);
+    patch_u64(&s->m, s->t[0].dims + 8, 1ull << 33);
+}
+static void c_dup_tensor(struct small *s) { s->m.b[s->t[1].name + 8 + 2] = '0'; }
+static void c_misaligned(struct small *s)
+{
+    patch_u64(&s->m, s->t[1].offset, peek_u64(&s->m, s->t[1].offset) + 1);
+}
+static void c_past_end(struct small *s)
+{
+    patch_u64(&s->m, s->t[3].offset, peek_u64(&s->m, s->t[3].offset) + (1u << 20));
+}
+static void c_data_past_end(struct small *s) { patch_u64(&s->m, s->t[0].dims + 8, 1000); }
+static void c_overlap(struct small *s)
+{
+    patch_u64(&s->m, s->t[1].offset, peek_u64(&s->m, s->t[0].offset));
+}
+static void c_q8_cols(struct small *s)
+{
+    patch_u64(&s->m, s->t[2].dims, 16);
+    patch_u64(&s->m, s->t[2].dims + 8, 4);
+}
+static void c_q4_1d_cols(struct small *s)
+{
+    patch_u64(&s->m, s->t[3].dims, 2);
+    patch_u64(&s->m, s->t[3].dims + 8, 32);
+}
+
+static const struct corrupt corruptions[] = {
+    {"bad-magic", c_magic, -EPROTO, "magic", "GGUF"},
+    {"version-1", c_version1, -EINVAL, "version", "is 1"},
+    {"version-4", c_version4, -EINVAL, "version", "is 4"},
+    {"huge-n-kv", c_huge_n_kv, -EINVAL, "n_kv", "1152921504606846976"},
+    {"huge-n-tensors", c_huge_n_tensors, -EINVAL, "n_tensors", "576460752303423488"},
+    {"huge-key-length", c_huge_key_len, -EINVAL, "kv 0", "key length"},
+    {"huge-string-length", c_huge_str_len, -EINVAL, "general.architecture", "string length"},
+    {"huge-array-count", c_huge_arr_n, -EINVAL, "t.arr", "array count"},
+    {"huge-array-string-length", c_huge_arr_str, -EINVAL, "t.arr", "string 1 of 3"},
+    {"unknown-kv-type", c_unknown_type, -EINVAL, "t.a", "type 13"},
+    {"unknown-array-type", c_unknown_etype, -EINVAL, "t.arr", "element type 2147483648"},
+    {"nested-array", c_nested, -EINVAL, "t.arr", "nested"},
+    {"bool-2", c_bool2, -EINVAL, "t.c", "bool"},
+    {"duplicate-key", c_dup_key, -EINVAL, "kv t.a", "twice"},
+    {"alignment-3", c_align3, -EINVAL, "general.alignment", "3 is not a power of two"},
+    {"alignment-0", c_align0, -EINVAL, "general.alignment", "0 is not"},
+    {"alignment-131072", c_align_big, -EINVAL, "general.alignment", "131072"},
+    {"alignment-i32", c_align_type, -EINVAL, "general.alignment", "u32"},
+    {"n-dims-5", c_ndims5, -EINVAL, "tensor w.0", "n_dims is 5"},
+    {"n-dims-0", c_ndims0, -EINVAL, "tensor w.0", "n_dims is 0"},
+    {"dim-zero", c_dim0, -EINVAL, "tensor w.0", "dims[1] is 0"},
+    {"dims-overflow", c_dims_overflow, -EINVAL, "tensor w.0", "overflow"},
+    {"duplicate-tensor", c_dup_tensor, -EINVAL, "tensor w.0", "twice"},
+    {"misaligned-offset", c_misaligned, -EINVAL, "tensor w.1", "not a multiple of the alignment"},
+    {"tensor-past-end", c_past_end, -EINVAL, "tensor w.3", "past the end"},
+    {"tensor-data-past-end", c_data_past_end, -EINVAL, "tensor w.0", "past the end"},
+    {"overlapping-tensors", c_overlap, -EINVAL, "overlap", "w.1"},
+    {"q8-cols-16", c_q8_cols, -EINVAL, "tensor w.2", "multiple of 32"},
+    {"q4-cols-2", c_q4_1d_cols, -EINVAL, "tensor w.3", "multiple of 32"},
+};
+#define N_CORRUPT (sizeof(corruptions) / sizeof(corruptions[0]))
+
+/* ---- tests --------------------------------------------------------------------------------- */
+
+static void test_small_valid(void **state)
+{
+    static const uint32_t aligns[] = {0, 1, 32, 64, 4096};
+    for (size_t a = 0; a < sizeof(aligns) / sizeof(aligns[0]); a++) {
+        struct small s = {0};
+        small_build(&s, a == 1 ? 2 : 3, aligns[a]);
+        struct gguf_file g;
+        struct coord_err e;
+        uint8_t *copy;
+        int rc = parse_copy(&g, &copy, s.m.b, s.m.n, &e);
+        if (rc)
+            fprintf(stderr, "%s\n", e.msg);
+        assert_int_equal(rc, 0);
+        assert_int_equal(g.version, a == 1 ? 2 : 3);
+        assert_int_equal(g.alignment, aligns[a] ? aligns[a] : 32);
+        assert_int_equal(g.data_offset % g.alignment, 0);
+        assert_int_equal(g.n_kv, aligns[a] ? 7 : 6);
+        assert_int_equal(g.n_tensors, SMALL_NT);
+        uint32_t u;
+        float f;
+        bool bo;
+        struct gguf_str str;
+        assert_int_equal(gguf_get_str(&g, "general.architecture", &str), 0);
+        assert_true(gguf_str_eq(str, "llama"));
+        assert_int_equal(gguf_get_u32(&g, "t.a", &u), 0);
+        assert_int_equal(u, 7);
+        assert_int_equal(gguf_get_f32(&g, "t.b", &f), 0);
+        assert_true(f == 0.5f);
+        assert_int_equal(gguf_get_bool(&g, "t.c", &bo), 0);
+        assert_true(bo);
+        const struct gguf_kv *arr = gguf_get_arr(&g, "t.arr", GGUF_STRING);
+        assert_non_null(arr);
+        assert_int_equal(arr->v.arr.n, 3);
+        assert_true(gguf_str_eq(arr->v.arr.strs[0], "x"));
+        assert_true(gguf_str_eq(arr->v.arr.strs[1], "yz"));
+        assert_true(gguf_str_eq(arr->v.arr.strs[2], ""));
+        const struct gguf_kv *fa = gguf_get_arr(&g, "t.f", GGUF_FLOAT32);
+        assert_non_null(fa);
+        assert_true(gguf_arr_num(fa, 0) == 1.0 && gguf_arr_num(fa, 1) == -2.0 &&
+                    gguf_arr_num(fa, 2) == 0.25);
+        assert_true(isnan(gguf_arr_num(fa, 3)));
+        assert_true(isnan(gguf_arr_num(arr, 0)));
+        for (int i = 0; i < SMALL_NT; i++) {
+            char name[16];
+            snprintf(name, sizeof(name), "w.%d", i);
+            const struct gguf_tensor *t = gguf_tensor(&g, name);
+            assert_non_null(t);
+            assert_ptr_equal(t, &g.tensors[i]);
+            assert_int_equal((t->offset - g.data_offset) % g.alignment, 0);
+            assert_true(t->offset + t->bytes <= g.size);
+        }
+        assert_int_equal(g.tensors[SMALL_NT - 1].offset + g.tensors[SMALL_NT - 1].bytes, s.m.n);
+        assert_null(gguf_tensor(&g, "w.5"));
+        assert_null(gguf_find(&g, "t"));
+        assert_null(gguf_find(&g, "t.arrr"));
+        gguf_close(&g);
+        free(copy);
+        free(s.m.b);
+    }
+}
+
+static void test_dequant(void **state)
+{
+    struct small s = {0};
+    small_build(&s, 3, 64);
+    struct gguf_file g;
+    struct coord_err e;
+    uint8_t *copy;
+    assert_int_equal(parse_copy(&g, &copy, s.m.b, s.m.n, &e), 0);
+    float out[64];
+
+    const struct gguf_tensor *t = gguf_tensor(&g, "w.0"); /* F32 8 x 2 */
+    assert_int_equal(gguf_tensor_rows(t), 2);
+    assert_int_equal(t->bytes, 64);
+    assert_int_equal(gguf_read_rows(&g, t, 0, 2, out, &e), 0);
+    for (int i = 0; i < 16; i++)
+        assert_true(out[i] == small_f32(i));
+    assert_int_equal(gguf_read_rows(&g, t, 1, 2, out, &e), 0);
+    assert_true(out[0] == 1.0f && out[7] == 4.5f);
+
+    t = gguf_tensor(&g, "w.1"); /* F16 8, 1-D */
+    assert_int_equal(gguf_tensor_rows(t), 1);
+    assert_int_equal(gguf_read_rows(&g, t, 0, 1, out, &e), 0);
+    for (int i = 0; i < 8; i++)
+        assert_true(out[i] == (float)(i - 4) * 0.25f);
+
+    t = gguf_tensor(&g, "w.2"); /* Q8_0 32 x 2 */
+    assert_int_equal(t->bytes, 68);
+    assert_int_equal(gguf_read_rows(&g, t, 0, 2, out, &e), 0);
+    assert_true(out[0] == -8.0f);  /* 0.5 * (0 - 16) */
+    assert_true(out[31] == 7.5f);  /* 0.5 * 15 */
+    assert_true(out[32] == -12.5f); /* 0.25 * -50 */
+    assert_true(out[63] == 10.75f); /* 0.25 * 43 */
+    for (int r = 0; r < 2; r++)
+        for (int j = 0; j < 32; j++)
+            assert_true(out[32 * r + j] == small_q8_val(r, j));
+    assert_int_equal(gguf_read_rows(&g, t, 1, 2, out, &e), 0);
+    assert_true(out[0] == -12.5f && out[1] == -11.75f);
+
+    t = gguf_tensor(&g, "w.3"); /* Q4_0 64 x 1 */
+    assert_int_equal(t->bytes, 36);
+    assert_int_equal(gguf_read_rows(&g, t, 0, 1, out, &e), 0);
+    /* block 0, scale 2: byte 0 = 0xf0 -> element 0 = 2 * (0 - 8), element 16 = 2 * (15 - 8) */
+    assert_true(out[0] == -16.0f && out[16] == 14.0f);
+    assert_true(out[15] == 14.0f && out[31] == -16.0f); /* byte 15 = 0x0f */
+    /* block 1, scale 1: byte 0 = 0x0f -> element 32 = 7, element 48 = -8 */
+    assert_true(out[32] == 7.0f && out[48] == -8.0f);
+    for (int k = 0; k < 64; k++)
+        assert_true(out[k] == small_q4_val(k));
+
+    t = gguf_tensor(&g, "w.4"); /* BF16 3 x 2 */
+    assert_int_equal(gguf_read_rows(&g, t, 0, 2, out, &e), 0);
+    for (int i = 0; i < 6; i++)
+        assert_true(out[i] == small_bf16[i]);
+    assert_int_equal(gguf_read_rows(&g, t, 1, 2, out, &e), 0);
+    assert_true(out[0] == 3.140625f && out[2] == 256.0f);
+
+    /* rows out of range */
+    assert_int_equal(gguf_read_rows(&g, t, 1, 3, out, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "w.4"));
+    assert_int_equal(gguf_read_rows(&g, t, 2, 1, out, &e), -EINVAL);
+    assert_int_equal(gguf_read_rows(&g, t, 2, 2, out, &e), 0);
+    gguf_close(&g);
+    free(copy);
+
+    /* an unknown type (12 = Q4_K) is kept and refused at read time */
+    patch_u32(&s.m, s.t[3].type, 12);
+    assert_int_equal(parse_copy(&g, &copy, s.m.b, s.m.n, &e), 0);
+    t = gguf_tensor(&g, "w.3");
+    assert_int_equal(t->bytes, 0);
+    assert_int_equal(gguf_read_rows(&g, t, 0, 1, out, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "w.3"));
+    assert_non_null(strstr(e.msg, "type 12"));
+    gguf_close(&g);
+    free(copy);
+    free(s.m.b);
+}
+
+/* Every scalar and array kind, and the getters' conversions. */
+static void test_every_kind(void **state)
+{
+    struct img m = {0};
+    img_header(&m, 3, 0);
+    kv_key(&m, "u8", GGUF_UINT8), put_u8(&m, 200);
+    kv_key(&m, "i8", GGUF_INT8), put_u8(&m, (uint8_t)-5);
+    kv_key(&m, "u16", GGUF_UINT16), put_u16(&m, 60000);
+    kv_key(&m, "i16", GGUF_INT16), put_u16(&m, (uint16_t)-300);
+    kv_key(&m, "i16p", GGUF_INT16), put_u16(&m, 300);
+    kv_key(&m, "u32", GGUF_UINT32), put_u32(&m, 4000000000u);
+    kv_key(&m, "i32", GGUF_INT32), put_u32(&m, (uint32_t)-7);
+    kv_key(&m, "f32", GGUF_FLOAT32), put_f32(&m, -1.25f);
+    kv_key(&m, "bool", GGUF_BOOL), put_u8(&m, 0);
+    kv_key(&m, "str", GGUF_STRING), put_str(&m, "v");
+    kv_key(&m, "u64", GGUF_UINT64), put_u64(&m, 1ull << 40);
+    kv_key(&m, "u64s", GGUF_UINT64), put_u64(&m, 123);
+    kv_key(&m, "i64", GGUF_INT64), put_u64(&m, (uint64_t)-1);
+    kv_key(&m, "i64p", GGUF_INT64), put_u64(&m, 99);
+    kv_key(&m, "f64", GGUF_FLOAT64), put_f64(&m, 2.5);
+    kv_key(&m, "f64big", GGUF_FLOAT64), put_f64(&m, 1e300);
+    kv_key(&m, "a.u8", GGUF_ARRAY), put_u32(&m, GGUF_UINT8), put_u64(&m, 2);
+    put_u8(&m, 1), put_u8(&m, 255);
+    kv_key(&m, "a.i16", GGUF_ARRAY), put_u32(&m, GGUF_INT16), put_u64(&m, 1);
+    put_u16(&m, (uint16_t)-2);
+    kv_key(&m, "a.u64", GGUF_ARRAY), put_u32(&m, GGUF_UINT64), put_u64(&m, 1);
+    put_u64(&m, 1ull << 50);
+    kv_key(&m, "a.f64", GGUF_ARRAY), put_u32(&m, GGUF_FLOAT64), put_u64(&m, 1);
+    put_f64(&m, -0.125);
+    kv_key(&m, "a.bool", GGUF_ARRAY), put_u32(&m, GGUF_BOOL), put_u64(&m, 2);
+    put_u8(&m, 1), put_u8(&m, 0);
+    kv_key(&m, "a.i64", GGUF_ARRAY), put_u32(&m, GGUF_INT64), put_u64(&m, 1);
+    put_u64(&m, (uint64_t)-9);
+    kv_key(&m, "a.empty", GGUF_ARRAY), put_u32(&m, GGUF_STRING), put_u64(&m, 0);
+    kv_key(&m, "", GGUF_UINT8), put_u8(&m, 1); /* an empty key is a key */
+    img_finish_kv(&m);
+
+    struct gguf_file g;
+    struct coord_err e;
+    uint8_t *copy;
+    int rc = parse_copy(&g, &copy, m.b, m.n, &e);
+    if (rc)
+        fprintf(stderr, "%s\n", e.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(g.n_tensors, 0);
+    uint32_t u;
+    float f;
+    bool b;
+    struct gguf_str s;
+    assert_int_equal(gguf_get_u32(&g, "u8", &u), 0), assert_int_equal(u, 200);
+    assert_int_equal(gguf_get_u32(&g, "i8", &u), -EINVAL);
+    assert_int_equal(gguf_get_u32(&g, "u16", &u), 0), assert_int_equal(u, 60000);
+    assert_int_equal(gguf_get_u32(&g, "i16", &u), -EINVAL);
+    assert_int_equal(gguf_get_u32(&g, "i16p", &u), 0), assert_int_equal(u, 300);
+    assert_int_equal(gguf_get_u32(&g, "u32", &u), 0), assert_int_equal(u, 4000000000u);
+    assert_int_equal(gguf_get_u32(&g, "i32", &u), -EINVAL);
+    assert_int_equal(gguf_get_u32(&g, "u64", &u), -EINVAL);
+    assert_int_equal(gguf_get_u32(&g, "u64s", &u), 0), assert_int_equal(u, 123);
+    assert_int_equal(gguf_get_u32(&g, "i64", &u), -EINVAL);
+    assert_int_equal(gguf_get_u32(&g, "i64p", &u), 0), assert_int_equal(u, 99);
+    assert_int_equal(gguf_get_u32(&g, "f32", &u), -EINVAL);
+    assert_int_equal(gguf_get_u32(&g, "bool", &u), -EINVAL);
+    assert_int_equal(gguf_get_u32(&g, "missing", &u), -ENOENT);
+    assert_int_equal(gguf_get_u32(&g, "", &u), 0), assert_int_equal(u, 1);
+    assert_int_equal(g.kv[6].type, GGUF_INT32), assert_int_equal(g.kv[6].v.i, -7);
+    assert_int_equal(g.kv[12].v.i, -1);
+    assert_int_equal(gguf_get_f32(&g, "f32", &f), 0), assert_true(f == -1.25f);
+    assert_int_equal(gguf_get_f32(&g, "f64", &f), 0), assert_true(f == 2.5f);
+    assert_int_equal(gguf_get_f32(&g, "f64big", &f), -EINVAL);
+    assert_int_equal(gguf_get_f32(&g, "u32", &f), -EINVAL);
+    assert_int_equal(gguf_get_f32(&g, "nope", &f), -ENOENT);
+    assert_int_equal(gguf_get_bool(&g, "bool", &b), 0), assert_false(b);
+    assert_int_equal(gguf_get_bool(&g, "u8", &b), -EINVAL);
+    assert_int_equal(gguf_get_str(&g, "str", &s), 0), assert_true(gguf_str_eq(s, "v"));
+    assert_false(gguf_str_eq(s, "vv"));
+    assert_false(gguf_str_eq(s, ""));
+    assert_int_equal(gguf_get_str(&g, "u8", &s), -EINVAL);
+    assert_null(gguf_get_arr(&g, "u8", GGUF_UINT8));
+    assert_null(gguf_get_arr(&g, "a.u8", GGUF_INT8));
+    const struct gguf_kv *a = gguf_get_arr(&g, "a.u8", GGUF_UINT8);
+    assert_non_null(a);
+    assert_true(gguf_arr_num(a, 0) == 1 && gguf_arr_num(a, 1) == 255);
+    assert_true(gguf_arr_num(gguf_get_arr(&g, "a.i16", GGUF_INT16), 0) == -2);
+    assert_true(gguf_arr_num(gguf_get_arr(&g, "a.u64", GGUF_UINT64), 0) == 0x1p50);
+    assert_true(gguf_arr_num(gguf_get_arr(&g, "a.f64", GGUF_FLOAT64), 0) == -0.125);
+    a = gguf_get_arr(&g, "a.bool", GGUF_BOOL);
+    assert_true(gguf_arr_num(a, 0) == 1 && gguf_arr_num(a, 1) == 0);
+    assert_true(gguf_arr_num(gguf_get_arr(&g, "a.i64", GGUF_INT64), 0) == -9);
+    a = gguf_get_arr(&g, "a.empty", GGUF_STRING);
+    assert_non_null(a);
+    assert_int_equal(a->v.arr.n, 0);
+    assert_null(gguf_tensor(&g, "x"));
+    gguf_close(&g);
+    free(copy);
+    free(m.b);
+}
+
+static void test_truncations(void **state)
+{
+    struct small s = {0};
+    small_build(&s, 3, 32);
+    for (size_t n = 0; n < s.m.n; n++) {
+        struct gguf_file g;
+        struct coord_err e;
+        uint8_t *copy;
+        int rc = parse_copy(&g, &copy, s.m.b, n, &e);
+        if (rc == 0)
+            fprintf(stderr, "a %zu-byte head of the %zu-byte image parsed\n", n, s.m.n);
+        assert_one_line_error(rc, &e);
+        assert_int_equal(rc, n < 4 ? -EPROTO : -EINVAL);
+        assert_non_null(strstr(e.msg, "img: "));
+        free(copy);
+    }
+    free(s.m.b);
+}
+
+static void test_corruptions(void **state)
+{
+    for (size_t i = 0; i < N_CORRUPT; i++) {
+        const struct corrupt *c = &corruptions[i];
+        struct small s = {0};
+        small_build(&s, 3, 32);
+        c->apply(&s);
+        struct gguf_file g;
+        struct coord_err e;
+        uint8_t *copy;
+        int rc = parse_copy(&g, &copy, s.m.b, s.m.n, &e);
+        if (rc != c->rc || !strstr(e.msg, c->want1) || !strstr(e.msg, c->want2))
+            fprintf(stderr, "%s: rc %d, message: %s\n", c->name, rc, e.msg);
+        assert_int_equal(rc, c->rc);
+        assert_one_line_error(rc, &e);
+        assert_non_null(strstr(e.msg, c->want1));
+        assert_non_null(strstr(e.msg, c->want2));
+        /* the struct is left empty: closing it again is harmless */
+        assert_null(g.kv);
+        gguf_close(&g);
+        free(copy);
+        free(s.m.b);
+    }
+}
+
+/* Values for the writer test: ragged magnitudes, f16 overflow and underflow included. */
+static float wval(uint64_t i, uint32_t salt)
+{
+    uint32_t x = (uint32_t)(i * 2654435761u) ^ (salt * 40503u);
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    float v = ((float)(x % 20001u) - 10000.0f) / 997.0f;
+    switch (i % 11) {
+    case 3: return v * 1e4f; /* past 65504 sometimes: inf in f16 */
+    case 7: return v * 1e-7f; /* f16 subnormals and zero */
+    default: return v;
+    }
+}
+
+struct wt {
+    const char *name;
+    enum gguf_ggml_type type;
+    uint64_t cols, rows; /* rows 0: 1-D */
+    uint64_t chunk;      /* rows per gguf_w_tensor_rows call */
+};
+
+static const struct wt wtensors[] = {
+    {"t.vec", GGML_F32, 7, 0, 1},
+    {"t.mat16", GGML_F16, 13, 5, 2},
+    {"t.mat32", GGML_F32, 33, 3, 1},
+    {"t.one", GGML_F16, 1, 0, 1},
+    {"t.wide", GGML_F32, 100, 200, 64},  /* 80 KB: more than the 64 KiB stream buffer */
+    {"t.wide16", GGML_F16, 1500, 3, 3}, /* more than the 1024-element conversion chunk */
+};
+#define N_WT (sizeof(wtensors) / sizeof(wtensors[0]))
+
+static const char *const wstrs[] = {"a", "", "ccc", "h\xc3\xa9llo w\xc3\xb6rld", NULL};
+static const float wf32s[] = {1.0f, -0.5f, 3.25e10f, FLT_MIN, -0.0f};
+static const int32_t wi32s[] = {-1, 0, INT32_MAX, INT32_MIN};
+
+static void write_file(const char *path, bool tensors)
+{
+    struct gguf_writer *w;
+    struct coord_err e;
+    assert_int_equal(gguf_writer_open(&w, path, &e), 0);
+    gguf_w_str(w, "general.architecture", "test");
+    gguf_w_u32(w, "rt.u32", 4000000000u);
+    gguf_w_f32(w, "rt.f32", -1.5e-3f);
+    gguf_w_bool(w, "rt.true", true);
+    gguf_w_bool(w, "rt.false", false);
+    gguf_w_str(w, "rt.empty", "");
+    gguf_w_arr_str(w, "rt.strs", wstrs, 4);
+    gguf_w_arr_str(w, "rt.nostrs", wstrs, 0);
+    gguf_w_arr_f32(w, "rt.f32s", wf32s, 5);
+    gguf_w_arr_i32(w, "rt.i32s", wi32s, 4);
+    char long_str[301];
+    memset(long_str, 'q', 300);
+    long_str[300] = 0;
+    gguf_w_str(w, "rt.long", long_str);
+    if (tensors) {
+        for (size_t i = 0; i < N_WT; i++)
+            gguf_w_tensor(w, wtensors[i].name, wtensors[i].type, wtensors[i].cols,
+                          wtensors[i].rows);
+        for (size_t i = 0; i < N_WT; i++) {
+            const struct wt *t = &wtensors[i];
+            uint64_t rows = t->rows ? t->rows : 1;
+            for (uint64_t r = 0; r < rows; r += t->chunk) {
+                uint64_t n = rows - r < t->chunk ? rows - r : t->chunk;
+                float *buf = malloc(n * t->cols * sizeof(float));
+                for (uint64_t k = 0; k < n * t->cols; k++)
+                    buf[k] = wval(r * t->cols + k, (uint32_t)i);
+                gguf_w_tensor_rows(w, buf, n);
+                free(buf);
+            }
+        }
+    }
+    int rc = gguf_writer_close(w, &e);
+    if (rc)
+        fprintf(stderr, "%s\n", e.msg);
+    assert_int_equal(rc, 0);
+}
+
+static void check_written(const char *path, bool tensors)
+{
+    struct gguf_file g;
+    struct coord_err e;
+    int rc = gguf_open(&g, path, &e);
+    if (rc)
+        fprintf(stderr, "%s\n", e.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(g.version, 3);
+    assert_int_equal(g.alignment, 32);
+    assert_int_equal(g.n_kv, 12);
+    assert_int_equal(g.kv[0].type, GGUF_UINT32); /* general.alignment first */
+    assert_true(gguf_str_eq(g.kv[0].key, "general.alignment"));
+    assert_int_equal(g.kv[0].v.u, 32);
+    uint32_t u;
+    float f;
+    bool b;
+    struct gguf_str s;
+    assert_int_equal(gguf_get_str(&g, "general.architecture", &s), 0);
+    assert_true(gguf_str_eq(s, "test"));
+    assert_int_equal(gguf_get_u32(&g, "rt.u32", &u), 0), assert_int_equal(u, 4000000000u);
+    assert_int_equal(gguf_get_f32(&g, "rt.f32", &f), 0), assert_true(f == -1.5e-3f);
+    assert_int_equal(gguf_get_bool(&g, "rt.true", &b), 0), assert_true(b);
+    assert_int_equal(gguf_get_bool(&g, "rt.false", &b), 0), assert_false(b);
+    assert_int_equal(gguf_get_str(&g, "rt.empty", &s), 0), assert_int_equal(s.len, 0);
+    assert_int_equal(gguf_get_str(&g, "rt.long", &s), 0), assert_int_equal(s.len, 300);
+    const struct gguf_kv *a = gguf_get_arr(&g, "rt.strs", GGUF_STRING);
+    assert_non_null(a);
+    assert_int_equal(a->v.arr.n, 4);
+    for (int i = 0; i < 4; i++)
+        assert_true(gguf_str_eq(a->v.arr.strs[i], wstrs[i]));
+    a = gguf_get_arr(&g, "rt.nostrs", GGUF_STRING);
+    assert_non_null(a);
+    assert_int_equal(a->v.arr.n, 0);
+    a = gguf_get_arr(&g, "rt.f32s", GGUF_FLOAT32);
+    assert_non_null(a);
+    assert_int_equal(a->v.arr.n, 5);
+    for (int i = 0; i < 5; i++)
+        assert_true(gguf_arr_num(a, (uint64_t)i) == (double)wf32s[i]);
+    assert_true(signbit(gguf_arr_num(a, 4)));
+    a = gguf_get_arr(&g, "rt.i32s", GGUF_INT32);
+    assert_non_null(a);
+    for (int i = 0; i < 4; i++)
+        assert_true(gguf_arr_num(a, (uint64_t)i) == (double)wi32s[i]);
+
+    assert_int_equal(g.n_tensors, tensors ? N_WT : 0);
+    assert_int_equal(g.data_offset % 32, 0);
+    for (size_t i = 0; tensors && i < N_WT; i++) {
+        const struct wt *w = &wtensors[i];
+        const struct gguf_tensor *t = gguf_tensor(&g, w->name);
+        assert_non_null(t);
+        assert_int_equal(t->type, w->type);
+        assert_int_equal(t->n_dims, w->rows ? 2 : 1);
+        assert_int_equal(t->dims[0], w->cols);
+        uint64_t rows = w->rows ? w->rows : 1;
+        assert_int_equal(gguf_tensor_rows(t), rows);
+        assert_int_equal(t->offset % 32, 0);
+        float *out = malloc(rows * w->cols * sizeof(float));
+        assert_int_equal(gguf_read_rows(&g, t, 0, rows, out, &e), 0);
+        for (uint64_t k = 0; k < rows * w->cols; k++) {
+            float x = wval(k, (uint32_t)i);
+            float want = w->type == GGML_F32 ? x : kn_f16_to_f32(kn_f32_to_f16(x));
+            if (!(out[k] == want))
+                fprintf(stderr, "%s[%llu]: %g, expected %g\n", w->name, (unsigned long long)k,
+                        out[k], want);
+            assert_true(out[k] == want);
+        }
+        free(out);
+        if (i == N_WT - 1) /* the last tensor is padded too */
+            assert_int_equal(g.size, (t->offset + t->bytes + 31) / 32 * 32);
+    }
+    if (!tensors)
+        assert_int_equal(g.size, g.data_offset);
+    gguf_close(&g);
+}
+
+static void test_writer_roundtrip(void **state)
+{
+    char path[4300];
+    tu_path(path, sizeof(path), "%s/rt.gguf", dir);
+    write_file(path, true);
+    assert_int_equal(tu_count_files(dir), 1); /* no temporary left */
+    check_written(path, true);
+    /* overwrite it atomically, metadata only */
+    write_file(path, false);
+    assert_int_equal(tu_count_files(dir), 1);
+    check_written(path, false);
+    unlink(path);
+}
+
+static void test_writer_errors(void **state)
+{
+    struct gguf_writer *w;
+    struct coord_err e;
+    char path[4300];
+    tu_path(path, sizeof(path), "%s/no/such/dir/x.gguf", dir);
+    assert_int_equal(gguf_writer_open(&w, path, &e), -ENOENT);
+    assert_non_null(strstr(e.msg, "no/such/dir/x.gguf.tmp."));
+
+    /* abort leaves nothing behind */
+    tu_path(path, sizeof(path), "%s/abort.gguf", dir);
+    assert_int_equal(gguf_writer_open(&w, path, &e), 0);
+    gguf_w_u32(w, "k", 1);
+    gguf_w_tensor(w, "t", GGML_F32, 4, 0);
+    assert_int_equal(tu_count_files(dir), 1);
+    gguf_writer_abort(w);
+    assert_int_equal(tu_count_files(dir), 0);
+
+    /* an I/O error (the file size limit: EFBIG) fails the close and removes the temporary */
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {.rlim_cur = 8192, .rlim_max = 8192};
+        if (setrlimit(RLIMIT_FSIZE, &rl) < 0)
+            _exit(2);
+        tu_path(path, sizeof(path), "%s/big.gguf", dir);
+        if (gguf_writer_open(&w, path, &e) < 0)
+            _exit(3);
+        gguf_w_tensor(w, "big", GGML_F32, 1024, 64);
+        float row[1024] = {0};
+        for (int r = 0; r < 64; r++)
+            gguf_w_tensor_rows(w, row, 1);
+        int rc = gguf_writer_close(w, &e);
+        if (rc != -EFBIG || !strstr(e.msg, "big.gguf.tmp.") || !strstr(e.msg, "write")) {
+            fprintf(stderr, "close: %d %s\n", rc, e.msg);
+            _exit(4);
+        }
+        _exit(access(path, F_OK) == 0 ? 5 : 0);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(tu_count_files(dir), 0);
+}
+
+static void test_open_errors(void **state)
+{
+    struct gguf_file g;
+    struct coord_err e;
+    char path[4300];
+    tu_path(path, sizeof(path), "%s/missing.gguf", dir);
+    assert_int_equal(gguf_open(&g, path, &e), -ENOENT);
+    assert_non_null(strstr(e.msg, "missing.gguf"));
+    assert_int_equal(gguf_open(&g, dir, &e), -EINVAL);
+    tu_path(path, sizeof(path), "%s/empty.gguf", dir);
+    assert_int_equal(tu_write(path, "", 0), 0);
+    assert_int_equal(gguf_open(&g, path, &e), -EPROTO);
+    assert_non_null(strstr(e.msg, "empty.gguf"));
+    /* a bad field read through gguf_open names the path */
+    struct small s = {0};
+    small_build(&s, 3, 32);
+    c_dup_tensor(&s);
+    tu_path(path, sizeof(path), "%s/dup.gguf", dir);
+    assert_int_equal(tu_write(path, s.m.b, s.m.n), 0);
+    assert_int_equal(gguf_open(&g, path, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "dup.gguf: tensor w.0 appears twice"));
+    free(s.m.b);
+}
+
+/* ---- the shared vocabulary files ----------------------------------------------------------- */
+
+/* Opens ${SHARED}/tokenizers/@name; false (the test skipped) when the shared data is absent. */
+static bool open_vocab(struct gguf_file *g, const char *name)
+{
+    char path[4300];
+    struct coord_err e;
+    tu_path(path, sizeof(path), "%s/tokenizers/%s", tu_shared(), name);
+    if (access(path, R_OK) != 0) {
+        if (tu_require_shared() == 77) /* no shared data here (CI: a failure) */
+            return false;
+        fail_msg("%s: %s", path, strerror(errno));
+    }
+    int rc = gguf_open(g, path, &e);
+    if (rc)
+        fprintf(stderr, "%s\n", e.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(g->version, 3);
+    assert_int_equal(g->n_tensors, 0);
+    return true;
+}
+
+/* Checks a string array of @n entries whose first ones are @first. */
+static void check_strs(const struct gguf_file *g, const char *key, uint64_t n,
+                       const char *const *first)
+{
+    const struct gguf_kv *a = gguf_get_arr(g, key, GGUF_STRING);
+    assert_non_null(a);
+    assert_int_equal(a->v.arr.n, n);
+    for (int i = 0; first[i]; i++)
+        assert_true(gguf_str_eq(a->v.arr.strs[i], first[i]));
+}
+
+static void test_vocab_llama_spm(void **state)
+{
+    struct gguf_file g;
+    if (!open_vocab(&g, "ggml-vocab-llama-spm.gguf"))
+        skip();
+    struct gguf_str s;
+    uint32_t u;
+    float f;
+    bool b;
+    assert_int_equal(g.n_kv, 22);
+    assert_int_equal(gguf_get_str(&g, "tokenizer.ggml.model", &s), 0);
+    assert_true(gguf_str_eq(s, "llama"));
+    static const char *const first[] = {"<unk>", "<s>", "</s>", NULL};
+    check_strs(&g, "tokenizer.ggml.tokens", 32000, first);
+    const struct gguf_kv *sc = gguf_get_arr(&g, "tokenizer.ggml.scores", GGUF_FLOAT32);
+    assert_non_null(sc);
+    assert_int_equal(sc->v.arr.n, 32000);
+    assert_true(gguf_arr_num(sc, 0) == 0.0);
+    const struct gguf_kv *tt = gguf_get_arr(&g, "tokenizer.ggml.token_type", GGUF_INT32);
+    assert_non_null(tt);
+    assert_int_equal(tt->v.arr.n, 32000);
+    assert_true(gguf_arr_num(tt, 0) == 2 && gguf_arr_num(tt, 1) == 3);
+    assert_int_equal(gguf_get_u32(&g, "tokenizer.ggml.bos_token_id", &u), 0), assert_int_equal(u, 1);
+    assert_int_equal(gguf_get_u32(&g, "tokenizer.ggml.eos_token_id", &u), 0), assert_int_equal(u, 2);
+    assert_int_equal(gguf_get_u32(&g, "llama.vocab_size", &u), 0), assert_int_equal(u, 32000);
+    assert_int_equal(gguf_get_bool(&g, "tokenizer.ggml.add_bos_token", &b), 0), assert_true(b);
+    assert_int_equal(gguf_get_f32(&g, "llama.attention.layer_norm_rms_epsilon", &f), 0);
+    assert_true(f == 1e-5f);
+    assert_null(gguf_get_arr(&g, "tokenizer.ggml.merges", GGUF_STRING));
+    gguf_close(&g);
+}
+
+static void test_vocab_gpt2(void **state)
+{
+    struct gguf_file g;
+    if (!open_vocab(&g, "ggml-vocab-gpt-2.gguf"))
+        skip();
+    struct gguf_str s;
+    uint32_t u;
+    assert_int_equal(g.n_kv, 16);
+    assert_int_equal(gguf_get_str(&g, "tokenizer.ggml.model", &s), 0);
+    assert_true(gguf_str_eq(s, "gpt2"));
+    assert_int_equal(gguf_get_str(&g, "tokenizer.ggml.pre", &s), 0);
+    assert_true(gguf_str_eq(s, "gpt-2"));
+    static const char *const first[] = {"!", "\"", "#", NULL};
+    check_strs(&g, "tokenizer.ggml.tokens", 50257, first);
+    static const char *const merges[] = {"\xc4\xa0 t", "\xc4\xa0 a", "h e", NULL};
+    check_strs(&g, "tokenizer.ggml.merges", 50000, merges);
+    assert_null(gguf_get_arr(&g, "tokenizer.ggml.scores", GGUF_FLOAT32));
+    assert_int_equal(gguf_get_u32(&g, "tokenizer.ggml.eos_token_id", &u), 0);
+    assert_int_equal(u, 50256);
+    const struct gguf_kv *tok = gguf_get_arr(&g, "tokenizer.ggml.tokens", GGUF_STRING);
+    assert_true(gguf_str_eq(tok->v.arr.strs[50256], "<|endoftext|>"));
+    gguf_close(&g);
+}
+
+static void test_vocab_phi3(void **state)
+{
+    struct gguf_file g;
+    if (!open_vocab(&g, "ggml-vocab-phi-3.gguf"))
+        skip();
+    struct gguf_str s;
+    uint32_t u;
+    assert_int_equal(g.n_kv, 26);
+    assert_int_equal(gguf_get_str(&g, "tokenizer.ggml.model", &s), 0);
+    assert_true(gguf_str_eq(s, "llama"));
+    static const char *const first[] = {"<unk>", "<s>", "</s>", NULL};
+    check_strs(&g, "tokenizer.ggml.tokens", 32064, first);
+    const struct gguf_kv *sc = gguf_get_arr(&g, "tokenizer.ggml.scores", GGUF_FLOAT32);
+    assert_non_null(sc);
+    assert_int_equal(sc->v.arr.n, 32064);
+    assert_int_equal(gguf_get_u32(&g, "tokenizer.ggml.eos_token_id", &u), 0);
+    assert_int_equal(u, 32000);
+    assert_int_equal(gguf_get_str(&g, "tokenizer.chat_template", &s), 0);
+    assert_true(s.len > 0);
+    assert_int_equal(gguf_get_str(&g, "general.architecture", &s), 0);
+    assert_true(gguf_str_eq(s, "phi3"));
+    gguf_close(&g);
+}
+
+/* ---- the fuzz corpus ----------------------------------------------------------------------- */
+
+typedef void corpus_fn(const char *name, const uint8_t *b, size_t n, bool valid, void *arg);
+
+/* Produces every seed: the small image in a few shapes, the writer's output, heads, and each
+ * corruption. */
+static void corpus_each(corpus_fn *fn, void *arg)
+{
+    struct small s = {0};
+    small_build(&s, 3, 32);
+    fn("valid-align32", s.m.b, s.m.n, true, arg);
+    fn("head-24", s.m.b, 24, false, arg);
+    fn("head-100", s.m.b, 100, false, arg);
+    fn("head-cut-last-tensor", s.m.b, s.m.n - 1, false, arg);
+    fn("empty", s.m.b, 0, false, arg);
+    small_build(&s, 2, 0);
+    fn("valid-v2-default-align", s.m.b, s.m.n, true, arg);
+    small_build(&s, 3, 64);
+    fn("valid-align64", s.m.b, s.m.n, true, arg);
+    small_build(&s, 3, 1);
+    fn("valid-align1", s.m.b, s.m.n, true, arg);
+    small_build(&s, 3, 32);
+    patch_u32(&s.m, s.t[3].type, 12);
+    fn("valid-unknown-tensor-type", s.m.b, s.m.n, true, arg);
+    for (size_t i = 0; i < N_CORRUPT; i++) {
+        small_build(&s, 3, 32);
+        corruptions[i].apply(&s);
+        fn(corruptions[i].name, s.m.b, s.m.n, false, arg);
+    }
+    free(s.m.b);
+
+    char d[4096], path[4200];
+    tu_mkdtemp(d, sizeof(d), "gguf-corpus");
+    tu_path(path, sizeof(path), "%s/w.gguf", d);
+    struct gguf_writer *w;
+    struct coord_err e;
+    assert_int_equal(gguf_writer_open(&w, path, &e), 0);
+    gguf_w_str(w, "general.architecture", "llama");
+    gguf_w_u32(w, "llama.block_count", 1);
+    gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true);
+    static const char *const toks[] = {"<unk>", "<s>", "</s>", " a", "b"};
+    static const float scores[] = {0, 0, 0, -1, -2};
+    static const int32_t types[] = {2, 3, 3, 1, 1};
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 5);
+    gguf_w_arr_f32(w, "tokenizer.ggml.scores", scores, 5);
+    gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, 5);
+    gguf_w_tensor(w, "token_embd.weight", GGML_F16, 8, 5);
+    gguf_w_tensor(w, "output_norm.weight", GGML_F32, 8, 0);
+    float rows[40];
+    for (int i = 0; i < 40; i++)
+        rows[i] = (float)i / 8.0f - 2.0f;
+    gguf_w_tensor_rows(w, rows, 5);
+    gguf_w_tensor_rows(w, rows, 1);
+    assert_int_equal(gguf_writer_close(w, &e), 0);
+    size_t n = 0;
+    char *b = tu_slurp(path, &n);
+    assert_non_null(b);
+    fn("valid-writer", (const uint8_t *)b, n, true, arg);
+    free(b);
+    tu_rmdir(d);
+}
+
+static void corpus_check(const char *name, const uint8_t *b, size_t n, bool valid, void *arg)
+{
+    struct gguf_file g;
+    struct coord_err e;
+    uint8_t *copy;
+    int rc = parse_copy(&g, &copy, b, n, &e);
+    if ((rc == 0) != valid)
+        fprintf(stderr, "corpus %s: rc %d %s\n", name, rc, rc ? e.msg : "");
+    assert_int_equal(rc == 0, valid);
+    assert_true(n < 64 * 1024);
+    gguf_close(&g);
+    free(copy);
+}
+
+static void test_corpus(void **state) { corpus_each(corpus_check, NULL); }
+
+static void corpus_write(const char *name, const uint8_t *b, size_t n, bool valid, void *arg)
+{
+    char path[4300];
+    tu_path(path, sizeof(path), "%s/%s", (const char *)arg, name);
+    if (tu_write(path, b, n) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+    printf("%s %zu %s\n", name, n, valid ? "valid" : "invalid");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--write-corpus") == 0) {
+        corpus_each(corpus_write, argv[2]);
+        return 0;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_small_valid),
+        cmocka_unit_test(test_dequant),
+        cmocka_unit_test(test_every_kind),
+        cmocka_unit_test(test_truncations),
+        cmocka_unit_test(test_corruptions),
+        cmocka_unit_test(test_writer_roundtrip),
+        cmocka_unit_test(test_writer_errors),
+        cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_vocab_llama_spm),
+        cmocka_unit_test(test_vocab_gpt2),
+        cmocka_unit_test(test_vocab_phi3),
+        cmocka_unit_test(test_corpus),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
