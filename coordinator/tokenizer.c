@@ -333,6 +333,11 @@ static int resolve_merge(struct coord_tok *t, const struct tok_src *s, int r, ch
         }
     }
     size_t la = t->vocab_len[a], lb = t->vocab_len[b];
+    if (la == 0 || lb == 0) { /* a hole or an empty piece never merges */
+        if (!s->strict_merges)
+            return 1;
+        return coord_fail(e, -EINVAL, "%s: merge %d: token %d or %d is empty", what, r, a, b);
+    }
     if (la + lb > *cap) {
         char *n = realloc(*scratch, la + lb);
         if (!n)
@@ -342,7 +347,7 @@ static int resolve_merge(struct coord_tok *t, const struct tok_src *s, int r, ch
     }
     memcpy(*scratch, t->vocab[a], la);
     memcpy(*scratch + la, t->vocab[b], lb);
-    int m = la + lb ? lookup_n(t, *scratch, la + lb) : -1;
+    int m = lookup_n(t, *scratch, la + lb);
     if (m < 0) {
         if (!s->strict_merges)
             return 1;
@@ -1076,6 +1081,10 @@ static int hf_pre(struct hf *h, const json_t *p, int depth)
             return rc;
         if (b)
             return hf_bad(h, "pre_tokenizer Split invert", "false");
+        /* Gemma: a split on ' ' after the normalizer made every ' ' a U+2581 splits nothing */
+        if ((h->s.flags & COORD_TOKF_ESCAPE_WS) && json_is_object(pat) &&
+            jstr_is(json_object_get(pat, "String"), " "))
+            return 0;
         if (!jstr_is(beh, "Isolated"))
             return hf_bad(h, "pre_tokenizer Split behavior", "\"Isolated\"");
         size_t n;
@@ -1345,7 +1354,7 @@ int coord_tok_from_hf_json(struct coord_tok *t, const uint8_t *json, size_t len,
     for (size_t i = 0; i < json_array_size(added); i++) {
         const json_t *a = json_array_get(added, i);
         const json_t *id = json_object_get(a, "id");
-        size_t n;
+        size_t n = 0;
         const char *c = jstr(json_object_get(a, "content"), &n);
         bool special, ls, rs;
         if (!json_is_object(a) || !json_is_integer(id) || !c || n == 0) {

@@ -114,6 +114,32 @@ static void test_llama2_vocab(void **state)
     free(buf);
 }
 
+/* The llama2.c path through the general entry points: BOS as run.c adds it, the entry count of
+ * a whole file, and C strings only. */
+static void test_encode_ex(void **state)
+{
+    size_t len;
+    uint8_t *buf = load("models/stories260K/tok512.bin", &len, 0);
+    struct coord_tok t;
+    struct coord_err e;
+    assert_int_equal(coord_tok_llama2c_count(buf, len), 512);
+    assert_int_equal(coord_tok_llama2c_count(buf, len - 1), -EINVAL);
+    assert_int_equal(coord_tok_llama2c_count(buf, 3), -EINVAL);
+    assert_int_equal(coord_tok_init(&t, buf, len, 512, "tok512.bin", &e), 0);
+    assert_int_equal(t.type, COORD_TOK_SPM_LLAMA2C);
+    int32_t a[64], b[64];
+    int na = coord_tok_encode(&t, "Once upon a time", true, false, a, 64);
+    int nb = coord_tok_encode_ex(&t, "Once upon a time", 16, COORD_TOK_ENC_ADD_SPECIAL, b, 64);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, (size_t)na * sizeof(int32_t));
+    assert_int_equal(coord_tok_encode_ex(&t, "a\0b", 3, 0, b, 64), -EILSEQ);
+    size_t pl;
+    coord_tok_decode(&t, 0, 512, &pl); /* out of range: empty */
+    assert_int_equal(pl, 0);
+    coord_tok_free(&t);
+    free(buf);
+}
+
 static void test_hostile_files(void **state)
 {
     size_t len;
@@ -156,6 +182,7 @@ int main(void)
         cmocka_unit_test(test_golden_prompt_ids),
         cmocka_unit_test(test_byte_fallback),
         cmocka_unit_test(test_llama2_vocab),
+        cmocka_unit_test(test_encode_ex),
         cmocka_unit_test(test_hostile_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

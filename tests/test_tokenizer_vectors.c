@@ -261,7 +261,7 @@ static void test_gpt2(void **state)
 /* The existing llama2.c path through the blob: same ids as tokenizer.bin. */
 static void test_llama2c_blob(void **state)
 {
-    size_t len;
+    size_t len = 0;
     char p[4200];
     tu_path(p, sizeof(p), "%s/tokenizers/llama2-tokenizer.bin", tu_shared());
     uint8_t *buf = (uint8_t *)tu_slurp(p, &len);
@@ -439,6 +439,31 @@ static void test_hf_spm_style(void **state)
     assert_int_equal(l1, 2);
     assert_memory_equal(p, " a", 2);
     coord_tok_free(&t);
+
+    /* Gemma style: no dummy prefix, and a split on ' ' that the normalizer made moot */
+    const char *from = "{\"type\": \"Sequence\", \"normalizers\": [\n"
+                       "   {\"type\": \"Prepend\", \"prepend\": \"\\u2581\"},\n   ";
+    const char *at = strstr(tiny_spm, from);
+    assert_non_null(at);
+    char *g = malloc(sizeof(tiny_spm) + 200);
+    memcpy(g, tiny_spm, (size_t)(at - tiny_spm));
+    strcpy(g + (at - tiny_spm), at + strlen(from));
+    char *pre = strstr(g, "]},\n \"pre_tokenizer\": null");
+    assert_non_null(pre);
+    char *rest = strdup(pre + strlen("]},\n \"pre_tokenizer\": null"));
+    strcpy(pre, ",\n \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, "
+                "\"behavior\": \"MergedWithPrevious\", \"invert\": false}");
+    strcat(g, rest);
+    free(rest);
+    rc = coord_tok_from_hf_json(&t, (const uint8_t *)g, strlen(g), "gemma", &e);
+    if (rc)
+        fprintf(stderr, "%s\n%s\n", e.msg, g);
+    assert_int_equal(rc, 0);
+    assert_false(t.flags & COORD_TOKF_SPACE_PREFIX);
+    expect_ids(&t, "ab a", 0, 3, (int32_t[]){7, 8, 9});
+    RT(&t, "ab a", 0);
+    coord_tok_free(&t);
+    free(g);
 }
 
 /* Malformed tokenizer.json files: one-line errors, never a crash. */
@@ -448,7 +473,7 @@ static void refused(const char *json, const char *needle)
     tu_mkdtemp(dir, sizeof(dir), "tokjson");
     tu_path(path, sizeof(path), "%s/tokenizer.json", dir);
     assert_int_equal(tu_write(path, json, strlen(json)), 0);
-    size_t len;
+    size_t len = 0;
     char *buf = tu_slurp(path, &len);
     struct coord_tok t;
     struct coord_err e;
