@@ -92,7 +92,8 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
     h->bos_id = src.bos_id;
     h->eos_id = src.eos_id;
 
-    bool progress = isatty(2); /* a counter on terminals, one final line in logs */
+    bool progress = isatty(2);
+    uint64_t t0 = coord_now_ns(), last_ns = t0;
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", o->out, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -127,8 +128,14 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
         free(buf);
         if (rc)
             goto out_unlink;
-        if (!o->quiet && progress)
+        /* a counter on terminals; in logs a line every few seconds of a long conversion */
+        if (!o->quiet && progress) {
             fprintf(stderr, "\rshardlm convert: %d/%d tensors", i + 1, n);
+        } else if (!o->quiet && coord_now_ns() - last_ns > 5000000000ull) {
+            last_ns = coord_now_ns();
+            fprintf(stderr, "shardlm convert: %d/%d tensors, %.0f s\n", i + 1, n,
+                    (double)(last_ns - t0) / 1e9);
+        }
     }
     shlm_seal(h, table);
     if ((rc = pwrite_all(fd, h, sizeof(*h), 0)) ||
@@ -151,9 +158,9 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
         char g[32] = "";
         if (group)
             snprintf(g, sizeof(g), " group %d head int%d", group, o->head_bits);
-        fprintf(stderr, "%sshardlm convert: wrote %s: %s%s, %d tensors, %llu bytes\n",
+        fprintf(stderr, "%sshardlm convert: wrote %s: %s%s, %d tensors, %llu bytes, %.1f s\n",
                 progress ? "\r" : "", o->out, shlm_scheme_name(o->scheme), g, n,
-                (unsigned long long)h->file_bytes);
+                (unsigned long long)h->file_bytes, (double)(coord_now_ns() - t0) / 1e9);
     }
     rc = 0;
     goto out_free;

@@ -178,6 +178,17 @@ static void check_shape(const char *shape, bool gelu, bool gate)
     char *conv[] = {(char *)tu_bin(), "convert", gguf, "--scheme", "f32", "-o", shlm, "-q", NULL};
     assert_int_equal(run(conv, r), 0);
 
+    /* inspect reads both */
+    char *in1[] = {(char *)tu_bin(), "inspect", gguf, NULL};
+    assert_int_equal(run(in1, r), 0);
+    assert_non_null(strstr(r->out, "GGUF version 3"));
+    assert_non_null(strstr(r->out, "tokenizer.ggml.model = \"gpt2\""));
+    char *in2[] = {(char *)tu_bin(), "inspect", shlm, NULL};
+    assert_int_equal(run(in2, r), 0);
+    assert_non_null(strstr(r->out, "config: dim 64"));
+    assert_non_null(strstr(r->out, gate ? "+head-gate" : "embeddings tied"));
+    assert_non_null(strstr(r->out, "32.000 bits per weight")); /* f32 */
+
     struct ref_model m = {.gelu = gelu, .gate = gate};
     struct coord_err e;
     assert_int_equal(gguf_open(&m.f, gguf, &e), 0);
