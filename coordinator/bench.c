@@ -53,21 +53,7 @@ struct bench_opts {
 
 static int bench_bad_usage(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "shardlm bench allreduce: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", usage_bench_allreduce);
-    return 2;
-}
-
-static bool bench_parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
+    return coord_usage_error("bench allreduce", usage_bench_allreduce, fmt, arg);
 }
 
 /* Parses "a,b,c" (at most BENCH_MAX_LIST values in lo..hi) into @out. Returns how many, or -1. */
@@ -79,7 +65,7 @@ static int bench_parse_list(const char *s, long lo, long hi, long *out)
     int n = 0;
     char *save = NULL;
     for (char *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (n == BENCH_MAX_LIST || !bench_parse_long(tok, lo, hi, &out[n]))
+        if (n == BENCH_MAX_LIST || !coord_parse_long(tok, lo, hi, &out[n]))
             return -1;
         n++;
     }
@@ -261,12 +247,12 @@ int coord_bench_allreduce(int argc, char **argv)
             o.n_floats_list = n;
             break;
         case 'r':
-            if (!bench_parse_long(optarg, 1, 10000, &v))
+            if (!coord_parse_long(optarg, 1, 10000, &v))
                 return bench_bad_usage("-r '%s': expected 1..10000 repetitions", optarg);
             o.reps = (int)v;
             break;
         case 'K':
-            if (!bench_parse_long(optarg, 1, 1000000000, &v))
+            if (!coord_parse_long(optarg, 1, 1000000000, &v))
                 return bench_bad_usage("--iters '%s': expected 1..1000000000", optarg);
             o.iters = (int)v;
             break;

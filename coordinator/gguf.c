@@ -512,28 +512,13 @@ out_free:
 int gguf_open(struct gguf_file *g, const char *path, struct coord_err *e)
 {
     memset(g, 0, sizeof(*g));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return coord_fail(e, -EINVAL, "%s: not a regular file", path);
-    }
-    size_t size = (size_t)st.st_size;
-    void *map = NULL;
-    if (size) {
-        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            int rc = -errno;
-            close(fd);
-            return coord_fail(e, rc, "%s: mmap of %zu bytes failed: %s", path, size,
-                              strerror(-rc));
-        }
-    }
-    close(fd);
+    void *map;
+    size_t size;
+    int rc = coord_map_file(path, &map, &size, e);
+    if (rc)
+        return rc;
     static const uint8_t empty[1];
-    int rc = gguf_parse(g, map ? map : empty, size, path, e);
+    rc = gguf_parse(g, map ? map : empty, size, path, e);
     if (rc) {
         if (map)
             munmap(map, size);

@@ -88,24 +88,6 @@ static const char usage_eval[] =
     "                  another model or layout against it\n"
     LAYOUT_HELP;
 
-static int bad_usage(const char *cmd, const char *usage, const char *fmt, const char *arg)
-{
-    fprintf(stderr, "shardlm %s: ", cmd);
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", usage);
-    return 2;
-}
-
-static bool parse_int(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
 
 static bool parse_float(const char *s, float lo, float hi, float *out)
 {
@@ -124,12 +106,12 @@ static int layout_option(int c, struct coord_layout_opts *l)
     long v;
     switch (c) {
     case 'W':
-        if (!parse_int(optarg, 1, 256, &v))
+        if (!coord_parse_long(optarg, 1, 256, &v))
             return -1;
         l->workers = (int)v;
         return 1;
     case 'H':
-        if (!parse_int(optarg, 1, 4096, &v))
+        if (!coord_parse_long(optarg, 1, 4096, &v))
             return -1;
         l->threads = (int)v;
         return 1;
@@ -176,24 +158,24 @@ static int cmd_convert(int argc, char **argv)
             break;
         case 's':
             if (shlm_scheme_parse(optarg, &o.scheme))
-                return bad_usage("convert", usage_convert,
+                return coord_usage_error("convert", usage_convert,
                                  "unknown scheme '%s' (expected f32, bf16, w4a16 or w4a8)", optarg);
             break;
         case 'g':
-            if (!parse_int(optarg, 32, KN_MAX_GROUP, &v) || v % 32)
-                return bad_usage("convert", usage_convert,
+            if (!coord_parse_long(optarg, 32, KN_MAX_GROUP, &v) || v % 32)
+                return coord_usage_error("convert", usage_convert,
                                  "--group '%s': expected 32, 64, 128 or 256", optarg);
             o.group = (int)v;
             break;
         case 'b':
-            if (!parse_int(optarg, 4, 8, &v) || (v != 4 && v != 8))
-                return bad_usage("convert", usage_convert, "--head-bits '%s': expected 8 or 4",
+            if (!coord_parse_long(optarg, 4, 8, &v) || (v != 4 && v != 8))
+                return coord_usage_error("convert", usage_convert, "--head-bits '%s': expected 8 or 4",
                                  optarg);
             o.head_bits = (int)v;
             break;
         case 'x':
-            if (!parse_int(optarg, 1, 1 << 20, &v))
-                return bad_usage("convert", usage_convert, "--ctx '%s': expected 1..1048576",
+            if (!coord_parse_long(optarg, 1, 1 << 20, &v))
+                return coord_usage_error("convert", usage_convert, "--ctx '%s': expected 1..1048576",
                                  optarg);
             o.max_ctx = (uint32_t)v;
             break;
@@ -212,12 +194,12 @@ static int cmd_convert(int argc, char **argv)
         }
     }
     if (optind != argc - 1)
-        return bad_usage("convert", usage_convert, "expected one INPUT%s", "");
+        return coord_usage_error("convert", usage_convert, "expected one INPUT%s", "");
     o.checkpoint = argv[optind];
     if (!o.out || (int)o.scheme < 0)
-        return bad_usage("convert", usage_convert, "--scheme and -o are required%s", "");
+        return coord_usage_error("convert", usage_convert, "--scheme and -o are required%s", "");
     if (o.group && o.scheme != SHLM_SCHEME_W4A16 && o.scheme != SHLM_SCHEME_W4A8)
-        return bad_usage("convert", usage_convert, "--group applies to w4a16 and w4a8 only%s", "");
+        return coord_usage_error("convert", usage_convert, "--group applies to w4a16 and w4a8 only%s", "");
     struct coord_err e;
     return exit_code("convert", coord_convert(&o, &e), &e);
 }
@@ -240,7 +222,7 @@ static int cmd_generate(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "m:p:n:vh", opts, NULL)) != -1) {
         int lo = layout_option(c, &o.layout);
         if (lo < 0)
-            return bad_usage("generate", usage_generate, "bad value '%s' for a layout option",
+            return coord_usage_error("generate", usage_generate, "bad value '%s' for a layout option",
                              optarg);
         if (lo)
             continue;
@@ -252,19 +234,19 @@ static int cmd_generate(int argc, char **argv)
             o.prompt = optarg;
             break;
         case 'n':
-            if (!parse_int(optarg, 0, 1 << 24, &v))
-                return bad_usage("generate", usage_generate, "-n '%s': expected a count >= 0",
+            if (!coord_parse_long(optarg, 0, 1 << 24, &v))
+                return coord_usage_error("generate", usage_generate, "-n '%s': expected a count >= 0",
                                  optarg);
             o.n = (int)v;
             break;
         case 'T':
             if (!parse_float(optarg, 0.0f, 100.0f, &o.temp))
-                return bad_usage("generate", usage_generate, "--temp '%s': expected 0..100",
+                return coord_usage_error("generate", usage_generate, "--temp '%s': expected 0..100",
                                  optarg);
             break;
         case 'P':
             if (!parse_float(optarg, 1e-6f, 1.0f, &o.top_p))
-                return bad_usage("generate", usage_generate, "--top-p '%s': expected (0, 1]",
+                return coord_usage_error("generate", usage_generate, "--top-p '%s': expected (0, 1]",
                                  optarg);
             break;
         case 'S': {
@@ -272,7 +254,7 @@ static int cmd_generate(int argc, char **argv)
             errno = 0;
             o.seed = strtoull(optarg, &end, 10);
             if (errno || end == optarg || *end)
-                return bad_usage("generate", usage_generate, "--seed '%s': expected an integer",
+                return coord_usage_error("generate", usage_generate, "--seed '%s': expected an integer",
                                  optarg);
             seeded = true;
             break;
@@ -289,7 +271,7 @@ static int cmd_generate(int argc, char **argv)
         }
     }
     if (!o.model || !o.prompt || optind != argc)
-        return bad_usage("generate", usage_generate, "-m and -p are required%s", "");
+        return coord_usage_error("generate", usage_generate, "-m and -p are required%s", "");
     if (!seeded)
         o.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     coord_signals_install();
@@ -311,7 +293,7 @@ static int cmd_eval(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
         int lo = layout_option(c, &o.layout);
         if (lo < 0)
-            return bad_usage("eval", usage_eval, "bad value '%s' for a layout option", optarg);
+            return coord_usage_error("eval", usage_eval, "bad value '%s' for a layout option", optarg);
         if (lo)
             continue;
         switch (c) {
@@ -336,7 +318,7 @@ static int cmd_eval(int argc, char **argv)
         }
     }
     if (!o.model || !o.ref_dir || optind != argc)
-        return bad_usage("eval", usage_eval, "-m and --ref are required%s", "");
+        return coord_usage_error("eval", usage_eval, "-m and --ref are required%s", "");
     coord_signals_install();
     struct coord_err e;
     return exit_code("eval", coord_eval(&o, &e), &e);

@@ -243,26 +243,18 @@ int st_parse(struct st_file *f, const uint8_t *buf, size_t size, const char *wha
 int st_open(struct st_file *f, const char *path, struct coord_err *e)
 {
     memset(f, 0, sizeof(*f));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return coord_fail(e, -EINVAL, "%s: not a regular file", path);
+    void *map;
+    size_t size;
+    int rc = coord_map_file(path, &map, &size, e);
+    if (rc)
+        return rc;
+    if (size < 8) {
+        if (map)
+            munmap(map, size);
+        return coord_fail(e, -EINVAL, "%s: truncated: %zu bytes, shorter than the 8-byte header "
+                          "length", path, size);
     }
-    if (st.st_size < 8) {
-        close(fd);
-        return coord_fail(e, -EINVAL, "%s: truncated: %lld bytes, shorter than the 8-byte header "
-                          "length", path, (long long)st.st_size);
-    }
-    size_t size = (size_t)st.st_size;
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    close(fd);
-    if (map == MAP_FAILED)
-        return coord_fail(e, -err, "%s: mmap: %s", path, strerror(err));
-    int rc = st_parse(f, map, size, path, e);
+    rc = st_parse(f, map, size, path, e);
     if (rc) {
         munmap(map, size);
         return rc;

@@ -33,21 +33,7 @@ static const char usage[] =
 
 static int bad_usage(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "shardlm tokenize: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", usage);
-    return 2;
-}
-
-static bool parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
+    return coord_usage_error("tokenize", usage, fmt, arg);
 }
 
 /* Builds the tokenizer of the file mapped at @buf (@size bytes). */
@@ -113,7 +99,7 @@ static int run(const char *path, long vocab_size, bool decode, unsigned flags, i
         int prev = -1;
         for (int i = 0; i < n_args; i++) {
             long id;
-            if (!parse_long(args[i], 0, t.vocab_size - 1, &id)) {
+            if (!coord_parse_long(args[i], 0, t.vocab_size - 1, &id)) {
                 rc = coord_fail(e, -EINVAL, "id '%s': expected 0..%d", args[i], t.vocab_size - 1);
                 goto out_tok;
             }
@@ -176,7 +162,7 @@ int coord_cmd_tokenize(int argc, char **argv)
             path = optarg;
             break;
         case 'v':
-            if (!parse_long(optarg, 1, COORD_TOK_MAX_VOCAB, &vocab_size))
+            if (!coord_parse_long(optarg, 1, COORD_TOK_MAX_VOCAB, &vocab_size))
                 return bad_usage("--vocab-size '%s': expected 1..4194304", optarg);
             break;
         case 'b':

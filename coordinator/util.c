@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,4 +65,48 @@ uint64_t coord_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int coord_map_file(const char *path, void **map, size_t *size, struct coord_err *e)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return coord_fail(e, -EINVAL, "%s: not a regular file", path);
+    }
+    *size = (size_t)st.st_size;
+    *map = NULL;
+    if (*size) {
+        void *m = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) {
+            int rc = -errno;
+            close(fd);
+            return coord_fail(e, rc, "%s: mmap of %zu bytes: %s", path, *size, strerror(-rc));
+        }
+        *map = m;
+    }
+    close(fd);
+    return 0;
+}
+
+int coord_usage_error(const char *cmd, const char *usage, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "shardlm %s: ", cmd);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s", usage);
+    return 2;
+}
+
+bool coord_parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
 }

@@ -2,6 +2,7 @@
 #ifndef SHARDLM_COORD_UTIL_H
 #define SHARDLM_COORD_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,5 +19,14 @@ int coord_fail(struct coord_err *e, int rc, const char *fmt, ...)
 int coord_read_file(const char *path, size_t max, uint8_t **out, size_t *len, struct coord_err *e);
 
 uint64_t coord_now_ns(void);
+
+/* Maps the regular file @path read-only: *@map (NULL for an empty file) and *@size. Returns 0 or
+ * -errno with @e naming the file. Release with munmap(*map, *size) when *map is not NULL. */
+int coord_map_file(const char *path, void **map, size_t *size, struct coord_err *e);
+
+/* Command-line helpers: a one-line "shardlm CMD: message" and the usage text on stderr, returning
+ * exit code 2; strict integer parsing within [lo, hi]. */
+int coord_usage_error(const char *cmd, const char *usage, const char *fmt, const char *arg);
+bool coord_parse_long(const char *s, long lo, long hi, long *out);
 
 #endif
