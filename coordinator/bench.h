@@ -10,4 +10,9 @@
  * (one line and the usage on stderr); --help prints the usage to stdout and returns 0. */
 int coord_bench_allreduce(int argc, char **argv);
 
+/* `shardlm bench -m MODEL [-p N] [-n N] [-t T,...] [-r REPS] [--workers W] [--json]`: @argv[0]
+ * is "bench". Prefill and decode through the engine in llama-bench's table, decode bytes per
+ * token, the measured read bandwidth and decode's share of it. Returns the exit code. */
+int coord_bench_model(int argc, char **argv);
+
 #endif

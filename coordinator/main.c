@@ -33,6 +33,7 @@ static const char usage_main[] =
     "  generate  -m MODEL.shlm -p PROMPT -n N    generate text (streamed to stdout)\n"
     "  eval      -m MODEL.shlm --ref DIR         KL divergence, top-1 and perplexity against\n"
     "            reference logits\n"
+    "  bench     -m MODEL.shlm [-p 512] [-n 128] [-t 1,2]  prefill and decode speed, roofline\n"
     "  bench allreduce [--ranks 2,4] [--floats N]  latency of the shared-memory all-reduce\n"
     "\n"
     "`shardlm <command> --help` describes each command's options.\n";
@@ -351,8 +352,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "bench") == 0) {
         if (argc >= 3 && strcmp(argv[2], "allreduce") == 0)
             return coord_bench_allreduce(argc - 2, argv + 2);
-        fprintf(stderr, "shardlm bench: expected `shardlm bench allreduce [options]`\n");
-        return 2;
+        return coord_bench_model(argc - 1, argv + 1);
     }
     fprintf(stderr, "shardlm: unknown command '%s'\n%s", cmd, usage_main);
     return 2;

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <sched.h>
+
 #include "testutil.h"
 
 static char dir[4096];    /* models converted once for all tests */
@@ -397,6 +399,38 @@ static void test_worker_dies_mid_generation(void **state)
     free(r);
 }
 
+/* `shardlm bench -m` runs both tests per thread count and states its roofline; a thread count
+ * above the CPUs is refused. Speed itself is not asserted here (shared, noisy machines). */
+static void test_bench_model(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200];
+    tu_path(model, sizeof(model), "%s/w4a8g128.shlm", dir);
+    char *args[] = {"bench", "-m", model, "-p", "16", "-n", "8", "-r", "2", "-t", "1", NULL};
+    run_shardlm(r, args, NULL);
+    if (r->status)
+        fprintf(stderr, "%s", r->err);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "| model"));
+    assert_non_null(strstr(r->out, "pp16"));
+    assert_non_null(strstr(r->out, "tg8"));
+    assert_non_null(strstr(r->out, "of the roofline"));
+    assert_runtime_clean();
+    cpu_set_t set;
+    sched_getaffinity(0, sizeof(set), &set);
+    char t[16];
+    snprintf(t, sizeof(t), "%d", CPU_COUNT(&set) + 1);
+    char *a2[] = {"bench", "-m", model, "-t", t, NULL};
+    run_shardlm(r, a2, NULL);
+    assert_int_equal(r->status, 1);
+    assert_non_null(strstr(r->err, "--threads"));
+    char *a3[] = {"bench", "-m", model, "-t", "x", NULL};
+    run_shardlm(r, a3, NULL);
+    assert_int_equal(r->status, 2);
+    assert_runtime_clean();
+    free(r);
+}
+
 int main(void)
 {
     int skip_rc = tu_require_shared();
@@ -408,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),       cmocka_unit_test(test_worker_fails_to_start),
         cmocka_unit_test(test_sigint_stops_cleanly),
         cmocka_unit_test(test_worker_dies_mid_generation),
+        cmocka_unit_test(test_bench_model),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
