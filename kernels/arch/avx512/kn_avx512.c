@@ -17,6 +17,11 @@
 #include <immintrin.h>
 #include <math.h>
 
+/* Software prefetch distance for weight rows, in bytes. The hardware prefetcher of the VMs we
+ * measure on does not keep a streaming GEMV fed: W4A8 over 134 MB went from 5.6 to 26 GB/s (one
+ * thread) with this prefetch; 512 to 4096 bytes ahead all measured within 5%. */
+#define PF_AHEAD 1024
+
 /* Lane masks for the first @n lanes (n <= 0 gives none, n >= width gives all). */
 static inline __mmask16 mask16(int n)
 {
@@ -73,15 +78,30 @@ static inline float dot_bf16(const uint16_t *w, const float *x, int k)
 }
 
 /* sum_k code[k] x[k] for int8 codes (the caller applies the row scale). */
+static inline __m512 widen_q8(const int8_t *w)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w)));
+}
+
+/* sum_k code[k] x[k] for int8 codes (the caller applies the row scale). Four accumulators over
+ * 64 columns: with one, the FMA latency chain held the LM head to 6 GB/s (128256 x 2048, one
+ * thread, 44 ms a token); with four, 32 GB/s (8.2 ms). */
 static inline float dot_q8(const int8_t *w, const float *x, int k)
 {
-    __m512 a0 = _mm512_setzero_ps();
-    for (int i = 0; i < k; i += 16) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 64 <= k; i += 64) {
+        a0 = _mm512_fmadd_ps(widen_q8(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(widen_q8(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+        a2 = _mm512_fmadd_ps(widen_q8(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
+        a3 = _mm512_fmadd_ps(widen_q8(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
+    }
+    for (; i < k; i += 16) {
         __mmask16 m = mask16(k - i);
         __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, w + i)));
         a0 = _mm512_fmadd_ps(c, _mm512_maskz_loadu_ps(m, x + i), a0);
     }
-    return _mm512_reduce_add_ps(a0);
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
 /* One W4A16 row: sum_g s_g * (sum_k code_k x_k - zero_g * gsum_g). Byte j of the row holds
@@ -99,6 +119,7 @@ static inline float dot_w4a16(const uint8_t *row, const uint16_t *sc, const uint
         int k0 = g * group, kn = cols - k0 < group ? cols - k0 : group;
         int b0 = k0 / 2, nb = (kn + 1) / 2; /* group is even: groups start on a byte */
         __m512 ag = _mm512_setzero_ps();
+        _mm_prefetch((const char *)row + b0 + PF_AHEAD, _MM_HINT_T0);
         for (int j = 0; j < nb; j += 16) {
             __mmask16 m = mask16(nb - j);
             __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, row + b0 + j));
@@ -130,6 +151,7 @@ static inline float dot_w4a8(const uint8_t *row, const uint16_t *sc, const struc
         int k0 = g * group, kn = cols - k0 < group ? cols - k0 : group;
         int b0 = k0 / 2, nb = (kn + 1) / 2;
         __m512i ai = _mm512_setzero_si512();
+        _mm_prefetch((const char *)row + b0 + PF_AHEAD, _MM_HINT_T0);
         for (int j = 0; j < nb; j += 64) {
             __mmask64 m = mask64(nb - j);
             __m512i b = _mm512_maskz_loadu_epi8(m, row + b0 + j);
