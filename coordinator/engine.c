@@ -336,11 +336,6 @@ uint32_t coord_engine_logit_rows(const struct coord_engine *g)
     return ((const struct seg_exchange *)g->exch.base)->logit_rows;
 }
 
-uint32_t coord_engine_max_tokens(const struct coord_engine *g)
-{
-    return ((const struct seg_exchange *)g->exch.base)->max_tokens;
-}
-
 static int make_segments(struct coord_engine *g, uint32_t n_seqs, struct coord_err *e)
 {
     const struct shlm_config *c = &g->img.hdr->cfg;

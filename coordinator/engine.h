@@ -72,9 +72,8 @@ int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o
 /* Runs one step over @n sequences on every rank. Returns 0 or -errno with @e set. */
 int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n,
                       struct coord_err *e);
-/* Logit rows one step can return, and tokens it can carry. */
+/* Logit rows one step can return. */
 uint32_t coord_engine_logit_rows(const struct coord_engine *g);
-uint32_t coord_engine_max_tokens(const struct coord_engine *g);
 /* Shuts down the workers (SIGKILL after 2 s), removes segments and socket files. Idempotent. */
 void coord_engine_stop(struct coord_engine *g);
 

@@ -57,46 +57,12 @@ static void assert_runtime_clean(void)
 /* No shardlm-worker of ours may outlive a run: they connect to an endpoint in our rundir. */
 static void assert_no_workers(void)
 {
-    char cmd[4300];
-    /* [s]: the pattern must not match the shell that runs pgrep */
-    tu_path(cmd, sizeof(cmd), "pgrep -f '[s]hardlm-worker --endpoint ipc://%s/' >/dev/null",
-            rundir);
-    assert_int_not_equal(system(cmd), 0);
+    assert_false(tu_workers_alive(rundir));
 }
 
 static void run_shardlm(struct tu_run *r, char *const args[], char *const extra_env[])
 {
-    char *argv[32] = {(char *)tu_bin()};
-    int n = 1;
-    for (int i = 0; args[i] && n < 31; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    char *env[8] = {env_rundir};
-    int ne = 1;
-    for (int i = 0; extra_env && extra_env[i] && ne < 7; i++)
-        env[ne++] = extra_env[i];
-    env[ne] = NULL;
-    tu_run_cmd(r, argv, env, 120, NULL, NULL);
-}
-
-/* Reads line @no of greedy.tsv: prompt and the count of prompt ids. */
-static void golden_prompt(int no, char *prompt, size_t len, int *n_ids)
-{
-    char path[4200];
-    tu_path(path, sizeof(path), "%s/golden/stories260K/greedy.tsv", tu_shared());
-    char *tsv = tu_slurp(path, NULL);
-    assert_non_null(tsv);
-    char *line = tsv;
-    for (int i = 1; i < no; i++)
-        line = strchr(line, '\n') + 1;
-    char *tab = strchr(line, '\t');
-    snprintf(prompt, len, "%.*s", (int)(tab - line), line);
-    char *ids = tab + 1, *end = strchr(ids, '\t');
-    *n_ids = 0;
-    for (char *p = ids; p < end; p++)
-        if ((p == ids || p[-1] == ' ') && *p != ' ')
-            (*n_ids)++;
-    free(tsv);
+    tu_run_shardlm(r, env_rundir, args, extra_env, 120, NULL, NULL);
 }
 
 static void test_golden_greedy_f32(void **state)
@@ -107,7 +73,7 @@ static void test_golden_greedy_f32(void **state)
     for (int no = 1; no <= 4; no++) {
         char prompt[512], n[16], path[4200];
         int n_ids;
-        golden_prompt(no, prompt, sizeof(prompt), &n_ids);
+        assert_int_equal(tu_golden_prompt(tu_shared(), no, prompt, sizeof(prompt), &n_ids), 0);
         /* the reference fed 256 positions and printed every token after BOS: its text holds
          * 257 - n_ids new tokens unless it stopped at id 1 earlier */
         snprintf(n, sizeof(n), "%d", 257 - n_ids);

@@ -250,25 +250,6 @@ static void assert_no_workers(const struct rank_line *ranks)
     assert_int_equal(left, 0);
 }
 
-/* Reads line @no of greedy.tsv: prompt and the count of prompt ids. */
-static void golden_prompt(int no, char *prompt, size_t len, int *n_ids)
-{
-    char path[4200];
-    tu_path(path, sizeof(path), "%s/golden/stories260K/greedy.tsv", shared);
-    char *tsv = tu_slurp(path, NULL);
-    assert_non_null(tsv);
-    char *line = tsv;
-    for (int i = 1; i < no; i++)
-        line = strchr(line, '\n') + 1;
-    char *tab = strchr(line, '\t');
-    snprintf(prompt, len, "%.*s", (int)(tab - line), line);
-    char *ids = tab + 1, *end = strchr(ids, '\t');
-    *n_ids = 0;
-    for (char *p = ids; p < end; p++)
-        if ((p == ids || p[-1] == ' ') && *p != ' ')
-            (*n_ids)++;
-    free(tsv);
-}
 
 /* Prompts 1 and 3 only: each run costs seconds under emulation, and test_e2e covers all four. */
 static void test_golden_default_layout(void **state)
@@ -278,7 +259,7 @@ static void test_golden_default_layout(void **state)
     for (size_t i = 0; i < sizeof(prompts) / sizeof(prompts[0]); i++) {
         int no = prompts[i], n_ids;
         char prompt[512], n[16], path[4200];
-        golden_prompt(no, prompt, sizeof(prompt), &n_ids);
+        assert_int_equal(tu_golden_prompt(shared, no, prompt, sizeof(prompt), &n_ids), 0);
         /* the golden text holds 257 - n_ids new tokens (see test_e2e) */
         snprintf(n, sizeof(n), "%d", 257 - n_ids);
         char *argv[] = {(char *)bin, "generate", "-m", (char *)model, "-p", prompt, "-n", n,

@@ -61,43 +61,24 @@ static int teardown(void **state)
 static void assert_clean(void)
 {
     assert_true(tu_count_files(rundir) <= 0);
-    char cmd[4300];
-    tu_path(cmd, sizeof(cmd), "pgrep -f '[s]hardlm-worker --endpoint ipc://%s/' >/dev/null", rundir);
-    assert_int_not_equal(system(cmd), 0);
+    assert_false(tu_workers_alive(rundir));
 }
 
 static void run(struct tu_run *r, char *const args[], char *const extra_env[],
                 void (*on_start)(pid_t, void *), void *arg)
 {
-    char *argv[40] = {(char *)tu_bin()};
-    int n = 1;
-    for (int i = 0; args[i] && n < 39; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    char *env[8] = {env_rundir};
-    int ne = 1;
-    for (int i = 0; extra_env && extra_env[i] && ne < 7; i++)
-        env[ne++] = extra_env[i];
-    env[ne] = NULL;
-    tu_run_cmd(r, argv, env, 120, on_start, arg);
+    tu_run_shardlm(r, env_rundir, args, extra_env, 120, on_start, arg);
 }
 
 static void test_golden_every_rank_count(void **state)
 {
     struct tu_run *r = malloc(sizeof(*r));
-    char model[4300], path[4300], tsvp[4300];
+    char model[4300], path[4300];
     tu_path(model, sizeof(model), "%s/f32.shlm", dir);
-    tu_path(tsvp, sizeof(tsvp), "%s/golden/stories260K/greedy.tsv", tu_shared());
-    char *tsv = tu_slurp(tsvp, NULL);
-    assert_non_null(tsv);
-    char *line = tsv;
     for (int no = 1; no <= 4; no++) {
         char prompt[256], n[16];
-        char *tab = strchr(line, '\t'), *ids = tab + 1, *end = strchr(ids, '\t');
-        snprintf(prompt, sizeof(prompt), "%.*s", (int)(tab - line), line);
-        int n_ids = 0;
-        for (char *p = ids; p < end; p++)
-            n_ids += (p == ids || p[-1] == ' ') && *p != ' ';
+        int n_ids;
+        assert_int_equal(tu_golden_prompt(tu_shared(), no, prompt, sizeof(prompt), &n_ids), 0);
         snprintf(n, sizeof(n), "%d", 257 - n_ids);
         tu_path(path, sizeof(path), "%s/golden/stories260K/p%d.txt", tu_shared(), no);
         size_t glen;
@@ -115,9 +96,7 @@ static void test_golden_every_rank_count(void **state)
             assert_clean();
         }
         free(golden);
-        line = strchr(line, '\n') + 1;
     }
-    free(tsv);
     free(r);
 }
 

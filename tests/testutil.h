@@ -188,6 +188,60 @@ static inline int tu_write(const char *path, const void *buf, size_t len)
     return w == len ? 0 : -1;
 }
 
+/* Runs the shardlm binary with @args (NULL-terminated, without the program name), the
+ * environment entry @env_rundir ("SHARDLM_RUNTIME_DIR=...") and the extra entries @extra_env
+ * (NULL-terminated or NULL). See tu_run_cmd for @on_start. */
+static inline void tu_run_shardlm(struct tu_run *r, char *env_rundir, char *const args[],
+                                  char *const extra_env[], int timeout_s,
+                                  void (*on_start)(pid_t, void *), void *arg)
+{
+    char *argv[40] = {(char *)tu_bin()};
+    int n = 1;
+    for (int i = 0; args[i] && n < 39; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    char *env[8] = {env_rundir};
+    int ne = 1;
+    for (int i = 0; extra_env && extra_env[i] && ne < 7; i++)
+        env[ne++] = extra_env[i];
+    env[ne] = NULL;
+    tu_run_cmd(r, argv, env, timeout_s, on_start, arg);
+}
+
+/* Whether a shardlm-worker whose endpoint lies in @rundir still runs. */
+static inline bool tu_workers_alive(const char *rundir)
+{
+    char cmd[4300];
+    /* [s]: the pattern must not match the shell that runs pgrep */
+    snprintf(cmd, sizeof(cmd), "pgrep -f '[s]hardlm-worker --endpoint ipc://%s/' >/dev/null",
+             rundir);
+    return system(cmd) == 0;
+}
+
+/* Line @no (from 1) of @shared/golden/stories260K/greedy.tsv: the prompt into @prompt and the
+ * number of its token ids (BOS included) into *@n_ids. Returns 0, or -1 if there is no such
+ * line. */
+static inline int tu_golden_prompt(const char *shared, int no, char *prompt, size_t len,
+                                   int *n_ids)
+{
+    char path[4200];
+    *n_ids = 0;
+    snprintf(path, sizeof(path), "%s/golden/stories260K/greedy.tsv", shared);
+    char *tsv = tu_slurp(path, NULL), *line = tsv;
+    for (int i = 1; line && i < no; i++)
+        line = (line = strchr(line, '\n')) ? line + 1 : NULL;
+    char *tab = line ? strchr(line, '\t') : NULL, *end = tab ? strchr(tab + 1, '\t') : NULL;
+    if (!end) {
+        free(tsv);
+        return -1;
+    }
+    snprintf(prompt, len, "%.*s", (int)(tab - line), line);
+    for (char *p = tab + 1; p < end; p++)
+        *n_ids += (p == tab + 1 || p[-1] == ' ') && *p != ' ';
+    free(tsv);
+    return 0;
+}
+
 /* Converts the bundled stories260K model with `shardlm convert` (extra args, NULL-terminated)
  * into @out. Returns the exit status. */
 static inline int tu_convert(const char *out, const char *scheme, const char *const extra[])
