@@ -189,8 +189,11 @@ static void test_verbose_layout_lines(void **state)
         assert_non_null(l);
         int rr, node, pid;
         assert_int_equal(sscanf(l, "rank %d node %d cpus %15s pid %d", &rr, &node, cpu, &pid), 4);
-        const char *mine = strchr(cpus_map[1], ':');
-        assert_string_equal(cpu, rank ? mine + 1 : "0" /* first CPU */);
+        /* each rank's CPU as --cpus gave it ("a:b") */
+        const char *colon = strchr(cpus_map[1], ':');
+        char first[16];
+        snprintf(first, sizeof(first), "%.*s", (int)(colon - cpus_map[1]), cpus_map[1]);
+        assert_string_equal(cpu, rank ? colon + 1 : first);
         assert_true(pid > 0);
     }
     assert_non_null(strstr(r->err, "allreduce"));
