@@ -15,4 +15,13 @@ int coord_bench_allreduce(int argc, char **argv);
  * token, the measured read bandwidth and decode's share of it. Returns the exit code. */
 int coord_bench_model(int argc, char **argv);
 
+/* `shardlm bench kernels [--isa NAME] [-r REPS] [--json]`: @argv[0] is "kernels". Each matrix
+ * kernel on one thread: GEMV GB/s, GEMM GOP/s, then the thread's read bandwidth. */
+int coord_bench_kernels(int argc, char **argv);
+
+/* Median over @reps (<= 16) passes of the read bandwidth in GB/s of @n_threads threads (pinned
+ * to @cpus when not NULL), each summing its slice of 1 GiB of arrays in 4 streams; 0 when the
+ * memory cannot be had. */
+double coord_read_bandwidth(int n_threads, const int *cpus, int reps);
+
 #endif

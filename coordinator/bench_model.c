@@ -114,8 +114,7 @@ static void *bw_thread(void *arg)
     return NULL;
 }
 
-/* Median over @reps passes of the read bandwidth (GB/s) of @n_threads threads on @cpus. */
-static double read_bandwidth(int n_threads, const int *cpus, int reps)
+double coord_read_bandwidth(int n_threads, const int *cpus, int reps)
 {
     const size_t total = 1ul << 30;
     uint8_t *buf = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -212,7 +211,7 @@ static int bench_threads(const struct model_opts *o, int threads, struct coord_e
     if (rc)
         return rc;
     struct stats sp = summarize(pp, o->pp ? reps : 0), st = summarize(tg, o->tg ? reps : 0);
-    double bw = o->tg ? read_bandwidth(n, cpus, 3) : 0;
+    double bw = o->tg ? coord_read_bandwidth(n, cpus, 3) : 0;
     double used = st.median * (double)bytes / 1e9;
     if (o->json) {
         printf("{\"model\": \"%s\", \"size\": %zu, \"params\": %llu, \"workers\": %d, "

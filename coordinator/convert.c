@@ -46,6 +46,8 @@ static void encode(const struct shlm_tensor_spec *s, const float *src, void *dst
     case KN_DT_W4A8:
         kn_quant_w4a8(src, s->rows, s->cols, s->group, dst);
         return;
+    case KN_DT_W4A8_T: /* a device layout: never in a file */
+        KN_ASSERT(!"tiled tensor in a file layout");
     }
 }
 

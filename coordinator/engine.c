@@ -84,32 +84,59 @@ out_close:
     return rc;
 }
 
-/* Copies the slice of @src that rank's plan says into @dst (tensor @name of the shard). */
-static void shard_tensor(const struct kn_mat *src, const char *name, const struct seg_plan *p,
-                         int hd, void *dst)
+/* Rows [r0, r1) of tensor @name of the shard, the slice of @src that the rank's plan says,
+ * into @dst in the canonical layout. */
+static void shard_rows(const struct kn_mat *src, const char *name, const struct seg_plan *p, int hd,
+                       int r0, int r1, void *dst)
 {
     const char *part = strrchr(name, '.');
     part = part ? part + 1 : name;
+    struct kn_mat rows;
+    kn_mat_rows(src, r0, r1, &rows);
     if (!strcmp(part, "attn_q"))
-        kn_repack_rows(src, p->q0 * hd, p->q1 * hd, dst);
+        kn_repack_rows(src, p->q0 * hd + r0, p->q0 * hd + r1, dst);
     else if (!strcmp(part, "attn_k") || !strcmp(part, "attn_v"))
-        kn_repack_rows(src, p->kv0 * hd, p->kv1 * hd, dst);
+        kn_repack_rows(src, p->kv0 * hd + r0, p->kv0 * hd + r1, dst);
     else if (!strcmp(part, "ffn_gate") || !strcmp(part, "ffn_up"))
-        kn_repack_rows(src, p->f0, p->f1, dst);
+        kn_repack_rows(src, p->f0 + r0, p->f0 + r1, dst);
     else if (!strcmp(part, "attn_o"))
-        kn_repack_cols(src, p->q0 * hd, p->q1 * hd, p->o_pad, dst);
+        kn_repack_cols(&rows, p->q0 * hd, p->q1 * hd, p->o_pad, dst);
     else if (!strcmp(part, "ffn_down"))
-        kn_repack_cols(src, p->f0, p->f1, p->down_pad, dst);
+        kn_repack_cols(&rows, p->f0, p->f1, p->down_pad, dst);
     else if (!strcmp(part, "attn_q_bias")) /* (1, q_dim): our heads' columns */
-        kn_repack_cols(src, p->q0 * hd, p->q1 * hd, 0, dst);
+        kn_repack_cols(&rows, p->q0 * hd, p->q1 * hd, 0, dst);
     else if (!strcmp(part, "attn_k_bias") || !strcmp(part, "attn_v_bias"))
-        kn_repack_cols(src, p->kv0 * hd, p->kv1 * hd, 0, dst);
+        kn_repack_cols(&rows, p->kv0 * hd, p->kv1 * hd, 0, dst);
     else if (!strcmp(part, "attn_gate")) /* (heads, dim): our heads' rows */
-        kn_repack_rows(src, p->q0, p->q1, dst);
+        kn_repack_rows(src, p->q0 + r0, p->q0 + r1, dst);
     else if (!strcmp(part, "output"))
-        kn_repack_rows(src, p->v0, p->v1, dst);
+        kn_repack_rows(src, p->v0 + r0, p->v0 + r1, dst);
     else /* replicated: embedding, norms */
-        kn_repack_rows(src, 0, src->rows, dst);
+        kn_repack_rows(src, r0, r1, dst);
+}
+
+/* Rows per step of the tile repack: the canonical slice of this many rows is the only copy. */
+#define TILE_STEP_ROWS 256
+
+/* Writes tensor @t of the shard (its table entry) at @dst: the canonical slice, or for a tiled
+ * tensor the slice TILE_STEP_ROWS rows at a time through @tmp into tiles. */
+static void shard_tensor(const struct kn_mat *src, const struct shlm_tensor *t,
+                         const struct seg_plan *p, int hd, void *tmp, uint8_t *dst)
+{
+    int rows = (int)t->rows, cols = (int)t->cols, group = (int)t->group;
+    if (t->dtype != KN_DT_W4A8_T) {
+        shard_rows(src, t->name, p, hd, 0, rows, dst);
+        return;
+    }
+    size_t bb = kn_tile_block_bytes(cols, group);
+    for (int r = 0; r < rows; r += TILE_STEP_ROWS) {
+        int n = rows - r < TILE_STEP_ROWS ? rows - r : TILE_STEP_ROWS;
+        struct kn_mat slice;
+        shard_rows(src, t->name, p, hd, r, r + n, tmp);
+        kn_mat_view(&slice, KN_DT_W4A8, n, cols, group, tmp);
+        kn_repack_tiles(&slice, 0, (n + KN_TILE_ROWS - 1) / KN_TILE_ROWS,
+                        dst + (size_t)(r / KN_TILE_ROWS) * bb);
+    }
 }
 
 /* Builds rank @r's weights segment on its node: the shard image in the .shlm layout. */
@@ -124,6 +151,7 @@ static int build_shard(struct coord_engine *g, int r, struct coord_err *e)
     struct shlm_tensor_spec *specs = calloc(SHLM_MAX_TENSORS, sizeof(*specs));
     struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
     struct shlm_header h = *fh;
+    void *tmp = NULL;
     if (!specs || !table) {
         rc = coord_fail(e, -ENOMEM, "out of memory");
         goto out;
@@ -131,7 +159,23 @@ static int build_shard(struct coord_engine *g, int r, struct coord_err *e)
     int n = shlm_expected_tensors(c, (enum shlm_scheme)fh->scheme, (int)fh->group,
                                   (int)fh->head_bits, &plan, specs, SHLM_MAX_TENSORS);
     KN_ASSERT(n > 0); /* the file's header passed the same check */
+    /* W4A8 matrices go to the workers in tiles: every kernel table runs them, faster */
+    enum shlm_layout layout = fh->scheme == SHLM_SCHEME_W4A8 ? SHLM_LAYOUT_TILES
+                                                             : SHLM_LAYOUT_CANONICAL;
+    size_t tmp_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        specs[i].dtype = shlm_layout_dtype(specs[i].dtype, layout);
+        if (specs[i].dtype == KN_DT_W4A8_T) {
+            size_t b = kn_mat_bytes(KN_DT_W4A8, TILE_STEP_ROWS, specs[i].cols, specs[i].group);
+            tmp_bytes = b > tmp_bytes ? b : tmp_bytes;
+        }
+    }
+    if (tmp_bytes && !(tmp = malloc(tmp_bytes))) {
+        rc = coord_fail(e, -ENOMEM, "out of memory");
+        goto out;
+    }
     shlm_layout(&h, table, specs, n, fh->tok_bytes);
+    h.layout = layout;
     h.shard_rank = (uint32_t)r;
     h.shard_count = (uint32_t)g->n_ranks;
     char path[PATH_MAX], what[32];
@@ -147,7 +191,7 @@ static int build_shard(struct coord_engine *g, int r, struct coord_err *e)
     for (int i = 0; i < n; i++) {
         struct kn_mat src;
         shlm_view(&g->img, shlm_find(&g->img, table[i].name), &src);
-        shard_tensor(&src, table[i].name, &plan, (int)c->head_dim, base + table[i].offset);
+        shard_tensor(&src, &table[i], &plan, (int)c->head_dim, tmp, base + table[i].offset);
         table[i].checksum = shlm_hash(base + table[i].offset, table[i].bytes);
     }
     memcpy(base + h.tok_offset, g->img.base + fh->tok_offset, fh->tok_bytes);
@@ -155,6 +199,7 @@ static int build_shard(struct coord_engine *g, int r, struct coord_err *e)
     shlm_seal(&h, table);
     memcpy(base, &h, sizeof(h));
 out:
+    free(tmp);
     free(specs);
     free(table);
     return rc;

@@ -35,6 +35,7 @@ static const char usage_main[] =
     "            reference logits\n"
     "  bench     -m MODEL.shlm [-p 512] [-n 128] [-t 1,2]  prefill and decode speed, roofline\n"
     "  bench allreduce [--ranks 2,4] [--floats N]  latency of the shared-memory all-reduce\n"
+    "  bench kernels [--isa NAME]  GEMV GB/s and GEMM GOP/s of each kernel, read bandwidth\n"
     "\n"
     "`shardlm <command> --help` describes each command's options.\n";
 
@@ -352,6 +353,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "bench") == 0) {
         if (argc >= 3 && strcmp(argv[2], "allreduce") == 0)
             return coord_bench_allreduce(argc - 2, argv + 2);
+        if (argc > 2 && strcmp(argv[2], "kernels") == 0)
+            return coord_bench_kernels(argc - 2, argv + 2);
         return coord_bench_model(argc - 1, argv + 1);
     }
     fprintf(stderr, "shardlm: unknown command '%s'\n%s", cmd, usage_main);

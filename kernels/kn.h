@@ -13,6 +13,17 @@
  *                (rows x ngroups fp16). value = scale * (code - 8). Activations are quantized to
  *                int8 per token.
  * Groups run along a row; the last group of a row is shorter when the group does not divide cols.
+ *
+ * Device layouts, made from the canonical one by kn_repack_tiles() when a weights segment is
+ * built (never stored in a .shlm file):
+ *   KN_DT_W4A8_T W4A8 in VNNI tiles. Rows go in blocks of 16 (the last one padded with zero
+ *                rows), each block kn_tile_block_bytes() long: for every group g, group/8 octets
+ *                of 64 bytes, then the block's scales. In octet o of group g, the four bytes at
+ *                4n hold row n of the block: byte j has element k = g*group + 8o + j in its low
+ *                nibble and k + 4 in its high one (zero past cols). After all groups, fp16 scales
+ *                [ngroups][16] (scale of row n, group g at 16g + n), padded to 64 bytes. One
+ *                64-byte load is 16 rows x 8 elements: VPDPBUSD against four broadcast
+ *                activation bytes gives 16 output lanes at once, no horizontal sums.
  */
 #ifndef SHARDLM_KN_H
 #define SHARDLM_KN_H
@@ -28,7 +39,22 @@
     } while (0)
 _Noreturn void kn_assert_fail(const char *what, const char *file, int line);
 
-enum kn_dtype { KN_DT_F32 = 0, KN_DT_BF16 = 1, KN_DT_Q8 = 2, KN_DT_W4A16 = 3, KN_DT_W4A8 = 4 };
+enum kn_dtype {
+    KN_DT_F32 = 0,
+    KN_DT_BF16 = 1,
+    KN_DT_Q8 = 2,
+    KN_DT_W4A16 = 3,
+    KN_DT_W4A8 = 4,
+    KN_DT_W4A8_T = 5, /* device layout, see above */
+};
+#define KN_DT_COUNT 6
+
+/* Queries per attention call (one per SIMD lane), and the largest head the kernels take. */
+#define KN_ATT_TILE 16
+#define KN_MAX_HEAD_DIM 1024
+
+/* Rows per tile block of KN_DT_W4A8_T. */
+#define KN_TILE_ROWS 16
 
 enum kn_isa { KN_ISA_REF = 0, KN_ISA_AVX2 = 1, KN_ISA_AVX512 = 2, KN_ISA_AMX = 3 };
 
@@ -47,6 +73,19 @@ struct kn_mat {
 
 static inline int kn_ngroups(int cols, int group) { return (cols + group - 1) / group; }
 static inline size_t kn_w4_row_bytes(int cols) { return (size_t)(cols + 1) / 2; }
+static inline bool kn_is_w4(enum kn_dtype dt)
+{
+    return dt == KN_DT_W4A16 || dt == KN_DT_W4A8 || dt == KN_DT_W4A8_T;
+}
+/* KN_DT_W4A8_T: bytes of one block of 16 rows, and the offset of its scales in the block. */
+static inline size_t kn_tile_scales_offset(int cols, int group)
+{
+    return (size_t)kn_ngroups(cols, group) * (size_t)group * 8;
+}
+static inline size_t kn_tile_block_bytes(int cols, int group)
+{
+    return kn_tile_scales_offset(cols, group) + ((size_t)kn_ngroups(cols, group) * 32 + 63) / 64 * 64;
+}
 
 /* Bytes of the (padded) codes region, and of the whole matrix in the canonical layout. */
 size_t kn_codes_bytes(enum kn_dtype dt, int rows, int cols);
@@ -64,6 +103,14 @@ void kn_repack_rows(const struct kn_mat *src, int r0, int r1, void *dst);
  * kn_mat_bytes(rows, pad + c1 - c0). For W4 formats c0 - pad must be a multiple of the group, so
  * the slice's groups are the source's (the first and last may be partial: same scales). */
 void kn_repack_cols(const struct kn_mat *src, int c0, int c1, int pad, void *dst);
+/* The device layout of a W4A8 matrix: blocks [b0, b1) of 16 rows of the KN_DT_W4A8_T image at
+ * @dst (kn_mat_bytes(KN_DT_W4A8_T, ...) for the whole matrix) from the canonical @src, whose row
+ * 0 is the image's row 0. Block by block, so a loader can stream it. */
+void kn_repack_tiles(const struct kn_mat *src, int b0, int b1, void *dst);
+/* Element access in any W4 layout: the code (0..15) of row @r, column @k, and the fp16 scale of
+ * row @r, group @g. For references and tests, not for speed. */
+int kn_w4_code(const struct kn_mat *m, int r, int k);
+uint16_t kn_w4_scale(const struct kn_mat *m, int r, int g);
 
 /* One activation vector prepared for every weight format: x padded with zeros to a multiple of
  * @group, split into even/odd elements (to match the nibble order), per-group sums, and the int8
@@ -104,12 +151,15 @@ struct kn_ops {
     void (*silu_mul)(float *a, const float *b, int n);
     /* a[i] = gelu_tanh(a[i]) * b[i] */
     void (*gelu_mul)(float *a, const float *b, int n);
-    /* Causal GQA attention of one query token at position @pos over cached keys/values
-     * 0..pos. q (nheads, hd); k/v cache rows (pos+1, kv_stride) where head h reads KV head
-     * h / (nheads / nkv) at column offset (h / (nheads/nkv)) * hd; out (nheads, hd);
-     * scratch (pos+1) floats. */
-    void (*attention)(float *out, const float *q, const float *kc, const float *vc,
-                      int kv_stride, int pos, int nheads, int nkv, int hd, float *scratch);
+    /* Causal attention of a tile of queries that share one KV head: tokens i < nt at positions
+     * pos0 + i times query heads j < nh, nt * nh <= KN_ATT_TILE. Query (i, j) is the @hd floats
+     * at q + i * q_stride + j * hd, its output goes to out + i * out_stride + j * hd; key and
+     * value rows t = 0 .. pos0 + i are at kc / vc + t * kv_stride. Scores are scaled by
+     * 1 / sqrt(hd). @scratch holds pos0 + nt floats (the reference's scores; SIMD tables run an
+     * online softmax over blocks of keys and do not touch it). hd <= KN_MAX_HEAD_DIM. */
+    void (*attention)(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
+                      int nh, int pos0, const float *kc, const float *vc, size_t kv_stride, int hd,
+                      float *scratch);
 };
 
 extern const struct kn_ops kn_ops_ref;

@@ -12,6 +12,11 @@ void kn_mat_rows(const struct kn_mat *m, int r0, int r1, struct kn_mat *out)
     out->rows = r1 - r0;
     size_t r = (size_t)r0;
     switch (m->dtype) {
+    case KN_DT_W4A8_T: /* whole blocks only */
+        KN_ASSERT(r0 % KN_TILE_ROWS == 0);
+        out->codes = (const uint8_t *)m->codes +
+                     r / KN_TILE_ROWS * kn_tile_block_bytes(m->cols, m->group);
+        return;
     case KN_DT_F32:
     case KN_DT_BF16:
     case KN_DT_Q8:
@@ -44,6 +49,7 @@ static void parts(enum kn_dtype dt, int rows, int cols, int group, void *base, u
 
 void kn_repack_rows(const struct kn_mat *src, int r0, int r1, void *dst)
 {
+    KN_ASSERT(src->dtype != KN_DT_W4A8_T); /* device layouts are made from canonical slices */
     struct kn_mat s;
     kn_mat_rows(src, r0, r1, &s);
     uint8_t *codes, *scales, *zeros;
@@ -67,6 +73,8 @@ void kn_repack_rows(const struct kn_mat *src, int r0, int r1, void *dst)
         if (zeros)
             memcpy(zeros, s.zeros, (size_t)rows * ng);
         return;
+    case KN_DT_W4A8_T: /* asserted above */
+        return;
     }
 }
 
@@ -74,6 +82,7 @@ static int nibble(const uint8_t *row, int i) { return i % 2 ? row[i / 2] >> 4 : 
 
 void kn_repack_cols(const struct kn_mat *src, int c0, int c1, int pad, void *dst)
 {
+    KN_ASSERT(src->dtype != KN_DT_W4A8_T);
     KN_ASSERT(0 <= c0 && c0 <= c1 && c1 <= src->cols && pad >= 0);
     int rows = src->rows, cols = pad + c1 - c0, n = c1 - c0;
     uint8_t *codes, *scales, *zeros;
@@ -107,6 +116,34 @@ void kn_repack_cols(const struct kn_mat *src, int c0, int c1, int pad, void *dst
             dsc[(size_t)r * ng + k] = ssc[(size_t)r * ng_src + g0 + k];
             if (zeros)
                 zeros[(size_t)r * ng + k] = src->zeros[(size_t)r * ng_src + g0 + k];
+        }
+    }
+}
+
+void kn_repack_tiles(const struct kn_mat *src, int b0, int b1, void *dst)
+{
+    KN_ASSERT(src->dtype == KN_DT_W4A8 && src->group % 8 == 0);
+    int cols = src->cols, group = src->group, ng = kn_ngroups(cols, group);
+    int nblk = (src->rows + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
+    KN_ASSERT(0 <= b0 && b0 <= b1 && b1 <= nblk);
+    size_t bb = kn_tile_block_bytes(cols, group), rb = kn_w4_row_bytes(cols);
+    for (int b = b0; b < b1; b++) {
+        uint8_t *blk = (uint8_t *)dst + (size_t)b * bb;
+        uint16_t *sc = (uint16_t *)(blk + kn_tile_scales_offset(cols, group));
+        memset(blk, 0, bb);
+        for (int n = 0; n < KN_TILE_ROWS; n++) {
+            int r = b * KN_TILE_ROWS + n;
+            if (r >= src->rows)
+                break; /* padding rows: zero codes and scales */
+            const uint8_t *in = (const uint8_t *)src->codes + (size_t)r * rb;
+            for (int k = 0; k < cols; k++) {
+                int o = k / 8, j = k % 8; /* octets run on across groups: group % 8 == 0 */
+                blk[(size_t)o * 64 + (size_t)n * 4 + (size_t)(j % 4)] |=
+                    (uint8_t)(nibble(in, k) << (j < 4 ? 0 : 4));
+            }
+            for (int g = 0; g < ng; g++)
+                sc[(size_t)g * KN_TILE_ROWS + (size_t)n] =
+                    ((const uint16_t *)src->scales)[(size_t)r * (size_t)ng + (size_t)g];
         }
     }
 }

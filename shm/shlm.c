@@ -99,7 +99,7 @@ static void spec(struct shlm_tensor_spec *s, const char *name, enum kn_dtype dt,
     s->dtype = dt;
     s->rows = rows;
     s->cols = cols;
-    s->group = dt == KN_DT_W4A16 || dt == KN_DT_W4A8 ? group : 0;
+    s->group = kn_is_w4(dt) ? group : 0;
 }
 
 int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int group,
@@ -169,6 +169,11 @@ int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int g
 #undef LAYER
     }
     return n;
+}
+
+enum kn_dtype shlm_layout_dtype(enum kn_dtype dt, enum shlm_layout layout)
+{
+    return layout == SHLM_LAYOUT_TILES && dt == KN_DT_W4A8 ? KN_DT_W4A8_T : dt;
 }
 
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -312,6 +317,11 @@ static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
         return fail(err, errlen, -EINVAL, "%s: header fields scheme/group/head_bits (%s, %u, %u) "
                     "are not a valid combination", what, shlm_scheme_name(h->scheme), h->group,
                     h->head_bits);
+    if (h->layout > SHLM_LAYOUT_TILES || (!shard && h->layout != SHLM_LAYOUT_CANONICAL))
+        return fail(err, errlen, -EINVAL, "%s: header field layout is %u, expected 0%s", what,
+                    h->layout, shard ? " or 1" : " in a model file");
+    for (int i = 0; i < n; i++)
+        want[i].dtype = shlm_layout_dtype(want[i].dtype, (enum shlm_layout)h->layout);
     if ((uint32_t)n != h->n_tensors)
         return fail(err, errlen, -EINVAL, "%s: header field n_tensors is %u, the config needs %d",
                     what, h->n_tensors, n);
@@ -323,7 +333,7 @@ static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
         const struct shlm_tensor *t = &m->tensors[i];
         if (memchr(t->name, 0, SHLM_NAME_MAX) == NULL)
             return fail(err, errlen, -EINVAL, "%s: tensor %u: name is not terminated", what, i);
-        if (t->dtype > KN_DT_W4A8)
+        if (t->dtype >= KN_DT_COUNT)
             return fail(err, errlen, -EINVAL, "%s: tensor %s: unknown dtype %u", what, t->name,
                         t->dtype);
         if (t->offset % SHLM_ALIGN || t->offset < h->data_offset || t->offset > size ||

@@ -27,6 +27,8 @@ enum shlm_act { SHLM_ACT_SILU = 0, SHLM_ACT_GELU_TANH = 1 };
 enum shlm_scheme { SHLM_SCHEME_F32 = 0, SHLM_SCHEME_BF16 = 1, SHLM_SCHEME_W4A16 = 2, SHLM_SCHEME_W4A8 = 3 };
 enum shlm_tok_kind { SHLM_TOK_LLAMA2C = 1, SHLM_TOK_BLOB = 2 /* coord_tok_save() */ };
 enum shlm_rope_scaling { SHLM_ROPE_NONE = 0, SHLM_ROPE_LLAMA3 = 1 };
+/* How the W4A8 matrices of a weights segment are laid out (a file is always canonical). */
+enum shlm_layout { SHLM_LAYOUT_CANONICAL = 0, SHLM_LAYOUT_TILES = 1 /* KN_DT_W4A8_T */ };
 
 struct shlm_config {
     uint32_t arch; /* enum shlm_arch */
@@ -56,7 +58,8 @@ struct shlm_header {
     uint32_t tok_kind, bos_id, eos_id, reserved0;
     uint64_t data_offset;
     uint32_t shard_rank, shard_count; /* a file: 0, 0; a weights segment: rank r of n (plan.h) */
-    uint8_t reserved[312];
+    uint32_t layout;                  /* enum shlm_layout; a file: 0 */
+    uint8_t reserved[308];
     uint64_t checksum; /* shlm_hash of the header (this field zero) and the tensor table */
 };
 _Static_assert(sizeof(struct shlm_config) == 96, "shlm_config layout");
@@ -114,6 +117,8 @@ struct seg_plan;
 int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int group,
                           int head_bits, const struct seg_plan *plan,
                           struct shlm_tensor_spec *out, int max);
+/* The dtype a tensor of dtype @dt has in an image of @layout. */
+enum kn_dtype shlm_layout_dtype(enum kn_dtype dt, enum shlm_layout layout);
 /* Lays out a file or segment image: fills @h's layout fields (magic, version, offsets, sizes),
  * and @table from @specs (names, formats, shapes, offsets; checksums left 0). The caller sets
  * config, scheme, tokenizer fields, then the checksums and shlm_seal(). */

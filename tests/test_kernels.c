@@ -137,6 +137,8 @@ static void quantize(enum kn_dtype dt, const float *w, int rows, int cols, int g
     case KN_DT_W4A8:
         kn_quant_w4a8(w, rows, cols, group, out);
         break;
+    case KN_DT_W4A8_T: /* made by tile() from a W4A8 matrix */
+        fail();
     }
 }
 
@@ -294,6 +296,8 @@ static void wmat_first_rows(struct wmat *dst, const struct wmat *src, int n)
         if (s->dtype == KN_DT_W4A16)
             memcpy((void *)dst->m.zeros, s->zeros, rows * ng);
         break;
+    case KN_DT_W4A8_T:
+        fail();
     }
 }
 
@@ -496,14 +500,167 @@ static void test_guard_page(void **state)
     }
 }
 
+/* ---- the W4A8 tile layout (KN_DT_W4A8_T) ---- */
+
+/* The tiled image of canonical W4A8 @src in @buf (caller frees). */
+static void tile(const struct kn_mat *src, struct kn_mat *out, void **buf)
+{
+    size_t bytes = kn_mat_bytes(KN_DT_W4A8_T, src->rows, src->cols, src->group);
+    *buf = xmalloc(bytes);
+    memset(*buf, 0xa5, bytes); /* the repack must write every byte */
+    int nblk = (src->rows + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
+    /* in two calls, as a streaming loader would */
+    kn_repack_tiles(src, 0, nblk / 2, *buf);
+    kn_repack_tiles(src, nblk / 2, nblk, *buf);
+    kn_mat_view(out, KN_DT_W4A8_T, src->rows, src->cols, src->group, *buf);
+}
+
+/* Repacking keeps every code and scale; the tiled reference equals the canonical one exactly. */
+static void test_tiles_repack(void **state)
+{
+    (void)state;
+    static const struct {
+        int n, k, group;
+    } shapes[] = {{1, 32, 32}, {17, 172, 64}, {40, 300, 128}, {33, 100, 48}, {16, 520, 256}};
+    rng_seed(5);
+    for (size_t si = 0; si < ARRAY_SIZE(shapes); si++) {
+        int N = shapes[si].n, K = shapes[si].k, group = shapes[si].group;
+        struct wmat a;
+        struct kn_mat t;
+        void *buf;
+        wmat_init(&a, KN_DT_W4A8, N, K, group);
+        tile(&a.m, &t, &buf);
+        for (int n = 0; n < N; n++) {
+            for (int k = 0; k < K; k++)
+                assert_int_equal(kn_w4_code(&t, n, k), kn_w4_code(&a.m, n, k));
+            for (int g = 0; g < kn_ngroups(K, group); g++)
+                assert_int_equal(kn_w4_scale(&t, n, g), kn_w4_scale(&a.m, n, g));
+        }
+        /* padding rows and columns hold code 0 (their activations are 0 too) */
+        const uint8_t *b = buf;
+        size_t last = (size_t)(N - 1) / KN_TILE_ROWS * kn_tile_block_bytes(K, group);
+        for (size_t o = 0; o < kn_tile_scales_offset(K, group); o += 64)
+            for (int n = (N - 1) % KN_TILE_ROWS + 1; n < KN_TILE_ROWS; n++)
+                assert_int_equal(b[last + o + (size_t)n * 4], 0);
+        struct kn_act x;
+        act_init(&x, K, group, 1.0f);
+        float y[64], yref[64];
+        kn_gemv_ref(&a.m, &x, yref, 0, N);
+        kn_gemv_ref(&t, &x, y, 0, N);
+        assert_memory_equal(y, yref, (size_t)N * sizeof(float));
+        kn_act_free(&x);
+        free(buf);
+        wmat_free(&a);
+    }
+}
+
+/* Tiled GEMM against the canonical reference over ragged shapes and the token counts prefill
+ * chunks have, with output ranges that start and end inside a block. */
+static void test_tiles_gemm(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    static const struct {
+        int n, k, group;
+    } shapes[] = {{17, 172, 64}, {64, 256, 32}, {40, 300, 128}, {33, 100, 48}, {1, 520, 256}};
+    static const int ms[] = {1, 2, 3, 4, 5, 16, 17, 64, 512};
+    double worst = 0.0;
+    int cases = 0;
+    rng_seed(6);
+    for (size_t si = 0; si < ARRAY_SIZE(shapes); si++) {
+        int N = shapes[si].n, K = shapes[si].k, group = shapes[si].group, ldy = N + 3;
+        struct wmat a;
+        struct kn_mat t;
+        void *buf;
+        wmat_init(&a, KN_DT_W4A8, N, K, group);
+        tile(&a.m, &t, &buf);
+        for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++) {
+            int M = ms[mi];
+            if (M == 512 && N > 40) /* the reference is slow; one big-M shape is enough */
+                continue;
+            struct kn_act *x = xmalloc((size_t)M * sizeof(*x));
+            for (int i = 0; i < M; i++)
+                act_init(&x[i], K, group, 0.5f + (float)(i % 7));
+            float *y = xmalloc((size_t)M * (size_t)ldy * sizeof(float));
+            float *yref = xmalloc((size_t)M * (size_t)ldy * sizeof(float));
+            kn_gemm_ref(&a.m, x, M, yref, ldy, 0, N);
+            int r[4][2] = {{0, N}, {N > 16 ? 16 : 0, N}, {N / 2, N / 2 + 1}, {N / 5, N - N / 6}};
+            for (int p = 0; p < 4; p++) {
+                int n0 = r[p][0], n1 = r[p][1];
+                for (size_t i = 0; i < (size_t)M * (size_t)ldy; i++)
+                    y[i] = SENTINEL;
+                if (M == 1)
+                    ops->gemv(&t, x, y, n0, n1);
+                else
+                    ops->gemm(&t, x, M, y, ldy, n0, n1);
+                for (int i = 0; i < M; i++) {
+                    char what[96];
+                    snprintf(what, sizeof(what), "%s tiles M=%d (act %d) N=%d K=%d g=%d [%d,%d)",
+                             ops->name, M, i, N, K, group, n0, n1);
+                    const float *yi = y + (size_t)i * (size_t)ldy;
+                    worst = fmax(worst, check_rows(what, &a.m, &x[i], yi,
+                                                   yref + (size_t)i * (size_t)ldy, n0, n1,
+                                                   TOL_DOT));
+                    for (int n = N; n < ldy && M > 1; n++)
+                        assert_true(yi[n] == SENTINEL);
+                }
+                cases++;
+            }
+            free(y);
+            free(yref);
+            for (int i = 0; i < M; i++)
+                kn_act_free(&x[i]);
+            free(x);
+        }
+        free(buf);
+        wmat_free(&a);
+    }
+    print_message("[          ] %s tiles: %d cases, worst error/sum|terms| %.2g (tolerance %.1g)\n",
+                  ops->name, cases, worst, TOL_DOT);
+}
+
+/* The tiled image ends at a PROT_NONE page: no load past the last block. */
+static void test_tiles_guard(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    rng_seed(7);
+    int N = 20, K = 100, group = 32;
+    struct wmat a;
+    struct kn_mat t;
+    void *buf;
+    wmat_init(&a, KN_DT_W4A8, N, K, group);
+    tile(&a.m, &t, &buf);
+    struct guarded g;
+    struct kn_mat m = t;
+    m.codes = guarded_tail(&g, buf, kn_mat_bytes(KN_DT_W4A8_T, N, K, group), 64);
+    struct kn_act x[3];
+    float y[3][32], yref[3][32];
+    for (int i = 0; i < 3; i++)
+        act_init(&x[i], K, group, 1.0f);
+    kn_gemm_ref(&a.m, x, 3, &yref[0][0], 32, 0, N);
+    for (int i = 0; i < 3; i++)
+        for (int n = 0; n < 32; n++)
+            y[i][n] = SENTINEL;
+    ops->gemm(&m, x, 3, &y[0][0], 32, 0, N);
+    for (int i = 0; i < 3; i++)
+        check_rows("tiles guard", &a.m, &x[i], y[i], yref[i], 0, N, TOL_DOT);
+    for (int i = 0; i < 3; i++)
+        kn_act_free(&x[i]);
+    guarded_free(&g);
+    free(buf);
+    wmat_free(&a);
+}
+
 /* ---- small ops against the reference ---- */
 
 static double rel_err_vec(const float *a, const float *b, int n)
 {
     double mx = 0.0, err = 0.0;
     for (int i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (isnan(d))
+            return INFINITY;
         mx = fmax(mx, fabs((double)b[i]));
-        err = fmax(err, fabs((double)a[i] - b[i]));
+        err = fmax(err, d);
     }
     return err / (mx > 1e-30 ? mx : 1e-30);
 }
@@ -632,33 +789,56 @@ static void test_gelu_and_rope_freqs(void **state)
 static void test_attention(void **state)
 {
     const struct kn_ops *ops = table_or_skip(state);
-    enum { NH = 8, NKV = 4, HD = 8, MAXPOS = 40, STRIDE = NKV * HD + 4 };
-    static float kc[(MAXPOS + 1) * STRIDE], vc[(MAXPOS + 1) * STRIDE];
-    float q[NH * HD], out[NH * HD], oref[NH * HD], scratch[MAXPOS + 1];
+    static const int hds[] = {8, 64, 100, 128};
+    static const int tiles[][2] = {{1, 1}, {1, 4}, {4, 4}, {16, 1}, {3, 5}, {8, 2}, {2, 8}};
+    static const int pos0s[] = {0, 5, 15, 16, 40};
+    enum { MAXT = 40 + 16, HMAX = 128, QS = 16 * HMAX + 8 };
+    size_t kvs = 2 * HMAX + 4; /* two KV heads per row and a gap: we use the second */
+    float *kc = xmalloc(MAXT * kvs * sizeof(float)), *vc = xmalloc(MAXT * kvs * sizeof(float));
+    float *q = xmalloc(16 * QS * sizeof(float)), *out = xmalloc(16 * QS * sizeof(float));
+    float *oref = xmalloc(16 * QS * sizeof(float)), scratch[MAXT];
+    double worst = 0.0;
     rng_seed(7);
-    fill_normal(kc, ARRAY_SIZE(kc), 1.0f);
-    fill_normal(vc, ARRAY_SIZE(vc), 1.0f);
-    for (int pos = 0; pos <= MAXPOS; pos++) {
-        fill_normal(q, ARRAY_SIZE(q), 1.0f);
-        kn_attention_ref(oref, q, kc, vc, STRIDE, pos, NH, NKV, HD, scratch);
-        ops->attention(out, q, kc, vc, STRIDE, pos, NH, NKV, HD, scratch);
-        double e = rel_err_vec(out, oref, NH * HD);
-        if (!(e <= TOL_SMALL)) {
-            print_error("%s attention pos=%d: error %.3g\n", ops->name, pos, e);
-            fail();
-        }
-    }
-    /* GQA: heads 2h and 2h+1 share KV head h, so equal queries give equal outputs */
-    for (int h = 0; h < NH; h += 2)
-        memcpy(q + (h + 1) * HD, q + h * HD, HD * sizeof(float));
-    ops->attention(out, q, kc, vc, STRIDE, MAXPOS, NH, NKV, HD, scratch);
-    for (int h = 0; h < NH; h += 2)
-        assert_memory_equal(out + h * HD, out + (h + 1) * HD, HD * sizeof(float));
-    /* pos 0 attends to one token only: out = v[0] of the head's KV */
-    ops->attention(out, q, kc, vc, STRIDE, 0, NH, NKV, HD, scratch);
-    for (int h = 0; h < NH; h++)
-        for (int i = 0; i < HD; i++)
-            assert_float_equal(out[h * HD + i], vc[(h / 2) * HD + i], 1e-6);
+    for (size_t hi = 0; hi < ARRAY_SIZE(hds); hi++)
+        for (size_t ti = 0; ti < ARRAY_SIZE(tiles); ti++)
+            for (size_t pi = 0; pi < ARRAY_SIZE(pos0s); pi++) {
+                int hd = hds[hi], nt = tiles[ti][0], nh = tiles[ti][1], pos0 = pos0s[pi];
+                int T = pos0 + nt;
+                fill_normal(kc, MAXT * kvs, 1.0f);
+                fill_normal(vc, MAXT * kvs, 1.0f);
+                for (size_t r = (size_t)T; r < MAXT; r++) /* rows past the last query's */
+                    for (size_t c = 0; c < kvs; c++)
+                        kc[r * kvs + c] = vc[r * kvs + c] = NAN;
+                fill_normal(q, 16 * QS, 1.5f);
+                for (size_t i = 0; i < 16 * QS; i++)
+                    out[i] = oref[i] = SENTINEL;
+                kn_attention_ref(oref, QS, q, QS, nt, nh, pos0, kc + HMAX, vc + HMAX, kvs, hd,
+                                 scratch);
+                ops->attention(out, QS, q, QS, nt, nh, pos0, kc + HMAX, vc + HMAX, kvs, hd,
+                               scratch);
+                for (int i = 0; i < nt; i++) {
+                    double e = rel_err_vec(out + (size_t)i * QS, oref + (size_t)i * QS, nh * hd);
+                    worst = fmax(worst, e);
+                    if (!(e <= TOL_SMALL)) {
+                        print_error("%s attention hd=%d nt=%d nh=%d pos0=%d token %d: error "
+                                    "%.3g\n", ops->name, hd, nt, nh, pos0, i, e);
+                        fail();
+                    }
+                    assert_true(out[(size_t)i * QS + (size_t)(nh * hd)] == SENTINEL);
+                }
+            }
+    /* position 0 attends to one key: the output is its value row */
+    ops->attention(out, QS, q, QS, 1, 4, 0, kc, vc, kvs, 64, scratch);
+    for (int j = 0; j < 4; j++)
+        for (int d = 0; d < 64; d++)
+            assert_float_equal(out[j * 64 + d], vc[d], 1e-6);
+    print_message("[          ] %s attention: worst error %.2g (tolerance %.1g)\n", ops->name,
+                  worst, TOL_SMALL);
+    free(kc);
+    free(vc);
+    free(q);
+    free(out);
+    free(oref);
 }
 
 /* ---- quantizers and conversions (table-independent) ---- */
@@ -972,6 +1152,9 @@ int main(void)
         PER_TABLE(test_gemv, KN_ISA_REF, "gemv_ref"),
         PER_TABLE(test_gemm, KN_ISA_REF, "gemm_ref"),
         PER_TABLE(test_guard_page, KN_ISA_REF, "guard_page_ref"),
+        cmocka_unit_test(test_tiles_repack),
+        PER_TABLE(test_tiles_gemm, KN_ISA_REF, "tiles_gemm_ref"),
+        PER_TABLE(test_tiles_guard, KN_ISA_REF, "tiles_guard_ref"),
         PER_TABLE(test_rmsnorm, KN_ISA_REF, "rmsnorm_ref"),
         PER_TABLE(test_rope, KN_ISA_REF, "rope_ref"),
         PER_TABLE(test_softmax_silu, KN_ISA_REF, "softmax_silu_ref"),
@@ -980,6 +1163,8 @@ int main(void)
         PER_TABLE(test_gemv, KN_ISA_AVX512, "gemv_avx512"),
         PER_TABLE(test_gemm, KN_ISA_AVX512, "gemm_avx512"),
         PER_TABLE(test_guard_page, KN_ISA_AVX512, "guard_page_avx512"),
+        PER_TABLE(test_tiles_gemm, KN_ISA_AVX512, "tiles_gemm_avx512"),
+        PER_TABLE(test_tiles_guard, KN_ISA_AVX512, "tiles_guard_avx512"),
         PER_TABLE(test_rmsnorm, KN_ISA_AVX512, "rmsnorm_avx512"),
         PER_TABLE(test_rope, KN_ISA_AVX512, "rope_avx512"),
         PER_TABLE(test_softmax_silu, KN_ISA_AVX512, "softmax_silu_avx512"),

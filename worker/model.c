@@ -120,7 +120,9 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     m->att = calloc(M * (size_t)m->o_cols, sizeof(float)); /* pads stay zero */
     m->hb = calloc(M * (size_t)m->down_cols, sizeof(float));
     m->hb2 = malloc(M * (size_t)m->ffn * sizeof(float));
-    m->scores = malloc((size_t)c->seq_len * sizeof(float));
+    /* the reference attention's scores, one row per pool thread */
+    m->scores = malloc((size_t)c->seq_len * (size_t)(pool ? wrk_pool_size(pool) : 1) *
+                       sizeof(float));
     m->rope_freqs = malloc((size_t)hd / 2 * sizeof(float));
     if (m->rope_freqs)
         kn_rope_freqs(m->rope_freqs, hd, c->rope_theta,
@@ -197,6 +199,42 @@ static void gemm(const struct wrk_model *m, const struct kn_mat *w, const struct
         wrk_pool_run(m->pool, gemm_part, &j);
 }
 
+/* Attention of a chunk's tokens, split over the pool. A unit is one kernel call: a tile of up
+ * to KN_ATT_TILE queries, some tokens times the local query heads that read one KV head; units
+ * go round-robin to the threads (later tokens read more keys, so neighbours differ in cost). */
+struct att_job {
+    const struct wrk_model *m;
+    const float *kc, *vc;
+    int n, pos;
+};
+
+static void att_part(void *arg, int ti, int tn)
+{
+    const struct att_job *j = arg;
+    const struct wrk_model *m = j->m;
+    const struct seg_plan *p = &m->plan;
+    int hd = (int)m->cfg.head_dim, kv_mul = (int)(m->cfg.n_heads / m->cfg.n_kv_heads), u = 0;
+    float *scratch = m->scores + (size_t)ti * m->cfg.seq_len;
+    for (int kv = p->kv0; kv < p->kv1; kv++) {
+        /* our query heads [h0, h1) read KV head kv */
+        int h0 = kv * kv_mul > p->q0 ? kv * kv_mul : p->q0;
+        int h1 = (kv + 1) * kv_mul < p->q1 ? (kv + 1) * kv_mul : p->q1;
+        size_t koff = (size_t)(kv - p->kv0) * (size_t)hd;
+        for (int h = h0; h < h1; h += KN_ATT_TILE) {
+            int nh = h1 - h < KN_ATT_TILE ? h1 - h : KN_ATT_TILE, nt = KN_ATT_TILE / nh;
+            size_t qoff = (size_t)(h - p->q0) * (size_t)hd;
+            for (int t = 0; t < j->n; t += nt, u++) {
+                if (u % tn != ti)
+                    continue;
+                int mt = j->n - t < nt ? j->n - t : nt;
+                m->ops->attention(m->att + (size_t)t * m->o_cols + p->o_pad + qoff, m->o_cols,
+                                  m->q + (size_t)t * m->qd + qoff, m->qd, mt, nh, j->pos + t,
+                                  j->kc + koff, j->vc + koff, m->kvd, hd, scratch);
+            }
+        }
+    }
+}
+
 static int allreduce(struct wrk_model *m, float *buf, size_t n)
 {
     return m->ar ? seg_ar_allreduce(m->ar, buf, n) : 0;
@@ -209,7 +247,7 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
     const struct kn_ops *ops = m->ops;
     const struct shlm_config *c = &m->cfg;
     const struct seg_plan *p = &m->plan;
-    int dim = (int)c->dim, hd = (int)c->head_dim, kv_mul = (int)(c->n_heads / c->n_kv_heads);
+    int dim = (int)c->dim, hd = (int)c->head_dim;
     int nq = p->q1 - p->q0, nkv = p->kv1 - p->kv0, qd = m->qd, kvd = m->kvd, ffn = m->ffn;
     int rc;
 
@@ -245,15 +283,11 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
             memcpy(vc + (size_t)(pos + i) * kvd, m->v + (size_t)i * kvd,
                    (size_t)kvd * sizeof(float));
         }
-        /* head by head: our query head q0 + h reads KV head (q0 + h) / kv_mul, which we hold
-         * at local index (q0 + h) / kv_mul - kv0 */
-        for (int i = 0; i < n; i++)
-            for (int h = 0; h < nq; h++) {
-                int kvl = (p->q0 + h) / kv_mul - p->kv0;
-                ops->attention(m->att + (size_t)i * m->o_cols + p->o_pad + (size_t)h * hd,
-                               m->q + (size_t)i * qd + (size_t)h * hd, kc + (size_t)kvl * hd,
-                               vc + (size_t)kvl * hd, kvd, pos + i, 1, 1, hd, m->scores);
-            }
+        struct att_job aj = {m, kc, vc, n, pos};
+        if (m->pool)
+            wrk_pool_run(m->pool, att_part, &aj);
+        else
+            att_part(&aj, 0, 1);
         if (L->head_gate) /* a (heads x dim) projection: one plain loop, no fan-out */
             for (int i = 0; i < n; i++)
                 for (int h = 0; h < nq; h++) {

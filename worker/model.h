@@ -37,7 +37,7 @@ struct wrk_model {
     float *att;       /* (M, o_cols): o_pad zeros, then the attention output of our heads */
     float *hb;        /* (M, down_cols): down_pad zeros, then silu(gate) * up of our units */
     float *hb2;       /* (M, ffn) up */
-    float *scores;    /* (seq_len) */
+    float *scores;    /* (pool threads, seq_len): the reference attention's scratch */
     float *rope_freqs; /* (head_dim / 2) */
     struct kn_act *a_dim, *a_o, *a_down; /* (M) prepared inputs of q/k/v/gate/up, O, down */
 };

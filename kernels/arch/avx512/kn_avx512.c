@@ -16,6 +16,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 /* Software prefetch distance for weight rows, in bytes. The hardware prefetcher of the VMs we
  * measure on does not keep a streaming GEMV fed: W4A8 over 134 MB went from 5.6 to 26 GB/s (one
@@ -229,6 +230,127 @@ static void mm_w4a8(const struct kn_mat *w, const struct kn_act *x, int m, float
     }
 }
 
+/* ---- W4A8 tiles (KN_DT_W4A8_T): register-blocked GEMM ----
+ *
+ * A micro tile is TM tokens x TN blocks of 16 rows. For each group: int32 accumulators start at
+ * -8 * qgsum (the zero point of the codes), every 64-byte octet load gives 16 rows x 8 elements,
+ * split into low and high nibbles and fed to VPDPBUSD against the token's four activation bytes
+ * k..k+3 and k+4..k+7 broadcast to all lanes; at the end of the group the lanes are converted
+ * and scaled by the 16 rows' fp16 scales into float accumulators. With TM = 4, TN = 2: 8 int32 +
+ * 8 float accumulators, 4 nibble registers; every weight load feeds 8 VPDPBUSD. */
+#define TM 4
+#define TN 2
+
+static inline __attribute__((always_inline)) int32_t load_i32(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* Tokens x[0..mt) against blocks blk, blk + bb, .. (nt of them) whose first row is @row0; stores
+ * rows [n0, n1) of the tile into y (mt, ldy). */
+static inline __attribute__((always_inline)) void
+w4a8t_tile(const uint8_t *blk, size_t bb, const struct kn_act *x, int mt, int nt, int cols,
+           int group, float *y, size_t ldy, int row0, int n0, int n1)
+{
+    const __m512i lo4 = _mm512_set1_epi8(15);
+    const int ng = kn_ngroups(cols, group), no = group / 8;
+    const size_t so = kn_tile_scales_offset(cols, group);
+    __m512 f[TM][TN];
+#pragma GCC unroll 4
+    for (int i = 0; i < mt; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < nt; j++)
+            f[i][j] = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        __m512i s[TM][TN];
+#pragma GCC unroll 4
+        for (int i = 0; i < mt; i++) {
+            __m512i c = _mm512_set1_epi32(-8 * x[i].qgsum[g]);
+#pragma GCC unroll 2
+            for (int j = 0; j < nt; j++)
+                s[i][j] = c;
+        }
+        const uint8_t *w = blk + (size_t)g * (size_t)group * 8;
+        const int8_t *q[TM];
+#pragma GCC unroll 4
+        for (int i = 0; i < mt; i++)
+            q[i] = x[i].q + (size_t)g * (size_t)group;
+        for (int o = 0; o < no; o++) {
+            __m512i lo[TN], hi[TN];
+#pragma GCC unroll 2
+            for (int j = 0; j < nt; j++) {
+                const uint8_t *p = w + (size_t)j * bb + (size_t)o * 64;
+                _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+                __m512i v = _mm512_loadu_si512(p);
+                lo[j] = _mm512_and_si512(v, lo4);
+                hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < mt; i++) {
+                __m512i a0 = _mm512_set1_epi32(load_i32(q[i] + 8 * o));
+                __m512i a1 = _mm512_set1_epi32(load_i32(q[i] + 8 * o + 4));
+#pragma GCC unroll 2
+                for (int j = 0; j < nt; j++) {
+                    s[i][j] = _mm512_dpbusd_epi32(s[i][j], lo[j], a0);
+                    s[i][j] = _mm512_dpbusd_epi32(s[i][j], hi[j], a1);
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < nt; j++) {
+            const void *sp = blk + (size_t)j * bb + so + (size_t)g * 32;
+            __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(sp));
+#pragma GCC unroll 4
+            for (int i = 0; i < mt; i++)
+                f[i][j] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s[i][j]), f[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < mt; i++) {
+        __m512 qs = _mm512_set1_ps(x[i].qscale);
+#pragma GCC unroll 2
+        for (int j = 0; j < nt; j++) {
+            int r = row0 + 16 * j, a = n0 - r > 0 ? n0 - r : 0;
+            __mmask16 m = (__mmask16)(mask16(n1 - r) & ~mask16(a));
+            _mm512_mask_storeu_ps(y + (size_t)i * ldy + (size_t)r, m, _mm512_mul_ps(f[i][j], qs));
+        }
+    }
+}
+
+#define W4A8T_TILE(MT, NT)                                                                         \
+    case (MT - 1) * TN + NT - 1:                                                                   \
+        w4a8t_tile(blk, bb, xi, MT, NT, w->cols, w->group, yi, ldy, row0, n0, n1);                 \
+        break
+
+static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                     int n0, int n1)
+{
+    KN_ASSERT(w->group % 8 == 0);
+    size_t bb = kn_tile_block_bytes(w->cols, w->group);
+    int b1 = (n1 + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
+    for (int b = n0 / KN_TILE_ROWS; b < b1; b += TN) {
+        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
+        int nt = b1 - b < TN ? b1 - b : TN, row0 = b * KN_TILE_ROWS;
+        for (int i = 0; i < m; i += TM) {
+            int mt = m - i < TM ? m - i : TM;
+            float *yi = y + (size_t)i * ldy;
+            const struct kn_act *xi = x + i;
+            switch ((mt - 1) * TN + nt - 1) {
+                W4A8T_TILE(1, 1);
+                W4A8T_TILE(1, 2);
+                W4A8T_TILE(2, 1);
+                W4A8T_TILE(2, 2);
+                W4A8T_TILE(3, 1);
+                W4A8T_TILE(3, 2);
+                W4A8T_TILE(4, 1);
+                W4A8T_TILE(4, 2);
+            }
+        }
+    }
+}
+
 /* Checks the activations against @w (a broken invariant aborts), then runs the block. */
 static void mm_dispatch(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                         int n0, int n1)
@@ -236,7 +358,7 @@ static void mm_dispatch(const struct kn_mat *w, const struct kn_act *x, int m, f
     KN_ASSERT(n0 >= 0 && n0 <= n1 && n1 <= w->rows);
     for (int i = 0; i < m; i++) {
         KN_ASSERT(x[i].k == w->cols);
-        if (w->dtype == KN_DT_W4A16 || w->dtype == KN_DT_W4A8)
+        if (kn_is_w4(w->dtype))
             KN_ASSERT(x[i].group == w->group);
     }
     switch (w->dtype) {
@@ -254,6 +376,9 @@ static void mm_dispatch(const struct kn_mat *w, const struct kn_act *x, int m, f
         return;
     case KN_DT_W4A8:
         mm_w4a8(w, x, m, y, ldy, n0, n1);
+        return;
+    case KN_DT_W4A8_T:
+        mm_w4a8t(w, x, m, y, ldy, n0, n1);
         return;
     }
     KN_ASSERT(!"unknown weight dtype");
@@ -289,7 +414,138 @@ static void kn_rmsnorm_avx512(float *o, const float *x, const float *w, int n, f
     }
 }
 
-/* rope, softmax, silu_mul, gelu_mul and attention are the reference ones: they need exp/sin/cos with the
+/* ---- attention: 16 queries in the lanes, online softmax over blocks of 16 keys ---- */
+
+/* e^x for x <= 0: x = n ln2 + r (Cody-Waite), e^r by its Taylor polynomial to r^6 (|r| <= ln2/2:
+ * relative error below 2e-7), times 2^n. Arguments below -87 give e^-87 (callers mask those). */
+static inline __m512 exp_neg(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* The running state of 16 queries: qt[d][l] is element d of lane l's query (scaled by
+ * 1/sqrt(hd)), ot[d][l] its unnormalised output; m the running max and sum the running
+ * denominator per lane; lpos the lane's position (-1: unused lane). */
+struct att_state {
+    _Alignas(64) float qt[KN_MAX_HEAD_DIM][KN_ATT_TILE];
+    _Alignas(64) float ot[KN_MAX_HEAD_DIM][KN_ATT_TILE];
+    __m512 m, sum;
+    __m512i lpos;
+};
+
+/* Keys t0 .. t0 + 15, rows k / v + u * stride (u < 16, all readable). */
+static inline void att_block(struct att_state *st, const float *k, const float *v, size_t stride,
+                             int t0, int hd)
+{
+    __m512 s[16];
+    __mmask16 valid[16];
+#pragma GCC unroll 16
+    for (int u = 0; u < 16; u++)
+        s[u] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m512 qd = _mm512_load_ps(st->qt[d]);
+#pragma GCC unroll 16
+        for (int u = 0; u < 16; u++)
+            s[u] = _mm512_fmadd_ps(qd, _mm512_set1_ps(k[(size_t)u * stride + (size_t)d]), s[u]);
+    }
+    __m512 mb = st->m;
+#pragma GCC unroll 16
+    for (int u = 0; u < 16; u++) {
+        valid[u] = _mm512_cmp_epi32_mask(_mm512_set1_epi32(t0 + u), st->lpos, _MM_CMPINT_LE);
+        mb = _mm512_mask_max_ps(mb, valid[u], mb, s[u]);
+    }
+    __m512 corr = exp_neg(_mm512_sub_ps(st->m, mb)), sum = _mm512_mul_ps(st->sum, corr);
+#pragma GCC unroll 16
+    for (int u = 0; u < 16; u++) {
+        s[u] = _mm512_maskz_mov_ps(valid[u], exp_neg(_mm512_sub_ps(s[u], mb)));
+        sum = _mm512_add_ps(sum, s[u]);
+    }
+    st->m = mb;
+    st->sum = sum;
+    int d = 0;
+    for (; d + 8 <= hd; d += 8) {
+        __m512 acc[8];
+#pragma GCC unroll 8
+        for (int e = 0; e < 8; e++)
+            acc[e] = _mm512_mul_ps(_mm512_load_ps(st->ot[d + e]), corr);
+#pragma GCC unroll 16
+        for (int u = 0; u < 16; u++) {
+            const float *vr = v + (size_t)u * stride + (size_t)d;
+#pragma GCC unroll 8
+            for (int e = 0; e < 8; e++)
+                acc[e] = _mm512_fmadd_ps(s[u], _mm512_set1_ps(vr[e]), acc[e]);
+        }
+#pragma GCC unroll 8
+        for (int e = 0; e < 8; e++)
+            _mm512_store_ps(st->ot[d + e], acc[e]);
+    }
+    for (; d < hd; d++) {
+        __m512 acc = _mm512_mul_ps(_mm512_load_ps(st->ot[d]), corr);
+        for (int u = 0; u < 16; u++)
+            acc = _mm512_fmadd_ps(s[u], _mm512_set1_ps(v[(size_t)u * stride + (size_t)d]), acc);
+        _mm512_store_ps(st->ot[d], acc);
+    }
+}
+
+/* As kn_attention_ref up to rounding: the queries of the tile sit in the 16 lanes, so scores of
+ * one key for all of them are 16-lane FMAs over the key's elements, and the softmax runs online
+ * (flash-style): per block of 16 keys, the new running max rescales the partial outputs once. */
+static void kn_attention_avx512(float *out, size_t out_stride, const float *q, size_t q_stride,
+                                int nt, int nh, int pos0, const float *kc, const float *vc,
+                                size_t kv_stride, int hd, float *scratch)
+{
+    KN_ASSERT(nt >= 1 && nh >= 1 && nt * nh <= KN_ATT_TILE && pos0 >= 0 && hd >= 1 &&
+              hd <= KN_MAX_HEAD_DIM);
+    (void)scratch;
+    static _Thread_local struct att_state st; /* 128 KiB: off the stack */
+    static _Thread_local _Alignas(64) float tail[2][16 * KN_MAX_HEAD_DIM];
+    int nl = nt * nh, T = pos0 + nt;
+    float scale = 1.0f / sqrtf((float)hd);
+    int32_t lpos[KN_ATT_TILE];
+    for (int l = 0; l < KN_ATT_TILE; l++)
+        lpos[l] = l < nl ? pos0 + l / nh : -1;
+    for (int d = 0; d < hd; d++) {
+        for (int l = 0; l < KN_ATT_TILE; l++)
+            st.qt[d][l] = l < nl ? q[(size_t)(l / nh) * q_stride + (size_t)(l % nh * hd + d)] * scale
+                                 : 0.0f;
+        _mm512_store_ps(st.ot[d], _mm512_setzero_ps());
+    }
+    st.lpos = _mm512_loadu_si512(lpos);
+    st.m = _mm512_set1_ps(-3.0e38f);
+    st.sum = _mm512_setzero_ps();
+    int t0 = 0;
+    for (; t0 + 16 <= T; t0 += 16)
+        att_block(&st, kc + (size_t)t0 * kv_stride, vc + (size_t)t0 * kv_stride, kv_stride, t0, hd);
+    if (t0 < T) { /* the last keys, copied into 16 rows (zeros after T: masked off) */
+        memset(tail, 0, sizeof(float) * 2 * 16 * (size_t)hd);
+        for (int t = t0; t < T; t++) {
+            memcpy(tail[0] + (size_t)(t - t0) * hd, kc + (size_t)t * kv_stride, (size_t)hd * 4);
+            memcpy(tail[1] + (size_t)(t - t0) * hd, vc + (size_t)t * kv_stride, (size_t)hd * 4);
+        }
+        att_block(&st, tail[0], tail[1], (size_t)hd, t0, hd);
+    }
+    float inv[KN_ATT_TILE];
+    _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), st.sum));
+    for (int l = 0; l < nl; l++) {
+        float *o = out + (size_t)(l / nh) * out_stride + (size_t)(l % nh * hd);
+        for (int d = 0; d < hd; d++)
+            o[d] = st.ot[d][l] * inv[l];
+    }
+}
+
+/* rope, softmax, silu_mul and gelu_mul are the reference ones: they need exp/sin/cos with the
  * reference's accuracy and are a small part of a token's time next to the matrix products. */
 const struct kn_ops kn_ops_avx512 = {
     .name = "avx512",
@@ -301,5 +557,5 @@ const struct kn_ops kn_ops_avx512 = {
     .softmax = kn_softmax_ref,
     .silu_mul = kn_silu_mul_ref,
     .gelu_mul = kn_gelu_mul_ref,
-    .attention = kn_attention_ref,
+    .attention = kn_attention_avx512,
 };

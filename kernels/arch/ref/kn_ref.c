@@ -90,6 +90,24 @@ void kn_gemv_w4a8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, 
     }
 }
 
+/* The same sums over the tiled layout, element by element through kn_w4_code(): the tiled
+ * kernels are tested against this and it against kn_gemv_w4a8_ref (bit for bit). */
+void kn_gemv_w4a8t_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    int ng = kn_ngroups(w->cols, w->group);
+    for (int n = n0; n < n1; n++) {
+        float acc = 0.0f;
+        for (int g = 0; g < ng; g++) {
+            int k0 = g * w->group, k1 = k0 + w->group < w->cols ? k0 + w->group : w->cols;
+            int32_t s = 0;
+            for (int k = k0; k < k1; k++)
+                s += kn_w4_code(w, n, k) * x->q[k];
+            acc += kn_f16_to_f32(kn_w4_scale(w, n, g)) * (float)(s - 8 * x->qgsum[g]);
+        }
+        y[n] = acc * x->qscale;
+    }
+}
+
 void kn_gemv_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
 {
     KN_ASSERT(x->k == w->cols);
@@ -110,6 +128,10 @@ void kn_gemv_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n
     case KN_DT_W4A8:
         KN_ASSERT(x->group == w->group);
         kn_gemv_w4a8_ref(w, x, y, n0, n1);
+        return;
+    case KN_DT_W4A8_T:
+        KN_ASSERT(x->group == w->group);
+        kn_gemv_w4a8t_ref(w, x, y, n0, n1);
         return;
     }
 }
@@ -174,26 +196,28 @@ void kn_gelu_mul_ref(float *a, const float *b, int n)
     }
 }
 
-void kn_attention_ref(float *out, const float *q, const float *kc, const float *vc, int kv_stride,
-                      int pos, int nheads, int nkv, int hd, float *scratch)
+void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
+                      int nh, int pos0, const float *kc, const float *vc, size_t kv_stride, int hd,
+                      float *scratch)
 {
-    int per_kv = nheads / nkv;
+    KN_ASSERT(nt >= 1 && nh >= 1 && nt * nh <= KN_ATT_TILE && pos0 >= 0 && hd <= KN_MAX_HEAD_DIM);
     float div = sqrtf((float)hd);
-    for (int h = 0; h < nheads; h++) {
-        const float *qh = q + (size_t)h * (size_t)hd;
-        size_t off = (size_t)(h / per_kv) * (size_t)hd;
-        for (int t = 0; t <= pos; t++)
-            scratch[t] = dot_f32(qh, kc + (size_t)t * (size_t)kv_stride + off, hd) / div;
-        kn_softmax_ref(scratch, pos + 1);
-        float *oh = out + (size_t)h * (size_t)hd;
-        for (int i = 0; i < hd; i++)
-            oh[i] = 0.0f;
-        for (int t = 0; t <= pos; t++) {
-            const float *vt = vc + (size_t)t * (size_t)kv_stride + off;
-            for (int i = 0; i < hd; i++)
-                oh[i] += scratch[t] * vt[i];
+    for (int i = 0; i < nt; i++)
+        for (int j = 0; j < nh; j++) {
+            const float *qh = q + (size_t)i * q_stride + (size_t)j * (size_t)hd;
+            float *oh = out + (size_t)i * out_stride + (size_t)j * (size_t)hd;
+            int pos = pos0 + i;
+            for (int t = 0; t <= pos; t++)
+                scratch[t] = dot_f32(qh, kc + (size_t)t * kv_stride, hd) / div;
+            kn_softmax_ref(scratch, pos + 1);
+            for (int d = 0; d < hd; d++)
+                oh[d] = 0.0f;
+            for (int t = 0; t <= pos; t++) {
+                const float *vt = vc + (size_t)t * kv_stride;
+                for (int d = 0; d < hd; d++)
+                    oh[d] += scratch[t] * vt[d];
+            }
         }
-    }
 }
 
 const struct kn_ops kn_ops_ref = {

@@ -9,6 +9,7 @@ void kn_gemv_bf16_ref(const struct kn_mat *w, const struct kn_act *x, float *y, 
 void kn_gemv_q8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 void kn_gemv_w4a16_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 void kn_gemv_w4a8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
+void kn_gemv_w4a8t_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 /* Dispatches on w->dtype. */
 void kn_gemv_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 void kn_gemm_ref(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy, int n0,
@@ -18,7 +19,8 @@ void kn_rope_ref(float *v, int nheads, int head_dim, int pos, const float *inv_f
 void kn_softmax_ref(float *x, int n);
 void kn_silu_mul_ref(float *a, const float *b, int n);
 void kn_gelu_mul_ref(float *a, const float *b, int n);
-void kn_attention_ref(float *out, const float *q, const float *kc, const float *vc, int kv_stride,
-                      int pos, int nheads, int nkv, int hd, float *scratch);
+void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
+                      int nh, int pos0, const float *kc, const float *vc, size_t kv_stride, int hd,
+                      float *scratch);
 
 #endif
