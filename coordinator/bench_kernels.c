@@ -216,13 +216,9 @@ int coord_bench_kernels(int argc, char **argv)
     for (int i = 0; i < n_all; i++)
         if (isa ? strcmp(all[i]->name, isa) == 0 : all[i]->isa != KN_ISA_REF)
             run[n_run++] = all[i];
-    if (isa && !n_run) {
-        char have[128] = "";
-        for (int i = 0; i < n_all; i++)
-            snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%s", i ? ", " : "",
-                     all[i]->name);
-        fprintf(stderr, "shardlm bench kernels: --isa %s: this machine runs only %s\n", isa,
-                have);
+    char err[256];
+    if (isa && !kn_ops_find(isa, err, sizeof(err))) {
+        fprintf(stderr, "shardlm bench kernels: --isa %s: %s\n", isa, err);
         return 1;
     }
     if (!n_run)

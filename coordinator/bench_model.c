@@ -294,6 +294,16 @@ int coord_bench_model(int argc, char **argv)
         return coord_usage_error("bench", usage_bench_model, "-m MODEL is required%s", "");
     if (!o.n_threads)
         o.threads[o.n_threads++] = 0; /* every CPU of the worker */
+    cpu_set_t allowed;
+    int n_cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
+    for (int i = 0; i < o.n_threads; i++)
+        if (n_cpus > 0 && o.threads[i] * o.workers > n_cpus) {
+            char what[96];
+            snprintf(what, sizeof(what), "%ld threads x %d workers: more than the %d CPUs",
+                     o.threads[i], o.workers, n_cpus);
+            return coord_usage_error("bench", usage_bench_model,
+                                     "-t %s this process may use", what);
+        }
     coord_signals_install();
     if (!o.json) {
         printf("| %-28s | %10s | %7s | %-6s | %7s | %10s | %16s |\n", "model", "size", "params",

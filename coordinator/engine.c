@@ -526,6 +526,25 @@ static int handshake(struct coord_engine *g, struct coord_err *e)
     return 0;
 }
 
+/* One line on stderr: the weight format the workers run, in which layout, on which kernels,
+ * and the CPU features that chose them. */
+static void print_weight_path(const struct coord_engine *g)
+{
+    const struct shlm_header *h = g->img.hdr;
+    struct kn_cpu cpu;
+    char feat[128], scheme[64];
+    kn_cpu_probe(&cpu);
+    kn_cpu_describe(&cpu, feat, sizeof(feat));
+    if (h->scheme >= SHLM_SCHEME_W4A16)
+        snprintf(scheme, sizeof(scheme), "%s g%u%s, head %s", shlm_scheme_name(h->scheme),
+                 h->group, h->scheme == SHLM_SCHEME_W4A8 ? " in VNNI tiles" : "",
+                 h->head_bits == 8 ? "int8" : "int4");
+    else
+        snprintf(scheme, sizeof(scheme), "%s", shlm_scheme_name(h->scheme));
+    fprintf(stderr, "shardlm: weights %s; kernels %s (cpu: %s)\n", scheme, g->ranks[0].isa,
+            feat);
+}
+
 int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o,
                        struct coord_err *e)
 {
@@ -537,6 +556,10 @@ int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o
                           rc == -EPERM ? "not a private directory owned by this user"
                                        : strerror(-rc));
     seg_clean_stale(g->rundir);
+    const char *isa = getenv("SHARDLM_ISA");
+    char err[256];
+    if (isa && *isa && !kn_ops_find(isa, err, sizeof(err)))
+        return coord_fail(e, -ENOTSUP, "SHARDLM_ISA=%s: %s", isa, err);
     if ((rc = coord_layout_make(&g->layout, &o->layout, e)))
         return rc;
     if ((rc = open_model(g, o->model_path, e)))
@@ -560,6 +583,7 @@ int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o
             goto out_fail;
     if ((rc = handshake(g, e)))
         goto out_fail;
+    print_weight_path(g);
     return 0;
 out_fail:
     coord_engine_stop(g);

@@ -40,8 +40,9 @@ static const char usage_main[] =
     "`shardlm <command> --help` describes each command's options.\n";
 
 static const char usage_convert[] =
-    "usage: shardlm convert INPUT [--tokenizer TOKENIZER.bin] --scheme f32|bf16|w4a16|w4a8\n"
-    "                       [--group N] [--head-bits 8|4] [--ctx N] -o OUT.shlm\n"
+    "usage: shardlm convert INPUT [--tokenizer TOKENIZER.bin] [--scheme f32|bf16|w4a16|w4a8]\n"
+    "                       [--priority speed|fidelity] [--group N] [--head-bits 8|4]\n"
+    "                       [--ctx N] -o OUT.shlm\n"
     "\n"
     "Reads a model and writes a .shlm file. INPUT is a GGUF file (llama, qwen2, gemma; tensors\n"
     "F32/F16/BF16/Q8_0/Q4_0, dequantized then quantized to the scheme), a Hugging Face\n"
@@ -50,6 +51,10 @@ static const char usage_convert[] =
     "  --scheme S      f32 and bf16: every tensor in that type. w4a16: asymmetric int4 with a\n"
     "                  scale and zero point per group, f32 activations. w4a8: symmetric int4\n"
     "                  (zero point 8) with a searched per-group scale, int8 per-token activations.\n"
+    "                  Without --scheme a CPU probe picks the weight path and says so: w4a8 where\n"
+    "                  the CPU has AMX (int8 tiles), else w4a16.\n"
+    "  --priority P    with no --scheme: speed (default) follows the probe; fidelity always\n"
+    "                  picks w4a16 (lower KL divergence, f32 activations)\n"
     "  --group N       int4 group size, 32/64/128/256 (default: 64 for w4a16, 128 for w4a8)\n"
     "  --head-bits B   embedding and LM head of the int4 schemes: 8 = int8 per row (default),\n"
     "                  4 = the scheme's int4\n"
@@ -148,15 +153,23 @@ static int cmd_convert(int argc, char **argv)
                                          {"group", required_argument, 0, 'g'},
                                          {"head-bits", required_argument, 0, 'b'},
                                          {"ctx", required_argument, 0, 'x'},
+                                         {"priority", required_argument, 0, 'P'},
                                          {"quiet", no_argument, 0, 'q'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
     long v;
+    bool fidelity = false;
     while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
         switch (c) {
         case 't':
             o.tokenizer = optarg;
+            break;
+        case 'P':
+            if (strcmp(optarg, "speed") && strcmp(optarg, "fidelity"))
+                return coord_usage_error("convert", usage_convert,
+                                         "--priority '%s': expected speed or fidelity", optarg);
+            fidelity = strcmp(optarg, "fidelity") == 0;
             break;
         case 's':
             if (shlm_scheme_parse(optarg, &o.scheme))
@@ -198,8 +211,19 @@ static int cmd_convert(int argc, char **argv)
     if (optind != argc - 1)
         return coord_usage_error("convert", usage_convert, "expected one INPUT%s", "");
     o.checkpoint = argv[optind];
-    if (!o.out || (int)o.scheme < 0)
-        return coord_usage_error("convert", usage_convert, "--scheme and -o are required%s", "");
+    if (!o.out)
+        return coord_usage_error("convert", usage_convert, "-o is required%s", "");
+    if ((int)o.scheme < 0) { /* the weight path probe */
+        struct kn_cpu cpu;
+        char feat[128];
+        kn_cpu_probe(&cpu);
+        kn_cpu_describe(&cpu, feat, sizeof(feat));
+        o.scheme = cpu.amx && !fidelity ? SHLM_SCHEME_W4A8 : SHLM_SCHEME_W4A16;
+        fprintf(stderr, "shardlm convert: scheme %s (%s; cpu: %s; --scheme overrides)\n",
+                shlm_scheme_name(o.scheme),
+                fidelity ? "--priority fidelity" : cpu.amx ? "AMX: int8 tiles" : "no AMX",
+                feat);
+    }
     if (o.group && o.scheme != SHLM_SCHEME_W4A16 && o.scheme != SHLM_SCHEME_W4A8)
         return coord_usage_error("convert", usage_convert, "--group applies to w4a16 and w4a8 only%s", "");
     struct coord_err e;

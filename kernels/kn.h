@@ -170,9 +170,15 @@ struct kn_cpu {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, amx;
 };
 void kn_cpu_probe(struct kn_cpu *c);
-/* The fastest table this machine runs. SHARDLM_ISA=ref|avx512 forces one (an unsupported
- * choice falls back to ref). Never NULL. */
+/* The fastest table this machine runs. SHARDLM_ISA=ref|avx2|avx512|amx forces one (one this
+ * machine cannot run falls back to ref with a line on stderr; the coordinator refuses it
+ * first). Never NULL. */
 const struct kn_ops *kn_ops_select(void);
+/* The table called @name if this machine runs it; else NULL and a line in @err that says what
+ * it needs and which tables run here. */
+const struct kn_ops *kn_ops_find(const char *name, char *err, size_t errlen);
+/* "avx2 avx512 avx512-vnni avx512-bf16, no amx": the features that decide the kernels. */
+void kn_cpu_describe(const struct kn_cpu *c, char *buf, size_t len);
 /* Every table this machine can run, ref first; returns how many (at most @max). */
 int kn_ops_available(const struct kn_ops **out, int max);
 

@@ -69,17 +69,53 @@ int kn_ops_available(const struct kn_ops **out, int max)
     return n;
 }
 
+static const char *const isa_names[] = {"ref", "avx2", "avx512", "amx"};
+static const char *const isa_needs[] = {
+    "", "AVX2 and FMA", "AVX-512 F/BW/VL/VNNI/BF16 with OS support (XCR0)",
+    "AMX-TILE and AMX-INT8 with OS support (XCR0 and ARCH_REQ_XCOMP_PERM)"};
+
+const struct kn_ops *kn_ops_find(const char *name, char *err, size_t errlen)
+{
+    const struct kn_ops *all[8];
+    int n = kn_ops_available(all, 8);
+    for (int i = 0; i < n; i++)
+        if (strcmp(all[i]->name, name) == 0)
+            return all[i];
+    char have[64] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%s", i ? ", " : "",
+                 all[i]->name);
+    for (int i = 0; i < (int)(sizeof(isa_names) / sizeof(isa_names[0])); i++)
+        if (strcmp(isa_names[i], name) == 0) {
+            snprintf(err, errlen, "kernel table %s cannot run here: it needs %s (this machine "
+                     "runs %s)", name, isa_needs[i], have);
+            return NULL;
+        }
+    snprintf(err, errlen, "unknown kernel table '%s' (tables: ref, avx2, avx512, amx; this "
+             "machine runs %s)", name, have);
+    return NULL;
+}
+
 const struct kn_ops *kn_ops_select(void)
 {
-    const struct kn_ops *all[4];
-    int n = kn_ops_available(all, 4);
+    const struct kn_ops *all[8];
+    int n = kn_ops_available(all, 8);
     const char *want = getenv("SHARDLM_ISA");
     if (want && *want) {
-        for (int i = 0; i < n; i++)
-            if (strcmp(all[i]->name, want) == 0)
-                return all[i];
-        fprintf(stderr, "shardlm: SHARDLM_ISA=%s is not available on this CPU, using ref\n", want);
+        char err[256];
+        const struct kn_ops *o = kn_ops_find(want, err, sizeof(err));
+        if (o)
+            return o;
+        /* the coordinator checks the same before it starts workers */
+        fprintf(stderr, "shardlm: SHARDLM_ISA=%s: %s; using ref\n", want, err);
         return &kn_ops_ref;
     }
     return all[n - 1];
+}
+
+void kn_cpu_describe(const struct kn_cpu *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s%s%s%s", c->avx2 ? "avx2" : "no avx2",
+             c->avx512f ? " avx512" : "", c->avx512vnni ? " avx512-vnni" : "",
+             c->avx512bf16 ? " avx512-bf16" : "", c->amx ? " amx" : ", no amx");
 }

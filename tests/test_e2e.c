@@ -388,12 +388,86 @@ static void test_bench_model(void **state)
     snprintf(t, sizeof(t), "%d", CPU_COUNT(&set) + 1);
     char *a2[] = {"bench", "-m", model, "-t", t, NULL};
     run_shardlm(r, a2, NULL);
-    assert_int_equal(r->status, 1);
-    assert_non_null(strstr(r->err, "--threads"));
+    assert_int_equal(r->status, 2);
+    assert_non_null(strstr(r->err, "more than the"));
     char *a3[] = {"bench", "-m", model, "-t", "x", NULL};
     run_shardlm(r, a3, NULL);
     assert_int_equal(r->status, 2);
+    char notmodel[4200];
+    tu_path(notmodel, sizeof(notmodel), "%s/models/stories260K/tok512.bin", tu_src());
+    char *a4[] = {"bench", "-m", notmodel, "-p", "4", "-n", "0", NULL};
+    run_shardlm(r, a4, NULL);
+    expect_failure(r, "not a .shlm file");
     assert_runtime_clean();
+    free(r);
+}
+
+static bool cpu_has_amx(void)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[8192];
+    bool amx = false;
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "flags", 5) && strstr(line, " amx_int8"))
+            amx = true;
+    if (f)
+        fclose(f);
+    return amx;
+}
+
+/* The weight path is printed at start and can be forced; a kernel table the CPU cannot run is
+ * refused with what it needs, by the engine and by `bench kernels`. */
+static void test_weight_path(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200];
+    tu_path(model, sizeof(model), "%s/w4a8g128.shlm", dir);
+    char *gen[] = {"generate", "-m", model, "-p", "Once", "-n", "4", NULL};
+    run_shardlm(r, gen, NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "shardlm: weights w4a8 g128 in VNNI tiles, head int8; kernels"));
+    char *ref_env[] = {"SHARDLM_ISA=ref", NULL};
+    run_shardlm(r, gen, ref_env);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "; kernels ref (cpu:"));
+    if (cpu_has_amx()) {
+        print_message("[          ] this CPU has AMX: the refusal of SHARDLM_ISA=amx is not "
+                      "checked here\n");
+    } else {
+        char *amx_env[] = {"SHARDLM_ISA=amx", NULL};
+        run_shardlm(r, gen, amx_env);
+        expect_failure(r, "SHARDLM_ISA=amx: kernel table amx cannot run here: it needs AMX");
+        char *bk[] = {"bench", "kernels", "--isa", "amx", NULL};
+        run_shardlm(r, bk, NULL);
+        expect_failure(r, "--isa amx: kernel table amx cannot run here");
+    }
+    char *bad_env[] = {"SHARDLM_ISA=sse9", NULL};
+    run_shardlm(r, gen, bad_env);
+    expect_failure(r, "unknown kernel table 'sse9'");
+    /* convert without --scheme: the probe's choice, said on stderr */
+    char ck[4200], tok[4200], out[4200];
+    tu_path(ck, sizeof(ck), "%s/models/stories260K/stories260K.bin", tu_src());
+    tu_path(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", tu_src());
+    tu_path(out, sizeof(out), "%s/probe.shlm", dir);
+    char *cv[] = {"convert", ck, "--tokenizer", tok, "-o", out, "-q", NULL, NULL, NULL};
+    run_shardlm(r, cv, NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, cpu_has_amx() ? "shardlm convert: scheme w4a8 (AMX"
+                                                  : "shardlm convert: scheme w4a16 (no AMX"));
+    cv[7] = "--priority";
+    cv[8] = "fidelity";
+    run_shardlm(r, cv, NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "scheme w4a16 (--priority fidelity"));
+    cv[8] = "fast";
+    run_shardlm(r, cv, NULL);
+    expect_failure(r, "--priority 'fast'");
+    char *bk_help[] = {"bench", "kernels", "--help", NULL};
+    run_shardlm(r, bk_help, NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "GOP/s"));
+    assert_runtime_clean();
+    assert_no_workers();
     free(r);
 }
 
@@ -408,7 +482,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),       cmocka_unit_test(test_worker_fails_to_start),
         cmocka_unit_test(test_sigint_stops_cleanly),
         cmocka_unit_test(test_worker_dies_mid_generation),
-        cmocka_unit_test(test_bench_model),
+        cmocka_unit_test(test_bench_model),         cmocka_unit_test(test_weight_path),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

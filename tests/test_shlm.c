@@ -169,6 +169,14 @@ static void test_corruptions(void **state)
     h->tok_bytes = len;
     reseal(b);
     expect_refused(b, len, "tok_offset/tok_bytes");
+    memcpy(b, good, len);
+    h->layout = SHLM_LAYOUT_TILES; /* tiles only exist in weights segments */
+    reseal(b);
+    expect_refused(b, len, "layout is 1, expected 0 in a model file");
+    memcpy(b, good, len);
+    h->layout = 7;
+    reseal(b);
+    expect_refused(b, len, "layout is 7");
 
     memcpy(b, good, len);
     t = (struct shlm_tensor *)(b + h->table_offset);
