@@ -164,6 +164,10 @@ struct kn_ops {
 
 extern const struct kn_ops kn_ops_ref;
 extern const struct kn_ops kn_ops_avx512;
+/* AMX (kernels/arch/amx): prefill GEMMs on the tile unit, the rest AVX-512's. kn_ops_amx_model
+ * is the same code over a plain-C model of the tile instructions, linked into the tests only. */
+extern const struct kn_ops kn_ops_amx;
+extern const struct kn_ops kn_ops_amx_model;
 
 /* What this CPU and OS support (CPUID, then XGETBV). */
 struct kn_cpu {

@@ -3,6 +3,8 @@
 
 #include <cpuid.h>
 #include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +13,12 @@ static uint64_t xgetbv0(void)
     uint32_t lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((uint64_t)hi << 32) | lo;
+}
+
+/* ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; granted once per process, asking again is fine */
+static bool amx_permitted(void)
+{
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
 }
 
 void kn_cpu_probe(struct kn_cpu *c)
@@ -42,9 +50,10 @@ void kn_cpu_probe(struct kn_cpu *c)
         __cpuid_count(7, 1, a1, b1, c1, d1);
         c->avx512bf16 = a1 & (1u << 5);
     }
-    /* AMX-TILE and AMX-INT8 (CPUID.7.0:EDX bits 24, 25); the permission request comes with the
-     * AMX table, which does not exist yet. */
-    c->amx = os_amx && (d & (1u << 24)) && (d & (1u << 25));
+    /* AMX-TILE and AMX-INT8 (CPUID.7.0:EDX bits 24, 25), XCR0 bits 17-18, and Linux's
+     * permission for the tile data state (Documentation/arch/x86/xstate.rst): without it the
+     * first tile instruction faults. */
+    c->amx = os_amx && (d & (1u << 24)) && (d & (1u << 25)) && amx_permitted();
 }
 
 #ifdef SHARDLM_HAVE_AVX512
@@ -65,6 +74,10 @@ int kn_ops_available(const struct kn_ops **out, int max)
     kn_cpu_probe(&c);
     if (runs_avx512(&c) && n < max)
         out[n++] = &kn_ops_avx512;
+#ifdef SHARDLM_HAVE_AMX
+    if (runs_avx512(&c) && c.amx && n < max)
+        out[n++] = &kn_ops_amx;
+#endif
 #endif
     return n;
 }

@@ -90,7 +90,8 @@ struct table_slot {
     const struct kn_ops *ops;
 };
 
-static struct table_slot slot[KN_ISA_AMX + 1] = {
+#define SLOT_AMX_MODEL (KN_ISA_AMX + 1)
+static struct table_slot slot[SLOT_AMX_MODEL + 1] = {
     [KN_ISA_REF] = {"ref", "nothing", NULL},
     [KN_ISA_AVX2] = {"avx2", "AVX2 and FMA, or the table in this build", NULL},
     [KN_ISA_AVX512] = {"avx512",
@@ -98,6 +99,7 @@ static struct table_slot slot[KN_ISA_AMX + 1] = {
                        "this build",
                        NULL},
     [KN_ISA_AMX] = {"amx", "AMX-TILE/INT8, or the table in this build", NULL},
+    [SLOT_AMX_MODEL] = {"amx-model", "the AVX-512 table its epilogue uses", NULL},
 };
 
 static const struct kn_ops *table_or_skip(void **state)
@@ -1138,6 +1140,10 @@ int main(void)
     assert_true(n >= 1 && all[0] == &kn_ops_ref);
     for (int i = 0; i < n; i++)
         slot[all[i]->isa].ops = all[i];
+#ifdef SHARDLM_HAVE_AVX512
+    if (slot[KN_ISA_AVX512].ops) /* the AMX code over the software tile model */
+        slot[SLOT_AMX_MODEL].ops = &kn_ops_amx_model;
+#endif
     printf("kernel tables on this machine:");
     for (int i = 0; i < n; i++)
         printf(" %s", all[i]->name);
@@ -1169,6 +1175,12 @@ int main(void)
         PER_TABLE(test_rope, KN_ISA_AVX512, "rope_avx512"),
         PER_TABLE(test_softmax_silu, KN_ISA_AVX512, "softmax_silu_avx512"),
         PER_TABLE(test_attention, KN_ISA_AVX512, "attention_avx512"),
+        PER_TABLE(test_gemm, KN_ISA_AMX, "gemm_amx"),
+        PER_TABLE(test_tiles_gemm, KN_ISA_AMX, "tiles_gemm_amx"),
+        PER_TABLE(test_tiles_guard, KN_ISA_AMX, "tiles_guard_amx"),
+        PER_TABLE(test_gemm, SLOT_AMX_MODEL, "gemm_amx_model"),
+        PER_TABLE(test_tiles_gemm, SLOT_AMX_MODEL, "tiles_gemm_amx_model"),
+        PER_TABLE(test_tiles_guard, SLOT_AMX_MODEL, "tiles_guard_amx_model"),
     };
     int failed = cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
     gemv_cache_free();

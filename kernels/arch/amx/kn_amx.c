@@ -1,0 +1,234 @@
+/* kernels/arch/amx: the AMX table. W4A8 tile GEMMs of at least AMX_MIN_M tokens run on the tile
+ * unit (TDPBSUD: signed int8 activations x unsigned 4-bit codes widened to bytes); everything
+ * else, decode's M = 1 included, is the AVX-512 table's (on Sapphire Rapids AMX has been
+ * measured to slow decode down).
+ *
+ * Per block of 16 weight rows and per group (group % 64 == 0), the group's octets are unpacked
+ * once into B tiles: tile row r holds K quad r of the 64-element chunk, 4 bytes per output row
+ * (octet j's low nibbles are quad 2j, its high nibbles quad 2j + 1). Activations are packed into
+ * 16-token A tiles (int8, row = token). C = sum over the group's chunks of A x B, then each
+ * token's row of C (16 outputs) is corrected by -8 * qgsum, converted and scaled by the 16
+ * rows' fp16 scales into float accumulators, as in the AVX-512 tile kernel.
+ *
+ * Compiled twice: with -mamx-tile -mamx-int8 as kn_ops_amx (the real instructions, runtime-gated
+ * by kn_probe.c on CPUID, XCR0 and ARCH_REQ_XCOMP_PERM), and with KN_AMX_MODEL defined as
+ * kn_ops_amx_model, where the tile instructions are plain C with the same semantics (Intel SDM
+ * vol. 2, TILELOADD / TDPBSUD / TILESTORED), so the tests run this code on any AVX-512 CPU. */
+#include "../ref/kn_ref.h"
+
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Below this many tokens the AVX-512 tile kernel runs instead: one A tile is 16 tokens. Not
+ * measured on AMX hardware (none where this was written): a first guess to revisit. */
+#define AMX_MIN_M 16
+
+#define KN_AMX_TILE_ROWS 16
+#define KN_AMX_TILE_BYTES 64
+
+#ifdef KN_AMX_MODEL
+/* ---- the software model of the three tile registers this kernel uses ---- */
+struct sw_tile {
+    uint8_t b[KN_AMX_TILE_ROWS][KN_AMX_TILE_BYTES];
+};
+static _Thread_local struct sw_tile sw_tiles[3];
+
+static void sw_tile_loadd(int t, const void *base, size_t stride)
+{
+    for (int r = 0; r < KN_AMX_TILE_ROWS; r++)
+        memcpy(sw_tiles[t].b[r], (const uint8_t *)base + (size_t)r * stride, KN_AMX_TILE_BYTES);
+}
+
+static void sw_tile_stored(int t, void *base, size_t stride)
+{
+    for (int r = 0; r < KN_AMX_TILE_ROWS; r++)
+        memcpy((uint8_t *)base + (size_t)r * stride, sw_tiles[t].b[r], KN_AMX_TILE_BYTES);
+}
+
+static void sw_tile_zero(int t) { memset(&sw_tiles[t], 0, sizeof(sw_tiles[t])); }
+
+/* TDPBSUD: C[m][n] (int32) += sum_k A[m][4k + j] (signed) * B[k][4n + j] (unsigned), j < 4. */
+static void sw_tile_dpbsud(int c, int a, int b)
+{
+    for (int m = 0; m < KN_AMX_TILE_ROWS; m++)
+        for (int n = 0; n < KN_AMX_TILE_BYTES / 4; n++) {
+            int32_t acc;
+            memcpy(&acc, &sw_tiles[c].b[m][4 * n], 4);
+            for (int k = 0; k < KN_AMX_TILE_BYTES / 4; k++)
+                for (int j = 0; j < 4; j++)
+                    acc += (int32_t)(int8_t)sw_tiles[a].b[m][4 * k + j] *
+                           (int32_t)sw_tiles[b].b[k][4 * n + j];
+            memcpy(&sw_tiles[c].b[m][4 * n], &acc, 4);
+        }
+}
+#define TILE_CONFIG()
+#define TILE_RELEASE()
+#define TILE_ZERO(t) sw_tile_zero(t)
+#define TILE_LOAD(t, p, s) sw_tile_loadd(t, p, s)
+#define TILE_STORE(t, p, s) sw_tile_stored(t, p, s)
+#define TILE_DPBSUD(c, a, b) sw_tile_dpbsud(c, a, b)
+#define KN_OPS_AMX kn_ops_amx_model
+#define KN_AMX_NAME "amx-model"
+#else
+/* Palette 1: tile 0 = C (16 x 16 int32), 1 = A (16 tokens x 64 int8), 2 = B (16 quads x 64). */
+struct tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+static void tile_config(void)
+{
+    static _Thread_local struct tile_config cfg;
+    if (cfg.palette)
+        return;
+    memset(&cfg, 0, sizeof(cfg));
+    for (int t = 0; t < 3; t++) {
+        cfg.colsb[t] = KN_AMX_TILE_BYTES;
+        cfg.rows[t] = KN_AMX_TILE_ROWS;
+    }
+    cfg.palette = 1;
+    _tile_loadconfig(&cfg);
+}
+#define TILE_CONFIG() tile_config()
+#define TILE_RELEASE()
+#define TILE_ZERO(t) _tile_zero(t)
+#define TILE_LOAD(t, p, s) _tile_loadd(t, p, (long)(s))
+#define TILE_STORE(t, p, s) _tile_stored(t, p, (long)(s))
+#define TILE_DPBSUD(c, a, b) _tile_dpbsud(c, a, b)
+#define KN_OPS_AMX kn_ops_amx
+#define KN_AMX_NAME "amx"
+#endif
+
+/* Per-thread scratch, grown on demand and kept for the thread's life (pool threads live as
+ * long as the worker): the A panel of all tokens (16-token tiles, kpad bytes a row) and one
+ * block's B tiles. NULL when it cannot be had: the caller falls back to AVX-512. */
+static _Thread_local uint8_t *scratch;
+static _Thread_local size_t scratch_bytes;
+
+static uint8_t *scratch_get(size_t bytes)
+{
+    if (bytes <= scratch_bytes)
+        return scratch;
+    uint8_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p)
+        return NULL;
+    free(scratch);
+    scratch = p;
+    scratch_bytes = bytes;
+    return p;
+}
+
+/* Unpacks block @blk's codes (kpad / 8 octets) into B tiles at @bt, 64 inputs (1 KiB) each. */
+static void unpack_block(const uint8_t *blk, int kpad, uint8_t *bt)
+{
+    const __m512i lo4 = _mm512_set1_epi8(15);
+    for (int o = 0; o < kpad / 8; o++) {
+        __m512i v = _mm512_loadu_si512(blk + (size_t)o * 64);
+        uint8_t *row = bt + (size_t)(o / 8) * 1024 + (size_t)(2 * (o % 8)) * 64;
+        _mm512_store_si512(row, _mm512_and_si512(v, lo4));
+        _mm512_store_si512(row + 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4));
+    }
+}
+
+/* Returns false (nothing done) when the scratch cannot be allocated. */
+static bool mm_w4a8t_amx(const struct kn_mat *w, const struct kn_act *x, int m, float *y,
+                         size_t ldy, int n0, int n1)
+{
+    const int group = w->group, ng = kn_ngroups(w->cols, group), kpad = ng * group;
+    const size_t bb = kn_tile_block_bytes(w->cols, group), so = kn_tile_scales_offset(w->cols, group);
+    const int mpad = (m + KN_AMX_TILE_ROWS - 1) / KN_AMX_TILE_ROWS * KN_AMX_TILE_ROWS;
+    const size_t panel = (size_t)mpad * (size_t)kpad, btiles = (size_t)kpad * KN_TILE_ROWS;
+    uint8_t *s = scratch_get(panel + btiles + sizeof(int32_t) * 256);
+    if (!s)
+        return false;
+    int8_t *a_panel = (int8_t *)s;
+    uint8_t *bt = s + panel;
+    int32_t *c_tile = (int32_t *)(bt + btiles);
+    for (int i = 0; i < mpad; i++) /* missing tokens of the last tile are zero */
+        if (i < m)
+            memcpy(a_panel + (size_t)i * (size_t)kpad, x[i].q, (size_t)kpad);
+        else
+            memset(a_panel + (size_t)i * (size_t)kpad, 0, (size_t)kpad);
+    TILE_CONFIG();
+    for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
+        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
+        int row0 = b * KN_TILE_ROWS, a = n0 - row0 > 0 ? n0 - row0 : 0;
+        __mmask16 keep = (__mmask16)(((n1 - row0 >= 16) ? 0xffffu : ((1u << (n1 - row0)) - 1)) &
+                                     ~((1u << a) - 1));
+        unpack_block(blk, kpad, bt);
+        for (int i0 = 0; i0 < m; i0 += KN_AMX_TILE_ROWS) {
+            int mt = m - i0 < KN_AMX_TILE_ROWS ? m - i0 : KN_AMX_TILE_ROWS;
+            const int8_t *ap = a_panel + (size_t)i0 * (size_t)kpad;
+            __m512 f[KN_AMX_TILE_ROWS];
+            for (int i = 0; i < KN_AMX_TILE_ROWS; i++)
+                f[i] = _mm512_setzero_ps();
+            for (int g = 0; g < ng; g++) {
+                TILE_ZERO(0);
+                for (int c = 0; c < group / 64; c++) {
+                    int k0 = g * group + c * 64;
+                    TILE_LOAD(1, ap + k0, kpad);
+                    TILE_LOAD(2, bt + (size_t)k0 * KN_TILE_ROWS, 64);
+                    TILE_DPBSUD(0, 1, 2);
+                }
+                TILE_STORE(0, c_tile, 64);
+                __m512 sc = _mm512_cvtph_ps(
+                    _mm256_loadu_si256((const void *)(blk + so + (size_t)g * 32)));
+                for (int i = 0; i < mt; i++) {
+                    __m512i v = _mm512_sub_epi32(_mm512_load_si512(c_tile + 16 * i),
+                                                 _mm512_set1_epi32(8 * x[i0 + i].qgsum[g]));
+                    f[i] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(v), f[i]);
+                }
+            }
+            for (int i = 0; i < mt; i++)
+                _mm512_mask_storeu_ps(y + (size_t)(i0 + i) * ldy + (size_t)row0, keep,
+                                      _mm512_mul_ps(f[i], _mm512_set1_ps(x[i0 + i].qscale)));
+        }
+    }
+    TILE_RELEASE();
+    return true;
+}
+
+static void kn_gemm_amx(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
+                        int n0, int n1)
+{
+    KN_ASSERT(n0 >= 0 && n0 <= n1 && n1 <= w->rows);
+    for (int i = 0; i < m; i++)
+        KN_ASSERT(x[i].k == w->cols && (!kn_is_w4(w->dtype) || x[i].group == w->group));
+    if (w->dtype != KN_DT_W4A8_T || m < AMX_MIN_M || w->group % 64 ||
+        !mm_w4a8t_amx(w, x, m, y, (size_t)ldy, n0, n1))
+        kn_ops_avx512.gemm(w, x, m, y, ldy, n0, n1);
+}
+
+static void kn_gemv_amx(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    kn_ops_avx512.gemv(w, x, y, n0, n1); /* M = 1 stays on VNNI */
+}
+
+static void kn_rmsnorm_amx(float *o, const float *x, const float *w, int n, float eps)
+{
+    kn_ops_avx512.rmsnorm(o, x, w, n, eps);
+}
+
+static void kn_attention_amx(float *out, size_t out_stride, const float *q, size_t q_stride,
+                             int nt, int nh, int pos0, const float *kc, const float *vc,
+                             size_t kv_stride, int hd, float *scratch)
+{
+    kn_ops_avx512.attention(out, out_stride, q, q_stride, nt, nh, pos0, kc, vc, kv_stride, hd,
+                            scratch);
+}
+
+const struct kn_ops KN_OPS_AMX = {
+    .name = KN_AMX_NAME,
+    .isa = KN_ISA_AMX,
+    .gemv = kn_gemv_amx,
+    .gemm = kn_gemm_amx,
+    .rmsnorm = kn_rmsnorm_amx,
+    .rope = kn_rope_ref,
+    .softmax = kn_softmax_ref,
+    .silu_mul = kn_silu_mul_ref,
+    .gelu_mul = kn_gelu_mul_ref,
+    .attention = kn_attention_amx,
+};
