@@ -163,6 +163,7 @@ struct kn_ops {
 };
 
 extern const struct kn_ops kn_ops_ref;
+extern const struct kn_ops kn_ops_avx2;
 extern const struct kn_ops kn_ops_avx512;
 /* AMX (kernels/arch/amx): prefill GEMMs on the tile unit, the rest AVX-512's. kn_ops_amx_model
  * is the same code over a plain-C model of the tile instructions, linked into the tests only. */

@@ -69,9 +69,13 @@ int kn_ops_available(const struct kn_ops **out, int max)
     int n = 0;
     if (n < max)
         out[n++] = &kn_ops_ref;
-#ifdef SHARDLM_HAVE_AVX512
     struct kn_cpu c;
     kn_cpu_probe(&c);
+#ifdef SHARDLM_HAVE_AVX2
+    if (c.avx2 && c.fma && c.f16c && n < max)
+        out[n++] = &kn_ops_avx2;
+#endif
+#ifdef SHARDLM_HAVE_AVX512
     if (runs_avx512(&c) && n < max)
         out[n++] = &kn_ops_avx512;
 #ifdef SHARDLM_HAVE_AMX

@@ -93,7 +93,7 @@ struct table_slot {
 #define SLOT_AMX_MODEL (KN_ISA_AMX + 1)
 static struct table_slot slot[SLOT_AMX_MODEL + 1] = {
     [KN_ISA_REF] = {"ref", "nothing", NULL},
-    [KN_ISA_AVX2] = {"avx2", "AVX2 and FMA, or the table in this build", NULL},
+    [KN_ISA_AVX2] = {"avx2", "AVX2, FMA and F16C, or the table in this build", NULL},
     [KN_ISA_AVX512] = {"avx512",
                        "AVX-512 F/BW/VL/VNNI/BF16 with OS support, or SHARDLM_HAVE_AVX512 in "
                        "this build",
@@ -1166,6 +1166,15 @@ int main(void)
         PER_TABLE(test_softmax_silu, KN_ISA_REF, "softmax_silu_ref"),
         cmocka_unit_test(test_gelu_and_rope_freqs),
         PER_TABLE(test_attention, KN_ISA_REF, "attention_ref"),
+        PER_TABLE(test_gemv, KN_ISA_AVX2, "gemv_avx2"),
+        PER_TABLE(test_gemm, KN_ISA_AVX2, "gemm_avx2"),
+        PER_TABLE(test_guard_page, KN_ISA_AVX2, "guard_page_avx2"),
+        PER_TABLE(test_tiles_gemm, KN_ISA_AVX2, "tiles_gemm_avx2"),
+        PER_TABLE(test_tiles_guard, KN_ISA_AVX2, "tiles_guard_avx2"),
+        PER_TABLE(test_rmsnorm, KN_ISA_AVX2, "rmsnorm_avx2"),
+        PER_TABLE(test_rope, KN_ISA_AVX2, "rope_avx2"),
+        PER_TABLE(test_softmax_silu, KN_ISA_AVX2, "softmax_silu_avx2"),
+        PER_TABLE(test_attention, KN_ISA_AVX2, "attention_avx2"),
         PER_TABLE(test_gemv, KN_ISA_AVX512, "gemv_avx512"),
         PER_TABLE(test_gemm, KN_ISA_AVX512, "gemm_avx512"),
         PER_TABLE(test_guard_page, KN_ISA_AVX512, "guard_page_avx512"),

@@ -1,0 +1,269 @@
+/* kernels/arch/avx2: the AVX2 table (AVX2, FMA, F16C) for x86 servers without AVX-512.
+ *
+ * W4A8 tiles: VPMADDUBSW multiplies the unsigned 4-bit codes by the signed int8 activations and
+ * adds pairs into int16 (|low + high nibble sums| <= 4 * 15 * 128, no saturation), VPMADDWD
+ * by ones adds pairs into the int32 lane of the weight row. A 32-byte load is half an octet: 8
+ * rows x 8 inputs. A micro tile is TM tokens x 16 rows; int32 accumulators start at
+ * -8 * qgsum per group and are scaled into float ones, as in the AVX-512 kernel.
+ * F32, BF16, Q8 and W4A16 rows: FMA row dots. The canonical W4A8 layout (never in a segment) and
+ * the small ops other than rmsnorm are the reference's.
+ *
+ * Loads at the end of a row are masked (VPMASKMOV) or go through a zero-padded copy, so no
+ * kernel reads past the matrix. */
+#include "../ref/kn_ref.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define PF_AHEAD 1024
+
+static inline float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Lane mask of the first @n of 8 int32 lanes. */
+static inline __m256i mask8(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static float dot_f32(const float *w, const float *x, int k)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= k; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    }
+    for (; i < k; i += 8) {
+        __m256i m = mask8(k - i);
+        a0 = _mm256_fmadd_ps(_mm256_maskload_ps(w + i, m), _mm256_maskload_ps(x + i, m), a0);
+    }
+    return hsum256(_mm256_add_ps(a0, a1));
+}
+
+static float dot_bf16(const uint16_t *w, const float *x, int k)
+{
+    __m256 a0 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= k; i += 8) {
+        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i)));
+        a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)),
+                             _mm256_loadu_ps(x + i), a0);
+    }
+    float s = hsum256(a0);
+    for (; i < k; i++)
+        s += kn_bf16_to_f32(w[i]) * x[i];
+    return s;
+}
+
+static float dot_q8(const int8_t *w, const float *x, int k)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 32 <= k; i += 32) {
+#define Q8(off) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + i + off))))
+        a0 = _mm256_fmadd_ps(Q8(0), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(Q8(8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(Q8(16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(Q8(24), _mm256_loadu_ps(x + i + 24), a3);
+#undef Q8
+    }
+    float s = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < k; i++)
+        s += (float)w[i] * x[i];
+    return s;
+}
+
+/* One W4A16 row as kn_gemv_w4a16_ref: per group sum code * x over 8 bytes (16 elements) at a
+ * time against x->xe / x->xo, minus zero * gsum. Whole 8-byte steps, then a scalar tail. */
+static float dot_w4a16(const uint8_t *row, const uint16_t *sc, const uint8_t *zr,
+                       const struct kn_act *x, int cols, int group)
+{
+    const __m256i lo4 = _mm256_set1_epi32(15);
+    int ng = kn_ngroups(cols, group);
+    float acc = 0.0f;
+    for (int g = 0; g < ng; g++) {
+        int k0 = g * group, kn = cols - k0 < group ? cols - k0 : group;
+        int b0 = k0 / 2, nb = (kn + 1) / 2, j = 0;
+        __m256 ag = _mm256_setzero_ps();
+        for (; j + 8 <= nb; j += 8) {
+            __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + b0 + j)));
+            ag = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(c, lo4)),
+                                 _mm256_loadu_ps(x->xe + b0 + j), ag);
+            ag = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c, 4)),
+                                 _mm256_loadu_ps(x->xo + b0 + j), ag);
+        }
+        float s = hsum256(ag);
+        for (; j < nb; j++) /* the padding element past cols has x 0 */
+            s += (float)(row[b0 + j] & 15) * x->xe[b0 + j] + (float)(row[b0 + j] >> 4) * x->xo[b0 + j];
+        float scale = _cvtsh_ss(sc[g]);
+        acc += scale * (s - (float)zr[g] * x->gsum[g]);
+    }
+    return acc;
+}
+
+/* ---- W4A8 tiles ---- */
+#define TM 2
+
+static inline __attribute__((always_inline)) void
+w4a8t_tile(const uint8_t *blk, const struct kn_act *x, int mt, int cols, int group, float *y,
+           size_t ldy, int row0, int n0, int n1)
+{
+    const __m256i lo4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const int ng = kn_ngroups(cols, group), no = group / 8;
+    const size_t so = kn_tile_scales_offset(cols, group);
+    __m256 f[TM][2];
+#pragma GCC unroll 2
+    for (int i = 0; i < mt; i++)
+        f[i][0] = f[i][1] = _mm256_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        __m256i s[TM][2];
+#pragma GCC unroll 2
+        for (int i = 0; i < mt; i++)
+            s[i][0] = s[i][1] = _mm256_set1_epi32(-8 * x[i].qgsum[g]);
+        const uint8_t *w = blk + (size_t)g * (size_t)group * 8;
+        for (int o = 0; o < no; o++) {
+            const uint8_t *p = w + (size_t)o * 64;
+            _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+            __m256i lo[2], hi[2];
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
+                lo[h] = _mm256_and_si256(v, lo4);
+                hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+            }
+#pragma GCC unroll 2
+            for (int i = 0; i < mt; i++) {
+                int32_t q0, q1;
+                memcpy(&q0, x[i].q + (size_t)g * (size_t)group + 8 * o, 4);
+                memcpy(&q1, x[i].q + (size_t)g * (size_t)group + 8 * o + 4, 4);
+                __m256i a0 = _mm256_set1_epi32(q0), a1 = _mm256_set1_epi32(q1);
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], a0),
+                                                   _mm256_maddubs_epi16(hi[h], a1));
+                    s[i][h] = _mm256_add_epi32(s[i][h], _mm256_madd_epi16(p16, ones));
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 sc = _mm256_cvtph_ps(
+                _mm_loadu_si128((const __m128i *)(blk + so + (size_t)g * 32 + 16 * h)));
+#pragma GCC unroll 2
+            for (int i = 0; i < mt; i++)
+                f[i][h] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s[i][h]), f[i][h]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < mt; i++) {
+        __m256 qs = _mm256_set1_ps(x[i].qscale);
+        float out[16];
+        _mm256_storeu_ps(out, _mm256_mul_ps(f[i][0], qs));
+        _mm256_storeu_ps(out + 8, _mm256_mul_ps(f[i][1], qs));
+        for (int r = 0; r < 16; r++)
+            if (row0 + r >= n0 && row0 + r < n1)
+                y[(size_t)i * ldy + (size_t)(row0 + r)] = out[r];
+    }
+}
+
+static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                     int n0, int n1)
+{
+    KN_ASSERT(w->group % 8 == 0);
+    size_t bb = kn_tile_block_bytes(w->cols, w->group);
+    for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
+        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
+        for (int i = 0; i < m; i += TM) {
+            if (m - i >= 2)
+                w4a8t_tile(blk, x + i, 2, w->cols, w->group, y + (size_t)i * ldy, ldy,
+                           b * KN_TILE_ROWS, n0, n1);
+            else
+                w4a8t_tile(blk, x + i, 1, w->cols, w->group, y + (size_t)i * ldy, ldy,
+                           b * KN_TILE_ROWS, n0, n1);
+        }
+    }
+}
+
+static void kn_gemm_avx2(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
+                         int n0, int n1)
+{
+    KN_ASSERT(n0 >= 0 && n0 <= n1 && n1 <= w->rows);
+    for (int i = 0; i < m; i++)
+        KN_ASSERT(x[i].k == w->cols && (!kn_is_w4(w->dtype) || x[i].group == w->group));
+    size_t k = (size_t)w->cols, ld = (size_t)ldy;
+    switch (w->dtype) {
+    case KN_DT_W4A8_T:
+        mm_w4a8t(w, x, m, y, ld, n0, n1);
+        return;
+    case KN_DT_W4A8: /* the file layout: segments hold tiles */
+        kn_gemm_ref(w, x, m, y, ldy, n0, n1);
+        return;
+    default:
+        break;
+    }
+    size_t rb = kn_w4_row_bytes(w->cols), ng = (size_t)kn_ngroups(w->cols, w->group ? w->group : 1);
+    for (int n = n0; n < n1; n++)
+        for (int i = 0; i < m; i++) {
+            float *out = y + (size_t)i * ld + (size_t)n;
+            switch (w->dtype) {
+            case KN_DT_F32:
+                *out = dot_f32((const float *)w->codes + (size_t)n * k, x[i].x, w->cols);
+                break;
+            case KN_DT_BF16:
+                *out = dot_bf16((const uint16_t *)w->codes + (size_t)n * k, x[i].x, w->cols);
+                break;
+            case KN_DT_Q8:
+                *out = ((const float *)w->scales)[n] *
+                       dot_q8((const int8_t *)w->codes + (size_t)n * k, x[i].x, w->cols);
+                break;
+            case KN_DT_W4A16:
+                *out = dot_w4a16((const uint8_t *)w->codes + (size_t)n * rb,
+                                 (const uint16_t *)w->scales + (size_t)n * ng,
+                                 w->zeros + (size_t)n * ng, &x[i], w->cols, w->group);
+                break;
+            default:
+                KN_ASSERT(!"unhandled dtype");
+            }
+        }
+}
+
+static void kn_gemv_avx2(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    kn_gemm_avx2(w, x, 1, y, 0, n0, n1);
+}
+
+static void kn_rmsnorm_avx2(float *o, const float *x, const float *w, int n, float eps)
+{
+    __m256 ss = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        ss = _mm256_fmadd_ps(v, v, ss);
+    }
+    float s = hsum256(ss);
+    for (; i < n; i++)
+        s += x[i] * x[i];
+    float inv = 1.0f / sqrtf(s / (float)n + eps);
+    for (i = 0; i < n; i++)
+        o[i] = w[i] * (inv * x[i]);
+}
+
+const struct kn_ops kn_ops_avx2 = {
+    .name = "avx2",
+    .isa = KN_ISA_AVX2,
+    .gemv = kn_gemv_avx2,
+    .gemm = kn_gemm_avx2,
+    .rmsnorm = kn_rmsnorm_avx2,
+    .rope = kn_rope_ref,
+    .softmax = kn_softmax_ref,
+    .silu_mul = kn_silu_mul_ref,
+    .gelu_mul = kn_gelu_mul_ref,
+    .attention = kn_attention_ref,
+};
