@@ -40,8 +40,12 @@ static const struct {
     const char *name;
     int gemm; /* also timed as GEMM */
 } formats[] = {
-    {KN_DT_W4A8_T, "w4a8 tiles", 1}, {KN_DT_W4A8, "w4a8", 0}, {KN_DT_W4A16, "w4a16", 1},
-    {KN_DT_Q8, "q8", 0},             {KN_DT_BF16, "bf16", 0},
+    {KN_DT_W4A8_T, "w4a8 tiles", 1},
+    {KN_DT_W4A16_T, "w4a16 tiles", 1},
+    {KN_DT_W4A8, "w4a8 rows", 0},
+    {KN_DT_W4A16, "w4a16 rows", 0},
+    {KN_DT_Q8, "q8", 0},
+    {KN_DT_BF16, "bf16", 0},
 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -54,9 +58,9 @@ static uint32_t rnd32(void)
 /* A random matrix of @dt in its layout at @buf (kn_mat_bytes): any codes, scales near 0.01. */
 static void fill_matrix(enum kn_dtype dt, int n, int k, int group, uint8_t *buf)
 {
-    enum kn_dtype canon = dt == KN_DT_W4A8_T ? KN_DT_W4A8 : dt;
+    enum kn_dtype canon = dt == KN_DT_W4A8_T ? KN_DT_W4A8 : dt == KN_DT_W4A16_T ? KN_DT_W4A16 : dt;
     size_t bytes = kn_mat_bytes(canon, n, k, group);
-    uint8_t *c = dt == KN_DT_W4A8_T ? malloc(bytes) : buf;
+    uint8_t *c = kn_is_tiled(dt) ? malloc(bytes) : buf;
     if (!c)
         return;
     struct kn_mat m;
@@ -73,13 +77,13 @@ static void fill_matrix(enum kn_dtype dt, int n, int k, int group, uint8_t *buf)
     if (dt == KN_DT_Q8)
         for (size_t i = 0; i < rows; i++)
             ((float *)m.scales)[i] = 1e-4f;
-    if (kn_is_w4(dt))
+    if (kn_is_w4(canon))
         for (size_t i = 0; i < rows * ng; i++) {
             ((uint16_t *)m.scales)[i] = kn_f32_to_f16(0.01f);
             if (m.zeros)
                 ((uint8_t *)m.zeros)[i] = 8;
         }
-    if (dt == KN_DT_W4A8_T) {
+    if (kn_is_tiled(dt)) {
         kn_repack_tiles(&m, 0, (n + KN_TILE_ROWS - 1) / KN_TILE_ROWS, buf);
         free(c);
     }
@@ -118,11 +122,10 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* One (table, format, shape, M) case: prints its line. Returns 0 or -ENOMEM. */
-static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, int reps,
-                      int json)
+static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, int reps, int json)
 {
     enum kn_dtype dt = formats[fi].dt;
-    int group = kn_is_w4(dt) ? (dt == KN_DT_W4A16 ? 64 : 128) : 0;
+    int group = kn_is_w4(dt) ? (dt == KN_DT_W4A16 || dt == KN_DT_W4A16_T ? 64 : 128) : 0;
     size_t bytes = kn_mat_bytes(dt, n, k, group), stride = (bytes + 4095) / 4096 * 4096;
     int copies = m == 1 ? (int)((STREAM_BYTES + bytes - 1) / bytes) : 1;
     uint8_t *buf = aligned_alloc(4096, stride * (size_t)copies);
@@ -158,10 +161,10 @@ static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, 
                "\"us\": %.2f, \"gbs\": %.2f, \"gops\": %.2f}\n",
                ops->name, formats[fi].name, n, k, m, us, gbs, gops);
     else if (m == 1)
-        printf("| %-6s | %-10s | %5d x %-5d | %4s | %10.1f | %8.2f GB/s |\n", ops->name,
+        printf("| %-6s | %-11s | %5d x %-5d | %4s | %10.1f | %8.2f GB/s |\n", ops->name,
                formats[fi].name, n, k, "gemv", us, gbs);
     else
-        printf("| %-6s | %-10s | %5d x %-5d | %4d | %10.1f | %7.1f GOP/s |\n", ops->name,
+        printf("| %-6s | %-11s | %5d x %-5d | %4d | %10.1f | %7.1f GOP/s |\n", ops->name,
                formats[fi].name, n, k, m, us, gops);
     fflush(stdout);
     rc = 0;
@@ -209,8 +212,8 @@ int coord_bench_kernels(int argc, char **argv)
         }
     }
     if (optind != argc)
-        return coord_usage_error("bench kernels", usage_bench_kernels,
-                                 "unexpected argument '%s'", argv[optind]);
+        return coord_usage_error("bench kernels", usage_bench_kernels, "unexpected argument '%s'",
+                                 argv[optind]);
     const struct kn_ops *all[8], *run[8];
     int n_all = kn_ops_available(all, 8), n_run = 0;
     for (int i = 0; i < n_all; i++)
@@ -232,9 +235,9 @@ int coord_bench_kernels(int argc, char **argv)
         pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
     }
     if (!json) {
-        printf("| %-6s | %-10s | %13s | %4s | %10s | %13s |\n", "isa", "kernel", "shape N x K",
-               "M", "us/product", "speed");
-        printf("| ------ | ---------- | ------------: | ---: | ---------: | ------------: |\n");
+        printf("| %-6s | %-11s | %13s | %4s | %10s | %13s |\n", "isa", "kernel", "shape N x K", "M",
+               "us/product", "speed");
+        printf("| ------ | ----------- | ------------: | ---: | ---------: | ------------: |\n");
     }
     for (int t = 0; t < n_run; t++)
         for (size_t fi = 0; fi < sizeof(formats) / sizeof(formats[0]); fi++)

@@ -301,8 +301,8 @@ int coord_bench_model(int argc, char **argv)
             char what[96];
             snprintf(what, sizeof(what), "%ld threads x %d workers: more than the %d CPUs",
                      o.threads[i], o.workers, n_cpus);
-            return coord_usage_error("bench", usage_bench_model,
-                                     "-t %s this process may use", what);
+            return coord_usage_error("bench", usage_bench_model, "-t %s this process may use",
+                                     what);
         }
     coord_signals_install();
     if (!o.json) {

@@ -47,6 +47,7 @@ static void encode(const struct shlm_tensor_spec *s, const float *src, void *dst
         kn_quant_w4a8(src, s->rows, s->cols, s->group, dst);
         return;
     case KN_DT_W4A8_T: /* a device layout: never in a file */
+    case KN_DT_W4A16_T:
         KN_ASSERT(!"tiled tensor in a file layout");
     }
 }

@@ -124,16 +124,16 @@ static void shard_tensor(const struct kn_mat *src, const struct shlm_tensor *t,
                          const struct seg_plan *p, int hd, void *tmp, uint8_t *dst)
 {
     int rows = (int)t->rows, cols = (int)t->cols, group = (int)t->group;
-    if (t->dtype != KN_DT_W4A8_T) {
+    if (!kn_is_tiled((enum kn_dtype)t->dtype)) {
         shard_rows(src, t->name, p, hd, 0, rows, dst);
         return;
     }
-    size_t bb = kn_tile_block_bytes(cols, group);
+    size_t bb = kn_tile_block_bytes((enum kn_dtype)t->dtype, cols, group);
     for (int r = 0; r < rows; r += TILE_STEP_ROWS) {
         int n = rows - r < TILE_STEP_ROWS ? rows - r : TILE_STEP_ROWS;
         struct kn_mat slice;
         shard_rows(src, t->name, p, hd, r, r + n, tmp);
-        kn_mat_view(&slice, KN_DT_W4A8, n, cols, group, tmp);
+        kn_mat_view(&slice, src->dtype, n, cols, group, tmp);
         kn_repack_tiles(&slice, 0, (n + KN_TILE_ROWS - 1) / KN_TILE_ROWS,
                         dst + (size_t)(r / KN_TILE_ROWS) * bb);
     }
@@ -159,14 +159,15 @@ static int build_shard(struct coord_engine *g, int r, struct coord_err *e)
     int n = shlm_expected_tensors(c, (enum shlm_scheme)fh->scheme, (int)fh->group,
                                   (int)fh->head_bits, &plan, specs, SHLM_MAX_TENSORS);
     KN_ASSERT(n > 0); /* the file's header passed the same check */
-    /* W4A8 matrices go to the workers in tiles: every kernel table runs them, faster */
-    enum shlm_layout layout = fh->scheme == SHLM_SCHEME_W4A8 ? SHLM_LAYOUT_TILES
-                                                             : SHLM_LAYOUT_CANONICAL;
+    /* int4 matrices go to the workers in tiles: every kernel table runs them, faster */
+    enum shlm_layout layout =
+        fh->scheme >= SHLM_SCHEME_W4A16 ? SHLM_LAYOUT_TILES : SHLM_LAYOUT_CANONICAL;
     size_t tmp_bytes = 0;
     for (int i = 0; i < n; i++) {
-        specs[i].dtype = shlm_layout_dtype(specs[i].dtype, layout);
-        if (specs[i].dtype == KN_DT_W4A8_T) {
-            size_t b = kn_mat_bytes(KN_DT_W4A8, TILE_STEP_ROWS, specs[i].cols, specs[i].group);
+        enum kn_dtype canon = specs[i].dtype;
+        specs[i].dtype = shlm_layout_dtype(canon, layout);
+        if (kn_is_tiled(specs[i].dtype)) {
+            size_t b = kn_mat_bytes(canon, TILE_STEP_ROWS, specs[i].cols, specs[i].group);
             tmp_bytes = b > tmp_bytes ? b : tmp_bytes;
         }
     }
@@ -536,13 +537,11 @@ static void print_weight_path(const struct coord_engine *g)
     kn_cpu_probe(&cpu);
     kn_cpu_describe(&cpu, feat, sizeof(feat));
     if (h->scheme >= SHLM_SCHEME_W4A16)
-        snprintf(scheme, sizeof(scheme), "%s g%u%s, head %s", shlm_scheme_name(h->scheme),
-                 h->group, h->scheme == SHLM_SCHEME_W4A8 ? " in VNNI tiles" : "",
-                 h->head_bits == 8 ? "int8" : "int4");
+        snprintf(scheme, sizeof(scheme), "%s g%u in tiles, head %s", shlm_scheme_name(h->scheme),
+                 h->group, h->head_bits == 8 ? "int8" : "int4");
     else
         snprintf(scheme, sizeof(scheme), "%s", shlm_scheme_name(h->scheme));
-    fprintf(stderr, "shardlm: weights %s; kernels %s (cpu: %s)\n", scheme, g->ranks[0].isa,
-            feat);
+    fprintf(stderr, "shardlm: weights %s; kernels %s (cpu: %s)\n", scheme, g->ranks[0].isa, feat);
 }
 
 int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o,

@@ -50,7 +50,8 @@ static const char usage_convert[] =
     "separate classifier; it needs --tokenizer, the others carry their own).\n"
     "  --scheme S      f32 and bf16: every tensor in that type. w4a16: asymmetric int4 with a\n"
     "                  scale and zero point per group, f32 activations. w4a8: symmetric int4\n"
-    "                  (zero point 8) with a searched per-group scale, int8 per-token activations.\n"
+    "                  (zero point 8) with a searched per-group scale, int8 per-token "
+    "activations.\n"
     "                  Without --scheme a CPU probe picks the weight path and says so: w4a8 where\n"
     "                  the CPU has AMX (int8 tiles), else w4a16.\n"
     "  --priority P    with no --scheme: speed (default) follows the probe; fidelity always\n"
@@ -221,7 +222,9 @@ static int cmd_convert(int argc, char **argv)
         o.scheme = cpu.amx && !fidelity ? SHLM_SCHEME_W4A8 : SHLM_SCHEME_W4A16;
         fprintf(stderr, "shardlm convert: scheme %s (%s; cpu: %s; --scheme overrides)\n",
                 shlm_scheme_name(o.scheme),
-                fidelity ? "--priority fidelity" : cpu.amx ? "AMX: int8 tiles" : "no AMX",
+                fidelity  ? "--priority fidelity"
+                : cpu.amx ? "AMX: int8 tiles"
+                          : "no AMX",
                 feat);
     }
     if (o.group && o.scheme != SHLM_SCHEME_W4A16 && o.scheme != SHLM_SCHEME_W4A8)

@@ -24,6 +24,9 @@
  *                [ngroups][16] (scale of row n, group g at 16g + n), padded to 64 bytes. One
  *                64-byte load is 16 rows x 8 elements: VPDPBUSD against four broadcast
  *                activation bytes gives 16 output lanes at once, no horizontal sums.
+ *   KN_DT_W4A16_T W4A16 in the same tiles, and after the scales the zero points, uint8
+ *                [ngroups][16], padded to 64 bytes: 16 rows' codes widen to 16 float lanes
+ *                that meet one broadcast activation per FMA.
  */
 #ifndef SHARDLM_KN_H
 #define SHARDLM_KN_H
@@ -45,9 +48,10 @@ enum kn_dtype {
     KN_DT_Q8 = 2,
     KN_DT_W4A16 = 3,
     KN_DT_W4A8 = 4,
-    KN_DT_W4A8_T = 5, /* device layout, see above */
+    KN_DT_W4A8_T = 5, /* device layouts, see above */
+    KN_DT_W4A16_T = 6,
 };
-#define KN_DT_COUNT 6
+#define KN_DT_COUNT 7
 
 /* Queries per attention call (one per SIMD lane), and the largest head the kernels take. */
 #define KN_ATT_TILE 16
@@ -73,18 +77,29 @@ struct kn_mat {
 
 static inline int kn_ngroups(int cols, int group) { return (cols + group - 1) / group; }
 static inline size_t kn_w4_row_bytes(int cols) { return (size_t)(cols + 1) / 2; }
+static inline bool kn_is_tiled(enum kn_dtype dt)
+{
+    return dt == KN_DT_W4A8_T || dt == KN_DT_W4A16_T;
+}
 static inline bool kn_is_w4(enum kn_dtype dt)
 {
-    return dt == KN_DT_W4A16 || dt == KN_DT_W4A8 || dt == KN_DT_W4A8_T;
+    return dt == KN_DT_W4A16 || dt == KN_DT_W4A8 || kn_is_tiled(dt);
 }
-/* KN_DT_W4A8_T: bytes of one block of 16 rows, and the offset of its scales in the block. */
+/* Tiled layouts: the offset of the scales in a block of 16 rows, and the block's bytes. */
 static inline size_t kn_tile_scales_offset(int cols, int group)
 {
     return (size_t)kn_ngroups(cols, group) * (size_t)group * 8;
 }
-static inline size_t kn_tile_block_bytes(int cols, int group)
+/* KN_DT_W4A16_T: the zero points follow the scales */
+static inline size_t kn_tile_zeros_offset(int cols, int group)
 {
-    return kn_tile_scales_offset(cols, group) + ((size_t)kn_ngroups(cols, group) * 32 + 63) / 64 * 64;
+    return kn_tile_scales_offset(cols, group) +
+           ((size_t)kn_ngroups(cols, group) * 32 + 63) / 64 * 64;
+}
+static inline size_t kn_tile_block_bytes(enum kn_dtype dt, int cols, int group)
+{
+    size_t zeros = dt == KN_DT_W4A16_T ? ((size_t)kn_ngroups(cols, group) * 16 + 63) / 64 * 64 : 0;
+    return kn_tile_zeros_offset(cols, group) + zeros;
 }
 
 /* Bytes of the (padded) codes region, and of the whole matrix in the canonical layout. */
@@ -103,14 +118,17 @@ void kn_repack_rows(const struct kn_mat *src, int r0, int r1, void *dst);
  * kn_mat_bytes(rows, pad + c1 - c0). For W4 formats c0 - pad must be a multiple of the group, so
  * the slice's groups are the source's (the first and last may be partial: same scales). */
 void kn_repack_cols(const struct kn_mat *src, int c0, int c1, int pad, void *dst);
-/* The device layout of a W4A8 matrix: blocks [b0, b1) of 16 rows of the KN_DT_W4A8_T image at
- * @dst (kn_mat_bytes(KN_DT_W4A8_T, ...) for the whole matrix) from the canonical @src, whose row
- * 0 is the image's row 0. Block by block, so a loader can stream it. */
+/* The device layout of a W4 matrix: blocks [b0, b1) of 16 rows of the KN_DT_W4A8_T (from
+ * W4A8) or KN_DT_W4A16_T (from W4A16) image at @dst (kn_mat_bytes() of the whole matrix) from
+ * the canonical @src, whose row 0 is the image's row 0. Block by block, so a loader can stream
+ * it. */
 void kn_repack_tiles(const struct kn_mat *src, int b0, int b1, void *dst);
 /* Element access in any W4 layout: the code (0..15) of row @r, column @k, and the fp16 scale of
  * row @r, group @g. For references and tests, not for speed. */
 int kn_w4_code(const struct kn_mat *m, int r, int k);
 uint16_t kn_w4_scale(const struct kn_mat *m, int r, int g);
+/* The zero point of row @r, group @g: 8 for the W4A8 layouts. */
+int kn_w4_zero(const struct kn_mat *m, int r, int g);
 
 /* One activation vector prepared for every weight format: x padded with zeros to a multiple of
  * @group, split into even/odd elements (to match the nibble order), per-group sums, and the int8

@@ -25,6 +25,7 @@ size_t kn_codes_bytes(enum kn_dtype dt, int rows, int cols)
         n = r * c;
         break;
     case KN_DT_W4A8_T: /* codes and scales interleave by block: no codes region */
+    case KN_DT_W4A16_T:
         KN_ASSERT(!"kn_codes_bytes of a tiled matrix");
     default:
         n = r * kn_w4_row_bytes(cols);
@@ -48,7 +49,8 @@ size_t kn_mat_bytes(enum kn_dtype dt, int rows, int cols, int group)
     case KN_DT_W4A8:
         return kn_codes_bytes(dt, rows, cols) + r * (size_t)kn_ngroups(cols, group) * 2;
     case KN_DT_W4A8_T:
-        return (r + KN_TILE_ROWS - 1) / KN_TILE_ROWS * kn_tile_block_bytes(cols, group);
+    case KN_DT_W4A16_T:
+        return (r + KN_TILE_ROWS - 1) / KN_TILE_ROWS * kn_tile_block_bytes(dt, cols, group);
     }
     return 0;
 }
@@ -67,7 +69,8 @@ void kn_mat_view(struct kn_mat *m, enum kn_dtype dt, int rows, int cols, int gro
     switch (dt) {
     case KN_DT_F32:
     case KN_DT_BF16:
-    case KN_DT_W4A8_T: /* scales live in each block */
+    case KN_DT_W4A8_T: /* scales and zeros live in each block */
+    case KN_DT_W4A16_T:
         break;
     case KN_DT_Q8:
         m->scales = p + kn_codes_bytes(dt, rows, cols);
@@ -221,30 +224,37 @@ void kn_mat_row(const struct kn_mat *m, int r, float *out)
     }
     case KN_DT_W4A16:
     case KN_DT_W4A8:
-    case KN_DT_W4A8_T: {
-        int ng = kn_ngroups(m->cols, m->group);
+    case KN_DT_W4A8_T:
+    case KN_DT_W4A16_T:
         for (size_t i = 0; i < c; i++) {
             int g = (int)(i / (size_t)m->group);
-            int zero = m->dtype == KN_DT_W4A16 ? m->zeros[(size_t)r * (size_t)ng + (size_t)g] : 8;
-            out[i] = kn_f16_to_f32(kn_w4_scale(m, r, g)) * (float)(kn_w4_code(m, r, (int)i) - zero);
+            out[i] = kn_f16_to_f32(kn_w4_scale(m, r, g)) *
+                     (float)(kn_w4_code(m, r, (int)i) - kn_w4_zero(m, r, g));
         }
         return;
     }
-    }
+}
+
+/* The block of a tiled matrix that holds row @r. */
+static const uint8_t *tile_block(const struct kn_mat *m, int r)
+{
+    return (const uint8_t *)m->codes +
+           (size_t)(r / KN_TILE_ROWS) * kn_tile_block_bytes(m->dtype, m->cols, m->group);
 }
 
 int kn_w4_code(const struct kn_mat *m, int r, int k)
 {
     KN_ASSERT(kn_is_w4(m->dtype) && r >= 0 && r < m->rows && k >= 0 && k < m->cols);
     const uint8_t *p = m->codes;
-    if (m->dtype != KN_DT_W4A8_T) {
+    if (!kn_is_tiled(m->dtype)) {
         uint8_t b = p[(size_t)r * kn_w4_row_bytes(m->cols) + (size_t)k / 2];
         return k % 2 ? b >> 4 : b & 15;
     }
     int g = k / m->group, o = k % m->group / 8, j = k % 8;
-    const uint8_t *blk = p + (size_t)(r / KN_TILE_ROWS) * kn_tile_block_bytes(m->cols, m->group);
-    uint8_t b = blk[(size_t)g * (size_t)m->group * 8 + (size_t)o * 64 + (size_t)(r % KN_TILE_ROWS) * 4 +
-                    (size_t)(j % 4)];
+    const uint8_t *blk =
+        p + (size_t)(r / KN_TILE_ROWS) * kn_tile_block_bytes(m->dtype, m->cols, m->group);
+    uint8_t b = blk[(size_t)g * (size_t)m->group * 8 + (size_t)o * 64 +
+                    (size_t)(r % KN_TILE_ROWS) * 4 + (size_t)(j % 4)];
     return j < 4 ? b & 15 : b >> 4;
 }
 
@@ -252,13 +262,26 @@ uint16_t kn_w4_scale(const struct kn_mat *m, int r, int g)
 {
     KN_ASSERT(kn_is_w4(m->dtype) && r >= 0 && r < m->rows && g >= 0 &&
               g < kn_ngroups(m->cols, m->group));
-    if (m->dtype != KN_DT_W4A8_T)
-        return ((const uint16_t *)m->scales)[(size_t)r * (size_t)kn_ngroups(m->cols, m->group) +
-                                              (size_t)g];
-    const uint8_t *blk = (const uint8_t *)m->codes +
-                         (size_t)(r / KN_TILE_ROWS) * kn_tile_block_bytes(m->cols, m->group);
-    const uint16_t *sc = (const uint16_t *)(blk + kn_tile_scales_offset(m->cols, m->group));
-    return sc[(size_t)g * KN_TILE_ROWS + (size_t)(r % KN_TILE_ROWS)];
+    if (!kn_is_tiled(m->dtype))
+        return ((const uint16_t *)
+                    m->scales)[(size_t)r * (size_t)kn_ngroups(m->cols, m->group) + (size_t)g];
+    return (
+        (const uint16_t *)(tile_block(m, r) +
+                           kn_tile_scales_offset(
+                               m->cols,
+                               m->group)))[(size_t)g * KN_TILE_ROWS + (size_t)(r % KN_TILE_ROWS)];
+}
+
+int kn_w4_zero(const struct kn_mat *m, int r, int g)
+{
+    KN_ASSERT(kn_is_w4(m->dtype) && r >= 0 && r < m->rows && g >= 0 &&
+              g < kn_ngroups(m->cols, m->group));
+    if (m->dtype == KN_DT_W4A8 || m->dtype == KN_DT_W4A8_T)
+        return 8;
+    if (m->dtype == KN_DT_W4A16)
+        return m->zeros[(size_t)r * (size_t)kn_ngroups(m->cols, m->group) + (size_t)g];
+    return tile_block(m, r)[kn_tile_zeros_offset(m->cols, m->group) + (size_t)g * KN_TILE_ROWS +
+                            (size_t)(r % KN_TILE_ROWS)];
 }
 
 void kn_rope_freqs(float *inv_freq, int head_dim, float theta, float factor, float low,

@@ -104,12 +104,16 @@ const struct kn_ops *kn_ops_find(const char *name, char *err, size_t errlen)
                  all[i]->name);
     for (int i = 0; i < (int)(sizeof(isa_names) / sizeof(isa_names[0])); i++)
         if (strcmp(isa_names[i], name) == 0) {
-            snprintf(err, errlen, "kernel table %s cannot run here: it needs %s (this machine "
-                     "runs %s)", name, isa_needs[i], have);
+            snprintf(err, errlen,
+                     "kernel table %s cannot run here: it needs %s (this machine "
+                     "runs %s)",
+                     name, isa_needs[i], have);
             return NULL;
         }
-    snprintf(err, errlen, "unknown kernel table '%s' (tables: ref, avx2, avx512, amx; this "
-             "machine runs %s)", name, have);
+    snprintf(err, errlen,
+             "unknown kernel table '%s' (tables: ref, avx2, avx512, amx; this "
+             "machine runs %s)",
+             name, have);
     return NULL;
 }
 
@@ -132,7 +136,7 @@ const struct kn_ops *kn_ops_select(void)
 
 void kn_cpu_describe(const struct kn_cpu *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s%s%s%s%s", c->avx2 ? "avx2" : "no avx2",
-             c->avx512f ? " avx512" : "", c->avx512vnni ? " avx512-vnni" : "",
-             c->avx512bf16 ? " avx512-bf16" : "", c->amx ? " amx" : ", no amx");
+    snprintf(buf, len, "%s%s%s%s%s", c->avx2 ? "avx2" : "no avx2", c->avx512f ? " avx512" : "",
+             c->avx512vnni ? " avx512-vnni" : "", c->avx512bf16 ? " avx512-bf16" : "",
+             c->amx ? " amx" : ", no amx");
 }

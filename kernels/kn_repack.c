@@ -13,9 +13,10 @@ void kn_mat_rows(const struct kn_mat *m, int r0, int r1, struct kn_mat *out)
     size_t r = (size_t)r0;
     switch (m->dtype) {
     case KN_DT_W4A8_T: /* whole blocks only */
+    case KN_DT_W4A16_T:
         KN_ASSERT(r0 % KN_TILE_ROWS == 0);
         out->codes = (const uint8_t *)m->codes +
-                     r / KN_TILE_ROWS * kn_tile_block_bytes(m->cols, m->group);
+                     r / KN_TILE_ROWS * kn_tile_block_bytes(m->dtype, m->cols, m->group);
         return;
     case KN_DT_F32:
     case KN_DT_BF16:
@@ -49,7 +50,7 @@ static void parts(enum kn_dtype dt, int rows, int cols, int group, void *base, u
 
 void kn_repack_rows(const struct kn_mat *src, int r0, int r1, void *dst)
 {
-    KN_ASSERT(src->dtype != KN_DT_W4A8_T); /* device layouts are made from canonical slices */
+    KN_ASSERT(!kn_is_tiled(src->dtype)); /* device layouts are made from canonical slices */
     struct kn_mat s;
     kn_mat_rows(src, r0, r1, &s);
     uint8_t *codes, *scales, *zeros;
@@ -74,6 +75,7 @@ void kn_repack_rows(const struct kn_mat *src, int r0, int r1, void *dst)
             memcpy(zeros, s.zeros, (size_t)rows * ng);
         return;
     case KN_DT_W4A8_T: /* asserted above */
+    case KN_DT_W4A16_T:
         return;
     }
 }
@@ -82,7 +84,7 @@ static int nibble(const uint8_t *row, int i) { return i % 2 ? row[i / 2] >> 4 : 
 
 void kn_repack_cols(const struct kn_mat *src, int c0, int c1, int pad, void *dst)
 {
-    KN_ASSERT(src->dtype != KN_DT_W4A8_T);
+    KN_ASSERT(!kn_is_tiled(src->dtype));
     KN_ASSERT(0 <= c0 && c0 <= c1 && c1 <= src->cols && pad >= 0);
     int rows = src->rows, cols = pad + c1 - c0, n = c1 - c0;
     uint8_t *codes, *scales, *zeros;
@@ -122,14 +124,16 @@ void kn_repack_cols(const struct kn_mat *src, int c0, int c1, int pad, void *dst
 
 void kn_repack_tiles(const struct kn_mat *src, int b0, int b1, void *dst)
 {
-    KN_ASSERT(src->dtype == KN_DT_W4A8 && src->group % 8 == 0);
+    KN_ASSERT((src->dtype == KN_DT_W4A8 || src->dtype == KN_DT_W4A16) && src->group % 8 == 0);
+    enum kn_dtype dt = src->dtype == KN_DT_W4A8 ? KN_DT_W4A8_T : KN_DT_W4A16_T;
     int cols = src->cols, group = src->group, ng = kn_ngroups(cols, group);
     int nblk = (src->rows + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
     KN_ASSERT(0 <= b0 && b0 <= b1 && b1 <= nblk);
-    size_t bb = kn_tile_block_bytes(cols, group), rb = kn_w4_row_bytes(cols);
+    size_t bb = kn_tile_block_bytes(dt, cols, group), rb = kn_w4_row_bytes(cols);
     for (int b = b0; b < b1; b++) {
         uint8_t *blk = (uint8_t *)dst + (size_t)b * bb;
         uint16_t *sc = (uint16_t *)(blk + kn_tile_scales_offset(cols, group));
+        uint8_t *zr = blk + kn_tile_zeros_offset(cols, group); /* W4A16_T only */
         memset(blk, 0, bb);
         for (int n = 0; n < KN_TILE_ROWS; n++) {
             int r = b * KN_TILE_ROWS + n;
@@ -141,9 +145,13 @@ void kn_repack_tiles(const struct kn_mat *src, int b0, int b1, void *dst)
                 blk[(size_t)o * 64 + (size_t)n * 4 + (size_t)(j % 4)] |=
                     (uint8_t)(nibble(in, k) << (j < 4 ? 0 : 4));
             }
-            for (int g = 0; g < ng; g++)
-                sc[(size_t)g * KN_TILE_ROWS + (size_t)n] =
-                    ((const uint16_t *)src->scales)[(size_t)r * (size_t)ng + (size_t)g];
+            for (int g = 0; g < ng; g++) {
+                size_t i = (size_t)g * KN_TILE_ROWS + (size_t)n;
+                size_t s = (size_t)r * (size_t)ng + (size_t)g;
+                sc[i] = ((const uint16_t *)src->scales)[s];
+                if (dt == KN_DT_W4A16_T)
+                    zr[i] = src->zeros[s];
+            }
         }
     }
 }

@@ -173,7 +173,9 @@ int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int g
 
 enum kn_dtype shlm_layout_dtype(enum kn_dtype dt, enum shlm_layout layout)
 {
-    return layout == SHLM_LAYOUT_TILES && dt == KN_DT_W4A8 ? KN_DT_W4A8_T : dt;
+    if (layout != SHLM_LAYOUT_TILES)
+        return dt;
+    return dt == KN_DT_W4A8 ? KN_DT_W4A8_T : dt == KN_DT_W4A16 ? KN_DT_W4A16_T : dt;
 }
 
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }

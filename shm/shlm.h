@@ -27,8 +27,8 @@ enum shlm_act { SHLM_ACT_SILU = 0, SHLM_ACT_GELU_TANH = 1 };
 enum shlm_scheme { SHLM_SCHEME_F32 = 0, SHLM_SCHEME_BF16 = 1, SHLM_SCHEME_W4A16 = 2, SHLM_SCHEME_W4A8 = 3 };
 enum shlm_tok_kind { SHLM_TOK_LLAMA2C = 1, SHLM_TOK_BLOB = 2 /* coord_tok_save() */ };
 enum shlm_rope_scaling { SHLM_ROPE_NONE = 0, SHLM_ROPE_LLAMA3 = 1 };
-/* How the W4A8 matrices of a weights segment are laid out (a file is always canonical). */
-enum shlm_layout { SHLM_LAYOUT_CANONICAL = 0, SHLM_LAYOUT_TILES = 1 /* KN_DT_W4A8_T */ };
+/* How the int4 matrices of a weights segment are laid out (a file is always canonical). */
+enum shlm_layout { SHLM_LAYOUT_CANONICAL = 0, SHLM_LAYOUT_TILES = 1 /* KN_DT_W4A8/16_T */ };
 
 struct shlm_config {
     uint32_t arch; /* enum shlm_arch */

@@ -139,7 +139,8 @@ static void quantize(enum kn_dtype dt, const float *w, int rows, int cols, int g
     case KN_DT_W4A8:
         kn_quant_w4a8(w, rows, cols, group, out);
         break;
-    case KN_DT_W4A8_T: /* made by tile() from a W4A8 matrix */
+    case KN_DT_W4A8_T: /* made by tile() from a canonical matrix */
+    case KN_DT_W4A16_T:
         fail();
     }
 }
@@ -299,6 +300,7 @@ static void wmat_first_rows(struct wmat *dst, const struct wmat *src, int n)
             memcpy((void *)dst->m.zeros, s->zeros, rows * ng);
         break;
     case KN_DT_W4A8_T:
+    case KN_DT_W4A16_T:
         fail();
     }
 }
@@ -502,19 +504,26 @@ static void test_guard_page(void **state)
     }
 }
 
-/* ---- the W4A8 tile layout (KN_DT_W4A8_T) ---- */
+/* ---- the tile layouts (KN_DT_W4A8_T, KN_DT_W4A16_T) ---- */
 
-/* The tiled image of canonical W4A8 @src in @buf (caller frees). */
+static const enum kn_dtype tile_src[] = {KN_DT_W4A8, KN_DT_W4A16};
+
+static enum kn_dtype tiled(enum kn_dtype dt)
+{
+    return dt == KN_DT_W4A8 ? KN_DT_W4A8_T : KN_DT_W4A16_T;
+}
+
+/* The tiled image of canonical W4 @src in @buf (caller frees). */
 static void tile(const struct kn_mat *src, struct kn_mat *out, void **buf)
 {
-    size_t bytes = kn_mat_bytes(KN_DT_W4A8_T, src->rows, src->cols, src->group);
+    size_t bytes = kn_mat_bytes(tiled(src->dtype), src->rows, src->cols, src->group);
     *buf = xmalloc(bytes);
     memset(*buf, 0xa5, bytes); /* the repack must write every byte */
     int nblk = (src->rows + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
     /* in two calls, as a streaming loader would */
     kn_repack_tiles(src, 0, nblk / 2, *buf);
     kn_repack_tiles(src, nblk / 2, nblk, *buf);
-    kn_mat_view(out, KN_DT_W4A8_T, src->rows, src->cols, src->group, *buf);
+    kn_mat_view(out, tiled(src->dtype), src->rows, src->cols, src->group, *buf);
 }
 
 /* Repacking keeps every code and scale; the tiled reference equals the canonical one exactly. */
@@ -525,22 +534,25 @@ static void test_tiles_repack(void **state)
         int n, k, group;
     } shapes[] = {{1, 32, 32}, {17, 172, 64}, {40, 300, 128}, {33, 100, 48}, {16, 520, 256}};
     rng_seed(5);
-    for (size_t si = 0; si < ARRAY_SIZE(shapes); si++) {
+    for (size_t c = 0; c < ARRAY_SIZE(tile_src) * ARRAY_SIZE(shapes); c++) {
+        size_t di = c / ARRAY_SIZE(shapes), si = c % ARRAY_SIZE(shapes);
         int N = shapes[si].n, K = shapes[si].k, group = shapes[si].group;
         struct wmat a;
         struct kn_mat t;
         void *buf;
-        wmat_init(&a, KN_DT_W4A8, N, K, group);
+        wmat_init(&a, tile_src[di], N, K, group);
         tile(&a.m, &t, &buf);
         for (int n = 0; n < N; n++) {
             for (int k = 0; k < K; k++)
                 assert_int_equal(kn_w4_code(&t, n, k), kn_w4_code(&a.m, n, k));
-            for (int g = 0; g < kn_ngroups(K, group); g++)
+            for (int g = 0; g < kn_ngroups(K, group); g++) {
                 assert_int_equal(kn_w4_scale(&t, n, g), kn_w4_scale(&a.m, n, g));
+                assert_int_equal(kn_w4_zero(&t, n, g), kn_w4_zero(&a.m, n, g));
+            }
         }
         /* padding rows and columns hold code 0 (their activations are 0 too) */
         const uint8_t *b = buf;
-        size_t last = (size_t)(N - 1) / KN_TILE_ROWS * kn_tile_block_bytes(K, group);
+        size_t last = (size_t)(N - 1) / KN_TILE_ROWS * kn_tile_block_bytes(t.dtype, K, group);
         for (size_t o = 0; o < kn_tile_scales_offset(K, group); o += 64)
             for (int n = (N - 1) % KN_TILE_ROWS + 1; n < KN_TILE_ROWS; n++)
                 assert_int_equal(b[last + o + (size_t)n * 4], 0);
@@ -568,12 +580,13 @@ static void test_tiles_gemm(void **state)
     double worst = 0.0;
     int cases = 0;
     rng_seed(6);
-    for (size_t si = 0; si < ARRAY_SIZE(shapes); si++) {
+    for (size_t c = 0; c < ARRAY_SIZE(tile_src) * ARRAY_SIZE(shapes); c++) {
+        size_t di = c / ARRAY_SIZE(shapes), si = c % ARRAY_SIZE(shapes);
         int N = shapes[si].n, K = shapes[si].k, group = shapes[si].group, ldy = N + 3;
         struct wmat a;
         struct kn_mat t;
         void *buf;
-        wmat_init(&a, KN_DT_W4A8, N, K, group);
+        wmat_init(&a, tile_src[di], N, K, group);
         tile(&a.m, &t, &buf);
         for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++) {
             int M = ms[mi];
@@ -596,12 +609,12 @@ static void test_tiles_gemm(void **state)
                     ops->gemm(&t, x, M, y, ldy, n0, n1);
                 for (int i = 0; i < M; i++) {
                     char what[96];
-                    snprintf(what, sizeof(what), "%s tiles M=%d (act %d) N=%d K=%d g=%d [%d,%d)",
-                             ops->name, M, i, N, K, group, n0, n1);
+                    snprintf(what, sizeof(what), "%s %s tiles M=%d (act %d) N=%d K=%d g=%d [%d,%d)",
+                             ops->name, dt_name[tile_src[di]], M, i, N, K, group, n0, n1);
                     const float *yi = y + (size_t)i * (size_t)ldy;
-                    worst = fmax(worst, check_rows(what, &a.m, &x[i], yi,
-                                                   yref + (size_t)i * (size_t)ldy, n0, n1,
-                                                   TOL_DOT));
+                    worst =
+                        fmax(worst, check_rows(what, &a.m, &x[i], yi,
+                                               yref + (size_t)i * (size_t)ldy, n0, n1, TOL_DOT));
                     for (int n = N; n < ldy && M > 1; n++)
                         assert_true(yi[n] == SENTINEL);
                 }
@@ -625,31 +638,33 @@ static void test_tiles_guard(void **state)
 {
     const struct kn_ops *ops = table_or_skip(state);
     rng_seed(7);
-    int N = 20, K = 100, group = 32;
-    struct wmat a;
-    struct kn_mat t;
-    void *buf;
-    wmat_init(&a, KN_DT_W4A8, N, K, group);
-    tile(&a.m, &t, &buf);
-    struct guarded g;
-    struct kn_mat m = t;
-    m.codes = guarded_tail(&g, buf, kn_mat_bytes(KN_DT_W4A8_T, N, K, group), 64);
-    struct kn_act x[3];
-    float y[3][32], yref[3][32];
-    for (int i = 0; i < 3; i++)
-        act_init(&x[i], K, group, 1.0f);
-    kn_gemm_ref(&a.m, x, 3, &yref[0][0], 32, 0, N);
-    for (int i = 0; i < 3; i++)
-        for (int n = 0; n < 32; n++)
-            y[i][n] = SENTINEL;
-    ops->gemm(&m, x, 3, &y[0][0], 32, 0, N);
-    for (int i = 0; i < 3; i++)
-        check_rows("tiles guard", &a.m, &x[i], y[i], yref[i], 0, N, TOL_DOT);
-    for (int i = 0; i < 3; i++)
-        kn_act_free(&x[i]);
-    guarded_free(&g);
-    free(buf);
-    wmat_free(&a);
+    for (size_t di = 0; di < ARRAY_SIZE(tile_src); di++) {
+        int N = 20, K = 100, group = 32;
+        struct wmat a;
+        struct kn_mat t;
+        void *buf;
+        wmat_init(&a, tile_src[di], N, K, group);
+        tile(&a.m, &t, &buf);
+        struct guarded g;
+        struct kn_mat m = t;
+        m.codes = guarded_tail(&g, buf, kn_mat_bytes(t.dtype, N, K, group), 64);
+        struct kn_act x[3];
+        float y[3][32], yref[3][32];
+        for (int i = 0; i < 3; i++)
+            act_init(&x[i], K, group, 1.0f);
+        kn_gemm_ref(&a.m, x, 3, &yref[0][0], 32, 0, N);
+        for (int i = 0; i < 3; i++)
+            for (int n = 0; n < 32; n++)
+                y[i][n] = SENTINEL;
+        ops->gemm(&m, x, 3, &y[0][0], 32, 0, N);
+        for (int i = 0; i < 3; i++)
+            check_rows("tiles guard", &a.m, &x[i], y[i], yref[i], 0, N, TOL_DOT);
+        for (int i = 0; i < 3; i++)
+            kn_act_free(&x[i]);
+        guarded_free(&g);
+        free(buf);
+        wmat_free(&a);
+    }
 }
 
 /* ---- small ops against the reference ---- */
@@ -823,7 +838,8 @@ static void test_attention(void **state)
                     worst = fmax(worst, e);
                     if (!(e <= TOL_SMALL)) {
                         print_error("%s attention hd=%d nt=%d nh=%d pos0=%d token %d: error "
-                                    "%.3g\n", ops->name, hd, nt, nh, pos0, i, e);
+                                    "%.3g\n",
+                                    ops->name, hd, nt, nh, pos0, i, e);
                         fail();
                     }
                     assert_true(out[(size_t)i * QS + (size_t)(nh * hd)] == SENTINEL);

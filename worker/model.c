@@ -121,8 +121,8 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     m->hb = calloc(M * (size_t)m->down_cols, sizeof(float));
     m->hb2 = malloc(M * (size_t)m->ffn * sizeof(float));
     /* the reference attention's scores, one row per pool thread */
-    m->scores = malloc((size_t)c->seq_len * (size_t)(pool ? wrk_pool_size(pool) : 1) *
-                       sizeof(float));
+    m->scores =
+        malloc((size_t)c->seq_len * (size_t)(pool ? wrk_pool_size(pool) : 1) * sizeof(float));
     m->rope_freqs = malloc((size_t)hd / 2 * sizeof(float));
     if (m->rope_freqs)
         kn_rope_freqs(m->rope_freqs, hd, c->rope_theta,

@@ -146,6 +146,7 @@ static size_t build_shlm(uint8_t **out, enum shlm_scheme scheme, int group, int 
             kn_quant_w4a8(w, specs[i].rows, specs[i].cols, specs[i].group, dst);
             break;
         case KN_DT_W4A8_T: /* not a file layout */
+        case KN_DT_W4A16_T:
             abort();
         }
         free(w);

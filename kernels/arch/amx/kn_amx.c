@@ -138,7 +138,8 @@ static bool mm_w4a8t_amx(const struct kn_mat *w, const struct kn_act *x, int m, 
                          size_t ldy, int n0, int n1)
 {
     const int group = w->group, ng = kn_ngroups(w->cols, group), kpad = ng * group;
-    const size_t bb = kn_tile_block_bytes(w->cols, group), so = kn_tile_scales_offset(w->cols, group);
+    const size_t bb = kn_tile_block_bytes(KN_DT_W4A8_T, w->cols, group),
+                 so = kn_tile_scales_offset(w->cols, group);
     const int mpad = (m + KN_AMX_TILE_ROWS - 1) / KN_AMX_TILE_ROWS * KN_AMX_TILE_ROWS;
     const size_t panel = (size_t)mpad * (size_t)kpad, btiles = (size_t)kpad * KN_TILE_ROWS;
     uint8_t *s = scratch_get(panel + btiles + sizeof(int32_t) * 256);
@@ -174,8 +175,8 @@ static bool mm_w4a8t_amx(const struct kn_mat *w, const struct kn_act *x, int m, 
                     TILE_DPBSUD(0, 1, 2);
                 }
                 TILE_STORE(0, c_tile, 64);
-                __m512 sc = _mm512_cvtph_ps(
-                    _mm256_loadu_si256((const void *)(blk + so + (size_t)g * 32)));
+                __m512 sc =
+                    _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(blk + so + (size_t)g * 32)));
                 for (int i = 0; i < mt; i++) {
                     __m512i v = _mm512_sub_epi32(_mm512_load_si512(c_tile + 16 * i),
                                                  _mm512_set1_epi32(8 * x[i0 + i].qgsum[g]));
@@ -212,9 +213,9 @@ static void kn_rmsnorm_amx(float *o, const float *x, const float *w, int n, floa
     kn_ops_avx512.rmsnorm(o, x, w, n, eps);
 }
 
-static void kn_attention_amx(float *out, size_t out_stride, const float *q, size_t q_stride,
-                             int nt, int nh, int pos0, const float *kc, const float *vc,
-                             size_t kv_stride, int hd, float *scratch)
+static void kn_attention_amx(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
+                             int nh, int pos0, const float *kc, const float *vc, size_t kv_stride,
+                             int hd, float *scratch)
 {
     kn_ops_avx512.attention(out, out_stride, q, q_stride, nt, nh, pos0, kc, vc, kv_stride, hd,
                             scratch);

@@ -5,8 +5,8 @@
  * by ones adds pairs into the int32 lane of the weight row. A 32-byte load is half an octet: 8
  * rows x 8 inputs. A micro tile is TM tokens x 16 rows; int32 accumulators start at
  * -8 * qgsum per group and are scaled into float ones, as in the AVX-512 kernel.
- * F32, BF16, Q8 and W4A16 rows: FMA row dots. The canonical W4A8 layout (never in a segment) and
- * the small ops other than rmsnorm are the reference's.
+ * F32, BF16, Q8 and W4A16 rows: FMA row dots. The canonical W4A8 layout (never in a segment),
+ * W4A16 tiles and the small ops other than rmsnorm are the reference's.
  *
  * Loads at the end of a row are masked (VPMASKMOV) or go through a zero-padded copy, so no
  * kernel reads past the matrix. */
@@ -53,8 +53,8 @@ static float dot_bf16(const uint16_t *w, const float *x, int k)
     int i = 0;
     for (; i + 8 <= k; i += 8) {
         __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i)));
-        a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)),
-                             _mm256_loadu_ps(x + i), a0);
+        a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), _mm256_loadu_ps(x + i),
+                             a0);
     }
     float s = hsum256(a0);
     for (; i < k; i++)
@@ -67,7 +67,8 @@ static float dot_q8(const int8_t *w, const float *x, int k)
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int i = 0;
     for (; i + 32 <= k; i += 32) {
-#define Q8(off) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + i + off))))
+#define Q8(off)                                                                                    \
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + i + off))))
         a0 = _mm256_fmadd_ps(Q8(0), _mm256_loadu_ps(x + i), a0);
         a1 = _mm256_fmadd_ps(Q8(8), _mm256_loadu_ps(x + i + 8), a1);
         a2 = _mm256_fmadd_ps(Q8(16), _mm256_loadu_ps(x + i + 16), a2);
@@ -101,7 +102,8 @@ static float dot_w4a16(const uint8_t *row, const uint16_t *sc, const uint8_t *zr
         }
         float s = hsum256(ag);
         for (; j < nb; j++) /* the padding element past cols has x 0 */
-            s += (float)(row[b0 + j] & 15) * x->xe[b0 + j] + (float)(row[b0 + j] >> 4) * x->xo[b0 + j];
+            s += (float)(row[b0 + j] & 15) * x->xe[b0 + j] +
+                 (float)(row[b0 + j] >> 4) * x->xo[b0 + j];
         float scale = _cvtsh_ss(sc[g]);
         acc += scale * (s - (float)zr[g] * x->gsum[g]);
     }
@@ -111,9 +113,10 @@ static float dot_w4a16(const uint8_t *row, const uint16_t *sc, const uint8_t *zr
 /* ---- W4A8 tiles ---- */
 #define TM 2
 
-static inline __attribute__((always_inline)) void
-w4a8t_tile(const uint8_t *blk, const struct kn_act *x, int mt, int cols, int group, float *y,
-           size_t ldy, int row0, int n0, int n1)
+static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
+                                                             const struct kn_act *x, int mt,
+                                                             int cols, int group, float *y,
+                                                             size_t ldy, int row0, int n0, int n1)
 {
     const __m256i lo4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const int ng = kn_ngroups(cols, group), no = group / 8;
@@ -177,7 +180,7 @@ static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, floa
                      int n0, int n1)
 {
     KN_ASSERT(w->group % 8 == 0);
-    size_t bb = kn_tile_block_bytes(w->cols, w->group);
+    size_t bb = kn_tile_block_bytes(KN_DT_W4A8_T, w->cols, w->group);
     for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
         const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
         for (int i = 0; i < m; i += TM) {
@@ -202,7 +205,8 @@ static void kn_gemm_avx2(const struct kn_mat *w, const struct kn_act *x, int m, 
     case KN_DT_W4A8_T:
         mm_w4a8t(w, x, m, y, ld, n0, n1);
         return;
-    case KN_DT_W4A8: /* the file layout: segments hold tiles */
+    case KN_DT_W4A8:    /* the file layout: segments hold tiles */
+    case KN_DT_W4A16_T: /* TODO: an FMA tile kernel like the AVX-512 one */
         kn_gemm_ref(w, x, m, y, ldy, n0, n1);
         return;
     default:

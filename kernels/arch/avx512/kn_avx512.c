@@ -250,9 +250,10 @@ static inline __attribute__((always_inline)) int32_t load_i32(const int8_t *p)
 
 /* Tokens x[0..mt) against blocks blk, blk + bb, .. (nt of them) whose first row is @row0; stores
  * rows [n0, n1) of the tile into y (mt, ldy). */
-static inline __attribute__((always_inline)) void
-w4a8t_tile(const uint8_t *blk, size_t bb, const struct kn_act *x, int mt, int nt, int cols,
-           int group, float *y, size_t ldy, int row0, int n0, int n1)
+static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk, size_t bb,
+                                                             const struct kn_act *x, int mt, int nt,
+                                                             int cols, int group, float *y,
+                                                             size_t ldy, int row0, int n0, int n1)
 {
     const __m512i lo4 = _mm512_set1_epi8(15);
     const int ng = kn_ngroups(cols, group), no = group / 8;
@@ -328,7 +329,7 @@ static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, floa
                      int n0, int n1)
 {
     KN_ASSERT(w->group % 8 == 0);
-    size_t bb = kn_tile_block_bytes(w->cols, w->group);
+    size_t bb = kn_tile_block_bytes(KN_DT_W4A8_T, w->cols, w->group);
     int b1 = (n1 + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
     for (int b = n0 / KN_TILE_ROWS; b < b1; b += TN) {
         const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
@@ -346,6 +347,115 @@ static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, floa
                 W4A8T_TILE(3, 2);
                 W4A8T_TILE(4, 1);
                 W4A8T_TILE(4, 2);
+            }
+        }
+    }
+}
+
+/* ---- W4A16 tiles (KN_DT_W4A16_T): FMA over codes widened to float ----
+ *
+ * Per octet load (16 rows x 8 elements) each element's nibble is shifted down, masked and
+ * converted into 16 float lanes, which meet the element's activation broadcast from every
+ * token of the micro tile. Per group the lanes hold sum code * x; the zero point comes off as
+ * zero * gsum and the 16 rows' scales multiply the difference into the float accumulators. */
+static inline __attribute__((always_inline)) void w4a16t_tile(const uint8_t *blk, size_t bb,
+                                                              const struct kn_act *x, int mt,
+                                                              int nt, int cols, int group, float *y,
+                                                              size_t ldy, int row0, int n0, int n1)
+{
+    const __m512i lo4 = _mm512_set1_epi32(15);
+    const int ng = kn_ngroups(cols, group), no = group / 8;
+    const size_t so = kn_tile_scales_offset(cols, group), zo = kn_tile_zeros_offset(cols, group);
+    __m512 f[TM][TN];
+#pragma GCC unroll 4
+    for (int i = 0; i < mt; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < nt; j++)
+            f[i][j] = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        __m512 a[TM][TN];
+#pragma GCC unroll 4
+        for (int i = 0; i < mt; i++)
+#pragma GCC unroll 2
+            for (int j = 0; j < nt; j++)
+                a[i][j] = _mm512_setzero_ps();
+        const uint8_t *w = blk + (size_t)g * (size_t)group * 8;
+        for (int o = 0; o < no; o++) {
+            __m512i v[TN];
+#pragma GCC unroll 2
+            for (int j = 0; j < nt; j++) {
+                const uint8_t *p = w + (size_t)j * bb + (size_t)o * 64;
+                _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+                v[j] = _mm512_loadu_si512(p);
+            }
+            size_t k = (size_t)g * (size_t)group + 8 * (size_t)o;
+#pragma GCC unroll 8
+            for (int e = 0; e < 8; e++) {
+                const int shift = e < 4 ? 8 * e : 8 * (e - 4) + 4;
+                __m512 c[TN];
+#pragma GCC unroll 2
+                for (int j = 0; j < nt; j++)
+                    c[j] =
+                        _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v[j], shift), lo4));
+#pragma GCC unroll 4
+                for (int i = 0; i < mt; i++) {
+                    __m512 xb = _mm512_set1_ps(x[i].x[k + (size_t)e]);
+#pragma GCC unroll 2
+                    for (int j = 0; j < nt; j++)
+                        a[i][j] = _mm512_fmadd_ps(c[j], xb, a[i][j]);
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < nt; j++) {
+            const uint8_t *b = blk + (size_t)j * bb;
+            __m512 sc =
+                _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(b + so + (size_t)g * 32)));
+            __m512 z = _mm512_cvtepi32_ps(
+                _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(b + zo + (size_t)g * 16))));
+#pragma GCC unroll 4
+            for (int i = 0; i < mt; i++)
+                f[i][j] = _mm512_fmadd_ps(
+                    sc, _mm512_fnmadd_ps(z, _mm512_set1_ps(x[i].gsum[g]), a[i][j]), f[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < mt; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < nt; j++) {
+            int r = row0 + 16 * j, a0 = n0 - r > 0 ? n0 - r : 0;
+            __mmask16 m = (__mmask16)(mask16(n1 - r) & ~mask16(a0));
+            _mm512_mask_storeu_ps(y + (size_t)i * ldy + (size_t)r, m, f[i][j]);
+        }
+}
+
+#define W4A16T_TILE(MT, NT)                                                                        \
+    case (MT - 1) * TN + NT - 1:                                                                   \
+        w4a16t_tile(blk, bb, xi, MT, NT, w->cols, w->group, yi, ldy, row0, n0, n1);                \
+        break
+
+static void mm_w4a16t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                      int n0, int n1)
+{
+    KN_ASSERT(w->group % 8 == 0);
+    size_t bb = kn_tile_block_bytes(KN_DT_W4A16_T, w->cols, w->group);
+    int b1 = (n1 + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
+    for (int b = n0 / KN_TILE_ROWS; b < b1; b += TN) {
+        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
+        int nt = b1 - b < TN ? b1 - b : TN, row0 = b * KN_TILE_ROWS;
+        for (int i = 0; i < m; i += TM) {
+            int mt = m - i < TM ? m - i : TM;
+            float *yi = y + (size_t)i * ldy;
+            const struct kn_act *xi = x + i;
+            switch ((mt - 1) * TN + nt - 1) {
+                W4A16T_TILE(1, 1);
+                W4A16T_TILE(1, 2);
+                W4A16T_TILE(2, 1);
+                W4A16T_TILE(2, 2);
+                W4A16T_TILE(3, 1);
+                W4A16T_TILE(3, 2);
+                W4A16T_TILE(4, 1);
+                W4A16T_TILE(4, 2);
             }
         }
     }
@@ -379,6 +489,9 @@ static void mm_dispatch(const struct kn_mat *w, const struct kn_act *x, int m, f
         return;
     case KN_DT_W4A8_T:
         mm_w4a8t(w, x, m, y, ldy, n0, n1);
+        return;
+    case KN_DT_W4A16_T:
+        mm_w4a16t(w, x, m, y, ldy, n0, n1);
         return;
     }
     KN_ASSERT(!"unknown weight dtype");
@@ -518,8 +631,8 @@ static void kn_attention_avx512(float *out, size_t out_stride, const float *q, s
         lpos[l] = l < nl ? pos0 + l / nh : -1;
     for (int d = 0; d < hd; d++) {
         for (int l = 0; l < KN_ATT_TILE; l++)
-            st.qt[d][l] = l < nl ? q[(size_t)(l / nh) * q_stride + (size_t)(l % nh * hd + d)] * scale
-                                 : 0.0f;
+            st.qt[d][l] =
+                l < nl ? q[(size_t)(l / nh) * q_stride + (size_t)(l % nh * hd + d)] * scale : 0.0f;
         _mm512_store_ps(st.ot[d], _mm512_setzero_ps());
     }
     st.lpos = _mm512_loadu_si512(lpos);

@@ -108,6 +108,24 @@ void kn_gemv_w4a8t_ref(const struct kn_mat *w, const struct kn_act *x, float *y,
     }
 }
 
+/* kn_gemv_w4a16_ref over the tiled layout, element by element (bit for bit the same sums). */
+void kn_gemv_w4a16t_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    int ng = kn_ngroups(w->cols, w->group);
+    for (int n = n0; n < n1; n++) {
+        float acc = 0.0f;
+        for (int g = 0; g < ng; g++) {
+            int k0 = g * w->group, k1 = k0 + w->group < w->cols ? k0 + w->group : w->cols;
+            float s = 0.0f;
+            for (int k = k0; k < k1; k++)
+                s += (float)kn_w4_code(w, n, k) * x->x[k];
+            acc +=
+                kn_f16_to_f32(kn_w4_scale(w, n, g)) * (s - (float)kn_w4_zero(w, n, g) * x->gsum[g]);
+        }
+        y[n] = acc;
+    }
+}
+
 void kn_gemv_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
 {
     KN_ASSERT(x->k == w->cols);
@@ -132,6 +150,10 @@ void kn_gemv_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n
     case KN_DT_W4A8_T:
         KN_ASSERT(x->group == w->group);
         kn_gemv_w4a8t_ref(w, x, y, n0, n1);
+        return;
+    case KN_DT_W4A16_T:
+        KN_ASSERT(x->group == w->group);
+        kn_gemv_w4a16t_ref(w, x, y, n0, n1);
         return;
     }
 }
