@@ -164,14 +164,15 @@ static int bench_threads(const struct model_opts *o, int threads, struct coord_e
         return coord_fail(e, -E2BIG, "-p %d / -n %d: the model's context is %u", o->pp, o->tg,
                           ctx);
     }
-    int32_t *tok = malloc(((size_t)o->pp + 1) * sizeof(int32_t));
+    int n_tok = (o->pp > o->tg ? o->pp : o->tg) + 1; /* prompt, and the decode test's inputs */
+    int32_t *tok = malloc((size_t)n_tok * sizeof(int32_t));
     double pp[16], tg[16];
     if (!tok) {
         coord_engine_stop(&g);
         return coord_fail(e, -ENOMEM, "out of memory");
     }
     uint64_t rnd = 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i <= o->pp; i++) {
+    for (int i = 0; i < n_tok; i++) {
         rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
         tok[i] = (int32_t)((rnd >> 33) % h->cfg.vocab_size);
     }

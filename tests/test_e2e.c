@@ -382,6 +382,14 @@ static void test_bench_model(void **state)
     assert_non_null(strstr(r->out, "tg8"));
     assert_non_null(strstr(r->out, "of the roofline"));
     assert_runtime_clean();
+    /* decode alone: its inputs are not the (empty) prompt's */
+    char *a1[] = {"bench", "-m", model, "-p", "0", "-n", "8", "-r", "1", "-t", "1", NULL};
+    run_shardlm(r, a1, NULL);
+    if (r->status)
+        fprintf(stderr, "%s", r->err);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "tg8"));
+    assert_null(strstr(r->out, "pp0"));
     cpu_set_t set;
     sched_getaffinity(0, sizeof(set), &set);
     char t[16];

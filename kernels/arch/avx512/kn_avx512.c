@@ -20,8 +20,9 @@
 
 /* Software prefetch distance for weight rows, in bytes. The hardware prefetcher of the VMs we
  * measure on does not keep a streaming GEMV fed: W4A8 over 134 MB went from 5.6 to 26 GB/s (one
- * thread) with this prefetch; 512 to 4096 bytes ahead all measured within 5%. */
-#define PF_AHEAD 1024
+ * thread) with 1024 bytes ahead; over the tile layout, one stream, 4096 ahead reached 31-33 GB/s
+ * against 26 at 1024 and 28 at 2048 (`shardlm bench kernels`, 2048x2048 to 8192x2048). */
+#define PF_AHEAD 4096
 
 /* Lane masks for the first @n lanes (n <= 0 gives none, n >= width gives all). */
 static inline __mmask16 mask16(int n)
@@ -325,12 +326,65 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
         w4a8t_tile(blk, bb, xi, MT, NT, w->cols, w->group, yi, ldy, row0, n0, n1);                 \
         break
 
+/* Decode's case, one token: the 16 rows of one block, with four accumulators over pairs of
+ * octets so that consecutive VPDPBUSDs do not wait on each other (one chain held a block to
+ * the instruction's latency). */
+static inline __m512 w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int cols,
+                                      int group)
+{
+    const __m512i lo4 = _mm512_set1_epi8(15);
+    const int ng = kn_ngroups(cols, group), no = group / 8;
+    const size_t so = kn_tile_scales_offset(cols, group);
+    __m512 f = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *w = blk + (size_t)g * (size_t)group * 8;
+        const int8_t *q = x->q + (size_t)g * (size_t)group;
+        __m512i s0 = _mm512_set1_epi32(-8 * x->qgsum[g]), s1 = _mm512_setzero_si512();
+        __m512i s2 = _mm512_setzero_si512(), s3 = _mm512_setzero_si512();
+        int o = 0;
+        for (; o + 2 <= no; o += 2) {
+            const uint8_t *p = w + (size_t)o * 64;
+            _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+            _mm_prefetch((const char *)p + PF_AHEAD + 64, _MM_HINT_T0);
+            __m512i v0 = _mm512_loadu_si512(p), v1 = _mm512_loadu_si512(p + 64);
+            s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(v0, lo4),
+                                     _mm512_set1_epi32(load_i32(q + 8 * o)));
+            s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(v0, 4), lo4),
+                                     _mm512_set1_epi32(load_i32(q + 8 * o + 4)));
+            s2 = _mm512_dpbusd_epi32(s2, _mm512_and_si512(v1, lo4),
+                                     _mm512_set1_epi32(load_i32(q + 8 * o + 8)));
+            s3 = _mm512_dpbusd_epi32(s3, _mm512_and_si512(_mm512_srli_epi16(v1, 4), lo4),
+                                     _mm512_set1_epi32(load_i32(q + 8 * o + 12)));
+        }
+        if (o < no) { /* an odd octet count (group 8, 24, 40 ..) */
+            __m512i v0 = _mm512_loadu_si512(w + (size_t)o * 64);
+            s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(v0, lo4),
+                                     _mm512_set1_epi32(load_i32(q + 8 * o)));
+            s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(v0, 4), lo4),
+                                     _mm512_set1_epi32(load_i32(q + 8 * o + 4)));
+        }
+        __m512i s = _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
+        __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(blk + so + (size_t)g * 32)));
+        f = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s), f);
+    }
+    return _mm512_mul_ps(f, _mm512_set1_ps(x->qscale));
+}
+
 static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)
 {
     KN_ASSERT(w->group % 8 == 0);
     size_t bb = kn_tile_block_bytes(KN_DT_W4A8_T, w->cols, w->group);
     int b1 = (n1 + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
+    if (m == 1) {
+        for (int b = n0 / KN_TILE_ROWS; b < b1; b++) {
+            int r = b * KN_TILE_ROWS, a = n0 - r > 0 ? n0 - r : 0;
+            __m512 v =
+                w4a8t_gemv_block((const uint8_t *)w->codes + (size_t)b * bb, x, w->cols, w->group);
+            _mm512_mask_storeu_ps(y + r, (__mmask16)(mask16(n1 - r) & ~mask16(a)), v);
+        }
+        return;
+    }
     for (int b = n0 / KN_TILE_ROWS; b < b1; b += TN) {
         const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
         int nt = b1 - b < TN ? b1 - b : TN, row0 = b * KN_TILE_ROWS;
