@@ -127,20 +127,21 @@ void kn_act_prepare(struct kn_act *a, const float *x)
     int k = a->k, kp = a->kpad, g = a->group;
     memcpy(a->x, x, (size_t)k * sizeof(float));
     memset(a->x + k, 0, (size_t)(kp - k) * sizeof(float));
+    /* plain loops the compiler vectorizes: this runs for every row of a prefill chunk */
     float amax = 0.0f;
-    for (int i = 0; i < k; i++)
-        amax = fmaxf(amax, fabsf(x[i]));
+    for (int i = 0; i < k; i++) {
+        float v = fabsf(x[i]);
+        amax = v > amax ? v : amax;
+    }
     a->qscale = amax / 127.0f;
     float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    for (int i = 0; i < kp; i++) {
-        a->q[i] = (int8_t)lrintf(a->x[i] * inv);
-        if (i % 2 == 0) {
-            a->xe[i / 2] = a->x[i];
-            a->qe[i / 2] = a->q[i];
-        } else {
-            a->xo[i / 2] = a->x[i];
-            a->qo[i / 2] = a->q[i];
-        }
+    for (int i = 0; i < kp; i++) /* round half to even, as lrintf in the default mode */
+        a->q[i] = (int8_t)(int)nearbyintf(a->x[i] * inv);
+    for (int i = 0; i < kp / 2; i++) {
+        a->xe[i] = a->x[2 * i];
+        a->xo[i] = a->x[2 * i + 1];
+        a->qe[i] = a->q[2 * i];
+        a->qo[i] = a->q[2 * i + 1];
     }
     for (int gi = 0; gi < kp / g; gi++) {
         float s = 0.0f;

@@ -157,11 +157,28 @@ void wrk_model_free(struct wrk_model *m)
     memset(m, 0, sizeof(*m));
 }
 
-/* rows of @src (n, k) into prepared activations */
-static void prepare(struct kn_act *a, const float *src, int n, int k)
+/* Rows of @src (n, k) into prepared activations; a prefill chunk's rows are split over the
+ * pool (one row, decode's, is not worth a fan-out). */
+struct prep_job {
+    struct kn_act *a;
+    const float *src;
+    int n, k;
+};
+
+static void prepare_part(void *arg, int i, int nt)
 {
-    for (int i = 0; i < n; i++)
-        kn_act_prepare(&a[i], src + (size_t)i * (size_t)k);
+    const struct prep_job *j = arg;
+    for (int r = j->n * i / nt; r < j->n * (i + 1) / nt; r++)
+        kn_act_prepare(&j->a[r], j->src + (size_t)r * (size_t)j->k);
+}
+
+static void prepare(const struct wrk_model *m, struct kn_act *a, const float *src, int n, int k)
+{
+    struct prep_job j = {a, src, n, k};
+    if (m->pool && n > 1)
+        wrk_pool_run(m->pool, prepare_part, &j);
+    else
+        prepare_part(&j, 0, 1);
 }
 
 static void add_rows(float *x, const float *d, size_t n)
@@ -266,7 +283,7 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
         for (int i = 0; i < n; i++)
             ops->rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, L->attn_norm, dim,
                          c->norm_eps);
-        prepare(m->a_dim, m->xb, n, dim);
+        prepare(m, m->a_dim, m->xb, n, dim);
         gemm(m, &L->q, m->a_dim, n, m->q, qd);
         gemm(m, &L->k, m->a_dim, n, m->k, kvd);
         gemm(m, &L->v, m->a_dim, n, m->v, kvd);
@@ -284,7 +301,10 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
                    (size_t)kvd * sizeof(float));
         }
         struct att_job aj = {m, kc, vc, n, pos};
-        if (m->pool)
+        /* keys read by the chunk's queries times the head size, summed over our heads: below
+         * the threshold (decode at a short context) one thread does it */
+        long att_work = (long)n * (pos + n) * nq * hd;
+        if (m->pool && att_work >= m->par_min_weights)
             wrk_pool_run(m->pool, att_part, &aj);
         else
             att_part(&aj, 0, 1);
@@ -300,7 +320,7 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
                     for (int j = 0; j < hd; j++)
                         oh[j] *= gs;
                 }
-        prepare(m->a_o, m->att, n, m->o_cols);
+        prepare(m, m->a_o, m->att, n, m->o_cols);
         gemm(m, &L->o, m->a_o, n, m->xb, dim);
         if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
             return rc;
@@ -309,13 +329,13 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
         for (int i = 0; i < n; i++)
             ops->rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, L->ffn_norm, dim,
                          c->norm_eps);
-        prepare(m->a_dim, m->xb, n, dim);
+        prepare(m, m->a_dim, m->xb, n, dim);
         gemm(m, &L->gate, m->a_dim, n, m->hb + p->down_pad, m->down_cols);
         gemm(m, &L->up, m->a_dim, n, m->hb2, ffn);
         for (int i = 0; i < n; i++)
             (c->act == SHLM_ACT_GELU_TANH ? ops->gelu_mul : ops->silu_mul)(
                 m->hb + (size_t)i * m->down_cols + p->down_pad, m->hb2 + (size_t)i * ffn, ffn);
-        prepare(m->a_down, m->hb, n, m->down_cols);
+        prepare(m, m->a_down, m->hb, n, m->down_cols);
         gemm(m, &L->down, m->a_down, n, m->xb, dim);
         if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
             return rc;
