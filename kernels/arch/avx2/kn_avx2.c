@@ -5,8 +5,9 @@
  * by ones adds pairs into the int32 lane of the weight row. A 32-byte load is half an octet: 8
  * rows x 8 inputs. A micro tile is TM tokens x 16 rows; int32 accumulators start at
  * -8 * qgsum per group and are scaled into float ones, as in the AVX-512 kernel.
- * F32, BF16, Q8 and W4A16 rows: FMA row dots. The canonical W4A8 layout (never in a segment),
- * W4A16 tiles and the small ops other than rmsnorm are the reference's.
+ * W4A16 tiles: FMA over codes widened to float, 8 rows a vector. F32, BF16, Q8 and W4A16
+ * rows: FMA row dots. The canonical W4A8 layout (never in a segment) and the small ops other
+ * than rmsnorm are the reference's.
  *
  * Loads at the end of a row are masked (VPMASKMOV) or go through a zero-padded copy, so no
  * kernel reads past the matrix. */
@@ -176,6 +177,89 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
     }
 }
 
+/* W4A16 tiles as the AVX-512 kernel does them, in two halves of 8 rows: each element's nibble
+ * widened to 8 float lanes meets the element's activation broadcast from each token. */
+static inline __attribute__((always_inline)) void w4a16t_tile(const uint8_t *blk,
+                                                              const struct kn_act *x, int mt,
+                                                              int cols, int group, float *y,
+                                                              size_t ldy, int row0, int n0, int n1)
+{
+    const __m256i lo4 = _mm256_set1_epi32(15);
+    const int ng = kn_ngroups(cols, group), no = group / 8;
+    const size_t so = kn_tile_scales_offset(cols, group), zo = kn_tile_zeros_offset(cols, group);
+    __m256 f[TM][2];
+#pragma GCC unroll 2
+    for (int i = 0; i < mt; i++)
+        f[i][0] = f[i][1] = _mm256_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        __m256 a[TM][2];
+#pragma GCC unroll 2
+        for (int i = 0; i < mt; i++)
+            a[i][0] = a[i][1] = _mm256_setzero_ps();
+        const uint8_t *w = blk + (size_t)g * (size_t)group * 8;
+        for (int o = 0; o < no; o++) {
+            const uint8_t *p = w + (size_t)o * 64;
+            _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+            __m256i v[2] = {_mm256_loadu_si256((const __m256i *)p),
+                            _mm256_loadu_si256((const __m256i *)(p + 32))};
+            size_t k = (size_t)g * (size_t)group + 8 * (size_t)o;
+#pragma GCC unroll 8
+            for (int e = 0; e < 8; e++) {
+                const int shift = e < 4 ? 8 * e : 8 * (e - 4) + 4;
+                __m256 c[2];
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++)
+                    c[h] =
+                        _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v[h], shift), lo4));
+#pragma GCC unroll 2
+                for (int i = 0; i < mt; i++) {
+                    __m256 xb = _mm256_broadcast_ss(&x[i].x[k + (size_t)e]);
+                    a[i][0] = _mm256_fmadd_ps(c[0], xb, a[i][0]);
+                    a[i][1] = _mm256_fmadd_ps(c[1], xb, a[i][1]);
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 sc = _mm256_cvtph_ps(
+                _mm_loadu_si128((const __m128i *)(blk + so + (size_t)g * 32 + 16 * h)));
+            __m256 z = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                _mm_loadl_epi64((const __m128i *)(blk + zo + (size_t)g * 16 + 8 * h))));
+#pragma GCC unroll 2
+            for (int i = 0; i < mt; i++)
+                f[i][h] = _mm256_fmadd_ps(
+                    sc, _mm256_fnmadd_ps(z, _mm256_set1_ps(x[i].gsum[g]), a[i][h]), f[i][h]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < mt; i++) {
+        float out[16];
+        _mm256_storeu_ps(out, f[i][0]);
+        _mm256_storeu_ps(out + 8, f[i][1]);
+        for (int r = 0; r < 16; r++)
+            if (row0 + r >= n0 && row0 + r < n1)
+                y[(size_t)i * ldy + (size_t)(row0 + r)] = out[r];
+    }
+}
+
+static void mm_w4a16t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                      int n0, int n1)
+{
+    KN_ASSERT(w->group % 8 == 0);
+    size_t bb = kn_tile_block_bytes(KN_DT_W4A16_T, w->cols, w->group);
+    for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
+        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
+        for (int i = 0; i < m; i += TM) {
+            if (m - i >= 2)
+                w4a16t_tile(blk, x + i, 2, w->cols, w->group, y + (size_t)i * ldy, ldy,
+                            b * KN_TILE_ROWS, n0, n1);
+            else
+                w4a16t_tile(blk, x + i, 1, w->cols, w->group, y + (size_t)i * ldy, ldy,
+                            b * KN_TILE_ROWS, n0, n1);
+        }
+    }
+}
+
 static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)
 {
@@ -205,8 +289,10 @@ static void kn_gemm_avx2(const struct kn_mat *w, const struct kn_act *x, int m, 
     case KN_DT_W4A8_T:
         mm_w4a8t(w, x, m, y, ld, n0, n1);
         return;
-    case KN_DT_W4A8:    /* the file layout: segments hold tiles */
-    case KN_DT_W4A16_T: /* TODO: an FMA tile kernel like the AVX-512 one */
+    case KN_DT_W4A16_T:
+        mm_w4a16t(w, x, m, y, ld, n0, n1);
+        return;
+    case KN_DT_W4A8: /* the file layout: segments hold tiles */
         kn_gemm_ref(w, x, m, y, ldy, n0, n1);
         return;
     default:
