@@ -6,8 +6,9 @@
  * rows x 8 inputs. A micro tile is TM tokens x 16 rows; int32 accumulators start at
  * -8 * qgsum per group and are scaled into float ones, as in the AVX-512 kernel.
  * W4A16 tiles: FMA over codes widened to float, 8 rows a vector. F32, BF16, Q8 and W4A16
- * rows: FMA row dots. The canonical W4A8 layout (never in a segment) and the small ops other
- * than rmsnorm are the reference's.
+ * rows: FMA row dots. Attention: 8 queries in the lanes, online softmax over blocks of 8 keys.
+ * The canonical W4A8 layout (never in a segment) and the small ops other than rmsnorm and
+ * attention are the reference's.
  *
  * Loads at the end of a row are masked (VPMASKMOV) or go through a zero-padded copy, so no
  * kernel reads past the matrix. */
@@ -345,6 +346,149 @@ static void kn_rmsnorm_avx2(float *o, const float *x, const float *w, int n, flo
         o[i] = w[i] * (inv * x[i]);
 }
 
+/* ---- attention: as the AVX-512 kernel, 8 queries in the lanes, blocks of 8 keys ---- */
+
+/* e^x for x <= 0 (arguments below -87 give e^-87; callers mask those): Cody-Waite reduction,
+ * Taylor polynomial to r^6, 2^n built in the exponent field. */
+static inline __m256 exp_neg(__m256 x)
+{
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+struct att_state {
+    _Alignas(32) float qt[KN_MAX_HEAD_DIM][8];
+    _Alignas(32) float ot[KN_MAX_HEAD_DIM][8];
+    __m256 m, sum;
+    __m256i lpos;
+};
+
+/* Keys t0 .. t0 + 7, rows k / v + u * stride (u < 8, all readable). */
+static void att_block(struct att_state *st, const float *k, const float *v, size_t stride, int t0,
+                      int hd)
+{
+    __m256 s[8], valid[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; u++)
+        s[u] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m256 qd = _mm256_load_ps(st->qt[d]);
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++)
+            s[u] =
+                _mm256_fmadd_ps(qd, _mm256_broadcast_ss(&k[(size_t)u * stride + (size_t)d]), s[u]);
+    }
+    __m256 mb = st->m;
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; u++) {
+        valid[u] = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+            _mm256_add_epi32(st->lpos, _mm256_set1_epi32(1)), _mm256_set1_epi32(t0 + u)));
+        mb = _mm256_blendv_ps(mb, _mm256_max_ps(mb, s[u]), valid[u]);
+    }
+    __m256 corr = exp_neg(_mm256_sub_ps(st->m, mb)), sum = _mm256_mul_ps(st->sum, corr);
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; u++) {
+        s[u] = _mm256_and_ps(valid[u], exp_neg(_mm256_sub_ps(s[u], mb)));
+        sum = _mm256_add_ps(sum, s[u]);
+    }
+    st->m = mb;
+    st->sum = sum;
+    int d = 0;
+    for (; d + 4 <= hd; d += 4) {
+        __m256 acc[4];
+#pragma GCC unroll 4
+        for (int e = 0; e < 4; e++)
+            acc[e] = _mm256_mul_ps(_mm256_load_ps(st->ot[d + e]), corr);
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++) {
+            const float *vr = v + (size_t)u * stride + (size_t)d;
+#pragma GCC unroll 4
+            for (int e = 0; e < 4; e++)
+                acc[e] = _mm256_fmadd_ps(s[u], _mm256_broadcast_ss(&vr[e]), acc[e]);
+        }
+#pragma GCC unroll 4
+        for (int e = 0; e < 4; e++)
+            _mm256_store_ps(st->ot[d + e], acc[e]);
+    }
+    for (; d < hd; d++) {
+        __m256 acc = _mm256_mul_ps(_mm256_load_ps(st->ot[d]), corr);
+        for (int u = 0; u < 8; u++)
+            acc =
+                _mm256_fmadd_ps(s[u], _mm256_broadcast_ss(&v[(size_t)u * stride + (size_t)d]), acc);
+        _mm256_store_ps(st->ot[d], acc);
+    }
+}
+
+/* Up to 8 queries (lanes l0 .. l0 + 7 of the tile) over all their keys. */
+static void att_lanes(float *out, size_t out_stride, const float *q, size_t q_stride, int nl,
+                      int nh, int l0, int pos0, const float *kc, const float *vc, size_t kv_stride,
+                      int hd)
+{
+    static _Thread_local struct att_state st; /* 64 KiB: off the stack */
+    static _Thread_local _Alignas(32) float tail[2][8 * KN_MAX_HEAD_DIM];
+    int n = nl - l0 < 8 ? nl - l0 : 8, T = pos0 + (l0 + n - 1) / nh + 1;
+    float scale = 1.0f / sqrtf((float)hd);
+    int32_t lpos[8];
+    for (int l = 0; l < 8; l++)
+        lpos[l] = l < n ? pos0 + (l0 + l) / nh : -1;
+    for (int d = 0; d < hd; d++) {
+        for (int l = 0; l < 8; l++) {
+            int ql = l0 + l;
+            st.qt[d][l] =
+                l < n ? q[(size_t)(ql / nh) * q_stride + (size_t)(ql % nh * hd + d)] * scale : 0.0f;
+        }
+        _mm256_store_ps(st.ot[d], _mm256_setzero_ps());
+    }
+    st.lpos = _mm256_loadu_si256((const __m256i *)lpos);
+    st.m = _mm256_set1_ps(-3.0e38f);
+    st.sum = _mm256_setzero_ps();
+    int t0 = 0;
+    for (; t0 + 8 <= T; t0 += 8)
+        att_block(&st, kc + (size_t)t0 * kv_stride, vc + (size_t)t0 * kv_stride, kv_stride, t0, hd);
+    if (t0 < T) {
+        memset(tail, 0, sizeof(float) * 2 * 8 * (size_t)hd);
+        for (int t = t0; t < T; t++) {
+            memcpy(tail[0] + (size_t)(t - t0) * hd, kc + (size_t)t * kv_stride, (size_t)hd * 4);
+            memcpy(tail[1] + (size_t)(t - t0) * hd, vc + (size_t)t * kv_stride, (size_t)hd * 4);
+        }
+        att_block(&st, tail[0], tail[1], (size_t)hd, t0, hd);
+    }
+    float inv[8], sum[8];
+    _mm256_storeu_ps(sum, st.sum);
+    for (int l = 0; l < 8; l++)
+        inv[l] = 1.0f / sum[l];
+    for (int l = 0; l < n; l++) {
+        int ql = l0 + l;
+        float *o = out + (size_t)(ql / nh) * out_stride + (size_t)(ql % nh * hd);
+        for (int d = 0; d < hd; d++)
+            o[d] = st.ot[d][l] * inv[l];
+    }
+}
+
+static void kn_attention_avx2(float *out, size_t out_stride, const float *q, size_t q_stride,
+                              int nt, int nh, int pos0, const float *kc, const float *vc,
+                              size_t kv_stride, int hd, float *scratch)
+{
+    KN_ASSERT(nt >= 1 && nh >= 1 && nt * nh <= KN_ATT_TILE && pos0 >= 0 && hd >= 1 &&
+              hd <= KN_MAX_HEAD_DIM);
+    (void)scratch;
+    for (int l0 = 0; l0 < nt * nh; l0 += 8)
+        att_lanes(out, out_stride, q, q_stride, nt * nh, nh, l0, pos0, kc, vc, kv_stride, hd);
+}
+
 const struct kn_ops kn_ops_avx2 = {
     .name = "avx2",
     .isa = KN_ISA_AVX2,
@@ -355,5 +499,5 @@ const struct kn_ops kn_ops_avx2 = {
     .softmax = kn_softmax_ref,
     .silu_mul = kn_silu_mul_ref,
     .gelu_mul = kn_gelu_mul_ref,
-    .attention = kn_attention_ref,
+    .attention = kn_attention_avx2,
 };
