@@ -20,13 +20,13 @@ struct seg_plan {
     int q0, q1;          /* query heads [q0, q1) */
     int kv0, kv1;        /* KV heads held [kv0, kv1) */
     int f0, f1;          /* FFN units [f0, f1) */
-    int v0, v1;          /* LM head rows [v0, v1) */
+    int v0, v1;          /* LM head rows [v0, v1); v0 a multiple of KN_TILE_ROWS */
     int o_pad, down_pad; /* zero input columns in front of the O and down shards */
 };
 
 /* The plan of @rank among @n_ranks for config @c; @group is the int4 group of the matrices (0 for
  * formats without groups). Returns 0 or -EINVAL when n_ranks exceeds the heads, FFN units or
- * vocabulary (a rank must have work in every layer). */
+ * blocks of 16 vocabulary rows (a rank must have work in every layer). */
 int seg_plan_make(struct seg_plan *p, const struct shlm_config *c, int group, int n_ranks,
                   int rank);
 

@@ -35,6 +35,7 @@ static void test_plan_covers_everything(void **state)
                 assert_int_equal(p.q0, q_next);
                 assert_int_equal(p.f0, f_next);
                 assert_int_equal(p.v0, v_next);
+                assert_int_equal(p.v0 % KN_TILE_ROWS, 0); /* tiled head rows are whole blocks */
                 assert_true(p.q1 > p.q0 && p.f1 > p.f0 && p.v1 > p.v0);
                 q_next = p.q1;
                 f_next = p.f1;

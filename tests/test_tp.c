@@ -37,6 +37,11 @@ static int setup(void **state)
     tu_path(out, sizeof(out), "%s/w4a8.shlm", dir);
     if (tu_convert(out, "w4a8", g128))
         return -1;
+    /* an int4 tied embedding: each rank's LM head is a view of its tiled rows */
+    static const char *const h4[] = {"--group", "128", "--head-bits", "4", NULL};
+    tu_path(out, sizeof(out), "%s/w4a8h4.shlm", dir);
+    if (tu_convert(out, "w4a8", h4))
+        return -1;
     cpu_set_t set;
     sched_getaffinity(0, sizeof(set), &set);
     int cpus[CPU_SETSIZE], n = 0;
@@ -139,6 +144,9 @@ static void test_fidelity_across_ranks(void **state)
     double k1 = eval_kld("w4a8", golden, 1, ref8);
     for (int R = 2; R <= 4; R++)
         assert_true(eval_kld("w4a8", golden, R, NULL) <= k1 * 1.05);
+    double h1 = eval_kld("w4a8h4", golden, 1, NULL);
+    for (int R = 2; R <= 4; R++)
+        assert_true(eval_kld("w4a8h4", golden, R, NULL) <= h1 * 1.05);
 }
 
 static void test_layout_errors(void **state)
