@@ -146,8 +146,14 @@ struct kn_act {
 /* Allocates buffers for vectors of length @k with group @group. Returns 0 or -ENOMEM. */
 int kn_act_alloc(struct kn_act *a, int k, int group);
 void kn_act_free(struct kn_act *a);
-/* Prepares @a from @x (length a->k). */
+/* Prepares @a from @x (length a->k), with the fastest implementation this CPU runs (the scalar
+ * one under SHARDLM_ISA=ref). Every implementation gives the same x, q, qe/qo, qgsum and qscale
+ * bit for bit; gsum may differ in float summation order. */
 void kn_act_prepare(struct kn_act *a, const float *x);
+void kn_act_prepare_scalar(struct kn_act *a, const float *x);
+void kn_act_prepare_avx512(struct kn_act *a, const float *x); /* group % 16 == 0, else scalar */
+/* The implementation kn_act_prepare uses (kn_probe.c). */
+void (*kn_act_prepare_pick(void))(struct kn_act *, const float *);
 
 /* The dispatch table. Matrix products compute output rows [n0, n1) so callers can split work.
  * gemm: M activations, y is (M, ldy) row-major. */

@@ -124,6 +124,17 @@ void kn_act_free(struct kn_act *a)
 
 void kn_act_prepare(struct kn_act *a, const float *x)
 {
+    static void (*impl)(struct kn_act *, const float *);
+    void (*f)(struct kn_act *, const float *) = __atomic_load_n(&impl, __ATOMIC_RELAXED);
+    if (!f) { /* every thread that gets here picks the same one */
+        f = kn_act_prepare_pick();
+        __atomic_store_n(&impl, f, __ATOMIC_RELAXED);
+    }
+    f(a, x);
+}
+
+void kn_act_prepare_scalar(struct kn_act *a, const float *x)
+{
     int k = a->k, kp = a->kpad, g = a->group;
     memcpy(a->x, x, (size_t)k * sizeof(float));
     memset(a->x + k, 0, (size_t)(kp - k) * sizeof(float));
@@ -135,8 +146,8 @@ void kn_act_prepare(struct kn_act *a, const float *x)
     }
     a->qscale = amax / 127.0f;
     float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    for (int i = 0; i < kp; i++) /* round half to even, as lrintf in the default mode */
-        a->q[i] = (int8_t)(int)nearbyintf(a->x[i] * inv);
+    for (int i = 0; i < kp; i++) /* one cvtss2si each: -fno-math-errno */
+        a->q[i] = (int8_t)lrintf(a->x[i] * inv);
     for (int i = 0; i < kp / 2; i++) {
         a->xe[i] = a->x[2 * i];
         a->xo[i] = a->x[2 * i + 1];

@@ -134,6 +134,18 @@ const struct kn_ops *kn_ops_select(void)
     return all[n - 1];
 }
 
+void (*kn_act_prepare_pick(void))(struct kn_act *, const float *)
+{
+#ifdef SHARDLM_HAVE_AVX512
+    const char *want = getenv("SHARDLM_ISA");
+    struct kn_cpu c;
+    kn_cpu_probe(&c);
+    if (runs_avx512(&c) && !(want && strcmp(want, "ref") == 0))
+        return kn_act_prepare_avx512;
+#endif
+    return kn_act_prepare_scalar;
+}
+
 void kn_cpu_describe(const struct kn_cpu *c, char *buf, size_t len)
 {
     snprintf(buf, len, "%s%s%s%s%s", c->avx2 ? "avx2" : "no avx2", c->avx512f ? " avx512" : "",

@@ -1112,6 +1112,44 @@ static void test_ref_w4_semantics(void **state)
 }
 
 /* kn_act_prepare: padding is zero, the even/odd split and group sums match x and q. */
+/* The AVX-512 preparation equals the scalar one bit for bit (group sums: up to order). */
+static void test_act_prepare_avx512(void **state)
+{
+    (void)state;
+    char err[256];
+    if (!kn_ops_find("avx512", err, sizeof(err))) {
+        print_message("[  SKIP    ] %s\n", err);
+        skip();
+    }
+    static const int kg[][2] = {{172, 64}, {100, 48}, {300, 128}, {255, 32}, {520, 256},
+                                {1, 32},   {31, 16},  {64, 2}};
+    rng_seed(13);
+    for (size_t c = 0; c < ARRAY_SIZE(kg); c++) {
+        int k = kg[c][0], group = kg[c][1];
+        struct kn_act a, b;
+        float *x = xmalloc((size_t)k * sizeof(float));
+        fill_normal(x, (size_t)k, 3.0f);
+        assert_int_equal(kn_act_alloc(&a, k, group), 0);
+        assert_int_equal(kn_act_alloc(&b, k, group), 0);
+        kn_act_prepare_avx512(&a, x);
+        kn_act_prepare_scalar(&b, x);
+        size_t kp = (size_t)a.kpad, ng = kp / (size_t)group;
+        assert_memory_equal(a.x, b.x, kp * sizeof(float));
+        assert_memory_equal(a.q, b.q, kp);
+        assert_memory_equal(a.qe, b.qe, kp / 2);
+        assert_memory_equal(a.qo, b.qo, kp / 2);
+        assert_memory_equal(a.xe, b.xe, kp / 2 * sizeof(float));
+        assert_memory_equal(a.xo, b.xo, kp / 2 * sizeof(float));
+        assert_memory_equal(a.qgsum, b.qgsum, ng * sizeof(int32_t));
+        assert_true(a.qscale == b.qscale);
+        for (size_t g = 0; g < ng; g++)
+            assert_true(fabsf(a.gsum[g] - b.gsum[g]) <= 1e-5f * (float)group * 3.0f);
+        kn_act_free(&a);
+        kn_act_free(&b);
+        free(x);
+    }
+}
+
 static void test_act_prepare(void **state)
 {
     (void)state;
@@ -1168,6 +1206,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_act_prepare),
+        cmocka_unit_test(test_act_prepare_avx512),
         cmocka_unit_test(test_quant_error),
         cmocka_unit_test(test_quant_short_group),
         cmocka_unit_test(test_ref_w4_semantics),

@@ -432,6 +432,19 @@ static void att_block(struct att_state *st, const float *k, const float *v, size
     }
 }
 
+/* a[i] = silu(a[i]) * b[i] = a b / (1 + e^-a), 8 lanes at a time, a scalar tail. */
+static void kn_silu_mul_avx2(float *a, const float *b, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(b + i);
+        __m256 e = exp_neg(_mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), x), _mm256_set1_ps(88.0f)));
+        _mm256_storeu_ps(a + i, _mm256_div_ps(_mm256_mul_ps(x, y), _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
+    }
+    for (; i < n; i++)
+        a[i] = a[i] * (1.0f / (1.0f + expf(-a[i]))) * b[i];
+}
+
 /* Up to 8 queries (lanes l0 .. l0 + 7 of the tile) over all their keys. */
 static void att_lanes(float *out, size_t out_stride, const float *q, size_t q_stride, int nl,
                       int nh, int l0, int pos0, const float *kc, const float *vc, size_t kv_stride,
@@ -497,7 +510,7 @@ const struct kn_ops kn_ops_avx2 = {
     .rmsnorm = kn_rmsnorm_avx2,
     .rope = kn_rope_ref,
     .softmax = kn_softmax_ref,
-    .silu_mul = kn_silu_mul_ref,
+    .silu_mul = kn_silu_mul_avx2,
     .gelu_mul = kn_gelu_mul_ref,
     .attention = kn_attention_avx2,
 };

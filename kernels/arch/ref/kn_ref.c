@@ -177,14 +177,20 @@ void kn_rmsnorm_ref(float *o, const float *x, const float *w, int n, float eps)
 
 void kn_rope_ref(float *v, int nheads, int hd, int pos, const float *inv_freq, bool neox)
 {
+    float fcr[KN_MAX_HEAD_DIM / 2], fci[KN_MAX_HEAD_DIM / 2]; /* the same for every head */
+    KN_ASSERT(hd <= KN_MAX_HEAD_DIM);
+    for (int i = 0; i < hd / 2; i++) {
+        float val = (float)pos * inv_freq[i];
+        fcr[i] = cosf(val);
+        fci[i] = sinf(val);
+    }
     for (int h = 0; h < nheads; h++) {
         float *p = v + (size_t)h * (size_t)hd;
         for (int i = 0; i < hd; i += 2) {
-            float val = (float)pos * inv_freq[i / 2], fcr = cosf(val), fci = sinf(val);
             int a = neox ? i / 2 : i, b = neox ? i / 2 + hd / 2 : i + 1;
             float v0 = p[a], v1 = p[b];
-            p[a] = v0 * fcr - v1 * fci;
-            p[b] = v0 * fci + v1 * fcr;
+            p[a] = v0 * fcr[i / 2] - v1 * fci[i / 2];
+            p[b] = v0 * fci[i / 2] + v1 * fcr[i / 2];
         }
     }
 }
