@@ -57,7 +57,7 @@ void seg_cpulist_format(const int *cpus, int n, char *out, size_t len);
 /* Exchange segment: step inputs written by the coordinator, logits written by the workers (each
  * its vocabulary columns), and the all-reduce area of the group (allreduce.h). */
 #define SEG_EXCHANGE_MAGIC 0x58434853u /* "SHCX" */
-#define SEG_MAX_CHUNK 64               /* tokens per forward chunk: sizes the all-reduce slots */
+#define SEG_MAX_CHUNK 256              /* tokens per forward chunk: sizes the all-reduce slots */
 struct seg_exchange {
     uint32_t magic;
     uint32_t max_tokens; /* capacity of tokens[] */
