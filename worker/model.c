@@ -157,34 +157,86 @@ void wrk_model_free(struct wrk_model *m)
     memset(m, 0, sizeof(*m));
 }
 
-/* Rows of @src (n, k) into prepared activations; a prefill chunk's rows are split over the
- * pool (one row, decode's, is not worth a fan-out). */
-struct prep_job {
-    struct kn_act *a;
-    const float *src;
-    int n, k;
-};
-
-static void prepare_part(void *arg, int i, int nt)
-{
-    const struct prep_job *j = arg;
-    for (int r = j->n * i / nt; r < j->n * (i + 1) / nt; r++)
-        kn_act_prepare(&j->a[r], j->src + (size_t)r * (size_t)j->k);
-}
-
-static void prepare(const struct wrk_model *m, struct kn_act *a, const float *src, int n, int k)
-{
-    struct prep_job j = {a, src, n, k};
-    if (m->pool && n > 1)
-        wrk_pool_run(m->pool, prepare_part, &j);
-    else
-        prepare_part(&j, 0, 1);
-}
-
 static void add_rows(float *x, const float *d, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         x[i] += d[i];
+}
+
+/* The token-by-token stages between the matrix products (norms, activation preparation, RoPE
+ * and the KV append, the FFN's activation function): a prefill chunk's rows are split over the
+ * pool, so the other threads do not wait while one works through them; one row (decode) runs
+ * on the caller. */
+struct row_job {
+    const struct wrk_model *m;
+    int n;
+    void (*row)(const struct row_job *j, int i);
+    const struct wrk_layer *L;
+    const float *norm, *src; /* the stage's inputs: norm weights, rows of k floats */
+    struct kn_act *a;        /* prepared activations out */
+    int k, pos;
+    float *kc, *vc; /* this layer's KV cache */
+};
+
+static void rows_part(void *arg, int t, int nt)
+{
+    const struct row_job *j = arg;
+    for (int i = j->n * t / nt; i < j->n * (t + 1) / nt; i++)
+        j->row(j, i);
+}
+
+static void rows_run(const struct wrk_model *m, struct row_job *j)
+{
+    if (m->pool && j->n > 1)
+        wrk_pool_run(m->pool, rows_part, j);
+    else
+        rows_part(j, 0, 1);
+}
+
+/* xb = rmsnorm(x) and its activations (the inputs of q/k/v and of gate/up) */
+static void row_norm_prepare(const struct row_job *j, int i)
+{
+    const struct wrk_model *m = j->m;
+    size_t dim = m->cfg.dim;
+    float *xb = m->xb + (size_t)i * dim;
+    m->ops->rmsnorm(xb, m->x + (size_t)i * dim, j->norm, (int)dim, m->cfg.norm_eps);
+    kn_act_prepare(&j->a[i], xb);
+}
+
+/* the activations of row i of src (the inputs of O) */
+static void row_prepare(const struct row_job *j, int i)
+{
+    kn_act_prepare(&j->a[i], j->src + (size_t)i * (size_t)j->k);
+}
+
+/* biases, RoPE on q and k, k and v appended to the KV cache at position pos + i */
+static void row_rope_kv(const struct row_job *j, int i)
+{
+    const struct wrk_model *m = j->m;
+    const struct shlm_config *c = &m->cfg;
+    const struct wrk_layer *L = j->L;
+    int hd = (int)c->head_dim, nq = m->plan.q1 - m->plan.q0, nkv = m->plan.kv1 - m->plan.kv0;
+    size_t qd = (size_t)m->qd, kvd = (size_t)m->kvd;
+    float *qi = m->q + (size_t)i * qd, *ki = m->k + (size_t)i * kvd, *vi = m->v + (size_t)i * kvd;
+    if (L->q_bias) {
+        add_rows(qi, L->q_bias, qd);
+        add_rows(ki, L->k_bias, kvd);
+        add_rows(vi, L->v_bias, kvd);
+    }
+    m->ops->rope(qi, nq, hd, j->pos + i, m->rope_freqs, c->rope_neox);
+    m->ops->rope(ki, nkv, hd, j->pos + i, m->rope_freqs, c->rope_neox);
+    memcpy(j->kc + (size_t)(j->pos + i) * kvd, ki, kvd * sizeof(float));
+    memcpy(j->vc + (size_t)(j->pos + i) * kvd, vi, kvd * sizeof(float));
+}
+
+/* hb = act(gate) * up, and its activations (the inputs of down) */
+static void row_act_prepare(const struct row_job *j, int i)
+{
+    const struct wrk_model *m = j->m;
+    float *h = m->hb + (size_t)i * m->down_cols;
+    (m->cfg.act == SHLM_ACT_GELU_TANH ? m->ops->gelu_mul : m->ops->silu_mul)(
+        h + m->plan.down_pad, m->hb2 + (size_t)i * m->ffn, m->ffn);
+    kn_act_prepare(&j->a[i], h);
 }
 
 /* A matrix product whose output rows are split over the pool's threads. */
@@ -265,7 +317,7 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
     const struct shlm_config *c = &m->cfg;
     const struct seg_plan *p = &m->plan;
     int dim = (int)c->dim, hd = (int)c->head_dim;
-    int nq = p->q1 - p->q0, nkv = p->kv1 - p->kv0, qd = m->qd, kvd = m->kvd, ffn = m->ffn;
+    int nq = p->q1 - p->q0, qd = m->qd, kvd = m->kvd, ffn = m->ffn;
     int rc;
 
     for (int i = 0; i < n; i++) {
@@ -280,26 +332,16 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
         const struct wrk_layer *L = &m->layers[l];
         float *kc = seg_kv_keys(kv, seq, l), *vc = seg_kv_values(kv, seq, l);
 
-        for (int i = 0; i < n; i++)
-            ops->rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, L->attn_norm, dim,
-                         c->norm_eps);
-        prepare(m, m->a_dim, m->xb, n, dim);
+        struct row_job rj = {.m = m, .n = n, .L = L, .pos = pos, .kc = kc, .vc = vc};
+        rj.row = row_norm_prepare;
+        rj.norm = L->attn_norm;
+        rj.a = m->a_dim;
+        rows_run(m, &rj);
         gemm(m, &L->q, m->a_dim, n, m->q, qd);
         gemm(m, &L->k, m->a_dim, n, m->k, kvd);
         gemm(m, &L->v, m->a_dim, n, m->v, kvd);
-        for (int i = 0; i < n; i++) {
-            float *qi = m->q + (size_t)i * qd, *ki = m->k + (size_t)i * kvd;
-            if (L->q_bias) {
-                add_rows(qi, L->q_bias, (size_t)qd);
-                add_rows(ki, L->k_bias, (size_t)kvd);
-                add_rows(m->v + (size_t)i * kvd, L->v_bias, (size_t)kvd);
-            }
-            ops->rope(qi, nq, hd, pos + i, m->rope_freqs, c->rope_neox);
-            ops->rope(ki, nkv, hd, pos + i, m->rope_freqs, c->rope_neox);
-            memcpy(kc + (size_t)(pos + i) * kvd, ki, (size_t)kvd * sizeof(float));
-            memcpy(vc + (size_t)(pos + i) * kvd, m->v + (size_t)i * kvd,
-                   (size_t)kvd * sizeof(float));
-        }
+        rj.row = row_rope_kv;
+        rows_run(m, &rj);
         struct att_job aj = {m, kc, vc, n, pos};
         /* keys read by the chunk's queries times the head size, summed over our heads: below
          * the threshold (decode at a short context) one thread does it */
@@ -320,22 +362,25 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
                     for (int j = 0; j < hd; j++)
                         oh[j] *= gs;
                 }
-        prepare(m, m->a_o, m->att, n, m->o_cols);
+        rj.row = row_prepare;
+        rj.src = m->att;
+        rj.k = m->o_cols;
+        rj.a = m->a_o;
+        rows_run(m, &rj);
         gemm(m, &L->o, m->a_o, n, m->xb, dim);
         if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
             return rc;
         add_rows(m->x, m->xb, (size_t)n * dim);
 
-        for (int i = 0; i < n; i++)
-            ops->rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, L->ffn_norm, dim,
-                         c->norm_eps);
-        prepare(m, m->a_dim, m->xb, n, dim);
+        rj.row = row_norm_prepare;
+        rj.norm = L->ffn_norm;
+        rj.a = m->a_dim;
+        rows_run(m, &rj);
         gemm(m, &L->gate, m->a_dim, n, m->hb + p->down_pad, m->down_cols);
         gemm(m, &L->up, m->a_dim, n, m->hb2, ffn);
-        for (int i = 0; i < n; i++)
-            (c->act == SHLM_ACT_GELU_TANH ? ops->gelu_mul : ops->silu_mul)(
-                m->hb + (size_t)i * m->down_cols + p->down_pad, m->hb2 + (size_t)i * ffn, ffn);
-        prepare(m, m->a_down, m->hb, n, m->down_cols);
+        rj.row = row_act_prepare;
+        rj.a = m->a_down;
+        rows_run(m, &rj);
         gemm(m, &L->down, m->a_down, n, m->xb, dim);
         if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
             return rc;
