@@ -55,14 +55,15 @@ static uint32_t rnd32(void)
     return (uint32_t)(rng >> 32);
 }
 
-/* A random matrix of @dt in its layout at @buf (kn_mat_bytes): any codes, scales near 0.01. */
-static void fill_matrix(enum kn_dtype dt, int n, int k, int group, uint8_t *buf)
+/* A random matrix of @dt in its layout at @buf (kn_mat_bytes): any codes, scales near 0.01.
+ * Returns 0 or -ENOMEM. */
+static int fill_matrix(enum kn_dtype dt, int n, int k, int group, uint8_t *buf)
 {
     enum kn_dtype canon = dt == KN_DT_W4A8_T ? KN_DT_W4A8 : dt == KN_DT_W4A16_T ? KN_DT_W4A16 : dt;
     size_t bytes = kn_mat_bytes(canon, n, k, group);
     uint8_t *c = kn_is_tiled(dt) ? malloc(bytes) : buf;
     if (!c)
-        return;
+        return -ENOMEM;
     struct kn_mat m;
     kn_mat_view(&m, canon, n, k, group, c);
     for (size_t i = 0; i < bytes; i++)
@@ -87,6 +88,7 @@ static void fill_matrix(enum kn_dtype dt, int n, int k, int group, uint8_t *buf)
         kn_repack_tiles(&m, 0, (n + KN_TILE_ROWS - 1) / KN_TILE_ROWS, buf);
         free(c);
     }
+    return 0;
 }
 
 struct run {
@@ -135,7 +137,8 @@ static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, 
     int rc = -ENOMEM, n_act = 0;
     if (!buf || !mats || !x || !y || !xv)
         goto out;
-    fill_matrix(dt, n, k, group, buf);
+    if (fill_matrix(dt, n, k, group, buf))
+        goto out;
     for (int i = 0; i < copies; i++) {
         if (i)
             memcpy(buf + stride * (size_t)i, buf, bytes);
