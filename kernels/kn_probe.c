@@ -50,10 +50,10 @@ void kn_cpu_probe(struct kn_cpu *c)
         __cpuid_count(7, 1, a1, b1, c1, d1);
         c->avx512bf16 = a1 & (1u << 5);
     }
-    /* AMX-TILE and AMX-INT8 (CPUID.7.0:EDX bits 24, 25), XCR0 bits 17-18, and Linux's
+    /* AMX-BF16, AMX-TILE and AMX-INT8 (CPUID.7.0:EDX bits 22, 24, 25), XCR0 bits 17-18, and Linux's
      * permission for the tile data state (Documentation/arch/x86/xstate.rst): without it the
      * first tile instruction faults. */
-    c->amx = os_amx && (d & (1u << 24)) && (d & (1u << 25)) && amx_permitted();
+    c->amx = os_amx && (d & (1u << 22)) && (d & (1u << 24)) && (d & (1u << 25)) && amx_permitted();
 }
 
 #ifdef SHARDLM_HAVE_AVX512
@@ -89,7 +89,7 @@ int kn_ops_available(const struct kn_ops **out, int max)
 static const char *const isa_names[] = {"ref", "avx2", "avx512", "amx"};
 static const char *const isa_needs[] = {
     "", "AVX2 and FMA", "AVX-512 F/BW/VL/VNNI/BF16 with OS support (XCR0)",
-    "AMX-TILE and AMX-INT8 with OS support (XCR0 and ARCH_REQ_XCOMP_PERM)"};
+    "AMX-TILE, AMX-INT8 and AMX-BF16 with OS support (XCR0 and ARCH_REQ_XCOMP_PERM)"};
 
 const struct kn_ops *kn_ops_find(const char *name, char *err, size_t errlen)
 {

@@ -1,7 +1,7 @@
-/* kernels/arch/amx: the AMX table. W4A8 tile GEMMs of at least AMX_MIN_M tokens run on the tile
- * unit (TDPBSUD: signed int8 activations x unsigned 4-bit codes widened to bytes); everything
- * else, decode's M = 1 included, is the AVX-512 table's (on Sapphire Rapids AMX has been
- * measured to slow decode down).
+/* kernels/arch/amx: the AMX table. Tile GEMMs of at least AMX_MIN_M tokens run on the tile
+ * unit: W4A8 on TDPBSUD (signed int8 activations x unsigned 4-bit codes widened to bytes), W4A16
+ * on TDPBF16PS (see mm_w4a16t_amx); everything else, decode's M = 1 included, is the AVX-512
+ * table's (on Sapphire Rapids AMX has been measured to slow decode down).
  *
  * Per block of 16 weight rows and per group (group % 64 == 0), the group's octets are unpacked
  * once into B tiles: tile row r holds K quad r of the 64-element chunk, 4 bytes per output row
@@ -64,12 +64,35 @@ static void sw_tile_dpbsud(int c, int a, int b)
             memcpy(&sw_tiles[c].b[m][4 * n], &acc, 4);
         }
 }
+static float bf16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return kn_bf16_to_f32(h);
+}
+
+/* TDPBF16PS: C[m][n] (fp32) += sum_p A[m][2p] * B[p][2n] + A[m][2p + 1] * B[p][2n + 1], with
+ * A and B bf16 pairs (the hardware's rounding of the sums may differ: the tests allow it). */
+static void sw_tile_dpbf16ps(int c, int a, int b)
+{
+    for (int m = 0; m < KN_AMX_TILE_ROWS; m++)
+        for (int n = 0; n < KN_AMX_TILE_BYTES / 4; n++) {
+            float acc;
+            memcpy(&acc, &sw_tiles[c].b[m][4 * n], 4);
+            for (int p = 0; p < KN_AMX_TILE_BYTES / 4; p++)
+                for (int j = 0; j < 2; j++)
+                    acc += bf16_at(&sw_tiles[a].b[m][4 * p + 2 * j]) *
+                           bf16_at(&sw_tiles[b].b[p][4 * n + 2 * j]);
+            memcpy(&sw_tiles[c].b[m][4 * n], &acc, 4);
+        }
+}
 #define TILE_CONFIG()
 #define TILE_RELEASE()
 #define TILE_ZERO(t) sw_tile_zero(t)
 #define TILE_LOAD(t, p, s) sw_tile_loadd(t, p, s)
 #define TILE_STORE(t, p, s) sw_tile_stored(t, p, s)
 #define TILE_DPBSUD(c, a, b) sw_tile_dpbsud(c, a, b)
+#define TILE_DPBF16PS(c, a, b) sw_tile_dpbf16ps(c, a, b)
 #define KN_OPS_AMX kn_ops_amx_model
 #define KN_AMX_NAME "amx-model"
 #else
@@ -98,6 +121,7 @@ static void tile_config(void)
 #define TILE_LOAD(t, p, s) _tile_loadd(t, p, (long)(s))
 #define TILE_STORE(t, p, s) _tile_stored(t, p, (long)(s))
 #define TILE_DPBSUD(c, a, b) _tile_dpbsud(c, a, b)
+#define TILE_DPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 #define KN_OPS_AMX kn_ops_amx
 #define KN_AMX_NAME "amx"
 #endif
@@ -192,14 +216,107 @@ static bool mm_w4a8t_amx(const struct kn_mat *w, const struct kn_act *x, int m, 
     return true;
 }
 
+/* ---- W4A16 tiles on AMX-BF16 ----
+ *
+ * B tiles hold code - zero as bf16 (integers of -15..15: exact), two inputs per 32-bit column
+ * entry, 32 inputs a tile; A tiles hold the activations rounded to bf16 (VCVTNEPS2BF16, nearest
+ * even): the one rounding this path adds over the FMA kernels. C (fp32) per group, times the
+ * 16 rows' scales, into float accumulators. */
+
+/* Block @blk's codes, minus each row's zero point of the group, as B tiles at @bt (32 inputs,
+ * 1 KiB each): entry (pair p, row n) = bf16(k = 2p) | bf16(k = 2p + 1) << 16. */
+static void unpack_block_bf16(const uint8_t *blk, int cols, int group, int kpad, uint8_t *bt)
+{
+    const __m512i lo4 = _mm512_set1_epi32(15), hi16 = _mm512_set1_epi32((int)0xffff0000u);
+    const size_t zo = kn_tile_zeros_offset(cols, group);
+    for (int o = 0; o < kpad / 8; o++) {
+        int g = o * 8 / group;
+        __m512i v = _mm512_loadu_si512(blk + (size_t)o * 64);
+        __m512i z =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(blk + zo + (size_t)g * 16)));
+        uint8_t *rows = bt + (size_t)(o / 4) * 1024 + (size_t)(o % 4) * 4 * 64;
+        for (int e = 0; e < 8; e += 2) {
+            int s0 = e < 4 ? 8 * e : 8 * (e - 4) + 4,
+                s1 = e + 1 < 4 ? 8 * (e + 1) : 8 * (e - 3) + 4;
+            __m512 a = _mm512_cvtepi32_ps(
+                _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(v, s0), lo4), z));
+            __m512 b = _mm512_cvtepi32_ps(
+                _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(v, s1), lo4), z));
+            __m512i pair = _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(a), 16),
+                                           _mm512_and_si512(_mm512_castps_si512(b), hi16));
+            _mm512_store_si512(rows + (size_t)(e / 2) * 64, pair);
+        }
+    }
+}
+
+static bool mm_w4a16t_amx(const struct kn_mat *w, const struct kn_act *x, int m, float *y,
+                          size_t ldy, int n0, int n1)
+{
+    const int group = w->group, ng = kn_ngroups(w->cols, group), kpad = ng * group;
+    const size_t bb = kn_tile_block_bytes(KN_DT_W4A16_T, w->cols, group);
+    const size_t so = kn_tile_scales_offset(w->cols, group);
+    const int mpad = (m + KN_AMX_TILE_ROWS - 1) / KN_AMX_TILE_ROWS * KN_AMX_TILE_ROWS;
+    const size_t panel = (size_t)mpad * (size_t)kpad * 2, btiles = (size_t)kpad * KN_TILE_ROWS * 2;
+    uint8_t *s = scratch_get(panel + btiles + sizeof(float) * 256);
+    if (!s)
+        return false;
+    uint16_t *a_panel = (uint16_t *)s;
+    uint8_t *bt = s + panel;
+    float *c_tile = (float *)(bt + btiles);
+    for (int i = 0; i < mpad; i++) { /* activations to bf16; missing tokens are zero */
+        uint16_t *row = a_panel + (size_t)i * (size_t)kpad;
+        for (int k = 0; k < kpad; k += 16) {
+            __m512 v = i < m ? _mm512_loadu_ps(x[i].x + k) : _mm512_setzero_ps();
+            _mm256_storeu_si256((__m256i *)(row + k), (__m256i)_mm512_cvtneps_pbh(v));
+        }
+    }
+    TILE_CONFIG();
+    for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
+        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
+        int row0 = b * KN_TILE_ROWS, a = n0 - row0 > 0 ? n0 - row0 : 0;
+        __mmask16 keep = (__mmask16)(((n1 - row0 >= 16) ? 0xffffu : ((1u << (n1 - row0)) - 1)) &
+                                     ~((1u << a) - 1));
+        unpack_block_bf16(blk, w->cols, group, kpad, bt);
+        for (int i0 = 0; i0 < m; i0 += KN_AMX_TILE_ROWS) {
+            int mt = m - i0 < KN_AMX_TILE_ROWS ? m - i0 : KN_AMX_TILE_ROWS;
+            const uint16_t *ap = a_panel + (size_t)i0 * (size_t)kpad;
+            __m512 f[KN_AMX_TILE_ROWS];
+            for (int i = 0; i < KN_AMX_TILE_ROWS; i++)
+                f[i] = _mm512_setzero_ps();
+            for (int g = 0; g < ng; g++) {
+                TILE_ZERO(0);
+                for (int c = 0; c < group / 32; c++) {
+                    int k0 = g * group + c * 32;
+                    TILE_LOAD(1, ap + k0, (size_t)kpad * 2);
+                    TILE_LOAD(2, bt + (size_t)(k0 / 32) * 1024, 64);
+                    TILE_DPBF16PS(0, 1, 2);
+                }
+                TILE_STORE(0, c_tile, 64);
+                __m512 sc =
+                    _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(blk + so + (size_t)g * 32)));
+                for (int i = 0; i < mt; i++)
+                    f[i] = _mm512_fmadd_ps(sc, _mm512_load_ps(c_tile + 16 * i), f[i]);
+            }
+            for (int i = 0; i < mt; i++)
+                _mm512_mask_storeu_ps(y + (size_t)(i0 + i) * ldy + (size_t)row0, keep, f[i]);
+        }
+    }
+    TILE_RELEASE();
+    return true;
+}
+
 static void kn_gemm_amx(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
                         int n0, int n1)
 {
     KN_ASSERT(n0 >= 0 && n0 <= n1 && n1 <= w->rows);
     for (int i = 0; i < m; i++)
         KN_ASSERT(x[i].k == w->cols && (!kn_is_w4(w->dtype) || x[i].group == w->group));
-    if (w->dtype != KN_DT_W4A8_T || m < AMX_MIN_M || w->group % 64 ||
-        !mm_w4a8t_amx(w, x, m, y, (size_t)ldy, n0, n1))
+    bool done = false;
+    if (m >= AMX_MIN_M && w->dtype == KN_DT_W4A8_T && w->group % 64 == 0)
+        done = mm_w4a8t_amx(w, x, m, y, (size_t)ldy, n0, n1);
+    else if (m >= AMX_MIN_M && w->dtype == KN_DT_W4A16_T && w->group % 32 == 0)
+        done = mm_w4a16t_amx(w, x, m, y, (size_t)ldy, n0, n1);
+    if (!done)
         kn_ops_avx512.gemm(w, x, m, y, ldy, n0, n1);
 }
 
