@@ -1,16 +1,20 @@
 /* kernels/arch/avx512: the AVX-512 table (F, BW, VL, VNNI, BF16 with FMA and F16C).
  *
- * Every matrix product is one function per weight format that computes a (m, n1 - n0) block:
- * for each output row n it runs the same row dot over the m activations, so the weight row is
- * read from memory once and from L1 for the other m - 1 (gemv is the m = 1 case). Results match
- * kn_ref.c up to float summation order; tests/test_kernels.c holds them to named tolerances.
+ * Every matrix product is one function per weight format that computes a (m, n1 - n0) block.
+ * The tiled int4 formats (what the workers hold) run register-blocked micro tiles of tokens x 16
+ * row blocks, and a GEMV with four accumulators for decode; the row formats (f32, bf16, q8 and
+ * the canonical int4 layouts) run the same row dot over the m activations, so a weight row is
+ * read from memory once and from L1 for the other m - 1. Results match kn_ref.c up to float
+ * summation order; tests/test_kernels.c holds them to named tolerances.
  *
  * Bounds: a row of W4 codes is (cols + 1) / 2 bytes and the last row of a matrix may end at the
- * end of a mapping, so every code load is masked to the bytes of the current group (masked-off
- * elements of a masked load do not fault: Intel SDM vol. 1, ch. 15, memory fault suppression).
- * Activation loads use the same masks; the prepared activations are zero-padded to kpad anyway.
+ * end of a mapping, so every row-format code load is masked to the bytes of the current group
+ * (masked-off elements of a masked load do not fault: Intel SDM vol. 1, ch. 15, memory fault
+ * suppression); tile blocks are whole, padded to 16 rows and to the group. Activation loads use
+ * the same masks; the prepared activations are zero-padded to kpad anyway.
  *
- * Pure functions: no allocation, no state, no CPU checks per call (kn_probe.c picks the table).
+ * No allocation and no CPU checks per call (kn_probe.c picks the table); the attention keeps
+ * its 16-lane state in thread-local storage, off the stack.
  */
 #include "../ref/kn_ref.h"
 
