@@ -31,7 +31,9 @@ static const char usage_bench_model[] =
     "  -t T,...        threads per worker (default: every CPU of one worker)\n"
     "  -r REPS         repetitions (default 3)\n"
     "  --workers W     tensor-parallel workers (default 1), each with T threads\n"
-    "  --json          one JSON object per line instead of the table\n";
+    "  --json          one JSON object per line instead of the table\n"
+    "The workers run the fastest kernel table of this CPU (SHARDLM_ISA=ref|avx2|avx512|amx forces\n"
+    "one); the engine names it on stderr at start.\n";
 
 #define BENCH_MAX_T 16
 

@@ -25,7 +25,7 @@ static const char usage_main[] =
     "coordinator process and worker processes that share the weights in shared memory.\n"
     "\n"
     "commands:\n"
-    "  convert   INPUT --scheme S -o OUT.shlm   a GGUF file, Hugging Face directory or llama2.c\n"
+    "  convert   INPUT [--scheme S] -o OUT.shlm a GGUF file, Hugging Face directory or llama2.c\n"
     "            checkpoint (+ --tokenizer) into a .shlm model file\n"
     "  synth     --shape NAME -o FILE.gguf      a synthetic model for benchmarks\n"
     "  inspect   FILE                           config, tokenizer and tensors of a model file\n"
@@ -37,7 +37,11 @@ static const char usage_main[] =
     "  bench allreduce [--ranks 2,4] [--floats N]  latency of the shared-memory all-reduce\n"
     "  bench kernels [--isa NAME]  GEMV GB/s and GEMM GOP/s of each kernel, read bandwidth\n"
     "\n"
-    "`shardlm <command> --help` describes each command's options.\n";
+    "`shardlm <command> --help` describes each command's options.\n"
+    "\n"
+    "environment: SHARDLM_ISA=ref|avx2|avx512|amx forces the workers' kernel table (one this CPU\n"
+    "cannot run is an error); SHARDLM_RUNTIME_DIR holds segments and sockets (default\n"
+    "/dev/shm/shardlm-<uid>); SHARDLM_WORKER is the worker binary (default: next to shardlm).\n";
 
 static const char usage_convert[] =
     "usage: shardlm convert INPUT [--tokenizer TOKENIZER.bin] [--scheme f32|bf16|w4a16|w4a8]\n"
