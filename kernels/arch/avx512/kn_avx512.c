@@ -412,8 +412,8 @@ static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, floa
 
 /* ---- W4A16 tiles (KN_DT_W4A16_T): FMA over codes widened to float ----
  *
- * Per octet load (16 rows x 8 elements) each element's nibble is shifted down, masked and
- * converted into 16 float lanes, which meet the element's activation broadcast from every
+ * Per octet load (16 rows x 8 elements) each element's nibble is shifted down and looked up as a
+ * float (VPERMPS) in 16 lanes, which meet the element's activation broadcast from every
  * token of the micro tile. Per group the lanes hold sum code * x; the zero point comes off as
  * zero * gsum and the 16 rows' scales multiply the difference into the float accumulators. */
 static inline __attribute__((always_inline)) void w4a16t_tile(const uint8_t *blk, size_t bb,
@@ -421,7 +421,9 @@ static inline __attribute__((always_inline)) void w4a16t_tile(const uint8_t *blk
                                                               int nt, int cols, int group, float *y,
                                                               size_t ldy, int row0, int n0, int n1)
 {
-    const __m512i lo4 = _mm512_set1_epi32(15);
+    /* VPERMPS reads the low 4 bits of each index lane: the shifted word itself picks the code's
+     * float from this table, no mask and no conversion */
+    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const int ng = kn_ngroups(cols, group), no = group / 8;
     const size_t so = kn_tile_scales_offset(cols, group), zo = kn_tile_zeros_offset(cols, group);
     __m512 f[TM][TN];
@@ -453,8 +455,8 @@ static inline __attribute__((always_inline)) void w4a16t_tile(const uint8_t *blk
                 __m512 c[TN];
 #pragma GCC unroll 2
                 for (int j = 0; j < nt; j++)
-                    c[j] =
-                        _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v[j], shift), lo4));
+                    c[j] = _mm512_permutexvar_ps(shift ? _mm512_srli_epi32(v[j], shift) : v[j],
+                                                 codes);
 #pragma GCC unroll 4
                 for (int i = 0; i < mt; i++) {
                     __m512 xb = _mm512_set1_ps(x[i].x[k + (size_t)e]);
