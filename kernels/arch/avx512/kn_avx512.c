@@ -39,6 +39,12 @@ static inline __mmask64 mask64(int n)
     return n >= 64 ? ~(__mmask64)0 : n <= 0 ? (__mmask64)0 : (((__mmask64)1 << n) - 1);
 }
 
+/* The lanes of the 16 rows from @r that fall in [n0, n1). */
+static inline __mmask16 rows_in(int r, int n0, int n1)
+{
+    return (__mmask16)(mask16(n1 - r) & ~mask16(n0 - r));
+}
+
 static inline float f16_scale(const uint16_t *sc, size_t i) { return _cvtsh_ss(sc[i]); }
 
 /* ---- row dots: one weight row against one prepared activation ---- */
@@ -318,17 +324,12 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
         __m512 qs = _mm512_set1_ps(x[i].qscale);
 #pragma GCC unroll 2
         for (int j = 0; j < nt; j++) {
-            int r = row0 + 16 * j, a = n0 - r > 0 ? n0 - r : 0;
-            __mmask16 m = (__mmask16)(mask16(n1 - r) & ~mask16(a));
-            _mm512_mask_storeu_ps(y + (size_t)i * ldy + (size_t)r, m, _mm512_mul_ps(f[i][j], qs));
+            int r = row0 + 16 * j;
+            _mm512_mask_storeu_ps(y + (size_t)i * ldy + (size_t)r, rows_in(r, n0, n1),
+                                  _mm512_mul_ps(f[i][j], qs));
         }
     }
 }
-
-#define W4A8T_TILE(MT, NT)                                                                         \
-    case (MT - 1) * TN + NT - 1:                                                                   \
-        w4a8t_tile(blk, bb, xi, MT, NT, w->cols, w->group, yi, ldy, row0, n0, n1);                 \
-        break
 
 /* Decode's case, one token: the 16 rows of one block, with four accumulators over pairs of
  * octets so that consecutive VPDPBUSDs do not wait on each other (one chain held a block to
@@ -374,41 +375,6 @@ static inline __m512 w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x
     return _mm512_mul_ps(f, _mm512_set1_ps(x->qscale));
 }
 
-static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
-                     int n0, int n1)
-{
-    KN_ASSERT(w->group % 8 == 0);
-    size_t bb = kn_tile_block_bytes(KN_DT_W4A8_T, w->cols, w->group);
-    int b1 = (n1 + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
-    if (m == 1) {
-        for (int b = n0 / KN_TILE_ROWS; b < b1; b++) {
-            int r = b * KN_TILE_ROWS, a = n0 - r > 0 ? n0 - r : 0;
-            __m512 v =
-                w4a8t_gemv_block((const uint8_t *)w->codes + (size_t)b * bb, x, w->cols, w->group);
-            _mm512_mask_storeu_ps(y + r, (__mmask16)(mask16(n1 - r) & ~mask16(a)), v);
-        }
-        return;
-    }
-    for (int b = n0 / KN_TILE_ROWS; b < b1; b += TN) {
-        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
-        int nt = b1 - b < TN ? b1 - b : TN, row0 = b * KN_TILE_ROWS;
-        for (int i = 0; i < m; i += TM) {
-            int mt = m - i < TM ? m - i : TM;
-            float *yi = y + (size_t)i * ldy;
-            const struct kn_act *xi = x + i;
-            switch ((mt - 1) * TN + nt - 1) {
-                W4A8T_TILE(1, 1);
-                W4A8T_TILE(1, 2);
-                W4A8T_TILE(2, 1);
-                W4A8T_TILE(2, 2);
-                W4A8T_TILE(3, 1);
-                W4A8T_TILE(3, 2);
-                W4A8T_TILE(4, 1);
-                W4A8T_TILE(4, 2);
-            }
-        }
-    }
-}
 
 /* ---- W4A16 tiles (KN_DT_W4A16_T): FMA over codes widened to float ----
  *
@@ -483,42 +449,73 @@ static inline __attribute__((always_inline)) void w4a16t_tile(const uint8_t *blk
     for (int i = 0; i < mt; i++)
 #pragma GCC unroll 2
         for (int j = 0; j < nt; j++) {
-            int r = row0 + 16 * j, a0 = n0 - r > 0 ? n0 - r : 0;
-            __mmask16 m = (__mmask16)(mask16(n1 - r) & ~mask16(a0));
-            _mm512_mask_storeu_ps(y + (size_t)i * ldy + (size_t)r, m, f[i][j]);
+            int r = row0 + 16 * j;
+            _mm512_mask_storeu_ps(y + (size_t)i * ldy + (size_t)r, rows_in(r, n0, n1), f[i][j]);
         }
 }
 
-#define W4A16T_TILE(MT, NT)                                                                        \
-    case (MT - 1) * TN + NT - 1:                                                                   \
-        w4a16t_tile(blk, bb, xi, MT, NT, w->cols, w->group, yi, ldy, row0, n0, n1);                \
-        break
+/* A micro tile of @tile for the run-time (mt, nt): each case is the tile compiled with its
+ * counts as constants, so the accumulators stay in registers. */
+#define MICRO_TILES(name, tile)                                                                    \
+    static void name(const uint8_t *blk, size_t bb, const struct kn_act *x, int mt, int nt,      \
+                     int cols, int group, float *y, size_t ldy, int row0, int n0, int n1)        \
+    {                                                                                              \
+        switch ((mt - 1) * TN + nt - 1) {                                                          \
+        case 0: tile(blk, bb, x, 1, 1, cols, group, y, ldy, row0, n0, n1); break;                  \
+        case 1: tile(blk, bb, x, 1, 2, cols, group, y, ldy, row0, n0, n1); break;                  \
+        case 2: tile(blk, bb, x, 2, 1, cols, group, y, ldy, row0, n0, n1); break;                  \
+        case 3: tile(blk, bb, x, 2, 2, cols, group, y, ldy, row0, n0, n1); break;                  \
+        case 4: tile(blk, bb, x, 3, 1, cols, group, y, ldy, row0, n0, n1); break;                  \
+        case 5: tile(blk, bb, x, 3, 2, cols, group, y, ldy, row0, n0, n1); break;                  \
+        case 6: tile(blk, bb, x, 4, 1, cols, group, y, ldy, row0, n0, n1); break;                  \
+        case 7: tile(blk, bb, x, 4, 2, cols, group, y, ldy, row0, n0, n1); break;                  \
+        }                                                                                          \
+    }
+MICRO_TILES(w4a8t_micro, w4a8t_tile)
+MICRO_TILES(w4a16t_micro, w4a16t_tile)
+
+typedef void micro_fn(const uint8_t *blk, size_t bb, const struct kn_act *x, int mt, int nt,
+                      int cols, int group, float *y, size_t ldy, int row0, int n0, int n1);
+
+/* Rows [n0, n1) x m tokens of a tiled matrix (blocks of @bb bytes): TN blocks at a time, TM
+ * tokens per micro tile; each block pair is read from memory once and from cache after. */
+static void mm_tiles(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                     int n0, int n1, size_t bb, micro_fn *micro)
+{
+    int b1 = (n1 + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
+    for (int b = n0 / KN_TILE_ROWS; b < b1; b += TN) {
+        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
+        int nt = b1 - b < TN ? b1 - b : TN;
+        for (int i = 0; i < m; i += TM)
+            micro(blk, bb, x + i, m - i < TM ? m - i : TM, nt, w->cols, w->group,
+                  y + (size_t)i * ldy, ldy, b * KN_TILE_ROWS, n0, n1);
+    }
+}
+
+static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                     int n0, int n1)
+{
+    KN_ASSERT(w->group % 8 == 0);
+    size_t bb = kn_tile_block_bytes(KN_DT_W4A8_T, w->cols, w->group);
+    int b1 = (n1 + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
+    if (m == 1) {
+        for (int b = n0 / KN_TILE_ROWS; b < b1; b++) {
+            int r = b * KN_TILE_ROWS;
+            __m512 v =
+                w4a8t_gemv_block((const uint8_t *)w->codes + (size_t)b * bb, x, w->cols, w->group);
+            _mm512_mask_storeu_ps(y + r, rows_in(r, n0, n1), v);
+        }
+        return;
+    }
+    mm_tiles(w, x, m, y, ldy, n0, n1, bb, w4a8t_micro);
+}
 
 static void mm_w4a16t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                       int n0, int n1)
 {
     KN_ASSERT(w->group % 8 == 0);
-    size_t bb = kn_tile_block_bytes(KN_DT_W4A16_T, w->cols, w->group);
-    int b1 = (n1 + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
-    for (int b = n0 / KN_TILE_ROWS; b < b1; b += TN) {
-        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
-        int nt = b1 - b < TN ? b1 - b : TN, row0 = b * KN_TILE_ROWS;
-        for (int i = 0; i < m; i += TM) {
-            int mt = m - i < TM ? m - i : TM;
-            float *yi = y + (size_t)i * ldy;
-            const struct kn_act *xi = x + i;
-            switch ((mt - 1) * TN + nt - 1) {
-                W4A16T_TILE(1, 1);
-                W4A16T_TILE(1, 2);
-                W4A16T_TILE(2, 1);
-                W4A16T_TILE(2, 2);
-                W4A16T_TILE(3, 1);
-                W4A16T_TILE(3, 2);
-                W4A16T_TILE(4, 1);
-                W4A16T_TILE(4, 2);
-            }
-        }
-    }
+    mm_tiles(w, x, m, y, ldy, n0, n1, kn_tile_block_bytes(KN_DT_W4A16_T, w->cols, w->group),
+             w4a16t_micro);
 }
 
 /* Checks the activations against @w (a broken invariant aborts), then runs the block. */

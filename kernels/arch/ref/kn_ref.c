@@ -44,72 +44,9 @@ void kn_gemv_q8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, in
     }
 }
 
-/* sum over the group of code * x, codes of row @row from element k0 for n elements */
+/* The int4 references read every element through kn_w4_code() / kn_w4_scale() / kn_w4_zero(),
+ * so one definition serves the canonical and the tiled layouts alike. */
 void kn_gemv_w4a16_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
-{
-    int ng = kn_ngroups(w->cols, w->group);
-    size_t rb = kn_w4_row_bytes(w->cols);
-    const uint16_t *sc = w->scales;
-    for (int n = n0; n < n1; n++) {
-        const uint8_t *row = (const uint8_t *)w->codes + (size_t)n * rb;
-        float acc = 0.0f;
-        for (int g = 0; g < ng; g++) {
-            int k0 = g * w->group, k1 = k0 + w->group < w->cols ? k0 + w->group : w->cols;
-            float s = 0.0f;
-            for (int k = k0; k < k1; k++) {
-                int code = k % 2 ? row[k / 2] >> 4 : row[k / 2] & 15;
-                s += (float)code * x->x[k];
-            }
-            size_t gi = (size_t)n * (size_t)ng + (size_t)g;
-            acc += kn_f16_to_f32(sc[gi]) * (s - (float)w->zeros[gi] * x->gsum[g]);
-        }
-        y[n] = acc;
-    }
-}
-
-void kn_gemv_w4a8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
-{
-    int ng = kn_ngroups(w->cols, w->group);
-    size_t rb = kn_w4_row_bytes(w->cols);
-    const uint16_t *sc = w->scales;
-    for (int n = n0; n < n1; n++) {
-        const uint8_t *row = (const uint8_t *)w->codes + (size_t)n * rb;
-        float acc = 0.0f;
-        for (int g = 0; g < ng; g++) {
-            int k0 = g * w->group, k1 = k0 + w->group < w->cols ? k0 + w->group : w->cols;
-            int32_t s = 0;
-            for (int k = k0; k < k1; k++) {
-                int code = k % 2 ? row[k / 2] >> 4 : row[k / 2] & 15;
-                s += code * x->q[k];
-            }
-            /* codes are value + 8: subtract 8 * sum(q) over the group (padding q is 0) */
-            acc += kn_f16_to_f32(sc[(size_t)n * (size_t)ng + (size_t)g]) *
-                   (float)(s - 8 * x->qgsum[g]);
-        }
-        y[n] = acc * x->qscale;
-    }
-}
-
-/* The same sums over the tiled layout, element by element through kn_w4_code(): the tiled
- * kernels are tested against this and it against kn_gemv_w4a8_ref (bit for bit). */
-void kn_gemv_w4a8t_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
-{
-    int ng = kn_ngroups(w->cols, w->group);
-    for (int n = n0; n < n1; n++) {
-        float acc = 0.0f;
-        for (int g = 0; g < ng; g++) {
-            int k0 = g * w->group, k1 = k0 + w->group < w->cols ? k0 + w->group : w->cols;
-            int32_t s = 0;
-            for (int k = k0; k < k1; k++)
-                s += kn_w4_code(w, n, k) * x->q[k];
-            acc += kn_f16_to_f32(kn_w4_scale(w, n, g)) * (float)(s - 8 * x->qgsum[g]);
-        }
-        y[n] = acc * x->qscale;
-    }
-}
-
-/* kn_gemv_w4a16_ref over the tiled layout, element by element (bit for bit the same sums). */
-void kn_gemv_w4a16t_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
 {
     int ng = kn_ngroups(w->cols, w->group);
     for (int n = n0; n < n1; n++) {
@@ -119,10 +56,27 @@ void kn_gemv_w4a16t_ref(const struct kn_mat *w, const struct kn_act *x, float *y
             float s = 0.0f;
             for (int k = k0; k < k1; k++)
                 s += (float)kn_w4_code(w, n, k) * x->x[k];
-            acc +=
-                kn_f16_to_f32(kn_w4_scale(w, n, g)) * (s - (float)kn_w4_zero(w, n, g) * x->gsum[g]);
+            acc += kn_f16_to_f32(kn_w4_scale(w, n, g)) *
+                   (s - (float)kn_w4_zero(w, n, g) * x->gsum[g]);
         }
         y[n] = acc;
+    }
+}
+
+void kn_gemv_w4a8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    int ng = kn_ngroups(w->cols, w->group);
+    for (int n = n0; n < n1; n++) {
+        float acc = 0.0f;
+        for (int g = 0; g < ng; g++) {
+            int k0 = g * w->group, k1 = k0 + w->group < w->cols ? k0 + w->group : w->cols;
+            int32_t s = 0;
+            for (int k = k0; k < k1; k++)
+                s += kn_w4_code(w, n, k) * x->q[k];
+            /* codes are value + 8: subtract 8 * sum(q) over the group (padding q is 0) */
+            acc += kn_f16_to_f32(kn_w4_scale(w, n, g)) * (float)(s - 8 * x->qgsum[g]);
+        }
+        y[n] = acc * x->qscale;
     }
 }
 
@@ -140,20 +94,14 @@ void kn_gemv_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n
         kn_gemv_q8_ref(w, x, y, n0, n1);
         return;
     case KN_DT_W4A16:
+    case KN_DT_W4A16_T:
         KN_ASSERT(x->group == w->group);
         kn_gemv_w4a16_ref(w, x, y, n0, n1);
         return;
     case KN_DT_W4A8:
-        KN_ASSERT(x->group == w->group);
-        kn_gemv_w4a8_ref(w, x, y, n0, n1);
-        return;
     case KN_DT_W4A8_T:
         KN_ASSERT(x->group == w->group);
-        kn_gemv_w4a8t_ref(w, x, y, n0, n1);
-        return;
-    case KN_DT_W4A16_T:
-        KN_ASSERT(x->group == w->group);
-        kn_gemv_w4a16t_ref(w, x, y, n0, n1);
+        kn_gemv_w4a8_ref(w, x, y, n0, n1);
         return;
     }
 }

@@ -9,8 +9,6 @@ void kn_gemv_bf16_ref(const struct kn_mat *w, const struct kn_act *x, float *y, 
 void kn_gemv_q8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 void kn_gemv_w4a16_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 void kn_gemv_w4a8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
-void kn_gemv_w4a16t_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
-void kn_gemv_w4a8t_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 /* Dispatches on w->dtype. */
 void kn_gemv_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 void kn_gemm_ref(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy, int n0,
