@@ -36,6 +36,16 @@ static inline __m256i mask8(int n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* Stores the 16 rows from @row0 held in @lo, @hi (8 each) into y[row0 ..], those in [n0, n1). */
+static inline void store_rows(float *y, __m256 lo, __m256 hi, int row0, int n0, int n1)
+{
+    for (int h = 0; h < 2; h++) {
+        int r = row0 + 8 * h;
+        __m256i m = _mm256_andnot_si256(mask8(n0 - r), mask8(n1 - r));
+        _mm256_maskstore_ps(y + r, m, h ? hi : lo);
+    }
+}
+
 static float dot_f32(const float *w, const float *x, int k)
 {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -172,12 +182,8 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
 #pragma GCC unroll 2
     for (int i = 0; i < mt; i++) {
         __m256 qs = _mm256_set1_ps(x[i].qscale);
-        float out[16];
-        _mm256_storeu_ps(out, _mm256_mul_ps(f[i][0], qs));
-        _mm256_storeu_ps(out + 8, _mm256_mul_ps(f[i][1], qs));
-        for (int r = 0; r < 16; r++)
-            if (row0 + r >= n0 && row0 + r < n1)
-                y[(size_t)i * ldy + (size_t)(row0 + r)] = out[r];
+        store_rows(y + (size_t)i * ldy, _mm256_mul_ps(f[i][0], qs), _mm256_mul_ps(f[i][1], qs),
+                   row0, n0, n1);
     }
 }
 
@@ -237,38 +243,16 @@ static inline __attribute__((always_inline)) void w4a16t_tile(const uint8_t *blk
     }
 #pragma GCC unroll 2
     for (int i = 0; i < mt; i++) {
-        float out[16];
-        _mm256_storeu_ps(out, f[i][0]);
-        _mm256_storeu_ps(out + 8, f[i][1]);
-        for (int r = 0; r < 16; r++)
-            if (row0 + r >= n0 && row0 + r < n1)
-                y[(size_t)i * ldy + (size_t)(row0 + r)] = out[r];
+        store_rows(y + (size_t)i * ldy, f[i][0], f[i][1], row0, n0, n1);
     }
 }
 
-static void mm_w4a16t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
-                      int n0, int n1)
-{
-    KN_ASSERT(w->group % 8 == 0);
-    size_t bb = kn_tile_block_bytes(KN_DT_W4A16_T, w->cols, w->group);
-    for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
-        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
-        for (int i = 0; i < m; i += TM) {
-            if (m - i >= 2)
-                w4a16t_tile(blk, x + i, 2, w->cols, w->group, y + (size_t)i * ldy, ldy,
-                            b * KN_TILE_ROWS, n0, n1);
-            else
-                w4a16t_tile(blk, x + i, 1, w->cols, w->group, y + (size_t)i * ldy, ldy,
-                            b * KN_TILE_ROWS, n0, n1);
-        }
-    }
-}
 
 /* Decode's case, one token, one block of 16 rows: the int16 pair sums of up to 4 octets add up
  * before one VPMADDWD widens them (4 * 2 * 2 * 15 * 127 = 30480 < 32767), and the two halves of
  * the block keep separate chains. */
 static void w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int cols, int group,
-                             float out[16])
+                             float *y, int row0, int n0, int n1)
 {
     const __m256i lo4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const int ng = kn_ngroups(cols, group), no = group / 8;
@@ -307,38 +291,49 @@ static void w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int col
                              _mm256_cvtepi32_ps(s1), f1);
     }
     __m256 qs = _mm256_set1_ps(x->qscale);
-    _mm256_storeu_ps(out, _mm256_mul_ps(f0, qs));
-    _mm256_storeu_ps(out + 8, _mm256_mul_ps(f1, qs));
+    store_rows(y, _mm256_mul_ps(f0, qs), _mm256_mul_ps(f1, qs), row0, n0, n1);
+}
+
+/* The micro tile of @tile for 1 or 2 tokens, each compiled with its count as a constant. */
+#define MICRO_TILES(name, tile)                                                                    \
+    static void name(const uint8_t *blk, const struct kn_act *x, int mt, int cols, int group,    \
+                     float *y, size_t ldy, int row0, int n0, int n1)                               \
+    {                                                                                              \
+        if (mt == 2)                                                                               \
+            tile(blk, x, 2, cols, group, y, ldy, row0, n0, n1);                                    \
+        else                                                                                       \
+            tile(blk, x, 1, cols, group, y, ldy, row0, n0, n1);                                    \
+    }
+MICRO_TILES(w4a8t_micro, w4a8t_tile)
+MICRO_TILES(w4a16t_micro, w4a16t_tile)
+
+/* Rows [n0, n1) x m tokens of a tiled matrix with blocks of @bb bytes, TM tokens at a time. */
+static void mm_tiles(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                     int n0, int n1, size_t bb,
+                     void (*micro)(const uint8_t *, const struct kn_act *, int, int, int, float *,
+                                   size_t, int, int, int))
+{
+    KN_ASSERT(w->group % 8 == 0);
+    for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
+        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
+        for (int i = 0; i < m; i += TM)
+            micro(blk, x + i, m - i < TM ? m - i : TM, w->cols, w->group, y + (size_t)i * ldy, ldy,
+                  b * KN_TILE_ROWS, n0, n1);
+    }
 }
 
 static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)
 {
-    KN_ASSERT(w->group % 8 == 0);
     size_t bb = kn_tile_block_bytes(KN_DT_W4A8_T, w->cols, w->group);
     if (m == 1) {
-        for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
-            float out[16];
-            w4a8t_gemv_block((const uint8_t *)w->codes + (size_t)b * bb, x, w->cols, w->group, out);
-            for (int r = 0; r < 16; r++) {
-                int row = b * KN_TILE_ROWS + r;
-                if (row >= n0 && row < n1)
-                    y[row] = out[r];
-            }
-        }
+        KN_ASSERT(w->group % 8 == 0);
+        for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++)
+            w4a8t_gemv_block((const uint8_t *)w->codes + (size_t)b * bb, x, w->cols, w->group, y,
+                             b * KN_TILE_ROWS, n0, n1);
         return;
     }
-    for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
-        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
-        for (int i = 0; i < m; i += TM) {
-            if (m - i >= 2)
-                w4a8t_tile(blk, x + i, 2, w->cols, w->group, y + (size_t)i * ldy, ldy,
-                           b * KN_TILE_ROWS, n0, n1);
-            else
-                w4a8t_tile(blk, x + i, 1, w->cols, w->group, y + (size_t)i * ldy, ldy,
-                           b * KN_TILE_ROWS, n0, n1);
-        }
-    }
+    mm_tiles(w, x, m, y, ldy, n0, n1, bb, w4a8t_micro);
 }
 
 static void kn_gemm_avx2(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
@@ -353,7 +348,8 @@ static void kn_gemm_avx2(const struct kn_mat *w, const struct kn_act *x, int m, 
         mm_w4a8t(w, x, m, y, ld, n0, n1);
         return;
     case KN_DT_W4A16_T:
-        mm_w4a16t(w, x, m, y, ld, n0, n1);
+        mm_tiles(w, x, m, y, ld, n0, n1, kn_tile_block_bytes(KN_DT_W4A16_T, w->cols, w->group),
+                 w4a16t_micro);
         return;
     case KN_DT_W4A8: /* the file layout: segments hold tiles */
         kn_gemm_ref(w, x, m, y, ldy, n0, n1);
@@ -503,8 +499,7 @@ static void kn_silu_mul_avx2(float *a, const float *b, int n)
         __m256 e = exp_neg(_mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), x), _mm256_set1_ps(88.0f)));
         _mm256_storeu_ps(a + i, _mm256_div_ps(_mm256_mul_ps(x, y), _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
     }
-    for (; i < n; i++)
-        a[i] = a[i] * (1.0f / (1.0f + expf(-a[i]))) * b[i];
+    kn_silu_mul_ref(a + i, b + i, n - i);
 }
 
 /* Up to 8 queries (lanes l0 .. l0 + 7 of the tile) over all their keys. */
