@@ -211,12 +211,6 @@ out_unmap:
     return rc;
 }
 
-static int bench_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Parses the options (see usage_bench_allreduce) and runs every (ranks, floats) case. */
 int coord_bench_allreduce(int argc, char **argv)
 {
@@ -294,9 +288,7 @@ int coord_bench_allreduce(int argc, char **argv)
                 ret = 1;
                 break;
             }
-            qsort(rep_ns, (size_t)o.reps, sizeof(double), bench_cmp_double);
-            double med = o.reps % 2 ? rep_ns[o.reps / 2]
-                                    : (rep_ns[o.reps / 2 - 1] + rep_ns[o.reps / 2]) / 2;
+            double med = coord_sort_median(rep_ns, o.reps);
             int p90 = (9 * o.reps + 9) / 10 - 1; /* nearest rank: ceil(0.9 reps) - 1 */
             printf("allreduce ranks=%d floats=%zu bytes=%zu median_us=%.3f min_us=%.3f "
                    "p90_us=%.3f reps=%d\n",

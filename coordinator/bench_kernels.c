@@ -117,12 +117,6 @@ static double time_run(const struct run *r)
     return (double)done / ((double)(t - t0) / 1e9);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* One (table, format, shape, M) case: prints its line. Returns 0 or -ENOMEM. */
 static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, int reps, int json)
 {
@@ -155,8 +149,7 @@ static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, 
     double rate[16];
     for (int i = 0; i < reps; i++)
         rate[i] = time_run(&r);
-    qsort(rate, (size_t)reps, sizeof(double), cmp_double);
-    double med = reps % 2 ? rate[reps / 2] : (rate[reps / 2 - 1] + rate[reps / 2]) / 2;
+    double med = coord_sort_median(rate, reps);
     double us = 1e6 / med, gbs = (double)bytes * med / 1e9;
     double gops = 2.0 * m * (double)n * k * med / 1e9;
     if (json)

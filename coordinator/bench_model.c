@@ -41,12 +41,6 @@ struct stats {
     double median, stddev;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static struct stats summarize(double *v, int n)
 {
     struct stats s = {0, 0};
@@ -59,8 +53,7 @@ static struct stats summarize(double *v, int n)
     for (int i = 0; i < n; i++)
         s.stddev += (v[i] - mean) * (v[i] - mean);
     s.stddev = n > 1 ? sqrt(s.stddev / (n - 1)) : 0;
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    s.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    s.median = coord_sort_median(v, n);
     return s;
 }
 

@@ -46,15 +46,11 @@ static void sleep_ms(int ms)
 /* Maps the .shlm file read-only and verifies it whole (structure, then every checksum). */
 static int open_model(struct coord_engine *g, const char *path, struct coord_err *e)
 {
-    int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
     struct stat st;
     struct shlm_header h;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = coord_fail(e, -EINVAL, "%s: not a regular file", path);
-        goto out_close;
-    }
+    int rc, fd = coord_open_regular(path, &st, e);
+    if (fd < 0)
+        return fd;
     if (st.st_size < (off_t)sizeof(h) || pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
         rc = coord_fail(e, -EINVAL, "%s: truncated: %lld bytes, shorter than the .shlm header",
                         path, (long long)st.st_size);

@@ -13,14 +13,10 @@
 int coord_llama2c_open(struct coord_llama2c *ck, const char *path, struct coord_err *e)
 {
     memset(ck, 0, sizeof(*ck));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return coord_fail(e, -EINVAL, "%s: not a regular file", path);
-    }
+    int fd = coord_open_regular(path, &st, e);
+    if (fd < 0)
+        return fd;
     int32_t h[7];
     if (st.st_size < (off_t)sizeof(h) || pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
         close(fd);

@@ -21,16 +21,24 @@ int coord_fail(struct coord_err *e, int rc, const char *fmt, ...)
     return rc;
 }
 
-int coord_read_file(const char *path, size_t max, uint8_t **out, size_t *len, struct coord_err *e)
+int coord_open_regular(const char *path, struct stat *st, struct coord_err *e)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode)) {
         close(fd);
         return coord_fail(e, -EINVAL, "%s: not a regular file", path);
     }
+    return fd;
+}
+
+int coord_read_file(const char *path, size_t max, uint8_t **out, size_t *len, struct coord_err *e)
+{
+    struct stat st;
+    int fd = coord_open_regular(path, &st, e);
+    if (fd < 0)
+        return fd;
     if ((uint64_t)st.st_size > max) {
         close(fd);
         return coord_fail(e, -EFBIG, "%s: %lld bytes, more than the %zu expected", path,
@@ -60,6 +68,20 @@ int coord_read_file(const char *path, size_t max, uint8_t **out, size_t *len, st
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double coord_sort_median(double *v, int n)
+{
+    if (n <= 0)
+        return 0;
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 uint64_t coord_now_ns(void)
 {
     struct timespec ts;
@@ -69,14 +91,10 @@ uint64_t coord_now_ns(void)
 
 int coord_map_file(const char *path, void **map, size_t *size, struct coord_err *e)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return coord_fail(e, -EINVAL, "%s: not a regular file", path);
-    }
+    int fd = coord_open_regular(path, &st, e);
+    if (fd < 0)
+        return fd;
     *size = (size_t)st.st_size;
     *map = NULL;
     if (*size) {

@@ -97,7 +97,7 @@ static float *run_pool(const struct kn_ops *ops, int max_m, int chunk, struct wr
     const struct shlm_config *c = &img.hdr->cfg;
     struct wrk_model m;
     assert_int_equal(wrk_model_init(&m, &img, ops, max_m, pool, NULL), 0);
-    m.par_min_weights = 0;
+    m.par_min_work = 0;
     size_t kvb = seg_kv_bytes(1, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
     void *kv = calloc(1, kvb);
     seg_kv_init(kv, 1, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);

@@ -44,9 +44,10 @@ static void acts_free(struct kn_act *a, int n)
 
 /* Rows per split unit: whole cache lines of output, enough work per thread. */
 #define GEMM_ROW_ALIGN 16
-/* Below this many weights a matrix runs on one thread: fanning out costs more than it saves
+/* Below this many multiply-adds (a matrix's weights, or attention's keys x head size summed
+ * over its queries) a stage runs on one thread: fanning out costs more than it saves
  * (DESIGN.md: a 2048x8 projection, 0.444 ms as a plain loop vs 1.155 ms as a pooled GEMM). */
-#define GEMM_PAR_MIN_WEIGHTS (1 << 16)
+#define PAR_MIN_WORK (1 << 16)
 
 int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const struct kn_ops *ops,
                    int max_m, struct wrk_pool *pool, struct seg_ar_rank *ar)
@@ -60,7 +61,7 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     m->pool = pool;
     m->ar = ar && ar->n_ranks > 1 ? ar : NULL;
     m->max_m = max_m;
-    m->par_min_weights = GEMM_PAR_MIN_WEIGHTS;
+    m->par_min_work = PAR_MIN_WORK;
     /* shlm_parse() checked the image against this very plan */
     KN_ASSERT(seg_plan_make(&m->plan, c, group, h->shard_count ? (int)h->shard_count : 1,
                             (int)h->shard_rank) == 0);
@@ -262,7 +263,7 @@ static void gemm(const struct wrk_model *m, const struct kn_mat *w, const struct
                  float *y, int ldy)
 {
     struct gemm_job j = {m->ops, w, x, n, ldy, y};
-    if (!m->pool || (long)w->rows * w->cols < m->par_min_weights)
+    if (!m->pool || (long)w->rows * w->cols < m->par_min_work)
         gemm_part(&j, 0, 1);
     else
         wrk_pool_run(m->pool, gemm_part, &j);
@@ -346,7 +347,7 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
         /* keys read by the chunk's queries times the head size, summed over our heads: below
          * the threshold (decode at a short context) one thread does it */
         long att_work = (long)n * (pos + n) * nq * hd;
-        if (m->pool && att_work >= m->par_min_weights)
+        if (m->pool && att_work >= m->par_min_work)
             wrk_pool_run(m->pool, att_part, &aj);
         else
             att_part(&aj, 0, 1);

@@ -28,7 +28,8 @@ struct wrk_model {
     const float *out_norm;    /* (dim) */
     struct wrk_layer *layers; /* (n_layers) */
     int max_m;                /* tokens per forward chunk */
-    long par_min_weights;     /* smaller matrices run on one thread (tests may lower it) */
+    long par_min_work;        /* multiply-adds below which a matrix or attention runs on one thread
+                               * (tests may lower it) */
     /* this rank's widths: q and kv heads x head_dim, FFN units, O/down input with their pads */
     int qd, kvd, ffn, o_cols, down_cols;
     /* scratch, M = max_m rows each */

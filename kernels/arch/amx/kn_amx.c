@@ -14,6 +14,7 @@
  * by kn_probe.c on CPUID, XCR0 and ARCH_REQ_XCOMP_PERM), and with KN_AMX_MODEL defined as
  * kn_ops_amx_model, where the tile instructions are plain C with the same semantics (Intel SDM
  * vol. 2, TILELOADD / TDPBSUD / TILESTORED), so the tests run this code on any AVX-512 CPU. */
+#include "../avx512/kn_avx512.h"
 #include "../ref/kn_ref.h"
 
 #include <immintrin.h>
@@ -180,9 +181,8 @@ static bool mm_w4a8t_amx(const struct kn_mat *w, const struct kn_act *x, int m, 
     TILE_CONFIG();
     for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
         const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
-        int row0 = b * KN_TILE_ROWS, a = n0 - row0 > 0 ? n0 - row0 : 0;
-        __mmask16 keep = (__mmask16)(((n1 - row0 >= 16) ? 0xffffu : ((1u << (n1 - row0)) - 1)) &
-                                     ~((1u << a) - 1));
+        int row0 = b * KN_TILE_ROWS;
+        __mmask16 keep = rows_in(row0, n0, n1);
         unpack_block(blk, kpad, bt);
         for (int i0 = 0; i0 < m; i0 += KN_AMX_TILE_ROWS) {
             int mt = m - i0 < KN_AMX_TILE_ROWS ? m - i0 : KN_AMX_TILE_ROWS;
@@ -273,9 +273,8 @@ static bool mm_w4a16t_amx(const struct kn_mat *w, const struct kn_act *x, int m,
     TILE_CONFIG();
     for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
         const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
-        int row0 = b * KN_TILE_ROWS, a = n0 - row0 > 0 ? n0 - row0 : 0;
-        __mmask16 keep = (__mmask16)(((n1 - row0 >= 16) ? 0xffffu : ((1u << (n1 - row0)) - 1)) &
-                                     ~((1u << a) - 1));
+        int row0 = b * KN_TILE_ROWS;
+        __mmask16 keep = rows_in(row0, n0, n1);
         unpack_block_bf16(blk, w->cols, group, kpad, bt);
         for (int i0 = 0; i0 < m; i0 += KN_AMX_TILE_ROWS) {
             int mt = m - i0 < KN_AMX_TILE_ROWS ? m - i0 : KN_AMX_TILE_ROWS;

@@ -16,6 +16,7 @@
  * No allocation and no CPU checks per call (kn_probe.c picks the table); the attention keeps
  * its 16-lane state in thread-local storage, off the stack.
  */
+#include "kn_avx512.h"
 #include "../ref/kn_ref.h"
 
 #include <immintrin.h>
@@ -27,23 +28,6 @@
  * thread) with 1024 bytes ahead; over the tile layout, one stream, 4096 ahead reached 31-33 GB/s
  * against 26 at 1024 and 28 at 2048 (`shardlm bench kernels`, 2048x2048 to 8192x2048). */
 #define PF_AHEAD 4096
-
-/* Lane masks for the first @n lanes (n <= 0 gives none, n >= width gives all). */
-static inline __mmask16 mask16(int n)
-{
-    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
-
-static inline __mmask64 mask64(int n)
-{
-    return n >= 64 ? ~(__mmask64)0 : n <= 0 ? (__mmask64)0 : (((__mmask64)1 << n) - 1);
-}
-
-/* The lanes of the 16 rows from @r that fall in [n0, n1). */
-static inline __mmask16 rows_in(int r, int n0, int n1)
-{
-    return (__mmask16)(mask16(n1 - r) & ~mask16(n0 - r));
-}
 
 static inline float f16_scale(const uint16_t *sc, size_t i) { return _cvtsh_ss(sc[i]); }
 
