@@ -528,7 +528,8 @@ static void tile(const struct kn_mat *src, struct kn_mat *out, void **buf)
     kn_mat_view(out, tiled(src->dtype), src->rows, src->cols, src->group, *buf);
 }
 
-/* Repacking keeps every code and scale; the tiled reference equals the canonical one exactly. */
+/* Repacking keeps every code, scale and zero point, and pads with code 0. (The reference reads
+ * through the same accessors, so its sums over both layouts follow from this.) */
 static void test_tiles_repack(void **state)
 {
     (void)state;
@@ -558,13 +559,6 @@ static void test_tiles_repack(void **state)
         for (size_t o = 0; o < kn_tile_scales_offset(K, group); o += 64)
             for (int n = (N - 1) % KN_TILE_ROWS + 1; n < KN_TILE_ROWS; n++)
                 assert_int_equal(b[last + o + (size_t)n * 4], 0);
-        struct kn_act x;
-        act_init(&x, K, group, 1.0f);
-        float y[64], yref[64];
-        kn_gemv_ref(&a.m, &x, yref, 0, N);
-        kn_gemv_ref(&t, &x, y, 0, N);
-        assert_memory_equal(y, yref, (size_t)N * sizeof(float));
-        kn_act_free(&x);
         free(buf);
         wmat_free(&a);
     }
