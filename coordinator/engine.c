@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include "allreduce.h"
+#include "load.h"
 #include "plan.h"
 #include "proto.h"
 
@@ -22,6 +23,7 @@
 #define READY_TIMEOUT_MS 60000
 #define SHUTDOWN_GRACE_MS 2000
 #define LOGITS_BUDGET (64u << 20) /* bytes of logits one step may return */
+#define KV_RESERVE_STEP 256u      /* KV positions reserved at a time as a sequence grows */
 
 volatile sig_atomic_t coord_stop_signal;
 
@@ -43,162 +45,110 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Maps the .shlm file read-only and verifies it whole (structure, then every checksum). */
-static int open_model(struct coord_engine *g, const char *path, struct coord_err *e)
+/* The name of rank @r's persistent weights segment: the model (its checksum, which covers every
+ * tensor's), the layout and the shard plan (ranks, rank, node). */
+static void persist_name(const struct coord_engine *g, int r, const struct shlm_header *h,
+                         char *out, size_t len)
 {
-    struct stat st;
-    struct shlm_header h;
-    int rc, fd = coord_open_regular(path, &st, e);
-    if (fd < 0)
-        return fd;
-    if (st.st_size < (off_t)sizeof(h) || pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
-        rc = coord_fail(e, -EINVAL, "%s: truncated: %lld bytes, shorter than the .shlm header",
-                        path, (long long)st.st_size);
-        goto out_close;
-    }
-    if (memcmp(h.magic, SHLM_MAGIC, sizeof(SHLM_MAGIC)) != 0) {
-        rc = coord_fail(e, -EINVAL, "%s: not a .shlm file (convert it with `shardlm convert`)",
-                        path);
-        goto out_close;
-    }
-    /* FIXME: a file truncated while mapped raises SIGBUS; the streaming load reads instead */
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        rc = coord_fail(e, -errno, "%s: mmap: %s", path, strerror(errno));
-        goto out_close;
-    }
-    g->file_map = map;
-    g->file_bytes = (size_t)st.st_size;
+    char node[16];
+    int n = g->layout.ranks[r].node;
+    if (n >= 0)
+        snprintf(node, sizeof(node), "%d", n);
+    else
+        snprintf(node, sizeof(node), "x");
+    snprintf(out, len, "%s%016llx-l%u-r%dof%d-n%s.weights", SEG_PERSIST_PREFIX,
+             (unsigned long long)h->source_checksum, h->layout, r, g->n_ranks, node);
+}
+
+/* Maps the persistent segment @path if it is complete and holds exactly @want's shard; else
+ * removes it when it exists (a load killed half way, another layout) and returns -ENOENT. */
+static int map_persistent(struct seg *s, const char *path, const struct shlm_header *want)
+{
+    struct shlm_model m;
     char err[512];
-    if ((rc = shlm_parse(&g->img, map, g->file_bytes, path, err, sizeof(err))) ||
-        (rc = shlm_verify_data(&g->img, path, err, sizeof(err))))
-        coord_fail(e, rc, "%s", err);
-    else if (g->img.hdr->shard_count)
-        rc = coord_fail(e, -EINVAL, "%s: a weights segment, not a model file", path);
-out_close:
-    close(fd);
-    return rc;
+    int rc = seg_map(s, path, want->file_bytes, false);
+    if (rc == -ENOENT)
+        return rc;
+    if (!rc && !(rc = shlm_parse(&m, s->base, s->size, path, err, sizeof(err))) &&
+        m.hdr->source_checksum == want->source_checksum && m.hdr->layout == want->layout &&
+        m.hdr->shard_rank == want->shard_rank && m.hdr->shard_count == want->shard_count)
+        return 0;
+    fprintf(stderr, "shardlm: %s: %s; rebuilding it\n", path,
+            rc == -EINVAL && s->base ? err : "not a complete segment of this shard");
+    seg_free(s);
+    unlink(path);
+    return -ENOENT;
 }
 
-/* Rows [r0, r1) of tensor @name of the shard, the slice of @src that the rank's plan says,
- * into @dst in the canonical layout. */
-static void shard_rows(const struct kn_mat *src, const char *name, const struct seg_plan *p, int hd,
-                       int r0, int r1, void *dst)
+/* The weights segment of every rank: a complete persistent one is mapped as it is; the others
+ * are created (under a temporary name, or as memfds with no_persist), filled by one streaming
+ * pass over the file, and published under their persistent names. */
+static int make_weights(struct coord_engine *g, const struct coord_engine_opts *o,
+                        struct coord_err *e)
 {
-    const char *part = strrchr(name, '.');
-    part = part ? part + 1 : name;
-    struct kn_mat rows;
-    kn_mat_rows(src, r0, r1, &rows);
-    if (!strcmp(part, "attn_q"))
-        kn_repack_rows(src, p->q0 * hd + r0, p->q0 * hd + r1, dst);
-    else if (!strcmp(part, "attn_k") || !strcmp(part, "attn_v"))
-        kn_repack_rows(src, p->kv0 * hd + r0, p->kv0 * hd + r1, dst);
-    else if (!strcmp(part, "ffn_gate") || !strcmp(part, "ffn_up"))
-        kn_repack_rows(src, p->f0 + r0, p->f0 + r1, dst);
-    else if (!strcmp(part, "attn_o"))
-        kn_repack_cols(&rows, p->q0 * hd, p->q1 * hd, p->o_pad, dst);
-    else if (!strcmp(part, "ffn_down"))
-        kn_repack_cols(&rows, p->f0, p->f1, p->down_pad, dst);
-    else if (!strcmp(part, "attn_q_bias")) /* (1, q_dim): our heads' columns */
-        kn_repack_cols(&rows, p->q0 * hd, p->q1 * hd, 0, dst);
-    else if (!strcmp(part, "attn_k_bias") || !strcmp(part, "attn_v_bias"))
-        kn_repack_cols(&rows, p->kv0 * hd, p->kv1 * hd, 0, dst);
-    else if (!strcmp(part, "attn_gate")) /* (heads, dim): our heads' rows */
-        kn_repack_rows(src, p->q0 + r0, p->q0 + r1, dst);
-    else if (!strcmp(part, "output"))
-        kn_repack_rows(src, p->v0 + r0, p->v0 + r1, dst);
-    else /* replicated: embedding, norms */
-        kn_repack_rows(src, r0, r1, dst);
-}
-
-/* Rows per step of the tile repack: the canonical slice of this many rows is the only copy. */
-#define TILE_STEP_ROWS 256
-
-/* Writes tensor @t of the shard (its table entry) at @dst: the canonical slice, or for a tiled
- * tensor the slice TILE_STEP_ROWS rows at a time through @tmp into tiles. */
-static void shard_tensor(const struct kn_mat *src, const struct shlm_tensor *t,
-                         const struct seg_plan *p, int hd, void *tmp, uint8_t *dst)
-{
-    int rows = (int)t->rows, cols = (int)t->cols, group = (int)t->group;
-    if (!kn_is_tiled((enum kn_dtype)t->dtype)) {
-        shard_rows(src, t->name, p, hd, 0, rows, dst);
-        return;
-    }
-    size_t bb = kn_tile_block_bytes((enum kn_dtype)t->dtype, cols, group);
-    for (int r = 0; r < rows; r += TILE_STEP_ROWS) {
-        int n = rows - r < TILE_STEP_ROWS ? rows - r : TILE_STEP_ROWS;
-        struct kn_mat slice;
-        shard_rows(src, t->name, p, hd, r, r + n, tmp);
-        kn_mat_view(&slice, src->dtype, n, cols, group, tmp);
-        kn_repack_tiles(&slice, 0, (n + KN_TILE_ROWS - 1) / KN_TILE_ROWS,
-                        dst + (size_t)(r / KN_TILE_ROWS) * bb);
-    }
-}
-
-/* Builds rank @r's weights segment on its node: the shard image in the .shlm layout. */
-static int build_shard(struct coord_engine *g, int r, struct coord_err *e)
-{
-    const struct shlm_header *fh = g->img.hdr;
-    const struct shlm_config *c = &fh->cfg;
-    struct seg_plan plan;
-    int group = fh->scheme >= SHLM_SCHEME_W4A16 ? (int)fh->group : 0, rc;
-    if (seg_plan_make(&plan, c, group, g->n_ranks, r))
-        return coord_fail(e, -EINVAL, "cannot split the model over %d ranks", g->n_ranks);
-    struct shlm_tensor_spec *specs = calloc(SHLM_MAX_TENSORS, sizeof(*specs));
+    int n = 0, rc = 0, R = g->n_ranks;
+    uint64_t t0 = coord_now_ns();
+    struct coord_load_dest *dest = calloc((size_t)R, sizeof(*dest));
     struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
-    struct shlm_header h = *fh;
-    void *tmp = NULL;
-    if (!specs || !table) {
+    struct shlm_header *h = calloc((size_t)R, sizeof(*h));
+    char(*name)[NAME_MAX + 1] = calloc((size_t)R, sizeof(*name));
+    if (!dest || !table || !h || !name) {
         rc = coord_fail(e, -ENOMEM, "out of memory");
         goto out;
     }
-    int n = shlm_expected_tensors(c, (enum shlm_scheme)fh->scheme, (int)fh->group,
-                                  (int)fh->head_bits, &plan, specs, SHLM_MAX_TENSORS);
-    KN_ASSERT(n > 0); /* the file's header passed the same check */
-    /* int4 matrices go to the workers in tiles: every kernel table runs them, faster */
-    enum shlm_layout layout =
-        fh->scheme >= SHLM_SCHEME_W4A16 ? SHLM_LAYOUT_TILES : SHLM_LAYOUT_CANONICAL;
-    size_t tmp_bytes = 0;
-    for (int i = 0; i < n; i++) {
-        enum kn_dtype canon = specs[i].dtype;
-        specs[i].dtype = shlm_layout_dtype(canon, layout);
-        if (kn_is_tiled(specs[i].dtype)) {
-            size_t b = kn_mat_bytes(canon, TILE_STEP_ROWS, specs[i].cols, specs[i].group);
-            tmp_bytes = b > tmp_bytes ? b : tmp_bytes;
+    for (int r = 0; r < R; r++) {
+        struct coord_rank *cr = &g->ranks[r];
+        char path[PATH_MAX + NAME_MAX + 2];
+        if (coord_shard_layout(&g->img, R, r, &h[r], table) < 0) {
+            rc = coord_fail(e, -EINVAL, "cannot split the model over %d ranks", R);
+            goto out;
+        }
+        int node = g->layout.ranks[r].node;
+        if (o->load.no_persist) {
+            snprintf(path, sizeof(path), "shardlm-weights-r%d", r);
+            rc = seg_create_on(&cr->weights, path, h[r].file_bytes, node, SEG_ANON | SEG_LAZY);
+        } else {
+            persist_name(g, r, &h[r], name[r], sizeof(name[r]));
+            snprintf(path, sizeof(path), "%s/%s", g->rundir, name[r]);
+            if (map_persistent(&cr->weights, path, &h[r]) == 0) {
+                g->stats.reused++;
+                continue;
+            }
+            seg_path(path, sizeof(path), g->rundir, getpid(), name[r]);
+            rc = seg_create_on(&cr->weights, path, h[r].file_bytes, node, SEG_LAZY);
+        }
+        if (rc) {
+            coord_fail(e, rc, "weights segment of rank %d (%llu bytes) in %s: %s", r,
+                       (unsigned long long)h[r].file_bytes,
+                       o->load.no_persist ? "a memfd" : g->rundir, strerror(-rc));
+            goto out;
+        }
+        dest[n++] = (struct coord_load_dest){r, &cr->weights};
+    }
+    if (n && (rc = coord_load_shards(&g->file, R, dest, n, o->load.io, &g->stats.load, e)))
+        goto out;
+    g->stats.load.ns = coord_now_ns() - t0; /* with the segments' allocation */
+    g->stats.peak_anon = g->stats.load.peak_anon;
+    g->stats.built = n;
+    for (int i = 0; i < n && !o->load.no_persist; i++) {
+        int r = dest[i].rank;
+        char path[PATH_MAX + NAME_MAX + 2];
+        snprintf(path, sizeof(path), "%s/%s", g->rundir, name[r]);
+        rc = seg_publish(&g->ranks[r].weights, path);
+        if (rc == -EEXIST) { /* another coordinator published the same shard first: ours goes */
+            seg_free(&g->ranks[r].weights);
+            rc = map_persistent(&g->ranks[r].weights, path, &h[r]);
+        }
+        if (rc) {
+            coord_fail(e, rc, "publish %s: %s", path, strerror(-rc));
+            goto out;
         }
     }
-    if (tmp_bytes && !(tmp = malloc(tmp_bytes))) {
-        rc = coord_fail(e, -ENOMEM, "out of memory");
-        goto out;
-    }
-    shlm_layout(&h, table, specs, n, fh->tok_bytes);
-    h.layout = layout;
-    h.shard_rank = (uint32_t)r;
-    h.shard_count = (uint32_t)g->n_ranks;
-    char path[PATH_MAX], what[32];
-    snprintf(what, sizeof(what), "weights.r%d", r);
-    seg_path(path, sizeof(path), g->rundir, getpid(), what);
-    struct coord_rank *cr = &g->ranks[r];
-    if ((rc = seg_create_on(&cr->weights, path, h.file_bytes, g->layout.ranks[r].node))) {
-        coord_fail(e, rc, "weights segment %s (%llu bytes): %s", path,
-                   (unsigned long long)h.file_bytes, strerror(-rc));
-        goto out;
-    }
-    uint8_t *base = cr->weights.base;
-    for (int i = 0; i < n; i++) {
-        struct kn_mat src;
-        shlm_view(&g->img, shlm_find(&g->img, table[i].name), &src);
-        shard_tensor(&src, &table[i], &plan, (int)c->head_dim, tmp, base + table[i].offset);
-        table[i].checksum = shlm_hash(base + table[i].offset, table[i].bytes);
-    }
-    memcpy(base + h.tok_offset, g->img.base + fh->tok_offset, fh->tok_bytes);
-    memcpy(base + h.table_offset, table, (size_t)n * sizeof(*table));
-    shlm_seal(&h, table);
-    memcpy(base, &h, sizeof(h));
 out:
-    free(tmp);
-    free(specs);
+    free(dest);
     free(table);
+    free(h);
+    free(name);
     return rc;
 }
 
@@ -378,33 +328,56 @@ uint32_t coord_engine_logit_rows(const struct coord_engine *g)
     return ((const struct seg_exchange *)g->exch.base)->logit_rows;
 }
 
-static int make_segments(struct coord_engine *g, uint32_t n_seqs, struct coord_err *e)
+/* Creates a run segment (KV, exchange): a file "<pid>.<what>" in the runtime directory, or with
+ * no_persist a memfd. */
+static int run_segment(struct coord_engine *g, bool anon, struct seg *s, const char *what,
+                       size_t size, int node, unsigned flags, struct coord_err *e)
+{
+    char path[PATH_MAX];
+    if (anon)
+        snprintf(path, sizeof(path), "shardlm-%s", what);
+    else
+        seg_path(path, sizeof(path), g->rundir, getpid(), what);
+    int rc = seg_create_on(s, path, size, node, flags | (anon ? SEG_ANON : 0));
+    if (rc)
+        return coord_fail(e, rc, "%s segment (%zu bytes) in %s: %s", what, size,
+                          anon ? "a memfd" : g->rundir, strerror(-rc));
+    return 0;
+}
+
+static int make_segments(struct coord_engine *g, const struct coord_engine_opts *o,
+                         struct coord_err *e)
 {
     const struct shlm_config *c = &g->img.hdr->cfg;
     int group = g->img.hdr->scheme >= SHLM_SCHEME_W4A16 ? (int)g->img.hdr->group : 0, rc;
-    char path[PATH_MAX], what[32];
+    uint32_t n_seqs = o->n_seqs ? o->n_seqs : 1;
+    char what[32];
+    g->layout_anon = o->load.no_persist;
+    if ((rc = make_weights(g, o, e)))
+        return rc;
     for (int r = 0; r < g->n_ranks; r++) {
-        if ((rc = build_shard(g, r, e)))
-            return rc;
         struct seg_plan p;
         seg_plan_make(&p, c, group, g->n_ranks, r);
         uint32_t kvd = (uint32_t)(p.kv1 - p.kv0) * c->head_dim;
         size_t kv_bytes = seg_kv_bytes(n_seqs, c->n_layers, c->seq_len, kvd);
         snprintf(what, sizeof(what), "kv.r%d", r);
-        seg_path(path, sizeof(path), g->rundir, getpid(), what);
-        if ((rc = seg_create_on(&g->ranks[r].kv, path, kv_bytes, g->layout.ranks[r].node)))
-            return coord_fail(e, rc, "KV segment %s (%zu bytes): %s", path, kv_bytes,
-                              strerror(-rc));
+        /* positions are reserved as sequences grow (reserve_kv): a long context costs memory
+         * only when it is used */
+        if ((rc = run_segment(g, o->load.no_persist, &g->ranks[r].kv, what, kv_bytes,
+                              g->layout.ranks[r].node, SEG_LAZY, e)))
+            return rc;
+        if ((rc = seg_reserve(&g->ranks[r].kv, 0, 64)))
+            return coord_fail(e, rc, "KV segment of rank %d: %s", r, strerror(-rc));
         seg_kv_init(g->ranks[r].kv.base, n_seqs, c->n_layers, c->seq_len, kvd);
     }
+    if (!(g->kv_reserved = calloc(n_seqs, sizeof(*g->kv_reserved))))
+        return coord_fail(e, -ENOMEM, "out of memory");
     uint32_t rows = LOGITS_BUDGET / (c->vocab_size * 4u);
     rows = rows < 1 ? 1 : rows > c->seq_len ? c->seq_len : rows;
     size_t x_bytes = seg_exchange_bytes(c->seq_len, c->vocab_size, rows, (uint32_t)g->n_ranks,
                                         c->dim);
-    seg_path(path, sizeof(path), g->rundir, getpid(), "exchange");
-    if ((rc = seg_create(&g->exch, path, x_bytes)))
-        return coord_fail(e, rc, "exchange segment %s (%zu bytes): %s", path, x_bytes,
-                          strerror(-rc));
+    if ((rc = run_segment(g, o->load.no_persist, &g->exch, "exchange", x_bytes, -1, 0, e)))
+        return rc;
     seg_exchange_init(g->exch.base, c->seq_len, c->vocab_size, rows, (uint32_t)g->n_ranks, c->dim);
     return 0;
 }
@@ -544,6 +517,8 @@ int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o
                        struct coord_err *e)
 {
     memset(g, 0, sizeof(*g));
+    g->file.fd = -1;
+    g->stats.start_ns = coord_now_ns();
     g->verbose = o->verbose;
     int rc = seg_rundir(g->rundir, sizeof(g->rundir));
     if (rc)
@@ -557,8 +532,9 @@ int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o
         return coord_fail(e, -ENOTSUP, "SHARDLM_ISA=%s: %s", isa, err);
     if ((rc = coord_layout_make(&g->layout, &o->layout, e)))
         return rc;
-    if ((rc = open_model(g, o->model_path, e)))
+    if ((rc = coord_model_open(&g->file, o->model_path, e)))
         goto out_fail;
+    g->img = g->file.img;
     const struct shlm_config *c = &g->img.hdr->cfg;
     g->n_ranks = g->layout.n_ranks;
     if ((uint32_t)g->n_ranks > c->n_heads) {
@@ -571,18 +547,51 @@ int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o
         rc = coord_fail(e, -ENOMEM, "out of memory");
         goto out_fail;
     }
-    if ((rc = make_segments(g, o->n_seqs ? o->n_seqs : 1, e)) || (rc = open_socket(g, e)))
+    if ((rc = make_segments(g, o, e)) || (rc = open_socket(g, e)))
         goto out_fail;
     for (int r = 0; r < g->n_ranks; r++)
         if ((rc = spawn_worker(g, r, e)))
             goto out_fail;
     if ((rc = handshake(g, e)))
         goto out_fail;
+    g->stats.ready_ns = coord_now_ns();
+    coord_engine_sample(g);
     print_weight_path(g);
     return 0;
 out_fail:
     coord_engine_stop(g);
     return rc;
+}
+
+/* Reserves the KV memory of sequence @seq for positions below @need on every rank, a step of
+ * KV_RESERVE_STEP positions at a time: a full tmpfs is an error here, not SIGBUS in a worker. */
+static int reserve_kv(struct coord_engine *g, uint32_t seq, uint32_t need, struct coord_err *e)
+{
+    uint32_t have = g->kv_reserved[seq];
+    if (need <= have)
+        return 0;
+    const struct seg_kv *h0 = g->ranks[0].kv.base;
+    uint32_t upto = (need + KV_RESERVE_STEP - 1) / KV_RESERVE_STEP * KV_RESERVE_STEP;
+    upto = upto < h0->seq_len ? upto : h0->seq_len;
+    for (int r = 0; r < g->n_ranks; r++) {
+        struct seg *kv = &g->ranks[r].kv;
+        size_t row = (size_t)((const struct seg_kv *)kv->base)->kv_dim * sizeof(float);
+        for (uint32_t l = 0; l < h0->n_layers; l++)
+            for (int v = 0; v < 2; v++) {
+                const float *p =
+                    v ? seg_kv_values(kv->base, seq, l) : seg_kv_keys(kv->base, seq, l);
+                size_t off = (size_t)((const char *)p - (const char *)kv->base) + have * row;
+                int rc = seg_reserve(kv, off, (upto - have) * row);
+                if (rc)
+                    return coord_fail(e, rc,
+                                      "KV cache of rank %d: no memory for positions %u..%u "
+                                      "of sequence %u in %s: %s",
+                                      r, have, upto - 1, seq,
+                                      g->layout_anon ? "a memfd" : g->rundir, strerror(-rc));
+            }
+    }
+    g->kv_reserved[seq] = upto;
+    return 0;
 }
 
 int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n,
@@ -610,6 +619,13 @@ int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
             rc = coord_fail(e, -E2BIG, "step too large for the exchange segment");
             goto out;
         }
+        if (s->seq_id >= kv->n_seqs) {
+            rc = coord_fail(e, -EINVAL, "sequence %u: the KV cache has %u slots", s->seq_id,
+                            kv->n_seqs);
+            goto out;
+        }
+        if ((rc = reserve_kv(g, s->seq_id, s->pos + s->n_tokens, e)))
+            goto out;
         shardlm__step_seq__init(&sq[i]);
         sq[i].seq_id = s->seq_id;
         sq[i].pos = s->pos;
@@ -673,6 +689,55 @@ out:
     return rc;
 }
 
+void coord_engine_sample(struct coord_engine *g)
+{
+    uint64_t a = coord_rss_anon(0);
+    g->stats.peak_anon = a > g->stats.peak_anon ? a : g->stats.peak_anon;
+    for (int r = 0; g->ranks && r < g->n_ranks; r++) {
+        struct coord_rank *cr = &g->ranks[r];
+        a = cr->pid && !cr->reaped ? coord_rss_anon(cr->pid) : 0;
+        cr->peak_anon = a > cr->peak_anon ? a : cr->peak_anon;
+    }
+}
+
+void coord_engine_print_stats(struct coord_engine *g, uint64_t first_token_ns, FILE *f)
+{
+    const struct coord_engine_stats *st = &g->stats;
+    double secs = (double)(st->ready_ns - st->start_ns) / 1e9;
+    coord_engine_sample(g);
+    if (st->built)
+        fprintf(f,
+                "shardlm: load: %d weights segment%s built from %s: %llu bytes read in %.3f s "
+                "(%.2f GB/s), %s\n",
+                st->built, st->built > 1 ? "s" : "", g->file.path,
+                (unsigned long long)st->load.bytes, (double)st->load.ns / 1e9,
+                (double)st->load.bytes / (double)(st->load.ns ? st->load.ns : 1), st->load.io);
+    if (st->reused)
+        fprintf(f, "shardlm: load: %d weights segment%s found complete in %s (warm start)\n",
+                st->reused, st->reused > 1 ? "s" : "", g->rundir);
+    uint64_t w = 0, kv = 0;
+    for (int r = 0; r < g->n_ranks; r++) {
+        w += g->ranks[r].weights.size;
+        kv += g->ranks[r].kv.size;
+    }
+    uint64_t total = w + kv + g->exch.size, anon = st->peak_anon;
+    fprintf(f, "shardlm: segments: weights %llu, kv %llu, exchange %llu: %llu bytes\n",
+            (unsigned long long)w, (unsigned long long)kv, (unsigned long long)g->exch.size,
+            (unsigned long long)total);
+    fprintf(f, "shardlm: peak anonymous memory: coordinator %.1f MiB", (double)anon / 1048576.0);
+    for (int r = 0; r < g->n_ranks; r++) {
+        fprintf(f, ", rank %d %.1f MiB", r, (double)g->ranks[r].peak_anon / 1048576.0);
+        anon += g->ranks[r].peak_anon;
+    }
+    fprintf(f, "; %.1f MiB in all\n", (double)anon / 1048576.0);
+    fprintf(f, "shardlm: start to workers ready %.3f s", secs);
+    if (first_token_ns)
+        fprintf(f, ", to the first token %.3f s", (double)(first_token_ns - st->start_ns) / 1e9);
+    fprintf(f, "\n");
+    fprintf(f, "load segments_bytes=%llu peak_anon_bytes=%llu seconds=%.3f\n",
+            (unsigned long long)total, (unsigned long long)anon, secs);
+}
+
 void coord_engine_stop(struct coord_engine *g)
 {
     struct coord_err ignore;
@@ -713,11 +778,11 @@ void coord_engine_stop(struct coord_engine *g)
         seg_free(&g->ranks[r].kv);
     }
     seg_free(&g->exch);
+    free(g->kv_reserved);
+    g->kv_reserved = NULL;
     free(g->ranks);
     g->ranks = NULL;
-    if (g->file_map)
-        munmap(g->file_map, g->file_bytes);
-    g->file_map = NULL;
+    coord_model_close(&g->file);
     coord_layout_free(&g->layout);
     if (g->rundir[0])
         seg_clean_pid(g->rundir, getpid());

@@ -1,8 +1,10 @@
 /* coordinator/: the engine - weight shards, worker processes, steps.
  *
- * coord_engine_start() maps and verifies the .shlm file, plans the shards (shm/plan.h), creates
- * for every rank a weights segment holding its shard and a KV segment, both bound to the rank's
- * NUMA node before the first page is touched, and one exchange segment for the group; binds a
+ * coord_engine_start() opens the .shlm file, plans the shards (shm/plan.h), finds or creates for
+ * every rank a weights segment holding its shard (persistent ones, named after the model, layout
+ * and plan, are mapped as they are; missing ones are filled by one streaming pass over the file,
+ * load.h) and a KV segment, both bound to the rank's NUMA node before the first page is touched,
+ * and one exchange segment for the group; binds a
  * ROUTER socket in the runtime directory, spawns one shardlm-worker per rank pinned to its CPUs,
  * and waits for their Hello and, after Attach, their Ready. coord_engine_step() runs one step on
  * every rank; a worker's death or Error ends it with a clear message. coord_engine_stop() shuts
@@ -12,20 +14,38 @@
 #define SHARDLM_COORD_ENGINE_H
 
 #include "layout.h"
+#include "load.h"
 #include "seg.h"
 #include "shlm.h"
 #include "util.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+/* How the weights get into shared memory (load.h). */
+struct coord_load_opts {
+    bool no_persist; /* memfd segments that go with the processes, instead of persistent ones */
+    enum coord_io io;
+    bool stats; /* print coord_engine_print_stats() at the end */
+};
 
 struct coord_engine_opts {
     const char *model_path;
     uint32_t n_seqs; /* KV slots; 0 means 1 */
     struct coord_layout_opts layout;
+    struct coord_load_opts load;
     bool verbose; /* layout and per-step timings on stderr */
+};
+
+/* What starting cost: the load, and the memory of the process tree. */
+struct coord_engine_stats {
+    uint64_t start_ns, ready_ns; /* coord_engine_start entered; the workers ready */
+    int built, reused;           /* weights segments read from the file; found complete */
+    struct coord_load_stats load;
+    uint64_t peak_anon; /* the coordinator's RssAnon, the highest sample */
 };
 
 struct coord_rank {
@@ -34,19 +54,22 @@ struct coord_rank {
     bool reaped, hello, ready, done;
     char isa[32];
     uint64_t compute_ns, allreduce_ns; /* of the last step */
+    uint64_t peak_anon;                /* the worker's RssAnon, the highest sample */
 };
 
 struct coord_engine {
     char rundir[PATH_MAX];
     char sock_path[PATH_MAX];
     char endpoint[PATH_MAX + 8];
-    struct shlm_model img; /* the model file, mapped read-only */
-    void *file_map;
-    size_t file_bytes;
+    struct coord_model_file file; /* header, table and tokenizer read; the data streamed */
+    struct shlm_model img;        /* file.img: no tensor data */
+    struct coord_engine_stats stats;
     struct coord_layout layout;
     int n_ranks;
     struct coord_rank *ranks; /* (n_ranks) */
     struct seg exch;
+    uint32_t *kv_reserved; /* per KV slot: positions whose memory is reserved on every rank */
+    bool layout_anon;      /* segments are memfds (--no-persist) */
     void *zctx, *sock;
     uint64_t step_id;
     uint64_t last_wall_ns;
@@ -74,6 +97,12 @@ int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
                       struct coord_err *e);
 /* Logit rows one step can return. */
 uint32_t coord_engine_logit_rows(const struct coord_engine *g);
+/* Samples the RssAnon of the coordinator and every worker into the stats' peaks. */
+void coord_engine_sample(struct coord_engine *g);
+/* The load and memory report of `--stats` on @f, ending with the line scripts read:
+ *   load segments_bytes=<n> peak_anon_bytes=<n> seconds=<s>
+ * @first_token_ns: when the first token came (0: none). */
+void coord_engine_print_stats(struct coord_engine *g, uint64_t first_token_ns, FILE *f);
 /* Shuts down the workers (SIGKILL after 2 s), removes segments and socket files. Idempotent. */
 void coord_engine_stop(struct coord_engine *g);
 

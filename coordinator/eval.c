@@ -211,8 +211,8 @@ int coord_eval(const struct coord_eval_opts *o, struct coord_err *e)
         }
     }
     struct coord_engine g;
-    struct coord_engine_opts eo = {.model_path = o->model, .layout = o->layout,
-                                   .verbose = o->verbose};
+    struct coord_engine_opts eo = {
+        .model_path = o->model, .layout = o->layout, .load = o->load, .verbose = o->verbose};
     int rc = coord_engine_start(&g, &eo, e);
     if (rc) {
         fclose(f);
@@ -239,6 +239,8 @@ int coord_eval(const struct coord_eval_opts *o, struct coord_err *e)
     }
     report("overall", &total);
 out:
+    if (o->load.stats)
+        coord_engine_print_stats(&g, 0, stderr);
     free(line);
     free(lp);
     free(lq);

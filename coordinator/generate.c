@@ -25,8 +25,8 @@ static int emit(const struct coord_tok *t, int prev, int token)
 int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
 {
     struct coord_engine g;
-    struct coord_engine_opts eo = {.model_path = o->model, .layout = o->layout,
-                                   .verbose = o->verbose};
+    struct coord_engine_opts eo = {
+        .model_path = o->model, .layout = o->layout, .load = o->load, .verbose = o->verbose};
     struct coord_tok tok;
     struct coord_sampler smp;
     int rc = coord_engine_start(&g, &eo, e);
@@ -101,6 +101,8 @@ int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
                 np, produced, (double)(t_first - t0) / 1e6,
                 produced > 1 ? (produced - 1) / ((double)(t1 - t_first) / 1e9) : 0.0);
     }
+    if (o->load.stats)
+        coord_engine_print_stats(&g, t_first, stderr);
 out_ids:
     free(ids);
 out_smp:

@@ -2,6 +2,7 @@
 #ifndef SHARDLM_COORD_GENERATE_H
 #define SHARDLM_COORD_GENERATE_H
 
+#include "engine.h"
 #include "layout.h"
 #include "util.h"
 
@@ -15,6 +16,7 @@ struct coord_generate_opts {
     float top_p;
     uint64_t seed;
     struct coord_layout_opts layout;
+    struct coord_load_opts load;
     bool verbose;
 };
 
@@ -27,6 +29,7 @@ struct coord_eval_opts {
     const char *model, *ref_dir;
     const char *save_dir; /* also write this model's logits there as a reference (or NULL) */
     struct coord_layout_opts layout;
+    struct coord_load_opts load;
     bool verbose;
 };
 

@@ -5,6 +5,7 @@
 #include "convert.h"
 #include "engine.h"
 #include "generate.h"
+#include "shmcli.h"
 #include "inspect.h"
 #include "synth.h"
 #include "tokcli.h"
@@ -31,6 +32,9 @@ static const char usage_main[] =
     "  inspect   FILE                           config, tokenizer and tensors of a model file\n"
     "  tokenize  --tokenizer FILE TEXT          token ids of TEXT (--decode ID... for text)\n"
     "  generate  -m MODEL.shlm -p PROMPT -n N    generate text (streamed to stdout)\n"
+    "  load      -m MODEL.shlm [--stats]         build (or find) the weights segments and stop:\n"
+    "            the next generate starts warm\n"
+    "  shm       list | purge                   the segments in the runtime directory\n"
     "  eval      -m MODEL.shlm --ref DIR         KL divergence, top-1 and perplexity against\n"
     "            reference logits\n"
     "  bench     -m MODEL.shlm [-p 512] [-n 128] [-t 1,2]  prefill and decode speed, roofline\n"
@@ -74,22 +78,43 @@ static const char usage_convert[] =
     "  --cpus LIST     each worker's CPUs, workers separated by ':' (e.g. 0-3:4-7); CPUs may be\n" \
     "                  shared between workers this way\n"
 
+#define LOAD_HELP                                                                                  \
+    "  --no-persist    weights in memfds that go with the processes; by default each worker's\n"   \
+    "                  weights stay in the runtime directory, so the next start on the same "      \
+    "model\n"                                                                                      \
+    "                  and layout maps them instead of reading the file (`shardlm shm purge`)\n"   \
+    "  --io MODE       how the file is read: auto (default: buffered when it is in the page "      \
+    "cache,\n"                                                                                     \
+    "                  else O_DIRECT), direct or buffered\n"                                       \
+    "  --stats         load report on stderr: bytes read and GB/s, segments, peak anonymous\n"     \
+    "                  memory per process, time to ready (and to the first token); last line\n"    \
+    "                  load segments_bytes=<n> peak_anon_bytes=<n> seconds=<s>\n"
+
+static const char usage_load[] =
+    "usage: shardlm load -m MODEL.shlm [--workers N] [--threads T] [--cpus LIST] [--no-persist]\n"
+    "                    [--io MODE] [--stats] [--verbose]\n"
+    "\n"
+    "Loads the model as generate would - the weights segments of its workers, built from the file\n"
+    "or found complete from an earlier run - starts the workers, and stops. Without --no-persist\n"
+    "the segments stay, so a later generate with the same layout starts warm.\n" LAYOUT_HELP
+        LOAD_HELP "  --verbose       worker layout on stderr\n";
+
 static const char usage_generate[] =
     "usage: shardlm generate -m MODEL.shlm -p PROMPT [-n N] [--temp T] [--top-p P] [--seed S]\n"
-    "                        [--workers N] [--threads T] [--cpus LIST] [--verbose]\n"
+    "                        [--workers N] [--threads T] [--cpus LIST] [--no-persist] [--io MODE]\n"
+    "                        [--stats] [--verbose]\n"
     "\n"
     "Starts the coordinator and its worker, and prints the prompt and its continuation as it\n"
     "is generated, then a newline. Stops after N new tokens (default 256) or at BOS/EOS.\n"
     "  --temp T        sampling temperature, 0 = greedy (default 1.0)\n"
     "  --top-p P       nucleus sampling mass in (0, 1] (default 0.9)\n"
-    "  --seed S        random seed (default: from the clock)\n"
-    LAYOUT_HELP
+    "  --seed S        random seed (default: from the clock)\n" LAYOUT_HELP LOAD_HELP
     "  --verbose       worker layout (`rank <r> node <n> cpus <list> pid <pid>`) and per-step\n"
     "                  timings (wall, all-reduce, per-rank compute) on stderr\n";
 
 static const char usage_eval[] =
     "usage: shardlm eval -m MODEL.shlm --ref DIR [--save DIR] [--workers N] [--threads T]\n"
-    "                    [--cpus LIST] [--verbose]\n"
+    "                    [--cpus LIST] [--no-persist] [--io MODE] [--stats] [--verbose]\n"
     "\n"
     "Feeds the token sequences of DIR/greedy.tsv (prompt, prompt ids, generated ids, text file,\n"
     "logits file) and compares the model's logits with the reference float32 logits: per prompt\n"
@@ -97,9 +122,7 @@ static const char usage_eval[] =
     "perplexity of the sequence. The last line reads\n"
     "  overall kld=<mean> top1=<fraction> ppl=<value>\n"
     "  --save DIR      also write this model's logits to DIR in the same format, to compare\n"
-    "                  another model or layout against it\n"
-    LAYOUT_HELP;
-
+    "                  another model or layout against it\n" LAYOUT_HELP LOAD_HELP;
 
 static bool parse_float(const char *s, float lo, float hi, float *out)
 {
@@ -137,6 +160,28 @@ static int layout_option(int c, struct coord_layout_opts *l)
 #define LAYOUT_OPTIONS                                                                             \
     {"workers", required_argument, 0, 'W'}, {"threads", required_argument, 0, 'H'},              \
         {"cpus", required_argument, 0, 'C'}
+
+/* Handles --no-persist/--io/--stats; returns 1 if @c was one of them, -1 on a bad value. */
+static int load_option(int c, struct coord_load_opts *l)
+{
+    switch (c) {
+    case 'N':
+        l->no_persist = true;
+        return 1;
+    case 'I':
+        return coord_io_parse(optarg, &l->io) ? -1 : 1;
+    case 'Z':
+        l->stats = true;
+        return 1;
+    }
+    return 0;
+}
+
+#define LOAD_OPTIONS                                                                               \
+    {"no-persist", no_argument, 0, 'N'}, {"io", required_argument, 0, 'I'},                        \
+    {                                                                                              \
+        "stats", no_argument, 0, 'Z'                                                               \
+    }
 
 static int exit_code(const char *cmd, int rc, const struct coord_err *e)
 {
@@ -249,14 +294,19 @@ static int cmd_generate(int argc, char **argv)
                                          {"verbose", no_argument, 0, 'v'},
                                          {"help", no_argument, 0, 'h'},
                                          LAYOUT_OPTIONS,
+                                         LOAD_OPTIONS,
                                          {0, 0, 0, 0}};
     int c;
     long v;
     while ((c = getopt_long(argc, argv, "m:p:n:vh", opts, NULL)) != -1) {
         int lo = layout_option(c, &o.layout);
+        if (!lo)
+            lo = load_option(c, &o.load);
         if (lo < 0)
-            return coord_usage_error("generate", usage_generate, "bad value '%s' for a layout option",
-                             optarg);
+            return coord_usage_error("generate", usage_generate,
+                                     "bad value '%s' for a layout "
+                                     "or load option",
+                                     optarg);
         if (lo)
             continue;
         switch (c) {
@@ -321,12 +371,18 @@ static int cmd_eval(int argc, char **argv)
                                          {"verbose", no_argument, 0, 'v'},
                                          {"help", no_argument, 0, 'h'},
                                          LAYOUT_OPTIONS,
+                                         LOAD_OPTIONS,
                                          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
         int lo = layout_option(c, &o.layout);
+        if (!lo)
+            lo = load_option(c, &o.load);
         if (lo < 0)
-            return coord_usage_error("eval", usage_eval, "bad value '%s' for a layout option", optarg);
+            return coord_usage_error("eval", usage_eval,
+                                     "bad value '%s' for a layout or load "
+                                     "option",
+                                     optarg);
         if (lo)
             continue;
         switch (c) {
@@ -357,6 +413,60 @@ static int cmd_eval(int argc, char **argv)
     return exit_code("eval", coord_eval(&o, &e), &e);
 }
 
+static int cmd_load(int argc, char **argv)
+{
+    struct coord_engine_opts o = {0};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"verbose", no_argument, 0, 'v'},
+                                         {"help", no_argument, 0, 'h'},
+                                         LAYOUT_OPTIONS,
+                                         LOAD_OPTIONS,
+                                         {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
+        int lo = layout_option(c, &o.layout);
+        if (!lo)
+            lo = load_option(c, &o.load);
+        if (lo < 0)
+            return coord_usage_error("load", usage_load,
+                                     "bad value '%s' for a layout or load "
+                                     "option",
+                                     optarg);
+        if (lo)
+            continue;
+        switch (c) {
+        case 'm':
+            o.model_path = optarg;
+            break;
+        case 'v':
+            o.verbose = true;
+            break;
+        case 'h':
+            fputs(usage_load, stdout);
+            return 0;
+        default:
+            fputs(usage_load, stderr);
+            return 2;
+        }
+    }
+    if (!o.model_path || optind != argc)
+        return coord_usage_error("load", usage_load, "-m is required%s", "");
+    coord_signals_install();
+    struct coord_err e;
+    struct coord_engine g;
+    int rc = coord_engine_start(&g, &o, &e);
+    if (rc)
+        return exit_code("load", rc, &e);
+    if (o.load.stats)
+        coord_engine_print_stats(&g, 0, stderr);
+    else
+        fprintf(stderr, "shardlm: %d weights segment%s ready (%d built, %d found complete)%s%s\n",
+                g.n_ranks, g.n_ranks > 1 ? "s" : "", g.stats.built, g.stats.reused,
+                o.load.no_persist ? "" : " in ", o.load.no_persist ? "" : g.rundir);
+    coord_engine_stop(&g);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -375,6 +485,10 @@ int main(int argc, char **argv)
         return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0)
         return cmd_eval(argc - 1, argv + 1);
+    if (strcmp(cmd, "load") == 0)
+        return cmd_load(argc - 1, argv + 1);
+    if (strcmp(cmd, "shm") == 0)
+        return coord_cmd_shm(argc - 1, argv + 1);
     if (strcmp(cmd, "synth") == 0)
         return coord_cmd_synth(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0)

@@ -128,3 +128,21 @@ bool coord_parse_long(const char *s, long lo, long hi, long *out)
     *out = v;
     return true;
 }
+
+uint64_t coord_rss_anon(int pid)
+{
+    char path[64], line[256];
+    if (pid)
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    else
+        snprintf(path, sizeof(path), "/proc/self/status");
+    FILE *f = fopen(path, "re");
+    unsigned long long kb = 0;
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "RssAnon: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}

@@ -24,6 +24,8 @@ int coord_open_regular(const char *path, struct stat *st, struct coord_err *e);
 int coord_read_file(const char *path, size_t max, uint8_t **out, size_t *len, struct coord_err *e);
 
 uint64_t coord_now_ns(void);
+/* Resident anonymous memory (RssAnon) of process @pid (0: this one) in bytes; 0 if unknown. */
+uint64_t coord_rss_anon(int pid);
 /* Sorts @v ascending in place and returns its median (the mean of the middle two for even n;
  * 0 for n = 0). For benchmark repetitions. */
 double coord_sort_median(double *v, int n);

@@ -111,8 +111,15 @@ void kn_mat_view(struct kn_mat *m, enum kn_dtype dt, int rows, int cols, int gro
 
 /* Rows [r0, r1) of @m as a view of the same memory. */
 void kn_mat_rows(const struct kn_mat *m, int r0, int r1, struct kn_mat *out);
-/* Repacking for shards (kn_repack.c), canonical layout in and out:
- * rows [r0, r1) of @src into @dst, which has kn_mat_bytes() of the slice; */
+/* Repacking for shards (kn_repack.c), canonical layout in and out.
+ * The general form, for a loader that sees a matrix a chunk of rows at a time: rows [r0, r1) of
+ * @src, their columns [c0, c1) behind @pad zero columns, become rows [d0, d0 + r1 - r0) of the
+ * canonical matrix at @dst of @dst_rows rows and pad + c1 - c0 columns (same dtype and group).
+ * Only those rows are written (all their bytes); the rest of @dst is left alone. Column rules
+ * as for kn_repack_cols. */
+void kn_repack_slice(const struct kn_mat *src, int r0, int r1, int c0, int c1, int pad, void *dst,
+                     int dst_rows, int d0);
+/* rows [r0, r1) of @src into @dst, which has kn_mat_bytes() of the slice; */
 void kn_repack_rows(const struct kn_mat *src, int r0, int r1, void *dst);
 /* columns [c0, c1) of every row with @pad zero columns in front, into @dst of
  * kn_mat_bytes(rows, pad + c1 - c0). For W4 formats c0 - pad must be a multiple of the group, so

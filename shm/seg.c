@@ -2,6 +2,7 @@
 #include "seg.h"
 
 #include "allreduce.h"
+#include "kn.h"
 
 #include <dirent.h>
 #include <numa.h>
@@ -38,61 +39,120 @@ void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *
     snprintf(out, len, "%s/%d.%s", rundir, (int)pid, what);
 }
 
-int seg_create_on(struct seg *s, const char *path, size_t size, int node)
+/* SHARDLM_SHM_LIMIT: the bytes of segments this process may create (as if its tmpfs were that
+ * small), read once; 0 means no limit. */
+static uint64_t created_bytes;
+
+static int charge(size_t size)
 {
-    memset(s, 0, sizeof(*s));
-    int rc, fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    void *p = MAP_FAILED;
-    if (ftruncate(fd, (off_t)size) < 0) {
-        rc = errno;
-        goto out_unlink;
+    static long long limit = -1;
+    if (limit < 0) {
+        const char *env = getenv("SHARDLM_SHM_LIMIT");
+        char *end;
+        limit = env && *env ? strtoll(env, &end, 10) : 0;
+        if (limit < 0 || (env && *env && *end))
+            limit = 0;
     }
-    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (limit && created_bytes + size > (uint64_t)limit)
+        return -ENOSPC;
+    created_bytes += size;
+    return 0;
+}
+
+/* Sizes, maps and binds the fresh segment file @fd into @s, and allocates its memory unless
+ * SEG_LAZY. -errno on error. */
+static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
+{
+    int rc = charge(size);
+    if (rc)
+        return rc;
+    if (ftruncate(fd, (off_t)size) < 0) {
+        created_bytes -= size;
+        return -errno;
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
-        rc = errno;
-        goto out_unlink;
+        created_bytes -= size;
+        return -errno;
     }
     /* on tmpfs the policy of a shared mapping is the file's: it governs every page allocated
      * for it from now on, by anyone - so bind before fallocate touches the first page */
     if (node >= 0 && numa_available() >= 0) {
         unsigned long mask[16] = {0};
-        if (node >= (int)(sizeof(mask) * 8)) {
-            rc = EINVAL;
-            goto out_unlink;
-        }
-        mask[node / (8 * sizeof(long))] = 1ul << (node % (8 * sizeof(long)));
-        if (mbind(p, size, MPOL_BIND, mask, sizeof(mask) * 8, 0) < 0) {
-            rc = errno;
-            goto out_unlink;
+        rc = node >= (int)(sizeof(mask) * 8) ? -EINVAL : 0;
+        if (!rc) {
+            mask[node / (8 * sizeof(long))] = 1ul << (node % (8 * sizeof(long)));
+            if (mbind(p, size, MPOL_BIND, mask, sizeof(mask) * 8, 0) < 0)
+                rc = -errno;
         }
     }
-    rc = posix_fallocate(fd, 0, (off_t)size); /* returns the error, not -1 */
-    if (rc)
-        goto out_unlink;
-    close(fd);
-    snprintf(s->path, sizeof(s->path), "%s", path);
+    if (!rc && !(flags & SEG_LAZY))
+        rc = -posix_fallocate(fd, 0, (off_t)size); /* returns the error, not -1 */
+    /* the pages exist now: map them all at once rather than one fault at a time */
+    if (!rc && (flags & SEG_POPULATE) && !(flags & SEG_LAZY))
+        madvise(p, size, MADV_POPULATE_WRITE);
+    if (rc) {
+        munmap(p, size);
+        created_bytes -= size;
+        return rc;
+    }
     s->base = p;
     s->size = size;
-    s->owner = true;
     return 0;
-out_unlink:
-    if (p != MAP_FAILED)
-        munmap(p, size);
-    close(fd);
-    unlink(path);
-    return -rc;
+}
+
+int seg_create_on(struct seg *s, const char *path, size_t size, int node, unsigned flags)
+{
+    memset(s, 0, sizeof(*s));
+    s->fd = -1;
+    int rc, fd;
+    if (flags & SEG_ANON)
+        fd = memfd_create(path, MFD_CLOEXEC);
+    else
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    if ((rc = setup(s, fd, size, node, flags))) {
+        close(fd);
+        if (!(flags & SEG_ANON))
+            unlink(path);
+        return rc;
+    }
+    s->fd = fd;
+    if (flags & SEG_ANON) {
+        snprintf(s->path, sizeof(s->path), "/proc/%d/fd/%d", (int)getpid(), fd);
+    } else {
+        snprintf(s->path, sizeof(s->path), "%s", path);
+        s->owner = true;
+    }
+    return 0;
 }
 
 int seg_create(struct seg *s, const char *path, size_t size)
 {
-    return seg_create_on(s, path, size, -1);
+    return seg_create_on(s, path, size, -1, 0);
+}
+
+int seg_reserve(struct seg *s, size_t off, size_t len)
+{
+    KN_ASSERT(s->fd >= 0 && off <= s->size && len <= s->size - off);
+    return -posix_fallocate(s->fd, (off_t)off, (off_t)len);
+}
+
+int seg_publish(struct seg *s, const char *path)
+{
+    if (link(s->path, path) < 0)
+        return -errno;
+    unlink(s->path);
+    snprintf(s->path, sizeof(s->path), "%s", path);
+    s->owner = false;
+    return 0;
 }
 
 int seg_map(struct seg *s, const char *path, size_t size, bool writable)
 {
     memset(s, 0, sizeof(*s));
+    s->fd = -1;
     int rc = 0, fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (fd < 0)
         return -errno;
@@ -124,6 +184,8 @@ void seg_free(struct seg *s)
         munmap(s->base, s->size);
     if (s->owner)
         unlink(s->path);
+    if (s->fd > 0) /* a zeroed struct has 0 here, which is never a descriptor of ours */
+        close(s->fd);
     memset(s, 0, sizeof(*s));
 }
 

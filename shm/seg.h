@@ -17,11 +17,17 @@
 #include <sys/types.h>
 
 struct seg {
-    char path[PATH_MAX];
+    char path[PATH_MAX]; /* a memfd's is /proc/<pid>/fd/<fd>, which other processes can open */
     void *base;
     size_t size;
-    bool owner; /* created by this process: seg_free() unlinks it */
+    bool owner; /* created by this process under a name of its own: seg_free() unlinks it */
+    int fd;     /* created by this process: held open while it lives; else -1 (0 when zeroed) */
 };
+
+/* Persistent weights segments, named "w-<model checksum>-l<layout>-r<rank>of<ranks>-n<node>
+ * .weights" in the runtime directory, outlive their coordinator so that the next one starts warm;
+ * `shardlm shm purge` removes them. */
+#define SEG_PERSIST_PREFIX "w-"
 
 /* Creates (0700) or checks the runtime directory and writes its path to @out.
  * Returns 0 or -errno (-EPERM if it exists but is not ours or not private). */
@@ -33,9 +39,25 @@ void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *
  * fails here with -ENOSPC, not later with SIGBUS), and maps it read-write.
  * Returns 0 or -errno; nothing is left behind on error. Release with seg_free(). */
 int seg_create(struct seg *s, const char *path, size_t size);
-/* The same, with the memory bound to NUMA node @node (mbind MPOL_BIND before the first page is
- * allocated; -1: no binding, or the kernel has no NUMA). */
-int seg_create_on(struct seg *s, const char *path, size_t size, int node);
+/* The same with the memory bound to NUMA node @node (mbind MPOL_BIND before the first page is
+ * allocated; -1: no binding, or the kernel has no NUMA), and @flags: */
+#define SEG_ANON                                                                                   \
+    1u                  /* an anonymous memfd named @path (for /proc): no file in the runtime      \
+                         * directory; the memory goes with the last process that maps it or        \
+                         * holds the descriptor */
+#define SEG_LAZY 2u     /* allocate nothing yet: seg_reserve() each range before it is touched */
+#define SEG_POPULATE 4u /* map every page now (for a segment about to be written whole) */
+int seg_create_on(struct seg *s, const char *path, size_t size, int node, unsigned flags);
+/* Allocates the bytes [off, off + len) of a segment this process created (SEG_LAZY): 0, or
+ * -ENOSPC when the tmpfs is full - the error a touch of those pages would turn into SIGBUS. */
+int seg_reserve(struct seg *s, size_t off, size_t len);
+/* Gives the segment @s, created under a temporary name, its final name @path at once (link),
+ * so that a segment under its final name is always complete; it then outlives this process
+ * (seg_free() no longer unlinks it). -EEXIST: another process published one first. */
+int seg_publish(struct seg *s, const char *path);
+/* Environment SHARDLM_SHM_LIMIT=BYTES caps the bytes of segments one process creates: past it
+ * creation fails with -ENOSPC, as on a full tmpfs (for tests where mounting one is impossible). */
+
 /* Maps the existing segment @path, which must be exactly @size bytes. Returns 0 or -errno
  * (-EINVAL for a size mismatch). Release with seg_free(). */
 int seg_map(struct seg *s, const char *path, size_t size, bool writable);

@@ -21,20 +21,59 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
     return rc;
 }
 
-uint64_t shlm_hash(const void *p, size_t n)
+#define FNV_PRIME 0x100000001b3ull
+
+static uint64_t hash_word(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * FNV_PRIME;
+    return h ^ (h >> 29);
+}
+
+void shlm_hash_init(struct shlm_hasher *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->h = 0xcbf29ce484222325ull;
+}
+
+void shlm_hash_update(struct shlm_hasher *s, const void *p, size_t n)
 {
     const uint8_t *b = p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, b + i, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        h ^= h >> 29;
+    s->n += n;
+    while (s->npart && n) { /* complete the word a previous piece began */
+        s->part[s->npart++] = *b++;
+        n--;
+        if (s->npart == 8) {
+            uint64_t w;
+            memcpy(&w, s->part, 8);
+            s->h = hash_word(s->h, w);
+            s->npart = 0;
+        }
     }
-    for (; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h ^ (uint64_t)n;
+    uint64_t h = s->h;
+    for (; n >= 8; b += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, b, 8);
+        h = hash_word(h, w);
+    }
+    s->h = h;
+    memcpy(s->part + s->npart, b, n);
+    s->npart += (unsigned)n;
+}
+
+uint64_t shlm_hash_final(const struct shlm_hasher *s)
+{
+    uint64_t h = s->h;
+    for (unsigned i = 0; i < s->npart; i++) /* the tail bytes one by one */
+        h = (h ^ s->part[i]) * FNV_PRIME;
+    return h ^ s->n;
+}
+
+uint64_t shlm_hash(const void *p, size_t n)
+{
+    struct shlm_hasher s;
+    shlm_hash_init(&s);
+    shlm_hash_update(&s, p, n);
+    return shlm_hash_final(&s);
 }
 
 static const char *const scheme_names[] = {"f32", "bf16", "w4a16", "w4a8"};
@@ -231,12 +270,13 @@ static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
                          const struct shlm_header *h, struct shlm_tensor_spec *want,
                          const char *what, char *err, size_t errlen);
 
-int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *what, char *err,
-               size_t errlen)
+/* Parses an image of @size bytes of which the first @avail are at @buf. */
+static int parse(struct shlm_model *m, const void *buf, size_t avail, size_t size, const char *what,
+                 char *err, size_t errlen)
 {
     const uint8_t *b = buf;
     memset(m, 0, sizeof(*m));
-    if (size < sizeof(struct shlm_header))
+    if (size < sizeof(struct shlm_header) || avail < sizeof(struct shlm_header))
         return fail(err, errlen, -EINVAL, "%s: file is %zu bytes, shorter than the %zu-byte header",
                     what, size, sizeof(struct shlm_header));
     const struct shlm_header *h = buf;
@@ -273,6 +313,11 @@ int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *w
         return fail(err, errlen, -EINVAL, "%s: header field data_offset %llu is not a 4 KiB "
                     "boundary after the tokenizer within the file", what,
                     (unsigned long long)h->data_offset);
+    if (h->data_offset > avail)
+        return fail(err, errlen, -EINVAL,
+                    "%s: only %zu of the %llu bytes before the data were "
+                    "read",
+                    what, avail, (unsigned long long)h->data_offset);
     if (h->tok_kind != SHLM_TOK_LLAMA2C && h->tok_kind != SHLM_TOK_BLOB)
         return fail(err, errlen, -EINVAL, "%s: header field tok_kind is %u, expected 1 or 2", what,
                     h->tok_kind);
@@ -299,6 +344,18 @@ int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *w
     int rc = check_tensors(m, b, size, h, want, what, err, errlen);
     free(want);
     return rc;
+}
+
+int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *what, char *err,
+               size_t errlen)
+{
+    return parse(m, buf, size, size, what, err, errlen);
+}
+
+int shlm_parse_head(struct shlm_model *m, const void *head, size_t avail, size_t size,
+                    const char *what, char *err, size_t errlen)
+{
+    return parse(m, head, avail, size, what, err, errlen);
 }
 
 static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,

@@ -59,7 +59,9 @@ struct shlm_header {
     uint64_t data_offset;
     uint32_t shard_rank, shard_count; /* a file: 0, 0; a weights segment: rank r of n (plan.h) */
     uint32_t layout;                  /* enum shlm_layout; a file: 0 */
-    uint8_t reserved[308];
+    uint32_t reserved1;
+    uint64_t source_checksum; /* a weights segment: the header checksum of the file it came from */
+    uint8_t reserved[296];
     uint64_t checksum; /* shlm_hash of the header (this field zero) and the tensor table */
 };
 _Static_assert(sizeof(struct shlm_config) == 96, "shlm_config layout");
@@ -86,6 +88,15 @@ struct shlm_model {
 
 /* 64-bit FNV-1a over 8-byte words (then the tail bytes): corruption detection, not security. */
 uint64_t shlm_hash(const void *p, size_t n);
+/* The same hash over bytes that arrive in pieces of any size: init, update in order, final. */
+struct shlm_hasher {
+    uint64_t h, n;
+    uint8_t part[8]; /* a word begun by the last piece */
+    unsigned npart;
+};
+void shlm_hash_init(struct shlm_hasher *s);
+void shlm_hash_update(struct shlm_hasher *s, const void *p, size_t n);
+uint64_t shlm_hash_final(const struct shlm_hasher *s);
 
 const char *shlm_scheme_name(enum shlm_scheme s);
 /* Returns 0 and sets *out, or -EINVAL for a name that is not a scheme. */
@@ -98,6 +109,11 @@ int shlm_scheme_parse(const char *name, enum shlm_scheme *out);
  * read tensor data: see shlm_verify_data(). */
 int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *what, char *err,
                size_t errlen);
+/* The same checks for a file of @size bytes of which only the first @avail (at least up to
+ * data_offset: header, table, tokenizer) are at @head, as a streaming loader reads it. The
+ * model's base is @head: tensor data is not there (shlm_view() must not be used). */
+int shlm_parse_head(struct shlm_model *m, const void *head, size_t avail, size_t size,
+                    const char *what, char *err, size_t errlen);
 /* Checks every tensor's checksum. Returns 0 or -EIO with a line naming the tensor in @err. */
 int shlm_verify_data(const struct shlm_model *m, const char *what, char *err, size_t errlen);
 /* The tensor called @name, or NULL. */

@@ -198,7 +198,7 @@ static void assert_rank_layout(const struct rank_line *ranks, int found, const c
 /* No segment, socket or other runtime file may outlive a run. */
 static void assert_runtime_clean(void)
 {
-    int n = tu_count_files(rundir);
+    int n = tu_count_run_files(rundir);
     if (n > 0) {
         char cmd[4400];
         tu_path(cmd, sizeof(cmd), "ls -la '%s' >&2", rundir);
@@ -327,10 +327,33 @@ static bool all_rank_lines(const char *err)
  * @coord, which should all be on @node. The pages exist already (the segment is allocated when
  * it is created): MAP_POPULATE only maps them into this process. Returns the number of problems
  * found (each printed), so that one slow run reports all of them. */
+/* The name of the file in the runtime directory that ends in @suffix. */
+static bool find_file(const char *suffix, char *out, size_t len)
+{
+    DIR *d = opendir(rundir);
+    struct dirent *e;
+    bool found = false;
+    size_t n = strlen(suffix);
+    while (d && !found && (e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l > n && !strcmp(e->d_name + l - n, suffix)) {
+            snprintf(out, len, "%s", e->d_name);
+            found = true;
+        }
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* @name: a run file of the coordinator ("kv.r0"), or with @coord 0 a file name as it is */
 static int check_segment_on_node(pid_t coord, const char *name, int node)
 {
     char path[4400];
-    tu_path(path, sizeof(path), "%s/%d.%s", rundir, (int)coord, name);
+    if (coord)
+        tu_path(path, sizeof(path), "%s/%d.%s", rundir, (int)coord, name);
+    else
+        tu_path(path, sizeof(path), "%s/%s", rundir, name);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         fprintf(stderr, "%s: %s\n", path, strerror(errno));
@@ -485,9 +508,15 @@ static void test_placement(void **state)
 
     int problems = 0;
     for (int r = 0; r < n_nodes; r++) {
-        char name[32];
-        snprintf(name, sizeof(name), "weights.r%d", r);
-        problems += check_segment_on_node(coord, name, nodes[r].id);
+        char name[256], suffix[64];
+        /* the persistent weights segment "w-<model>-l<layout>-r<r>of<n>-n<node>.weights" */
+        snprintf(suffix, sizeof(suffix), "-r%dof%d-n%d.weights", r, n_nodes, nodes[r].id);
+        if (!find_file(suffix, name, sizeof(name))) {
+            fprintf(stderr, "no weights segment *%s in %s\n", suffix, rundir);
+            problems++;
+        } else {
+            problems += check_segment_on_node(0, name, nodes[r].id);
+        }
         snprintf(name, sizeof(name), "kv.r%d", r);
         problems += check_segment_on_node(coord, name, nodes[r].id);
         problems += check_threads_confined(r, live_ranks[r].pid, &nodes[r].cpus);

@@ -65,7 +65,7 @@ static int teardown(void **state)
 
 static void assert_clean(void)
 {
-    assert_true(tu_count_files(rundir) <= 0);
+    assert_true(tu_count_run_files(rundir) <= 0);
     assert_false(tu_workers_alive(rundir));
 }
 

@@ -84,6 +84,22 @@ static inline int tu_count_files(const char *dir)
     return n;
 }
 
+/* Entries in @dir other than persistent weights segments ("w-*", which outlive runs by design):
+ * the run files a finished run must not leave (-1 if it cannot be read). */
+static inline int tu_count_run_files(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof(cmd), "ls -A '%s' 2>/dev/null | grep -v '^w-' | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (p) {
+        if (fscanf(p, "%d", &n) != 1)
+            n = -1;
+        pclose(p);
+    }
+    return n;
+}
+
 struct tu_run {
     int status; /* exit code, or 128 + signal, or -1 on timeout */
     char out[1 << 16], err[1 << 14];
