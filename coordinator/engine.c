@@ -376,8 +376,14 @@ static int make_segments(struct coord_engine *g, const struct coord_engine_opts 
     rows = rows < 1 ? 1 : rows > c->seq_len ? c->seq_len : rows;
     size_t x_bytes = seg_exchange_bytes(c->seq_len, c->vocab_size, rows, (uint32_t)g->n_ranks,
                                         c->dim);
-    if ((rc = run_segment(g, o->load.no_persist, &g->exch, "exchange", x_bytes, -1, 0, e)))
+    /* the logits rows are reserved as steps need them (reserve_logits) */
+    if ((rc = run_segment(g, o->load.no_persist, &g->exch, "exchange", x_bytes, -1, SEG_LAZY, e)))
         return rc;
+    struct seg_exchange x;
+    seg_exchange_layout(c->seq_len, c->vocab_size, rows, (uint32_t)g->n_ranks, c->dim, &x);
+    if ((rc = seg_reserve(&g->exch, 0, x.logits_off)) ||
+        (rc = seg_reserve(&g->exch, x.ar_off, x.bytes - x.ar_off)))
+        return coord_fail(e, rc, "exchange segment (%zu bytes): %s", x_bytes, strerror(-rc));
     seg_exchange_init(g->exch.base, c->seq_len, c->vocab_size, rows, (uint32_t)g->n_ranks, c->dim);
     return 0;
 }
@@ -552,6 +558,8 @@ int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o
     for (int r = 0; r < g->n_ranks; r++)
         if ((rc = spawn_worker(g, r, e)))
             goto out_fail;
+    if (o->while_starting && (rc = o->while_starting(g, o->arg, e)))
+        goto out_fail;
     if ((rc = handshake(g, e)))
         goto out_fail;
     g->stats.ready_ns = coord_now_ns();
@@ -591,6 +599,22 @@ static int reserve_kv(struct coord_engine *g, uint32_t seq, uint32_t need, struc
             }
     }
     g->kv_reserved[seq] = upto;
+    return 0;
+}
+
+/* Reserves the exchange segment's logits rows below @rows. */
+static int reserve_logits(struct coord_engine *g, uint32_t rows, struct coord_err *e)
+{
+    const struct seg_exchange *x = g->exch.base;
+    if (rows <= g->logits_reserved)
+        return 0;
+    size_t row = (size_t)x->vocab * sizeof(float);
+    int rc = seg_reserve(&g->exch, x->logits_off + g->logits_reserved * row,
+                         (rows - g->logits_reserved) * row);
+    if (rc)
+        return coord_fail(e, rc, "exchange segment: no memory for %u rows of logits in %s: %s",
+                          rows, g->layout_anon ? "a memfd" : g->rundir, strerror(-rc));
+    g->logits_reserved = rows;
     return 0;
 }
 
@@ -639,6 +663,8 @@ int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
         tokens += s->n_tokens;
         rows += r;
     }
+    if ((rc = reserve_logits(g, rows, e)))
+        goto out;
     Shardlm__Step st = SHARDLM__STEP__INIT;
     st.step_id = ++g->step_id;
     st.kind = tokens > (uint32_t)n ? SHARDLM__STEP_KIND__STEP_PREFILL : SHARDLM__STEP_KIND__STEP_DECODE;

@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct coord_engine;
+
 /* How the weights get into shared memory (load.h). */
 struct coord_load_opts {
     bool no_persist; /* memfd segments that go with the processes, instead of persistent ones */
@@ -38,6 +40,10 @@ struct coord_engine_opts {
     struct coord_layout_opts layout;
     struct coord_load_opts load;
     bool verbose; /* layout and per-step timings on stderr */
+    /* Work of the caller's to overlap with the workers' start (the tokenizer, say): called once
+     * the workers are spawned, before waiting for them; an error fails the start. */
+    int (*while_starting)(struct coord_engine *g, void *arg, struct coord_err *e);
+    void *arg;
 };
 
 /* What starting cost: the load, and the memory of the process tree. */
@@ -69,6 +75,7 @@ struct coord_engine {
     struct coord_rank *ranks; /* (n_ranks) */
     struct seg exch;
     uint32_t *kv_reserved; /* per KV slot: positions whose memory is reserved on every rank */
+    uint32_t logits_reserved; /* rows of logits whose memory is reserved in the exchange */
     bool layout_anon;      /* segments are memfds (--no-persist) */
     void *zctx, *sock;
     uint64_t step_id;

@@ -22,20 +22,42 @@ static int emit(const struct coord_tok *t, int prev, int token)
     return 0;
 }
 
+struct tok_load {
+    struct coord_tok tok;
+    const char *model;
+    bool loaded;
+};
+
+/* Builds the tokenizer while the workers start. */
+static int load_tok(struct coord_engine *g, void *arg, struct coord_err *e)
+{
+    struct tok_load *t = arg;
+    int rc = coord_tok_from_shlm(&t->tok, &g->img, t->model, e);
+    t->loaded = rc == 0;
+    return rc;
+}
+
 int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
 {
     struct coord_engine g;
-    struct coord_engine_opts eo = {
-        .model_path = o->model, .layout = o->layout, .load = o->load, .verbose = o->verbose};
+    struct tok_load tl = {.model = o->model};
+    struct coord_engine_opts eo = {.model_path = o->model,
+                                   .layout = o->layout,
+                                   .load = o->load,
+                                   .verbose = o->verbose,
+                                   .while_starting = load_tok,
+                                   .arg = &tl};
     struct coord_tok tok;
     struct coord_sampler smp;
     int rc = coord_engine_start(&g, &eo, e);
-    if (rc)
+    if (rc) {
+        if (tl.loaded)
+            coord_tok_free(&tl.tok);
         return rc;
+    }
+    tok = tl.tok;
     const struct shlm_header *h = g.img.hdr;
     int ctx = (int)h->cfg.seq_len;
-    if ((rc = coord_tok_from_shlm(&tok, &g.img, o->model, e)))
-        goto out_engine;
     if ((rc = coord_sampler_init(&smp, (int)h->cfg.vocab_size, o->temp, o->top_p, o->seed))) {
         coord_fail(e, rc, "out of memory");
         goto out_tok;
@@ -109,7 +131,6 @@ out_smp:
     coord_sampler_free(&smp);
 out_tok:
     coord_tok_free(&tok);
-out_engine:
     coord_engine_stop(&g);
     return rc;
 }

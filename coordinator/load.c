@@ -290,7 +290,9 @@ static int reader_init(struct reader *rd, const struct source *src, uint64_t cap
 static void reader_close(struct reader *rd)
 {
     if (rd->uring) {
-        /* reads still in flight after an error write into our buffers: let them land first */
+        /* reads still in flight after an error write into our buffers: let them land first
+         * (and the queued ones be submitted, or they never complete) */
+        io_uring_submit(&rd->ring);
         for (int i = 0; i < COORD_LOAD_DEPTH; i++)
             while (rd->slots[i].busy) {
                 struct io_uring_cqe *cqe;
@@ -482,10 +484,12 @@ static int by_offset(const void *a, const void *b, void *arg)
     return x < y ? -1 : x > y;
 }
 
-/* Rows of tensor @t per read job: about COORD_LOAD_CHUNK bytes, whole tile blocks. */
+size_t coord_load_chunk = COORD_LOAD_CHUNK;
+
+/* Rows of tensor @t per read job: about coord_load_chunk bytes, whole tile blocks. */
 static int job_rows(const struct shlm_tensor *t)
 {
-    int step = (int)(COORD_LOAD_CHUNK / row_bytes((enum kn_dtype)t->dtype, (int)t->cols)) /
+    int step = (int)(coord_load_chunk / row_bytes((enum kn_dtype)t->dtype, (int)t->cols)) /
                KN_TILE_ROWS * KN_TILE_ROWS;
     return step < KN_TILE_ROWS ? KN_TILE_ROWS : step;
 }
@@ -497,8 +501,8 @@ static int plan_jobs(const struct shlm_tensor *t, int i, struct job *jobs)
     uint64_t codes = kn_codes_bytes(dt, (int)t->rows, (int)t->cols), tail = t->bytes - codes;
     uint64_t rb = row_bytes(dt, (int)t->cols);
     int n = 0, step = job_rows(t);
-    for (uint64_t o = 0; o < tail; o += COORD_LOAD_CHUNK) {
-        uint64_t len = tail - o < COORD_LOAD_CHUNK ? tail - o : COORD_LOAD_CHUNK;
+    for (uint64_t o = 0; o < tail; o += coord_load_chunk) {
+        uint64_t len = tail - o < coord_load_chunk ? tail - o : coord_load_chunk;
         if (jobs)
             jobs[n] = (struct job){i, true, 0, 0, t->offset + codes + o, len, o};
         n++;
@@ -700,7 +704,7 @@ static int prepare(struct load *L, int n_ranks, const struct coord_load_dest *de
         uint64_t codes = kn_codes_bytes(dt, (int)t->rows, (int)t->cols);
         uint64_t tail = t->bytes - codes, rows = (uint64_t)job_rows(t);
         uint64_t job = rows * row_bytes(dt, (int)t->cols) + 64; /* + the codes padding */
-        job = job > COORD_LOAD_CHUNK ? job : COORD_LOAD_CHUNK;
+        job = job > coord_load_chunk ? job : coord_load_chunk;
         L->cap = job + 2 * DIRECT_ALIGN > L->cap ? job + 2 * DIRECT_ALIGN : L->cap;
         L->tail_max = tail > L->tail_max ? tail : L->tail_max;
     }

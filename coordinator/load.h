@@ -23,6 +23,8 @@
 #define COORD_LOAD_DEPTH 4          /* read jobs in flight */
 #define COORD_LOAD_STEP 256         /* rows of a rank's tile staging area */
 #define COORD_HEAD_MAX (256u << 20) /* header, table and tokenizer together */
+/* Bytes of codes per read job: COORD_LOAD_CHUNK; tests set odd sizes to get ragged chunks. */
+extern size_t coord_load_chunk;
 
 /* How the file is read. auto: buffered when most of the file is in the page cache already,
  * else O_DIRECT (buffered with POSIX_FADV_DONTNEED behind the read front where O_DIRECT is

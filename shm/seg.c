@@ -226,8 +226,8 @@ int seg_clean_stale(const char *rundir) { return clean(rundir, 0); }
 int seg_clean_pid(const char *rundir, pid_t pid) { return clean(rundir, pid); }
 
 /* Offsets of the parts: header, tokens, logits, all-reduce area, each 64-byte aligned. */
-static void exchange_layout(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows,
-                            uint32_t n_ranks, uint32_t dim, struct seg_exchange *h)
+void seg_exchange_layout(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows, uint32_t n_ranks,
+                         uint32_t dim, struct seg_exchange *h)
 {
     h->max_tokens = max_tokens;
     h->vocab = vocab;
@@ -244,7 +244,7 @@ size_t seg_exchange_bytes(uint32_t max_tokens, uint32_t vocab, uint32_t logit_ro
                           uint32_t n_ranks, uint32_t dim)
 {
     struct seg_exchange h;
-    exchange_layout(max_tokens, vocab, logit_rows, n_ranks, dim, &h);
+    seg_exchange_layout(max_tokens, vocab, logit_rows, n_ranks, dim, &h);
     return h.bytes;
 }
 
@@ -252,7 +252,7 @@ void seg_exchange_init(void *base, uint32_t max_tokens, uint32_t vocab, uint32_t
                        uint32_t n_ranks, uint32_t dim)
 {
     struct seg_exchange *h = base;
-    exchange_layout(max_tokens, vocab, logit_rows, n_ranks, dim, h);
+    seg_exchange_layout(max_tokens, vocab, logit_rows, n_ranks, dim, h);
     seg_ar_init(seg_exchange_ar(base), (int)n_ranks, (size_t)SEG_MAX_CHUNK * dim);
     __atomic_store_n(&h->magic, SEG_EXCHANGE_MAGIC, __ATOMIC_RELEASE);
 }
@@ -265,7 +265,7 @@ int seg_exchange_check(const void *base, size_t size, uint32_t vocab, uint32_t n
     if (size < sizeof(*h) || h->magic != SEG_EXCHANGE_MAGIC || h->vocab != vocab ||
         h->n_ranks != n_ranks || h->dim != dim || h->max_tokens == 0 || h->logit_rows == 0)
         return -EINVAL;
-    exchange_layout(h->max_tokens, vocab, h->logit_rows, n_ranks, dim, &want);
+    seg_exchange_layout(h->max_tokens, vocab, h->logit_rows, n_ranks, dim, &want);
     if (h->tokens_off != want.tokens_off || h->logits_off != want.logits_off ||
         h->ar_off != want.ar_off || h->bytes != want.bytes || want.bytes != size)
         return -EINVAL;

@@ -91,6 +91,9 @@ struct seg_exchange {
 };
 size_t seg_exchange_bytes(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows,
                           uint32_t n_ranks, uint32_t dim);
+/* The header fields (offsets of the parts, each 64-byte aligned, and bytes) of such a segment. */
+void seg_exchange_layout(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows, uint32_t n_ranks,
+                         uint32_t dim, struct seg_exchange *h);
 /* Writes the header and the all-reduce area into a fresh zeroed segment of
  * seg_exchange_bytes() bytes. */
 void seg_exchange_init(void *base, uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows,

@@ -72,7 +72,7 @@ static inline void tu_rmdir(const char *dir)
 /* Number of entries in @dir, not counting . and .. (-1 if it cannot be read). */
 static inline int tu_count_files(const char *dir)
 {
-    char cmd[4200];
+    char cmd[4300];
     snprintf(cmd, sizeof(cmd), "ls -A '%s' 2>/dev/null | wc -l", dir);
     FILE *p = popen(cmd, "r");
     int n = -1;
@@ -88,7 +88,7 @@ static inline int tu_count_files(const char *dir)
  * the run files a finished run must not leave (-1 if it cannot be read). */
 static inline int tu_count_run_files(const char *dir)
 {
-    char cmd[4200];
+    char cmd[4300];
     snprintf(cmd, sizeof(cmd), "ls -A '%s' 2>/dev/null | grep -v '^w-' | wc -l", dir);
     FILE *p = popen(cmd, "r");
     int n = -1;
