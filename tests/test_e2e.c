@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <sched.h>
 
 #include "testutil.h"
@@ -482,6 +483,124 @@ static void test_weight_path(void **state)
     free(r);
 }
 
+/* Names of the persistent weights segments in the runtime directory, one per line. */
+static int list_weights(char *out, size_t len)
+{
+    char cmd[4300];
+    tu_path(cmd, sizeof(cmd), "ls -A '%s' 2>/dev/null | grep '^w-'", rundir);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, len - 1, p) : 0;
+    out[n] = 0;
+    int lines = 0;
+    for (size_t i = 0; i < n; i++)
+        lines += out[i] == '\n';
+    if (p)
+        pclose(p);
+    return lines;
+}
+
+/* Warm starts: the first run builds persistent weights segments, the next maps them (same
+ * text, --stats says so and ends with the line scripts read); a segment whose header was never
+ * written (a load killed half way) is rebuilt; shm list / purge show and remove them;
+ * --no-persist leaves nothing at all. */
+static void test_warm_start(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200], names[4096], seg[4300];
+    tu_path(model, sizeof(model), "%s/w4a16g64.shlm", dir);
+    char *purge[] = {"shm", "purge", NULL}, *list[] = {"shm", "list", NULL};
+    run_shardlm(r, purge, NULL);
+    assert_int_equal(r->status, 0);
+    assert_int_equal(list_weights(names, sizeof(names)), 0);
+
+    /* cold, then warm: the same text */
+    char *gen[] = {"generate", "-m", model,     "-p", "Once upon a time", "-n", "24",
+                   "--temp",   "0",  "--stats", NULL};
+    run_shardlm(r, gen, NULL);
+    assert_int_equal(r->status, 0);
+    static char cold[sizeof(r->out)];
+    memcpy(cold, r->out, sizeof(cold));
+    assert_non_null(strstr(r->err, "shardlm: load: 1 weights segment built from"));
+    assert_non_null(strstr(r->err, "\nload segments_bytes="));
+    assert_int_equal(list_weights(names, sizeof(names)), 1);
+    run_shardlm(r, gen, NULL);
+    assert_int_equal(r->status, 0);
+    assert_string_equal(r->out, cold);
+    assert_non_null(strstr(r->err, "found complete"));
+    assert_null(strstr(r->err, "built from"));
+    unsigned long long seg_bytes, anon;
+    double secs;
+    const char *last = strstr(r->err, "load segments_bytes=");
+    assert_non_null(last);
+    assert_int_equal(sscanf(last, "load segments_bytes=%llu peak_anon_bytes=%llu seconds=%lf",
+                            &seg_bytes, &anon, &secs),
+                     3);
+    assert_true(seg_bytes > 0 && anon > 0 && secs > 0);
+    assert_runtime_clean();
+
+    /* a half-written segment: header zero, as a load killed before its last write leaves it */
+    names[strcspn(names, "\n")] = 0;
+    tu_path(seg, sizeof(seg), "%s/%s", rundir, names);
+    int fd = open(seg, O_WRONLY);
+    assert_true(fd >= 0);
+    static const char zero[512];
+    assert_int_equal(pwrite(fd, zero, sizeof(zero), 0), 512);
+    close(fd);
+    run_shardlm(r, list, NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "incomplete"));
+    run_shardlm(r, gen, NULL);
+    assert_int_equal(r->status, 0);
+    assert_string_equal(r->out, cold);
+    assert_non_null(strstr(r->err, "rebuilding it"));
+    assert_non_null(strstr(r->err, "built from"));
+    run_shardlm(r, list, NULL);
+    assert_non_null(strstr(r->out, "complete: model"));
+    assert_null(strstr(r->out, "incomplete"));
+
+    /* another layout is another segment; `load` builds without generating */
+    char *load2[] = {"load", "-m", model, "--cpus", "0:0", NULL};
+    run_shardlm(r, load2, NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "2 weights segments ready (2 built, 0 found complete)"));
+    assert_int_equal(list_weights(names, sizeof(names)), 3);
+    run_shardlm(r, purge, NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "3 files removed"));
+    assert_int_equal(list_weights(names, sizeof(names)), 0);
+
+    /* --no-persist: memfds, nothing in the runtime directory, the same text */
+    char *gen_np[] = {"generate", "-m", model,          "-p", "Once upon a time", "-n", "24",
+                      "--temp",   "0",  "--no-persist", NULL};
+    run_shardlm(r, gen_np, NULL);
+    assert_int_equal(r->status, 0);
+    assert_string_equal(r->out, cold);
+    assert_int_equal(tu_count_files(rundir), 0);
+    free(r);
+}
+
+/* No room for the segments (SHARDLM_SHM_LIMIT stands in for a small tmpfs): a clear error,
+ * nothing left behind, and no persistent segment marked complete. */
+static void test_segments_enospc(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200], names[4096];
+    tu_path(model, sizeof(model), "%s/w4a8g128.shlm", dir);
+    char *gen[] = {"generate", "-m", model, "-p", "Once", "-n", "4", NULL};
+    char *tiny[] = {"SHARDLM_SHM_LIMIT=300000", NULL}; /* the weights (~400 KB) do not fit */
+    run_shardlm(r, gen, tiny);
+    expect_failure(r, "No space left on device");
+    assert_int_equal(list_weights(names, sizeof(names)), 0);
+    char *kv[] = {"SHARDLM_SHM_LIMIT=1000000", NULL}; /* the weights fit, the exchange does not */
+    char *gen_np[] = {"generate", "-m", model, "-p", "Once", "-n", "4", "--no-persist", NULL};
+    run_shardlm(r, gen_np, kv);
+    expect_failure(r, "No space left on device");
+    char *bad_io[] = {"generate", "-m", model, "-p", "Once", "--io", "fast", NULL};
+    run_shardlm(r, bad_io, NULL);
+    expect_failure(r, "bad value 'fast'");
+    free(r);
+}
+
 int main(void)
 {
     int skip_rc = tu_require_shared();
@@ -498,6 +617,8 @@ int main(void)
         cmocka_unit_test(test_worker_dies_mid_generation),
         cmocka_unit_test(test_bench_model),
         cmocka_unit_test(test_weight_path),
+        cmocka_unit_test(test_warm_start),
+        cmocka_unit_test(test_segments_enospc),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

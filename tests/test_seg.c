@@ -10,7 +10,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <numa.h>
+#include <numaif.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 
 #include "allreduce.h"
 #include "seg.h"
@@ -394,6 +397,84 @@ static void test_create_enospc(void **state)
     assert_int_equal(small_rc, 0);
 }
 
+/* The NUMA policy of sampled pages of @s: every one MPOL_BIND to exactly @node, and resident on
+ * it (move_pages(2) with no target nodes reports where each page is). */
+static void expect_bound(struct seg *s, size_t off, size_t len, int node)
+{
+    long ps = sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < 16; i++) {
+        char *p = (char *)s->base + off + (len - 1) / 15 * i / (size_t)ps * (size_t)ps;
+        int mode = -1;
+        unsigned long mask[16] = {0};
+        assert_int_equal(syscall(SYS_get_mempolicy, &mode, mask, sizeof(mask) * 8, p, MPOL_F_ADDR),
+                         0);
+        assert_int_equal(mode, MPOL_BIND);
+        for (int n = 0; n < (int)sizeof(mask) * 8; n++)
+            assert_int_equal(!!(mask[n / 64] & (1ul << (n % 64))), n == node);
+        void *pages[1] = {p};
+        int status[1] = {-1000};
+        assert_int_equal(syscall(SYS_move_pages, 0, 1ul, pages, NULL, status, 0), 0);
+        assert_int_equal(status[0], node);
+    }
+}
+
+/* Segments bound to a node: the policy is on every page, those allocated at creation and those
+ * reserved later (SEG_LAZY), in files and in memfds. On a one-node machine this checks node 0's
+ * policy; test_numa checks real placement across nodes in a VM. */
+static void test_node_binding(void **state)
+{
+    struct fixture *f = *state;
+    if (numa_available() < 0) {
+        print_message("test_node_binding: the kernel has no NUMA support; nothing to check\n");
+        skip();
+    }
+    char path[PATH_MAX];
+    seg_path(path, sizeof(path), rundir(f), getpid(), "bound");
+    size_t size = 8u << 20;
+    struct seg a, b;
+    assert_int_equal(seg_create_on(&a, path, size, 0, 0), 0);
+    memset(a.base, 1, size);
+    expect_bound(&a, 0, size, 0);
+    seg_free(&a);
+    assert_int_equal(seg_create_on(&b, "bound", size, 0, SEG_ANON | SEG_LAZY), 0);
+    assert_int_equal(seg_reserve(&b, 0, size / 2), 0);
+    memset(b.base, 1, size / 2);
+    expect_bound(&b, 0, size / 2, 0);
+    /* another process maps a memfd segment by its /proc path */
+    struct seg m;
+    assert_non_null(strstr(b.path, "/proc/"));
+    assert_int_equal(seg_map(&m, b.path, size, false), 0);
+    assert_int_equal(((unsigned char *)m.base)[size / 2 - 1], 1);
+    seg_free(&m);
+    seg_free(&b);
+    assert_int_equal(tu_count_files(rundir(f)), 0);
+}
+
+/* seg_publish: the final name appears at once and outlives seg_free; a second publisher of the
+ * same name gets -EEXIST. */
+static void test_publish(void **state)
+{
+    struct fixture *f = *state;
+    char tmp[PATH_MAX], tmp2[PATH_MAX], fin[PATH_MAX + 16];
+    seg_path(tmp, sizeof(tmp), rundir(f), getpid(), "build.w");
+    seg_path(tmp2, sizeof(tmp2), rundir(f), getpid(), "build2.w");
+    tu_path(fin, sizeof(fin), "%s/w-final.weights", rundir(f));
+    struct seg a, b, m;
+    assert_int_equal(seg_create(&a, tmp, 4096), 0);
+    assert_int_equal(seg_create(&b, tmp2, 4096), 0);
+    ((char *)a.base)[0] = 7;
+    assert_int_equal(seg_publish(&a, fin), 0);
+    assert_int_equal(access(tmp, F_OK), -1);
+    assert_int_equal(seg_publish(&b, fin), -EEXIST);
+    seg_free(&b); /* still under its temporary name: removed */
+    seg_free(&a); /* published: stays */
+    assert_int_equal(access(tmp2, F_OK), -1);
+    assert_int_equal(seg_map(&m, fin, 4096, false), 0);
+    assert_int_equal(((char *)m.base)[0], 7);
+    seg_free(&m);
+    assert_int_equal(unlink(fin), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -405,6 +486,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_exchange_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kv_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_enospc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_binding, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_publish, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

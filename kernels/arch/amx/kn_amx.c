@@ -337,6 +337,11 @@ static void kn_attention_amx(float *out, size_t out_stride, const float *q, size
                             scratch);
 }
 
+/* the elementwise activations of the AVX-512 table (the reference's were left here before) */
+static void kn_silu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.silu_mul(a, b, n); }
+
+static void kn_gelu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.gelu_mul(a, b, n); }
+
 const struct kn_ops KN_OPS_AMX = {
     .name = KN_AMX_NAME,
     .isa = KN_ISA_AMX,
@@ -345,7 +350,7 @@ const struct kn_ops KN_OPS_AMX = {
     .rmsnorm = kn_rmsnorm_amx,
     .rope = kn_rope_ref,
     .softmax = kn_softmax_ref,
-    .silu_mul = kn_silu_mul_ref,
-    .gelu_mul = kn_gelu_mul_ref,
+    .silu_mul = kn_silu_mul_amx,
+    .gelu_mul = kn_gelu_mul_amx,
     .attention = kn_attention_amx,
 };

@@ -765,8 +765,24 @@ static void kn_silu_mul_avx512(float *a, const float *b, int n)
     }
 }
 
-/* rope, softmax and gelu_mul are the reference ones: they need sin/cos/tanh with the
- * reference's accuracy and are a small part of a token's time next to the matrix products. */
+/* a[i] = gelu_tanh(a[i]) * b[i]. 0.5 x (1 + tanh(u)) is x / (1 + e^-2u), u = sqrt(2/pi) (x +
+ * 0.044715 x^3): silu's form, one exp per 16 lanes (the reference's tanhf was 8% of a spark
+ * prefill step, the same share of its decode). */
+static void kn_gelu_mul_avx512(float *a, const float *b, int n)
+{
+    const __m512 c = _mm512_set1_ps(-2.0f * 0.7978845608028654f), k = _mm512_set1_ps(0.044715f);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = mask16(n - i);
+        __m512 x = _mm512_maskz_loadu_ps(m, a + i), y = _mm512_maskz_loadu_ps(m, b + i);
+        __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+        __m512 e = exp_any(_mm512_mul_ps(c, _mm512_fmadd_ps(k, x3, x)));
+        __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), e);
+        _mm512_mask_storeu_ps(a + i, m, _mm512_div_ps(_mm512_mul_ps(x, y), d));
+    }
+}
+
+/* rope and softmax are the reference ones: they need sin/cos with the reference's accuracy and
+ * are a small part of a token's time next to the matrix products. */
 const struct kn_ops kn_ops_avx512 = {
     .name = "avx512",
     .isa = KN_ISA_AVX512,
@@ -776,6 +792,6 @@ const struct kn_ops kn_ops_avx512 = {
     .rope = kn_rope_ref,
     .softmax = kn_softmax_ref,
     .silu_mul = kn_silu_mul_avx512,
-    .gelu_mul = kn_gelu_mul_ref,
+    .gelu_mul = kn_gelu_mul_avx512,
     .attention = kn_attention_avx512,
 };
