@@ -45,7 +45,8 @@ static const char usage_main[] =
     "\n"
     "environment: SHARDLM_ISA=ref|avx2|avx512|amx forces the workers' kernel table (one this CPU\n"
     "cannot run is an error); SHARDLM_RUNTIME_DIR holds segments and sockets (default\n"
-    "/dev/shm/shardlm-<uid>); SHARDLM_WORKER is the worker binary (default: next to shardlm).\n";
+    "/dev/shm/shardlm-<uid>); SHARDLM_WORKER is the worker binary (default: next to shardlm);\n"
+    "SHARDLM_SHM_LIMIT=BYTES refuses segments past that size with ENOSPC (for tests).\n";
 
 static const char usage_convert[] =
     "usage: shardlm convert INPUT [--tokenizer TOKENIZER.bin] [--scheme f32|bf16|w4a16|w4a8]\n"
@@ -85,7 +86,8 @@ static const char usage_convert[] =
     "                  and layout maps them instead of reading the file (`shardlm shm purge`)\n"   \
     "  --io MODE       how the file is read: auto (default: buffered when it is in the page "      \
     "cache,\n"                                                                                     \
-    "                  else O_DIRECT), direct or buffered\n"                                       \
+    "                  else O_DIRECT), direct (buffered where the filesystem refuses O_DIRECT)\n"  \
+    "                  or buffered\n"                                                              \
     "  --stats         load report on stderr: bytes read and GB/s, segments, peak anonymous\n"     \
     "                  memory per process, time to ready (and to the first token); last line\n"    \
     "                  load segments_bytes=<n> peak_anon_bytes=<n> seconds=<s>\n"
