@@ -1,6 +1,7 @@
 /* coordinator/: the streaming load of a .shlm file into the weights segments. */
 #include "load.h"
 
+#include "engine.h"
 #include "plan.h"
 
 #include <errno.h>
@@ -642,6 +643,10 @@ static void *lane_run(void *arg)
         int k = __atomic_fetch_add(&L->next, 1, __ATOMIC_RELAXED);
         if (k >= L->n_src || __atomic_load_n(&L->failed, __ATOMIC_RELAXED))
             break;
+        if (coord_stop_signal) { /* Ctrl-C during a long load: stop at the next tensor */
+            rc = coord_fail(&ln->e, -EINTR, "interrupted by signal %d", (int)coord_stop_signal);
+            break;
+        }
         if ((rc = load_tensor(ln, L->order[k], &last)))
             break;
     }

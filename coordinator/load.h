@@ -22,7 +22,7 @@
 #define COORD_LOAD_CHUNK (1u << 20) /* bytes of codes per read job */
 #define COORD_LOAD_DEPTH 4          /* read jobs in flight */
 #define COORD_LOAD_STEP 256         /* rows of a rank's tile staging area */
-#define COORD_HEAD_MAX (256u << 20) /* header, table and tokenizer together */
+#define COORD_HEAD_MAX (64u << 20)  /* header, table and tokenizer together */
 /* Bytes of codes per read job: COORD_LOAD_CHUNK; tests set odd sizes to get ragged chunks. */
 extern size_t coord_load_chunk;
 

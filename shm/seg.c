@@ -59,6 +59,16 @@ static int charge(size_t size)
     return 0;
 }
 
+/* Allocates bytes [off, off + len) of the segment file @fd: 0 or -errno. tmpfs gives up with
+ * EINTR whenever a signal is pending (one the process handles, too): then it goes on. */
+static int allocate(int fd, size_t off, size_t len)
+{
+    int rc;
+    while ((rc = posix_fallocate(fd, (off_t)off, (off_t)len)) == EINTR) /* the error, not -1 */
+        ;
+    return -rc;
+}
+
 /* Sizes, maps and binds the fresh segment file @fd into @s, and allocates its memory unless
  * SEG_LAZY. -errno on error. */
 static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
@@ -87,7 +97,7 @@ static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
         }
     }
     if (!rc && !(flags & SEG_LAZY))
-        rc = -posix_fallocate(fd, 0, (off_t)size); /* returns the error, not -1 */
+        rc = allocate(fd, 0, size);
     /* the pages exist now: map them all at once rather than one fault at a time */
     if (!rc && (flags & SEG_POPULATE) && !(flags & SEG_LAZY))
         madvise(p, size, MADV_POPULATE_WRITE);
@@ -136,7 +146,7 @@ int seg_create(struct seg *s, const char *path, size_t size)
 int seg_reserve(struct seg *s, size_t off, size_t len)
 {
     KN_ASSERT(s->fd >= 0 && off <= s->size && len <= s->size - off);
-    return -posix_fallocate(s->fd, (off_t)off, (off_t)len);
+    return allocate(s->fd, off, len);
 }
 
 int seg_publish(struct seg *s, const char *path)
