@@ -524,6 +524,7 @@ int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o
 {
     memset(g, 0, sizeof(*g));
     g->file.fd = -1;
+    g->max_restarts = o->restarts < 0 ? 0 : o->restarts ? o->restarts : COORD_RESTARTS;
     g->stats.start_ns = coord_now_ns();
     g->verbose = o->verbose;
     int rc = seg_rundir(g->rundir, sizeof(g->rundir));
@@ -618,6 +619,146 @@ static int reserve_logits(struct coord_engine *g, uint32_t rows, struct coord_er
     return 0;
 }
 
+/* True when some worker has died (reaped, described into @e). */
+static bool any_dead(struct coord_engine *g, struct coord_err *e)
+{
+    bool dead = false;
+    for (int r = 0; r < g->n_ranks; r++)
+        dead |= !worker_alive(g, r, e);
+    return dead;
+}
+
+/* Sends step @st to every rank and waits for all of them to finish it. -ECHILD when a worker
+ * died (whatever else the survivors said about it first), else 0 or -errno with @e set. */
+static int run_step(struct coord_engine *g, Shardlm__Step *st, struct coord_err *e)
+{
+    proto_env env = SHARDLM__ENVELOPE__INIT;
+    env.msg_case = SHARDLM__ENVELOPE__MSG_STEP;
+    env.step = st;
+    for (int r = 0; r < g->n_ranks; r++)
+        g->ranks[r].done = false;
+    int rc = send_all(g, &env, NULL, NULL, e);
+    for (int got = 0; !rc && got < g->n_ranks; got++) {
+        proto_env *in;
+        int r;
+        if ((rc = wait_any(g, SHARDLM__ENVELOPE__MSG_STEP_DONE, -1, &in, &r, e)))
+            break;
+        const Shardlm__StepDone *d = in->step_done;
+        if (d->step_id != st->step_id || g->ranks[r].done) {
+            rc = fail_group(g, coord_fail(e, -EPROTO,
+                                          "worker rank %d finished step %llu, "
+                                          "expected %llu once",
+                                          r, (unsigned long long)d->step_id,
+                                          (unsigned long long)st->step_id));
+            proto_free(in);
+            break;
+        }
+        g->ranks[r].done = true;
+        g->ranks[r].compute_ns = d->compute_ns;
+        g->ranks[r].allreduce_ns = d->allreduce_ns;
+        proto_free(in);
+    }
+    if (rc && rc != -ECHILD && rc != -EINTR && any_dead(g, e))
+        rc = fail_group(g, -ECHILD); /* the survivors' complaints follow from the death */
+    return rc;
+}
+
+/* After a worker died in a step: the survivors give the step up (abort flag; a heartbeat each
+ * answers once they are idle), the dead are started again on their CPUs, the all-reduce area is
+ * reset, and every rank attaches to it again - the new ones with Attach (the same segments: no
+ * reload), the others with Rejoin. Returns 0 when all are Ready. */
+static int recover(struct coord_engine *g, struct coord_err *e)
+{
+    fail_group(g, 0);
+    Shardlm__Heartbeat hb = SHARDLM__HEARTBEAT__INIT;
+    hb.seq = ++g->heartbeat_seq;
+    proto_env env = SHARDLM__ENVELOPE__INIT;
+    env.msg_case = SHARDLM__ENVELOPE__MSG_HEARTBEAT;
+    env.heartbeat = &hb;
+    struct coord_err ignore;
+    for (int r = 0; r < g->n_ranks; r++)
+        g->ranks[r].done = !worker_alive(g, r, &ignore) || send_to(g, r, &env, &ignore);
+    uint64_t deadline = coord_now_ns() + (uint64_t)HELLO_TIMEOUT_MS * 1000000ull;
+    for (;;) {
+        bool idle = true;
+        for (int r = 0; r < g->n_ranks; r++)
+            idle &= g->ranks[r].done || !worker_alive(g, r, &ignore);
+        if (idle)
+            break;
+        if (coord_now_ns() > deadline)
+            return coord_fail(e, -ETIMEDOUT,
+                              "the surviving workers did not give up the failed "
+                              "step within %d ms",
+                              HELLO_TIMEOUT_MS);
+        char id[PROTO_MAX_ID];
+        size_t idlen = 0;
+        proto_env *in;
+        if (proto_recv(g->sock, 100, id, &idlen, &in))
+            continue;
+        int r = id_rank(g, id, idlen);
+        if (r >= 0 && in->msg_case == SHARDLM__ENVELOPE__MSG_HEARTBEAT && in->heartbeat->reply &&
+            in->heartbeat->seq == hb.seq)
+            g->ranks[r].done = true; /* everything it sent for the failed step came before */
+        proto_free(in);
+    }
+    bool *fresh = calloc((size_t)g->n_ranks, sizeof(*fresh));
+    if (!fresh)
+        return coord_fail(e, -ENOMEM, "out of memory");
+    int rc = 0, n_fresh = 0;
+    for (int r = 0; r < g->n_ranks && !rc; r++) {
+        struct coord_rank *cr = &g->ranks[r];
+        if (worker_alive(g, r, &ignore))
+            continue;
+        cr->pid = 0;
+        cr->reaped = cr->hello = cr->ready = false;
+        fresh[r] = true;
+        n_fresh++;
+        rc = spawn_worker(g, r, e);
+    }
+    const struct shlm_config *c = &g->img.hdr->cfg;
+    seg_ar_init(seg_exchange_ar(g->exch.base), g->n_ranks, (size_t)SEG_MAX_CHUNK * c->dim);
+    for (int got = 0; !rc && got < n_fresh; got++) {
+        proto_env *in;
+        int r;
+        if ((rc = wait_any(g, SHARDLM__ENVELOPE__MSG_HELLO, HELLO_TIMEOUT_MS, &in, &r, e)))
+            break;
+        const Shardlm__Hello *h = in->hello;
+        if (!fresh[r] || g->ranks[r].hello || h->protocol != PROTO_VERSION ||
+            h->rank != (uint32_t)r)
+            rc = coord_fail(e, -EPROTO, "worker rank %d: an unexpected Hello after a restart", r);
+        g->ranks[r].hello = true;
+        proto_free(in);
+    }
+    Shardlm__Attach a = SHARDLM__ATTACH__INIT;
+    a.n_ranks = (uint32_t)g->n_ranks;
+    a.exchange_path = g->exch.path;
+    a.exchange_bytes = g->exch.size;
+    Shardlm__Rejoin j = SHARDLM__REJOIN__INIT;
+    for (int r = 0; r < g->n_ranks && !rc; r++) {
+        env = (proto_env)SHARDLM__ENVELOPE__INIT;
+        if (fresh[r]) {
+            env.msg_case = SHARDLM__ENVELOPE__MSG_ATTACH;
+            env.attach = &a;
+            fill_attach(&env, r, g);
+        } else {
+            j.rank = (uint32_t)r;
+            env.msg_case = SHARDLM__ENVELOPE__MSG_REJOIN;
+            env.rejoin = &j;
+        }
+        rc = send_to(g, r, &env, e);
+    }
+    for (int got = 0; !rc && got < g->n_ranks; got++) {
+        proto_env *in;
+        int r;
+        if ((rc = wait_any(g, SHARDLM__ENVELOPE__MSG_READY, READY_TIMEOUT_MS, &in, &r, e)))
+            break;
+        g->ranks[r].ready = true;
+        proto_free(in);
+    }
+    free(fresh);
+    return rc;
+}
+
 int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n,
                       struct coord_err *e)
 {
@@ -666,36 +807,29 @@ int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
     if ((rc = reserve_logits(g, rows, e)))
         goto out;
     Shardlm__Step st = SHARDLM__STEP__INIT;
-    st.step_id = ++g->step_id;
     st.kind = tokens > (uint32_t)n ? SHARDLM__STEP_KIND__STEP_PREFILL : SHARDLM__STEP_KIND__STEP_DECODE;
     st.n_seqs = (size_t)n;
     st.seqs = sp;
-    proto_env env = SHARDLM__ENVELOPE__INIT;
-    env.msg_case = SHARDLM__ENVELOPE__MSG_STEP;
-    env.step = &st;
     uint64_t t0 = coord_now_ns();
-    if ((rc = send_all(g, &env, NULL, NULL, e)))
-        goto out;
-    for (int r = 0; r < g->n_ranks; r++)
-        g->ranks[r].done = false;
-    for (int got = 0; got < g->n_ranks; got++) {
-        proto_env *in;
-        int r;
-        if ((rc = wait_any(g, SHARDLM__ENVELOPE__MSG_STEP_DONE, -1, &in, &r, e)))
+    for (int attempt = 0;; attempt++) {
+        st.step_id = ++g->step_id;
+        if (!(rc = run_step(g, &st, e)))
+            break;
+        /* a worker died: restart it on its CPUs over the same segments and run the step again
+         * (its KV rows for these positions are rewritten with the same values) */
+        if (rc != -ECHILD || attempt >= g->max_restarts || coord_stop_signal)
             goto out;
-        const Shardlm__StepDone *d = in->step_done;
-        if (d->step_id != st.step_id || g->ranks[r].done) {
-            rc = fail_group(g, coord_fail(e, -EPROTO, "worker rank %d finished step %llu, "
-                                          "expected %llu once", r,
-                                          (unsigned long long)d->step_id,
-                                          (unsigned long long)st.step_id));
-            proto_free(in);
+        char why[sizeof(e->msg)];
+        snprintf(why, sizeof(why), "%s", e->msg);
+        uint64_t r0 = coord_now_ns();
+        if ((rc = recover(g, e)))
             goto out;
-        }
-        g->ranks[r].done = true;
-        g->ranks[r].compute_ns = d->compute_ns;
-        g->ranks[r].allreduce_ns = d->allreduce_ns;
-        proto_free(in);
+        g->restarts++;
+        g->last_recovery_ns = coord_now_ns() - r0;
+        fprintf(stderr,
+                "shardlm: %s during step %llu; restarted in %.1f ms, running the step "
+                "again\n",
+                why, (unsigned long long)st.step_id, (double)g->last_recovery_ns / 1e6);
     }
     g->last_wall_ns = coord_now_ns() - t0;
     if (g->verbose) {

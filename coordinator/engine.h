@@ -27,6 +27,9 @@
 
 struct coord_engine;
 
+/* Worker restarts a step may make by default: a worker that dies again and again fails it. */
+#define COORD_RESTARTS 3
+
 /* How the weights get into shared memory (load.h). */
 struct coord_load_opts {
     bool no_persist; /* memfd segments that go with the processes, instead of persistent ones */
@@ -40,6 +43,7 @@ struct coord_engine_opts {
     struct coord_layout_opts layout;
     struct coord_load_opts load;
     bool verbose; /* layout and per-step timings on stderr */
+    int restarts; /* times a step may restart dead workers: 0 means COORD_RESTARTS, -1 none */
     /* Work of the caller's to overlap with the workers' start (the tokenizer, say): called once
      * the workers are spawned, before waiting for them; an error fails the start. */
     int (*while_starting)(struct coord_engine *g, void *arg, struct coord_err *e);
@@ -76,6 +80,10 @@ struct coord_engine {
     struct seg exch;
     uint32_t *kv_reserved; /* per KV slot: positions whose memory is reserved on every rank */
     uint32_t logits_reserved; /* rows of logits whose memory is reserved in the exchange */
+    int max_restarts;         /* per step */
+    int restarts;             /* workers restarted so far */
+    uint64_t last_recovery_ns; /* from noticing a death to every rank Ready again */
+    uint64_t heartbeat_seq;
     bool layout_anon;      /* segments are memfds (--no-persist) */
     void *zctx, *sock;
     uint64_t step_id;

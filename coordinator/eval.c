@@ -211,8 +211,11 @@ int coord_eval(const struct coord_eval_opts *o, struct coord_err *e)
         }
     }
     struct coord_engine g;
-    struct coord_engine_opts eo = {
-        .model_path = o->model, .layout = o->layout, .load = o->load, .verbose = o->verbose};
+    struct coord_engine_opts eo = {.model_path = o->model,
+                                   .layout = o->layout,
+                                   .load = o->load,
+                                   .verbose = o->verbose,
+                                   .restarts = o->restarts};
     int rc = coord_engine_start(&g, &eo, e);
     if (rc) {
         fclose(f);

@@ -45,6 +45,7 @@ int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
                                    .layout = o->layout,
                                    .load = o->load,
                                    .verbose = o->verbose,
+                                   .restarts = o->restarts,
                                    .while_starting = load_tok,
                                    .arg = &tl};
     struct coord_tok tok;

@@ -17,6 +17,7 @@ struct coord_generate_opts {
     uint64_t seed;
     struct coord_layout_opts layout;
     struct coord_load_opts load;
+    int restarts; /* coord_engine_opts.restarts */
     bool verbose;
 };
 
@@ -30,6 +31,7 @@ struct coord_eval_opts {
     const char *save_dir; /* also write this model's logits there as a reference (or NULL) */
     struct coord_layout_opts layout;
     struct coord_load_opts load;
+    int restarts;
     bool verbose;
 };
 

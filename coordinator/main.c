@@ -88,6 +88,9 @@ static const char usage_convert[] =
     "cache,\n"                                                                                     \
     "                  else O_DIRECT), direct (buffered where the filesystem refuses O_DIRECT)\n"  \
     "                  or buffered\n"                                                              \
+    "  --restarts N    a worker that dies is started again on its CPUs over the same segments "    \
+    "and\n"                                                                                        \
+    "                  the step re-run, up to N times per step (default 3; 0: fail at once)\n"     \
     "  --stats         load report on stderr: bytes read and GB/s, segments, peak anonymous\n"     \
     "                  memory per process, time to ready (and to the first token); last line\n"    \
     "                  load segments_bytes=<n> peak_anon_bytes=<n> seconds=<s>\n"
@@ -179,10 +182,21 @@ static int load_option(int c, struct coord_load_opts *l)
     return 0;
 }
 
+/* --restarts N: the engine's restarts field (-1 for 0: fail at the first death). */
+static bool parse_restarts(const char *s, int *out)
+{
+    long v;
+    if (!coord_parse_long(s, 0, 100, &v))
+        return false;
+    *out = v ? (int)v : -1;
+    return true;
+}
+
 #define LOAD_OPTIONS                                                                               \
     {"no-persist", no_argument, 0, 'N'}, {"io", required_argument, 0, 'I'},                        \
+        {"stats", no_argument, 0, 'Z'},                                                            \
     {                                                                                              \
-        "stats", no_argument, 0, 'Z'                                                               \
+        "restarts", required_argument, 0, 'X'                                                      \
     }
 
 static int exit_code(const char *cmd, int rc, const struct coord_err *e)
@@ -344,6 +358,11 @@ static int cmd_generate(int argc, char **argv)
             seeded = true;
             break;
         }
+        case 'X':
+            if (!parse_restarts(optarg, &o.restarts))
+                return coord_usage_error("generate", usage_generate,
+                                         "--restarts '%s': expected 0..100", optarg);
+            break;
         case 'v':
             o.verbose = true;
             break;
@@ -397,6 +416,11 @@ static int cmd_eval(int argc, char **argv)
         case 'r':
             o.ref_dir = optarg;
             break;
+        case 'X':
+            if (!parse_restarts(optarg, &o.restarts))
+                return coord_usage_error("eval", usage_eval, "--restarts '%s': expected 0..100",
+                                         optarg);
+            break;
         case 'v':
             o.verbose = true;
             break;
@@ -439,6 +463,11 @@ static int cmd_load(int argc, char **argv)
         switch (c) {
         case 'm':
             o.model_path = optarg;
+            break;
+        case 'X':
+            if (!parse_restarts(optarg, &o.restarts))
+                return coord_usage_error("load", usage_load, "--restarts '%s': expected 0..100",
+                                         optarg);
             break;
         case 'v':
             o.verbose = true;

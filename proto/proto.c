@@ -119,6 +119,8 @@ const char *proto_case_name(const proto_env *env)
         return "Shutdown";
     case SHARDLM__ENVELOPE__MSG_ERROR:
         return "Error";
+    case SHARDLM__ENVELOPE__MSG_REJOIN:
+        return "Rejoin";
     default:
         return "unknown";
     }

@@ -354,8 +354,9 @@ static void test_worker_dies_mid_generation(void **state)
     struct tu_run *r = malloc(sizeof(*r));
     char model[4200];
     tu_path(model, sizeof(model), "%s/f32.shlm", dir);
-    char *argv[] = {(char *)tu_bin(), "generate", "-m", model, "-p", "Once upon a time", "-n",
-                    "400", "--temp", "0", NULL};
+    char *argv[] = {(char *)tu_bin(),   "generate", "-m",  model,    "-p",
+                    "Once upon a time", "-n",       "400", "--temp", "0",
+                    "--restarts",       "0",        NULL};
     char *env[] = {env_rundir, "SHARDLM_FAULT=step_delay_ms=20", NULL};
     int killed = -1;
     time_t t0 = time(NULL);

@@ -83,6 +83,22 @@ static void detach(struct wrk *w)
     w->attached = false;
 }
 
+/* Answers Attach or Rejoin: the layout read back from the kernel. */
+static int send_ready(struct wrk *w)
+{
+    char cpus[1024];
+    Shardlm__Ready r = SHARDLM__READY__INIT;
+    r.rank = w->rank;
+    r.weights_bytes = w->weights.size;
+    r.node = wrk_read_back(cpus, sizeof(cpus));
+    r.cpus = cpus;
+    r.threads = (uint32_t)(w->pool ? wrk_pool_size(w->pool) : 1);
+    proto_env env = SHARDLM__ENVELOPE__INIT;
+    env.msg_case = SHARDLM__ENVELOPE__MSG_READY;
+    env.ready = &r;
+    return send_env(w, &env);
+}
+
 static int on_attach(struct wrk *w, const Shardlm__Attach *a)
 {
     char err[512];
@@ -126,17 +142,7 @@ static int on_attach(struct wrk *w, const Shardlm__Attach *a)
         return reply_error(w, rc, 0, "Attach: %s", strerror(-rc));
     }
     w->attached = true;
-    char cpus[1024];
-    Shardlm__Ready r = SHARDLM__READY__INIT;
-    r.rank = w->rank;
-    r.weights_bytes = w->weights.size;
-    r.node = wrk_read_back(cpus, sizeof(cpus));
-    r.cpus = cpus;
-    r.threads = (uint32_t)(w->pool ? wrk_pool_size(w->pool) : 1);
-    proto_env env = SHARDLM__ENVELOPE__INIT;
-    env.msg_case = SHARDLM__ENVELOPE__MSG_READY;
-    env.ready = &r;
-    return send_env(w, &env);
+    return send_ready(w);
 }
 
 /* Checks every field of a Step against the segments before anything is touched. */
@@ -221,6 +227,23 @@ static int on_step(struct wrk *w, const Shardlm__Step *s)
     return send_env(w, &env);
 }
 
+/* A peer was restarted and the coordinator reset the all-reduce area: attach to it afresh (the
+ * call count starts over with everyone's). The segments and the model view stay. */
+static int on_rejoin(struct wrk *w, const Shardlm__Rejoin *j)
+{
+    if (!w->attached)
+        return reply_error(w, -ENOTCONN, 0, "Rejoin before Attach");
+    if (j->rank != w->rank)
+        return reply_error(w, -EINVAL, 0, "Rejoin: rank %u, this worker is rank %u", j->rank,
+                           w->rank);
+    if (seg_ar_check(seg_exchange_ar(w->exch.base),
+                     w->exch.size - ((struct seg_exchange *)w->exch.base)->ar_off,
+                     (int)w->ar.n_ranks, (size_t)SEG_MAX_CHUNK * w->model.cfg.dim))
+        return reply_error(w, -EINVAL, 0, "Rejoin: the all-reduce area does not fit the group");
+    seg_ar_attach(&w->ar, seg_exchange_ar(w->exch.base), (int)w->rank, getpid());
+    return send_ready(w);
+}
+
 /* Handles one message. Returns 1 on Shutdown, else 0 (errors are replied, not fatal). */
 static int handle(struct wrk *w, const proto_env *in)
 {
@@ -241,6 +264,9 @@ static int handle(struct wrk *w, const proto_env *in)
             env.heartbeat = &h;
             send_env(w, &env);
         }
+        return 0;
+    case SHARDLM__ENVELOPE__MSG_REJOIN:
+        on_rejoin(w, in->rejoin);
         return 0;
     case SHARDLM__ENVELOPE__MSG_SHUTDOWN:
         return 1;
