@@ -39,8 +39,8 @@ void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *
     snprintf(out, len, "%s/%d.%s", rundir, (int)pid, what);
 }
 
-/* SHARDLM_SHM_LIMIT: the bytes of segments this process may create (as if its tmpfs were that
- * small), read once; 0 means no limit. */
+/* SHARDLM_SHM_LIMIT: the bytes of segment memory this process may allocate (as if its tmpfs were
+ * that small), read once; 0 means no limit. Counted as allocated (created whole, or reserved). */
 static uint64_t created_bytes;
 
 static int charge(size_t size)
@@ -63,9 +63,13 @@ static int charge(size_t size)
  * EINTR whenever a signal is pending (one the process handles, too): then it goes on. */
 static int allocate(int fd, size_t off, size_t len)
 {
-    int rc;
+    int rc = charge(len);
+    if (rc)
+        return rc;
     while ((rc = posix_fallocate(fd, (off_t)off, (off_t)len)) == EINTR) /* the error, not -1 */
         ;
+    if (rc)
+        created_bytes -= len;
     return -rc;
 }
 
@@ -73,18 +77,12 @@ static int allocate(int fd, size_t off, size_t len)
  * SEG_LAZY. -errno on error. */
 static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
 {
-    int rc = charge(size);
-    if (rc)
-        return rc;
-    if (ftruncate(fd, (off_t)size) < 0) {
-        created_bytes -= size;
+    int rc = 0;
+    if (ftruncate(fd, (off_t)size) < 0)
         return -errno;
-    }
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        created_bytes -= size;
+    if (p == MAP_FAILED)
         return -errno;
-    }
     /* on tmpfs the policy of a shared mapping is the file's: it governs every page allocated
      * for it from now on, by anyone - so bind before fallocate touches the first page */
     if (node >= 0 && numa_available() >= 0) {
@@ -98,16 +96,15 @@ static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
     }
     if (!rc && !(flags & SEG_LAZY))
         rc = allocate(fd, 0, size);
+    s->size = size; /* for seg_reserve's accounting */
     /* the pages exist now: map them all at once rather than one fault at a time */
     if (!rc && (flags & SEG_POPULATE) && !(flags & SEG_LAZY))
         madvise(p, size, MADV_POPULATE_WRITE);
     if (rc) {
         munmap(p, size);
-        created_bytes -= size;
         return rc;
     }
     s->base = p;
-    s->size = size;
     return 0;
 }
 

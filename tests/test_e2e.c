@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <time.h>
 
 #include "testutil.h"
 
@@ -313,30 +314,34 @@ static void test_worker_fails_to_start(void **state)
     free(r);
 }
 
-static void send_sigint_later(pid_t pid, void *arg)
+static void send_signal_later(pid_t pid, void *arg)
 {
-    (void)arg;
     usleep(700 * 1000);
-    kill(pid, SIGINT);
+    kill(pid, *(int *)arg);
 }
 
-/* SIGINT during generation: exit 130 with the text so far and a final newline, nothing left. */
+/* SIGINT or SIGTERM during generation: exit 130 / 143 with the text so far and a final newline,
+ * nothing left. */
 static void test_sigint_stops_cleanly(void **state)
 {
     struct tu_run *r = malloc(sizeof(*r));
-    char model[4200];
+    char model[4200], said[64];
     tu_path(model, sizeof(model), "%s/f32.shlm", dir);
     /* the worker's fault hook slows each step to 20 ms, so 400 steps outlast the signal */
     char *argv[] = {(char *)tu_bin(), "generate", "-m", model, "-p", "Once upon a time", "-n",
                     "400", "--temp", "1", "--seed", "7", NULL};
     char *env[] = {env_rundir, "SHARDLM_FAULT=step_delay_ms=20", NULL};
-    tu_run_cmd(r, argv, env, 60, send_sigint_later, NULL);
-    assert_int_equal(r->status, 130);
-    assert_non_null(strstr(r->out, "Once upon a time"));
-    assert_true(r->out_len > 0 && r->out[r->out_len - 1] == '\n');
-    assert_non_null(strstr(r->err, "stopped by signal 2"));
-    assert_runtime_clean();
-    assert_no_workers();
+    static int sigs[] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        tu_run_cmd(r, argv, env, 60, send_signal_later, &sigs[i]);
+        assert_int_equal(r->status, 128 + sigs[i]);
+        assert_non_null(strstr(r->out, "Once upon a time"));
+        assert_true(r->out_len > 0 && r->out[r->out_len - 1] == '\n');
+        snprintf(said, sizeof(said), "stopped by signal %d", sigs[i]);
+        assert_non_null(strstr(r->err, said));
+        assert_runtime_clean();
+        assert_no_workers();
+    }
     free(r);
 }
 
@@ -367,6 +372,68 @@ static void test_worker_dies_mid_generation(void **state)
     assert_true(time(NULL) - t0 < 5); /* 400 steps of 20 ms would take 8 s */
     assert_runtime_clean();
     assert_no_workers();
+    free(r);
+}
+
+struct coord_kill {
+    int rc;
+    uint64_t at_ns;
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void kill_coordinator_later(pid_t pid, void *arg)
+{
+    struct coord_kill *k = arg;
+    usleep(500 * 1000);
+    k->rc = kill(pid, SIGKILL);
+    k->at_ns = mono_ns();
+}
+
+/* What /dev/shm holds, one name per line (memfds and our runtime files must not show up). */
+static void list_dev_shm(char *out, size_t len)
+{
+    FILE *p = popen("ls -A /dev/shm 2>/dev/null", "r");
+    size_t n = p ? fread(out, 1, len - 1, p) : 0;
+    out[n] = 0;
+    if (p)
+        pclose(p);
+}
+
+/* The coordinator killed (SIGKILL) in the middle of a generation with two workers: they exit by
+ * themselves within 2 s (parent-death signal), /dev/shm holds what it held before, and the next
+ * start removes the dead coordinator's run files (KV, exchange, socket). */
+static void test_coordinator_dies(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200], before[8192], after[8192];
+    tu_path(model, sizeof(model), "%s/w4a8g128.shlm", dir);
+    list_dev_shm(before, sizeof(before));
+    char *argv[] = {(char *)tu_bin(),   "generate", "-m",  model,    "-p",
+                    "Once upon a time", "-n",       "400", "--temp", "0",
+                    "--cpus",           "0:0",      NULL};
+    char *env[] = {env_rundir, "SHARDLM_FAULT=step_delay_ms=20", NULL};
+    struct coord_kill k = {.rc = -1};
+    tu_run_cmd(r, argv, env, 60, kill_coordinator_later, &k);
+    /* the workers hold the output pipes too: tu_run_cmd returned when the last one exited */
+    double gone = (double)(mono_ns() - k.at_ns) / 1e9;
+    fprintf(stderr, "coordinator killed: its workers were gone %.3f s later\n", gone);
+    assert_int_equal(k.rc, 0);
+    assert_int_equal(r->status, 128 + SIGKILL);
+    assert_false(tu_workers_alive(rundir));
+    assert_true(gone < 2.0);
+    assert_true(tu_count_run_files(rundir) > 0); /* the dead one's KV, exchange, socket */
+    char *gen[] = {"generate", "-m", model, "-p", "Once", "-n", "2", NULL};
+    run_shardlm(r, gen, NULL);
+    assert_int_equal(r->status, 0);
+    assert_runtime_clean();
+    list_dev_shm(after, sizeof(after));
+    assert_string_equal(before, after);
     free(r);
 }
 
@@ -580,22 +647,32 @@ static void test_warm_start(void **state)
     free(r);
 }
 
-/* No room for the segments (SHARDLM_SHM_LIMIT stands in for a small tmpfs): a clear error,
- * nothing left behind, and no persistent segment marked complete. */
+/* No room for the segments (SHARDLM_SHM_LIMIT stands in for a small tmpfs): for the weights at
+ * load, or for the KV cache as a sequence grows - a clear error, nothing left behind, and no
+ * persistent segment marked complete. */
 static void test_segments_enospc(void **state)
 {
     struct tu_run *r = malloc(sizeof(*r));
     char model[4200], names[4096];
     tu_path(model, sizeof(model), "%s/w4a8g128.shlm", dir);
     char *gen[] = {"generate", "-m", model, "-p", "Once", "-n", "4", NULL};
-    char *tiny[] = {"SHARDLM_SHM_LIMIT=300000", NULL}; /* the weights (~400 KB) do not fit */
+    char *purge[] = {"shm", "purge", NULL}; /* no complete segment from an earlier test */
+    run_shardlm(r, purge, NULL);
+    assert_int_equal(r->status, 0);
+    char *tiny[] = {"SHARDLM_SHM_LIMIT=100000", NULL}; /* the weights (~290 KB) do not fit */
     run_shardlm(r, gen, tiny);
     expect_failure(r, "No space left on device");
     assert_int_equal(list_weights(names, sizeof(names)), 0);
-    char *kv[] = {"SHARDLM_SHM_LIMIT=1000000", NULL}; /* the weights fit, the exchange does not */
+    /* the weights and the exchange fit, the first 256 positions of KV cache do not: the step
+     * is refused before a worker could touch memory that is not there */
+    char *kv[] = {"SHARDLM_SHM_LIMIT=700000", NULL};
     char *gen_np[] = {"generate", "-m", model, "-p", "Once", "-n", "4", "--no-persist", NULL};
     run_shardlm(r, gen_np, kv);
-    expect_failure(r, "No space left on device");
+    expect_failure(r, "KV cache of rank 0: no memory for positions 0..255 of sequence 0 in a "
+                      "memfd: No space left on device");
+    char *enough[] = {"SHARDLM_SHM_LIMIT=900000", NULL};
+    run_shardlm(r, gen_np, enough);
+    assert_int_equal(r->status, 0);
     char *bad_io[] = {"generate", "-m", model, "-p", "Once", "--io", "fast", NULL};
     run_shardlm(r, bad_io, NULL);
     expect_failure(r, "bad value 'fast'");
@@ -616,6 +693,7 @@ int main(void)
         cmocka_unit_test(test_worker_fails_to_start),
         cmocka_unit_test(test_sigint_stops_cleanly),
         cmocka_unit_test(test_worker_dies_mid_generation),
+        cmocka_unit_test(test_coordinator_dies),
         cmocka_unit_test(test_bench_model),
         cmocka_unit_test(test_weight_path),
         cmocka_unit_test(test_warm_start),
