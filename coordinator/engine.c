@@ -396,6 +396,8 @@ static int open_socket(struct coord_engine *g, struct coord_err *e)
     g->zctx = zmq_ctx_new();
     if (!g->zctx || !(g->sock = zmq_socket(g->zctx, ZMQ_ROUTER)) || proto_socket_setup(g->sock) ||
         zmq_setsockopt(g->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one)) < 0 ||
+        /* a restarted worker reuses its rank's routing id: the new connection takes it over */
+        zmq_setsockopt(g->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof(one)) < 0 ||
         zmq_bind(g->sock, g->endpoint) < 0)
         return coord_fail(e, -zmq_errno(), "bind %s: %s", g->endpoint, zmq_strerror(zmq_errno()));
     chmod(g->sock_path, 0600);
