@@ -1,10 +1,7 @@
 /* shardlm-worker: one rank of the engine. Connects to its coordinator, maps the segments it is
  * told to, and runs the steps it is sent until Shutdown or until the coordinator goes away. */
-#include "model.h"
 #include "pin.h"
-#include "proto.h"
-#include "seg.h"
-#include "shlm.h"
+#include "serve.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -18,262 +15,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
-struct wrk {
-    unsigned rank;
-    pid_t coord;
-    void *sock;
-    const struct kn_ops *ops;
-    int node;            /* NUMA node of our memory, -1: none */
-    int n_cpus, *cpus;   /* one pool thread per CPU */
-    struct wrk_pool *pool;
-    bool attached;
-    struct seg weights, kv, exch;
-    struct shlm_model img;
-    struct seg_ar_rank ar;
-    struct wrk_model model;
-    uint64_t last_step;
-    unsigned fault_step_delay_ms; /* SHARDLM_FAULT=step_delay_ms=N: tests of slow steps */
-};
-
-static void logf_(const struct wrk *w, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "shardlm-worker[%u]: ", w->rank);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-static int send_env(struct wrk *w, proto_env *env)
+static int send_socket(struct wrk *w, const proto_env *env)
 {
     int rc = proto_send(w->sock, NULL, 0, env);
     if (rc)
-        logf_(w, "send failed: %s", zmq_strerror(-rc));
+        wrk_log(w, "send failed: %s", zmq_strerror(-rc));
     return rc;
-}
-
-/* Replies Error{code, message, step_id} and logs it. Returns @code. */
-static int reply_error(struct wrk *w, int code, uint64_t step_id, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    logf_(w, "error: %s", msg);
-    Shardlm__Error e = SHARDLM__ERROR__INIT;
-    e.code = code;
-    e.message = msg;
-    e.step_id = step_id;
-    proto_env env = SHARDLM__ENVELOPE__INIT;
-    env.msg_case = SHARDLM__ENVELOPE__MSG_ERROR;
-    env.error = &e;
-    send_env(w, &env);
-    return code;
-}
-
-static void detach(struct wrk *w)
-{
-    if (w->attached)
-        wrk_model_free(&w->model);
-    seg_free(&w->weights);
-    seg_free(&w->kv);
-    seg_free(&w->exch);
-    w->attached = false;
-}
-
-/* Answers Attach or Rejoin: the layout read back from the kernel. */
-static int send_ready(struct wrk *w)
-{
-    char cpus[1024];
-    Shardlm__Ready r = SHARDLM__READY__INIT;
-    r.rank = w->rank;
-    r.weights_bytes = w->weights.size;
-    r.node = wrk_read_back(cpus, sizeof(cpus));
-    r.cpus = cpus;
-    r.threads = (uint32_t)(w->pool ? wrk_pool_size(w->pool) : 1);
-    proto_env env = SHARDLM__ENVELOPE__INIT;
-    env.msg_case = SHARDLM__ENVELOPE__MSG_READY;
-    env.ready = &r;
-    return send_env(w, &env);
-}
-
-static int on_attach(struct wrk *w, const Shardlm__Attach *a)
-{
-    char err[512];
-    int rc;
-    if (w->attached)
-        return reply_error(w, -EALREADY, 0, "Attach: already attached");
-    if (a->rank != w->rank || a->n_ranks < 1 || a->n_ranks > SEG_AR_MAX_RANKS)
-        return reply_error(w, -EINVAL, 0, "Attach: rank %u of %u, this worker is rank %u",
-                           a->rank, a->n_ranks, w->rank);
-    if ((rc = seg_map(&w->weights, a->weights_path, a->weights_bytes, false)) ||
-        (rc = seg_map(&w->kv, a->kv_path, a->kv_bytes, true)) ||
-        (rc = seg_map(&w->exch, a->exchange_path, a->exchange_bytes, true))) {
-        detach(w);
-        return reply_error(w, rc, 0, "Attach: cannot map segments: %s", strerror(-rc));
-    }
-    rc = shlm_parse(&w->img, w->weights.base, w->weights.size, a->weights_path, err, sizeof(err));
-    if (rc) {
-        detach(w);
-        return reply_error(w, rc, 0, "Attach: %s", err);
-    }
-    const struct shlm_header *h = w->img.hdr;
-    const struct shlm_config *c = &h->cfg;
-    struct seg_plan p;
-    if (h->shard_rank != a->rank || h->shard_count != a->n_ranks ||
-        seg_plan_make(&p, c, h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0,
-                      (int)a->n_ranks, (int)a->rank)) {
-        detach(w);
-        return reply_error(w, -EINVAL, 0, "Attach: the weights segment holds shard %u of %u, "
-                           "not %u of %u", h->shard_rank, h->shard_count, a->rank, a->n_ranks);
-    }
-    if (seg_kv_check(w->kv.base, w->kv.size, c->n_layers, c->seq_len,
-                     (uint32_t)(p.kv1 - p.kv0) * c->head_dim) ||
-        seg_exchange_check(w->exch.base, w->exch.size, c->vocab_size, a->n_ranks, c->dim)) {
-        detach(w);
-        return reply_error(w, -EINVAL, 0, "Attach: KV or exchange segment does not fit the model");
-    }
-    seg_ar_attach(&w->ar, seg_exchange_ar(w->exch.base), (int)a->rank, getpid());
-    rc = wrk_model_init(&w->model, &w->img, w->ops, SEG_MAX_CHUNK, w->pool, &w->ar);
-    if (rc) {
-        detach(w);
-        return reply_error(w, rc, 0, "Attach: %s", strerror(-rc));
-    }
-    w->attached = true;
-    return send_ready(w);
-}
-
-/* Checks every field of a Step against the segments before anything is touched. */
-static int check_step(struct wrk *w, const Shardlm__Step *s, char *err, size_t errlen)
-{
-    const struct seg_exchange *x = w->exch.base;
-    const struct seg_kv *kv = w->kv.base;
-    const int32_t *tok = seg_exchange_tokens(w->exch.base);
-    if (s->step_id <= w->last_step)
-        return snprintf(err, errlen, "step_id %llu is not after %llu",
-                        (unsigned long long)s->step_id, (unsigned long long)w->last_step), -EINVAL;
-    if (s->n_seqs == 0 || s->n_seqs > kv->n_seqs)
-        return snprintf(err, errlen, "%zu sequences, expected 1..%u", s->n_seqs, kv->n_seqs),
-               -EINVAL;
-    for (size_t i = 0; i < s->n_seqs; i++) {
-        const Shardlm__StepSeq *q = s->seqs[i];
-        uint64_t rows = q->all_logits ? q->n_tokens : 1;
-        if (q->seq_id >= kv->n_seqs)
-            return snprintf(err, errlen, "seq_id %u, expected < %u", q->seq_id, kv->n_seqs),
-                   -EINVAL;
-        if (q->n_tokens == 0 || (uint64_t)q->pos + q->n_tokens > kv->seq_len)
-            return snprintf(err, errlen, "positions %u..+%u outside the context of %u", q->pos,
-                            q->n_tokens, kv->seq_len), -EINVAL;
-        if ((uint64_t)q->token_offset + q->n_tokens > x->max_tokens)
-            return snprintf(err, errlen, "tokens %u..+%u outside the exchange's %u",
-                            q->token_offset, q->n_tokens, x->max_tokens), -EINVAL;
-        if ((uint64_t)q->logits_row + rows > x->logit_rows)
-            return snprintf(err, errlen, "logits rows %u..+%llu outside the exchange's %u",
-                            q->logits_row, (unsigned long long)rows, x->logit_rows), -EINVAL;
-        for (uint32_t t = 0; t < q->n_tokens; t++) {
-            int32_t id = tok[q->token_offset + t];
-            if (id < 0 || (uint32_t)id >= x->vocab)
-                return snprintf(err, errlen, "token id %d outside the vocabulary of %u", id,
-                                x->vocab), -EINVAL;
-        }
-    }
-    return 0;
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int on_step(struct wrk *w, const Shardlm__Step *s)
-{
-    char err[256];
-    if (!w->attached)
-        return reply_error(w, -ENOTCONN, s->step_id, "Step before Attach");
-    int rc = check_step(w, s, err, sizeof(err));
-    if (rc)
-        return reply_error(w, rc, s->step_id, "Step %llu: %s", (unsigned long long)s->step_id,
-                           err);
-    w->last_step = s->step_id;
-    if (w->fault_step_delay_ms)
-        usleep(w->fault_step_delay_ms * 1000u);
-    uint64_t t0 = now_ns();
-    const int32_t *tok = seg_exchange_tokens(w->exch.base);
-    float *logits = seg_exchange_logits(w->exch.base);
-    size_t vocab = w->model.cfg.vocab_size;
-    seg_ar_take_wait_ns(&w->ar);
-    for (size_t i = 0; i < s->n_seqs; i++) {
-        const Shardlm__StepSeq *q = s->seqs[i];
-        rc = wrk_forward(&w->model, w->kv.base, q->seq_id, tok + q->token_offset,
-                         (int)q->n_tokens, (int)q->pos, logits + (size_t)q->logits_row * vocab,
-                         q->all_logits);
-        if (rc)
-            return reply_error(w, rc, s->step_id, "Step %llu: all-reduce failed: %s",
-                               (unsigned long long)s->step_id,
-                               rc == -ETIMEDOUT ? "peers made no progress" : "group aborted");
-    }
-    Shardlm__StepDone d = SHARDLM__STEP_DONE__INIT;
-    d.step_id = s->step_id;
-    d.compute_ns = now_ns() - t0;
-    d.allreduce_ns = seg_ar_take_wait_ns(&w->ar);
-    d.rank = w->rank;
-    proto_env env = SHARDLM__ENVELOPE__INIT;
-    env.msg_case = SHARDLM__ENVELOPE__MSG_STEP_DONE;
-    env.step_done = &d;
-    return send_env(w, &env);
-}
-
-/* A peer was restarted and the coordinator reset the all-reduce area: attach to it afresh (the
- * call count starts over with everyone's). The segments and the model view stay. */
-static int on_rejoin(struct wrk *w, const Shardlm__Rejoin *j)
-{
-    if (!w->attached)
-        return reply_error(w, -ENOTCONN, 0, "Rejoin before Attach");
-    if (j->rank != w->rank)
-        return reply_error(w, -EINVAL, 0, "Rejoin: rank %u, this worker is rank %u", j->rank,
-                           w->rank);
-    if (seg_ar_check(seg_exchange_ar(w->exch.base),
-                     w->exch.size - ((struct seg_exchange *)w->exch.base)->ar_off,
-                     (int)w->ar.n_ranks, (size_t)SEG_MAX_CHUNK * w->model.cfg.dim))
-        return reply_error(w, -EINVAL, 0, "Rejoin: the all-reduce area does not fit the group");
-    seg_ar_attach(&w->ar, seg_exchange_ar(w->exch.base), (int)w->rank, getpid());
-    return send_ready(w);
-}
-
-/* Handles one message. Returns 1 on Shutdown, else 0 (errors are replied, not fatal). */
-static int handle(struct wrk *w, const proto_env *in)
-{
-    switch (in->msg_case) {
-    case SHARDLM__ENVELOPE__MSG_ATTACH:
-        on_attach(w, in->attach);
-        return 0;
-    case SHARDLM__ENVELOPE__MSG_STEP:
-        on_step(w, in->step);
-        return 0;
-    case SHARDLM__ENVELOPE__MSG_HEARTBEAT:
-        if (!in->heartbeat->reply) {
-            Shardlm__Heartbeat h = SHARDLM__HEARTBEAT__INIT;
-            h.seq = in->heartbeat->seq;
-            h.reply = true;
-            proto_env env = SHARDLM__ENVELOPE__INIT;
-            env.msg_case = SHARDLM__ENVELOPE__MSG_HEARTBEAT;
-            env.heartbeat = &h;
-            send_env(w, &env);
-        }
-        return 0;
-    case SHARDLM__ENVELOPE__MSG_REJOIN:
-        on_rejoin(w, in->rejoin);
-        return 0;
-    case SHARDLM__ENVELOPE__MSG_SHUTDOWN:
-        return 1;
-    default:
-        reply_error(w, -EPROTO, 0, "unexpected %s from the coordinator", proto_case_name(in));
-        return 0;
-    }
 }
 
 static void usage(FILE *f)
@@ -288,7 +35,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    struct wrk w = {.node = -1};
+    struct wrk w = {.node = -1, .send = send_socket};
     const char *endpoint = NULL, *cpus = NULL;
     long coord = 0, threads = 0;
     static const struct option opts[] = {{"endpoint", required_argument, 0, 'e'},
@@ -338,7 +85,7 @@ int main(int argc, char **argv)
     signal(SIGINT, SIG_IGN);
     w.coord = (pid_t)coord;
     if (getppid() != w.coord) {
-        logf_(&w, "coordinator %ld is not my parent (gone?), exiting", coord);
+        wrk_log(&w, "coordinator %ld is not my parent (gone?), exiting", coord);
         return 1;
     }
     int rc = 1;
@@ -346,29 +93,29 @@ int main(int argc, char **argv)
     if (cpus) {
         w.n_cpus = seg_cpulist_parse(cpus, strlen(cpus), cpu_list, SEG_MAX_CPUS);
         if (w.n_cpus < 0) {
-            logf_(&w, "--cpus '%s' is not a CPU list", cpus);
+            wrk_log(&w, "--cpus '%s' is not a CPU list", cpus);
             return 2;
         }
         w.cpus = cpu_list;
     }
     int n_threads = threads ? (int)threads : w.n_cpus ? w.n_cpus : 1;
     if (w.n_cpus && n_threads > w.n_cpus) {
-        logf_(&w, "--threads %d: only %d CPUs given", n_threads, w.n_cpus);
+        wrk_log(&w, "--threads %d: only %d CPUs given", n_threads, w.n_cpus);
         return 2;
     }
     int pr = wrk_pin(w.node, w.cpus, w.n_cpus);
     if (pr) {
-        logf_(&w, "cannot pin to node %d cpus %s: %s", w.node, cpus ? cpus : "-", strerror(-pr));
+        wrk_log(&w, "cannot pin to node %d cpus %s: %s", w.node, cpus ? cpus : "-", strerror(-pr));
         return 1;
     }
     if ((pr = wrk_pool_init(&w.pool, n_threads, w.cpus))) {
-        logf_(&w, "cannot start %d threads: %s", n_threads, strerror(-pr));
+        wrk_log(&w, "cannot start %d threads: %s", n_threads, strerror(-pr));
         return 1;
     }
     w.ops = kn_ops_select();
     const char *fault = getenv("SHARDLM_FAULT");
     if (fault && sscanf(fault, "step_delay_ms=%u", &w.fault_step_delay_ms) == 1)
-        logf_(&w, "fault hook: every step sleeps %u ms", w.fault_step_delay_ms);
+        wrk_log(&w, "fault hook: every step sleeps %u ms", w.fault_step_delay_ms);
 
     void *ctx = zmq_ctx_new();
     w.sock = zmq_socket(ctx, ZMQ_DEALER);
@@ -377,7 +124,7 @@ int main(int argc, char **argv)
     if (!w.sock || proto_socket_setup(w.sock) ||
         zmq_setsockopt(w.sock, ZMQ_ROUTING_ID, id, (size_t)idlen) < 0 ||
         zmq_connect(w.sock, endpoint) < 0) {
-        logf_(&w, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        wrk_log(&w, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
         goto out_ctx;
     }
     Shardlm__Hello hello = SHARDLM__HELLO__INIT;
@@ -388,28 +135,28 @@ int main(int argc, char **argv)
     proto_env env = SHARDLM__ENVELOPE__INIT;
     env.msg_case = SHARDLM__ENVELOPE__MSG_HELLO;
     env.hello = &hello;
-    if (send_env(&w, &env))
+    if (send_socket(&w, &env))
         goto out_ctx;
 
     for (;;) {
         proto_env *in;
         int r = proto_recv(w.sock, 500, NULL, NULL, &in);
         if (getppid() != w.coord) {
-            logf_(&w, "coordinator gone, exiting");
+            wrk_log(&w, "coordinator gone, exiting");
             proto_free(in);
             break;
         }
         if (r == -EAGAIN || r == -EINTR)
             continue;
         if (r == -EBADMSG) {
-            reply_error(&w, -EBADMSG, 0, "malformed message from the coordinator");
+            wrk_reply_error(&w, -EBADMSG, 0, "malformed message from the coordinator");
             continue;
         }
         if (r) {
-            logf_(&w, "receive failed: %s", zmq_strerror(-r));
+            wrk_log(&w, "receive failed: %s", zmq_strerror(-r));
             break;
         }
-        int stop = handle(&w, in);
+        int stop = wrk_handle(&w, in);
         proto_free(in);
         if (stop) {
             rc = 0;
@@ -417,7 +164,7 @@ int main(int argc, char **argv)
         }
     }
 out_ctx:
-    detach(&w);
+    wrk_detach(&w);
     wrk_pool_free(w.pool);
     if (w.sock)
         zmq_close(w.sock);
