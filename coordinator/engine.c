@@ -190,9 +190,22 @@ static int spawn_worker(struct coord_engine *g, int r, struct coord_err *e)
         return coord_fail(e, -errno, "fork: %s", strerror(errno));
     }
     if (child == 0) {
-        char *argv[] = {path,   "--endpoint", g->endpoint, "--rank",    rank,    "--coordinator-pid",
-                        pid,    "--node",     node,        "--cpus",    cpus,    "--threads",
-                        threads, NULL};
+        char *argv[] = {path,
+                        "--endpoint",
+                        g->endpoint,
+                        "--rank",
+                        rank,
+                        "--coordinator-pid",
+                        pid,
+                        "--node",
+                        node,
+                        "--cpus",
+                        cpus,
+                        "--threads",
+                        threads,
+                        g->keys ? "--keys" : NULL,
+                        (char *)g->keys,
+                        NULL};
         close(pfd[0]);
         execv(path, argv);
         int err = errno;
@@ -388,19 +401,42 @@ static int make_segments(struct coord_engine *g, const struct coord_engine_opts 
     return 0;
 }
 
-static int open_socket(struct coord_engine *g, struct coord_err *e)
+static int open_socket(struct coord_engine *g, const struct coord_access_opts *o,
+                       struct coord_err *e)
 {
-    seg_path(g->sock_path, sizeof(g->sock_path), g->rundir, getpid(), "sock");
-    snprintf(g->endpoint, sizeof(g->endpoint), "ipc://%s", g->sock_path);
-    int one = 1;
+    bool loopback = true;
+    int rc, one = 1;
+    if (o->listen) {
+        if ((rc = coord_listen_endpoint(o->listen, g->endpoint, sizeof(g->endpoint), &loopback, e)))
+            return rc;
+        if (!loopback && !o->keys)
+            return coord_fail(e, -EPERM,
+                              "--listen %s: an address other than loopback needs "
+                              "CURVE keys (--keys DIR, made by `shardlm keygen -o DIR`)",
+                              o->listen);
+    } else {
+        seg_path(g->sock_path, sizeof(g->sock_path), g->rundir, getpid(), "sock");
+        snprintf(g->endpoint, sizeof(g->endpoint), "ipc://%s", g->sock_path);
+    }
     g->zctx = zmq_ctx_new();
     if (!g->zctx || !(g->sock = zmq_socket(g->zctx, ZMQ_ROUTER)) || proto_socket_setup(g->sock) ||
         zmq_setsockopt(g->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one)) < 0 ||
         /* a restarted worker reuses its rank's routing id: the new connection takes it over */
-        zmq_setsockopt(g->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof(one)) < 0 ||
-        zmq_bind(g->sock, g->endpoint) < 0)
+        zmq_setsockopt(g->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof(one)) < 0)
+        return coord_fail(e, -zmq_errno(), "socket: %s", zmq_strerror(zmq_errno()));
+    if (o->keys && (rc = coord_curve_start(&g->curve, g->zctx, g->sock, o->keys, e)))
+        return rc;
+    g->keys = o->keys;
+    if (zmq_bind(g->sock, g->endpoint) < 0)
         return coord_fail(e, -zmq_errno(), "bind %s: %s", g->endpoint, zmq_strerror(zmq_errno()));
-    chmod(g->sock_path, 0600);
+    if (g->sock_path[0]) {
+        chmod(g->sock_path, 0600);
+    } else { /* the port the kernel chose for :0 */
+        size_t len = sizeof(g->endpoint);
+        zmq_getsockopt(g->sock, ZMQ_LAST_ENDPOINT, g->endpoint, &len);
+    }
+    if (g->verbose)
+        fprintf(stderr, "coordinator listens on %s%s\n", g->endpoint, g->curve ? " (CURVE)" : "");
     return 0;
 }
 
@@ -556,7 +592,7 @@ int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o
         rc = coord_fail(e, -ENOMEM, "out of memory");
         goto out_fail;
     }
-    if ((rc = make_segments(g, o, e)) || (rc = open_socket(g, e)))
+    if ((rc = make_segments(g, o, e)) || (rc = open_socket(g, &o->access, e)))
         goto out_fail;
     for (int r = 0; r < g->n_ranks; r++)
         if ((rc = spawn_worker(g, r, e)))
@@ -931,7 +967,9 @@ void coord_engine_stop(struct coord_engine *g)
     if (g->sock)
         zmq_close(g->sock);
     if (g->zctx)
-        zmq_ctx_term(g->zctx);
+        zmq_ctx_term(g->zctx); /* ends the ZAP handler, which closes its socket */
+    coord_curve_stop(g->curve);
+    g->curve = NULL;
     g->sock = g->zctx = NULL;
     if (g->sock_path[0])
         unlink(g->sock_path);

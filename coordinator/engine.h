@@ -13,6 +13,7 @@
 #ifndef SHARDLM_COORD_ENGINE_H
 #define SHARDLM_COORD_ENGINE_H
 
+#include "access.h"
 #include "layout.h"
 #include "load.h"
 #include "seg.h"
@@ -37,8 +38,15 @@ struct coord_load_opts {
     bool stats; /* print coord_engine_print_stats() at the end */
 };
 
+/* Where the workers reach the coordinator (access.h). */
+struct coord_access_opts {
+    const char *listen; /* NULL: ipc in the runtime directory; "tcp"; "tcp://HOST:PORT" */
+    const char *keys;   /* CURVE keys of `shardlm keygen` (required off loopback) */
+};
+
 struct coord_engine_opts {
     const char *model_path;
+    struct coord_access_opts access;
     uint32_t n_seqs; /* KV slots; 0 means 1 */
     struct coord_layout_opts layout;
     struct coord_load_opts load;
@@ -86,6 +94,8 @@ struct coord_engine {
     uint64_t heartbeat_seq;
     bool layout_anon;      /* segments are memfds (--no-persist) */
     void *zctx, *sock;
+    struct coord_curve *curve; /* CURVE server and its ZAP handler, with --keys */
+    const char *keys;          /* passed on to the workers */
     uint64_t step_id;
     uint64_t last_wall_ns;
     bool verbose;

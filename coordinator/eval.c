@@ -215,7 +215,8 @@ int coord_eval(const struct coord_eval_opts *o, struct coord_err *e)
                                    .layout = o->layout,
                                    .load = o->load,
                                    .verbose = o->verbose,
-                                   .restarts = o->restarts};
+                                   .restarts = o->restarts,
+                                   .access = o->access};
     int rc = coord_engine_start(&g, &eo, e);
     if (rc) {
         fclose(f);

@@ -44,6 +44,7 @@ int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
     struct coord_engine_opts eo = {.model_path = o->model,
                                    .layout = o->layout,
                                    .load = o->load,
+                                   .access = o->access,
                                    .verbose = o->verbose,
                                    .restarts = o->restarts,
                                    .while_starting = load_tok,

@@ -17,6 +17,7 @@ struct coord_generate_opts {
     uint64_t seed;
     struct coord_layout_opts layout;
     struct coord_load_opts load;
+    struct coord_access_opts access;
     int restarts; /* coord_engine_opts.restarts */
     bool verbose;
 };
@@ -31,6 +32,7 @@ struct coord_eval_opts {
     const char *save_dir; /* also write this model's logits there as a reference (or NULL) */
     struct coord_layout_opts layout;
     struct coord_load_opts load;
+    struct coord_access_opts access;
     int restarts;
     bool verbose;
 };

@@ -35,6 +35,7 @@ static const char usage_main[] =
     "  load      -m MODEL.shlm [--stats]         build (or find) the weights segments and stop:\n"
     "            the next generate starts warm\n"
     "  shm       list | purge                   the segments in the runtime directory\n"
+    "  keygen    -o DIR                         CURVE keys for --listen off loopback\n"
     "  eval      -m MODEL.shlm --ref DIR         KL divergence, top-1 and perplexity against\n"
     "            reference logits\n"
     "  bench     -m MODEL.shlm [-p 512] [-n 128] [-t 1,2]  prefill and decode speed, roofline\n"
@@ -79,6 +80,12 @@ static const char usage_convert[] =
     "  --cpus LIST     each worker's CPUs, workers separated by ':' (e.g. 0-3:4-7); CPUs may be\n" \
     "                  shared between workers this way\n"
 
+#define ACCESS_HELP                                                                                \
+    "  --listen EP     where workers reach the coordinator: tcp (127.0.0.1, a free port) or\n"     \
+    "                  tcp://HOST:PORT (default: a socket in the private runtime directory)\n"     \
+    "  --keys DIR      CURVE keys of `shardlm keygen`: encrypt the connection and admit only\n"    \
+    "                  workers holding DIR/worker.key (required for an address off loopback)\n"
+
 #define LOAD_HELP                                                                                  \
     "  --no-persist    weights in memfds that go with the processes; by default each worker's\n"   \
     "                  weights stay in the runtime directory, so the next start on the same "      \
@@ -102,7 +109,7 @@ static const char usage_load[] =
     "Loads the model as generate would - the weights segments of its workers, built from the file\n"
     "or found complete from an earlier run - starts the workers, and stops. Without --no-persist\n"
     "the segments stay, so a later generate with the same layout starts warm.\n" LAYOUT_HELP
-        LOAD_HELP "  --verbose       worker layout on stderr\n";
+        LOAD_HELP ACCESS_HELP "  --verbose       worker layout on stderr\n";
 
 static const char usage_generate[] =
     "usage: shardlm generate -m MODEL.shlm -p PROMPT [-n N] [--temp T] [--top-p P] [--seed S]\n"
@@ -113,7 +120,7 @@ static const char usage_generate[] =
     "is generated, then a newline. Stops after N new tokens (default 256) or at BOS/EOS.\n"
     "  --temp T        sampling temperature, 0 = greedy (default 1.0)\n"
     "  --top-p P       nucleus sampling mass in (0, 1] (default 0.9)\n"
-    "  --seed S        random seed (default: from the clock)\n" LAYOUT_HELP LOAD_HELP
+    "  --seed S        random seed (default: from the clock)\n" LAYOUT_HELP LOAD_HELP ACCESS_HELP
     "  --verbose       worker layout (`rank <r> node <n> cpus <list> pid <pid>`) and per-step\n"
     "                  timings (wall, all-reduce, per-rank compute) on stderr\n";
 
@@ -127,7 +134,7 @@ static const char usage_eval[] =
     "perplexity of the sequence. The last line reads\n"
     "  overall kld=<mean> top1=<fraction> ppl=<value>\n"
     "  --save DIR      also write this model's logits to DIR in the same format, to compare\n"
-    "                  another model or layout against it\n" LAYOUT_HELP LOAD_HELP;
+    "                  another model or layout against it\n" LAYOUT_HELP LOAD_HELP ACCESS_HELP;
 
 static bool parse_float(const char *s, float lo, float hi, float *out)
 {
@@ -181,6 +188,23 @@ static int load_option(int c, struct coord_load_opts *l)
     }
     return 0;
 }
+
+/* Handles --listen/--keys; returns 1 if @c was one of them. */
+static int access_option(int c, struct coord_access_opts *a)
+{
+    switch (c) {
+    case 'L':
+        a->listen = optarg;
+        return 1;
+    case 'K':
+        a->keys = optarg;
+        return 1;
+    }
+    return 0;
+}
+
+#define ACCESS_OPTIONS                                                                             \
+    {"listen", required_argument, 0, 'L'}, { "keys", required_argument, 0, 'K' }
 
 /* --restarts N: the engine's restarts field (-1 for 0: fail at the first death). */
 static bool parse_restarts(const char *s, int *out)
@@ -311,6 +335,7 @@ static int cmd_generate(int argc, char **argv)
                                          {"help", no_argument, 0, 'h'},
                                          LAYOUT_OPTIONS,
                                          LOAD_OPTIONS,
+                                         ACCESS_OPTIONS,
                                          {0, 0, 0, 0}};
     int c;
     long v;
@@ -318,6 +343,8 @@ static int cmd_generate(int argc, char **argv)
         int lo = layout_option(c, &o.layout);
         if (!lo)
             lo = load_option(c, &o.load);
+        if (!lo)
+            lo = access_option(c, &o.access);
         if (lo < 0)
             return coord_usage_error("generate", usage_generate,
                                      "bad value '%s' for a layout "
@@ -393,12 +420,15 @@ static int cmd_eval(int argc, char **argv)
                                          {"help", no_argument, 0, 'h'},
                                          LAYOUT_OPTIONS,
                                          LOAD_OPTIONS,
+                                         ACCESS_OPTIONS,
                                          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
         int lo = layout_option(c, &o.layout);
         if (!lo)
             lo = load_option(c, &o.load);
+        if (!lo)
+            lo = access_option(c, &o.access);
         if (lo < 0)
             return coord_usage_error("eval", usage_eval,
                                      "bad value '%s' for a layout or load "
@@ -447,12 +477,15 @@ static int cmd_load(int argc, char **argv)
                                          {"help", no_argument, 0, 'h'},
                                          LAYOUT_OPTIONS,
                                          LOAD_OPTIONS,
+                                         ACCESS_OPTIONS,
                                          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
         int lo = layout_option(c, &o.layout);
         if (!lo)
             lo = load_option(c, &o.load);
+        if (!lo)
+            lo = access_option(c, &o.access);
         if (lo < 0)
             return coord_usage_error("load", usage_load,
                                      "bad value '%s' for a layout or load "
@@ -518,6 +551,8 @@ int main(int argc, char **argv)
         return cmd_eval(argc - 1, argv + 1);
     if (strcmp(cmd, "load") == 0)
         return cmd_load(argc - 1, argv + 1);
+    if (strcmp(cmd, "keygen") == 0)
+        return coord_cmd_keygen(argc - 1, argv + 1);
     if (strcmp(cmd, "shm") == 0)
         return coord_cmd_shm(argc - 1, argv + 1);
     if (strcmp(cmd, "synth") == 0)

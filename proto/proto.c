@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -124,4 +125,39 @@ const char *proto_case_name(const proto_env *env)
     default:
         return "unknown";
     }
+}
+
+int proto_key_read(const char *path, char *pub, char *sec)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -errno;
+    char line[128], p[64] = "", s[64] = "";
+    while (fgets(line, sizeof(line), f)) {
+        char key[16], val[64];
+        if (sscanf(line, "%15s %63s", key, val) != 2)
+            continue;
+        if (!strcmp(key, "public"))
+            snprintf(p, sizeof(p), "%s", val);
+        else if (!strcmp(key, "secret"))
+            snprintf(s, sizeof(s), "%s", val);
+    }
+    fclose(f);
+    uint8_t bin[32];
+    if (strlen(p) != 40 || !zmq_z85_decode(bin, p) ||
+        (sec && (strlen(s) != 40 || !zmq_z85_decode(bin, s))))
+        return -EINVAL;
+    memcpy(pub, p, 41);
+    if (sec)
+        memcpy(sec, s, 41);
+    return 0;
+}
+
+int proto_curve_client(void *sock, const char *server_pub, const char *pub, const char *sec)
+{
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server_pub, 40) < 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 40) < 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, sec, 40) < 0)
+        return -zmq_errno();
+    return 0;
 }

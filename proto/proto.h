@@ -23,6 +23,13 @@ int proto_recv(void *sock, int timeout_ms, void *id, size_t *idlen, proto_env **
 void proto_free(proto_env *env);
 /* Sets the options every shardlm socket carries (max message size, linger 0). */
 int proto_socket_setup(void *sock);
+
+/* CURVE key files (`shardlm keygen`): two lines, "public <z85>" and "secret <z85>" (40 chars
+ * each). Reads @path into @pub and, when @sec is not NULL, @sec (41 bytes each, NUL-terminated).
+ * Returns 0, -errno, or -EINVAL for a file that is not one. */
+int proto_key_read(const char *path, char *pub, char *sec);
+/* Makes @sock a CURVE client of the server whose public key is @server_pub, as @pub/@sec. */
+int proto_curve_client(void *sock, const char *server_pub, const char *pub, const char *sec);
 /* A name for the message case, for logs. */
 const char *proto_case_name(const proto_env *env);
 

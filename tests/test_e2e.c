@@ -11,7 +11,11 @@
 #include <sched.h>
 #include <time.h>
 
+#include "proto.h"
 #include "testutil.h"
+
+#include <sys/stat.h>
+#include <zmq.h>
 
 static char dir[4096];    /* models converted once for all tests */
 static char rundir[4096]; /* SHARDLM_RUNTIME_DIR of every run: must be empty after each */
@@ -679,6 +683,111 @@ static void test_segments_enospc(void **state)
     free(r);
 }
 
+struct rogue {
+    int port;
+    char server_pub[41];
+    int sent;
+};
+
+/* A peer with a key of its own (not the workers') connects while the coordinator runs. */
+static void rogue_peer_later(pid_t pid, void *arg)
+{
+    struct rogue *g = arg;
+    usleep(400 * 1000);
+    char pub[41], sec[41], ep[64];
+    void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0; /* what it queued goes with it */
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_curve_keypair(pub, sec);
+    proto_curve_client(s, g->server_pub, pub, sec);
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, "rank-0", 6);
+    snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", g->port);
+    zmq_connect(s, ep);
+    g->sent = zmq_send(s, "\x3a\x00", 2, ZMQ_DONTWAIT); /* a Hello as rank 0, if it got in */
+    usleep(400 * 1000);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+}
+
+/* TCP and CURVE: --listen tcp binds loopback and works; an address off loopback is refused
+ * without keys; with `shardlm keygen` keys the workers get in, and a peer with another key is
+ * refused and logged while the generation goes on. */
+static void test_access(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200], keys[4200], path[4300];
+    static char want[sizeof(r->out)];
+    tu_path(model, sizeof(model), "%s/f32.shlm", dir);
+    char *ref[] = {"generate", "-m",     model, "-p", "Once upon a time", "-n", "60", "--temp",
+                   "0",        "--cpus", "0:0", NULL};
+    run_shardlm(r, ref, NULL);
+    assert_int_equal(r->status, 0);
+    memcpy(want, r->out, sizeof(want));
+    char *tcp[] = {"generate", "-m",       model,    "-p",        "Once upon a time",
+                   "-n",       "60",       "--temp", "0",         "--cpus",
+                   "0:0",      "--listen", "tcp",    "--verbose", NULL};
+    run_shardlm(r, tcp, NULL);
+    assert_int_equal(r->status, 0);
+    assert_string_equal(r->out, want);
+    assert_non_null(strstr(r->err, "coordinator listens on tcp://127.0.0.1:"));
+    assert_runtime_clean();
+    char *open_any[] = {"generate", "-m", model, "-p", "Once", "--listen", "tcp://0.0.0.0:0", NULL};
+    run_shardlm(r, open_any, NULL);
+    expect_failure(r, "an address other than loopback needs CURVE keys");
+
+    tu_path(keys, sizeof(keys), "%s/keys", dir);
+    char *kg[] = {"keygen", "-o", keys, NULL};
+    run_shardlm(r, kg, NULL);
+    assert_int_equal(r->status, 0);
+    struct stat st;
+    tu_path(path, sizeof(path), "%s/worker.key", keys);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(stat(keys, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0700);
+    run_shardlm(r, kg, NULL); /* never overwrites */
+    assert_int_equal(r->status, 1);
+    assert_non_null(strstr(r->err, "never overwritten"));
+
+    struct rogue g = {.sent = -2};
+    tu_path(path, sizeof(path), "%s/server.key", keys);
+    assert_int_equal(proto_key_read(path, g.server_pub, NULL), 0);
+    for (int attempt = 0; attempt < 3; attempt++) { /* a port someone else holds: another */
+        g.port = 20000 + (int)((getpid() * 7 + attempt * 7919) % 30000);
+        char ep[64];
+        snprintf(ep, sizeof(ep), "tcp://0.0.0.0:%d", g.port);
+        char *argv[] = {(char *)tu_bin(),
+                        "generate",
+                        "-m",
+                        model,
+                        "-p",
+                        "Once upon a time",
+                        "-n",
+                        "60",
+                        "--temp",
+                        "0",
+                        "--cpus",
+                        "0:0",
+                        "--listen",
+                        ep,
+                        "--keys",
+                        keys,
+                        NULL};
+        char *env[] = {env_rundir, "SHARDLM_FAULT=step_delay_ms=15", NULL};
+        tu_run_cmd(r, argv, env, 60, rogue_peer_later, &g);
+        if (!strstr(r->err, "Address already in use"))
+            break;
+    }
+    if (r->status)
+        fprintf(stderr, "%s", r->err);
+    assert_int_equal(r->status, 0);
+    assert_string_equal(r->out, want);
+    assert_non_null(strstr(r->err, "shardlm: refused a peer from 127.0.0.1"));
+    assert_runtime_clean();
+    assert_no_workers();
+    free(r);
+}
+
 int main(void)
 {
     int skip_rc = tu_require_shared();
@@ -698,6 +807,7 @@ int main(void)
         cmocka_unit_test(test_weight_path),
         cmocka_unit_test(test_warm_start),
         cmocka_unit_test(test_segments_enospc),
+        cmocka_unit_test(test_access),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -25,18 +25,19 @@ static int send_socket(struct wrk *w, const proto_env *env)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: shardlm-worker --endpoint ENDPOINT --rank R --coordinator-pid PID\n"
-               "                      [--node N] [--cpus LIST] [--threads T]\n"
-               "Started by `shardlm`, not by hand: connects to the coordinator at ENDPOINT, pins\n"
-               "itself to NUMA node N and the CPUs of LIST (one pool thread per CPU, the first T),\n"
-               "maps the segments it is told to and runs its steps. Exits when the coordinator\n"
-               "does.\n");
+    fprintf(f,
+            "usage: shardlm-worker --endpoint ENDPOINT --rank R --coordinator-pid PID\n"
+            "                      [--node N] [--cpus LIST] [--threads T] [--keys DIR]\n"
+            "Started by `shardlm`, not by hand: connects to the coordinator at ENDPOINT, pins\n"
+            "itself to NUMA node N and the CPUs of LIST (one pool thread per CPU, the first T),\n"
+            "maps the segments it is told to and runs its steps. Exits when the coordinator\n"
+            "does.\n");
 }
 
 int main(int argc, char **argv)
 {
     struct wrk w = {.node = -1, .send = send_socket};
-    const char *endpoint = NULL, *cpus = NULL;
+    const char *endpoint = NULL, *cpus = NULL, *keys = NULL;
     long coord = 0, threads = 0;
     static const struct option opts[] = {{"endpoint", required_argument, 0, 'e'},
                                          {"rank", required_argument, 0, 'r'},
@@ -44,6 +45,7 @@ int main(int argc, char **argv)
                                          {"node", required_argument, 0, 'n'},
                                          {"cpus", required_argument, 0, 'C'},
                                          {"threads", required_argument, 0, 't'},
+                                         {"keys", required_argument, 0, 'k'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int o;
@@ -66,6 +68,9 @@ int main(int argc, char **argv)
             break;
         case 't':
             threads = strtol(optarg, NULL, 10);
+            break;
+        case 'k':
+            keys = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -121,6 +126,19 @@ int main(int argc, char **argv)
     w.sock = zmq_socket(ctx, ZMQ_DEALER);
     char id[32];
     int idlen = snprintf(id, sizeof(id), "rank-%u", w.rank);
+    if (keys) { /* a CURVE client: the workers' key pair, the coordinator's public key */
+        char path[4200], spub[41], pub[41], sec[41];
+        snprintf(path, sizeof(path), "%s/server.key", keys);
+        int kr = proto_key_read(path, spub, NULL);
+        snprintf(path, sizeof(path), "%s/worker.key", keys);
+        if (!kr)
+            kr = proto_key_read(path, pub, sec);
+        if (kr || !w.sock || proto_curve_client(w.sock, spub, pub, sec)) {
+            wrk_log(&w, "--keys %s: cannot read the CURVE keys (%s)", keys,
+                    strerror(kr ? -kr : EINVAL));
+            goto out_ctx;
+        }
+    }
     if (!w.sock || proto_socket_setup(w.sock) ||
         zmq_setsockopt(w.sock, ZMQ_ROUTING_ID, id, (size_t)idlen) < 0 ||
         zmq_connect(w.sock, endpoint) < 0) {
