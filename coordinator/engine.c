@@ -3,6 +3,7 @@
 
 #include "allreduce.h"
 #include "load.h"
+#include "peer.h"
 #include "plan.h"
 #include "proto.h"
 
@@ -255,19 +256,6 @@ static int fail_group(struct coord_engine *g, int rc)
     return rc;
 }
 
-/* Rank of a routing id "rank-<r>", or -1. */
-static int id_rank(const struct coord_engine *g, const char *id, size_t len)
-{
-    char buf[PROTO_MAX_ID + 1];
-    memcpy(buf, id, len);
-    buf[len] = 0;
-    int r, used = 0;
-    if (sscanf(buf, "rank-%d%n", &r, &used) != 1 || (size_t)used != len || r < 0 ||
-        r >= g->n_ranks)
-        return -1;
-    return r;
-}
-
 /* Receives the next message of case @want from any rank (-1 timeout: as long as all live) and
  * returns its rank in *@rank. Error replies, a death, a signal and anything unexpected end the
  * wait with @e set, after failing the group's barriers. */
@@ -299,29 +287,17 @@ static int wait_any(struct coord_engine *g, int want, int timeout_ms, proto_env 
         }
         if (rc)
             return fail_group(g, coord_fail(e, rc, "receive from workers: %s", zmq_strerror(-rc)));
-        int r = id_rank(g, id, idlen);
-        if (r < 0) {
-            fprintf(stderr, "shardlm: dropped %s from an unknown peer\n", proto_case_name(env));
-            proto_free(env);
-            continue;
-        }
-        if ((int)env->msg_case == want) {
+        int r, v = coord_peer_classify(g->n_ranks, id, idlen, env, want, &r, e);
+        if (v > 0) {
             *out = env;
             *rank = r;
             return 0;
         }
-        if (env->msg_case == SHARDLM__ENVELOPE__MSG_HEARTBEAT) {
-            proto_free(env);
-            continue;
-        }
-        if (env->msg_case == SHARDLM__ENVELOPE__MSG_ERROR)
-            rc = coord_fail(e, env->error->code < 0 ? env->error->code : -EPROTO,
-                            "worker rank %d: %s", r, env->error->message);
-        else
-            rc = coord_fail(e, -EPROTO, "worker rank %d sent %s out of turn", r,
-                            proto_case_name(env));
         proto_free(env);
-        return fail_group(g, rc);
+        if (v < 0)
+            return fail_group(g, v);
+        if (e->msg[0]) /* a stranger's message: say so, go on */
+            fprintf(stderr, "shardlm: %s\n", e->msg);
     }
 }
 
@@ -477,9 +453,7 @@ static int handshake(struct coord_engine *g, struct coord_err *e)
             return rc;
         }
         const Shardlm__Hello *h = env->hello;
-        if (h->protocol != PROTO_VERSION || h->rank != (uint32_t)r || g->ranks[r].hello) {
-            rc = coord_fail(e, -EPROTO, "worker rank %d: protocol %u as rank %u, expected %d "
-                            "once", r, h->protocol, h->rank, PROTO_VERSION);
+        if ((rc = coord_peer_hello(h, r, g->ranks[r].hello, e))) {
             proto_free(env);
             return fail_group(g, rc);
         }
@@ -502,6 +476,10 @@ static int handshake(struct coord_engine *g, struct coord_err *e)
         if ((rc = wait_any(g, SHARDLM__ENVELOPE__MSG_READY, READY_TIMEOUT_MS, &env, &r, e)))
             return rc;
         const Shardlm__Ready *rd = env->ready;
+        if ((rc = coord_peer_ready(rd, r, g->ranks[r].ready, e))) {
+            proto_free(env);
+            return fail_group(g, rc);
+        }
         if (g->verbose) {
             /* the layout the worker read back from the kernel; a contract other tools read */
             fprintf(stderr, "rank %d node %d cpus %s pid %d\n", r, rd->node,
@@ -682,12 +660,8 @@ static int run_step(struct coord_engine *g, Shardlm__Step *st, struct coord_err 
         if ((rc = wait_any(g, SHARDLM__ENVELOPE__MSG_STEP_DONE, -1, &in, &r, e)))
             break;
         const Shardlm__StepDone *d = in->step_done;
-        if (d->step_id != st->step_id || g->ranks[r].done) {
-            rc = fail_group(g, coord_fail(e, -EPROTO,
-                                          "worker rank %d finished step %llu, "
-                                          "expected %llu once",
-                                          r, (unsigned long long)d->step_id,
-                                          (unsigned long long)st->step_id));
+        if ((rc = coord_peer_step_done(d, r, st->step_id, g->ranks[r].done, e))) {
+            fail_group(g, rc);
             proto_free(in);
             break;
         }
@@ -733,7 +707,7 @@ static int recover(struct coord_engine *g, struct coord_err *e)
         proto_env *in;
         if (proto_recv(g->sock, 100, id, &idlen, &in))
             continue;
-        int r = id_rank(g, id, idlen);
+        int r = coord_peer_rank(id, idlen, g->n_ranks);
         if (r >= 0 && in->msg_case == SHARDLM__ENVELOPE__MSG_HEARTBEAT && in->heartbeat->reply &&
             in->heartbeat->seq == hb.seq)
             g->ranks[r].done = true; /* everything it sent for the failed step came before */
@@ -760,10 +734,7 @@ static int recover(struct coord_engine *g, struct coord_err *e)
         int r;
         if ((rc = wait_any(g, SHARDLM__ENVELOPE__MSG_HELLO, HELLO_TIMEOUT_MS, &in, &r, e)))
             break;
-        const Shardlm__Hello *h = in->hello;
-        if (!fresh[r] || g->ranks[r].hello || h->protocol != PROTO_VERSION ||
-            h->rank != (uint32_t)r)
-            rc = coord_fail(e, -EPROTO, "worker rank %d: an unexpected Hello after a restart", r);
+        rc = coord_peer_hello(in->hello, r, g->ranks[r].hello || !fresh[r], e);
         g->ranks[r].hello = true;
         proto_free(in);
     }
@@ -772,6 +743,8 @@ static int recover(struct coord_engine *g, struct coord_err *e)
     a.exchange_path = g->exch.path;
     a.exchange_bytes = g->exch.size;
     Shardlm__Rejoin j = SHARDLM__REJOIN__INIT;
+    for (int r = 0; r < g->n_ranks; r++)
+        g->ranks[r].ready = false;
     for (int r = 0; r < g->n_ranks && !rc; r++) {
         env = (proto_env)SHARDLM__ENVELOPE__INIT;
         if (fresh[r]) {
@@ -790,6 +763,7 @@ static int recover(struct coord_engine *g, struct coord_err *e)
         int r;
         if ((rc = wait_any(g, SHARDLM__ENVELOPE__MSG_READY, READY_TIMEOUT_MS, &in, &r, e)))
             break;
+        rc = coord_peer_ready(in->ready, r, g->ranks[r].ready, e);
         g->ranks[r].ready = true;
         proto_free(in);
     }
