@@ -252,13 +252,28 @@ static void test_worker_dies_in_a_step(void **state)
 }
 
 struct kill_random {
-    int rank, delay_ms, rc;
+    int rank, n_ranks, delay_ms, rc;
 };
 
+/* Whether all @n workers of our runtime directory have mapped their weights (attached). */
+static bool workers_attached(int n)
+{
+    char cmd[4600];
+    tu_path(cmd, sizeof(cmd),
+            "n=0; for p in $(pgrep -f '[s]hardlm-worker --endpoint ipc://%s/'); do "
+            "grep -q '\\.weights' /proc/$p/maps 2>/dev/null && n=$((n+1)); done; [ $n -eq %d ]",
+            rundir, n);
+    return system(cmd) == 0;
+}
+
+/* Kills rank k->rank k->delay_ms after every worker attached (a kill during the start would
+ * fail the start, which is not what this test is about). */
 static void kill_rank_later(pid_t pid, void *arg)
 {
     struct kill_random *k = arg;
     char cmd[4400];
+    for (int i = 0; i < 1000 && !workers_attached(k->n_ranks); i++)
+        usleep(10 * 1000);
     usleep((useconds_t)k->delay_ms * 1000);
     tu_path(cmd, sizeof(cmd), "pkill -9 -f '[s]hardlm-worker --endpoint ipc://%s/[^ ]* --rank %d '",
             rundir, k->rank);
@@ -271,10 +286,11 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Fault injection: a random worker of 2 or 3 killed (SIGKILL) at a random moment of a greedy
- * generation, 24 times. Each time the coordinator restarts it on its CPUs over the same
- * segments, runs the step again, and the text is the uninterrupted run's, byte for byte; the
- * recovery times are reported. Seeded: the seed is printed, SHARDLM_TEST_SEED repeats a run. */
+/* Fault injection: a random worker of 2 or 3 killed (SIGKILL) at a random moment (20-420 ms after
+ * the workers attached) of a greedy generation, 24 times. Each time the coordinator restarts it on
+ * its CPUs over the same segments, runs the step again, and the text is the uninterrupted run's,
+ * byte for byte; the recovery times are reported. Seeded: the seed is printed, SHARDLM_TEST_SEED
+ * repeats a run. */
 static void test_worker_restarts(void **state)
 {
     struct tu_run *r = malloc(sizeof(*r));
@@ -301,7 +317,8 @@ static void test_worker_restarts(void **state)
                         "200",      "--temp", "0",   "--cpus", cpus_map[R - 1],    NULL};
         /* 3 ms a step: about 0.7 s of steps after a start of about 0.05 s */
         char *env[] = {"SHARDLM_FAULT=step_delay_ms=3", NULL};
-        struct kill_random k = {.rank = rand() % R, .delay_ms = 100 + rand() % 400, .rc = -1};
+        struct kill_random k = {
+            .rank = rand() % R, .n_ranks = R, .delay_ms = 20 + rand() % 400, .rc = -1};
         run(r, args, env, kill_rank_later, &k);
         const char *line = strstr(r->err, "restarted in ");
         if (r->status != 0 || strcmp(r->out, want[R - 2]) != 0 || !line)
