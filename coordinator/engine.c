@@ -341,7 +341,7 @@ static int make_segments(struct coord_engine *g, const struct coord_engine_opts 
     int group = g->img.hdr->scheme >= SHLM_SCHEME_W4A16 ? (int)g->img.hdr->group : 0, rc;
     uint32_t n_seqs = o->n_seqs ? o->n_seqs : 1;
     char what[32];
-    g->layout_anon = o->load.no_persist;
+    g->anon_segments = o->load.no_persist;
     if ((rc = make_weights(g, o, e)))
         return rc;
     for (int r = 0; r < g->n_ranks; r++) {
@@ -612,7 +612,7 @@ static int reserve_kv(struct coord_engine *g, uint32_t seq, uint32_t need, struc
                                       "KV cache of rank %d: no memory for positions %u..%u "
                                       "of sequence %u in %s: %s",
                                       r, have, upto - 1, seq,
-                                      g->layout_anon ? "a memfd" : g->rundir, strerror(-rc));
+                                      g->anon_segments ? "a memfd" : g->rundir, strerror(-rc));
             }
     }
     g->kv_reserved[seq] = upto;
@@ -630,7 +630,7 @@ static int reserve_logits(struct coord_engine *g, uint32_t rows, struct coord_er
                          (rows - g->logits_reserved) * row);
     if (rc)
         return coord_fail(e, rc, "exchange segment: no memory for %u rows of logits in %s: %s",
-                          rows, g->layout_anon ? "a memfd" : g->rundir, strerror(-rc));
+                          rows, g->anon_segments ? "a memfd" : g->rundir, strerror(-rc));
     g->logits_reserved = rows;
     return 0;
 }
@@ -836,12 +836,10 @@ int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
         uint64_t r0 = coord_now_ns();
         if ((rc = recover(g, e)))
             goto out;
-        g->restarts++;
-        g->last_recovery_ns = coord_now_ns() - r0;
         fprintf(stderr,
                 "shardlm: %s during step %llu; restarted in %.1f ms, running the step "
                 "again\n",
-                why, (unsigned long long)st.step_id, (double)g->last_recovery_ns / 1e6);
+                why, (unsigned long long)st.step_id, (double)(coord_now_ns() - r0) / 1e6);
     }
     g->last_wall_ns = coord_now_ns() - t0;
     if (g->verbose) {

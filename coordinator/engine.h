@@ -89,10 +89,8 @@ struct coord_engine {
     uint32_t *kv_reserved; /* per KV slot: positions whose memory is reserved on every rank */
     uint32_t logits_reserved; /* rows of logits whose memory is reserved in the exchange */
     int max_restarts;         /* per step */
-    int restarts;             /* workers restarted so far */
-    uint64_t last_recovery_ns; /* from noticing a death to every rank Ready again */
     uint64_t heartbeat_seq;
-    bool layout_anon;      /* segments are memfds (--no-persist) */
+    bool anon_segments; /* segments are memfds (--no-persist) */
     void *zctx, *sock;
     struct coord_curve *curve; /* CURVE server and its ZAP handler, with --keys */
     const char *keys;          /* passed on to the workers */

@@ -211,12 +211,7 @@ int coord_eval(const struct coord_eval_opts *o, struct coord_err *e)
         }
     }
     struct coord_engine g;
-    struct coord_engine_opts eo = {.model_path = o->model,
-                                   .layout = o->layout,
-                                   .load = o->load,
-                                   .verbose = o->verbose,
-                                   .restarts = o->restarts,
-                                   .access = o->access};
+    struct coord_engine_opts eo = o->engine;
     int rc = coord_engine_start(&g, &eo, e);
     if (rc) {
         fclose(f);
@@ -243,7 +238,7 @@ int coord_eval(const struct coord_eval_opts *o, struct coord_err *e)
     }
     report("overall", &total);
 out:
-    if (o->load.stats)
+    if (o->engine.load.stats)
         coord_engine_print_stats(&g, 0, stderr);
     free(line);
     free(lp);

@@ -40,15 +40,10 @@ static int load_tok(struct coord_engine *g, void *arg, struct coord_err *e)
 int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
 {
     struct coord_engine g;
-    struct tok_load tl = {.model = o->model};
-    struct coord_engine_opts eo = {.model_path = o->model,
-                                   .layout = o->layout,
-                                   .load = o->load,
-                                   .access = o->access,
-                                   .verbose = o->verbose,
-                                   .restarts = o->restarts,
-                                   .while_starting = load_tok,
-                                   .arg = &tl};
+    struct tok_load tl = {.model = o->engine.model_path};
+    struct coord_engine_opts eo = o->engine;
+    eo.while_starting = load_tok;
+    eo.arg = &tl;
     struct coord_tok tok;
     struct coord_sampler smp;
     int rc = coord_engine_start(&g, &eo, e);
@@ -119,13 +114,13 @@ int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
         putchar('\n');
         fflush(stdout);
     }
-    if (o->verbose && t_first) {
+    if (o->engine.verbose && t_first) {
         uint64_t t1 = coord_now_ns();
         fprintf(stderr, "prompt %d tokens, generated %d; first token %.1f ms, decode %.1f tok/s\n",
                 np, produced, (double)(t_first - t0) / 1e6,
                 produced > 1 ? (produced - 1) / ((double)(t1 - t_first) / 1e9) : 0.0);
     }
-    if (o->load.stats)
+    if (o->engine.load.stats)
         coord_engine_print_stats(&g, t_first, stderr);
 out_ids:
     free(ids);

@@ -3,23 +3,18 @@
 #define SHARDLM_COORD_GENERATE_H
 
 #include "engine.h"
-#include "layout.h"
 #include "util.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
 struct coord_generate_opts {
-    const char *model, *prompt;
+    struct coord_engine_opts engine; /* the model, layout, load, access, restarts, verbose */
+    const char *prompt;
     int n;       /* new tokens */
     float temp;  /* 0: greedy */
     float top_p;
     uint64_t seed;
-    struct coord_layout_opts layout;
-    struct coord_load_opts load;
-    struct coord_access_opts access;
-    int restarts; /* coord_engine_opts.restarts */
-    bool verbose;
 };
 
 /* Streams the prompt and the continuation to stdout, flushed per token, then a newline.
@@ -28,13 +23,9 @@ struct coord_generate_opts {
 int coord_generate(const struct coord_generate_opts *o, struct coord_err *e);
 
 struct coord_eval_opts {
-    const char *model, *ref_dir;
+    struct coord_engine_opts engine;
+    const char *ref_dir;
     const char *save_dir; /* also write this model's logits there as a reference (or NULL) */
-    struct coord_layout_opts layout;
-    struct coord_load_opts load;
-    struct coord_access_opts access;
-    int restarts;
-    bool verbose;
 };
 
 /* Feeds the reference token sequences of @ref_dir/greedy.tsv and compares the logits with the

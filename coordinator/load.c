@@ -176,6 +176,7 @@ struct source {
     int fd;
     bool own_fd, direct, dontneed;
     uint64_t size;
+    const char *how; /* for the stats: "O_DIRECT", "buffered, from the page cache", ... */
 };
 
 struct slot {
@@ -240,7 +241,7 @@ static int open_direct(const struct coord_model_file *f)
 }
 
 static int source_open(struct source *src, const struct coord_model_file *f, enum coord_io io,
-                       char *desc, size_t desc_len, struct coord_err *e)
+                       struct coord_err *e)
 {
     memset(src, 0, sizeof(*src));
     src->fd = f->fd;
@@ -261,11 +262,7 @@ static int source_open(struct source *src, const struct coord_model_file *f, enu
             how = "buffered (O_DIRECT refused), dropped behind the reads";
         }
     }
-    struct io_uring probe;
-    bool uring = io_uring_queue_init(COORD_LOAD_DEPTH, &probe, 0) == 0;
-    if (uring)
-        io_uring_queue_exit(&probe);
-    snprintf(desc, desc_len, "%s %s", uring ? "io_uring" : "pread (no io_uring)", how);
+    src->how = how;
     return 0;
 }
 
@@ -458,6 +455,7 @@ struct load {
     int n;
     int (*dst)[SHLM_MAX_TENSORS];      /* per rank: the index of each source tensor in its table */
     uint64_t cap, tail_max, stage_max; /* the largest read, scales region, staging area */
+    int max_jobs;                      /* the most read jobs of one tensor */
     int next;                          /* the next tensor (atomic) */
     int failed;                        /* set by the first lane that fails (atomic) */
     uint64_t done;                     /* bytes consumed (atomic) */
@@ -471,8 +469,7 @@ struct lane {
     struct reader rd;
     uint8_t *tail;        /* the scales (and zero points) of the tensor in progress */
     struct stage *stages; /* (L->n) */
-    struct job *jobs;
-    int n_jobs, max_jobs;
+    struct job *jobs;     /* (L->max_jobs) those of the tensor in progress */
     struct shlm_hasher hash;
     uint64_t sampled; /* when lane 0 last sampled RssAnon */
     struct coord_err e;
@@ -590,7 +587,7 @@ static int load_tensor(struct lane *ln, int i, uint64_t *last)
     struct load *L = ln->L;
     const struct shlm_tensor *t = &L->tensors[i];
     int rc = 0, n = plan_jobs(t, i, ln->jobs);
-    KN_ASSERT(n <= ln->max_jobs);
+    KN_ASSERT(n <= L->max_jobs);
     shlm_hash_init(&ln->hash);
     for (int r = 0; r < L->n; r++) {
         const struct shlm_tensor *d = &L->ranks[r].table[L->dst[r][i]];
@@ -663,12 +660,8 @@ static int lane_init(struct lane *ln, struct load *L, int id)
     memset(ln, 0, sizeof(*ln));
     ln->L = L;
     ln->id = id;
-    for (int i = 0; i < L->n_src; i++) {
-        int n = plan_jobs(&L->tensors[i], i, NULL);
-        ln->max_jobs = n > ln->max_jobs ? n : ln->max_jobs;
-    }
     if (reader_init(&ln->rd, &L->src, L->cap) || !(ln->tail = malloc(L->tail_max + 1)) ||
-        !(ln->jobs = calloc((size_t)ln->max_jobs, sizeof(*ln->jobs))) ||
+        !(ln->jobs = calloc((size_t)L->max_jobs, sizeof(*ln->jobs))) ||
         !(ln->stages = calloc((size_t)L->n, sizeof(*ln->stages))))
         return -ENOMEM;
     for (int r = 0; r < L->n && L->stage_max; r++)
@@ -712,6 +705,8 @@ static int prepare(struct load *L, int n_ranks, const struct coord_load_dest *de
         job = job > coord_load_chunk ? job : coord_load_chunk;
         L->cap = job + 2 * DIRECT_ALIGN > L->cap ? job + 2 * DIRECT_ALIGN : L->cap;
         L->tail_max = tail > L->tail_max ? tail : L->tail_max;
+        int jobs = plan_jobs(t, i, NULL);
+        L->max_jobs = jobs > L->max_jobs ? jobs : L->max_jobs;
     }
     L->cap = (L->cap + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
     for (int r = 0; r < L->n; r++) {
@@ -769,8 +764,7 @@ int coord_load_shards(struct coord_model_file *f, int n_ranks, const struct coor
     int rc, started = 0, ready = 0;
     memset(st, 0, sizeof(*st));
     L.src.fd = -1;
-    if ((rc = prepare(&L, n_ranks, dest, e)) ||
-        (rc = source_open(&L.src, f, io, st->io, sizeof(st->io), e)))
+    if ((rc = prepare(&L, n_ranks, dest, e)) || (rc = source_open(&L.src, f, io, e)))
         goto out;
     for (; ready < L.n_lanes; ready++)
         if (lane_init(&lanes[ready], &L, ready)) {
@@ -778,6 +772,8 @@ int coord_load_shards(struct coord_model_file *f, int n_ranks, const struct coor
             rc = coord_fail(e, -ENOMEM, "out of memory (%d load lanes)", L.n_lanes);
             goto out;
         }
+    snprintf(st->io, sizeof(st->io), "%s %s",
+             lanes[0].rd.uring ? "io_uring" : "pread (no io_uring)", L.src.how);
     L.peak_anon = coord_rss_anon(0);
     /* lane 0 is this thread */
     for (started = 1; started < L.n_lanes; started++)

@@ -104,7 +104,8 @@ static const char usage_convert[] =
 
 static const char usage_load[] =
     "usage: shardlm load -m MODEL.shlm [--workers N] [--threads T] [--cpus LIST] [--no-persist]\n"
-    "                    [--io MODE] [--stats] [--verbose]\n"
+    "                    [--io MODE] [--stats] [--restarts N] [--listen EP] [--keys DIR]\n"
+    "                    [--verbose]\n"
     "\n"
     "Loads the model as generate would - the weights segments of its workers, built from the file\n"
     "or found complete from an earlier run - starts the workers, and stops. Without --no-persist\n"
@@ -114,7 +115,7 @@ static const char usage_load[] =
 static const char usage_generate[] =
     "usage: shardlm generate -m MODEL.shlm -p PROMPT [-n N] [--temp T] [--top-p P] [--seed S]\n"
     "                        [--workers N] [--threads T] [--cpus LIST] [--no-persist] [--io MODE]\n"
-    "                        [--stats] [--verbose]\n"
+    "                        [--stats] [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
     "\n"
     "Starts the coordinator and its worker, and prints the prompt and its continuation as it\n"
     "is generated, then a newline. Stops after N new tokens (default 256) or at BOS/EOS.\n"
@@ -126,7 +127,8 @@ static const char usage_generate[] =
 
 static const char usage_eval[] =
     "usage: shardlm eval -m MODEL.shlm --ref DIR [--save DIR] [--workers N] [--threads T]\n"
-    "                    [--cpus LIST] [--no-persist] [--io MODE] [--stats] [--verbose]\n"
+    "                    [--cpus LIST] [--no-persist] [--io MODE] [--stats] [--restarts N]\n"
+    "                    [--listen EP] [--keys DIR] [--verbose]\n"
     "\n"
     "Feeds the token sequences of DIR/greedy.tsv (prompt, prompt ids, generated ids, text file,\n"
     "logits file) and compares the model's logits with the reference float32 logits: per prompt\n"
@@ -147,78 +149,61 @@ static bool parse_float(const char *s, float lo, float hi, float *out)
     return true;
 }
 
-/* Handles --workers/--threads/--cpus; returns 1 if @c was one of them, -1 on a bad value. */
-static int layout_option(int c, struct coord_layout_opts *l)
+/* The options of every command that starts the engine: layout (--workers/--threads/--cpus),
+ * load (--no-persist/--io/--stats), access (--listen/--keys), --restarts, -m and --verbose.
+ * Returns 1 if @c was one of them, 0 if not, -1 on a bad value. */
+static int engine_option(int c, struct coord_engine_opts *o)
 {
     long v;
     switch (c) {
     case 'W':
         if (!coord_parse_long(optarg, 1, 256, &v))
             return -1;
-        l->workers = (int)v;
+        o->layout.workers = (int)v;
         return 1;
     case 'H':
         if (!coord_parse_long(optarg, 1, 4096, &v))
             return -1;
-        l->threads = (int)v;
+        o->layout.threads = (int)v;
         return 1;
     case 'C':
-        l->cpus = optarg;
+        o->layout.cpus = optarg;
         return 1;
-    }
-    return 0;
-}
-
-#define LAYOUT_OPTIONS                                                                             \
-    {"workers", required_argument, 0, 'W'}, {"threads", required_argument, 0, 'H'},              \
-        {"cpus", required_argument, 0, 'C'}
-
-/* Handles --no-persist/--io/--stats; returns 1 if @c was one of them, -1 on a bad value. */
-static int load_option(int c, struct coord_load_opts *l)
-{
-    switch (c) {
     case 'N':
-        l->no_persist = true;
+        o->load.no_persist = true;
         return 1;
     case 'I':
-        return coord_io_parse(optarg, &l->io) ? -1 : 1;
+        return coord_io_parse(optarg, &o->load.io) ? -1 : 1;
     case 'Z':
-        l->stats = true;
+        o->load.stats = true;
         return 1;
-    }
-    return 0;
-}
-
-/* Handles --listen/--keys; returns 1 if @c was one of them. */
-static int access_option(int c, struct coord_access_opts *a)
-{
-    switch (c) {
     case 'L':
-        a->listen = optarg;
+        o->access.listen = optarg;
         return 1;
     case 'K':
-        a->keys = optarg;
+        o->access.keys = optarg;
+        return 1;
+    case 'X': /* 0 asks for none: the engine's -1 (its 0 is the default) */
+        if (!coord_parse_long(optarg, 0, 100, &v))
+            return -1;
+        o->restarts = v ? (int)v : -1;
+        return 1;
+    case 'm':
+        o->model_path = optarg;
+        return 1;
+    case 'v':
+        o->verbose = true;
         return 1;
     }
     return 0;
 }
 
-#define ACCESS_OPTIONS                                                                             \
-    {"listen", required_argument, 0, 'L'}, { "keys", required_argument, 0, 'K' }
-
-/* --restarts N: the engine's restarts field (-1 for 0: fail at the first death). */
-static bool parse_restarts(const char *s, int *out)
-{
-    long v;
-    if (!coord_parse_long(s, 0, 100, &v))
-        return false;
-    *out = v ? (int)v : -1;
-    return true;
-}
-
-#define LOAD_OPTIONS                                                                               \
-    {"no-persist", no_argument, 0, 'N'}, {"io", required_argument, 0, 'I'},                        \
-        {"stats", no_argument, 0, 'Z'},                                                            \
+#define ENGINE_OPTIONS                                                                             \
+    {"model", required_argument, 0, 'm'}, {"verbose", no_argument, 0, 'v'},                        \
+        {"workers", required_argument, 0, 'W'}, {"threads", required_argument, 0, 'H'},            \
+        {"cpus", required_argument, 0, 'C'}, {"no-persist", no_argument, 0, 'N'},                  \
+        {"io", required_argument, 0, 'I'}, {"stats", no_argument, 0, 'Z'},                         \
+        {"listen", required_argument, 0, 'L'}, {"keys", required_argument, 0, 'K'},                \
     {                                                                                              \
         "restarts", required_argument, 0, 'X'                                                      \
     }
@@ -326,36 +311,23 @@ static int cmd_generate(int argc, char **argv)
 {
     struct coord_generate_opts o = {.n = 256, .temp = 1.0f, .top_p = 0.9f};
     bool seeded = false;
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"prompt", required_argument, 0, 'p'},
+    static const struct option opts[] = {{"prompt", required_argument, 0, 'p'},
                                          {"temp", required_argument, 0, 'T'},
                                          {"top-p", required_argument, 0, 'P'},
                                          {"seed", required_argument, 0, 'S'},
-                                         {"verbose", no_argument, 0, 'v'},
                                          {"help", no_argument, 0, 'h'},
-                                         LAYOUT_OPTIONS,
-                                         LOAD_OPTIONS,
-                                         ACCESS_OPTIONS,
+                                         ENGINE_OPTIONS,
                                          {0, 0, 0, 0}};
     int c;
     long v;
     while ((c = getopt_long(argc, argv, "m:p:n:vh", opts, NULL)) != -1) {
-        int lo = layout_option(c, &o.layout);
-        if (!lo)
-            lo = load_option(c, &o.load);
-        if (!lo)
-            lo = access_option(c, &o.access);
-        if (lo < 0)
-            return coord_usage_error("generate", usage_generate,
-                                     "bad value '%s' for a layout "
-                                     "or load option",
+        int eo = engine_option(c, &o.engine);
+        if (eo < 0)
+            return coord_usage_error("generate", usage_generate, "bad value '%s' for an option",
                                      optarg);
-        if (lo)
+        if (eo)
             continue;
         switch (c) {
-        case 'm':
-            o.model = optarg;
-            break;
         case 'p':
             o.prompt = optarg;
             break;
@@ -385,14 +357,6 @@ static int cmd_generate(int argc, char **argv)
             seeded = true;
             break;
         }
-        case 'X':
-            if (!parse_restarts(optarg, &o.restarts))
-                return coord_usage_error("generate", usage_generate,
-                                         "--restarts '%s': expected 0..100", optarg);
-            break;
-        case 'v':
-            o.verbose = true;
-            break;
         case 'h':
             fputs(usage_generate, stdout);
             return 0;
@@ -401,7 +365,7 @@ static int cmd_generate(int argc, char **argv)
             return 2;
         }
     }
-    if (!o.model || !o.prompt || optind != argc)
+    if (!o.engine.model_path || !o.prompt || optind != argc)
         return coord_usage_error("generate", usage_generate, "-m and -p are required%s", "");
     if (!seeded)
         o.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
@@ -413,46 +377,24 @@ static int cmd_generate(int argc, char **argv)
 static int cmd_eval(int argc, char **argv)
 {
     struct coord_eval_opts o = {0};
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"ref", required_argument, 0, 'r'},
+    static const struct option opts[] = {{"ref", required_argument, 0, 'r'},
                                          {"save", required_argument, 0, 's'},
-                                         {"verbose", no_argument, 0, 'v'},
                                          {"help", no_argument, 0, 'h'},
-                                         LAYOUT_OPTIONS,
-                                         LOAD_OPTIONS,
-                                         ACCESS_OPTIONS,
+                                         ENGINE_OPTIONS,
                                          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
-        int lo = layout_option(c, &o.layout);
-        if (!lo)
-            lo = load_option(c, &o.load);
-        if (!lo)
-            lo = access_option(c, &o.access);
-        if (lo < 0)
-            return coord_usage_error("eval", usage_eval,
-                                     "bad value '%s' for a layout or load "
-                                     "option",
-                                     optarg);
-        if (lo)
+        int eo = engine_option(c, &o.engine);
+        if (eo < 0)
+            return coord_usage_error("eval", usage_eval, "bad value '%s' for an option", optarg);
+        if (eo)
             continue;
         switch (c) {
         case 's':
             o.save_dir = optarg;
             break;
-        case 'm':
-            o.model = optarg;
-            break;
         case 'r':
             o.ref_dir = optarg;
-            break;
-        case 'X':
-            if (!parse_restarts(optarg, &o.restarts))
-                return coord_usage_error("eval", usage_eval, "--restarts '%s': expected 0..100",
-                                         optarg);
-            break;
-        case 'v':
-            o.verbose = true;
             break;
         case 'h':
             fputs(usage_eval, stdout);
@@ -462,7 +404,7 @@ static int cmd_eval(int argc, char **argv)
             return 2;
         }
     }
-    if (!o.model || !o.ref_dir || optind != argc)
+    if (!o.engine.model_path || !o.ref_dir || optind != argc)
         return coord_usage_error("eval", usage_eval, "-m and --ref are required%s", "");
     coord_signals_install();
     struct coord_err e;
@@ -472,46 +414,21 @@ static int cmd_eval(int argc, char **argv)
 static int cmd_load(int argc, char **argv)
 {
     struct coord_engine_opts o = {0};
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"verbose", no_argument, 0, 'v'},
-                                         {"help", no_argument, 0, 'h'},
-                                         LAYOUT_OPTIONS,
-                                         LOAD_OPTIONS,
-                                         ACCESS_OPTIONS,
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"help", no_argument, 0, 'h'}, ENGINE_OPTIONS, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
-        int lo = layout_option(c, &o.layout);
-        if (!lo)
-            lo = load_option(c, &o.load);
-        if (!lo)
-            lo = access_option(c, &o.access);
-        if (lo < 0)
-            return coord_usage_error("load", usage_load,
-                                     "bad value '%s' for a layout or load "
-                                     "option",
-                                     optarg);
-        if (lo)
+        int eo = engine_option(c, &o);
+        if (eo < 0)
+            return coord_usage_error("load", usage_load, "bad value '%s' for an option", optarg);
+        if (eo)
             continue;
-        switch (c) {
-        case 'm':
-            o.model_path = optarg;
-            break;
-        case 'X':
-            if (!parse_restarts(optarg, &o.restarts))
-                return coord_usage_error("load", usage_load, "--restarts '%s': expected 0..100",
-                                         optarg);
-            break;
-        case 'v':
-            o.verbose = true;
-            break;
-        case 'h':
+        if (c == 'h') {
             fputs(usage_load, stdout);
             return 0;
-        default:
-            fputs(usage_load, stderr);
-            return 2;
         }
+        fputs(usage_load, stderr);
+        return 2;
     }
     if (!o.model_path || optind != argc)
         return coord_usage_error("load", usage_load, "-m is required%s", "");

@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,14 +44,6 @@ static void describe_weights(const char *path, uint64_t size, char *out, size_t 
     seg_free(&s);
 }
 
-/* The coordinator pid of a run file "<pid>.<what>", or 0. */
-static long run_pid(const char *name)
-{
-    char *end;
-    long v = strtol(name, &end, 10);
-    return end != name && *end == '.' && v > 0 ? v : 0;
-}
-
 static int walk(const char *rundir, bool purge)
 {
     DIR *d = opendir(rundir);
@@ -75,13 +66,13 @@ static int walk(const char *rundir, bool purge)
         snprintf(path, sizeof(path), "%s/%s", rundir, e->d_name);
         if (lstat(path, &st) < 0)
             continue;
-        long pid = run_pid(e->d_name);
+        pid_t pid = seg_run_pid(e->d_name);
         bool weights = !strncmp(e->d_name, SEG_PERSIST_PREFIX, strlen(SEG_PERSIST_PREFIX));
-        bool dead = pid && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+        bool dead = pid && !seg_pid_alive(pid);
         if (weights && S_ISREG(st.st_mode))
             describe_weights(path, (uint64_t)st.st_size, what, sizeof(what));
         else if (pid)
-            snprintf(what, sizeof(what), "run file of coordinator %ld (%s)", pid,
+            snprintf(what, sizeof(what), "run file of coordinator %d (%s)", (int)pid,
                      dead ? "dead" : "alive");
         else
             snprintf(what, sizeof(what), "not ours");

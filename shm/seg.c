@@ -96,15 +96,12 @@ static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
     }
     if (!rc && !(flags & SEG_LAZY))
         rc = allocate(fd, 0, size);
-    s->size = size; /* for seg_reserve's accounting */
-    /* the pages exist now: map them all at once rather than one fault at a time */
-    if (!rc && (flags & SEG_POPULATE) && !(flags & SEG_LAZY))
-        madvise(p, size, MADV_POPULATE_WRITE);
     if (rc) {
         munmap(p, size);
         return rc;
     }
     s->base = p;
+    s->size = size;
     return 0;
 }
 
@@ -196,8 +193,7 @@ void seg_free(struct seg *s)
     memset(s, 0, sizeof(*s));
 }
 
-/* The coordinator pid of a runtime file name "<pid>.<what>", or 0 if it is not one. */
-static pid_t name_pid(const char *name)
+pid_t seg_run_pid(const char *name)
 {
     char *end;
     long v = strtol(name, &end, 10);
@@ -205,6 +201,8 @@ static pid_t name_pid(const char *name)
         return 0;
     return (pid_t)v;
 }
+
+bool seg_pid_alive(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
 
 static int clean(const char *rundir, pid_t only)
 {
@@ -214,10 +212,10 @@ static int clean(const char *rundir, pid_t only)
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        pid_t pid = name_pid(e->d_name);
+        pid_t pid = seg_run_pid(e->d_name);
         if (!pid)
             continue;
-        if (only ? pid != only : (kill(pid, 0) == 0 || errno == EPERM))
+        if (only ? pid != only : seg_pid_alive(pid))
             continue;
         char p[PATH_MAX];
         snprintf(p, sizeof(p), "%s/%s", rundir, e->d_name);

@@ -46,7 +46,6 @@ int seg_create(struct seg *s, const char *path, size_t size);
                          * directory; the memory goes with the last process that maps it or        \
                          * holds the descriptor */
 #define SEG_LAZY 2u     /* allocate nothing yet: seg_reserve() each range before it is touched */
-#define SEG_POPULATE 4u /* map every page now (for a segment about to be written whole) */
 int seg_create_on(struct seg *s, const char *path, size_t size, int node, unsigned flags);
 /* Allocates the bytes [off, off + len) of a segment this process created (SEG_LAZY): 0, or
  * -ENOSPC when the tmpfs is full - the error a touch of those pages would turn into SIGBUS. */
@@ -64,6 +63,10 @@ int seg_map(struct seg *s, const char *path, size_t size, bool writable);
 /* Unmaps, and unlinks if this process created it. Safe on a zeroed struct. */
 void seg_free(struct seg *s);
 
+/* The coordinator pid of a run file named "<pid>.<what>", or 0 if the name is not one. */
+pid_t seg_run_pid(const char *name);
+/* Whether process @pid exists (one of another user counts). */
+bool seg_pid_alive(pid_t pid);
 /* Removes runtime files of coordinators that are no longer alive. Returns how many. */
 int seg_clean_stale(const char *rundir);
 /* Removes every runtime file of coordinator @pid. Returns how many. */

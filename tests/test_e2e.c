@@ -399,16 +399,6 @@ static void kill_coordinator_later(pid_t pid, void *arg)
     k->at_ns = mono_ns();
 }
 
-/* What /dev/shm holds, one name per line (memfds and our runtime files must not show up). */
-static void list_dev_shm(char *out, size_t len)
-{
-    FILE *p = popen("ls -A /dev/shm 2>/dev/null", "r");
-    size_t n = p ? fread(out, 1, len - 1, p) : 0;
-    out[n] = 0;
-    if (p)
-        pclose(p);
-}
-
 /* The coordinator killed (SIGKILL) in the middle of a generation with two workers: they exit by
  * themselves within 2 s (parent-death signal), /dev/shm holds what it held before, and the next
  * start removes the dead coordinator's run files (KV, exchange, socket). */
@@ -417,7 +407,7 @@ static void test_coordinator_dies(void **state)
     struct tu_run *r = malloc(sizeof(*r));
     char model[4200], before[8192], after[8192];
     tu_path(model, sizeof(model), "%s/w4a8g128.shlm", dir);
-    list_dev_shm(before, sizeof(before));
+    tu_cmd_output("ls -A /dev/shm", before, sizeof(before));
     char *argv[] = {(char *)tu_bin(),   "generate", "-m",  model,    "-p",
                     "Once upon a time", "-n",       "400", "--temp", "0",
                     "--cpus",           "0:0",      NULL};
@@ -436,7 +426,7 @@ static void test_coordinator_dies(void **state)
     run_shardlm(r, gen, NULL);
     assert_int_equal(r->status, 0);
     assert_runtime_clean();
-    list_dev_shm(after, sizeof(after));
+    tu_cmd_output("ls -A /dev/shm", after, sizeof(after));
     assert_string_equal(before, after);
     free(r);
 }
@@ -555,19 +545,16 @@ static void test_weight_path(void **state)
     free(r);
 }
 
-/* Names of the persistent weights segments in the runtime directory, one per line. */
+/* Names of the persistent weights segments in the runtime directory, one per line; returns
+ * how many. */
 static int list_weights(char *out, size_t len)
 {
     char cmd[4300];
     tu_path(cmd, sizeof(cmd), "ls -A '%s' 2>/dev/null | grep '^w-'", rundir);
-    FILE *p = popen(cmd, "r");
-    size_t n = p ? fread(out, 1, len - 1, p) : 0;
-    out[n] = 0;
+    tu_cmd_output(cmd, out, len);
     int lines = 0;
-    for (size_t i = 0; i < n; i++)
-        lines += out[i] == '\n';
-    if (p)
-        pclose(p);
+    for (const char *c = out; *c; c++)
+        lines += *c == '\n';
     return lines;
 }
 

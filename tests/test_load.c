@@ -173,6 +173,16 @@ static void expect_segment(const uint8_t *img, size_t len, const struct seg *seg
     }
 }
 
+/* Bytes of rank @r's weights segment of @R for the opened file @f. */
+static size_t shard_bytes(const struct coord_model_file *f, int R, int r)
+{
+    struct shlm_header h;
+    struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
+    assert_true(coord_shard_layout(&f->img, R, r, &h, table) > 0);
+    free(table);
+    return h.file_bytes;
+}
+
 /* Loads @path into @R memfd segments; returns the load's result, @e its error. */
 static int load(const char *path, int R, enum coord_io io, struct seg *segs, struct coord_err *e)
 {
@@ -181,12 +191,9 @@ static int load(const char *path, int R, enum coord_io io, struct seg *segs, str
     struct coord_load_stats st;
     int rc = coord_model_open(&f, path, e);
     for (int r = 0; !rc && r < R; r++) {
-        struct shlm_header h;
-        struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
-        assert_true(coord_shard_layout(&f.img, R, r, &h, table) > 0);
-        free(table);
         assert_int_equal(
-            seg_create_on(&segs[r], "test-load", h.file_bytes, -1, SEG_ANON | SEG_LAZY), 0);
+            seg_create_on(&segs[r], "test-load", shard_bytes(&f, R, r), -1, SEG_ANON | SEG_LAZY),
+            0);
         dest[r] = (struct coord_load_dest){r, &segs[r]};
     }
     if (!rc)
@@ -273,11 +280,7 @@ static void test_changed_while_loading(void **state)
         struct coord_err e;
         struct seg s = {0};
         assert_int_equal(coord_model_open(&f, path, &e), 0);
-        struct shlm_header h;
-        struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
-        coord_shard_layout(&f.img, 1, 0, &h, table);
-        free(table);
-        assert_int_equal(seg_create_on(&s, "t", h.file_bytes, -1, SEG_ANON | SEG_LAZY), 0);
+        assert_int_equal(seg_create_on(&s, "t", shard_bytes(&f, 1, 0), -1, SEG_ANON | SEG_LAZY), 0);
         int fd = open(path, O_WRONLY);
         assert_true(fd >= 0);
         const char *want;
@@ -327,12 +330,8 @@ static void test_full_tmpfs(void **state)
     struct coord_err e;
     struct seg s = {0};
     assert_int_equal(coord_model_open(&f, path, &e), 0);
-    struct shlm_header h;
-    struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
-    coord_shard_layout(&f.img, 1, 0, &h, table);
-    free(table);
     tu_path(seg_path, sizeof(seg_path), "%s/w", mnt);
-    int created = seg_create_on(&s, seg_path, h.file_bytes, -1, SEG_LAZY);
+    int created = seg_create_on(&s, seg_path, shard_bytes(&f, 1, 0), -1, SEG_LAZY);
     int rc = created ? created
                      : coord_load_shards(&f, 1, &(struct coord_load_dest){0, &s}, 1, COORD_IO_AUTO,
                                          &(struct coord_load_stats){0}, &e);

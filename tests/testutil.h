@@ -69,36 +69,34 @@ static inline void tu_rmdir(const char *dir)
         fprintf(stderr, "warning: could not remove %s\n", dir);
 }
 
-/* Number of entries in @dir, not counting . and .. (-1 if it cannot be read). */
-static inline int tu_count_files(const char *dir)
+/* Runs the shell command @cmd and returns what it wrote to stdout (NUL-terminated, at most
+ * @len - 1 bytes) in @out; "" if it cannot run. */
+static inline void tu_cmd_output(const char *cmd, char *out, size_t len)
 {
-    char cmd[4300];
-    snprintf(cmd, sizeof(cmd), "ls -A '%s' 2>/dev/null | wc -l", dir);
     FILE *p = popen(cmd, "r");
-    int n = -1;
-    if (p) {
-        if (fscanf(p, "%d", &n) != 1)
-            n = -1;
+    size_t n = p ? fread(out, 1, len - 1, p) : 0;
+    out[n] = 0;
+    if (p)
         pclose(p);
-    }
-    return n;
 }
+
+/* Entries in @dir, not counting . and .. nor names that match the grep pattern @skip (NULL:
+ * none); -1 if it cannot be read. */
+static inline int tu_count_entries(const char *dir, const char *skip)
+{
+    char cmd[4400], out[32];
+    snprintf(cmd, sizeof(cmd), "cd '%s' 2>/dev/null && ls -A | grep -vc '%s'", dir,
+             skip ? skip : "^$");
+    tu_cmd_output(cmd, out, sizeof(out));
+    return out[0] ? atoi(out) : -1;
+}
+
+/* Number of entries in @dir, not counting . and .. (-1 if it cannot be read). */
+static inline int tu_count_files(const char *dir) { return tu_count_entries(dir, NULL); }
 
 /* Entries in @dir other than persistent weights segments ("w-*", which outlive runs by design):
  * the run files a finished run must not leave (-1 if it cannot be read). */
-static inline int tu_count_run_files(const char *dir)
-{
-    char cmd[4300];
-    snprintf(cmd, sizeof(cmd), "ls -A '%s' 2>/dev/null | grep -v '^w-' | wc -l", dir);
-    FILE *p = popen(cmd, "r");
-    int n = -1;
-    if (p) {
-        if (fscanf(p, "%d", &n) != 1)
-            n = -1;
-        pclose(p);
-    }
-    return n;
-}
+static inline int tu_count_run_files(const char *dir) { return tu_count_entries(dir, "^w-"); }
 
 struct tu_run {
     int status; /* exit code, or 128 + signal, or -1 on timeout */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frames.h"
 #include "peer.h"
 
 #define FRAMES_MAX 64
@@ -35,17 +36,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         off += idlen;
         if (off + 2 > size)
             break;
-        size_t len = (size_t)data[off] | (size_t)data[off + 1] << 8;
-        off += 2;
-        if (len > size - off)
-            len = size - off;
-        proto_env *env = shardlm__envelope__unpack(NULL, len, data + off);
-        off += len;
-        if (!env || env->msg_case == SHARDLM__ENVELOPE__MSG__NOT_SET) { /* proto_recv drops */
-            if (env)
-                shardlm__envelope__free_unpacked(env, NULL);
+        proto_env *env = fuzz_next_envelope(data, size, &off);
+        if (!env)
             continue;
-        }
         struct coord_err e;
         int want = wants[f % 3], r = -1;
         int v = coord_peer_classify(n_ranks, id, keep, env, want, &r, &e);
@@ -74,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    (int)env->msg_case == want) {
             __builtin_trap(); /* the wanted case from a group member is never a failure */
         }
-        shardlm__envelope__free_unpacked(env, NULL);
+        proto_free(env);
     }
     return 0;
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "allreduce.h"
+#include "frames.h"
 #include "load.h"
 #include "serve.h"
 
@@ -171,16 +172,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         __builtin_trap(); /* the harness's own segments must attach */
 
     for (int f = 0; f < FRAMES_MAX && off + 2 <= size; f++) {
-        size_t len = (size_t)data[off] | (size_t)data[off + 1] << 8;
-        off += 2;
-        if (len > size - off)
-            len = size - off;
-        proto_env *env = shardlm__envelope__unpack(NULL, len, data + off);
-        off += len;
+        proto_env *env = fuzz_next_envelope(data, size, &off);
         if (!env)
-            continue; /* proto_recv answers a frame that does not unpack itself */
-        int stop = env->msg_case == SHARDLM__ENVELOPE__MSG__NOT_SET ? 0 : wrk_handle(&w, env);
-        shardlm__envelope__free_unpacked(env, NULL);
+            continue;
+        int stop = wrk_handle(&w, env);
+        proto_free(env);
         if (stop)
             break;
     }
