@@ -79,13 +79,13 @@ static void test_golden_greedy_f32(void **state)
     for (int no = 1; no <= 4; no++) {
         char prompt[512], n[16], path[4200];
         int n_ids;
-        assert_int_equal(tu_golden_prompt(tu_shared(), no, prompt, sizeof(prompt), &n_ids), 0);
+        assert_int_equal(tu_golden_prompt(tu_data(), no, prompt, sizeof(prompt), &n_ids), 0);
         /* the reference fed 256 positions and printed every token after BOS: its text holds
          * 257 - n_ids new tokens unless it stopped at id 1 earlier */
         snprintf(n, sizeof(n), "%d", 257 - n_ids);
         char *args[] = {"generate", "-m", model, "-p", prompt, "-n", n, "--temp", "0", NULL};
         run_shardlm(r, args, NULL);
-        tu_path(path, sizeof(path), "%s/golden/stories260K/p%d.txt", tu_shared(), no);
+        tu_path(path, sizeof(path), "%s/golden/stories260K/p%d.txt", tu_data(), no);
         size_t glen;
         char *golden = tu_slurp(path, &glen);
         assert_non_null(golden);
@@ -107,7 +107,7 @@ static void eval_model(const char *name, double *kld, double *top1, double *ppl)
     struct tu_run *r = malloc(sizeof(*r));
     char model[4200], ref[4200];
     tu_path(model, sizeof(model), "%s/%s.shlm", dir, name);
-    tu_path(ref, sizeof(ref), "%s/golden/stories260K", tu_shared());
+    tu_path(ref, sizeof(ref), "%s/golden/stories260K", tu_data());
     char *args[] = {"eval", "-m", model, "--ref", ref, NULL};
     run_shardlm(r, args, NULL);
     if (r->status)
@@ -208,7 +208,7 @@ static void test_bad_checkpoints(void **state)
     run_shardlm(r, a3, NULL);
     expect_failure(r, "--group");
     char tok32k[4200];
-    tu_path(tok32k, sizeof(tok32k), "%s/tokenizers/llama2-tokenizer.bin", tu_shared());
+    tu_path(tok32k, sizeof(tok32k), "%s/tokenizers/llama2-tokenizer.bin", tu_data());
     char *a4[] = {"convert", src, "--tokenizer", tok32k, "--scheme", "f32", "-o", out, NULL};
     run_shardlm(r, a4, NULL);
     expect_failure(r, "wrong vocabulary size?");
@@ -777,9 +777,8 @@ static void test_access(void **state)
 
 int main(void)
 {
-    int skip_rc = tu_require_shared();
-    if (skip_rc >= 0)
-        return skip_rc;
+    if (!tu_have_data())
+        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_greedy_f32),
         cmocka_unit_test(test_eval_fidelity),

@@ -1,4 +1,4 @@
-/* coordinator/gguf: the real vocabulary-only GGUF files of the shared data; the writer read back;
+/* coordinator/gguf: the real vocabulary-only GGUF files of the test data; the writer read back;
  * Q8_0 / Q4_0 / BF16 / F16 dequantization against values worked out by hand; every truncation
  * and a list of corrupted fields refused with a one-line message naming the field.
  *
@@ -865,26 +865,20 @@ static void test_open_errors(void **state)
     free(s.m.b);
 }
 
-/* ---- the shared vocabulary files ----------------------------------------------------------- */
+/* ---- the vocabulary files of the test data ------------------------------------------------- */
 
-/* Opens ${SHARED}/tokenizers/@name; false (the test skipped) when the shared data is absent. */
-static bool open_vocab(struct gguf_file *g, const char *name)
+/* Opens tests/data/tokenizers/@name (a failure when it is missing). */
+static void open_vocab(struct gguf_file *g, const char *name)
 {
     char path[4300];
     struct coord_err e;
-    tu_path(path, sizeof(path), "%s/tokenizers/%s", tu_shared(), name);
-    if (access(path, R_OK) != 0) {
-        if (tu_require_shared() == 77) /* no shared data here (CI: a failure) */
-            return false;
-        fail_msg("%s: %s", path, strerror(errno));
-    }
+    tu_path(path, sizeof(path), "%s/tokenizers/%s", tu_data(), name);
     int rc = gguf_open(g, path, &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
     assert_int_equal(rc, 0);
     assert_int_equal(g->version, 3);
     assert_int_equal(g->n_tensors, 0);
-    return true;
 }
 
 /* Checks a string array of @n entries whose first ones are @first. */
@@ -901,8 +895,7 @@ static void check_strs(const struct gguf_file *g, const char *key, uint64_t n,
 static void test_vocab_llama_spm(void **state)
 {
     struct gguf_file g;
-    if (!open_vocab(&g, "ggml-vocab-llama-spm.gguf"))
-        skip();
+    open_vocab(&g, "ggml-vocab-llama-spm.gguf");
     struct gguf_str s;
     uint32_t u;
     float f;
@@ -933,8 +926,7 @@ static void test_vocab_llama_spm(void **state)
 static void test_vocab_gpt2(void **state)
 {
     struct gguf_file g;
-    if (!open_vocab(&g, "ggml-vocab-gpt-2.gguf"))
-        skip();
+    open_vocab(&g, "ggml-vocab-gpt-2.gguf");
     struct gguf_str s;
     uint32_t u;
     assert_int_equal(g.n_kv, 16);
@@ -957,8 +949,7 @@ static void test_vocab_gpt2(void **state)
 static void test_vocab_phi3(void **state)
 {
     struct gguf_file g;
-    if (!open_vocab(&g, "ggml-vocab-phi-3.gguf"))
-        skip();
+    open_vocab(&g, "ggml-vocab-phi-3.gguf");
     struct gguf_str s;
     uint32_t u;
     assert_int_equal(g.n_kv, 26);

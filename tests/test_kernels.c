@@ -21,6 +21,7 @@
 
 #include "kn.h"
 #include "arch/ref/kn_ref.h"
+#include "testutil.h"
 
 /* Tolerances. */
 /* gemv/gemm, |y - y_ref| / sum|terms|: both sides round every product and partial sum to f32 but
@@ -88,29 +89,31 @@ static void *xmalloc(size_t n)
 
 struct table_slot {
     const char *name;
-    const char *needs; /* what a machine without it lacks */
+    const char *needs;   /* what a machine without it lacks */
+    const char *cpuinfo; /* the same as /proc/cpuinfo flags, for tu_skip_hardware */
     const struct kn_ops *ops;
 };
 
 #define SLOT_AMX_MODEL (KN_ISA_AMX + 1)
+#define CPUINFO_AVX512 "avx512f,avx512bw,avx512vl,avx512_vnni,avx512_bf16"
 static struct table_slot slot[SLOT_AMX_MODEL + 1] = {
-    [KN_ISA_REF] = {"ref", "nothing", NULL},
-    [KN_ISA_AVX2] = {"avx2", "AVX2, FMA and F16C, or the table in this build", NULL},
+    [KN_ISA_REF] = {"ref", "nothing", "", NULL},
+    [KN_ISA_AVX2] = {"avx2", "AVX2, FMA and F16C, or the table in this build", "avx2,fma,f16c",
+                     NULL},
     [KN_ISA_AVX512] = {"avx512",
                        "AVX-512 F/BW/VL/VNNI/BF16 with OS support, or SHARDLM_HAVE_AVX512 in "
                        "this build",
-                       NULL},
-    [KN_ISA_AMX] = {"amx", "AMX-TILE/INT8, or the table in this build", NULL},
-    [SLOT_AMX_MODEL] = {"amx-model", "the AVX-512 table its epilogue uses", NULL},
+                       CPUINFO_AVX512, NULL},
+    [KN_ISA_AMX] = {"amx", "AMX-TILE/INT8/BF16, or the table in this build",
+                    "amx_tile,amx_int8,amx_bf16", NULL},
+    [SLOT_AMX_MODEL] = {"amx-model", "the AVX-512 table its epilogue uses", CPUINFO_AVX512, NULL},
 };
 
 static const struct kn_ops *table_or_skip(void **state)
 {
     const struct table_slot *s = *state;
-    if (!s->ops) {
-        print_message("[  SKIP    ] no %s table: this machine lacks %s\n", s->name, s->needs);
-        skip();
-    }
+    if (!s->ops)
+        tu_skip_hardware(s->cpuinfo, "no %s table: this machine lacks %s", s->name, s->needs);
     return s->ops;
 }
 
@@ -1121,10 +1124,8 @@ static void test_act_prepare_avx512(void **state)
 {
     (void)state;
     char err[256];
-    if (!kn_ops_find("avx512", err, sizeof(err))) {
-        print_message("[  SKIP    ] %s\n", err);
-        skip();
-    }
+    if (!kn_ops_find("avx512", err, sizeof(err)))
+        tu_skip_hardware(CPUINFO_AVX512, "%s", err);
     static const int kg[][2] = {{172, 64}, {100, 48}, {300, 128}, {255, 32}, {520, 256},
                                 {1, 32},   {31, 16},  {64, 2}};
     rng_seed(13);

@@ -40,7 +40,7 @@ static int setup(void **state)
     if (!image || shlm_parse(&img, image, image_len, out, err, sizeof(err)))
         return -1;
     /* prompt 1: its prompt and generated ids, and its logits */
-    tu_path(path, sizeof(path), "%s/golden/stories260K/greedy.tsv", tu_shared());
+    tu_path(path, sizeof(path), "%s/golden/stories260K/greedy.tsv", tu_data());
     char *tsv = tu_slurp(path, NULL);
     if (!tsv)
         return -1;
@@ -57,7 +57,7 @@ static int setup(void **state)
         p = end;
     }
     free(tsv);
-    tu_path(path, sizeof(path), "%s/golden/stories260K/p1.logits.f32", tu_shared());
+    tu_path(path, sizeof(path), "%s/golden/stories260K/p1.logits.f32", tu_data());
     size_t len = 0;
     ref_logits = (float *)tu_slurp(path, &len);
     n_rows = (int)(len / (VOCAB * sizeof(float)));
@@ -184,9 +184,8 @@ static void test_last_logits_only(void **state)
 
 int main(void)
 {
-    int skip_rc = tu_require_shared();
-    if (skip_rc >= 0)
-        return skip_rc;
+    if (!tu_have_data())
+        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_reference_every_table),
         cmocka_unit_test(test_last_logits_only),

@@ -1,11 +1,11 @@
 /* NUMA layout of `shardlm generate` with no layout options: one worker per NUMA node, rank r on
  * node r with all of that node's CPUs, its weights and KV segments on that node.
  *
- *   test_numa SHARDLM_BIN MODEL.shlm SHARED_DIR
+ *   test_numa SHARDLM_BIN MODEL.shlm DATA_DIR
  *
- * Arguments rather than the environment, because this runs inside ../shared/tools/numa-vm, where
- * nothing but the command line crosses into the guest (tests/numa_vm.sh converts the model and
- * starts the guest). On a machine with fewer than two nodes that have CPUs it skips (exit 77).
+ * Arguments rather than the environment, because this runs inside tests/numa/guest.sh, where
+ * nothing but the command line crosses into the guest (tests/numa/test_numa.sh converts the model
+ * and starts the guest). On a machine with fewer than two nodes that have CPUs it skips (exit 77).
  *
  * golden:    the greedy text at f32 is the golden text with the ranks spread over the nodes, and
  *            --verbose reports one rank per node with that node's cpulist.
@@ -46,7 +46,7 @@ struct rank_line {
     char list[1024];
 };
 
-static const char *bin, *model, *shared;
+static const char *bin, *model, *data; /* data: the golden outputs (tests/data) */
 static struct numa_node nodes[MAX_NODES]; /* the nodes with CPUs, by ascending id */
 static int n_nodes;
 static char base[1024];   /* private folder of this test, on tmpfs */
@@ -169,7 +169,8 @@ static void show_stderr(const char *err)
 }
 
 /* The default layout: ranks 0..n_nodes-1, rank r on the r-th node with CPUs (node r wherever the
- * nodes are numbered 0..n-1, as in numa-vm) and exactly that node's CPUs, distinct live pids. */
+ * nodes are numbered 0..n-1, as in tests/numa/guest.sh) and exactly that node's CPUs, distinct
+ * live pids. */
 static void assert_rank_layout(const struct rank_line *ranks, int found, const char *err)
 {
     bool ok = found == n_nodes;
@@ -259,7 +260,7 @@ static void test_golden_default_layout(void **state)
     for (size_t i = 0; i < sizeof(prompts) / sizeof(prompts[0]); i++) {
         int no = prompts[i], n_ids;
         char prompt[512], n[16], path[4200];
-        assert_int_equal(tu_golden_prompt(shared, no, prompt, sizeof(prompt), &n_ids), 0);
+        assert_int_equal(tu_golden_prompt(data, no, prompt, sizeof(prompt), &n_ids), 0);
         /* the golden text holds 257 - n_ids new tokens (see test_e2e) */
         snprintf(n, sizeof(n), "%d", 257 - n_ids);
         char *argv[] = {(char *)bin, "generate", "-m", (char *)model, "-p", prompt, "-n", n,
@@ -267,7 +268,7 @@ static void test_golden_default_layout(void **state)
         char *env[] = {env_rundir, NULL};
         time_t t0 = time(NULL);
         tu_run_cmd(r, argv, env, RUN_TIMEOUT_S, NULL, NULL);
-        tu_path(path, sizeof(path), "%s/golden/stories260K/p%d.txt", shared, no);
+        tu_path(path, sizeof(path), "%s/golden/stories260K/p%d.txt", data, no);
         size_t glen;
         char *golden = tu_slurp(path, &glen);
         assert_non_null(golden);
@@ -557,7 +558,7 @@ static void test_placement(void **state)
 
     /* greedy decoding is deterministic: the 60 tokens begin the golden text of prompt 1 */
     char gpath[4200];
-    tu_path(gpath, sizeof(gpath), "%s/golden/stories260K/p1.txt", shared);
+    tu_path(gpath, sizeof(gpath), "%s/golden/stories260K/p1.txt", data);
     size_t olen = 0, glen = 0;
     char *out = tu_slurp(outpath, &olen), *golden = tu_slurp(gpath, &glen);
     assert_non_null(out);
@@ -625,20 +626,20 @@ static int teardown(void **state)
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: %s SHARDLM_BIN MODEL.shlm SHARED_DIR\n", argv[0]);
+        fprintf(stderr, "usage: %s SHARDLM_BIN MODEL.shlm DATA_DIR\n", argv[0]);
         return 2;
     }
     bin = argv[1];
     model = argv[2];
-    shared = argv[3];
+    data = argv[3];
     n_nodes = read_nodes();
     if (n_nodes < 2) {
-        fprintf(stderr, "SKIP: needs >= 2 NUMA nodes; run it with ../shared/tools/numa-vm "
-                "--nodes 2 -- %s %s %s %s\n", argv[0], bin, model, shared);
+        fprintf(stderr, "SKIP: needs >= 2 NUMA nodes; ctest runs it in a guest that has them "
+                "(tests/numa/test_numa.sh NODES BUILD_DIR DATA_DIR)\n");
         return 77;
     }
     char p[4200];
-    tu_path(p, sizeof(p), "%s/golden/stories260K/greedy.tsv", shared);
+    tu_path(p, sizeof(p), "%s/golden/stories260K/greedy.tsv", data);
     if (access(bin, X_OK) || access(model, R_OK) || access(p, R_OK)) {
         fprintf(stderr, "test_numa: cannot use %s, %s or %s: %s\n", bin, model, p,
                 strerror(errno));

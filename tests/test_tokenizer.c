@@ -9,10 +9,11 @@
 #include "testutil.h"
 #include "tokenizer.h"
 
-static uint8_t *load(const char *rel, size_t *len, int shared)
+/* @rel in the test data (@data) or the source tree */
+static uint8_t *load(const char *rel, size_t *len, int data)
 {
     char path[4200];
-    tu_path(path, sizeof(path), "%s/%s", shared ? tu_shared() : tu_src(), rel);
+    tu_path(path, sizeof(path), "%s/%s", data ? tu_data() : tu_src(), rel);
     uint8_t *b = (uint8_t *)tu_slurp(path, len);
     assert_non_null(b);
     return b;
@@ -175,9 +176,8 @@ static void test_hostile_files(void **state)
 
 int main(void)
 {
-    int skip_rc = tu_require_shared();
-    if (skip_rc >= 0)
-        return skip_rc;
+    if (!tu_have_data())
+        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_prompt_ids),
         cmocka_unit_test(test_byte_fallback),

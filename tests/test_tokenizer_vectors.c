@@ -1,4 +1,4 @@
-/* coordinator/tokenizer: llama.cpp's tokenizer test vectors (../shared/tokenizers: llama-spm,
+/* coordinator/tokenizer: llama.cpp's tokenizer test vectors (tests/data/tokenizers: llama-spm,
  * phi-3, gpt-2), round trips, the blob (save/load, every truncation, byte flips), Hugging Face
  * tokenizer.json sources written here by hand, and malformed ones.
  *
@@ -31,9 +31,9 @@ static void vectors_load(struct vectors *v, const char *name)
 {
     char p[4200];
     memset(v, 0, sizeof(*v));
-    tu_path(p, sizeof(p), "%s/tokenizers/ggml-vocab-%s.gguf.inp", tu_shared(), name);
+    tu_path(p, sizeof(p), "%s/tokenizers/ggml-vocab-%s.gguf.inp", tu_data(), name);
     v->inp = tu_slurp(p, NULL);
-    tu_path(p, sizeof(p), "%s/tokenizers/ggml-vocab-%s.gguf.out", tu_shared(), name);
+    tu_path(p, sizeof(p), "%s/tokenizers/ggml-vocab-%s.gguf.out", tu_data(), name);
     v->out = tu_slurp(p, NULL);
     assert_non_null(v->inp);
     assert_non_null(v->out);
@@ -119,7 +119,7 @@ static void open_gguf(const char *name, struct gguf_file *g, struct coord_tok *t
 {
     char p[4200];
     struct coord_err e;
-    tu_path(p, sizeof(p), "%s/tokenizers/ggml-vocab-%s.gguf", tu_shared(), name);
+    tu_path(p, sizeof(p), "%s/tokenizers/ggml-vocab-%s.gguf", tu_data(), name);
     int rc = gguf_open(g, p, &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
@@ -263,7 +263,7 @@ static void test_llama2c_blob(void **state)
 {
     size_t len = 0;
     char p[4200];
-    tu_path(p, sizeof(p), "%s/tokenizers/llama2-tokenizer.bin", tu_shared());
+    tu_path(p, sizeof(p), "%s/tokenizers/llama2-tokenizer.bin", tu_data());
     uint8_t *buf = (uint8_t *)tu_slurp(p, &len);
     assert_non_null(buf);
     assert_int_equal(coord_tok_llama2c_count(buf, len), 32000);
@@ -622,14 +622,12 @@ static void run_cli(struct tu_run *r, const char *const *args)
 
 static void test_cli(void **state)
 {
-    if (access(tu_bin(), X_OK) != 0) {
-        fprintf(stderr, "SKIP test_cli: %s is not built\n", tu_bin());
-        skip();
-    }
+    if (access(tu_bin(), X_OK) != 0) /* ctest builds it first (add_dependencies) */
+        fail_msg("%s: %s", tu_bin(), strerror(errno));
     char gpt2[4200], spm[4200], bin[4200], dir[4096], json[4200], blob[4200];
-    tu_path(gpt2, sizeof(gpt2), "%s/tokenizers/ggml-vocab-gpt-2.gguf", tu_shared());
-    tu_path(spm, sizeof(spm), "%s/tokenizers/ggml-vocab-llama-spm.gguf", tu_shared());
-    tu_path(bin, sizeof(bin), "%s/tokenizers/llama2-tokenizer.bin", tu_shared());
+    tu_path(gpt2, sizeof(gpt2), "%s/tokenizers/ggml-vocab-gpt-2.gguf", tu_data());
+    tu_path(spm, sizeof(spm), "%s/tokenizers/ggml-vocab-llama-spm.gguf", tu_data());
+    tu_path(bin, sizeof(bin), "%s/tokenizers/llama2-tokenizer.bin", tu_data());
     tu_mkdtemp(dir, sizeof(dir), "tokcli");
     tu_path(json, sizeof(json), "%s/tokenizer.json", dir);
     tu_path(blob, sizeof(blob), "%s/tok.blob", dir);
@@ -705,15 +703,8 @@ static void test_cli(void **state)
 
 int main(void)
 {
-    char p[4200];
-    tu_path(p, sizeof(p), "%s/tokenizers/ggml-vocab-gpt-2.gguf", tu_shared());
-    if (access(p, R_OK) != 0) {
-        int skip_rc = tu_require_shared();
-        if (skip_rc >= 0)
-            return skip_rc;
-        fprintf(stderr, "SKIP: %s is missing\n", p);
-        return 77;
-    }
+    if (!tu_have_data())
+        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_spm),     cmocka_unit_test(test_phi3),
         cmocka_unit_test(test_gpt2),          cmocka_unit_test(test_llama2c_blob),

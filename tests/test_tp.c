@@ -83,9 +83,9 @@ static void test_golden_every_rank_count(void **state)
     for (int no = 1; no <= 4; no++) {
         char prompt[256], n[16];
         int n_ids;
-        assert_int_equal(tu_golden_prompt(tu_shared(), no, prompt, sizeof(prompt), &n_ids), 0);
+        assert_int_equal(tu_golden_prompt(tu_data(), no, prompt, sizeof(prompt), &n_ids), 0);
         snprintf(n, sizeof(n), "%d", 257 - n_ids);
-        tu_path(path, sizeof(path), "%s/golden/stories260K/p%d.txt", tu_shared(), no);
+        tu_path(path, sizeof(path), "%s/golden/stories260K/p%d.txt", tu_data(), no);
         size_t glen;
         char *golden = tu_slurp(path, &glen);
         for (int R = 1; R <= 4; R++) {
@@ -131,7 +131,7 @@ static double eval_kld(const char *model, const char *ref, int R, const char *sa
 static void test_fidelity_across_ranks(void **state)
 {
     char golden[4300], ref1[4300], ref8[4300];
-    tu_path(golden, sizeof(golden), "%s/golden/stories260K", tu_shared());
+    tu_path(golden, sizeof(golden), "%s/golden/stories260K", tu_data());
     tu_path(ref1, sizeof(ref1), "%s/w4a16-r1", dir);
     tu_path(ref8, sizeof(ref8), "%s/w4a8-r1", dir);
     for (int R = 1; R <= 4; R++)
@@ -340,9 +340,8 @@ static void test_worker_restarts(void **state)
 
 int main(void)
 {
-    int skip_rc = tu_require_shared();
-    if (skip_rc >= 0)
-        return skip_rc;
+    if (!tu_have_data())
+        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_every_rank_count),
         cmocka_unit_test(test_fidelity_across_ranks),

@@ -1,4 +1,4 @@
-/* Test helpers: paths to the shared data and the built binaries, temporary folders, running a
+/* Test helpers: paths to the test data and the built binaries, temporary folders, running a
  * command with a timeout and capturing its output. Header-only so each test stays one file. */
 #ifndef SHARDLM_TESTUTIL_H
 #define SHARDLM_TESTUTIL_H
@@ -22,26 +22,37 @@ static inline const char *tu_env(const char *name, const char *fallback)
     const char *v = getenv(name);
     return v && *v ? v : fallback;
 }
-/* ../shared (golden outputs, tokenizers), the source tree, the shardlm binary */
-static inline const char *tu_shared(void) { return tu_env("SHARDLM_SHARED", "../shared"); }
+/* The test data (golden outputs, tokenizers, chat templates: tests/data, see its README.md; ctest
+ * passes the CMake cache variable SHARDLM_TEST_DATA), the source tree, the shardlm binary */
+static inline const char *tu_data(void) { return tu_env("SHARDLM_TEST_DATA", "tests/data"); }
 static inline const char *tu_src(void) { return tu_env("SHARDLM_SRC", "."); }
 static inline const char *tu_bin(void) { return tu_env("SHARDLM_BIN", "shardlm"); }
 
-/* Whether the shared test data is there. When it is not, a test that needs it exits 77 (ctest
- * SKIP) saying how to run it; under CI (CI=true) a missing folder is a failure instead, so a
- * misplaced checkout cannot pass by skipping. Returns the exit code to use, or -1 to go on. */
-static inline int tu_require_shared(void)
+/* Whether the test data is there. It is part of the repository, so a missing folder is a broken
+ * checkout or a wrong SHARDLM_TEST_DATA, and the test fails saying so: never a reason to skip. */
+static inline bool tu_have_data(void)
 {
     char p[4200];
-    snprintf(p, sizeof(p), "%s/golden/stories260K/greedy.tsv", tu_shared());
+    snprintf(p, sizeof(p), "%s/golden/stories260K/greedy.tsv", tu_data());
     if (access(p, R_OK) == 0)
-        return -1;
-    bool ci = getenv("CI") && strcmp(getenv("CI"), "true") == 0;
-    fprintf(stderr, "%s: shared test data not found at %s (golden outputs of stories260K); "
-            "configure with -DSHARDLM_SHARED_DIR=/path/to/shared or set SHARDLM_SHARED to run "
-            "this test\n", ci ? "FAIL" : "SKIP", tu_shared());
-    return ci ? 1 : 77;
+        return true;
+    fprintf(stderr,
+            "FAIL: no test data at %s (%s): it is the repository's tests/data; restore it, "
+            "or point SHARDLM_TEST_DATA (or -DSHARDLM_TEST_DATA=DIR) at a copy\n",
+            tu_data(), strerror(errno));
+    return false;
 }
+
+/* Skips the running cmocka test for want of hardware: @flags are the /proc/cpuinfo flags it needs,
+ * comma-separated, the rest says what is missing. This line is what tests/check_skips.sh (run by
+ * .ci/run) looks for: any other skip, or one whose flags this CPU all has, fails CI. */
+#define tu_skip_hardware(flags, ...)                                                               \
+    do {                                                                                           \
+        print_message("[  SKIP    ] hardware %s: ", flags);                                        \
+        print_message(__VA_ARGS__);                                                                \
+        print_message("; it runs on a CPU with these flags\n");                                    \
+        skip();                                                                                    \
+    } while (0)
 
 static inline void tu_path(char *out, size_t len, const char *fmt, ...)
 {
@@ -232,15 +243,14 @@ static inline bool tu_workers_alive(const char *rundir)
     return system(cmd) == 0;
 }
 
-/* Line @no (from 1) of @shared/golden/stories260K/greedy.tsv: the prompt into @prompt and the
+/* Line @no (from 1) of @data/golden/stories260K/greedy.tsv: the prompt into @prompt and the
  * number of its token ids (BOS included) into *@n_ids. Returns 0, or -1 if there is no such
  * line. */
-static inline int tu_golden_prompt(const char *shared, int no, char *prompt, size_t len,
-                                   int *n_ids)
+static inline int tu_golden_prompt(const char *data, int no, char *prompt, size_t len, int *n_ids)
 {
     char path[4200];
     *n_ids = 0;
-    snprintf(path, sizeof(path), "%s/golden/stories260K/greedy.tsv", shared);
+    snprintf(path, sizeof(path), "%s/golden/stories260K/greedy.tsv", data);
     char *tsv = tu_slurp(path, NULL), *line = tsv;
     for (int i = 1; line && i < no; i++)
         line = (line = strchr(line, '\n')) ? line + 1 : NULL;
