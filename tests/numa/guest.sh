@@ -49,6 +49,14 @@ for v in "$nodes" "$cpn" "$mem" "$timeout_s"; do
 done
 [ "$nodes" -le 64 ] || die "--nodes $nodes: at most 64"
 
+# the command runs in the current folder: refuse one that the guest's fresh tmpfs would hide
+case $PWD/ in
+/tmp/* | /dev/shm/* | /run/*)
+  seen=false
+  for d in "${shares[@]}"; do [[ $PWD/ == "$d"/* ]] && seen=true; done
+  $seen || die "the guest cannot see $PWD (a fresh tmpfs there): pass --share with it or a folder above";;
+esac
+
 if [ "$(id -u)" -eq 0 ]; then
   cache=${SHARDLM_GUEST_CACHE:-/var/cache/shardlm/guest}
   sudo=()
