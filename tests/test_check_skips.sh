@@ -10,7 +10,8 @@ trap 'rm -rf "$dir"' EXIT
 # report NAME STATUS OUTPUT: a one-test report in $dir/NAME.xml
 report() {
   printf '<?xml version="1.0" encoding="UTF-8"?>\n<testsuite name="x" tests="1">\n' >"$dir/$1.xml"
-  printf '\t<testcase name="%s" classname="%s" time="1" status="%s">\n' "$1" "$1" "$2" >>"$dir/$1.xml"
+  printf '\t<testcase name="%s" classname="%s" time="1" status="%s">\n' "$1" "$1" "$2" \
+    >>"$dir/$1.xml"
   printf '\t\t<system-out>%s\n</system-out>\n\t</testcase>\n</testsuite>\n' "$3" >>"$dir/$1.xml"
 }
 cmocka_skip() { # one skipped case, with the line $1 before it

@@ -9,8 +9,8 @@
 # read-only over virtio-9p and runs COMMAND chrooted into it, in the current folder, as root, with
 # an environment of PATH, HOME=/tmp and the --env pairs only, and fresh empty tmpfs on /tmp,
 # /dev/shm and /run, where --share DIR shows a host folder read-only at its own path (a build tree
-# or clone under /tmp); nothing the command writes outlives the guest. No network. Software emulation (TCG): slow, AVX2 at most; keep the command
-# small.
+# or clone under /tmp); nothing the command writes outlives the guest. No network. Software
+# emulation (TCG): slow, AVX2 at most; keep the command small.
 #
 # Prints the command's output (stdout and stderr together) as it comes and exits with its status;
 # 124 when it outlives --timeout (default 600 s); 125 when the guest cannot be set up or did not
@@ -28,6 +28,10 @@ die() { echo "guest: $*" >&2; exit 125; }
 nodes=2 cpn=1 mem=1024 timeout_s=600
 envs=() shares=()
 while [ $# -gt 0 ]; do
+  case $1 in
+  --nodes | --cpus-per-node | --mem-per-node | --timeout | --env | --share)
+    [ $# -ge 2 ] || die "$1 needs a value (see --help)";;
+  esac
   case $1 in
   --nodes) nodes=$2; shift 2;;
   --cpus-per-node) cpn=$2; shift 2;;
@@ -54,7 +58,7 @@ case $PWD/ in
 /tmp/* | /dev/shm/* | /run/*)
   seen=false
   for d in "${shares[@]}"; do [[ $PWD/ == "$d"/* ]] && seen=true; done
-  $seen || die "the guest cannot see $PWD (a fresh tmpfs there): pass --share with it or a folder above";;
+  $seen || die "the guest cannot see $PWD (a fresh tmpfs there): --share it or a folder above";;
 esac
 
 if [ "$(id -u)" -eq 0 ]; then
@@ -76,8 +80,8 @@ install_tools() {
   [ ${#need[@]} -eq 0 ] && return 0
   echo "guest: installing ${need[*]} from Debian (first use)" >&2
   if ! { "${sudo[@]}" apt-get update -qq &&
-         DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-           "${need[@]}"; } >"$cache/apt.log" 2>&1; then
+         DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
+           --no-install-recommends "${need[@]}"; } >"$cache/apt.log" 2>&1; then
     die "could not install ${need[*]}: $(tail -1 "$cache/apt.log") (full log: $cache/apt.log;" \
         "as root: apt-get install ${need[*]})"
   fi
@@ -175,6 +179,8 @@ flock -u 9
 # --- this run ---------------------------------------------------------------------------------
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 # the initramfs: busybox, the modules, /init and the command (built anew: a few milliseconds)
 root=$work/initramfs
 mkdir -p "$root"/{bin,proc,sys,dev,host}
@@ -209,10 +215,11 @@ args+=(-nodefaults -no-user-config -display none -monitor none -no-reboot
        -fsdev local,id=root,path=/,security_model=none,readonly=on,multidevs=remap
        -device virtio-9p-pci,fsdev=root,mount_tag=hostroot)
 for i in "${!shares[@]}"; do
-  args+=(-fsdev local,id=share$i,path="${shares[$i]}",security_model=none,readonly=on,multidevs=remap
+  args+=(-fsdev local,id=share$i,path="${shares[$i]}",security_model=none,readonly=on
          -device virtio-9p-pci,fsdev=share$i,mount_tag=share$i)
 done
-echo "guest: $nodes NUMA nodes x $cpn CPUs, $mem MiB each, kernel $(cat "$cache/kernel/version")" >&2
+echo "guest: $nodes NUMA nodes x $cpn CPUs, $mem MiB each," \
+  "kernel $(cat "$cache/kernel/version")" >&2
 
 set +e
 timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 "${args[@]}" </dev/null 2>"$work/qemu.err" |
@@ -227,7 +234,8 @@ status=$(tr -d '\r' <"$work/status" 2>/dev/null || true)
 case $status in
 exit\ [0-9]*) exit "${status#exit }";;
 esac
-echo "guest: ${status:-no exit status from the guest} (qemu exited $rc); qemu and the console said:" >&2
+echo "guest: ${status:-no exit status from the guest} (qemu exited $rc);" \
+  "qemu and the console said:" >&2
 tail -5 "$work/qemu.err" >&2
 tail -20 "$work/console" >&2
 exit 125
