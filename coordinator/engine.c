@@ -51,14 +51,8 @@ static void sleep_ms(int ms)
 static void persist_name(const struct coord_engine *g, int r, const struct shlm_header *h,
                          char *out, size_t len)
 {
-    char node[16];
-    int n = g->layout.ranks[r].node;
-    if (n >= 0)
-        snprintf(node, sizeof(node), "%d", n);
-    else
-        snprintf(node, sizeof(node), "x");
-    snprintf(out, len, "%s%016llx-l%u-r%dof%d-n%s.weights", SEG_PERSIST_PREFIX,
-             (unsigned long long)h->source_checksum, h->layout, r, g->n_ranks, node);
+    seg_weights_name(out, len, h->source_checksum, h->layout, r, g->n_ranks,
+                     g->layout.ranks[r].node);
 }
 
 /* Maps the persistent segment @path if it is complete and holds exactly @want's shard; else
@@ -349,7 +343,7 @@ static int make_segments(struct coord_engine *g, const struct coord_engine_opts 
         seg_plan_make(&p, c, group, g->n_ranks, r);
         uint32_t kvd = (uint32_t)(p.kv1 - p.kv0) * c->head_dim;
         size_t kv_bytes = seg_kv_bytes(n_seqs, c->n_layers, c->seq_len, kvd);
-        snprintf(what, sizeof(what), "kv.r%d", r);
+        snprintf(what, sizeof(what), SEG_RUN_KV_FMT, r);
         /* positions are reserved as sequences grow (reserve_kv): a long context costs memory
          * only when it is used */
         if ((rc = run_segment(g, o->load.no_persist, &g->ranks[r].kv, what, kv_bytes,
@@ -366,7 +360,7 @@ static int make_segments(struct coord_engine *g, const struct coord_engine_opts 
     size_t x_bytes = seg_exchange_bytes(c->seq_len, c->vocab_size, rows, (uint32_t)g->n_ranks,
                                         c->dim);
     /* the logits rows are reserved as steps need them (reserve_logits) */
-    if ((rc = run_segment(g, o->load.no_persist, &g->exch, "exchange", x_bytes, -1, SEG_LAZY, e)))
+    if ((rc = run_segment(g, o->load.no_persist, &g->exch, SEG_RUN_EXCHANGE, x_bytes, -1, SEG_LAZY, e)))
         return rc;
     struct seg_exchange x;
     seg_exchange_layout(c->seq_len, c->vocab_size, rows, (uint32_t)g->n_ranks, c->dim, &x);
@@ -391,7 +385,7 @@ static int open_socket(struct coord_engine *g, const struct coord_access_opts *o
                               "CURVE keys (--keys DIR, made by `shardlm keygen -o DIR`)",
                               o->listen);
     } else {
-        seg_path(g->sock_path, sizeof(g->sock_path), g->rundir, getpid(), "sock");
+        seg_path(g->sock_path, sizeof(g->sock_path), g->rundir, getpid(), SEG_RUN_SOCK);
         snprintf(g->endpoint, sizeof(g->endpoint), "ipc://%s", g->sock_path);
     }
     g->zctx = zmq_ctx_new();

@@ -10,11 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static const char usage_shm[] =
-    "usage: shardlm shm list | purge\n"
+    "usage: shardlm shm list | purge [--force]\n"
     "\n"
     "The runtime directory ($SHARDLM_RUNTIME_DIR, default /dev/shm/shardlm-<uid>) holds the\n"
     "persistent weights segments, which let the next generate on the same model and layout start\n"
@@ -22,7 +23,9 @@ static const char usage_shm[] =
     "  list    each file: name, bytes, what it is (a complete weights segment names its model's\n"
     "          checksum and its shard; a run file its coordinator, alive or dead)\n"
     "  purge   removes the weights segments and the run files of dead coordinators, and prints\n"
-    "          what it freed. Processes that map a removed segment keep it until they exit.\n";
+    "          what it freed. A weights segment that a live engine maps is kept and named, unless\n"
+    "          --force (the engine keeps its mapping, but a worker it restarts cannot attach).\n"
+    "Only names of the forms shardlm makes are listed as its own or ever removed.\n";
 
 /* One line describing the persistent segment @path of @size bytes. */
 static void describe_weights(const char *path, uint64_t size, char *out, size_t len)
@@ -44,7 +47,37 @@ static void describe_weights(const char *path, uint64_t size, char *out, size_t 
     seg_free(&s);
 }
 
-static int walk(const char *rundir, bool purge)
+enum entry_kind { ENTRY_FOREIGN, ENTRY_WEIGHTS, ENTRY_RUN_ALIVE, ENTRY_RUN_DEAD };
+
+/* What the entry @name (lstat @st) of the runtime directory is: one of ours only when its name
+ * has one of our forms exactly and its type is the one we make (list and purge agree by asking
+ * this alone). */
+static enum entry_kind classify(const char *name, const struct stat *st)
+{
+    pid_t pid = seg_run_pid(name);
+    if (pid && (S_ISREG(st->st_mode) || S_ISSOCK(st->st_mode)))
+        return seg_pid_alive(pid) ? ENTRY_RUN_ALIVE : ENTRY_RUN_DEAD;
+    if (seg_is_weights_name(name) && S_ISREG(st->st_mode))
+        return ENTRY_WEIGHTS;
+    return ENTRY_FOREIGN;
+}
+
+/* Opens the weights segment @path and tries its exclusive lock: a descriptor holding it (the
+ * segment is not in use), or -EBUSY while an engine maps it (seg_map's shared lock). */
+static int lock_unused(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+static int walk(const char *rundir, bool purge, bool force)
 {
     DIR *d = opendir(rundir);
     if (!d) {
@@ -56,41 +89,54 @@ static int walk(const char *rundir, bool purge)
         return 1;
     }
     struct dirent *e;
-    int n = 0, removed = 0;
+    int n = 0, removed = 0, kept = 0;
     uint64_t freed = 0;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        char path[PATH_MAX + NAME_MAX + 2], what[160];
+        char path[PATH_MAX + NAME_MAX + 2], what[200];
         struct stat st;
         snprintf(path, sizeof(path), "%s/%s", rundir, e->d_name);
         if (lstat(path, &st) < 0)
             continue;
-        pid_t pid = seg_run_pid(e->d_name);
-        bool weights = !strncmp(e->d_name, SEG_PERSIST_PREFIX, strlen(SEG_PERSIST_PREFIX));
-        bool dead = pid && !seg_pid_alive(pid);
-        if (weights && S_ISREG(st.st_mode))
-            describe_weights(path, (uint64_t)st.st_size, what, sizeof(what));
-        else if (pid)
-            snprintf(what, sizeof(what), "run file of coordinator %d (%s)", (int)pid,
-                     dead ? "dead" : "alive");
-        else
-            snprintf(what, sizeof(what), "not ours");
+        enum entry_kind kind = classify(e->d_name, &st);
+        int lock = kind == ENTRY_WEIGHTS ? lock_unused(path) : -1;
+        bool in_use = lock == -EBUSY;
         n++;
         if (!purge) {
+            if (lock >= 0)
+                close(lock);
+            if (kind == ENTRY_WEIGHTS) {
+                describe_weights(path, (uint64_t)st.st_size, what, sizeof(what));
+                strncat(what, in_use ? ", in use" : "", sizeof(what) - strlen(what) - 1);
+            } else if (kind == ENTRY_FOREIGN) {
+                snprintf(what, sizeof(what), "not ours");
+            } else {
+                snprintf(what, sizeof(what), "run file of coordinator %d (%s)",
+                         (int)seg_run_pid(e->d_name), kind == ENTRY_RUN_DEAD ? "dead" : "alive");
+            }
             printf("%-56s %12llu  %s\n", e->d_name, (unsigned long long)st.st_size, what);
             continue;
         }
-        if ((weights || dead) && unlink(path) == 0) {
+        bool go = kind == ENTRY_RUN_DEAD || (kind == ENTRY_WEIGHTS && (lock >= 0 || force));
+        if (kind == ENTRY_WEIGHTS && !go) {
+            printf("kept %s: %s\n", e->d_name,
+                   in_use ? "in use by a live engine (--force removes it)" : strerror(-lock));
+            kept++;
+        }
+        /* unlinked while the lock is held: an engine that opened it meanwhile sees it gone */
+        if (go && unlink(path) == 0) {
             printf("removed %s (%llu bytes)\n", e->d_name, (unsigned long long)st.st_size);
             removed++;
             freed += (uint64_t)st.st_size;
         }
+        if (lock >= 0)
+            close(lock);
     }
     closedir(d);
     if (purge)
-        printf("%d file%s removed, %llu bytes freed\n", removed, removed == 1 ? "" : "s",
-               (unsigned long long)freed);
+        printf("%d file%s removed, %llu bytes freed%s\n", removed, removed == 1 ? "" : "s",
+               (unsigned long long)freed, kept ? ", segments in use kept" : "");
     else if (!n)
         printf("%s: empty\n", rundir);
     return 0;
@@ -102,8 +148,11 @@ int coord_cmd_shm(int argc, char **argv)
         fputs(usage_shm, stdout);
         return 0;
     }
-    if (argc != 2 || (strcmp(argv[1], "list") && strcmp(argv[1], "purge"))) {
-        fprintf(stderr, "shardlm shm: expected list or purge\n%s", usage_shm);
+    bool list = argc == 2 && !strcmp(argv[1], "list");
+    bool purge = argc >= 2 && argc <= 3 && !strcmp(argv[1], "purge");
+    bool force = purge && argc == 3 && !strcmp(argv[2], "--force");
+    if (!list && !(purge && (argc == 2 || force))) {
+        fprintf(stderr, "shardlm shm: expected list, purge or purge --force\n%s", usage_shm);
         return 2;
     }
     char rundir[PATH_MAX];
@@ -113,5 +162,5 @@ int coord_cmd_shm(int argc, char **argv)
                 rc == -EPERM ? "not a private directory owned by this user" : strerror(-rc));
         return 1;
     }
-    return walk(rundir, !strcmp(argv[1], "purge"));
+    return walk(rundir, purge, force);
 }

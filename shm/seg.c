@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -116,6 +117,8 @@ int seg_create_on(struct seg *s, const char *path, size_t size, int node, unsign
         fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
+    if (!(flags & SEG_ANON))
+        (void)flock(fd, LOCK_SH); /* in use while it lives (published or not): see seg_map */
     if ((rc = setup(s, fd, size, node, flags))) {
         close(fd);
         if (!(flags & SEG_ANON))
@@ -160,13 +163,25 @@ int seg_map(struct seg *s, const char *path, size_t size, bool writable)
     int rc = 0, fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    struct stat st;
+    struct stat st, now;
     if (fstat(fd, &st) < 0) {
         rc = -errno;
         goto out_close;
     }
     if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != size || size == 0) {
         rc = -EINVAL;
+        goto out_close;
+    }
+    /* in use from here (shm purge takes LOCK_EX to remove one); if purge removed it between the
+     * open and the lock, the name no longer leads here */
+    while ((rc = flock(fd, LOCK_SH)) < 0 && errno == EINTR)
+        ;
+    if (rc < 0) {
+        rc = -errno;
+        goto out_close;
+    }
+    if (stat(path, &now) < 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
+        rc = -ENOENT;
         goto out_close;
     }
     void *p = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
@@ -177,6 +192,8 @@ int seg_map(struct seg *s, const char *path, size_t size, bool writable)
     snprintf(s->path, sizeof(s->path), "%s", path);
     s->base = p;
     s->size = size;
+    s->fd = fd; /* held for the lock */
+    return 0;
 out_close:
     close(fd);
     return rc;
@@ -193,13 +210,56 @@ void seg_free(struct seg *s)
     memset(s, 0, sizeof(*s));
 }
 
+/* Name matching: advances *@p over 1..@max characters of @set, or over the text @lit. */
+static bool span(const char **p, const char *set, size_t max)
+{
+    size_t n = strspn(*p, set);
+    if (n == 0 || n > max)
+        return false;
+    *p += n;
+    return true;
+}
+
+static bool lit(const char **p, const char *lit)
+{
+    size_t n = strlen(lit);
+    if (strncmp(*p, lit, n))
+        return false;
+    *p += n;
+    return true;
+}
+
+#define DIGITS "0123456789"
+
+void seg_weights_name(char *out, size_t len, uint64_t checksum, uint32_t layout, int rank,
+                      int ranks, int node)
+{
+    char n[16] = "x";
+    if (node >= 0)
+        snprintf(n, sizeof(n), "%d", node);
+    snprintf(out, len, SEG_PERSIST_PREFIX "%016llx-l%u-r%dof%d-n%s.weights",
+             (unsigned long long)checksum, layout, rank, ranks, n);
+}
+
+bool seg_is_weights_name(const char *name)
+{
+    const char *p = name;
+    return lit(&p, SEG_PERSIST_PREFIX) && span(&p, "0123456789abcdef", 16) && p == name + 18 &&
+           lit(&p, "-l") && span(&p, DIGITS, 10) && lit(&p, "-r") && span(&p, DIGITS, 4) &&
+           lit(&p, "of") && span(&p, DIGITS, 4) && lit(&p, "-n") &&
+           (lit(&p, "x") || span(&p, DIGITS, 4)) && strcmp(p, ".weights") == 0;
+}
+
 pid_t seg_run_pid(const char *name)
 {
-    char *end;
-    long v = strtol(name, &end, 10);
-    if (end == name || *end != '.' || v <= 0 || v > 0x3fffffff)
+    const char *p = name;
+    if (!span(&p, DIGITS, 10) || *p != '.')
         return 0;
-    return (pid_t)v;
+    long v = strtol(name, NULL, 10);
+    const char *what = ++p;
+    bool ours = !strcmp(what, SEG_RUN_SOCK) || !strcmp(what, SEG_RUN_EXCHANGE) ||
+                (lit(&p, "kv.r") && span(&p, DIGITS, 4) && !*p) || seg_is_weights_name(what);
+    return ours && v > 0 && v <= 0x3fffffff ? (pid_t)v : 0;
 }
 
 bool seg_pid_alive(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
@@ -213,13 +273,14 @@ static int clean(const char *rundir, pid_t only)
     struct dirent *e;
     while ((e = readdir(d))) {
         pid_t pid = seg_run_pid(e->d_name);
-        if (!pid)
+        struct stat st;
+        if (!pid || (only ? pid != only : seg_pid_alive(pid)))
             continue;
-        if (only ? pid != only : seg_pid_alive(pid))
+        /* what we make: regular files, and the socket; never a link or a folder of that name */
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !(S_ISREG(st.st_mode) || S_ISSOCK(st.st_mode)))
             continue;
-        char p[PATH_MAX];
-        snprintf(p, sizeof(p), "%s/%s", rundir, e->d_name);
-        if (unlink(p) == 0)
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
             n++;
     }
     closedir(d);

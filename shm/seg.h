@@ -21,13 +21,26 @@ struct seg {
     void *base;
     size_t size;
     bool owner; /* created by this process under a name of its own: seg_free() unlinks it */
-    int fd;     /* created by this process: held open while it lives; else -1 (0 when zeroed) */
+    int fd;     /* held open while it lives: a created segment's (seg_reserve), a mapped one's for
+                 * its lock; -1 for none (0 when zeroed) */
 };
 
 /* Persistent weights segments, named "w-<model checksum>-l<layout>-r<rank>of<ranks>-n<node>
  * .weights" in the runtime directory, outlive their coordinator so that the next one starts warm;
- * `shardlm shm purge` removes them. */
+ * `shardlm shm purge` removes them. A process that maps or creates one holds a shared flock(2) on
+ * it while it does, so that purge can tell a segment in use (it takes the exclusive lock to
+ * remove one). */
 #define SEG_PERSIST_PREFIX "w-"
+/* Writes the name of a persistent weights segment (@node -1: not bound, "x") to @out. */
+void seg_weights_name(char *out, size_t len, uint64_t checksum, uint32_t layout, int rank,
+                      int ranks, int node);
+/* Whether @name is exactly a persistent weights segment's name. */
+bool seg_is_weights_name(const char *name);
+/* The <what> of the run files: "<pid>.sock", "<pid>.exchange", "<pid>.kv.r<rank>", and
+ * "<pid>.<weights name>" while a weights segment is built. */
+#define SEG_RUN_SOCK "sock"
+#define SEG_RUN_EXCHANGE "exchange"
+#define SEG_RUN_KV_FMT "kv.r%d"
 
 /* Creates (0700) or checks the runtime directory and writes its path to @out.
  * Returns 0 or -errno (-EPERM if it exists but is not ours or not private). */
@@ -57,13 +70,15 @@ int seg_publish(struct seg *s, const char *path);
 /* Environment SHARDLM_SHM_LIMIT=BYTES caps the bytes of segments one process creates: past it
  * creation fails with -ENOSPC, as on a full tmpfs (for tests where mounting one is impossible). */
 
-/* Maps the existing segment @path, which must be exactly @size bytes. Returns 0 or -errno
- * (-EINVAL for a size mismatch). Release with seg_free(). */
+/* Maps the existing segment @path, which must be exactly @size bytes, and holds a shared lock on
+ * it until seg_free(). Returns 0 or -errno (-EINVAL for a size mismatch; -ENOENT also when the
+ * file was removed while this opened it). Release with seg_free(). */
 int seg_map(struct seg *s, const char *path, size_t size, bool writable);
 /* Unmaps, and unlinks if this process created it. Safe on a zeroed struct. */
 void seg_free(struct seg *s);
 
-/* The coordinator pid of a run file named "<pid>.<what>", or 0 if the name is not one. */
+/* The coordinator pid of a run file named exactly "<pid>.<what>" for one of the <what> above, or 0
+ * if the name is not one (a user's "123.sock.bak" is not). */
 pid_t seg_run_pid(const char *name);
 /* Whether process @pid exists (one of another user counts). */
 bool seg_pid_alive(pid_t pid);

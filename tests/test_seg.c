@@ -12,11 +12,13 @@
 
 #include <numa.h>
 #include <numaif.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
 
 #include "allreduce.h"
 #include "seg.h"
+
 #include "testutil.h"
 
 struct fixture {
@@ -173,14 +175,25 @@ static void test_create_map_free(void **state)
     assert_int_equal(WTERMSIG(wst), SIGSEGV);
     assert_int_equal(((uint8_t *)a.base)[1], 0xab);
 
+    /* in use while mapped or created: nobody gets the exclusive lock (shm purge's) until every
+     * mapping and the creator are gone */
+    int probe = open(path, O_RDONLY);
+    assert_true(probe >= 0);
+    assert_int_equal(flock(probe, LOCK_EX | LOCK_NB), -1);
+    assert_int_equal(errno, EWOULDBLOCK);
+
     /* only the owner's seg_free unlinks */
     seg_free(&c);
     seg_free(&b);
     assert_null(b.base);
+    assert_int_equal(flock(probe, LOCK_EX | LOCK_NB), -1); /* the creator still holds it */
     assert_int_equal(access(path, F_OK), 0);
     seg_free(&a);
     assert_int_equal(access(path, F_OK), -1);
     assert_int_equal(errno, ENOENT);
+    assert_int_equal(flock(probe, LOCK_EX | LOCK_NB), 0);
+    close(probe);
+
     /* safe on a zeroed struct, and twice */
     struct seg z = {0};
     seg_free(&z);
@@ -209,15 +222,47 @@ static pid_t dead_pid(void)
     return pid;
 }
 
+/* Our names, exactly: what the engine makes is recognised, anything near it is not. */
+static void test_names(void **state)
+{
+    char w[128], run[160];
+    seg_weights_name(w, sizeof(w), 0xfad599fef11aaf08ull, 1, 0, 2, 1);
+    assert_string_equal(w, "w-fad599fef11aaf08-l1-r0of2-n1.weights");
+    assert_true(seg_is_weights_name(w));
+    seg_weights_name(w, sizeof(w), 1, 3, 1, 2, -1);
+    assert_string_equal(w, "w-0000000000000001-l3-r1of2-nx.weights");
+    assert_true(seg_is_weights_name(w));
+    static const char *const not_weights[] = {
+        "w-link.weights", "w-0123.weights", "w-fad599fef11aaf08-l1-r0of2-n1.weights.bak",
+        "w-FAD599FEF11AAF08-l1-r0of2-n1.weights", "w-fad599fef11aaf08-l1-r0of2-n.weights",
+        "w-fad599fef11aaf080-l1-r0of2-n1.weights", "x-fad599fef11aaf08-l1-r0of2-n1.weights", ""};
+    for (size_t i = 0; i < sizeof(not_weights) / sizeof(not_weights[0]); i++)
+        assert_false(seg_is_weights_name(not_weights[i]));
+
+    static const char *const runs[] = {SEG_RUN_SOCK, SEG_RUN_EXCHANGE, "kv.r0", "kv.r15"};
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        snprintf(run, sizeof(run), "123.%s", runs[i]);
+        assert_int_equal(seg_run_pid(run), 123);
+    }
+    snprintf(run, sizeof(run), "77.%s", w); /* a weights segment being built */
+    assert_int_equal(seg_run_pid(run), 77);
+    static const char *const not_runs[] = {"123.sock.bak", "123.kv.r", "123.kv.r0~", "123.kv",
+                                           "123.exchange.old", "123.notes", "123x.sock", "0.sock",
+                                           "-5.sock", "99999999999.sock", "123.", "123",
+                                           "123.w-link.weights", ".sock"};
+    for (size_t i = 0; i < sizeof(not_runs) / sizeof(not_runs[0]); i++)
+        assert_int_equal(seg_run_pid(not_runs[i]), 0);
+}
+
 static void test_clean_stale(void **state)
 {
     struct fixture *f = *state;
     const char *d = rundir(f);
     pid_t dead = dead_pid(), me = getpid();
     char name[64];
-    snprintf(name, sizeof(name), "%d.weights", (int)dead);
+    snprintf(name, sizeof(name), "%d.exchange", (int)dead);
     touch(d, name);
-    snprintf(name, sizeof(name), "%d.kv0", (int)dead);
+    snprintf(name, sizeof(name), "%d.kv.r0", (int)dead);
     touch(d, name);
     snprintf(name, sizeof(name), "%d.exchange", (int)me);
     touch(d, name);
@@ -225,13 +270,13 @@ static void test_clean_stale(void **state)
     touch(d, name);
     /* names that do not follow "<pid>.<what>" are never touched */
     static const char *const others[] = {"notes.txt", "123abc.x", "0.x", "-5.x", "99999999999.x",
-                                         "42", "7x.weights"};
+                                         "42", "7x.weights", "123.sock.bak", "123.weights"};
     for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
         touch(d, others[i]);
     const int n_others = (int)(sizeof(others) / sizeof(others[0]));
 
     assert_int_equal(seg_clean_stale(d), 2);
-    snprintf(name, sizeof(name), "%d.weights", (int)dead);
+    snprintf(name, sizeof(name), "%d.exchange", (int)dead);
     assert_false(exists(d, name));
     snprintf(name, sizeof(name), "%d.exchange", (int)me);
     assert_true(exists(d, name));
@@ -241,7 +286,7 @@ static void test_clean_stale(void **state)
     assert_int_equal(seg_clean_stale(d), 0); /* nothing more to do */
 
     /* seg_clean_pid removes one coordinator's files, alive or not */
-    snprintf(name, sizeof(name), "%d.kv1", (int)me);
+    snprintf(name, sizeof(name), "%d.kv.r1", (int)me);
     touch(d, name);
     assert_int_equal(seg_clean_pid(d, me), 2);
     assert_int_equal(tu_count_files(d), 1 + n_others);
@@ -482,6 +527,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rundir_refuses_shared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_map_free, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_bad_size, setup, teardown),
+        cmocka_unit_test(test_names),
         cmocka_unit_test_setup_teardown(test_clean_stale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exchange_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kv_layout, setup, teardown),
