@@ -184,6 +184,22 @@ static void *zap_run(void *arg)
     }
 }
 
+/* proto_key_read with the message: the file's kind when it is not a regular file. */
+static int read_key(const char *dir, const char *path, char *pub, char *sec, struct coord_err *e)
+{
+    struct stat st;
+    struct coord_err why;
+    int fd = coord_open_regular(path, &st, &why);
+    if (fd < 0)
+        return coord_fail(e, fd, "--keys %s: %s", dir, why.msg);
+    close(fd);
+    int rc = proto_key_read(path, pub, sec);
+    if (rc)
+        return coord_fail(e, rc, "--keys %s: %s: %s", dir, path,
+                          rc == -EINVAL ? "not a key file of `shardlm keygen`" : strerror(-rc));
+    return 0;
+}
+
 int coord_curve_start(struct coord_curve **out, void *zctx, void *sock, const char *dir,
                       struct coord_err *e)
 {
@@ -194,16 +210,14 @@ int coord_curve_start(struct coord_curve **out, void *zctx, void *sock, const ch
     if (!c)
         return coord_fail(e, -ENOMEM, "out of memory");
     snprintf(path, sizeof(path), "%s/%s", dir, COORD_KEY_SERVER);
-    if ((rc = proto_key_read(path, spub, ssec))) {
+    if ((rc = read_key(dir, path, spub, ssec, e))) {
         free(c);
-        return coord_fail(e, rc, "--keys %s: %s: %s", dir, path,
-                          rc == -EINVAL ? "not a key file of `shardlm keygen`" : strerror(-rc));
+        return rc;
     }
     snprintf(path, sizeof(path), "%s/%s", dir, COORD_KEY_WORKER);
-    if ((rc = proto_key_read(path, c->worker_pub, NULL))) {
+    if ((rc = read_key(dir, path, c->worker_pub, NULL, e))) {
         free(c);
-        return coord_fail(e, rc, "--keys %s: %s: %s", dir, path,
-                          rc == -EINVAL ? "not a key file of `shardlm keygen`" : strerror(-rc));
+        return rc;
     }
     c->zap = zmq_socket(zctx, ZMQ_REP);
     if (!c->zap || zmq_bind(c->zap, "inproc://zeromq.zap.01") < 0 ||

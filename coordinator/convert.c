@@ -66,6 +66,9 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
     } else {
         group = 0;
     }
+    const char *inputs[] = {o->checkpoint, o->tokenizer};
+    if ((rc = coord_out_check(o->out, inputs, 2, e)))
+        return rc;
     if ((rc = coord_source_open(&src, o->checkpoint, o->tokenizer, o->max_ctx, e)))
         return rc;
     char cerr[160];
@@ -97,11 +100,10 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
 
     bool progress = isatty(2);
     uint64_t t0 = coord_now_ns(), last_ns = t0;
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", o->out, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    char tmp[4200];
+    int fd = coord_out_open(o->out, tmp, sizeof(tmp), e);
     if (fd < 0) {
-        rc = coord_fail(e, -errno, "%s: %s", o->out, strerror(errno));
+        rc = fd;
         goto out_free;
     }
     if (ftruncate(fd, (off_t)h->file_bytes) < 0) {
@@ -153,10 +155,8 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
         goto out_unlink;
     }
     fd = -1;
-    if (rename(tmp, o->out) < 0) {
-        rc = coord_fail(e, -errno, "%s: %s", o->out, strerror(errno));
-        goto out_unlink;
-    }
+    if ((rc = coord_out_commit(tmp, o->out, e)))
+        goto out_free;
     if (!o->quiet) {
         char g[32] = "";
         if (group)

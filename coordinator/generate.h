@@ -26,6 +26,7 @@ struct coord_eval_opts {
     struct coord_engine_opts engine;
     const char *ref_dir;
     const char *save_dir; /* also write this model's logits there as a reference (or NULL) */
+    bool overwrite;       /* --save may replace files already in save_dir */
 };
 
 /* Feeds the reference token sequences of @ref_dir/greedy.tsv and compares the logits with the

@@ -889,10 +889,11 @@ int gguf_writer_open(struct gguf_writer **out, const char *path, struct coord_er
         rc = coord_fail(e, -ENOMEM, "%s: out of memory", path);
         goto out_free;
     }
-    snprintf(w->tmp, n, "%s.tmp.%d", path, (int)getpid());
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if ((rc = coord_out_check(path, NULL, 0, e)))
+        goto out_free;
+    w->fd = coord_out_open(path, w->tmp, n, e);
     if (w->fd < 0) {
-        rc = coord_fail(e, -errno, "%s: cannot create: %s", w->tmp, strerror(errno));
+        rc = w->fd;
         goto out_free;
     }
     *out = w;
@@ -1082,25 +1083,6 @@ void gguf_writer_abort(struct gguf_writer *w)
     writer_free(w);
 }
 
-/* fsyncs the folder of @path so the rename is durable (best effort: not every file system
- * supports it on a directory). */
-static void sync_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == path)
-        snprintf(dir, sizeof(dir), "/");
-    else
-        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
 int gguf_writer_close(struct gguf_writer *w, struct coord_err *e)
 {
     if (!w->err) {
@@ -1114,14 +1096,12 @@ int gguf_writer_close(struct gguf_writer *w, struct coord_err *e)
     if (close(w->fd) < 0)
         w_fail(w, -errno, "close");
     w->fd = -1;
-    if (!w->err && rename(w->tmp, w->path) < 0)
-        w_fail(w, -errno, "rename");
     int rc = w->err;
     if (rc) {
         unlink(w->tmp);
         coord_fail(e, rc, "%s: %s failed: %s", w->tmp, w->op, strerror(-rc));
     } else {
-        sync_dir(w->path);
+        rc = coord_out_commit(w->tmp, w->path, e);
     }
     writer_free(w);
     return rc;

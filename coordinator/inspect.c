@@ -33,13 +33,13 @@ static void print_config(const struct shlm_config *c)
 
 static int inspect_shlm(const char *path, struct coord_err *e)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0 || st.st_size == 0) {
+    int fd = coord_open_regular(path, &st, e);
+    if (fd < 0)
+        return fd;
+    if (st.st_size == 0) {
         close(fd);
-        return coord_fail(e, -EINVAL, "%s: empty or unreadable", path);
+        return coord_fail(e, -EINVAL, "%s: an empty file", path);
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
@@ -139,7 +139,7 @@ int coord_cmd_inspect(int argc, char **argv)
     const char *path = argv[1];
     struct coord_err e;
     char magic[8] = {0};
-    int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block */
     struct stat st;
     if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
         read(fd, magic, sizeof(magic)) == (ssize_t)sizeof(magic) &&

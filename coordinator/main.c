@@ -126,9 +126,9 @@ static const char usage_generate[] =
     "                  timings (wall, all-reduce, per-rank compute) on stderr\n";
 
 static const char usage_eval[] =
-    "usage: shardlm eval -m MODEL.shlm --ref DIR [--save DIR] [--workers N] [--threads T]\n"
-    "                    [--cpus LIST] [--no-persist] [--io MODE] [--stats] [--restarts N]\n"
-    "                    [--listen EP] [--keys DIR] [--verbose]\n"
+    "usage: shardlm eval -m MODEL.shlm --ref DIR [--save DIR [--overwrite]] [--workers N]\n"
+    "                    [--threads T] [--cpus LIST] [--no-persist] [--io MODE] [--stats]\n"
+    "                    [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
     "\n"
     "Feeds the token sequences of DIR/greedy.tsv (prompt, prompt ids, generated ids, text file,\n"
     "logits file) and compares the model's logits with the reference float32 logits: per prompt\n"
@@ -136,7 +136,8 @@ static const char usage_eval[] =
     "perplexity of the sequence. The last line reads\n"
     "  overall kld=<mean> top1=<fraction> ppl=<value>\n"
     "  --save DIR      also write this model's logits to DIR in the same format, to compare\n"
-    "                  another model or layout against it\n" LAYOUT_HELP LOAD_HELP ACCESS_HELP;
+    "                  another model or layout against it (not the --ref folder; files there\n"
+    "                  are never replaced unless --overwrite)\n" LAYOUT_HELP LOAD_HELP ACCESS_HELP;
 
 static bool parse_float(const char *s, float lo, float hi, float *out)
 {
@@ -379,6 +380,7 @@ static int cmd_eval(int argc, char **argv)
     struct coord_eval_opts o = {0};
     static const struct option opts[] = {{"ref", required_argument, 0, 'r'},
                                          {"save", required_argument, 0, 's'},
+                                         {"overwrite", no_argument, 0, 'O'},
                                          {"help", no_argument, 0, 'h'},
                                          ENGINE_OPTIONS,
                                          {0, 0, 0, 0}};
@@ -392,6 +394,9 @@ static int cmd_eval(int argc, char **argv)
         switch (c) {
         case 's':
             o.save_dir = optarg;
+            break;
+        case 'O':
+            o.overwrite = true;
             break;
         case 'r':
             o.ref_dir = optarg;

@@ -25,9 +25,9 @@ int coord_source_open(struct coord_source *s, const char *path, const char *toke
         rc = coord_source_hf(s, path, tokenizer, e);
     } else {
         char magic[4] = {0};
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = coord_open_regular(path, &st, e);
         if (fd < 0)
-            return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
+            return fd;
         ssize_t n = read(fd, magic, sizeof(magic));
         close(fd);
         if (n == 4 && memcmp(magic, "GGUF", 4) == 0)

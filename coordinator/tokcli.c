@@ -78,13 +78,13 @@ static int open_tok(struct coord_tok *t, const char *path, const uint8_t *buf, s
 static int run(const char *path, long vocab_size, bool decode, unsigned flags, int n_args,
                char **args, struct coord_err *e)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+    int fd = coord_open_regular(path, &st, e);
+    if (fd < 0)
+        return fd;
+    if (st.st_size == 0) {
         close(fd);
-        return coord_fail(e, -EINVAL, "%s: not a regular, non-empty file", path);
+        return coord_fail(e, -EINVAL, "%s: an empty file", path);
     }
     size_t size = (size_t)st.st_size;
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);

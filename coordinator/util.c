@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -21,16 +22,114 @@ int coord_fail(struct coord_err *e, int rc, const char *fmt, ...)
     return rc;
 }
 
+/* The kind of a file that is not a regular one, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode)    ? "a folder"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISLNK(mode)  ? "a symbolic link"
+                            : "not a regular file";
+}
+
 int coord_open_regular(const char *path, struct stat *st, struct coord_err *e)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer; regular files ignore it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return coord_fail(e, -errno, "%s: %s", path, strerror(errno));
-    if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode)) {
+    int rc = 0;
+    if (fstat(fd, st) < 0)
+        rc = coord_fail(e, -errno, "%s: %s", path, strerror(errno));
+    else if (!S_ISREG(st->st_mode))
+        rc = coord_fail(e, -EINVAL, "%s: %s, not a regular file", path, file_kind(st->st_mode));
+    if (rc) {
         close(fd);
-        return coord_fail(e, -EINVAL, "%s: not a regular file", path);
+        return rc;
     }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     return fd;
+}
+
+/* Whether @name is one a Hugging Face directory is read from (config, index, tokenizer, shards). */
+static bool hf_input_name(const char *name)
+{
+    size_t n = strlen(name);
+    return (n > 5 && !strcmp(name + n - 5, ".json")) ||
+           (n > 12 && !strcmp(name + n - 12, ".safetensors"));
+}
+
+/* Whether @st is the file @in, or for a folder @in one of the files read from it. */
+static bool is_input(const struct stat *st, const char *in)
+{
+    struct stat si;
+    if (stat(in, &si) < 0)
+        return false;
+    if (si.st_dev == st->st_dev && si.st_ino == st->st_ino)
+        return true;
+    if (!S_ISDIR(si.st_mode))
+        return false;
+    DIR *d = opendir(in);
+    struct dirent *de;
+    bool found = false;
+    while (d && !found && (de = readdir(d)))
+        found = hf_input_name(de->d_name) && fstatat(dirfd(d), de->d_name, &si, 0) == 0 &&
+                si.st_dev == st->st_dev && si.st_ino == st->st_ino;
+    if (d)
+        closedir(d);
+    return found;
+}
+
+int coord_out_check(const char *path, const char *const *inputs, int n_inputs,
+                    struct coord_err *e)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0 : coord_fail(e, -errno, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return coord_fail(e, -EEXIST, "%s: %s; an output replaces only a regular file", path,
+                          file_kind(st.st_mode));
+    for (int i = 0; i < n_inputs; i++)
+        if (inputs[i] && is_input(&st, inputs[i]))
+            return coord_fail(e, -EEXIST, "%s is the input %s (the same file): write elsewhere",
+                              path, inputs[i]);
+    return 0;
+}
+
+int coord_out_open(const char *path, char *tmp, size_t len, struct coord_err *e)
+{
+    if (snprintf(tmp, len, "%s.tmp.%d", path, (int)getpid()) >= (int)len)
+        return coord_fail(e, -ENAMETOOLONG, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return coord_fail(e, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+    return fd;
+}
+
+int coord_out_commit(const char *tmp, const char *path, struct coord_err *e)
+{
+    int rc = coord_out_check(path, NULL, 0, e); /* again: it may have changed since the start */
+    if (!rc && rename(tmp, path) < 0)
+        rc = coord_fail(e, -errno, "%s: %s", path, strerror(errno));
+    if (rc) {
+        unlink(tmp);
+        return rc;
+    }
+    /* the rename itself reaches the disk with the folder */
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    return 0;
 }
 
 int coord_read_file(const char *path, size_t max, uint8_t **out, size_t *len, struct coord_err *e)

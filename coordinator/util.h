@@ -15,9 +15,25 @@ struct coord_err {
 int coord_fail(struct coord_err *e, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Opens the regular file @path read-only (close-on-exec) and fills *@st. Returns the descriptor
- * or -errno with @e naming the file (-EINVAL: not a regular file). */
+/* Opens the regular file @path read-only (close-on-exec) and fills *@st, without waiting on a FIFO
+ * or a device. Returns the descriptor or -errno with @e naming the file (-EINVAL: not a regular
+ * file, and which kind it is). */
 int coord_open_regular(const char *path, struct stat *st, struct coord_err *e);
+
+/* Outputs. A file is written whole under a temporary name beside it (coord_out_open) and renamed
+ * over @path at the end (coord_out_commit), so a failed write leaves what was there. @path must be
+ * absent or a regular file, and none of @inputs (compared by device and inode: a hard link or
+ * another path to an input is caught; for a folder, its *.json and *.safetensors): a device,
+ * FIFO, folder or symbolic link is refused, never replaced. coord_out_check returns 0 or -errno (-EEXIST for
+ * these) with @e set; call it before the work starts. */
+int coord_out_check(const char *path, const char *const *inputs, int n_inputs,
+                    struct coord_err *e);
+/* Creates @path's temporary file (@tmp, @len bytes) exclusively. Returns its descriptor or
+ * -errno. */
+int coord_out_open(const char *path, char *tmp, size_t len, struct coord_err *e);
+/* Checks @path again and renames @tmp (written, synced and closed) over it, then syncs the
+ * folder. Returns 0 or -errno with @e set; @tmp is removed on failure. */
+int coord_out_commit(const char *tmp, const char *path, struct coord_err *e);
 
 /* Reads the whole of @path (at most @max bytes) into a malloc'd buffer. Returns 0 or -errno
  * with @e set (-EFBIG past @max). Free *@out with free(). */

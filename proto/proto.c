@@ -2,10 +2,13 @@
 #include "proto.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zmq.h>
 
 int proto_socket_setup(void *sock)
@@ -129,9 +132,20 @@ const char *proto_case_name(const proto_env *env)
 
 int proto_key_read(const char *path, char *pub, char *sec)
 {
-    FILE *f = fopen(path, "re");
-    if (!f)
+    /* O_NONBLOCK: a FIFO must not make this wait for a writer; only a regular file is a key */
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
         return -errno;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -EINVAL;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return -ENOMEM;
+    }
     char line[128], p[64] = "", s[64] = "";
     while (fgets(line, sizeof(line), f)) {
         char key[16], val[64];

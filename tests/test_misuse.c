@@ -1,0 +1,469 @@
+/* End-to-end: what a careless or hostile user does to the files around shardlm. Each case is a
+ * rule tested on several instances:
+ *
+ * outputs:  `convert -o` and `synth -o` replace only a regular file that is none of the inputs
+ *           (a device, FIFO, folder or symbolic link is refused and left as it was; the input
+ *           by its own path, another path or a hard link is refused and left intact);
+ * eval:     --save never writes into the reference folder (by any path), never replaces a file
+ *           without --overwrite, nor anything but a regular file; a reference cut short, padded
+ *           or holding a NaN is refused;
+ * FIFOs:    every command given a FIFO where it reads a file fails at once, naming it;
+ * runtime:  shm purge keeps the weights segment a live engine maps (engines that start while
+ *           purge runs in a loop all succeed), and nothing whose name is not exactly one of
+ *           ours is listed as ours or removed, by purge or by an engine's start-up cleanup. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include "testutil.h"
+
+static char dir[4096];    /* this test's files */
+static char rundir[4200]; /* SHARDLM_RUNTIME_DIR of every run */
+static char env_rundir[4300];
+static char model[4300];  /* stories260K at f32 */
+
+static int setup(void **state)
+{
+    tu_mkdtemp(dir, sizeof(dir), "misuse");
+    tu_path(rundir, sizeof(rundir), "%s/run", dir);
+    tu_path(env_rundir, sizeof(env_rundir), "SHARDLM_RUNTIME_DIR=%s", rundir);
+    tu_path(model, sizeof(model), "%s/f32.shlm", dir);
+    return tu_convert(model, "f32", NULL) ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    tu_rmdir(dir);
+    return 0;
+}
+
+static void run(struct tu_run *r, char *const args[])
+{
+    tu_run_shardlm(r, env_rundir, args, NULL, 60, NULL, NULL);
+}
+
+/* Expects a failure (exit 1 or 2) within the run's timeout, with @needle on stderr. */
+static void expect_refused(const struct tu_run *r, const char *needle)
+{
+    if ((r->status != 1 && r->status != 2) || !strstr(r->err, needle))
+        fprintf(stderr, "status %d, stderr: %s(wanted '%s')\n", r->status, r->err, needle);
+    assert_true(r->status == 1 || r->status == 2);
+    assert_non_null(strstr(r->err, needle));
+}
+
+/* @name in this test's folder, into @buf. */
+static char *in_dir(char *buf, size_t len, const char *name)
+{
+    tu_path(buf, len, "%s/%s", dir, name);
+    return buf;
+}
+
+/* Entries of @d whose name has ".tmp." in it: an output's temporary file left behind. */
+static int count_tmp(const char *d)
+{
+    char cmd[4400], out[32];
+    tu_path(cmd, sizeof(cmd), "ls -A '%s' | grep -c '\\.tmp\\.'", d);
+    tu_cmd_output(cmd, out, sizeof(out));
+    return atoi(out);
+}
+
+static void test_outputs_replace_only_regular_files(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char ck[4200], tok[4200], p[4300];
+    /* private copies of the inputs: a broken rule must not destroy the repository's files */
+    tu_path(p, sizeof(p), "cp '%s/models/stories260K/stories260K.bin' '%s/in.bin' && cp "
+            "'%s/models/stories260K/tok512.bin' '%s/tok.bin'", tu_src(), dir, tu_src(), dir);
+    assert_int_equal(system(p), 0);
+    in_dir(ck, sizeof(ck), "in.bin");
+    in_dir(tok, sizeof(tok), "tok.bin");
+    size_t ck_len = 0, tok_len = 0;
+    char *ck_bytes = tu_slurp(ck, &ck_len), *tok_bytes = tu_slurp(tok, &tok_len);
+    assert_non_null(ck_bytes);
+    assert_non_null(tok_bytes);
+
+    /* not regular files: each refused, and still what it was */
+    struct { const char *name; mode_t type; } odd[] = {
+        {"fifo", S_IFIFO}, {"folder", S_IFDIR}, {"link", S_IFLNK}, {"dev", S_IFCHR}};
+    int n_odd = 4;
+    assert_int_equal(mkfifo(in_dir(p, sizeof(p), "fifo"), 0600), 0);
+    assert_int_equal(mkdir(in_dir(p, sizeof(p), "folder"), 0700), 0);
+    assert_int_equal(symlink(ck, in_dir(p, sizeof(p), "link")), 0);
+    if (mknod(in_dir(p, sizeof(p), "dev"), S_IFCHR | 0600, makedev(1, 3)) < 0) {
+        print_message("no device node (mknod: %s, needs root): the other kinds only\n",
+                      strerror(errno));
+        n_odd = 3;
+    }
+    for (int i = 0; i < n_odd; i++) {
+        char out[4300];
+        in_dir(out, sizeof(out), odd[i].name);
+        char *conv[] = {"convert", ck, "--tokenizer", tok, "--scheme", "f32", "-q", "-o", out,
+                        NULL};
+        char *synth[] = {"synth", "--shape", "tiny", "-o", out, NULL};
+        char *const *cmds[] = {conv, synth};
+        for (int c = 0; c < 2; c++) {
+            run(r, cmds[c]);
+            expect_refused(r, "an output replaces only a regular file");
+            struct stat st;
+            assert_int_equal(lstat(out, &st), 0);
+            assert_int_equal(st.st_mode & S_IFMT, odd[i].type);
+        }
+    }
+
+    /* an input as the output, by its own path, another path or a hard link: refused, intact */
+    char other[4300], hard[4300];
+    tu_path(other, sizeof(other), "%s/folder/../in.bin", dir);
+    in_dir(hard, sizeof(hard), "hard.bin");
+    assert_int_equal(link(ck, hard), 0);
+    const char *same[] = {ck, other, hard, tok};
+    for (int i = 0; i < 4; i++) {
+        char *conv[] = {"convert", ck, "--tokenizer", tok, "--scheme", "f32", "-q", "-o",
+                        (char *)same[i], NULL};
+        run(r, conv);
+        expect_refused(r, "is the input");
+    }
+    /* a GGUF input too (another source format) */
+    char gguf[4300];
+    in_dir(gguf, sizeof(gguf), "tiny.gguf");
+    char *synth[] = {"synth", "--shape", "tiny", "-o", gguf, NULL};
+    run(r, synth);
+    assert_int_equal(r->status, 0);
+    char *conv_gguf[] = {"convert", gguf, "--scheme", "f32", "-q", "-o", gguf, NULL};
+    run(r, conv_gguf);
+    expect_refused(r, "is the input");
+
+    size_t len = 0;
+    char *now = tu_slurp(ck, &len);
+    assert_true(len == ck_len && memcmp(now, ck_bytes, len) == 0);
+    free(now);
+    now = tu_slurp(tok, &len);
+    assert_true(len == tok_len && memcmp(now, tok_bytes, len) == 0);
+    free(now);
+
+    /* a regular file that is no input is replaced, as before */
+    char out[4300];
+    in_dir(out, sizeof(out), "out.shlm");
+    assert_int_equal(tu_write(out, "old", 3), 0);
+    char *conv[] = {"convert", ck, "--tokenizer", tok, "--scheme", "f32", "-q", "-o", out, NULL};
+    run(r, conv);
+    assert_int_equal(r->status, 0);
+    struct stat st;
+    assert_int_equal(stat(out, &st), 0);
+    assert_true(st.st_size > 4096);
+    assert_int_equal(count_tmp(dir), 0);
+    free(ck_bytes);
+    free(tok_bytes);
+    free(r);
+}
+
+/* Copies the golden reference folder to @to. */
+static void copy_ref(const char *to)
+{
+    char cmd[8400];
+    tu_path(cmd, sizeof(cmd), "rm -rf '%s' && cp -r '%s/golden/stories260K' '%s'", to, tu_data(),
+            to);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_eval_save_and_reference(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char ref[4300], save[4300], alias[4300], p[4400];
+    in_dir(ref, sizeof(ref), "ref");
+    in_dir(save, sizeof(save), "save");
+    in_dir(alias, sizeof(alias), "ref-alias");
+    copy_ref(ref);
+    assert_int_equal(symlink(ref, alias), 0);
+    tu_path(p, sizeof(p), "%s/p1.logits.f32", ref);
+    size_t ref_len = 0;
+    char *ref_bytes = tu_slurp(p, &ref_len);
+    assert_non_null(ref_bytes);
+
+    /* --save into the reference folder, by its path or another: refused, the reference intact */
+    const char *into[] = {ref, alias};
+    for (int i = 0; i < 2; i++) {
+        char *args[] = {"eval", "-m", model, "--ref", ref, "--save", (char *)into[i],
+                        "--no-persist", NULL};
+        run(r, args);
+        expect_refused(r, "is the reference folder");
+    }
+    size_t len = 0;
+    char *now = tu_slurp(p, &len);
+    assert_true(len == ref_len && memcmp(now, ref_bytes, len) == 0);
+    free(now);
+
+    /* a fresh folder is written; a second run refuses to replace it unless --overwrite */
+    char *args[] = {"eval", "-m", model, "--ref", ref, "--save", save, "--no-persist", NULL,
+                    NULL};
+    run(r, args);
+    assert_int_equal(r->status, 0);
+    run(r, args);
+    expect_refused(r, "exists (--overwrite replaces it)");
+    args[8] = "--overwrite";
+    run(r, args);
+    assert_int_equal(r->status, 0);
+    /* what it saved is a reference: this model against itself */
+    char *again[] = {"eval", "-m", model, "--ref", save, "--no-persist", NULL};
+    run(r, again);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "overall kld=0 top1=1.0000"));
+    /* even --overwrite replaces only a regular file */
+    tu_path(p, sizeof(p), "%s/p2.logits.f32", save);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    run(r, args);
+    expect_refused(r, "a FIFO; an output replaces only a regular file");
+    assert_int_equal(count_tmp(save), 0);
+
+    /* references cut short by whole rows, padded by one, or holding a NaN */
+    tu_path(p, sizeof(p), "%s/p1.logits.f32", ref);
+    char *ev[] = {"eval", "-m", model, "--ref", ref, "--no-persist", NULL};
+    size_t row = 512 * sizeof(float);
+    assert_int_equal(tu_write(p, ref_bytes, 10 * row), 0);
+    run(r, ev);
+    expect_refused(r, "expected 257 or 256 rows of 512 float32 logits");
+    char *padded = calloc(1, ref_len + 2 * row);
+    memcpy(padded, ref_bytes, ref_len);
+    assert_int_equal(tu_write(p, padded, ref_len + 2 * row), 0);
+    run(r, ev);
+    expect_refused(r, "expected 257 or 256 rows of 512 float32 logits");
+    assert_int_equal(tu_write(p, padded, ref_len + row), 0); /* a row too many is padding */
+    run(r, ev);
+    expect_refused(r, "row 256 holds one value, 0, in every logit (padding?)");
+    float nan_value = NAN;
+    memcpy(padded + 3 * row + 8, &nan_value, sizeof(float));
+    assert_int_equal(tu_write(p, padded, ref_len), 0);
+    run(r, ev);
+    expect_refused(r, "row 3, logit 2 is nan");
+    free(padded);
+    free(ref_bytes);
+    free(r);
+}
+
+/* A FIFO where any command reads a file: a prompt failure naming it, never a wait for a writer
+ * (the runs' timeout, 60 s, would show as status -1). */
+static void test_fifo_arguments(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char fifo[4300], ref[4300], ck[4300], tok[4300], keys[4300], p[4400];
+    in_dir(fifo, sizeof(fifo), "a-fifo");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    tu_path(ck, sizeof(ck), "%s/models/stories260K/stories260K.bin", tu_src());
+    tu_path(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", tu_src());
+    /* a reference folder whose greedy.tsv, then whose logits file, is a FIFO */
+    in_dir(ref, sizeof(ref), "fifo-ref");
+    copy_ref(ref);
+    /* a keys folder whose key is a FIFO */
+    in_dir(keys, sizeof(keys), "fifo-keys");
+    char *keygen[] = {"keygen", "-o", keys, NULL};
+    run(r, keygen);
+    assert_int_equal(r->status, 0);
+    tu_path(p, sizeof(p), "%s/worker.key", keys);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(mkfifo(p, 0600), 0);
+
+    char *cases[][12] = {
+        {"generate", "-m", fifo, "-p", "hi", NULL},
+        {"load", "-m", fifo, NULL},
+        {"bench", "-m", fifo, "-p", "8", "-n", "4", NULL},
+        {"eval", "-m", fifo, "--ref", ref, NULL},
+        {"inspect", fifo, NULL},
+        {"tokenize", "--tokenizer", fifo, "hi", NULL},
+        {"convert", fifo, "--scheme", "f32", "-o", p, NULL},
+        {"convert", ck, "--tokenizer", fifo, "--scheme", "f32", "-o", p, NULL},
+        {"generate", "-m", model, "-p", "hi", "--listen", "tcp", "--keys", keys, "--no-persist",
+         NULL},
+    };
+    in_dir(p, sizeof(p), "never.shlm");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        tu_run_shardlm(r, env_rundir, cases[i], NULL, 10, NULL, NULL);
+        if (r->status == -1)
+            fprintf(stderr, "shardlm %s ... %s: still waiting after 10 s\n", cases[i][0],
+                    cases[i][2]);
+        expect_refused(r, "FIFO");
+    }
+    /* eval's reference files */
+    const char *ref_files[] = {"greedy.tsv", "p1.logits.f32"};
+    for (int i = 0; i < 2; i++) {
+        char f[4400];
+        tu_path(f, sizeof(f), "%s/%s", ref, ref_files[i]);
+        assert_int_equal(unlink(f), 0);
+        assert_int_equal(mkfifo(f, 0600), 0);
+        char *ev[] = {"eval", "-m", model, "--ref", ref, "--no-persist", NULL};
+        run(r, ev);
+        expect_refused(r, "FIFO");
+        if (i == 0) { /* back to a real greedy.tsv for the second case */
+            unlink(f);
+            char cmd[8800];
+            tu_path(cmd, sizeof(cmd), "cp '%s/golden/stories260K/greedy.tsv' '%s'", tu_data(), f);
+            assert_int_equal(system(cmd), 0);
+        }
+    }
+    free(r);
+}
+
+/* A child that runs `shardlm shm purge` over and over until stop_purger. */
+static pid_t start_purger(void)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        putenv(env_rundir);
+        char *argv[] = {(char *)tu_bin(), "shm", "purge", NULL};
+        for (;;) {
+            pid_t c = fork();
+            if (c == 0) {
+                int devnull = open("/dev/null", O_WRONLY);
+                dup2(devnull, 1);
+                execv(argv[0], argv);
+                _exit(127);
+            }
+            waitpid(c, NULL, 0);
+        }
+    }
+    return pid;
+}
+
+static void stop_purger(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* Waits until `shm list` calls the weights segment in use, then purges once: it must be kept. */
+static void purge_while_running(pid_t pid, void *arg)
+{
+    char cmd[4600], out[4096];
+    bool *kept = arg;
+    *kept = false;
+    tu_path(cmd, sizeof(cmd), "SHARDLM_RUNTIME_DIR='%s' '%s' shm list", rundir, tu_bin());
+    for (int i = 0; i < 200; i++) {
+        tu_cmd_output(cmd, out, sizeof(out));
+        if (strstr(out, ", in use"))
+            break;
+        usleep(20 * 1000);
+    }
+    tu_path(cmd, sizeof(cmd), "SHARDLM_RUNTIME_DIR='%s' '%s' shm purge", rundir, tu_bin());
+    tu_cmd_output(cmd, out, sizeof(out));
+    *kept = strstr(out, "in use by a live engine (--force removes it)") != NULL;
+    if (!*kept)
+        fprintf(stderr, "purge said: %s\n", out);
+}
+
+static void test_purge_keeps_segments_in_use(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char gold[4300];
+    tu_path(gold, sizeof(gold), "%s/golden/stories260K/p1.txt", tu_data());
+    char *golden = tu_slurp(gold, NULL);
+    assert_non_null(golden);
+    /* a running engine (slowed to 50 ms a step) keeps its segment through a purge */
+    char *argv[] = {(char *)tu_bin(), "generate", "-m", model, "-p", "Once upon a time", "-n",
+                    "40", "--temp", "0", NULL};
+    char *env[] = {env_rundir, "SHARDLM_FAULT=step_delay_ms=50", NULL};
+    bool kept;
+    tu_run_cmd(r, argv, env, 60, purge_while_running, &kept);
+    assert_int_equal(r->status, 0);
+    assert_true(kept);
+    assert_int_equal(strncmp(r->out, golden, r->out_len - 1), 0);
+
+    /* engines starting (warm, from the kept segment, or cold after a purge) while purge runs in
+     * a loop: every one succeeds with the same text */
+    pid_t purger = start_purger();
+    for (int i = 0; i < 12; i++) {
+        tu_run_cmd(r, argv, env, 60, NULL, NULL);
+        if (r->status)
+            fprintf(stderr, "run %d: status %d: %s\n", i, r->status, r->err);
+        assert_int_equal(r->status, 0);
+        assert_int_equal(strncmp(r->out, golden, r->out_len - 1), 0);
+    }
+    stop_purger(purger);
+    /* idle now: purge removes it */
+    char *purge[] = {"shm", "purge", NULL};
+    run(r, purge);
+    assert_int_equal(r->status, 0);
+    assert_int_equal(tu_count_files(rundir), 0);
+    free(golden);
+    free(r);
+}
+
+/* A pid that no process has: a child that exited and was reaped. */
+static pid_t dead_pid(void)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    waitpid(pid, NULL, 0);
+    return pid;
+}
+
+static void test_foreign_names_left_alone(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char p[4400], target[4300], name[64];
+    pid_t dead = dead_pid();
+    in_dir(target, sizeof(target), "precious.txt");
+    assert_int_equal(tu_write(target, "mine", 4), 0);
+    char *gen[] = {"generate", "-m", model, "-p", "hi", "-n", "2", NULL};
+    run(r, gen); /* makes the runtime directory (and a weights segment) */
+    assert_int_equal(r->status, 0);
+
+    /* near-misses of our names, of a dead coordinator's pid, and our names on other file types */
+    const char *plain[] = {"%d.sock.bak", "%d.kv.r0~", "%d.exchange.old", "%d.notes", "%dx.sock",
+                           "w-link.weights", "w-0123.weights"};
+    int n = 0;
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++, n++) {
+        snprintf(name, sizeof(name), plain[i], (int)dead);
+        tu_path(p, sizeof(p), "%s/%s", rundir, name);
+        assert_int_equal(tu_write(p, "x", 1), 0);
+    }
+    snprintf(name, sizeof(name), "%d.exchange", (int)dead); /* ours, but a link: not ours */
+    tu_path(p, sizeof(p), "%s/%s", rundir, name);
+    assert_int_equal(symlink(target, p), 0);
+    n++;
+    tu_path(p, sizeof(p), "%s/w-0123456789abcdef-l1-r0of1-n0.weights", rundir); /* a link too */
+    assert_int_equal(symlink(target, p), 0);
+    n++;
+    snprintf(name, sizeof(name), "%d.kv.r1", (int)dead); /* a folder of our name */
+    tu_path(p, sizeof(p), "%s/%s", rundir, name);
+    assert_int_equal(mkdir(p, 0700), 0);
+    n++;
+
+    char *list[] = {"shm", "list", NULL}, *purge[] = {"shm", "purge", NULL};
+    run(r, list);
+    assert_int_equal(r->status, 0);
+    int not_ours = 0;
+    for (char *s = r->out; (s = strstr(s, "not ours")); s++)
+        not_ours++;
+    assert_int_equal(not_ours, n);
+    run(r, gen); /* its start-up cleanup of dead coordinators' files */
+    assert_int_equal(r->status, 0);
+    run(r, purge);
+    assert_int_equal(r->status, 0);
+    assert_int_equal(tu_count_files(rundir), n); /* the weights segment went, the rest stays */
+    size_t len = 0;
+    char *t = tu_slurp(target, &len);
+    assert_true(len == 4 && memcmp(t, "mine", 4) == 0);
+    free(t);
+    free(r);
+}
+
+int main(void)
+{
+    if (!tu_have_data())
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_outputs_replace_only_regular_files),
+        cmocka_unit_test(test_eval_save_and_reference),
+        cmocka_unit_test(test_fifo_arguments),
+        cmocka_unit_test(test_purge_keeps_segments_in_use),
+        cmocka_unit_test(test_foreign_names_left_alone),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
