@@ -26,7 +26,7 @@
 static char dir[4096];    /* this test's files */
 static char rundir[4200]; /* SHARDLM_RUNTIME_DIR of every run */
 static char env_rundir[4300];
-static char model[4300];  /* stories260K at f32 */
+static char model[4300]; /* stories260K at f32 */
 
 static int setup(void **state)
 {
@@ -78,8 +78,10 @@ static void test_outputs_replace_only_regular_files(void **state)
     struct tu_run *r = malloc(sizeof(*r));
     char ck[4200], tok[4200], p[4300];
     /* private copies of the inputs: a broken rule must not destroy the repository's files */
-    tu_path(p, sizeof(p), "cp '%s/models/stories260K/stories260K.bin' '%s/in.bin' && cp "
-            "'%s/models/stories260K/tok512.bin' '%s/tok.bin'", tu_src(), dir, tu_src(), dir);
+    tu_path(p, sizeof(p),
+            "cp '%s/models/stories260K/stories260K.bin' '%s/in.bin' && cp "
+            "'%s/models/stories260K/tok512.bin' '%s/tok.bin'",
+            tu_src(), dir, tu_src(), dir);
     assert_int_equal(system(p), 0);
     in_dir(ck, sizeof(ck), "in.bin");
     in_dir(tok, sizeof(tok), "tok.bin");
@@ -89,8 +91,10 @@ static void test_outputs_replace_only_regular_files(void **state)
     assert_non_null(tok_bytes);
 
     /* not regular files: each refused, and still what it was */
-    struct { const char *name; mode_t type; } odd[] = {
-        {"fifo", S_IFIFO}, {"folder", S_IFDIR}, {"link", S_IFLNK}, {"dev", S_IFCHR}};
+    struct {
+        const char *name;
+        mode_t type;
+    } odd[] = {{"fifo", S_IFIFO}, {"folder", S_IFDIR}, {"link", S_IFLNK}, {"dev", S_IFCHR}};
     int n_odd = 4;
     assert_int_equal(mkfifo(in_dir(p, sizeof(p), "fifo"), 0600), 0);
     assert_int_equal(mkdir(in_dir(p, sizeof(p), "folder"), 0700), 0);
@@ -103,8 +107,8 @@ static void test_outputs_replace_only_regular_files(void **state)
     for (int i = 0; i < n_odd; i++) {
         char out[4300];
         in_dir(out, sizeof(out), odd[i].name);
-        char *conv[] = {"convert", ck, "--tokenizer", tok, "--scheme", "f32", "-q", "-o", out,
-                        NULL};
+        char *conv[] = {"convert", ck,   "--tokenizer", tok, "--scheme",
+                        "f32",     "-q", "-o",          out, NULL};
         char *synth[] = {"synth", "--shape", "tiny", "-o", out, NULL};
         char *const *cmds[] = {conv, synth};
         for (int c = 0; c < 2; c++) {
@@ -123,8 +127,8 @@ static void test_outputs_replace_only_regular_files(void **state)
     assert_int_equal(link(ck, hard), 0);
     const char *same[] = {ck, other, hard, tok};
     for (int i = 0; i < 4; i++) {
-        char *conv[] = {"convert", ck, "--tokenizer", tok, "--scheme", "f32", "-q", "-o",
-                        (char *)same[i], NULL};
+        char *conv[] = {"convert", ck,   "--tokenizer",   tok, "--scheme", "f32",
+                        "-q",      "-o", (char *)same[i], NULL};
         run(r, conv);
         expect_refused(r, "is the input");
     }
@@ -188,8 +192,8 @@ static void test_eval_save_and_reference(void **state)
     /* --save into the reference folder, by its path or another: refused, the reference intact */
     const char *into[] = {ref, alias};
     for (int i = 0; i < 2; i++) {
-        char *args[] = {"eval", "-m", model, "--ref", ref, "--save", (char *)into[i],
-                        "--no-persist", NULL};
+        char *args[] = {"eval",          "-m",           model, "--ref", ref, "--save",
+                        (char *)into[i], "--no-persist", NULL};
         run(r, args);
         expect_refused(r, "is the reference folder");
     }
@@ -199,8 +203,7 @@ static void test_eval_save_and_reference(void **state)
     free(now);
 
     /* a fresh folder is written; a second run refuses to replace it unless --overwrite */
-    char *args[] = {"eval", "-m", model, "--ref", ref, "--save", save, "--no-persist", NULL,
-                    NULL};
+    char *args[] = {"eval", "-m", model, "--ref", ref, "--save", save, "--no-persist", NULL, NULL};
     run(r, args);
     assert_int_equal(r->status, 0);
     run(r, args);
@@ -364,8 +367,8 @@ static void test_purge_keeps_segments_in_use(void **state)
     char *golden = tu_slurp(gold, NULL);
     assert_non_null(golden);
     /* a running engine (slowed to 50 ms a step) keeps its segment through a purge */
-    char *argv[] = {(char *)tu_bin(), "generate", "-m", model, "-p", "Once upon a time", "-n",
-                    "40", "--temp", "0", NULL};
+    char *argv[] = {(char *)tu_bin(), "generate", "-m", model, "-p", "Once upon a time", "-n", "40",
+                    "--temp",         "0",        NULL};
     char *env[] = {env_rundir, "SHARDLM_FAULT=step_delay_ms=50", NULL};
     bool kept;
     tu_run_cmd(r, argv, env, 60, purge_while_running, &kept);
@@ -415,8 +418,8 @@ static void test_foreign_names_left_alone(void **state)
     assert_int_equal(r->status, 0);
 
     /* near-misses of our names, of a dead coordinator's pid, and our names on other file types */
-    const char *plain[] = {"%d.sock.bak", "%d.kv.r0~", "%d.exchange.old", "%d.notes", "%dx.sock",
-                           "w-link.weights", "w-0123.weights"};
+    const char *plain[] = {"%d.sock.bak", "%d.kv.r0~",      "%d.exchange.old", "%d.notes",
+                           "%dx.sock",    "w-link.weights", "w-0123.weights"};
     int n = 0;
     for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++, n++) {
         snprintf(name, sizeof(name), plain[i], (int)dead);
