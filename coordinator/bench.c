@@ -1,6 +1,7 @@
-/* coordinator/: `shardlm bench allreduce`: the latency of the shared-memory all-reduce of a
- * tensor-parallel group, without a model. Each case forks one process per rank, as the workers
- * are, over a shared anonymous mapping that holds the all-reduce area and the results. */
+/* coordinator/: `shardlm bench`: which benchmark a command line names, and `shardlm bench
+ * allreduce`: the latency of the shared-memory all-reduce of a tensor-parallel group, without a
+ * model. Each case forks one process per rank, as the workers are, over a shared anonymous
+ * mapping that holds the all-reduce area and the results. */
 #include "bench.h"
 #include "allreduce.h"
 #include "util.h"
@@ -298,4 +299,15 @@ int coord_bench_allreduce(int argc, char **argv)
         }
     free(rep_ns);
     return ret;
+}
+
+int coord_cmd_bench(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "allreduce") == 0)
+        return coord_bench_allreduce(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "kernels") == 0)
+        return coord_bench_kernels(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "tokenizer") == 0)
+        return coord_bench_tokenizer(argc - 1, argv + 1);
+    return coord_bench_model(argc, argv);
 }

@@ -2,6 +2,12 @@
 #ifndef SHARDLM_COORD_BENCH_H
 #define SHARDLM_COORD_BENCH_H
 
+#include <stddef.h>
+
+/* `shardlm bench ...`: @argv[0] is "bench". Runs the benchmark @argv[1] names (allreduce,
+ * kernels, tokenizer), else the model benchmark. Returns the exit code. */
+int coord_cmd_bench(int argc, char **argv);
+
 /* `shardlm bench allreduce [--ranks R[,R...]] [--floats N[,N...]] [-r REPS] [--iters K]`:
  * @argv[0] is "allreduce". For each (ranks, floats) forks that many processes over a shared
  * anonymous mapping and prints one line
@@ -18,6 +24,16 @@ int coord_bench_model(int argc, char **argv);
 /* `shardlm bench kernels [--isa NAME] [-r REPS] [--json]`: @argv[0] is "kernels". Each matrix
  * kernel on one thread: GEMV GB/s, GEMM GOP/s, then the thread's read bandwidth. */
 int coord_bench_kernels(int argc, char **argv);
+
+/* `shardlm bench tokenizer --tokenizer FILE [--mb N] [-r REPS]`: @argv[0] is "tokenizer".
+ * Encodes about N MB of coord_bench_text() in one call, REPS times, and prints one line
+ *   tokenizer <file> bytes=<n> tokens=<n> mb_per_s=<median> reps=<r>
+ * Returns the exit code: 0, 1 on a failure, 2 on bad usage; --help prints the usage. */
+int coord_bench_tokenizer(int argc, char **argv);
+
+/* Fills @buf with @n bytes of English text (ASCII: varied sentences in paragraphs, the same
+ * every time) and a NUL after them (@n + 1 bytes in all). */
+void coord_bench_text(char *buf, size_t n);
 
 /* Median over @reps (<= 16) passes of the read bandwidth in GB/s of @n_threads threads (pinned
  * to @cpus when not NULL), each summing its slice of 1 GiB of arrays in 4 streams; 0 when the

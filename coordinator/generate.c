@@ -10,16 +10,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Writes one decoded piece to stdout and flushes it. -EPIPE when stdout is gone. */
-static int emit(const struct coord_tok *t, int prev, int token)
+/* Writes one decoded piece to stdout through @u (a character split over byte tokens waits
+ * for its last byte) and flushes it. -errno when stdout fails (-EPIPE when it is gone, -ENOSPC
+ * when it is full). */
+static int emit(const struct coord_tok *t, struct coord_utf8 *u, int prev, int token)
 {
     size_t len;
     const char *piece = coord_tok_decode(t, prev, token, &len);
     if (!coord_tok_printable(piece, len))
         return 0;
-    if (fwrite(piece, 1, len, stdout) != len || fflush(stdout) != 0)
-        return -EPIPE;
-    return 0;
+    char buf[3 * 256 + 12];
+    for (size_t off = 0; off < len; off += 256) {
+        size_t n = coord_utf8_feed(u, piece + off, len - off < 256 ? len - off : 256, buf);
+        if (fwrite(buf, 1, n, stdout) != n)
+            return errno ? -errno : -EIO;
+    }
+    return fflush(stdout) != 0 ? (errno ? -errno : -EIO) : 0;
+}
+
+/* The one message of a failed write to stdout. */
+static int stdout_failed(int rc, struct coord_err *e)
+{
+    return coord_fail(e, rc, "writing to stdout: %s", strerror(-rc));
 }
 
 struct tok_load {
@@ -83,9 +95,12 @@ int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
                         "use -n %d or less", np, o->n, ctx, ctx - np + 1);
         goto out_ids;
     }
+    struct coord_utf8 u = {0};
     for (int i = 1; i < np; i++)
-        if ((rc = emit(&tok, ids[i - 1], ids[i])))
+        if ((rc = emit(&tok, &u, ids[i - 1], ids[i]))) {
+            stdout_failed(rc, e);
             goto out_ids;
+        }
 
     struct coord_seq_step s = {.seq_id = 0, .pos = 0, .n_tokens = (uint32_t)np, .tokens = ids};
     int prev = ids[np - 1];
@@ -99,8 +114,8 @@ int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
         int next = coord_sample(&smp, (float *)s.logits);
         if (next == (int)h->bos_id || next == (int)h->eos_id)
             break;
-        if ((rc = emit(&tok, prev, next))) {
-            coord_fail(e, rc, "stdout closed");
+        if ((rc = emit(&tok, &u, prev, next))) {
+            stdout_failed(rc, e);
             break;
         }
         produced++;
@@ -110,9 +125,12 @@ int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
         ids[0] = next;
         prev = next;
     }
-    if (rc != -EPIPE) {
-        putchar('\n');
-        fflush(stdout);
+    if (!ferror(stdout)) {
+        char tail[3];
+        size_t n = coord_utf8_flush(&u, tail); /* a character cut off: U+FFFD */
+        bool ok = fwrite(tail, 1, n, stdout) == n && putchar('\n') != EOF && fflush(stdout) == 0;
+        if (!ok && !rc)
+            rc = stdout_failed(errno ? -errno : -EIO, e);
     }
     if (o->engine.verbose && t_first) {
         uint64_t t1 = coord_now_ns();

@@ -3,8 +3,6 @@
  * their content. */
 #include "tokcli.h"
 
-#include "gguf.h"
-#include "shlm.h"
 #include "tokenizer.h"
 
 #include <errno.h>
@@ -36,45 +34,6 @@ static int bad_usage(const char *fmt, const char *arg)
     return coord_usage_error("tokenize", usage, fmt, arg);
 }
 
-/* Builds the tokenizer of the file mapped at @buf (@size bytes). */
-static int open_tok(struct coord_tok *t, const char *path, const uint8_t *buf, size_t size,
-                    long vocab_size, struct coord_err *e)
-{
-    if (size >= 8 && memcmp(buf, SHLM_MAGIC, sizeof(SHLM_MAGIC)) == 0) {
-        struct shlm_model m;
-        char err[512];
-        int rc = shlm_parse(&m, buf, size, path, err, sizeof(err));
-        if (rc)
-            return coord_fail(e, rc, "%s", err);
-        return coord_tok_from_shlm(t, &m, path, e);
-    }
-    if (size >= 4 && memcmp(buf, "GGUF", 4) == 0) {
-        struct gguf_file g;
-        int rc = gguf_parse(&g, buf, size, path, e);
-        if (rc)
-            return rc;
-        rc = coord_tok_from_gguf(t, &g, path, e);
-        gguf_close(&g);
-        return rc;
-    }
-    if (coord_tok_is_blob(buf, size))
-        return coord_tok_load(t, buf, size, path, e);
-    size_t i = 0;
-    while (i < size && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r'))
-        i++;
-    if (i < size && buf[i] == '{')
-        return coord_tok_from_hf_json(t, buf, size, path, e);
-    if (vocab_size == 0) {
-        int n = coord_tok_llama2c_count(buf, size);
-        if (n < 0)
-            return coord_fail(e, -EINVAL, "%s: not a .shlm, GGUF, tokenizer.json or tokenizer "
-                              "blob, and not a whole llama2.c tokenizer.bin (try --vocab-size)",
-                              path);
-        vocab_size = n;
-    }
-    return coord_tok_init(t, buf, size, (int)vocab_size, path, e);
-}
-
 static int run(const char *path, long vocab_size, bool decode, unsigned flags, int n_args,
                char **args, struct coord_err *e)
 {
@@ -92,7 +51,7 @@ static int run(const char *path, long vocab_size, bool decode, unsigned flags, i
     if (map == MAP_FAILED)
         return coord_fail(e, -errno, "%s: mmap: %s", path, strerror(errno));
     struct coord_tok t;
-    int rc = open_tok(&t, path, map, size, vocab_size, e);
+    int rc = coord_tok_from_image(&t, map, size, vocab_size, path, e);
     if (rc)
         goto out_unmap;
     if (decode) {

@@ -95,12 +95,17 @@ struct coord_tok {
     char **dec;                       /* (vocab_size) decoded text of each token */
     uint32_t *dec_len;
     char *dec_arena;
-    int32_t *piece_map; /* open addressing: piece -> id, -1 empty */
+    struct coord_tok_slot {
+        int32_t id;    /* -1 empty */
+        uint32_t hash; /* of its piece: most misses end here, without reading the piece */
+    } *piece_map;      /* open addressing: piece -> id */
     uint32_t piece_mask;
     int32_t *merge_map; /* open addressing: (left, right) -> rank, -1 empty */
     uint32_t merge_mask;
     int32_t *specials; /* (n_specials) ids split out before encoding, longest first */
     int n_specials;
+    int32_t char_ids[256];   /* id of each one-byte piece, -1 */
+    bool words_apart;        /* SPM: no merge can join a word to the next one's space */
     int32_t byte_ids[256];   /* token of each byte ("<0xNN>" or its GPT-2 character), -1 */
     char byte_pieces[512];   /* "<0xNN>" pieces decode to the single byte NN */
 };
@@ -132,6 +137,12 @@ struct shlm_model;
  * cfg.vocab_size entries; 2: a coord_tok_save() blob). Returns 0 or -EINVAL with @e set. */
 int coord_tok_from_shlm(struct coord_tok *t, const struct shlm_model *m, const char *what,
                         struct coord_err *e);
+/* The tokenizer of a whole file's image @buf (@size bytes), told apart by its content: a .shlm
+ * model, a GGUF file, a tokenizer blob, a tokenizer.json, else a llama2.c tokenizer.bin of
+ * @vocab_size entries (0: as many as it holds exactly). Returns 0 or -errno with @e naming
+ * @what. Release with coord_tok_free(). */
+int coord_tok_from_image(struct coord_tok *t, const uint8_t *buf, size_t size, long vocab_size,
+                         const char *what, struct coord_err *e);
 /* Serializes @t (the format above) into a malloc'd buffer *@buf of *@len bytes; free() it.
  * Returns 0 or -ENOMEM. */
 int coord_tok_save(const struct coord_tok *t, uint8_t **buf, size_t *len);
@@ -161,7 +172,23 @@ int coord_tok_encode(const struct coord_tok *t, const char *text, bool bos, bool
  * leading space after the start or a special token is dropped. Never NULL; *@len gets the byte
  * count (pieces may contain NUL bytes). Valid while @t is. */
 const char *coord_tok_decode(const struct coord_tok *t, int prev, int token, size_t *len);
-/* Whether a decoded piece is worth printing (llama2.c safe_printf: a lone control byte is not). */
+/* Whether a decoded piece is worth printing (llama2.c safe_printf: a lone ASCII control byte
+ * is not; a lone byte past ASCII is, as a part of a character: see coord_utf8_feed()). */
 bool coord_tok_printable(const char *piece, size_t len);
+
+/* Text streamed piece by piece (llama.cpp's rule): a UTF-8 character split over pieces (byte
+ * tokens) is held back until it is whole; ill-formed bytes print as U+FFFD (EF BF BD), one for
+ * each maximal part of a character that cannot go on (Unicode's substitution practice). Zero it
+ * to start. */
+struct coord_utf8 {
+    unsigned char held[4];
+    uint8_t n, need; /* bytes held, bytes of the character they start */
+};
+/* Feeds the @n bytes of @in; writes what can be printed to @out, which has room for 3 * @n + 12
+ * bytes, and returns its length. */
+size_t coord_utf8_feed(struct coord_utf8 *u, const char *in, size_t n, char *out);
+/* Ends the stream: a character still incomplete becomes U+FFFD, into @out (room for 3 bytes).
+ * Returns the length (0 or 3). */
+size_t coord_utf8_flush(struct coord_utf8 *u, char *out);
 
 #endif

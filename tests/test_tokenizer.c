@@ -91,9 +91,10 @@ static void test_byte_fallback(void **state)
     }
     out[ol] = 0;
     assert_string_equal(out, text);
-    /* a lone control byte is not printed, a newline is */
+    /* a lone control byte is not printed, a newline is, and so is a byte of a character */
     assert_false(coord_tok_printable("\x01", 1));
     assert_true(coord_tok_printable("\n", 1));
+    assert_true(coord_tok_printable("\xe6", 1));
     coord_tok_free(&t);
     free(buf);
 }
@@ -174,6 +175,58 @@ static void test_hostile_files(void **state)
     free(buf);
 }
 
+/* Streams the NUL-separated pieces of @pieces (@n of them) through a coord_utf8 and checks
+ * the text, the flush included, against @want. */
+static void utf8_stream(const char *pieces, int n, const char *want)
+{
+    struct coord_utf8 u = {0};
+    char out[256];
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(pieces);
+        assert_true(o + 3 * l + 12 <= sizeof(out));
+        o += coord_utf8_feed(&u, pieces, l, out + o);
+        pieces += l + 1;
+    }
+    o += coord_utf8_flush(&u, out + o);
+    assert_int_equal(coord_utf8_flush(&u, out + o), 0); /* nothing held twice */
+    out[o] = 0;
+    if (strcmp(out, want) != 0)
+        fprintf(stderr, "got [%s] want [%s]\n", out, want);
+    assert_string_equal(out, want);
+}
+
+#define FFFD "\xef\xbf\xbd"
+
+/* Characters split over pieces are held back until whole; ill-formed bytes are U+FFFD. */
+static void test_utf8_stream(void **state)
+{
+    struct coord_utf8 u = {0};
+    char out[32];
+    /* held back, then given whole */
+    assert_int_equal(coord_utf8_feed(&u, "h\xc3", 2, out), 1);
+    assert_int_equal(coord_utf8_feed(&u, "\xa9", 1, out), 2);
+    assert_memory_equal(out, "\xc3\xa9", 2);
+    utf8_stream("h\xc3\0\xa9llo", 2, "h\xc3\xa9llo");                      /* é over 2 */
+    utf8_stream("\xe6\0\x97\0\xa5\xe6\x9c\0\xac", 4, "\xe6\x97\xa5\xe6\x9c\xac"); /* 日本 */
+    utf8_stream("\xf0\0\x9f\x98\0\x80!", 3, "\xf0\x9f\x98\x80!");          /* 😀 over 3 */
+    utf8_stream("\xf0\x9f\0\x98\x80", 2, "\xf0\x9f\x98\x80");
+    utf8_stream("ascii \t\n", 1, "ascii \t\n");
+    /* lone continuation bytes, bytes that never start a character */
+    utf8_stream("a\x80\0b\xbf", 2, "a" FFFD "b" FFFD);
+    utf8_stream("\xff\xfe\xf5", 1, FFFD FFFD FFFD);
+    /* overlong forms, a surrogate, past U+10FFFF: one U+FFFD per byte that cannot go on */
+    utf8_stream("\xc0\xaf", 1, FFFD FFFD);
+    utf8_stream("\xe0\x80\xaf", 1, FFFD FFFD FFFD);
+    utf8_stream("\xed\xa0\x80", 1, FFFD FFFD FFFD);
+    utf8_stream("\xf4\x90\x80\x80", 1, FFFD FFFD FFFD FFFD);
+    /* cut short by another character, by ASCII, by the end */
+    utf8_stream("\xe6\x97\0\xe6\x97\xa5", 2, FFFD "\xe6\x97\xa5");
+    utf8_stream("\xe6\x97\0a", 2, FFFD "a");
+    utf8_stream("ok\xf0\x9f\x98", 1, "ok" FFFD);
+    utf8_stream("\xc3", 1, FFFD);
+}
+
 int main(void)
 {
     if (!tu_have_data())
@@ -184,6 +237,7 @@ int main(void)
         cmocka_unit_test(test_llama2_vocab),
         cmocka_unit_test(test_encode_ex),
         cmocka_unit_test(test_hostile_files),
+        cmocka_unit_test(test_utf8_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,9 +13,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "bench.h"
 #include "gguf.h"
 #include "testutil.h"
 #include "tokenizer.h"
+#include "util.h"
 
 #define MAX_IDS 4096
 
@@ -609,6 +611,161 @@ static void test_blob_flips(void **state)
     free(blob);
 }
 
+/* A llama2.c tokenizer.bin from the test data (@data) or the source tree. */
+static void open_bin(const char *rel, int data, struct coord_tok *t)
+{
+    char p[4200];
+    size_t len = 0;
+    struct coord_err e;
+    tu_path(p, sizeof(p), "%s/%s", data ? tu_data() : tu_src(), rel);
+    uint8_t *buf = (uint8_t *)tu_slurp(p, &len);
+    assert_non_null(buf);
+    assert_int_equal(coord_tok_init(t, buf, len, coord_tok_llama2c_count(buf, len), p, &e), 0);
+    free(buf);
+}
+
+/* Seconds of one encoding of @text[0, n), which must succeed. */
+static double encode_secs(const struct coord_tok *t, const char *text, size_t n, int32_t *ids)
+{
+    uint64_t t0 = coord_now_ns();
+    int k = coord_tok_encode_ex(t, text, n, COORD_TOK_ENC_BOS, ids, (int)n + 16);
+    uint64_t t1 = coord_now_ns();
+    assert_true(k > 0);
+    return (double)(t1 - t0) / 1e9;
+}
+
+/* Near-linear: 4x the text takes under 8x as long (linear 4, quadratic 16). Each side is the
+ * fastest of up to 5 interleaved runs, so that a busy machine slows both or neither; a run of
+ * over 0.5 s ends the runs (it decides, and a quadratic encoder would take minutes). */
+static void check_linear(const struct coord_tok *t, const char *name, const char *text)
+{
+    const size_t small = 8 << 10, large = 32 << 10;
+    int32_t *ids = malloc((large + 16) * sizeof(int32_t));
+    double ts = 1e9, tl = 1e9;
+    for (int r = 0; r < 5 && (r == 0 || tl < 0.5); r++) {
+        double a = encode_secs(t, text, small, ids), b = encode_secs(t, text, large, ids);
+        ts = a < ts ? a : ts;
+        tl = b < tl ? b : tl;
+    }
+    fprintf(stderr, "%s: 8 KiB %.2f ms, 32 KiB %.2f ms: x%.1f\n", name, ts * 1e3, tl * 1e3,
+            tl / ts);
+    assert_true(tl < 8 * ts);
+    free(ids);
+}
+
+/* Every source's encoder on English text, llama2.c's first (it was quadratic: 120 KB took more
+ * than 120 s); the llama2.c vocabulary through a blob too, as a .shlm may carry it. */
+static void test_linear_time(void **state)
+{
+    char *text = malloc((32 << 10) + 1);
+    coord_bench_text(text, 32 << 10);
+    struct coord_tok t, u;
+    struct coord_err e;
+    struct gguf_file g;
+    open_bin("tokenizers/llama2-tokenizer.bin", 1, &t);
+    check_linear(&t, "llama2-tokenizer.bin", text);
+    uint8_t *blob;
+    size_t bl;
+    assert_int_equal(coord_tok_save(&t, &blob, &bl), 0);
+    assert_int_equal(coord_tok_load(&u, blob, bl, "blob", &e), 0);
+    check_linear(&u, "llama2-tokenizer.bin blob", text);
+    coord_tok_free(&u);
+    coord_tok_free(&t);
+    free(blob);
+    open_bin("models/stories260K/tok512.bin", 0, &t);
+    check_linear(&t, "tok512.bin", text);
+    coord_tok_free(&t);
+    static const char *const ggufs[] = {"llama-spm", "phi-3", "gpt-2"};
+    for (int i = 0; i < 3; i++) {
+        open_gguf(ggufs[i], &g, &t);
+        check_linear(&t, ggufs[i], text);
+        coord_tok_free(&t);
+        gguf_close(&g);
+    }
+    free(text);
+}
+
+/* The Llama 2 vocabulary as llama2.c's tokenizer.bin (run.c's rules) and as GGUF (llama.cpp's):
+ * the same ids for every llama.cpp test vector and for 200 KB of English text. */
+static void test_llama2c_is_gguf(void **state)
+{
+    struct coord_tok a, b;
+    struct gguf_file g;
+    struct vectors v;
+    open_bin("tokenizers/llama2-tokenizer.bin", 1, &a);
+    open_gguf("llama-spm", &g, &b);
+    vectors_load(&v, "llama-spm");
+    const size_t n = 200 << 10;
+    char *text = malloc(n + 1);
+    coord_bench_text(text, n);
+    int32_t *ia = malloc((n + 16) * sizeof(int32_t)), *ib = malloc((n + 16) * sizeof(int32_t));
+    for (int i = 0; i <= v.n; i++) {
+        const char *s = i < v.n ? v.text[i] : text;
+        size_t l = strlen(s);
+        int na = coord_tok_encode_ex(&a, s, l, COORD_TOK_ENC_BOS, ia, (int)n + 16);
+        int nb = coord_tok_encode_ex(&b, s, l, COORD_TOK_ENC_BOS, ib, (int)n + 16);
+        if (na != nb || memcmp(ia, ib, (size_t)(na > 0 ? na : 0) * sizeof(int32_t)) != 0)
+            fprintf(stderr, "[%.60s]: %d ids from tokenizer.bin, %d from GGUF\n", s, na, nb);
+        assert_true(na > 0);
+        assert_int_equal(na, nb);
+        assert_memory_equal(ia, ib, (size_t)na * sizeof(int32_t));
+    }
+    free(ia);
+    free(ib);
+    free(text);
+    vectors_free(&v);
+    coord_tok_free(&b);
+    gguf_close(&g);
+    coord_tok_free(&a);
+}
+
+/* `shardlm bench tokenizer`, called in process (its one line goes to this test's output). */
+static void test_bench_tokenizer(void **state)
+{
+    char spm[4200];
+    tu_path(spm, sizeof(spm), "%s/tokenizers/ggml-vocab-llama-spm.gguf", tu_data());
+    char *ok[] = {"bench", "tokenizer", "--tokenizer", spm, "--mb", "0.05", "-r", "2", NULL};
+    assert_int_equal(coord_cmd_bench(8, ok), 0);
+    char *help[] = {"bench", "tokenizer", "--help", NULL};
+    assert_int_equal(coord_cmd_bench(3, help), 0);
+    char *mb[] = {"bench", "tokenizer", "--tokenizer", spm, "--mb", "0", NULL};
+    assert_int_equal(coord_cmd_bench(6, mb), 2);
+    char *none[] = {"bench", "tokenizer", NULL};
+    assert_int_equal(coord_cmd_bench(2, none), 2);
+    char *missing[] = {"bench", "tokenizer", "--tokenizer", "/nonexistent", NULL};
+    assert_int_equal(coord_cmd_bench(4, missing), 1);
+    /* the text is the same every time, and English */
+    char x[201], y[201];
+    coord_bench_text(x, 200);
+    coord_bench_text(y, 200);
+    assert_string_equal(x, y);
+    assert_int_equal(strlen(x), 200);
+    assert_non_null(strstr(x, " the "));
+}
+
+/* `shardlm generate` prints a prompt of characters that stories260K's 512 pieces spell with
+ * byte tokens (<0xNN>) as it is: each character whole, none dropped. */
+static void test_generate_utf8(void **state)
+{
+    char dir[4096], model[4200], env[4300];
+    tu_mkdtemp(dir, sizeof(dir), "genutf8");
+    tu_path(model, sizeof(model), "%s/f32.shlm", dir);
+    tu_path(env, sizeof(env), "SHARDLM_RUNTIME_DIR=%s/run", dir);
+    assert_int_equal(tu_convert(model, "f32", NULL), 0);
+    const char *prompt = "h\xc3\xa9llo \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80";
+    char *args[] = {"generate", "-m", model, "-p", (char *)prompt, "-n", "0", "--temp", "0", NULL};
+    struct tu_run *r = malloc(sizeof(*r));
+    tu_run_shardlm(r, env, args, NULL, 120, NULL, NULL);
+    if (r->status)
+        fprintf(stderr, "generate: %d %s", r->status, r->err);
+    assert_int_equal(r->status, 0);
+    char want[64];
+    snprintf(want, sizeof(want), "%s\n", prompt);
+    assert_string_equal(r->out, want);
+    free(r);
+    tu_rmdir(dir);
+}
+
 /* `shardlm tokenize` on each kind of source (skipped when the binary is not built). */
 static void run_cli(struct tu_run *r, const char *const *args)
 {
@@ -710,7 +867,9 @@ int main(void)
         cmocka_unit_test(test_gpt2),          cmocka_unit_test(test_llama2c_blob),
         cmocka_unit_test(test_hf_byte_level), cmocka_unit_test(test_hf_spm_style),
         cmocka_unit_test(test_hf_malformed),  cmocka_unit_test(test_blob_flips),
-        cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_cli),           cmocka_unit_test(test_linear_time),
+        cmocka_unit_test(test_llama2c_is_gguf), cmocka_unit_test(test_bench_tokenizer),
+        cmocka_unit_test(test_generate_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
