@@ -81,7 +81,9 @@ int coord_cmd_keygen(int argc, char **argv)
             return 2;
         }
     }
-    if (!dir || optind != argc)
+    if (optind != argc)
+        return coord_usage_error("keygen", usage, "unexpected argument '%s'", argv[optind]);
+    if (!dir)
         return coord_usage_error("keygen", usage, "-o DIR is required%s", "");
     struct coord_err e;
     if (coord_keygen(dir, &e)) {

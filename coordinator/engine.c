@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,21 +56,27 @@ static void persist_name(const struct coord_engine *g, int r, const struct shlm_
                      g->layout.ranks[r].node);
 }
 
-/* Maps the persistent segment @path if it is complete and holds exactly @want's shard; else
- * removes it when it exists (a load killed half way, another layout) and returns -ENOENT. */
-static int map_persistent(struct seg *s, const char *path, const struct shlm_header *want)
+/* Maps the persistent segment @path if it is complete and holds exactly @want's shard (with
+ * @verify, its data also matches its tensors' checksums); else removes it when it exists (a load
+ * killed half way, another layout, changed data) and returns -ENOENT.
+ * A warm start trusts the header: its checksum, the model's checksum, the layout and the shard;
+ * the data is what this process's load wrote and checksummed, unless --verify reads it again. */
+static int map_persistent(struct seg *s, const char *path, const struct shlm_header *want,
+                          bool verify)
 {
     struct shlm_model m;
     char err[512];
     int rc = seg_map(s, path, want->file_bytes, false);
     if (rc == -ENOENT)
         return rc;
-    if (!rc && !(rc = shlm_parse(&m, s->base, s->size, path, err, sizeof(err))) &&
-        m.hdr->source_checksum == want->source_checksum && m.hdr->layout == want->layout &&
-        m.hdr->shard_rank == want->shard_rank && m.hdr->shard_count == want->shard_count)
+    bool ours = !rc && !(rc = shlm_parse(&m, s->base, s->size, path, err, sizeof(err))) &&
+                m.hdr->source_checksum == want->source_checksum &&
+                m.hdr->layout == want->layout && m.hdr->shard_rank == want->shard_rank &&
+                m.hdr->shard_count == want->shard_count;
+    if (ours && (!verify || !(rc = shlm_verify_data(&m, path, err, sizeof(err)))))
         return 0;
     fprintf(stderr, "shardlm: %s: %s; rebuilding it\n", path,
-            rc == -EINVAL && s->base ? err : "not a complete segment of this shard");
+            (rc == -EINVAL || rc == -EIO) && s->base ? err : "not a complete segment of this shard");
     seg_free(s);
     unlink(path);
     return -ENOENT;
@@ -105,7 +112,7 @@ static int make_weights(struct coord_engine *g, const struct coord_engine_opts *
         } else {
             persist_name(g, r, &h[r], name[r], sizeof(name[r]));
             snprintf(path, sizeof(path), "%s/%s", g->rundir, name[r]);
-            if (map_persistent(&cr->weights, path, &h[r]) == 0) {
+            if (map_persistent(&cr->weights, path, &h[r], o->load.verify) == 0) {
                 g->stats.reused++;
                 continue;
             }
@@ -132,7 +139,7 @@ static int make_weights(struct coord_engine *g, const struct coord_engine_opts *
         rc = seg_publish(&g->ranks[r].weights, path);
         if (rc == -EEXIST) { /* another coordinator published the same shard first: ours goes */
             seg_free(&g->ranks[r].weights);
-            rc = map_persistent(&g->ranks[r].weights, path, &h[r]);
+            rc = map_persistent(&g->ranks[r].weights, path, &h[r], o->load.verify);
         }
         if (rc) {
             coord_fail(e, rc, "publish %s: %s", path, strerror(-rc));
@@ -537,20 +544,35 @@ int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o
     g->max_restarts = o->restarts < 0 ? 0 : o->restarts ? o->restarts : COORD_RESTARTS;
     g->stats.start_ns = coord_now_ns();
     g->verbose = o->verbose;
-    int rc = seg_rundir(g->rundir, sizeof(g->rundir));
-    if (rc)
-        return coord_fail(e, rc, "runtime directory %s: %s", g->rundir,
-                          rc == -EPERM ? "not a private directory owned by this user"
-                                       : strerror(-rc));
-    seg_clean_stale(g->rundir);
+    /* what can be checked is, before anything is created */
     const char *isa = getenv("SHARDLM_ISA");
     char err[256];
     if (isa && *isa && !kn_ops_find(isa, err, sizeof(err)))
         return coord_fail(e, -ENOTSUP, "SHARDLM_ISA=%s: %s", isa, err);
+    int rc = seg_rundir_path(g->rundir, sizeof(g->rundir));
+    if (rc)
+        return coord_fail(e, rc, "SHARDLM_RUNTIME_DIR is set but empty");
+    if (!o->access.listen) { /* the workers' socket: an AF_UNIX path has 107 bytes at most */
+        char sock[PATH_MAX];
+        seg_path(sock, sizeof(sock), g->rundir, getpid(), SEG_RUN_SOCK);
+        if (strlen(sock) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+            return coord_fail(e, -ENAMETOOLONG, "runtime directory %s: too long a path for the "
+                              "workers' socket (%zu bytes, at most %zu); choose a shorter "
+                              "SHARDLM_RUNTIME_DIR or --listen tcp", g->rundir, strlen(sock),
+                              sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+    }
     if ((rc = coord_layout_make(&g->layout, &o->layout, e)))
         return rc;
     if ((rc = coord_model_open(&g->file, o->model_path, e)))
         goto out_fail;
+    g->made_rundir = access(g->rundir, F_OK) < 0;
+    rc = seg_rundir(g->rundir, sizeof(g->rundir));
+    if (rc) {
+        coord_fail(e, rc, "runtime directory %s: %s", g->rundir,
+                   rc == -EPERM ? "not a private directory owned by this user" : strerror(-rc));
+        goto out_fail;
+    }
+    seg_clean_stale(g->rundir);
     g->img = g->file.img;
     const struct shlm_config *c = &g->img.hdr->cfg;
     g->n_ranks = g->layout.n_ranks;
@@ -579,6 +601,8 @@ int coord_engine_start(struct coord_engine *g, const struct coord_engine_opts *o
     return 0;
 out_fail:
     coord_engine_stop(g);
+    if (g->made_rundir)
+        rmdir(g->rundir); /* only if empty: a segment another start published stays */
     return rc;
 }
 

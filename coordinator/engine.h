@@ -36,6 +36,7 @@ struct coord_load_opts {
     bool no_persist; /* memfd segments that go with the processes, instead of persistent ones */
     enum coord_io io;
     bool stats; /* print coord_engine_print_stats() at the end */
+    bool verify; /* check a persistent segment's data against its checksums before using it */
 };
 
 /* Where the workers reach the coordinator (access.h). */
@@ -77,6 +78,7 @@ struct coord_rank {
 
 struct coord_engine {
     char rundir[PATH_MAX];
+    bool made_rundir; /* this start created it: a failed start removes it again if empty */
     char sock_path[PATH_MAX];
     char endpoint[PATH_MAX + 8];
     struct coord_model_file file; /* header, table and tokenizer read; the data streamed */

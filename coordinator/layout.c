@@ -78,6 +78,9 @@ static int explicit_layout(struct coord_layout *l, const struct coord_layout_opt
         const char *end = strchr(p, ':');
         size_t len = end ? (size_t)(end - p) : strlen(p);
         int c = seg_cpulist_parse(p, len, cpus, SEG_MAX_CPUS);
+        if (c == -EEXIST)
+            return coord_fail(e, -EINVAL, "--cpus '%s': rank %d's list '%.*s' names a CPU twice",
+                              o->cpus, r, (int)len, p);
         if (c < 0)
             return coord_fail(e, -EINVAL, "--cpus '%s': rank %d's list '%.*s' is not a CPU list "
                               "like 0-3,8", o->cpus, r, (int)len, p);

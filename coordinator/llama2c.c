@@ -10,6 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* What a file that is no format we know gets told: llama2.c checkpoints have no magic, so they
+ * are what is left, and an implausible header means the file is none of them. */
+#define NOT_A_MODEL                                                                                \
+    "not a GGUF file, a .shlm file, a Hugging Face folder or a llama2.c checkpoint ("
+
 int coord_llama2c_open(struct coord_llama2c *ck, const char *path, struct coord_err *e)
 {
     memset(ck, 0, sizeof(*ck));
@@ -20,8 +25,9 @@ int coord_llama2c_open(struct coord_llama2c *ck, const char *path, struct coord_
     int32_t h[7];
     if (st.st_size < (off_t)sizeof(h) || pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
         close(fd);
-        return coord_fail(e, -EINVAL, "%s: truncated: %lld bytes, shorter than the 28-byte header",
-                          path, (long long)st.st_size);
+        return coord_fail(e, -EINVAL, "%s: " NOT_A_MODEL "%lld bytes: truncated, or shorter than "
+                          "the 28-byte header of a llama2.c checkpoint)", path,
+                          (long long)st.st_size);
     }
     static const char *const names[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
                                           "n_kv_heads", "vocab_size", "seq_len"};
@@ -30,8 +36,9 @@ int coord_llama2c_open(struct coord_llama2c *ck, const char *path, struct coord_
         int32_t v = i == 5 && h[i] < 0 && h[i] != INT32_MIN ? -h[i] : h[i];
         if (v <= 0 || v > limits[i]) {
             close(fd);
-            return coord_fail(e, -EINVAL, "%s: header field %s is %d, expected 1..%d", path,
-                              names[i], h[i], limits[i]);
+            return coord_fail(e, -EINVAL, "%s: " NOT_A_MODEL "as a llama2.c checkpoint its "
+                              "header field %s is %d, expected 1..%d)", path, names[i], h[i],
+                              limits[i]);
         }
     }
     struct shlm_config *c = &ck->cfg;

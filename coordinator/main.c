@@ -11,6 +11,7 @@
 #include "tokcli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,13 +35,14 @@ static const char usage_main[] =
     "  generate  -m MODEL.shlm -p PROMPT -n N    generate text (streamed to stdout)\n"
     "  load      -m MODEL.shlm [--stats]         build (or find) the weights segments and stop:\n"
     "            the next generate starts warm\n"
-    "  shm       list | purge                   the segments in the runtime directory\n"
+    "  shm       list | purge | verify          the segments in the runtime directory\n"
     "  keygen    -o DIR                         CURVE keys for --listen off loopback\n"
     "  eval      -m MODEL.shlm --ref DIR         KL divergence, top-1 and perplexity against\n"
     "            reference logits\n"
     "  bench     -m MODEL.shlm [-p 512] [-n 128] [-t 1,2]  prefill and decode speed, roofline\n"
     "  bench allreduce [--ranks 2,4] [--floats N]  latency of the shared-memory all-reduce\n"
     "  bench kernels [--isa NAME]  GEMV GB/s and GEMM GOP/s of each kernel, read bandwidth\n"
+    "  bench tokenizer --tokenizer FILE [--mb N]  tokenizing speed (MB/s) on N MB of English\n"
     "\n"
     "`shardlm <command> --help` describes each command's options.\n"
     "\n"
@@ -91,6 +93,8 @@ static const char usage_convert[] =
     "                  weights stay in the runtime directory, so the next start on the same "      \
     "model\n"                                                                                      \
     "                  and layout maps them instead of reading the file (`shardlm shm purge`)\n"   \
+    "  --verify        check such a segment's data against its checksums before using it (a\n"    \
+    "                  warm start trusts its header alone; `shardlm shm verify` checks them all)\n" \
     "  --io MODE       how the file is read: auto (default: buffered when it is in the page "      \
     "cache,\n"                                                                                     \
     "                  else O_DIRECT), direct (buffered where the filesystem refuses O_DIRECT)\n"  \
@@ -104,8 +108,8 @@ static const char usage_convert[] =
 
 static const char usage_load[] =
     "usage: shardlm load -m MODEL.shlm [--workers N] [--threads T] [--cpus LIST] [--no-persist]\n"
-    "                    [--io MODE] [--stats] [--restarts N] [--listen EP] [--keys DIR]\n"
-    "                    [--verbose]\n"
+    "                    [--verify] [--io MODE] [--stats] [--restarts N] [--listen EP]\n"
+    "                    [--keys DIR] [--verbose]\n"
     "\n"
     "Loads the model as generate would - the weights segments of its workers, built from the file\n"
     "or found complete from an earlier run - starts the workers, and stops. Without --no-persist\n"
@@ -115,7 +119,8 @@ static const char usage_load[] =
 static const char usage_generate[] =
     "usage: shardlm generate -m MODEL.shlm -p PROMPT [-n N] [--temp T] [--top-p P] [--seed S]\n"
     "                        [--workers N] [--threads T] [--cpus LIST] [--no-persist] [--io MODE]\n"
-    "                        [--stats] [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
+    "                        [--verify] [--stats] [--restarts N] [--listen EP] [--keys DIR]\n"
+    "                        [--verbose]\n"
     "\n"
     "Starts the coordinator and its worker, and prints the prompt and its continuation as it\n"
     "is generated, then a newline. Stops after N new tokens (default 256) or at BOS/EOS.\n"
@@ -128,7 +133,7 @@ static const char usage_generate[] =
 static const char usage_eval[] =
     "usage: shardlm eval -m MODEL.shlm --ref DIR [--save DIR [--overwrite]] [--workers N]\n"
     "                    [--threads T] [--cpus LIST] [--no-persist] [--io MODE] [--stats]\n"
-    "                    [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
+    "                    [--verify] [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
     "\n"
     "Feeds the token sequences of DIR/greedy.tsv (prompt, prompt ids, generated ids, text file,\n"
     "logits file) and compares the model's logits with the reference float32 logits: per prompt\n"
@@ -152,19 +157,20 @@ static bool parse_float(const char *s, float lo, float hi, float *out)
 
 /* The options of every command that starts the engine: layout (--workers/--threads/--cpus),
  * load (--no-persist/--io/--stats), access (--listen/--keys), --restarts, -m and --verbose.
- * Returns 1 if @c was one of them, 0 if not, -1 on a bad value. */
-static int engine_option(int c, struct coord_engine_opts *o)
+ * Returns 1 if @c was one of them, 0 if not, -1 on a bad value with @why naming the option and
+ * what it takes. */
+static int engine_option(int c, struct coord_engine_opts *o, char *why, size_t len)
 {
     long v;
     switch (c) {
     case 'W':
         if (!coord_parse_long(optarg, 1, 256, &v))
-            return -1;
+            goto bad;
         o->layout.workers = (int)v;
         return 1;
     case 'H':
         if (!coord_parse_long(optarg, 1, 4096, &v))
-            return -1;
+            goto bad;
         o->layout.threads = (int)v;
         return 1;
     case 'C':
@@ -174,9 +180,14 @@ static int engine_option(int c, struct coord_engine_opts *o)
         o->load.no_persist = true;
         return 1;
     case 'I':
-        return coord_io_parse(optarg, &o->load.io) ? -1 : 1;
+        if (coord_io_parse(optarg, &o->load.io))
+            goto bad;
+        return 1;
     case 'Z':
         o->load.stats = true;
+        return 1;
+    case 'V':
+        o->load.verify = true;
         return 1;
     case 'L':
         o->access.listen = optarg;
@@ -186,7 +197,7 @@ static int engine_option(int c, struct coord_engine_opts *o)
         return 1;
     case 'X': /* 0 asks for none: the engine's -1 (its 0 is the default) */
         if (!coord_parse_long(optarg, 0, 100, &v))
-            return -1;
+            goto bad;
         o->restarts = v ? (int)v : -1;
         return 1;
     case 'm':
@@ -197,6 +208,20 @@ static int engine_option(int c, struct coord_engine_opts *o)
         return 1;
     }
     return 0;
+bad:
+    snprintf(why, len, "%s '%s': expected %s",
+             c == 'W' ? "--workers" : c == 'H' ? "--threads" : c == 'I' ? "--io" : "--restarts",
+             optarg,
+             c == 'W' ? "a count 1..256" : c == 'H' ? "a count 1..4096"
+             : c == 'I' ? "auto, direct or buffered" : "a count 0..100");
+    return -1;
+}
+
+/* The end of an engine command's options: none may be left but the ones it takes. */
+static int extra_argument(const char *cmd, const char *usage, char **argv)
+{
+    return coord_usage_error(cmd, usage, "unexpected argument '%s' (a prompt with spaces needs "
+                             "quotes)", argv[optind]);
 }
 
 #define ENGINE_OPTIONS                                                                             \
@@ -204,6 +229,7 @@ static int engine_option(int c, struct coord_engine_opts *o)
         {"workers", required_argument, 0, 'W'}, {"threads", required_argument, 0, 'H'},            \
         {"cpus", required_argument, 0, 'C'}, {"no-persist", no_argument, 0, 'N'},                  \
         {"io", required_argument, 0, 'I'}, {"stats", no_argument, 0, 'Z'},                         \
+        {"verify", no_argument, 0, 'V'},                                                           \
         {"listen", required_argument, 0, 'L'}, {"keys", required_argument, 0, 'K'},                \
     {                                                                                              \
         "restarts", required_argument, 0, 'X'                                                      \
@@ -217,7 +243,8 @@ static int exit_code(const char *cmd, int rc, const struct coord_err *e)
         fprintf(stderr, "shardlm %s: stopped by signal %d\n", cmd, (int)coord_stop_signal);
         return 128 + (int)coord_stop_signal;
     }
-    fprintf(stderr, "shardlm %s: %s\n", cmd, e->msg);
+    /* every failure says something, even one whose message nobody set */
+    fprintf(stderr, "shardlm %s: %s\n", cmd, e->msg[0] ? e->msg : strerror(-rc));
     return 1;
 }
 
@@ -304,7 +331,7 @@ static int cmd_convert(int argc, char **argv)
     }
     if (o.group && o.scheme != SHLM_SCHEME_W4A16 && o.scheme != SHLM_SCHEME_W4A8)
         return coord_usage_error("convert", usage_convert, "--group applies to w4a16 and w4a8 only%s", "");
-    struct coord_err e;
+    struct coord_err e = {{0}};
     return exit_code("convert", coord_convert(&o, &e), &e);
 }
 
@@ -322,10 +349,10 @@ static int cmd_generate(int argc, char **argv)
     int c;
     long v;
     while ((c = getopt_long(argc, argv, "m:p:n:vh", opts, NULL)) != -1) {
-        int eo = engine_option(c, &o.engine);
+        char why[160];
+        int eo = engine_option(c, &o.engine, why, sizeof(why));
         if (eo < 0)
-            return coord_usage_error("generate", usage_generate, "bad value '%s' for an option",
-                                     optarg);
+            return coord_usage_error("generate", usage_generate, "%s", why);
         if (eo)
             continue;
         switch (c) {
@@ -334,7 +361,7 @@ static int cmd_generate(int argc, char **argv)
             break;
         case 'n':
             if (!coord_parse_long(optarg, 0, 1 << 24, &v))
-                return coord_usage_error("generate", usage_generate, "-n '%s': expected a count >= 0",
+                return coord_usage_error("generate", usage_generate, "-n '%s': expected a count 0..16777216",
                                  optarg);
             o.n = (int)v;
             break;
@@ -366,12 +393,14 @@ static int cmd_generate(int argc, char **argv)
             return 2;
         }
     }
-    if (!o.engine.model_path || !o.prompt || optind != argc)
+    if (optind != argc)
+        return extra_argument("generate", usage_generate, argv);
+    if (!o.engine.model_path || !o.prompt)
         return coord_usage_error("generate", usage_generate, "-m and -p are required%s", "");
     if (!seeded)
         o.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     coord_signals_install();
-    struct coord_err e;
+    struct coord_err e = {{0}};
     return exit_code("generate", coord_generate(&o, &e), &e);
 }
 
@@ -386,9 +415,10 @@ static int cmd_eval(int argc, char **argv)
                                          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
-        int eo = engine_option(c, &o.engine);
+        char why[160];
+        int eo = engine_option(c, &o.engine, why, sizeof(why));
         if (eo < 0)
-            return coord_usage_error("eval", usage_eval, "bad value '%s' for an option", optarg);
+            return coord_usage_error("eval", usage_eval, "%s", why);
         if (eo)
             continue;
         switch (c) {
@@ -409,10 +439,12 @@ static int cmd_eval(int argc, char **argv)
             return 2;
         }
     }
-    if (!o.engine.model_path || !o.ref_dir || optind != argc)
+    if (optind != argc)
+        return extra_argument("eval", usage_eval, argv);
+    if (!o.engine.model_path || !o.ref_dir)
         return coord_usage_error("eval", usage_eval, "-m and --ref are required%s", "");
     coord_signals_install();
-    struct coord_err e;
+    struct coord_err e = {{0}};
     return exit_code("eval", coord_eval(&o, &e), &e);
 }
 
@@ -423,9 +455,10 @@ static int cmd_load(int argc, char **argv)
         {"help", no_argument, 0, 'h'}, ENGINE_OPTIONS, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
-        int eo = engine_option(c, &o);
+        char why[160];
+        int eo = engine_option(c, &o, why, sizeof(why));
         if (eo < 0)
-            return coord_usage_error("load", usage_load, "bad value '%s' for an option", optarg);
+            return coord_usage_error("load", usage_load, "%s", why);
         if (eo)
             continue;
         if (c == 'h') {
@@ -435,10 +468,12 @@ static int cmd_load(int argc, char **argv)
         fputs(usage_load, stderr);
         return 2;
     }
-    if (!o.model_path || optind != argc)
+    if (optind != argc)
+        return extra_argument("load", usage_load, argv);
+    if (!o.model_path)
         return coord_usage_error("load", usage_load, "-m is required%s", "");
     coord_signals_install();
-    struct coord_err e;
+    struct coord_err e = {{0}};
     struct coord_engine g;
     int rc = coord_engine_start(&g, &o, &e);
     if (rc)
@@ -453,6 +488,24 @@ static int cmd_load(int argc, char **argv)
     return 0;
 }
 
+/* The environment variables --help documents, checked before any command runs: one set wrong
+ * (empty, or not a number) is an error, never silently the default. Returns 0 or exit code 2. */
+static int check_environment(void)
+{
+    const char *rd = getenv("SHARDLM_RUNTIME_DIR"), *lim = getenv("SHARDLM_SHM_LIMIT");
+    long v;
+    if (rd && !*rd) {
+        fprintf(stderr, "shardlm: SHARDLM_RUNTIME_DIR is set but empty: unset it for the default "
+                "(/dev/shm/shardlm-<uid>) or name a folder\n");
+        return 2;
+    }
+    if (lim && !coord_parse_long(lim, 1, LONG_MAX, &v)) {
+        fprintf(stderr, "shardlm: SHARDLM_SHM_LIMIT='%s': expected a byte count >= 1\n", lim);
+        return 2;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -464,6 +517,9 @@ int main(int argc, char **argv)
         fputs(usage_main, stdout);
         return 0;
     }
+    int env_rc = check_environment();
+    if (env_rc)
+        return env_rc;
     /* each command sees argv starting at its own name */
     if (strcmp(cmd, "convert") == 0)
         return cmd_convert(argc - 1, argv + 1);
@@ -483,13 +539,8 @@ int main(int argc, char **argv)
         return coord_cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0)
         return coord_cmd_tokenize(argc - 1, argv + 1);
-    if (strcmp(cmd, "bench") == 0) {
-        if (argc >= 3 && strcmp(argv[2], "allreduce") == 0)
-            return coord_bench_allreduce(argc - 2, argv + 2);
-        if (argc > 2 && strcmp(argv[2], "kernels") == 0)
-            return coord_bench_kernels(argc - 2, argv + 2);
-        return coord_bench_model(argc - 1, argv + 1);
-    }
+    if (strcmp(cmd, "bench") == 0)
+        return coord_cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "shardlm: unknown command '%s'\n%s", cmd, usage_main);
     return 2;
 }

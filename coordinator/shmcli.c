@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 static const char usage_shm[] =
-    "usage: shardlm shm list | purge [--force]\n"
+    "usage: shardlm shm list | purge [--force] | verify\n"
     "\n"
     "The runtime directory ($SHARDLM_RUNTIME_DIR, default /dev/shm/shardlm-<uid>) holds the\n"
     "persistent weights segments, which let the next generate on the same model and layout start\n"
@@ -25,6 +25,9 @@ static const char usage_shm[] =
     "  purge   removes the weights segments and the run files of dead coordinators, and prints\n"
     "          what it freed. A weights segment that a live engine maps is kept and named, unless\n"
     "          --force (the engine keeps its mapping, but a worker it restarts cannot attach).\n"
+    "  verify  reads every complete weights segment and checks its data against its tensors'\n"
+    "          checksums (a warm start trusts the header alone; --verify on a start checks the\n"
+    "          segments it maps); exit 1 if one is corrupt (`purge` removes it)\n"
     "Only names of the forms shardlm makes are listed as its own or ever removed.\n";
 
 /* One line describing the persistent segment @path of @size bytes. */
@@ -77,19 +80,44 @@ static int lock_unused(const char *path)
     return fd;
 }
 
-static int walk(const char *rundir, bool purge, bool force)
+/* `shm verify` of the weights segment @path: prints its verdict; false if it is corrupt. */
+static bool verify_weights(const char *name, const char *path, uint64_t size)
+{
+    struct seg s;
+    struct shlm_model m;
+    char err[512];
+    int rc = seg_map(&s, path, size, false);
+    if (rc) {
+        printf("%-56s unreadable: %s\n", name, strerror(-rc));
+        return false;
+    }
+    if ((rc = shlm_parse(&m, s.base, s.size, path, err, sizeof(err))) || !m.hdr->shard_count)
+        printf("%-56s incomplete (rebuilt on next use)\n", name);
+    else if ((rc = shlm_verify_data(&m, name, err, sizeof(err))))
+        printf("%-56s CORRUPT: %s\n", name, err);
+    else
+        printf("%-56s ok, %u tensors\n", name, m.hdr->n_tensors);
+    seg_free(&s);
+    return rc == 0;
+}
+
+enum walk_mode { WALK_LIST, WALK_PURGE, WALK_VERIFY };
+
+static int walk(const char *rundir, enum walk_mode mode, bool force)
 {
     DIR *d = opendir(rundir);
     if (!d) {
         if (errno == ENOENT) {
-            printf("%s: no runtime directory, nothing %s\n", rundir, purge ? "to remove" : "there");
+            printf("%s: no runtime directory, nothing %s\n", rundir,
+                   mode == WALK_PURGE ? "to remove" : "there");
             return 0;
         }
         fprintf(stderr, "shardlm shm: %s: %s\n", rundir, strerror(errno));
         return 1;
     }
     struct dirent *e;
-    int n = 0, removed = 0, kept = 0;
+    bool purge = mode == WALK_PURGE;
+    int n = 0, removed = 0, kept = 0, corrupt = 0;
     uint64_t freed = 0;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.')
@@ -100,6 +128,13 @@ static int walk(const char *rundir, bool purge, bool force)
         if (lstat(path, &st) < 0)
             continue;
         enum entry_kind kind = classify(e->d_name, &st);
+        if (mode == WALK_VERIFY) {
+            if (kind == ENTRY_WEIGHTS) {
+                n++;
+                corrupt += !verify_weights(e->d_name, path, (uint64_t)st.st_size);
+            }
+            continue;
+        }
         int lock = kind == ENTRY_WEIGHTS ? lock_unused(path) : -1;
         bool in_use = lock == -EBUSY;
         n++;
@@ -134,6 +169,10 @@ static int walk(const char *rundir, bool purge, bool force)
             close(lock);
     }
     closedir(d);
+    if (mode == WALK_VERIFY) {
+        printf("%d weights segment%s checked, %d corrupt\n", n, n == 1 ? "" : "s", corrupt);
+        return corrupt ? 1 : 0;
+    }
     if (purge)
         printf("%d file%s removed, %llu bytes freed%s\n", removed, removed == 1 ? "" : "s",
                (unsigned long long)freed, kept ? ", segments in use kept" : "");
@@ -149,10 +188,12 @@ int coord_cmd_shm(int argc, char **argv)
         return 0;
     }
     bool list = argc == 2 && !strcmp(argv[1], "list");
+    bool verify = argc == 2 && !strcmp(argv[1], "verify");
     bool purge = argc >= 2 && argc <= 3 && !strcmp(argv[1], "purge");
     bool force = purge && argc == 3 && !strcmp(argv[2], "--force");
-    if (!list && !(purge && (argc == 2 || force))) {
-        fprintf(stderr, "shardlm shm: expected list, purge or purge --force\n%s", usage_shm);
+    if (!list && !verify && !(purge && (argc == 2 || force))) {
+        fprintf(stderr, "shardlm shm: expected list, purge, purge --force or verify\n%s",
+                usage_shm);
         return 2;
     }
     char rundir[PATH_MAX];
@@ -162,5 +203,5 @@ int coord_cmd_shm(int argc, char **argv)
                 rc == -EPERM ? "not a private directory owned by this user" : strerror(-rc));
         return 1;
     }
-    return walk(rundir, purge, force);
+    return walk(rundir, purge ? WALK_PURGE : verify ? WALK_VERIFY : WALK_LIST, force);
 }

@@ -24,14 +24,17 @@ int coord_source_open(struct coord_source *s, const char *path, const char *toke
     if (S_ISDIR(st.st_mode)) {
         rc = coord_source_hf(s, path, tokenizer, e);
     } else {
-        char magic[4] = {0};
+        char magic[8] = {0};
         int fd = coord_open_regular(path, &st, e);
         if (fd < 0)
             return fd;
         ssize_t n = read(fd, magic, sizeof(magic));
         close(fd);
-        if (n == 4 && memcmp(magic, "GGUF", 4) == 0)
+        if (n >= 4 && memcmp(magic, "GGUF", 4) == 0)
             rc = coord_source_gguf(s, path, tokenizer, e);
+        else if (n == 8 && memcmp(magic, SHLM_MAGIC, sizeof(SHLM_MAGIC)) == 0)
+            rc = coord_fail(e, -EINVAL, "%s: a .shlm file, converted already (convert reads GGUF, "
+                            "a Hugging Face folder or a llama2.c checkpoint)", path);
         else
             rc = coord_source_llama2c(s, path, tokenizer, e);
     }
@@ -70,13 +73,15 @@ static void llama2c_close(struct coord_source *s)
 int coord_source_llama2c(struct coord_source *s, const char *path, const char *tokenizer,
                          struct coord_err *e)
 {
-    if (!tokenizer)
-        return coord_fail(e, -EINVAL, "%s: a llama2.c checkpoint needs --tokenizer TOKENIZER.bin",
-                          path);
     struct coord_llama2c *ck = calloc(1, sizeof(*ck));
     if (!ck)
         return coord_fail(e, -ENOMEM, "out of memory");
-    int rc = coord_llama2c_open(ck, path, e);
+    int rc = coord_llama2c_open(ck, path, e); /* first: is it one at all? */
+    if (!rc && !tokenizer) {
+        coord_llama2c_close(ck);
+        rc = coord_fail(e, -EINVAL, "%s: a llama2.c checkpoint needs --tokenizer TOKENIZER.bin",
+                        path);
+    }
     if (rc) {
         free(ck);
         return rc;

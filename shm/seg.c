@@ -4,6 +4,7 @@
 #include "allreduce.h"
 #include "kn.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <numa.h>
 #include <numaif.h>
@@ -18,13 +19,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int seg_rundir(char *out, size_t len)
+int seg_rundir_path(char *out, size_t len)
 {
     const char *env = getenv("SHARDLM_RUNTIME_DIR");
-    if (env && *env)
+    if (env && !*env) { /* set to nothing: a mistake, not a wish for the default */
+        snprintf(out, len, "(empty SHARDLM_RUNTIME_DIR)");
+        return -EINVAL;
+    }
+    if (env)
         snprintf(out, len, "%s", env);
     else
         snprintf(out, len, "/dev/shm/shardlm-%u", (unsigned)getuid());
+    return 0;
+}
+
+int seg_rundir(char *out, size_t len)
+{
+    int rc = seg_rundir_path(out, len);
+    if (rc)
+        return rc;
     if (mkdir(out, 0700) < 0 && errno != EEXIST)
         return -errno;
     struct stat st;
@@ -47,13 +60,15 @@ static uint64_t created_bytes;
 static int charge(size_t size)
 {
     static long long limit = -1;
-    if (limit < 0) {
+    if (limit == -1) {
         const char *env = getenv("SHARDLM_SHM_LIMIT");
         char *end;
-        limit = env && *env ? strtoll(env, &end, 10) : 0;
-        if (limit < 0 || (env && *env && *end))
-            limit = 0;
+        limit = env ? strtoll(env, &end, 10) : 0;
+        if (env && (!*env || *end || limit < 0 || !isdigit((unsigned char)*env)))
+            limit = -2; /* malformed: every allocation is refused (the CLI says why first) */
     }
+    if (limit == -2)
+        return -EINVAL;
     if (limit && created_bytes + size > (uint64_t)limit)
         return -ENOSPC;
     created_bytes += size;
@@ -389,7 +404,7 @@ int seg_cpulist_parse(const char *s, size_t len, int *out, int max)
         for (long c = a; c <= b; c++) {
             for (int k = 0; k < n; k++)
                 if (out[k] == c)
-                    return -EINVAL; /* listed twice */
+                    return -EEXIST; /* listed twice */
             if (n >= max)
                 return -EINVAL;
             out[n++] = (int)c;

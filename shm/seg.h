@@ -45,6 +45,9 @@ bool seg_is_weights_name(const char *name);
 /* Creates (0700) or checks the runtime directory and writes its path to @out.
  * Returns 0 or -errno (-EPERM if it exists but is not ours or not private). */
 int seg_rundir(char *out, size_t len);
+/* The runtime directory's path alone (nothing created). Returns 0, or -EINVAL when
+ * SHARDLM_RUNTIME_DIR is set but empty. */
+int seg_rundir_path(char *out, size_t len);
 /* Path of the runtime file "<pid>.<what>". */
 void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *what);
 
@@ -89,7 +92,8 @@ int seg_clean_pid(const char *rundir, pid_t pid);
 
 /* CPU lists like "0-3,8,10-11" (layouts, worker arguments, reports). */
 #define SEG_MAX_CPUS 1024
-/* Parses @len bytes of @s into @out (at most @max, no CPU twice). Returns the count or -EINVAL. */
+/* Parses @len bytes of @s into @out (at most @max, no CPU twice). Returns the count, -EEXIST for
+ * a CPU listed twice, or -EINVAL. */
 int seg_cpulist_parse(const char *s, size_t len, int *out, int max);
 /* Formats CPUs with ranges: "0-3,8". */
 void seg_cpulist_format(const int *cpus, int n, char *out, size_t len);

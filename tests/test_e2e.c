@@ -666,7 +666,7 @@ static void test_segments_enospc(void **state)
     assert_int_equal(r->status, 0);
     char *bad_io[] = {"generate", "-m", model, "-p", "Once", "--io", "fast", NULL};
     run_shardlm(r, bad_io, NULL);
-    expect_failure(r, "bad value 'fast'");
+    expect_failure(r, "--io 'fast': expected auto, direct or buffered");
     free(r);
 }
 

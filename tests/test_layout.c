@@ -22,10 +22,12 @@ static void test_cpulist(void **state)
     assert_int_equal(c[6], 11);
     seg_cpulist_format(c, 7, out, sizeof(out));
     assert_string_equal(out, s);
-    static const char *bad[] = {"", "-1", "3-1", "1,,2", "1,", "a", "0-", "1,1", "0-2000"};
+    static const char *bad[] = {"", "-1", "3-1", "1,,2", "1,", "a", "0-", "0-2000"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(seg_cpulist_parse(bad[i], strlen(bad[i]), c, 16), -EINVAL);
     assert_int_equal(seg_cpulist_parse("0-20", 4, c, 16), -EINVAL); /* more than @max */
+    assert_int_equal(seg_cpulist_parse("1,1", 3, c, 16), -EEXIST);   /* twice */
+    assert_int_equal(seg_cpulist_parse("0-3,2", 5, c, 16), -EEXIST);
 }
 
 static int allowed_cpus(int *out)

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include "shlm.h"
 #include "testutil.h"
 
 static char dir[4096];    /* this test's files */
@@ -457,6 +458,174 @@ static void test_foreign_names_left_alone(void **state)
     free(r);
 }
 
+/* A persistent segment whose data changed: a warm start trusts its header (documented), `shm
+ * verify` finds it, `--verify` on a start rebuilds it. */
+static void test_verify_segments(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char *gen[] = {"generate", "-m", model, "-p", "Once upon a time", "-n", "20",
+                   "--temp",   "0",  NULL,  NULL};
+    char *verify[] = {"shm", "verify", NULL};
+    run(r, gen);
+    assert_int_equal(r->status, 0);
+    char golden[sizeof(r->out)];
+    memcpy(golden, r->out, r->out_len + 1);
+    run(r, verify);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "1 weights segment checked, 0 corrupt"));
+
+    /* change one byte of the first tensor's data in the segment */
+    char cmd[4600], name[256], path[4600];
+    tu_path(cmd, sizeof(cmd), "cd '%s' && find . -maxdepth 1 -type f -name 'w-*' | cut -c3-",
+            rundir);
+    tu_cmd_output(cmd, name, sizeof(name));
+    name[strcspn(name, "\n")] = 0;
+    tu_path(path, sizeof(path), "%s/%s", rundir, name);
+    size_t len = 0;
+    char *seg = tu_slurp(path, &len);
+    assert_non_null(seg);
+    struct shlm_model m;
+    char err[512];
+    int prc = shlm_parse(&m, seg, len, path, err, sizeof(err));
+    if (prc)
+        fprintf(stderr, "%s\n", err);
+    assert_int_equal(prc, 0);
+    size_t off = m.tensors[0].offset + m.tensors[0].bytes / 2;
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    char flipped = (char)(seg[off] ^ 0x5a);
+    assert_int_equal(pwrite(fd, &flipped, 1, (off_t)off), 1);
+    close(fd);
+    free(seg);
+
+    run(r, verify);
+    assert_int_equal(r->status, 1);
+    assert_non_null(strstr(r->out, "CORRUPT"));
+    assert_non_null(strstr(r->out, m.tensors[0].name));
+    gen[9] = "--verify";
+    run(r, gen);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "checksum mismatch (corrupt data); rebuilding it"));
+    assert_string_equal(r->out, golden);
+    run(r, verify);
+    assert_int_equal(r->status, 0);
+    run(r, gen); /* and a verified warm start of a good segment just starts */
+    assert_int_equal(r->status, 0);
+    assert_null(strstr(r->err, "rebuilding"));
+    free(r);
+}
+
+/* A failed start leaves nothing: checks come before anything is created, and a runtime directory
+ * this start made goes again. */
+static void test_failed_start_leaves_nothing(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char fresh[4300], env[4400], longdir[2048], env_long[2200];
+    in_dir(fresh, sizeof(fresh), "fresh-run");
+    tu_path(env, sizeof(env), "SHARDLM_RUNTIME_DIR=%s", fresh);
+    char *gen[] = {(char *)tu_bin(), "generate", "-m", model, "-p", "hi", "-n", "2", NULL};
+    char *missing[] = {(char *)tu_bin(), "generate", "-m", "/nonexistent/m.shlm", "-p", "hi", NULL};
+    /* a model that cannot be opened, and segments that cannot be allocated */
+    char *e1[] = {env, NULL}, *e2[] = {env, "SHARDLM_SHM_LIMIT=1000", NULL};
+    tu_run_cmd(r, missing, e1, 60, NULL, NULL);
+    expect_refused(r, "No such file");
+    assert_int_equal(access(fresh, F_OK), -1);
+    tu_run_cmd(r, gen, e2, 60, NULL, NULL);
+    expect_refused(r, "No space left on device");
+    assert_int_equal(access(fresh, F_OK), -1);
+    /* a runtime directory too long for the workers' socket: refused before a segment is built */
+    int n = snprintf(longdir, sizeof(longdir), "%s/", dir);
+    while (n < 120)
+        longdir[n++] = 'd';
+    longdir[n] = 0;
+    tu_path(env_long, sizeof(env_long), "SHARDLM_RUNTIME_DIR=%s", longdir);
+    char *e3[] = {env_long, NULL};
+    tu_run_cmd(r, gen, e3, 60, NULL, NULL);
+    expect_refused(r, "too long a path for the workers' socket");
+    assert_int_equal(access(longdir, F_OK), -1);
+    /* and with --listen tcp it does not matter */
+    char *tcp[] = {(char *)tu_bin(), "generate", "-m",           model, "-p", "hi", "-n", "2",
+                   "--listen",       "tcp",      "--no-persist", NULL};
+    tu_run_cmd(r, tcp, e3, 60, NULL, NULL);
+    assert_int_equal(r->status, 0);
+    tu_rmdir(longdir);
+    free(r);
+}
+
+/* Messages: each names the option, file or variable and what was expected; usage errors exit 2. */
+static void test_messages(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char text[4300], shlm_bad[4300], out[4300], p[8800];
+    in_dir(text, sizeof(text), "text.gguf");
+    assert_int_equal(tu_write(text, "plain text, not a model\n", 24), 0);
+    in_dir(shlm_bad, sizeof(shlm_bad), "bad-magic.shlm");
+    tu_path(p, sizeof(p), "cp '%s' '%s' && printf XXXX | dd of='%s' conv=notrunc 2>/dev/null",
+            model, shlm_bad, shlm_bad);
+    assert_int_equal(system(p), 0);
+    in_dir(out, sizeof(out), "never.shlm");
+    struct {
+        int status;
+        const char *needle;
+        char *args[12];
+    } cases[] = {
+        {2, "unexpected argument 'extra'", {"generate", "-m", model, "-p", "hi", "extra", "words"}},
+        {2, "unexpected argument 'x'", {"eval", "-m", model, "--ref", dir, "x"}},
+        {2, "unexpected argument 'x'", {"load", "-m", model, "x"}},
+        {2, "unexpected argument 'x'", {"keygen", "-o", out, "x"}},
+        {2,
+         "--workers '0': expected a count 1..256",
+         {"generate", "-m", model, "-p", "hi", "--workers", "0"}},
+        {2, "--restarts '-1': expected a count 0..100", {"load", "-m", model, "--restarts", "-1"}},
+        {2,
+         "-n '99999999999999999999': expected a count 0..16777216",
+         {"generate", "-m", model, "-p", "hi", "-n", "99999999999999999999"}},
+        {1, "names a CPU twice", {"generate", "-m", model, "-p", "hi", "--cpus", "0,0"}},
+        {1,
+         "not a GGUF file, a .shlm file, a Hugging Face folder or a llama2.c checkpoint",
+         {"convert", text, "--scheme", "f32", "-o", out}},
+        {1,
+         "not a GGUF file, a .shlm file, a Hugging Face folder or a llama2.c checkpoint",
+         {"convert", shlm_bad, "--scheme", "f32", "-o", out}},
+        {1,
+         "not a GGUF file, a .shlm file, a Hugging Face folder or a llama2.c checkpoint",
+         {"inspect", text}},
+        {1, "a .shlm file, converted already", {"convert", model, "--scheme", "f32", "-o", out}},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        run(r, cases[i].args);
+        if (r->status != cases[i].status)
+            fprintf(stderr, "case %zu: status %d, want %d: %s", i, r->status, cases[i].status,
+                    r->err);
+        assert_int_equal(r->status, cases[i].status);
+        expect_refused(r, cases[i].needle);
+    }
+    /* the environment: set wrong is an error, not the default */
+    char *gen[] = {(char *)tu_bin(), "generate", "-m", model, "-p", "hi", "-n", "2", NULL};
+    char *empty[] = {"SHARDLM_RUNTIME_DIR=", NULL};
+    tu_run_cmd(r, gen, empty, 60, NULL, NULL);
+    assert_int_equal(r->status, 2);
+    assert_non_null(strstr(r->err, "SHARDLM_RUNTIME_DIR is set but empty"));
+    char *limit[] = {env_rundir, "SHARDLM_SHM_LIMIT=12x", NULL};
+    tu_run_cmd(r, gen, limit, 60, NULL, NULL);
+    assert_int_equal(r->status, 2);
+    assert_non_null(strstr(r->err, "SHARDLM_SHM_LIMIT='12x': expected a byte count"));
+    /* a failed write to stdout says so */
+    tu_path(p, sizeof(p),
+            "SHARDLM_RUNTIME_DIR='%s' '%s' generate -m '%s' -p hi -n 2 --no-persist"
+            " >/dev/full 2>'%s/full.err'",
+            rundir, tu_bin(), model, dir);
+    assert_int_not_equal(system(p), 0);
+    tu_path(p, sizeof(p), "%s/full.err", dir);
+    char *err = tu_slurp(p, NULL);
+    assert_non_null(err);
+    if (!strstr(err, "stdout: No space left on device"))
+        fprintf(stderr, "stderr: %s", err);
+    assert_non_null(strstr(err, "stdout: No space left on device"));
+    free(err);
+    free(r);
+}
+
 int main(void)
 {
     if (!tu_have_data())
@@ -466,7 +635,10 @@ int main(void)
         cmocka_unit_test(test_eval_save_and_reference),
         cmocka_unit_test(test_fifo_arguments),
         cmocka_unit_test(test_purge_keeps_segments_in_use),
+        cmocka_unit_test(test_verify_segments),
         cmocka_unit_test(test_foreign_names_left_alone),
+        cmocka_unit_test(test_failed_start_leaves_nothing),
+        cmocka_unit_test(test_messages),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
