@@ -142,6 +142,7 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_err *e)
                     (double)(last_ns - t0) / 1e9);
         }
     }
+    h->tok_checksum = shlm_hash(src.tok, src.tok_len);
     shlm_seal(h, table);
     if ((rc = pwrite_all(fd, h, sizeof(*h), 0)) ||
         (rc = pwrite_all(fd, table, (size_t)n * sizeof(*table), h->table_offset)) ||

@@ -936,9 +936,14 @@ void coord_engine_stop(struct coord_engine *g)
         proto_env env = SHARDLM__ENVELOPE__INIT;
         env.msg_case = SHARDLM__ENVELOPE__MSG_SHUTDOWN;
         env.shutdown = &s;
-        for (int r = 0; r < g->n_ranks; r++)
-            if (g->sock && worker_alive(g, r, &ignore))
-                send_to(g, r, &env, &ignore); /* fails harmlessly if it never connected */
+        for (int r = 0; r < g->n_ranks; r++) {
+            if (!worker_alive(g, r, &ignore))
+                continue;
+            if (g->sock && g->ranks[r].hello)
+                send_to(g, r, &env, &ignore);
+            else /* not connected yet (a start stopped early): no message can reach it */
+                kill(g->ranks[r].pid, SIGTERM);
+        }
         for (int waited = 0; waited < SHUTDOWN_GRACE_MS; waited += 10) {
             bool any = false;
             for (int r = 0; r < g->n_ranks; r++)

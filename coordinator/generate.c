@@ -35,24 +35,46 @@ static int stdout_failed(int rc, struct coord_err *e)
 }
 
 struct tok_load {
+    const struct coord_generate_opts *o;
     struct coord_tok tok;
-    const char *model;
     bool loaded;
+    int32_t *ids; /* the prompt's, BOS first (malloc'd) */
+    int np;
 };
 
-/* Builds the tokenizer while the workers start. */
+/* While the workers start: builds the tokenizer, tokenizes the prompt and checks that it and
+ * -n fit the context, so a prompt too long fails before any step (and SIGTERM is seen within
+ * a few ms of any of this: the encoder is linear, ~20 MB/s). */
 static int load_tok(struct coord_engine *g, void *arg, struct coord_err *e)
 {
     struct tok_load *t = arg;
-    int rc = coord_tok_from_shlm(&t->tok, &g->img, t->model, e);
-    t->loaded = rc == 0;
-    return rc;
+    const struct coord_generate_opts *o = t->o;
+    int rc = coord_tok_from_shlm(&t->tok, &g->img, o->engine.model_path, e);
+    if (rc)
+        return rc;
+    t->loaded = true;
+    int ctx = (int)g->img.hdr->cfg.seq_len, max = (int)strlen(o->prompt) + 3;
+    if (!(t->ids = malloc((size_t)max * sizeof(int32_t))))
+        return coord_fail(e, -ENOMEM, "out of memory");
+    int np = t->np = coord_tok_encode(&t->tok, o->prompt, true, false, t->ids, max);
+    if (np < 0)
+        return coord_fail(e, np, "cannot tokenize the prompt: %s",
+                          np == -EILSEQ ? "a character this vocabulary cannot spell"
+                                        : strerror(-np));
+    if (np > ctx)
+        return coord_fail(e, -E2BIG, "the prompt is %d tokens, longer than the context of %d",
+                          np, ctx);
+    /* the last new token is sampled, never fed: np + n - 1 positions */
+    if (o->n > 0 && np + o->n - 1 > ctx)
+        return coord_fail(e, -E2BIG, "the prompt (%d tokens) plus -n %d exceeds the context of "
+                          "%d; use -n %d or less", np, o->n, ctx, ctx - np + 1);
+    return 0;
 }
 
 int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
 {
     struct coord_engine g;
-    struct tok_load tl = {.model = o->engine.model_path};
+    struct tok_load tl = {.o = o};
     struct coord_engine_opts eo = o->engine;
     eo.while_starting = load_tok;
     eo.arg = &tl;
@@ -62,44 +84,22 @@ int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
     if (rc) {
         if (tl.loaded)
             coord_tok_free(&tl.tok);
+        free(tl.ids);
         return rc;
     }
     tok = tl.tok;
+    int32_t *ids = tl.ids;
+    int np = tl.np;
     const struct shlm_header *h = g.img.hdr;
-    int ctx = (int)h->cfg.seq_len;
     if ((rc = coord_sampler_init(&smp, (int)h->cfg.vocab_size, o->temp, o->top_p, o->seed))) {
         coord_fail(e, rc, "out of memory");
         goto out_tok;
-    }
-    int max = (int)strlen(o->prompt) + 3;
-    int32_t *ids = malloc((size_t)max * sizeof(int32_t));
-    if (!ids) {
-        rc = coord_fail(e, -ENOMEM, "out of memory");
-        goto out_smp;
-    }
-    int np = coord_tok_encode(&tok, o->prompt, true, false, ids, max);
-    if (np < 0) {
-        rc = coord_fail(e, np, "cannot tokenize the prompt: %s",
-                        np == -EILSEQ ? "a character this vocabulary cannot spell"
-                                      : strerror(-np));
-        goto out_ids;
-    }
-    if (np > ctx) {
-        rc = coord_fail(e, -E2BIG, "the prompt is %d tokens, longer than the context of %d", np,
-                        ctx);
-        goto out_ids;
-    }
-    /* the last new token is sampled, never fed: np + n - 1 positions */
-    if (o->n > 0 && np + o->n - 1 > ctx) {
-        rc = coord_fail(e, -E2BIG, "the prompt (%d tokens) plus -n %d exceeds the context of %d; "
-                        "use -n %d or less", np, o->n, ctx, ctx - np + 1);
-        goto out_ids;
     }
     struct coord_utf8 u = {0};
     for (int i = 1; i < np; i++)
         if ((rc = emit(&tok, &u, ids[i - 1], ids[i]))) {
             stdout_failed(rc, e);
-            goto out_ids;
+            goto out_smp;
         }
 
     struct coord_seq_step s = {.seq_id = 0, .pos = 0, .n_tokens = (uint32_t)np, .tokens = ids};
@@ -140,11 +140,10 @@ int coord_generate(const struct coord_generate_opts *o, struct coord_err *e)
     }
     if (o->engine.load.stats)
         coord_engine_print_stats(&g, t_first, stderr);
-out_ids:
-    free(ids);
 out_smp:
     coord_sampler_free(&smp);
 out_tok:
+    free(ids);
     coord_tok_free(&tok);
     coord_engine_stop(&g);
     return rc;

@@ -1716,6 +1716,10 @@ int coord_tok_from_shlm(struct coord_tok *t, const struct shlm_model *m, const c
     const struct shlm_header *h = m->hdr;
     const uint8_t *tb = m->base + h->tok_offset;
     memset(t, 0, sizeof(*t));
+    /* the header checksum covers this field; files made before it have 0 and are unchecked */
+    if (h->tok_checksum && shlm_hash(tb, h->tok_bytes) != h->tok_checksum)
+        return coord_fail(e, -EIO, "%s: the stored tokenizer does not match its checksum (the "
+                          "file is corrupt)", what);
     if (h->tok_kind == SHLM_TOK_LLAMA2C)
         return coord_tok_init(t, tb, h->tok_bytes, (int)h->cfg.vocab_size, what, e);
     if (h->tok_kind == SHLM_TOK_BLOB)

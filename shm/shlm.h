@@ -61,7 +61,8 @@ struct shlm_header {
     uint32_t layout;                  /* enum shlm_layout; a file: 0 */
     uint32_t reserved1;
     uint64_t source_checksum; /* a weights segment: the header checksum of the file it came from */
-    uint8_t reserved[296];
+    uint64_t tok_checksum;    /* shlm_hash of the tokenizer bytes; 0 in files made before it */
+    uint8_t reserved[288];
     uint64_t checksum; /* shlm_hash of the header (this field zero) and the tensor table */
 };
 _Static_assert(sizeof(struct shlm_config) == 96, "shlm_config layout");

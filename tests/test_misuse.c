@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -515,6 +516,88 @@ static void test_verify_segments(void **state)
     free(r);
 }
 
+/* SIGTERM at any moment of a start or a run: exit 143 soon after (a start stopped before its
+ * workers connected used to wait 2 s for them, and tokenizing a long prompt 3.4 s), and a prompt
+ * longer than the context fails as soon as it is tokenized, before any step. */
+struct term_at {
+    int ms;
+    uint64_t sent_ns;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void term_later(pid_t pid, void *arg)
+{
+    struct term_at *t = arg;
+    usleep((useconds_t)t->ms * 1000);
+    t->sent_ns = now_ns();
+    kill(pid, SIGTERM);
+}
+
+static void test_stops_soon(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char *argv[] = {(char *)tu_bin(),   "generate", "-m",  model,          "-p",
+                    "Once upon a time", "-n",       "200", "--no-persist", NULL};
+    char *env[] = {env_rundir, "SHARDLM_FAULT=step_delay_ms=50", NULL};
+    static const int at[] = {1, 10, 25, 50, 100, 200, 400};
+    int files = tu_count_run_files(rundir); /* what earlier cases left on purpose */
+    for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+        struct term_at t = {at[i], 0};
+        tu_run_cmd(r, argv, env, 60, term_later, &t);
+        double ms = (double)(now_ns() - t.sent_ns) / 1e6;
+        print_message("SIGTERM %d ms after the start: exit %d, %.0f ms later\n", at[i], r->status,
+                      ms);
+        assert_int_equal(r->status, 143);
+        assert_true(ms < 1500); /* a bound far above the ~30 ms it takes, far below the old 2 s */
+        assert_int_equal(tu_count_run_files(rundir), files);
+    }
+    /* a prompt of 100 KB: longer than the context, said at once */
+    size_t n = 100000;
+    char *prompt = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        prompt[i] = "Once upon a time "[i % 17];
+    prompt[n] = 0;
+    char *lng[] = {"generate", "-m", model, "-p", prompt, "--no-persist", NULL};
+    run(r, lng);
+    expect_refused(r, "longer than the context of 512");
+    free(prompt);
+    free(r);
+}
+
+/* The tokenizer stored in a .shlm is checked: one changed byte is an error, not other text. */
+static void test_stored_tokenizer_checked(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char bad[4300];
+    in_dir(bad, sizeof(bad), "tok-flipped.shlm");
+    size_t len = 0;
+    char *m = tu_slurp(model, &len);
+    assert_non_null(m);
+    struct shlm_model img;
+    char err[512];
+    assert_int_equal(shlm_parse(&img, m, len, model, err, sizeof(err)), 0);
+    assert_true(img.hdr->tok_checksum != 0);
+    m[img.hdr->tok_offset + img.hdr->tok_bytes / 2] ^= 0x20;
+    assert_int_equal(tu_write(bad, m, len), 0);
+    char *tok[] = {"tokenize", "--tokenizer", bad, "Once upon a time", NULL};
+    run(r, tok);
+    expect_refused(r, "the stored tokenizer does not match its checksum");
+    char *gen[] = {"generate", "-m", bad, "-p", "hi", "-n", "2", "--no-persist", NULL};
+    run(r, gen);
+    expect_refused(r, "the stored tokenizer does not match its checksum");
+    tok[2] = model; /* the intact file */
+    run(r, tok);
+    assert_int_equal(r->status, 0);
+    free(m);
+    free(r);
+}
+
 /* A failed start leaves nothing: checks come before anything is created, and a runtime directory
  * this start made goes again. */
 static void test_failed_start_leaves_nothing(void **state)
@@ -637,6 +720,8 @@ int main(void)
         cmocka_unit_test(test_purge_keeps_segments_in_use),
         cmocka_unit_test(test_verify_segments),
         cmocka_unit_test(test_foreign_names_left_alone),
+        cmocka_unit_test(test_stops_soon),
+        cmocka_unit_test(test_stored_tokenizer_checked),
         cmocka_unit_test(test_failed_start_leaves_nothing),
         cmocka_unit_test(test_messages),
     };
