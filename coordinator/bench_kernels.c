@@ -217,8 +217,11 @@ int coord_bench_kernels(int argc, char **argv)
             run[n_run++] = all[i];
     char err[256];
     if (isa && !kn_ops_find(isa, err, sizeof(err))) {
+        /* a name no build has is a usage error; one this CPU cannot run, a failure */
+        bool known = !strcmp(isa, "ref") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512") ||
+                     !strcmp(isa, "amx");
         fprintf(stderr, "shardlm bench kernels: --isa %s: %s\n", isa, err);
-        return 1;
+        return known ? 1 : 2;
     }
     if (!n_run)
         run[n_run++] = all[0]; /* only the reference: time that */

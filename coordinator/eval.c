@@ -95,12 +95,14 @@ static void save_path(const struct coord_eval_opts *o, const char *name, char *p
 
 /* Checks --save before anything runs: a folder (made if absent) that is not the reference folder,
  * and none of the files it would get (greedy.tsv and each line's logits file, @n_files names in
- * @files) already there unless --overwrite, nor anything but a regular file. */
-static int save_check(const struct coord_eval_opts *o, char **files, int n_files,
+ * @files) already there unless --overwrite, nor anything but a regular file. *@made: whether
+ * this made the folder (a failed eval removes it again, if empty). */
+static int save_check(const struct coord_eval_opts *o, char **files, int n_files, bool *made,
                       struct coord_err *e)
 {
     struct stat ss, rs;
-    if (mkdir(o->save_dir, 0755) < 0 && errno != EEXIST)
+    *made = mkdir(o->save_dir, 0755) == 0;
+    if (!*made && errno != EEXIST)
         return coord_fail(e, -errno, "--save %s: %s", o->save_dir, strerror(errno));
     if (stat(o->save_dir, &ss) < 0 || !S_ISDIR(ss.st_mode))
         return coord_fail(e, -ENOTDIR, "--save %s: not a folder", o->save_dir);
@@ -304,6 +306,7 @@ int coord_eval(const struct coord_eval_opts *o, struct coord_err *e)
     char **files = NULL;
     double *lp = NULL, *lq = NULL;
     size_t saved_len = 0;
+    bool made_save = false;
     if (!lines) {
         free(text);
         return coord_fail(e, -ENOMEM, "out of memory");
@@ -335,7 +338,7 @@ int coord_eval(const struct coord_eval_opts *o, struct coord_err *e)
                 files[n_files++] = f[4];
             }
         }
-        if ((rc = save_check(o, files, n_files, e)))
+        if ((rc = save_check(o, files, n_files, &made_save, e)))
             goto out_free;
     }
     struct coord_engine g;
@@ -371,6 +374,8 @@ out:
         coord_engine_print_stats(&g, 0, stderr);
     coord_engine_stop(&g);
 out_free:
+    if (rc && made_save)
+        rmdir(o->save_dir);
     free(lp);
     free(lq);
     free(saved);

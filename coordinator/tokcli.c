@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +157,11 @@ int coord_cmd_tokenize(int argc, char **argv)
         return bad_usage("--bos, --eos, --add-special and --special are for encoding%s", "");
     if (!decode && n_args != 1)
         return bad_usage("expected one TEXT argument (quote it), got %s", n_args ? "more" : "none");
+    for (int i = 0; decode && i < n_args; i++) { /* the range needs the vocabulary: later */
+        long id;
+        if (!coord_parse_long(argv[optind + i], 0, LONG_MAX, &id))
+            return bad_usage("--decode: '%s' is not a token id", argv[optind + i]);
+    }
     struct coord_err e;
     int rc = run(path, vocab_size, decode, flags, n_args, argv + optind, &e);
     if (rc) {

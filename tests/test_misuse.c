@@ -204,6 +204,11 @@ static void test_eval_save_and_reference(void **state)
     assert_true(len == ref_len && memcmp(now, ref_bytes, len) == 0);
     free(now);
 
+    /* a failed eval leaves no --save folder it made */
+    char *no_model[] = {"eval", "-m", "/nonexistent.shlm", "--ref", ref, "--save", save, NULL};
+    run(r, no_model);
+    expect_refused(r, "No such file");
+    assert_int_equal(access(save, F_OK), -1);
     /* a fresh folder is written; a second run refuses to replace it unless --overwrite */
     char *args[] = {"eval", "-m", model, "--ref", ref, "--save", save, "--no-persist", NULL, NULL};
     run(r, args);
@@ -674,6 +679,10 @@ static void test_messages(void **state)
          "not a GGUF file, a .shlm file, a Hugging Face folder or a llama2.c checkpoint",
          {"inspect", text}},
         {1, "a .shlm file, converted already", {"convert", model, "--scheme", "f32", "-o", out}},
+        {2,
+         "--decode: 'x' is not a token id",
+         {"tokenize", "--tokenizer", model, "--decode", "1", "x"}},
+        {2, "unknown kernel table 'nope'", {"bench", "kernels", "--isa", "nope"}},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         run(r, cases[i].args);

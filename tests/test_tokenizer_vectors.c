@@ -821,7 +821,7 @@ static void test_cli(void **state)
         {{"--tokenizer", "B", "--vocab-size", "31999", "x", NULL}, 1, "shardlm tokenize: "},
         {{"--tokenizer", "G", "--decode", "50257", NULL}, 1, "shardlm tokenize: id '50257'"},
         {{"--tokenizer", "/nonexistent", "x", NULL}, 1, "shardlm tokenize: /nonexistent"},
-        {{"--tokenizer", "G", "--decode", "x1", NULL}, 1, "shardlm tokenize: id 'x1'"},
+        {{"--tokenizer", "G", "--decode", "x1", NULL}, 2, "shardlm tokenize: --decode: 'x1' is not"},
         {{"--tokenizer", "G", NULL}, 2, "shardlm tokenize: expected one TEXT"},
         {{"--tokenizer", "G", "a", "b", NULL}, 2, "shardlm tokenize: expected one TEXT"},
         {{"--tokenizer", "G", "--decode", NULL}, 2, "shardlm tokenize: --decode needs"},
