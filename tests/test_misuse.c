@@ -497,6 +497,8 @@ static void test_verify_segments(void **state)
         fprintf(stderr, "%s\n", err);
     assert_int_equal(prc, 0);
     size_t off = m.tensors[0].offset + m.tensors[0].bytes / 2;
+    char tensor[sizeof(m.tensors[0].name) + 1];
+    snprintf(tensor, sizeof(tensor), "%s", m.tensors[0].name); /* seg, which m reads, is freed */
     int fd = open(path, O_WRONLY);
     assert_true(fd >= 0);
     char flipped = (char)(seg[off] ^ 0x5a);
@@ -507,7 +509,7 @@ static void test_verify_segments(void **state)
     run(r, verify);
     assert_int_equal(r->status, 1);
     assert_non_null(strstr(r->out, "CORRUPT"));
-    assert_non_null(strstr(r->out, m.tensors[0].name));
+    assert_non_null(strstr(r->out, tensor));
     gen[9] = "--verify";
     run(r, gen);
     assert_int_equal(r->status, 0);
