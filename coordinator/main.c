@@ -162,15 +162,20 @@ static bool parse_float(const char *s, float lo, float hi, float *out)
 static int engine_option(int c, struct coord_engine_opts *o, char *why, size_t len)
 {
     long v;
+    const char *opt, *want; /* for a bad value */
     switch (c) {
     case 'W':
-        if (!coord_parse_long(optarg, 1, 256, &v))
+        if (!coord_parse_long(optarg, 1, 256, &v)) {
+            opt = "--workers", want = "a count 1..256";
             goto bad;
+        }
         o->layout.workers = (int)v;
         return 1;
     case 'H':
-        if (!coord_parse_long(optarg, 1, 4096, &v))
+        if (!coord_parse_long(optarg, 1, 4096, &v)) {
+            opt = "--threads", want = "a count 1..4096";
             goto bad;
+        }
         o->layout.threads = (int)v;
         return 1;
     case 'C':
@@ -180,8 +185,10 @@ static int engine_option(int c, struct coord_engine_opts *o, char *why, size_t l
         o->load.no_persist = true;
         return 1;
     case 'I':
-        if (coord_io_parse(optarg, &o->load.io))
+        if (coord_io_parse(optarg, &o->load.io)) {
+            opt = "--io", want = "auto, direct or buffered";
             goto bad;
+        }
         return 1;
     case 'Z':
         o->load.stats = true;
@@ -196,8 +203,10 @@ static int engine_option(int c, struct coord_engine_opts *o, char *why, size_t l
         o->access.keys = optarg;
         return 1;
     case 'X': /* 0 asks for none: the engine's -1 (its 0 is the default) */
-        if (!coord_parse_long(optarg, 0, 100, &v))
+        if (!coord_parse_long(optarg, 0, 100, &v)) {
+            opt = "--restarts", want = "a count 0..100";
             goto bad;
+        }
         o->restarts = v ? (int)v : -1;
         return 1;
     case 'm':
@@ -209,11 +218,7 @@ static int engine_option(int c, struct coord_engine_opts *o, char *why, size_t l
     }
     return 0;
 bad:
-    snprintf(why, len, "%s '%s': expected %s",
-             c == 'W' ? "--workers" : c == 'H' ? "--threads" : c == 'I' ? "--io" : "--restarts",
-             optarg,
-             c == 'W' ? "a count 1..256" : c == 'H' ? "a count 1..4096"
-             : c == 'I' ? "auto, direct or buffered" : "a count 0..100");
+    snprintf(why, len, "%s '%s': expected %s", opt, optarg, want);
     return -1;
 }
 

@@ -86,6 +86,8 @@ int coord_out_check(const char *path, const char *const *inputs, int n_inputs,
                     struct coord_err *e)
 {
     struct stat st;
+    if (!*path) /* refused now: its rename would fail only after all the work */
+        return coord_fail(e, -ENOENT, "an empty output path");
     if (lstat(path, &st) < 0)
         return errno == ENOENT ? 0 : coord_fail(e, -errno, "%s: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))

@@ -122,6 +122,11 @@ static void test_outputs_replace_only_regular_files(void **state)
         }
     }
 
+    /* an empty output path: refused before the conversion, not at its rename */
+    char *empty[] = {"convert", ck, "--tokenizer", tok, "--scheme", "f32", "-q", "-o", "", NULL};
+    run(r, empty);
+    expect_refused(r, "an empty output path");
+
     /* an input as the output, by its own path, another path or a hard link: refused, intact */
     char other[4300], hard[4300];
     tu_path(other, sizeof(other), "%s/folder/../in.bin", dir);
@@ -403,21 +408,11 @@ static void test_purge_keeps_segments_in_use(void **state)
     free(r);
 }
 
-/* A pid that no process has: a child that exited and was reaped. */
-static pid_t dead_pid(void)
-{
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(0);
-    waitpid(pid, NULL, 0);
-    return pid;
-}
-
 static void test_foreign_names_left_alone(void **state)
 {
     struct tu_run *r = malloc(sizeof(*r));
     char p[4400], target[4300], name[64];
-    pid_t dead = dead_pid();
+    pid_t dead = tu_dead_pid();
     in_dir(target, sizeof(target), "precious.txt");
     assert_int_equal(tu_write(target, "mine", 4), 0);
     char *gen[] = {"generate", "-m", model, "-p", "hi", "-n", "2", NULL};

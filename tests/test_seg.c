@@ -211,16 +211,6 @@ static void test_create_bad_size(void **state)
     assert_int_equal(tu_count_files(d), 0); /* nothing left behind */
 }
 
-/* A pid that no process has: a child that exited and was reaped. */
-static pid_t dead_pid(void)
-{
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(0);
-    assert_true(pid > 0);
-    assert_int_equal(waitpid(pid, NULL, 0), pid);
-    return pid;
-}
 
 /* Our names, exactly: what the engine makes is recognised, anything near it is not. */
 static void test_names(void **state)
@@ -258,7 +248,7 @@ static void test_clean_stale(void **state)
 {
     struct fixture *f = *state;
     const char *d = rundir(f);
-    pid_t dead = dead_pid(), me = getpid();
+    pid_t dead = tu_dead_pid(), me = getpid();
     char name[64];
     snprintf(name, sizeof(name), "%d.exchange", (int)dead);
     touch(d, name);

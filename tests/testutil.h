@@ -181,6 +181,17 @@ static inline void tu_run_cmd(struct tu_run *r, char *const argv[], char *const 
     close(pe[0]);
 }
 
+/* A pid that no process has: a child that exited and was reaped. */
+static inline pid_t tu_dead_pid(void)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    if (pid < 0 || waitpid(pid, NULL, 0) != pid)
+        abort();
+    return pid;
+}
+
 /* Reads a whole small file into a malloc'd NUL-terminated buffer (NULL if it cannot). */
 static inline char *tu_slurp(const char *path, size_t *len)
 {
