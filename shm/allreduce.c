@@ -19,6 +19,7 @@
  * The coordinator tears the group down (new workers, a fresh area); nothing ever resets the flag.
  */
 #include "allreduce.h"
+#include "common.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -82,13 +83,6 @@ static inline void ar_cpu_relax(void)
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield" ::: "memory");
 #endif
-}
-
-static uint64_t ar_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* Shared futexes (see the top of the file). Errors are not needed: every wake-up rechecks. */
@@ -203,7 +197,7 @@ static bool ar_peers_alive(const struct ar_hdr *h, const struct seg_ar_rank *r)
 static int ar_sleep(struct seg_ar_rank *r, uint32_t gen)
 {
     struct ar_hdr *h = r->area;
-    uint64_t start = ar_now_ns(), limit = r->timeout_ms > 0 ? (uint64_t)r->timeout_ms * 1000000ull
+    uint64_t start = shardlm_now_ns(), limit = r->timeout_ms > 0 ? (uint64_t)r->timeout_ms * 1000000ull
                                                             : UINT64_MAX;
     int rc;
     bool slept = false; /* the peers are checked from the first wake-up on, not before */
@@ -220,7 +214,7 @@ static int ar_sleep(struct seg_ar_rank *r, uint32_t gen)
             rc = -ECONNABORTED;
             break;
         }
-        uint64_t waited = ar_now_ns() - start;
+        uint64_t waited = shardlm_now_ns() - start;
         if (waited >= limit) {
             rc = -ETIMEDOUT;
             break;
@@ -313,7 +307,7 @@ int seg_ar_allreduce(struct seg_ar_rank *r, float *buf, size_t n)
         return 0;
     struct ar_hdr *h = r->area;
     AR_ASSERT(n <= h->max_floats);
-    uint64_t t0 = ar_now_ns();
+    uint64_t t0 = shardlm_now_ns();
     unsigned parity = (unsigned)(r->calls++ & 1);
     memcpy(ar_slot(h, parity, r->rank), buf, n * sizeof(float));
     int rc = ar_wait(r);
@@ -322,7 +316,7 @@ int seg_ar_allreduce(struct seg_ar_rank *r, float *buf, size_t n)
         for (int i = 2; i < r->n_ranks; i++)
             ar_add(buf, ar_slot(h, parity, i), n);
     }
-    r->wait_ns += ar_now_ns() - t0;
+    r->wait_ns += shardlm_now_ns() - t0;
     return rc;
 }
 
@@ -332,9 +326,9 @@ int seg_ar_barrier(struct seg_ar_rank *r)
 {
     if (r->n_ranks == 1)
         return 0;
-    uint64_t t0 = ar_now_ns();
+    uint64_t t0 = shardlm_now_ns();
     int rc = ar_wait(r);
-    r->wait_ns += ar_now_ns() - t0;
+    r->wait_ns += shardlm_now_ns() - t0;
     return rc;
 }
 

@@ -236,7 +236,7 @@ static void small_build(struct small *s, uint32_t version, uint32_t align)
 
 /* Parses an exact-size heap copy (so ASan sees any read past the end). */
 static int parse_copy(struct gguf_file *g, uint8_t **copy, const uint8_t *b, size_t n,
-                      struct coord_err *e)
+                      struct shardlm_err *e)
 {
     *copy = malloc(n ? n : 1);
     assert_non_null(*copy);
@@ -246,7 +246,7 @@ static int parse_copy(struct gguf_file *g, uint8_t **copy, const uint8_t *b, siz
     return gguf_parse(g, *copy, n, "img", e);
 }
 
-static void assert_one_line_error(int rc, const struct coord_err *e)
+static void assert_one_line_error(int rc, const struct shardlm_err *e)
 {
     assert_true(rc < 0);
     assert_true(strlen(e->msg) > 0);
@@ -355,7 +355,7 @@ static void test_small_valid(void **state)
         struct small s = {0};
         small_build(&s, a == 1 ? 2 : 3, aligns[a]);
         struct gguf_file g;
-        struct coord_err e;
+        struct shardlm_err e;
         uint8_t *copy;
         int rc = parse_copy(&g, &copy, s.m.b, s.m.n, &e);
         if (rc)
@@ -414,7 +414,7 @@ static void test_dequant(void **state)
     struct small s = {0};
     small_build(&s, 3, 64);
     struct gguf_file g;
-    struct coord_err e;
+    struct shardlm_err e;
     uint8_t *copy;
     assert_int_equal(parse_copy(&g, &copy, s.m.b, s.m.n, &e), 0);
     float out[64];
@@ -524,7 +524,7 @@ static void test_every_kind(void **state)
     img_finish_kv(&m);
 
     struct gguf_file g;
-    struct coord_err e;
+    struct shardlm_err e;
     uint8_t *copy;
     int rc = parse_copy(&g, &copy, m.b, m.n, &e);
     if (rc)
@@ -589,7 +589,7 @@ static void test_truncations(void **state)
     small_build(&s, 3, 32);
     for (size_t n = 0; n < s.m.n; n++) {
         struct gguf_file g;
-        struct coord_err e;
+        struct shardlm_err e;
         uint8_t *copy;
         int rc = parse_copy(&g, &copy, s.m.b, n, &e);
         if (rc == 0)
@@ -610,7 +610,7 @@ static void test_corruptions(void **state)
         small_build(&s, 3, 32);
         c->apply(&s);
         struct gguf_file g;
-        struct coord_err e;
+        struct shardlm_err e;
         uint8_t *copy;
         int rc = parse_copy(&g, &copy, s.m.b, s.m.n, &e);
         if (rc != c->rc || !strstr(e.msg, c->want1) || !strstr(e.msg, c->want2))
@@ -666,7 +666,7 @@ static const int32_t wi32s[] = {-1, 0, INT32_MAX, INT32_MIN};
 static void write_file(const char *path, bool tensors)
 {
     struct gguf_writer *w;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(gguf_writer_open(&w, path, &e), 0);
     gguf_w_str(w, "general.architecture", "test");
     gguf_w_u32(w, "rt.u32", 4000000000u);
@@ -708,7 +708,7 @@ static void write_file(const char *path, bool tensors)
 static void check_written(const char *path, bool tensors)
 {
     struct gguf_file g;
-    struct coord_err e;
+    struct shardlm_err e;
     int rc = gguf_open(&g, path, &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
@@ -798,7 +798,7 @@ static void test_writer_roundtrip(void **state)
 static void test_writer_errors(void **state)
 {
     struct gguf_writer *w;
-    struct coord_err e;
+    struct shardlm_err e;
     char path[4300];
     tu_path(path, sizeof(path), "%s/no/such/dir/x.gguf", dir);
     assert_int_equal(gguf_writer_open(&w, path, &e), -ENOENT);
@@ -844,7 +844,7 @@ static void test_writer_errors(void **state)
 static void test_open_errors(void **state)
 {
     struct gguf_file g;
-    struct coord_err e;
+    struct shardlm_err e;
     char path[4300];
     tu_path(path, sizeof(path), "%s/missing.gguf", dir);
     assert_int_equal(gguf_open(&g, path, &e), -ENOENT);
@@ -871,7 +871,7 @@ static void test_open_errors(void **state)
 static void open_vocab(struct gguf_file *g, const char *name)
 {
     char path[4300];
-    struct coord_err e;
+    struct shardlm_err e;
     tu_path(path, sizeof(path), "%s/tokenizers/%s", tu_data(), name);
     int rc = gguf_open(g, path, &e);
     if (rc)
@@ -1004,7 +1004,7 @@ static void corpus_each(corpus_fn *fn, void *arg)
     tu_mkdtemp(d, sizeof(d), "gguf-corpus");
     tu_path(path, sizeof(path), "%s/w.gguf", d);
     struct gguf_writer *w;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(gguf_writer_open(&w, path, &e), 0);
     gguf_w_str(w, "general.architecture", "llama");
     gguf_w_u32(w, "llama.block_count", 1);
@@ -1035,7 +1035,7 @@ static void corpus_each(corpus_fn *fn, void *arg)
 static void corpus_check(const char *name, const uint8_t *b, size_t n, bool valid, void *arg)
 {
     struct gguf_file g;
-    struct coord_err e;
+    struct shardlm_err e;
     uint8_t *copy;
     int rc = parse_copy(&g, &copy, b, n, &e);
     if ((rc == 0) != valid)

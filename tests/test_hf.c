@@ -336,7 +336,7 @@ static void hf_of(const char *ours, char *out, size_t len, bool *norm)
 static void check_tiny(const struct tiny *m)
 {
     struct coord_source s;
-    struct coord_err e = {""};
+    struct shardlm_err e = {""};
     int rc = coord_source_hf(&s, dir, NULL, &e);
     if (rc)
         fprintf(stderr, "coord_source_hf: %s\n", e.msg);
@@ -652,7 +652,7 @@ static void test_llama_sharded(void **state)
     write_tiny(&m, NULL);
     check_tiny(&m);
     struct coord_source s;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(coord_source_hf(&s, dir, NULL, &e), 0);
     assert_int_equal(s.cfg.rope_scaling, SHLM_ROPE_LLAMA3);
     assert_true(s.cfg.rope_factor == 8.0f);
@@ -700,7 +700,7 @@ static void st_refused(const uint8_t *buf, size_t len, ...)
     uint8_t *copy = malloc(len ? len : 1);
     memcpy(copy, buf, len);
     struct st_file f;
-    struct coord_err e = {""};
+    struct shardlm_err e = {""};
     int rc = st_parse(&f, copy, len, "x.safetensors", &e);
     if (rc == 0)
         st_close(&f);
@@ -737,7 +737,7 @@ static void test_safetensors_valid_and_truncated(void **state)
     size_t len;
     uint8_t *b = st_image(t, 2, &len);
     struct st_file f;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(st_parse(&f, b, len, "x", &e), 0);
     assert_int_equal(f.n_tensors, 2);
     const struct st_tensor *ta = st_find(&f, "a"), *tb = st_find(&f, "b.weight");
@@ -849,7 +849,7 @@ static void test_safetensors_hostile(void **state)
     b = raw_image("{\"a\":{\"dtype\":\"I8\",\"shape\":[4],\"data_offsets\":[0,4]},"
                   "\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[4,8]}}", 8, &len);
     struct st_file f;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(st_parse(&f, b, len, "x.safetensors", &e), 0);
     float out[4];
     assert_int_equal(st_read_rows(&f, st_find(&f, "a"), 0, 1, out, "x.safetensors", &e),
@@ -869,7 +869,7 @@ static void test_safetensors_hostile(void **state)
 static void dir_refused(int want_rc, ...)
 {
     struct coord_source s;
-    struct coord_err e = {""};
+    struct shardlm_err e = {""};
     int rc = coord_source_hf(&s, dir, NULL, &e);
     if (rc == 0)
         coord_source_close(&s);
@@ -953,7 +953,7 @@ static void test_dir_hostile(void **state)
     one.tied = true;
     write_config(&one, NULL);
     struct coord_source s;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(coord_source_hf(&s, dir, NULL, &e), 0);
     coord_source_close(&s);
     /* k_proj transposed */
@@ -1057,7 +1057,7 @@ static void drop_field(char *json, const char *key)
 
 /* base_cfg and @extra: "-key" drops a field; ", \"key\": v" replaces or adds one; "=text"
  * appends text as it is. */
-static int cfg_parse(struct coord_hf_config *hc, const char *extra, struct coord_err *e)
+static int cfg_parse(struct coord_hf_config *hc, const char *extra, struct shardlm_err *e)
 {
     char json[4096];
     snprintf(json, sizeof(json), base_cfg, extra[0] == '=' ? extra + 1 : "");
@@ -1077,7 +1077,7 @@ static int cfg_parse(struct coord_hf_config *hc, const char *extra, struct coord
 static void cfg_refused(const char *extra, ...)
 {
     struct coord_hf_config hc;
-    struct coord_err e = {""};
+    struct shardlm_err e = {""};
     int rc = cfg_parse(&hc, extra, &e);
     if (rc != -EINVAL)
         fail_msg("config with '%s': rc %d, %s", extra, rc, e.msg);
@@ -1093,7 +1093,7 @@ static void cfg_refused(const char *extra, ...)
 static void test_config(void **state)
 {
     struct coord_hf_config hc;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(cfg_parse(&hc, "", &e), 0);
     assert_int_equal(hc.family, COORD_HF_LLAMA);
     assert_int_equal(hc.cfg.head_dim, 8);
@@ -1172,7 +1172,7 @@ static void test_config(void **state)
                 " \"original_max_position_embeddings\": 8192}", "rope_scaling.factor", NULL);
     cfg_refused("=, \"hidden_size\": 32", "duplicate", NULL);
     /* architectures */
-    struct coord_err e2 = {""};
+    struct shardlm_err e2 = {""};
     static const char *const archs[][2] = {
         {"{\"architectures\": [\"MistralForCausalLM\"]}", "MistralForCausalLM"},
         {"{\"architectures\": [\"Gemma2ForCausalLM\"]}", "Gemma2ForCausalLM"},

@@ -44,7 +44,7 @@ static float *tensor(struct ref_model *m, const char *fmt, int l)
     assert_non_null(t);
     uint64_t n = gguf_tensor_rows(t) * t->dims[0];
     float *out = malloc(n * sizeof(float));
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(gguf_read_rows(&m->f, t, 0, gguf_tensor_rows(t), out, &e), 0);
     return out;
 }
@@ -190,7 +190,7 @@ static void check_shape(const char *shape, bool gelu, bool gate)
     assert_non_null(strstr(r->out, "32.000 bits per weight")); /* f32 */
 
     struct ref_model m = {.gelu = gelu, .gate = gate};
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(gguf_open(&m.f, gguf, &e), 0);
     const struct gguf_tensor *emb = gguf_tensor(&m.f, "token_embd.weight");
     const struct gguf_tensor *q = gguf_tensor(&m.f, "blk.0.attn_q.weight");

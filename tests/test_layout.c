@@ -45,7 +45,7 @@ static void test_derived_layouts(void **state)
 {
     int cpus[CPU_SETSIZE], n = allowed_cpus(cpus);
     struct coord_layout l;
-    struct coord_err e;
+    struct shardlm_err e;
     /* default: every CPU used exactly once, ranks never span nodes */
     struct coord_layout_opts o = {0};
     assert_int_equal(coord_layout_make(&l, &o, &e), 0);
@@ -85,7 +85,7 @@ static void test_explicit_layouts(void **state)
     char map[64];
     snprintf(map, sizeof(map), "%d:%d:%d", cpus[0], cpus[0], cpus[0]);
     struct coord_layout l;
-    struct coord_err e;
+    struct shardlm_err e;
     struct coord_layout_opts o = {.cpus = map};
     assert_int_equal(coord_layout_make(&l, &o, &e), 0); /* shared CPUs are allowed here */
     assert_int_equal(l.n_ranks, 3);

@@ -184,7 +184,7 @@ static size_t shard_bytes(const struct coord_model_file *f, int R, int r)
 }
 
 /* Loads @path into @R memfd segments; returns the load's result, @e its error. */
-static int load(const char *path, int R, enum coord_io io, struct seg *segs, struct coord_err *e)
+static int load(const char *path, int R, enum coord_io io, struct seg *segs, struct shardlm_err *e)
 {
     struct coord_model_file f;
     struct coord_load_dest dest[8];
@@ -216,7 +216,7 @@ static void check_model(const char *name, const struct shlm_config *c, enum shlm
     for (int k = 0; k < 2; k++)
         for (int R = 1; R <= 3; R += 2) {
             struct seg segs[3] = {0};
-            struct coord_err e;
+            struct shardlm_err e;
             int rc = load(path, R, ios[k], segs, &e);
             if (rc)
                 fail_msg("%s: %s", name, e.msg);
@@ -277,7 +277,7 @@ static void test_changed_while_loading(void **state)
     for (int change = 0; change < 3; change++) {
         assert_int_equal(tu_write(path, img, len), 0);
         struct coord_model_file f;
-        struct coord_err e;
+        struct shardlm_err e;
         struct seg s = {0};
         assert_int_equal(coord_model_open(&f, path, &e), 0);
         assert_int_equal(seg_create_on(&s, "t", shard_bytes(&f, 1, 0), -1, SEG_ANON | SEG_LAZY), 0);
@@ -327,7 +327,7 @@ static void test_full_tmpfs(void **state)
     tu_path(path, sizeof(path), "%s/small.shlm", dir);
     free(write_model(path, &c, SHLM_SCHEME_W4A8, 128, 8, &len));
     struct coord_model_file f;
-    struct coord_err e;
+    struct shardlm_err e;
     struct seg s = {0};
     assert_int_equal(coord_model_open(&f, path, &e), 0);
     tu_path(seg_path, sizeof(seg_path), "%s/w", mnt);

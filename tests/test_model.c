@@ -32,7 +32,7 @@ static int setup(void **state)
     tu_path(out, sizeof(out), "%s/f32.shlm", dir);
     struct coord_convert_opts o = {.checkpoint = ck, .tokenizer = tok, .out = out,
                                    .scheme = SHLM_SCHEME_F32, .head_bits = 8, .quiet = true};
-    struct coord_err e;
+    struct shardlm_err e;
     if (coord_convert(&o, &e))
         return -1;
     image = tu_slurp(out, &image_len);

@@ -33,7 +33,7 @@ static void convert_to(const char *ck, const char *out, enum shlm_scheme s, int 
     tu_path(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", tu_src());
     struct coord_convert_opts o = {.checkpoint = ck, .tokenizer = tok, .out = out, .scheme = s,
                                    .group = group, .head_bits = head, .quiet = true};
-    struct coord_err e;
+    struct shardlm_err e;
     int rc = coord_convert(&o, &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
@@ -58,7 +58,7 @@ static void test_roundtrip_every_scheme(void **state)
         {SHLM_SCHEME_W4A8, 64, 4, KN_DT_W4A8, KN_DT_W4A8},
     };
     struct coord_llama2c ck;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(coord_llama2c_open(&ck, stories(), &e), 0);
     assert_int_equal(ck.cfg.dim, 64);
     assert_int_equal(ck.cfg.hidden_dim, 172);
@@ -238,7 +238,7 @@ static void test_untied_classifier(void **state)
     assert_int_equal(tu_write(path, u, len + emb), 0);
 
     struct coord_llama2c l;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(coord_llama2c_open(&l, path, &e), 0);
     assert_false(l.cfg.tied_embd);
     assert_int_equal(l.cfg.vocab_size, 512);

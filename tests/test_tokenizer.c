@@ -24,7 +24,7 @@ static void test_golden_prompt_ids(void **state)
     size_t len, tl;
     uint8_t *buf = load("models/stories260K/tok512.bin", &len, 0);
     struct coord_tok t;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(coord_tok_init(&t, buf, len, 512, "tok512.bin", &e), 0);
     char *tsv = (char *)load("golden/stories260K/greedy.tsv", &tl, 1);
     int lines = 0;
@@ -75,7 +75,7 @@ static void test_byte_fallback(void **state)
     size_t len;
     uint8_t *buf = load("models/stories260K/tok512.bin", &len, 0);
     struct coord_tok t;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(coord_tok_init(&t, buf, len, 512, "tok512.bin", &e), 0);
     const char *text = "caf\xc3\xa9 \xe2\x82\xac!";
     int32_t ids[64];
@@ -104,7 +104,7 @@ static void test_llama2_vocab(void **state)
     size_t len;
     uint8_t *buf = load("tokenizers/llama2-tokenizer.bin", &len, 1);
     struct coord_tok t;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(coord_tok_init(&t, buf, len, 32000, "llama2", &e), 0);
     int32_t ids[64];
     int n = coord_tok_encode(&t, "Hello world", true, false, ids, 64);
@@ -123,7 +123,7 @@ static void test_encode_ex(void **state)
     size_t len;
     uint8_t *buf = load("models/stories260K/tok512.bin", &len, 0);
     struct coord_tok t;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(coord_tok_llama2c_count(buf, len), 512);
     assert_int_equal(coord_tok_llama2c_count(buf, len - 1), -EINVAL);
     assert_int_equal(coord_tok_llama2c_count(buf, 3), -EINVAL);
@@ -147,7 +147,7 @@ static void test_hostile_files(void **state)
     size_t len;
     uint8_t *buf = load("models/stories260K/tok512.bin", &len, 0);
     struct coord_tok t;
-    struct coord_err e;
+    struct shardlm_err e;
     /* every truncation is an error, never a read past the end (ASan builds check that) */
     for (size_t cut = 0; cut < len; cut += (cut < 64 ? 1 : 97)) {
         uint8_t *c = malloc(cut ? cut : 1);

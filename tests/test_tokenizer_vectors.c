@@ -120,7 +120,7 @@ static void round_trip(const struct coord_tok *t, const char *text, size_t len, 
 static void open_gguf(const char *name, struct gguf_file *g, struct coord_tok *t)
 {
     char p[4200];
-    struct coord_err e;
+    struct shardlm_err e;
     tu_path(p, sizeof(p), "%s/tokenizers/ggml-vocab-%s.gguf", tu_data(), name);
     int rc = gguf_open(g, p, &e);
     if (rc)
@@ -137,7 +137,7 @@ static void check_vocab(const char *name, int vocab_size, enum coord_tok_type ty
 {
     struct gguf_file g;
     struct coord_tok t, u;
-    struct coord_err e;
+    struct shardlm_err e;
     struct vectors v;
     open_gguf(name, &g, &t);
     assert_int_equal(t.vocab_size, vocab_size);
@@ -271,7 +271,7 @@ static void test_llama2c_blob(void **state)
     assert_int_equal(coord_tok_llama2c_count(buf, len), 32000);
     assert_int_equal(coord_tok_llama2c_count(buf, len - 1), -EINVAL);
     struct coord_tok t, u;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(coord_tok_init(&t, buf, len, 32000, "llama2", &e), 0);
     uint8_t *blob;
     size_t bl;
@@ -340,7 +340,7 @@ static void expect_ids(const struct coord_tok *t, const char *text, unsigned fla
 static void test_hf_byte_level(void **state)
 {
     struct coord_tok t, u;
-    struct coord_err e;
+    struct shardlm_err e;
     int rc = coord_tok_from_hf_json(&t, (const uint8_t *)tiny_bpe, strlen(tiny_bpe), "tiny", &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
@@ -412,7 +412,7 @@ static const char tiny_spm[] =
 static void test_hf_spm_style(void **state)
 {
     struct coord_tok t;
-    struct coord_err e;
+    struct shardlm_err e;
     int rc = coord_tok_from_hf_json(&t, (const uint8_t *)tiny_spm, strlen(tiny_spm), "spm", &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
@@ -478,7 +478,7 @@ static void refused(const char *json, const char *needle)
     size_t len = 0;
     char *buf = tu_slurp(path, &len);
     struct coord_tok t;
-    struct coord_err e;
+    struct shardlm_err e;
     int rc = coord_tok_from_hf_json(&t, (const uint8_t *)buf, len, path, &e);
     if (rc != -EINVAL || (needle && !strstr(e.msg, needle)))
         fprintf(stderr, "rc %d msg [%s], expected [%s]\n", rc, rc ? e.msg : "", needle);
@@ -563,7 +563,7 @@ static void test_hf_malformed(void **state)
 static void test_blob_flips(void **state)
 {
     struct coord_tok t, u;
-    struct coord_err e;
+    struct shardlm_err e;
     assert_int_equal(coord_tok_from_hf_json(&t, (const uint8_t *)tiny_bpe, strlen(tiny_bpe),
                                             "tiny", &e), 0);
     uint8_t *blob;
@@ -616,7 +616,7 @@ static void open_bin(const char *rel, int data, struct coord_tok *t)
 {
     char p[4200];
     size_t len = 0;
-    struct coord_err e;
+    struct shardlm_err e;
     tu_path(p, sizeof(p), "%s/%s", data ? tu_data() : tu_src(), rel);
     uint8_t *buf = (uint8_t *)tu_slurp(p, &len);
     assert_non_null(buf);
@@ -627,9 +627,9 @@ static void open_bin(const char *rel, int data, struct coord_tok *t)
 /* Seconds of one encoding of @text[0, n), which must succeed. */
 static double encode_secs(const struct coord_tok *t, const char *text, size_t n, int32_t *ids)
 {
-    uint64_t t0 = coord_now_ns();
+    uint64_t t0 = shardlm_now_ns();
     int k = coord_tok_encode_ex(t, text, n, COORD_TOK_ENC_BOS, ids, (int)n + 16);
-    uint64_t t1 = coord_now_ns();
+    uint64_t t1 = shardlm_now_ns();
     assert_true(k > 0);
     return (double)(t1 - t0) / 1e9;
 }
@@ -660,7 +660,7 @@ static void test_linear_time(void **state)
     char *text = malloc((32 << 10) + 1);
     coord_bench_text(text, 32 << 10);
     struct coord_tok t, u;
-    struct coord_err e;
+    struct shardlm_err e;
     struct gguf_file g;
     open_bin("tokenizers/llama2-tokenizer.bin", 1, &t);
     check_linear(&t, "llama2-tokenizer.bin", text);
@@ -790,7 +790,7 @@ static void test_cli(void **state)
     tu_path(blob, sizeof(blob), "%s/tok.blob", dir);
     assert_int_equal(tu_write(json, tiny_bpe, strlen(tiny_bpe)), 0);
     struct coord_tok t;
-    struct coord_err e;
+    struct shardlm_err e;
     uint8_t *b;
     size_t bl;
     assert_int_equal(coord_tok_from_hf_json(&t, (const uint8_t *)tiny_bpe, strlen(tiny_bpe), "t",

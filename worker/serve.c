@@ -2,6 +2,8 @@
  * coordinator. Every field is checked before use; a bad message gets an Error reply. */
 #include "serve.h"
 
+#include "common.h"
+
 #include "pin.h"
 
 #include <errno.h>
@@ -162,13 +164,6 @@ static int check_step(struct wrk *w, const Shardlm__Step *s, char *err, size_t e
     return 0;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int on_step(struct wrk *w, const Shardlm__Step *s)
 {
     char err[256];
@@ -181,7 +176,7 @@ static int on_step(struct wrk *w, const Shardlm__Step *s)
     w->last_step = s->step_id;
     if (w->fault_step_delay_ms)
         usleep(w->fault_step_delay_ms * 1000u);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = shardlm_now_ns();
     const int32_t *tok = seg_exchange_tokens(w->exch.base);
     float *logits = seg_exchange_logits(w->exch.base);
     size_t vocab = w->model.cfg.vocab_size;
@@ -197,7 +192,7 @@ static int on_step(struct wrk *w, const Shardlm__Step *s)
     }
     Shardlm__StepDone d = SHARDLM__STEP_DONE__INIT;
     d.step_id = s->step_id;
-    d.compute_ns = now_ns() - t0;
+    d.compute_ns = shardlm_now_ns() - t0;
     d.allreduce_ns = seg_ar_take_wait_ns(&w->ar);
     d.rank = w->rank;
     proto_env env = SHARDLM__ENVELOPE__INIT;

@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         proto_env *env = fuzz_next_envelope(data, size, &off);
         if (!env)
             continue;
-        struct coord_err e;
+        struct shardlm_err e;
         int want = wants[f % 3], r = -1;
         int v = coord_peer_classify(n_ranks, id, keep, env, want, &r, &e);
         if (v > 0) {

@@ -62,7 +62,7 @@ static void use_kv(const struct gguf_file *g, const struct gguf_kv *kv)
 
 static void use_tensor(const struct gguf_file *g, const struct gguf_tensor *t)
 {
-    struct coord_err e;
+    struct shardlm_err e;
     touch(t->name);
     uint64_t rows = gguf_tensor_rows(t), cols = t->dims[0];
     if (!t->bytes) {
@@ -92,7 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(buf, data, size);
     struct gguf_file g;
-    struct coord_err e;
+    struct shardlm_err e;
     e.msg[0] = 0;
     if (gguf_parse(&g, buf, size, "fuzz", &e) == 0) {
         for (uint64_t i = 0; i < g.n_kv; i++)

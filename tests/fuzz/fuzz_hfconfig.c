@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(buf, data, size);
     struct coord_hf_config hc;
-    struct coord_err e;
+    struct shardlm_err e;
     if (coord_hf_config_parse(&hc, buf, size, "fuzz", &e) == 0) {
         char err[160];
         if (shlm_config_check(&hc.cfg, err, sizeof(err)) != 0)

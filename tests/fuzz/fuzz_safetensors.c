@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(buf, data, size);
     struct st_file f;
-    struct coord_err e;
+    struct shardlm_err e;
     if (st_parse(&f, buf, size, "fuzz", &e) == 0) {
         volatile float sink = 0;
         for (size_t i = 0; i < f.n_tensors; i++) {

@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcpy(buf + size - 8, &h, 8);
     }
     struct coord_tok t;
-    struct coord_err e;
+    struct shardlm_err e;
     if (coord_tok_load(&t, buf, size, "fuzz", &e) == 0) {
         enum { MAX = sizeof(text) * 4 + 8 };
         int32_t ids[MAX];

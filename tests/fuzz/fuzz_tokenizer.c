@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(buf, data + 2, len);
 
     struct coord_tok t;
-    struct coord_err e;
+    struct shardlm_err e;
     if (coord_tok_init(&t, buf, len, vocab, "fuzz", &e) == 0) {
         int32_t ids[sizeof(text) + 3];
         int n = coord_tok_encode(&t, text, true, true, ids, (int)(sizeof(ids) / sizeof(ids[0])));

@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(buf, data, size);
     struct coord_tok t, u;
-    struct coord_err e;
+    struct shardlm_err e;
     if (coord_tok_from_hf_json(&t, buf, size, "fuzz", &e) == 0) {
         /* at most BOS, one id per byte (and the byte-level prefix), EOS */
         enum { MAX = sizeof(text) * 4 + 8 };

@@ -103,7 +103,7 @@ static int setup_once(void)
 {
     char path[64];
     struct coord_model_file f;
-    struct coord_err e;
+    struct shardlm_err e;
     struct coord_load_stats st;
     struct shlm_header h;
     static struct shlm_tensor table[SHLM_MAX_TENSORS];

@@ -1,0 +1,262 @@
+/* coordinator/: `shardlm bench kernels` - each matrix kernel of this machine's tables on one
+ * thread, on the shapes of a 1B-class model: GEMV in GB/s of weights streamed from memory (as
+ * decode reads them), GEMM in GOP/s (2 M N K per product, as prefill runs them), next to the
+ * read bandwidth of one thread measured the way `bench -m` does. */
+#include "bench.h"
+
+#include "engine.h"
+#include "kn.h"
+#include "util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_bench_kernels[] =
+    "usage: shardlm bench kernels [--isa NAME] [-r REPS] [--json]\n"
+    "\n"
+    "Times the matrix kernels on one thread with random weights. GEMV (M=1) streams copies of\n"
+    "the matrix totalling 512 MiB, so weights come from memory as in decode, and prints GB/s of\n"
+    "weights read; GEMM (M=64, 512: prefill chunks) reuses one copy and prints GOP/s\n"
+    "(2*M*N*K per product). Shapes NxK: 2048x2048, 8192x2048 and 2048x8192 (a 1B model's\n"
+    "attention, FFN up and down). Last, this thread's read bandwidth over 1 GiB of arrays.\n"
+    "  --isa NAME   one table (ref, avx2, avx512, amx; default: every table but ref)\n"
+    "  -r REPS      repetitions, median reported (default 3)\n"
+    "  --json       one JSON object per line\n";
+
+#define STREAM_BYTES (512ul << 20)
+#define MIN_NS 200000000ull /* time each repetition for at least 0.2 s */
+
+static const struct {
+    int n, k;
+} shapes[] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
+
+static const struct {
+    enum kn_dtype dt;
+    const char *name;
+    int gemm; /* also timed as GEMM */
+} formats[] = {
+    {KN_DT_W4A8_T, "w4a8 tiles", 1},
+    {KN_DT_W4A16_T, "w4a16 tiles", 1},
+    {KN_DT_W4A8, "w4a8 rows", 0},
+    {KN_DT_W4A16, "w4a16 rows", 0},
+    {KN_DT_Q8, "q8", 0},
+    {KN_DT_BF16, "bf16", 0},
+};
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd32(void)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng >> 32);
+}
+
+/* A random matrix of @dt in its layout at @buf (kn_mat_bytes): any codes, scales near 0.01.
+ * Returns 0 or -ENOMEM. */
+static int fill_matrix(enum kn_dtype dt, int n, int k, int group, uint8_t *buf)
+{
+    enum kn_dtype canon = dt == KN_DT_W4A8_T ? KN_DT_W4A8 : dt == KN_DT_W4A16_T ? KN_DT_W4A16 : dt;
+    size_t bytes = kn_mat_bytes(canon, n, k, group);
+    uint8_t *c = kn_is_tiled(dt) ? malloc(bytes) : buf;
+    if (!c)
+        return -ENOMEM;
+    struct kn_mat m;
+    kn_mat_view(&m, canon, n, k, group, c);
+    for (size_t i = 0; i < bytes; i++)
+        c[i] = (uint8_t)rnd32();
+    size_t rows = (size_t)n, ng = (size_t)kn_ngroups(k, group);
+    if (dt == KN_DT_F32)
+        for (size_t i = 0; i < rows * (size_t)k; i++)
+            ((float *)c)[i] = (float)(rnd32() % 2001) * 1e-5f - 0.01f;
+    if (dt == KN_DT_BF16)
+        for (size_t i = 0; i < rows * (size_t)k; i++)
+            ((uint16_t *)c)[i] = kn_f32_to_bf16((float)(rnd32() % 2001) * 1e-5f - 0.01f);
+    if (dt == KN_DT_Q8)
+        for (size_t i = 0; i < rows; i++)
+            ((float *)m.scales)[i] = 1e-4f;
+    if (kn_is_w4(canon))
+        for (size_t i = 0; i < rows * ng; i++) {
+            ((uint16_t *)m.scales)[i] = kn_f32_to_f16(0.01f);
+            if (m.zeros)
+                ((uint8_t *)m.zeros)[i] = 8;
+        }
+    if (kn_is_tiled(dt)) {
+        kn_repack_tiles(&m, 0, (n + KN_TILE_ROWS - 1) / KN_TILE_ROWS, buf);
+        free(c);
+    }
+    return 0;
+}
+
+struct run {
+    const struct kn_ops *ops;
+    struct kn_mat *mats; /* copies (GEMV) or one (GEMM) */
+    int n_mats, m;
+    const struct kn_act *x;
+    float *y;
+};
+
+/* Runs the product over the copies until MIN_NS passed; returns the products per second. */
+static double time_run(const struct run *r)
+{
+    uint64_t t0 = shardlm_now_ns(), t;
+    long done = 0;
+    do {
+        for (int i = 0; i < r->n_mats; i++) {
+            const struct kn_mat *w = &r->mats[i];
+            if (r->m == 1)
+                r->ops->gemv(w, r->x, r->y, 0, w->rows);
+            else
+                r->ops->gemm(w, r->x, r->m, r->y, w->rows, 0, w->rows);
+        }
+        done += r->n_mats;
+    } while ((t = shardlm_now_ns()) - t0 < MIN_NS);
+    return (double)done / ((double)(t - t0) / 1e9);
+}
+
+/* One (table, format, shape, M) case: prints its line. Returns 0 or -ENOMEM. */
+static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, int reps, int json)
+{
+    enum kn_dtype dt = formats[fi].dt;
+    int group = kn_is_w4(dt) ? (dt == KN_DT_W4A16 || dt == KN_DT_W4A16_T ? 64 : 128) : 0;
+    size_t bytes = kn_mat_bytes(dt, n, k, group), stride = (bytes + 4095) / 4096 * 4096;
+    int copies = m == 1 ? (int)((STREAM_BYTES + bytes - 1) / bytes) : 1;
+    uint8_t *buf = aligned_alloc(4096, stride * (size_t)copies);
+    struct kn_mat *mats = calloc((size_t)copies, sizeof(*mats));
+    struct kn_act *x = calloc((size_t)m, sizeof(*x));
+    float *y = malloc((size_t)m * (size_t)n * sizeof(float)), *xv = malloc((size_t)k * 4);
+    int rc = -ENOMEM, n_act = 0;
+    if (!buf || !mats || !x || !y || !xv)
+        goto out;
+    if (fill_matrix(dt, n, k, group, buf))
+        goto out;
+    for (int i = 0; i < copies; i++) {
+        if (i)
+            memcpy(buf + stride * (size_t)i, buf, bytes);
+        kn_mat_view(&mats[i], dt, n, k, group, buf + stride * (size_t)i);
+    }
+    for (; n_act < m; n_act++) {
+        if (kn_act_alloc(&x[n_act], k, group ? group : 32))
+            goto out;
+        for (int j = 0; j < k; j++)
+            xv[j] = (float)(rnd32() % 2001) * 1e-3f - 1.0f;
+        kn_act_prepare(&x[n_act], xv);
+    }
+    struct run r = {ops, mats, copies, m, x, y};
+    double rate[16];
+    for (int i = 0; i < reps; i++)
+        rate[i] = time_run(&r);
+    double med = coord_sort_median(rate, reps);
+    double us = 1e6 / med, gbs = (double)bytes * med / 1e9;
+    double gops = 2.0 * m * (double)n * k * med / 1e9;
+    if (json)
+        printf("{\"isa\": \"%s\", \"kernel\": \"%s\", \"n\": %d, \"k\": %d, \"m\": %d, "
+               "\"us\": %.2f, \"gbs\": %.2f, \"gops\": %.2f}\n",
+               ops->name, formats[fi].name, n, k, m, us, gbs, gops);
+    else if (m == 1)
+        printf("| %-6s | %-11s | %5d x %-5d | %4s | %10.1f | %8.2f GB/s |\n", ops->name,
+               formats[fi].name, n, k, "gemv", us, gbs);
+    else
+        printf("| %-6s | %-11s | %5d x %-5d | %4d | %10.1f | %7.1f GOP/s |\n", ops->name,
+               formats[fi].name, n, k, m, us, gops);
+    fflush(stdout);
+    rc = 0;
+out:
+    for (int i = 0; i < n_act; i++)
+        kn_act_free(&x[i]);
+    free(x);
+    free(xv);
+    free(y);
+    free(mats);
+    free(buf);
+    return rc;
+}
+
+int coord_bench_kernels(int argc, char **argv)
+{
+    static const struct option opts[] = {{"isa", required_argument, 0, 'i'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *isa = NULL;
+    int reps = 3, json = 0, c;
+    long v;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "r:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'i':
+            isa = optarg;
+            break;
+        case 'r':
+            if (!coord_parse_long(optarg, 1, 16, &v))
+                return coord_usage_error("bench kernels", usage_bench_kernels,
+                                         "-r '%s': expected 1..16 repetitions", optarg);
+            reps = (int)v;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'h':
+            fputs(usage_bench_kernels, stdout);
+            return 0;
+        default:
+            fputs(usage_bench_kernels, stderr);
+            return 2;
+        }
+    }
+    if (optind != argc)
+        return coord_usage_error("bench kernels", usage_bench_kernels, "unexpected argument '%s'",
+                                 argv[optind]);
+    const struct kn_ops *all[8], *run[8];
+    int n_all = kn_ops_available(all, 8), n_run = 0;
+    for (int i = 0; i < n_all; i++)
+        if (isa ? strcmp(all[i]->name, isa) == 0 : all[i]->isa != KN_ISA_REF)
+            run[n_run++] = all[i];
+    char err[256];
+    if (isa && !kn_ops_find(isa, err, sizeof(err))) {
+        /* a name no build has is a usage error; one this CPU cannot run, a failure */
+        bool known = !strcmp(isa, "ref") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512") ||
+                     !strcmp(isa, "amx");
+        fprintf(stderr, "shardlm bench kernels: --isa %s: %s\n", isa, err);
+        return known ? 1 : 2;
+    }
+    if (!n_run)
+        run[n_run++] = all[0]; /* only the reference: time that */
+    coord_signals_install();
+    int cpu = sched_getcpu(); /* stay on one CPU: the kernels, then the bandwidth */
+    if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+    }
+    if (!json) {
+        printf("| %-6s | %-11s | %13s | %4s | %10s | %13s |\n", "isa", "kernel", "shape N x K", "M",
+               "us/product", "speed");
+        printf("| ------ | ----------- | ------------: | ---: | ---------: | ------------: |\n");
+    }
+    for (int t = 0; t < n_run; t++)
+        for (size_t fi = 0; fi < sizeof(formats) / sizeof(formats[0]); fi++)
+            for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+                static const int ms[] = {1, 64, 512};
+                for (size_t mi = 0; mi < 3; mi++) {
+                    if (ms[mi] > 1 && !formats[fi].gemm)
+                        continue;
+                    if (coord_stop_signal)
+                        return 130;
+                    if (bench_case(run[t], fi, shapes[si].n, shapes[si].k, ms[mi], reps, json)) {
+                        fprintf(stderr, "shardlm bench kernels: out of memory\n");
+                        return 1;
+                    }
+                }
+            }
+    double bw = coord_read_bandwidth(1, cpu >= 0 ? &cpu : NULL, reps);
+    if (json)
+        printf("{\"read_bw_gbs\": %.2f, \"threads\": 1}\n", bw);
+    else
+        printf("read bandwidth: %.2f GB/s (1 thread, 1 GiB of arrays, median of %d)\n", bw, reps);
+    return 0;
+}

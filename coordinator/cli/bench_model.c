@@ -1,0 +1,320 @@
+/* coordinator/: `shardlm bench -m MODEL` - prefill and decode speed of a model through the real
+ * engine (coordinator, workers, segments), printed in the table format of llama-bench, with the
+ * bytes of weights a decode token reads, the machine's read bandwidth measured here, and the
+ * share of that roofline decode reaches. */
+#include "bench.h"
+
+#include "engine.h"
+#include "kn.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+static const char usage_bench_model[] =
+    "usage: shardlm bench -m MODEL.shlm [-p N] [-n N] [-t T[,T...]] [-r REPS] [--workers W]\n"
+    "                     [--json]\n"
+    "\n"
+    "Runs prefill (ppN: N prompt tokens in one step) and decode (tgN: N tokens one step each)\n"
+    "through the engine, REPS times each, and prints llama-bench's table: model, size, params,\n"
+    "backend, threads, test, t/s (median +- standard deviation). Then, per thread count, the bytes\n"
+    "of weights one decode token reads, the read bandwidth of this machine measured with 1 GiB of\n"
+    "arrays, and decode's share of that roofline (bytes per token x tok/s / bandwidth).\n"
+    "  -p N            prompt tokens of the prefill test (default 512; 0 skips it)\n"
+    "  -n N            tokens of the decode test (default 128; 0 skips it)\n"
+    "  -t T,...        threads per worker (default: every CPU of one worker)\n"
+    "  -r REPS         repetitions (default 3)\n"
+    "  --workers W     tensor-parallel workers (default 1), each with T threads\n"
+    "  --json          one JSON object per line instead of the table\n"
+    "The workers run the fastest kernel table of this CPU (SHARDLM_ISA=ref|avx2|avx512|amx forces\n"
+    "one); the engine names it on stderr at start.\n";
+
+#define BENCH_MAX_T 16
+
+struct stats {
+    double median, stddev;
+};
+
+static struct stats summarize(double *v, int n)
+{
+    struct stats s = {0, 0};
+    if (n == 0)
+        return s;
+    double mean = 0;
+    for (int i = 0; i < n; i++)
+        mean += v[i];
+    mean /= n;
+    for (int i = 0; i < n; i++)
+        s.stddev += (v[i] - mean) * (v[i] - mean);
+    s.stddev = n > 1 ? sqrt(s.stddev / (n - 1)) : 0;
+    s.median = coord_sort_median(v, n);
+    return s;
+}
+
+/* Bytes of weights one decode token reads: every matrix and vector once, the LM head whole,
+ * the embedding one row (the tied head already counts its rows). */
+static uint64_t decode_bytes(const struct shlm_model *m, uint64_t *params)
+{
+    uint64_t bytes = 0;
+    *params = 0;
+    for (uint32_t i = 0; i < m->hdr->n_tensors; i++) {
+        const struct shlm_tensor *t = &m->tensors[i];
+        *params += (uint64_t)t->rows * t->cols;
+        if (strcmp(t->name, "tok_embd") == 0 && !m->hdr->cfg.tied_embd)
+            bytes += t->bytes / t->rows;
+        else
+            bytes += t->bytes;
+    }
+    return bytes;
+}
+
+/* ---- read bandwidth: each thread sums its slice of a 1 GiB array, 4 streams of 64 bytes ---- */
+
+struct bw_job {
+    const uint8_t *p;
+    size_t n;
+    int cpu;
+    double sink;
+};
+
+typedef float v16 __attribute__((vector_size(64)));
+
+static void *bw_thread(void *arg)
+{
+    struct bw_job *j = arg;
+    if (j->cpu >= 0) {
+        cpu_set_t s;
+        CPU_ZERO(&s);
+        CPU_SET(j->cpu, &s);
+        pthread_setaffinity_np(pthread_self(), sizeof(s), &s);
+    }
+    v16 a = {0}, b = {0}, c = {0}, d = {0};
+    const v16 *v = (const v16 *)j->p;
+    size_t n = j->n / sizeof(v16);
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        a += v[i];
+        b += v[i + 1];
+        c += v[i + 2];
+        d += v[i + 3];
+    }
+    v16 s = a + b + c + d;
+    for (int i = 0; i < 16; i++)
+        j->sink += s[i];
+    return NULL;
+}
+
+double coord_read_bandwidth(int n_threads, const int *cpus, int reps)
+{
+    const size_t total = 1ul << 30;
+    uint8_t *buf = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED)
+        return 0;
+    memset(buf, 1, total); /* real pages, not the shared zero page */
+    double gbs[16];
+    reps = reps > 16 ? 16 : reps;
+    for (int r = 0; r < reps; r++) {
+        struct bw_job jobs[BENCH_MAX_T * 4];
+        pthread_t th[BENCH_MAX_T * 4];
+        size_t part = total / (size_t)n_threads / 256 * 256;
+        uint64_t t0 = shardlm_now_ns();
+        for (int t = 0; t < n_threads; t++) {
+            jobs[t] = (struct bw_job){buf + part * (size_t)t, part, cpus ? cpus[t] : -1, 0};
+            pthread_create(&th[t], NULL, bw_thread, &jobs[t]);
+        }
+        for (int t = 0; t < n_threads; t++)
+            pthread_join(th[t], NULL);
+        gbs[r] = (double)part * n_threads / (double)(shardlm_now_ns() - t0);
+    }
+    munmap(buf, total);
+    return summarize(gbs, reps).median;
+}
+
+struct model_opts {
+    const char *model;
+    int pp, tg, reps, workers, json;
+    long threads[BENCH_MAX_T];
+    int n_threads;
+};
+
+/* One thread count: the engine started once, then pp and tg REPS times each. */
+static int bench_threads(const struct model_opts *o, int threads, struct shardlm_err *e)
+{
+    struct coord_engine g;
+    struct coord_engine_opts eo = {.model_path = o->model};
+    eo.layout.workers = o->workers;
+    eo.layout.threads = threads;
+    int rc = coord_engine_start(&g, &eo, e);
+    if (rc)
+        return rc;
+    const struct shlm_header *h = g.img.hdr;
+    uint32_t ctx = h->cfg.seq_len;
+    if ((uint32_t)o->pp > ctx || (uint32_t)o->tg + 1 > ctx) {
+        coord_engine_stop(&g);
+        return shardlm_fail(e, -E2BIG, "-p %d / -n %d: the model's context is %u", o->pp, o->tg,
+                          ctx);
+    }
+    int n_tok = (o->pp > o->tg ? o->pp : o->tg) + 1; /* prompt, and the decode test's inputs */
+    int32_t *tok = malloc((size_t)n_tok * sizeof(int32_t));
+    double pp[16], tg[16];
+    if (!tok) {
+        coord_engine_stop(&g);
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    }
+    uint64_t rnd = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < n_tok; i++) {
+        rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (int32_t)((rnd >> 33) % h->cfg.vocab_size);
+    }
+    int reps = o->reps > 16 ? 16 : o->reps;
+    for (int r = 0; r < reps && !rc; r++) {
+        if (o->pp) {
+            struct coord_seq_step s = {.pos = 0, .n_tokens = (uint32_t)o->pp, .tokens = tok};
+            uint64_t t0 = shardlm_now_ns();
+            rc = coord_engine_step(&g, &s, 1, e);
+            pp[r] = o->pp / ((double)(shardlm_now_ns() - t0) / 1e9);
+        }
+        if (o->tg && !rc) {
+            uint64_t t0 = shardlm_now_ns();
+            for (int i = 0; i < o->tg && !rc; i++) {
+                struct coord_seq_step s = {.pos = (uint32_t)i, .n_tokens = 1, .tokens = &tok[i]};
+                rc = coord_engine_step(&g, &s, 1, e);
+            }
+            tg[r] = o->tg / ((double)(shardlm_now_ns() - t0) / 1e9);
+        }
+    }
+    uint64_t params, bytes = decode_bytes(&g.img, &params);
+    size_t size = 0;
+    for (uint32_t i = 0; i < h->n_tensors; i++)
+        size += g.img.tensors[i].bytes;
+    char name[128];
+    const char *base = strrchr(o->model, '/');
+    snprintf(name, sizeof(name), "%s %s", base ? base + 1 : o->model,
+             shlm_scheme_name((enum shlm_scheme)h->scheme));
+    /* the bandwidth threads sit on the CPUs the workers had */
+    int cpus[BENCH_MAX_T * 4], n = 0;
+    for (int w = 0; w < g.layout.n_ranks; w++)
+        for (int c = 0; c < g.layout.ranks[w].n_cpus && n < BENCH_MAX_T * 4; c++)
+            cpus[n++] = g.layout.ranks[w].cpus[c];
+    int n_ranks = g.n_ranks;
+    coord_engine_stop(&g);
+    free(tok);
+    if (rc)
+        return rc;
+    struct stats sp = summarize(pp, o->pp ? reps : 0), st = summarize(tg, o->tg ? reps : 0);
+    double bw = o->tg ? coord_read_bandwidth(n, cpus, 3) : 0;
+    double used = st.median * (double)bytes / 1e9;
+    if (o->json) {
+        printf("{\"model\": \"%s\", \"size\": %zu, \"params\": %llu, \"workers\": %d, "
+               "\"threads\": %d, \"pp\": %d, \"pp_ts\": %.3f, \"pp_sd\": %.3f, \"tg\": %d, "
+               "\"tg_ts\": %.3f, \"tg_sd\": %.3f, \"decode_bytes_per_token\": %llu, "
+               "\"read_bw_gbs\": %.2f, \"decode_gbs\": %.2f, \"roofline\": %.3f}\n",
+               name, size, (unsigned long long)params, n_ranks, threads, o->pp, sp.median,
+               sp.stddev, o->tg, st.median, st.stddev, (unsigned long long)bytes, bw, used,
+               bw > 0 ? used / bw : 0);
+    } else {
+        char sz[32], pr[32];
+        snprintf(sz, sizeof(sz), "%.2f MiB", (double)size / (1 << 20));
+        if (params >= 1000000000ull)
+            snprintf(pr, sizeof(pr), "%.2f B", (double)params / 1e9);
+        else
+            snprintf(pr, sizeof(pr), "%.2f M", (double)params / 1e6);
+        if (o->pp)
+            printf("| %-28s | %10s | %7s | CPU %dw | %7d | %6s%-4d | %8.2f ± %.2f |\n", name, sz,
+                   pr, n_ranks, threads, "pp", o->pp, sp.median, sp.stddev);
+        if (o->tg)
+            printf("| %-28s | %10s | %7s | CPU %dw | %7d | %6s%-4d | %8.2f ± %.2f |\n", name, sz,
+                   pr, n_ranks, threads, "tg", o->tg, st.median, st.stddev);
+        if (o->tg)
+            printf("decode: %.1f MB of weights per token x %.2f tok/s = %.2f GB/s; read bandwidth "
+                   "%.2f GB/s (%d threads): %.1f%% of the roofline\n",
+                   (double)bytes / 1e6, st.median, used, bw, n, bw > 0 ? 100 * used / bw : 0);
+    }
+    fflush(stdout);
+    return 0;
+}
+
+int coord_bench_model(int argc, char **argv)
+{
+    struct model_opts o = {.pp = 512, .tg = 128, .reps = 3, .workers = 1};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"workers", required_argument, 0, 'W'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int c;
+    long v;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:p:n:t:r:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            o.model = optarg;
+            break;
+        case 'p':
+        case 'n':
+        case 'r':
+        case 'W':
+            if (!coord_parse_long(optarg, c == 'r' || c == 'W' ? 1 : 0, 1 << 20, &v))
+                return coord_usage_error("bench", usage_bench_model,
+                                         "bad number '%s'", optarg);
+            *(c == 'p' ? &o.pp : c == 'n' ? &o.tg : c == 'r' ? &o.reps : &o.workers) = (int)v;
+            break;
+        case 't': {
+            o.n_threads = 0;
+            for (char *p = optarg, *end; *p; p = *end ? end + 1 : end) {
+                if (o.n_threads == BENCH_MAX_T || (v = strtol(p, &end, 10)) < 1 || v > 4096 ||
+                    end == p || (*end && *end != ','))
+                    return coord_usage_error("bench", usage_bench_model,
+                                             "-t '%s': expected thread counts like 1,2", optarg);
+                o.threads[o.n_threads++] = v;
+            }
+            break;
+        }
+        case 'j':
+            o.json = 1;
+            break;
+        case 'h':
+            fputs(usage_bench_model, stdout);
+            return 0;
+        default:
+            fputs(usage_bench_model, stderr);
+            return 2;
+        }
+    }
+    if (!o.model || optind != argc)
+        return coord_usage_error("bench", usage_bench_model, "-m MODEL is required%s", "");
+    if (!o.n_threads)
+        o.threads[o.n_threads++] = 0; /* every CPU of the worker */
+    cpu_set_t allowed;
+    int n_cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
+    for (int i = 0; i < o.n_threads; i++)
+        if (n_cpus > 0 && o.threads[i] * o.workers > n_cpus) {
+            char what[96];
+            snprintf(what, sizeof(what), "%ld threads x %d workers: more than the %d CPUs",
+                     o.threads[i], o.workers, n_cpus);
+            return coord_usage_error("bench", usage_bench_model, "-t %s this process may use",
+                                     what);
+        }
+    coord_signals_install();
+    if (!o.json) {
+        printf("| %-28s | %10s | %7s | %-6s | %7s | %10s | %16s |\n", "model", "size", "params",
+               "backend", "threads", "test", "t/s");
+        printf("| %.28s | %.10s | %.7s | %.6s | %.7s | %.10s | %.16s |\n",
+               "----------------------------", "---------:", "------:", "------", "------:",
+               "---------:", "---------------:");
+    }
+    for (int i = 0; i < o.n_threads; i++) {
+        struct shardlm_err e;
+        int rc = bench_threads(&o, (int)o.threads[i], &e);
+        if (rc) {
+            fprintf(stderr, "shardlm bench: %s\n", e.msg);
+            return rc == -EINTR ? 130 : 1;
+        }
+    }
+    return 0;
+}

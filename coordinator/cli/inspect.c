@@ -1,0 +1,175 @@
+/* coordinator/: `shardlm inspect FILE` - architecture, config, scheme, tokenizer, tensor table
+ * and sizes of a .shlm file or of any input `convert` reads. */
+#include "inspect.h"
+
+#include "gguf.h"
+#include "llama2c.h"
+#include "source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const dtype_names[] = {"f32", "bf16", "q8", "w4a16", "w4a8"};
+
+static void print_config(const struct shlm_config *c)
+{
+    printf("architecture: llama-family%s%s%s\n", c->qkv_bias ? " +qkv-bias" : "",
+           c->head_gate ? " +head-gate" : "", c->embd_scale > 0 ? " +embedding-scale" : "");
+    printf("config: dim %u, hidden %u, layers %u, heads %u x %u, kv heads %u, vocab %u, "
+           "context %u\n", c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->head_dim,
+           c->n_kv_heads, c->vocab_size, c->seq_len);
+    printf("        norm eps %g, rope theta %g (%s%s), activation %s, embeddings %s\n",
+           (double)c->norm_eps, (double)c->rope_theta, c->rope_neox ? "neox" : "interleaved",
+           c->rope_scaling == SHLM_ROPE_LLAMA3 ? ", llama3 scaling" : "",
+           c->act == SHLM_ACT_GELU_TANH ? "gelu-tanh gated" : "silu gated",
+           c->tied_embd ? "tied" : "untied");
+}
+
+static int inspect_shlm(const char *path, struct shardlm_err *e)
+{
+    struct stat st;
+    int fd = coord_open_regular(path, &st, e);
+    if (fd < 0)
+        return fd;
+    if (st.st_size == 0) {
+        close(fd);
+        return shardlm_fail(e, -EINVAL, "%s: an empty file", path);
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return shardlm_fail(e, -errno, "%s: mmap: %s", path, strerror(errno));
+    struct shlm_model m;
+    char err[512];
+    int rc = shlm_parse(&m, map, (size_t)st.st_size, path, err, sizeof(err));
+    if (rc) {
+        munmap(map, (size_t)st.st_size);
+        return shardlm_fail(e, rc, "%s", err);
+    }
+    const struct shlm_header *h = m.hdr;
+    printf("%s: .shlm version %u, %llu bytes%s\n", path, h->version,
+           (unsigned long long)h->file_bytes, h->shard_count ? " (a weights segment)" : "");
+    if (h->shard_count)
+        printf("shard: rank %u of %u\n", h->shard_rank, h->shard_count);
+    print_config(&h->cfg);
+    printf("scheme: %s", shlm_scheme_name((enum shlm_scheme)h->scheme));
+    if (h->group)
+        printf(", group %u, embedding/head int%u", h->group, h->head_bits);
+    printf("\ntokenizer: %s, %llu bytes, bos %u eos %u\n",
+           h->tok_kind == SHLM_TOK_LLAMA2C ? "llama2.c tokenizer.bin" : "shardlm blob",
+           (unsigned long long)h->tok_bytes, h->bos_id, h->eos_id);
+    uint64_t total = 0, weights = 0;
+    printf("tensors (%u):\n", h->n_tensors);
+    for (uint32_t i = 0; i < h->n_tensors; i++) {
+        const struct shlm_tensor *t = &m.tensors[i];
+        printf("  %-24s %-5s %6u x %-6u %12llu bytes at %llu\n", t->name,
+               dtype_names[t->dtype], t->rows, t->cols, (unsigned long long)t->bytes,
+               (unsigned long long)t->offset);
+        total += t->bytes;
+        weights += (uint64_t)t->rows * t->cols;
+    }
+    printf("tensor bytes: %llu for %llu weights, %.3f bits per weight\n",
+           (unsigned long long)total, (unsigned long long)weights,
+           weights ? (double)total * 8.0 / (double)weights : 0.0);
+    munmap(map, (size_t)st.st_size);
+    return 0;
+}
+
+static int inspect_gguf(const char *path, struct shardlm_err *e)
+{
+    struct gguf_file g;
+    int rc = gguf_open(&g, path, e);
+    if (rc)
+        return rc;
+    printf("%s: GGUF version %u, %llu metadata keys, %llu tensors, %zu bytes\n", path, g.version,
+           (unsigned long long)g.n_kv, (unsigned long long)g.n_tensors, g.size);
+    for (uint64_t i = 0; i < g.n_kv; i++) {
+        const struct gguf_kv *kv = &g.kv[i];
+        printf("  %.*s = ", (int)kv->key.len, kv->key.p);
+        switch (kv->type) {
+        case GGUF_STRING:
+            printf("\"%.*s\"\n", (int)(kv->v.s.len > 80 ? 80 : kv->v.s.len), kv->v.s.p);
+            break;
+        case GGUF_ARRAY:
+            printf("[%llu elements]\n", (unsigned long long)kv->v.arr.n);
+            break;
+        case GGUF_FLOAT32:
+        case GGUF_FLOAT64:
+            printf("%g\n", kv->v.f);
+            break;
+        case GGUF_INT8:
+        case GGUF_INT16:
+        case GGUF_INT32:
+        case GGUF_INT64:
+            printf("%lld\n", (long long)kv->v.i);
+            break;
+        default:
+            printf("%llu\n", (unsigned long long)kv->v.u);
+        }
+    }
+    for (uint64_t i = 0; i < g.n_tensors; i++) {
+        const struct gguf_tensor *t = &g.tensors[i];
+        printf("  %-28.*s type %-2d dims", (int)t->name.len, t->name.p, (int)t->type);
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            printf(" %llu", (unsigned long long)t->dims[d]);
+        printf("\n");
+    }
+    gguf_close(&g);
+    return 0;
+}
+
+int coord_cmd_inspect(int argc, char **argv)
+{
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        printf("usage: shardlm inspect FILE\n"
+               "Prints the architecture, config, scheme, tokenizer and tensor table of a .shlm\n"
+               "file, a GGUF file, a Hugging Face directory or a llama2.c checkpoint.\n");
+        return 0;
+    }
+    if (argc != 2) {
+        fprintf(stderr, "usage: shardlm inspect FILE\n");
+        return 2;
+    }
+    const char *path = argv[1];
+    struct shardlm_err e;
+    char magic[8] = {0};
+    int rc, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block */
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        read(fd, magic, sizeof(magic)) == (ssize_t)sizeof(magic) &&
+        memcmp(magic, SHLM_MAGIC, sizeof(SHLM_MAGIC)) == 0) {
+        rc = inspect_shlm(path, &e);
+    } else if (memcmp(magic, "GGUF", 4) == 0) {
+        rc = inspect_gguf(path, &e);
+    } else if (fd >= 0 && S_ISREG(st.st_mode)) {
+        struct coord_llama2c ck;
+        rc = coord_llama2c_open(&ck, path, &e);
+        if (!rc) {
+            printf("%s: llama2.c checkpoint, %zu bytes\n", path, ck.map_bytes);
+            print_config(&ck.cfg);
+            coord_llama2c_close(&ck);
+        }
+    } else {
+        struct coord_source s;
+        rc = coord_source_open(&s, path, NULL, 0, &e);
+        if (!rc) {
+            printf("%s:\n", path);
+            print_config(&s.cfg);
+            printf("tokenizer: %zu bytes, bos %u eos %u\n", s.tok_len, s.bos_id, s.eos_id);
+            coord_source_close(&s);
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    if (rc) {
+        fprintf(stderr, "shardlm inspect: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}

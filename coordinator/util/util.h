@@ -1,0 +1,52 @@
+/* coordinator/: small shared helpers (file reading, errors, time). */
+#ifndef SHARDLM_COORD_UTIL_H
+#define SHARDLM_COORD_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "common.h"
+
+
+/* Opens the regular file @path read-only (close-on-exec) and fills *@st, without waiting on a FIFO
+ * or a device. Returns the descriptor or -errno with @e naming the file (-EINVAL: not a regular
+ * file, and which kind it is). */
+int coord_open_regular(const char *path, struct stat *st, struct shardlm_err *e);
+
+/* Outputs. A file is written whole under a temporary name beside it (coord_out_open) and renamed
+ * over @path at the end (coord_out_commit), so a failed write leaves what was there. @path must be
+ * absent or a regular file, and none of @inputs (compared by device and inode: a hard link or
+ * another path to an input is caught; for a folder, its *.json and *.safetensors): a device,
+ * FIFO, folder or symbolic link is refused, never replaced. coord_out_check returns 0 or -errno (-EEXIST for
+ * these) with @e set; call it before the work starts. */
+int coord_out_check(const char *path, const char *const *inputs, int n_inputs,
+                    struct shardlm_err *e);
+/* Creates @path's temporary file (@tmp, @len bytes) exclusively. Returns its descriptor or
+ * -errno. */
+int coord_out_open(const char *path, char *tmp, size_t len, struct shardlm_err *e);
+/* Checks @path again and renames @tmp (written, synced and closed) over it, then syncs the
+ * folder. Returns 0 or -errno with @e set; @tmp is removed on failure. */
+int coord_out_commit(const char *tmp, const char *path, struct shardlm_err *e);
+
+/* Reads the whole of @path (at most @max bytes) into a malloc'd buffer. Returns 0 or -errno
+ * with @e set (-EFBIG past @max). Free *@out with free(). */
+int coord_read_file(const char *path, size_t max, uint8_t **out, size_t *len, struct shardlm_err *e);
+
+/* Resident anonymous memory (RssAnon) of process @pid (0: this one) in bytes; 0 if unknown. */
+uint64_t coord_rss_anon(int pid);
+/* Sorts @v ascending in place and returns its median (the mean of the middle two for even n;
+ * 0 for n = 0). For benchmark repetitions. */
+double coord_sort_median(double *v, int n);
+
+/* Maps the regular file @path read-only: *@map (NULL for an empty file) and *@size. Returns 0 or
+ * -errno with @e naming the file. Release with munmap(*map, *size) when *map is not NULL. */
+int coord_map_file(const char *path, void **map, size_t *size, struct shardlm_err *e);
+
+/* Command-line helpers: a one-line "shardlm CMD: message" and the usage text on stderr, returning
+ * exit code 2; strict integer parsing within [lo, hi]. */
+int coord_usage_error(const char *cmd, const char *usage, const char *fmt, const char *arg);
+bool coord_parse_long(const char *s, long lo, long hi, long *out);
+
+#endif
