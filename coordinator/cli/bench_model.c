@@ -287,7 +287,7 @@ int coord_bench_model(int argc, char **argv)
         }
     }
     if (!o.model || optind != argc)
-        return coord_usage_error("bench", usage_bench_model, "-m MODEL is required%s", "");
+        return coord_usage_error("bench", usage_bench_model, "-m MODEL is required");
     if (!o.n_threads)
         o.threads[o.n_threads++] = 0; /* every CPU of the worker */
     cpu_set_t allowed;

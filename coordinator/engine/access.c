@@ -57,43 +57,6 @@ int coord_keygen(const char *dir, struct shardlm_err *e)
     return rc;
 }
 
-int coord_cmd_keygen(int argc, char **argv)
-{
-    static const char usage[] =
-        "usage: shardlm keygen -o DIR\n"
-        "\n"
-        "Writes a CURVE key pair for the coordinator (DIR/server.key) and one for its workers\n"
-        "(DIR/worker.key), 0600 in a 0700 DIR. `--listen tcp://HOST:PORT --keys DIR` then\n"
-        "encrypts the control connection and admits only workers holding DIR/worker.key; an\n"
-        "address other than loopback requires it.\n";
-    static const struct option opts[] = {
-        {"out", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *dir = NULL;
-    int c;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
-        if (c == 'o') {
-            dir = optarg;
-        } else if (c == 'h') {
-            fputs(usage, stdout);
-            return 0;
-        } else {
-            fputs(usage, stderr);
-            return 2;
-        }
-    }
-    if (optind != argc)
-        return coord_usage_error("keygen", usage, "unexpected argument '%s'", argv[optind]);
-    if (!dir)
-        return coord_usage_error("keygen", usage, "-o DIR is required%s", "");
-    struct shardlm_err e;
-    if (coord_keygen(dir, &e)) {
-        fprintf(stderr, "shardlm keygen: %s\n", e.msg);
-        return 1;
-    }
-    printf("wrote %s/%s and %s/%s\n", dir, COORD_KEY_SERVER, dir, COORD_KEY_WORKER);
-    return 0;
-}
-
 /* Whether @host (no brackets) is a loopback address: 127.0.0.0/8, ::1 or localhost. */
 static bool is_loopback(const char *host)
 {

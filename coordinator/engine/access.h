@@ -18,8 +18,6 @@
 
 /* Writes DIR/server.key and DIR/worker.key (0600; DIR made 0700 if missing). */
 int coord_keygen(const char *dir, struct shardlm_err *e);
-/* The CLI: `shardlm keygen -o DIR`. */
-int coord_cmd_keygen(int argc, char **argv);
 
 /* The address to bind for --listen @listen (NULL: none, the ipc default), into @out; whether it
  * is loopback. -EINVAL with @e set for anything but tcp://HOST:PORT or "tcp". */

@@ -195,11 +195,14 @@ int coord_map_file(const char *path, void **map, size_t *size, struct shardlm_er
     return 0;
 }
 
-int coord_usage_error(const char *cmd, const char *usage, const char *fmt, const char *arg)
+int coord_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "shardlm %s: ", cmd);
-    fprintf(stderr, fmt, arg);
+    vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n%s", usage);
+    va_end(ap);
     return 2;
 }
 

@@ -46,7 +46,8 @@ int coord_map_file(const char *path, void **map, size_t *size, struct shardlm_er
 
 /* Command-line helpers: a one-line "shardlm CMD: message" and the usage text on stderr, returning
  * exit code 2; strict integer parsing within [lo, hi]. */
-int coord_usage_error(const char *cmd, const char *usage, const char *fmt, const char *arg);
+int coord_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 bool coord_parse_long(const char *s, long lo, long hi, long *out);
 
 #endif

@@ -1,7 +1,7 @@
 /* coordinator/: `shardlm tokenize` - encode a text or decode ids with the tokenizer of a
  * tokenizer.bin, a GGUF, a tokenizer.json, a tokenizer blob or a .shlm file, told apart by
  * their content. */
-#include "tokcli.h"
+#include "cli.h"
 
 #include "tokenizer.h"
 
@@ -30,10 +30,7 @@ static const char usage[] =
     "  --vocab-size N    entries of a tokenizer.bin (default: as many as it holds exactly)\n"
     "  --decode          the arguments are ids to turn back into text\n";
 
-static int bad_usage(const char *fmt, const char *arg)
-{
-    return coord_usage_error("tokenize", usage, fmt, arg);
-}
+#define bad_usage(...) coord_usage_error("tokenize", usage, __VA_ARGS__)
 
 static int run(const char *path, long vocab_size, bool decode, unsigned flags, int n_args,
                char **args, struct shardlm_err *e)
@@ -149,12 +146,12 @@ int coord_cmd_tokenize(int argc, char **argv)
         }
     }
     if (!path)
-        return bad_usage("--tokenizer FILE is required%s", "");
+        return bad_usage("--tokenizer FILE is required");
     int n_args = argc - optind;
     if (decode && n_args < 1)
-        return bad_usage("--decode needs at least one id%s", "");
+        return bad_usage("--decode needs at least one id");
     if (decode && flags)
-        return bad_usage("--bos, --eos, --add-special and --special are for encoding%s", "");
+        return bad_usage("--bos, --eos, --add-special and --special are for encoding");
     if (!decode && n_args != 1)
         return bad_usage("expected one TEXT argument (quote it), got %s", n_args ? "more" : "none");
     for (int i = 0; decode && i < n_args; i++) { /* the range needs the vocabulary: later */

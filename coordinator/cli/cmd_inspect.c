@@ -1,6 +1,6 @@
 /* coordinator/: `shardlm inspect FILE` - architecture, config, scheme, tokenizer, tensor table
  * and sizes of a .shlm file or of any input `convert` reads. */
-#include "inspect.h"
+#include "cli.h"
 
 #include "gguf.h"
 #include "llama2c.h"

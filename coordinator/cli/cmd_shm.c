@@ -1,5 +1,5 @@
 /* coordinator/: `shardlm shm list|purge` - the segments in the runtime directory. */
-#include "shmcli.h"
+#include "cli.h"
 
 #include "seg.h"
 #include "shlm.h"

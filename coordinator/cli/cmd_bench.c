@@ -52,10 +52,8 @@ struct bench_opts {
     int n_cpus;
 };
 
-static int bench_bad_usage(const char *fmt, const char *arg)
-{
-    return coord_usage_error("bench allreduce", usage_bench_allreduce, fmt, arg);
-}
+#define bench_bad_usage(...)                                                                       \
+    coord_usage_error("bench allreduce", usage_bench_allreduce, __VA_ARGS__)
 
 /* Parses "a,b,c" (at most BENCH_MAX_LIST values in lo..hi) into @out. Returns how many, or -1. */
 static int bench_parse_list(const char *s, long lo, long hi, long *out)

@@ -1,0 +1,83 @@
+/* coordinator/cli/cli.h: the commands of `shardlm` and what they share. Each command gets argv
+ * starting at its own name, parses its options, runs, and returns the exit code: 0 ok, 1 failure
+ * (one line "shardlm <command>: <what went wrong>" on stderr), 2 bad usage (that line and the
+ * usage), 128 + signal when a signal stopped it. --help prints the usage to stdout and returns 0.
+ */
+#ifndef SHARDLM_COORD_CLI_H
+#define SHARDLM_COORD_CLI_H
+
+#include "engine.h"
+#include "util.h"
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+int coord_cmd_convert(int argc, char **argv);
+int coord_cmd_synth(int argc, char **argv);
+int coord_cmd_inspect(int argc, char **argv);
+int coord_cmd_tokenize(int argc, char **argv);
+int coord_cmd_generate(int argc, char **argv);
+int coord_cmd_load(int argc, char **argv);
+int coord_cmd_shm(int argc, char **argv);
+int coord_cmd_keygen(int argc, char **argv);
+int coord_cmd_eval(int argc, char **argv);
+int coord_cmd_bench(int argc, char **argv);
+
+/* The help of the engine options, for each engine command's usage text. */
+#define LAYOUT_HELP                                                                                \
+    "  --workers N     tensor-parallel workers (default: one per NUMA node, all its CPUs;\n"       \
+    "                  more workers than nodes split the nodes' CPUs)\n"                           \
+    "  --threads T     threads per worker (default: one per CPU of the worker)\n"                  \
+    "  --cpus LIST     each worker's CPUs, workers separated by ':' (e.g. 0-3:4-7); CPUs may be\n" \
+    "                  shared between workers this way\n"
+
+#define ACCESS_HELP                                                                                \
+    "  --listen EP     where workers reach the coordinator: tcp (127.0.0.1, a free port) or\n"     \
+    "                  tcp://HOST:PORT (default: a socket in the private runtime directory)\n"     \
+    "  --keys DIR      CURVE keys of `shardlm keygen`: encrypt the connection and admit only\n"    \
+    "                  workers holding DIR/worker.key (required for an address off loopback)\n"
+
+#define LOAD_HELP                                                                                  \
+    "  --no-persist    weights in memfds that go with the processes; by default each worker's\n"   \
+    "                  weights stay in the runtime directory, so the next start on the same "      \
+    "model\n"                                                                                      \
+    "                  and layout maps them instead of reading the file (`shardlm shm purge`)\n"   \
+    "  --verify        check such a segment's data against its checksums before using it (a\n"     \
+    "                  warm start trusts its header alone; `shardlm shm verify` checks them "      \
+    "all)\n"                                                                                       \
+    "  --io MODE       how the file is read: auto (default: buffered when it is in the page "      \
+    "cache,\n"                                                                                     \
+    "                  else O_DIRECT), direct (buffered where the filesystem refuses O_DIRECT)\n"  \
+    "                  or buffered\n"                                                              \
+    "  --restarts N    a worker that dies is started again on its CPUs over the same segments "    \
+    "and\n"                                                                                        \
+    "                  the step re-run, up to N times per step (default 3; 0: fail at once)\n"     \
+    "  --stats         load report on stderr: bytes read and GB/s, segments, peak anonymous\n"     \
+    "                  memory per process, time to ready (and to the first token); last line\n"    \
+    "                  load segments_bytes=<n> peak_anon_bytes=<n> seconds=<s>\n"
+
+/* The getopt_long entries of the engine options (each command's own follow or precede them). */
+#define ENGINE_OPTIONS                                                                             \
+    {"model", required_argument, 0, 'm'}, {"verbose", no_argument, 0, 'v'},                        \
+        {"workers", required_argument, 0, 'W'}, {"threads", required_argument, 0, 'H'},            \
+        {"cpus", required_argument, 0, 'C'}, {"no-persist", no_argument, 0, 'N'},                  \
+        {"io", required_argument, 0, 'I'}, {"stats", no_argument, 0, 'Z'},                         \
+        {"verify", no_argument, 0, 'V'}, {"listen", required_argument, 0, 'L'},                    \
+        {"keys", required_argument, 0, 'K'},                                                       \
+    {                                                                                              \
+        "restarts", required_argument, 0, 'X'                                                      \
+    }
+
+/* One of the engine options (@c from getopt_long, its value in optarg) into @o. Returns 1 if @c
+ * was one of them, 0 if not, -1 on a bad value with @why naming the option and what it takes. */
+int coord_cli_engine_option(int c, struct coord_engine_opts *o, char *why, size_t len);
+/* An argument left after an engine command's options: the usage error naming it (exit code 2). */
+int coord_cli_extra_argument(const char *cmd, const char *usage, char **argv);
+/* The exit code of command @cmd that returned @rc (0 or -errno with @e set), after printing its
+ * one-line error: 128 + signal for -EINTR after a signal, else 1. */
+int coord_cli_exit(const char *cmd, int rc, const struct shardlm_err *e);
+/* Strict float parsing: all of @s, finite, within [@lo, @hi]. */
+bool coord_cli_parse_float(const char *s, float lo, float hi, float *out);
+
+#endif

@@ -1,0 +1,67 @@
+/* coordinator/cli/cmd_eval.c: `shardlm eval` - options, then coord_eval. */
+#include "cli.h"
+#include "generate.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_eval[] =
+    "usage: shardlm eval -m MODEL.shlm --ref DIR [--save DIR [--overwrite]] [--workers N]\n"
+    "                    [--threads T] [--cpus LIST] [--no-persist] [--io MODE] [--stats]\n"
+    "                    [--verify] [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
+    "\n"
+    "Feeds the token sequences of DIR/greedy.tsv (prompt, prompt ids, generated ids, text file,\n"
+    "logits file) and compares the model's logits with the reference float32 logits: per prompt\n"
+    "and overall, the mean KL divergence KL(ref || model), the top-1 agreement and the\n"
+    "perplexity of the sequence. The last line reads\n"
+    "  overall kld=<mean> top1=<fraction> ppl=<value>\n"
+    "  --save DIR      also write this model's logits to DIR in the same format, to compare\n"
+    "                  another model or layout against it (not the --ref folder; files there\n"
+    "                  are never replaced unless --overwrite)\n" LAYOUT_HELP LOAD_HELP ACCESS_HELP;
+
+int coord_cmd_eval(int argc, char **argv)
+{
+    struct coord_eval_opts o = {0};
+    static const struct option opts[] = {{"ref", required_argument, 0, 'r'},
+                                         {"save", required_argument, 0, 's'},
+                                         {"overwrite", no_argument, 0, 'O'},
+                                         {"help", no_argument, 0, 'h'},
+                                         ENGINE_OPTIONS,
+                                         {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
+        char why[160];
+        int eo = coord_cli_engine_option(c, &o.engine, why, sizeof(why));
+        if (eo < 0)
+            return coord_usage_error("eval", usage_eval, "%s", why);
+        if (eo)
+            continue;
+        switch (c) {
+        case 's':
+            o.save_dir = optarg;
+            break;
+        case 'O':
+            o.overwrite = true;
+            break;
+        case 'r':
+            o.ref_dir = optarg;
+            break;
+        case 'h':
+            fputs(usage_eval, stdout);
+            return 0;
+        default:
+            fputs(usage_eval, stderr);
+            return 2;
+        }
+    }
+    if (optind != argc)
+        return coord_cli_extra_argument("eval", usage_eval, argv);
+    if (!o.engine.model_path || !o.ref_dir)
+        return coord_usage_error("eval", usage_eval, "-m and --ref are required");
+    coord_signals_install();
+    struct shardlm_err e = {{0}};
+    return coord_cli_exit("eval", coord_eval(&o, &e), &e);
+}

@@ -1,0 +1,60 @@
+/* coordinator/cli/cmd_load.c: `shardlm load` - start the engine (building or finding the weights
+ * segments), report, stop. */
+#include "cli.h"
+#include "engine.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_load[] =
+    "usage: shardlm load -m MODEL.shlm [--workers N] [--threads T] [--cpus LIST] [--no-persist]\n"
+    "                    [--verify] [--io MODE] [--stats] [--restarts N] [--listen EP]\n"
+    "                    [--keys DIR] [--verbose]\n"
+    "\n"
+    "Loads the model as generate would - the weights segments of its workers, built from the file\n"
+    "or found complete from an earlier run - starts the workers, and stops. Without --no-persist\n"
+    "the segments stay, so a later generate with the same layout starts warm.\n" LAYOUT_HELP
+        LOAD_HELP ACCESS_HELP "  --verbose       worker layout on stderr\n";
+
+int coord_cmd_load(int argc, char **argv)
+{
+    struct coord_engine_opts o = {0};
+    static const struct option opts[] = {
+        {"help", no_argument, 0, 'h'}, ENGINE_OPTIONS, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
+        char why[160];
+        int eo = coord_cli_engine_option(c, &o, why, sizeof(why));
+        if (eo < 0)
+            return coord_usage_error("load", usage_load, "%s", why);
+        if (eo)
+            continue;
+        if (c == 'h') {
+            fputs(usage_load, stdout);
+            return 0;
+        }
+        fputs(usage_load, stderr);
+        return 2;
+    }
+    if (optind != argc)
+        return coord_cli_extra_argument("load", usage_load, argv);
+    if (!o.model_path)
+        return coord_usage_error("load", usage_load, "-m is required");
+    coord_signals_install();
+    struct shardlm_err e = {{0}};
+    struct coord_engine g;
+    int rc = coord_engine_start(&g, &o, &e);
+    if (rc)
+        return coord_cli_exit("load", rc, &e);
+    if (o.load.stats)
+        coord_engine_print_stats(&g, 0, stderr);
+    else
+        fprintf(stderr, "shardlm: %d weights segment%s ready (%d built, %d found complete)%s%s\n",
+                g.n_ranks, g.n_ranks > 1 ? "s" : "", g.stats.built, g.stats.reused,
+                o.load.no_persist ? "" : " in ", o.load.no_persist ? "" : g.rundir);
+    coord_engine_stop(&g);
+    return 0;
+}

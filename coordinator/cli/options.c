@@ -1,0 +1,110 @@
+/* coordinator/cli/options.c: what the commands share - the engine options (layout, load, access,
+ * restarts) and their parsing, number parsing, the exit code of a failed command. */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+bool coord_cli_parse_float(const char *s, float lo, float hi, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* The options of every command that starts the engine: layout (--workers/--threads/--cpus),
+ * load (--no-persist/--io/--stats), access (--listen/--keys), --restarts, -m and --verbose.
+ * Returns 1 if @c was one of them, 0 if not, -1 on a bad value with @why naming the option and
+ * what it takes. */
+int coord_cli_engine_option(int c, struct coord_engine_opts *o, char *why, size_t len)
+{
+    long v;
+    const char *opt, *want; /* for a bad value */
+    switch (c) {
+    case 'W':
+        if (!coord_parse_long(optarg, 1, 256, &v)) {
+            opt = "--workers", want = "a count 1..256";
+            goto bad;
+        }
+        o->layout.workers = (int)v;
+        return 1;
+    case 'H':
+        if (!coord_parse_long(optarg, 1, 4096, &v)) {
+            opt = "--threads", want = "a count 1..4096";
+            goto bad;
+        }
+        o->layout.threads = (int)v;
+        return 1;
+    case 'C':
+        o->layout.cpus = optarg;
+        return 1;
+    case 'N':
+        o->load.no_persist = true;
+        return 1;
+    case 'I':
+        if (coord_io_parse(optarg, &o->load.io)) {
+            opt = "--io", want = "auto, direct or buffered";
+            goto bad;
+        }
+        return 1;
+    case 'Z':
+        o->load.stats = true;
+        return 1;
+    case 'V':
+        o->load.verify = true;
+        return 1;
+    case 'L':
+        o->access.listen = optarg;
+        return 1;
+    case 'K':
+        o->access.keys = optarg;
+        return 1;
+    case 'X': /* 0 asks for none: the engine's -1 (its 0 is the default) */
+        if (!coord_parse_long(optarg, 0, 100, &v)) {
+            opt = "--restarts", want = "a count 0..100";
+            goto bad;
+        }
+        o->restarts = v ? (int)v : -1;
+        return 1;
+    case 'm':
+        o->model_path = optarg;
+        return 1;
+    case 'v':
+        o->verbose = true;
+        return 1;
+    }
+    return 0;
+bad:
+    snprintf(why, len, "%s '%s': expected %s", opt, optarg, want);
+    return -1;
+}
+
+/* The end of an engine command's options: none may be left but the ones it takes. */
+int coord_cli_extra_argument(const char *cmd, const char *usage, char **argv)
+{
+    return coord_usage_error(cmd, usage,
+                             "unexpected argument '%s' (a prompt with spaces needs "
+                             "quotes)",
+                             argv[optind]);
+}
+
+int coord_cli_exit(const char *cmd, int rc, const struct shardlm_err *e)
+{
+    if (rc == 0)
+        return 0;
+    if (rc == -EINTR && coord_stop_signal) {
+        fprintf(stderr, "shardlm %s: stopped by signal %d\n", cmd, (int)coord_stop_signal);
+        return 128 + (int)coord_stop_signal;
+    }
+    /* every failure says something, even one whose message nobody set */
+    fprintf(stderr, "shardlm %s: %s\n", cmd, e->msg[0] ? e->msg : strerror(-rc));
+    return 1;
+}
