@@ -1,0 +1,50 @@
+/* shm/fault.c: the fault-injection counters (see fault.h). */
+#include "fault.h"
+
+#include <stdatomic.h>
+
+static struct {
+    atomic_long nth;   /* the call that fails, 0: disarmed */
+    atomic_long calls; /* calls since armed */
+    atomic_bool fired;
+} sites[SHARDLM_FAULT_N_SITES];
+
+static const char *const names[SHARDLM_FAULT_N_SITES] = {
+    [SHARDLM_FAULT_MALLOC] = "malloc", [SHARDLM_FAULT_MMAP] = "mmap",
+    [SHARDLM_FAULT_FALLOCATE] = "fallocate", [SHARDLM_FAULT_MBIND] = "mbind",
+    [SHARDLM_FAULT_URING] = "io_uring",
+};
+
+const char *shardlm_fault_name(enum shardlm_fault_site site)
+{
+    return (unsigned)site < SHARDLM_FAULT_N_SITES ? names[site] : "?";
+}
+
+bool shardlm_fault(enum shardlm_fault_site site)
+{
+    long nth = atomic_load_explicit(&sites[site].nth, memory_order_relaxed);
+    if (nth == 0)
+        return false;
+    if (atomic_fetch_add(&sites[site].calls, 1) + 1 != nth)
+        return false;
+    atomic_store(&sites[site].fired, true);
+    return true;
+}
+
+void shardlm_fault_arm(enum shardlm_fault_site site, long nth)
+{
+    atomic_store(&sites[site].nth, 0);
+    atomic_store(&sites[site].calls, 0);
+    atomic_store(&sites[site].fired, false);
+    atomic_store(&sites[site].nth, nth);
+}
+
+long shardlm_fault_calls(enum shardlm_fault_site site)
+{
+    return atomic_load(&sites[site].calls);
+}
+
+bool shardlm_fault_fired(enum shardlm_fault_site site)
+{
+    return atomic_load(&sites[site].fired);
+}
