@@ -379,9 +379,14 @@ static void test_worker_dies_mid_generation(void **state)
     free(r);
 }
 
+/* What shardlm can leave in /dev/shm: its default runtime directory, shardlm-<uid> (this test's
+ * runs use their own SHARDLM_RUNTIME_DIR, checked by assert_runtime_clean). */
+#define SHARDLM_SHM_ENTRIES "ls -A /dev/shm | grep '^shardlm' || true"
+
 struct coord_kill {
     int rc;
     uint64_t at_ns;
+    char foreign[64]; /* a file of "another program" in /dev/shm */
 };
 
 static uint64_t mono_ns(void)
@@ -394,25 +399,31 @@ static uint64_t mono_ns(void)
 static void kill_coordinator_later(pid_t pid, void *arg)
 {
     struct coord_kill *k = arg;
+    /* another program's file appears in /dev/shm meanwhile: not shardlm's, so not compared */
+    int fd = open(k->foreign, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
     usleep(500 * 1000);
     k->rc = kill(pid, SIGKILL);
     k->at_ns = mono_ns();
 }
 
 /* The coordinator killed (SIGKILL) in the middle of a generation with two workers: they exit by
- * themselves within 2 s (parent-death signal), /dev/shm holds what it held before, and the next
- * start removes the dead coordinator's run files (KV, exchange, socket). */
+ * themselves within 2 s (parent-death signal), shardlm's entries in /dev/shm are what they were
+ * before (other programs' may come and go meanwhile), and the next start removes the dead
+ * coordinator's run files (KV, exchange, socket). */
 static void test_coordinator_dies(void **state)
 {
     struct tu_run *r = malloc(sizeof(*r));
     char model[4200], before[8192], after[8192];
     tu_path(model, sizeof(model), "%s/w4a8g128.shlm", dir);
-    tu_cmd_output("ls -A /dev/shm", before, sizeof(before));
+    tu_cmd_output(SHARDLM_SHM_ENTRIES, before, sizeof(before));
     char *argv[] = {(char *)tu_bin(),   "generate", "-m",  model,    "-p",
                     "Once upon a time", "-n",       "400", "--temp", "0",
                     "--cpus",           "0:0",      NULL};
     char *env[] = {env_rundir, "SHARDLM_FAULT=step_delay_ms=20", NULL};
     struct coord_kill k = {.rc = -1};
+    snprintf(k.foreign, sizeof(k.foreign), "/dev/shm/e2e-foreign-%d", (int)getpid());
     tu_run_cmd(r, argv, env, 60, kill_coordinator_later, &k);
     /* the workers hold the output pipes too: tu_run_cmd returned when the last one exited */
     double gone = (double)(mono_ns() - k.at_ns) / 1e9;
@@ -426,7 +437,8 @@ static void test_coordinator_dies(void **state)
     run_shardlm(r, gen, NULL);
     assert_int_equal(r->status, 0);
     assert_runtime_clean();
-    tu_cmd_output("ls -A /dev/shm", after, sizeof(after));
+    tu_cmd_output(SHARDLM_SHM_ENTRIES, after, sizeof(after));
+    unlink(k.foreign);
     assert_string_equal(before, after);
     free(r);
 }

@@ -241,9 +241,8 @@ static void test_top_p_stays_in_nucleus(void **state)
 }
 
 /* A cut below 1/n on a near-flat distribution: the nucleus is the single most likely token.
- * FIXME: fails until coord_sample() keeps the most likely token when its pre-filter drops every
- * token. The filter keeps p >= (1 - top_p) / (n - 1), here 0.317, above every probability; then
- * m == 0 and the sampler returns scratch[-1].id, a read before its buffer (sampler.c:95). The
+ * The pre-filter keeps p >= (1 - top_p) / (n - 1), here 0.317, above every probability, so it
+ * keeps none: the sampler then takes the most likely token (it once read scratch[-1] here). The
  * CLI allows --top-p down to 1e-6 and --temp up to 100, which flattens any distribution. */
 static void test_top_p_below_uniform_mass(void **state)
 {
