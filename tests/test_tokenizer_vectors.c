@@ -611,6 +611,35 @@ static void test_blob_flips(void **state)
     free(blob);
 }
 
+/* Blobs written by an earlier build (the seeds of tests/fuzz/corpus/tokblob, as .shlm files
+ * made then carry them) load as they are, checksum included, and save to the same bytes: the
+ * format, and the FNV-1a that ends it (shlm_fnv1a()), must not change under them. */
+static void test_blobs_made_before(void **state)
+{
+    static const char *const names[] = {"tiny-bytelevel", "llama2c-tok512",
+                                         "llama3-split-bytelevel", "digits-string-split",
+                                         "metaspace-first-split"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char p[4200];
+        size_t len = 0, l2;
+        tu_path(p, sizeof(p), "%s/tests/fuzz/corpus/tokblob/%s", tu_src(), names[i]);
+        uint8_t *buf = (uint8_t *)tu_slurp(p, &len), *again;
+        assert_non_null(buf);
+        struct coord_tok t;
+        struct shardlm_err e;
+        int rc = coord_tok_load(&t, buf, len, names[i], &e);
+        if (rc)
+            fprintf(stderr, "%s\n", e.msg);
+        assert_int_equal(rc, 0);
+        assert_int_equal(coord_tok_save(&t, &again, &l2), 0);
+        assert_int_equal(l2, len);
+        assert_memory_equal(again, buf, len);
+        free(again);
+        coord_tok_free(&t);
+        free(buf);
+    }
+}
+
 /* A llama2.c tokenizer.bin from the test data (@data) or the source tree. */
 static void open_bin(const char *rel, int data, struct coord_tok *t)
 {
@@ -871,7 +900,7 @@ int main(void)
         cmocka_unit_test(test_hf_malformed),  cmocka_unit_test(test_blob_flips),
         cmocka_unit_test(test_cli),           cmocka_unit_test(test_linear_time),
         cmocka_unit_test(test_llama2c_is_gguf), cmocka_unit_test(test_bench_tokenizer),
-        cmocka_unit_test(test_generate_utf8),
+        cmocka_unit_test(test_generate_utf8), cmocka_unit_test(test_blobs_made_before),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
