@@ -75,14 +75,6 @@ static uint32_t hash_ids(const int32_t *v, size_t n)
     return h ^ (h >> 15);
 }
 
-static uint64_t fnv64(const uint8_t *p, size_t n)
-{
-    uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
 /* Bytes of the UTF-8 character whose first byte is @c (llama.cpp unicode_len_utf8: a stray
  * continuation byte counts as one). */
 static size_t utf8_len(unsigned char c)
@@ -1569,7 +1561,7 @@ int coord_tok_save(const struct coord_tok *t, uint8_t **buf, size_t *len)
         memcpy(o, t->patterns[i], l);
         o += l;
     }
-    uint64_t h = fnv64(b, (size_t)(o - b));
+    uint64_t h = shlm_fnv1a(SHLM_FNV_OFFSET, b, (size_t)(o - b));
     memcpy(o, &h, 8);
     o += 8;
     *buf = b;
@@ -1607,7 +1599,7 @@ int coord_tok_load(struct coord_tok *t, const uint8_t *buf, size_t len, const ch
                           BLOB_VERSION);
     uint64_t h;
     memcpy(&h, buf + len - 8, 8);
-    if (h != fnv64(buf, len - 8))
+    if (h != shlm_fnv1a(SHLM_FNV_OFFSET, buf, len - 8))
         return shardlm_fail(e, -EINVAL, "%s: tokenizer blob checksum mismatch (corrupt)", what);
     struct tok_src s = {.type = (enum coord_tok_type)f[1], .flags = f[2], .n = (int)f[3],
                         .max_token_length = (int)f[4], .bos = (int32_t)f[5], .eos = (int32_t)f[6],

@@ -15,7 +15,7 @@
  *   i32 bos, eos, unk, u32 n_merges, u32 n_patterns,
  *   f32 score[n_vocab], u8 attr[n_vocab], per token u32 length + bytes,
  *   per merge u32 left id + u32 right id (in rank order),
- *   per pattern u32 length + bytes, u64 FNV-1a of everything before it.
+ *   per pattern u32 length + bytes, u64 FNV-1a of everything before it (shlm_fnv1a()).
  */
 #ifndef SHARDLM_COORD_TOKENIZER_H
 #define SHARDLM_COORD_TOKENIZER_H
