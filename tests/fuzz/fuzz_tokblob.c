@@ -1,4 +1,4 @@
-/* Fuzz target for the tokenizer blob parser (coordinator/tokenizer.c, coord_tok_load: .shlm
+/* Fuzz target for the tokenizer blob parser (coordinator/tok/blob.c, coord_tok_load: .shlm
  * tok_kind 2) and the encoder over what it accepts.
  *
  * Input: a blob. Its trailing checksum is recomputed first, so mutations reach the parser
