@@ -29,10 +29,18 @@ static uint64_t hash_word(uint64_t h, uint64_t w)
     return h ^ (h >> 29);
 }
 
+uint64_t shlm_fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * FNV_PRIME;
+    return h;
+}
+
 void shlm_hash_init(struct shlm_hasher *s)
 {
     memset(s, 0, sizeof(*s));
-    s->h = 0xcbf29ce484222325ull;
+    s->h = SHLM_FNV_OFFSET;
 }
 
 void shlm_hash_update(struct shlm_hasher *s, const void *p, size_t n)
@@ -62,10 +70,7 @@ void shlm_hash_update(struct shlm_hasher *s, const void *p, size_t n)
 
 uint64_t shlm_hash_final(const struct shlm_hasher *s)
 {
-    uint64_t h = s->h;
-    for (unsigned i = 0; i < s->npart; i++) /* the tail bytes one by one */
-        h = (h ^ s->part[i]) * FNV_PRIME;
-    return h ^ s->n;
+    return shlm_fnv1a(s->h, s->part, s->npart) ^ s->n; /* the tail bytes one by one */
 }
 
 uint64_t shlm_hash(const void *p, size_t n)

@@ -89,6 +89,11 @@ struct shlm_model {
 
 /* 64-bit FNV-1a over 8-byte words (then the tail bytes): corruption detection, not security. */
 uint64_t shlm_hash(const void *p, size_t n);
+#define SHLM_FNV_OFFSET 0xcbf29ce484222325ull /* FNV-1a's 64-bit offset basis */
+/* Plain 64-bit FNV-1a over the @n bytes at @p, from @h (SHLM_FNV_OFFSET to start): the step
+ * shlm_hash() ends with, and the checksum that ends a tokenizer blob (coordinator/tok/blob.c;
+ * .shlm files already made carry such blobs, so its bytes stay as they are). */
+uint64_t shlm_fnv1a(uint64_t h, const void *p, size_t n);
 /* The same hash over bytes that arrive in pieces of any size: init, update in order, final. */
 struct shlm_hasher {
     uint64_t h, n;

@@ -263,12 +263,39 @@ static void test_untied_classifier(void **state)
     free(ck);
 }
 
+/* The hashes' values, which files already made carry: shlm_fnv1a() is FNV-1a 64 (the
+ * reference's test vectors), shlm_hash() as it was when they were written, whole or in pieces. */
+static void test_hash_values(void **state)
+{
+    assert_true(shlm_fnv1a(SHLM_FNV_OFFSET, "", 0) == 0xcbf29ce484222325ull);
+    assert_true(shlm_fnv1a(SHLM_FNV_OFFSET, "a", 1) == 0xaf63dc4c8601ec8cull);
+    assert_true(shlm_fnv1a(SHLM_FNV_OFFSET, "foobar", 6) == 0x85944171f73967e8ull);
+    assert_true(shlm_fnv1a(shlm_fnv1a(SHLM_FNV_OFFSET, "foo", 3), "bar", 3) ==
+                0x85944171f73967e8ull);
+    const char *s = "The quick brown fox jumps over the lazy dog";
+    static const struct {
+        size_t n;
+        uint64_t h;
+    } want[] = {{0, 0xcbf29ce484222325ull}, {1, 0xaf64094c86023902ull},
+                {7, 0xcc0ce71093e2e652ull}, {8, 0xc8395a4064efe33aull},
+                {9, 0x2957b46b839f5032ull}, {43, 0x0d97aa5f5531d72cull}};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        assert_true(shlm_hash(s, want[i].n) == want[i].h);
+        struct shlm_hasher h;
+        shlm_hash_init(&h);
+        for (size_t k = 0; k < want[i].n; k += 3)
+            shlm_hash_update(&h, s + k, want[i].n - k < 3 ? want[i].n - k : 3);
+        assert_true(shlm_hash_final(&h) == want[i].h);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_every_scheme),
         cmocka_unit_test(test_corruptions),
         cmocka_unit_test(test_untied_classifier),
+        cmocka_unit_test(test_hash_values),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

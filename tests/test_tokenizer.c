@@ -1,4 +1,4 @@
-/* coordinator/tokenizer: llama2.c SentencePiece-BPE encode/decode against the golden ids, and
+/* coordinator/tok: llama2.c SentencePiece-BPE encode/decode against the golden ids, and
  * hostile tokenizer.bin files. */
 #include <setjmp.h>
 #include <stdarg.h>

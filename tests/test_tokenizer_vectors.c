@@ -1,4 +1,4 @@
-/* coordinator/tokenizer: llama.cpp's tokenizer test vectors (tests/data/tokenizers: llama-spm,
+/* coordinator/tok: llama.cpp's tokenizer test vectors (tests/data/tokenizers: llama-spm,
  * phi-3, gpt-2), round trips, the blob (save/load, every truncation, byte flips), Hugging Face
  * tokenizer.json sources written here by hand, and malformed ones.
  *
@@ -15,6 +15,7 @@
 
 #include "bench.h"
 #include "gguf.h"
+#include "shlm.h"
 #include "testutil.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -584,9 +585,7 @@ static void test_blob_flips(void **state)
             continue;
         /* unpatched: the checksum refuses it */
         assert_int_equal(coord_tok_load(&u, c, bl, "flip", &e), -EINVAL);
-        uint64_t h = 14695981039346656037ull;
-        for (size_t i = 0; i + 8 < bl; i++)
-            h = (h ^ c[i]) * 1099511628211ull;
+        uint64_t h = shlm_fnv1a(SHLM_FNV_OFFSET, c, bl - 8);
         memcpy(c + bl - 8, &h, 8);
         if (coord_tok_load(&u, c, bl, "flip", &e) != 0)
             continue;
@@ -609,6 +608,35 @@ static void test_blob_flips(void **state)
     fprintf(stderr, "byte flips: %d of 4000 blobs still loaded\n", loaded);
     free(c);
     free(blob);
+}
+
+/* Blobs written by an earlier build (the seeds of tests/fuzz/corpus/tokblob, as .shlm files
+ * made then carry them) load as they are, checksum included, and save to the same bytes: the
+ * format, and the FNV-1a that ends it (shlm_fnv1a()), must not change under them. */
+static void test_blobs_made_before(void **state)
+{
+    static const char *const names[] = {"tiny-bytelevel", "llama2c-tok512",
+                                         "llama3-split-bytelevel", "digits-string-split",
+                                         "metaspace-first-split"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char p[4200];
+        size_t len = 0, l2;
+        tu_path(p, sizeof(p), "%s/tests/fuzz/corpus/tokblob/%s", tu_src(), names[i]);
+        uint8_t *buf = (uint8_t *)tu_slurp(p, &len), *again;
+        assert_non_null(buf);
+        struct coord_tok t;
+        struct shardlm_err e;
+        int rc = coord_tok_load(&t, buf, len, names[i], &e);
+        if (rc)
+            fprintf(stderr, "%s\n", e.msg);
+        assert_int_equal(rc, 0);
+        assert_int_equal(coord_tok_save(&t, &again, &l2), 0);
+        assert_int_equal(l2, len);
+        assert_memory_equal(again, buf, len);
+        free(again);
+        coord_tok_free(&t);
+        free(buf);
+    }
 }
 
 /* A llama2.c tokenizer.bin from the test data (@data) or the source tree. */
@@ -871,7 +899,7 @@ int main(void)
         cmocka_unit_test(test_hf_malformed),  cmocka_unit_test(test_blob_flips),
         cmocka_unit_test(test_cli),           cmocka_unit_test(test_linear_time),
         cmocka_unit_test(test_llama2c_is_gguf), cmocka_unit_test(test_bench_tokenizer),
-        cmocka_unit_test(test_generate_utf8),
+        cmocka_unit_test(test_generate_utf8), cmocka_unit_test(test_blobs_made_before),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

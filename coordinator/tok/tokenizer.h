@@ -1,4 +1,4 @@
-/* coordinator/: tokenizers - one type, three algorithms, several sources.
+/* coordinator/tok/tokenizer.h: tokenizers - one type, three algorithms, several sources.
  *
  *   COORD_TOK_SPM_LLAMA2C  llama2.c tokenizer.bin: SentencePiece BPE by piece score, plain ' '
  *                          spaces, byte fallback to ids 3 + byte (run.c's rules, exactly).
@@ -15,7 +15,10 @@
  *   i32 bos, eos, unk, u32 n_merges, u32 n_patterns,
  *   f32 score[n_vocab], u8 attr[n_vocab], per token u32 length + bytes,
  *   per merge u32 left id + u32 right id (in rank order),
- *   per pattern u32 length + bytes, u64 FNV-1a of everything before it.
+ *   per pattern u32 length + bytes, u64 FNV-1a of everything before it (shlm_fnv1a()).
+ *
+ * The files: tokenizer.c (the type, its tables, free, the source a file is), encode.c, decode.c,
+ * from_llama2c.c, from_gguf.c, from_hf_json.c, blob.c; tok_internal.h is what they share.
  */
 #ifndef SHARDLM_COORD_TOKENIZER_H
 #define SHARDLM_COORD_TOKENIZER_H
@@ -88,7 +91,7 @@ struct coord_tok {
     int n_patterns;
     char *patterns[COORD_TOK_MAX_PATTERNS]; /* pre-tokenizer regexes, applied in turn */
 
-    /* private to tokenizer.c */
+    /* private to coordinator/tok/ */
     void *re[COORD_TOK_MAX_PATTERNS]; /* pcre2_code_8 * */
     void *mctx;                       /* pcre2_match_context_8 *: match limits */
     char *arena;                      /* the pieces */

@@ -1,4 +1,4 @@
-/* Fuzz target for the tokenizer blob parser (coordinator/tokenizer.c, coord_tok_load: .shlm
+/* Fuzz target for the tokenizer blob parser (coordinator/tok/blob.c, coord_tok_load: .shlm
  * tok_kind 2) and the encoder over what it accepts.
  *
  * Input: a blob. Its trailing checksum is recomputed first, so mutations reach the parser
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shlm.h"
 #include "tokenizer.h"
 
 static const char text[] =
@@ -22,9 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(buf, data, size);
     if (size >= 8) { /* FNV-1a 64 of everything before the last 8 bytes */
-        uint64_t h = 14695981039346656037ull;
-        for (size_t i = 0; i < size - 8; i++)
-            h = (h ^ buf[i]) * 1099511628211ull;
+        uint64_t h = shlm_fnv1a(SHLM_FNV_OFFSET, buf, size - 8);
         memcpy(buf + size - 8, &h, 8);
     }
     struct coord_tok t;

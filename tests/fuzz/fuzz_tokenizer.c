@@ -1,5 +1,5 @@
 /* Fuzz target for the tokenizer.bin parser and the encoder over what it accepts
- * (coordinator/tokenizer.c).
+ * (coordinator/tok/from_llama2c.c, encode.c, decode.c).
  *
  * Input: 2 bytes little-endian v, the vocabulary size is v % 1024 + 1; the rest is the
  * tokenizer.bin image. When coord_tok_init() accepts it, a fixed ASCII text is encoded (with BOS

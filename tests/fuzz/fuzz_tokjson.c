@@ -1,4 +1,4 @@
-/* Fuzz target for the Hugging Face tokenizer.json builder (coordinator/tokenizer.c,
+/* Fuzz target for the Hugging Face tokenizer.json builder (coordinator/tok/from_hf_json.c,
  * coord_tok_from_hf_json).
  *
  * Input: tokenizer.json text. A refusal must be one line naming the input. What is accepted
