@@ -3,7 +3,7 @@
  * download. The llama-compatible shapes load in llama.cpp unchanged. */
 #include "synth.h"
 
-#include "gguf.h"
+#include "gguf_write.h"
 
 #include <errno.h>
 #include <getopt.h>
