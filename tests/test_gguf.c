@@ -1,6 +1,7 @@
-/* coordinator/gguf: the real vocabulary-only GGUF files of the test data; the writer read back;
- * Q8_0 / Q4_0 / BF16 / F16 dequantization against values worked out by hand; every truncation
- * and a list of corrupted fields refused with a one-line message naming the field.
+/* coordinator/format/gguf_{read,write}.c: the real vocabulary-only GGUF files of the test data;
+ * the writer read back; Q8_0 / Q4_0 / BF16 / F16 dequantization against values worked out by
+ * hand; every truncation and a list of corrupted fields refused with a one-line message naming
+ * the field.
  *
  * The same small images seed the fuzz corpus:
  *   test_gguf --write-corpus tests/fuzz/corpus/gguf
@@ -16,6 +17,7 @@
 #include <sys/resource.h>
 
 #include "gguf.h"
+#include "gguf_write.h"
 #include "kn.h"
 #include "testutil.h"
 

@@ -1,10 +1,10 @@
-/* coordinator/safetensors + coordinator/source_hf: tiny Hugging Face directories written here
- * (llama in one file, llama in two shards with llama3 RoPE scaling, qwen2 with biases, gemma with
- * head_dim != hidden / heads), read back exactly through coord_source_hf, then converted with
- * `shardlm convert` and compared by `shardlm eval` (one and two workers) with a reference
- * forward written here the way transformers computes these architectures; every corruption of
- * the safetensors, the index, config.json and the tokenizer files is refused with a message
- * naming the file and the field. */
+/* coordinator/format/{safetensors,hf_config}.c + coordinator/convert/source_hf.c: tiny Hugging
+ * Face directories written here (llama in one file, llama in two shards with llama3 RoPE
+ * scaling, qwen2 with biases, gemma with head_dim != hidden / heads), read back exactly through
+ * coord_source_hf, then converted with `shardlm convert` and compared by `shardlm eval` (one and
+ * two workers) with a reference forward written here the way transformers computes these
+ * architectures; every corruption of the safetensors, the index, config.json and the tokenizer
+ * files is refused with a message naming the file and the field. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +14,7 @@
 #include <math.h>
 #include <sys/stat.h>
 
+#include "hf_config.h"
 #include "kn.h"
 #include "safetensors.h"
 #include "shlm.h"

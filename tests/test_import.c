@@ -2,7 +2,8 @@
  * .shlm, and `shardlm eval` compares the engine's logits with a direct reference forward written
  * here from the GGUF weights (plain loops, no shardlm kernels): llama (interleaved RoPE, GQA,
  * SiLU, tied) and spark (head_dim != dim / heads, GELU-tanh, per-head output gate), at one and
- * two workers. */
+ * two workers. Also what synth and convert report: their progress callbacks (the library prints
+ * nothing) and the exact lines the CLI prints from them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,7 +13,9 @@
 #include <math.h>
 #include <sys/stat.h>
 
+#include "convert.h"
 #include "gguf.h"
+#include "synth.h"
 #include "testutil.h"
 
 static char dir[4096];
@@ -247,9 +250,114 @@ static void check_shape(const char *shape, bool gelu, bool gate)
 static void test_tiny_llama(void **state) { check_shape("tiny", false, false); }
 static void test_tiny_spark(void **state) { check_shape("tiny-spark", true, true); }
 
+/* Progress calls recorded: (done, total) pairs. */
+struct calls {
+    int n;
+    int done[64], total[64];
+};
+
+static void record(void *ctx, int done, int total)
+{
+    struct calls *c = ctx;
+    assert_true(c->n < 64);
+    c->done[c->n] = done;
+    c->total[c->n++] = total;
+}
+
+/* (0, n), (1, n), ..., (n, n) */
+static void expect_counter(const struct calls *c, int n)
+{
+    assert_int_equal(c->n, n + 1);
+    for (int i = 0; i <= n; i++) {
+        assert_int_equal(c->done[i], i);
+        assert_int_equal(c->total[i], n);
+    }
+}
+
+static void test_progress_callbacks(void **state)
+{
+    char gguf[4300], shlm[4300];
+    struct shardlm_err e;
+    struct calls c = {0};
+    tu_path(gguf, sizeof(gguf), "%s/cb.gguf", dir);
+    assert_int_equal(coord_synth("tiny", gguf, 1, record, &c, &e), 0);
+    expect_counter(&c, 2); /* tiny has 2 layers */
+    assert_int_equal(coord_synth("nope", gguf, 1, record, &c, &e), -EINVAL);
+    assert_string_equal(e.msg, "unknown shape 'nope'");
+    size_t n_shapes;
+    const struct coord_synth_shape *shapes = coord_synth_shapes(&n_shapes);
+    assert_true(n_shapes >= 2);
+    assert_string_equal(shapes[0].name, "tiny");
+
+    /* convert: the counter over the tensors, and what it wrote */
+    static const struct { enum shlm_scheme s; int group; } cases[] = {
+        {SHLM_SCHEME_F32, 0}, {SHLM_SCHEME_W4A8, 128}, {SHLM_SCHEME_W4A16, 64}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        tu_path(shlm, sizeof(shlm), "%s/cb%zu.shlm", dir, i);
+        memset(&c, 0, sizeof(c));
+        struct coord_convert_opts o = {.checkpoint = gguf, .out = shlm, .scheme = cases[i].s,
+                                       .head_bits = 8, .progress = record, .progress_ctx = &c};
+        struct coord_convert_info info = {0};
+        int rc = coord_convert(&o, &info, &e);
+        if (rc)
+            fprintf(stderr, "%s\n", e.msg);
+        assert_int_equal(rc, 0);
+        assert_true(info.n_tensors > 2);
+        expect_counter(&c, info.n_tensors);
+        assert_int_equal(info.group, cases[i].group);
+        struct stat st;
+        assert_int_equal(stat(shlm, &st), 0);
+        assert_int_equal(info.file_bytes, (uint64_t)st.st_size);
+    }
+    /* a failed conversion reports no tensor it did not write */
+    memset(&c, 0, sizeof(c));
+    struct coord_convert_opts bad = {.checkpoint = gguf, .out = shlm, .scheme = SHLM_SCHEME_W4A8,
+                                     .group = 100, .head_bits = 8, .progress = record,
+                                     .progress_ctx = &c};
+    assert_int_equal(coord_convert(&bad, NULL, &e), -EINVAL);
+    assert_string_equal(e.msg, "--group 100: expected 32, 64, 128 or 256");
+    assert_int_equal(c.n, 0);
+}
+
+/* The lines on stderr, as before the callbacks: synth's layer counter, convert's summary (not a
+ * terminal: no counter, no carriage return), nothing with -q. */
+static void test_progress_text(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char gguf[4300], shlm[4300], want[9000];
+    tu_path(gguf, sizeof(gguf), "%s/text.gguf", dir);
+    tu_path(shlm, sizeof(shlm), "%s/text.shlm", dir);
+    char *synth[] = {(char *)tu_bin(), "synth", "--shape", "tiny", "-o", gguf, NULL};
+    assert_int_equal(run(synth, r), 0);
+    assert_string_equal(r->err, "\rshardlm synth: layer 1/2\rshardlm synth: layer 2/2\n");
+    assert_int_equal(r->out_len, 0);
+
+    char *conv[] = {(char *)tu_bin(), "convert", gguf, "--scheme", "w4a8", "-o", shlm, NULL};
+    assert_int_equal(run(conv, r), 0);
+    struct stat st;
+    assert_int_equal(stat(shlm, &st), 0);
+    tu_path(want, sizeof(want), "shardlm convert: wrote %s: w4a8 group 128 head int8, 20 tensors, "
+            "%lld bytes, ", shlm, (long long)st.st_size);
+    assert_memory_equal(r->err, want, strlen(want));
+    const char *tail = r->err + strlen(want);
+    char *end;
+    double secs = strtod(tail, &end);
+    assert_true(end > tail && secs >= 0.0 && secs < 60.0);
+    assert_string_equal(end, " s\n");
+    assert_int_equal(r->out_len, 0);
+
+    char *quiet[] = {(char *)tu_bin(), "convert", gguf, "--scheme", "f32", "-q", "-o", shlm, NULL};
+    assert_int_equal(run(quiet, r), 0);
+    assert_int_equal(r->err_len, 0);
+    assert_int_equal(r->out_len, 0);
+    free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_progress_callbacks),
+        cmocka_unit_test(test_progress_text),
         cmocka_unit_test(test_tiny_llama),
         cmocka_unit_test(test_tiny_spark),
     };

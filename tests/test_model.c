@@ -31,9 +31,9 @@ static int setup(void **state)
     tu_path(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", tu_src());
     tu_path(out, sizeof(out), "%s/f32.shlm", dir);
     struct coord_convert_opts o = {.checkpoint = ck, .tokenizer = tok, .out = out,
-                                   .scheme = SHLM_SCHEME_F32, .head_bits = 8, .quiet = true};
+                                   .scheme = SHLM_SCHEME_F32, .head_bits = 8};
     struct shardlm_err e;
-    if (coord_convert(&o, &e))
+    if (coord_convert(&o, NULL, &e))
         return -1;
     image = tu_slurp(out, &image_len);
     char err[512];

@@ -32,9 +32,9 @@ static void convert_to(const char *ck, const char *out, enum shlm_scheme s, int 
     char tok[4200];
     tu_path(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", tu_src());
     struct coord_convert_opts o = {.checkpoint = ck, .tokenizer = tok, .out = out, .scheme = s,
-                                   .group = group, .head_bits = head, .quiet = true};
+                                   .group = group, .head_bits = head};
     struct shardlm_err e;
-    int rc = coord_convert(&o, &e);
+    int rc = coord_convert(&o, NULL, &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
     assert_int_equal(rc, 0);

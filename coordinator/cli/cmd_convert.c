@@ -1,5 +1,5 @@
 /* coordinator/cli/cmd_convert.c: `shardlm convert` - options, the weight-path probe when no
- * --scheme is given, then coord_convert. */
+ * --scheme is given, then coord_convert with its progress on stderr. */
 #include "cli.h"
 #include "convert.h"
 #include "kn.h"
@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage_convert[] =
     "usage: shardlm convert INPUT [--tokenizer TOKENIZER.bin] [--scheme f32|bf16|w4a16|w4a8]\n"
@@ -32,6 +33,56 @@ static const char usage_convert[] =
     "  -o OUT          output file (written whole or not at all)\n"
     "  -q, --quiet     no progress on stderr\n";
 
+/* Progress on stderr: a counter on a terminal; in a log a line every 5 s of a long conversion. */
+struct convert_progress {
+    bool tty;
+    uint64_t t0, last_ns; /* when the tensors started; the last line */
+};
+
+static void convert_progress(void *ctx, int done, int total)
+{
+    struct convert_progress *p = ctx;
+    if (done == 0) {
+        p->t0 = p->last_ns = shardlm_now_ns();
+    } else if (p->tty) {
+        fprintf(stderr, "\rshardlm convert: %d/%d tensors", done, total);
+    } else if (shardlm_now_ns() - p->last_ns > 5000000000ull) {
+        p->last_ns = shardlm_now_ns();
+        fprintf(stderr, "shardlm convert: %d/%d tensors, %.0f s\n", done, total,
+                (double)(p->last_ns - p->t0) / 1e9);
+    }
+}
+
+/* The weight path when no --scheme is given, said on stderr: w4a8 where the CPU has AMX (unless
+ * @fidelity), else w4a16. */
+static enum shlm_scheme probe_scheme(bool fidelity)
+{
+    struct kn_cpu cpu;
+    char feat[128];
+    kn_cpu_probe(&cpu);
+    kn_cpu_describe(&cpu, feat, sizeof(feat));
+    enum shlm_scheme s = cpu.amx && !fidelity ? SHLM_SCHEME_W4A8 : SHLM_SCHEME_W4A16;
+    fprintf(stderr, "shardlm convert: scheme %s (%s; cpu: %s; --scheme overrides)\n",
+            shlm_scheme_name(s),
+            fidelity  ? "--priority fidelity"
+            : cpu.amx ? "AMX: int8 tiles"
+                      : "no AMX",
+            feat);
+    return s;
+}
+
+/* The last line: what was written, and how long the tensors took (after a counter, over it). */
+static void print_written(const struct coord_convert_opts *o, const struct coord_convert_info *info,
+                          const struct convert_progress *p)
+{
+    char g[32] = "";
+    if (info->group)
+        snprintf(g, sizeof(g), " group %d head int%d", info->group, o->head_bits);
+    fprintf(stderr, "%sshardlm convert: wrote %s: %s%s, %d tensors, %llu bytes, %.1f s\n",
+            p->tty ? "\r" : "", o->out, shlm_scheme_name(o->scheme), g, info->n_tensors,
+            (unsigned long long)info->file_bytes, (double)(shardlm_now_ns() - p->t0) / 1e9);
+}
+
 int coord_cmd_convert(int argc, char **argv)
 {
     struct coord_convert_opts o = {.head_bits = 8, .scheme = (enum shlm_scheme) - 1};
@@ -46,7 +97,7 @@ int coord_cmd_convert(int argc, char **argv)
                                          {0, 0, 0, 0}};
     int c;
     long v;
-    bool fidelity = false;
+    bool fidelity = false, quiet = false;
     while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
         switch (c) {
         case 't':
@@ -86,7 +137,7 @@ int coord_cmd_convert(int argc, char **argv)
             o.out = optarg;
             break;
         case 'q':
-            o.quiet = true;
+            quiet = true;
             break;
         case 'h':
             fputs(usage_convert, stdout);
@@ -101,22 +152,20 @@ int coord_cmd_convert(int argc, char **argv)
     o.checkpoint = argv[optind];
     if (!o.out)
         return coord_usage_error("convert", usage_convert, "-o is required");
-    if ((int)o.scheme < 0) { /* the weight path probe */
-        struct kn_cpu cpu;
-        char feat[128];
-        kn_cpu_probe(&cpu);
-        kn_cpu_describe(&cpu, feat, sizeof(feat));
-        o.scheme = cpu.amx && !fidelity ? SHLM_SCHEME_W4A8 : SHLM_SCHEME_W4A16;
-        fprintf(stderr, "shardlm convert: scheme %s (%s; cpu: %s; --scheme overrides)\n",
-                shlm_scheme_name(o.scheme),
-                fidelity  ? "--priority fidelity"
-                : cpu.amx ? "AMX: int8 tiles"
-                          : "no AMX",
-                feat);
-    }
+    if ((int)o.scheme < 0)
+        o.scheme = probe_scheme(fidelity);
     if (o.group && o.scheme != SHLM_SCHEME_W4A16 && o.scheme != SHLM_SCHEME_W4A8)
         return coord_usage_error("convert", usage_convert,
                                  "--group applies to w4a16 and w4a8 only");
+    struct convert_progress prog = {.tty = isatty(2)};
+    if (!quiet) {
+        o.progress = convert_progress;
+        o.progress_ctx = &prog;
+    }
+    struct coord_convert_info info;
     struct shardlm_err e = {{0}};
-    return coord_cli_exit("convert", coord_convert(&o, &e), &e);
+    int rc = coord_convert(&o, &info, &e);
+    if (!rc && !quiet)
+        print_written(&o, &info, &prog);
+    return coord_cli_exit("convert", rc, &e);
 }

@@ -1,13 +1,14 @@
-/* coordinator/: `shardlm inspect FILE` - architecture, config, scheme, tokenizer, tensor table
- * and sizes of a .shlm file or of any input `convert` reads. */
+/* coordinator/cli/cmd_inspect.c: `shardlm inspect FILE` - architecture, config, scheme, tokenizer,
+ * tensor table and sizes of a .shlm file or of any input `convert` reads, told apart by
+ * coord_format_sniff(). */
 #include "cli.h"
 
 #include "gguf.h"
 #include "llama2c.h"
+#include "sniff.h"
 #include "source.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,32 @@ static int inspect_gguf(const char *path, struct shardlm_err *e)
     return 0;
 }
 
+static int inspect_llama2c(const char *path, struct shardlm_err *e)
+{
+    struct coord_llama2c ck;
+    int rc = coord_llama2c_open(&ck, path, e);
+    if (rc)
+        return rc;
+    printf("%s: llama2.c checkpoint, %zu bytes\n", path, ck.map_bytes);
+    print_config(&ck.cfg);
+    coord_llama2c_close(&ck);
+    return 0;
+}
+
+/* A Hugging Face folder, opened as `convert` opens it. */
+static int inspect_hf(const char *path, struct shardlm_err *e)
+{
+    struct coord_source s;
+    int rc = coord_source_open(&s, path, NULL, 0, e);
+    if (rc)
+        return rc;
+    printf("%s:\n", path);
+    print_config(&s.cfg);
+    printf("tokenizer: %zu bytes, bos %u eos %u\n", s.tok_len, s.bos_id, s.eos_id);
+    coord_source_close(&s);
+    return 0;
+}
+
 int coord_cmd_inspect(int argc, char **argv)
 {
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
@@ -138,35 +165,23 @@ int coord_cmd_inspect(int argc, char **argv)
     }
     const char *path = argv[1];
     struct shardlm_err e;
-    char magic[8] = {0};
-    int rc, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block */
-    struct stat st;
-    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-        read(fd, magic, sizeof(magic)) == (ssize_t)sizeof(magic) &&
-        memcmp(magic, SHLM_MAGIC, sizeof(SHLM_MAGIC)) == 0) {
-        rc = inspect_shlm(path, &e);
-    } else if (memcmp(magic, "GGUF", 4) == 0) {
-        rc = inspect_gguf(path, &e);
-    } else if (fd >= 0 && S_ISREG(st.st_mode)) {
-        struct coord_llama2c ck;
-        rc = coord_llama2c_open(&ck, path, &e);
-        if (!rc) {
-            printf("%s: llama2.c checkpoint, %zu bytes\n", path, ck.map_bytes);
-            print_config(&ck.cfg);
-            coord_llama2c_close(&ck);
-        }
-    } else {
-        struct coord_source s;
-        rc = coord_source_open(&s, path, NULL, 0, &e);
-        if (!rc) {
-            printf("%s:\n", path);
-            print_config(&s.cfg);
-            printf("tokenizer: %zu bytes, bos %u eos %u\n", s.tok_len, s.bos_id, s.eos_id);
-            coord_source_close(&s);
+    enum coord_format fmt;
+    int rc = coord_format_sniff(path, &fmt, &e);
+    if (!rc) {
+        switch (fmt) {
+        case COORD_FORMAT_SHLM:
+            rc = inspect_shlm(path, &e);
+            break;
+        case COORD_FORMAT_GGUF:
+            rc = inspect_gguf(path, &e);
+            break;
+        case COORD_FORMAT_HF_DIR:
+            rc = inspect_hf(path, &e);
+            break;
+        default: /* no magic: a llama2.c checkpoint, or no model (its reader says which) */
+            rc = inspect_llama2c(path, &e);
         }
     }
-    if (fd >= 0)
-        close(fd);
     if (rc) {
         fprintf(stderr, "shardlm inspect: %s\n", e.msg);
         return 1;

@@ -1,6 +1,6 @@
-/* coordinator/: `shardlm tokenize` - encode a text or decode ids with the tokenizer of a
- * tokenizer.bin, a GGUF, a tokenizer.json, a tokenizer blob or a .shlm file, told apart by
- * their content. */
+/* coordinator/cli/cmd_tokenize.c: `shardlm tokenize` - encode a text or decode ids with the
+ * tokenizer of a tokenizer.bin, a GGUF, a tokenizer.json, a tokenizer blob or a .shlm file, told
+ * apart by their content (coord_tok_from_image). */
 #include "cli.h"
 
 #include "tokenizer.h"

@@ -1,12 +1,12 @@
-/* coordinator/: convert a llama2.c checkpoint + tokenizer.bin into a .shlm file. */
+/* coordinator/convert/convert.c: `shardlm convert` below the CLI - a model source (GGUF file,
+ * Hugging Face folder, llama2.c checkpoint + tokenizer.bin) laid out, encoded in a scheme and
+ * written as a .shlm file, whole or not at all. */
 #include "convert.h"
 
 #include "source.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -52,22 +52,121 @@ static void encode(const struct shlm_tensor_spec *s, const float *src, void *dst
     }
 }
 
-int coord_convert(const struct coord_convert_opts *o, struct shardlm_err *e)
+/* The W4 group of @o's scheme (the scheme's default for 0), checked with the head bits; 0 for
+ * the schemes without groups. Returns 0 or -EINVAL with @e naming the option. */
+static int convert_group(const struct coord_convert_opts *o, int *group, struct shardlm_err *e)
+{
+    *group = 0;
+    if (o->scheme != SHLM_SCHEME_W4A16 && o->scheme != SHLM_SCHEME_W4A8)
+        return 0;
+    int g = o->group ? o->group : o->scheme == SHLM_SCHEME_W4A16 ? 64 : 128;
+    if (g < 32 || g > KN_MAX_GROUP || g % 32)
+        return shardlm_fail(e, -EINVAL, "--group %d: expected 32, 64, 128 or 256", g);
+    if (o->head_bits != 8 && o->head_bits != 4)
+        return shardlm_fail(e, -EINVAL, "--head-bits %d: expected 8 or 4", o->head_bits);
+    *group = g;
+    return 0;
+}
+
+/* The .shlm being written: its tensors (specs and table entries) and its header. */
+struct convert_plan {
+    struct shlm_tensor_spec *specs; /* (SHLM_MAX_TENSORS), n used */
+    struct shlm_tensor *table;      /* (SHLM_MAX_TENSORS), n used */
+    struct shlm_header *h;
+    int n;
+};
+
+static void plan_free(struct convert_plan *p)
+{
+    free(p->specs);
+    free(p->table);
+    free(p->h);
+}
+
+/* Lays out the file for @src's config in @o's scheme: the tensors it needs, their offsets and
+ * sizes, and the header fields (checksums excepted). Returns 0 or -errno with @e set; release
+ * with plan_free() either way. */
+static int plan_layout(struct convert_plan *p, const struct coord_source *src,
+                       const struct coord_convert_opts *o, int group, struct shardlm_err *e)
+{
+    p->specs = calloc(SHLM_MAX_TENSORS, sizeof(*p->specs));
+    p->table = calloc(SHLM_MAX_TENSORS, sizeof(*p->table));
+    p->h = calloc(1, sizeof(*p->h));
+    if (!p->specs || !p->table || !p->h)
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    p->n = shlm_expected_tensors(&src->cfg, o->scheme, group, o->head_bits, NULL, p->specs,
+                                 SHLM_MAX_TENSORS);
+    if (p->n < 0)
+        return shardlm_fail(e, -EINVAL, "%s: too many layers for the tensor table", o->checkpoint);
+    struct shlm_header *h = p->h;
+    shlm_layout(h, p->table, p->specs, p->n, src->tok_len);
+    h->cfg = src->cfg;
+    h->scheme = o->scheme;
+    h->group = (uint32_t)group;
+    h->head_bits = group ? (uint32_t)o->head_bits : 0;
+    h->tok_kind = src->tok_kind;
+    h->bos_id = src->bos_id;
+    h->eos_id = src->eos_id;
+    return 0;
+}
+
+/* Reads tensor @t of @src as float32, encodes it as @spec says, checksums it and writes it at its
+ * offset in @fd. Returns 0 or -errno with @e naming the tensor or the output. */
+static int write_tensor(int fd, struct coord_source *src, const struct shlm_tensor_spec *spec,
+                        struct shlm_tensor *t, const struct coord_convert_opts *o,
+                        struct shardlm_err *e)
+{
+    float *f32 = malloc((size_t)t->rows * t->cols * sizeof(float));
+    void *buf = malloc(t->bytes);
+    int rc;
+    if (!f32 || !buf) {
+        rc = shardlm_fail(e, -ENOMEM, "out of memory for tensor %s", t->name);
+        goto out_free;
+    }
+    rc = src->read(src, t->name, (int)t->rows, (int)t->cols, f32, e);
+    if (rc == -ENOENT)
+        shardlm_fail(e, rc, "%s: tensor %s is missing", o->checkpoint, t->name);
+    if (rc)
+        goto out_free;
+    encode(spec, f32, buf);
+    t->checksum = shlm_hash(buf, t->bytes);
+    if ((rc = pwrite_all(fd, buf, t->bytes, t->offset)))
+        shardlm_fail(e, rc, "%s: write failed: %s", o->out, strerror(-rc));
+out_free:
+    free(f32);
+    free(buf);
+    return rc;
+}
+
+/* Seals the header and writes it, the tensor table and the tokenizer, then syncs and closes @fd
+ * (*@fd = -1 once it is closed, or given up). Returns 0 or -errno with @e naming @out. */
+static int write_tail(int *fd, struct convert_plan *p, const struct coord_source *src,
+                      const char *out, struct shardlm_err *e)
+{
+    struct shlm_header *h = p->h;
+    int rc;
+    h->tok_checksum = shlm_hash(src->tok, src->tok_len);
+    shlm_seal(h, p->table);
+    if ((rc = pwrite_all(*fd, h, sizeof(*h), 0)) ||
+        (rc = pwrite_all(*fd, p->table, (size_t)p->n * sizeof(*p->table), h->table_offset)) ||
+        (rc = pwrite_all(*fd, src->tok, src->tok_len, h->tok_offset)))
+        return shardlm_fail(e, rc, "%s: write failed: %s", out, strerror(-rc));
+    if (fsync(*fd) < 0 || close(*fd) < 0) {
+        *fd = -1;
+        return shardlm_fail(e, -errno, "%s: %s", out, strerror(errno));
+    }
+    *fd = -1;
+    return 0;
+}
+
+int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info *info,
+                  struct shardlm_err *e)
 {
     struct coord_source src;
-    int rc, group = o->group;
-    if (o->scheme == SHLM_SCHEME_W4A16 || o->scheme == SHLM_SCHEME_W4A8) {
-        if (!group)
-            group = o->scheme == SHLM_SCHEME_W4A16 ? 64 : 128;
-        if (group < 32 || group > KN_MAX_GROUP || group % 32)
-            return shardlm_fail(e, -EINVAL, "--group %d: expected 32, 64, 128 or 256", group);
-        if (o->head_bits != 8 && o->head_bits != 4)
-            return shardlm_fail(e, -EINVAL, "--head-bits %d: expected 8 or 4", o->head_bits);
-    } else {
-        group = 0;
-    }
+    struct convert_plan p = {0};
+    int rc, group;
     const char *inputs[] = {o->checkpoint, o->tokenizer};
-    if ((rc = coord_out_check(o->out, inputs, 2, e)))
+    if ((rc = convert_group(o, &group, e)) || (rc = coord_out_check(o->out, inputs, 2, e)))
         return rc;
     if ((rc = coord_source_open(&src, o->checkpoint, o->tokenizer, o->max_ctx, e)))
         return rc;
@@ -76,96 +175,33 @@ int coord_convert(const struct coord_convert_opts *o, struct shardlm_err *e)
         rc = shardlm_fail(e, -EINVAL, "%s: %s", o->checkpoint, cerr);
         goto out_src;
     }
-    struct shlm_tensor_spec *specs = calloc(SHLM_MAX_TENSORS, sizeof(*specs));
-    struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
-    struct shlm_header *h = calloc(1, sizeof(*h));
-    if (!specs || !table || !h) {
-        rc = shardlm_fail(e, -ENOMEM, "out of memory");
+    if ((rc = plan_layout(&p, &src, o, group, e)))
         goto out_free;
-    }
-    int n = shlm_expected_tensors(&src.cfg, o->scheme, group, o->head_bits, NULL, specs,
-                                  SHLM_MAX_TENSORS);
-    if (n < 0) {
-        rc = shardlm_fail(e, -EINVAL, "%s: too many layers for the tensor table", o->checkpoint);
-        goto out_free;
-    }
-    shlm_layout(h, table, specs, n, src.tok_len);
-    h->cfg = src.cfg;
-    h->scheme = o->scheme;
-    h->group = (uint32_t)group;
-    h->head_bits = group ? (uint32_t)o->head_bits : 0;
-    h->tok_kind = src.tok_kind;
-    h->bos_id = src.bos_id;
-    h->eos_id = src.eos_id;
-
-    bool progress = isatty(2);
-    uint64_t t0 = shardlm_now_ns(), last_ns = t0;
+    if (o->progress)
+        o->progress(o->progress_ctx, 0, p.n);
     char tmp[4200];
     int fd = coord_out_open(o->out, tmp, sizeof(tmp), e);
     if (fd < 0) {
         rc = fd;
         goto out_free;
     }
-    if (ftruncate(fd, (off_t)h->file_bytes) < 0) {
+    if (ftruncate(fd, (off_t)p.h->file_bytes) < 0) {
         rc = shardlm_fail(e, -errno, "%s: %s", o->out, strerror(errno));
         goto out_unlink;
     }
-    for (int i = 0; i < n; i++) {
-        struct shlm_tensor *t = &table[i];
-        float *f32 = malloc((size_t)t->rows * t->cols * sizeof(float));
-        void *buf = malloc(t->bytes);
-        if (!f32 || !buf) {
-            free(f32);
-            free(buf);
-            rc = shardlm_fail(e, -ENOMEM, "out of memory for tensor %s", t->name);
+    for (int i = 0; i < p.n; i++) {
+        if ((rc = write_tensor(fd, &src, &p.specs[i], &p.table[i], o, e)))
             goto out_unlink;
-        }
-        rc = src.read(&src, t->name, (int)t->rows, (int)t->cols, f32, e);
-        if (rc == -ENOENT)
-            shardlm_fail(e, rc, "%s: tensor %s is missing", o->checkpoint, t->name);
-        if (!rc) {
-            encode(&specs[i], f32, buf);
-            t->checksum = shlm_hash(buf, t->bytes);
-            if ((rc = pwrite_all(fd, buf, t->bytes, t->offset)))
-                shardlm_fail(e, rc, "%s: write failed: %s", o->out, strerror(-rc));
-        }
-        free(f32);
-        free(buf);
-        if (rc)
-            goto out_unlink;
-        /* a counter on terminals; in logs a line every few seconds of a long conversion */
-        if (!o->quiet && progress) {
-            fprintf(stderr, "\rshardlm convert: %d/%d tensors", i + 1, n);
-        } else if (!o->quiet && shardlm_now_ns() - last_ns > 5000000000ull) {
-            last_ns = shardlm_now_ns();
-            fprintf(stderr, "shardlm convert: %d/%d tensors, %.0f s\n", i + 1, n,
-                    (double)(last_ns - t0) / 1e9);
-        }
+        if (o->progress)
+            o->progress(o->progress_ctx, i + 1, p.n);
     }
-    h->tok_checksum = shlm_hash(src.tok, src.tok_len);
-    shlm_seal(h, table);
-    if ((rc = pwrite_all(fd, h, sizeof(*h), 0)) ||
-        (rc = pwrite_all(fd, table, (size_t)n * sizeof(*table), h->table_offset)) ||
-        (rc = pwrite_all(fd, src.tok, src.tok_len, h->tok_offset))) {
-        shardlm_fail(e, rc, "%s: write failed: %s", o->out, strerror(-rc));
+    if ((rc = write_tail(&fd, &p, &src, o->out, e)))
         goto out_unlink;
-    }
-    if (fsync(fd) < 0 || close(fd) < 0) {
-        fd = -1;
-        rc = shardlm_fail(e, -errno, "%s: %s", o->out, strerror(errno));
-        goto out_unlink;
-    }
-    fd = -1;
     if ((rc = coord_out_commit(tmp, o->out, e)))
         goto out_free;
-    if (!o->quiet) {
-        char g[32] = "";
-        if (group)
-            snprintf(g, sizeof(g), " group %d head int%d", group, o->head_bits);
-        fprintf(stderr, "%sshardlm convert: wrote %s: %s%s, %d tensors, %llu bytes, %.1f s\n",
-                progress ? "\r" : "", o->out, shlm_scheme_name(o->scheme), g, n,
-                (unsigned long long)h->file_bytes, (double)(shardlm_now_ns() - t0) / 1e9);
-    }
+    if (info)
+        *info = (struct coord_convert_info){
+            .group = group, .n_tensors = p.n, .file_bytes = p.h->file_bytes};
     rc = 0;
     goto out_free;
 out_unlink:
@@ -173,9 +209,7 @@ out_unlink:
         close(fd);
     unlink(tmp);
 out_free:
-    free(specs);
-    free(table);
-    free(h);
+    plan_free(&p);
 out_src:
     coord_source_close(&src);
     return rc;

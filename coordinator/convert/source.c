@@ -1,15 +1,14 @@
-/* coordinator/: model sources - dispatch by content, and the llama2.c checkpoint source. */
+/* coordinator/convert/source.c: model sources - the dispatch by content (format/sniff.c), and the
+ * llama2.c checkpoint source. */
 #include "source.h"
 
 #include "llama2c.h"
+#include "sniff.h"
 #include "tokenizer.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define TOKENIZER_MAX_BYTES (64u << 20)
 
@@ -17,26 +16,23 @@ int coord_source_open(struct coord_source *s, const char *path, const char *toke
                       uint32_t max_ctx, struct shardlm_err *e)
 {
     memset(s, 0, sizeof(*s));
-    struct stat st;
-    if (stat(path, &st) < 0)
-        return shardlm_fail(e, -errno, "%s: %s", path, strerror(errno));
-    int rc;
-    if (S_ISDIR(st.st_mode)) {
+    enum coord_format fmt;
+    int rc = coord_format_sniff(path, &fmt, e);
+    if (rc)
+        return rc;
+    switch (fmt) {
+    case COORD_FORMAT_HF_DIR:
         rc = coord_source_hf(s, path, tokenizer, e);
-    } else {
-        char magic[8] = {0};
-        int fd = coord_open_regular(path, &st, e);
-        if (fd < 0)
-            return fd;
-        ssize_t n = read(fd, magic, sizeof(magic));
-        close(fd);
-        if (n >= 4 && memcmp(magic, "GGUF", 4) == 0)
-            rc = coord_source_gguf(s, path, tokenizer, e);
-        else if (n == 8 && memcmp(magic, SHLM_MAGIC, sizeof(SHLM_MAGIC)) == 0)
-            rc = shardlm_fail(e, -EINVAL, "%s: a .shlm file, converted already (convert reads GGUF, "
-                            "a Hugging Face folder or a llama2.c checkpoint)", path);
-        else
-            rc = coord_source_llama2c(s, path, tokenizer, e);
+        break;
+    case COORD_FORMAT_GGUF:
+        rc = coord_source_gguf(s, path, tokenizer, e);
+        break;
+    case COORD_FORMAT_SHLM:
+        rc = shardlm_fail(e, -EINVAL, "%s: a .shlm file, converted already (convert reads GGUF, "
+                          "a Hugging Face folder or a llama2.c checkpoint)", path);
+        break;
+    default: /* no magic: a llama2.c checkpoint, whose reader refuses what is no model at all */
+        rc = coord_source_llama2c(s, path, tokenizer, e);
     }
     if (rc)
         return rc;

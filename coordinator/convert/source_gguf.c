@@ -1,5 +1,5 @@
-/* coordinator/: GGUF model source - llama, qwen2 and gemma architectures; tensors F32, F16,
- * BF16, Q8_0 and Q4_0 are dequantized as they are read. */
+/* coordinator/convert/source_gguf.c: the GGUF model source - llama, qwen2, gemma and spark
+ * architectures; tensors F32, F16, BF16, Q8_0 and Q4_0 are dequantized as they are read. */
 #include "source.h"
 
 #include "gguf.h"
@@ -66,9 +66,10 @@ static int gguf_src_read(struct coord_source *s, const char *name, int rows, int
     /* GGUF dims[0] is the row length (our cols); 1-D tensors are one row */
     uint64_t trows = gguf_tensor_rows(t);
     if (t->dims[0] != (uint64_t)cols || trows != (uint64_t)rows)
-        return shardlm_fail(e, -EINVAL, "%s: tensor %s is %llux%llu (rows x cols), the config needs "
-                          "%dx%d", s->path, gname, (unsigned long long)trows,
-                          (unsigned long long)t->dims[0], rows, cols);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %s is %llux%llu (rows x cols), the config needs %dx%d",
+                            s->path, gname, (unsigned long long)trows,
+                            (unsigned long long)t->dims[0], rows, cols);
     return gguf_read_rows(&g->f, t, 0, trows, out, e);
 }
 
@@ -114,8 +115,9 @@ int coord_source_gguf(struct coord_source *s, const char *path, const char *toke
     bool llama = !strcmp(g->arch, "llama"), qwen2 = !strcmp(g->arch, "qwen2");
     bool gemma = !strcmp(g->arch, "gemma"), spark = !strcmp(g->arch, "spark");
     if (!llama && !qwen2 && !gemma && !spark) {
-        rc = shardlm_fail(e, -EINVAL, "%s: architecture '%s' is not supported (llama, qwen2, gemma, "
-                        "spark)", path, g->arch);
+        rc = shardlm_fail(e, -EINVAL,
+                          "%s: architecture '%s' is not supported (llama, qwen2, gemma, spark)",
+                          path, g->arch);
         goto out_fail;
     }
     struct shlm_config *c = &s->cfg;

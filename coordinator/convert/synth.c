@@ -1,25 +1,18 @@
-/* coordinator/: `shardlm synth` - synthetic models at real sizes, seeded random weights (normal,
- * std 0.02; norms 1.0), GGUF F16, with a valid byte-level BPE vocabulary, so benchmarks need no
- * download. The llama-compatible shapes load in llama.cpp unchanged. */
+/* coordinator/convert/synth.c: the synthetic model maker of `shardlm synth` - models at real
+ * sizes, seeded random weights (normal, std 0.02; norms 1.0), GGUF F16, with a valid byte-level
+ * BPE vocabulary, so benchmarks need no download. The llama-compatible shapes load in llama.cpp
+ * unchanged. */
 #include "synth.h"
 
-#include "gguf.h"
+#include "gguf_write.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct shape {
-    const char *name, *arch;
-    uint32_t dim, layers, heads, head_dim, kv_heads, ffn, vocab, ctx;
-    float theta;
-    bool gelu, head_gate;
-};
-
-static const struct shape shapes[] = {
+static const struct coord_synth_shape shapes[] = {
     /* a small llama for tests: ragged FFN, GQA, tied */
     {"tiny", "llama", 64, 2, 4, 16, 2, 172, 512, 512, 10000.0f, false, false},
     /* spark's features small, for tests: head_dim != dim / heads, GELU-tanh, head gate */
@@ -30,39 +23,31 @@ static const struct shape shapes[] = {
      false},
 };
 
-static void usage(FILE *f)
+const struct coord_synth_shape *coord_synth_shapes(size_t *n)
 {
-    fprintf(f, "usage: shardlm synth --shape NAME -o FILE.gguf [--seed S]\n"
-               "Writes a synthetic model (normal weights, std 0.02; norms 1.0) in GGUF F16 with a\n"
-               "byte-level BPE vocabulary. Shapes:\n");
-    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-        const struct shape *s = &shapes[i];
-        fprintf(f, "  %-17s %s: hidden %u, %u layers, %u heads x %u, %u KV heads, FFN %u %s, "
-                   "vocab %u%s\n", s->name, s->arch, s->dim, s->layers, s->heads, s->head_dim,
-                s->kv_heads, s->ffn, s->gelu ? "GELU-tanh" : "SiLU", s->vocab,
-                s->head_gate ? ", per-head output gate" : "");
-    }
+    *n = sizeof(shapes) / sizeof(shapes[0]);
+    return shapes;
 }
 
-/* xorshift64* and Box-Muller: deterministic for a seed */
-static uint64_t rng_state;
-static float uniform(void)
+/* xorshift64* and Box-Muller: deterministic for a seed (the state is the caller's: two models
+ * made at once do not interleave their draws) */
+static float uniform(uint64_t *rng)
 {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return ((float)((rng_state * 0x2545F4914F6CDD1Dull) >> 40) + 0.5f) / 16777216.0f;
+    *rng ^= *rng >> 12;
+    *rng ^= *rng << 25;
+    *rng ^= *rng >> 27;
+    return ((float)((*rng * 0x2545F4914F6CDD1Dull) >> 40) + 0.5f) / 16777216.0f;
 }
 
-static void fill_normal(float *x, size_t n, float std)
+static void fill_normal(uint64_t *rng, float *x, size_t n, float std)
 {
     for (size_t i = 0; i + 1 < n; i += 2) {
-        float r = sqrtf(-2.0f * logf(uniform())), t = 6.28318531f * uniform();
+        float r = sqrtf(-2.0f * logf(uniform(rng))), t = 6.28318531f * uniform(rng);
         x[i] = std * r * cosf(t);
         x[i + 1] = std * r * sinf(t);
     }
     if (n % 2)
-        x[n - 1] = std * sqrtf(-2.0f * logf(uniform())) * cosf(6.28318531f * uniform());
+        x[n - 1] = std * sqrtf(-2.0f * logf(uniform(rng))) * cosf(6.28318531f * uniform(rng));
 }
 
 /* GPT-2's byte -> printable code point map, as UTF-8. */
@@ -151,8 +136,8 @@ oom:
 }
 
 /* Streams @rows x @cols normal (or constant @fill when std is 0) values, a block at a time. */
-static int write_tensor_data(struct gguf_writer *w, uint64_t rows, uint64_t cols, float std,
-                             float fill)
+static int write_tensor_data(struct gguf_writer *w, uint64_t *rng, uint64_t rows, uint64_t cols,
+                             float std, float fill)
 {
     uint64_t block = cols ? (1u << 20) / cols + 1 : 1;
     float *buf = malloc(block * cols * sizeof(float));
@@ -161,7 +146,7 @@ static int write_tensor_data(struct gguf_writer *w, uint64_t rows, uint64_t cols
     for (uint64_t r = 0; r < rows; r += block) {
         uint64_t n = rows - r < block ? rows - r : block;
         if (std > 0.0f)
-            fill_normal(buf, n * cols, std);
+            fill_normal(rng, buf, n * cols, std);
         else
             for (uint64_t i = 0; i < n * cols; i++)
                 buf[i] = fill;
@@ -171,13 +156,9 @@ static int write_tensor_data(struct gguf_writer *w, uint64_t rows, uint64_t cols
     return 0;
 }
 
-static int synth(const struct shape *s, const char *out, uint64_t seed, struct shardlm_err *e)
+/* The architecture's key/values (general.*, <arch>.*). */
+static void write_metadata(struct gguf_writer *w, const struct coord_synth_shape *s)
 {
-    struct gguf_writer *w;
-    int rc = gguf_writer_open(&w, out, e);
-    if (rc)
-        return rc;
-    rng_state = seed ? seed : 0x9e3779b97f4a7c15ull;
     char k[96];
 #define KEY(suffix) (snprintf(k, sizeof(k), "%s." suffix, s->arch), k)
     gguf_w_str(w, "general.architecture", s->arch);
@@ -196,17 +177,18 @@ static int synth(const struct shape *s, const char *out, uint64_t seed, struct s
     gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
     gguf_w_u32(w, KEY("vocab_size"), s->vocab);
 #undef KEY
-    if ((rc = write_vocab(w, s->vocab))) {
-        shardlm_fail(e, rc, "out of memory");
-        goto out_abort;
-    }
-    /* tensor infos in the order llama.cpp writes them; data in the same order below */
+}
+
+/* The tensor infos, in the order llama.cpp writes them (write_tensors() follows it). */
+static void declare_tensors(struct gguf_writer *w, const struct coord_synth_shape *s)
+{
     uint64_t q = (uint64_t)s->heads * s->head_dim, kv = (uint64_t)s->kv_heads * s->head_dim;
     gguf_w_tensor(w, "token_embd.weight", GGML_F16, s->dim, s->vocab);
     gguf_w_tensor(w, "output_norm.weight", GGML_F32, s->dim, 0);
     for (uint32_t l = 0; l < s->layers; l++) {
         char n[64];
-#define T(name, type, c, r) (snprintf(n, sizeof(n), "blk.%u." name, l), gguf_w_tensor(w, n, type, c, r))
+#define T(name, type, c, r)                                                                        \
+    (snprintf(n, sizeof(n), "blk.%u." name, l), gguf_w_tensor(w, n, type, c, r))
         T("attn_norm.weight", GGML_F32, s->dim, 0);
         T("attn_q.weight", GGML_F16, s->dim, q);
         T("attn_k.weight", GGML_F16, s->dim, kv);
@@ -220,24 +202,58 @@ static int synth(const struct shape *s, const char *out, uint64_t seed, struct s
         T("ffn_down.weight", GGML_F16, s->ffn, s->dim);
 #undef T
     }
-    rc = write_tensor_data(w, s->vocab, s->dim, 0.02f, 0);
-    rc = rc ? rc : write_tensor_data(w, 1, s->dim, 0, 1.0f);
+}
+
+/* The tensor data in declare_tensors()' order, reporting each layer to @progress. Returns 0 or
+ * -ENOMEM. */
+static int write_tensors(struct gguf_writer *w, const struct coord_synth_shape *s, uint64_t *rng,
+                         void (*progress)(void *ctx, int done, int total), void *ctx)
+{
+    uint64_t q = (uint64_t)s->heads * s->head_dim, kv = (uint64_t)s->kv_heads * s->head_dim;
+    int rc = write_tensor_data(w, rng, s->vocab, s->dim, 0.02f, 0);
+    rc = rc ? rc : write_tensor_data(w, rng, 1, s->dim, 0, 1.0f);
     for (uint32_t l = 0; l < s->layers && !rc; l++) {
-        rc = write_tensor_data(w, 1, s->dim, 0, 1.0f);
-        rc = rc ? rc : write_tensor_data(w, q, s->dim, 0.02f, 0);
-        rc = rc ? rc : write_tensor_data(w, kv, s->dim, 0.02f, 0);
-        rc = rc ? rc : write_tensor_data(w, kv, s->dim, 0.02f, 0);
+        rc = write_tensor_data(w, rng, 1, s->dim, 0, 1.0f);
+        rc = rc ? rc : write_tensor_data(w, rng, q, s->dim, 0.02f, 0);
+        rc = rc ? rc : write_tensor_data(w, rng, kv, s->dim, 0.02f, 0);
+        rc = rc ? rc : write_tensor_data(w, rng, kv, s->dim, 0.02f, 0);
         if (s->head_gate)
-            rc = rc ? rc : write_tensor_data(w, s->heads, s->dim, 0.02f, 0);
-        rc = rc ? rc : write_tensor_data(w, s->dim, q, 0.02f, 0);
-        rc = rc ? rc : write_tensor_data(w, 1, s->dim, 0, 1.0f);
-        rc = rc ? rc : write_tensor_data(w, s->ffn, s->dim, 0.02f, 0);
-        rc = rc ? rc : write_tensor_data(w, s->ffn, s->dim, 0.02f, 0);
-        rc = rc ? rc : write_tensor_data(w, s->dim, s->ffn, 0.02f, 0);
-        fprintf(stderr, "\rshardlm synth: layer %u/%u", l + 1, s->layers);
+            rc = rc ? rc : write_tensor_data(w, rng, s->heads, s->dim, 0.02f, 0);
+        rc = rc ? rc : write_tensor_data(w, rng, s->dim, q, 0.02f, 0);
+        rc = rc ? rc : write_tensor_data(w, rng, 1, s->dim, 0, 1.0f);
+        rc = rc ? rc : write_tensor_data(w, rng, s->ffn, s->dim, 0.02f, 0);
+        rc = rc ? rc : write_tensor_data(w, rng, s->ffn, s->dim, 0.02f, 0);
+        rc = rc ? rc : write_tensor_data(w, rng, s->dim, s->ffn, 0.02f, 0);
+        if (progress)
+            progress(ctx, (int)l + 1, (int)s->layers);
     }
-    fprintf(stderr, "\n");
-    if (rc) {
+    return rc;
+}
+
+int coord_synth(const char *shape, const char *out, uint64_t seed,
+                void (*progress)(void *ctx, int done, int total), void *ctx,
+                struct shardlm_err *e)
+{
+    const struct coord_synth_shape *s = NULL;
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]) && !s; i++)
+        if (strcmp(shapes[i].name, shape) == 0)
+            s = &shapes[i];
+    if (!s)
+        return shardlm_fail(e, -EINVAL, "unknown shape '%s'", shape);
+    struct gguf_writer *w;
+    int rc = gguf_writer_open(&w, out, e);
+    if (rc)
+        return rc;
+    uint64_t rng = seed ? seed : 0x9e3779b97f4a7c15ull;
+    write_metadata(w, s);
+    if ((rc = write_vocab(w, s->vocab))) {
+        shardlm_fail(e, rc, "out of memory");
+        goto out_abort;
+    }
+    if (progress)
+        progress(ctx, 0, (int)s->layers);
+    declare_tensors(w, s);
+    if ((rc = write_tensors(w, s, &rng, progress, ctx))) {
         shardlm_fail(e, rc, "out of memory");
         goto out_abort;
     }
@@ -245,58 +261,4 @@ static int synth(const struct shape *s, const char *out, uint64_t seed, struct s
 out_abort:
     gguf_writer_abort(w);
     return rc;
-}
-
-int coord_cmd_synth(int argc, char **argv)
-{
-    const char *shape = NULL, *out = NULL;
-    uint64_t seed = 1;
-    static const struct option opts[] = {{"shape", required_argument, 0, 's'},
-                                         {"seed", required_argument, 0, 'S'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            shape = optarg;
-            break;
-        case 'o':
-            out = optarg;
-            break;
-        case 'S': {
-            char *end;
-            seed = strtoull(optarg, &end, 10);
-            if (end == optarg || *end) {
-                fprintf(stderr, "shardlm synth: --seed '%s': expected an integer\n", optarg);
-                return 2;
-            }
-            break;
-        }
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!shape || !out || optind != argc) {
-        fprintf(stderr, "shardlm synth: --shape and -o are required\n");
-        usage(stderr);
-        return 2;
-    }
-    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
-        if (strcmp(shapes[i].name, shape) == 0) {
-            struct shardlm_err e;
-            int rc = synth(&shapes[i], out, seed, &e);
-            if (rc) {
-                fprintf(stderr, "shardlm synth: %s\n", e.msg);
-                return 1;
-            }
-            return 0;
-        }
-    fprintf(stderr, "shardlm synth: unknown shape '%s'\n", shape);
-    usage(stderr);
-    return 2;
 }

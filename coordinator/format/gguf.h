@@ -1,5 +1,5 @@
-/* coordinator/: GGUF files - a hostile-input-safe reader (metadata, tensor infos, dequantized
- * rows) and a writer (for `shardlm synth`).
+/* coordinator/format/gguf.h: GGUF files - the format and its hostile-input-safe reader
+ * (gguf_read.c: metadata, tensor infos, dequantized rows); the writer is gguf_write.h's.
  *
  * GGUF (little-endian): magic "GGUF", u32 version (2 or 3), u64 n_tensors, u64 n_kv; n_kv
  * key/values (gguf string key = u64 length + bytes, u32 type, value); n_tensors infos (name,
@@ -10,7 +10,7 @@
  * Tensor types this reader dequantizes: F32, F16, BF16, and ggml's blocks of 32 elements along
  * dims[0]: Q8_0 = fp16 scale + 32 int8 (34 bytes), value = scale * q; Q4_0 = fp16 scale + 16
  * bytes (18 bytes), byte j holding element j in its low nibble and element j + 16 in its high
- * one, value = scale * (nibble - 8).
+ * one, value = scale * (nibble - 8) (rows.h converts them).
  */
 #ifndef SHARDLM_COORD_GGUF_H
 #define SHARDLM_COORD_GGUF_H
@@ -73,7 +73,7 @@ struct gguf_file {
     uint64_t data_offset;        /* may lie past the end of a file without tensors */
     struct gguf_kv *kv;          /* (n_kv) in file order */
     struct gguf_tensor *tensors; /* (n_tensors) in file order */
-    /* private to gguf.c: lookups by binary search, the name used in errors */
+    /* private to gguf_read.c: lookups by binary search, the name used in errors */
     const struct gguf_kv **kv_by_key;          /* (n_kv) sorted by key */
     const struct gguf_tensor **tensor_by_name; /* (n_tensors) sorted by name */
     char *what;
@@ -119,36 +119,5 @@ int gguf_read_rows(const struct gguf_file *g, const struct gguf_tensor *t, uint6
                    uint64_t r1, float *out, struct shardlm_err *e);
 /* Rows of @t: the product of dims[1..n_dims) (1 for a 1-D tensor). */
 uint64_t gguf_tensor_rows(const struct gguf_tensor *t);
-
-/* Writer: metadata first, then tensor infos and data; used by `shardlm synth` and the tests.
- * Keys and tensor infos are buffered in memory; the first gguf_w_tensor_rows() (or the close,
- * without tensors) writes the header (version 3, general.alignment = u32 32 first), the
- * key/values and the infos to @path.tmp.<pid>, then the data streams, each tensor padded to 32
- * bytes. Misuse (a key or tensor declared twice or after the first rows, rows past a tensor's
- * end, missing rows at close) is an assertion; I/O and allocation failures are remembered and
- * returned by gguf_writer_close(). */
-struct gguf_writer;
-/* Creates the temporary file. Returns 0 or -errno with @e naming it. */
-int gguf_writer_open(struct gguf_writer **w, const char *path, struct shardlm_err *e);
-void gguf_w_u32(struct gguf_writer *w, const char *key, uint32_t v);
-void gguf_w_f32(struct gguf_writer *w, const char *key, float v);
-void gguf_w_bool(struct gguf_writer *w, const char *key, bool v);
-void gguf_w_str(struct gguf_writer *w, const char *key, const char *v);
-void gguf_w_arr_str(struct gguf_writer *w, const char *key, const char *const *v, uint64_t n);
-void gguf_w_arr_f32(struct gguf_writer *w, const char *key, const float *v, uint64_t n);
-void gguf_w_arr_i32(struct gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
-/* Declares a tensor of @type (GGML_F32 or GGML_F16) with dims[0] = @cols, dims[1] = @rows (1-D
- * when rows == 0); its data comes later, in declaration order, through gguf_w_tensor_rows(). */
-void gguf_w_tensor(struct gguf_writer *w, const char *name, enum gguf_ggml_type type,
-                   uint64_t cols, uint64_t rows);
-/* Appends @n_rows rows of the current tensor (float32, converted to its type: F16 rounds to
- * nearest even); tensors are filled in declaration order, each completely, and one call never
- * runs past the current tensor's last row (a 1-D tensor is one row). */
-void gguf_w_tensor_rows(struct gguf_writer *w, const float *rows, uint64_t n_rows);
-/* Writes the file atomically (flush, fsync, rename over @path). Returns 0 or -errno with @e set
- * (the temporary file is then removed); frees @w either way. */
-int gguf_writer_close(struct gguf_writer *w, struct shardlm_err *e);
-/* Gives up: removes the temporary file and frees @w (after a failure elsewhere). */
-void gguf_writer_abort(struct gguf_writer *w);
 
 #endif

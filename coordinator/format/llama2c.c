@@ -1,4 +1,5 @@
-/* coordinator/: llama2.c checkpoint reader. */
+/* coordinator/format/llama2c.c: the llama2.c checkpoint reader (header checks, the weights
+ * mapped in place); a file that is no model at all is told so here, llama2.c having no magic. */
 #include "llama2c.h"
 
 #include <errno.h>

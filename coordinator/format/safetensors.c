@@ -1,5 +1,8 @@
-/* coordinator/: safetensors reader that trusts nothing, and the file sets of a model directory. */
+/* coordinator/format/safetensors.c: the safetensors reader that trusts nothing, and the file sets
+ * of a model directory. */
 #include "safetensors.h"
+
+#include "rows.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -99,8 +102,9 @@ static int parse_tensor(struct st_tensor *t, const char *name, const json_t *v, 
     const json_t *sh = json_object_get(v, "shape");
     size_t nd = json_is_array(sh) ? json_array_size(sh) : 0;
     if (nd < 1 || nd > ST_MAX_DIMS)
-        return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: field shape: expected an array of 1..%d "
-                          "dims", what, name, ST_MAX_DIMS);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %.200s: field shape: expected an array of 1..%d dims",
+                            what, name, ST_MAX_DIMS);
     uint64_t n = 1;
     t->n_dims = (int)nd;
     for (size_t i = 0; i < nd; i++) {
@@ -290,27 +294,11 @@ int st_read_rows(const struct st_file *f, const struct st_tensor *t, uint64_t r0
         return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: rows %llu..%llu outside its %llu rows",
                           what, t->name, (unsigned long long)r0, (unsigned long long)r1,
                           (unsigned long long)rows);
-    size_t es = st_dtype_size(t->dtype), n = (size_t)((r1 - r0) * cols);
-    const uint8_t *src = f->base + t->offset + r0 * cols * es;
-    switch (t->dtype) {
-    case ST_F32:
-        memcpy(out, src, n * 4);
-        break;
-    case ST_F16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            out[i] = kn_f16_to_f32(h);
-        }
-        break;
-    default: /* ST_BF16 */
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            out[i] = kn_bf16_to_f32(h);
-        }
-        break;
-    }
+    size_t es = st_dtype_size(t->dtype);
+    enum coord_rows_type rt = t->dtype == ST_F32   ? COORD_ROWS_F32
+                              : t->dtype == ST_F16 ? COORD_ROWS_F16
+                                                   : COORD_ROWS_BF16;
+    coord_rows_to_f32(rt, f->base + t->offset + r0 * cols * es, (r1 - r0) * cols, out);
     return 0;
 }
 

@@ -1,6 +1,6 @@
-/* coordinator/: safetensors files - a hostile-input-safe reader (header, tensor bounds, rows as
- * float32) and the sets of files a Hugging Face directory holds (model.safetensors, or shards
- * listed by model.safetensors.index.json). Also declares the config.json parser of source_hf.c.
+/* coordinator/format/safetensors.h: safetensors files - a hostile-input-safe reader (header,
+ * tensor bounds, rows as float32) and the sets of files a Hugging Face directory holds
+ * (model.safetensors, or shards listed by model.safetensors.index.json).
  *
  * safetensors (little-endian): u64 N, then N bytes of JSON
  *   {"name": {"dtype": "F32", "shape": [rows, cols], "data_offsets": [begin, end]}, ...,
@@ -10,7 +10,6 @@
 #ifndef SHARDLM_COORD_SAFETENSORS_H
 #define SHARDLM_COORD_SAFETENSORS_H
 
-#include "shlm.h"
 #include "util.h"
 
 #include <stdbool.h>
@@ -94,21 +93,5 @@ int st_set_open(struct st_set *s, const char *dir, struct shardlm_err *e);
 void st_set_close(struct st_set *s);
 /* The tensor called @name and (in *@file, its index) the file that holds it, or NULL. */
 const struct st_tensor *st_set_find(const struct st_set *s, const char *name, int *file);
-
-/* Hugging Face config.json (source_hf.c). */
-enum coord_hf_family { COORD_HF_LLAMA, COORD_HF_QWEN2, COORD_HF_GEMMA };
-
-struct coord_hf_config {
-    struct shlm_config cfg;       /* checked with shlm_config_check() */
-    enum coord_hf_family family;
-    int64_t bos_id, eos_id;       /* -1 where config.json has none */
-};
-
-/* Parses config.json text @json of @len bytes (@what names it in errors): the architecture
- * (LlamaForCausalLM, Qwen2ForCausalLM, GemmaForCausalLM), sizes, norm epsilon, RoPE (theta,
- * llama3 scaling), activation, tied embeddings, token ids. Returns 0 or -EINVAL with @e naming
- * @what and the field. */
-int coord_hf_config_parse(struct coord_hf_config *hc, const char *json, size_t len,
-                          const char *what, struct shardlm_err *e);
 
 #endif

@@ -1,4 +1,4 @@
-/* Fuzz target for the GGUF reader (coordinator/gguf.c): the bytes are a whole image.
+/* Fuzz target for the GGUF reader (coordinator/format/gguf_read.c): the bytes are a whole image.
  *
  * A refused image must leave a one-line message and an empty struct. When gguf_parse() accepts,
  * everything it promised is used: every typed getter over every key (a key without a NUL byte

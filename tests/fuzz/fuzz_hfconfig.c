@@ -1,4 +1,4 @@
-/* Fuzz target for the Hugging Face config.json parser (coordinator/source_hf.c).
+/* Fuzz target for the Hugging Face config.json parser (coordinator/format/hf_config.c).
  *
  * Input: config.json text. What coord_hf_config_parse() accepts must be a config the rest of
  * shardlm takes as it is: shlm_config_check() passes, and the token ids are inside the
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "safetensors.h"
+#include "hf_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,4 +1,4 @@
-/* Fuzz target for the safetensors header parser (coordinator/safetensors.c).
+/* Fuzz target for the safetensors header parser (coordinator/format/safetensors.c).
  *
  * Input: a safetensors image. When st_parse() accepts it, every tensor is looked up by name and
  * the first row of each is read as float32 (those of an unconverted dtype must be refused), so a
