@@ -4,12 +4,13 @@
 #include "tok_internal.h"
 
 #include "shlm.h"
+#include "sniff.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define BLOB_MAGIC "SHLMTOK"
+#define BLOB_MAGIC COORD_FORMAT_TOK_BLOB_MAGIC /* format/sniff.h: the sniffer knows it too */
 #define BLOB_VERSION 1
 #define BLOB_HEAD 48 /* magic 8 + 10 u32/i32 fields */
 

@@ -15,6 +15,7 @@
 
 #include "gguf.h"
 #include "shlm.h"
+#include "sniff.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <errno.h>
@@ -369,7 +370,8 @@ int coord_tok_from_image(struct coord_tok *t, const uint8_t *buf, size_t size, l
                          const char *what, struct shardlm_err *e)
 {
     memset(t, 0, sizeof(*t));
-    if (size >= 8 && memcmp(buf, SHLM_MAGIC, sizeof(SHLM_MAGIC)) == 0) {
+    switch (coord_format_sniff_image(buf, size)) {
+    case COORD_FORMAT_SHLM: {
         struct shlm_model m;
         char err[512];
         int rc = shlm_parse(&m, buf, size, what, err, sizeof(err));
@@ -377,7 +379,7 @@ int coord_tok_from_image(struct coord_tok *t, const uint8_t *buf, size_t size, l
             return shardlm_fail(e, rc, "%s", err);
         return coord_tok_from_shlm(t, &m, what, e);
     }
-    if (size >= 4 && memcmp(buf, "GGUF", 4) == 0) {
+    case COORD_FORMAT_GGUF: {
         struct gguf_file g;
         int rc = gguf_parse(&g, buf, size, what, e);
         if (rc)
@@ -386,13 +388,13 @@ int coord_tok_from_image(struct coord_tok *t, const uint8_t *buf, size_t size, l
         gguf_close(&g);
         return rc;
     }
-    if (coord_tok_is_blob(buf, size))
+    case COORD_FORMAT_TOK_BLOB:
         return coord_tok_load(t, buf, size, what, e);
-    size_t i = 0;
-    while (i < size && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r'))
-        i++;
-    if (i < size && buf[i] == '{')
+    case COORD_FORMAT_JSON:
         return coord_tok_from_hf_json(t, buf, size, what, e);
+    default: /* no magic: a llama2.c tokenizer.bin */
+        break;
+    }
     if (vocab_size == 0) {
         int n = coord_tok_llama2c_count(buf, size);
         if (n < 0)
