@@ -90,14 +90,6 @@ int seg_clean_stale(const char *rundir);
 /* Removes every runtime file of coordinator @pid. Returns how many. */
 int seg_clean_pid(const char *rundir, pid_t pid);
 
-/* CPU lists like "0-3,8,10-11" (layouts, worker arguments, reports). */
-#define SEG_MAX_CPUS 1024
-/* Parses @len bytes of @s into @out (at most @max, no CPU twice). Returns the count, -EEXIST for
- * a CPU listed twice, or -EINVAL. */
-int seg_cpulist_parse(const char *s, size_t len, int *out, int max);
-/* Formats CPUs with ranges: "0-3,8". */
-void seg_cpulist_format(const int *cpus, int n, char *out, size_t len);
-
 /* Exchange segment: step inputs written by the coordinator, logits written by the workers (each
  * its vocabulary columns), and the all-reduce area of the group (allreduce.h). */
 #define SEG_EXCHANGE_MAGIC 0x58434853u /* "SHCX" */

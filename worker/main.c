@@ -1,5 +1,6 @@
 /* shardlm-worker: one rank of the engine. Connects to its coordinator, maps the segments it is
  * told to, and runs the steps it is sent until Shutdown or until the coordinator goes away. */
+#include "cpus.h"
 #include "pin.h"
 #include "serve.h"
 

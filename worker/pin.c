@@ -1,7 +1,7 @@
 /* worker/: pinning. */
 #include "pin.h"
 
-#include "seg.h"
+#include "cpus.h"
 
 #include <dirent.h>
 #include <errno.h>

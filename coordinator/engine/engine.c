@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include "allreduce.h"
+#include "cpus.h"
 #include "load.h"
 #include "peer.h"
 #include "plan.h"
