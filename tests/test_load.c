@@ -136,10 +136,10 @@ static void slice_whole(const struct kn_mat *src, const char *name, const struct
 static void expect_segment(const uint8_t *img, size_t len, const struct seg *seg, int R, int r)
 {
     struct shlm_model file, m;
-    char err[512];
-    assert_int_equal(shlm_parse(&file, img, len, "file", err, sizeof(err)), 0);
-    if (shlm_parse(&m, seg->base, seg->size, "segment", err, sizeof(err)))
-        fail_msg("%s", err);
+    struct shardlm_err err;
+    assert_int_equal(shlm_parse(&file, img, len, "file", &err), 0);
+    if (shlm_parse(&m, seg->base, seg->size, "segment", &err))
+        fail_msg("%s", err.msg);
     const struct shlm_header *h = m.hdr;
     assert_int_equal(h->shard_rank, r);
     assert_int_equal(h->shard_count, R);
@@ -257,8 +257,8 @@ static void test_chunked_equals_whole_ragged(void **state)
 static void expect_incomplete(struct seg *s)
 {
     struct shlm_model m;
-    char err[256];
-    assert_true(shlm_parse(&m, s->base, s->size, "seg", err, sizeof(err)) != 0);
+    struct shardlm_err err;
+    assert_true(shlm_parse(&m, s->base, s->size, "seg", &err) != 0);
     seg_free(s);
 }
 
@@ -271,8 +271,8 @@ static void test_changed_while_loading(void **state)
     tu_path(path, sizeof(path), "%s/small.shlm", dir);
     uint8_t *img = write_model(path, &c, SHLM_SCHEME_W4A8, 128, 8, &len);
     struct shlm_model file;
-    char err[256];
-    assert_int_equal(shlm_parse(&file, img, len, "x", err, sizeof(err)), 0);
+    struct shardlm_err err;
+    assert_int_equal(shlm_parse(&file, img, len, "x", &err), 0);
     const struct shlm_tensor *last = &file.tensors[file.hdr->n_tensors - 1];
     for (int change = 0; change < 3; change++) {
         assert_int_equal(tu_write(path, img, len), 0);

@@ -168,14 +168,17 @@ int main(int argc, char **argv)
         if (r == -EAGAIN || r == -EINTR)
             continue;
         if (r == -EBADMSG) {
-            wrk_reply_error(&w, -EBADMSG, 0, "malformed message from the coordinator");
+            struct shardlm_err e;
+            shardlm_fail(&e, r, "malformed message from the coordinator");
+            wrk_reply_error(&w, r, 0, &e);
             continue;
         }
         if (r) {
             wrk_log(&w, "receive failed: %s", zmq_strerror(-r));
             break;
         }
-        int stop = wrk_handle(&w, in);
+        bool stop;
+        wrk_handle(&w, in, &stop);
         proto_free(in);
         if (stop) {
             rc = 0;

@@ -1734,10 +1734,10 @@ int coord_tok_from_image(struct coord_tok *t, const uint8_t *buf, size_t size, l
     memset(t, 0, sizeof(*t));
     if (size >= 8 && memcmp(buf, SHLM_MAGIC, sizeof(SHLM_MAGIC)) == 0) {
         struct shlm_model m;
-        char err[512];
-        int rc = shlm_parse(&m, buf, size, what, err, sizeof(err));
+        struct shardlm_err err;
+        int rc = shlm_parse(&m, buf, size, what, &err);
         if (rc)
-            return shardlm_fail(e, rc, "%s", err);
+            return shardlm_fail(e, rc, "%s", err.msg);
         return coord_tok_from_shlm(t, &m, what, e);
     }
     if (size >= 4 && memcmp(buf, "GGUF", 4) == 0) {
