@@ -230,6 +230,9 @@ static void check_model(const char *name, const struct shlm_config *c, enum shlm
     free(img);
 }
 
+/* Under ThreadSanitizer (SHARDLM_TSAN) these two take 160 s and add no interleaving of the lanes
+ * that the ragged one does not run. */
+#ifndef SHARDLM_TSAN
 /* A 131072 x 2048 int4 tied embedding (the LM head of each rank a range of its tiles), 2048 x
  * 6656 down projections; jobs of 300 KiB: 288 rows of the embedding, the last one ragged. */
 static void test_chunked_equals_whole_big_head(void **state)
@@ -245,6 +248,7 @@ static void test_chunked_equals_whole_wide_ffn(void **state)
     struct shlm_config c = config(2048, 13312, 16, 2, 4096, false);
     check_model("ffn", &c, SHLM_SCHEME_W4A16, 64, 8, (100 << 10) + 1);
 }
+#endif
 
 /* Heads of 8 (ranks start mid block), odd sizes everywhere, tiny jobs (16 rows). */
 static void test_chunked_equals_whole_ragged(void **state)
@@ -349,8 +353,10 @@ static void test_full_tmpfs(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+#ifndef SHARDLM_TSAN
         cmocka_unit_test(test_chunked_equals_whole_big_head),
         cmocka_unit_test(test_chunked_equals_whole_wide_ffn),
+#endif
         cmocka_unit_test(test_chunked_equals_whole_ragged),
         cmocka_unit_test(test_changed_while_loading),
         cmocka_unit_test(test_full_tmpfs),
