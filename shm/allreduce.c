@@ -1,4 +1,4 @@
-/* shm/: all-reduce and barrier among the worker processes of one tensor-parallel group.
+/* shm/allreduce.c: all-reduce and barrier among the worker processes of one tensor-parallel group.
  *
  * The area lives in memory shared by several processes, so every counter is a plain 32-bit word
  * used only through __atomic builtins, and the futex calls are shared ones (no
@@ -197,8 +197,8 @@ static bool ar_peers_alive(const struct ar_hdr *h, const struct seg_ar_rank *r)
 static int ar_sleep(struct seg_ar_rank *r, uint32_t gen)
 {
     struct ar_hdr *h = r->area;
-    uint64_t start = shardlm_now_ns(), limit = r->timeout_ms > 0 ? (uint64_t)r->timeout_ms * 1000000ull
-                                                            : UINT64_MAX;
+    uint64_t start = shardlm_now_ns();
+    uint64_t limit = r->timeout_ms > 0 ? (uint64_t)r->timeout_ms * 1000000ull : UINT64_MAX;
     int rc;
     bool slept = false; /* the peers are checked from the first wake-up on, not before */
     /* Dekker with the last arrival: it bumps the generation then reads `sleepers`, we raise

@@ -1,5 +1,5 @@
-/* shm/: all-reduce and barrier among the worker processes of one tensor-parallel group, over an
- * area of shared memory (inside the exchange segment). No ZeroMQ inside a layer.
+/* shm/allreduce.h: all-reduce and barrier among the worker processes of one tensor-parallel
+ * group, over an area of shared memory (inside the exchange segment). No ZeroMQ inside a layer.
  *
  * Layout: a header (barrier counters, abort flag, rank pids), then 2 x n_ranks slots of
  * max_floats floats, each slot cache-line aligned: [parity][rank]. A rank writes its partial sum

@@ -1,8 +1,10 @@
-/* shm/common.c: the error struct's formatter and the monotonic clock. */
+/* shm/common.c: the error struct's formatter, strict integer parsing and the monotonic clock. */
 #include "common.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 int shardlm_fail(struct shardlm_err *e, int rc, const char *fmt, ...)
@@ -12,6 +14,17 @@ int shardlm_fail(struct shardlm_err *e, int rc, const char *fmt, ...)
     vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
     va_end(ap);
     return rc;
+}
+
+bool shardlm_parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
 }
 
 uint64_t shardlm_now_ns(void)

@@ -1,7 +1,9 @@
-/* shm/common.h: what every shardlm process shares - the one error struct, the monotonic clock. */
+/* shm/common.h: what every shardlm process shares - the one error struct, strict integer parsing,
+ * the monotonic clock. */
 #ifndef SHARDLM_COMMON_H
 #define SHARDLM_COMMON_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* One-line error text, filled by the function that failed and reported once by its caller (the
@@ -13,6 +15,12 @@ struct shardlm_err {
 /* Formats @fmt into @e and returns @rc (a negative errno), for `return shardlm_fail(...)`. */
 int shardlm_fail(struct shardlm_err *e, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Parses the whole of @s as a decimal integer within [@lo, @hi] into *@out (left alone on
+ * failure): false for an empty string, trailing characters ("12x", "1.5"), an overflow or a value
+ * out of range. strtol's leading blanks and sign are accepted. For every integer a command line
+ * or the environment gives. */
+bool shardlm_parse_long(const char *s, long lo, long hi, long *out);
 
 /* CLOCK_MONOTONIC in nanoseconds: comparable across the processes of one machine. */
 uint64_t shardlm_now_ns(void);

@@ -1,4 +1,4 @@
-/* shm/: shard plan. */
+/* shm/plan.c: the shard plan of a rank. */
 #include "plan.h"
 
 #include <errno.h>

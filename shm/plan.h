@@ -1,4 +1,4 @@
-/* shm/: the tensor-parallel shard plan - which slice of every matrix a rank holds.
+/* shm/plan.h: the tensor-parallel shard plan - which slice of every matrix a rank holds.
  *
  * Query heads are split into contiguous, nearly equal ranges; a rank holds the KV heads its query
  * heads read (so KV heads are replicated where ranks share one, e.g. 4 KV heads over 8 query heads

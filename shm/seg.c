@@ -1,16 +1,17 @@
-/* shm/: runtime directory and segments. */
+/* shm/seg.c: the runtime directory, segment files (create, reserve, publish, map), the run files
+ * of dead coordinators, and the exchange and KV layouts. */
 #include "seg.h"
 
 #include "allreduce.h"
 #include "kn.h"
 
-#include <ctype.h>
 #include <dirent.h>
 #include <numa.h>
 #include <numaif.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,15 +20,28 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The runtime directory seg_set_rundir() named (rundir_is_set false: the default). Written once
+ * by the CLI before any thread starts. */
+static char rundir_set[PATH_MAX];
+static bool rundir_is_set;
+
+int seg_set_rundir(const char *path)
+{
+    if (path && strlen(path) >= sizeof(rundir_set))
+        return -ENAMETOOLONG;
+    rundir_is_set = path != NULL;
+    snprintf(rundir_set, sizeof(rundir_set), "%s", path ? path : "");
+    return 0;
+}
+
 int seg_rundir_path(char *out, size_t len)
 {
-    const char *env = getenv("SHARDLM_RUNTIME_DIR");
-    if (env && !*env) { /* set to nothing: a mistake, not a wish for the default */
+    if (rundir_is_set && !*rundir_set) { /* set to nothing: a mistake, not a wish for the default */
         snprintf(out, len, "(empty SHARDLM_RUNTIME_DIR)");
         return -EINVAL;
     }
-    if (env)
-        snprintf(out, len, "%s", env);
+    if (rundir_is_set)
+        snprintf(out, len, "%s", rundir_set);
     else
         snprintf(out, len, "/dev/shm/shardlm-%u", (unsigned)getuid());
     return 0;
@@ -53,25 +67,33 @@ void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *
     snprintf(out, len, "%s/%d.%s", rundir, (int)pid, what);
 }
 
-/* SHARDLM_SHM_LIMIT: the bytes of segment memory this process may allocate (as if its tmpfs were
- * that small), read once; 0 means no limit. Counted as allocated (created whole, or reserved). */
-static uint64_t created_bytes;
+/* The bytes of segment memory this process may allocate (seg_set_limit; 0: no limit) and has
+ * allocated (created whole, or reserved). Up to four load lanes (threads) reserve at once, so both
+ * are atomic and a charge is one compare-and-swap: the limit holds exactly, whatever the
+ * interleaving. Relaxed: they order nothing else. */
+static _Atomic uint64_t limit_bytes;
+static _Atomic uint64_t created_bytes;
 
+void seg_set_limit(uint64_t bytes)
+{
+    atomic_store_explicit(&limit_bytes, bytes, memory_order_relaxed);
+}
+
+uint64_t seg_allocated_bytes(void)
+{
+    return atomic_load_explicit(&created_bytes, memory_order_relaxed);
+}
+
+/* Counts @size more bytes against the limit: 0, or -ENOSPC past it (nothing counted). */
 static int charge(size_t size)
 {
-    static long long limit = -1;
-    if (limit == -1) {
-        const char *env = getenv("SHARDLM_SHM_LIMIT");
-        char *end;
-        limit = env ? strtoll(env, &end, 10) : 0;
-        if (env && (!*env || *end || limit < 0 || !isdigit((unsigned char)*env)))
-            limit = -2; /* malformed: every allocation is refused (the CLI says why first) */
-    }
-    if (limit == -2)
-        return -EINVAL;
-    if (limit && created_bytes + size > (uint64_t)limit)
-        return -ENOSPC;
-    created_bytes += size;
+    uint64_t limit = atomic_load_explicit(&limit_bytes, memory_order_relaxed);
+    uint64_t used = atomic_load_explicit(&created_bytes, memory_order_relaxed);
+    do {
+        if (limit && (size > limit || used > limit - size))
+            return -ENOSPC;
+    } while (!atomic_compare_exchange_weak_explicit(&created_bytes, &used, used + size,
+                                                    memory_order_relaxed, memory_order_relaxed));
     return 0;
 }
 
@@ -85,7 +107,7 @@ static int allocate(int fd, size_t off, size_t len)
     while ((rc = posix_fallocate(fd, (off_t)off, (off_t)len)) == EINTR) /* the error, not -1 */
         ;
     if (rc)
-        created_bytes -= len;
+        atomic_fetch_sub_explicit(&created_bytes, len, memory_order_relaxed);
     return -rc;
 }
 
@@ -381,56 +403,4 @@ int seg_kv_check(const void *base, size_t size, uint32_t n_layers, uint32_t seq_
         h->bytes != size || seg_kv_bytes(h->n_seqs, n_layers, seq_len, kv_dim) != size)
         return -EINVAL;
     return 0;
-}
-
-int seg_cpulist_parse(const char *s, size_t len, int *out, int max)
-{
-    int n = 0;
-    size_t i = 0;
-    while (i < len) {
-        char *end;
-        long a = strtol(s + i, &end, 10), b;
-        if (end == s + i || a < 0 || a >= SEG_MAX_CPUS)
-            return -EINVAL;
-        i = (size_t)(end - s);
-        b = a;
-        if (i < len && s[i] == '-') {
-            i++;
-            b = strtol(s + i, &end, 10);
-            if (end == s + i || b < a || b >= SEG_MAX_CPUS)
-                return -EINVAL;
-            i = (size_t)(end - s);
-        }
-        for (long c = a; c <= b; c++) {
-            for (int k = 0; k < n; k++)
-                if (out[k] == c)
-                    return -EEXIST; /* listed twice */
-            if (n >= max)
-                return -EINVAL;
-            out[n++] = (int)c;
-        }
-        if (i < len) {
-            if (s[i] != ',')
-                return -EINVAL;
-            i++;
-            if (i == len)
-                return -EINVAL;
-        }
-    }
-    return n ? n : -EINVAL;
-}
-
-void seg_cpulist_format(const int *cpus, int n, char *out, size_t len)
-{
-    size_t used = 0;
-    out[0] = 0;
-    for (int i = 0; i < n && used < len;) {
-        int j = i;
-        while (j + 1 < n && cpus[j + 1] == cpus[j] + 1)
-            j++;
-        int w = j > i ? snprintf(out + used, len - used, "%s%d-%d", i ? "," : "", cpus[i], cpus[j])
-                      : snprintf(out + used, len - used, "%s%d", i ? "," : "", cpus[i]);
-        used += (size_t)(w > 0 ? w : 0);
-        i = j + 1;
-    }
 }

@@ -1,11 +1,11 @@
-/* shm/: the runtime directory, shared-memory segments, and the layouts of the exchange and KV
- * segments.
+/* shm/seg.h: the runtime directory, shared-memory segments, and the layouts of the exchange and
+ * KV segments.
  *
- * Every segment is a file in the runtime directory, a private (0700) folder on tmpfs:
- * $SHARDLM_RUNTIME_DIR if set, else /dev/shm/shardlm-<uid>. Files are 0600 and named
- * "<coordinator pid>.<what>", so the segments of a coordinator that died can be told from live
- * ones (seg_clean_stale). The coordinator creates and owns them and unlinks them on exit;
- * workers map them by path.
+ * Every segment is a file in the runtime directory, a private (0700) folder on tmpfs: the one
+ * seg_set_rundir() names ($SHARDLM_RUNTIME_DIR for the CLI), else /dev/shm/shardlm-<uid>. Files
+ * are 0600 and named "<coordinator pid>.<what>", so the segments of a coordinator that died can be
+ * told from live ones (seg_clean_stale). The coordinator creates and owns them and unlinks them on
+ * exit; workers map them by path.
  */
 #ifndef SHARDLM_SEG_H
 #define SHARDLM_SEG_H
@@ -42,11 +42,15 @@ bool seg_is_weights_name(const char *name);
 #define SEG_RUN_EXCHANGE "exchange"
 #define SEG_RUN_KV_FMT "kv.r%d"
 
+/* Names the runtime directory of this process: @path (the CLI passes $SHARDLM_RUNTIME_DIR), or
+ * NULL for the default /dev/shm/shardlm-<uid>. Call it before any thread uses segments; code below
+ * the CLI never reads the environment. Returns 0, or -ENAMETOOLONG (nothing changed). */
+int seg_set_rundir(const char *path);
 /* Creates (0700) or checks the runtime directory and writes its path to @out.
  * Returns 0 or -errno (-EPERM if it exists but is not ours or not private). */
 int seg_rundir(char *out, size_t len);
-/* The runtime directory's path alone (nothing created). Returns 0, or -EINVAL when
- * SHARDLM_RUNTIME_DIR is set but empty. */
+/* The runtime directory's path alone (nothing created). Returns 0, or -EINVAL when it was set to
+ * "" (an empty SHARDLM_RUNTIME_DIR). */
 int seg_rundir_path(char *out, size_t len);
 /* Path of the runtime file "<pid>.<what>". */
 void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *what);
@@ -70,8 +74,13 @@ int seg_reserve(struct seg *s, size_t off, size_t len);
  * so that a segment under its final name is always complete; it then outlives this process
  * (seg_free() no longer unlinks it). -EEXIST: another process published one first. */
 int seg_publish(struct seg *s, const char *path);
-/* Environment SHARDLM_SHM_LIMIT=BYTES caps the bytes of segments one process creates: past it
- * creation fails with -ENOSPC, as on a full tmpfs (for tests where mounting one is impossible). */
+/* Caps the bytes of segment memory this process allocates (created whole or reserved; freeing
+ * gives none back) at @bytes, 0 for no cap: past it creation and seg_reserve() fail with -ENOSPC,
+ * as on a full tmpfs (the CLI passes SHARDLM_SHM_LIMIT, for tests where mounting a small tmpfs is
+ * impossible). Safe against creations in other threads. */
+void seg_set_limit(uint64_t bytes);
+/* The bytes the cap counts: allocated by this process so far. */
+uint64_t seg_allocated_bytes(void);
 
 /* Maps the existing segment @path, which must be exactly @size bytes, and holds a shared lock on
  * it until seg_free(). Returns 0 or -errno (-EINVAL for a size mismatch; -ENOENT also when the
@@ -89,14 +98,6 @@ bool seg_pid_alive(pid_t pid);
 int seg_clean_stale(const char *rundir);
 /* Removes every runtime file of coordinator @pid. Returns how many. */
 int seg_clean_pid(const char *rundir, pid_t pid);
-
-/* CPU lists like "0-3,8,10-11" (layouts, worker arguments, reports). */
-#define SEG_MAX_CPUS 1024
-/* Parses @len bytes of @s into @out (at most @max, no CPU twice). Returns the count, -EEXIST for
- * a CPU listed twice, or -EINVAL. */
-int seg_cpulist_parse(const char *s, size_t len, int *out, int max);
-/* Formats CPUs with ranges: "0-3,8". */
-void seg_cpulist_format(const int *cpus, int n, char *out, size_t len);
 
 /* Exchange segment: step inputs written by the coordinator, logits written by the workers (each
  * its vocabulary columns), and the all-reduce area of the group (allreduce.h). */

@@ -1,25 +1,15 @@
-/* The .shlm format: hashing, layout of the expected tensors, and a parser that trusts nothing. */
+/* shm/shlm.c: the .shlm format - hashing, layout of the expected tensors, and a parser that trusts
+ * nothing. */
 #include "shlm.h"
 
 #include "plan.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen)
-        vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
 
 #define FNV_PRIME 0x100000001b3ull
 
@@ -98,11 +88,11 @@ int shlm_scheme_parse(const char *name, enum shlm_scheme *out)
     return -EINVAL;
 }
 
-int shlm_config_check(const struct shlm_config *c, char *err, size_t errlen)
+int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
 {
 #define CHECK(cond, field, expect)                                                                 \
     if (!(cond))                                                                                   \
-    return fail(err, errlen, -EINVAL, "config field %s: expected %s", field, expect)
+    return shardlm_fail(e, -EINVAL, "config field %s: expected %s", field, expect)
     CHECK(c->arch == SHLM_ARCH_LLAMA, "arch", "1 (llama)");
     CHECK(c->dim >= 1 && c->dim <= 65536, "dim", "1..65536");
     CHECK(c->hidden_dim >= 1 && c->hidden_dim <= 1u << 20, "hidden_dim", "1..1048576");
@@ -273,99 +263,103 @@ void shlm_view(const struct shlm_model *m, const struct shlm_tensor *t, struct k
 
 static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
                          const struct shlm_header *h, struct shlm_tensor_spec *want,
-                         const char *what, char *err, size_t errlen);
+                         const char *what, struct shardlm_err *e);
 
 /* Parses an image of @size bytes of which the first @avail are at @buf. */
 static int parse(struct shlm_model *m, const void *buf, size_t avail, size_t size, const char *what,
-                 char *err, size_t errlen)
+                 struct shardlm_err *e)
 {
     const uint8_t *b = buf;
     memset(m, 0, sizeof(*m));
     if (size < sizeof(struct shlm_header) || avail < sizeof(struct shlm_header))
-        return fail(err, errlen, -EINVAL, "%s: file is %zu bytes, shorter than the %zu-byte header",
-                    what, size, sizeof(struct shlm_header));
+        return shardlm_fail(e, -EINVAL, "%s: file is %zu bytes, shorter than the %zu-byte header",
+                            what, size, sizeof(struct shlm_header));
     const struct shlm_header *h = buf;
     if (memcmp(h->magic, SHLM_MAGIC, sizeof(SHLM_MAGIC)) != 0)
-        return fail(err, errlen, -EPROTO, "%s: not a .shlm file (magic is not \"%s\")", what,
-                    SHLM_MAGIC);
+        return shardlm_fail(e, -EPROTO, "%s: not a .shlm file (magic is not \"%s\")", what,
+                            SHLM_MAGIC);
     if (h->version != SHLM_VERSION)
-        return fail(err, errlen, -EINVAL, "%s: header field version is %u, expected %d", what,
-                    h->version, SHLM_VERSION);
+        return shardlm_fail(e, -EINVAL, "%s: header field version is %u, expected %d", what,
+                            h->version, SHLM_VERSION);
     if (h->header_bytes != sizeof(*h))
-        return fail(err, errlen, -EINVAL, "%s: header field header_bytes is %u, expected %zu", what,
-                    h->header_bytes, sizeof(*h));
+        return shardlm_fail(e, -EINVAL, "%s: header field header_bytes is %u, expected %zu", what,
+                            h->header_bytes, sizeof(*h));
     if (h->file_bytes != size)
-        return fail(err, errlen, -EINVAL,
-                    "%s: header field file_bytes is %llu but the file has %zu bytes (truncated?)",
-                    what, (unsigned long long)h->file_bytes, size);
+        return shardlm_fail(
+            e, -EINVAL,
+            "%s: header field file_bytes is %llu but the file has %zu bytes (truncated?)", what,
+            (unsigned long long)h->file_bytes, size);
     if (h->n_tensors == 0 || h->n_tensors > SHLM_MAX_TENSORS)
-        return fail(err, errlen, -EINVAL, "%s: header field n_tensors is %u, expected 1..%d", what,
-                    h->n_tensors, SHLM_MAX_TENSORS);
+        return shardlm_fail(e, -EINVAL, "%s: header field n_tensors is %u, expected 1..%d", what,
+                            h->n_tensors, SHLM_MAX_TENSORS);
     uint64_t table_bytes = (uint64_t)h->n_tensors * sizeof(struct shlm_tensor);
     if (h->table_offset < sizeof(*h) || h->table_offset % 8 || h->table_offset > size ||
         table_bytes > size - h->table_offset)
-        return fail(err, errlen, -EINVAL, "%s: header field table_offset %llu is out of the file",
-                    what, (unsigned long long)h->table_offset);
+        return shardlm_fail(e, -EINVAL, "%s: header field table_offset %llu is out of the file",
+                            what, (unsigned long long)h->table_offset);
     if (h->tok_offset > size || h->tok_bytes > size - h->tok_offset || h->tok_bytes == 0)
-        return fail(err, errlen, -EINVAL, "%s: header fields tok_offset/tok_bytes are out of the file",
-                    what);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: header fields tok_offset/tok_bytes are out of the file", what);
     /* regions in order, none overlapping: header, table, tokenizer, data */
     if (h->tok_offset < h->table_offset + table_bytes)
-        return fail(err, errlen, -EINVAL, "%s: header field tok_offset %llu overlaps the tensor "
-                    "table", what, (unsigned long long)h->tok_offset);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: header field tok_offset %llu overlaps the tensor "
+                            "table",
+                            what, (unsigned long long)h->tok_offset);
     if (h->data_offset % SHLM_ALIGN || h->data_offset < h->tok_offset + h->tok_bytes ||
         h->data_offset > size)
-        return fail(err, errlen, -EINVAL, "%s: header field data_offset %llu is not a 4 KiB "
-                    "boundary after the tokenizer within the file", what,
-                    (unsigned long long)h->data_offset);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: header field data_offset %llu is not a 4 KiB "
+                            "boundary after the tokenizer within the file",
+                            what, (unsigned long long)h->data_offset);
     if (h->data_offset > avail)
-        return fail(err, errlen, -EINVAL,
-                    "%s: only %zu of the %llu bytes before the data were "
-                    "read",
-                    what, avail, (unsigned long long)h->data_offset);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: only %zu of the %llu bytes before the data were "
+                            "read",
+                            what, avail, (unsigned long long)h->data_offset);
     if (h->tok_kind != SHLM_TOK_LLAMA2C && h->tok_kind != SHLM_TOK_BLOB)
-        return fail(err, errlen, -EINVAL, "%s: header field tok_kind is %u, expected 1 or 2", what,
-                    h->tok_kind);
+        return shardlm_fail(e, -EINVAL, "%s: header field tok_kind is %u, expected 1 or 2", what,
+                            h->tok_kind);
     /* header checksum covers the header with its checksum field zeroed, then the table */
     struct shlm_header copy = *h;
     copy.checksum = 0;
     uint64_t sum = shlm_hash(&copy, sizeof(copy)) ^ shlm_hash(b + h->table_offset, table_bytes);
     if (sum != h->checksum)
-        return fail(err, errlen, -EINVAL, "%s: header checksum mismatch (corrupt header or table)",
-                    what);
-    char cerr[160];
-    if (shlm_config_check(&h->cfg, cerr, sizeof(cerr)))
-        return fail(err, errlen, -EINVAL, "%s: %s", what, cerr);
+        return shardlm_fail(e, -EINVAL, "%s: header checksum mismatch (corrupt header or table)",
+                            what);
+    struct shardlm_err cerr;
+    if (shlm_config_check(&h->cfg, &cerr))
+        return shardlm_fail(e, -EINVAL, "%s: %s", what, cerr.msg);
     if (h->scheme > SHLM_SCHEME_W4A8)
-        return fail(err, errlen, -EINVAL, "%s: header field scheme is %u, expected 0..3", what,
-                    h->scheme);
+        return shardlm_fail(e, -EINVAL, "%s: header field scheme is %u, expected 0..3", what,
+                            h->scheme);
     if (h->bos_id >= h->cfg.vocab_size || h->eos_id >= h->cfg.vocab_size)
-        return fail(err, errlen, -EINVAL, "%s: header fields bos_id/eos_id are outside the vocabulary",
-                    what);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: header fields bos_id/eos_id are outside the vocabulary", what);
 
     struct shlm_tensor_spec *want = calloc(SHLM_MAX_TENSORS, sizeof(*want));
     if (!want)
-        return fail(err, errlen, -ENOMEM, "%s: out of memory", what);
-    int rc = check_tensors(m, b, size, h, want, what, err, errlen);
+        return shardlm_fail(e, -ENOMEM, "%s: out of memory", what);
+    int rc = check_tensors(m, b, size, h, want, what, e);
     free(want);
     return rc;
 }
 
-int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *what, char *err,
-               size_t errlen)
+int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *what,
+               struct shardlm_err *e)
 {
-    return parse(m, buf, size, size, what, err, errlen);
+    return parse(m, buf, size, size, what, e);
 }
 
 int shlm_parse_head(struct shlm_model *m, const void *head, size_t avail, size_t size,
-                    const char *what, char *err, size_t errlen)
+                    const char *what, struct shardlm_err *e)
 {
-    return parse(m, head, avail, size, what, err, errlen);
+    return parse(m, head, avail, size, what, e);
 }
 
 static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
                          const struct shlm_header *h, struct shlm_tensor_spec *want,
-                         const char *what, char *err, size_t errlen)
+                         const char *what, struct shardlm_err *e)
 {
     /* shard_count 0: a whole model (a file); n >= 1: the shard of rank shard_rank of n */
     struct seg_plan plan;
@@ -373,22 +367,25 @@ static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
     if ((!shard && h->shard_rank != 0) ||
         (shard && seg_plan_make(&plan, &h->cfg, h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0,
                                 (int)h->shard_count, (int)h->shard_rank)))
-        return fail(err, errlen, -EINVAL, "%s: header fields shard_rank/shard_count (%u of %u) do "
-                    "not fit the model", what, h->shard_rank, h->shard_count);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: header fields shard_rank/shard_count (%u of %u) do "
+                            "not fit the model",
+                            what, h->shard_rank, h->shard_count);
     int n = shlm_expected_tensors(&h->cfg, (enum shlm_scheme)h->scheme, (int)h->group,
                                   (int)h->head_bits, shard ? &plan : NULL, want, SHLM_MAX_TENSORS);
     if (n < 0)
-        return fail(err, errlen, -EINVAL, "%s: header fields scheme/group/head_bits (%s, %u, %u) "
-                    "are not a valid combination", what, shlm_scheme_name(h->scheme), h->group,
-                    h->head_bits);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: header fields scheme/group/head_bits (%s, %u, %u) "
+                            "are not a valid combination",
+                            what, shlm_scheme_name(h->scheme), h->group, h->head_bits);
     if (h->layout > SHLM_LAYOUT_TILES || (!shard && h->layout != SHLM_LAYOUT_CANONICAL))
-        return fail(err, errlen, -EINVAL, "%s: header field layout is %u, expected 0%s", what,
-                    h->layout, shard ? " or 1" : " in a model file");
+        return shardlm_fail(e, -EINVAL, "%s: header field layout is %u, expected 0%s", what,
+                            h->layout, shard ? " or 1" : " in a model file");
     for (int i = 0; i < n; i++)
         want[i].dtype = shlm_layout_dtype(want[i].dtype, (enum shlm_layout)h->layout);
     if ((uint32_t)n != h->n_tensors)
-        return fail(err, errlen, -EINVAL, "%s: header field n_tensors is %u, the config needs %d",
-                    what, h->n_tensors, n);
+        return shardlm_fail(e, -EINVAL, "%s: header field n_tensors is %u, the config needs %d",
+                            what, h->n_tensors, n);
     m->base = b;
     m->size = size;
     m->hdr = h;
@@ -396,51 +393,55 @@ static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
     for (uint32_t i = 0; i < h->n_tensors; i++) {
         const struct shlm_tensor *t = &m->tensors[i];
         if (memchr(t->name, 0, SHLM_NAME_MAX) == NULL)
-            return fail(err, errlen, -EINVAL, "%s: tensor %u: name is not terminated", what, i);
+            return shardlm_fail(e, -EINVAL, "%s: tensor %u: name is not terminated", what, i);
         if (t->dtype >= KN_DT_COUNT)
-            return fail(err, errlen, -EINVAL, "%s: tensor %s: unknown dtype %u", what, t->name,
-                        t->dtype);
+            return shardlm_fail(e, -EINVAL, "%s: tensor %s: unknown dtype %u", what, t->name,
+                                t->dtype);
         if (t->offset % SHLM_ALIGN || t->offset < h->data_offset || t->offset > size ||
             t->bytes > size - t->offset)
-            return fail(err, errlen, -EINVAL, "%s: tensor %s: offset %llu + %llu bytes is outside "
-                        "the data region", what, t->name, (unsigned long long)t->offset,
-                        (unsigned long long)t->bytes);
+            return shardlm_fail(e, -EINVAL,
+                                "%s: tensor %s: offset %llu + %llu bytes is outside "
+                                "the data region",
+                                what, t->name, (unsigned long long)t->offset,
+                                (unsigned long long)t->bytes);
         for (uint32_t j = 0; j < i; j++)
             if (strcmp(m->tensors[j].name, t->name) == 0)
-                return fail(err, errlen, -EINVAL, "%s: tensor %s appears twice", what, t->name);
+                return shardlm_fail(e, -EINVAL, "%s: tensor %s appears twice", what, t->name);
     }
     for (int i = 0; i < n; i++) {
         const struct shlm_tensor *t = shlm_find(m, want[i].name);
         if (!t)
-            return fail(err, errlen, -EINVAL, "%s: tensor %s is missing", what, want[i].name);
+            return shardlm_fail(e, -EINVAL, "%s: tensor %s is missing", what, want[i].name);
         if (t->dtype != (uint32_t)want[i].dtype || t->rows != (uint32_t)want[i].rows ||
             t->cols != (uint32_t)want[i].cols || t->group != (uint32_t)want[i].group)
-            return fail(err, errlen, -EINVAL, "%s: tensor %s: dtype/shape/group %u/%ux%u/%u, "
-                        "expected %d/%dx%d/%d", what, t->name, t->dtype, t->rows, t->cols,
-                        t->group, want[i].dtype, want[i].rows, want[i].cols, want[i].group);
+            return shardlm_fail(e, -EINVAL,
+                                "%s: tensor %s: dtype/shape/group %u/%ux%u/%u, "
+                                "expected %d/%dx%d/%d",
+                                what, t->name, t->dtype, t->rows, t->cols, t->group, want[i].dtype,
+                                want[i].rows, want[i].cols, want[i].group);
         size_t bytes = kn_mat_bytes(want[i].dtype, want[i].rows, want[i].cols, want[i].group);
         if (t->bytes != bytes)
-            return fail(err, errlen, -EINVAL, "%s: tensor %s: %llu bytes, expected %zu", what,
-                        t->name, (unsigned long long)t->bytes, bytes);
+            return shardlm_fail(e, -EINVAL, "%s: tensor %s: %llu bytes, expected %zu", what,
+                                t->name, (unsigned long long)t->bytes, bytes);
     }
     /* tensors must not overlap: sorted by offset each ends before the next begins */
     for (uint32_t i = 0; i < h->n_tensors; i++)
         for (uint32_t j = 0; j < h->n_tensors; j++) {
             const struct shlm_tensor *a = &m->tensors[i], *c = &m->tensors[j];
             if (i != j && a->offset <= c->offset && a->offset + a->bytes > c->offset)
-                return fail(err, errlen, -EINVAL, "%s: tensors %s and %s overlap", what, a->name,
-                            c->name);
+                return shardlm_fail(e, -EINVAL, "%s: tensors %s and %s overlap", what, a->name,
+                                    c->name);
         }
     return 0;
 }
 
-int shlm_verify_data(const struct shlm_model *m, const char *what, char *err, size_t errlen)
+int shlm_verify_data(const struct shlm_model *m, const char *what, struct shardlm_err *e)
 {
     for (uint32_t i = 0; i < m->hdr->n_tensors; i++) {
         const struct shlm_tensor *t = &m->tensors[i];
         if (shlm_hash(m->base + t->offset, t->bytes) != t->checksum)
-            return fail(err, errlen, -EIO, "%s: tensor %s: checksum mismatch (corrupt data)", what,
-                        t->name);
+            return shardlm_fail(e, -EIO, "%s: tensor %s: checksum mismatch (corrupt data)", what,
+                                t->name);
     }
     return 0;
 }

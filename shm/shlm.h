@@ -1,6 +1,6 @@
-/* The .shlm model file: header, tensor table, tokenizer, tensor data (4 KiB aligned) in the
- * canonical layouts of kernels/kn.h. The weights segment a worker maps is the same image, so the
- * coordinator and the workers read it through this one parser.
+/* shm/shlm.h: the .shlm model file - header, tensor table, tokenizer, tensor data (4 KiB aligned)
+ * in the canonical layouts of kernels/kn.h. The weights segment a worker maps is the same image,
+ * so the coordinator and the workers read it through this one parser.
  *
  * File layout (all little-endian):
  *   0                       struct shlm_header (512 bytes)
@@ -11,6 +11,7 @@
 #ifndef SHARDLM_SHLM_H
 #define SHARDLM_SHLM_H
 
+#include "common.h"
 #include "kn.h"
 
 #include <stddef.h>
@@ -24,7 +25,12 @@
 
 enum shlm_arch { SHLM_ARCH_LLAMA = 1 };
 enum shlm_act { SHLM_ACT_SILU = 0, SHLM_ACT_GELU_TANH = 1 };
-enum shlm_scheme { SHLM_SCHEME_F32 = 0, SHLM_SCHEME_BF16 = 1, SHLM_SCHEME_W4A16 = 2, SHLM_SCHEME_W4A8 = 3 };
+enum shlm_scheme {
+    SHLM_SCHEME_F32 = 0,
+    SHLM_SCHEME_BF16 = 1,
+    SHLM_SCHEME_W4A16 = 2,
+    SHLM_SCHEME_W4A8 = 3
+};
 enum shlm_tok_kind { SHLM_TOK_LLAMA2C = 1, SHLM_TOK_BLOB = 2 /* coord_tok_save() */ };
 enum shlm_rope_scaling { SHLM_ROPE_NONE = 0, SHLM_ROPE_LLAMA3 = 1 };
 /* How the int4 matrices of a weights segment are laid out (a file is always canonical). */
@@ -111,17 +117,17 @@ int shlm_scheme_parse(const char *name, enum shlm_scheme *out);
 /* Parses and validates the image @buf of @size bytes: magic, version, sizes against @size,
  * header checksum, every tensor's bounds, size and shape against the config, and that every
  * tensor the architecture needs is there exactly once. On error returns -EINVAL (or -EPROTO for
- * a wrong magic) and writes one line naming @what (a path) and the field into @err. Does not
+ * a wrong magic) and writes one line naming @what (a path) and the field into @e. Does not
  * read tensor data: see shlm_verify_data(). */
-int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *what, char *err,
-               size_t errlen);
+int shlm_parse(struct shlm_model *m, const void *buf, size_t size, const char *what,
+               struct shardlm_err *e);
 /* The same checks for a file of @size bytes of which only the first @avail (at least up to
  * data_offset: header, table, tokenizer) are at @head, as a streaming loader reads it. The
  * model's base is @head: tensor data is not there (shlm_view() must not be used). */
 int shlm_parse_head(struct shlm_model *m, const void *head, size_t avail, size_t size,
-                    const char *what, char *err, size_t errlen);
-/* Checks every tensor's checksum. Returns 0 or -EIO with a line naming the tensor in @err. */
-int shlm_verify_data(const struct shlm_model *m, const char *what, char *err, size_t errlen);
+                    const char *what, struct shardlm_err *e);
+/* Checks every tensor's checksum. Returns 0 or -EIO with a line naming the tensor in @e. */
+int shlm_verify_data(const struct shlm_model *m, const char *what, struct shardlm_err *e);
 /* The tensor called @name, or NULL. */
 const struct shlm_tensor *shlm_find(const struct shlm_model *m, const char *name);
 /* Fills @v with the view of tensor @t. */
@@ -148,7 +154,7 @@ void shlm_layout(struct shlm_header *h, struct shlm_tensor *table,
                  const struct shlm_tensor_spec *specs, int n, uint64_t tok_bytes);
 /* Computes the header checksum over the header and @table. */
 void shlm_seal(struct shlm_header *h, const struct shlm_tensor *table);
-/* Checks the config for sizes that are zero, inconsistent or absurd. 0 or -EINVAL + @err. */
-int shlm_config_check(const struct shlm_config *c, char *err, size_t errlen);
+/* Checks the config for sizes that are zero, inconsistent or absurd. 0 or -EINVAL + @e. */
+int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e);
 
 #endif

@@ -9,6 +9,7 @@
 #include <sched.h>
 
 #include "layout.h"
+#include "cpus.h"
 #include "seg.h"
 #include "testutil.h"
 

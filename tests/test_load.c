@@ -136,10 +136,10 @@ static void slice_whole(const struct kn_mat *src, const char *name, const struct
 static void expect_segment(const uint8_t *img, size_t len, const struct seg *seg, int R, int r)
 {
     struct shlm_model file, m;
-    char err[512];
-    assert_int_equal(shlm_parse(&file, img, len, "file", err, sizeof(err)), 0);
-    if (shlm_parse(&m, seg->base, seg->size, "segment", err, sizeof(err)))
-        fail_msg("%s", err);
+    struct shardlm_err err;
+    assert_int_equal(shlm_parse(&file, img, len, "file", &err), 0);
+    if (shlm_parse(&m, seg->base, seg->size, "segment", &err))
+        fail_msg("%s", err.msg);
     const struct shlm_header *h = m.hdr;
     assert_int_equal(h->shard_rank, r);
     assert_int_equal(h->shard_count, R);
@@ -230,6 +230,9 @@ static void check_model(const char *name, const struct shlm_config *c, enum shlm
     free(img);
 }
 
+/* Under ThreadSanitizer (SHARDLM_TSAN) these two take 160 s and add no interleaving of the lanes
+ * that the ragged one does not run. */
+#ifndef SHARDLM_TSAN
 /* A 131072 x 2048 int4 tied embedding (the LM head of each rank a range of its tiles), 2048 x
  * 6656 down projections; jobs of 300 KiB: 288 rows of the embedding, the last one ragged. */
 static void test_chunked_equals_whole_big_head(void **state)
@@ -245,6 +248,7 @@ static void test_chunked_equals_whole_wide_ffn(void **state)
     struct shlm_config c = config(2048, 13312, 16, 2, 4096, false);
     check_model("ffn", &c, SHLM_SCHEME_W4A16, 64, 8, (100 << 10) + 1);
 }
+#endif
 
 /* Heads of 8 (ranks start mid block), odd sizes everywhere, tiny jobs (16 rows). */
 static void test_chunked_equals_whole_ragged(void **state)
@@ -257,8 +261,8 @@ static void test_chunked_equals_whole_ragged(void **state)
 static void expect_incomplete(struct seg *s)
 {
     struct shlm_model m;
-    char err[256];
-    assert_true(shlm_parse(&m, s->base, s->size, "seg", err, sizeof(err)) != 0);
+    struct shardlm_err err;
+    assert_true(shlm_parse(&m, s->base, s->size, "seg", &err) != 0);
     seg_free(s);
 }
 
@@ -271,8 +275,8 @@ static void test_changed_while_loading(void **state)
     tu_path(path, sizeof(path), "%s/small.shlm", dir);
     uint8_t *img = write_model(path, &c, SHLM_SCHEME_W4A8, 128, 8, &len);
     struct shlm_model file;
-    char err[256];
-    assert_int_equal(shlm_parse(&file, img, len, "x", err, sizeof(err)), 0);
+    struct shardlm_err err;
+    assert_int_equal(shlm_parse(&file, img, len, "x", &err), 0);
     const struct shlm_tensor *last = &file.tensors[file.hdr->n_tensors - 1];
     for (int change = 0; change < 3; change++) {
         assert_int_equal(tu_write(path, img, len), 0);
@@ -349,8 +353,10 @@ static void test_full_tmpfs(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+#ifndef SHARDLM_TSAN
         cmocka_unit_test(test_chunked_equals_whole_big_head),
         cmocka_unit_test(test_chunked_equals_whole_wide_ffn),
+#endif
         cmocka_unit_test(test_chunked_equals_whole_ragged),
         cmocka_unit_test(test_changed_while_loading),
         cmocka_unit_test(test_full_tmpfs),

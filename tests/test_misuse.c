@@ -486,10 +486,10 @@ static void test_verify_segments(void **state)
     char *seg = tu_slurp(path, &len);
     assert_non_null(seg);
     struct shlm_model m;
-    char err[512];
-    int prc = shlm_parse(&m, seg, len, path, err, sizeof(err));
+    struct shardlm_err err;
+    int prc = shlm_parse(&m, seg, len, path, &err);
     if (prc)
-        fprintf(stderr, "%s\n", err);
+        fprintf(stderr, "%s\n", err.msg);
     assert_int_equal(prc, 0);
     size_t off = m.tensors[0].offset + m.tensors[0].bytes / 2;
     char tensor[sizeof(m.tensors[0].name) + 1];
@@ -582,8 +582,8 @@ static void test_stored_tokenizer_checked(void **state)
     char *m = tu_slurp(model, &len);
     assert_non_null(m);
     struct shlm_model img;
-    char err[512];
-    assert_int_equal(shlm_parse(&img, m, len, model, err, sizeof(err)), 0);
+    struct shardlm_err err;
+    assert_int_equal(shlm_parse(&img, m, len, model, &err), 0);
     assert_true(img.hdr->tok_checksum != 0);
     m[img.hdr->tok_offset + img.hdr->tok_bytes / 2] ^= 0x20;
     assert_int_equal(tu_write(bad, m, len), 0);

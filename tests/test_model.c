@@ -36,8 +36,8 @@ static int setup(void **state)
     if (coord_convert(&o, NULL, &e))
         return -1;
     image = tu_slurp(out, &image_len);
-    char err[512];
-    if (!image || shlm_parse(&img, image, image_len, out, err, sizeof(err)))
+    struct shardlm_err err;
+    if (!image || shlm_parse(&img, image, image_len, out, &err))
         return -1;
     /* prompt 1: its prompt and generated ids, and its logits */
     tu_path(path, sizeof(path), "%s/golden/stories260K/greedy.tsv", tu_data());

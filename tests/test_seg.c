@@ -1,9 +1,11 @@
-/* shm/seg: the private runtime directory, segment files (create, map, free, ENOSPC), cleaning
- * the files of dead coordinators, and the exchange and KV segment layouts.
+/* shm/seg: the private runtime directory, segment files (create, map, free, ENOSPC), the limit
+ * on segment memory under creations from several threads at once, cleaning the files of dead
+ * coordinators, and the exchange and KV segment layouts.
  *
- * Every test runs with SHARDLM_RUNTIME_DIR pointing into its own temporary folder, so nothing
- * touches /dev/shm/shardlm-<uid>. The ENOSPC test mounts a 1 MiB tmpfs and skips without
- * mount permission (CAP_SYS_ADMIN): run it as root outside an unprivileged container. */
+ * Every test runs with the runtime directory (seg_set_rundir) in its own temporary folder, so
+ * nothing touches /dev/shm/shardlm-<uid>. The ENOSPC test mounts a 1 MiB tmpfs and skips without
+ * mount permission (CAP_SYS_ADMIN): run it as root outside an unprivileged container. The
+ * threaded limit test is the one ThreadSanitizer (SHARDLM_TSAN, in .ci/run) checks for races. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +14,7 @@
 
 #include <numa.h>
 #include <numaif.h>
+#include <pthread.h>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
@@ -23,7 +26,7 @@
 
 struct fixture {
     char base[2048];   /* temporary folder, removed at teardown */
-    char rundir[2100]; /* base/run: SHARDLM_RUNTIME_DIR, not created by the fixture */
+    char rundir[2100]; /* base/run: the runtime directory, not created by the fixture */
 };
 
 static int setup(void **state)
@@ -31,7 +34,7 @@ static int setup(void **state)
     struct fixture *f = calloc(1, sizeof(*f));
     tu_mkdtemp(f->base, sizeof(f->base), "seg");
     tu_path(f->rundir, sizeof(f->rundir), "%s/run", f->base);
-    setenv("SHARDLM_RUNTIME_DIR", f->rundir, 1);
+    assert_int_equal(seg_set_rundir(f->rundir), 0);
     *state = f;
     return 0;
 }
@@ -39,7 +42,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    unsetenv("SHARDLM_RUNTIME_DIR");
+    seg_set_rundir(NULL);
     tu_rmdir(f->base);
     free(f);
     return 0;
@@ -108,7 +111,7 @@ static void test_rundir_refuses_shared(void **state)
     /* a parent that does not exist */
     char deep[PATH_MAX];
     tu_path(deep, sizeof(deep), "%s/no/such", f->base);
-    setenv("SHARDLM_RUNTIME_DIR", deep, 1);
+    assert_int_equal(seg_set_rundir(deep), 0);
     assert_int_equal(seg_rundir(out, sizeof(out)), -ENOENT);
 }
 
@@ -211,6 +214,88 @@ static void test_create_bad_size(void **state)
     assert_int_equal(tu_count_files(d), 0); /* nothing left behind */
 }
 
+/* The limit from 4 threads at once, as the load lanes reserve: each thread reserves pages of its
+ * own lazy segment and creates whole segments until the limit refuses, and together they get
+ * exactly the limit - no byte past it, none lost. Under ThreadSanitizer this is where a charge
+ * that is not atomic shows as a data race. */
+#define LIMIT_THREADS 4
+#define LIMIT_PAGES 4000 /* the limit, in pages */
+#define LIMIT_PAGE 4096u
+
+struct limit_lane {
+    pthread_t thread;
+    const char *dir;
+    int id;
+    int reserved, created; /* pages reserved, segments of two pages created */
+    int unexpected;        /* an error other than -ENOSPC */
+};
+
+static void *limit_lane_run(void *arg)
+{
+    struct limit_lane *ln = arg;
+    struct seg lazy, whole;
+    char path[PATH_MAX], what[32];
+    if (seg_create_on(&lazy, "limit", (size_t)LIMIT_PAGES * LIMIT_PAGE, -1, SEG_ANON | SEG_LAZY)) {
+        ln->unexpected = 1;
+        return NULL;
+    }
+    bool full_r = false, full_c = false;
+    for (int p = 0; !full_r || !full_c; p++) {
+        if (!full_r) {
+            int rc = seg_reserve(&lazy, (size_t)p * LIMIT_PAGE, LIMIT_PAGE);
+            ln->reserved += rc == 0;
+            full_r = rc != 0;
+            ln->unexpected += rc && rc != -ENOSPC;
+        }
+        if (!full_c) {
+            snprintf(what, sizeof(what), "t%d.%d", ln->id, p);
+            seg_path(path, sizeof(path), ln->dir, getpid(), what);
+            int rc = seg_create(&whole, path, 2 * LIMIT_PAGE);
+            if (rc == 0)
+                seg_free(&whole); /* its bytes stay counted: freeing gives none back */
+            ln->created += rc == 0;
+            full_c = rc != 0;
+            ln->unexpected += rc && rc != -ENOSPC;
+        }
+    }
+    seg_free(&lazy);
+    return NULL;
+}
+
+static void test_limit_threads(void **state)
+{
+    struct fixture *f = *state;
+    const char *d = rundir(f);
+    uint64_t base = seg_allocated_bytes(), limit = base + (uint64_t)LIMIT_PAGES * LIMIT_PAGE;
+    seg_set_limit(limit);
+    static struct limit_lane lanes[LIMIT_THREADS];
+    for (int i = 0; i < LIMIT_THREADS; i++) {
+        lanes[i] = (struct limit_lane){.dir = d, .id = i};
+        assert_int_equal(pthread_create(&lanes[i].thread, NULL, limit_lane_run, &lanes[i]), 0);
+    }
+    long pages = 0;
+    for (int i = 0; i < LIMIT_THREADS; i++) {
+        assert_int_equal(pthread_join(lanes[i].thread, NULL), 0);
+        assert_int_equal(lanes[i].unexpected, 0);
+        pages += lanes[i].reserved + 2L * lanes[i].created;
+    }
+    seg_set_limit(0);
+    /* the last page may be one a two-page creation could not take */
+    assert_true(pages == LIMIT_PAGES || pages == LIMIT_PAGES - 1);
+    assert_int_equal(seg_allocated_bytes(), base + (uint64_t)pages * LIMIT_PAGE);
+    assert_true(seg_allocated_bytes() <= limit);
+    assert_int_equal(tu_count_files(d), 0); /* every one created was freed */
+    /* past the limit, a segment is refused whole and leaves no file */
+    seg_set_limit(seg_allocated_bytes() + LIMIT_PAGE);
+    struct seg s;
+    char path[PATH_MAX];
+    seg_path(path, sizeof(path), d, getpid(), "over");
+    assert_int_equal(seg_create(&s, path, 2 * LIMIT_PAGE), -ENOSPC);
+    assert_int_equal(tu_count_files(d), 0);
+    assert_int_equal(seg_create(&s, path, LIMIT_PAGE), 0);
+    seg_free(&s);
+    seg_set_limit(0);
+}
 
 /* Our names, exactly: what the engine makes is recognised, anything near it is not. */
 static void test_names(void **state)
@@ -410,7 +495,7 @@ static void test_create_enospc(void **state)
         print_message("%s\n", why);
         skip();
     }
-    setenv("SHARDLM_RUNTIME_DIR", mnt, 1);
+    assert_int_equal(seg_set_rundir(mnt), 0);
     char out[PATH_MAX], path[PATH_MAX];
     int rc = seg_rundir(out, sizeof(out));
     seg_path(path, sizeof(path), mnt, getpid(), "big");
@@ -517,6 +602,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rundir_refuses_shared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_map_free, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_bad_size, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_limit_threads, setup, teardown),
         cmocka_unit_test(test_names),
         cmocka_unit_test_setup_teardown(test_clean_stale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exchange_layout, setup, teardown),

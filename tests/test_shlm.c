@@ -71,9 +71,9 @@ static void test_roundtrip_every_scheme(void **state)
         size_t len = 0;
         char *buf = tu_slurp(out, &len);
         struct shlm_model m;
-        char err[512];
-        assert_int_equal(shlm_parse(&m, buf, len, out, err, sizeof(err)), 0);
-        assert_int_equal(shlm_verify_data(&m, out, err, sizeof(err)), 0);
+        struct shardlm_err err;
+        assert_int_equal(shlm_parse(&m, buf, len, out, &err), 0);
+        assert_int_equal(shlm_verify_data(&m, out, &err), 0);
         assert_int_equal(len % SHLM_ALIGN, 0);
         for (uint32_t t = 0; t < m.hdr->n_tensors; t++)
             assert_int_equal(m.tensors[t].offset % SHLM_ALIGN, 0);
@@ -110,13 +110,13 @@ static void test_roundtrip_every_scheme(void **state)
 static void expect_refused(const char *buf, size_t len, const char *needle)
 {
     struct shlm_model m;
-    char err[512] = "";
-    int rc = shlm_parse(&m, buf, len, "x.shlm", err, sizeof(err));
-    if (rc == 0 || !strstr(err, needle))
-        fprintf(stderr, "rc %d err '%s', wanted '%s'\n", rc, err, needle);
+    struct shardlm_err err = {{0}};
+    int rc = shlm_parse(&m, buf, len, "x.shlm", &err);
+    if (rc == 0 || !strstr(err.msg, needle))
+        fprintf(stderr, "rc %d err '%s', wanted '%s'\n", rc, err.msg, needle);
     assert_true(rc < 0);
-    assert_non_null(strstr(err, needle));
-    assert_non_null(strstr(err, "x.shlm"));
+    assert_non_null(strstr(err.msg, needle));
+    assert_non_null(strstr(err.msg, "x.shlm"));
 }
 
 /* Recomputes the header checksum after an edit, so the deeper checks are reached. */
@@ -209,10 +209,10 @@ static void test_corruptions(void **state)
     memcpy(b, good, len);
     b[t[7].offset + 3] ^= 0x10;
     struct shlm_model m;
-    char err[512];
-    assert_int_equal(shlm_parse(&m, b, len, "x.shlm", err, sizeof(err)), 0);
-    assert_int_equal(shlm_verify_data(&m, "x.shlm", err, sizeof(err)), -EIO);
-    assert_non_null(strstr(err, t[7].name));
+    struct shardlm_err err;
+    assert_int_equal(shlm_parse(&m, b, len, "x.shlm", &err), 0);
+    assert_int_equal(shlm_verify_data(&m, "x.shlm", &err), -EIO);
+    assert_non_null(strstr(err.msg, t[7].name));
     free(b);
     free(good);
 }
@@ -249,8 +249,8 @@ static void test_untied_classifier(void **state)
     size_t ml = 0;
     char *mb = tu_slurp(out, &ml);
     struct shlm_model m;
-    char err[512];
-    assert_int_equal(shlm_parse(&m, mb, ml, out, err, sizeof(err)), 0);
+    struct shardlm_err err;
+    assert_int_equal(shlm_parse(&m, mb, ml, out, &err), 0);
     const struct shlm_tensor *o = shlm_find(&m, "output");
     assert_non_null(o);
     assert_true(((const float *)(m.base + o->offset))[5] == 2.0f * src[5]);

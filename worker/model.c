@@ -1,4 +1,4 @@
-/* worker/: llama-family decoder forward, M tokens of one sequence at a time. */
+/* worker/model.c: llama-family decoder forward, M tokens of one sequence at a time. */
 #include "model.h"
 
 #include "seg.h"
@@ -129,8 +129,8 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
         kn_rope_freqs(m->rope_freqs, hd, c->rope_theta,
                       c->rope_scaling == SHLM_ROPE_LLAMA3 ? c->rope_factor : 0.0f,
                       c->rope_low_freq_factor, c->rope_high_freq_factor, (int)c->rope_orig_ctx);
-    if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 ||
-        !m->scores || acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
+    if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
+        !m->hb2 || !m->scores || acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
         acts_alloc(&m->a_o, max_m, m->o_cols, agroup) ||
         acts_alloc(&m->a_down, max_m, m->down_cols, agroup)) {
         wrk_model_free(m);

@@ -1,4 +1,4 @@
-/* worker/: the decoder forward over the weights image a worker has mapped. */
+/* worker/model.h: the decoder forward over the weights image a worker has mapped. */
 #ifndef SHARDLM_WRK_MODEL_H
 #define SHARDLM_WRK_MODEL_H
 

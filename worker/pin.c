@@ -1,10 +1,12 @@
-/* worker/: pinning. */
+/* worker/pin.c: binding a worker to its node and CPUs, and reading back what the kernel applied. */
 #include "pin.h"
 
-#include "seg.h"
+#include "common.h"
+#include "cpus.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <numa.h>
 #include <numaif.h>
 #include <sched.h>
@@ -16,7 +18,7 @@
 int wrk_pin(int node, const int *cpus, int n_cpus)
 {
     if (node >= 0 && numa_available() >= 0) {
-        unsigned long mask[16] = {0};
+        unsigned long mask[WRK_MAX_NODES / (8 * sizeof(long))] = {0};
         if (node >= (int)(sizeof(mask) * 8))
             return -EINVAL;
         mask[node / (8 * sizeof(long))] = 1ul << (node % (8 * sizeof(long)));
@@ -46,9 +48,10 @@ int wrk_read_back(char *cpus, size_t len)
     DIR *d = opendir("/proc/self/task");
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        int tid = atoi(e->d_name);
+        long tid; /* "." and ".." are not threads */
         cpu_set_t one;
-        if (tid > 0 && sched_getaffinity(tid, sizeof(one), &one) == 0)
+        if (shardlm_parse_long(e->d_name, 1, INT_MAX, &tid) &&
+            sched_getaffinity((pid_t)tid, sizeof(one), &one) == 0)
             CPU_OR(&all, &all, &one);
     }
     if (d)
@@ -61,7 +64,7 @@ int wrk_read_back(char *cpus, size_t len)
     if (numa_available() < 0)
         return -1;
     int mode;
-    unsigned long mask[16] = {0};
+    unsigned long mask[WRK_MAX_NODES / (8 * sizeof(long))] = {0};
     if (get_mempolicy(&mode, mask, sizeof(mask) * 8, NULL, 0) < 0 || mode != MPOL_BIND)
         return -1;
     for (int b = 0; b < (int)(sizeof(mask) * 8); b++)

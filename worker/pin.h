@@ -1,8 +1,11 @@
-/* worker/: placing a worker on its node and CPUs, and reading back what the kernel applied. */
+/* worker/pin.h: placing a worker on its node and CPUs, and reading back what the kernel applied. */
 #ifndef SHARDLM_WRK_PIN_H
 #define SHARDLM_WRK_PIN_H
 
 #include <stddef.h>
+
+/* NUMA nodes the policy masks here can name: 0..WRK_MAX_NODES - 1. */
+#define WRK_MAX_NODES 1024
 
 /* Binds this process's future allocations to NUMA @node (set_mempolicy MPOL_BIND, -1: none),
  * runs it on @node (numa_run_on_node) and then on exactly @cpus (sched_setaffinity). Threads

@@ -1,4 +1,4 @@
-/* worker/: thread pool. */
+/* worker/pool.c: the thread pool - members pinned one per CPU, jobs handed over through atomics. */
 #include "pool.h"
 
 #include <errno.h>

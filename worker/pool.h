@@ -1,4 +1,4 @@
-/* worker/: a thread pool pinned one thread per CPU, for splitting a matrix product's rows.
+/* worker/pool.h: a thread pool pinned one thread per CPU, for splitting a matrix product's rows.
  * The caller's thread is member 0 and works too; the others sleep on a futex between jobs after a
  * short spin. */
 #ifndef SHARDLM_WRK_POOL_H

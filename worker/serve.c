@@ -1,4 +1,4 @@
-/* worker/: the worker's side of the protocol - what it does with each message from its
+/* worker/serve.c: the worker's side of the protocol - what it does with each message from its
  * coordinator. Every field is checked before use; a bad message gets an Error reply. */
 #include "serve.h"
 
@@ -28,23 +28,19 @@ void wrk_log(const struct wrk *w, const char *fmt, ...)
 
 static int send_env(struct wrk *w, proto_env *env) { return w->send(w, env); }
 
-int wrk_reply_error(struct wrk *w, int code, uint64_t step_id, const char *fmt, ...)
+int wrk_reply_error(struct wrk *w, int code, uint64_t step_id, const struct shardlm_err *e)
 {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
+    char msg[sizeof(e->msg)];
+    snprintf(msg, sizeof(msg), "%s", e->msg); /* the message field is not const */
     wrk_log(w, "error: %s", msg);
-    Shardlm__Error e = SHARDLM__ERROR__INIT;
-    e.code = code;
-    e.message = msg;
-    e.step_id = step_id;
+    Shardlm__Error err = SHARDLM__ERROR__INIT;
+    err.code = code;
+    err.message = msg;
+    err.step_id = step_id;
     proto_env env = SHARDLM__ENVELOPE__INIT;
     env.msg_case = SHARDLM__ENVELOPE__MSG_ERROR;
-    env.error = &e;
-    send_env(w, &env);
-    return code;
+    env.error = &err;
+    return send_env(w, &env);
 }
 
 void wrk_detach(struct wrk *w)
@@ -73,25 +69,27 @@ static int send_ready(struct wrk *w)
     return send_env(w, &env);
 }
 
-static int on_attach(struct wrk *w, const Shardlm__Attach *a)
+/* Maps the segments an Attach names, checks them against the model and builds the model view.
+ * Returns 0 (attached) or -errno with @e set, attached to nothing. */
+static int on_attach(struct wrk *w, const Shardlm__Attach *a, struct shardlm_err *e)
 {
-    char err[512];
+    struct shardlm_err why;
     int rc;
     if (w->attached)
-        return wrk_reply_error(w, -EALREADY, 0, "Attach: already attached");
+        return shardlm_fail(e, -EALREADY, "Attach: already attached");
     if (a->rank != w->rank || a->n_ranks < 1 || a->n_ranks > SEG_AR_MAX_RANKS)
-        return wrk_reply_error(w, -EINVAL, 0, "Attach: rank %u of %u, this worker is rank %u",
-                               a->rank, a->n_ranks, w->rank);
+        return shardlm_fail(e, -EINVAL, "Attach: rank %u of %u, this worker is rank %u", a->rank,
+                            a->n_ranks, w->rank);
     if ((rc = seg_map(&w->weights, a->weights_path, a->weights_bytes, false)) ||
         (rc = seg_map(&w->kv, a->kv_path, a->kv_bytes, true)) ||
         (rc = seg_map(&w->exch, a->exchange_path, a->exchange_bytes, true))) {
-        wrk_detach(w);
-        return wrk_reply_error(w, rc, 0, "Attach: cannot map segments: %s", strerror(-rc));
+        shardlm_fail(e, rc, "Attach: cannot map segments: %s", strerror(-rc));
+        goto out_detach;
     }
-    rc = shlm_parse(&w->img, w->weights.base, w->weights.size, a->weights_path, err, sizeof(err));
+    rc = shlm_parse(&w->img, w->weights.base, w->weights.size, a->weights_path, &why);
     if (rc) {
-        wrk_detach(w);
-        return wrk_reply_error(w, rc, 0, "Attach: %s", err);
+        shardlm_fail(e, rc, "Attach: %s", why.msg);
+        goto out_detach;
     }
     const struct shlm_header *h = w->img.hdr;
     const struct shlm_config *c = &h->cfg;
@@ -99,80 +97,78 @@ static int on_attach(struct wrk *w, const Shardlm__Attach *a)
     if (h->shard_rank != a->rank || h->shard_count != a->n_ranks ||
         seg_plan_make(&p, c, h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0, (int)a->n_ranks,
                       (int)a->rank)) {
-        wrk_detach(w);
-        return wrk_reply_error(w, -EINVAL, 0,
-                               "Attach: the weights segment holds shard %u of %u, "
-                               "not %u of %u",
-                               h->shard_rank, h->shard_count, a->rank, a->n_ranks);
+        rc = shardlm_fail(e, -EINVAL,
+                          "Attach: the weights segment holds shard %u of %u, not %u of %u",
+                          h->shard_rank, h->shard_count, a->rank, a->n_ranks);
+        goto out_detach;
     }
     if (seg_kv_check(w->kv.base, w->kv.size, c->n_layers, c->seq_len,
                      (uint32_t)(p.kv1 - p.kv0) * c->head_dim) ||
         seg_exchange_check(w->exch.base, w->exch.size, c->vocab_size, a->n_ranks, c->dim)) {
-        wrk_detach(w);
-        return wrk_reply_error(w, -EINVAL, 0,
-                               "Attach: KV or exchange segment does not fit the model");
+        rc = shardlm_fail(e, -EINVAL, "Attach: KV or exchange segment does not fit the model");
+        goto out_detach;
     }
     seg_ar_attach(&w->ar, seg_exchange_ar(w->exch.base), (int)a->rank, getpid());
     rc = wrk_model_init(&w->model, &w->img, w->ops, SEG_MAX_CHUNK, w->pool, &w->ar);
     if (rc) {
-        wrk_detach(w);
-        return wrk_reply_error(w, rc, 0, "Attach: %s", strerror(-rc));
+        shardlm_fail(e, rc, "Attach: %s", strerror(-rc));
+        goto out_detach;
     }
     w->attached = true;
-    return send_ready(w);
+    return 0;
+out_detach:
+    wrk_detach(w);
+    return rc;
 }
 
-/* Checks every field of a Step against the segments before anything is touched. */
-static int check_step(struct wrk *w, const Shardlm__Step *s, char *err, size_t errlen)
+/* Checks every field of a Step against the segments before anything is touched. Returns 0 or
+ * -EINVAL with @e naming the field. */
+static int check_step(struct wrk *w, const Shardlm__Step *s, struct shardlm_err *e)
 {
     const struct seg_exchange *x = w->exch.base;
     const struct seg_kv *kv = w->kv.base;
     const int32_t *tok = seg_exchange_tokens(w->exch.base);
     if (s->step_id <= w->last_step)
-        return snprintf(err, errlen, "step_id %llu is not after %llu",
-                        (unsigned long long)s->step_id, (unsigned long long)w->last_step),
-               -EINVAL;
+        return shardlm_fail(e, -EINVAL, "step_id %llu is not after %llu",
+                            (unsigned long long)s->step_id, (unsigned long long)w->last_step);
     if (s->n_seqs == 0 || s->n_seqs > kv->n_seqs)
-        return snprintf(err, errlen, "%zu sequences, expected 1..%u", s->n_seqs, kv->n_seqs),
-               -EINVAL;
+        return shardlm_fail(e, -EINVAL, "%zu sequences, expected 1..%u", s->n_seqs, kv->n_seqs);
     for (size_t i = 0; i < s->n_seqs; i++) {
         const Shardlm__StepSeq *q = s->seqs[i];
         uint64_t rows = q->all_logits ? q->n_tokens : 1;
         if (q->seq_id >= kv->n_seqs)
-            return snprintf(err, errlen, "seq_id %u, expected < %u", q->seq_id, kv->n_seqs),
-                   -EINVAL;
+            return shardlm_fail(e, -EINVAL, "seq_id %u, expected < %u", q->seq_id, kv->n_seqs);
         if (q->n_tokens == 0 || (uint64_t)q->pos + q->n_tokens > kv->seq_len)
-            return snprintf(err, errlen, "positions %u..+%u outside the context of %u", q->pos,
-                            q->n_tokens, kv->seq_len),
-                   -EINVAL;
+            return shardlm_fail(e, -EINVAL, "positions %u..+%u outside the context of %u", q->pos,
+                                q->n_tokens, kv->seq_len);
         if ((uint64_t)q->token_offset + q->n_tokens > x->max_tokens)
-            return snprintf(err, errlen, "tokens %u..+%u outside the exchange's %u",
-                            q->token_offset, q->n_tokens, x->max_tokens),
-                   -EINVAL;
+            return shardlm_fail(e, -EINVAL, "tokens %u..+%u outside the exchange's %u",
+                                q->token_offset, q->n_tokens, x->max_tokens);
         if ((uint64_t)q->logits_row + rows > x->logit_rows)
-            return snprintf(err, errlen, "logits rows %u..+%llu outside the exchange's %u",
-                            q->logits_row, (unsigned long long)rows, x->logit_rows),
-                   -EINVAL;
+            return shardlm_fail(e, -EINVAL, "logits rows %u..+%llu outside the exchange's %u",
+                                q->logits_row, (unsigned long long)rows, x->logit_rows);
         for (uint32_t t = 0; t < q->n_tokens; t++) {
             int32_t id = tok[q->token_offset + t];
             if (id < 0 || (uint32_t)id >= x->vocab)
-                return snprintf(err, errlen, "token id %d outside the vocabulary of %u", id,
-                                x->vocab),
-                       -EINVAL;
+                return shardlm_fail(e, -EINVAL, "token id %d outside the vocabulary of %u", id,
+                                    x->vocab);
         }
     }
     return 0;
 }
 
-static int on_step(struct wrk *w, const Shardlm__Step *s)
+/* Runs a checked Step: every sequence through the model, its logits into the exchange. Fills @d
+ * (times, rank). Returns 0 or -errno with @e set. */
+static int on_step(struct wrk *w, const Shardlm__Step *s, Shardlm__StepDone *d,
+                   struct shardlm_err *e)
 {
-    char err[256];
+    struct shardlm_err why;
+    unsigned long long id = (unsigned long long)s->step_id;
     if (!w->attached)
-        return wrk_reply_error(w, -ENOTCONN, s->step_id, "Step before Attach");
-    int rc = check_step(w, s, err, sizeof(err));
+        return shardlm_fail(e, -ENOTCONN, "Step before Attach");
+    int rc = check_step(w, s, &why);
     if (rc)
-        return wrk_reply_error(w, rc, s->step_id, "Step %llu: %s", (unsigned long long)s->step_id,
-                               err);
+        return shardlm_fail(e, rc, "Step %llu: %s", id, why.msg);
     w->last_step = s->step_id;
     if (w->fault_step_delay_ms)
         usleep(w->fault_step_delay_ms * 1000u);
@@ -186,65 +182,80 @@ static int on_step(struct wrk *w, const Shardlm__Step *s)
         rc = wrk_forward(&w->model, w->kv.base, q->seq_id, tok + q->token_offset, (int)q->n_tokens,
                          (int)q->pos, logits + (size_t)q->logits_row * vocab, q->all_logits);
         if (rc)
-            return wrk_reply_error(w, rc, s->step_id, "Step %llu: all-reduce failed: %s",
-                                   (unsigned long long)s->step_id,
-                                   rc == -ETIMEDOUT ? "peers made no progress" : "group aborted");
+            return shardlm_fail(e, rc, "Step %llu: all-reduce failed: %s", id,
+                                rc == -ETIMEDOUT ? "peers made no progress" : "group aborted");
     }
-    Shardlm__StepDone d = SHARDLM__STEP_DONE__INIT;
-    d.step_id = s->step_id;
-    d.compute_ns = shardlm_now_ns() - t0;
-    d.allreduce_ns = seg_ar_take_wait_ns(&w->ar);
-    d.rank = w->rank;
-    proto_env env = SHARDLM__ENVELOPE__INIT;
-    env.msg_case = SHARDLM__ENVELOPE__MSG_STEP_DONE;
-    env.step_done = &d;
-    return send_env(w, &env);
+    d->step_id = s->step_id;
+    d->compute_ns = shardlm_now_ns() - t0;
+    d->allreduce_ns = seg_ar_take_wait_ns(&w->ar);
+    d->rank = w->rank;
+    return 0;
 }
 
 /* A peer was restarted and the coordinator reset the all-reduce area: attach to it afresh (the
- * call count starts over with everyone's). The segments and the model view stay. */
-static int on_rejoin(struct wrk *w, const Shardlm__Rejoin *j)
+ * call count starts over with everyone's). The segments and the model view stay. Returns 0 or
+ * -errno with @e set. */
+static int on_rejoin(struct wrk *w, const Shardlm__Rejoin *j, struct shardlm_err *e)
 {
     if (!w->attached)
-        return wrk_reply_error(w, -ENOTCONN, 0, "Rejoin before Attach");
+        return shardlm_fail(e, -ENOTCONN, "Rejoin before Attach");
     if (j->rank != w->rank)
-        return wrk_reply_error(w, -EINVAL, 0, "Rejoin: rank %u, this worker is rank %u", j->rank,
-                               w->rank);
+        return shardlm_fail(e, -EINVAL, "Rejoin: rank %u, this worker is rank %u", j->rank,
+                            w->rank);
     if (seg_ar_check(seg_exchange_ar(w->exch.base),
                      w->exch.size - ((struct seg_exchange *)w->exch.base)->ar_off,
                      (int)w->ar.n_ranks, (size_t)SEG_MAX_CHUNK * w->model.cfg.dim))
-        return wrk_reply_error(w, -EINVAL, 0, "Rejoin: the all-reduce area does not fit the group");
+        return shardlm_fail(e, -EINVAL, "Rejoin: the all-reduce area does not fit the group");
     seg_ar_attach(&w->ar, seg_exchange_ar(w->exch.base), (int)w->rank, getpid());
-    return send_ready(w);
+    return 0;
 }
 
-int wrk_handle(struct wrk *w, const proto_env *in)
+/* Answers a Heartbeat request with its sequence number. */
+static int send_heartbeat(struct wrk *w, uint64_t seq)
 {
+    Shardlm__Heartbeat h = SHARDLM__HEARTBEAT__INIT;
+    h.seq = seq;
+    h.reply = true;
+    proto_env env = SHARDLM__ENVELOPE__INIT;
+    env.msg_case = SHARDLM__ENVELOPE__MSG_HEARTBEAT;
+    env.heartbeat = &h;
+    return send_env(w, &env);
+}
+
+int wrk_handle(struct wrk *w, const proto_env *in, bool *shutdown)
+{
+    struct shardlm_err e = {{0}};
+    uint64_t step_id = 0;
+    int rc;
+    *shutdown = false;
     switch (in->msg_case) {
     case SHARDLM__ENVELOPE__MSG_ATTACH:
-        on_attach(w, in->attach);
-        return 0;
-    case SHARDLM__ENVELOPE__MSG_STEP:
-        on_step(w, in->step);
-        return 0;
-    case SHARDLM__ENVELOPE__MSG_HEARTBEAT:
-        if (!in->heartbeat->reply) {
-            Shardlm__Heartbeat h = SHARDLM__HEARTBEAT__INIT;
-            h.seq = in->heartbeat->seq;
-            h.reply = true;
+        if (!(rc = on_attach(w, in->attach, &e)))
+            return send_ready(w);
+        break;
+    case SHARDLM__ENVELOPE__MSG_STEP: {
+        Shardlm__StepDone d = SHARDLM__STEP_DONE__INIT;
+        step_id = in->step->step_id;
+        if (!(rc = on_step(w, in->step, &d, &e))) {
             proto_env env = SHARDLM__ENVELOPE__INIT;
-            env.msg_case = SHARDLM__ENVELOPE__MSG_HEARTBEAT;
-            env.heartbeat = &h;
-            send_env(w, &env);
+            env.msg_case = SHARDLM__ENVELOPE__MSG_STEP_DONE;
+            env.step_done = &d;
+            return send_env(w, &env);
         }
-        return 0;
-    case SHARDLM__ENVELOPE__MSG_REJOIN:
-        on_rejoin(w, in->rejoin);
-        return 0;
-    case SHARDLM__ENVELOPE__MSG_SHUTDOWN:
-        return 1;
-    default:
-        wrk_reply_error(w, -EPROTO, 0, "unexpected %s from the coordinator", proto_case_name(in));
-        return 0;
+        break;
     }
+    case SHARDLM__ENVELOPE__MSG_HEARTBEAT:
+        return in->heartbeat->reply ? 0 : send_heartbeat(w, in->heartbeat->seq);
+    case SHARDLM__ENVELOPE__MSG_REJOIN:
+        if (!(rc = on_rejoin(w, in->rejoin, &e)))
+            return send_ready(w);
+        break;
+    case SHARDLM__ENVELOPE__MSG_SHUTDOWN:
+        *shutdown = true;
+        return 0;
+    default:
+        rc = shardlm_fail(&e, -EPROTO, "unexpected %s from the coordinator", proto_case_name(in));
+        break;
+    }
+    return wrk_reply_error(w, rc, step_id, &e);
 }

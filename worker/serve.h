@@ -1,8 +1,9 @@
-/* worker/: the worker's side of the protocol, apart from its socket (main.c) so that a fuzz
+/* worker/serve.h: the worker's side of the protocol, apart from its socket (main.c) so that a fuzz
  * target can feed it messages (tests/fuzz/fuzz_worker.c). */
 #ifndef SHARDLM_WRK_SERVE_H
 #define SHARDLM_WRK_SERVE_H
 
+#include "common.h"
 #include "model.h"
 #include "pool.h"
 #include "proto.h"
@@ -33,12 +34,14 @@ struct wrk {
     bool quiet; /* no log lines (the fuzz target) */
 };
 
-/* Handles one message from the coordinator: Attach, Step, Rejoin, Heartbeat (replies go out
- * through w->send). Returns 1 on Shutdown, else 0 (errors are replied, not fatal). */
-int wrk_handle(struct wrk *w, const proto_env *in);
-/* Replies Error{code, message, step_id} and logs it. Returns @code. */
-int wrk_reply_error(struct wrk *w, int code, uint64_t step_id, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* Handles one message from the coordinator: Attach, Step, Rejoin, Heartbeat, Shutdown. Replies
+ * go out through w->send: Ready, StepDone, Heartbeat, or an Error for a message that cannot be
+ * carried out (that is not fatal: the worker goes on). Sets *@shutdown on Shutdown, else clears
+ * it. Returns 0, or the -errno of a reply that could not be sent. */
+int wrk_handle(struct wrk *w, const proto_env *in, bool *shutdown);
+/* Replies Error{@code, @e's message, @step_id} and logs it. Returns 0 or the -errno of the
+ * send. */
+int wrk_reply_error(struct wrk *w, int code, uint64_t step_id, const struct shardlm_err *e);
 /* Unmaps the segments and frees the model view. */
 void wrk_detach(struct wrk *w);
 /* "shardlm-worker[rank]: ..." on stderr (unless quiet). */

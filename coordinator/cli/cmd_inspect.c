@@ -47,11 +47,11 @@ static int inspect_shlm(const char *path, struct shardlm_err *e)
     if (map == MAP_FAILED)
         return shardlm_fail(e, -errno, "%s: mmap: %s", path, strerror(errno));
     struct shlm_model m;
-    char err[512];
-    int rc = shlm_parse(&m, map, (size_t)st.st_size, path, err, sizeof(err));
+    struct shardlm_err err;
+    int rc = shlm_parse(&m, map, (size_t)st.st_size, path, &err);
     if (rc) {
         munmap(map, (size_t)st.st_size);
-        return shardlm_fail(e, rc, "%s", err);
+        return shardlm_fail(e, rc, "%s", err.msg);
     }
     const struct shlm_header *h = m.hdr;
     printf("%s: .shlm version %u, %llu bytes%s\n", path, h->version,

@@ -35,12 +35,12 @@ static void describe_weights(const char *path, uint64_t size, char *out, size_t 
 {
     struct seg s;
     struct shlm_model m;
-    char err[256];
+    struct shardlm_err err;
     if (seg_map(&s, path, size, false)) {
         snprintf(out, len, "unreadable");
         return;
     }
-    if (shlm_parse(&m, s.base, s.size, path, err, sizeof(err)) || !m.hdr->shard_count)
+    if (shlm_parse(&m, s.base, s.size, path, &err) || !m.hdr->shard_count)
         snprintf(out, len, "incomplete (a load that did not finish; rebuilt on next use)");
     else
         snprintf(out, len, "complete: model %016llx, %s, shard %u of %u",
@@ -85,16 +85,16 @@ static bool verify_weights(const char *name, const char *path, uint64_t size)
 {
     struct seg s;
     struct shlm_model m;
-    char err[512];
+    struct shardlm_err err;
     int rc = seg_map(&s, path, size, false);
     if (rc) {
         printf("%-56s unreadable: %s\n", name, strerror(-rc));
         return false;
     }
-    if ((rc = shlm_parse(&m, s.base, s.size, path, err, sizeof(err))) || !m.hdr->shard_count)
+    if ((rc = shlm_parse(&m, s.base, s.size, path, &err)) || !m.hdr->shard_count)
         printf("%-56s incomplete (rebuilt on next use)\n", name);
-    else if ((rc = shlm_verify_data(&m, name, err, sizeof(err))))
-        printf("%-56s CORRUPT: %s\n", name, err);
+    else if ((rc = shlm_verify_data(&m, name, &err)))
+        printf("%-56s CORRUPT: %s\n", name, err.msg);
     else
         printf("%-56s ok, %u tensors\n", name, m.hdr->n_tensors);
     seg_free(&s);

@@ -170,9 +170,9 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
         return rc;
     if ((rc = coord_source_open(&src, o->checkpoint, o->tokenizer, o->max_ctx, e)))
         return rc;
-    char cerr[160];
-    if (shlm_config_check(&src.cfg, cerr, sizeof(cerr))) {
-        rc = shardlm_fail(e, -EINVAL, "%s: %s", o->checkpoint, cerr);
+    struct shardlm_err cerr;
+    if (shlm_config_check(&src.cfg, &cerr)) {
+        rc = shardlm_fail(e, -EINVAL, "%s: %s", o->checkpoint, cerr.msg);
         goto out_src;
     }
     if ((rc = plan_layout(&p, &src, o, group, e)))

@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include "allreduce.h"
+#include "cpus.h"
 #include "load.h"
 #include "peer.h"
 #include "plan.h"
@@ -65,18 +66,19 @@ static int map_persistent(struct seg *s, const char *path, const struct shlm_hea
                           bool verify)
 {
     struct shlm_model m;
-    char err[512];
+    struct shardlm_err err;
     int rc = seg_map(s, path, want->file_bytes, false);
     if (rc == -ENOENT)
         return rc;
-    bool ours = !rc && !(rc = shlm_parse(&m, s->base, s->size, path, err, sizeof(err))) &&
+    bool ours = !rc && !(rc = shlm_parse(&m, s->base, s->size, path, &err)) &&
                 m.hdr->source_checksum == want->source_checksum &&
                 m.hdr->layout == want->layout && m.hdr->shard_rank == want->shard_rank &&
                 m.hdr->shard_count == want->shard_count;
-    if (ours && (!verify || !(rc = shlm_verify_data(&m, path, err, sizeof(err)))))
+    if (ours && (!verify || !(rc = shlm_verify_data(&m, path, &err))))
         return 0;
     fprintf(stderr, "shardlm: %s: %s; rebuilding it\n", path,
-            (rc == -EINVAL || rc == -EIO) && s->base ? err : "not a complete segment of this shard");
+            (rc == -EINVAL || rc == -EIO) && s->base ? err.msg
+                                                      : "not a complete segment of this shard");
     seg_free(s);
     unlink(path);
     return -ENOENT;

@@ -1,6 +1,7 @@
 /* coordinator/: worker layout. */
 #include "layout.h"
 
+#include "cpus.h"
 #include "seg.h"
 
 #include <errno.h>

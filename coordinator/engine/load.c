@@ -73,10 +73,9 @@ int coord_model_open(struct coord_model_file *f, const char *path, struct shardl
         return shardlm_fail(e, -ENOMEM, "out of memory");
     if ((rc = pread_full(fd, f->head, h.data_offset, 0)))
         return shardlm_fail(e, rc, "%s: read: %s", path, strerror(-rc));
-    char err[512];
-    if ((rc = shlm_parse_head(&f->img, f->head, h.data_offset, (size_t)f->st.st_size, path, err,
-                              sizeof(err))))
-        return shardlm_fail(e, rc, "%s", err);
+    struct shardlm_err err;
+    if ((rc = shlm_parse_head(&f->img, f->head, h.data_offset, (size_t)f->st.st_size, path, &err)))
+        return shardlm_fail(e, rc, "%s", err.msg);
     if (f->img.hdr->shard_count)
         return shardlm_fail(e, -EINVAL, "%s: a weights segment, not a model file", path);
     return 0;

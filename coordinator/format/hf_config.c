@@ -243,9 +243,9 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
     /* Gemma scales embeddings by sqrt(hidden_size) (transformers rounds it to the activation
      * dtype; the runtime multiplies in f32) */
     c->embd_scale = gemma ? sqrtf((float)c->dim) : 0.0f;
-    char cerr[160];
-    if (shlm_config_check(c, cerr, sizeof(cerr)))
-        return shardlm_fail(e, -EINVAL, "%s: %s", what, cerr);
+    struct shardlm_err cerr;
+    if (shlm_config_check(c, &cerr))
+        return shardlm_fail(e, -EINVAL, "%s: %s", what, cerr.msg);
     return 0;
 }
 

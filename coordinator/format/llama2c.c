@@ -62,10 +62,10 @@ int coord_llama2c_open(struct coord_llama2c *ck, const char *path, struct shardl
                           c->n_heads, c->dim);
     }
     c->head_dim = c->dim / c->n_heads;
-    char cerr[160];
-    if (shlm_config_check(c, cerr, sizeof(cerr))) {
+    struct shardlm_err cerr;
+    if (shlm_config_check(c, &cerr)) {
         close(fd);
-        return shardlm_fail(e, -EINVAL, "%s: %s", path, cerr);
+        return shardlm_fail(e, -EINVAL, "%s: %s", path, cerr.msg);
     }
     /* every count below is bounded by the limits above, so 64-bit products cannot overflow */
     uint64_t d = c->dim, L = c->n_layers, hid = c->hidden_dim, V = c->vocab_size;

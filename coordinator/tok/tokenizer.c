@@ -373,10 +373,10 @@ int coord_tok_from_image(struct coord_tok *t, const uint8_t *buf, size_t size, l
     switch (coord_format_sniff_image(buf, size)) {
     case COORD_FORMAT_SHLM: {
         struct shlm_model m;
-        char err[512];
-        int rc = shlm_parse(&m, buf, size, what, err, sizeof(err));
+        struct shardlm_err err;
+        int rc = shlm_parse(&m, buf, size, what, &err);
         if (rc)
-            return shardlm_fail(e, rc, "%s", err);
+            return shardlm_fail(e, rc, "%s", err.msg);
         return coord_tok_from_shlm(t, &m, what, e);
     }
     case COORD_FORMAT_GGUF: {

@@ -208,13 +208,7 @@ int coord_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
 
 bool coord_parse_long(const char *s, long lo, long hi, long *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
+    return shardlm_parse_long(s, lo, hi, out);
 }
 
 uint64_t coord_rss_anon(int pid)

@@ -18,8 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct coord_hf_config hc;
     struct shardlm_err e;
     if (coord_hf_config_parse(&hc, buf, size, "fuzz", &e) == 0) {
-        char err[160];
-        if (shlm_config_check(&hc.cfg, err, sizeof(err)) != 0)
+        struct shardlm_err err;
+        if (shlm_config_check(&hc.cfg, &err) != 0)
             __builtin_trap();
         if (hc.bos_id >= (int64_t)hc.cfg.vocab_size || hc.eos_id >= (int64_t)hc.cfg.vocab_size ||
             hc.bos_id < -1 || hc.eos_id < -1)

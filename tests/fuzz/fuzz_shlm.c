@@ -18,8 +18,8 @@
 /* Reads what an accepted image promises is readable. */
 static void use_model(const struct shlm_model *m)
 {
-    char err[256];
-    (void)shlm_verify_data(m, "fuzz", err, sizeof(err));
+    struct shardlm_err err;
+    (void)shlm_verify_data(m, "fuzz", &err);
     for (uint32_t i = 0; i < m->hdr->n_tensors; i++) {
         const struct shlm_tensor *t = &m->tensors[i];
         struct kn_mat v;
@@ -39,8 +39,8 @@ static void use_model(const struct shlm_model *m)
 static void parse_one(const uint8_t *data, size_t size)
 {
     struct shlm_model m;
-    char err[256];
-    if (shlm_parse(&m, data, size, "fuzz", err, sizeof(err)) == 0)
+    struct shardlm_err err;
+    if (shlm_parse(&m, data, size, "fuzz", &err) == 0)
         use_model(&m);
     /* the streaming loader's form: only the bytes before data_offset are there (an exact copy,
      * so a read past them is caught), the file as long as it says */
@@ -51,7 +51,7 @@ static void parse_one(const uint8_t *data, size_t size)
         if (!head)
             return;
         memcpy(head, data, avail);
-        if (shlm_parse_head(&m, head, avail, size, "fuzz", err, sizeof(err)) == 0 &&
+        if (shlm_parse_head(&m, head, avail, size, "fuzz", &err) == 0 &&
             (m.hdr->data_offset > avail || m.hdr->table_offset > avail))
             __builtin_trap(); /* it promised header, table and tokenizer are in the head */
         free(head);

@@ -167,7 +167,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     proto_env att = SHARDLM__ENVELOPE__INIT;
     att.msg_case = SHARDLM__ENVELOPE__MSG_ATTACH;
     att.attach = &a;
-    wrk_handle(&w, &att);
+    bool stop;
+    wrk_handle(&w, &att, &stop);
     if (!w.attached)
         __builtin_trap(); /* the harness's own segments must attach */
 
@@ -175,7 +176,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         proto_env *env = fuzz_next_envelope(data, size, &off);
         if (!env)
             continue;
-        int stop = wrk_handle(&w, env);
+        wrk_handle(&w, env, &stop);
         proto_free(env);
         if (stop)
             break;

@@ -75,9 +75,9 @@ static size_t build_shlm(uint8_t **out, enum shlm_scheme scheme, int group, int 
                               .n_heads = 2, .n_kv_heads = 1, .head_dim = 4, .vocab_size = 5,
                               .seq_len = 16, .norm_eps = 1e-5f, .rope_theta = 10000.0f,
                               .tied_embd = tied};
-    char err[256];
-    if (shlm_config_check(&cfg, err, sizeof(err)))
-        die(err);
+    struct shardlm_err err;
+    if (shlm_config_check(&cfg, &err))
+        die(err.msg);
     struct shlm_tensor_spec specs[16] = {0}; /* names are copied whole: no stack bytes */
     int n = shlm_expected_tensors(&cfg, scheme, group, head_bits, NULL, specs, 16);
     if (n < 0)
@@ -158,9 +158,9 @@ static size_t build_shlm(uint8_t **out, enum shlm_scheme scheme, int group, int 
     memcpy(img + h.tok_offset, tok, toklen);
 
     struct shlm_model m;
-    if (shlm_parse(&m, img, off, "gen", err, sizeof(err)) ||
-        shlm_verify_data(&m, "gen", err, sizeof(err)))
-        die(err);
+    if (shlm_parse(&m, img, off, "gen", &err) ||
+        shlm_verify_data(&m, "gen", &err))
+        die(err.msg);
     *out = img;
     return off;
 }
