@@ -1,7 +1,12 @@
 /* shm/fault.c: the fault-injection counters (see fault.h). */
 #include "fault.h"
 
+#include "common.h"
+
+#include <errno.h>
+#include <limits.h>
 #include <stdatomic.h>
+#include <string.h>
 
 static struct {
     atomic_long nth;   /* the call that fails, 0: disarmed */
@@ -10,7 +15,7 @@ static struct {
 } sites[SHARDLM_FAULT_N_SITES];
 
 static const char *const names[SHARDLM_FAULT_N_SITES] = {
-    [SHARDLM_FAULT_MALLOC] = "malloc", [SHARDLM_FAULT_MMAP] = "mmap",
+    [SHARDLM_FAULT_MALLOC] = "malloc",       [SHARDLM_FAULT_MMAP] = "mmap",
     [SHARDLM_FAULT_FALLOCATE] = "fallocate", [SHARDLM_FAULT_MBIND] = "mbind",
     [SHARDLM_FAULT_URING] = "io_uring",
 };
@@ -39,12 +44,21 @@ void shardlm_fault_arm(enum shardlm_fault_site site, long nth)
     atomic_store(&sites[site].nth, nth);
 }
 
-long shardlm_fault_calls(enum shardlm_fault_site site)
-{
-    return atomic_load(&sites[site].calls);
-}
+long shardlm_fault_calls(enum shardlm_fault_site site) { return atomic_load(&sites[site].calls); }
 
-bool shardlm_fault_fired(enum shardlm_fault_site site)
+bool shardlm_fault_fired(enum shardlm_fault_site site) { return atomic_load(&sites[site].fired); }
+
+int shardlm_fault_arm_spec(const char *spec)
 {
-    return atomic_load(&sites[site].fired);
+    const char *eq = strchr(spec, '=');
+    long nth;
+    if (!eq || !shardlm_parse_long(eq + 1, 1, LONG_MAX, &nth))
+        return -EINVAL;
+    for (int i = 0; i < SHARDLM_FAULT_N_SITES; i++)
+        if (strlen(names[i]) == (size_t)(eq - spec) &&
+            !strncmp(spec, names[i], (size_t)(eq - spec))) {
+            shardlm_fault_arm((enum shardlm_fault_site)i, nth);
+            return 0;
+        }
+    return -EINVAL;
 }

@@ -1,6 +1,7 @@
 /* shm/seg.c: the runtime directory, segment files (create, reserve, publish, map), the run files
  * of dead coordinators, and the exchange and KV layouts. */
 #include "seg.h"
+#include "fault.h"
 
 #include "allreduce.h"
 #include "kn.h"
@@ -104,7 +105,7 @@ static int allocate(int fd, size_t off, size_t len)
     int rc = charge(len);
     if (rc)
         return rc;
-    while ((rc = posix_fallocate(fd, (off_t)off, (off_t)len)) == EINTR) /* the error, not -1 */
+    while ((rc = shardlm_fallocate(fd, (off_t)off, (off_t)len)) == EINTR) /* the error, not -1 */
         ;
     if (rc)
         atomic_fetch_sub_explicit(&created_bytes, len, memory_order_relaxed);
@@ -118,7 +119,7 @@ static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
     int rc = 0;
     if (ftruncate(fd, (off_t)size) < 0)
         return -errno;
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *p = shardlm_mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         return -errno;
     /* on tmpfs the policy of a shared mapping is the file's: it governs every page allocated
@@ -128,7 +129,9 @@ static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
         rc = node >= (int)(sizeof(mask) * 8) ? -EINVAL : 0;
         if (!rc) {
             mask[node / (8 * sizeof(long))] = 1ul << (node % (8 * sizeof(long)));
-            if (mbind(p, size, MPOL_BIND, mask, sizeof(mask) * 8, 0) < 0)
+            if (shardlm_fault(SHARDLM_FAULT_MBIND))
+                rc = -ENOMEM;
+            else if (mbind(p, size, MPOL_BIND, mask, sizeof(mask) * 8, 0) < 0)
                 rc = -errno;
         }
     }
@@ -221,7 +224,7 @@ int seg_map(struct seg *s, const char *path, size_t size, bool writable)
         rc = -ENOENT;
         goto out_close;
     }
-    void *p = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+    void *p = shardlm_mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         rc = -errno;
         goto out_close;

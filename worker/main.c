@@ -4,6 +4,7 @@
 #include "allreduce.h"
 #include "common.h"
 #include "cpus.h"
+#include "fault.h"
 #include "pin.h"
 #include "serve.h"
 
@@ -258,9 +259,13 @@ int main(int argc, char **argv)
     void *ctx = NULL;
     if (place(&w, &a, &e))
         goto out_log;
+    /* tests: SHARDLM_FAULT=step_delay_ms=N (slow steps) or SITE=N (shm/fault.h: the Nth call
+     * of that kind fails) */
     const char *fault = getenv("SHARDLM_FAULT");
     if (fault && sscanf(fault, "step_delay_ms=%u", &w.fault_step_delay_ms) == 1)
         wrk_log(&w, "fault hook: every step sleeps %u ms", w.fault_step_delay_ms);
+    else if (fault && shardlm_fault_arm_spec(fault) == 0)
+        wrk_log(&w, "fault hook: %s", fault);
     if (!(ctx = zmq_ctx_new())) {
         shardlm_fail(&e, -zmq_errno(), "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
         goto out_log;

@@ -1,5 +1,6 @@
 /* coordinator/: small shared helpers. */
 #include "util.h"
+#include "fault.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -183,7 +184,7 @@ int coord_map_file(const char *path, void **map, size_t *size, struct shardlm_er
     *size = (size_t)st.st_size;
     *map = NULL;
     if (*size) {
-        void *m = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+        void *m = shardlm_mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
             int rc = -errno;
             close(fd);
