@@ -4,7 +4,7 @@
  * share of that roofline decode reaches. */
 #include "bench.h"
 
-#include "engine.h"
+#include "cli.h"
 #include "kn.h"
 
 #include <errno.h>
@@ -308,13 +308,9 @@ int coord_bench_model(int argc, char **argv)
                "----------------------------", "---------:", "------:", "------", "------:",
                "---------:", "---------------:");
     }
-    for (int i = 0; i < o.n_threads; i++) {
-        struct shardlm_err e;
-        int rc = bench_threads(&o, (int)o.threads[i], &e);
-        if (rc) {
-            fprintf(stderr, "shardlm bench: %s\n", e.msg);
-            return rc == -EINTR ? 130 : 1;
-        }
-    }
-    return 0;
+    struct shardlm_err e = {{0}};
+    int rc = 0;
+    for (int i = 0; i < o.n_threads && !rc; i++)
+        rc = bench_threads(&o, (int)o.threads[i], &e);
+    return coord_cli_exit("bench", rc, &e); /* a signal: 128 + it, as every command */
 }
