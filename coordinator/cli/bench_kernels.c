@@ -4,7 +4,7 @@
  * read bandwidth of one thread measured the way `bench -m` does. */
 #include "bench.h"
 
-#include "engine.h"
+#include "cli.h"
 #include "kn.h"
 #include "util.h"
 
