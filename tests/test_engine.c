@@ -5,7 +5,11 @@
  *           callback, the layout, heartbeat and step timings too with verbose and only then;
  *           the accessors say what was started;
  * cancel:   a cancel flag set before the start or a step stops it with -ECANCELED, and nothing
- *           is left in the runtime directory. */
+ *           is left in the runtime directory;
+ * headers:  a worker that scribbles on the header of the KV or exchange segment (capacities,
+ *           offsets) cannot make the coordinator read or write out of bounds: it checks steps
+ *           against its own copy of each layout, and a step after the scribble is refused or
+ *           fails cleanly, never crashes it (under ASan, any overrun would show). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,8 +18,10 @@
 
 #include <libgen.h>
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include "engine.h"
+#include "seg.h"
 #include "testutil.h"
 
 static char dir[4096];    /* this test's files */
@@ -159,6 +165,109 @@ static void test_cancel(void **state)
     assert_false(tu_workers_alive(rundir));
 }
 
+/* Maps the run segment "<this pid>.@what" of the engine's runtime directory, as a worker does. */
+static void *map_run_segment(const char *what, size_t *size)
+{
+    char path[4400];
+    tu_path(path, sizeof(path), "%s/%d.%s", rundir, (int)getpid(), what);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    assert_true(p != MAP_FAILED);
+    *size = (size_t)st.st_size;
+    return p;
+}
+
+/* A started engine (@restarts as opts.restarts) and its exchange and KV segments mapped here,
+ * where the test scribbles as a worker could. */
+struct scribbled {
+    struct capture c;
+    struct coord_engine *g;
+    struct seg_exchange *x, truth; /* the mapped header; what it said at start */
+    struct seg_kv *kv;
+    size_t x_size, kv_size;
+};
+
+static void scribble_start(struct scribbled *t, int restarts)
+{
+    struct coord_engine_opts o = options(&t->c);
+    struct shardlm_err e = {{0}};
+    o.restarts = restarts;
+    assert_int_equal(coord_engine_start(&t->g, &o, &e), 0);
+    t->x = map_run_segment(SEG_RUN_EXCHANGE, &t->x_size);
+    t->kv = map_run_segment("kv.r0", &t->kv_size);
+    t->truth = *t->x;
+    assert_int_equal(t->kv->n_seqs, 1);
+}
+
+/* Stops the engine: it must, cleanly, whatever the headers say now. */
+static void scribble_stop(struct scribbled *t)
+{
+    coord_engine_stop(t->g);
+    munmap(t->x, t->x_size);
+    munmap(t->kv, t->kv_size);
+    assert_int_equal(tu_count_run_files(rundir), 0);
+    assert_false(tu_workers_alive(rundir));
+}
+
+/* Capacities scribbled larger: the coordinator still refuses what does not fit its own
+ * layouts (a sequence slot past the KV's, a step past the exchange's tokens or logits rows),
+ * and runs what does, its logits where they are. */
+static void test_scribbled_capacities(void **state)
+{
+    struct scribbled t;
+    struct shardlm_err e = {{0}};
+    scribble_start(&t, 0);
+    const struct seg_exchange *truth = &t.truth;
+    t.x->max_tokens = t.x->logit_rows = UINT32_MAX;
+    t.kv->n_seqs = UINT32_MAX;
+    assert_int_equal(coord_engine_logit_rows(t.g), truth->logit_rows);
+
+    struct coord_seq_step s = {.seq_id = 1, .n_tokens = 4, .tokens = prompt};
+    assert_int_equal(coord_engine_step(t.g, &s, 1, &e), -EINVAL); /* one slot, whatever it says */
+    struct coord_seq_step two[2] = {{.n_tokens = 1, .tokens = prompt},
+                                    {.n_tokens = 1, .tokens = prompt}};
+    assert_int_equal(coord_engine_step(t.g, two, 2, &e), -EINVAL);
+    int32_t *many = calloc(truth->max_tokens + 1, sizeof(*many));
+    s = (struct coord_seq_step){.n_tokens = truth->max_tokens + 1, .tokens = many};
+    assert_int_equal(coord_engine_step(t.g, &s, 1, &e), -E2BIG);
+    s = (struct coord_seq_step){
+        .n_tokens = truth->logit_rows + 1, .tokens = many, .all_logits = true};
+    if (truth->logit_rows < truth->max_tokens)
+        assert_int_equal(coord_engine_step(t.g, &s, 1, &e), -E2BIG);
+    free(many);
+
+    s = (struct coord_seq_step){.n_tokens = 4, .tokens = prompt};
+    int rc = coord_engine_step(t.g, &s, 1, &e);
+    if (rc)
+        fprintf(stderr, "step: %s\n", e.msg);
+    assert_int_equal(rc, 0);
+    const float *here = (const float *)((char *)t.x + truth->logits_off);
+    assert_memory_equal(s.logits, here, truth->vocab * sizeof(float));
+    scribble_stop(&t);
+}
+
+/* Offsets scribbled far past the segments: the coordinator writes the step's tokens and
+ * reserves its memory where its own layouts say, and the step fails cleanly (the worker that
+ * follows the scribble dies, and with no restarts that ends the step) - the coordinator lives,
+ * and stops cleanly. */
+static void test_scribbled_offsets(void **state)
+{
+    struct scribbled t;
+    struct shardlm_err e = {{0}};
+    scribble_start(&t, -1);
+    t.x->tokens_off = t.x->logits_off = t.x->ar_off = 1ull << 40;
+    t.kv->data_off = 1ull << 40;
+    struct coord_seq_step s = {.n_tokens = 4, .tokens = prompt};
+    int rc = coord_engine_step(t.g, &s, 1, &e);
+    print_message("step after the scribble: %d (%s)\n", rc, e.msg);
+    assert_true(rc < 0);
+    scribble_stop(&t);
+}
+
 int main(void)
 {
     if (!tu_have_data())
@@ -166,6 +275,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reports_through_log),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_scribbled_capacities),
+        cmocka_unit_test(test_scribbled_offsets),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

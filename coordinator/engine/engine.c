@@ -112,13 +112,13 @@ int coord_engine_start(struct coord_engine **out, const struct coord_engine_opts
     return 0;
 }
 
-/* Checks @seqs against the capacities of the segments, reserves their KV and logits memory,
- * writes their tokens into the exchange, and describes each in @sq; *@tokens, how many in all. */
+/* Checks @seqs against the engine's own copies of the capacities (never the segments' headers,
+ * which the workers can write), reserves their KV and logits memory, writes their tokens into
+ * the exchange, and describes each in @sq; *@tokens, how many in all. */
 static int stage_step(struct coord_engine *g, struct coord_seq_step *seqs, int n,
                       Shardlm__StepSeq *sq, uint32_t *tokens, struct shardlm_err *e)
 {
-    const struct seg_exchange *x = g->exch.base;
-    const struct seg_kv *kv = g->ranks[0].kv.base;
+    const struct seg_exchange *x = &g->exch_layout;
     int32_t *tok = coord_exch_tokens(g);
     uint32_t rows = 0;
     *tokens = 0;
@@ -127,9 +127,9 @@ static int stage_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
         uint32_t r = s->all_logits ? s->n_tokens : 1;
         if (s->n_tokens == 0 || s->n_tokens > x->max_tokens - *tokens || r > x->logit_rows - rows)
             return shardlm_fail(e, -E2BIG, "step too large for the exchange segment");
-        if (s->seq_id >= kv->n_seqs)
+        if (s->seq_id >= g->n_seqs)
             return shardlm_fail(e, -EINVAL, "sequence %u: the KV cache has %u slots", s->seq_id,
-                                kv->n_seqs);
+                                g->n_seqs);
         int rc = coord_reserve_kv(g, s->seq_id, s->pos + s->n_tokens, e);
         if (rc)
             return rc;
@@ -225,9 +225,8 @@ static void log_step(const struct coord_engine *g, const Shardlm__Step *st, uint
 int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n,
                       struct shardlm_err *e)
 {
-    const struct seg_kv *kv = g->ranks[0].kv.base;
-    if (n < 1 || (uint32_t)n > kv->n_seqs)
-        return shardlm_fail(e, -EINVAL, "a step carries 1..%u sequences, not %d", kv->n_seqs, n);
+    if (n < 1 || (uint32_t)n > g->n_seqs)
+        return shardlm_fail(e, -EINVAL, "a step carries 1..%u sequences, not %d", g->n_seqs, n);
     Shardlm__StepSeq *sq = calloc((size_t)n, sizeof(*sq));
     Shardlm__StepSeq **sp = calloc((size_t)n, sizeof(*sp));
     uint32_t tokens = 0;

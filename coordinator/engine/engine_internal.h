@@ -1,6 +1,12 @@
 /* coordinator/engine/engine_internal.h: the engine's state, shared by engine/'s files only. */
 
-/* Callers outside engine/ use engine.h's accessors. */
+/* Callers outside engine/ use engine.h's accessors.
+ *
+ * Who trusts what: the KV and exchange segments are mapped writable by every worker, so their
+ * headers are the workers' to scribble on. The engine writes each header once at start, keeps
+ * its own copy (kv_layout, exch_layout, n_seqs) and reads only that copy afterwards: a worker
+ * that changes a capacity or an offset cannot make the coordinator read or write out of bounds.
+ */
 #ifndef SHARDLM_COORD_ENGINE_INTERNAL_H
 #define SHARDLM_COORD_ENGINE_INTERNAL_H
 
@@ -21,6 +27,7 @@
 
 struct coord_rank {
     struct seg weights, kv;
+    struct seg_kv kv_layout; /* the KV header as written at start: the only one read */
     pid_t pid;
     bool reaped, hello, ready, done;
     char isa[32];
@@ -40,6 +47,7 @@ struct coord_engine {
     int n_ranks;
     struct coord_rank *ranks; /* (n_ranks) */
     struct seg exch;
+    struct seg_exchange exch_layout; /* its header as written at start: the only one read */
     uint32_t n_seqs;          /* KV slots of every rank */
     uint32_t *kv_reserved;    /* (n_seqs) positions whose memory is reserved on every rank */
     uint32_t logits_reserved; /* rows of logits whose memory is reserved in the exchange */
@@ -71,7 +79,7 @@ void coord_segments_free(struct coord_engine *g);
 int coord_reserve_kv(struct coord_engine *g, uint32_t seq, uint32_t need, struct shardlm_err *e);
 /* Reserves the exchange segment's logits rows below @rows. */
 int coord_reserve_logits(struct coord_engine *g, uint32_t rows, struct shardlm_err *e);
-/* The exchange's parts. */
+/* The exchange's parts, at the offsets of exch_layout. */
 int32_t *coord_exch_tokens(const struct coord_engine *g);
 float *coord_exch_logits(const struct coord_engine *g);
 void *coord_exch_ar(const struct coord_engine *g);

@@ -43,17 +43,17 @@ int coord_rundir_open(struct coord_engine *g, struct shardlm_err *e)
 
 int32_t *coord_exch_tokens(const struct coord_engine *g)
 {
-    return (int32_t *)((char *)g->exch.base + ((struct seg_exchange *)g->exch.base)->tokens_off);
+    return (int32_t *)((char *)g->exch.base + g->exch_layout.tokens_off);
 }
 
 float *coord_exch_logits(const struct coord_engine *g)
 {
-    return (float *)((char *)g->exch.base + ((struct seg_exchange *)g->exch.base)->logits_off);
+    return (float *)((char *)g->exch.base + g->exch_layout.logits_off);
 }
 
 void *coord_exch_ar(const struct coord_engine *g)
 {
-    return (char *)g->exch.base + ((struct seg_exchange *)g->exch.base)->ar_off;
+    return (char *)g->exch.base + g->exch_layout.ar_off;
 }
 
 int coord_group_fail(struct coord_engine *g, int rc)
@@ -196,7 +196,7 @@ static int run_segment(struct coord_engine *g, bool anon, struct seg *s, const c
     return 0;
 }
 
-/* Every rank's KV segment, of g->n_seqs slots. */
+/* Every rank's KV segment, of g->n_seqs slots, its header kept in kv_layout. */
 static int make_kv(struct coord_engine *g, struct shardlm_err *e)
 {
     const struct shlm_config *c = &g->img.hdr->cfg;
@@ -217,6 +217,7 @@ static int make_kv(struct coord_engine *g, struct shardlm_err *e)
         if ((rc = seg_reserve(&cr->kv, 0, 64)))
             return shardlm_fail(e, rc, "KV segment of rank %d: %s", r, strerror(-rc));
         seg_kv_init(cr->kv.base, g->n_seqs, c->n_layers, c->seq_len, kvd);
+        cr->kv_layout = *(const struct seg_kv *)cr->kv.base; /* no worker runs yet */
     }
     if (!(g->kv_reserved = calloc(g->n_seqs, sizeof(*g->kv_reserved))))
         return shardlm_fail(e, -ENOMEM, "out of memory");
@@ -224,13 +225,13 @@ static int make_kv(struct coord_engine *g, struct shardlm_err *e)
 }
 
 /* The exchange segment: the tokens of a context, as many logits rows as LOGITS_BUDGET allows,
- * the all-reduce area. */
+ * the all-reduce area; its header kept in exch_layout. */
 static int make_exchange(struct coord_engine *g, struct shardlm_err *e)
 {
     const struct shlm_config *c = &g->img.hdr->cfg;
     uint32_t rows = LOGITS_BUDGET / (c->vocab_size * 4u), n = (uint32_t)g->n_ranks;
     rows = rows < 1 ? 1 : rows > c->seq_len ? c->seq_len : rows;
-    struct seg_exchange xl, *x = &xl;
+    struct seg_exchange *x = &g->exch_layout;
     seg_exchange_layout(c->seq_len, c->vocab_size, rows, n, c->dim, x);
     size_t x_bytes = seg_exchange_bytes(c->seq_len, c->vocab_size, rows, n, c->dim);
     /* the logits rows are reserved as steps need them (coord_reserve_logits) */
@@ -264,6 +265,14 @@ void coord_segments_free(struct coord_engine *g)
     g->kv_reserved = NULL;
 }
 
+/* Offset in a KV segment of the keys (@v 0) or values (@v 1) of (@seq, @layer), from the layout
+ * @h (seg_kv_keys() and seg_kv_values() of this process's copy of the header). */
+static size_t kv_plane_off(const struct seg_kv *h, uint32_t seq, uint32_t layer, int v)
+{
+    size_t plane = (size_t)h->seq_len * h->kv_dim * sizeof(float);
+    return h->data_off + (((size_t)seq * h->n_layers + layer) * 2 + (size_t)v) * plane;
+}
+
 /* Reserves the KV memory of sequence @seq for positions below @need on every rank, a step of
  * KV_RESERVE_STEP positions at a time: a full tmpfs is an error here, not SIGBUS in a worker. */
 int coord_reserve_kv(struct coord_engine *g, uint32_t seq, uint32_t need, struct shardlm_err *e)
@@ -271,17 +280,16 @@ int coord_reserve_kv(struct coord_engine *g, uint32_t seq, uint32_t need, struct
     uint32_t have = g->kv_reserved[seq];
     if (need <= have)
         return 0;
-    const struct seg_kv *h0 = g->ranks[0].kv.base;
+    const struct seg_kv *h0 = &g->ranks[0].kv_layout;
     uint32_t upto = (need + KV_RESERVE_STEP - 1) / KV_RESERVE_STEP * KV_RESERVE_STEP;
     upto = upto < h0->seq_len ? upto : h0->seq_len;
     for (int r = 0; r < g->n_ranks; r++) {
         struct seg *kv = &g->ranks[r].kv;
-        size_t row = (size_t)((const struct seg_kv *)kv->base)->kv_dim * sizeof(float);
-        for (uint32_t l = 0; l < h0->n_layers; l++)
+        const struct seg_kv *h = &g->ranks[r].kv_layout;
+        size_t row = (size_t)h->kv_dim * sizeof(float);
+        for (uint32_t l = 0; l < h->n_layers; l++)
             for (int v = 0; v < 2; v++) {
-                const float *p =
-                    v ? seg_kv_values(kv->base, seq, l) : seg_kv_keys(kv->base, seq, l);
-                size_t off = (size_t)((const char *)p - (const char *)kv->base) + have * row;
+                size_t off = kv_plane_off(h, seq, l, v) + have * row;
                 int rc = seg_reserve(kv, off, (upto - have) * row);
                 if (rc)
                     return shardlm_fail(e, rc,
@@ -297,7 +305,7 @@ int coord_reserve_kv(struct coord_engine *g, uint32_t seq, uint32_t need, struct
 
 int coord_reserve_logits(struct coord_engine *g, uint32_t rows, struct shardlm_err *e)
 {
-    const struct seg_exchange *x = g->exch.base;
+    const struct seg_exchange *x = &g->exch_layout;
     if (rows <= g->logits_reserved)
         return 0;
     size_t row = (size_t)x->vocab * sizeof(float);

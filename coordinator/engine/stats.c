@@ -29,10 +29,7 @@ void coord_engine_rank(const struct coord_engine *g, int r, struct coord_rank_in
     };
 }
 
-uint32_t coord_engine_logit_rows(const struct coord_engine *g)
-{
-    return ((const struct seg_exchange *)g->exch.base)->logit_rows;
-}
+uint32_t coord_engine_logit_rows(const struct coord_engine *g) { return g->exch_layout.logit_rows; }
 
 uint32_t coord_engine_n_seqs(const struct coord_engine *g) { return g->n_seqs; }
 
