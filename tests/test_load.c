@@ -197,7 +197,7 @@ static int load(const char *path, int R, enum coord_io io, struct seg *segs, str
         dest[r] = (struct coord_load_dest){r, &segs[r]};
     }
     if (!rc)
-        rc = coord_load_shards(&f, R, dest, R, io, &st, e);
+        rc = coord_load_shards(&f, R, dest, R, io, NULL, NULL, &st, e);
     if (!rc)
         assert_true(st.bytes > f.img.hdr->data_offset && st.bytes <= (uint64_t)f.st.st_size);
     coord_model_close(&f);
@@ -303,7 +303,7 @@ static void test_changed_while_loading(void **state)
         close(fd);
         struct coord_load_dest d = {0, &s};
         struct coord_load_stats st;
-        int rc = coord_load_shards(&f, 1, &d, 1, COORD_IO_BUFFERED, &st, &e);
+        int rc = coord_load_shards(&f, 1, &d, 1, COORD_IO_BUFFERED, NULL, NULL, &st, &e);
         assert_int_equal(rc, -EIO);
         if (!strstr(e.msg, want))
             fail_msg("change %d: '%s', wanted '%s'", change, e.msg, want);
@@ -338,7 +338,7 @@ static void test_full_tmpfs(void **state)
     int created = seg_create_on(&s, seg_path, shard_bytes(&f, 1, 0), -1, SEG_LAZY);
     int rc = created ? created
                      : coord_load_shards(&f, 1, &(struct coord_load_dest){0, &s}, 1, COORD_IO_AUTO,
-                                         &(struct coord_load_stats){0}, &e);
+                                         NULL, NULL, &(struct coord_load_stats){0}, &e);
     if (!created)
         seg_free(&s); /* unlinks it */
     coord_model_close(&f);
@@ -348,6 +348,33 @@ static void test_full_tmpfs(void **state)
     assert_int_equal(rc, -ENOSPC);
     assert_non_null(strstr(e.msg, "No space left"));
     assert_int_equal(left, 0);
+}
+
+/* The caller's cancel flag stops a load (at its next tensor) with -ECANCELED; a load that is
+ * not cancelled goes on reading the same file to the end. */
+static void test_cancelled(void **state)
+{
+    char path[4200];
+    size_t len;
+    struct shlm_config c = config(256, 512, 4, 2, 512, false);
+    tu_path(path, sizeof(path), "%s/cancel.shlm", dir);
+    free(write_model(path, &c, SHLM_SCHEME_W4A8, 128, 8, &len));
+    for (int set = 1; set >= 0; set--) {
+        volatile sig_atomic_t cancel = set;
+        struct coord_model_file f;
+        struct shardlm_err e = {{0}};
+        struct seg s = {0};
+        assert_int_equal(coord_model_open(&f, path, &e), 0);
+        assert_int_equal(
+            seg_create_on(&s, "test-load", shard_bytes(&f, 1, 0), -1, SEG_ANON | SEG_LAZY), 0);
+        int rc = coord_load_shards(&f, 1, &(struct coord_load_dest){0, &s}, 1, COORD_IO_BUFFERED,
+                                   NULL, &cancel, &(struct coord_load_stats){0}, &e);
+        seg_free(&s);
+        coord_model_close(&f);
+        assert_int_equal(rc, set ? -ECANCELED : 0);
+        if (set)
+            assert_string_equal(e.msg, "cancelled");
+    }
 }
 
 int main(void)
@@ -360,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_chunked_equals_whole_ragged),
         cmocka_unit_test(test_changed_while_loading),
         cmocka_unit_test(test_full_tmpfs),
+        cmocka_unit_test(test_cancelled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

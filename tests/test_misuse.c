@@ -10,7 +10,8 @@
  * FIFOs:    every command given a FIFO where it reads a file fails at once, naming it;
  * runtime:  shm purge keeps the weights segment a live engine maps (engines that start while
  *           purge runs in a loop all succeed), and nothing whose name is not exactly one of
- *           ours is listed as ours or removed, by purge or by an engine's start-up cleanup. */
+ *           ours is listed as ours or removed, by purge or by an engine's start-up cleanup;
+ * signals:  SIGTERM stops generate and bench soon, with exit code 143, leaving nothing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -572,6 +573,32 @@ static void test_stops_soon(void **state)
     free(r);
 }
 
+/* SIGTERM stops `bench` (the model through the engine, and the kernels) with 143 = 128 +
+ * SIGTERM as every command, not with SIGINT's 130, and the model bench leaves no run files. */
+static void test_bench_stops_with_the_signal(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char *model_bench[] = {(char *)tu_bin(), "bench", "-m", model, "-p", "0", "-n", "100", NULL};
+    char *kernels_bench[] = {(char *)tu_bin(), "bench", "kernels", NULL};
+    char *const *cmds[] = {model_bench, kernels_bench};
+    static const char *names[] = {"-m MODEL", "kernels"};
+    char *env[] = {env_rundir, "SHARDLM_FAULT=step_delay_ms=50", NULL}; /* 5 s of decode */
+    int files = tu_count_run_files(rundir);
+    for (int i = 0; i < 2; i++) {
+        struct term_at t = {500, 0};
+        tu_run_cmd(r, cmds[i], env, 60, term_later, &t);
+        print_message("bench %s: SIGTERM after 500 ms: exit %d, %.0f ms later\n", names[i],
+                      r->status, (double)(now_ns() - t.sent_ns) / 1e6);
+        if (r->status != 143)
+            fprintf(stderr, "stderr: %s", r->err);
+        assert_int_equal(r->status, 143);
+        assert_int_equal(tu_count_run_files(rundir), files);
+        if (i == 0)
+            assert_non_null(strstr(r->err, "shardlm bench: stopped by signal 15"));
+    }
+    free(r);
+}
+
 /* The tokenizer stored in a .shlm is checked: one changed byte is an error, not other text. */
 static void test_stored_tokenizer_checked(void **state)
 {
@@ -727,6 +754,7 @@ int main(void)
         cmocka_unit_test(test_verify_segments),
         cmocka_unit_test(test_foreign_names_left_alone),
         cmocka_unit_test(test_stops_soon),
+        cmocka_unit_test(test_bench_stops_with_the_signal),
         cmocka_unit_test(test_stored_tokenizer_checked),
         cmocka_unit_test(test_failed_start_leaves_nothing),
         cmocka_unit_test(test_messages),

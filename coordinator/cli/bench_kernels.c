@@ -4,7 +4,7 @@
  * read bandwidth of one thread measured the way `bench -m` does. */
 #include "bench.h"
 
-#include "engine.h"
+#include "cli.h"
 #include "kn.h"
 #include "util.h"
 
@@ -246,7 +246,7 @@ int coord_bench_kernels(int argc, char **argv)
                     if (ms[mi] > 1 && !formats[fi].gemm)
                         continue;
                     if (coord_stop_signal)
-                        return 130;
+                        return 128 + (int)coord_stop_signal;
                     if (bench_case(run[t], fi, shapes[si].n, shapes[si].k, ms[mi], reps, json)) {
                         fprintf(stderr, "shardlm bench kernels: out of memory\n");
                         return 1;

@@ -1,10 +1,10 @@
-/* coordinator/: `shardlm bench -m MODEL` - prefill and decode speed of a model through the real
- * engine (coordinator, workers, segments), printed in the table format of llama-bench, with the
- * bytes of weights a decode token reads, the machine's read bandwidth measured here, and the
+/* coordinator/cli/bench_model.c: `shardlm bench -m MODEL` - prefill and decode speed through the
+ * real engine (coordinator, workers, segments), printed in the table format of llama-bench, with
+ * the bytes of weights a decode token reads, the machine's read bandwidth measured here, and the
  * share of that roofline decode reaches. */
 #include "bench.h"
 
-#include "engine.h"
+#include "cli.h"
 #include "kn.h"
 
 #include <errno.h>
@@ -136,6 +136,7 @@ double coord_read_bandwidth(int n_threads, const int *cpus, int reps)
 }
 
 struct model_opts {
+    struct coord_engine_opts engine; /* the environment's (coord_cli_engine_env) */
     const char *model;
     int pp, tg, reps, workers, json;
     long threads[BENCH_MAX_T];
@@ -145,17 +146,19 @@ struct model_opts {
 /* One thread count: the engine started once, then pp and tg REPS times each. */
 static int bench_threads(const struct model_opts *o, int threads, struct shardlm_err *e)
 {
-    struct coord_engine g;
-    struct coord_engine_opts eo = {.model_path = o->model};
+    struct coord_engine *g;
+    struct coord_engine_opts eo = o->engine;
+    eo.model_path = o->model;
     eo.layout.workers = o->workers;
     eo.layout.threads = threads;
     int rc = coord_engine_start(&g, &eo, e);
     if (rc)
         return rc;
-    const struct shlm_header *h = g.img.hdr;
+    const struct shlm_model *m = coord_engine_model(g);
+    const struct shlm_header *h = m->hdr;
     uint32_t ctx = h->cfg.seq_len;
     if ((uint32_t)o->pp > ctx || (uint32_t)o->tg + 1 > ctx) {
-        coord_engine_stop(&g);
+        coord_engine_stop(g);
         return shardlm_fail(e, -E2BIG, "-p %d / -n %d: the model's context is %u", o->pp, o->tg,
                           ctx);
     }
@@ -163,7 +166,7 @@ static int bench_threads(const struct model_opts *o, int threads, struct shardlm
     int32_t *tok = malloc((size_t)n_tok * sizeof(int32_t));
     double pp[16], tg[16];
     if (!tok) {
-        coord_engine_stop(&g);
+        coord_engine_stop(g);
         return shardlm_fail(e, -ENOMEM, "out of memory");
     }
     uint64_t rnd = 0x9e3779b97f4a7c15ull;
@@ -176,33 +179,34 @@ static int bench_threads(const struct model_opts *o, int threads, struct shardlm
         if (o->pp) {
             struct coord_seq_step s = {.pos = 0, .n_tokens = (uint32_t)o->pp, .tokens = tok};
             uint64_t t0 = shardlm_now_ns();
-            rc = coord_engine_step(&g, &s, 1, e);
+            rc = coord_engine_step(g, &s, 1, e);
             pp[r] = o->pp / ((double)(shardlm_now_ns() - t0) / 1e9);
         }
         if (o->tg && !rc) {
             uint64_t t0 = shardlm_now_ns();
             for (int i = 0; i < o->tg && !rc; i++) {
                 struct coord_seq_step s = {.pos = (uint32_t)i, .n_tokens = 1, .tokens = &tok[i]};
-                rc = coord_engine_step(&g, &s, 1, e);
+                rc = coord_engine_step(g, &s, 1, e);
             }
             tg[r] = o->tg / ((double)(shardlm_now_ns() - t0) / 1e9);
         }
     }
-    uint64_t params, bytes = decode_bytes(&g.img, &params);
+    uint64_t params, bytes = decode_bytes(m, &params);
     size_t size = 0;
     for (uint32_t i = 0; i < h->n_tensors; i++)
-        size += g.img.tensors[i].bytes;
+        size += m->tensors[i].bytes;
     char name[128];
     const char *base = strrchr(o->model, '/');
     snprintf(name, sizeof(name), "%s %s", base ? base + 1 : o->model,
              shlm_scheme_name((enum shlm_scheme)h->scheme));
     /* the bandwidth threads sit on the CPUs the workers had */
     int cpus[BENCH_MAX_T * 4], n = 0;
-    for (int w = 0; w < g.layout.n_ranks; w++)
-        for (int c = 0; c < g.layout.ranks[w].n_cpus && n < BENCH_MAX_T * 4; c++)
-            cpus[n++] = g.layout.ranks[w].cpus[c];
-    int n_ranks = g.n_ranks;
-    coord_engine_stop(&g);
+    const struct coord_layout *lay = coord_engine_layout(g);
+    for (int w = 0; w < lay->n_ranks; w++)
+        for (int c = 0; c < lay->ranks[w].n_cpus && n < BENCH_MAX_T * 4; c++)
+            cpus[n++] = lay->ranks[w].cpus[c];
+    int n_ranks = coord_engine_n_ranks(g);
+    coord_engine_stop(g);
     free(tok);
     if (rc)
         return rc;
@@ -308,13 +312,9 @@ int coord_bench_model(int argc, char **argv)
                "----------------------------", "---------:", "------:", "------", "------:",
                "---------:", "---------------:");
     }
-    for (int i = 0; i < o.n_threads; i++) {
-        struct shardlm_err e;
-        int rc = bench_threads(&o, (int)o.threads[i], &e);
-        if (rc) {
-            fprintf(stderr, "shardlm bench: %s\n", e.msg);
-            return rc == -EINTR ? 130 : 1;
-        }
-    }
-    return 0;
+    struct shardlm_err e = {{0}};
+    int rc = coord_cli_engine_env(&o.engine, &e);
+    for (int i = 0; i < o.n_threads && !rc; i++)
+        rc = bench_threads(&o, (int)o.threads[i], &e);
+    return coord_cli_exit("bench", rc, &e); /* a signal: 128 + it, as every command */
 }

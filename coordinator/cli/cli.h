@@ -10,8 +10,11 @@
 #include "util.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 
 int coord_cmd_convert(int argc, char **argv);
 int coord_cmd_synth(int argc, char **argv);
@@ -72,12 +75,30 @@ int coord_cmd_bench(int argc, char **argv);
 /* One of the engine options (@c from getopt_long, its value in optarg) into @o. Returns 1 if @c
  * was one of them, 0 if not, -1 on a bad value with @why naming the option and what it takes. */
 int coord_cli_engine_option(int c, struct coord_engine_opts *o, char *why, size_t len);
+/* What the process gives the engine besides the options: the log (coord_cli_log), the cancel
+ * flag (coord_stop_signal), and from the environment the worker binary (SHARDLM_WORKER), the
+ * kernel table (SHARDLM_ISA) and the runtime directory (SHARDLM_RUNTIME_DIR). Returns 0, or
+ * -ENOTSUP with @e set for a SHARDLM_ISA this build or CPU cannot run. */
+int coord_cli_engine_env(struct coord_engine_opts *o, struct shardlm_err *e);
+/* The engine's log callback for every command: one line on stderr per message, "shardlm: "
+ * before the INFO and WARN ones (DEBUG lines are a format tools read: printed as they are). */
+void coord_cli_log(void *ctx, enum coord_log_level level, const char *msg);
+/* The load and memory report of `--stats` on @f, ending with the line scripts read:
+ *   load segments_bytes=<n> peak_anon_bytes=<n> seconds=<s>
+ * @first_token_ns: when the first token came (0: none). */
+void coord_cli_print_stats(struct coord_engine *g, uint64_t first_token_ns, FILE *f);
 /* An argument left after an engine command's options: the usage error naming it (exit code 2). */
 int coord_cli_extra_argument(const char *cmd, const char *usage, char **argv);
 /* The exit code of command @cmd that returned @rc (0 or -errno with @e set), after printing its
- * one-line error: 128 + signal for -EINTR after a signal, else 1. */
+ * one-line error: 128 + signal when a signal stopped it (-ECANCELED, or -EINTR, after one), else
+ * 1. */
 int coord_cli_exit(const char *cmd, int rc, const struct shardlm_err *e);
 /* Strict float parsing: all of @s, finite, within [@lo, @hi]. */
 bool coord_cli_parse_float(const char *s, float lo, float hi, float *out);
+
+/* Set by the SIGINT/SIGTERM handler to the signal's number: the engine's cancel flag. */
+extern volatile sig_atomic_t coord_stop_signal;
+/* Installs SIGINT/SIGTERM handlers that set coord_stop_signal, and ignores SIGPIPE. */
+void coord_signals_install(void);
 
 #endif

@@ -63,5 +63,6 @@ int coord_cmd_eval(int argc, char **argv)
         return coord_usage_error("eval", usage_eval, "-m and --ref are required");
     coord_signals_install();
     struct shardlm_err e = {{0}};
-    return coord_cli_exit("eval", coord_eval(&o, &e), &e);
+    int rc = coord_cli_engine_env(&o.engine, &e);
+    return coord_cli_exit("eval", rc ? rc : coord_eval(&o, &e), &e);
 }

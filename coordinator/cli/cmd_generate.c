@@ -90,5 +90,6 @@ int coord_cmd_generate(int argc, char **argv)
         o.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     coord_signals_install();
     struct shardlm_err e = {{0}};
-    return coord_cli_exit("generate", coord_generate(&o, &e), &e);
+    int rc = coord_cli_engine_env(&o.engine, &e);
+    return coord_cli_exit("generate", rc ? rc : coord_generate(&o, &e), &e);
 }

@@ -1,7 +1,6 @@
 /* coordinator/cli/cmd_load.c: `shardlm load` - start the engine (building or finding the weights
  * segments), report, stop. */
 #include "cli.h"
-#include "engine.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -45,16 +44,18 @@ int coord_cmd_load(int argc, char **argv)
         return coord_usage_error("load", usage_load, "-m is required");
     coord_signals_install();
     struct shardlm_err e = {{0}};
-    struct coord_engine g;
-    int rc = coord_engine_start(&g, &o, &e);
-    if (rc)
+    struct coord_engine *g;
+    int rc = coord_cli_engine_env(&o, &e);
+    if (rc || (rc = coord_engine_start(&g, &o, &e)))
         return coord_cli_exit("load", rc, &e);
+    const struct coord_engine_stats *st = coord_engine_stats(g);
+    int n = coord_engine_n_ranks(g);
     if (o.load.stats)
-        coord_engine_print_stats(&g, 0, stderr);
+        coord_cli_print_stats(g, 0, stderr);
     else
         fprintf(stderr, "shardlm: %d weights segment%s ready (%d built, %d found complete)%s%s\n",
-                g.n_ranks, g.n_ranks > 1 ? "s" : "", g.stats.built, g.stats.reused,
-                o.load.no_persist ? "" : " in ", o.load.no_persist ? "" : g.rundir);
-    coord_engine_stop(&g);
+                n, n > 1 ? "s" : "", st->built, st->reused, o.load.no_persist ? "" : " in ",
+                o.load.no_persist ? "" : coord_engine_rundir(g));
+    coord_engine_stop(g);
     return 0;
 }

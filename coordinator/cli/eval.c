@@ -1,7 +1,7 @@
-/* coordinator/: fidelity against reference logits (KL divergence, top-1, perplexity). */
+/* coordinator/cli/eval.c: fidelity against reference logits (KL divergence, top-1, perplexity). */
 #include "generate.h"
 
-#include "engine.h"
+#include "cli.h"
 #include "sampler.h"
 
 #include <errno.h>
@@ -158,7 +158,7 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
                      struct eval_acc *total, double *lp, double *lq, char **saved,
                      size_t *saved_len, struct shardlm_err *e)
 {
-    const struct shlm_config *c = &g->img.hdr->cfg;
+    const struct shlm_config *c = &coord_engine_model(g)->hdr->cfg;
     int vocab = (int)c->vocab_size, ctx = (int)c->seq_len;
     char *f[5], *orig = strdup(line);
     int nf = orig ? split_tabs(line, f, 5) : -1;
@@ -341,11 +341,11 @@ int coord_eval(const struct coord_eval_opts *o, struct shardlm_err *e)
         if ((rc = save_check(o, files, n_files, &made_save, e)))
             goto out_free;
     }
-    struct coord_engine g;
+    struct coord_engine *g;
     struct coord_engine_opts eo = o->engine;
     if ((rc = coord_engine_start(&g, &eo, e)))
         goto out_free;
-    int vocab = (int)g.img.hdr->cfg.vocab_size;
+    int vocab = (int)coord_engine_model(g)->hdr->cfg.vocab_size;
     lp = malloc((size_t)vocab * sizeof(double));
     lq = malloc((size_t)vocab * sizeof(double));
     struct eval_acc total = {0};
@@ -356,7 +356,7 @@ int coord_eval(const struct coord_eval_opts *o, struct shardlm_err *e)
     for (int i = 0; i < n_lines; i++) {
         if (lines[i][0] == 0 || lines[i][0] == '#' || lines[i][0] == '\r')
             continue;
-        if ((rc = eval_line(&g, o, lines[i], i + 1, &total, lp, lq, &saved, &saved_len, e)))
+        if ((rc = eval_line(g, o, lines[i], i + 1, &total, lp, lq, &saved, &saved_len, e)))
             goto out;
     }
     if (total.positions == 0) {
@@ -371,8 +371,8 @@ int coord_eval(const struct coord_eval_opts *o, struct shardlm_err *e)
     }
 out:
     if (o->engine.load.stats)
-        coord_engine_print_stats(&g, 0, stderr);
-    coord_engine_stop(&g);
+        coord_cli_print_stats(g, 0, stderr);
+    coord_engine_stop(g);
 out_free:
     if (rc && made_save)
         rmdir(o->save_dir);

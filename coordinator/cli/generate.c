@@ -1,7 +1,7 @@
-/* coordinator/: text generation through the engine. */
+/* coordinator/cli/generate.c: text generation through the engine. */
 #include "generate.h"
 
-#include "engine.h"
+#include "cli.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -49,11 +49,12 @@ static int load_tok(struct coord_engine *g, void *arg, struct shardlm_err *e)
 {
     struct tok_load *t = arg;
     const struct coord_generate_opts *o = t->o;
-    int rc = coord_tok_from_shlm(&t->tok, &g->img, o->engine.model_path, e);
+    const struct shlm_model *m = coord_engine_model(g);
+    int rc = coord_tok_from_shlm(&t->tok, m, o->engine.model_path, e);
     if (rc)
         return rc;
     t->loaded = true;
-    int ctx = (int)g->img.hdr->cfg.seq_len, max = (int)strlen(o->prompt) + 3;
+    int ctx = (int)m->hdr->cfg.seq_len, max = (int)strlen(o->prompt) + 3;
     if (!(t->ids = malloc((size_t)max * sizeof(int32_t))))
         return shardlm_fail(e, -ENOMEM, "out of memory");
     int np = t->np = coord_tok_encode(&t->tok, o->prompt, true, false, t->ids, max);
@@ -73,7 +74,7 @@ static int load_tok(struct coord_engine *g, void *arg, struct shardlm_err *e)
 
 int coord_generate(const struct coord_generate_opts *o, struct shardlm_err *e)
 {
-    struct coord_engine g;
+    struct coord_engine *g;
     struct tok_load tl = {.o = o};
     struct coord_engine_opts eo = o->engine;
     eo.while_starting = load_tok;
@@ -90,7 +91,7 @@ int coord_generate(const struct coord_generate_opts *o, struct shardlm_err *e)
     tok = tl.tok;
     int32_t *ids = tl.ids;
     int np = tl.np;
-    const struct shlm_header *h = g.img.hdr;
+    const struct shlm_header *h = coord_engine_model(g)->hdr;
     if ((rc = coord_sampler_init(&smp, (int)h->cfg.vocab_size, o->temp, o->top_p, o->seed))) {
         shardlm_fail(e, rc, "out of memory");
         goto out_tok;
@@ -107,7 +108,7 @@ int coord_generate(const struct coord_generate_opts *o, struct shardlm_err *e)
     uint64_t t0 = shardlm_now_ns(), t_first = 0;
     int produced = 0;
     for (int i = 0; i < o->n; i++) {
-        if ((rc = coord_engine_step(&g, &s, 1, e)))
+        if ((rc = coord_engine_step(g, &s, 1, e)))
             break;
         if (!t_first)
             t_first = shardlm_now_ns();
@@ -139,12 +140,12 @@ int coord_generate(const struct coord_generate_opts *o, struct shardlm_err *e)
                 produced > 1 ? (produced - 1) / ((double)(t1 - t_first) / 1e9) : 0.0);
     }
     if (o->engine.load.stats)
-        coord_engine_print_stats(&g, t_first, stderr);
+        coord_cli_print_stats(g, t_first, stderr);
 out_smp:
     coord_sampler_free(&smp);
 out_tok:
     free(ids);
     coord_tok_free(&tok);
-    coord_engine_stop(&g);
+    coord_engine_stop(g);
     return rc;
 }

@@ -1,4 +1,4 @@
-/* coordinator/: `shardlm generate` and `shardlm eval`. */
+/* coordinator/cli/generate.h: `shardlm generate` and `shardlm eval` over the engine. */
 #ifndef SHARDLM_COORD_GENERATE_H
 #define SHARDLM_COORD_GENERATE_H
 
@@ -18,8 +18,8 @@ struct coord_generate_opts {
 };
 
 /* Streams the prompt and the continuation to stdout, flushed per token, then a newline.
- * Returns 0, -EINTR when a signal stopped it (what was generated is printed), or -errno with
- * @e set. */
+ * Returns 0, -ECANCELED when the engine's cancel flag stopped it (what was generated is
+ * printed), or -errno with @e set. */
 int coord_generate(const struct coord_generate_opts *o, struct shardlm_err *e);
 
 struct coord_eval_opts {

@@ -1,6 +1,9 @@
 /* coordinator/cli/options.c: what the commands share - the engine options (layout, load, access,
- * restarts) and their parsing, number parsing, the exit code of a failed command. */
+ * restarts) and their parsing, the environment and log the engine gets, number parsing, the exit
+ * code of a failed command. */
 #include "cli.h"
+
+#include "kn.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -87,6 +90,26 @@ bad:
     return -1;
 }
 
+int coord_cli_engine_env(struct coord_engine_opts *o, struct shardlm_err *e)
+{
+    char err[256];
+    o->log = coord_cli_log;
+    o->cancel = &coord_stop_signal;
+    o->worker_path = getenv("SHARDLM_WORKER");
+    o->rundir = getenv("SHARDLM_RUNTIME_DIR"); /* main() refused an empty one */
+    o->isa = getenv("SHARDLM_ISA");
+    if (o->isa && !*o->isa)
+        o->isa = NULL;
+    if (o->isa && !kn_ops_find(o->isa, err, sizeof(err)))
+        return shardlm_fail(e, -ENOTSUP, "SHARDLM_ISA=%s: %s", o->isa, err);
+    return 0;
+}
+
+void coord_cli_log(void *ctx, enum coord_log_level level, const char *msg)
+{
+    fprintf(stderr, "%s%s\n", level == COORD_LOG_DEBUG ? "" : "shardlm: ", msg);
+}
+
 /* The end of an engine command's options: none may be left but the ones it takes. */
 int coord_cli_extra_argument(const char *cmd, const char *usage, char **argv)
 {
@@ -100,7 +123,7 @@ int coord_cli_exit(const char *cmd, int rc, const struct shardlm_err *e)
 {
     if (rc == 0)
         return 0;
-    if (rc == -EINTR && coord_stop_signal) {
+    if ((rc == -ECANCELED || rc == -EINTR) && coord_stop_signal) {
         fprintf(stderr, "shardlm %s: stopped by signal %d\n", cmd, (int)coord_stop_signal);
         return 128 + (int)coord_stop_signal;
     }

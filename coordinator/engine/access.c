@@ -1,4 +1,4 @@
-/* coordinator/: endpoints, CURVE keys and the ZAP handler. */
+/* coordinator/engine/access.c: endpoints, CURVE keys and the ZAP handler. */
 #include "access.h"
 
 #include "proto.h"
@@ -101,6 +101,7 @@ struct coord_curve {
     pthread_t th;
     void *zap;
     char worker_pub[41];
+    const struct coord_log *log;
 };
 
 /* ZAP (RFC 27): each CURVE handshake asks here; only the worker key gets 200. */
@@ -135,10 +136,9 @@ static void *zap_run(void *arg)
                 snprintf(addr, sizeof(addr), "%.*s", (int)sizes[3], frames[3]);
             if (n >= 7 && sizes[6] == 32)
                 zmq_z85_encode(key, (uint8_t *)frames[6], 32);
-            fprintf(stderr,
-                    "shardlm: refused a peer from %s: its CURVE key %s is not the "
-                    "workers' key\n",
-                    addr, key);
+            coord_logf(c->log, COORD_LOG_WARN,
+                       "refused a peer from %s: its CURVE key %s is not the workers' key", addr,
+                       key);
         }
         zmq_send(c->zap, "1.0", 3, ZMQ_SNDMORE);
         zmq_send(c->zap, frames[1], n >= 2 ? sizes[1] : 0, ZMQ_SNDMORE);
@@ -166,7 +166,7 @@ static int read_key(const char *dir, const char *path, char *pub, char *sec, str
 }
 
 int coord_curve_start(struct coord_curve **out, void *zctx, void *sock, const char *dir,
-                      struct shardlm_err *e)
+                      const struct coord_log *log, struct shardlm_err *e)
 {
     char path[4200], spub[41], ssec[41];
     struct coord_curve *c = calloc(1, sizeof(*c));
@@ -174,6 +174,7 @@ int coord_curve_start(struct coord_curve **out, void *zctx, void *sock, const ch
     *out = NULL;
     if (!c)
         return shardlm_fail(e, -ENOMEM, "out of memory");
+    c->log = log;
     snprintf(path, sizeof(path), "%s/%s", dir, COORD_KEY_SERVER);
     if ((rc = read_key(dir, path, spub, ssec, e))) {
         free(c);

@@ -1,4 +1,4 @@
-/* coordinator/: worker layout. */
+/* coordinator/engine/layout.c: where the workers run - ranks, NUMA nodes, CPUs, threads. */
 #include "layout.h"
 
 #include "cpus.h"

@@ -1,6 +1,6 @@
-/* coordinator/: where the workers run - ranks, NUMA nodes, CPUs, threads.
- *
- * Default: one rank per NUMA node that has CPUs this process may use, each with all of them.
+/* coordinator/engine/layout.h: where the workers run - ranks, NUMA nodes, CPUs, threads. */
+
+/* Default: one rank per NUMA node that has CPUs this process may use, each with all of them.
  * --workers N splits the nodes' CPUs among N ranks (a rank never spans two nodes);
  * --threads T uses the first T of each rank's CPUs; --cpus "0-3:4-7" gives each rank's CPUs
  * explicitly (ranks separated by ':'; CPUs may then be shared between ranks). */

@@ -1,7 +1,6 @@
-/* coordinator/: the streaming load of a .shlm file into the weights segments. */
+/* coordinator/engine/load.c: the streaming load of a .shlm file into the weights segments. */
 #include "load.h"
 
-#include "engine.h"
 #include "plan.h"
 
 #include <errno.h>
@@ -460,7 +459,11 @@ struct load {
     uint64_t done;                     /* bytes consumed (atomic) */
     uint64_t t0, peak_anon;
     struct shardlm_err *e; /* written by the lane that fails first */
+    const struct coord_log *log;        /* progress, from lane 0 (the caller's thread) */
+    const volatile sig_atomic_t *cancel; /* the caller's: stop at the next tensor */
 };
+/* What a lane returns when it stops because another failed: that one's error is the load's. */
+#define LANE_STOPPED 1
 
 struct lane {
     struct load *L;
@@ -576,7 +579,7 @@ static void progress(struct lane *ln, uint64_t *last)
         return;
     *last = now;
     uint64_t done = __atomic_load_n(&L->done, __ATOMIC_RELAXED);
-    fprintf(stderr, "shardlm: loading %s: %.0f%% (%.2f GB/s)\n", L->f->path,
+    coord_logf(L->log, COORD_LOG_INFO, "loading %s: %.0f%% (%.2f GB/s)", L->f->path,
             100.0 * (double)done / (double)L->f->st.st_size, (double)done / (double)(now - L->t0));
 }
 
@@ -624,7 +627,7 @@ static int load_tensor(struct lane *ln, int i, uint64_t *last)
         if (ln->id == 0)
             progress(ln, last);
         if (__atomic_load_n(&L->failed, __ATOMIC_RELAXED))
-            return -ECANCELED; /* another lane failed: its error is the one to report */
+            return LANE_STOPPED; /* another lane failed: its error is the one to report */
     }
     return 0;
 }
@@ -639,15 +642,15 @@ static void *lane_run(void *arg)
         int k = __atomic_fetch_add(&L->next, 1, __ATOMIC_RELAXED);
         if (k >= L->n_src || __atomic_load_n(&L->failed, __ATOMIC_RELAXED))
             break;
-        if (coord_stop_signal) { /* Ctrl-C during a long load: stop at the next tensor */
-            rc = shardlm_fail(&ln->e, -EINTR, "interrupted by signal %d", (int)coord_stop_signal);
+        if (coord_cancelled(L->cancel)) { /* Ctrl-C during a long load: stop at the next tensor */
+            rc = shardlm_fail(&ln->e, -ECANCELED, "cancelled");
             break;
         }
         if ((rc = load_tensor(ln, L->order[k], &last)))
             break;
     }
     int zero = 0;
-    if (rc && rc != -ECANCELED &&
+    if (rc && rc != LANE_STOPPED &&
         __atomic_compare_exchange_n(&L->failed, &zero, rc, false, __ATOMIC_ACQ_REL,
                                     __ATOMIC_RELAXED))
         *L->e = ln->e;
@@ -755,9 +758,12 @@ static void seal(struct load *L)
 }
 
 int coord_load_shards(struct coord_model_file *f, int n_ranks, const struct coord_load_dest *dest,
-                      int n, enum coord_io io, struct coord_load_stats *st, struct shardlm_err *e)
+                      int n, enum coord_io io, const struct coord_log *log,
+                      const volatile sig_atomic_t *cancel, struct coord_load_stats *st,
+                      struct shardlm_err *e)
 {
-    struct load L = {.f = f, .n = n, .e = e, .t0 = shardlm_now_ns()};
+    struct load L = {
+        .f = f, .n = n, .e = e, .t0 = shardlm_now_ns(), .log = log, .cancel = cancel};
     struct lane lanes[MAX_LANES];
     pthread_t th[MAX_LANES];
     int rc, started = 0, ready = 0;

@@ -1,6 +1,6 @@
-/* coordinator/: the streaming load - a .shlm file into the weights segments of the ranks.
- *
- * The file is read once, front to back, in jobs of whole rows of one tensor (at most
+/* coordinator/engine/load.h: the streaming load of a .shlm file into the weights segments. */
+
+/* The file is read once, front to back, in jobs of whole rows of one tensor (at most
  * COORD_LOAD_CHUNK bytes each) through io_uring, COORD_LOAD_DEPTH of them in flight, O_DIRECT
  * where the filesystem takes it. A tensor's scales (and zero points) are read first, then its
  * codes job by job: each job is checksummed in file order and at once repacked into every rank
@@ -11,6 +11,7 @@
 #ifndef SHARDLM_COORD_LOAD_H
 #define SHARDLM_COORD_LOAD_H
 
+#include "log.h"
 #include "seg.h"
 #include "shlm.h"
 #include "util.h"
@@ -69,9 +70,13 @@ struct coord_load_stats {
 
 /* Streams @f into the weights segments of the @n ranks @dest of a group of @n_ranks, checking
  * every tensor's checksum; each segment's header is written last, so a segment is complete
- * exactly when its header parses. Returns 0 or -errno with @e set (-EIO: a checksum mismatch,
- * a short read, the file changed while it was read). */
+ * exactly when its header parses. A long load reports its progress to @log (COORD_LOG_INFO,
+ * from the calling thread; NULL: none) and stops at the next tensor once @cancel is set (NULL:
+ * never). Returns 0, -ECANCELED, or -errno with @e set (-EIO: a checksum mismatch, a short
+ * read, the file changed while it was read). */
 int coord_load_shards(struct coord_model_file *f, int n_ranks, const struct coord_load_dest *dest,
-                      int n, enum coord_io io, struct coord_load_stats *st, struct shardlm_err *e);
+                      int n, enum coord_io io, const struct coord_log *log,
+                      const volatile sig_atomic_t *cancel, struct coord_load_stats *st,
+                      struct shardlm_err *e);
 
 #endif

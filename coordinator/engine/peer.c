@@ -1,4 +1,4 @@
-/* coordinator/: checks of the workers' messages. */
+/* coordinator/engine/peer.c: what the coordinator makes of each message a worker sends. */
 #include "peer.h"
 
 #include <errno.h>
@@ -62,4 +62,9 @@ int coord_peer_step_done(const Shardlm__StepDone *d, int rank, uint64_t step_id,
         return shardlm_fail(e, -EPROTO, "worker rank %d finished step %llu, expected %llu once", rank,
                           (unsigned long long)d->step_id, (unsigned long long)step_id);
     return 0;
+}
+
+bool coord_peer_heartbeat(const Shardlm__Heartbeat *h, uint64_t seq)
+{
+    return h->reply && h->seq == seq;
 }

@@ -1,5 +1,7 @@
-/* coordinator/: what the coordinator makes of each message a worker sends, checked before use.
- * Apart from the socket so that a fuzz target can feed it (tests/fuzz/fuzz_coord.c). */
+/* coordinator/engine/peer.h: what the coordinator makes of each message a worker sends. */
+
+/* Checked before use; apart from the socket so that a fuzz target can feed it
+ * (tests/fuzz/fuzz_coord.c). */
 #ifndef SHARDLM_COORD_PEER_H
 #define SHARDLM_COORD_PEER_H
 
@@ -26,5 +28,7 @@ int coord_peer_hello(const Shardlm__Hello *h, int rank, bool seen, struct shardl
 int coord_peer_ready(const Shardlm__Ready *r, int rank, bool seen, struct shardlm_err *e);
 int coord_peer_step_done(const Shardlm__StepDone *d, int rank, uint64_t step_id, bool seen,
                          struct shardlm_err *e);
+/* Whether @h answers the coordinator's heartbeat round @seq (not an earlier round's reply). */
+bool coord_peer_heartbeat(const Shardlm__Heartbeat *h, uint64_t seq);
 
 #endif

@@ -1,0 +1,319 @@
+/* coordinator/engine/segments.c: the runtime directory, the weights, KV and exchange segments. */
+#include "engine_internal.h"
+
+#include "allreduce.h"
+#include "plan.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int coord_rundir_path(struct coord_engine *g, const struct coord_engine_opts *o,
+                      struct shardlm_err *e)
+{
+    if (o->rundir && !*o->rundir)
+        return shardlm_fail(e, -EINVAL, "the runtime directory is an empty path");
+    if (o->rundir)
+        snprintf(g->rundir, sizeof(g->rundir), "%s", o->rundir);
+    else
+        snprintf(g->rundir, sizeof(g->rundir), "/dev/shm/shardlm-%u", (unsigned)getuid());
+    return 0;
+}
+
+/* FIXME: seg_rundir() does the same for the directory SHARDLM_RUNTIME_DIR names; once shm/ takes
+ * the path from its caller, this is that call. */
+int coord_rundir_open(struct coord_engine *g, struct shardlm_err *e)
+{
+    struct stat st;
+    g->made_rundir = access(g->rundir, F_OK) < 0;
+    int rc = mkdir(g->rundir, 0700) < 0 && errno != EEXIST ? -errno : 0;
+    if (!rc && stat(g->rundir, &st) < 0)
+        rc = -errno;
+    if (!rc && (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077)))
+        rc = -EPERM;
+    if (rc)
+        return shardlm_fail(e, rc, "runtime directory %s: %s", g->rundir,
+                            rc == -EPERM ? "not a private directory owned by this user"
+                                         : strerror(-rc));
+    return 0;
+}
+
+int32_t *coord_exch_tokens(const struct coord_engine *g)
+{
+    return (int32_t *)((char *)g->exch.base + g->exch_layout.tokens_off);
+}
+
+float *coord_exch_logits(const struct coord_engine *g)
+{
+    return (float *)((char *)g->exch.base + g->exch_layout.logits_off);
+}
+
+void *coord_exch_ar(const struct coord_engine *g)
+{
+    return (char *)g->exch.base + g->exch_layout.ar_off;
+}
+
+int coord_group_fail(struct coord_engine *g, int rc)
+{
+    if (g->exch.base)
+        seg_ar_abort(coord_exch_ar(g));
+    return rc;
+}
+
+/* The name of rank @r's persistent weights segment: the model (its checksum, which covers every
+ * tensor's), the layout and the shard plan (ranks, rank, node). */
+static void persist_name(const struct coord_engine *g, int r, const struct shlm_header *h,
+                         char *out, size_t len)
+{
+    seg_weights_name(out, len, h->source_checksum, h->layout, r, g->n_ranks,
+                     g->layout.ranks[r].node);
+}
+
+/* Maps the persistent segment @path if it is complete and holds exactly @want's shard (with
+ * @verify, its data also matches its tensors' checksums); else removes it when it exists (a load
+ * killed half way, another layout, changed data) and returns -ENOENT.
+ * A warm start trusts the header: its checksum, the model's checksum, the layout and the shard;
+ * the data is what this process's load wrote and checksummed, unless --verify reads it again. */
+static int map_persistent(const struct coord_engine *g, struct seg *s, const char *path,
+                          const struct shlm_header *want, bool verify)
+{
+    struct shlm_model m;
+    struct shardlm_err err;
+    int rc = seg_map(s, path, want->file_bytes, false);
+    if (rc == -ENOENT)
+        return rc;
+    bool ours = !rc && !(rc = shlm_parse(&m, s->base, s->size, path, &err)) &&
+                m.hdr->source_checksum == want->source_checksum && m.hdr->layout == want->layout &&
+                m.hdr->shard_rank == want->shard_rank && m.hdr->shard_count == want->shard_count;
+    if (ours && (!verify || !(rc = shlm_verify_data(&m, path, &err))))
+        return 0;
+    coord_logf(&g->log, COORD_LOG_WARN, "%s: %s; rebuilding it", path,
+               (rc == -EINVAL || rc == -EIO) && s->base ? err.msg
+                                                        : "not a complete segment of this shard");
+    seg_free(s);
+    unlink(path);
+    return -ENOENT;
+}
+
+/* Publishes the weights segments the load built under their persistent names. */
+static int publish_weights(struct coord_engine *g, const struct coord_load_dest *dest, int n,
+                           const struct shlm_header *h, char (*name)[NAME_MAX + 1], bool verify,
+                           struct shardlm_err *e)
+{
+    for (int i = 0; i < n; i++) {
+        int r = dest[i].rank;
+        char path[PATH_MAX + NAME_MAX + 2];
+        snprintf(path, sizeof(path), "%s/%s", g->rundir, name[r]);
+        int rc = seg_publish(&g->ranks[r].weights, path);
+        if (rc == -EEXIST) { /* another coordinator published the same shard first: ours goes */
+            seg_free(&g->ranks[r].weights);
+            rc = map_persistent(g, &g->ranks[r].weights, path, &h[r], verify);
+        }
+        if (rc)
+            return shardlm_fail(e, rc, "publish %s: %s", path, strerror(-rc));
+    }
+    return 0;
+}
+
+/* The weights segment of every rank: a complete persistent one is mapped as it is; the others
+ * are created (under a temporary name, or as memfds with no_persist), filled by one streaming
+ * pass over the file, and published under their persistent names. */
+static int make_weights(struct coord_engine *g, const struct coord_engine_opts *o,
+                        struct shardlm_err *e)
+{
+    int n = 0, rc = 0, R = g->n_ranks;
+    uint64_t t0 = shardlm_now_ns();
+    struct coord_load_dest *dest = calloc((size_t)R, sizeof(*dest));
+    struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
+    struct shlm_header *h = calloc((size_t)R, sizeof(*h));
+    char(*name)[NAME_MAX + 1] = calloc((size_t)R, sizeof(*name));
+    if (!dest || !table || !h || !name) {
+        rc = shardlm_fail(e, -ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int r = 0; r < R; r++) {
+        struct coord_rank *cr = &g->ranks[r];
+        char path[PATH_MAX + NAME_MAX + 2];
+        if (coord_shard_layout(&g->img, R, r, &h[r], table) < 0) {
+            rc = shardlm_fail(e, -EINVAL, "cannot split the model over %d ranks", R);
+            goto out;
+        }
+        int node = g->layout.ranks[r].node;
+        if (o->load.no_persist) {
+            snprintf(path, sizeof(path), "shardlm-weights-r%d", r);
+            rc = seg_create_on(&cr->weights, path, h[r].file_bytes, node, SEG_ANON | SEG_LAZY);
+        } else {
+            persist_name(g, r, &h[r], name[r], sizeof(name[r]));
+            snprintf(path, sizeof(path), "%s/%s", g->rundir, name[r]);
+            if (map_persistent(g, &cr->weights, path, &h[r], o->load.verify) == 0) {
+                g->stats.reused++;
+                continue;
+            }
+            seg_path(path, sizeof(path), g->rundir, getpid(), name[r]);
+            rc = seg_create_on(&cr->weights, path, h[r].file_bytes, node, SEG_LAZY);
+        }
+        if (rc) {
+            shardlm_fail(e, rc, "weights segment of rank %d (%llu bytes) in %s: %s", r,
+                         (unsigned long long)h[r].file_bytes,
+                         o->load.no_persist ? "a memfd" : g->rundir, strerror(-rc));
+            goto out;
+        }
+        dest[n++] = (struct coord_load_dest){r, &cr->weights};
+    }
+    if (n && (rc = coord_load_shards(&g->file, R, dest, n, o->load.io, &g->log, g->cancel,
+                                     &g->stats.load, e)))
+        goto out;
+    g->stats.load.ns = shardlm_now_ns() - t0; /* with the segments' allocation */
+    g->stats.peak_anon = g->stats.load.peak_anon;
+    g->stats.built = n;
+    if (!o->load.no_persist)
+        rc = publish_weights(g, dest, n, h, name, o->load.verify, e);
+out:
+    free(dest);
+    free(table);
+    free(h);
+    free(name);
+    return rc;
+}
+
+/* Creates a run segment (KV, exchange): a file "<pid>.<what>" in the runtime directory, or with
+ * @anon a memfd. */
+static int run_segment(struct coord_engine *g, bool anon, struct seg *s, const char *what,
+                       size_t size, int node, unsigned flags, struct shardlm_err *e)
+{
+    char path[PATH_MAX];
+    if (anon)
+        snprintf(path, sizeof(path), "shardlm-%s", what);
+    else
+        seg_path(path, sizeof(path), g->rundir, getpid(), what);
+    int rc = seg_create_on(s, path, size, node, flags | (anon ? SEG_ANON : 0));
+    if (rc)
+        return shardlm_fail(e, rc, "%s segment (%zu bytes) in %s: %s", what, size,
+                            anon ? "a memfd" : g->rundir, strerror(-rc));
+    return 0;
+}
+
+/* Every rank's KV segment, of g->n_seqs slots, its header kept in kv_layout. */
+static int make_kv(struct coord_engine *g, struct shardlm_err *e)
+{
+    const struct shlm_config *c = &g->img.hdr->cfg;
+    int group = g->img.hdr->scheme >= SHLM_SCHEME_W4A16 ? (int)g->img.hdr->group : 0, rc;
+    char what[32];
+    for (int r = 0; r < g->n_ranks; r++) {
+        struct coord_rank *cr = &g->ranks[r];
+        struct seg_plan p;
+        seg_plan_make(&p, c, group, g->n_ranks, r);
+        uint32_t kvd = (uint32_t)(p.kv1 - p.kv0) * c->head_dim;
+        size_t kv_bytes = seg_kv_bytes(g->n_seqs, c->n_layers, c->seq_len, kvd);
+        snprintf(what, sizeof(what), SEG_RUN_KV_FMT, r);
+        /* positions are reserved as sequences grow (coord_reserve_kv): a long context costs
+         * memory only when it is used */
+        if ((rc = run_segment(g, g->anon_segments, &cr->kv, what, kv_bytes, g->layout.ranks[r].node,
+                              SEG_LAZY, e)))
+            return rc;
+        if ((rc = seg_reserve(&cr->kv, 0, 64)))
+            return shardlm_fail(e, rc, "KV segment of rank %d: %s", r, strerror(-rc));
+        seg_kv_init(cr->kv.base, g->n_seqs, c->n_layers, c->seq_len, kvd);
+        cr->kv_layout = *(const struct seg_kv *)cr->kv.base; /* no worker runs yet */
+    }
+    if (!(g->kv_reserved = calloc(g->n_seqs, sizeof(*g->kv_reserved))))
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    return 0;
+}
+
+/* The exchange segment: the tokens of a context, as many logits rows as LOGITS_BUDGET allows,
+ * the all-reduce area; its header kept in exch_layout. */
+static int make_exchange(struct coord_engine *g, struct shardlm_err *e)
+{
+    const struct shlm_config *c = &g->img.hdr->cfg;
+    uint32_t rows = LOGITS_BUDGET / (c->vocab_size * 4u), n = (uint32_t)g->n_ranks;
+    rows = rows < 1 ? 1 : rows > c->seq_len ? c->seq_len : rows;
+    struct seg_exchange *x = &g->exch_layout;
+    seg_exchange_layout(c->seq_len, c->vocab_size, rows, n, c->dim, x);
+    size_t x_bytes = seg_exchange_bytes(c->seq_len, c->vocab_size, rows, n, c->dim);
+    /* the logits rows are reserved as steps need them (coord_reserve_logits) */
+    int rc = run_segment(g, g->anon_segments, &g->exch, SEG_RUN_EXCHANGE, x_bytes, -1, SEG_LAZY, e);
+    if (rc)
+        return rc;
+    if ((rc = seg_reserve(&g->exch, 0, x->logits_off)) ||
+        (rc = seg_reserve(&g->exch, x->ar_off, x->bytes - x->ar_off)))
+        return shardlm_fail(e, rc, "exchange segment (%zu bytes): %s", x_bytes, strerror(-rc));
+    seg_exchange_init(g->exch.base, c->seq_len, c->vocab_size, rows, n, c->dim);
+    return 0;
+}
+
+int coord_segments_make(struct coord_engine *g, const struct coord_engine_opts *o,
+                        struct shardlm_err *e)
+{
+    g->anon_segments = o->load.no_persist;
+    g->n_seqs = o->n_seqs ? o->n_seqs : 1;
+    int rc = make_weights(g, o, e);
+    return rc ? rc : (rc = make_kv(g, e)) ? rc : make_exchange(g, e);
+}
+
+void coord_segments_free(struct coord_engine *g)
+{
+    for (int r = 0; g->ranks && r < g->n_ranks; r++) {
+        seg_free(&g->ranks[r].weights);
+        seg_free(&g->ranks[r].kv);
+    }
+    seg_free(&g->exch);
+    free(g->kv_reserved);
+    g->kv_reserved = NULL;
+}
+
+/* Offset in a KV segment of the keys (@v 0) or values (@v 1) of (@seq, @layer), from the layout
+ * @h (seg_kv_keys() and seg_kv_values() of this process's copy of the header). */
+static size_t kv_plane_off(const struct seg_kv *h, uint32_t seq, uint32_t layer, int v)
+{
+    size_t plane = (size_t)h->seq_len * h->kv_dim * sizeof(float);
+    return h->data_off + (((size_t)seq * h->n_layers + layer) * 2 + (size_t)v) * plane;
+}
+
+/* Reserves the KV memory of sequence @seq for positions below @need on every rank, a step of
+ * KV_RESERVE_STEP positions at a time: a full tmpfs is an error here, not SIGBUS in a worker. */
+int coord_reserve_kv(struct coord_engine *g, uint32_t seq, uint32_t need, struct shardlm_err *e)
+{
+    uint32_t have = g->kv_reserved[seq];
+    if (need <= have)
+        return 0;
+    const struct seg_kv *h0 = &g->ranks[0].kv_layout;
+    uint32_t upto = (need + KV_RESERVE_STEP - 1) / KV_RESERVE_STEP * KV_RESERVE_STEP;
+    upto = upto < h0->seq_len ? upto : h0->seq_len;
+    for (int r = 0; r < g->n_ranks; r++) {
+        struct seg *kv = &g->ranks[r].kv;
+        const struct seg_kv *h = &g->ranks[r].kv_layout;
+        size_t row = (size_t)h->kv_dim * sizeof(float);
+        for (uint32_t l = 0; l < h->n_layers; l++)
+            for (int v = 0; v < 2; v++) {
+                size_t off = kv_plane_off(h, seq, l, v) + have * row;
+                int rc = seg_reserve(kv, off, (upto - have) * row);
+                if (rc)
+                    return shardlm_fail(e, rc,
+                                        "KV cache of rank %d: no memory for positions %u..%u "
+                                        "of sequence %u in %s: %s",
+                                        r, have, upto - 1, seq,
+                                        g->anon_segments ? "a memfd" : g->rundir, strerror(-rc));
+            }
+    }
+    g->kv_reserved[seq] = upto;
+    return 0;
+}
+
+int coord_reserve_logits(struct coord_engine *g, uint32_t rows, struct shardlm_err *e)
+{
+    const struct seg_exchange *x = &g->exch_layout;
+    if (rows <= g->logits_reserved)
+        return 0;
+    size_t row = (size_t)x->vocab * sizeof(float);
+    int rc = seg_reserve(&g->exch, x->logits_off + g->logits_reserved * row,
+                         (rows - g->logits_reserved) * row);
+    if (rc)
+        return shardlm_fail(e, rc, "exchange segment: no memory for %u rows of logits in %s: %s",
+                            rows, g->anon_segments ? "a memfd" : g->rundir, strerror(-rc));
+    g->logits_reserved = rows;
+    return 0;
+}

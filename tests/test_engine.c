@@ -1,0 +1,282 @@
+/* tests/test_engine.c: the engine as a library (coordinator/engine/engine.h), in this process with
+ * real workers on stories260K:
+ *
+ * reports:  nothing is printed (stderr stays empty); the weight path comes through the log
+ *           callback, the layout, heartbeat and step timings too with verbose and only then;
+ *           the accessors say what was started;
+ * cancel:   a cancel flag set before the start or a step stops it with -ECANCELED, and nothing
+ *           is left in the runtime directory;
+ * headers:  a worker that scribbles on the header of the KV or exchange segment (capacities,
+ *           offsets) cannot make the coordinator read or write out of bounds: it checks steps
+ *           against its own copy of each layout, and a step after the scribble is refused or
+ *           fails cleanly, never crashes it (under ASan, any overrun would show). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <libgen.h>
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include "engine.h"
+#include "seg.h"
+#include "testutil.h"
+
+static char dir[4096];    /* this test's files */
+static char rundir[4200]; /* the engine's runtime directory */
+static char model[4300];  /* stories260K at f32 */
+static char worker[4300]; /* shardlm-worker beside the shardlm binary */
+
+static int setup(void **state)
+{
+    char bin[4096];
+    tu_mkdtemp(dir, sizeof(dir), "engine");
+    tu_path(rundir, sizeof(rundir), "%s/run", dir);
+    tu_path(model, sizeof(model), "%s/f32.shlm", dir);
+    snprintf(bin, sizeof(bin), "%s", tu_bin());
+    tu_path(worker, sizeof(worker), "%s/shardlm-worker", dirname(bin));
+    return tu_convert(model, "f32", NULL) ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    tu_rmdir(dir);
+    return 0;
+}
+
+/* What the log callback got: one line per message, "D ", "I " or "W " before it. */
+struct capture {
+    pthread_mutex_t lock;
+    char text[1 << 16];
+    size_t len;
+};
+
+static void capture_log(void *ctx, enum coord_log_level level, const char *msg)
+{
+    struct capture *c = ctx;
+    pthread_mutex_lock(&c->lock);
+    int n = snprintf(c->text + c->len, sizeof(c->text) - c->len, "%c %s\n", "DIW"[level], msg);
+    c->len += n > 0 && (size_t)n < sizeof(c->text) - c->len ? (size_t)n : 0;
+    pthread_mutex_unlock(&c->lock);
+}
+
+static struct coord_engine_opts options(struct capture *c)
+{
+    memset(c, 0, sizeof(*c));
+    pthread_mutex_init(&c->lock, NULL);
+    return (struct coord_engine_opts){.model_path = model,
+                                      .rundir = rundir,
+                                      .worker_path = worker,
+                                      .log = capture_log,
+                                      .log_ctx = c};
+}
+
+static int32_t prompt[] = {1, 403, 407, 261}; /* BOS, then some tokens of the vocabulary */
+
+static void test_reports_through_log(void **state)
+{
+    for (int verbose = 0; verbose < 2; verbose++) {
+        struct capture c;
+        struct coord_engine_opts o = options(&c);
+        o.verbose = verbose;
+        /* stderr into a file for the engine's whole life: it must stay empty */
+        char err_path[4300];
+        tu_path(err_path, sizeof(err_path), "%s/stderr", dir);
+        fflush(stderr);
+        int saved = dup(2), fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        assert_true(saved >= 0 && fd >= 0);
+        dup2(fd, 2);
+        close(fd);
+        struct shardlm_err e = {{0}};
+        struct coord_engine *g = NULL;
+        int rc = coord_engine_start(&g, &o, &e);
+        struct coord_seq_step s = {.n_tokens = 4, .tokens = prompt};
+        int step = rc ? rc : coord_engine_step(g, &s, 1, &e);
+        struct coord_rank_info ri = {0};
+        if (!rc) {
+            assert_int_equal(coord_engine_n_ranks(g), 1);
+            assert_int_equal(coord_engine_model(g)->hdr->cfg.vocab_size, 512);
+            assert_string_equal(coord_engine_rundir(g), rundir);
+            assert_string_equal(coord_engine_model_path(g), model);
+            assert_int_equal(coord_engine_n_seqs(g), 1);
+            assert_true(coord_engine_logit_rows(g) >= 1);
+            assert_true(coord_engine_exchange_bytes(g) > 0);
+            assert_true(coord_engine_stats(g)->ready_ns > coord_engine_stats(g)->start_ns);
+            coord_engine_rank(g, 0, &ri);
+            assert_true(ri.isa[0]); /* it lives in the engine */
+        }
+        coord_engine_stop(g);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        size_t len = 0;
+        char *printed = tu_slurp(err_path, &len);
+        if (rc || step)
+            fprintf(stderr, "start %d, step %d: %s\n", rc, step, e.msg);
+        assert_int_equal(rc, 0);
+        assert_int_equal(step, 0);
+        assert_true(ri.pid > 0 && ri.weights_bytes > 0 && ri.kv_bytes > 0);
+        assert_non_null(printed);
+        if (len)
+            fprintf(stderr, "printed on stderr:\n%s", printed);
+        assert_int_equal(len, 0);
+        free(printed);
+        assert_non_null(strstr(c.text, "I weights f32; kernels "));
+        static const char *debug[] = {"D coordinator listens on ipc://", "D rank 0 node ",
+                                      "D heartbeat rtt ", "D step 1 prefill tokens 4 wall "};
+        for (int i = 0; i < 4 && verbose; i++)
+            assert_non_null(strstr(c.text, debug[i]));
+        if (!verbose)
+            assert_true(c.text[0] != 'D' && !strstr(c.text, "\nD "));
+        assert_int_equal(tu_count_run_files(rundir), 0);
+    }
+}
+
+/* A cancel flag set before the start, or before a step: -ECANCELED, nothing left behind. */
+static void test_cancel(void **state)
+{
+    struct capture c;
+    struct coord_engine_opts o = options(&c);
+    volatile sig_atomic_t cancel = 1;
+    o.cancel = &cancel;
+    o.load.no_persist = true; /* a load each time: its cancel check too */
+    struct shardlm_err e = {{0}};
+    struct coord_engine *g = (struct coord_engine *)&e; /* start must set it to NULL */
+    uint64_t t0 = shardlm_now_ns();
+    assert_int_equal(coord_engine_start(&g, &o, &e), -ECANCELED);
+    assert_null(g);
+    assert_string_equal(e.msg, "cancelled");
+    assert_true(shardlm_now_ns() - t0 < 3000000000ull); /* no timeout waited out */
+    assert_int_equal(tu_count_run_files(rundir), 0);
+    assert_false(tu_workers_alive(rundir));
+
+    o.load.no_persist = false;
+    cancel = 0;
+    assert_int_equal(coord_engine_start(&g, &o, &e), 0);
+    struct coord_seq_step s = {.n_tokens = 4, .tokens = prompt};
+    assert_int_equal(coord_engine_step(g, &s, 1, &e), 0);
+    cancel = 1;
+    s = (struct coord_seq_step){.pos = 4, .n_tokens = 1, .tokens = prompt + 1};
+    assert_int_equal(coord_engine_step(g, &s, 1, &e), -ECANCELED);
+    coord_engine_stop(g);
+    assert_int_equal(tu_count_run_files(rundir), 0);
+    assert_false(tu_workers_alive(rundir));
+}
+
+/* Maps the run segment "<this pid>.@what" of the engine's runtime directory, as a worker does. */
+static void *map_run_segment(const char *what, size_t *size)
+{
+    char path[4400];
+    tu_path(path, sizeof(path), "%s/%d.%s", rundir, (int)getpid(), what);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    assert_true(p != MAP_FAILED);
+    *size = (size_t)st.st_size;
+    return p;
+}
+
+/* A started engine (@restarts as opts.restarts) and its exchange and KV segments mapped here,
+ * where the test scribbles as a worker could. */
+struct scribbled {
+    struct capture c;
+    struct coord_engine *g;
+    struct seg_exchange *x, truth; /* the mapped header; what it said at start */
+    struct seg_kv *kv;
+    size_t x_size, kv_size;
+};
+
+static void scribble_start(struct scribbled *t, int restarts)
+{
+    struct coord_engine_opts o = options(&t->c);
+    struct shardlm_err e = {{0}};
+    o.restarts = restarts;
+    assert_int_equal(coord_engine_start(&t->g, &o, &e), 0);
+    t->x = map_run_segment(SEG_RUN_EXCHANGE, &t->x_size);
+    t->kv = map_run_segment("kv.r0", &t->kv_size);
+    t->truth = *t->x;
+    assert_int_equal(t->kv->n_seqs, 1);
+}
+
+/* Stops the engine: it must, cleanly, whatever the headers say now. */
+static void scribble_stop(struct scribbled *t)
+{
+    coord_engine_stop(t->g);
+    munmap(t->x, t->x_size);
+    munmap(t->kv, t->kv_size);
+    assert_int_equal(tu_count_run_files(rundir), 0);
+    assert_false(tu_workers_alive(rundir));
+}
+
+/* Capacities scribbled larger: the coordinator still refuses what does not fit its own
+ * layouts (a sequence slot past the KV's, a step past the exchange's tokens or logits rows),
+ * and runs what does, its logits where they are. */
+static void test_scribbled_capacities(void **state)
+{
+    struct scribbled t;
+    struct shardlm_err e = {{0}};
+    scribble_start(&t, 0);
+    const struct seg_exchange *truth = &t.truth;
+    t.x->max_tokens = t.x->logit_rows = UINT32_MAX;
+    t.kv->n_seqs = UINT32_MAX;
+    assert_int_equal(coord_engine_logit_rows(t.g), truth->logit_rows);
+
+    struct coord_seq_step s = {.seq_id = 1, .n_tokens = 4, .tokens = prompt};
+    assert_int_equal(coord_engine_step(t.g, &s, 1, &e), -EINVAL); /* one slot, whatever it says */
+    struct coord_seq_step two[2] = {{.n_tokens = 1, .tokens = prompt},
+                                    {.n_tokens = 1, .tokens = prompt}};
+    assert_int_equal(coord_engine_step(t.g, two, 2, &e), -EINVAL);
+    int32_t *many = calloc(truth->max_tokens + 1, sizeof(*many));
+    s = (struct coord_seq_step){.n_tokens = truth->max_tokens + 1, .tokens = many};
+    assert_int_equal(coord_engine_step(t.g, &s, 1, &e), -E2BIG);
+    s = (struct coord_seq_step){
+        .n_tokens = truth->logit_rows + 1, .tokens = many, .all_logits = true};
+    if (truth->logit_rows < truth->max_tokens)
+        assert_int_equal(coord_engine_step(t.g, &s, 1, &e), -E2BIG);
+    free(many);
+
+    s = (struct coord_seq_step){.n_tokens = 4, .tokens = prompt};
+    int rc = coord_engine_step(t.g, &s, 1, &e);
+    if (rc)
+        fprintf(stderr, "step: %s\n", e.msg);
+    assert_int_equal(rc, 0);
+    const float *here = (const float *)((char *)t.x + truth->logits_off);
+    assert_memory_equal(s.logits, here, truth->vocab * sizeof(float));
+    scribble_stop(&t);
+}
+
+/* Offsets scribbled far past the segments: the coordinator writes the step's tokens and
+ * reserves its memory where its own layouts say, and the step fails cleanly (the worker that
+ * follows the scribble dies, and with no restarts that ends the step) - the coordinator lives,
+ * and stops cleanly. */
+static void test_scribbled_offsets(void **state)
+{
+    struct scribbled t;
+    struct shardlm_err e = {{0}};
+    scribble_start(&t, -1);
+    t.x->tokens_off = t.x->logits_off = t.x->ar_off = 1ull << 40;
+    t.kv->data_off = 1ull << 40;
+    struct coord_seq_step s = {.n_tokens = 4, .tokens = prompt};
+    int rc = coord_engine_step(t.g, &s, 1, &e);
+    print_message("step after the scribble: %d (%s)\n", rc, e.msg);
+    assert_true(rc < 0);
+    scribble_stop(&t);
+}
+
+int main(void)
+{
+    if (!tu_have_data())
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reports_through_log),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_scribbled_capacities),
+        cmocka_unit_test(test_scribbled_offsets),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
