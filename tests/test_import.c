@@ -315,7 +315,7 @@ static void test_progress_callbacks(void **state)
                                      .group = 100, .head_bits = 8, .progress = record,
                                      .progress_ctx = &c};
     assert_int_equal(coord_convert(&bad, NULL, &e), -EINVAL);
-    assert_string_equal(e.msg, "--group 100: expected 32, 64, 128 or 256");
+    assert_string_equal(e.msg, "--group 100: expected a multiple of 32 from 32 to 256");
     assert_int_equal(c.n, 0);
 }
 
@@ -353,11 +353,55 @@ static void test_progress_text(void **state)
     free(r);
 }
 
+/* --group: every multiple of 32 from 32 to 256 (the .shlm format takes them, the kernels any
+ * even group), said so by the message and --help; the others refused before any work. */
+static void test_group_sizes(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char gguf[4300], shlm[4300];
+    tu_path(gguf, sizeof(gguf), "%s/group.gguf", dir);
+    tu_path(shlm, sizeof(shlm), "%s/group.shlm", dir);
+    char *synth[] = {(char *)tu_bin(), "synth", "--shape", "tiny", "-o", gguf, NULL};
+    assert_int_equal(run(synth, r), 0);
+    static const char *const bad[] = {"100", "16", "288", "0", "-32"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *conv[] = {(char *)tu_bin(), "convert",      gguf, "--scheme", "w4a16",
+                        "--group",        (char *)bad[i], "-o", shlm,       NULL};
+        char want[128];
+        snprintf(want, sizeof(want),
+                 "shardlm convert: --group '%s': expected a multiple of 32 from 32 to 256\n",
+                 bad[i]);
+        tu_run_cmd(r, conv, NULL, 60, NULL, NULL); /* refused before any runtime file */
+        assert_int_equal(r->status, 2);
+        assert_memory_equal(r->err, want, strlen(want));
+        assert_int_equal(access(shlm, F_OK), -1);
+    }
+    static const char *const good[][2] = {{"w4a16", "96"}, {"w4a8", "160"}, {"w4a8", "224"}};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        char *conv[] = {(char *)tu_bin(), "convert",          gguf, "--scheme", (char *)good[i][0],
+                        "--group",        (char *)good[i][1], "-o", shlm,       NULL};
+        assert_int_equal(run(conv, r), 0);
+        char want[64];
+        snprintf(want, sizeof(want), ": %s group %s head int8, ", good[i][0], good[i][1]);
+        assert_non_null(strstr(r->err, want));
+        char *inspect[] = {(char *)tu_bin(), "inspect", shlm, NULL};
+        assert_int_equal(run(inspect, r), 0);
+        snprintf(want, sizeof(want), "scheme: %s, group %s, ", good[i][0], good[i][1]);
+        assert_non_null(strstr(r->out, want));
+    }
+    char *help[] = {(char *)tu_bin(), "convert", "--help", NULL};
+    assert_int_equal(run(help, r), 0);
+    assert_non_null(
+        strstr(r->out, "--group N       int4 group size, a multiple of 32 from 32 to 256"));
+    free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_progress_callbacks),
         cmocka_unit_test(test_progress_text),
+        cmocka_unit_test(test_group_sizes),
         cmocka_unit_test(test_tiny_llama),
         cmocka_unit_test(test_tiny_spark),
     };

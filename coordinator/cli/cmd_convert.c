@@ -26,7 +26,8 @@ static const char usage_convert[] =
     "                  the CPU has AMX (int8 tiles), else w4a16.\n"
     "  --priority P    with no --scheme: speed (default) follows the probe; fidelity always\n"
     "                  picks w4a16 (lower KL divergence, f32 activations)\n"
-    "  --group N       int4 group size, 32/64/128/256 (default: 64 for w4a16, 128 for w4a8)\n"
+    "  --group N       int4 group size, a multiple of 32 from 32 to 256 (default: 64 for w4a16,\n"
+    "                  128 for w4a8)\n"
     "  --head-bits B   embedding and LM head of the int4 schemes: 8 = int8 per row (default),\n"
     "                  4 = the scheme's int4\n"
     "  --ctx N         cap the context length (it sizes the KV cache; default: the model's)\n"
@@ -110,10 +111,11 @@ static int convert_option(int c, struct convert_args *a)
                                      "unknown scheme '%s' (expected f32, bf16, w4a16 or w4a8)",
                                      optarg);
         return -1;
-    case 'g':
+    case 'g': /* as the .shlm format (shlm_expected_tensors); the kernels take any even group */
         if (!coord_parse_long(optarg, 32, KN_MAX_GROUP, &v) || v % 32)
             return coord_usage_error("convert", usage_convert,
-                                     "--group '%s': expected 32, 64, 128 or 256", optarg);
+                                     "--group '%s': expected a multiple of 32 from 32 to %d",
+                                     optarg, KN_MAX_GROUP);
         a->o.group = (int)v;
         return -1;
     case 'b':

@@ -53,7 +53,8 @@ static void encode(const struct shlm_tensor_spec *s, const float *src, void *dst
 }
 
 /* The W4 group of @o's scheme (the scheme's default for 0), checked with the head bits; 0 for
- * the schemes without groups. Returns 0 or -EINVAL with @e naming the option. */
+ * the schemes without groups. A group is a multiple of 32 up to KN_MAX_GROUP, as the .shlm
+ * format takes it (shlm_expected_tensors). Returns 0 or -EINVAL with @e naming the option. */
 static int convert_group(const struct coord_convert_opts *o, int *group, struct shardlm_err *e)
 {
     *group = 0;
@@ -61,7 +62,8 @@ static int convert_group(const struct coord_convert_opts *o, int *group, struct 
         return 0;
     int g = o->group ? o->group : o->scheme == SHLM_SCHEME_W4A16 ? 64 : 128;
     if (g < 32 || g > KN_MAX_GROUP || g % 32)
-        return shardlm_fail(e, -EINVAL, "--group %d: expected 32, 64, 128 or 256", g);
+        return shardlm_fail(e, -EINVAL, "--group %d: expected a multiple of 32 from 32 to %d", g,
+                            KN_MAX_GROUP);
     if (o->head_bits != 8 && o->head_bits != 4)
         return shardlm_fail(e, -EINVAL, "--head-bits %d: expected 8 or 4", o->head_bits);
     *group = g;
