@@ -10,10 +10,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "convert.h"
+#include "fault.h"
 #include "gguf.h"
 #include "synth.h"
 #include "testutil.h"
@@ -396,12 +400,76 @@ static void test_group_sizes(void **state)
     free(r);
 }
 
+/* Descriptors this process has open (the count's own included, the same each time). */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* A failed output (@o's) leaves no descriptor open, no temporary beside it and no file: the
+ * conversion returned @rc with the message "<out>: @why". */
+static void expect_no_output(const struct coord_convert_opts *o, int fds, int rc, int want_rc,
+                             const struct shardlm_err *e, const char *why)
+{
+    char want[4400];
+    tu_path(want, sizeof(want), "%s: %s", o->out, why);
+    assert_int_equal(rc, want_rc);
+    assert_string_equal(e->msg, want);
+    assert_int_equal(open_fds(), fds);
+    assert_int_equal(access(o->out, F_OK), -1);
+    char cmd[4400], out[32];
+    tu_path(cmd, sizeof(cmd), "ls -A '%s' | grep -c '\\.tmp\\.'", dir);
+    tu_cmd_output(cmd, out, sizeof(out));
+    assert_int_equal(atoi(out), 0);
+}
+
+/* The output's error paths, in process: a failed fsync (the fault site) and a failed ftruncate
+ * (RLIMIT_FSIZE) each close the temporary file and remove it; the next conversion succeeds. */
+static void test_output_errors(void **state)
+{
+    char gguf[4300], shlm[4300];
+    struct shardlm_err e;
+    tu_path(gguf, sizeof(gguf), "%s/out.gguf", dir);
+    tu_path(shlm, sizeof(shlm), "%s/out.shlm", dir);
+    assert_int_equal(coord_synth("tiny", gguf, 1, NULL, NULL, &e), 0);
+    struct coord_convert_opts o = {.checkpoint = gguf, .out = shlm, .scheme = SHLM_SCHEME_W4A8,
+                                   .head_bits = 8};
+    int fds = open_fds();
+
+    shardlm_fault_arm(SHARDLM_FAULT_FSYNC, 1);
+    int rc = coord_convert(&o, NULL, &e);
+    assert_true(shardlm_fault_fired(SHARDLM_FAULT_FSYNC));
+    shardlm_fault_arm(SHARDLM_FAULT_FSYNC, 0);
+    expect_no_output(&o, fds, rc, -EIO, &e, "Input/output error");
+
+    struct rlimit old, small = {.rlim_cur = 4096, .rlim_max = RLIM_INFINITY};
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    small.rlim_max = old.rlim_max;
+    void (*old_xfsz)(int) = signal(SIGXFSZ, SIG_IGN); /* EFBIG instead of the signal */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    rc = coord_convert(&o, NULL, &e);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, old_xfsz);
+    expect_no_output(&o, fds, rc, -EFBIG, &e, "File too large");
+
+    assert_int_equal(coord_convert(&o, NULL, &e), 0);
+    assert_int_equal(open_fds(), fds);
+    assert_int_equal(access(shlm, F_OK), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_progress_callbacks),
         cmocka_unit_test(test_progress_text),
         cmocka_unit_test(test_group_sizes),
+        cmocka_unit_test(test_output_errors),
         cmocka_unit_test(test_tiny_llama),
         cmocka_unit_test(test_tiny_spark),
     };

@@ -5,6 +5,8 @@
 
 #include "source.h"
 
+#include "fault.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -141,7 +143,8 @@ out_free:
 }
 
 /* Seals the header and writes it, the tensor table and the tokenizer, then syncs and closes @fd
- * (*@fd = -1 once it is closed, or given up). Returns 0 or -errno with @e naming @out. */
+ * (*@fd = -1 once it is closed, whether the sync or the close failed; a failed write leaves it
+ * open for the caller). Returns 0 or -errno with @e naming @out. */
 static int write_tail(int *fd, struct convert_plan *p, const struct coord_source *src,
                       const char *out, struct shardlm_err *e)
 {
@@ -153,11 +156,17 @@ static int write_tail(int *fd, struct convert_plan *p, const struct coord_source
         (rc = pwrite_all(*fd, p->table, (size_t)p->n * sizeof(*p->table), h->table_offset)) ||
         (rc = pwrite_all(*fd, src->tok, src->tok_len, h->tok_offset)))
         return shardlm_fail(e, rc, "%s: write failed: %s", out, strerror(-rc));
-    if (fsync(*fd) < 0 || close(*fd) < 0) {
-        *fd = -1;
-        return shardlm_fail(e, -errno, "%s: %s", out, strerror(errno));
-    }
+    /* closed whatever fsync says: the caller removes the temporary, the descriptor is ours */
+    rc = 0;
+    if (shardlm_fault(SHARDLM_FAULT_FSYNC))
+        rc = -EIO; /* as a failed write-back reports it */
+    else if (fsync(*fd) < 0)
+        rc = -errno;
+    if (close(*fd) < 0 && !rc)
+        rc = -errno;
     *fd = -1;
+    if (rc)
+        return shardlm_fail(e, rc, "%s: %s", out, strerror(-rc));
     return 0;
 }
 
