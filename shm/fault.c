@@ -18,6 +18,7 @@ static const char *const names[SHARDLM_FAULT_N_SITES] = {
     [SHARDLM_FAULT_MALLOC] = "malloc",       [SHARDLM_FAULT_MMAP] = "mmap",
     [SHARDLM_FAULT_FALLOCATE] = "fallocate", [SHARDLM_FAULT_MBIND] = "mbind",
     [SHARDLM_FAULT_URING] = "io_uring",
+    [SHARDLM_FAULT_FSYNC] = "fsync",
 };
 
 const char *shardlm_fault_name(enum shardlm_fault_site site)

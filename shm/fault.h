@@ -16,6 +16,7 @@ enum shardlm_fault_site {
     SHARDLM_FAULT_FALLOCATE, /* reserving a segment's pages */
     SHARDLM_FAULT_MBIND,     /* binding a segment to its NUMA node */
     SHARDLM_FAULT_URING,     /* an io_uring submission of the load */
+    SHARDLM_FAULT_FSYNC,     /* syncing a written output before its rename (fails with EIO) */
     SHARDLM_FAULT_N_SITES,
 };
 

@@ -10,10 +10,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "convert.h"
+#include "fault.h"
 #include "gguf.h"
 #include "synth.h"
 #include "testutil.h"
@@ -315,7 +319,7 @@ static void test_progress_callbacks(void **state)
                                      .group = 100, .head_bits = 8, .progress = record,
                                      .progress_ctx = &c};
     assert_int_equal(coord_convert(&bad, NULL, &e), -EINVAL);
-    assert_string_equal(e.msg, "--group 100: expected 32, 64, 128 or 256");
+    assert_string_equal(e.msg, "--group 100: expected a multiple of 32 from 32 to 256");
     assert_int_equal(c.n, 0);
 }
 
@@ -353,11 +357,119 @@ static void test_progress_text(void **state)
     free(r);
 }
 
+/* --group: every multiple of 32 from 32 to 256 (the .shlm format takes them, the kernels any
+ * even group), said so by the message and --help; the others refused before any work. */
+static void test_group_sizes(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char gguf[4300], shlm[4300];
+    tu_path(gguf, sizeof(gguf), "%s/group.gguf", dir);
+    tu_path(shlm, sizeof(shlm), "%s/group.shlm", dir);
+    char *synth[] = {(char *)tu_bin(), "synth", "--shape", "tiny", "-o", gguf, NULL};
+    assert_int_equal(run(synth, r), 0);
+    static const char *const bad[] = {"100", "16", "288", "0", "-32"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *conv[] = {(char *)tu_bin(), "convert",      gguf, "--scheme", "w4a16",
+                        "--group",        (char *)bad[i], "-o", shlm,       NULL};
+        char want[128];
+        snprintf(want, sizeof(want),
+                 "shardlm convert: --group '%s': expected a multiple of 32 from 32 to 256\n",
+                 bad[i]);
+        tu_run_cmd(r, conv, NULL, 60, NULL, NULL); /* refused before any runtime file */
+        assert_int_equal(r->status, 2);
+        assert_memory_equal(r->err, want, strlen(want));
+        assert_int_equal(access(shlm, F_OK), -1);
+    }
+    static const char *const good[][2] = {{"w4a16", "96"}, {"w4a8", "160"}, {"w4a8", "224"}};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        char *conv[] = {(char *)tu_bin(), "convert",          gguf, "--scheme", (char *)good[i][0],
+                        "--group",        (char *)good[i][1], "-o", shlm,       NULL};
+        assert_int_equal(run(conv, r), 0);
+        char want[64];
+        snprintf(want, sizeof(want), ": %s group %s head int8, ", good[i][0], good[i][1]);
+        assert_non_null(strstr(r->err, want));
+        char *inspect[] = {(char *)tu_bin(), "inspect", shlm, NULL};
+        assert_int_equal(run(inspect, r), 0);
+        snprintf(want, sizeof(want), "scheme: %s, group %s, ", good[i][0], good[i][1]);
+        assert_non_null(strstr(r->out, want));
+    }
+    char *help[] = {(char *)tu_bin(), "convert", "--help", NULL};
+    assert_int_equal(run(help, r), 0);
+    assert_non_null(
+        strstr(r->out, "--group N       int4 group size, a multiple of 32 from 32 to 256"));
+    free(r);
+}
+
+/* Descriptors this process has open (the count's own included, the same each time). */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* A failed output (@o's) leaves no descriptor open, no temporary beside it and no file: the
+ * conversion returned @rc with the message "<out>: @why". */
+static void expect_no_output(const struct coord_convert_opts *o, int fds, int rc, int want_rc,
+                             const struct shardlm_err *e, const char *why)
+{
+    char want[4400];
+    tu_path(want, sizeof(want), "%s: %s", o->out, why);
+    assert_int_equal(rc, want_rc);
+    assert_string_equal(e->msg, want);
+    assert_int_equal(open_fds(), fds);
+    assert_int_equal(access(o->out, F_OK), -1);
+    char cmd[4400], out[32];
+    tu_path(cmd, sizeof(cmd), "ls -A '%s' | grep -c '\\.tmp\\.'", dir);
+    tu_cmd_output(cmd, out, sizeof(out));
+    assert_int_equal(atoi(out), 0);
+}
+
+/* The output's error paths, in process: a failed fsync (the fault site) and a failed ftruncate
+ * (RLIMIT_FSIZE) each close the temporary file and remove it; the next conversion succeeds. */
+static void test_output_errors(void **state)
+{
+    char gguf[4300], shlm[4300];
+    struct shardlm_err e;
+    tu_path(gguf, sizeof(gguf), "%s/out.gguf", dir);
+    tu_path(shlm, sizeof(shlm), "%s/out.shlm", dir);
+    assert_int_equal(coord_synth("tiny", gguf, 1, NULL, NULL, &e), 0);
+    struct coord_convert_opts o = {.checkpoint = gguf, .out = shlm, .scheme = SHLM_SCHEME_W4A8,
+                                   .head_bits = 8};
+    int fds = open_fds();
+
+    shardlm_fault_arm(SHARDLM_FAULT_FSYNC, 1);
+    int rc = coord_convert(&o, NULL, &e);
+    assert_true(shardlm_fault_fired(SHARDLM_FAULT_FSYNC));
+    shardlm_fault_arm(SHARDLM_FAULT_FSYNC, 0);
+    expect_no_output(&o, fds, rc, -EIO, &e, "Input/output error");
+
+    struct rlimit old, small = {.rlim_cur = 4096, .rlim_max = RLIM_INFINITY};
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    small.rlim_max = old.rlim_max;
+    void (*old_xfsz)(int) = signal(SIGXFSZ, SIG_IGN); /* EFBIG instead of the signal */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    rc = coord_convert(&o, NULL, &e);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, old_xfsz);
+    expect_no_output(&o, fds, rc, -EFBIG, &e, "File too large");
+
+    assert_int_equal(coord_convert(&o, NULL, &e), 0);
+    assert_int_equal(open_fds(), fds);
+    assert_int_equal(access(shlm, F_OK), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_progress_callbacks),
         cmocka_unit_test(test_progress_text),
+        cmocka_unit_test(test_group_sizes),
+        cmocka_unit_test(test_output_errors),
         cmocka_unit_test(test_tiny_llama),
         cmocka_unit_test(test_tiny_spark),
     };

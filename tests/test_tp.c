@@ -1,7 +1,8 @@
 /* End-to-end tensor parallelism: R = 1..4 worker processes on stories260K. Greedy text identical
  * to the golden files, f32 logits within 1e-6 KLD of the reference at every R, w4a16 at R = 2
- * within 1e-4 of R = 1, w4a8 within 5% of R = 1's divergence, layout errors, and a worker dying
- * in a step: reported at once, nothing left behind.
+ * within 1e-4 of R = 1 (group 64, and 96, which divides no row or shard here), w4a8 within 5% of
+ * R = 1's divergence, layout errors, and a worker dying in a step: reported at once, nothing
+ * left behind.
  *
  * This machine may have 2 CPUs: R = 3 and 4 share them through --cpus (one CPU per rank,
  * repeated), which the automatic layout refuses. */
@@ -27,6 +28,7 @@ static int setup(void **state)
     tu_path(rundir, sizeof(rundir), "%s/run", dir);
     tu_path(env_rundir, sizeof(env_rundir), "SHARDLM_RUNTIME_DIR=%s", rundir);
     const char *g64[] = {"--group", "64", NULL}, *g128[] = {"--group", "128", NULL};
+    const char *g96[] = {"--group", "96", NULL};
     char out[4300];
     tu_path(out, sizeof(out), "%s/f32.shlm", dir);
     if (tu_convert(out, "f32", NULL))
@@ -36,6 +38,9 @@ static int setup(void **state)
         return -1;
     tu_path(out, sizeof(out), "%s/w4a8.shlm", dir);
     if (tu_convert(out, "w4a8", g128))
+        return -1;
+    tu_path(out, sizeof(out), "%s/w4a16g96.shlm", dir);
+    if (tu_convert(out, "w4a16", g96))
         return -1;
     /* an int4 tied embedding: each rank's LM head is a view of its tiled rows */
     static const char *const h4[] = {"--group", "128", "--head-bits", "4", NULL};
@@ -130,16 +135,22 @@ static double eval_kld(const char *model, const char *ref, int R, const char *sa
 
 static void test_fidelity_across_ranks(void **state)
 {
-    char golden[4300], ref1[4300], ref8[4300];
+    char golden[4300], ref1[4300], ref8[4300], ref96[4300];
     tu_path(golden, sizeof(golden), "%s/golden/stories260K", tu_data());
     tu_path(ref1, sizeof(ref1), "%s/w4a16-r1", dir);
     tu_path(ref8, sizeof(ref8), "%s/w4a8-r1", dir);
+    tu_path(ref96, sizeof(ref96), "%s/w4a16g96-r1", dir);
     for (int R = 1; R <= 4; R++)
         assert_true(eval_kld("f32", golden, R, NULL) < 1e-6);
     /* w4a16: the same int4 sums split over ranks, in another order */
-    eval_kld("w4a16", golden, 1, ref1);
+    double k64 = eval_kld("w4a16", golden, 1, ref1);
     for (int R = 2; R <= 4; R++)
         assert_true(eval_kld("w4a16", ref1, R, NULL) < 1e-4);
+    /* group 96: rows of 64 and 172, O and down shards starting inside a group; as close to the
+     * reference as group 64 (measured 0.0758 and 0.0728) */
+    assert_true(eval_kld("w4a16g96", golden, 1, ref96) <= k64 * 1.1);
+    for (int R = 2; R <= 4; R++)
+        assert_true(eval_kld("w4a16g96", ref96, R, NULL) < 1e-4);
     /* w4a8: each rank quantizes its slice of the O and down inputs with its own int8 scale */
     double k1 = eval_kld("w4a8", golden, 1, ref8);
     for (int R = 2; R <= 4; R++)

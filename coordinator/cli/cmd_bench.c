@@ -210,90 +210,110 @@ out_unmap:
     return rc;
 }
 
-/* Parses the options (see usage_bench_allreduce) and runs every (ranks, floats) case. */
-int coord_bench_allreduce(int argc, char **argv)
+/* Option @c of getopt_long (its value in optarg) into @o. Returns -1 to go on, else the exit
+ * code: 0 after --help, 2 after a bad value, a missing value or an unknown option. */
+static int bench_option(int c, char **argv, struct bench_opts *o)
 {
-    struct bench_opts o = {.ranks = {2, 4}, .floats = {64, 2048}, .n_ranks_list = 2,
-                           .n_floats_list = 2, .reps = 5, .iters = 2000};
+    int n;
+    long v;
+    switch (c) {
+    case 'R':
+        if ((n = bench_parse_list(optarg, 1, SEG_AR_MAX_RANKS, o->ranks)) < 0)
+            return bench_bad_usage("--ranks '%s': expected a list of 1..64 (at most 16)", optarg);
+        o->n_ranks_list = n;
+        return -1;
+    case 'F':
+        if ((n = bench_parse_list(optarg, 0, BENCH_MAX_FLOATS, o->floats)) < 0)
+            return bench_bad_usage(
+                "--floats '%s': expected a list of counts 0..67108864 (at most 16)", optarg);
+        o->n_floats_list = n;
+        return -1;
+    case 'r':
+        if (!coord_parse_long(optarg, 1, 10000, &v))
+            return bench_bad_usage("-r '%s': expected 1..10000 repetitions", optarg);
+        o->reps = (int)v;
+        return -1;
+    case 'K':
+        if (!coord_parse_long(optarg, 1, 1000000000, &v))
+            return bench_bad_usage("--iters '%s': expected 1..1000000000", optarg);
+        o->iters = (int)v;
+        return -1;
+    case 'h':
+        fputs(usage_bench_allreduce, stdout);
+        return 0;
+    case ':':
+        return bench_bad_usage("option '%s' needs a value", argv[optind - 1]);
+    default: { /* a long option names itself; a short one may sit inside "-xyz" */
+        const char *arg = argv[optind - 1];
+        char opt[3] = {'-', (char)optopt, 0};
+        return bench_bad_usage("bad option '%s'",
+                               strncmp(arg, "--", 2) == 0 || !optopt ? arg : opt);
+    }
+    }
+}
+
+/* @argv into @o (see usage_bench_allreduce), and the CPUs this process may run on. Returns -1
+ * when the cases are to run, else the exit code (as bench_option). */
+static int bench_parse(int argc, char **argv, struct bench_opts *o)
+{
     static const struct option opts[] = {{"ranks", required_argument, 0, 'R'},
                                          {"floats", required_argument, 0, 'F'},
                                          {"reps", required_argument, 0, 'r'},
                                          {"iters", required_argument, 0, 'K'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    int c, n;
-    long v;
+    int c, rc;
     optind = 0; /* glibc: start afresh, whatever parsed argv before */
-    opterr = 0; /* our own one-line messages below */
-    while ((c = getopt_long(argc, argv, ":r:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'R':
-            if ((n = bench_parse_list(optarg, 1, SEG_AR_MAX_RANKS, o.ranks)) < 0)
-                return bench_bad_usage("--ranks '%s': expected a list of 1..64 (at most 16)",
-                                       optarg);
-            o.n_ranks_list = n;
-            break;
-        case 'F':
-            if ((n = bench_parse_list(optarg, 0, BENCH_MAX_FLOATS, o.floats)) < 0)
-                return bench_bad_usage(
-                    "--floats '%s': expected a list of counts 0..67108864 (at most 16)", optarg);
-            o.n_floats_list = n;
-            break;
-        case 'r':
-            if (!coord_parse_long(optarg, 1, 10000, &v))
-                return bench_bad_usage("-r '%s': expected 1..10000 repetitions", optarg);
-            o.reps = (int)v;
-            break;
-        case 'K':
-            if (!coord_parse_long(optarg, 1, 1000000000, &v))
-                return bench_bad_usage("--iters '%s': expected 1..1000000000", optarg);
-            o.iters = (int)v;
-            break;
-        case 'h':
-            fputs(usage_bench_allreduce, stdout);
-            return 0;
-        case ':':
-            return bench_bad_usage("option '%s' needs a value", argv[optind - 1]);
-        default: { /* a long option names itself; a short one may sit inside "-xyz" */
-            const char *arg = argv[optind - 1];
-            char opt[3] = {'-', (char)optopt, 0};
-            return bench_bad_usage("bad option '%s'",
-                                   strncmp(arg, "--", 2) == 0 || !optopt ? arg : opt);
-        }
-        }
-    }
+    opterr = 0; /* our own one-line messages in bench_option */
+    while ((c = getopt_long(argc, argv, ":r:h", opts, NULL)) != -1)
+        if ((rc = bench_option(c, argv, o)) >= 0)
+            return rc;
     if (optind != argc)
         return bench_bad_usage("unexpected argument '%s'", argv[optind]);
-
     cpu_set_t allowed;
     if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
         for (int i = 0; i < CPU_SETSIZE; i++)
             if (CPU_ISSET(i, &allowed))
-                o.cpus[o.n_cpus++] = i;
+                o->cpus[o->n_cpus++] = i;
+    return -1;
+}
 
+/* The line of one case on stdout from rank 0's @rep_ns (o->reps values; sorted here). */
+static void bench_print_case(const struct bench_opts *o, int ranks, size_t floats, double *rep_ns)
+{
+    double med = coord_sort_median(rep_ns, o->reps);
+    int p90 = (9 * o->reps + 9) / 10 - 1; /* nearest rank: ceil(0.9 reps) - 1 */
+    printf("allreduce ranks=%d floats=%zu bytes=%zu median_us=%.3f min_us=%.3f "
+           "p90_us=%.3f reps=%d\n",
+           ranks, floats, floats * sizeof(float), med / 1e3, rep_ns[0] / 1e3, rep_ns[p90] / 1e3,
+           o->reps);
+    fflush(stdout);
+}
+
+/* Parses the options (see usage_bench_allreduce) and runs every (ranks, floats) case, stopping
+ * at the first that fails. */
+int coord_bench_allreduce(int argc, char **argv)
+{
+    struct bench_opts o = {.ranks = {2, 4}, .floats = {64, 2048}, .n_ranks_list = 2,
+                           .n_floats_list = 2, .reps = 5, .iters = 2000};
+    int ret = bench_parse(argc, argv, &o);
+    if (ret >= 0)
+        return ret;
     double *rep_ns = malloc((size_t)o.reps * sizeof(double));
     if (!rep_ns) {
         fprintf(stderr, "shardlm bench allreduce: out of memory\n");
         return 1;
     }
-    int ret = 0;
+    ret = 0;
     for (int i = 0; i < o.n_ranks_list && !ret; i++)
         for (int j = 0; j < o.n_floats_list && !ret; j++) {
-            int ranks = (int)o.ranks[i];
-            size_t floats = (size_t)o.floats[j];
             struct shardlm_err e;
-            if (bench_case(&o, ranks, floats, rep_ns, &e)) {
+            if (bench_case(&o, (int)o.ranks[i], (size_t)o.floats[j], rep_ns, &e)) {
                 fprintf(stderr, "shardlm bench allreduce: %s\n", e.msg);
                 ret = 1;
                 break;
             }
-            double med = coord_sort_median(rep_ns, o.reps);
-            int p90 = (9 * o.reps + 9) / 10 - 1; /* nearest rank: ceil(0.9 reps) - 1 */
-            printf("allreduce ranks=%d floats=%zu bytes=%zu median_us=%.3f min_us=%.3f "
-                   "p90_us=%.3f reps=%d\n",
-                   ranks, floats, floats * sizeof(float), med / 1e3, rep_ns[0] / 1e3,
-                   rep_ns[p90] / 1e3, o.reps);
-            fflush(stdout);
+            bench_print_case(&o, (int)o.ranks[i], (size_t)o.floats[j], rep_ns);
         }
     free(rep_ns);
     return ret;

@@ -26,7 +26,8 @@ static const char usage_convert[] =
     "                  the CPU has AMX (int8 tiles), else w4a16.\n"
     "  --priority P    with no --scheme: speed (default) follows the probe; fidelity always\n"
     "                  picks w4a16 (lower KL divergence, f32 activations)\n"
-    "  --group N       int4 group size, 32/64/128/256 (default: 64 for w4a16, 128 for w4a8)\n"
+    "  --group N       int4 group size, a multiple of 32 from 32 to 256 (default: 64 for w4a16,\n"
+    "                  128 for w4a8)\n"
     "  --head-bits B   embedding and LM head of the int4 schemes: 8 = int8 per row (default),\n"
     "                  4 = the scheme's int4\n"
     "  --ctx N         cap the context length (it sizes the KV cache; default: the model's)\n"
@@ -83,9 +84,71 @@ static void print_written(const struct coord_convert_opts *o, const struct coord
             (unsigned long long)info->file_bytes, (double)(shardlm_now_ns() - p->t0) / 1e9);
 }
 
-int coord_cmd_convert(int argc, char **argv)
+/* What `shardlm convert`'s command line asks for: coord_convert's options and the CLI's own. */
+struct convert_args {
+    struct coord_convert_opts o;
+    bool fidelity, quiet;
+};
+
+/* Option @c of getopt_long (its value in optarg) into @a. Returns -1 to go on, else the exit
+ * code: 0 after --help, 2 after a bad value or an unknown option (with the usage). */
+static int convert_option(int c, struct convert_args *a)
 {
-    struct coord_convert_opts o = {.head_bits = 8, .scheme = (enum shlm_scheme) - 1};
+    long v;
+    switch (c) {
+    case 't':
+        a->o.tokenizer = optarg;
+        return -1;
+    case 'P':
+        if (strcmp(optarg, "speed") && strcmp(optarg, "fidelity"))
+            return coord_usage_error("convert", usage_convert,
+                                     "--priority '%s': expected speed or fidelity", optarg);
+        a->fidelity = strcmp(optarg, "fidelity") == 0;
+        return -1;
+    case 's':
+        if (shlm_scheme_parse(optarg, &a->o.scheme))
+            return coord_usage_error("convert", usage_convert,
+                                     "unknown scheme '%s' (expected f32, bf16, w4a16 or w4a8)",
+                                     optarg);
+        return -1;
+    case 'g': /* as the .shlm format (shlm_expected_tensors); the kernels take any even group */
+        if (!coord_parse_long(optarg, 32, KN_MAX_GROUP, &v) || v % 32)
+            return coord_usage_error("convert", usage_convert,
+                                     "--group '%s': expected a multiple of 32 from 32 to %d",
+                                     optarg, KN_MAX_GROUP);
+        a->o.group = (int)v;
+        return -1;
+    case 'b':
+        if (!coord_parse_long(optarg, 4, 8, &v) || (v != 4 && v != 8))
+            return coord_usage_error("convert", usage_convert, "--head-bits '%s': expected 8 or 4",
+                                     optarg);
+        a->o.head_bits = (int)v;
+        return -1;
+    case 'x':
+        if (!coord_parse_long(optarg, 1, 1 << 20, &v))
+            return coord_usage_error("convert", usage_convert, "--ctx '%s': expected 1..1048576",
+                                     optarg);
+        a->o.max_ctx = (uint32_t)v;
+        return -1;
+    case 'o':
+        a->o.out = optarg;
+        return -1;
+    case 'q':
+        a->quiet = true;
+        return -1;
+    case 'h':
+        fputs(usage_convert, stdout);
+        return 0;
+    default:
+        fputs(usage_convert, stderr);
+        return 2;
+    }
+}
+
+/* @argv into @a, the scheme probed when none is given. Returns -1 when the conversion is to
+ * run, else the exit code (as convert_option, or 2 for a missing or misplaced argument). */
+static int convert_parse(int argc, char **argv, struct convert_args *a)
+{
     static const struct option opts[] = {{"tokenizer", required_argument, 0, 't'},
                                          {"scheme", required_argument, 0, 's'},
                                          {"group", required_argument, 0, 'g'},
@@ -95,77 +158,38 @@ int coord_cmd_convert(int argc, char **argv)
                                          {"quiet", no_argument, 0, 'q'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    int c;
-    long v;
-    bool fidelity = false, quiet = false;
-    while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
-        switch (c) {
-        case 't':
-            o.tokenizer = optarg;
-            break;
-        case 'P':
-            if (strcmp(optarg, "speed") && strcmp(optarg, "fidelity"))
-                return coord_usage_error("convert", usage_convert,
-                                         "--priority '%s': expected speed or fidelity", optarg);
-            fidelity = strcmp(optarg, "fidelity") == 0;
-            break;
-        case 's':
-            if (shlm_scheme_parse(optarg, &o.scheme))
-                return coord_usage_error("convert", usage_convert,
-                                         "unknown scheme '%s' (expected f32, bf16, w4a16 or w4a8)",
-                                         optarg);
-            break;
-        case 'g':
-            if (!coord_parse_long(optarg, 32, KN_MAX_GROUP, &v) || v % 32)
-                return coord_usage_error("convert", usage_convert,
-                                         "--group '%s': expected 32, 64, 128 or 256", optarg);
-            o.group = (int)v;
-            break;
-        case 'b':
-            if (!coord_parse_long(optarg, 4, 8, &v) || (v != 4 && v != 8))
-                return coord_usage_error("convert", usage_convert,
-                                         "--head-bits '%s': expected 8 or 4", optarg);
-            o.head_bits = (int)v;
-            break;
-        case 'x':
-            if (!coord_parse_long(optarg, 1, 1 << 20, &v))
-                return coord_usage_error("convert", usage_convert,
-                                         "--ctx '%s': expected 1..1048576", optarg);
-            o.max_ctx = (uint32_t)v;
-            break;
-        case 'o':
-            o.out = optarg;
-            break;
-        case 'q':
-            quiet = true;
-            break;
-        case 'h':
-            fputs(usage_convert, stdout);
-            return 0;
-        default:
-            fputs(usage_convert, stderr);
-            return 2;
-        }
-    }
+    int c, rc;
+    while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1)
+        if ((rc = convert_option(c, a)) >= 0)
+            return rc;
     if (optind != argc - 1)
         return coord_usage_error("convert", usage_convert, "expected one INPUT");
-    o.checkpoint = argv[optind];
-    if (!o.out)
+    a->o.checkpoint = argv[optind];
+    if (!a->o.out)
         return coord_usage_error("convert", usage_convert, "-o is required");
-    if ((int)o.scheme < 0)
-        o.scheme = probe_scheme(fidelity);
-    if (o.group && o.scheme != SHLM_SCHEME_W4A16 && o.scheme != SHLM_SCHEME_W4A8)
+    if ((int)a->o.scheme < 0)
+        a->o.scheme = probe_scheme(a->fidelity);
+    if (a->o.group && a->o.scheme != SHLM_SCHEME_W4A16 && a->o.scheme != SHLM_SCHEME_W4A8)
         return coord_usage_error("convert", usage_convert,
                                  "--group applies to w4a16 and w4a8 only");
+    return -1;
+}
+
+int coord_cmd_convert(int argc, char **argv)
+{
+    struct convert_args a = {.o = {.head_bits = 8, .scheme = (enum shlm_scheme) - 1}};
+    int rc = convert_parse(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
     struct convert_progress prog = {.tty = isatty(2)};
-    if (!quiet) {
-        o.progress = convert_progress;
-        o.progress_ctx = &prog;
+    if (!a.quiet) {
+        a.o.progress = convert_progress;
+        a.o.progress_ctx = &prog;
     }
     struct coord_convert_info info;
     struct shardlm_err e = {{0}};
-    int rc = coord_convert(&o, &info, &e);
-    if (!rc && !quiet)
-        print_written(&o, &info, &prog);
+    rc = coord_convert(&a.o, &info, &e);
+    if (!rc && !a.quiet)
+        print_written(&a.o, &info, &prog);
     return coord_cli_exit("convert", rc, &e);
 }

@@ -5,6 +5,8 @@
 
 #include "source.h"
 
+#include "fault.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -53,7 +55,8 @@ static void encode(const struct shlm_tensor_spec *s, const float *src, void *dst
 }
 
 /* The W4 group of @o's scheme (the scheme's default for 0), checked with the head bits; 0 for
- * the schemes without groups. Returns 0 or -EINVAL with @e naming the option. */
+ * the schemes without groups. A group is a multiple of 32 up to KN_MAX_GROUP, as the .shlm
+ * format takes it (shlm_expected_tensors). Returns 0 or -EINVAL with @e naming the option. */
 static int convert_group(const struct coord_convert_opts *o, int *group, struct shardlm_err *e)
 {
     *group = 0;
@@ -61,7 +64,8 @@ static int convert_group(const struct coord_convert_opts *o, int *group, struct 
         return 0;
     int g = o->group ? o->group : o->scheme == SHLM_SCHEME_W4A16 ? 64 : 128;
     if (g < 32 || g > KN_MAX_GROUP || g % 32)
-        return shardlm_fail(e, -EINVAL, "--group %d: expected 32, 64, 128 or 256", g);
+        return shardlm_fail(e, -EINVAL, "--group %d: expected a multiple of 32 from 32 to %d", g,
+                            KN_MAX_GROUP);
     if (o->head_bits != 8 && o->head_bits != 4)
         return shardlm_fail(e, -EINVAL, "--head-bits %d: expected 8 or 4", o->head_bits);
     *group = g;
@@ -139,7 +143,8 @@ out_free:
 }
 
 /* Seals the header and writes it, the tensor table and the tokenizer, then syncs and closes @fd
- * (*@fd = -1 once it is closed, or given up). Returns 0 or -errno with @e naming @out. */
+ * (*@fd = -1 once it is closed, whether the sync or the close failed; a failed write leaves it
+ * open for the caller). Returns 0 or -errno with @e naming @out. */
 static int write_tail(int *fd, struct convert_plan *p, const struct coord_source *src,
                       const char *out, struct shardlm_err *e)
 {
@@ -151,11 +156,17 @@ static int write_tail(int *fd, struct convert_plan *p, const struct coord_source
         (rc = pwrite_all(*fd, p->table, (size_t)p->n * sizeof(*p->table), h->table_offset)) ||
         (rc = pwrite_all(*fd, src->tok, src->tok_len, h->tok_offset)))
         return shardlm_fail(e, rc, "%s: write failed: %s", out, strerror(-rc));
-    if (fsync(*fd) < 0 || close(*fd) < 0) {
-        *fd = -1;
-        return shardlm_fail(e, -errno, "%s: %s", out, strerror(errno));
-    }
+    /* closed whatever fsync says: the caller removes the temporary, the descriptor is ours */
+    rc = 0;
+    if (shardlm_fault(SHARDLM_FAULT_FSYNC))
+        rc = -EIO; /* as a failed write-back reports it */
+    else if (fsync(*fd) < 0)
+        rc = -errno;
+    if (close(*fd) < 0 && !rc)
+        rc = -errno;
     *fd = -1;
+    if (rc)
+        return shardlm_fail(e, rc, "%s: %s", out, strerror(-rc));
     return 0;
 }
 

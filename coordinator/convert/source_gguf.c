@@ -92,6 +92,99 @@ static int need_u32(struct gguf_source *g, const char *path, const char *key, ui
     return 0;
 }
 
+/* general.architecture into g->arch: one of llama, qwen2, gemma and spark. */
+static int read_arch(struct gguf_source *g, const char *path, struct shardlm_err *e)
+{
+    struct gguf_str a;
+    if (gguf_get_str(&g->f, "general.architecture", &a) || a.len == 0 || a.len >= sizeof(g->arch))
+        return shardlm_fail(e, -EINVAL, "%s: metadata general.architecture is missing", path);
+    memcpy(g->arch, a.p, a.len);
+    if (strcmp(g->arch, "llama") && strcmp(g->arch, "qwen2") && strcmp(g->arch, "gemma") &&
+        strcmp(g->arch, "spark"))
+        return shardlm_fail(e, -EINVAL,
+                            "%s: architecture '%s' is not supported (llama, qwen2, gemma, spark)",
+                            path, g->arch);
+    return 0;
+}
+
+/* The sizes in <arch>.* metadata (required ones refused when missing, the others defaulted). */
+static int read_shape(struct gguf_source *g, struct shlm_config *c, const char *path,
+                      struct shardlm_err *e)
+{
+    int rc;
+    if ((rc = need_u32(g, path, "embedding_length", &c->dim, e)) ||
+        (rc = need_u32(g, path, "feed_forward_length", &c->hidden_dim, e)) ||
+        (rc = need_u32(g, path, "block_count", &c->n_layers, e)) ||
+        (rc = need_u32(g, path, "attention.head_count", &c->n_heads, e)) ||
+        (rc = need_u32(g, path, "context_length", &c->seq_len, e)))
+        return rc;
+    if (gguf_get_u32(&g->f, akey(g, "attention.head_count_kv"), &c->n_kv_heads))
+        c->n_kv_heads = c->n_heads;
+    if (gguf_get_u32(&g->f, akey(g, "attention.key_length"), &c->head_dim))
+        c->head_dim = c->n_heads ? c->dim / c->n_heads : 0;
+    if (gguf_get_f32(&g->f, akey(g, "attention.layer_norm_rms_epsilon"), &c->norm_eps))
+        c->norm_eps = 1e-5f;
+    if (gguf_get_f32(&g->f, akey(g, "rope.freq_base"), &c->rope_theta))
+        c->rope_theta = 10000.0f;
+    return 0;
+}
+
+/* What the architecture and the tensors present tell: RoPE style, activation, tied output,
+ * biases, head gate, embedding scale, and the vocabulary (token_embd.weight's rows). */
+static int read_features(struct gguf_source *g, struct shlm_config *c, const char *path,
+                         struct shardlm_err *e)
+{
+    bool llama = !strcmp(g->arch, "llama"), gemma = !strcmp(g->arch, "gemma");
+    bool spark = !strcmp(g->arch, "spark");
+    if (gguf_tensor(&g->f, "rope_freqs.weight"))
+        return shardlm_fail(e, -EINVAL, "%s: tensor rope_freqs.weight (per-frequency RoPE "
+                          "factors, Llama 3.1 style) is not supported yet", path);
+    /* llama.cpp permutes llama's Q/K for interleaved pairs; qwen2 and gemma use NeoX halves */
+    c->rope_neox = !llama;
+    c->act = gemma || spark ? SHLM_ACT_GELU_TANH : SHLM_ACT_SILU;
+    c->tied_embd = gguf_tensor(&g->f, "output.weight") == NULL;
+    c->qkv_bias = gguf_tensor(&g->f, "blk.0.attn_q.bias") != NULL;
+    c->head_gate = gguf_tensor(&g->f, "blk.0.attn_gate.weight") != NULL;
+    /* gemma scales the embedding by sqrt(dim); llama.cpp's converter already added 1 to its
+     * RMSNorm weights, so they are used as they are */
+    c->embd_scale = gemma ? sqrtf((float)c->dim) : 0.0f;
+    const struct gguf_tensor *emb = gguf_tensor(&g->f, "token_embd.weight");
+    if (!emb || emb->n_dims != 2)
+        return shardlm_fail(e, -EINVAL, "%s: tensor token_embd.weight is missing or not 2-D", path);
+    c->vocab_size = emb->dims[1] > UINT32_MAX ? 0 : (uint32_t)emb->dims[1];
+    return 0;
+}
+
+/* The tokenizer stored in the file (one given with --tokenizer is refused), its size equal to
+ * the vocabulary, serialized into s->tok with its bos and eos ids. */
+static int read_tokenizer(struct coord_source *s, struct gguf_source *g, const char *path,
+                          const char *tokenizer, struct shardlm_err *e)
+{
+    struct coord_tok tok;
+    if (tokenizer)
+        return shardlm_fail(e, -EINVAL, "%s: --tokenizer is for llama2.c checkpoints; this GGUF "
+                          "carries its own", path);
+    int rc = coord_tok_from_gguf(&tok, &g->f, path, e);
+    if (rc)
+        return rc;
+    if (tok.vocab_size != (int)s->cfg.vocab_size) {
+        rc = shardlm_fail(e, -EINVAL, "%s: the tokenizer has %d tokens, token_embd.weight %u "
+                          "rows", path, tok.vocab_size, s->cfg.vocab_size);
+        goto out_free_tok;
+    }
+    s->bos_id = tok.bos_id >= 0 ? (uint32_t)tok.bos_id : 0;
+    s->eos_id = tok.eos_id >= 0 ? (uint32_t)tok.eos_id : 0;
+    rc = coord_tok_save(&tok, &s->tok, &s->tok_len);
+    if (rc) {
+        shardlm_fail(e, rc, "%s: cannot serialize the tokenizer", path);
+        goto out_free_tok;
+    }
+    s->tok_kind = SHLM_TOK_BLOB;
+out_free_tok:
+    coord_tok_free(&tok);
+    return rc;
+}
+
 int coord_source_gguf(struct coord_source *s, const char *path, const char *tokenizer,
                       struct shardlm_err *e)
 {
@@ -106,83 +199,12 @@ int coord_source_gguf(struct coord_source *s, const char *path, const char *toke
     s->impl = g;
     s->read = gguf_src_read;
     s->close = gguf_src_close;
-    struct gguf_str a;
-    if (gguf_get_str(&g->f, "general.architecture", &a) || a.len == 0 || a.len >= sizeof(g->arch)) {
-        rc = shardlm_fail(e, -EINVAL, "%s: metadata general.architecture is missing", path);
-        goto out_fail;
+    s->cfg.arch = SHLM_ARCH_LLAMA;
+    if ((rc = read_arch(g, path, e)) || (rc = read_shape(g, &s->cfg, path, e)) ||
+        (rc = read_features(g, &s->cfg, path, e)) ||
+        (rc = read_tokenizer(s, g, path, tokenizer, e))) {
+        coord_source_close(s);
+        return rc;
     }
-    memcpy(g->arch, a.p, a.len);
-    bool llama = !strcmp(g->arch, "llama"), qwen2 = !strcmp(g->arch, "qwen2");
-    bool gemma = !strcmp(g->arch, "gemma"), spark = !strcmp(g->arch, "spark");
-    if (!llama && !qwen2 && !gemma && !spark) {
-        rc = shardlm_fail(e, -EINVAL,
-                          "%s: architecture '%s' is not supported (llama, qwen2, gemma, spark)",
-                          path, g->arch);
-        goto out_fail;
-    }
-    struct shlm_config *c = &s->cfg;
-    c->arch = SHLM_ARCH_LLAMA;
-    if ((rc = need_u32(g, path, "embedding_length", &c->dim, e)) ||
-        (rc = need_u32(g, path, "feed_forward_length", &c->hidden_dim, e)) ||
-        (rc = need_u32(g, path, "block_count", &c->n_layers, e)) ||
-        (rc = need_u32(g, path, "attention.head_count", &c->n_heads, e)) ||
-        (rc = need_u32(g, path, "context_length", &c->seq_len, e)))
-        goto out_fail;
-    if (gguf_get_u32(&g->f, akey(g, "attention.head_count_kv"), &c->n_kv_heads))
-        c->n_kv_heads = c->n_heads;
-    if (gguf_get_u32(&g->f, akey(g, "attention.key_length"), &c->head_dim))
-        c->head_dim = c->n_heads ? c->dim / c->n_heads : 0;
-    if (gguf_get_f32(&g->f, akey(g, "attention.layer_norm_rms_epsilon"), &c->norm_eps))
-        c->norm_eps = 1e-5f;
-    if (gguf_get_f32(&g->f, akey(g, "rope.freq_base"), &c->rope_theta))
-        c->rope_theta = 10000.0f;
-    if (gguf_tensor(&g->f, "rope_freqs.weight")) {
-        rc = shardlm_fail(e, -EINVAL, "%s: tensor rope_freqs.weight (per-frequency RoPE factors, "
-                        "Llama 3.1 style) is not supported yet", path);
-        goto out_fail;
-    }
-    /* llama.cpp permutes llama's Q/K for interleaved pairs; qwen2 and gemma use NeoX halves */
-    c->rope_neox = !llama;
-    c->act = gemma || spark ? SHLM_ACT_GELU_TANH : SHLM_ACT_SILU;
-    c->tied_embd = gguf_tensor(&g->f, "output.weight") == NULL;
-    c->qkv_bias = gguf_tensor(&g->f, "blk.0.attn_q.bias") != NULL;
-    c->head_gate = gguf_tensor(&g->f, "blk.0.attn_gate.weight") != NULL;
-    /* gemma scales the embedding by sqrt(dim); llama.cpp's converter already added 1 to its
-     * RMSNorm weights, so they are used as they are */
-    c->embd_scale = gemma ? sqrtf((float)c->dim) : 0.0f;
-    const struct gguf_tensor *emb = gguf_tensor(&g->f, "token_embd.weight");
-    if (!emb || emb->n_dims != 2) {
-        rc = shardlm_fail(e, -EINVAL, "%s: tensor token_embd.weight is missing or not 2-D", path);
-        goto out_fail;
-    }
-    c->vocab_size = emb->dims[1] > UINT32_MAX ? 0 : (uint32_t)emb->dims[1];
-
-    /* the tokenizer stored in the file, unless one is given */
-    struct coord_tok tok;
-    if (tokenizer) {
-        rc = shardlm_fail(e, -EINVAL, "%s: --tokenizer is for llama2.c checkpoints; this GGUF "
-                        "carries its own", path);
-        goto out_fail;
-    }
-    if ((rc = coord_tok_from_gguf(&tok, &g->f, path, e)))
-        goto out_fail;
-    if (tok.vocab_size != (int)c->vocab_size) {
-        coord_tok_free(&tok);
-        rc = shardlm_fail(e, -EINVAL, "%s: the tokenizer has %d tokens, token_embd.weight %u rows",
-                        path, tok.vocab_size, c->vocab_size);
-        goto out_fail;
-    }
-    s->bos_id = tok.bos_id >= 0 ? (uint32_t)tok.bos_id : 0;
-    s->eos_id = tok.eos_id >= 0 ? (uint32_t)tok.eos_id : 0;
-    rc = coord_tok_save(&tok, &s->tok, &s->tok_len);
-    coord_tok_free(&tok);
-    if (rc) {
-        shardlm_fail(e, rc, "%s: cannot serialize the tokenizer", path);
-        goto out_fail;
-    }
-    s->tok_kind = SHLM_TOK_BLOB;
     return 0;
-out_fail:
-    coord_source_close(s);
-    return rc;
 }

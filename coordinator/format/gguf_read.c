@@ -160,53 +160,80 @@ static int tensor_off_cmp(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* The value of kv @i (its key already read). */
-static int parse_value(struct cur *c, struct gguf_kv *kv)
+/* A string value of kv @kv: its length, then its bytes in place. */
+static int parse_string(struct cur *c, struct gguf_kv *kv)
 {
     char kn[80];
-    uint32_t type;
-    if (!rd_u32(c, &type))
-        return bad(c, "kv %s: truncated at byte %zu in the value type", show(kv->key, kn), c->pos);
-    if (type >= GGUF_N_TYPES)
-        return bad(c, "kv %s: unknown value type %u (expected 0..12)", show(kv->key, kn), type);
-    kv->type = (enum gguf_type)type;
-    if (type == GGUF_STRING) {
+    uint64_t len;
+    int r = rd_str(c, &kv->v.s, &len);
+    if (r == STR_CUT_LEN)
+        return bad(c, "kv %s: truncated at byte %zu in the string length", show(kv->key, kn),
+                   c->pos);
+    if (r == STR_TOO_LONG)
+        return bad(c, "kv %s: string length %llu exceeds the %zu bytes left", show(kv->key, kn),
+                   (unsigned long long)len, left(c));
+    return 0;
+}
+
+/* A scalar value of kv @kv of value type @type (neither string nor array), widened into kv->v;
+ * a bool must be 0 or 1. */
+static int parse_scalar(struct cur *c, struct gguf_kv *kv, uint32_t type)
+{
+    char kn[80];
+    uint8_t raw[8] = {0};
+    if (!rd(c, raw, val_size[type]))
+        return bad(c, "kv %s: truncated at byte %zu in the %s value", show(kv->key, kn), c->pos,
+                   val_name[type]);
+    switch (type) {
+    case GGUF_UINT8: kv->v.u = raw[0]; break;
+    case GGUF_INT8: kv->v.i = (int8_t)raw[0]; break;
+    case GGUF_UINT16: { uint16_t v; memcpy(&v, raw, 2); kv->v.u = v; break; }
+    case GGUF_INT16: { int16_t v; memcpy(&v, raw, 2); kv->v.i = v; break; }
+    case GGUF_UINT32: { uint32_t v; memcpy(&v, raw, 4); kv->v.u = v; break; }
+    case GGUF_INT32: { int32_t v; memcpy(&v, raw, 4); kv->v.i = v; break; }
+    case GGUF_FLOAT32: { float v; memcpy(&v, raw, 4); kv->v.f = v; break; }
+    case GGUF_BOOL:
+        if (raw[0] > 1)
+            return bad(c, "kv %s: bool value is %u, expected 0 or 1", show(kv->key, kn), raw[0]);
+        kv->v.u = raw[0];
+        break;
+    case GGUF_UINT64: memcpy(&kv->v.u, raw, 8); break;
+    case GGUF_INT64: memcpy(&kv->v.i, raw, 8); break;
+    case GGUF_FLOAT64: memcpy(&kv->v.f, raw, 8); break;
+    }
+    return 0;
+}
+
+/* The @n strings of array kv @kv, indexed in kv->v.arr.strs (n <= left / 8: at most 2x the
+ * bytes left). */
+static int parse_array_strings(struct cur *c, struct gguf_kv *kv, uint64_t n)
+{
+    char kn[80];
+    if (n == 0)
+        return 0;
+    kv->v.arr.strs = malloc(n * sizeof(struct gguf_str));
+    if (!kv->v.arr.strs)
+        return shardlm_fail(c->e, -ENOMEM, "%s: kv %s: out of memory for %llu strings", c->what,
+                          show(kv->key, kn), (unsigned long long)n);
+    for (uint64_t i = 0; i < n; i++) {
         uint64_t len;
-        int r = rd_str(c, &kv->v.s, &len);
+        int r = rd_str(c, &kv->v.arr.strs[i], &len);
         if (r == STR_CUT_LEN)
-            return bad(c, "kv %s: truncated at byte %zu in the string length", show(kv->key, kn),
-                       c->pos);
+            return bad(c, "kv %s: truncated at byte %zu in the length of string %llu of %llu",
+                       show(kv->key, kn), c->pos, (unsigned long long)i, (unsigned long long)n);
         if (r == STR_TOO_LONG)
-            return bad(c, "kv %s: string length %llu exceeds the %zu bytes left", show(kv->key, kn),
+            return bad(c, "kv %s: string %llu of %llu: length %llu exceeds the %zu bytes left",
+                       show(kv->key, kn), (unsigned long long)i, (unsigned long long)n,
                        (unsigned long long)len, left(c));
-        return 0;
     }
-    if (type != GGUF_ARRAY) {
-        uint8_t raw[8] = {0};
-        if (!rd(c, raw, val_size[type]))
-            return bad(c, "kv %s: truncated at byte %zu in the %s value", show(kv->key, kn), c->pos,
-                       val_name[type]);
-        switch (type) {
-        case GGUF_UINT8: kv->v.u = raw[0]; break;
-        case GGUF_INT8: kv->v.i = (int8_t)raw[0]; break;
-        case GGUF_UINT16: { uint16_t v; memcpy(&v, raw, 2); kv->v.u = v; break; }
-        case GGUF_INT16: { int16_t v; memcpy(&v, raw, 2); kv->v.i = v; break; }
-        case GGUF_UINT32: { uint32_t v; memcpy(&v, raw, 4); kv->v.u = v; break; }
-        case GGUF_INT32: { int32_t v; memcpy(&v, raw, 4); kv->v.i = v; break; }
-        case GGUF_FLOAT32: { float v; memcpy(&v, raw, 4); kv->v.f = v; break; }
-        case GGUF_BOOL:
-            if (raw[0] > 1)
-                return bad(c, "kv %s: bool value is %u, expected 0 or 1", show(kv->key, kn),
-                           raw[0]);
-            kv->v.u = raw[0];
-            break;
-        case GGUF_UINT64: memcpy(&kv->v.u, raw, 8); break;
-        case GGUF_INT64: memcpy(&kv->v.i, raw, 8); break;
-        case GGUF_FLOAT64: memcpy(&kv->v.f, raw, 8); break;
-        }
-        return 0;
-    }
-    /* an array: element type, u64 count, elements */
+    return 0;
+}
+
+/* An array value of kv @kv: element type, u64 count (checked against the smallest encoding of
+ * its elements before anything is allocated), then the elements, left in place. */
+static int parse_array(struct cur *c, struct gguf_kv *kv)
+{
+    char kn[80];
     uint32_t et;
     uint64_t n;
     if (!rd_u32(c, &et) || !rd_u64(c, &n))
@@ -226,33 +253,32 @@ static int parse_value(struct cur *c, struct gguf_kv *kv)
     kv->v.arr.type = (enum gguf_type)et;
     kv->v.arr.n = n;
     kv->v.arr.data = c->b + c->pos;
-    if (et != GGUF_STRING) {
-        if (et == GGUF_BOOL)
-            for (uint64_t i = 0; i < n; i++)
-                if (c->b[c->pos + i] > 1)
-                    return bad(c, "kv %s: bool element %llu is %u, expected 0 or 1",
-                               show(kv->key, kn), (unsigned long long)i, c->b[c->pos + i]);
-        c->pos += n * esize;
-        return 0;
-    }
-    if (n == 0)
-        return 0;
-    kv->v.arr.strs = malloc(n * sizeof(struct gguf_str)); /* n <= left / 8: at most 2x */
-    if (!kv->v.arr.strs)
-        return shardlm_fail(c->e, -ENOMEM, "%s: kv %s: out of memory for %llu strings", c->what,
-                          show(kv->key, kn), (unsigned long long)n);
-    for (uint64_t i = 0; i < n; i++) {
-        uint64_t len;
-        int r = rd_str(c, &kv->v.arr.strs[i], &len);
-        if (r == STR_CUT_LEN)
-            return bad(c, "kv %s: truncated at byte %zu in the length of string %llu of %llu",
-                       show(kv->key, kn), c->pos, (unsigned long long)i, (unsigned long long)n);
-        if (r == STR_TOO_LONG)
-            return bad(c, "kv %s: string %llu of %llu: length %llu exceeds the %zu bytes left",
-                       show(kv->key, kn), (unsigned long long)i, (unsigned long long)n,
-                       (unsigned long long)len, left(c));
-    }
+    if (et == GGUF_STRING)
+        return parse_array_strings(c, kv, n);
+    if (et == GGUF_BOOL)
+        for (uint64_t i = 0; i < n; i++)
+            if (c->b[c->pos + i] > 1)
+                return bad(c, "kv %s: bool element %llu is %u, expected 0 or 1",
+                           show(kv->key, kn), (unsigned long long)i, c->b[c->pos + i]);
+    c->pos += n * esize;
     return 0;
+}
+
+/* The value of kv @kv (its key already read): its type, then a string, a scalar or an array. */
+static int parse_value(struct cur *c, struct gguf_kv *kv)
+{
+    char kn[80];
+    uint32_t type;
+    if (!rd_u32(c, &type))
+        return bad(c, "kv %s: truncated at byte %zu in the value type", show(kv->key, kn), c->pos);
+    if (type >= GGUF_N_TYPES)
+        return bad(c, "kv %s: unknown value type %u (expected 0..12)", show(kv->key, kn), type);
+    kv->type = (enum gguf_type)type;
+    if (type == GGUF_STRING)
+        return parse_string(c, kv);
+    if (type == GGUF_ARRAY)
+        return parse_array(c, kv);
+    return parse_scalar(c, kv, type);
 }
 
 static int parse_kvs(struct cur *c, struct gguf_file *g)
@@ -342,13 +368,10 @@ static int parse_info(struct cur *c, struct gguf_tensor *t, uint64_t i)
     return 0;
 }
 
-/* Places the tensors in the image: aligned offsets, bytes of the known types inside it, no two
- * names alike, no two known tensors overlapping. */
-static int place_tensors(struct cur *c, struct gguf_file *g)
+/* Sorts the tensor names into g->tensor_by_name for lookups, refusing a name seen twice. */
+static int index_tensor_names(struct cur *c, struct gguf_file *g)
 {
-    char tn[80], tn2[80];
-    if (g->n_tensors == 0)
-        return 0;
+    char tn[80];
     g->tensor_by_name = malloc(g->n_tensors * sizeof(*g->tensor_by_name));
     if (!g->tensor_by_name)
         return shardlm_fail(c->e, -ENOMEM, "%s: out of memory for %llu tensors", c->what,
@@ -359,40 +382,46 @@ static int place_tensors(struct cur *c, struct gguf_file *g)
     for (uint64_t i = 1; i < g->n_tensors; i++)
         if (str_cmp(g->tensor_by_name[i - 1]->name, g->tensor_by_name[i]->name) == 0)
             return bad(c, "tensor %s appears twice", show(g->tensor_by_name[i]->name, tn));
-    if (g->data_offset > g->size)
-        return bad(c, "the data section would start at byte %llu, past the end of the file "
-                   "(%zu bytes), but there are %llu tensors", (unsigned long long)g->data_offset,
-                   g->size, (unsigned long long)g->n_tensors);
-    uint64_t room = g->size - g->data_offset, n_known = 0;
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        struct gguf_tensor *t = &g->tensors[i];
-        uint64_t rel = t->offset, blk, blk_bytes, nel = 1;
-        const char *tyname;
-        if (rel % g->alignment)
-            return bad(c, "tensor %s: offset %llu is not a multiple of the alignment %llu",
-                       show(t->name, tn), (unsigned long long)rel,
-                       (unsigned long long)g->alignment);
-        if (rel > room)
-            return bad(c, "tensor %s: offset %llu is past the end of the data section "
-                       "(%llu bytes)", show(t->name, tn), (unsigned long long)rel,
-                       (unsigned long long)room);
-        t->offset = g->data_offset + rel;
-        t->bytes = 0;
-        if (!ggml_traits(t->type, &blk, &blk_bytes, &tyname))
-            continue; /* unknown type: kept, refused by gguf_read_rows() */
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            nel *= t->dims[d]; /* cannot overflow: checked by parse_info */
-        if (t->dims[0] % blk)
-            return bad(c, "tensor %s: type %s needs dims[0] a multiple of %llu, got %llu",
-                       show(t->name, tn), tyname, (unsigned long long)blk,
-                       (unsigned long long)t->dims[0]);
-        if (nel / blk > UINT64_MAX / blk_bytes || nel / blk * blk_bytes > room - rel)
-            return bad(c, "tensor %s: offset %llu + %s data of %llu elements is past the end of "
-                       "the file (%llu bytes of data)", show(t->name, tn), (unsigned long long)rel,
-                       tyname, (unsigned long long)nel, (unsigned long long)room);
-        t->bytes = nel / blk * blk_bytes;
-        n_known++;
-    }
+    return 0;
+}
+
+/* Makes tensor @t's offset absolute: aligned, inside the @room bytes of the data section, and
+ * for a known type its bytes inside it too (t->bytes, 0 for an unknown type). */
+static int place_tensor(struct cur *c, const struct gguf_file *g, struct gguf_tensor *t,
+                        uint64_t room)
+{
+    char tn[80];
+    uint64_t rel = t->offset, blk, blk_bytes, nel = 1;
+    const char *tyname;
+    if (rel % g->alignment)
+        return bad(c, "tensor %s: offset %llu is not a multiple of the alignment %llu",
+                   show(t->name, tn), (unsigned long long)rel, (unsigned long long)g->alignment);
+    if (rel > room)
+        return bad(c, "tensor %s: offset %llu is past the end of the data section "
+                   "(%llu bytes)", show(t->name, tn), (unsigned long long)rel,
+                   (unsigned long long)room);
+    t->offset = g->data_offset + rel;
+    t->bytes = 0;
+    if (!ggml_traits(t->type, &blk, &blk_bytes, &tyname))
+        return 0; /* unknown type: kept, refused by gguf_read_rows() */
+    for (uint32_t d = 0; d < t->n_dims; d++)
+        nel *= t->dims[d]; /* cannot overflow: checked by parse_info */
+    if (t->dims[0] % blk)
+        return bad(c, "tensor %s: type %s needs dims[0] a multiple of %llu, got %llu",
+                   show(t->name, tn), tyname, (unsigned long long)blk,
+                   (unsigned long long)t->dims[0]);
+    if (nel / blk > UINT64_MAX / blk_bytes || nel / blk * blk_bytes > room - rel)
+        return bad(c, "tensor %s: offset %llu + %s data of %llu elements is past the end of "
+                   "the file (%llu bytes of data)", show(t->name, tn), (unsigned long long)rel,
+                   tyname, (unsigned long long)nel, (unsigned long long)room);
+    t->bytes = nel / blk * blk_bytes;
+    return 0;
+}
+
+/* Refuses two of the @n_known tensors with bytes (known types) that overlap, sorted by offset. */
+static int check_overlaps(struct cur *c, const struct gguf_file *g, uint64_t n_known)
+{
+    char tn[80], tn2[80];
     if (n_known < 2)
         return 0;
     const struct gguf_tensor **by_off = malloc(n_known * sizeof(*by_off));
@@ -415,6 +444,28 @@ static int place_tensors(struct cur *c, struct gguf_file *g)
                      (unsigned long long)(by_off[i]->offset + by_off[i]->bytes));
     free(by_off);
     return rc;
+}
+
+/* Places the tensors in the image: aligned offsets, bytes of the known types inside it, no two
+ * names alike, no two known tensors overlapping. */
+static int place_tensors(struct cur *c, struct gguf_file *g)
+{
+    if (g->n_tensors == 0)
+        return 0;
+    int rc = index_tensor_names(c, g);
+    if (rc)
+        return rc;
+    if (g->data_offset > g->size)
+        return bad(c, "the data section would start at byte %llu, past the end of the file "
+                   "(%zu bytes), but there are %llu tensors", (unsigned long long)g->data_offset,
+                   g->size, (unsigned long long)g->n_tensors);
+    uint64_t room = g->size - g->data_offset, n_known = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        if ((rc = place_tensor(c, g, &g->tensors[i], room)))
+            return rc;
+        n_known += g->tensors[i].bytes != 0;
+    }
+    return check_overlaps(c, g, n_known);
 }
 
 /* Frees what gguf_parse allocated (not the mapping). */

@@ -156,22 +156,20 @@ static int cfg_rope_scaling(const json_t *root, struct shlm_config *c, const cha
     return 0;
 }
 
-static int parse_config(struct coord_hf_config *hc, const json_t *root, const char *what,
-                        struct shardlm_err *e)
+/* architectures[0]: the family, or an error naming what is not supported. */
+static int cfg_family(const json_t *root, enum coord_hf_family *fam, const char *what,
+                      struct shardlm_err *e)
 {
-    struct shlm_config *c = &hc->cfg;
-    if (!json_is_object(root))
-        return shardlm_fail(e, -EINVAL, "%s: expected a JSON object", what);
     const json_t *archs = field(root, "architectures");
     const char *arch = json_is_array(archs) ? json_string_value(json_array_get(archs, 0)) : NULL;
     if (!arch)
         return shardlm_fail(e, -EINVAL, "%s: field architectures: expected a list of names", what);
     if (!strcmp(arch, "LlamaForCausalLM"))
-        hc->family = COORD_HF_LLAMA;
+        *fam = COORD_HF_LLAMA;
     else if (!strcmp(arch, "Qwen2ForCausalLM"))
-        hc->family = COORD_HF_QWEN2;
+        *fam = COORD_HF_QWEN2;
     else if (!strcmp(arch, "GemmaForCausalLM"))
-        hc->family = COORD_HF_GEMMA;
+        *fam = COORD_HF_GEMMA;
     else if (!strcmp(arch, "Gemma2ForCausalLM"))
         return shardlm_fail(e, -EINVAL, "%s: field architectures[0] is Gemma2ForCausalLM: not "
                           "supported (extra pre/post norms, logit soft-capping, sliding-window "
@@ -179,11 +177,14 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
     else
         return shardlm_fail(e, -EINVAL, "%s: field architectures[0] is \"%.64s\", expected "
                           "LlamaForCausalLM, Qwen2ForCausalLM or GemmaForCausalLM", what, arch);
-    bool gemma = hc->family == COORD_HF_GEMMA;
+    return 0;
+}
 
-    c->arch = SHLM_ARCH_LLAMA;
+/* The model's shape: sizes, layer and head counts, context, norm epsilon, rope theta. */
+static int cfg_shape(const json_t *r, struct shlm_config *c, const char *what,
+                     struct shardlm_err *e)
+{
     int rc;
-    const json_t *r = root;
     if ((rc = cfg_uint(r, "", "hidden_size", 1, 65536, true, 0, &c->dim, what, e)) ||
         (rc = cfg_uint(r, "", "intermediate_size", 1, 1u << 20, true, 0, &c->hidden_dim, what,
                        e)) ||
@@ -197,23 +198,40 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
         (rc = cfg_num(r, "", "rms_norm_eps", 0.0, 1.0, true, 0, &c->norm_eps, what, e)) ||
         (rc = cfg_num(r, "", "rope_theta", 1.0, 1e30, false, 10000.0f, &c->rope_theta, what, e)))
         return rc;
+    return 0;
+}
+
+/* Heads: num_key_value_heads divides num_attention_heads; head_dim even, hidden_size /
+ * num_attention_heads when absent (which must then divide). */
+static int cfg_heads(const json_t *root, struct shlm_config *c, const char *what,
+                     struct shardlm_err *e)
+{
     if (c->n_heads % c->n_kv_heads)
         return shardlm_fail(e, -EINVAL, "%s: field num_key_value_heads %u does not divide "
                           "num_attention_heads %u", what, c->n_kv_heads, c->n_heads);
     if (!field(root, "head_dim") && c->dim % c->n_heads)
         return shardlm_fail(e, -EINVAL, "%s: field head_dim is missing and num_attention_heads %u "
                           "does not divide hidden_size %u", what, c->n_heads, c->dim);
-    if ((rc = cfg_uint(r, "", "head_dim", 2, 1024, false, c->dim / c->n_heads, &c->head_dim,
-                       what, e)))
+    int rc = cfg_uint(root, "", "head_dim", 2, 1024, false, c->dim / c->n_heads, &c->head_dim,
+                      what, e);
+    if (rc)
         return rc;
     if (c->head_dim % 2)
         return shardlm_fail(e, -EINVAL, "%s: field head_dim is %u, expected an even number", what,
                           c->head_dim);
+    return 0;
+}
+
+/* tie_word_embeddings (true by default for Gemma), and the features these families can switch on
+ * that the runtime does not have, refused by name. */
+static int cfg_features(const json_t *root, bool gemma, struct shlm_config *c, const char *what,
+                        struct shardlm_err *e)
+{
     bool tied = false, flag = false;
+    int rc;
     if ((rc = cfg_bool(root, "", "tie_word_embeddings", gemma, &tied, what, e)))
         return rc;
     c->tied_embd = tied;
-    /* features these families can switch on that the runtime does not have */
     static const struct { const char *key, *what; } unsupported[] = {
         {"attention_bias", "biases on q/k/v/o_proj"},
         {"mlp_bias", "biases on the MLP projections"},
@@ -226,17 +244,45 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
             return shardlm_fail(e, -EINVAL, "%s: field %s is true: %s are not supported", what,
                               unsupported[i].key, unsupported[i].what);
     }
-    if ((rc = cfg_act(root, hc->family, &c->act, what, e)) ||
-        (rc = cfg_rope_scaling(root, c, what, e)) ||
-        (rc = cfg_token(root, "bos_token_id", &hc->bos_id, what, e)) ||
+    return 0;
+}
+
+/* bos_token_id and eos_token_id, each absent (-1) or inside the vocabulary. */
+static int cfg_special_tokens(const json_t *root, struct coord_hf_config *hc, const char *what,
+                              struct shardlm_err *e)
+{
+    uint32_t vocab = hc->cfg.vocab_size;
+    int rc;
+    if ((rc = cfg_token(root, "bos_token_id", &hc->bos_id, what, e)) ||
         (rc = cfg_token(root, "eos_token_id", &hc->eos_id, what, e)))
         return rc;
-    if (hc->bos_id >= (int64_t)c->vocab_size || hc->eos_id >= (int64_t)c->vocab_size)
+    if (hc->bos_id >= (int64_t)vocab || hc->eos_id >= (int64_t)vocab)
         return shardlm_fail(e, -EINVAL, "%s: field %s is %lld, outside vocab_size %u", what,
-                          hc->bos_id >= (int64_t)c->vocab_size ? "bos_token_id" : "eos_token_id",
-                          (long long)(hc->bos_id >= (int64_t)c->vocab_size ? hc->bos_id
-                                                                             : hc->eos_id),
-                          c->vocab_size);
+                          hc->bos_id >= (int64_t)vocab ? "bos_token_id" : "eos_token_id",
+                          (long long)(hc->bos_id >= (int64_t)vocab ? hc->bos_id : hc->eos_id),
+                          vocab);
+    return 0;
+}
+
+/* The whole config in the order its checks report: family, shape, heads, features, activation,
+ * rope scaling, special tokens; then what the family fixes and the runtime's own check. */
+static int parse_config(struct coord_hf_config *hc, const json_t *root, const char *what,
+                        struct shardlm_err *e)
+{
+    struct shlm_config *c = &hc->cfg;
+    if (!json_is_object(root))
+        return shardlm_fail(e, -EINVAL, "%s: expected a JSON object", what);
+    int rc;
+    if ((rc = cfg_family(root, &hc->family, what, e)))
+        return rc;
+    bool gemma = hc->family == COORD_HF_GEMMA;
+    c->arch = SHLM_ARCH_LLAMA;
+    if ((rc = cfg_shape(root, c, what, e)) || (rc = cfg_heads(root, c, what, e)) ||
+        (rc = cfg_features(root, gemma, c, what, e)) ||
+        (rc = cfg_act(root, hc->family, &c->act, what, e)) ||
+        (rc = cfg_rope_scaling(root, c, what, e)) ||
+        (rc = cfg_special_tokens(root, hc, what, e)))
+        return rc;
     c->rope_neox = 1;
     c->qkv_bias = hc->family == COORD_HF_QWEN2;
     c->head_gate = 0;

@@ -16,33 +16,31 @@
 #define NOT_A_MODEL                                                                                \
     "not a GGUF file, a .shlm file, a Hugging Face folder or a llama2.c checkpoint ("
 
-int coord_llama2c_open(struct coord_llama2c *ck, const char *path, struct shardlm_err *e)
+/* Reads the 7-field header of @path (open as @fd, @size bytes) into @h, each field in range
+ * (a negative vocab_size by its magnitude). */
+static int read_header(int fd, off_t size, const char *path, int32_t h[7], struct shardlm_err *e)
 {
-    memset(ck, 0, sizeof(*ck));
-    struct stat st;
-    int fd = coord_open_regular(path, &st, e);
-    if (fd < 0)
-        return fd;
-    int32_t h[7];
-    if (st.st_size < (off_t)sizeof(h) || pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
-        close(fd);
+    if (size < 28 || pread(fd, h, 28, 0) != 28)
         return shardlm_fail(e, -EINVAL, "%s: " NOT_A_MODEL "%lld bytes: truncated, or shorter than "
-                          "the 28-byte header of a llama2.c checkpoint)", path,
-                          (long long)st.st_size);
-    }
+                          "the 28-byte header of a llama2.c checkpoint)", path, (long long)size);
     static const char *const names[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
                                           "n_kv_heads", "vocab_size", "seq_len"};
     static const int32_t limits[7] = {65536, 1 << 20, 1024, 1024, 1024, 1 << 22, 1 << 20};
     for (int i = 0; i < 7; i++) {
         int32_t v = i == 5 && h[i] < 0 && h[i] != INT32_MIN ? -h[i] : h[i];
-        if (v <= 0 || v > limits[i]) {
-            close(fd);
+        if (v <= 0 || v > limits[i])
             return shardlm_fail(e, -EINVAL, "%s: " NOT_A_MODEL "as a llama2.c checkpoint its "
                               "header field %s is %d, expected 1..%d)", path, names[i], h[i],
                               limits[i]);
-        }
     }
-    struct shlm_config *c = &ck->cfg;
+    return 0;
+}
+
+/* The model config of header @h, with what llama2.c fixes (eps, theta, interleaved RoPE, SiLU),
+ * checked as the runtime checks every config. */
+static int header_config(const int32_t h[7], struct shlm_config *c, const char *path,
+                         struct shardlm_err *e)
+{
     c->arch = SHLM_ARCH_LLAMA;
     c->dim = (uint32_t)h[0];
     c->hidden_dim = (uint32_t)h[1];
@@ -56,36 +54,34 @@ int coord_llama2c_open(struct coord_llama2c *ck, const char *path, struct shardl
     c->rope_theta = 10000.0f;
     c->rope_neox = 0;
     c->act = SHLM_ACT_SILU;
-    if (c->dim % c->n_heads) {
-        close(fd);
+    if (c->dim % c->n_heads)
         return shardlm_fail(e, -EINVAL, "%s: header field n_heads %u does not divide dim %u", path,
                           c->n_heads, c->dim);
-    }
     c->head_dim = c->dim / c->n_heads;
     struct shardlm_err cerr;
-    if (shlm_config_check(c, &cerr)) {
-        close(fd);
+    if (shlm_config_check(c, &cerr))
         return shardlm_fail(e, -EINVAL, "%s: %s", path, cerr.msg);
-    }
-    /* every count below is bounded by the limits above, so 64-bit products cannot overflow */
+    return 0;
+}
+
+/* The file size config @c implies: the header and every float32 weight in run.c's order. Every
+ * count is bounded by read_header's limits, so the 64-bit products cannot overflow. */
+static uint64_t implied_bytes(const struct shlm_config *c)
+{
     uint64_t d = c->dim, L = c->n_layers, hid = c->hidden_dim, V = c->vocab_size;
     uint64_t kv = (uint64_t)c->n_kv_heads * c->head_dim, hs = c->head_dim;
     uint64_t floats = V * d + L * d + L * d * d + 2 * L * d * kv + L * d * d + L * d +
                       3 * L * d * hid + d + (uint64_t)c->seq_len * hs + (c->tied_embd ? 0 : V * d);
-    uint64_t want = 28 + floats * 4;
-    if ((uint64_t)st.st_size != want) {
-        close(fd);
-        return shardlm_fail(e, -EINVAL, "%s: the header implies %llu bytes but the file has %lld "
-                          "(truncated, or not a llama2.c checkpoint)", path,
-                          (unsigned long long)want, (long long)st.st_size);
-    }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return shardlm_fail(e, -errno, "%s: mmap: %s", path, strerror(errno));
-    ck->map = map;
-    ck->map_bytes = (size_t)st.st_size;
-    const float *p = (const float *)((const char *)map + 28);
+    return 28 + floats * 4;
+}
+
+/* Points the weights of @ck into its mapping, in run.c's order. */
+static void place_weights(struct coord_llama2c *ck)
+{
+    const struct shlm_config *c = &ck->cfg;
+    uint64_t d = c->dim, L = c->n_layers, hid = c->hidden_dim, V = c->vocab_size;
+    uint64_t kv = (uint64_t)c->n_kv_heads * c->head_dim, hs = c->head_dim;
+    const float *p = (const float *)((const char *)ck->map + 28);
     ck->base = p;
     ck->embd = p;
     p += V * d;
@@ -111,7 +107,39 @@ int coord_llama2c_open(struct coord_llama2c *ck, const char *path, struct shardl
     p += d;
     p += (uint64_t)c->seq_len * hs; /* freq_cis_real and _imag: RoPE is computed, not read */
     ck->wcls = c->tied_embd ? ck->embd : p;
-    return 0;
+}
+
+int coord_llama2c_open(struct coord_llama2c *ck, const char *path, struct shardlm_err *e)
+{
+    memset(ck, 0, sizeof(*ck));
+    struct stat st;
+    int fd = coord_open_regular(path, &st, e);
+    if (fd < 0)
+        return fd;
+    int32_t h[7];
+    int rc = read_header(fd, st.st_size, path, h, e);
+    if (!rc)
+        rc = header_config(h, &ck->cfg, path, e);
+    if (rc)
+        goto out_close_fd;
+    uint64_t want = implied_bytes(&ck->cfg);
+    if ((uint64_t)st.st_size != want) {
+        rc = shardlm_fail(e, -EINVAL, "%s: the header implies %llu bytes but the file has %lld "
+                          "(truncated, or not a llama2.c checkpoint)", path,
+                          (unsigned long long)want, (long long)st.st_size);
+        goto out_close_fd;
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        rc = shardlm_fail(e, -errno, "%s: mmap: %s", path, strerror(errno));
+        goto out_close_fd;
+    }
+    ck->map = map;
+    ck->map_bytes = (size_t)st.st_size;
+    place_weights(ck);
+out_close_fd:
+    close(fd);
+    return rc;
 }
 
 void coord_llama2c_close(struct coord_llama2c *ck)
