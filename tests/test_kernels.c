@@ -170,7 +170,7 @@ static void act_init(struct kn_act *a, int k, int group, float scale)
     float *x = xmalloc((size_t)k * sizeof(float));
     fill_normal(x, (size_t)k, scale);
     assert_int_equal(kn_act_alloc(a, k, group), 0);
-    kn_act_prepare(a, x);
+    kn_act_prepare_scalar(a, x);
     free(x);
 }
 
@@ -1118,16 +1118,26 @@ static void test_ref_w4_semantics(void **state)
                   worst[0], worst[1], TOL_REF_DEQ);
 }
 
-/* kn_act_prepare: padding is zero, the even/odd split and group sums match x and q. */
-/* The AVX-512 preparation equals the scalar one bit for bit (group sums: up to order). */
-static void test_act_prepare_avx512(void **state)
+/* The activation preparation of each ISA (its table's act_prepare entry). */
+static void (*const act_prepare_of[])(struct kn_act *, const float *) = {
+    [KN_ISA_REF] = kn_act_prepare_scalar,
+    [KN_ISA_AVX2] = kn_act_prepare_avx2,
+#ifdef SHARDLM_HAVE_AVX512
+    [KN_ISA_AVX512] = kn_act_prepare_avx512,
+    [KN_ISA_AMX] = kn_act_prepare_avx512,
+#endif
+};
+
+/* Each table prepares activations with its own ISA's implementation (so a forced avx2 runs no
+ * AVX-512 instruction there either), and that equals the scalar one bit for bit (group sums:
+ * up to order), on ragged lengths and groups that fall back to the scalar one. */
+static void test_act_prepare_table(void **state)
 {
-    (void)state;
-    char err[256];
-    if (!kn_ops_find("avx512", err, sizeof(err)))
-        tu_skip_hardware(CPUINFO_AVX512, "%s", err);
+    const struct kn_ops *ops = table_or_skip(state);
+    assert_non_null(act_prepare_of[ops->isa]);
+    assert_ptr_equal(ops->act_prepare, act_prepare_of[ops->isa]);
     static const int kg[][2] = {{172, 64}, {100, 48}, {300, 128}, {255, 32}, {520, 256},
-                                {1, 32},   {31, 16},  {64, 2}};
+                                {1, 32},   {31, 16},  {64, 2},    {9, 8},    {44, 12}};
     rng_seed(13);
     for (size_t c = 0; c < ARRAY_SIZE(kg); c++) {
         int k = kg[c][0], group = kg[c][1];
@@ -1136,7 +1146,7 @@ static void test_act_prepare_avx512(void **state)
         fill_normal(x, (size_t)k, 3.0f);
         assert_int_equal(kn_act_alloc(&a, k, group), 0);
         assert_int_equal(kn_act_alloc(&b, k, group), 0);
-        kn_act_prepare_avx512(&a, x);
+        ops->act_prepare(&a, x);
         kn_act_prepare_scalar(&b, x);
         size_t kp = (size_t)a.kpad, ng = kp / (size_t)group;
         assert_memory_equal(a.x, b.x, kp * sizeof(float));
@@ -1155,6 +1165,120 @@ static void test_act_prepare_avx512(void **state)
     }
 }
 
+/* kn_ops_select: the table asked for (SHARDLM_ISA=avx2 gets the AVX2 activation preparation),
+ * the fastest for none, ref and the reason for one this machine cannot run or no build has. It
+ * reads no environment: SHARDLM_ISA is its callers'. */
+static void test_ops_select(void **state)
+{
+    (void)state;
+    const struct kn_ops *all[8];
+    int n = kn_ops_available(all, 8);
+    char err[256];
+    assert_int_equal(setenv("SHARDLM_ISA", "ref", 1), 0); /* not for the kernels to read */
+    assert_ptr_equal(kn_ops_select(NULL, err, sizeof(err)), all[n - 1]);
+    assert_string_equal(err, "");
+    assert_ptr_equal(kn_ops_select("", NULL, 0), all[n - 1]);
+    unsetenv("SHARDLM_ISA");
+    for (int i = 0; i < n; i++) {
+        const struct kn_ops *o = kn_ops_select(all[i]->name, err, sizeof(err));
+        assert_ptr_equal(o, all[i]);
+        assert_string_equal(err, "");
+        assert_ptr_equal(o->act_prepare, act_prepare_of[o->isa]);
+    }
+    if (slot[KN_ISA_AVX2].ops)
+        assert_ptr_equal(kn_ops_select("avx2", err, sizeof(err))->act_prepare,
+                         kn_act_prepare_avx2);
+    assert_ptr_equal(kn_ops_select("sse9", err, sizeof(err)), &kn_ops_ref);
+    assert_non_null(strstr(err, "unknown kernel table 'sse9'"));
+    for (int isa = KN_ISA_AVX2; isa <= KN_ISA_AMX; isa++)
+        if (!slot[isa].ops) {
+            assert_ptr_equal(kn_ops_select(slot[isa].name, err, sizeof(err)), &kn_ops_ref);
+            assert_non_null(strstr(err, "cannot run here"));
+        }
+}
+
+/* ---- the type traits ---- */
+
+/* Every format's traits: the names `inspect` prints (distinct), the block shapes, and the
+ * sizes the layouts in kn.h document, restated here, on ragged shapes. */
+static void test_type_traits(void **state)
+{
+    (void)state;
+    static const char *const names[KN_DT_COUNT] = {"f32",  "bf16",  "q8",    "w4a16",
+                                                   "w4a8", "w4a8t", "w4a16t"};
+    static const int shapes[][3] = {{1, 32, 32}, {17, 172, 64}, {40, 301, 128}, {33, 100, 48}};
+    for (int d = 0; d < KN_DT_COUNT; d++) {
+        enum kn_dtype dt = (enum kn_dtype)d;
+        const struct kn_type_traits *tt = &kn_type_traits[dt];
+        assert_non_null(tt->name);
+        assert_string_equal(tt->name, names[d]);
+        for (int o = 0; o < d; o++)
+            assert_string_not_equal(tt->name, kn_type_traits[o].name);
+        assert_int_equal(tt->tile_rows ? KN_TILE_ROWS : 0, kn_is_tiled(dt) ? KN_TILE_ROWS : 0);
+        assert_int_equal(tt->grouped, kn_is_w4(dt));
+        assert_true(kn_is_tiled(dt) ? !tt->from_float : tt->from_float != NULL);
+        assert_non_null(tt->to_float);
+        const struct kn_type_traits *c = &kn_type_traits[tt->canon];
+        assert_int_equal(c->canon, tt->canon); /* a file layout */
+        assert_true(!c->tile_rows && c->zeros == tt->zeros && c->bits == tt->bits);
+        for (size_t i = 0; i < ARRAY_SIZE(shapes); i++) {
+            int R = shapes[i][0], C = shapes[i][1], G = shapes[i][2];
+            size_t r = (size_t)R, cb, ng = (size_t)kn_ngroups(C, G), want;
+            switch (dt) {
+            case KN_DT_F32:
+                want = r * (size_t)C * 4;
+                break;
+            case KN_DT_BF16:
+                want = r * (size_t)C * 2;
+                break;
+            case KN_DT_Q8:
+                want = (r * (size_t)C + 63) / 64 * 64 + r * 4;
+                break;
+            case KN_DT_W4A16:
+            case KN_DT_W4A8:
+                cb = (r * (size_t)((C + 1) / 2) + 63) / 64 * 64;
+                want = cb + r * ng * (dt == KN_DT_W4A16 ? 3 : 2);
+                assert_int_equal(kn_row_bytes(dt, C), (size_t)(C + 1) / 2);
+                break;
+            default:
+                want = (r + 15) / 16 * kn_tile_block_bytes(dt, C, G);
+            }
+            assert_int_equal(kn_mat_bytes(dt, R, C, G), want);
+        }
+    }
+}
+
+/* kn_mat_view_rows, a loader's view of code rows read apart from the scales, is the same view
+ * as kn_mat_rows() of the whole matrix. */
+static void test_mat_view_rows(void **state)
+{
+    (void)state;
+    const int R = 37, C = 101, G = 32;
+    for (int d = KN_DT_F32; d <= KN_DT_W4A8; d++) {
+        enum kn_dtype dt = (enum kn_dtype)d;
+        uint8_t *buf = xmalloc(kn_mat_bytes(dt, R, C, G));
+        struct kn_mat whole, want, got;
+        kn_mat_view(&whole, dt, R, C, G, buf);
+        const uint8_t *tail = buf + kn_codes_bytes(dt, R, C);
+        static const int ranges[][2] = {{0, 37}, {0, 1}, {5, 21}, {36, 37}, {37, 37}};
+        for (size_t i = 0; i < ARRAY_SIZE(ranges); i++) {
+            int r0 = ranges[i][0], r1 = ranges[i][1];
+            kn_mat_rows(&whole, r0, r1, &want);
+            kn_mat_view_rows(&got, dt, R, C, G, r0, r1, buf + (size_t)r0 * kn_row_bytes(dt, C),
+                             tail);
+            assert_int_equal(got.dtype, want.dtype);
+            assert_int_equal(got.rows, want.rows);
+            assert_int_equal(got.cols, want.cols);
+            assert_int_equal(got.group, want.group);
+            assert_ptr_equal(got.codes, want.codes);
+            assert_ptr_equal(got.scales, want.scales);
+            assert_ptr_equal(got.zeros, want.zeros);
+        }
+        free(buf);
+    }
+}
+
+/* kn_act_prepare_scalar: padding is zero, the even/odd split and group sums match x and q. */
 static void test_act_prepare(void **state)
 {
     (void)state;
@@ -1211,7 +1335,14 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_act_prepare),
-        cmocka_unit_test(test_act_prepare_avx512),
+        cmocka_unit_test(test_type_traits),
+        cmocka_unit_test(test_mat_view_rows),
+        cmocka_unit_test(test_ops_select),
+        PER_TABLE(test_act_prepare_table, KN_ISA_REF, "act_prepare_ref"),
+        PER_TABLE(test_act_prepare_table, KN_ISA_AVX2, "act_prepare_avx2"),
+        PER_TABLE(test_act_prepare_table, KN_ISA_AVX512, "act_prepare_avx512"),
+        PER_TABLE(test_act_prepare_table, KN_ISA_AMX, "act_prepare_amx"),
+        PER_TABLE(test_act_prepare_table, SLOT_AMX_MODEL, "act_prepare_amx_model"),
         cmocka_unit_test(test_quant_error),
         cmocka_unit_test(test_quant_short_group),
         cmocka_unit_test(test_ref_w4_semantics),

@@ -117,7 +117,11 @@ int main(int argc, char **argv)
         wrk_log(&w, "cannot start %d threads: %s", n_threads, strerror(-pr));
         return 1;
     }
-    w.ops = kn_ops_select();
+    const char *isa = getenv("SHARDLM_ISA");
+    char isa_err[256];
+    w.ops = kn_ops_select(isa, isa_err, sizeof(isa_err));
+    if (*isa_err) /* the coordinator checks the same before it starts workers */
+        fprintf(stderr, "shardlm: SHARDLM_ISA=%s: %s; using ref\n", isa, isa_err);
     const char *fault = getenv("SHARDLM_FAULT");
     if (fault && sscanf(fault, "step_delay_ms=%u", &w.fault_step_delay_ms) == 1)
         wrk_log(&w, "fault hook: every step sleeps %u ms", w.fault_step_delay_ms);

@@ -304,19 +304,33 @@ static bool mm_w4a16t_amx(const struct kn_mat *w, const struct kn_act *x, int m,
     return true;
 }
 
+/* The tile layouts on the tile unit from AMX_MIN_M tokens (and a group the tiles divide), else,
+ * or when the scratch cannot be had, the AVX-512 table's; every other format is AVX-512's. */
+static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                     int n0, int n1)
+{
+    if (m < AMX_MIN_M || w->group % 64 || !mm_w4a8t_amx(w, x, m, y, ldy, n0, n1))
+        kn_ops_avx512.mm[w->dtype](w, x, m, y, ldy, n0, n1);
+}
+
+static void mm_w4a16t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                      int n0, int n1)
+{
+    if (m < AMX_MIN_M || w->group % 32 || !mm_w4a16t_amx(w, x, m, y, ldy, n0, n1))
+        kn_ops_avx512.mm[w->dtype](w, x, m, y, ldy, n0, n1);
+}
+
+static void mm_avx512(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                      int n0, int n1)
+{
+    kn_ops_avx512.mm[w->dtype](w, x, m, y, ldy, n0, n1);
+}
+
 static void kn_gemm_amx(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
                         int n0, int n1)
 {
-    KN_ASSERT(n0 >= 0 && n0 <= n1 && n1 <= w->rows);
-    for (int i = 0; i < m; i++)
-        KN_ASSERT(x[i].k == w->cols && (!kn_is_w4(w->dtype) || x[i].group == w->group));
-    bool done = false;
-    if (m >= AMX_MIN_M && w->dtype == KN_DT_W4A8_T && w->group % 64 == 0)
-        done = mm_w4a8t_amx(w, x, m, y, (size_t)ldy, n0, n1);
-    else if (m >= AMX_MIN_M && w->dtype == KN_DT_W4A16_T && w->group % 32 == 0)
-        done = mm_w4a16t_amx(w, x, m, y, (size_t)ldy, n0, n1);
-    if (!done)
-        kn_ops_avx512.gemm(w, x, m, y, ldy, n0, n1);
+    kn_mm_check(w, x, m, n0, n1);
+    KN_OPS_AMX.mm[w->dtype](w, x, m, y, (size_t)ldy, n0, n1);
 }
 
 static void kn_gemv_amx(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
@@ -345,6 +359,10 @@ static void kn_gelu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.gel
 const struct kn_ops KN_OPS_AMX = {
     .name = KN_AMX_NAME,
     .isa = KN_ISA_AMX,
+    .mm = {[KN_DT_F32] = mm_avx512, [KN_DT_BF16] = mm_avx512, [KN_DT_Q8] = mm_avx512,
+           [KN_DT_W4A16] = mm_avx512, [KN_DT_W4A8] = mm_avx512, [KN_DT_W4A8_T] = mm_w4a8t,
+           [KN_DT_W4A16_T] = mm_w4a16t},
+    .act_prepare = kn_act_prepare_avx512,
     .gemv = kn_gemv_amx,
     .gemm = kn_gemm_amx,
     .rmsnorm = kn_rmsnorm_amx,
