@@ -17,6 +17,7 @@
  * its 16-lane state in thread-local storage, off the stack.
  */
 #include "kn_avx512.h"
+#include "../kn_rows.h"
 #include "../ref/kn_ref.h"
 
 #include <immintrin.h>
@@ -166,39 +167,9 @@ static inline float dot_w4a8(const uint8_t *row, const uint16_t *sc, const struc
 
 /* ---- blocks: rows [n0, n1) x m activations, y is (m, ldy) ---- */
 
-static void mm_f32(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
-                   int n0, int n1)
-{
-    size_t k = (size_t)w->cols;
-    for (int n = n0; n < n1; n++) {
-        const float *row = (const float *)w->codes + (size_t)n * k;
-        for (int i = 0; i < m; i++)
-            y[(size_t)i * ldy + (size_t)n] = dot_f32(row, x[i].x, w->cols);
-    }
-}
-
-static void mm_bf16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
-                    int n0, int n1)
-{
-    size_t k = (size_t)w->cols;
-    for (int n = n0; n < n1; n++) {
-        const uint16_t *row = (const uint16_t *)w->codes + (size_t)n * k;
-        for (int i = 0; i < m; i++)
-            y[(size_t)i * ldy + (size_t)n] = dot_bf16(row, x[i].x, w->cols);
-    }
-}
-
-static void mm_q8(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
-                  int n0, int n1)
-{
-    size_t k = (size_t)w->cols;
-    const float *sc = w->scales;
-    for (int n = n0; n < n1; n++) {
-        const int8_t *row = (const int8_t *)w->codes + (size_t)n * k;
-        for (int i = 0; i < m; i++)
-            y[(size_t)i * ldy + (size_t)n] = sc[n] * dot_q8(row, x[i].x, w->cols);
-    }
-}
+KN_MM_ROWS(mm_f32, float, dot_f32, false)
+KN_MM_ROWS(mm_bf16, uint16_t, dot_bf16, false)
+KN_MM_ROWS(mm_q8, int8_t, dot_q8, true)
 
 static void mm_w4a16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)
