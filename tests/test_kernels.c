@@ -1,5 +1,6 @@
-/* tests: every ops table this machine runs against the reference kernels, on ragged shapes, and
- * the quantizers and fp16/bf16 helpers against their definitions in kn.h.
+/* tests: every ops table this machine runs against the reference kernels, on ragged shapes, the
+ * quantizers, type traits and fp16/bf16 helpers against their definitions in kn.h, and the
+ * software model of the AMX tile instructions (tests/amx_tile_model.c) with the AMX kernels on it.
  *
  * Matrix-product results are compared with a relative error normalised by the sum of the
  * absolute values of the terms the reference adds (its condition bound; for W4 that includes the
@@ -13,12 +14,14 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "amx_model.h"
 #include "kn.h"
 #include "arch/ref/kn_ref.h"
 #include "testutil.h"
@@ -1278,6 +1281,227 @@ static void test_mat_view_rows(void **state)
     }
 }
 
+/* ---- the software model of the AMX tile instructions ---- */
+
+/* A palette-1 configuration of tiles 0..@n-1, 16 rows x 64 bytes, tile 2 of @b_rows rows. */
+static void amx_cfg(uint8_t cfg[64], int n, int b_rows)
+{
+    memset(cfg, 0, 64);
+    cfg[0] = 1;
+    for (int t = 0; t < n; t++) {
+        uint16_t colsb = 64;
+        memcpy(cfg + 16 + 2 * t, &colsb, 2);
+        cfg[48 + t] = (uint8_t)(t == 2 ? b_rows : 16);
+    }
+}
+
+/* The model recorded exactly one fault since it was last cleared, its message holding @what. */
+static void expect_model_fault(const char *what)
+{
+    char msg[256];
+    int n = amx_model_faults(msg, sizeof(msg));
+    if (n != 1 || !strstr(msg, what))
+        fail_msg("tile model: %d faults (first: '%s'), expected one with '%s'", n, msg, what);
+    amx_model_faults_clear();
+}
+
+static void expect_no_model_fault(void)
+{
+    char msg[256];
+    if (amx_model_faults(msg, sizeof(msg)))
+        fail_msg("tile model fault: %s", msg);
+}
+
+static void *model_zero_thread(void *arg)
+{
+    *(bool *)arg = amx_model_configured();
+    amx_model_zero(0);
+    return NULL;
+}
+
+/* The model refuses what the hardware does: a tile instruction without a configuration, after
+ * TILERELEASE, on another thread than the one that loaded it, on a tile the configuration
+ * leaves unused or on shapes that do not multiply, and a configuration palette 1 does not
+ * allow; on configured tiles TDPBSUD and TDPBF16PS compute their definitions. Plain C: this
+ * runs on any CPU. */
+static void test_amx_model_config(void **state)
+{
+    (void)state;
+    uint8_t cfg[64], a[16][64], b[16][64], c[16][64];
+    amx_model_faults_clear();
+    amx_model_release();
+    amx_model_zero(0);
+    expect_model_fault("TILEZERO tmm0 without a tile configuration");
+
+    amx_cfg(cfg, 3, 16);
+    amx_model_loadconfig(cfg);
+    assert_true(amx_model_configured());
+    rng_seed(21);
+    for (int m = 0; m < 16; m++)
+        for (int j = 0; j < 64; j++) {
+            a[m][j] = (uint8_t)(rng_u64() >> 56);
+            b[m][j] = (uint8_t)(rng_u64() >> 60);
+        }
+    amx_model_zero(0);
+    amx_model_loadd(1, a, 64);
+    amx_model_loadd(2, b, 64);
+    amx_model_dpbsud(0, 1, 2);
+    amx_model_dpbsud(0, 1, 2); /* accumulates */
+    amx_model_stored(0, c, 64);
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            int32_t want = 0, got;
+            for (int k = 0; k < 16; k++)
+                for (int j = 0; j < 4; j++)
+                    want += 2 * (int8_t)a[m][4 * k + j] * b[k][4 * n + j];
+            memcpy(&got, &c[m][4 * n], 4);
+            assert_int_equal(got, want);
+        }
+    uint16_t ab[16][32], bb[16][32]; /* small integers: exact in bf16 and in the sums */
+    for (int m = 0; m < 16; m++)
+        for (int j = 0; j < 32; j++) {
+            ab[m][j] = kn_f32_to_bf16((float)((int)(rng_u64() % 9) - 4));
+            bb[m][j] = kn_f32_to_bf16((float)((int)(rng_u64() % 9) - 4));
+        }
+    amx_model_zero(0);
+    amx_model_loadd(1, ab, 64);
+    amx_model_loadd(2, bb, 64);
+    amx_model_dpbf16ps(0, 1, 2);
+    amx_model_stored(0, c, 64);
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            float want = 0.0f, got;
+            for (int k = 0; k < 16; k++)
+                for (int j = 0; j < 2; j++)
+                    want += kn_bf16_to_f32(ab[m][2 * k + j]) * kn_bf16_to_f32(bb[k][2 * n + j]);
+            memcpy(&got, &c[m][4 * n], 4);
+            assert_true(got == want);
+        }
+    expect_no_model_fault();
+
+    amx_model_zero(3);
+    expect_model_fault("TILEZERO tmm3: a tile the loaded configuration leaves unused");
+    amx_model_dpbsud(0, 1, 1);
+    expect_model_fault("must differ");
+    bool there = true;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, model_zero_thread, &there), 0);
+    pthread_join(th, NULL);
+    assert_false(there);
+    expect_model_fault("without a tile configuration");
+
+    amx_cfg(cfg, 3, 8); /* B of 8 rows: K = 16 quads of A do not meet it */
+    amx_model_loadconfig(cfg);
+    amx_model_dpbsud(0, 1, 2);
+    expect_model_fault("do not make C += A . B");
+    amx_cfg(cfg, 3, 17);
+    amx_model_loadconfig(cfg);
+    expect_model_fault("LDTILECFG: tile 2 of 17 rows");
+    assert_false(amx_model_configured());
+    amx_cfg(cfg, 3, 16);
+    cfg[0] = 2;
+    amx_model_loadconfig(cfg);
+    expect_model_fault("palette 2");
+
+    amx_cfg(cfg, 3, 16);
+    amx_model_loadconfig(cfg);
+    amx_model_release();
+    assert_false(amx_model_configured());
+    amx_model_loadd(1, a, 64);
+    expect_model_fault("TILELOADD tmm1 without a tile configuration");
+}
+
+/* ---- AMX kernels over the model: each loads its own configuration and releases it ---- */
+
+struct amx_run {
+    const struct kn_ops *ops;
+    const struct kn_mat *w;
+    const struct kn_act *x;
+    int m;
+    float *y[3];     /* (m, w->rows) per scenario */
+    int faults[3];   /* the model's faults during the call */
+    char msg[3][256];
+    bool left_configured[3];
+};
+
+/* On a thread that never ran an AMX kernel: the first call; then after a different
+ * configuration was left behind (as by a kernel that does not release its own); then after
+ * TILERELEASE. */
+static void *amx_run_thread(void *arg)
+{
+    struct amx_run *r = arg;
+    for (int s = 0; s < 3; s++) {
+        uint8_t cfg[64];
+        if (s == 1) {
+            amx_cfg(cfg, 3, 8);
+            amx_model_loadconfig(cfg);
+        }
+        if (s == 2)
+            amx_model_release();
+        amx_model_faults_clear();
+        r->ops->gemm(r->w, r->x, r->m, r->y[s], r->w->rows, 0, r->w->rows);
+        r->faults[s] = amx_model_faults(r->msg[s], sizeof(r->msg[s]));
+        r->left_configured[s] = amx_model_configured();
+    }
+    return NULL;
+}
+
+/* The AMX GEMMs through the tile model (docs/DESIGN.md: every AMX kernel loads its own
+ * tile configuration on entry and releases it on exit): on a fresh thread, after another
+ * configuration was left loaded and after a release, every call is right, executes no tile
+ * instruction the model refuses and leaves no configuration loaded. The model tests that ran
+ * before this one must not have faulted either. */
+static void test_amx_model_kernels(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    expect_no_model_fault();
+    const int N = 40, K = 256, group = 64, M = 17; /* M >= AMX_MIN_M: on the tile unit */
+    rng_seed(22);
+    for (size_t di = 0; di < ARRAY_SIZE(tile_src); di++) {
+        struct wmat a;
+        struct kn_mat t;
+        void *buf;
+        wmat_init(&a, tile_src[di], N, K, group);
+        tile(&a.m, &t, &buf);
+        struct kn_act x[17];
+        for (int i = 0; i < M; i++)
+            act_init(&x[i], K, group, 1.0f + (float)(i % 5));
+        float *yref = xmalloc((size_t)M * (size_t)N * sizeof(float));
+        kn_gemm_ref(&a.m, x, M, yref, N, 0, N);
+        struct amx_run r = {ops, &t, x, M, {NULL}, {0}, {{0}}, {false}};
+        for (int s = 0; s < 3; s++)
+            r.y[s] = xmalloc((size_t)M * (size_t)N * sizeof(float));
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, amx_run_thread, &r), 0);
+        pthread_join(th, NULL);
+        static const char *const when[] = {"on a fresh thread", "after another configuration",
+                                           "after a release"};
+        for (int s = 0; s < 3; s++) {
+            if (r.faults[s])
+                fail_msg("%s %s tiles %s: %d tile faults, first: %s", ops->name,
+                         dt_name[tile_src[di]], when[s], r.faults[s], r.msg[s]);
+            if (r.left_configured[s])
+                fail_msg("%s %s tiles %s: returned with its tile configuration loaded", ops->name,
+                         dt_name[tile_src[di]], when[s]);
+            for (int i = 0; i < M; i++) {
+                char what[96];
+                snprintf(what, sizeof(what), "%s %s tiles %s, token %d", ops->name,
+                         dt_name[tile_src[di]], when[s], i);
+                check_rows(what, &a.m, &x[i], r.y[s] + (size_t)i * (size_t)N,
+                           yref + (size_t)i * (size_t)N, 0, N,
+                           tile_src[di] == KN_DT_W4A16 ? TOL_BF16_ACT : TOL_DOT);
+            }
+            free(r.y[s]);
+        }
+        free(yref);
+        for (int i = 0; i < M; i++)
+            kn_act_free(&x[i]);
+        free(buf);
+        wmat_free(&a);
+    }
+    amx_model_faults_clear();
+}
+
 /* kn_act_prepare_scalar: padding is zero, the even/odd split and group sums match x and q. */
 static void test_act_prepare(void **state)
 {
@@ -1338,6 +1562,7 @@ int main(void)
         cmocka_unit_test(test_type_traits),
         cmocka_unit_test(test_mat_view_rows),
         cmocka_unit_test(test_ops_select),
+        cmocka_unit_test(test_amx_model_config),
         PER_TABLE(test_act_prepare_table, KN_ISA_REF, "act_prepare_ref"),
         PER_TABLE(test_act_prepare_table, KN_ISA_AVX2, "act_prepare_avx2"),
         PER_TABLE(test_act_prepare_table, KN_ISA_AVX512, "act_prepare_avx512"),
@@ -1381,6 +1606,7 @@ int main(void)
         PER_TABLE(test_gemm, SLOT_AMX_MODEL, "gemm_amx_model"),
         PER_TABLE(test_tiles_gemm, SLOT_AMX_MODEL, "tiles_gemm_amx_model"),
         PER_TABLE(test_tiles_guard, SLOT_AMX_MODEL, "tiles_guard_amx_model"),
+        PER_TABLE(test_amx_model_kernels, SLOT_AMX_MODEL, "amx_model_kernels"),
     };
     int failed = cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
     gemv_cache_free();
