@@ -157,8 +157,8 @@ static bool dp_shapes(const char *what, int c, int a, int b, int *m, int *n, int
     *m = st.rows[c];
     *n = st.colsb[c] / 4;
     *k = st.colsb[a] / 4;
-    if (st.rows[a] != *m || st.colsb[b] != st.colsb[c] || st.rows[b] != *k ||
-        st.colsb[a] % 4 || st.colsb[c] % 4) {
+    if (st.rows[a] != *m || st.colsb[b] != st.colsb[c] || st.rows[b] != *k || st.colsb[a] % 4 ||
+        st.colsb[c] % 4) {
         fault("%s: C %ux%u, A %ux%u, B %ux%u (rows x bytes) do not make C += A . B", what,
               st.rows[c], st.colsb[c], st.rows[a], st.colsb[a], st.rows[b], st.colsb[b]);
         return false;
@@ -203,8 +203,8 @@ void amx_model_dpbf16ps(int c, int a, int b)
             memcpy(&acc, &st.t[c][m][4 * n], 4);
             for (int k = 0; k < K; k++)
                 for (int j = 0; j < 2; j++)
-                    acc += bf16_at(&st.t[a][m][4 * k + 2 * j]) *
-                           bf16_at(&st.t[b][k][4 * n + 2 * j]);
+                    acc +=
+                        bf16_at(&st.t[a][m][4 * k + 2 * j]) * bf16_at(&st.t[b][k][4 * n + 2 * j]);
             memcpy(&st.t[c][m][4 * n], &acc, 4);
         }
 }
