@@ -102,12 +102,40 @@ static inline size_t kn_tile_block_bytes(enum kn_dtype dt, int cols, int group)
     return kn_tile_zeros_offset(cols, group) + zeros;
 }
 
+/* What the code knows about one weight format (kernels/kn_types.c), as ggml's type_traits[]:
+ * one lookup instead of a switch on the dtype in every file. Block shape: (tile_rows, or 1 row
+ * when 0) x (the tensor's group when grouped, else 1 element); a row-major row's codes are
+ * kn_row_bytes() long. The per-ISA entries of a format are in each ISA's table:
+ * kn_ops.mm[dtype] (its matrix product) and kn_ops.act_prepare (the activations it reads). */
+struct kn_type_traits {
+    const char *name;    /* as `shardlm inspect` prints it */
+    int bits;            /* of one element's code: 32, 16, 8 or 4 */
+    int scale_bytes;     /* of one scale: a float per row (q8), an fp16 per group (w4); 0: none */
+    bool grouped;        /* scales (and zero points) per group of a row, not per row */
+    bool zeros;          /* a uint8 zero point per group after the scales (asymmetric) */
+    int tile_rows;       /* device layouts: rows per block (KN_TILE_ROWS); 0: row-major */
+    enum kn_dtype canon; /* the file layout it is made from (itself for a file layout) */
+    /* Row @r of @m dequantized into @out (m->cols floats). */
+    void (*to_float)(const struct kn_mat *m, int r, float *out);
+    /* The canonical matrix (kn_mat_bytes() at @out) of the f32 rows @w (rows, cols); NULL for
+     * the device layouts, which kn_repack_tiles() makes. */
+    void (*from_float)(const float *w, int rows, int cols, int group, void *out);
+};
+extern const struct kn_type_traits kn_type_traits[KN_DT_COUNT];
+
+/* Bytes of one row's codes in a row-major layout (not for a tiled one: its rows interleave). */
+size_t kn_row_bytes(enum kn_dtype dt, int cols);
 /* Bytes of the (padded) codes region, and of the whole matrix in the canonical layout. */
 size_t kn_codes_bytes(enum kn_dtype dt, int rows, int cols);
 size_t kn_mat_bytes(enum kn_dtype dt, int rows, int cols, int group);
 /* Fills the part pointers of @m from one contiguous canonical buffer @base. */
 void kn_mat_view(struct kn_mat *m, enum kn_dtype dt, int rows, int cols, int group,
                  const void *base);
+/* Rows [r0, r1) of the canonical matrix (rows, cols) of a row-major @dt, read apart: @codes
+ * holds their code rows (row r0 first), @tail the matrix's scales and zero points (what
+ * follows its codes region). For a loader that reads a matrix a chunk of rows at a time. */
+void kn_mat_view_rows(struct kn_mat *m, enum kn_dtype dt, int rows, int cols, int group, int r0,
+                      int r1, const void *codes, const void *tail);
 
 /* Rows [r0, r1) of @m as a view of the same memory. */
 void kn_mat_rows(const struct kn_mat *m, int r0, int r1, struct kn_mat *out);
@@ -153,21 +181,32 @@ struct kn_act {
 /* Allocates buffers for vectors of length @k with group @group. Returns 0 or -ENOMEM. */
 int kn_act_alloc(struct kn_act *a, int k, int group);
 void kn_act_free(struct kn_act *a);
-/* Prepares @a from @x (length a->k), with the fastest implementation this CPU runs (the scalar
- * one under SHARDLM_ISA=ref). Every implementation gives the same x, q, qe/qo, qgsum and qscale
- * bit for bit; gsum may differ in float summation order. */
-void kn_act_prepare(struct kn_act *a, const float *x);
+/* Prepares @a from @x (length a->k). Each table has its own (kn_ops.act_prepare: the scalar one
+ * for ref, the AVX2 one for avx2, the AVX-512 one for avx512 and amx); every implementation
+ * gives the same x, q, qe/qo, qgsum and qscale bit for bit; gsum may differ in float summation
+ * order. */
 void kn_act_prepare_scalar(struct kn_act *a, const float *x);
+void kn_act_prepare_avx2(struct kn_act *a, const float *x);   /* group % 8 == 0, else scalar */
 void kn_act_prepare_avx512(struct kn_act *a, const float *x); /* group % 16 == 0, else scalar */
-/* The implementation kn_act_prepare uses (kn_probe.c). */
-void (*kn_act_prepare_pick(void))(struct kn_act *, const float *);
+
+/* The matrix product of one weight format, an entry of kn_ops.mm: rows [n0, n1) of @w times
+ * the @m prepared activations @x, into y (m, ldy) row-major. Shapes checked by the caller. */
+typedef void kn_mm_fn(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                      int n0, int n1);
+/* The checks every table's gemv and gemm make before its mm[] entry: rows in range, the
+ * activations of @w's width (and group). A broken invariant aborts. */
+void kn_mm_check(const struct kn_mat *w, const struct kn_act *x, int m, int n0, int n1);
 
 /* The dispatch table. Matrix products compute output rows [n0, n1) so callers can split work.
  * gemm: M activations, y is (M, ldy) row-major. */
 struct kn_ops {
     const char *name;
     enum kn_isa isa;
-    /* y[n] = sum_k W[n,k] x[k] for n in [n0, n1) */
+    /* The per-ISA entries of the type traits: each weight format's matrix product, and the
+     * preparation of the activations they read (the table's own ISA, none faster). */
+    kn_mm_fn *mm[KN_DT_COUNT];
+    void (*act_prepare)(struct kn_act *a, const float *x);
+    /* y[n] = sum_k W[n,k] x[k] for n in [n0, n1): kn_mm_check, then mm[w->dtype] */
     void (*gemv)(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
     void (*gemm)(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy, int n0,
                  int n1);
@@ -206,10 +245,10 @@ struct kn_cpu {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, amx;
 };
 void kn_cpu_probe(struct kn_cpu *c);
-/* The fastest table this machine runs. SHARDLM_ISA=ref|avx2|avx512|amx forces one (one this
- * machine cannot run falls back to ref with a line on stderr; the coordinator refuses it
- * first). Never NULL. */
-const struct kn_ops *kn_ops_select(void);
+/* The table called @want if this machine runs it; NULL or "": the fastest it runs. A @want it
+ * cannot run gives ref and a line in @err saying why (else @err is ""; @err may be NULL); the
+ * coordinator refuses such a name before it starts workers. Never NULL. */
+const struct kn_ops *kn_ops_select(const char *want, char *err, size_t errlen);
 /* The table called @name if this machine runs it; else NULL and a line in @err that says what
  * it needs and which tables run here. */
 const struct kn_ops *kn_ops_find(const char *name, char *err, size_t errlen);

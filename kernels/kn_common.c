@@ -1,4 +1,5 @@
-/* kernels: layout helpers, activation preparation, fp16/bf16 conversion. No intrinsics here. */
+/* kernels/kn_common.c: layout helpers over the type traits, the scalar activation preparation,
+ * fp16/bf16 conversion. No intrinsics here. */
 #include "kn.h"
 
 #include <errno.h>
@@ -13,77 +14,77 @@ void kn_assert_fail(const char *what, const char *file, int line)
     abort();
 }
 
+size_t kn_row_bytes(enum kn_dtype dt, int cols)
+{
+    KN_ASSERT(!kn_type_traits[dt].tile_rows); /* tiled rows interleave by block */
+    return ((size_t)cols * (size_t)kn_type_traits[dt].bits + 7) / 8;
+}
+
 size_t kn_codes_bytes(enum kn_dtype dt, int rows, int cols)
 {
-    size_t r = (size_t)rows, c = (size_t)cols, n;
-    switch (dt) {
-    case KN_DT_F32:
-        return r * c * 4;
-    case KN_DT_BF16:
-        return r * c * 2;
-    case KN_DT_Q8:
-        n = r * c;
-        break;
-    case KN_DT_W4A8_T: /* codes and scales interleave by block: no codes region */
-    case KN_DT_W4A16_T:
-        KN_ASSERT(!"kn_codes_bytes of a tiled matrix");
-    default:
-        n = r * kn_w4_row_bytes(cols);
-        break;
-    }
-    return (n + 63) / 64 * 64;
+    size_t n = (size_t)rows * kn_row_bytes(dt, cols);
+    /* padded when scales follow, so that they start on a cache line */
+    return kn_type_traits[dt].scale_bytes ? (n + 63) / 64 * 64 : n;
+}
+
+/* Scales (and zero points) per row: one, or one per group. */
+static size_t scales_per_row(const struct kn_type_traits *tt, int cols, int group)
+{
+    return tt->grouped ? (size_t)kn_ngroups(cols, group) : 1;
 }
 
 size_t kn_mat_bytes(enum kn_dtype dt, int rows, int cols, int group)
 {
-    size_t r = (size_t)rows, c = (size_t)cols;
-    switch (dt) {
-    case KN_DT_F32:
-        return r * c * 4;
-    case KN_DT_BF16:
-        return r * c * 2;
-    case KN_DT_Q8:
-        return kn_codes_bytes(dt, rows, cols) + r * 4;
-    case KN_DT_W4A16:
-        return kn_codes_bytes(dt, rows, cols) + r * (size_t)kn_ngroups(cols, group) * 3;
-    case KN_DT_W4A8:
-        return kn_codes_bytes(dt, rows, cols) + r * (size_t)kn_ngroups(cols, group) * 2;
-    case KN_DT_W4A8_T:
-    case KN_DT_W4A16_T:
+    const struct kn_type_traits *tt = &kn_type_traits[dt];
+    size_t r = (size_t)rows;
+    if (tt->tile_rows)
         return (r + KN_TILE_ROWS - 1) / KN_TILE_ROWS * kn_tile_block_bytes(dt, cols, group);
-    }
-    return 0;
+    size_t tail = (size_t)(tt->scale_bytes + (tt->zeros ? 1 : 0));
+    return kn_codes_bytes(dt, rows, cols) + r * scales_per_row(tt, cols, group) * tail;
+}
+
+void kn_mat_view_rows(struct kn_mat *m, enum kn_dtype dt, int rows, int cols, int group, int r0,
+                      int r1, const void *codes, const void *tail)
+{
+    const struct kn_type_traits *tt = &kn_type_traits[dt];
+    KN_ASSERT(!tt->tile_rows && 0 <= r0 && r0 <= r1 && r1 <= rows);
+    memset(m, 0, sizeof(*m));
+    m->dtype = dt;
+    m->rows = r1 - r0;
+    m->cols = cols;
+    m->group = group;
+    m->codes = codes;
+    if (!tt->scale_bytes)
+        return;
+    const uint8_t *t = tail;
+    size_t per_row = scales_per_row(tt, cols, group), sb = (size_t)tt->scale_bytes;
+    m->scales = t + (size_t)r0 * per_row * sb;
+    if (tt->zeros) /* after the scales of all rows */
+        m->zeros = t + (size_t)rows * per_row * sb + (size_t)r0 * per_row;
 }
 
 void kn_mat_view(struct kn_mat *m, enum kn_dtype dt, int rows, int cols, int group,
                  const void *base)
 {
-    const uint8_t *p = base;
-    size_t r = (size_t)rows;
-    memset(m, 0, sizeof(*m));
-    m->dtype = dt;
-    m->rows = rows;
-    m->cols = cols;
-    m->group = group;
-    m->codes = p;
-    switch (dt) {
-    case KN_DT_F32:
-    case KN_DT_BF16:
-    case KN_DT_W4A8_T: /* scales and zeros live in each block */
-    case KN_DT_W4A16_T:
-        break;
-    case KN_DT_Q8:
-        m->scales = p + kn_codes_bytes(dt, rows, cols);
-        break;
-    case KN_DT_W4A16:
-    case KN_DT_W4A8: {
-        size_t ng = (size_t)kn_ngroups(cols, group);
-        m->scales = p + kn_codes_bytes(dt, rows, cols);
-        if (dt == KN_DT_W4A16)
-            m->zeros = p + kn_codes_bytes(dt, rows, cols) + r * ng * 2;
-        break;
+    if (kn_type_traits[dt].tile_rows) { /* scales and zeros live in each block */
+        memset(m, 0, sizeof(*m));
+        m->dtype = dt;
+        m->rows = rows;
+        m->cols = cols;
+        m->group = group;
+        m->codes = base;
+        return;
     }
-    }
+    kn_mat_view_rows(m, dt, rows, cols, group, 0, rows, base,
+                     (const uint8_t *)base + kn_codes_bytes(dt, rows, cols));
+}
+
+void kn_mm_check(const struct kn_mat *w, const struct kn_act *x, int m, int n0, int n1)
+{
+    KN_ASSERT((unsigned)w->dtype < KN_DT_COUNT && n0 >= 0 && n0 <= n1 && n1 <= w->rows);
+    bool grouped = kn_type_traits[w->dtype].grouped;
+    for (int i = 0; i < m; i++)
+        KN_ASSERT(x[i].k == w->cols && (!grouped || x[i].group == w->group));
 }
 
 int kn_act_alloc(struct kn_act *a, int k, int group)
@@ -120,17 +121,6 @@ void kn_act_free(struct kn_act *a)
 {
     free(a->x);
     memset(a, 0, sizeof(*a));
-}
-
-void kn_act_prepare(struct kn_act *a, const float *x)
-{
-    static void (*impl)(struct kn_act *, const float *);
-    void (*f)(struct kn_act *, const float *) = __atomic_load_n(&impl, __ATOMIC_RELAXED);
-    if (!f) { /* every thread that gets here picks the same one */
-        f = kn_act_prepare_pick();
-        __atomic_store_n(&impl, f, __ATOMIC_RELAXED);
-    }
-    f(a, x);
 }
 
 void kn_act_prepare_scalar(struct kn_act *a, const float *x)
@@ -216,35 +206,7 @@ uint16_t kn_f32_to_bf16(float f)
 
 void kn_mat_row(const struct kn_mat *m, int r, float *out)
 {
-    size_t c = (size_t)m->cols;
-    switch (m->dtype) {
-    case KN_DT_F32:
-        memcpy(out, (const float *)m->codes + (size_t)r * c, c * sizeof(float));
-        return;
-    case KN_DT_BF16: {
-        const uint16_t *p = (const uint16_t *)m->codes + (size_t)r * c;
-        for (size_t i = 0; i < c; i++)
-            out[i] = kn_bf16_to_f32(p[i]);
-        return;
-    }
-    case KN_DT_Q8: {
-        const int8_t *p = (const int8_t *)m->codes + (size_t)r * c;
-        float s = ((const float *)m->scales)[r];
-        for (size_t i = 0; i < c; i++)
-            out[i] = s * (float)p[i];
-        return;
-    }
-    case KN_DT_W4A16:
-    case KN_DT_W4A8:
-    case KN_DT_W4A8_T:
-    case KN_DT_W4A16_T:
-        for (size_t i = 0; i < c; i++) {
-            int g = (int)(i / (size_t)m->group);
-            out[i] = kn_f16_to_f32(kn_w4_scale(m, r, g)) *
-                     (float)(kn_w4_code(m, r, (int)i) - kn_w4_zero(m, r, g));
-        }
-        return;
-    }
+    kn_type_traits[m->dtype].to_float(m, r, out);
 }
 
 /* The block of a tiled matrix that holds row @r. */
@@ -288,9 +250,10 @@ int kn_w4_zero(const struct kn_mat *m, int r, int g)
 {
     KN_ASSERT(kn_is_w4(m->dtype) && r >= 0 && r < m->rows && g >= 0 &&
               g < kn_ngroups(m->cols, m->group));
-    if (m->dtype == KN_DT_W4A8 || m->dtype == KN_DT_W4A8_T)
+    const struct kn_type_traits *tt = &kn_type_traits[m->dtype];
+    if (!tt->zeros) /* symmetric */
         return 8;
-    if (m->dtype == KN_DT_W4A16)
+    if (!tt->tile_rows)
         return m->zeros[(size_t)r * (size_t)kn_ngroups(m->cols, m->group) + (size_t)g];
     return tile_block(m, r)[kn_tile_zeros_offset(m->cols, m->group) + (size_t)g * KN_TILE_ROWS +
                             (size_t)(r % KN_TILE_ROWS)];

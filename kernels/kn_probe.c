@@ -1,12 +1,12 @@
-/* kernels: CPU probe (CPUID, then OS state through XGETBV) and the choice of one ops table. */
+/* kernels/kn_probe.c: CPU probe (CPUID, then OS state through XGETBV) and the choice of one ops
+ * table. The caller says which table it wants: nothing here reads the environment. */
 #include "kn.h"
 
 #include <cpuid.h>
 #include <stdio.h>
 #include <sys/syscall.h>
-#include <unistd.h>
-#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static uint64_t xgetbv0(void)
 {
@@ -117,33 +117,21 @@ const struct kn_ops *kn_ops_find(const char *name, char *err, size_t errlen)
     return NULL;
 }
 
-const struct kn_ops *kn_ops_select(void)
+const struct kn_ops *kn_ops_select(const char *want, char *err, size_t errlen)
 {
     const struct kn_ops *all[8];
     int n = kn_ops_available(all, 8);
-    const char *want = getenv("SHARDLM_ISA");
-    if (want && *want) {
-        char err[256];
-        const struct kn_ops *o = kn_ops_find(want, err, sizeof(err));
-        if (o)
-            return o;
-        /* the coordinator checks the same before it starts workers */
-        fprintf(stderr, "shardlm: SHARDLM_ISA=%s: %s; using ref\n", want, err);
-        return &kn_ops_ref;
-    }
-    return all[n - 1];
-}
-
-void (*kn_act_prepare_pick(void))(struct kn_act *, const float *)
-{
-#ifdef SHARDLM_HAVE_AVX512
-    const char *want = getenv("SHARDLM_ISA");
-    struct kn_cpu c;
-    kn_cpu_probe(&c);
-    if (runs_avx512(&c) && !(want && strcmp(want, "ref") == 0))
-        return kn_act_prepare_avx512;
-#endif
-    return kn_act_prepare_scalar;
+    char why[256];
+    if (err && errlen)
+        *err = 0;
+    if (!want || !*want)
+        return all[n - 1];
+    const struct kn_ops *o = kn_ops_find(want, why, sizeof(why));
+    if (o)
+        return o;
+    if (err && errlen)
+        snprintf(err, errlen, "%s", why);
+    return &kn_ops_ref;
 }
 
 void kn_cpu_describe(const struct kn_cpu *c, char *buf, size_t len)

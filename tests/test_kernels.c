@@ -1,5 +1,6 @@
-/* tests: every ops table this machine runs against the reference kernels, on ragged shapes, and
- * the quantizers and fp16/bf16 helpers against their definitions in kn.h.
+/* tests: every ops table this machine runs against the reference kernels, on ragged shapes, the
+ * quantizers, type traits and fp16/bf16 helpers against their definitions in kn.h, and the
+ * software model of the AMX tile instructions (tests/amx_tile_model.c) with the AMX kernels on it.
  *
  * Matrix-product results are compared with a relative error normalised by the sum of the
  * absolute values of the terms the reference adds (its condition bound; for W4 that includes the
@@ -13,12 +14,14 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "amx_model.h"
 #include "kn.h"
 #include "arch/ref/kn_ref.h"
 #include "testutil.h"
@@ -170,7 +173,7 @@ static void act_init(struct kn_act *a, int k, int group, float scale)
     float *x = xmalloc((size_t)k * sizeof(float));
     fill_normal(x, (size_t)k, scale);
     assert_int_equal(kn_act_alloc(a, k, group), 0);
-    kn_act_prepare(a, x);
+    kn_act_prepare_scalar(a, x);
     free(x);
 }
 
@@ -1118,16 +1121,26 @@ static void test_ref_w4_semantics(void **state)
                   worst[0], worst[1], TOL_REF_DEQ);
 }
 
-/* kn_act_prepare: padding is zero, the even/odd split and group sums match x and q. */
-/* The AVX-512 preparation equals the scalar one bit for bit (group sums: up to order). */
-static void test_act_prepare_avx512(void **state)
+/* The activation preparation of each ISA (its table's act_prepare entry). */
+static void (*const act_prepare_of[])(struct kn_act *, const float *) = {
+    [KN_ISA_REF] = kn_act_prepare_scalar,
+    [KN_ISA_AVX2] = kn_act_prepare_avx2,
+#ifdef SHARDLM_HAVE_AVX512
+    [KN_ISA_AVX512] = kn_act_prepare_avx512,
+    [KN_ISA_AMX] = kn_act_prepare_avx512,
+#endif
+};
+
+/* Each table prepares activations with its own ISA's implementation (so a forced avx2 runs no
+ * AVX-512 instruction there either), and that equals the scalar one bit for bit (group sums:
+ * up to order), on ragged lengths and groups that fall back to the scalar one. */
+static void test_act_prepare_table(void **state)
 {
-    (void)state;
-    char err[256];
-    if (!kn_ops_find("avx512", err, sizeof(err)))
-        tu_skip_hardware(CPUINFO_AVX512, "%s", err);
+    const struct kn_ops *ops = table_or_skip(state);
+    assert_non_null(act_prepare_of[ops->isa]);
+    assert_ptr_equal(ops->act_prepare, act_prepare_of[ops->isa]);
     static const int kg[][2] = {{172, 64}, {100, 48}, {300, 128}, {255, 32}, {520, 256},
-                                {1, 32},   {31, 16},  {64, 2}};
+                                {1, 32},   {31, 16},  {64, 2},    {9, 8},    {44, 12}};
     rng_seed(13);
     for (size_t c = 0; c < ARRAY_SIZE(kg); c++) {
         int k = kg[c][0], group = kg[c][1];
@@ -1136,7 +1149,7 @@ static void test_act_prepare_avx512(void **state)
         fill_normal(x, (size_t)k, 3.0f);
         assert_int_equal(kn_act_alloc(&a, k, group), 0);
         assert_int_equal(kn_act_alloc(&b, k, group), 0);
-        kn_act_prepare_avx512(&a, x);
+        ops->act_prepare(&a, x);
         kn_act_prepare_scalar(&b, x);
         size_t kp = (size_t)a.kpad, ng = kp / (size_t)group;
         assert_memory_equal(a.x, b.x, kp * sizeof(float));
@@ -1155,6 +1168,341 @@ static void test_act_prepare_avx512(void **state)
     }
 }
 
+/* kn_ops_select: the table asked for (SHARDLM_ISA=avx2 gets the AVX2 activation preparation),
+ * the fastest for none, ref and the reason for one this machine cannot run or no build has. It
+ * reads no environment: SHARDLM_ISA is its callers'. */
+static void test_ops_select(void **state)
+{
+    (void)state;
+    const struct kn_ops *all[8];
+    int n = kn_ops_available(all, 8);
+    char err[256];
+    assert_int_equal(setenv("SHARDLM_ISA", "ref", 1), 0); /* not for the kernels to read */
+    assert_ptr_equal(kn_ops_select(NULL, err, sizeof(err)), all[n - 1]);
+    assert_string_equal(err, "");
+    assert_ptr_equal(kn_ops_select("", NULL, 0), all[n - 1]);
+    unsetenv("SHARDLM_ISA");
+    for (int i = 0; i < n; i++) {
+        const struct kn_ops *o = kn_ops_select(all[i]->name, err, sizeof(err));
+        assert_ptr_equal(o, all[i]);
+        assert_string_equal(err, "");
+        assert_ptr_equal(o->act_prepare, act_prepare_of[o->isa]);
+    }
+    if (slot[KN_ISA_AVX2].ops)
+        assert_ptr_equal(kn_ops_select("avx2", err, sizeof(err))->act_prepare,
+                         kn_act_prepare_avx2);
+    assert_ptr_equal(kn_ops_select("sse9", err, sizeof(err)), &kn_ops_ref);
+    assert_non_null(strstr(err, "unknown kernel table 'sse9'"));
+    for (int isa = KN_ISA_AVX2; isa <= KN_ISA_AMX; isa++)
+        if (!slot[isa].ops) {
+            assert_ptr_equal(kn_ops_select(slot[isa].name, err, sizeof(err)), &kn_ops_ref);
+            assert_non_null(strstr(err, "cannot run here"));
+        }
+}
+
+/* ---- the type traits ---- */
+
+/* Every format's traits: the names `inspect` prints (distinct), the block shapes, and the
+ * sizes the layouts in kn.h document, restated here, on ragged shapes. */
+static void test_type_traits(void **state)
+{
+    (void)state;
+    static const char *const names[KN_DT_COUNT] = {"f32",  "bf16",  "q8",    "w4a16",
+                                                   "w4a8", "w4a8t", "w4a16t"};
+    static const int shapes[][3] = {{1, 32, 32}, {17, 172, 64}, {40, 301, 128}, {33, 100, 48}};
+    for (int d = 0; d < KN_DT_COUNT; d++) {
+        enum kn_dtype dt = (enum kn_dtype)d;
+        const struct kn_type_traits *tt = &kn_type_traits[dt];
+        assert_non_null(tt->name);
+        assert_string_equal(tt->name, names[d]);
+        for (int o = 0; o < d; o++)
+            assert_string_not_equal(tt->name, kn_type_traits[o].name);
+        assert_int_equal(tt->tile_rows ? KN_TILE_ROWS : 0, kn_is_tiled(dt) ? KN_TILE_ROWS : 0);
+        assert_int_equal(tt->grouped, kn_is_w4(dt));
+        assert_true(kn_is_tiled(dt) ? !tt->from_float : tt->from_float != NULL);
+        assert_non_null(tt->to_float);
+        const struct kn_type_traits *c = &kn_type_traits[tt->canon];
+        assert_int_equal(c->canon, tt->canon); /* a file layout */
+        assert_true(!c->tile_rows && c->zeros == tt->zeros && c->bits == tt->bits);
+        for (size_t i = 0; i < ARRAY_SIZE(shapes); i++) {
+            int R = shapes[i][0], C = shapes[i][1], G = shapes[i][2];
+            size_t r = (size_t)R, cb, ng = (size_t)kn_ngroups(C, G), want;
+            switch (dt) {
+            case KN_DT_F32:
+                want = r * (size_t)C * 4;
+                break;
+            case KN_DT_BF16:
+                want = r * (size_t)C * 2;
+                break;
+            case KN_DT_Q8:
+                want = (r * (size_t)C + 63) / 64 * 64 + r * 4;
+                break;
+            case KN_DT_W4A16:
+            case KN_DT_W4A8:
+                cb = (r * (size_t)((C + 1) / 2) + 63) / 64 * 64;
+                want = cb + r * ng * (dt == KN_DT_W4A16 ? 3 : 2);
+                assert_int_equal(kn_row_bytes(dt, C), (size_t)(C + 1) / 2);
+                break;
+            default:
+                want = (r + 15) / 16 * kn_tile_block_bytes(dt, C, G);
+            }
+            assert_int_equal(kn_mat_bytes(dt, R, C, G), want);
+        }
+    }
+}
+
+/* kn_mat_view_rows, a loader's view of code rows read apart from the scales, is the same view
+ * as kn_mat_rows() of the whole matrix. */
+static void test_mat_view_rows(void **state)
+{
+    (void)state;
+    const int R = 37, C = 101, G = 32;
+    for (int d = KN_DT_F32; d <= KN_DT_W4A8; d++) {
+        enum kn_dtype dt = (enum kn_dtype)d;
+        uint8_t *buf = xmalloc(kn_mat_bytes(dt, R, C, G));
+        struct kn_mat whole, want, got;
+        kn_mat_view(&whole, dt, R, C, G, buf);
+        const uint8_t *tail = buf + kn_codes_bytes(dt, R, C);
+        static const int ranges[][2] = {{0, 37}, {0, 1}, {5, 21}, {36, 37}, {37, 37}};
+        for (size_t i = 0; i < ARRAY_SIZE(ranges); i++) {
+            int r0 = ranges[i][0], r1 = ranges[i][1];
+            kn_mat_rows(&whole, r0, r1, &want);
+            kn_mat_view_rows(&got, dt, R, C, G, r0, r1, buf + (size_t)r0 * kn_row_bytes(dt, C),
+                             tail);
+            assert_int_equal(got.dtype, want.dtype);
+            assert_int_equal(got.rows, want.rows);
+            assert_int_equal(got.cols, want.cols);
+            assert_int_equal(got.group, want.group);
+            assert_ptr_equal(got.codes, want.codes);
+            assert_ptr_equal(got.scales, want.scales);
+            assert_ptr_equal(got.zeros, want.zeros);
+        }
+        free(buf);
+    }
+}
+
+/* ---- the software model of the AMX tile instructions ---- */
+
+/* A palette-1 configuration of tiles 0..@n-1, 16 rows x 64 bytes, tile 2 of @b_rows rows. */
+static void amx_cfg(uint8_t cfg[64], int n, int b_rows)
+{
+    memset(cfg, 0, 64);
+    cfg[0] = 1;
+    for (int t = 0; t < n; t++) {
+        uint16_t colsb = 64;
+        memcpy(cfg + 16 + 2 * t, &colsb, 2);
+        cfg[48 + t] = (uint8_t)(t == 2 ? b_rows : 16);
+    }
+}
+
+/* The model recorded exactly one fault since it was last cleared, its message holding @what. */
+static void expect_model_fault(const char *what)
+{
+    char msg[256];
+    int n = amx_model_faults(msg, sizeof(msg));
+    if (n != 1 || !strstr(msg, what))
+        fail_msg("tile model: %d faults (first: '%s'), expected one with '%s'", n, msg, what);
+    amx_model_faults_clear();
+}
+
+static void expect_no_model_fault(void)
+{
+    char msg[256];
+    if (amx_model_faults(msg, sizeof(msg)))
+        fail_msg("tile model fault: %s", msg);
+}
+
+static void *model_zero_thread(void *arg)
+{
+    *(bool *)arg = amx_model_configured();
+    amx_model_zero(0);
+    return NULL;
+}
+
+/* The model refuses what the hardware does: a tile instruction without a configuration, after
+ * TILERELEASE, on another thread than the one that loaded it, on a tile the configuration
+ * leaves unused or on shapes that do not multiply, and a configuration palette 1 does not
+ * allow; on configured tiles TDPBSUD and TDPBF16PS compute their definitions. Plain C: this
+ * runs on any CPU. */
+static void test_amx_model_config(void **state)
+{
+    (void)state;
+    uint8_t cfg[64], a[16][64], b[16][64], c[16][64];
+    amx_model_faults_clear();
+    amx_model_release();
+    amx_model_zero(0);
+    expect_model_fault("TILEZERO tmm0 without a tile configuration");
+
+    amx_cfg(cfg, 3, 16);
+    amx_model_loadconfig(cfg);
+    assert_true(amx_model_configured());
+    rng_seed(21);
+    for (int m = 0; m < 16; m++)
+        for (int j = 0; j < 64; j++) {
+            a[m][j] = (uint8_t)(rng_u64() >> 56);
+            b[m][j] = (uint8_t)(rng_u64() >> 60);
+        }
+    amx_model_zero(0);
+    amx_model_loadd(1, a, 64);
+    amx_model_loadd(2, b, 64);
+    amx_model_dpbsud(0, 1, 2);
+    amx_model_dpbsud(0, 1, 2); /* accumulates */
+    amx_model_stored(0, c, 64);
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            int32_t want = 0, got;
+            for (int k = 0; k < 16; k++)
+                for (int j = 0; j < 4; j++)
+                    want += 2 * (int8_t)a[m][4 * k + j] * b[k][4 * n + j];
+            memcpy(&got, &c[m][4 * n], 4);
+            assert_int_equal(got, want);
+        }
+    uint16_t ab[16][32], bb[16][32]; /* small integers: exact in bf16 and in the sums */
+    for (int m = 0; m < 16; m++)
+        for (int j = 0; j < 32; j++) {
+            ab[m][j] = kn_f32_to_bf16((float)((int)(rng_u64() % 9) - 4));
+            bb[m][j] = kn_f32_to_bf16((float)((int)(rng_u64() % 9) - 4));
+        }
+    amx_model_zero(0);
+    amx_model_loadd(1, ab, 64);
+    amx_model_loadd(2, bb, 64);
+    amx_model_dpbf16ps(0, 1, 2);
+    amx_model_stored(0, c, 64);
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            float want = 0.0f, got;
+            for (int k = 0; k < 16; k++)
+                for (int j = 0; j < 2; j++)
+                    want += kn_bf16_to_f32(ab[m][2 * k + j]) * kn_bf16_to_f32(bb[k][2 * n + j]);
+            memcpy(&got, &c[m][4 * n], 4);
+            assert_true(got == want);
+        }
+    expect_no_model_fault();
+
+    amx_model_zero(3);
+    expect_model_fault("TILEZERO tmm3: a tile the loaded configuration leaves unused");
+    amx_model_dpbsud(0, 1, 1);
+    expect_model_fault("must differ");
+    bool there = true;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, model_zero_thread, &there), 0);
+    pthread_join(th, NULL);
+    assert_false(there);
+    expect_model_fault("without a tile configuration");
+
+    amx_cfg(cfg, 3, 8); /* B of 8 rows: K = 16 quads of A do not meet it */
+    amx_model_loadconfig(cfg);
+    amx_model_dpbsud(0, 1, 2);
+    expect_model_fault("do not make C += A . B");
+    amx_cfg(cfg, 3, 17);
+    amx_model_loadconfig(cfg);
+    expect_model_fault("LDTILECFG: tile 2 of 17 rows");
+    assert_false(amx_model_configured());
+    amx_cfg(cfg, 3, 16);
+    cfg[0] = 2;
+    amx_model_loadconfig(cfg);
+    expect_model_fault("palette 2");
+
+    amx_cfg(cfg, 3, 16);
+    amx_model_loadconfig(cfg);
+    amx_model_release();
+    assert_false(amx_model_configured());
+    amx_model_loadd(1, a, 64);
+    expect_model_fault("TILELOADD tmm1 without a tile configuration");
+}
+
+/* ---- AMX kernels over the model: each loads its own configuration and releases it ---- */
+
+struct amx_run {
+    const struct kn_ops *ops;
+    const struct kn_mat *w;
+    const struct kn_act *x;
+    int m;
+    float *y[3];     /* (m, w->rows) per scenario */
+    int faults[3];   /* the model's faults during the call */
+    char msg[3][256];
+    bool left_configured[3];
+};
+
+/* On a thread that never ran an AMX kernel: the first call; then after a different
+ * configuration was left behind (as by a kernel that does not release its own); then after
+ * TILERELEASE. */
+static void *amx_run_thread(void *arg)
+{
+    struct amx_run *r = arg;
+    for (int s = 0; s < 3; s++) {
+        uint8_t cfg[64];
+        if (s == 1) {
+            amx_cfg(cfg, 3, 8);
+            amx_model_loadconfig(cfg);
+        }
+        if (s == 2)
+            amx_model_release();
+        amx_model_faults_clear();
+        r->ops->gemm(r->w, r->x, r->m, r->y[s], r->w->rows, 0, r->w->rows);
+        r->faults[s] = amx_model_faults(r->msg[s], sizeof(r->msg[s]));
+        r->left_configured[s] = amx_model_configured();
+    }
+    return NULL;
+}
+
+/* The AMX GEMMs through the tile model (docs/DESIGN.md: every AMX kernel loads its own
+ * tile configuration on entry and releases it on exit): on a fresh thread, after another
+ * configuration was left loaded and after a release, every call is right, executes no tile
+ * instruction the model refuses and leaves no configuration loaded. The model tests that ran
+ * before this one must not have faulted either. */
+static void test_amx_model_kernels(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    expect_no_model_fault();
+    const int N = 40, K = 256, group = 64, M = 17; /* M >= AMX_MIN_M: on the tile unit */
+    rng_seed(22);
+    for (size_t di = 0; di < ARRAY_SIZE(tile_src); di++) {
+        struct wmat a;
+        struct kn_mat t;
+        void *buf;
+        wmat_init(&a, tile_src[di], N, K, group);
+        tile(&a.m, &t, &buf);
+        struct kn_act x[17];
+        for (int i = 0; i < M; i++)
+            act_init(&x[i], K, group, 1.0f + (float)(i % 5));
+        float *yref = xmalloc((size_t)M * (size_t)N * sizeof(float));
+        kn_gemm_ref(&a.m, x, M, yref, N, 0, N);
+        struct amx_run r = {ops, &t, x, M, {NULL}, {0}, {{0}}, {false}};
+        for (int s = 0; s < 3; s++)
+            r.y[s] = xmalloc((size_t)M * (size_t)N * sizeof(float));
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, amx_run_thread, &r), 0);
+        pthread_join(th, NULL);
+        static const char *const when[] = {"on a fresh thread", "after another configuration",
+                                           "after a release"};
+        for (int s = 0; s < 3; s++) {
+            if (r.faults[s])
+                fail_msg("%s %s tiles %s: %d tile faults, first: %s", ops->name,
+                         dt_name[tile_src[di]], when[s], r.faults[s], r.msg[s]);
+            if (r.left_configured[s])
+                fail_msg("%s %s tiles %s: returned with its tile configuration loaded", ops->name,
+                         dt_name[tile_src[di]], when[s]);
+            for (int i = 0; i < M; i++) {
+                char what[96];
+                snprintf(what, sizeof(what), "%s %s tiles %s, token %d", ops->name,
+                         dt_name[tile_src[di]], when[s], i);
+                check_rows(what, &a.m, &x[i], r.y[s] + (size_t)i * (size_t)N,
+                           yref + (size_t)i * (size_t)N, 0, N,
+                           tile_src[di] == KN_DT_W4A16 ? TOL_BF16_ACT : TOL_DOT);
+            }
+            free(r.y[s]);
+        }
+        free(yref);
+        for (int i = 0; i < M; i++)
+            kn_act_free(&x[i]);
+        free(buf);
+        wmat_free(&a);
+    }
+    amx_model_faults_clear();
+}
+
+/* kn_act_prepare_scalar: padding is zero, the even/odd split and group sums match x and q. */
 static void test_act_prepare(void **state)
 {
     (void)state;
@@ -1211,7 +1559,15 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_act_prepare),
-        cmocka_unit_test(test_act_prepare_avx512),
+        cmocka_unit_test(test_type_traits),
+        cmocka_unit_test(test_mat_view_rows),
+        cmocka_unit_test(test_ops_select),
+        cmocka_unit_test(test_amx_model_config),
+        PER_TABLE(test_act_prepare_table, KN_ISA_REF, "act_prepare_ref"),
+        PER_TABLE(test_act_prepare_table, KN_ISA_AVX2, "act_prepare_avx2"),
+        PER_TABLE(test_act_prepare_table, KN_ISA_AVX512, "act_prepare_avx512"),
+        PER_TABLE(test_act_prepare_table, KN_ISA_AMX, "act_prepare_amx"),
+        PER_TABLE(test_act_prepare_table, SLOT_AMX_MODEL, "act_prepare_amx_model"),
         cmocka_unit_test(test_quant_error),
         cmocka_unit_test(test_quant_short_group),
         cmocka_unit_test(test_ref_w4_semantics),
@@ -1250,6 +1606,7 @@ int main(void)
         PER_TABLE(test_gemm, SLOT_AMX_MODEL, "gemm_amx_model"),
         PER_TABLE(test_tiles_gemm, SLOT_AMX_MODEL, "tiles_gemm_amx_model"),
         PER_TABLE(test_tiles_guard, SLOT_AMX_MODEL, "tiles_guard_amx_model"),
+        PER_TABLE(test_amx_model_kernels, SLOT_AMX_MODEL, "amx_model_kernels"),
     };
     int failed = cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
     gemv_cache_free();

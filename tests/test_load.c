@@ -377,6 +377,65 @@ static void test_cancelled(void **state)
     }
 }
 
+/* Runs `shardlm inspect @path` and checks that each tensor of the image @img (@len bytes) is
+ * listed under the name of its dtype (the names in kn.h's order, restated here). */
+static void expect_inspect_names(const char *path, const void *img, size_t len)
+{
+    static const char *const names[KN_DT_COUNT] = {"f32",  "bf16",  "q8",    "w4a16",
+                                                   "w4a8", "w4a8t", "w4a16t"};
+    struct shlm_model m;
+    struct shardlm_err err;
+    assert_int_equal(shlm_parse(&m, img, len, path, &err), 0);
+    struct tu_run *r = malloc(sizeof(*r));
+    assert_non_null(r);
+    char *argv[] = {(char *)tu_bin(), "inspect", (char *)path, NULL};
+    tu_run_cmd(r, argv, NULL, 60, NULL, NULL);
+    if (r->status)
+        fail_msg("inspect %s: exit %d: %s", path, r->status, r->err);
+    for (uint32_t i = 0; i < m.hdr->n_tensors; i++) {
+        const struct shlm_tensor *t = &m.tensors[i];
+        char want[128];
+        snprintf(want, sizeof(want), "\n  %-24s %-5s %6u x ", t->name, names[t->dtype], t->rows);
+        if (!strstr(r->out, want))
+            fail_msg("inspect %s: no line '%s' for tensor %s in:\n%s", path, want + 1, t->name,
+                     r->out);
+    }
+    free(r);
+}
+
+/* `shardlm inspect` names the dtype of every tensor, of a .shlm file of each scheme and of a
+ * weights segment made from it (the tile layouts: inspect once indexed five names with them). */
+static void test_inspect_dtype_names(void **state)
+{
+    static const struct {
+        enum shlm_scheme s;
+        int group, head_bits;
+    } cases[] = {{SHLM_SCHEME_F32, 0, 8},
+                 {SHLM_SCHEME_BF16, 0, 8},
+                 {SHLM_SCHEME_W4A16, 64, 8},
+                 {SHLM_SCHEME_W4A8, 32, 4}};
+    struct shlm_config c = config(64, 172, 4, 2, 256, false);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char path[4200], seg_file[4200];
+        size_t len;
+        tu_path(path, sizeof(path), "%s/names%zu.shlm", dir, i);
+        tu_path(seg_file, sizeof(seg_file), "%s/names%zu.segment", dir, i);
+        uint8_t *img = write_model(path, &c, cases[i].s, cases[i].group, cases[i].head_bits, &len);
+        expect_inspect_names(path, img, len);
+        struct seg seg = {0};
+        struct shardlm_err e;
+        if (load(path, 1, COORD_IO_BUFFERED, &seg, &e))
+            fail_msg("%s: %s", path, e.msg);
+        size_t bytes = ((const struct shlm_header *)seg.base)->file_bytes;
+        assert_int_equal(tu_write(seg_file, seg.base, bytes), 0);
+        expect_inspect_names(seg_file, seg.base, bytes);
+        seg_free(&seg);
+        unlink(path);
+        unlink(seg_file);
+        free(img);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -388,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_changed_while_loading),
         cmocka_unit_test(test_full_tmpfs),
         cmocka_unit_test(test_cancelled),
+        cmocka_unit_test(test_inspect_dtype_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

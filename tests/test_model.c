@@ -119,7 +119,7 @@ static float *run(const struct kn_ops *ops, int max_m, int chunk)
 /* Rows split over 2 and 3 threads give the same logits bit for bit: each row is one dot. */
 static void test_thread_pool_split(void **state)
 {
-    const struct kn_ops *ops = kn_ops_select();
+    const struct kn_ops *ops = kn_ops_select(getenv("SHARDLM_ISA"), NULL, 0);
     float *one = run(ops, 16, n_rows);
     for (int t = 2; t <= 3; t++) {
         struct wrk_pool *pool;
@@ -165,7 +165,7 @@ static void test_matches_reference_every_table(void **state)
 /* Logits of the last token only, when all_logits is false, equal the last row of all. */
 static void test_last_logits_only(void **state)
 {
-    const struct kn_ops *ops = kn_ops_select();
+    const struct kn_ops *ops = kn_ops_select(getenv("SHARDLM_ISA"), NULL, 0);
     const struct shlm_config *c = &img.hdr->cfg;
     struct wrk_model m;
     assert_int_equal(wrk_model_init(&m, &img, ops, 16, NULL, NULL), 0);
@@ -182,6 +182,45 @@ static void test_last_logits_only(void **state)
     wrk_model_free(&m);
 }
 
+static int prepared; /* calls of counting_prepare (atomic: pool threads call it) */
+static void (*real_prepare)(struct kn_act *a, const float *x);
+
+static void counting_prepare(struct kn_act *a, const float *x)
+{
+    __atomic_add_fetch(&prepared, 1, __ATOMIC_RELAXED);
+    real_prepare(a, x);
+}
+
+/* The forward pass prepares every activation with its table's act_prepare, so a forced table
+ * (SHARDLM_ISA=avx2) runs its own and not the fastest this CPU has: a copy of each table whose
+ * entry counts its calls sees them all (per token, per layer the inputs of q/k/v, of o, of the
+ * FFN and of down, then the head's), split over threads too, and the logits do not change. */
+static void test_act_prepare_through_table(void **state)
+{
+    const struct kn_ops *all[8];
+    int n = kn_ops_available(all, 8);
+    int want_calls = n_rows * (4 * (int)img.hdr->cfg.n_layers + 1);
+    struct wrk_pool *pool;
+    assert_int_equal(wrk_pool_init(&pool, 2, NULL), 0);
+    for (int i = 0; i < n; i++) {
+        struct kn_ops counted = *all[i];
+        counted.act_prepare = counting_prepare;
+        real_prepare = all[i]->act_prepare;
+        float *want = run(all[i], 16, 7);
+        for (int p = 0; p < 2; p++) {
+            __atomic_store_n(&prepared, 0, __ATOMIC_RELAXED);
+            float *got = run_pool(&counted, 16, 7, p ? pool : NULL);
+            if (prepared != want_calls)
+                fail_msg("%s: %d activations prepared through the table, %d expected",
+                         all[i]->name, prepared, want_calls);
+            assert_memory_equal(want, got, (size_t)n_rows * VOCAB * sizeof(float));
+            free(got);
+        }
+        free(want);
+    }
+    wrk_pool_free(pool);
+}
+
 int main(void)
 {
     if (!tu_have_data())
@@ -190,6 +229,7 @@ int main(void)
         cmocka_unit_test(test_matches_reference_every_table),
         cmocka_unit_test(test_last_logits_only),
         cmocka_unit_test(test_thread_pool_split),
+        cmocka_unit_test(test_act_prepare_through_table),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

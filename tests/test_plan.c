@@ -124,7 +124,7 @@ static void test_column_shards_add_up(void **state)
             kn_mat_view(&m, dts[d], rows, cols, group, q);
             struct kn_act a;
             assert_int_equal(kn_act_alloc(&a, cols, group), 0);
-            kn_act_prepare(&a, x);
+            kn_act_prepare_scalar(&a, x); /* the ref table's */
             kn_gemv_ref(&m, &a, full, 0, rows);
             kn_act_free(&a);
             for (int R = 1; R <= 4; R++) {
@@ -139,7 +139,7 @@ static void test_column_shards_add_up(void **state)
                     float xs[300] = {0};
                     memcpy(xs + pad, x + c0, (size_t)(c1 - c0) * 4);
                     assert_int_equal(kn_act_alloc(&a, n, group), 0);
-                    kn_act_prepare(&a, xs);
+                    kn_act_prepare_scalar(&a, xs);
                     kn_gemv_ref(&sm, &a, part, 0, rows);
                     kn_act_free(&a);
                     for (int i = 0; i < rows; i++)
@@ -167,7 +167,7 @@ static void test_row_shards_exact(void **state)
         x[i] = randn();
     struct kn_act a;
     assert_int_equal(kn_act_alloc(&a, cols, group), 0);
-    kn_act_prepare(&a, x);
+    kn_act_prepare_scalar(&a, x); /* the ref table's */
     for (int d = 0; d < 4; d++) {
         void *q = quantize(dts[d], w, rows, cols, group);
         struct kn_mat m, v;

@@ -141,7 +141,11 @@ static int place(struct wrk *w, const struct wrk_args *a, struct shardlm_err *e)
                             a->cpus ? a->cpus : "-", strerror(-rc));
     if ((rc = wrk_pool_init(&w->pool, n_threads, w->cpus)))
         return shardlm_fail(e, rc, "cannot start %d threads: %s", n_threads, strerror(-rc));
-    w->ops = kn_ops_select();
+    const char *isa = getenv("SHARDLM_ISA");
+    char isa_err[256];
+    w->ops = kn_ops_select(isa, isa_err, sizeof(isa_err));
+    if (*isa_err) /* the coordinator checks the same before it starts workers */
+        fprintf(stderr, "shardlm: SHARDLM_ISA=%s: %s; using ref\n", isa, isa_err);
     return 0;
 }
 

@@ -201,13 +201,13 @@ static void row_norm_prepare(const struct row_job *j, int i)
     size_t dim = m->cfg.dim;
     float *xb = m->xb + (size_t)i * dim;
     m->ops->rmsnorm(xb, m->x + (size_t)i * dim, j->norm, (int)dim, m->cfg.norm_eps);
-    kn_act_prepare(&j->a[i], xb);
+    m->ops->act_prepare(&j->a[i], xb);
 }
 
 /* the activations of row i of src (the inputs of O) */
 static void row_prepare(const struct row_job *j, int i)
 {
-    kn_act_prepare(&j->a[i], j->src + (size_t)i * (size_t)j->k);
+    j->m->ops->act_prepare(&j->a[i], j->src + (size_t)i * (size_t)j->k);
 }
 
 /* biases, RoPE on q and k, k and v appended to the KV cache at position pos + i */
@@ -237,7 +237,7 @@ static void row_act_prepare(const struct row_job *j, int i)
     float *h = m->hb + (size_t)i * m->down_cols;
     (m->cfg.act == SHLM_ACT_GELU_TANH ? m->ops->gelu_mul : m->ops->silu_mul)(
         h + m->plan.down_pad, m->hb2 + (size_t)i * m->ffn, m->ffn);
-    kn_act_prepare(&j->a[i], h);
+    m->ops->act_prepare(&j->a[i], h);
 }
 
 /* A matrix product whose output rows are split over the pool's threads. */
@@ -393,7 +393,7 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
     int first = all_logits ? 0 : n - 1;
     for (int i = first; i < n; i++) {
         ops->rmsnorm(m->xb, m->x + (size_t)i * dim, m->out_norm, dim, c->norm_eps);
-        kn_act_prepare(&m->a_dim[0], m->xb);
+        ops->act_prepare(&m->a_dim[0], m->xb);
         float *row = logits + (size_t)(i - first) * c->vocab_size + p->v0;
         gemm(m, &m->head, &m->a_dim[0], 1, row, 0);
     }

@@ -143,7 +143,7 @@ static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, 
             goto out;
         for (int j = 0; j < k; j++)
             xv[j] = (float)(rnd32() % 2001) * 1e-3f - 1.0f;
-        kn_act_prepare(&x[n_act], xv);
+        ops->act_prepare(&x[n_act], xv);
     }
     struct run r = {ops, mats, copies, m, x, y};
     double rate[16];

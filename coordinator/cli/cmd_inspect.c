@@ -16,8 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const dtype_names[] = {"f32", "bf16", "q8", "w4a16", "w4a8"};
-
 static void print_config(const struct shlm_config *c)
 {
     printf("architecture: llama-family%s%s%s\n", c->qkv_bias ? " +qkv-bias" : "",
@@ -70,7 +68,7 @@ static int inspect_shlm(const char *path, struct shardlm_err *e)
     for (uint32_t i = 0; i < h->n_tensors; i++) {
         const struct shlm_tensor *t = &m.tensors[i];
         printf("  %-24s %-5s %6u x %-6u %12llu bytes at %llu\n", t->name,
-               dtype_names[t->dtype], t->rows, t->cols, (unsigned long long)t->bytes,
+               kn_type_traits[t->dtype].name, t->rows, t->cols, (unsigned long long)t->bytes,
                (unsigned long long)t->offset);
         total += t->bytes;
         weights += (uint64_t)t->rows * t->cols;

@@ -32,26 +32,9 @@ static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
 /* Encodes f32 rows into the tensor's format. */
 static void encode(const struct shlm_tensor_spec *s, const float *src, void *dst)
 {
-    switch (s->dtype) {
-    case KN_DT_F32:
-        memcpy(dst, src, (size_t)s->rows * (size_t)s->cols * sizeof(float));
-        return;
-    case KN_DT_BF16:
-        kn_quant_bf16(src, (size_t)s->rows * (size_t)s->cols, dst);
-        return;
-    case KN_DT_Q8:
-        kn_quant_q8(src, s->rows, s->cols, dst);
-        return;
-    case KN_DT_W4A16:
-        kn_quant_w4a16(src, s->rows, s->cols, s->group, dst);
-        return;
-    case KN_DT_W4A8:
-        kn_quant_w4a8(src, s->rows, s->cols, s->group, dst);
-        return;
-    case KN_DT_W4A8_T: /* a device layout: never in a file */
-    case KN_DT_W4A16_T:
-        KN_ASSERT(!"tiled tensor in a file layout");
-    }
+    const struct kn_type_traits *tt = &kn_type_traits[s->dtype];
+    KN_ASSERT(tt->from_float); /* NULL for the device layouts: never in a file */
+    tt->from_float(src, s->rows, s->cols, s->group, dst);
 }
 
 /* The W4 group of @o's scheme (the scheme's default for 0), checked with the head bits; 0 for

@@ -390,15 +390,6 @@ struct stage {
     int row, staged;
 };
 
-/* Codes bytes of one row in the canonical layout. */
-static size_t row_bytes(enum kn_dtype dt, int cols)
-{
-    return dt == KN_DT_F32    ? (size_t)cols * 4
-           : dt == KN_DT_BF16 ? (size_t)cols * 2
-           : dt == KN_DT_Q8   ? (size_t)cols
-                              : kn_w4_row_bytes(cols);
-}
-
 /* Repacks the staged rows of the rank's tiled tensor @t into its blocks. */
 static void stage_flush(struct stage *sg, uint8_t *base, const struct shlm_tensor *t,
                         enum kn_dtype canon)
@@ -489,7 +480,7 @@ size_t coord_load_chunk = COORD_LOAD_CHUNK;
 /* Rows of tensor @t per read job: about coord_load_chunk bytes, whole tile blocks. */
 static int job_rows(const struct shlm_tensor *t)
 {
-    int step = (int)(coord_load_chunk / row_bytes((enum kn_dtype)t->dtype, (int)t->cols)) /
+    int step = (int)(coord_load_chunk / kn_row_bytes((enum kn_dtype)t->dtype, (int)t->cols)) /
                KN_TILE_ROWS * KN_TILE_ROWS;
     return step < KN_TILE_ROWS ? KN_TILE_ROWS : step;
 }
@@ -499,7 +490,7 @@ static int plan_jobs(const struct shlm_tensor *t, int i, struct job *jobs)
 {
     enum kn_dtype dt = (enum kn_dtype)t->dtype;
     uint64_t codes = kn_codes_bytes(dt, (int)t->rows, (int)t->cols), tail = t->bytes - codes;
-    uint64_t rb = row_bytes(dt, (int)t->cols);
+    uint64_t rb = kn_row_bytes(dt, (int)t->cols);
     int n = 0, step = job_rows(t);
     for (uint64_t o = 0; o < tail; o += coord_load_chunk) {
         uint64_t len = tail - o < coord_load_chunk ? tail - o : coord_load_chunk;
@@ -530,16 +521,8 @@ static int consume(struct lane *ln, const struct job *j, const uint8_t *data)
     }
     shlm_hash_update(&ln->hash, data, j->len);
     int rows = (int)t->rows, cols = (int)t->cols, group = (int)t->group;
-    struct kn_mat c = {
-        .dtype = dt, .rows = j->r1 - j->r0, .cols = cols, .group = group, .codes = data};
-    if (dt == KN_DT_Q8) {
-        c.scales = (const float *)ln->tail + j->r0;
-    } else if (kn_is_w4(dt)) {
-        size_t ng = (size_t)kn_ngroups(cols, group);
-        c.scales = (const uint16_t *)ln->tail + (size_t)j->r0 * ng;
-        if (dt == KN_DT_W4A16)
-            c.zeros = ln->tail + (size_t)rows * ng * 2 + (size_t)j->r0 * ng;
-    }
+    struct kn_mat c;
+    kn_mat_view_rows(&c, dt, rows, cols, group, j->r0, j->r1, data, ln->tail);
     for (int r = 0; r < L->n; r++) {
         struct rank_dest *rd = &L->ranks[r];
         const struct shlm_tensor *d = &rd->table[L->dst[r][j->t]];
@@ -703,7 +686,7 @@ static int prepare(struct load *L, int n_ranks, const struct coord_load_dest *de
         enum kn_dtype dt = (enum kn_dtype)t->dtype;
         uint64_t codes = kn_codes_bytes(dt, (int)t->rows, (int)t->cols);
         uint64_t tail = t->bytes - codes, rows = (uint64_t)job_rows(t);
-        uint64_t job = rows * row_bytes(dt, (int)t->cols) + 64; /* + the codes padding */
+        uint64_t job = rows * kn_row_bytes(dt, (int)t->cols) + 64; /* + the codes padding */
         job = job > coord_load_chunk ? job : coord_load_chunk;
         L->cap = job + 2 * DIRECT_ALIGN > L->cap ? job + 2 * DIRECT_ALIGN : L->cap;
         L->tail_max = tail > L->tail_max ? tail : L->tail_max;

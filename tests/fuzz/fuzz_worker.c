@@ -125,7 +125,7 @@ static int setup_once(void)
         abort();
     seg_kv_init(kv.base, 2, c->n_layers, c->seq_len, kvd);
     seg_exchange_init(exch.base, c->seq_len, c->vocab_size, c->seq_len, 1, c->dim);
-    ops = kn_ops_select();
+    ops = kn_ops_select(getenv("SHARDLM_ISA"), NULL, 0);
     return 0;
 }
 

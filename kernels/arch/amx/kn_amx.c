@@ -11,9 +11,11 @@
  * rows' fp16 scales into float accumulators, as in the AVX-512 tile kernel.
  *
  * Compiled twice: with -mamx-tile -mamx-int8 as kn_ops_amx (the real instructions, runtime-gated
- * by kn_probe.c on CPUID, XCR0 and ARCH_REQ_XCOMP_PERM), and with KN_AMX_MODEL defined as
- * kn_ops_amx_model, where the tile instructions are plain C with the same semantics (Intel SDM
- * vol. 2, TILELOADD / TDPBSUD / TILESTORED), so the tests run this code on any AVX-512 CPU. */
+ * by kn_probe.c on CPUID, XCR0 and ARCH_REQ_XCOMP_PERM), and with KN_AMX_MODEL defined, by
+ * tests/amx_model.c, as kn_ops_amx_model, where each tile instruction is a call into the plain-C
+ * model of tests/amx_tile_model.c (Intel SDM vol. 2 semantics, the configuration included: an
+ * instruction without one, or on a shape it does not allow, is recorded as a fault), so the
+ * tests run this code on any AVX-512 CPU. */
 #include "../avx512/kn_avx512.h"
 #include "../ref/kn_ref.h"
 
@@ -30,94 +32,36 @@
 #define KN_AMX_TILE_ROWS 16
 #define KN_AMX_TILE_BYTES 64
 
-#ifdef KN_AMX_MODEL
-/* ---- the software model of the three tile registers this kernel uses ---- */
-struct sw_tile {
-    uint8_t b[KN_AMX_TILE_ROWS][KN_AMX_TILE_BYTES];
-};
-static _Thread_local struct sw_tile sw_tiles[3];
-
-static void sw_tile_loadd(int t, const void *base, size_t stride)
-{
-    for (int r = 0; r < KN_AMX_TILE_ROWS; r++)
-        memcpy(sw_tiles[t].b[r], (const uint8_t *)base + (size_t)r * stride, KN_AMX_TILE_BYTES);
-}
-
-static void sw_tile_stored(int t, void *base, size_t stride)
-{
-    for (int r = 0; r < KN_AMX_TILE_ROWS; r++)
-        memcpy((uint8_t *)base + (size_t)r * stride, sw_tiles[t].b[r], KN_AMX_TILE_BYTES);
-}
-
-static void sw_tile_zero(int t) { memset(&sw_tiles[t], 0, sizeof(sw_tiles[t])); }
-
-/* TDPBSUD: C[m][n] (int32) += sum_k A[m][4k + j] (signed) * B[k][4n + j] (unsigned), j < 4. */
-static void sw_tile_dpbsud(int c, int a, int b)
-{
-    for (int m = 0; m < KN_AMX_TILE_ROWS; m++)
-        for (int n = 0; n < KN_AMX_TILE_BYTES / 4; n++) {
-            int32_t acc;
-            memcpy(&acc, &sw_tiles[c].b[m][4 * n], 4);
-            for (int k = 0; k < KN_AMX_TILE_BYTES / 4; k++)
-                for (int j = 0; j < 4; j++)
-                    acc += (int32_t)(int8_t)sw_tiles[a].b[m][4 * k + j] *
-                           (int32_t)sw_tiles[b].b[k][4 * n + j];
-            memcpy(&sw_tiles[c].b[m][4 * n], &acc, 4);
-        }
-}
-static float bf16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return kn_bf16_to_f32(h);
-}
-
-/* TDPBF16PS: C[m][n] (fp32) += sum_p A[m][2p] * B[p][2n] + A[m][2p + 1] * B[p][2n + 1], with
- * A and B bf16 pairs (the hardware's rounding of the sums may differ: the tests allow it). */
-static void sw_tile_dpbf16ps(int c, int a, int b)
-{
-    for (int m = 0; m < KN_AMX_TILE_ROWS; m++)
-        for (int n = 0; n < KN_AMX_TILE_BYTES / 4; n++) {
-            float acc;
-            memcpy(&acc, &sw_tiles[c].b[m][4 * n], 4);
-            for (int p = 0; p < KN_AMX_TILE_BYTES / 4; p++)
-                for (int j = 0; j < 2; j++)
-                    acc += bf16_at(&sw_tiles[a].b[m][4 * p + 2 * j]) *
-                           bf16_at(&sw_tiles[b].b[p][4 * n + 2 * j]);
-            memcpy(&sw_tiles[c].b[m][4 * n], &acc, 4);
-        }
-}
-#define TILE_CONFIG()
-#define TILE_RELEASE()
-#define TILE_ZERO(t) sw_tile_zero(t)
-#define TILE_LOAD(t, p, s) sw_tile_loadd(t, p, s)
-#define TILE_STORE(t, p, s) sw_tile_stored(t, p, s)
-#define TILE_DPBSUD(c, a, b) sw_tile_dpbsud(c, a, b)
-#define TILE_DPBF16PS(c, a, b) sw_tile_dpbf16ps(c, a, b)
-#define KN_OPS_AMX kn_ops_amx_model
-#define KN_AMX_NAME "amx-model"
-#else
-/* Palette 1: tile 0 = C (16 x 16 int32), 1 = A (16 tokens x 64 int8), 2 = B (16 quads x 64). */
+/* Palette 1: tile 0 = C (16 x 16 int32 or fp32), 1 = A (16 tokens x 64 bytes), 2 = B (16 K
+ * quads or pairs x 64 bytes); the other tiles unused. Intel SDM vol. 2, LDTILECFG: 64 bytes. */
 struct tile_config {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
     uint8_t rows[16];
 };
-static void tile_config(void)
-{
-    static _Thread_local struct tile_config cfg;
-    if (cfg.palette)
-        return;
-    memset(&cfg, 0, sizeof(cfg));
-    for (int t = 0; t < 3; t++) {
-        cfg.colsb[t] = KN_AMX_TILE_BYTES;
-        cfg.rows[t] = KN_AMX_TILE_ROWS;
-    }
-    cfg.palette = 1;
-    _tile_loadconfig(&cfg);
-}
-#define TILE_CONFIG() tile_config()
-#define TILE_RELEASE()
+_Static_assert(sizeof(struct tile_config) == 64, "LDTILECFG reads 64 bytes");
+static const struct tile_config amx_cfg = {
+    .palette = 1,
+    .colsb = {KN_AMX_TILE_BYTES, KN_AMX_TILE_BYTES, KN_AMX_TILE_BYTES},
+    .rows = {KN_AMX_TILE_ROWS, KN_AMX_TILE_ROWS, KN_AMX_TILE_ROWS},
+};
+
+/* Every kernel loads this configuration on entry (TILE_CONFIG) and releases it on exit
+ * (TILE_RELEASE): none relies on one another left behind (docs/DESIGN.md, Kernels). */
+#ifdef KN_AMX_MODEL
+/* The includer (tests/amx_model.c) declares the model's instructions (tests/amx_model.h). */
+#define TILE_CONFIG() amx_model_loadconfig(&amx_cfg)
+#define TILE_RELEASE() amx_model_release()
+#define TILE_ZERO(t) amx_model_zero(t)
+#define TILE_LOAD(t, p, s) amx_model_loadd(t, p, s)
+#define TILE_STORE(t, p, s) amx_model_stored(t, p, s)
+#define TILE_DPBSUD(c, a, b) amx_model_dpbsud(c, a, b)
+#define TILE_DPBF16PS(c, a, b) amx_model_dpbf16ps(c, a, b)
+#define KN_OPS_AMX kn_ops_amx_model
+#define KN_AMX_NAME "amx-model"
+#else
+#define TILE_CONFIG() _tile_loadconfig(&amx_cfg)
+#define TILE_RELEASE() _tile_release()
 #define TILE_ZERO(t) _tile_zero(t)
 #define TILE_LOAD(t, p, s) _tile_loadd(t, p, (long)(s))
 #define TILE_STORE(t, p, s) _tile_stored(t, p, (long)(s))
@@ -158,7 +102,8 @@ static void unpack_block(const uint8_t *blk, int kpad, uint8_t *bt)
     }
 }
 
-/* Returns false (nothing done) when the scratch cannot be allocated. */
+/* Returns false (nothing done) when the scratch cannot be allocated. Loads the tile
+ * configuration after the last way out and releases it before returning. */
 static bool mm_w4a8t_amx(const struct kn_mat *w, const struct kn_act *x, int m, float *y,
                          size_t ldy, int n0, int n1)
 {
@@ -304,19 +249,33 @@ static bool mm_w4a16t_amx(const struct kn_mat *w, const struct kn_act *x, int m,
     return true;
 }
 
+/* The tile layouts on the tile unit from AMX_MIN_M tokens (and a group the tiles divide), else,
+ * or when the scratch cannot be had, the AVX-512 table's; every other format is AVX-512's. */
+static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                     int n0, int n1)
+{
+    if (m < AMX_MIN_M || w->group % 64 || !mm_w4a8t_amx(w, x, m, y, ldy, n0, n1))
+        kn_ops_avx512.mm[w->dtype](w, x, m, y, ldy, n0, n1);
+}
+
+static void mm_w4a16t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                      int n0, int n1)
+{
+    if (m < AMX_MIN_M || w->group % 32 || !mm_w4a16t_amx(w, x, m, y, ldy, n0, n1))
+        kn_ops_avx512.mm[w->dtype](w, x, m, y, ldy, n0, n1);
+}
+
+static void mm_avx512(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                      int n0, int n1)
+{
+    kn_ops_avx512.mm[w->dtype](w, x, m, y, ldy, n0, n1);
+}
+
 static void kn_gemm_amx(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
                         int n0, int n1)
 {
-    KN_ASSERT(n0 >= 0 && n0 <= n1 && n1 <= w->rows);
-    for (int i = 0; i < m; i++)
-        KN_ASSERT(x[i].k == w->cols && (!kn_is_w4(w->dtype) || x[i].group == w->group));
-    bool done = false;
-    if (m >= AMX_MIN_M && w->dtype == KN_DT_W4A8_T && w->group % 64 == 0)
-        done = mm_w4a8t_amx(w, x, m, y, (size_t)ldy, n0, n1);
-    else if (m >= AMX_MIN_M && w->dtype == KN_DT_W4A16_T && w->group % 32 == 0)
-        done = mm_w4a16t_amx(w, x, m, y, (size_t)ldy, n0, n1);
-    if (!done)
-        kn_ops_avx512.gemm(w, x, m, y, ldy, n0, n1);
+    kn_mm_check(w, x, m, n0, n1);
+    KN_OPS_AMX.mm[w->dtype](w, x, m, y, (size_t)ldy, n0, n1);
 }
 
 static void kn_gemv_amx(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
@@ -345,6 +304,10 @@ static void kn_gelu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.gel
 const struct kn_ops KN_OPS_AMX = {
     .name = KN_AMX_NAME,
     .isa = KN_ISA_AMX,
+    .mm = {[KN_DT_F32] = mm_avx512, [KN_DT_BF16] = mm_avx512, [KN_DT_Q8] = mm_avx512,
+           [KN_DT_W4A16] = mm_avx512, [KN_DT_W4A8] = mm_avx512, [KN_DT_W4A8_T] = mm_w4a8t,
+           [KN_DT_W4A16_T] = mm_w4a16t},
+    .act_prepare = kn_act_prepare_avx512,
     .gemv = kn_gemv_amx,
     .gemm = kn_gemm_amx,
     .rmsnorm = kn_rmsnorm_amx,

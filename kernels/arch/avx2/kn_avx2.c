@@ -7,11 +7,12 @@
  * -8 * qgsum per group and are scaled into float ones, as in the AVX-512 kernel.
  * W4A16 tiles: FMA over codes widened to float, 8 rows a vector. F32, BF16, Q8 and W4A16
  * rows: FMA row dots. Attention: 8 queries in the lanes, online softmax over blocks of 8 keys.
- * The canonical W4A8 layout (never in a segment) and the small ops other than rmsnorm and
- * attention are the reference's.
+ * Activation preparation: the scalar one's results in 8 lanes. The canonical W4A8 layout (never
+ * in a segment) and the small ops other than rmsnorm and attention are the reference's.
  *
  * Loads at the end of a row are masked (VPMASKMOV) or go through a zero-padded copy, so no
  * kernel reads past the matrix. */
+#include "../kn_rows.h"
 #include "../ref/kn_ref.h"
 
 #include <immintrin.h>
@@ -336,56 +337,131 @@ static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, floa
     mm_tiles(w, x, m, y, ldy, n0, n1, bb, w4a8t_micro);
 }
 
+static void mm_w4a16t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                      int n0, int n1)
+{
+    mm_tiles(w, x, m, y, ldy, n0, n1, kn_tile_block_bytes(KN_DT_W4A16_T, w->cols, w->group),
+             w4a16t_micro);
+}
+
+/* ---- row formats: each weight row against the m activations ---- */
+
+KN_MM_ROWS(mm_f32, float, dot_f32, false)
+KN_MM_ROWS(mm_bf16, uint16_t, dot_bf16, false)
+KN_MM_ROWS(mm_q8, int8_t, dot_q8, true)
+
+static void mm_w4a16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                     int n0, int n1)
+{
+    size_t rb = kn_w4_row_bytes(w->cols), ng = (size_t)kn_ngroups(w->cols, w->group);
+    for (int n = n0; n < n1; n++) {
+        const uint8_t *row = (const uint8_t *)w->codes + (size_t)n * rb;
+        const uint16_t *sc = (const uint16_t *)w->scales + (size_t)n * ng;
+        const uint8_t *zr = w->zeros + (size_t)n * ng;
+        for (int i = 0; i < m; i++)
+            y[(size_t)i * ldy + (size_t)n] = dot_w4a16(row, sc, zr, &x[i], w->cols, w->group);
+    }
+}
+
+/* The canonical W4A8 layout is never in a segment (they hold tiles): the reference's. */
+static void mm_ref(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                   int n0, int n1)
+{
+    kn_ops_ref.mm[w->dtype](w, x, m, y, ldy, n0, n1);
+}
+
 static void kn_gemm_avx2(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
                          int n0, int n1)
 {
-    KN_ASSERT(n0 >= 0 && n0 <= n1 && n1 <= w->rows);
-    for (int i = 0; i < m; i++)
-        KN_ASSERT(x[i].k == w->cols && (!kn_is_w4(w->dtype) || x[i].group == w->group));
-    size_t k = (size_t)w->cols, ld = (size_t)ldy;
-    switch (w->dtype) {
-    case KN_DT_W4A8_T:
-        mm_w4a8t(w, x, m, y, ld, n0, n1);
-        return;
-    case KN_DT_W4A16_T:
-        mm_tiles(w, x, m, y, ld, n0, n1, kn_tile_block_bytes(KN_DT_W4A16_T, w->cols, w->group),
-                 w4a16t_micro);
-        return;
-    case KN_DT_W4A8: /* the file layout: segments hold tiles */
-        kn_gemm_ref(w, x, m, y, ldy, n0, n1);
-        return;
-    default:
-        break;
-    }
-    size_t rb = kn_w4_row_bytes(w->cols), ng = (size_t)kn_ngroups(w->cols, w->group ? w->group : 1);
-    for (int n = n0; n < n1; n++)
-        for (int i = 0; i < m; i++) {
-            float *out = y + (size_t)i * ld + (size_t)n;
-            switch (w->dtype) {
-            case KN_DT_F32:
-                *out = dot_f32((const float *)w->codes + (size_t)n * k, x[i].x, w->cols);
-                break;
-            case KN_DT_BF16:
-                *out = dot_bf16((const uint16_t *)w->codes + (size_t)n * k, x[i].x, w->cols);
-                break;
-            case KN_DT_Q8:
-                *out = ((const float *)w->scales)[n] *
-                       dot_q8((const int8_t *)w->codes + (size_t)n * k, x[i].x, w->cols);
-                break;
-            case KN_DT_W4A16:
-                *out = dot_w4a16((const uint8_t *)w->codes + (size_t)n * rb,
-                                 (const uint16_t *)w->scales + (size_t)n * ng,
-                                 w->zeros + (size_t)n * ng, &x[i], w->cols, w->group);
-                break;
-            default:
-                KN_ASSERT(!"unhandled dtype");
-            }
-        }
+    kn_mm_check(w, x, m, n0, n1);
+    kn_ops_avx2.mm[w->dtype](w, x, m, y, (size_t)ldy, n0, n1);
 }
 
 static void kn_gemv_avx2(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
 {
-    kn_gemm_avx2(w, x, 1, y, 0, n0, n1);
+    kn_mm_check(w, x, 1, n0, n1);
+    kn_ops_avx2.mm[w->dtype](w, x, 1, y, 0, n0, n1);
+}
+
+/* ---- activation preparation ---- */
+
+static inline float hmax256(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int32_t hsum256_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* As kn_act_prepare_scalar, bit for bit but for the order of the float group sums: VCVTPS2DQ
+ * rounds to nearest even as lrintf does, the low byte of each lane is the (int8_t) cast, max
+ * |x| ignores NaNs as the scalar comparison does (MAXPS returns its second operand then), and
+ * the int8 sums are taken over the stored bytes. Then the even/odd split: floats by shuffles,
+ * bytes by one PSHUFB. */
+void kn_act_prepare_avx2(struct kn_act *a, const float *x)
+{
+    int k = a->k, kp = a->kpad, g = a->group;
+    if (g % 8) {
+        kn_act_prepare_scalar(a, x);
+        return;
+    }
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 mx = _mm256_setzero_ps();
+    for (int i = 0; i < k; i += 8)
+        mx = _mm256_max_ps(_mm256_and_ps(_mm256_maskload_ps(x + i, mask8(k - i)), abs_mask), mx);
+    float amax = hmax256(mx);
+    a->qscale = amax / 127.0f;
+    __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    /* byte 0 of each int32 lane, lanes 0-3 then 4-7 (the two halves joined by the permute) */
+    const __m256i low_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                               -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
+                                               -1, -1, -1, -1);
+    const __m256i join = _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1);
+    for (int gi = 0; gi < kp / g; gi++) {
+        __m256 s = _mm256_setzero_ps();
+        __m256i qs = _mm256_setzero_si256();
+        for (int i = gi * g; i < (gi + 1) * g; i += 8) {
+            __m256 v = _mm256_maskload_ps(x + i, mask8(k - i)); /* zeros past k */
+            __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(v, inv));
+            q = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q, low_bytes), join);
+            __m128i q8 = _mm256_castsi256_si128(q);
+            _mm256_storeu_ps(a->x + i, v);
+            _mm_storel_epi64((__m128i *)(a->q + i), q8);
+            s = _mm256_add_ps(s, v);
+            qs = _mm256_add_epi32(qs, _mm256_cvtepi8_epi32(q8));
+        }
+        a->gsum[gi] = hsum256(s);
+        a->qgsum[gi] = hsum256_epi32(qs);
+    }
+    const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    int h = kp / 2, i = 0;
+    for (; i + 8 <= h; i += 8) {
+        __m256 lo = _mm256_loadu_ps(a->x + 2 * i), hi = _mm256_loadu_ps(a->x + 2 * i + 8);
+        /* per 128-bit half: lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6; then the pairs in order */
+        __m256 e = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+        __m256 o = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
+        e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+        o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
+        _mm256_storeu_ps(a->xe + i, e);
+        _mm256_storeu_ps(a->xo + i, o);
+        __m128i b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(a->q + 2 * i)), split);
+        _mm_storel_epi64((__m128i *)(a->qe + i), b);
+        _mm_storel_epi64((__m128i *)(a->qo + i), _mm_srli_si128(b, 8));
+    }
+    for (; i < h; i++) {
+        a->xe[i] = a->x[2 * i];
+        a->xo[i] = a->x[2 * i + 1];
+        a->qe[i] = a->q[2 * i];
+        a->qo[i] = a->q[2 * i + 1];
+    }
 }
 
 static void kn_rmsnorm_avx2(float *o, const float *x, const float *w, int n, float eps)
@@ -579,6 +655,10 @@ static void kn_attention_avx2(float *out, size_t out_stride, const float *q, siz
 const struct kn_ops kn_ops_avx2 = {
     .name = "avx2",
     .isa = KN_ISA_AVX2,
+    .mm = {[KN_DT_F32] = mm_f32, [KN_DT_BF16] = mm_bf16, [KN_DT_Q8] = mm_q8,
+           [KN_DT_W4A16] = mm_w4a16, [KN_DT_W4A8] = mm_ref, [KN_DT_W4A8_T] = mm_w4a8t,
+           [KN_DT_W4A16_T] = mm_w4a16t},
+    .act_prepare = kn_act_prepare_avx2,
     .gemv = kn_gemv_avx2,
     .gemm = kn_gemm_avx2,
     .rmsnorm = kn_rmsnorm_avx2,

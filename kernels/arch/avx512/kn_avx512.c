@@ -17,6 +17,7 @@
  * its 16-lane state in thread-local storage, off the stack.
  */
 #include "kn_avx512.h"
+#include "../kn_rows.h"
 #include "../ref/kn_ref.h"
 
 #include <immintrin.h>
@@ -166,39 +167,9 @@ static inline float dot_w4a8(const uint8_t *row, const uint16_t *sc, const struc
 
 /* ---- blocks: rows [n0, n1) x m activations, y is (m, ldy) ---- */
 
-static void mm_f32(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
-                   int n0, int n1)
-{
-    size_t k = (size_t)w->cols;
-    for (int n = n0; n < n1; n++) {
-        const float *row = (const float *)w->codes + (size_t)n * k;
-        for (int i = 0; i < m; i++)
-            y[(size_t)i * ldy + (size_t)n] = dot_f32(row, x[i].x, w->cols);
-    }
-}
-
-static void mm_bf16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
-                    int n0, int n1)
-{
-    size_t k = (size_t)w->cols;
-    for (int n = n0; n < n1; n++) {
-        const uint16_t *row = (const uint16_t *)w->codes + (size_t)n * k;
-        for (int i = 0; i < m; i++)
-            y[(size_t)i * ldy + (size_t)n] = dot_bf16(row, x[i].x, w->cols);
-    }
-}
-
-static void mm_q8(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
-                  int n0, int n1)
-{
-    size_t k = (size_t)w->cols;
-    const float *sc = w->scales;
-    for (int n = n0; n < n1; n++) {
-        const int8_t *row = (const int8_t *)w->codes + (size_t)n * k;
-        for (int i = 0; i < m; i++)
-            y[(size_t)i * ldy + (size_t)n] = sc[n] * dot_q8(row, x[i].x, w->cols);
-    }
-}
+KN_MM_ROWS(mm_f32, float, dot_f32, false)
+KN_MM_ROWS(mm_bf16, uint16_t, dot_bf16, false)
+KN_MM_ROWS(mm_q8, int8_t, dot_q8, true)
 
 static void mm_w4a16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)
@@ -502,53 +473,19 @@ static void mm_w4a16t(const struct kn_mat *w, const struct kn_act *x, int m, flo
              w4a16t_micro);
 }
 
-/* Checks the activations against @w (a broken invariant aborts), then runs the block. */
-static void mm_dispatch(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
-                        int n0, int n1)
-{
-    KN_ASSERT(n0 >= 0 && n0 <= n1 && n1 <= w->rows);
-    for (int i = 0; i < m; i++) {
-        KN_ASSERT(x[i].k == w->cols);
-        if (kn_is_w4(w->dtype))
-            KN_ASSERT(x[i].group == w->group);
-    }
-    switch (w->dtype) {
-    case KN_DT_F32:
-        mm_f32(w, x, m, y, ldy, n0, n1);
-        return;
-    case KN_DT_BF16:
-        mm_bf16(w, x, m, y, ldy, n0, n1);
-        return;
-    case KN_DT_Q8:
-        mm_q8(w, x, m, y, ldy, n0, n1);
-        return;
-    case KN_DT_W4A16:
-        mm_w4a16(w, x, m, y, ldy, n0, n1);
-        return;
-    case KN_DT_W4A8:
-        mm_w4a8(w, x, m, y, ldy, n0, n1);
-        return;
-    case KN_DT_W4A8_T:
-        mm_w4a8t(w, x, m, y, ldy, n0, n1);
-        return;
-    case KN_DT_W4A16_T:
-        mm_w4a16t(w, x, m, y, ldy, n0, n1);
-        return;
-    }
-    KN_ASSERT(!"unknown weight dtype");
-}
-
 /* y[n] = W[n,:] . x for n in [n0, n1). */
 static void kn_gemv_avx512(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
 {
-    mm_dispatch(w, x, 1, y, 0, n0, n1);
+    kn_mm_check(w, x, 1, n0, n1);
+    kn_ops_avx512.mm[w->dtype](w, x, 1, y, 0, n0, n1);
 }
 
 /* y[i][n] = W[n,:] . x[i] for i < m, n in [n0, n1); y is (m, ldy). */
 static void kn_gemm_avx512(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
                            int n0, int n1)
 {
-    mm_dispatch(w, x, m, y, (size_t)ldy, n0, n1);
+    kn_mm_check(w, x, m, n0, n1);
+    kn_ops_avx512.mm[w->dtype](w, x, m, y, (size_t)ldy, n0, n1);
 }
 
 /* o = x * w / sqrt(mean(x^2) + eps), as kn_rmsnorm_ref up to summation order. */
@@ -568,7 +505,7 @@ static void kn_rmsnorm_avx512(float *o, const float *x, const float *w, int n, f
     }
 }
 
-/* ---- activation preparation (kn_act_prepare) ---- */
+/* ---- activation preparation (the table's act_prepare) ---- */
 
 /* As kn_act_prepare_scalar: VCVTPS2DQ rounds to nearest even as lrintf does, so q is the same
  * bit for bit; the group sums add in another order. Two passes: max |x|, then per group x, q
@@ -786,6 +723,10 @@ static void kn_gelu_mul_avx512(float *a, const float *b, int n)
 const struct kn_ops kn_ops_avx512 = {
     .name = "avx512",
     .isa = KN_ISA_AVX512,
+    .mm = {[KN_DT_F32] = mm_f32, [KN_DT_BF16] = mm_bf16, [KN_DT_Q8] = mm_q8,
+           [KN_DT_W4A16] = mm_w4a16, [KN_DT_W4A8] = mm_w4a8, [KN_DT_W4A8_T] = mm_w4a8t,
+           [KN_DT_W4A16_T] = mm_w4a16t},
+    .act_prepare = kn_act_prepare_avx512,
     .gemv = kn_gemv_avx512,
     .gemm = kn_gemm_avx512,
     .rmsnorm = kn_rmsnorm_avx512,

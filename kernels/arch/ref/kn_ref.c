@@ -80,37 +80,31 @@ void kn_gemv_w4a8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, 
     }
 }
 
+/* The reference's matrix products: its GEMV of the format for each of the m activations. */
+#define MM_EACH(name, gemv)                                                                        \
+    static void name(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,  \
+                     int n0, int n1)                                                               \
+    {                                                                                              \
+        for (int i = 0; i < m; i++)                                                                \
+            gemv(w, &x[i], y + (size_t)i * ldy, n0, n1);                                           \
+    }
+MM_EACH(mm_f32, kn_gemv_f32_ref)
+MM_EACH(mm_bf16, kn_gemv_bf16_ref)
+MM_EACH(mm_q8, kn_gemv_q8_ref)
+MM_EACH(mm_w4a16, kn_gemv_w4a16_ref)
+MM_EACH(mm_w4a8, kn_gemv_w4a8_ref)
+
 void kn_gemv_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
 {
-    KN_ASSERT(x->k == w->cols);
-    switch (w->dtype) {
-    case KN_DT_F32:
-        kn_gemv_f32_ref(w, x, y, n0, n1);
-        return;
-    case KN_DT_BF16:
-        kn_gemv_bf16_ref(w, x, y, n0, n1);
-        return;
-    case KN_DT_Q8:
-        kn_gemv_q8_ref(w, x, y, n0, n1);
-        return;
-    case KN_DT_W4A16:
-    case KN_DT_W4A16_T:
-        KN_ASSERT(x->group == w->group);
-        kn_gemv_w4a16_ref(w, x, y, n0, n1);
-        return;
-    case KN_DT_W4A8:
-    case KN_DT_W4A8_T:
-        KN_ASSERT(x->group == w->group);
-        kn_gemv_w4a8_ref(w, x, y, n0, n1);
-        return;
-    }
+    kn_mm_check(w, x, 1, n0, n1);
+    kn_ops_ref.mm[w->dtype](w, x, 1, y, 0, n0, n1);
 }
 
 void kn_gemm_ref(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy, int n0,
                  int n1)
 {
-    for (int i = 0; i < m; i++)
-        kn_gemv_ref(w, &x[i], y + (size_t)i * (size_t)ldy, n0, n1);
+    kn_mm_check(w, x, m, n0, n1);
+    kn_ops_ref.mm[w->dtype](w, x, m, y, (size_t)ldy, n0, n1);
 }
 
 void kn_rmsnorm_ref(float *o, const float *x, const float *w, int n, float eps)
@@ -199,6 +193,11 @@ void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_st
 const struct kn_ops kn_ops_ref = {
     .name = "ref",
     .isa = KN_ISA_REF,
+    /* the int4 references read elements through kn_w4_code(): one for both layouts */
+    .mm = {[KN_DT_F32] = mm_f32, [KN_DT_BF16] = mm_bf16, [KN_DT_Q8] = mm_q8,
+           [KN_DT_W4A16] = mm_w4a16, [KN_DT_W4A8] = mm_w4a8, [KN_DT_W4A8_T] = mm_w4a8,
+           [KN_DT_W4A16_T] = mm_w4a16},
+    .act_prepare = kn_act_prepare_scalar,
     .gemv = kn_gemv_ref,
     .gemm = kn_gemm_ref,
     .rmsnorm = kn_rmsnorm_ref,
