@@ -44,23 +44,31 @@ int seg_rundir_path(char *out, size_t len)
     if (rundir_is_set)
         snprintf(out, len, "%s", rundir_set);
     else
-        snprintf(out, len, "/dev/shm/shardlm-%u", (unsigned)getuid());
+        seg_rundir_default(out, len);
+    return 0;
+}
+
+void seg_rundir_default(char *out, size_t len)
+{
+    snprintf(out, len, "/dev/shm/shardlm-%u", (unsigned)getuid());
+}
+
+int seg_rundir_make(const char *path)
+{
+    if (mkdir(path, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return -errno;
+    if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077))
+        return -EPERM;
     return 0;
 }
 
 int seg_rundir(char *out, size_t len)
 {
     int rc = seg_rundir_path(out, len);
-    if (rc)
-        return rc;
-    if (mkdir(out, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    struct stat st;
-    if (stat(out, &st) < 0)
-        return -errno;
-    if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077))
-        return -EPERM;
-    return 0;
+    return rc ? rc : seg_rundir_make(out);
 }
 
 void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *what)

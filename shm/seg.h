@@ -49,6 +49,11 @@ int seg_set_rundir(const char *path);
 /* Creates (0700) or checks the runtime directory and writes its path to @out.
  * Returns 0 or -errno (-EPERM if it exists but is not ours or not private). */
 int seg_rundir(char *out, size_t len);
+/* The default runtime directory, /dev/shm/shardlm-<uid>, into @out. */
+void seg_rundir_default(char *out, size_t len);
+/* Creates @path (0700) or checks it: a directory owned by this user, closed to others. Returns 0
+ * or -errno (-EPERM if it exists but is not ours or not private). */
+int seg_rundir_make(const char *path);
 /* The runtime directory's path alone (nothing created). Returns 0, or -EINVAL when it was set to
  * "" (an empty SHARDLM_RUNTIME_DIR). */
 int seg_rundir_path(char *out, size_t len);

@@ -32,23 +32,18 @@ static void print_config(const struct shlm_config *c)
 
 static int inspect_shlm(const char *path, struct shardlm_err *e)
 {
-    struct stat st;
-    int fd = coord_open_regular(path, &st, e);
-    if (fd < 0)
-        return fd;
-    if (st.st_size == 0) {
-        close(fd);
+    void *map;
+    size_t size;
+    int rc = coord_map_file(path, &map, &size, e);
+    if (rc)
+        return rc;
+    if (!map)
         return shardlm_fail(e, -EINVAL, "%s: an empty file", path);
-    }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return shardlm_fail(e, -errno, "%s: mmap: %s", path, strerror(errno));
     struct shlm_model m;
     struct shardlm_err err;
-    int rc = shlm_parse(&m, map, (size_t)st.st_size, path, &err);
+    rc = shlm_parse(&m, map, size, path, &err);
     if (rc) {
-        munmap(map, (size_t)st.st_size);
+        munmap(map, size);
         return shardlm_fail(e, rc, "%s", err.msg);
     }
     const struct shlm_header *h = m.hdr;
@@ -76,7 +71,7 @@ static int inspect_shlm(const char *path, struct shardlm_err *e)
     printf("tensor bytes: %llu for %llu weights, %.3f bits per weight\n",
            (unsigned long long)total, (unsigned long long)weights,
            weights ? (double)total * 8.0 / (double)weights : 0.0);
-    munmap(map, (size_t)st.st_size);
+    munmap(map, size);
     return 0;
 }
 

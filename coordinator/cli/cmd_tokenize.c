@@ -35,21 +35,15 @@ static const char usage[] =
 static int run(const char *path, long vocab_size, bool decode, unsigned flags, int n_args,
                char **args, struct shardlm_err *e)
 {
-    struct stat st;
-    int fd = coord_open_regular(path, &st, e);
-    if (fd < 0)
-        return fd;
-    if (st.st_size == 0) {
-        close(fd);
+    void *map;
+    size_t size;
+    int rc = coord_map_file(path, &map, &size, e);
+    if (rc)
+        return rc;
+    if (!map)
         return shardlm_fail(e, -EINVAL, "%s: an empty file", path);
-    }
-    size_t size = (size_t)st.st_size;
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return shardlm_fail(e, -errno, "%s: mmap: %s", path, strerror(errno));
     struct coord_tok t;
-    int rc = coord_tok_from_image(&t, map, size, vocab_size, path, e);
+    rc = coord_tok_from_image(&t, map, size, vocab_size, path, e);
     if (rc)
         goto out_unmap;
     if (decode) {
@@ -77,8 +71,8 @@ static int run(const char *path, long vocab_size, bool decode, unsigned flags, i
         int n = coord_tok_encode_ex(&t, args[0], len, flags, ids, max);
         if (n < 0) {
             rc = shardlm_fail(e, n, "cannot tokenize the text: %s",
-                            n == -EILSEQ ? "a character this vocabulary cannot spell"
-                                         : strerror(-n));
+                              n == -EILSEQ ? "a character this vocabulary cannot spell"
+                                           : strerror(-n));
             free(ids);
             goto out_tok;
         }

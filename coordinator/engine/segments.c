@@ -19,21 +19,14 @@ int coord_rundir_path(struct coord_engine *g, const struct coord_engine_opts *o,
     if (o->rundir)
         snprintf(g->rundir, sizeof(g->rundir), "%s", o->rundir);
     else
-        snprintf(g->rundir, sizeof(g->rundir), "/dev/shm/shardlm-%u", (unsigned)getuid());
+        seg_rundir_default(g->rundir, sizeof(g->rundir));
     return 0;
 }
 
-/* FIXME: seg_rundir() does the same for the directory SHARDLM_RUNTIME_DIR names; once shm/ takes
- * the path from its caller, this is that call. */
 int coord_rundir_open(struct coord_engine *g, struct shardlm_err *e)
 {
-    struct stat st;
     g->made_rundir = access(g->rundir, F_OK) < 0;
-    int rc = mkdir(g->rundir, 0700) < 0 && errno != EEXIST ? -errno : 0;
-    if (!rc && stat(g->rundir, &st) < 0)
-        rc = -errno;
-    if (!rc && (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077)))
-        rc = -EPERM;
+    int rc = seg_rundir_make(g->rundir);
     if (rc)
         return shardlm_fail(e, rc, "runtime directory %s: %s", g->rundir,
                             rc == -EPERM ? "not a private directory owned by this user"
