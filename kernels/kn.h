@@ -1,4 +1,4 @@
-/* kernels: pure compute over packed weights, one function table per ISA.
+/* kernels/kn.h: pure compute over packed weights, one function table per ISA.
  *
  * Weight formats (the canonical .shlm layout, see shm/shlm.h):
  *   KN_DT_F32    rows x cols float, row-major.

@@ -1,4 +1,4 @@
-/* kernels: quantizers from f32 rows into the canonical layouts described in kn.h.
+/* kernels/kn_quant.c: quantizers from f32 rows into the canonical layouts described in kn.h.
  *
  * Both int4 schemes pick each group's parameters by a search that minimises the group's squared
  * reconstruction error, evaluated with the scale rounded to fp16 exactly as it is stored:

@@ -1,4 +1,5 @@
-/* kernels: repacking of canonical matrices into the slices a tensor-parallel rank holds. */
+/* kernels/kn_repack.c: repacking of canonical matrices into the slices a tensor-parallel rank
+ * holds. */
 #include "kn.h"
 
 #include <string.h>

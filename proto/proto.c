@@ -1,4 +1,4 @@
-/* proto/: Envelope framing over ZeroMQ. */
+/* proto/proto.c: Envelope framing over ZeroMQ. */
 #include "proto.h"
 
 #include <errno.h>

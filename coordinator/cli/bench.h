@@ -1,4 +1,5 @@
-/* coordinator/: `shardlm bench`: micro-benchmarks of the pieces of a step, run without a model. */
+/* coordinator/cli/bench.h: `shardlm bench`: micro-benchmarks of the pieces of a step, run
+ * without a model. */
 #ifndef SHARDLM_COORD_BENCH_H
 #define SHARDLM_COORD_BENCH_H
 

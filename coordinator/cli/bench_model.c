@@ -160,7 +160,7 @@ static int bench_threads(const struct model_opts *o, int threads, struct shardlm
     if ((uint32_t)o->pp > ctx || (uint32_t)o->tg + 1 > ctx) {
         coord_engine_stop(g);
         return shardlm_fail(e, -E2BIG, "-p %d / -n %d: the model's context is %u", o->pp, o->tg,
-                          ctx);
+                            ctx);
     }
     int n_tok = (o->pp > o->tg ? o->pp : o->tg) + 1; /* prompt, and the decode test's inputs */
     int32_t *tok = malloc((size_t)n_tok * sizeof(int32_t));

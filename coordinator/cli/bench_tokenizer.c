@@ -1,5 +1,6 @@
-/* coordinator/: `shardlm bench tokenizer` - the encoding speed of a tokenizer on English text
- * made here, the same bytes every time, so that every vocabulary is timed on one input. */
+/* coordinator/cli/bench_tokenizer.c: `shardlm bench tokenizer` - the encoding speed of a tokenizer
+ * on English text made here, the same bytes every time, so that every vocabulary is timed on one
+ * input. */
 #include "bench.h"
 
 #include "tokenizer.h"

@@ -1,6 +1,6 @@
-/* coordinator/: `shardlm bench`: which benchmark a command line names, and `shardlm bench
- * allreduce`: the latency of the shared-memory all-reduce of a tensor-parallel group, without a
- * model. Each case forks one process per rank, as the workers are, over a shared anonymous
+/* coordinator/cli/cmd_bench.c: `shardlm bench`: which benchmark a command line names, and `shardlm
+ * bench allreduce`: the latency of the shared-memory all-reduce of a tensor-parallel group, without
+ * a model. Each case forks one process per rank, as the workers are, over a shared anonymous
  * mapping that holds the all-reduce area and the results. */
 #include "bench.h"
 #include "allreduce.h"
@@ -138,7 +138,7 @@ static int bench_case(const struct bench_opts *o, int n_ranks, size_t n, double 
                      -1, 0);
     if (map == MAP_FAILED)
         return shardlm_fail(e, -errno, "ranks=%d floats=%zu: mmap of %zu bytes: %s", n_ranks, n,
-                          head + ar_bytes, strerror(errno));
+                            head + ar_bytes, strerror(errno));
     struct bench_res *res = map;
     void *area = (char *)map + head;
     seg_ar_init(area, n_ranks, n);
@@ -151,7 +151,7 @@ static int bench_case(const struct bench_opts *o, int n_ranks, size_t n, double 
         pid_t pid = fork();
         if (pid < 0) {
             rc = shardlm_fail(e, -errno, "ranks=%d floats=%zu: fork: %s", n_ranks, n,
-                            strerror(errno));
+                              strerror(errno));
             seg_ar_abort(area); /* the ranks already started give up at once */
             break;
         }
@@ -188,7 +188,7 @@ static int bench_case(const struct bench_opts *o, int n_ranks, size_t n, double 
         goto out_unmap;
     if (died >= 0) {
         rc = shardlm_fail(e, -ECHILD, "ranks=%d floats=%zu: rank %d killed by signal %d", n_ranks,
-                        n, died, sig);
+                          n, died, sig);
         goto out_unmap;
     }
     for (int i = 0; i < n_ranks; i++)
@@ -201,7 +201,7 @@ static int bench_case(const struct bench_opts *o, int n_ranks, size_t n, double 
                     break;
                 }
             rc = shardlm_fail(e, res->rc[j], "ranks=%d floats=%zu: rank %d: %s", n_ranks, n, j,
-                            res->rc[j] == -EIO ? "wrong sum" : strerror(-res->rc[j]));
+                              res->rc[j] == -EIO ? "wrong sum" : strerror(-res->rc[j]));
             goto out_unmap;
         }
     memcpy(rep_ns, res->rep_ns, (size_t)o->reps * sizeof(double));

@@ -1,4 +1,4 @@
-/* coordinator/: `shardlm shm list|purge` - the segments in the runtime directory. */
+/* coordinator/cli/cmd_shm.c: `shardlm shm list|purge` - the segments in the runtime directory. */
 #include "cli.h"
 
 #include "seg.h"

@@ -107,8 +107,10 @@ static int save_check(const struct coord_eval_opts *o, char **files, int n_files
     if (stat(o->save_dir, &ss) < 0 || !S_ISDIR(ss.st_mode))
         return shardlm_fail(e, -ENOTDIR, "--save %s: not a folder", o->save_dir);
     if (stat(o->ref_dir, &rs) == 0 && rs.st_dev == ss.st_dev && rs.st_ino == ss.st_ino)
-        return shardlm_fail(e, -EEXIST, "--save %s is the reference folder %s: its logits would "
-                          "be replaced by the model's own", o->save_dir, o->ref_dir);
+        return shardlm_fail(e, -EEXIST,
+                            "--save %s is the reference folder %s: its logits would "
+                            "be replaced by the model's own",
+                            o->save_dir, o->ref_dir);
     for (int i = 0; i < n_files; i++) {
         char path[4096];
         struct stat st;
@@ -118,7 +120,7 @@ static int save_check(const struct coord_eval_opts *o, char **files, int n_files
             return rc;
         if (!o->overwrite && lstat(path, &st) == 0)
             return shardlm_fail(e, -EEXIST, "--save %s: %s exists (--overwrite replaces it)",
-                              o->save_dir, files[i]);
+                                o->save_dir, files[i]);
     }
     return 0;
 }
@@ -137,7 +139,7 @@ static int write_whole(const char *path, const void *buf, size_t len, struct sha
             continue;
         if (w <= 0) {
             int rc = shardlm_fail(e, w < 0 ? -errno : -EIO, "%s: write failed: %s", path,
-                                strerror(w < 0 ? errno : EIO));
+                                  strerror(w < 0 ? errno : EIO));
             close(fd);
             unlink(tmp);
             return rc;
@@ -166,7 +168,7 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
         free(orig);
     if (nf != 5)
         return shardlm_fail(e, -EINVAL, "%s/greedy.tsv line %d: expected 5 tab-separated fields",
-                          o->ref_dir, no);
+                            o->ref_dir, no);
     int32_t *ids = malloc((size_t)(ctx + 1) * sizeof(int32_t));
     float *save = NULL; /* this model's logits, rows x vocab */
     if (!ids) {
@@ -179,9 +181,10 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
     if (n <= 0) {
         free(ids);
         free(orig);
-        return shardlm_fail(e, -EINVAL, "%s/greedy.tsv line %d: token ids missing, outside the "
-                          "vocabulary of %d or beyond the context of %d", o->ref_dir, no, vocab,
-                          ctx);
+        return shardlm_fail(e, -EINVAL,
+                            "%s/greedy.tsv line %d: token ids missing, outside the "
+                            "vocabulary of %d or beyond the context of %d",
+                            o->ref_dir, no, vocab, ctx);
     }
     char path[4096];
     snprintf(path, sizeof(path), "%s/%s", o->ref_dir, f[4]);
@@ -197,9 +200,11 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
     size_t row_bytes = (size_t)vocab * sizeof(float);
     int rows = (int)(len / row_bytes);
     if (len % row_bytes || rows < n - 1 || rows > n) {
-        rc = shardlm_fail(e, -EINVAL, "%s: %zu bytes; expected %d or %d rows of %d float32 logits, "
-                        "one per position fed (the %d token ids of greedy.tsv line %d, or all "
-                        "but the last)", path, len, n, n - 1, vocab, n, no);
+        rc = shardlm_fail(e, -EINVAL,
+                          "%s: %zu bytes; expected %d or %d rows of %d float32 logits, "
+                          "one per position fed (the %d token ids of greedy.tsv line %d, or all "
+                          "but the last)",
+                          path, len, n, n - 1, vocab, n, no);
         goto out;
     }
     const float *ref = (const float *)buf;
@@ -214,8 +219,9 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
             constant &= x[i] == x[0];
         }
         if (constant && vocab > 1) {
-            rc = shardlm_fail(e, -EINVAL, "%s: row %d holds one value, %g, in every logit (padding?)",
-                            path, row, x[0]);
+            rc = shardlm_fail(e, -EINVAL,
+                              "%s: row %d holds one value, %g, in every logit (padding?)", path,
+                              row, x[0]);
             goto out;
         }
     }
@@ -331,8 +337,10 @@ int coord_eval(const struct coord_eval_opts *o, struct shardlm_err *e)
             char *f[5], *copy = names + (lines[i] - text);
             if (lines[i][0] && lines[i][0] != '#' && split_tabs(copy, f, 5) == 5) {
                 if (strchr(f[4], '/') || strcmp(f[4], "greedy.tsv") == 0) {
-                    rc = shardlm_fail(e, -EINVAL, "%s line %d: logits file name '%s' is not a plain "
-                                    "file name", path, i + 1, f[4]);
+                    rc = shardlm_fail(e, -EINVAL,
+                                      "%s line %d: logits file name '%s' is not a plain "
+                                      "file name",
+                                      path, i + 1, f[4]);
                     goto out_free;
                 }
                 files[n_files++] = f[4];

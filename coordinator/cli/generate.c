@@ -60,15 +60,17 @@ static int load_tok(struct coord_engine *g, void *arg, struct shardlm_err *e)
     int np = t->np = coord_tok_encode(&t->tok, o->prompt, true, false, t->ids, max);
     if (np < 0)
         return shardlm_fail(e, np, "cannot tokenize the prompt: %s",
-                          np == -EILSEQ ? "a character this vocabulary cannot spell"
-                                        : strerror(-np));
+                            np == -EILSEQ ? "a character this vocabulary cannot spell"
+                                          : strerror(-np));
     if (np > ctx)
-        return shardlm_fail(e, -E2BIG, "the prompt is %d tokens, longer than the context of %d",
-                          np, ctx);
+        return shardlm_fail(e, -E2BIG, "the prompt is %d tokens, longer than the context of %d", np,
+                            ctx);
     /* the last new token is sampled, never fed: np + n - 1 positions */
     if (o->n > 0 && np + o->n - 1 > ctx)
-        return shardlm_fail(e, -E2BIG, "the prompt (%d tokens) plus -n %d exceeds the context of "
-                          "%d; use -n %d or less", np, o->n, ctx, ctx - np + 1);
+        return shardlm_fail(e, -E2BIG,
+                            "the prompt (%d tokens) plus -n %d exceeds the context of "
+                            "%d; use -n %d or less",
+                            np, o->n, ctx, ctx - np + 1);
     return 0;
 }
 

@@ -28,8 +28,10 @@ int coord_source_open(struct coord_source *s, const char *path, const char *toke
         rc = coord_source_gguf(s, path, tokenizer, e);
         break;
     case COORD_FORMAT_SHLM:
-        rc = shardlm_fail(e, -EINVAL, "%s: a .shlm file, converted already (convert reads GGUF, "
-                          "a Hugging Face folder or a llama2.c checkpoint)", path);
+        rc = shardlm_fail(e, -EINVAL,
+                          "%s: a .shlm file, converted already (convert reads GGUF, "
+                          "a Hugging Face folder or a llama2.c checkpoint)",
+                          path);
         break;
     default: /* no magic: a llama2.c checkpoint, whose reader refuses what is no model at all */
         rc = coord_source_llama2c(s, path, tokenizer, e);
@@ -76,7 +78,7 @@ int coord_source_llama2c(struct coord_source *s, const char *path, const char *t
     if (!rc && !tokenizer) {
         coord_llama2c_close(ck);
         rc = shardlm_fail(e, -EINVAL, "%s: a llama2.c checkpoint needs --tokenizer TOKENIZER.bin",
-                        path);
+                          path);
     }
     if (rc) {
         free(ck);

@@ -66,10 +66,9 @@ static int gguf_src_read(struct coord_source *s, const char *name, int rows, int
     /* GGUF dims[0] is the row length (our cols); 1-D tensors are one row */
     uint64_t trows = gguf_tensor_rows(t);
     if (t->dims[0] != (uint64_t)cols || trows != (uint64_t)rows)
-        return shardlm_fail(e, -EINVAL,
-                            "%s: tensor %s is %llux%llu (rows x cols), the config needs %dx%d",
-                            s->path, gname, (unsigned long long)trows,
-                            (unsigned long long)t->dims[0], rows, cols);
+        return shardlm_fail(
+            e, -EINVAL, "%s: tensor %s is %llux%llu (rows x cols), the config needs %dx%d", s->path,
+            gname, (unsigned long long)trows, (unsigned long long)t->dims[0], rows, cols);
     return gguf_read_rows(&g->f, t, 0, trows, out, e);
 }
 
@@ -88,7 +87,7 @@ static int need_u32(struct gguf_source *g, const char *path, const char *key, ui
     int rc = gguf_get_u32(&g->f, k, out);
     if (rc)
         return shardlm_fail(e, -EINVAL, "%s: metadata %s is %s", path, k,
-                          rc == -ENOENT ? "missing" : "not an unsigned 32-bit integer");
+                            rc == -ENOENT ? "missing" : "not an unsigned 32-bit integer");
     return 0;
 }
 
@@ -137,8 +136,10 @@ static int read_features(struct gguf_source *g, struct shlm_config *c, const cha
     bool llama = !strcmp(g->arch, "llama"), gemma = !strcmp(g->arch, "gemma");
     bool spark = !strcmp(g->arch, "spark");
     if (gguf_tensor(&g->f, "rope_freqs.weight"))
-        return shardlm_fail(e, -EINVAL, "%s: tensor rope_freqs.weight (per-frequency RoPE "
-                          "factors, Llama 3.1 style) is not supported yet", path);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor rope_freqs.weight (per-frequency RoPE "
+                            "factors, Llama 3.1 style) is not supported yet",
+                            path);
     /* llama.cpp permutes llama's Q/K for interleaved pairs; qwen2 and gemma use NeoX halves */
     c->rope_neox = !llama;
     c->act = gemma || spark ? SHLM_ACT_GELU_TANH : SHLM_ACT_SILU;
@@ -162,14 +163,18 @@ static int read_tokenizer(struct coord_source *s, struct gguf_source *g, const c
 {
     struct coord_tok tok;
     if (tokenizer)
-        return shardlm_fail(e, -EINVAL, "%s: --tokenizer is for llama2.c checkpoints; this GGUF "
-                          "carries its own", path);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: --tokenizer is for llama2.c checkpoints; this GGUF "
+                            "carries its own",
+                            path);
     int rc = coord_tok_from_gguf(&tok, &g->f, path, e);
     if (rc)
         return rc;
     if (tok.vocab_size != (int)s->cfg.vocab_size) {
-        rc = shardlm_fail(e, -EINVAL, "%s: the tokenizer has %d tokens, token_embd.weight %u "
-                          "rows", path, tok.vocab_size, s->cfg.vocab_size);
+        rc = shardlm_fail(e, -EINVAL,
+                          "%s: the tokenizer has %d tokens, token_embd.weight %u "
+                          "rows",
+                          path, tok.vocab_size, s->cfg.vocab_size);
         goto out_free_tok;
     }
     s->bos_id = tok.bos_id >= 0 ? (uint32_t)tok.bos_id : 0;

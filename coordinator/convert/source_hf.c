@@ -103,8 +103,10 @@ static const struct st_tensor *find_checked(const struct hf_source *h, const cha
     }
     const char *path = h->set.paths[*file];
     if (!st_dtype_readable(t->dtype)) {
-        *rc = shardlm_fail(e, -EINVAL, "%s: tensor %s: dtype %s is not supported (expected F32, "
-                         "F16 or BF16)", path, hf, st_dtype_name(t->dtype));
+        *rc = shardlm_fail(e, -EINVAL,
+                           "%s: tensor %s: dtype %s is not supported (expected F32, "
+                           "F16 or BF16)",
+                           path, hf, st_dtype_name(t->dtype));
         return NULL;
     }
     uint64_t tr = st_tensor_rows(t), tc = t->shape[t->n_dims - 1];
@@ -114,8 +116,10 @@ static const struct st_tensor *find_checked(const struct hf_source *h, const cha
         for (int i = 0; i < t->n_dims && n < (int)sizeof(shape); i++)
             n += snprintf(shape + n, sizeof(shape) - (size_t)n, "%s%llu", i ? ", " : "",
                           (unsigned long long)t->shape[i]);
-        *rc = shardlm_fail(e, -EINVAL, "%s: tensor %s: shape is [%s], the config needs %d x %d "
-                         "(rows x cols)", path, hf, shape, rows, cols);
+        *rc = shardlm_fail(e, -EINVAL,
+                           "%s: tensor %s: shape is [%s], the config needs %d x %d "
+                           "(rows x cols)",
+                           path, hf, shape, rows, cols);
         return NULL;
     }
     *rc = 0;
@@ -166,15 +170,15 @@ static int check_tensors(struct hf_source *h, const struct shlm_config *c, const
         int file;
         if (hf_name(h, specs[i].name, hf, sizeof(hf), &norm)) {
             rc = shardlm_fail(e, -EINVAL, "%s: tensor %s has no Hugging Face counterpart", dir,
-                            specs[i].name);
+                              specs[i].name);
             break;
         }
-        if (!find_checked(h, hf, specs[i].rows, specs[i].cols, &file, &rc, e) &&
-            rc == -ENOENT)
-            rc = shardlm_fail(e, -EINVAL, "%s: tensor %s is missing from the safetensors%s", dir,
-                            hf, strcmp(specs[i].name, "output") == 0
-                                    ? " (config.json field tie_word_embeddings is false)"
-                                    : "");
+        if (!find_checked(h, hf, specs[i].rows, specs[i].cols, &file, &rc, e) && rc == -ENOENT)
+            rc =
+                shardlm_fail(e, -EINVAL, "%s: tensor %s is missing from the safetensors%s", dir, hf,
+                             strcmp(specs[i].name, "output") == 0
+                                 ? " (config.json field tie_word_embeddings is false)"
+                                 : "");
     }
     free(specs);
     return rc;
@@ -198,7 +202,7 @@ static int apply_tokenizer_config(struct coord_tok *t, const char *dir, struct s
     free(buf);
     if (!root)
         return shardlm_fail(e, -EINVAL, "%s: line %d column %d: %s", path, jerr.line, jerr.column,
-                          jerr.text);
+                            jerr.text);
     static const struct { const char *key; unsigned flag; } keys[] = {
         {"add_bos_token", COORD_TOKF_ADD_BOS}, {"add_eos_token", COORD_TOKF_ADD_EOS}};
     for (size_t i = 0; i < 2 && !rc; i++) {
@@ -226,8 +230,10 @@ static int load_tokenizer(struct coord_source *s, const struct coord_hf_config *
     snprintf(own, sizeof(own), "%s/tokenizer.json", dir);
     bool has_own = access(own, F_OK) == 0;
     if (has_own && tokenizer)
-        return shardlm_fail(e, -EINVAL, "%s: --tokenizer is for sources without one; this "
-                          "directory has tokenizer.json", dir);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: --tokenizer is for sources without one; this "
+                            "directory has tokenizer.json",
+                            dir);
     if (!has_own && !tokenizer)
         return shardlm_fail(e, -ENOENT, "%s: no tokenizer.json (give one with --tokenizer)", dir);
     const char *path = has_own ? own : tokenizer;
@@ -242,8 +248,10 @@ static int load_tokenizer(struct coord_source *s, const struct coord_hf_config *
     if (rc)
         return rc;
     if (t.vocab_size > (int)hc->cfg.vocab_size) {
-        rc = shardlm_fail(e, -EINVAL, "%s: the tokenizer has %d tokens, more than config.json "
-                        "vocab_size %u", path, t.vocab_size, hc->cfg.vocab_size);
+        rc = shardlm_fail(e, -EINVAL,
+                          "%s: the tokenizer has %d tokens, more than config.json "
+                          "vocab_size %u",
+                          path, t.vocab_size, hc->cfg.vocab_size);
         goto out_free;
     }
     if (has_own && (rc = apply_tokenizer_config(&t, dir, e)))

@@ -20,13 +20,13 @@ static int write_key(const char *dir, const char *name, struct shardlm_err *e)
     char path[4200], pub[41], sec[41], text[128];
     if (zmq_curve_keypair(pub, sec) < 0)
         return shardlm_fail(e, -zmq_errno(), "CURVE key pair: %s (libzmq without CURVE?)",
-                          zmq_strerror(zmq_errno()));
+                            zmq_strerror(zmq_errno()));
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return shardlm_fail(e, -errno, "%s: %s%s", path, strerror(errno),
-                          errno == EEXIST ? " (keys are never overwritten: remove them first)"
-                                          : "");
+                            errno == EEXIST ? " (keys are never overwritten: remove them first)"
+                                            : "");
     int n = snprintf(text, sizeof(text), "public %s\nsecret %s\n", pub, sec);
     if (write(fd, text, (size_t)n) != n) {
         int err = errno;
@@ -45,9 +45,9 @@ int coord_keygen(const char *dir, struct shardlm_err *e)
         return shardlm_fail(e, -errno, "%s: %s", dir, strerror(errno));
     if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || (st.st_mode & 077))
         return shardlm_fail(e, -EPERM,
-                          "%s: not a private directory (mode 0700): the secret keys "
-                          "would be readable by others",
-                          dir);
+                            "%s: not a private directory (mode 0700): the secret keys "
+                            "would be readable by others",
+                            dir);
     int rc = write_key(dir, COORD_KEY_SERVER, e);
     if (!rc && (rc = write_key(dir, COORD_KEY_WORKER, e))) {
         char path[4200];
@@ -161,7 +161,7 @@ static int read_key(const char *dir, const char *path, char *pub, char *sec, str
     int rc = proto_key_read(path, pub, sec);
     if (rc)
         return shardlm_fail(e, rc, "--keys %s: %s: %s", dir, path,
-                          rc == -EINVAL ? "not a key file of `shardlm keygen`" : strerror(-rc));
+                            rc == -EINVAL ? "not a key file of `shardlm keygen`" : strerror(-rc));
     return 0;
 }
 

@@ -35,7 +35,7 @@ int coord_peer_classify(int n_ranks, const char *id, size_t idlen, const proto_e
         return 0;
     if (env->msg_case == SHARDLM__ENVELOPE__MSG_ERROR)
         return shardlm_fail(e, env->error->code < 0 ? env->error->code : -EPROTO,
-                          "worker rank %d: %s", r, env->error->message);
+                            "worker rank %d: %s", r, env->error->message);
     return shardlm_fail(e, -EPROTO, "worker rank %d sent %s out of turn", r, proto_case_name(env));
 }
 
@@ -43,7 +43,7 @@ int coord_peer_hello(const Shardlm__Hello *h, int rank, bool seen, struct shardl
 {
     if (h->protocol != PROTO_VERSION || h->rank != (uint32_t)rank || seen)
         return shardlm_fail(e, -EPROTO, "worker rank %d: protocol %u as rank %u, expected %d once",
-                          rank, h->protocol, h->rank, PROTO_VERSION);
+                            rank, h->protocol, h->rank, PROTO_VERSION);
     return 0;
 }
 
@@ -51,7 +51,7 @@ int coord_peer_ready(const Shardlm__Ready *r, int rank, bool seen, struct shardl
 {
     if (r->rank != (uint32_t)rank || seen)
         return shardlm_fail(e, -EPROTO, "worker rank %d: Ready as rank %u, expected once", rank,
-                          r->rank);
+                            r->rank);
     return 0;
 }
 
@@ -59,8 +59,8 @@ int coord_peer_step_done(const Shardlm__StepDone *d, int rank, uint64_t step_id,
                          struct shardlm_err *e)
 {
     if (d->step_id != step_id || seen)
-        return shardlm_fail(e, -EPROTO, "worker rank %d finished step %llu, expected %llu once", rank,
-                          (unsigned long long)d->step_id, (unsigned long long)step_id);
+        return shardlm_fail(e, -EPROTO, "worker rank %d finished step %llu, expected %llu once",
+                            rank, (unsigned long long)d->step_id, (unsigned long long)step_id);
     return 0;
 }
 

@@ -214,7 +214,7 @@ static int parse_array_strings(struct cur *c, struct gguf_kv *kv, uint64_t n)
     kv->v.arr.strs = malloc(n * sizeof(struct gguf_str));
     if (!kv->v.arr.strs)
         return shardlm_fail(c->e, -ENOMEM, "%s: kv %s: out of memory for %llu strings", c->what,
-                          show(kv->key, kn), (unsigned long long)n);
+                            show(kv->key, kn), (unsigned long long)n);
     for (uint64_t i = 0; i < n; i++) {
         uint64_t len;
         int r = rd_str(c, &kv->v.arr.strs[i], &len);
@@ -302,7 +302,7 @@ static int parse_kvs(struct cur *c, struct gguf_file *g)
     g->kv_by_key = malloc(g->n_kv * sizeof(*g->kv_by_key));
     if (!g->kv_by_key)
         return shardlm_fail(c->e, -ENOMEM, "%s: out of memory for %llu keys", c->what,
-                          (unsigned long long)g->n_kv);
+                            (unsigned long long)g->n_kv);
     for (uint64_t i = 0; i < g->n_kv; i++)
         g->kv_by_key[i] = &g->kv[i];
     qsort(g->kv_by_key, g->n_kv, sizeof(*g->kv_by_key), kv_ptr_cmp);
@@ -375,7 +375,7 @@ static int index_tensor_names(struct cur *c, struct gguf_file *g)
     g->tensor_by_name = malloc(g->n_tensors * sizeof(*g->tensor_by_name));
     if (!g->tensor_by_name)
         return shardlm_fail(c->e, -ENOMEM, "%s: out of memory for %llu tensors", c->what,
-                          (unsigned long long)g->n_tensors);
+                            (unsigned long long)g->n_tensors);
     for (uint64_t i = 0; i < g->n_tensors; i++)
         g->tensor_by_name[i] = &g->tensors[i];
     qsort(g->tensor_by_name, g->n_tensors, sizeof(*g->tensor_by_name), tensor_ptr_cmp);
@@ -427,7 +427,7 @@ static int check_overlaps(struct cur *c, const struct gguf_file *g, uint64_t n_k
     const struct gguf_tensor **by_off = malloc(n_known * sizeof(*by_off));
     if (!by_off)
         return shardlm_fail(c->e, -ENOMEM, "%s: out of memory for %llu tensors", c->what,
-                          (unsigned long long)n_known);
+                            (unsigned long long)n_known);
     uint64_t k = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++)
         if (g->tensors[i].bytes)
@@ -520,7 +520,7 @@ int gguf_parse(struct gguf_file *g, const uint8_t *buf, size_t size, const char 
     g->what = strdup(what);
     if (!g->kv || !g->tensors || !g->what) {
         rc = shardlm_fail(e, -ENOMEM, "%s: out of memory for %llu key/values and %llu tensors",
-                        what, (unsigned long long)n_kv, (unsigned long long)n_tensors);
+                          what, (unsigned long long)n_kv, (unsigned long long)n_tensors);
         goto out_free;
     }
     rc = parse_kvs(&c, g);
@@ -730,12 +730,14 @@ int gguf_read_rows(const struct gguf_file *g, const struct gguf_tensor *t, uint6
     uint64_t rows = gguf_tensor_rows(t), cols = t->dims[0];
     enum coord_rows_type rt;
     if (!ggml_rows_type(t->type, &rt) || !t->bytes)
-        return shardlm_fail(e, -EINVAL, "%s: tensor %s: ggml type %u is not supported (F32, F16, "
-                          "BF16, Q8_0 and Q4_0 are)", what, show(t->name, tn), (unsigned)t->type);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %s: ggml type %u is not supported (F32, F16, "
+                            "BF16, Q8_0 and Q4_0 are)",
+                            what, show(t->name, tn), (unsigned)t->type);
     if (r0 > r1 || r1 > rows)
         return shardlm_fail(e, -EINVAL, "%s: tensor %s: rows %llu..%llu are outside its %llu rows",
-                          what, show(t->name, tn), (unsigned long long)r0,
-                          (unsigned long long)r1, (unsigned long long)rows);
+                            what, show(t->name, tn), (unsigned long long)r0, (unsigned long long)r1,
+                            (unsigned long long)rows);
     /* rows are contiguous and whole blocks (dims[0] % blk == 0): one run of blocks */
     const struct coord_rows_traits *tr = &coord_rows_traits[rt];
     const uint8_t *p = g->base + t->offset + r0 * (cols / tr->blk) * tr->blk_bytes;

@@ -53,8 +53,8 @@ static int cfg_num(const json_t *root, const char *obj, const char *key, double 
         return shardlm_fail(e, -EINVAL, "%s: field %s%s: expected a number", what, obj, key);
     double d = json_number_value(v);
     if (!isfinite(d) || !(d > lo && d < hi))
-        return shardlm_fail(e, -EINVAL, "%s: field %s%s is %g, expected a number in (%g, %g)",
-                          what, obj, key, d, lo, hi);
+        return shardlm_fail(e, -EINVAL, "%s: field %s%s is %g, expected a number in (%g, %g)", what,
+                            obj, key, d, lo, hi);
     *out = (float)d;
     return 0;
 }
@@ -68,8 +68,7 @@ static int cfg_bool(const json_t *root, const char *obj, const char *key, bool d
         return 0;
     }
     if (!json_is_boolean(v))
-        return shardlm_fail(e, -EINVAL, "%s: field %s%s: expected true or false", what, obj,
-                          key);
+        return shardlm_fail(e, -EINVAL, "%s: field %s%s: expected true or false", what, obj, key);
     *out = json_is_true(v);
     return 0;
 }
@@ -86,7 +85,7 @@ static int cfg_token(const json_t *root, const char *key, int64_t *out, const ch
         return 0;
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
         return shardlm_fail(e, -EINVAL, "%s: field %s: expected a token id (or a list of them)",
-                          what, key);
+                            what, key);
     *out = json_integer_value(v);
     return 0;
 }
@@ -111,8 +110,10 @@ static int cfg_act(const json_t *root, enum coord_hf_family fam, uint32_t *act, 
              (fam == COORD_HF_GEMMA && !strcmp(s, "gelu")))
         *act = SHLM_ACT_GELU_TANH;
     else
-        return shardlm_fail(e, -EINVAL, "%s: field %s is \"%.64s\", expected silu or "
-                          "gelu_pytorch_tanh", what, key, s);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field %s is \"%.64s\", expected silu or "
+                            "gelu_pytorch_tanh",
+                            what, key, s);
     return 0;
 }
 
@@ -132,12 +133,14 @@ static int cfg_rope_scaling(const json_t *root, struct shlm_config *c, const cha
     const char *t = json_string_value(ty);
     if (!t)
         return shardlm_fail(e, -EINVAL, "%s: field rope_scaling.rope_type: expected a string",
-                          what);
+                            what);
     if (!strcmp(t, "default"))
         return 0;
     if (strcmp(t, "llama3") != 0)
-        return shardlm_fail(e, -EINVAL, "%s: field rope_scaling.rope_type is \"%.64s\": only "
-                          "llama3 scaling is supported", what, t);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field rope_scaling.rope_type is \"%.64s\": only "
+                            "llama3 scaling is supported",
+                            what, t);
     const char *o = "rope_scaling.";
     int rc;
     if ((rc = cfg_num(rs, o, "factor", 0.0, 1e30, true, 0, &c->rope_factor, what, e)) ||
@@ -150,8 +153,10 @@ static int cfg_rope_scaling(const json_t *root, struct shlm_config *c, const cha
         return rc;
     if (c->rope_factor < 1.0f || c->rope_factor > 1024.0f ||
         !(c->rope_high_freq_factor > c->rope_low_freq_factor))
-        return shardlm_fail(e, -EINVAL, "%s: field rope_scaling: expected factor 1..1024 and "
-                          "low_freq_factor < high_freq_factor", what);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field rope_scaling: expected factor 1..1024 and "
+                            "low_freq_factor < high_freq_factor",
+                            what);
     c->rope_scaling = SHLM_ROPE_LLAMA3;
     return 0;
 }
@@ -171,12 +176,16 @@ static int cfg_family(const json_t *root, enum coord_hf_family *fam, const char 
     else if (!strcmp(arch, "GemmaForCausalLM"))
         *fam = COORD_HF_GEMMA;
     else if (!strcmp(arch, "Gemma2ForCausalLM"))
-        return shardlm_fail(e, -EINVAL, "%s: field architectures[0] is Gemma2ForCausalLM: not "
-                          "supported (extra pre/post norms, logit soft-capping, sliding-window "
-                          "layers)", what);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field architectures[0] is Gemma2ForCausalLM: not "
+                            "supported (extra pre/post norms, logit soft-capping, sliding-window "
+                            "layers)",
+                            what);
     else
-        return shardlm_fail(e, -EINVAL, "%s: field architectures[0] is \"%.64s\", expected "
-                          "LlamaForCausalLM, Qwen2ForCausalLM or GemmaForCausalLM", what, arch);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field architectures[0] is \"%.64s\", expected "
+                            "LlamaForCausalLM, Qwen2ForCausalLM or GemmaForCausalLM",
+                            what, arch);
     return 0;
 }
 
@@ -207,18 +216,22 @@ static int cfg_heads(const json_t *root, struct shlm_config *c, const char *what
                      struct shardlm_err *e)
 {
     if (c->n_heads % c->n_kv_heads)
-        return shardlm_fail(e, -EINVAL, "%s: field num_key_value_heads %u does not divide "
-                          "num_attention_heads %u", what, c->n_kv_heads, c->n_heads);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field num_key_value_heads %u does not divide "
+                            "num_attention_heads %u",
+                            what, c->n_kv_heads, c->n_heads);
     if (!field(root, "head_dim") && c->dim % c->n_heads)
-        return shardlm_fail(e, -EINVAL, "%s: field head_dim is missing and num_attention_heads %u "
-                          "does not divide hidden_size %u", what, c->n_heads, c->dim);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field head_dim is missing and num_attention_heads %u "
+                            "does not divide hidden_size %u",
+                            what, c->n_heads, c->dim);
     int rc = cfg_uint(root, "", "head_dim", 2, 1024, false, c->dim / c->n_heads, &c->head_dim,
                       what, e);
     if (rc)
         return rc;
     if (c->head_dim % 2)
         return shardlm_fail(e, -EINVAL, "%s: field head_dim is %u, expected an even number", what,
-                          c->head_dim);
+                            c->head_dim);
     return 0;
 }
 
@@ -242,7 +255,7 @@ static int cfg_features(const json_t *root, bool gemma, struct shlm_config *c, c
             return rc;
         if (flag)
             return shardlm_fail(e, -EINVAL, "%s: field %s is true: %s are not supported", what,
-                              unsupported[i].key, unsupported[i].what);
+                                unsupported[i].key, unsupported[i].what);
     }
     return 0;
 }
@@ -258,9 +271,9 @@ static int cfg_special_tokens(const json_t *root, struct coord_hf_config *hc, co
         return rc;
     if (hc->bos_id >= (int64_t)vocab || hc->eos_id >= (int64_t)vocab)
         return shardlm_fail(e, -EINVAL, "%s: field %s is %lld, outside vocab_size %u", what,
-                          hc->bos_id >= (int64_t)vocab ? "bos_token_id" : "eos_token_id",
-                          (long long)(hc->bos_id >= (int64_t)vocab ? hc->bos_id : hc->eos_id),
-                          vocab);
+                            hc->bos_id >= (int64_t)vocab ? "bos_token_id" : "eos_token_id",
+                            (long long)(hc->bos_id >= (int64_t)vocab ? hc->bos_id : hc->eos_id),
+                            vocab);
     return 0;
 }
 
@@ -304,7 +317,7 @@ int coord_hf_config_parse(struct coord_hf_config *hc, const char *json, size_t l
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return shardlm_fail(e, -EINVAL, "%s: line %d column %d: %s", what, jerr.line, jerr.column,
-                          jerr.text);
+                            jerr.text);
     int rc = parse_config(hc, root, what, e);
     json_decref(root);
     return rc;

@@ -21,17 +21,20 @@
 static int read_header(int fd, off_t size, const char *path, int32_t h[7], struct shardlm_err *e)
 {
     if (size < 28 || pread(fd, h, 28, 0) != 28)
-        return shardlm_fail(e, -EINVAL, "%s: " NOT_A_MODEL "%lld bytes: truncated, or shorter than "
-                          "the 28-byte header of a llama2.c checkpoint)", path, (long long)size);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: " NOT_A_MODEL "%lld bytes: truncated, or shorter than "
+                            "the 28-byte header of a llama2.c checkpoint)",
+                            path, (long long)size);
     static const char *const names[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
                                           "n_kv_heads", "vocab_size", "seq_len"};
     static const int32_t limits[7] = {65536, 1 << 20, 1024, 1024, 1024, 1 << 22, 1 << 20};
     for (int i = 0; i < 7; i++) {
         int32_t v = i == 5 && h[i] < 0 && h[i] != INT32_MIN ? -h[i] : h[i];
         if (v <= 0 || v > limits[i])
-            return shardlm_fail(e, -EINVAL, "%s: " NOT_A_MODEL "as a llama2.c checkpoint its "
-                              "header field %s is %d, expected 1..%d)", path, names[i], h[i],
-                              limits[i]);
+            return shardlm_fail(e, -EINVAL,
+                                "%s: " NOT_A_MODEL "as a llama2.c checkpoint its "
+                                "header field %s is %d, expected 1..%d)",
+                                path, names[i], h[i], limits[i]);
     }
     return 0;
 }
@@ -56,7 +59,7 @@ static int header_config(const int32_t h[7], struct shlm_config *c, const char *
     c->act = SHLM_ACT_SILU;
     if (c->dim % c->n_heads)
         return shardlm_fail(e, -EINVAL, "%s: header field n_heads %u does not divide dim %u", path,
-                          c->n_heads, c->dim);
+                            c->n_heads, c->dim);
     c->head_dim = c->dim / c->n_heads;
     struct shardlm_err cerr;
     if (shlm_config_check(c, &cerr))
@@ -124,9 +127,10 @@ int coord_llama2c_open(struct coord_llama2c *ck, const char *path, struct shardl
         goto out_close_fd;
     uint64_t want = implied_bytes(&ck->cfg);
     if ((uint64_t)st.st_size != want) {
-        rc = shardlm_fail(e, -EINVAL, "%s: the header implies %llu bytes but the file has %lld "
-                          "(truncated, or not a llama2.c checkpoint)", path,
-                          (unsigned long long)want, (long long)st.st_size);
+        rc = shardlm_fail(e, -EINVAL,
+                          "%s: the header implies %llu bytes but the file has %lld "
+                          "(truncated, or not a llama2.c checkpoint)",
+                          path, (unsigned long long)want, (long long)st.st_size);
         goto out_close_fd;
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -84,60 +84,72 @@ static int parse_tensor(struct st_tensor *t, const char *name, const json_t *v, 
                         uint64_t data_len, const char *what, struct shardlm_err *e)
 {
     if (!json_is_object(v))
-        return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: expected an object with dtype, shape "
-                          "and data_offsets", what, name);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %.200s: expected an object with dtype, shape "
+                            "and data_offsets",
+                            what, name);
     const json_t *dt = json_object_get(v, "dtype");
     if (!json_is_string(dt))
         return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: field dtype: expected a string", what,
-                          name);
+                            name);
     const char *ds = json_string_value(dt);
     int d = 0;
     while (d < ST_DTYPE_COUNT && strcmp(ds, dtypes[d].name) != 0)
         d++;
     if (d == ST_DTYPE_COUNT)
-        return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: field dtype: unknown dtype \"%.32s\" "
-                          "(expected F32, F16, BF16 or another safetensors type)", what, name, ds);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %.200s: field dtype: unknown dtype \"%.32s\" "
+                            "(expected F32, F16, BF16 or another safetensors type)",
+                            what, name, ds);
     t->dtype = (enum st_dtype)d;
 
     const json_t *sh = json_object_get(v, "shape");
     size_t nd = json_is_array(sh) ? json_array_size(sh) : 0;
     if (nd < 1 || nd > ST_MAX_DIMS)
         return shardlm_fail(e, -EINVAL,
-                            "%s: tensor %.200s: field shape: expected an array of 1..%d dims",
-                            what, name, ST_MAX_DIMS);
+                            "%s: tensor %.200s: field shape: expected an array of 1..%d dims", what,
+                            name, ST_MAX_DIMS);
     uint64_t n = 1;
     t->n_dims = (int)nd;
     for (size_t i = 0; i < nd; i++) {
         uint64_t dim;
         if (!json_uint(json_array_get(sh, i), UINT64_MAX, &dim) || dim < 1)
-            return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: field shape[%zu]: expected an "
-                              "integer >= 1", what, name, i);
+            return shardlm_fail(e, -EINVAL,
+                                "%s: tensor %.200s: field shape[%zu]: expected an "
+                                "integer >= 1",
+                                what, name, i);
         if (__builtin_mul_overflow(n, dim, &n))
-            return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: field shape: element count "
-                              "overflows", what, name);
+            return shardlm_fail(e, -EINVAL,
+                                "%s: tensor %.200s: field shape: element count "
+                                "overflows",
+                                what, name);
         t->shape[i] = dim;
     }
     if (__builtin_mul_overflow(n, (uint64_t)dtypes[d].size, &t->bytes))
         return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: field shape: byte count overflows",
-                          what, name);
+                            what, name);
 
     const json_t *off = json_object_get(v, "data_offsets");
     uint64_t b, end;
     if (!json_is_array(off) || json_array_size(off) != 2 ||
         !json_uint(json_array_get(off, 0), UINT64_MAX, &b) ||
         !json_uint(json_array_get(off, 1), UINT64_MAX, &end) || end < b)
-        return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: field data_offsets: expected [begin, "
-                          "end], integers with 0 <= begin <= end", what, name);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %.200s: field data_offsets: expected [begin, "
+                            "end], integers with 0 <= begin <= end",
+                            what, name);
     if (end > data_len)
-        return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: field data_offsets: end %llu is past "
-                          "the %llu data bytes of the file (truncated?)", what, name,
-                          (unsigned long long)end, (unsigned long long)data_len);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %.200s: field data_offsets: end %llu is past "
+                            "the %llu data bytes of the file (truncated?)",
+                            what, name, (unsigned long long)end, (unsigned long long)data_len);
     if (end - b != t->bytes)
-        return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: field data_offsets: [%llu, %llu] is "
-                          "%llu bytes, the shape and dtype %s need %llu", what, name,
-                          (unsigned long long)b, (unsigned long long)end,
-                          (unsigned long long)(end - b), dtypes[d].name,
-                          (unsigned long long)t->bytes);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %.200s: field data_offsets: [%llu, %llu] is "
+                            "%llu bytes, the shape and dtype %s need %llu",
+                            what, name, (unsigned long long)b, (unsigned long long)end,
+                            (unsigned long long)(end - b), dtypes[d].name,
+                            (unsigned long long)t->bytes);
     t->offset = data_off + b;
     return 0;
 }
@@ -159,11 +171,13 @@ static int parse_header(struct st_file *f, json_t *root, const char *what, struc
         size_t len = strlen(key);
         if (len == 0 || len > ST_NAME_MAX)
             return shardlm_fail(e, -EINVAL, "%s: tensor name of %zu bytes: expected 1..%d", what,
-                              len, ST_NAME_MAX);
+                                len, ST_NAME_MAX);
         for (size_t i = 0; i < len; i++)
             if ((unsigned char)key[i] < 0x20 || key[i] == 0x7f)
-                return shardlm_fail(e, -EINVAL, "%s: tensor name \"%.*s...\" contains a control "
-                                  "character", what, (int)i, key);
+                return shardlm_fail(e, -EINVAL,
+                                    "%s: tensor name \"%.*s...\" contains a control "
+                                    "character",
+                                    what, (int)i, key);
         n++;
         name_bytes += len + 1;
     }
@@ -195,8 +209,10 @@ static int parse_header(struct st_file *f, json_t *root, const char *what, struc
     qsort(by_off, n, sizeof(*by_off), cmp_tensor_offset);
     for (size_t i = 1; i < n; i++)
         if (by_off[i - 1]->offset + by_off[i - 1]->bytes > by_off[i]->offset) {
-            rc = shardlm_fail(e, -EINVAL, "%s: tensors %.200s and %.200s overlap (field "
-                            "data_offsets)", what, by_off[i - 1]->name, by_off[i]->name);
+            rc = shardlm_fail(e, -EINVAL,
+                              "%s: tensors %.200s and %.200s overlap (field "
+                              "data_offsets)",
+                              what, by_off[i - 1]->name, by_off[i]->name);
             goto out_free;
         }
     free(by_off);
@@ -205,7 +221,7 @@ static int parse_header(struct st_file *f, json_t *root, const char *what, struc
     for (size_t i = 1; i < n; i++) /* JSON_REJECT_DUPLICATES already refuses them */
         if (strcmp(f->tensors[i - 1].name, f->tensors[i].name) == 0) {
             rc = shardlm_fail(e, -EINVAL, "%s: tensor %.200s appears twice", what,
-                            f->tensors[i].name);
+                              f->tensors[i].name);
             goto out_free;
         }
     return 0;
@@ -219,16 +235,20 @@ int st_parse(struct st_file *f, const uint8_t *buf, size_t size, const char *wha
 {
     memset(f, 0, sizeof(*f));
     if (size < 8)
-        return shardlm_fail(e, -EINVAL, "%s: truncated: %zu bytes, shorter than the 8-byte header "
-                          "length", what, size);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: truncated: %zu bytes, shorter than the 8-byte header "
+                            "length",
+                            what, size);
     uint64_t n;
     memcpy(&n, buf, 8);
     if (n > ST_HEADER_MAX)
         return shardlm_fail(e, -EINVAL, "%s: header length is %llu bytes, more than the %u allowed",
-                          what, (unsigned long long)n, ST_HEADER_MAX);
+                            what, (unsigned long long)n, ST_HEADER_MAX);
     if (n > size - 8)
-        return shardlm_fail(e, -EINVAL, "%s: header length %llu runs past the end of the file "
-                          "(%zu bytes; truncated?)", what, (unsigned long long)n, size);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: header length %llu runs past the end of the file "
+                            "(%zu bytes; truncated?)",
+                            what, (unsigned long long)n, size);
     f->base = buf;
     f->size = size;
     f->data_offset = 8 + n;
@@ -236,7 +256,7 @@ int st_parse(struct st_file *f, const uint8_t *buf, size_t size, const char *wha
     json_t *root = json_loadb((const char *)buf + 8, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return shardlm_fail(e, -EINVAL, "%s: header JSON, line %d column %d: %s", what, jerr.line,
-                          jerr.column, jerr.text);
+                            jerr.column, jerr.text);
     int rc = parse_header(f, root, what, e);
     json_decref(root);
     if (rc)
@@ -255,8 +275,10 @@ int st_open(struct st_file *f, const char *path, struct shardlm_err *e)
     if (size < 8) {
         if (map)
             munmap(map, size);
-        return shardlm_fail(e, -EINVAL, "%s: truncated: %zu bytes, shorter than the 8-byte header "
-                          "length", path, size);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: truncated: %zu bytes, shorter than the 8-byte header "
+                            "length",
+                            path, size);
     }
     rc = st_parse(f, map, size, path, e);
     if (rc) {
@@ -287,13 +309,15 @@ int st_read_rows(const struct st_file *f, const struct st_tensor *t, uint64_t r0
                  float *out, const char *what, struct shardlm_err *e)
 {
     if (!st_dtype_readable(t->dtype))
-        return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: dtype %s is not supported (expected "
-                          "F32, F16 or BF16)", what, t->name, st_dtype_name(t->dtype));
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %.200s: dtype %s is not supported (expected "
+                            "F32, F16 or BF16)",
+                            what, t->name, st_dtype_name(t->dtype));
     uint64_t rows = st_tensor_rows(t), cols = t->shape[t->n_dims - 1];
     if (r0 > r1 || r1 > rows)
         return shardlm_fail(e, -EINVAL, "%s: tensor %.200s: rows %llu..%llu outside its %llu rows",
-                          what, t->name, (unsigned long long)r0, (unsigned long long)r1,
-                          (unsigned long long)rows);
+                            what, t->name, (unsigned long long)r0, (unsigned long long)r1,
+                            (unsigned long long)rows);
     size_t es = st_dtype_size(t->dtype);
     enum coord_rows_type rt = t->dtype == ST_F32   ? COORD_ROWS_F32
                               : t->dtype == ST_F16 ? COORD_ROWS_F16
@@ -394,7 +418,7 @@ static int index_refs(struct st_set *s, struct shardlm_err *e)
     for (size_t i = 1; i < s->n_refs; i++)
         if (strcmp(s->refs[i - 1].name, s->refs[i].name) == 0)
             return shardlm_fail(e, -EINVAL, "tensor %.200s is in both %s and %s", s->refs[i].name,
-                              s->paths[s->refs[i - 1].file], s->paths[s->refs[i].file]);
+                                s->paths[s->refs[i - 1].file], s->paths[s->refs[i].file]);
     return 0;
 }
 
@@ -410,13 +434,15 @@ static int open_index(struct st_set *s, const char *dir, const char *ipath, stru
     free(buf);
     if (!root)
         return shardlm_fail(e, -EINVAL, "%s: line %d column %d: %s", ipath, jerr.line, jerr.column,
-                          jerr.text);
+                            jerr.text);
     const char **names = NULL;
     const json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
     size_t n = json_is_object(wm) ? json_object_size(wm) : 0;
     if (n == 0) {
-        rc = shardlm_fail(e, -EINVAL, "%s: field weight_map: expected a non-empty object of "
-                        "\"tensor\": \"file\"", ipath);
+        rc = shardlm_fail(e, -EINVAL,
+                          "%s: field weight_map: expected a non-empty object of "
+                          "\"tensor\": \"file\"",
+                          ipath);
         goto out_decref;
     }
     names = calloc(n, sizeof(*names));
@@ -429,8 +455,10 @@ static int open_index(struct st_set *s, const char *dir, const char *ipath, stru
     size_t k = 0;
     json_object_foreach((json_t *)wm, key, v) {
         if (!json_is_string(v) || !plain_name(json_string_value(v))) {
-            rc = shardlm_fail(e, -EINVAL, "%s: field weight_map.%.200s: expected a plain file name "
-                            "in the model directory (no '/' or '..')", ipath, key);
+            rc = shardlm_fail(e, -EINVAL,
+                              "%s: field weight_map.%.200s: expected a plain file name "
+                              "in the model directory (no '/' or '..')",
+                              ipath, key);
             goto out_free;
         }
         names[k++] = json_string_value(v);
@@ -442,7 +470,7 @@ static int open_index(struct st_set *s, const char *dir, const char *ipath, stru
             names[files++] = names[i];
     if (files > ST_MAX_FILES) {
         rc = shardlm_fail(e, -EINVAL, "%s: field weight_map names %d files, more than %d", ipath,
-                        files, ST_MAX_FILES);
+                          files, ST_MAX_FILES);
         goto out_free;
     }
     rc = open_files(s, dir, names, files, e);
@@ -459,7 +487,7 @@ static int open_index(struct st_set *s, const char *dir, const char *ipath, stru
         const char **at = bsearch(&want, names, (size_t)files, sizeof(*names), cmp_str);
         if (!t || !at || f != (int)(at - names)) {
             rc = shardlm_fail(e, -EINVAL, "%s: field weight_map.%.200s: tensor is not in %s%s%s",
-                            ipath, key, want, t ? ", it is in " : "", t ? s->paths[f] : "");
+                              ipath, key, want, t ? ", it is in " : "", t ? s->paths[f] : "");
             goto out_free;
         }
     }
@@ -484,8 +512,10 @@ int st_set_open(struct st_set *s, const char *dir, struct shardlm_err *e)
     } else {
         snprintf(p, len, "%s/model.safetensors", dir);
         if (access(p, F_OK) != 0) {
-            rc = shardlm_fail(e, -ENOENT, "%s: no model.safetensors or "
-                            "model.safetensors.index.json", dir);
+            rc = shardlm_fail(e, -ENOENT,
+                              "%s: no model.safetensors or "
+                              "model.safetensors.index.json",
+                              dir);
         } else {
             static const char *const one[] = {"model.safetensors"};
             rc = open_files(s, dir, one, 1, e);

@@ -1,4 +1,4 @@
-/* coordinator/: sampling. */
+/* coordinator/sched/sampler.c: sampling. */
 #include "sampler.h"
 
 #include <errno.h>

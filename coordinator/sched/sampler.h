@@ -1,4 +1,4 @@
-/* coordinator/: next-token sampling: greedy, temperature, nucleus (top-p). */
+/* coordinator/sched/sampler.h: next-token sampling: greedy, temperature, nucleus (top-p). */
 #ifndef SHARDLM_COORD_SAMPLER_H
 #define SHARDLM_COORD_SAMPLER_H
 

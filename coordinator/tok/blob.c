@@ -98,8 +98,10 @@ static int blob_head(const uint8_t *buf, size_t len, struct tok_src *s, const ch
                      struct shardlm_err *e)
 {
     if (len < BLOB_HEAD + 8 || !coord_tok_is_blob(buf, len))
-        return shardlm_fail(e, -EINVAL, "%s: not a tokenizer blob (magic \"%s\", %d bytes at "
-                            "least)", what, BLOB_MAGIC, BLOB_HEAD + 8);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: not a tokenizer blob (magic \"%s\", %d bytes at "
+                            "least)",
+                            what, BLOB_MAGIC, BLOB_HEAD + 8);
     uint32_t f[10];
     memcpy(f, buf + 8, sizeof(f));
     if (f[0] != BLOB_VERSION)
@@ -135,8 +137,10 @@ static int blob_fields(const struct tok_src *s, const char *what, struct shardlm
     if (s->type == COORD_TOK_SPM_LLAMA2C &&
         (s->max_token_length <= 0 || s->max_token_length > 4096 ||
          (s->flags & ~COORD_TOKF_ADD_BOS) || s->n_merges))
-        return shardlm_fail(e, -EINVAL, "%s: llama2.c tokenizer with max_token_length %d, flags "
-                            "0x%x, %d merges", what, s->max_token_length, s->flags, s->n_merges);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: llama2.c tokenizer with max_token_length %d, flags "
+                            "0x%x, %d merges",
+                            what, s->max_token_length, s->flags, s->n_merges);
     if ((s->bos < -1 || s->bos >= s->n) || (s->eos < -1 || s->eos >= s->n) ||
         (s->unk < -1 || s->unk >= s->n))
         return shardlm_fail(e, -EINVAL, "%s: special ids bos %d eos %d unk %d, expected -1..%d",
@@ -154,8 +158,8 @@ static int blob_tokens(struct cur *c, struct tok_src *s, float *scores, uint8_t 
     take(c, attrs, (size_t)n);
     for (int i = 0; i < n; i++) {
         uint8_t a = attrs[i];
-        if ((a & COORD_TOKA_TYPE) > COORD_TOKT_BYTE || (a & ~(COORD_TOKA_TYPE | COORD_TOKA_LSTRIP |
-                                                              COORD_TOKA_RSTRIP)))
+        if ((a & COORD_TOKA_TYPE) > COORD_TOKT_BYTE ||
+            (a & ~(COORD_TOKA_TYPE | COORD_TOKA_LSTRIP | COORD_TOKA_RSTRIP)))
             return shardlm_fail(e, -EINVAL, "%s: token %d: attribute 0x%02x is not a token type",
                                 what, i, a);
     }
@@ -169,8 +173,10 @@ static int blob_tokens(struct cur *c, struct tok_src *s, float *scores, uint8_t 
         take(c, NULL, l);
         if (s->type == COORD_TOK_SPM_LLAMA2C &&
             ((int)l > s->max_token_length || memchr(s->p[i], 0, l)))
-            return shardlm_fail(e, -EINVAL, "%s: token %d: %u bytes, expected a C string of at "
-                                "most %d", what, i, l, s->max_token_length);
+            return shardlm_fail(e, -EINVAL,
+                                "%s: token %d: %u bytes, expected a C string of at "
+                                "most %d",
+                                what, i, l, s->max_token_length);
     }
     return 0;
 }
@@ -222,8 +228,10 @@ int coord_tok_load(struct coord_tok *t, const uint8_t *buf, size_t len, const ch
     if ((rc = tok_finish(t, &s, what, e)))
         goto out;
     if (t->max_token_length != s.max_token_length) { /* one blob per tokenizer */
-        rc = shardlm_fail(e, -EINVAL, "%s: max_token_length %d, but the longest token has %d "
-                          "bytes", what, s.max_token_length, t->max_token_length);
+        rc = shardlm_fail(e, -EINVAL,
+                          "%s: max_token_length %d, but the longest token has %d "
+                          "bytes",
+                          what, s.max_token_length, t->max_token_length);
         coord_tok_free(t);
     }
 out:
@@ -243,8 +251,10 @@ int coord_tok_from_shlm(struct coord_tok *t, const struct shlm_model *m, const c
     memset(t, 0, sizeof(*t));
     /* the header checksum covers this field; files made before it have 0 and are unchecked */
     if (h->tok_checksum && shlm_hash(tb, h->tok_bytes) != h->tok_checksum)
-        return shardlm_fail(e, -EIO, "%s: the stored tokenizer does not match its checksum (the "
-                            "file is corrupt)", what);
+        return shardlm_fail(e, -EIO,
+                            "%s: the stored tokenizer does not match its checksum (the "
+                            "file is corrupt)",
+                            what);
     if (h->tok_kind == SHLM_TOK_LLAMA2C)
         return coord_tok_init(t, tb, h->tok_bytes, (int)h->cfg.vocab_size, what, e);
     if (h->tok_kind == SHLM_TOK_BLOB)

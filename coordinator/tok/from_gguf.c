@@ -96,17 +96,22 @@ static int gg_model(struct gg *x)
     if (!x->spm && !gguf_str_eq(model, "gpt2")) {
         char m[64];
         tok_show_piece(m, sizeof(m), model.p, model.len < 40 ? model.len : 40);
-        return shardlm_fail(x->e, -EINVAL, "%s: tokenizer.ggml.model is '%s', expected 'llama' "
-                            "or 'gpt2'", x->what, m);
+        return shardlm_fail(x->e, -EINVAL,
+                            "%s: tokenizer.ggml.model is '%s', expected 'llama' "
+                            "or 'gpt2'",
+                            x->what, m);
     }
     x->tok = gguf_get_arr(x->g, "tokenizer.ggml.tokens", GGUF_STRING);
     if (!x->tok)
-        return shardlm_fail(x->e, -EINVAL, "%s: tokenizer.ggml.tokens is missing or not an array "
-                            "of strings", x->what);
+        return shardlm_fail(x->e, -EINVAL,
+                            "%s: tokenizer.ggml.tokens is missing or not an array "
+                            "of strings",
+                            x->what);
     if (x->tok->v.arr.n == 0 || x->tok->v.arr.n > COORD_TOK_MAX_VOCAB)
-        return shardlm_fail(x->e, -EINVAL, "%s: tokenizer.ggml.tokens has %llu entries, expected "
-                            "1..%d", x->what, (unsigned long long)x->tok->v.arr.n,
-                            COORD_TOK_MAX_VOCAB);
+        return shardlm_fail(x->e, -EINVAL,
+                            "%s: tokenizer.ggml.tokens has %llu entries, expected "
+                            "1..%d",
+                            x->what, (unsigned long long)x->tok->v.arr.n, COORD_TOK_MAX_VOCAB);
     x->s.n = (int)x->tok->v.arr.n;
     return 0;
 }
@@ -119,23 +124,30 @@ static int gg_arrays(struct gg *x)
     x->sc = gguf_find(x->g, "tokenizer.ggml.scores");
     if (x->sc && (x->sc->type != GGUF_ARRAY || x->sc->v.arr.type == GGUF_STRING ||
                   x->sc->v.arr.n < (uint64_t)n))
-        return shardlm_fail(x->e, -EINVAL, "%s: tokenizer.ggml.scores is not an array of %d "
-                            "numbers", x->what, n);
+        return shardlm_fail(x->e, -EINVAL,
+                            "%s: tokenizer.ggml.scores is not an array of %d "
+                            "numbers",
+                            x->what, n);
     x->ty = gguf_find(x->g, "tokenizer.ggml.token_type");
     if (x->ty && (x->ty->type != GGUF_ARRAY || !is_int_type(x->ty->v.arr.type) ||
                   x->ty->v.arr.n < (uint64_t)n))
-        return shardlm_fail(x->e, -EINVAL, "%s: tokenizer.ggml.token_type is not an array of %d "
-                            "integers", x->what, n);
+        return shardlm_fail(x->e, -EINVAL,
+                            "%s: tokenizer.ggml.token_type is not an array of %d "
+                            "integers",
+                            x->what, n);
     if (x->spm)
         return 0;
     x->mg = gguf_get_arr(x->g, "tokenizer.ggml.merges", GGUF_STRING);
     if (!x->mg)
-        return shardlm_fail(x->e, -EINVAL, "%s: tokenizer.ggml.merges is missing or not an "
-                            "array of strings", x->what);
+        return shardlm_fail(x->e, -EINVAL,
+                            "%s: tokenizer.ggml.merges is missing or not an "
+                            "array of strings",
+                            x->what);
     if (x->mg->v.arr.n > TOK_MAX_MERGES)
-        return shardlm_fail(x->e, -EINVAL, "%s: tokenizer.ggml.merges has %llu entries, "
-                            "expected at most %d", x->what, (unsigned long long)x->mg->v.arr.n,
-                            TOK_MAX_MERGES);
+        return shardlm_fail(x->e, -EINVAL,
+                            "%s: tokenizer.ggml.merges has %llu entries, "
+                            "expected at most %d",
+                            x->what, (unsigned long long)x->mg->v.arr.n, TOK_MAX_MERGES);
     x->n_merges = (size_t)x->mg->v.arr.n;
     int rc = gguf_get_str(x->g, "tokenizer.ggml.pre", &x->pre);
     if (rc == -EINVAL)
@@ -169,9 +181,10 @@ static int gg_pieces(struct gg *x)
     for (int i = 0; i < x->s.n; i++) {
         struct gguf_str p = x->tok->v.arr.strs[i];
         if (p.len > COORD_TOK_MAX_PIECE)
-            return shardlm_fail(x->e, -EINVAL, "%s: tokenizer.ggml.tokens[%d] is %llu bytes, "
-                                "expected at most %d", x->what, i, (unsigned long long)p.len,
-                                COORD_TOK_MAX_PIECE);
+            return shardlm_fail(x->e, -EINVAL,
+                                "%s: tokenizer.ggml.tokens[%d] is %llu bytes, "
+                                "expected at most %d",
+                                x->what, i, (unsigned long long)p.len, COORD_TOK_MAX_PIECE);
         x->s.p[i] = p.p;
         x->s.plen[i] = (uint32_t)p.len;
         if (x->sc) {
@@ -220,8 +233,10 @@ static int gg_merges(struct gg *x)
         struct gguf_str m = x->mg->v.arr.strs[i];
         const char *sp = m.len > 1 ? memchr(m.p + 1, ' ', m.len - 1) : NULL;
         if (!sp || m.len > 2 * (uint64_t)COORD_TOK_MAX_PIECE)
-            return shardlm_fail(x->e, -EINVAL, "%s: tokenizer.ggml.merges[%zu] is not two "
-                                "pieces separated by a space", x->what, i);
+            return shardlm_fail(x->e, -EINVAL,
+                                "%s: tokenizer.ggml.merges[%zu] is not two "
+                                "pieces separated by a space",
+                                x->what, i);
         x->s.ma[i] = m.p;
         x->s.mal[i] = (uint32_t)(sp - m.p);
         x->s.mb[i] = sp + 1;
@@ -244,8 +259,10 @@ static int gg_bpe(struct gg *x)
     if (!pe) {
         char m[64];
         tok_show_piece(m, sizeof(m), x->pre.p, x->pre.len < 40 ? x->pre.len : 40);
-        return shardlm_fail(x->e, -EINVAL, "%s: tokenizer.ggml.pre '%s' is not a pre-tokenizer "
-                            "this build knows", x->what, m);
+        return shardlm_fail(x->e, -EINVAL,
+                            "%s: tokenizer.ggml.pre '%s' is not a pre-tokenizer "
+                            "this build knows",
+                            x->what, m);
     }
     x->s.flags |= pe->flags;
     for (int i = 0; i < 4 && pe->re[i]; i++) {
@@ -264,11 +281,15 @@ static int gg_specials(struct gg *x)
     gguf_id(x->g, "tokenizer.ggml.eos_token_id", x->s.n, &x->s.eos);
     gguf_id(x->g, "tokenizer.ggml.unknown_token_id", x->s.n, &x->s.unk);
     if ((x->s.flags & COORD_TOKF_ADD_BOS) && x->s.bos < 0)
-        return shardlm_fail(x->e, -EINVAL, "%s: tokenizer.ggml.add_bos_token is true, but "
-                            "tokenizer.ggml.bos_token_id is not set", x->what);
+        return shardlm_fail(x->e, -EINVAL,
+                            "%s: tokenizer.ggml.add_bos_token is true, but "
+                            "tokenizer.ggml.bos_token_id is not set",
+                            x->what);
     if ((x->s.flags & COORD_TOKF_ADD_EOS) && x->s.eos < 0)
-        return shardlm_fail(x->e, -EINVAL, "%s: tokenizer.ggml.add_eos_token is true, but "
-                            "tokenizer.ggml.eos_token_id is not set", x->what);
+        return shardlm_fail(x->e, -EINVAL,
+                            "%s: tokenizer.ggml.add_eos_token is true, but "
+                            "tokenizer.ggml.eos_token_id is not set",
+                            x->what);
     return 0;
 }
 

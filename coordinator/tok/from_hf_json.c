@@ -119,8 +119,8 @@ static int hf_unsupported(struct hf *h, const char *part, const json_t *ty, cons
     const char *name = jstr(ty, &n);
     char m[48];
     tok_show_piece(m, sizeof(m), name ? name : "?", name ? (n < 32 ? n : 32) : 1);
-    return shardlm_fail(h->e, -EINVAL, "%s: %s type '%s' is not supported (%s)", h->what, part,
-                        m, known);
+    return shardlm_fail(h->e, -EINVAL, "%s: %s type '%s' is not supported (%s)", h->what, part, m,
+                        known);
 }
 
 /* Each member of the array @p[@key] (@field in errors) through @step, one level deeper. */
@@ -368,8 +368,10 @@ static int hf_place(struct hf *h, const char *p, size_t n, json_int_t id, const 
     if (id < 0 || id >= cap) {
         char f[160];
         snprintf(f, sizeof(f), "%s id %lld", field, (long long)id);
-        return shardlm_fail(h->e, -EINVAL, "%s: %s: expected 0..%d (ids must stay within twice "
-                            "the number of tokens)", h->what, f, cap - 1);
+        return shardlm_fail(h->e, -EINVAL,
+                            "%s: %s: expected 0..%d (ids must stay within twice "
+                            "the number of tokens)",
+                            h->what, f, cap - 1);
     }
     if (n > COORD_TOK_MAX_PIECE)
         return hf_bad(h, field, "pieces of at most 65536 bytes");

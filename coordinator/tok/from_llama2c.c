@@ -44,16 +44,20 @@ static int read_entries(const uint8_t *buf, size_t len, int maxlen, struct tok_s
         memcpy(&n, buf + off + 4, 4);
         off += 8;
         if (n < 0 || n > maxlen || (size_t)n > len - off)
-            return shardlm_fail(e, -EINVAL, "%s: token %d: length %d, expected 0..%d within the "
-                                "file", what, i, n, maxlen);
+            return shardlm_fail(e, -EINVAL,
+                                "%s: token %d: length %d, expected 0..%d within the "
+                                "file",
+                                what, i, n, maxlen);
         /* run.c reads pieces as C strings: a NUL ends one */
         s->p[i] = (const char *)buf + off;
         s->plen[i] = (uint32_t)strnlen(s->p[i], (size_t)n);
         off += (size_t)n;
     }
     if (off != len)
-        return shardlm_fail(e, -EINVAL, "%s: %zu bytes after the %d tokens (wrong vocabulary "
-                            "size?)", what, len - off, s->n);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: %zu bytes after the %d tokens (wrong vocabulary "
+                            "size?)",
+                            what, len - off, s->n);
     return 0;
 }
 

@@ -130,8 +130,10 @@ static int resolve_merge(struct coord_tok *t, const struct tok_src *s, int r, ch
                 return 1;
             tok_show_piece(sa, sizeof(sa), s->ma[r], s->mal[r]);
             tok_show_piece(sb, sizeof(sb), s->mb[r], s->mbl[r]);
-            return shardlm_fail(e, -EINVAL, "%s: merge %d ('%s' '%s'): '%s' is not in the "
-                                "vocabulary", what, r, sa, sb, a < 0 ? sa : sb);
+            return shardlm_fail(e, -EINVAL,
+                                "%s: merge %d ('%s' '%s'): '%s' is not in the "
+                                "vocabulary",
+                                what, r, sa, sb, a < 0 ? sa : sb);
         }
     }
     size_t la = t->vocab_len[a], lb = t->vocab_len[b];
@@ -155,8 +157,10 @@ static int resolve_merge(struct coord_tok *t, const struct tok_src *s, int r, ch
             return 1;
         tok_show_piece(sa, sizeof(sa), t->vocab[a], la);
         tok_show_piece(sb, sizeof(sb), t->vocab[b], lb);
-        return shardlm_fail(e, -EINVAL, "%s: merge %d ('%s' '%s'): their concatenation is not in "
-                            "the vocabulary", what, r, sa, sb);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: merge %d ('%s' '%s'): their concatenation is not in "
+                            "the vocabulary",
+                            what, r, sa, sb);
     }
     int k = t->n_merges++;
     t->merges[k * 3] = a;
@@ -218,8 +222,10 @@ static int build_regexes(struct coord_tok *t, const struct tok_src *s, const cha
     for (int i = 0; i < s->n_patterns; i++) {
         if (s->patlen[i] == 0 || s->patlen[i] > TOK_MAX_PATTERN ||
             memchr(s->pat[i], 0, s->patlen[i]))
-            return shardlm_fail(e, -EINVAL, "%s: pre-tokenizer regex %d is %zu bytes, expected "
-                                "1..%d without NUL", what, i, s->patlen[i], TOK_MAX_PATTERN);
+            return shardlm_fail(e, -EINVAL,
+                                "%s: pre-tokenizer regex %d is %zu bytes, expected "
+                                "1..%d without NUL",
+                                what, i, s->patlen[i], TOK_MAX_PATTERN);
         t->patterns[i] = malloc(s->patlen[i] + 1);
         if (!t->patterns[i])
             return shardlm_fail(e, -ENOMEM, "%s: out of memory", what);
@@ -398,7 +404,8 @@ int coord_tok_from_image(struct coord_tok *t, const uint8_t *buf, size_t size, l
     if (vocab_size == 0) {
         int n = coord_tok_llama2c_count(buf, size);
         if (n < 0)
-            return shardlm_fail(e, -EINVAL, "%s: not a .shlm, GGUF, tokenizer.json or tokenizer "
+            return shardlm_fail(e, -EINVAL,
+                                "%s: not a .shlm, GGUF, tokenizer.json or tokenizer "
                                 "blob, and not a whole llama2.c tokenizer.bin (try --vocab-size)",
                                 what);
         vocab_size = n;

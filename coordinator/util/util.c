@@ -1,4 +1,4 @@
-/* coordinator/: small shared helpers. */
+/* coordinator/util/util.c: small shared helpers. */
 #include "util.h"
 #include "fault.h"
 
@@ -84,11 +84,11 @@ int coord_out_check(const char *path, const char *const *inputs, int n_inputs,
         return errno == ENOENT ? 0 : shardlm_fail(e, -errno, "%s: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))
         return shardlm_fail(e, -EEXIST, "%s: %s; an output replaces only a regular file", path,
-                          file_kind(st.st_mode));
+                            file_kind(st.st_mode));
     for (int i = 0; i < n_inputs; i++)
         if (inputs[i] && is_input(&st, inputs[i]))
             return shardlm_fail(e, -EEXIST, "%s is the input %s (the same file): write elsewhere",
-                              path, inputs[i]);
+                                path, inputs[i]);
     return 0;
 }
 
@@ -135,7 +135,7 @@ int coord_read_file(const char *path, size_t max, uint8_t **out, size_t *len, st
     if ((uint64_t)st.st_size > max) {
         close(fd);
         return shardlm_fail(e, -EFBIG, "%s: %lld bytes, more than the %zu expected", path,
-                          (long long)st.st_size, max);
+                            (long long)st.st_size, max);
     }
     size_t n = (size_t)st.st_size, got = 0;
     uint8_t *buf = malloc(n ? n : 1);

@@ -1,4 +1,4 @@
-/* coordinator/: small shared helpers (file reading, errors, time). */
+/* coordinator/util/util.h: small shared helpers (file reading, errors, time). */
 #ifndef SHARDLM_COORD_UTIL_H
 #define SHARDLM_COORD_UTIL_H
 

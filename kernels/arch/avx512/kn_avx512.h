@@ -1,4 +1,5 @@
-/* kernels/arch/avx512: lane masks shared by the tables built on AVX-512 (avx512, amx). */
+/* kernels/arch/avx512/kn_avx512.h: lane masks shared by the tables built on AVX-512 (avx512,
+ * amx). */
 #ifndef SHARDLM_KN_AVX512_H
 #define SHARDLM_KN_AVX512_H
 

@@ -1,5 +1,5 @@
-/* kernels/arch/ref: scalar reference for every operation. No intrinsics: this file defines what
- * each SIMD variant must compute, and the tests hold them to it. */
+/* kernels/arch/ref/kn_ref.c: scalar reference for every operation. No intrinsics: this file defines
+ * what each SIMD variant must compute, and the tests hold them to it. */
 #include "kn_ref.h"
 
 #include <math.h>

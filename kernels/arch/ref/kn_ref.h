@@ -1,4 +1,4 @@
-/* kernels/arch/ref: the scalar reference kernels, callable directly (tests, small ops). */
+/* kernels/arch/ref/kn_ref.h: the scalar reference kernels, callable directly (tests, small ops). */
 #ifndef SHARDLM_KN_REF_H
 #define SHARDLM_KN_REF_H
 
