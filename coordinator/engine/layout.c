@@ -81,14 +81,16 @@ static int explicit_layout(struct coord_layout *l, const struct coord_layout_opt
         int c = seg_cpulist_parse(p, len, cpus, SEG_MAX_CPUS);
         if (c == -EEXIST)
             return shardlm_fail(e, -EINVAL, "--cpus '%s': rank %d's list '%.*s' names a CPU twice",
-                              o->cpus, r, (int)len, p);
+                                o->cpus, r, (int)len, p);
         if (c < 0)
-            return shardlm_fail(e, -EINVAL, "--cpus '%s': rank %d's list '%.*s' is not a CPU list "
-                              "like 0-3,8", o->cpus, r, (int)len, p);
+            return shardlm_fail(e, -EINVAL,
+                                "--cpus '%s': rank %d's list '%.*s' is not a CPU list "
+                                "like 0-3,8",
+                                o->cpus, r, (int)len, p);
         for (int i = 0; i < c; i++)
             if (cpus[i] >= CPU_SETSIZE || !CPU_ISSET(cpus[i], &allowed))
                 return shardlm_fail(e, -EINVAL, "--cpus: CPU %d is not available to this process",
-                                  cpus[i]);
+                                    cpus[i]);
         int node = numa_available() >= 0 ? numa_node_of_cpu(cpus[0]) : -1;
         if (set_rank(&l->ranks[r], node, cpus, c))
             return shardlm_fail(e, -ENOMEM, "out of memory");
@@ -109,8 +111,10 @@ static int derived_layout(struct coord_layout *l, const struct coord_layout_opts
     if (workers < 1 || workers > SEG_MAX_CPUS)
         return shardlm_fail(e, -EINVAL, "--workers %d: out of range", workers);
     if (workers > total)
-        return shardlm_fail(e, -EINVAL, "--workers %d: more workers than the %d CPUs available "
-                          "(give --cpus to share CPUs between workers)", workers, total);
+        return shardlm_fail(e, -EINVAL,
+                            "--workers %d: more workers than the %d CPUs available "
+                            "(give --cpus to share CPUs between workers)",
+                            workers, total);
     int used = workers < n_nodes ? workers : n_nodes; /* nodes that get ranks */
     int per[SEG_MAX_CPUS] = {0}, left = workers - used;
     for (int i = 0; i < used; i++)
@@ -152,7 +156,8 @@ int coord_layout_make(struct coord_layout *l, const struct coord_layout_opts *o,
         struct node_cpus *nodes = NULL;
         int n = host_nodes(&nodes);
         rc = n > 0 ? derived_layout(l, o, nodes, n, e)
-                   : shardlm_fail(e, n ? n : -ENODEV, "cannot read the CPUs of this machine");
+                   : shardlm_fail(e, n ? n : -ENODEV, "cannot read the CPUs of this machine: %s",
+                                  strerror(n ? -n : ENODEV));
         free(nodes);
     }
     if (rc) {
@@ -163,7 +168,7 @@ int coord_layout_make(struct coord_layout *l, const struct coord_layout_opts *o,
         for (int r = 0; r < l->n_ranks; r++) {
             if (o->threads > l->ranks[r].n_cpus) {
                 rc = shardlm_fail(e, -EINVAL, "--threads %d: rank %d has %d CPUs", o->threads, r,
-                                l->ranks[r].n_cpus);
+                                  l->ranks[r].n_cpus);
                 coord_layout_free(l);
                 return rc;
             }

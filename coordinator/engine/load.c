@@ -1,6 +1,7 @@
 /* coordinator/engine/load.c: the streaming load of a .shlm file into the weights segments. */
 #include "load.h"
 
+#include "fault.h"
 #include "plan.h"
 
 #include <errno.h>
@@ -57,17 +58,17 @@ int coord_model_open(struct coord_model_file *f, const char *path, struct shardl
     f->fd = fd;
     if (f->st.st_size < (off_t)sizeof(h) || pread_full(fd, &h, sizeof(h), 0))
         return shardlm_fail(e, -EINVAL, "%s: truncated: %lld bytes, shorter than the .shlm header",
-                          path, (long long)f->st.st_size);
+                            path, (long long)f->st.st_size);
     if (memcmp(h.magic, SHLM_MAGIC, sizeof(SHLM_MAGIC)) != 0)
         return shardlm_fail(e, -EINVAL, "%s: not a .shlm file (convert it with `shardlm convert`)",
-                          path);
+                            path);
     if (h.data_offset < sizeof(h) || h.data_offset > (uint64_t)f->st.st_size ||
         h.data_offset > COORD_HEAD_MAX)
         return shardlm_fail(e, -EINVAL,
-                          "%s: header field data_offset %llu is outside the file "
-                          "(%lld bytes) or past %u MiB",
-                          path, (unsigned long long)h.data_offset, (long long)f->st.st_size,
-                          COORD_HEAD_MAX >> 20);
+                            "%s: header field data_offset %llu is outside the file "
+                            "(%lld bytes) or past %u MiB",
+                            path, (unsigned long long)h.data_offset, (long long)f->st.st_size,
+                            COORD_HEAD_MAX >> 20);
     if (!(f->head = malloc(h.data_offset)))
         return shardlm_fail(e, -ENOMEM, "out of memory");
     if ((rc = pread_full(fd, f->head, h.data_offset, 0)))
@@ -303,6 +304,16 @@ static void reader_close(struct reader *rd)
     memset(rd, 0, sizeof(*rd));
 }
 
+/* Submits the queued reads and, with @wait, waits for one to complete: io_uring_submit_and_wait
+ * behind the SHARDLM_FAULT_URING site (a fault is -EAGAIN, the kernel's "no memory for the
+ * request"; the reads stay queued). Returns >= 0 or -errno. */
+static int reader_submit(struct reader *rd, unsigned wait)
+{
+    if (shardlm_fault(SHARDLM_FAULT_URING))
+        return -EAGAIN;
+    return io_uring_submit_and_wait(&rd->ring, wait);
+}
+
 /* Queues (or, without io_uring, does) the rest of slot @s's read. */
 static int slot_read(struct reader *rd, int s)
 {
@@ -349,7 +360,7 @@ static int slot_wait(struct reader *rd, int s)
 {
     while (rd->uring && !rd->slots[s].done) {
         struct io_uring_cqe *cqe;
-        int rc = io_uring_submit_and_wait(&rd->ring, 1);
+        int rc = reader_submit(rd, 1);
         if (rc < 0 && rc != -EINTR)
             return rc;
         while (io_uring_peek_cqe(&rd->ring, &cqe) == 0) {
@@ -535,9 +546,9 @@ static int consume(struct lane *ln, const struct job *j, const uint8_t *data)
     shlm_hash_update(&ln->hash, ln->tail, t->bytes - kn_codes_bytes(dt, rows, cols));
     if (shlm_hash_final(&ln->hash) != t->checksum)
         return shardlm_fail(&ln->e, -EIO,
-                          "%s: tensor %s: checksum mismatch (the file is corrupt "
-                          "or changed while loading)",
-                          L->f->path, t->name);
+                            "%s: tensor %s: checksum mismatch (the file is corrupt "
+                            "or changed while loading)",
+                            L->f->path, t->name);
     for (int r = 0; r < L->n; r++) {
         struct rank_dest *rd = &L->ranks[r];
         struct shlm_tensor *d = &rd->table[L->dst[r][j->t]];
@@ -563,7 +574,8 @@ static void progress(struct lane *ln, uint64_t *last)
     *last = now;
     uint64_t done = __atomic_load_n(&L->done, __ATOMIC_RELAXED);
     coord_logf(L->log, COORD_LOG_INFO, "loading %s: %.0f%% (%.2f GB/s)", L->f->path,
-            100.0 * (double)done / (double)L->f->st.st_size, (double)done / (double)(now - L->t0));
+               100.0 * (double)done / (double)L->f->st.st_size,
+               (double)done / (double)(now - L->t0));
 }
 
 /* Reads and repacks tensor @i. */
@@ -579,7 +591,7 @@ static int load_tensor(struct lane *ln, int i, uint64_t *last)
         struct seg *sg = L->ranks[r].d->seg;
         if ((rc = seg_reserve(sg, d->offset, d->bytes)))
             return shardlm_fail(&ln->e, rc, "weights segment of rank %d (%zu bytes): %s",
-                              L->ranks[r].d->rank, sg->size, strerror(-rc));
+                                L->ranks[r].d->rank, sg->size, strerror(-rc));
         /* map the pages this lane is about to write at once, not one fault at a time */
         madvise((uint8_t *)sg->base + d->offset, d->bytes, MADV_POPULATE_WRITE);
         ln->stages[r].row = ln->stages[r].staged = 0;
@@ -588,20 +600,22 @@ static int load_tensor(struct lane *ln, int i, uint64_t *last)
     for (int j = 0; j < n; j++) {
         for (; next < n && next < j + COORD_LOAD_DEPTH && !rc; next++)
             rc = slot_start(&ln->rd, next % COORD_LOAD_DEPTH, &ln->jobs[next]);
-        if (ln->rd.uring && !rc)
-            io_uring_submit(&ln->rd.ring);
+        int sub = ln->rd.uring && !rc ? reader_submit(&ln->rd, 0) : 0;
+        if (sub < 0 && sub != -EINTR) /* EINTR: they stay queued, slot_wait submits them */
+            return shardlm_fail(&ln->e, sub, "%s: io_uring submission: %s", L->f->path,
+                                strerror(-sub));
         const struct job *jb = &ln->jobs[j];
         struct slot *sl = &ln->rd.slots[j % COORD_LOAD_DEPTH];
         if (!rc)
             rc = slot_wait(&ln->rd, j % COORD_LOAD_DEPTH);
         if (rc == -EIO)
             return shardlm_fail(&ln->e, rc,
-                              "%s: the file ends before byte %llu (truncated while "
-                              "loading?)",
-                              L->f->path, (unsigned long long)(jb->off + jb->len));
+                                "%s: the file ends before byte %llu (truncated while "
+                                "loading?)",
+                                L->f->path, (unsigned long long)(jb->off + jb->len));
         if (rc)
             return shardlm_fail(&ln->e, rc, "%s: read at %llu: %s", L->f->path,
-                              (unsigned long long)jb->off, strerror(-rc));
+                                (unsigned long long)jb->off, strerror(-rc));
         if ((rc = consume(ln, jb, sl->buf + (jb->off - sl->aoff))))
             return rc;
         __atomic_fetch_add(&L->done, jb->len, __ATOMIC_RELAXED);
@@ -700,13 +714,15 @@ static int prepare(struct load *L, int n_ranks, const struct coord_load_dest *de
         if (!(rd->table = calloc(SHLM_MAX_TENSORS, sizeof(*rd->table))))
             return shardlm_fail(e, -ENOMEM, "out of memory");
         int n = coord_shard_layout(&L->f->img, n_ranks, dest[r].rank, &rd->h, rd->table);
+        if (n == -ENOMEM)
+            return shardlm_fail(e, n, "out of memory");
         if (n < 0 || seg_plan_make(&rd->plan, &fh->cfg, group, n_ranks, dest[r].rank))
             return shardlm_fail(e, -EINVAL, "cannot split the model over %d ranks", n_ranks);
         KN_ASSERT(rd->h.file_bytes == dest[r].seg->size && n == L->n_src);
         int rc = seg_reserve(dest[r].seg, 0, rd->h.data_offset); /* header, table, tokenizer */
         if (rc)
             return shardlm_fail(e, rc, "weights segment of rank %d (%zu bytes): %s", dest[r].rank,
-                              dest[r].seg->size, strerror(-rc));
+                                dest[r].seg->size, strerror(-rc));
         for (int i = 0; i < L->n_src; i++) {
             const struct shlm_tensor *t = shlm_find(&L->f->img, rd->table[i].name);
             KN_ASSERT(t); /* the same names as the file's, which shlm_parse checked */

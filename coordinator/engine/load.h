@@ -48,7 +48,7 @@ void coord_model_close(struct coord_model_file *f);
 
 /* The header and tensor table of rank @r's weights segment in a group of @n_ranks: shapes,
  * device layout, offsets, h->file_bytes; checksums are filled in by the load. Returns the
- * tensor count, or -EINVAL when the model cannot be split that way. @table holds
+ * tensor count, or -EINVAL when the model cannot be split that way, -ENOMEM. @table holds
  * SHLM_MAX_TENSORS. */
 int coord_shard_layout(const struct shlm_model *file, int n_ranks, int r, struct shlm_header *h,
                        struct shlm_tensor *table);
