@@ -154,126 +154,169 @@ static int write_whole(const char *path, const void *buf, size_t len, struct sha
     return coord_out_commit(tmp, path, e);
 }
 
-/* Evaluates line @no of greedy.tsv; with --save, writes its logits file and appends the line to
- * @saved (a malloc'd text of *@saved_len bytes). */
+/* One line of greedy.tsv: its fields, token ids and reference logits. */
+struct ref_line {
+    int no;          /* line number, from 1 */
+    char *orig;      /* the line as read (malloc'd), for the saved greedy.tsv */
+    char *f[5];      /* prompt, prompt ids, generated ids, text file, logits file */
+    int32_t *ids;    /* (n): the prompt's ids, then the generated ones */
+    int n;           /* ids */
+    uint8_t *buf;    /* the logits file (rows, vocab) float32 */
+    size_t len;      /* its bytes */
+    int rows;        /* positions it has logits for: n or n - 1 */
+    char path[4096]; /* its path */
+};
+
+static void ref_line_free(struct ref_line *r)
+{
+    free(r->buf);
+    free(r->ids);
+    free(r->orig);
+}
+
+/* Splits @line (cut in place) into @r's fields and parses its token ids (at most the context
+ * plus one, each in the vocabulary). Returns 0 or -errno; release @r with ref_line_free(). */
+static int ref_line_parse(struct ref_line *r, const struct coord_eval_opts *o, char *line,
+                          int vocab, int ctx, struct shardlm_err *e)
+{
+    if (!(r->orig = strdup(line)))
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    if (split_tabs(line, r->f, 5) != 5)
+        return shardlm_fail(e, -EINVAL, "%s/greedy.tsv line %d: expected 5 tab-separated fields",
+                            o->ref_dir, r->no);
+    if (!(r->ids = malloc((size_t)(ctx + 1) * sizeof(int32_t))))
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    r->n = parse_ids(r->f[1], r->ids, 0, ctx + 1, vocab);
+    if (r->n > 0)
+        r->n = parse_ids(r->f[2], r->ids, r->n, ctx + 1, vocab);
+    if (r->n <= 0)
+        return shardlm_fail(e, -EINVAL,
+                            "%s/greedy.tsv line %d: token ids missing, outside the "
+                            "vocabulary of %d or beyond the context of %d",
+                            o->ref_dir, r->no, vocab, ctx);
+    return 0;
+}
+
+/* Reads @r's logits file: a row per position fed, every id or all but the last (whose logits
+ * predict past the line); finite, and not constant (a uniform distribution no model gives:
+ * padding). Returns 0 or -errno. */
+static int ref_line_logits(struct ref_line *r, const struct coord_eval_opts *o, int vocab,
+                           struct shardlm_err *e)
+{
+    snprintf(r->path, sizeof(r->path), "%s/%s", o->ref_dir, r->f[4]);
+    int rc = coord_read_file(r->path, REF_MAX_BYTES, &r->buf, &r->len, e);
+    if (rc)
+        return rc;
+    size_t row_bytes = (size_t)vocab * sizeof(float);
+    int n = r->n;
+    r->rows = (int)(r->len / row_bytes);
+    if (r->len % row_bytes || r->rows < n - 1 || r->rows > n)
+        return shardlm_fail(e, -EINVAL,
+                            "%s: %zu bytes; expected %d or %d rows of %d float32 logits, "
+                            "one per position fed (the %d token ids of greedy.tsv line %d, or "
+                            "all but the last)",
+                            r->path, r->len, n, n - 1, vocab, n, r->no);
+    for (int row = 0; row < r->rows; row++) {
+        const float *x = (const float *)r->buf + (size_t)row * vocab;
+        bool constant = true;
+        for (int i = 0; i < vocab; i++) {
+            if (!isfinite(x[i]))
+                return shardlm_fail(e, -EINVAL, "%s: row %d, logit %d is %f", r->path, row, i,
+                                    x[i]);
+            constant &= x[i] == x[0];
+        }
+        if (constant && vocab > 1)
+            return shardlm_fail(e, -EINVAL,
+                                "%s: row %d holds one value, %g, in every logit (padding?)",
+                                r->path, row, x[0]);
+    }
+    return 0;
+}
+
+/* Feeds @r's ids through the engine, as many logits rows a step as it returns, scoring every
+ * position against the reference into @acc; with @save (rows, vocab), keeps the model's logits
+ * there. Returns 0 or -errno. */
+static int ref_line_run(struct coord_engine *g, const struct ref_line *r, int vocab,
+                        struct eval_acc *acc, float *save, double *lp, double *lq,
+                        struct shardlm_err *e)
+{
+    const float *ref = (const float *)r->buf;
+    size_t row_bytes = (size_t)vocab * sizeof(float);
+    uint32_t chunk = coord_engine_logit_rows(g);
+    for (int pos = 0; pos < r->rows;) {
+        uint32_t m = (uint32_t)(r->rows - pos) < chunk ? (uint32_t)(r->rows - pos) : chunk;
+        struct coord_seq_step s = {.seq_id = 0,
+                                   .pos = (uint32_t)pos,
+                                   .n_tokens = m,
+                                   .tokens = r->ids + pos,
+                                   .all_logits = true};
+        int rc = coord_engine_step(g, &s, 1, e);
+        if (rc)
+            return rc;
+        if (save)
+            memcpy(save + (size_t)pos * vocab, s.logits, m * row_bytes);
+        for (uint32_t i = 0; i < m; i++) {
+            int p = pos + (int)i;
+            score(acc, ref + (size_t)p * vocab, s.logits + (size_t)i * vocab, vocab,
+                  p + 1 < r->n ? r->ids[p + 1] : -1, lp, lq);
+        }
+        pos += (int)m;
+    }
+    return 0;
+}
+
+/* --save: appends @r's line to @saved (a malloc'd text of *@saved_len bytes) and writes the
+ * model's logits @save to its logits file in the --save folder. Returns 0 or -errno. */
+static int ref_line_save(const struct ref_line *r, const struct coord_eval_opts *o,
+                         const float *save, char **saved, size_t *saved_len, struct shardlm_err *e)
+{
+    char path[4096];
+    save_path(o, r->f[4], path, sizeof(path));
+    size_t ol = strlen(r->orig);
+    char *grown = realloc(*saved, *saved_len + ol + 2);
+    if (!grown)
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    *saved = grown;
+    memcpy(grown + *saved_len, r->orig, ol);
+    *saved_len += ol;
+    if (ol == 0 || r->orig[ol - 1] != '\n')
+        grown[(*saved_len)++] = '\n';
+    return write_whole(path, save, r->len, e);
+}
+
+/* Evaluates line @no of greedy.tsv, prints its scores and adds them to @total; with --save,
+ * writes its logits file and appends the line to @saved (a malloc'd text of *@saved_len bytes).
+ * @lp and @lq hold a vocabulary of doubles each. Returns 0 or -errno. */
 static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, char *line, int no,
                      struct eval_acc *total, double *lp, double *lq, char **saved,
                      size_t *saved_len, struct shardlm_err *e)
 {
     const struct shlm_config *c = &coord_engine_model(g)->hdr->cfg;
-    int vocab = (int)c->vocab_size, ctx = (int)c->seq_len;
-    char *f[5], *orig = strdup(line);
-    int nf = orig ? split_tabs(line, f, 5) : -1;
-    if (nf != 5)
-        free(orig);
-    if (nf != 5)
-        return shardlm_fail(e, -EINVAL, "%s/greedy.tsv line %d: expected 5 tab-separated fields",
-                            o->ref_dir, no);
-    int32_t *ids = malloc((size_t)(ctx + 1) * sizeof(int32_t));
-    float *save = NULL; /* this model's logits, rows x vocab */
-    if (!ids) {
-        free(orig);
-        return shardlm_fail(e, -ENOMEM, "out of memory");
-    }
-    int rc, n = parse_ids(f[1], ids, 0, ctx + 1, vocab);
-    if (n > 0)
-        n = parse_ids(f[2], ids, n, ctx + 1, vocab);
-    if (n <= 0) {
-        free(ids);
-        free(orig);
-        return shardlm_fail(e, -EINVAL,
-                            "%s/greedy.tsv line %d: token ids missing, outside the "
-                            "vocabulary of %d or beyond the context of %d",
-                            o->ref_dir, no, vocab, ctx);
-    }
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/%s", o->ref_dir, f[4]);
-    uint8_t *buf;
-    size_t len;
-    if ((rc = coord_read_file(path, REF_MAX_BYTES, &buf, &len, e))) {
-        free(ids);
-        free(orig);
-        return rc;
-    }
-    /* a row per position fed: every id, or all but the last (whose logits predict past the
-     * line); finite, and not constant (a uniform distribution no model gives: padding) */
-    size_t row_bytes = (size_t)vocab * sizeof(float);
-    int rows = (int)(len / row_bytes);
-    if (len % row_bytes || rows < n - 1 || rows > n) {
-        rc = shardlm_fail(e, -EINVAL,
-                          "%s: %zu bytes; expected %d or %d rows of %d float32 logits, "
-                          "one per position fed (the %d token ids of greedy.tsv line %d, or all "
-                          "but the last)",
-                          path, len, n, n - 1, vocab, n, no);
-        goto out;
-    }
-    const float *ref = (const float *)buf;
-    for (int row = 0; row < rows; row++) {
-        const float *x = ref + (size_t)row * vocab;
-        bool constant = true;
-        for (int i = 0; i < vocab; i++) {
-            if (!isfinite(x[i])) {
-                rc = shardlm_fail(e, -EINVAL, "%s: row %d, logit %d is %f", path, row, i, x[i]);
-                goto out;
-            }
-            constant &= x[i] == x[0];
-        }
-        if (constant && vocab > 1) {
-            rc = shardlm_fail(e, -EINVAL,
-                              "%s: row %d holds one value, %g, in every logit (padding?)", path,
-                              row, x[0]);
-            goto out;
-        }
-    }
+    int vocab = (int)c->vocab_size;
+    struct ref_line r = {.no = no};
     struct eval_acc acc = {0};
-    if (o->save_dir && !(save = malloc(len))) {
-        rc = shardlm_fail(e, -ENOMEM, "out of memory for %s", f[4]);
-        goto out;
+    float *save = NULL; /* this model's logits, rows x vocab */
+    int rc = ref_line_parse(&r, o, line, vocab, (int)c->seq_len, e);
+    if (!rc)
+        rc = ref_line_logits(&r, o, vocab, e);
+    if (!rc && o->save_dir && !(save = malloc(r.len)))
+        rc = shardlm_fail(e, -ENOMEM, "out of memory for %s", r.f[4]);
+    if (!rc)
+        rc = ref_line_run(g, &r, vocab, &acc, save, lp, lq, e);
+    if (!rc) {
+        char label[160];
+        snprintf(label, sizeof(label), "prompt %d \"%.60s\" positions=%d", no, r.f[0], r.rows);
+        report(label, &acc);
+        total->kld += acc.kld;
+        total->nll += acc.nll;
+        total->positions += acc.positions;
+        total->top1 += acc.top1;
+        total->predicted += acc.predicted;
     }
-    uint32_t chunk = coord_engine_logit_rows(g);
-    for (int pos = 0; pos < rows;) {
-        uint32_t m = (uint32_t)(rows - pos) < chunk ? (uint32_t)(rows - pos) : chunk;
-        struct coord_seq_step s = {.seq_id = 0, .pos = (uint32_t)pos, .n_tokens = m,
-                                   .tokens = ids + pos, .all_logits = true};
-        if ((rc = coord_engine_step(g, &s, 1, e)))
-            goto out;
-        if (save)
-            memcpy(save + (size_t)pos * vocab, s.logits, m * row_bytes);
-        for (uint32_t i = 0; i < m; i++) {
-            int p = pos + (int)i;
-            score(&acc, ref + (size_t)p * vocab, s.logits + (size_t)i * vocab, vocab,
-                  p + 1 < n ? ids[p + 1] : -1, lp, lq);
-        }
-        pos += (int)m;
-    }
-    char label[160];
-    snprintf(label, sizeof(label), "prompt %d \"%.60s\" positions=%d", no, f[0], rows);
-    report(label, &acc);
-    total->kld += acc.kld;
-    total->nll += acc.nll;
-    total->positions += acc.positions;
-    total->top1 += acc.top1;
-    total->predicted += acc.predicted;
-    if (save) {
-        save_path(o, f[4], path, sizeof(path));
-        size_t ol = strlen(orig);
-        char *grown = realloc(*saved, *saved_len + ol + 2);
-        if (!grown) {
-            rc = shardlm_fail(e, -ENOMEM, "out of memory");
-            goto out;
-        }
-        *saved = grown;
-        memcpy(grown + *saved_len, orig, ol);
-        *saved_len += ol;
-        if (ol == 0 || orig[ol - 1] != '\n')
-            grown[(*saved_len)++] = '\n';
-        rc = write_whole(path, save, len, e);
-    }
-out:
+    if (!rc && save)
+        rc = ref_line_save(&r, o, save, saved, saved_len, e);
     free(save);
-    free(buf);
-    free(ids);
-    free(orig);
+    ref_line_free(&r);
     return rc;
 }
 
@@ -294,83 +337,99 @@ static int split_lines(char *tsv, char **lines, int max)
 
 #define MAX_LINES 4096
 
-int coord_eval(const struct coord_eval_opts *o, struct shardlm_err *e)
-{
+/* greedy.tsv of the reference folder, read whole: its text and its lines. */
+struct ref_tsv {
     char path[4096];
-    snprintf(path, sizeof(path), "%s/greedy.tsv", o->ref_dir);
+    char *text;   /* NUL-terminated, cut into lines in place */
+    size_t len;   /* bytes of text */
+    char **lines; /* (n_lines) into text */
+    int n_lines;
+};
+
+static void ref_tsv_free(struct ref_tsv *t)
+{
+    free(t->lines);
+    free(t->text);
+}
+
+/* Reads @o's greedy.tsv into @t. Returns 0 or -errno; release @t with ref_tsv_free(). */
+static int ref_tsv_read(struct ref_tsv *t, const struct coord_eval_opts *o, struct shardlm_err *e)
+{
     uint8_t *tsv;
-    size_t tsv_len;
-    int rc = coord_read_file(path, 64u << 20, &tsv, &tsv_len, e);
+    snprintf(t->path, sizeof(t->path), "%s/greedy.tsv", o->ref_dir);
+    int rc = coord_read_file(t->path, 64u << 20, &tsv, &t->len, e);
     if (rc)
         return rc;
-    char *text = realloc(tsv, tsv_len + 1);
-    if (!text) {
+    if (!(t->text = realloc(tsv, t->len + 1))) {
         free(tsv);
         return shardlm_fail(e, -ENOMEM, "out of memory");
     }
-    char **lines = malloc(MAX_LINES * sizeof(char *)), *names = NULL, *saved = NULL;
-    char **files = NULL;
-    double *lp = NULL, *lq = NULL;
-    size_t saved_len = 0;
-    bool made_save = false;
-    if (!lines) {
-        free(text);
+    t->text[t->len] = 0;
+    if (!(t->lines = malloc(MAX_LINES * sizeof(char *))))
         return shardlm_fail(e, -ENOMEM, "out of memory");
+    if ((t->n_lines = split_lines(t->text, t->lines, MAX_LINES)) < 0)
+        return shardlm_fail(e, -EFBIG, "%s: more than %d lines", t->path, MAX_LINES);
+    return 0;
+}
+
+/* --save: checks, before anything runs, every file it will write - greedy.tsv and each line's
+ * logits file (the 5th field, a plain file name) - through save_check(). *@made: whether the
+ * folder was made here. Returns 0 or -errno. */
+static int save_plan(const struct coord_eval_opts *o, const struct ref_tsv *t, bool *made,
+                     struct shardlm_err *e)
+{
+    char *names = malloc(t->len + 1); /* a copy of the split lines, cut again into fields */
+    char **files = malloc((MAX_LINES + 1) * sizeof(char *));
+    int n_files = 0, rc = 0;
+    if (!names || !files) {
+        rc = shardlm_fail(e, -ENOMEM, "out of memory");
+        goto out;
     }
-    text[tsv_len] = 0;
-    int n_lines = split_lines(text, lines, MAX_LINES), n_files = 0;
-    if (n_lines < 0) {
-        rc = shardlm_fail(e, -EFBIG, "%s: more than %d lines", path, MAX_LINES);
-        goto out_free;
-    }
-    if (o->save_dir) {
-        /* what --save will write: greedy.tsv and each line's logits file (the 5th field) */
-        names = malloc(tsv_len + 1); /* a copy of the split lines, cut again into fields */
-        files = malloc((MAX_LINES + 1) * sizeof(char *));
-        if (!names || !files) {
-            rc = shardlm_fail(e, -ENOMEM, "out of memory");
-            goto out_free;
+    memcpy(names, t->text, t->len + 1);
+    files[n_files++] = "greedy.tsv";
+    for (int i = 0; i < t->n_lines; i++) {
+        char *f[5], *copy = names + (t->lines[i] - t->text);
+        if (!t->lines[i][0] || t->lines[i][0] == '#' || split_tabs(copy, f, 5) != 5)
+            continue;
+        if (strchr(f[4], '/') || strcmp(f[4], "greedy.tsv") == 0) {
+            rc = shardlm_fail(e, -EINVAL,
+                              "%s line %d: logits file name '%s' is not a plain file name", t->path,
+                              i + 1, f[4]);
+            goto out;
         }
-        memcpy(names, text, tsv_len + 1);
-        files[n_files++] = "greedy.tsv";
-        for (int i = 0; i < n_lines; i++) {
-            char *f[5], *copy = names + (lines[i] - text);
-            if (lines[i][0] && lines[i][0] != '#' && split_tabs(copy, f, 5) == 5) {
-                if (strchr(f[4], '/') || strcmp(f[4], "greedy.tsv") == 0) {
-                    rc = shardlm_fail(e, -EINVAL,
-                                      "%s line %d: logits file name '%s' is not a plain "
-                                      "file name",
-                                      path, i + 1, f[4]);
-                    goto out_free;
-                }
-                files[n_files++] = f[4];
-            }
-        }
-        if ((rc = save_check(o, files, n_files, &made_save, e)))
-            goto out_free;
+        files[n_files++] = f[4];
     }
-    struct coord_engine *g;
-    struct coord_engine_opts eo = o->engine;
-    if ((rc = coord_engine_start(&g, &eo, e)))
-        goto out_free;
-    int vocab = (int)coord_engine_model(g)->hdr->cfg.vocab_size;
-    lp = malloc((size_t)vocab * sizeof(double));
-    lq = malloc((size_t)vocab * sizeof(double));
+    rc = save_check(o, files, n_files, made, e);
+out:
+    free(files);
+    free(names);
+    return rc;
+}
+
+/* Evaluates every line of @t on the started engine @g, prints each line's scores and the
+ * overall ones; with --save, writes the model's logits and greedy.tsv. Returns 0 or -errno. */
+static int eval_lines(struct coord_engine *g, const struct coord_eval_opts *o,
+                      const struct ref_tsv *t, struct shardlm_err *e)
+{
+    int vocab = (int)coord_engine_model(g)->hdr->cfg.vocab_size, rc = 0;
+    double *lp = malloc((size_t)vocab * sizeof(double));
+    double *lq = malloc((size_t)vocab * sizeof(double));
+    char *saved = NULL; /* --save's greedy.tsv */
+    size_t saved_len = 0;
     struct eval_acc total = {0};
     if (!lp || !lq) {
         rc = shardlm_fail(e, -ENOMEM, "out of memory");
         goto out;
     }
-    for (int i = 0; i < n_lines; i++) {
-        if (lines[i][0] == 0 || lines[i][0] == '#' || lines[i][0] == '\r')
-            continue;
-        if ((rc = eval_line(g, o, lines[i], i + 1, &total, lp, lq, &saved, &saved_len, e)))
-            goto out;
+    for (int i = 0; i < t->n_lines && !rc; i++) {
+        char *line = t->lines[i];
+        if (line[0] != 0 && line[0] != '#' && line[0] != '\r')
+            rc = eval_line(g, o, line, i + 1, &total, lp, lq, &saved, &saved_len, e);
     }
-    if (total.positions == 0) {
-        rc = shardlm_fail(e, -EINVAL, "%s: no reference sequences", path);
+    if (!rc && total.positions == 0)
+        rc = shardlm_fail(e, -EINVAL, "%s: no reference sequences", t->path);
+    if (rc)
         goto out;
-    }
     report("overall", &total);
     if (o->save_dir) {
         char out_tsv[4096];
@@ -378,18 +437,31 @@ int coord_eval(const struct coord_eval_opts *o, struct shardlm_err *e)
         rc = write_whole(out_tsv, saved, saved_len, e);
     }
 out:
-    if (o->engine.load.stats)
-        coord_cli_print_stats(g, 0, stderr);
-    coord_engine_stop(g);
-out_free:
-    if (rc && made_save)
-        rmdir(o->save_dir);
     free(lp);
     free(lq);
     free(saved);
-    free(files);
-    free(names);
-    free(lines);
-    free(text);
+    return rc;
+}
+
+int coord_eval(const struct coord_eval_opts *o, struct shardlm_err *e)
+{
+    struct ref_tsv t = {0};
+    bool made_save = false;
+    int rc = ref_tsv_read(&t, o, e);
+    if (!rc && o->save_dir)
+        rc = save_plan(o, &t, &made_save, e);
+    if (!rc) {
+        struct coord_engine *g;
+        struct coord_engine_opts eo = o->engine;
+        if (!(rc = coord_engine_start(&g, &eo, e))) {
+            rc = eval_lines(g, o, &t, e);
+            if (o->engine.load.stats)
+                coord_cli_print_stats(g, 0, stderr);
+            coord_engine_stop(g);
+        }
+    }
+    if (rc && made_save)
+        rmdir(o->save_dir);
+    ref_tsv_free(&t);
     return rc;
 }
