@@ -4,6 +4,7 @@
 #include "bench.h"
 
 #include "tokenizer.h"
+#include "cli.h"
 #include "util.h"
 
 #include <errno.h>

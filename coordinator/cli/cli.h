@@ -87,6 +87,9 @@ void coord_cli_log(void *ctx, enum coord_log_level level, const char *msg);
  *   load segments_bytes=<n> peak_anon_bytes=<n> seconds=<s>
  * @first_token_ns: when the first token came (0: none). */
 void coord_cli_print_stats(struct coord_engine *g, uint64_t first_token_ns, FILE *f);
+/* A one-line "shardlm CMD: message" and the usage text on stderr; returns exit code 2. */
+int coord_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* An argument left after an engine command's options: the usage error naming it (exit code 2). */
 int coord_cli_extra_argument(const char *cmd, const char *usage, char **argv);
 /* The exit code of command @cmd that returned @rc (0 or -errno with @e set), after printing its

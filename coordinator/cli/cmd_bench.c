@@ -4,6 +4,7 @@
  * mapping that holds the all-reduce area and the results. */
 #include "bench.h"
 #include "allreduce.h"
+#include "cli.h"
 #include "util.h"
 
 #include <errno.h>

@@ -6,6 +6,7 @@
 #include "kn.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +112,17 @@ void coord_cli_log(void *ctx, enum coord_log_level level, const char *msg)
 }
 
 /* The end of an engine command's options: none may be left but the ones it takes. */
+int coord_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "shardlm %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n%s", usage);
+    va_end(ap);
+    return 2;
+}
+
 int coord_cli_extra_argument(const char *cmd, const char *usage, char **argv)
 {
     return coord_usage_error(cmd, usage,

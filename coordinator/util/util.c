@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,17 +193,6 @@ int coord_map_file(const char *path, void **map, size_t *size, struct shardlm_er
     }
     close(fd);
     return 0;
-}
-
-int coord_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "shardlm %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n%s", usage);
-    va_end(ap);
-    return 2;
 }
 
 bool coord_parse_long(const char *s, long lo, long hi, long *out)

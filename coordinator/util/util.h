@@ -44,10 +44,7 @@ double coord_sort_median(double *v, int n);
  * -errno with @e naming the file. Release with munmap(*map, *size) when *map is not NULL. */
 int coord_map_file(const char *path, void **map, size_t *size, struct shardlm_err *e);
 
-/* Command-line helpers: a one-line "shardlm CMD: message" and the usage text on stderr, returning
- * exit code 2; strict integer parsing within [lo, hi]. */
-int coord_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* Strict integer parsing of @s within [lo, hi] into *@out (shardlm_parse_long). */
 bool coord_parse_long(const char *s, long lo, long hi, long *out);
 
 #endif
