@@ -1,4 +1,5 @@
-/* coordinator/util/util.h: small shared helpers (file reading, errors, time). */
+/* coordinator/util/util.h: small shared helpers - files opened, read, mapped and written whole;
+ * RssAnon; medians; integer parsing. */
 #ifndef SHARDLM_COORD_UTIL_H
 #define SHARDLM_COORD_UTIL_H
 
