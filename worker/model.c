@@ -49,6 +49,107 @@ static void acts_free(struct kn_act *a, int n)
  * (DESIGN.md: a 2048x8 projection, 0.444 ms as a plain loop vs 1.155 ms as a pooled GEMM). */
 #define PAR_MIN_WORK (1 << 16)
 
+/* The tensors of layer @l of @img into @L: views of its seven matrices and two norms, and of its
+ * q/k/v biases and head gate where the config has them. Cannot fail: shlm_parse() checked that
+ * every expected tensor is present. */
+static void layer_views(const struct shlm_model *img, const struct shlm_config *c, uint32_t l,
+                        struct wrk_layer *L)
+{
+    char nm[SHLM_NAME_MAX];
+#define MAT(field, suffix)                                                                         \
+    snprintf(nm, sizeof(nm), "blk.%u." suffix, l);                                                 \
+    view(img, nm, &L->field)
+    MAT(q, "attn_q");
+    MAT(k, "attn_k");
+    MAT(v, "attn_v");
+    MAT(o, "attn_o");
+    MAT(gate, "ffn_gate");
+    MAT(up, "ffn_up");
+    MAT(down, "ffn_down");
+#undef MAT
+#define VEC(field, suffix)                                                                         \
+    snprintf(nm, sizeof(nm), "blk.%u." suffix, l);                                                 \
+    L->field = vec(img, nm)
+    VEC(attn_norm, "attn_norm");
+    VEC(ffn_norm, "ffn_norm");
+    if (c->qkv_bias) {
+        VEC(q_bias, "attn_q_bias");
+        VEC(k_bias, "attn_k_bias");
+        VEC(v_bias, "attn_v_bias");
+    }
+    if (c->head_gate) {
+        VEC(head_gate, "attn_gate");
+    }
+#undef VEC
+}
+
+/* Views into @img of the weights: the embedding, the LM head (this rank's rows of the embedding
+ * when tied), the output norm and every layer's tensors. Returns 0 or -ENOMEM (the layer array,
+ * the one allocation here). */
+static int model_views(struct wrk_model *m, const struct shlm_model *img)
+{
+    const struct shlm_config *c = &m->cfg;
+    view(img, "tok_embd", &m->embd);
+    if (c->tied_embd)
+        kn_mat_rows(&m->embd, m->plan.v0, m->plan.v1, &m->head);
+    else
+        view(img, "output", &m->head);
+    m->out_norm = vec(img, "output_norm");
+    m->layers = calloc(c->n_layers, sizeof(*m->layers));
+    if (!m->layers)
+        return -ENOMEM;
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        layer_views(img, c, l, &m->layers[l]);
+    return 0;
+}
+
+/* This rank's widths from m->plan: its query and KV heads times head_dim, its FFN units, and the
+ * inputs of O and down with the zero pads that put them at the rank's offset. */
+static void model_widths(struct wrk_model *m)
+{
+    const struct seg_plan *p = &m->plan;
+    int hd = (int)m->cfg.head_dim;
+    m->qd = (p->q1 - p->q0) * hd;
+    m->kvd = (p->kv1 - p->kv0) * hd;
+    m->ffn = p->f1 - p->f0;
+    m->o_cols = p->o_pad + m->qd;
+    m->down_cols = p->down_pad + m->ffn;
+}
+
+/* The scratch of a chunk of m->max_m tokens (rows of activations, the prepared inputs of the
+ * matrix products with the W4 tensors' @group, the reference attention's scores) and the RoPE
+ * frequency table. Returns 0 or -ENOMEM, with what was allocated left for wrk_model_free(). */
+static int model_buffers(struct wrk_model *m, int group)
+{
+    const struct shlm_config *c = &m->cfg;
+    int hd = (int)c->head_dim, max_m = m->max_m;
+    size_t M = (size_t)max_m, dim = c->dim;
+    /* the activation group must match the W4 tensors' group; other formats ignore it */
+    int agroup = group ? group : 32;
+    m->x = malloc(M * dim * sizeof(float));
+    m->xb = malloc(M * dim * sizeof(float));
+    m->q = malloc(M * (size_t)m->qd * sizeof(float));
+    m->k = malloc(M * (size_t)m->kvd * sizeof(float));
+    m->v = malloc(M * (size_t)m->kvd * sizeof(float));
+    m->att = calloc(M * (size_t)m->o_cols, sizeof(float)); /* pads stay zero */
+    m->hb = calloc(M * (size_t)m->down_cols, sizeof(float));
+    m->hb2 = malloc(M * (size_t)m->ffn * sizeof(float));
+    /* the reference attention's scores, one row per pool thread */
+    m->scores =
+        malloc((size_t)c->seq_len * (size_t)(m->pool ? wrk_pool_size(m->pool) : 1) * sizeof(float));
+    m->rope_freqs = malloc((size_t)hd / 2 * sizeof(float));
+    if (m->rope_freqs)
+        kn_rope_freqs(m->rope_freqs, hd, c->rope_theta,
+                      c->rope_scaling == SHLM_ROPE_LLAMA3 ? c->rope_factor : 0.0f,
+                      c->rope_low_freq_factor, c->rope_high_freq_factor, (int)c->rope_orig_ctx);
+    if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
+        !m->hb2 || !m->scores || acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
+        acts_alloc(&m->a_o, max_m, m->o_cols, agroup) ||
+        acts_alloc(&m->a_down, max_m, m->down_cols, agroup))
+        return -ENOMEM;
+    return 0;
+}
+
 int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const struct kn_ops *ops,
                    int max_m, struct wrk_pool *pool, struct seg_ar_rank *ar)
 {
@@ -65,78 +166,13 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     /* shlm_parse() checked the image against this very plan */
     KN_ASSERT(seg_plan_make(&m->plan, c, group, h->shard_count ? (int)h->shard_count : 1,
                             (int)h->shard_rank) == 0);
-    const struct seg_plan *p = &m->plan;
-    view(img, "tok_embd", &m->embd);
-    if (c->tied_embd)
-        kn_mat_rows(&m->embd, p->v0, p->v1, &m->head);
-    else
-        view(img, "output", &m->head);
-    m->out_norm = vec(img, "output_norm");
-    m->layers = calloc(c->n_layers, sizeof(*m->layers));
-    if (!m->layers)
-        return -ENOMEM;
-    for (uint32_t l = 0; l < c->n_layers; l++) {
-        struct wrk_layer *L = &m->layers[l];
-        char nm[SHLM_NAME_MAX];
-#define MAT(field, suffix)                                                                         \
-    snprintf(nm, sizeof(nm), "blk.%u." suffix, l);                                                 \
-    view(img, nm, &L->field)
-        MAT(q, "attn_q");
-        MAT(k, "attn_k");
-        MAT(v, "attn_v");
-        MAT(o, "attn_o");
-        MAT(gate, "ffn_gate");
-        MAT(up, "ffn_up");
-        MAT(down, "ffn_down");
-#undef MAT
-#define VEC(field, suffix)                                                                         \
-    snprintf(nm, sizeof(nm), "blk.%u." suffix, l);                                                 \
-    L->field = vec(img, nm)
-        VEC(attn_norm, "attn_norm");
-        VEC(ffn_norm, "ffn_norm");
-        if (c->qkv_bias) {
-            VEC(q_bias, "attn_q_bias");
-            VEC(k_bias, "attn_k_bias");
-            VEC(v_bias, "attn_v_bias");
-        }
-        if (c->head_gate) {
-            VEC(head_gate, "attn_gate");
-        }
-#undef VEC
-    }
-    int hd = (int)c->head_dim;
-    m->qd = (p->q1 - p->q0) * hd;
-    m->kvd = (p->kv1 - p->kv0) * hd;
-    m->ffn = p->f1 - p->f0;
-    m->o_cols = p->o_pad + m->qd;
-    m->down_cols = p->down_pad + m->ffn;
-    size_t M = (size_t)max_m, dim = c->dim;
-    /* the activation group must match the W4 tensors' group; other formats ignore it */
-    int agroup = group ? group : 32;
-    m->x = malloc(M * dim * sizeof(float));
-    m->xb = malloc(M * dim * sizeof(float));
-    m->q = malloc(M * (size_t)m->qd * sizeof(float));
-    m->k = malloc(M * (size_t)m->kvd * sizeof(float));
-    m->v = malloc(M * (size_t)m->kvd * sizeof(float));
-    m->att = calloc(M * (size_t)m->o_cols, sizeof(float)); /* pads stay zero */
-    m->hb = calloc(M * (size_t)m->down_cols, sizeof(float));
-    m->hb2 = malloc(M * (size_t)m->ffn * sizeof(float));
-    /* the reference attention's scores, one row per pool thread */
-    m->scores =
-        malloc((size_t)c->seq_len * (size_t)(pool ? wrk_pool_size(pool) : 1) * sizeof(float));
-    m->rope_freqs = malloc((size_t)hd / 2 * sizeof(float));
-    if (m->rope_freqs)
-        kn_rope_freqs(m->rope_freqs, hd, c->rope_theta,
-                      c->rope_scaling == SHLM_ROPE_LLAMA3 ? c->rope_factor : 0.0f,
-                      c->rope_low_freq_factor, c->rope_high_freq_factor, (int)c->rope_orig_ctx);
-    if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
-        !m->hb2 || !m->scores || acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
-        acts_alloc(&m->a_o, max_m, m->o_cols, agroup) ||
-        acts_alloc(&m->a_down, max_m, m->down_cols, agroup)) {
+    int rc = model_views(m, img);
+    if (rc)
+        return rc;
+    model_widths(m);
+    if ((rc = model_buffers(m, group)))
         wrk_model_free(m);
-        return -ENOMEM;
-    }
-    return 0;
+    return rc;
 }
 
 void wrk_model_free(struct wrk_model *m)
@@ -310,17 +346,11 @@ static int allreduce(struct wrk_model *m, float *buf, size_t n)
     return m->ar ? seg_ar_allreduce(m->ar, buf, n) : 0;
 }
 
-/* One chunk of n <= max_m tokens; @logits NULL: no head (a prefill chunk before the last). */
-static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens, int n,
-                         int pos, float *logits, bool all_logits)
+/* x = the embeddings of the chunk's @n tokens, times the config's scale where it has one. */
+static void embed(struct wrk_model *m, const int32_t *tokens, int n)
 {
-    const struct kn_ops *ops = m->ops;
     const struct shlm_config *c = &m->cfg;
-    const struct seg_plan *p = &m->plan;
-    int dim = (int)c->dim, hd = (int)c->head_dim;
-    int nq = p->q1 - p->q0, qd = m->qd, kvd = m->kvd, ffn = m->ffn;
-    int rc;
-
+    int dim = (int)c->dim;
     for (int i = 0; i < n; i++) {
         float *xi = m->x + (size_t)i * dim;
         kn_mat_row(&m->embd, tokens[i], xi);
@@ -328,75 +358,130 @@ static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int3
             for (int j = 0; j < dim; j++)
                 xi[j] *= c->embd_scale;
     }
+}
 
-    for (uint32_t l = 0; l < c->n_layers; l++) {
-        const struct wrk_layer *L = &m->layers[l];
-        float *kc = seg_kv_keys(kv, seq, l), *vc = seg_kv_values(kv, seq, l);
+/* Attention of the chunk's queries over the KV cache of @rj into att, on the pool or, below
+ * par_min_work, on the caller. */
+static void attend(const struct wrk_model *m, const struct row_job *rj)
+{
+    int n = rj->n, pos = rj->pos, nq = m->plan.q1 - m->plan.q0, hd = (int)m->cfg.head_dim;
+    struct att_job aj = {m, rj->kc, rj->vc, n, pos};
+    /* keys read by the chunk's queries times the head size, summed over our heads: below
+     * the threshold (decode at a short context) one thread does it */
+    long att_work = (long)n * (pos + n) * nq * hd;
+    if (m->pool && att_work >= m->par_min_work)
+        wrk_pool_run(m->pool, att_part, &aj);
+    else
+        att_part(&aj, 0, 1);
+}
 
-        struct row_job rj = {.m = m, .n = n, .L = L, .pos = pos, .kc = kc, .vc = vc};
-        rj.row = row_norm_prepare;
-        rj.norm = L->attn_norm;
-        rj.a = m->a_dim;
-        rows_run(m, &rj);
-        gemm(m, &L->q, m->a_dim, n, m->q, qd);
-        gemm(m, &L->k, m->a_dim, n, m->k, kvd);
-        gemm(m, &L->v, m->a_dim, n, m->v, kvd);
-        rj.row = row_rope_kv;
-        rows_run(m, &rj);
-        struct att_job aj = {m, kc, vc, n, pos};
-        /* keys read by the chunk's queries times the head size, summed over our heads: below
-         * the threshold (decode at a short context) one thread does it */
-        long att_work = (long)n * (pos + n) * nq * hd;
-        if (m->pool && att_work >= m->par_min_work)
-            wrk_pool_run(m->pool, att_part, &aj);
-        else
-            att_part(&aj, 0, 1);
-        if (L->head_gate) /* a (heads x dim) projection: one plain loop, no fan-out */
-            for (int i = 0; i < n; i++)
-                for (int h = 0; h < nq; h++) {
-                    const float *gw = L->head_gate + (size_t)h * dim, *xi = m->xb + (size_t)i * dim;
-                    float gs = 0.0f;
-                    for (int j = 0; j < dim; j++)
-                        gs += gw[j] * xi[j];
-                    gs = 1.0f / (1.0f + expf(-gs));
-                    float *oh = m->att + (size_t)i * m->o_cols + p->o_pad + (size_t)h * hd;
-                    for (int j = 0; j < hd; j++)
-                        oh[j] *= gs;
-                }
-        rj.row = row_prepare;
-        rj.src = m->att;
-        rj.k = m->o_cols;
-        rj.a = m->a_o;
-        rows_run(m, &rj);
-        gemm(m, &L->o, m->a_o, n, m->xb, dim);
-        if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
-            return rc;
-        add_rows(m->x, m->xb, (size_t)n * dim);
+/* Each of our heads' attention output times sigmoid(its gate row . xb): a (heads x dim)
+ * projection, one plain loop, no fan-out. */
+static void head_gate(const struct wrk_model *m, const struct wrk_layer *L, int n)
+{
+    const struct seg_plan *p = &m->plan;
+    int dim = (int)m->cfg.dim, hd = (int)m->cfg.head_dim, nq = p->q1 - p->q0;
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < nq; h++) {
+            const float *gw = L->head_gate + (size_t)h * dim, *xi = m->xb + (size_t)i * dim;
+            float gs = 0.0f;
+            for (int j = 0; j < dim; j++)
+                gs += gw[j] * xi[j];
+            gs = 1.0f / (1.0f + expf(-gs));
+            float *oh = m->att + (size_t)i * m->o_cols + p->o_pad + (size_t)h * hd;
+            for (int j = 0; j < hd; j++)
+                oh[j] *= gs;
+        }
+}
 
-        rj.row = row_norm_prepare;
-        rj.norm = L->ffn_norm;
-        rj.a = m->a_dim;
-        rows_run(m, &rj);
-        gemm(m, &L->gate, m->a_dim, n, m->hb + p->down_pad, m->down_cols);
-        gemm(m, &L->up, m->a_dim, n, m->hb2, ffn);
-        rj.row = row_act_prepare;
-        rj.a = m->a_down;
-        rows_run(m, &rj);
-        gemm(m, &L->down, m->a_down, n, m->xb, dim);
-        if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
-            return rc;
-        add_rows(m->x, m->xb, (size_t)n * dim);
-    }
+/* x += @w times the prepared rows @a, summed over the ranks (through xb): a block's output
+ * projection (O or down) added to the residual stream. Returns 0 or the all-reduce's error. */
+static int residual_add(struct wrk_model *m, const struct kn_mat *w, const struct kn_act *a, int n)
+{
+    int dim = (int)m->cfg.dim, rc;
+    gemm(m, w, a, n, m->xb, dim);
+    if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
+        return rc;
+    add_rows(m->x, m->xb, (size_t)n * dim);
+    return 0;
+}
 
-    if (!logits)
-        return 0;
-    int first = all_logits ? 0 : n - 1;
+/* The attention block of layer rj->L over the chunk of @rj: xb = rmsnorm(x), q/k/v, RoPE and the
+ * KV append, attention (times the head gates where the layer has them), then x += O(att).
+ * Returns 0 or the all-reduce's error. */
+static int attention_block(struct wrk_model *m, struct row_job *rj)
+{
+    const struct wrk_layer *L = rj->L;
+    int n = rj->n;
+    rj->row = row_norm_prepare;
+    rj->norm = L->attn_norm;
+    rj->a = m->a_dim;
+    rows_run(m, rj);
+    gemm(m, &L->q, m->a_dim, n, m->q, m->qd);
+    gemm(m, &L->k, m->a_dim, n, m->k, m->kvd);
+    gemm(m, &L->v, m->a_dim, n, m->v, m->kvd);
+    rj->row = row_rope_kv;
+    rows_run(m, rj);
+    attend(m, rj);
+    if (L->head_gate)
+        head_gate(m, L, n);
+    rj->row = row_prepare;
+    rj->src = m->att;
+    rj->k = m->o_cols;
+    rj->a = m->a_o;
+    rows_run(m, rj);
+    return residual_add(m, &L->o, m->a_o, n);
+}
+
+/* The FFN block of layer rj->L over the chunk of @rj: xb = rmsnorm(x), gate and up,
+ * hb = act(gate) * up, then x += down(hb). Returns 0 or the all-reduce's error. */
+static int ffn_block(struct wrk_model *m, struct row_job *rj)
+{
+    const struct wrk_layer *L = rj->L;
+    int n = rj->n;
+    rj->row = row_norm_prepare;
+    rj->norm = L->ffn_norm;
+    rj->a = m->a_dim;
+    rows_run(m, rj);
+    gemm(m, &L->gate, m->a_dim, n, m->hb + m->plan.down_pad, m->down_cols);
+    gemm(m, &L->up, m->a_dim, n, m->hb2, m->ffn);
+    rj->row = row_act_prepare;
+    rj->a = m->a_down;
+    rows_run(m, rj);
+    return residual_add(m, &L->down, m->a_down, n);
+}
+
+/* This rank's columns [v0, v1) of the logits of the chunk's last token (of every token if
+ * @all_logits) into @logits, one row of vocab each: the output norm, then the LM head. */
+static void head_logits(struct wrk_model *m, float *logits, int n, bool all_logits)
+{
+    const struct shlm_config *c = &m->cfg;
+    int dim = (int)c->dim, first = all_logits ? 0 : n - 1;
     for (int i = first; i < n; i++) {
-        ops->rmsnorm(m->xb, m->x + (size_t)i * dim, m->out_norm, dim, c->norm_eps);
-        ops->act_prepare(&m->a_dim[0], m->xb);
-        float *row = logits + (size_t)(i - first) * c->vocab_size + p->v0;
+        m->ops->rmsnorm(m->xb, m->x + (size_t)i * dim, m->out_norm, dim, c->norm_eps);
+        m->ops->act_prepare(&m->a_dim[0], m->xb);
+        float *row = logits + (size_t)(i - first) * c->vocab_size + m->plan.v0;
         gemm(m, &m->head, &m->a_dim[0], 1, row, 0);
     }
+}
+
+/* One chunk of n <= max_m tokens: the embeddings, each layer's attention and FFN blocks, then
+ * the head; @logits NULL: no head (a prefill chunk before the last). Returns 0 or the
+ * all-reduce's error. */
+static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens, int n,
+                         int pos, float *logits, bool all_logits)
+{
+    int rc;
+    embed(m, tokens, n);
+    for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
+        const struct wrk_layer *L = &m->layers[l];
+        float *kc = seg_kv_keys(kv, seq, l), *vc = seg_kv_values(kv, seq, l);
+        struct row_job rj = {.m = m, .n = n, .L = L, .pos = pos, .kc = kc, .vc = vc};
+        if ((rc = attention_block(m, &rj)) || (rc = ffn_block(m, &rj)))
+            return rc;
+    }
+    if (logits)
+        head_logits(m, logits, n, all_logits);
     return 0;
 }
 

@@ -143,38 +143,34 @@ struct model_opts {
     int n_threads;
 };
 
-/* One thread count: the engine started once, then pp and tg REPS times each. */
-static int bench_threads(const struct model_opts *o, int threads, struct shardlm_err *e)
+/* What one thread count ran on: the model's and the layout's columns of its lines, and the
+ * workers' CPUs. */
+struct bench_result {
+    char name[128];         /* the model file's name and scheme */
+    size_t size;            /* bytes of the tensors */
+    uint64_t params, bytes; /* parameters; bytes of weights one decode token reads */
+    int n_ranks, threads;
+    int cpus[BENCH_MAX_T * 4], n_cpus; /* the workers' CPUs */
+};
+
+/* @n pseudo-random token ids below @vocab (the same ones each run): a prompt, and the decode
+ * test's inputs. */
+static void random_tokens(int32_t *tok, int n, uint32_t vocab)
 {
-    struct coord_engine *g;
-    struct coord_engine_opts eo = o->engine;
-    eo.model_path = o->model;
-    eo.layout.workers = o->workers;
-    eo.layout.threads = threads;
-    int rc = coord_engine_start(&g, &eo, e);
-    if (rc)
-        return rc;
-    const struct shlm_model *m = coord_engine_model(g);
-    const struct shlm_header *h = m->hdr;
-    uint32_t ctx = h->cfg.seq_len;
-    if ((uint32_t)o->pp > ctx || (uint32_t)o->tg + 1 > ctx) {
-        coord_engine_stop(g);
-        return shardlm_fail(e, -E2BIG, "-p %d / -n %d: the model's context is %u", o->pp, o->tg,
-                            ctx);
-    }
-    int n_tok = (o->pp > o->tg ? o->pp : o->tg) + 1; /* prompt, and the decode test's inputs */
-    int32_t *tok = malloc((size_t)n_tok * sizeof(int32_t));
-    double pp[16], tg[16];
-    if (!tok) {
-        coord_engine_stop(g);
-        return shardlm_fail(e, -ENOMEM, "out of memory");
-    }
     uint64_t rnd = 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < n_tok; i++) {
+    for (int i = 0; i < n; i++) {
         rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
-        tok[i] = (int32_t)((rnd >> 33) % h->cfg.vocab_size);
+        tok[i] = (int32_t)((rnd >> 33) % vocab);
     }
-    int reps = o->reps > 16 ? 16 : o->reps;
+}
+
+/* @reps runs of the tests on the started engine @g: prefill of o->pp tokens of @tok in one step
+ * (its tokens/s into @pp) and decode of o->tg tokens one step each (into @tg); a test of 0
+ * tokens is skipped. Returns 0 or the first failed step's -errno with @e set. */
+static int bench_reps(struct coord_engine *g, const struct model_opts *o, const int32_t *tok,
+                      int reps, double *pp, double *tg, struct shardlm_err *e)
+{
+    int rc = 0;
     for (int r = 0; r < reps && !rc; r++) {
         if (o->pp) {
             struct coord_seq_step s = {.pos = 0, .n_tokens = (uint32_t)o->pp, .tokens = tok};
@@ -191,54 +187,105 @@ static int bench_threads(const struct model_opts *o, int threads, struct shardlm
             tg[r] = o->tg / ((double)(shardlm_now_ns() - t0) / 1e9);
         }
     }
-    uint64_t params, bytes = decode_bytes(m, &params);
-    size_t size = 0;
+    return rc;
+}
+
+/* The model and layout of the engine @g into @r: name, size, parameters, decode bytes per token,
+ * ranks, and the CPUs the workers had (where the bandwidth threads go once they are gone). */
+static void bench_describe(struct coord_engine *g, const char *model, struct bench_result *r)
+{
+    const struct shlm_model *m = coord_engine_model(g);
+    const struct shlm_header *h = m->hdr;
+    r->bytes = decode_bytes(m, &r->params);
+    r->size = 0;
     for (uint32_t i = 0; i < h->n_tensors; i++)
-        size += m->tensors[i].bytes;
-    char name[128];
-    const char *base = strrchr(o->model, '/');
-    snprintf(name, sizeof(name), "%s %s", base ? base + 1 : o->model,
+        r->size += m->tensors[i].bytes;
+    const char *base = strrchr(model, '/');
+    snprintf(r->name, sizeof(r->name), "%s %s", base ? base + 1 : model,
              shlm_scheme_name((enum shlm_scheme)h->scheme));
     /* the bandwidth threads sit on the CPUs the workers had */
-    int cpus[BENCH_MAX_T * 4], n = 0;
     const struct coord_layout *lay = coord_engine_layout(g);
+    r->n_cpus = 0;
     for (int w = 0; w < lay->n_ranks; w++)
-        for (int c = 0; c < lay->ranks[w].n_cpus && n < BENCH_MAX_T * 4; c++)
-            cpus[n++] = lay->ranks[w].cpus[c];
-    int n_ranks = coord_engine_n_ranks(g);
-    coord_engine_stop(g);
-    free(tok);
-    if (rc)
-        return rc;
-    struct stats sp = summarize(pp, o->pp ? reps : 0), st = summarize(tg, o->tg ? reps : 0);
-    double bw = o->tg ? coord_read_bandwidth(n, cpus, 3) : 0;
-    double used = st.median * (double)bytes / 1e9;
+        for (int c = 0; c < lay->ranks[w].n_cpus && r->n_cpus < BENCH_MAX_T * 4; c++)
+            r->cpus[r->n_cpus++] = lay->ranks[w].cpus[c];
+    r->n_ranks = coord_engine_n_ranks(g);
+}
+
+/* The lines of @r with the medians and deviations @sp and @st of the tests, read bandwidth @bw
+ * and decode's GB/s @used: one JSON object, or the table's rows and the roofline line. */
+static void bench_print(const struct model_opts *o, const struct bench_result *r, struct stats sp,
+                        struct stats st, double bw, double used)
+{
     if (o->json) {
         printf("{\"model\": \"%s\", \"size\": %zu, \"params\": %llu, \"workers\": %d, "
                "\"threads\": %d, \"pp\": %d, \"pp_ts\": %.3f, \"pp_sd\": %.3f, \"tg\": %d, "
                "\"tg_ts\": %.3f, \"tg_sd\": %.3f, \"decode_bytes_per_token\": %llu, "
                "\"read_bw_gbs\": %.2f, \"decode_gbs\": %.2f, \"roofline\": %.3f}\n",
-               name, size, (unsigned long long)params, n_ranks, threads, o->pp, sp.median,
-               sp.stddev, o->tg, st.median, st.stddev, (unsigned long long)bytes, bw, used,
-               bw > 0 ? used / bw : 0);
-    } else {
-        char sz[32], pr[32];
-        snprintf(sz, sizeof(sz), "%.2f MiB", (double)size / (1 << 20));
-        if (params >= 1000000000ull)
-            snprintf(pr, sizeof(pr), "%.2f B", (double)params / 1e9);
-        else
-            snprintf(pr, sizeof(pr), "%.2f M", (double)params / 1e6);
-        if (o->pp)
-            printf("| %-28s | %10s | %7s | CPU %dw | %7d | %6s%-4d | %8.2f ± %.2f |\n", name, sz,
-                   pr, n_ranks, threads, "pp", o->pp, sp.median, sp.stddev);
-        if (o->tg)
-            printf("| %-28s | %10s | %7s | CPU %dw | %7d | %6s%-4d | %8.2f ± %.2f |\n", name, sz,
-                   pr, n_ranks, threads, "tg", o->tg, st.median, st.stddev);
-        if (o->tg)
-            printf("decode: %.1f MB of weights per token x %.2f tok/s = %.2f GB/s; read bandwidth "
-                   "%.2f GB/s (%d threads): %.1f%% of the roofline\n",
-                   (double)bytes / 1e6, st.median, used, bw, n, bw > 0 ? 100 * used / bw : 0);
+               r->name, r->size, (unsigned long long)r->params, r->n_ranks, r->threads, o->pp,
+               sp.median, sp.stddev, o->tg, st.median, st.stddev, (unsigned long long)r->bytes, bw,
+               used, bw > 0 ? used / bw : 0);
+        return;
     }
+    char sz[32], pr[32];
+    snprintf(sz, sizeof(sz), "%.2f MiB", (double)r->size / (1 << 20));
+    if (r->params >= 1000000000ull)
+        snprintf(pr, sizeof(pr), "%.2f B", (double)r->params / 1e9);
+    else
+        snprintf(pr, sizeof(pr), "%.2f M", (double)r->params / 1e6);
+    if (o->pp)
+        printf("| %-28s | %10s | %7s | CPU %dw | %7d | %6s%-4d | %8.2f ± %.2f |\n", r->name, sz, pr,
+               r->n_ranks, r->threads, "pp", o->pp, sp.median, sp.stddev);
+    if (o->tg)
+        printf("| %-28s | %10s | %7s | CPU %dw | %7d | %6s%-4d | %8.2f ± %.2f |\n", r->name, sz, pr,
+               r->n_ranks, r->threads, "tg", o->tg, st.median, st.stddev);
+    if (o->tg)
+        printf("decode: %.1f MB of weights per token x %.2f tok/s = %.2f GB/s; read bandwidth "
+               "%.2f GB/s (%d threads): %.1f%% of the roofline\n",
+               (double)r->bytes / 1e6, st.median, used, bw, r->n_cpus,
+               bw > 0 ? 100 * used / bw : 0);
+}
+
+/* One thread count: the engine started once, then pp and tg REPS times each, then the read
+ * bandwidth on the workers' CPUs once the engine has stopped. Prints the results. Returns 0 or
+ * -errno with @e set. */
+static int bench_threads(const struct model_opts *o, int threads, struct shardlm_err *e)
+{
+    struct coord_engine *g;
+    struct coord_engine_opts eo = o->engine;
+    eo.model_path = o->model;
+    eo.layout.workers = o->workers;
+    eo.layout.threads = threads;
+    int rc = coord_engine_start(&g, &eo, e);
+    if (rc)
+        return rc;
+    const struct shlm_header *h = coord_engine_model(g)->hdr;
+    uint32_t ctx = h->cfg.seq_len;
+    if ((uint32_t)o->pp > ctx || (uint32_t)o->tg + 1 > ctx) {
+        coord_engine_stop(g);
+        return shardlm_fail(e, -E2BIG, "-p %d / -n %d: the model's context is %u", o->pp, o->tg,
+                            ctx);
+    }
+    int n_tok = (o->pp > o->tg ? o->pp : o->tg) + 1; /* prompt, and the decode test's inputs */
+    int32_t *tok = malloc((size_t)n_tok * sizeof(int32_t));
+    double pp[16], tg[16];
+    if (!tok) {
+        coord_engine_stop(g);
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    }
+    random_tokens(tok, n_tok, h->cfg.vocab_size);
+    int reps = o->reps > 16 ? 16 : o->reps;
+    rc = bench_reps(g, o, tok, reps, pp, tg, e);
+    struct bench_result r = {.threads = threads};
+    bench_describe(g, o->model, &r);
+    coord_engine_stop(g);
+    free(tok);
+    if (rc)
+        return rc;
+    struct stats sp = summarize(pp, o->pp ? reps : 0), st = summarize(tg, o->tg ? reps : 0);
+    double bw = o->tg ? coord_read_bandwidth(r.n_cpus, r.cpus, 3) : 0;
+    double used = st.median * (double)r.bytes / 1e9;
+    bench_print(o, &r, sp, st, bw, used);
     fflush(stdout);
     return 0;
 }
