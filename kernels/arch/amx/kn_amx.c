@@ -20,6 +20,7 @@
 #include "../ref/kn_ref.h"
 
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -73,9 +74,16 @@ static const struct tile_config amx_cfg = {
 
 /* Per-thread scratch, grown on demand and kept for the thread's life (pool threads live as
  * long as the worker): the A panel of all tokens (16-token tiles, kpad bytes a row) and one
- * block's B tiles. NULL when it cannot be had: the caller falls back to AVX-512. */
+ * block's B tiles. NULL when it cannot be had: the caller falls back to AVX-512. A thread that
+ * exits frees its scratch through scratch_key's destructor (a test's threads, a pool torn down;
+ * ASan reported the scratch of exited threads as leaks). */
 static _Thread_local uint8_t *scratch;
 static _Thread_local size_t scratch_bytes;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static bool scratch_keyed;
+
+static void scratch_key_make(void) { scratch_keyed = pthread_key_create(&scratch_key, free) == 0; }
 
 static uint8_t *scratch_get(size_t bytes)
 {
@@ -87,6 +95,9 @@ static uint8_t *scratch_get(size_t bytes)
     free(scratch);
     scratch = p;
     scratch_bytes = bytes;
+    pthread_once(&scratch_once, scratch_key_make);
+    if (scratch_keyed)
+        pthread_setspecific(scratch_key, p);
     return p;
 }
 
