@@ -149,6 +149,17 @@ bool coord_workers_any_dead(struct coord_engine *g, struct shardlm_err *e)
     return dead;
 }
 
+bool coord_workers_any_dead_within(struct coord_engine *g, int ms, struct shardlm_err *e)
+{
+    uint64_t end = shardlm_now_ns() + (uint64_t)ms * 1000000u;
+    while (!coord_workers_any_dead(g, e)) {
+        if (shardlm_now_ns() >= end)
+            return false;
+        usleep(1000);
+    }
+    return true;
+}
+
 /* A Hello from each rank @fresh marks (NULL: every rank), within HELLO_TIMEOUT_MS each. */
 static int await_hellos(struct coord_engine *g, const bool *fresh, int n_fresh,
                         struct shardlm_err *e)
