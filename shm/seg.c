@@ -130,6 +130,10 @@ static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
     void *p = shardlm_mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         return -errno;
+    /* before the first page: a kernel or tmpfs without transparent huge pages says EINVAL, and
+     * the segment has 4 KiB pages (seg_huge_bytes tells) */
+    if (flags & SEG_HUGE)
+        s->huge = madvise(p, size, MADV_HUGEPAGE) == 0;
     /* on tmpfs the policy of a shared mapping is the file's: it governs every page allocated
      * for it from now on, by anyone - so bind before fallocate touches the first page */
     if (node >= 0 && numa_available() >= 0) {
@@ -145,6 +149,8 @@ static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
     }
     if (!rc && !(flags & SEG_LAZY))
         rc = allocate(fd, 0, size);
+    if (rc)
+        s->huge = false;
     if (rc) {
         munmap(p, size);
         return rc;
@@ -188,10 +194,62 @@ int seg_create(struct seg *s, const char *path, size_t size)
     return seg_create_on(s, path, size, -1, 0);
 }
 
+/* Faults in bytes [off, off + len) of the huge segment @s through its mapping: 0, -EINVAL when
+ * the kernel lacks MADV_POPULATE_WRITE, else -errno (-ENOSPC for a full tmpfs). */
+static int populate(struct seg *s, size_t off, size_t len)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    size_t a = off / (size_t)page * (size_t)page;
+    int rc = charge(len);
+    if (rc)
+        return rc;
+    int err = 0;
+    if (shardlm_fault(SHARDLM_FAULT_FALLOCATE))
+        err = ENOSPC;
+    else
+        while (madvise((uint8_t *)s->base + a, off + len - a, MADV_POPULATE_WRITE) < 0 &&
+               (err = errno) == EINTR)
+            err = 0;
+    if (err)
+        atomic_fetch_sub_explicit(&created_bytes, len, memory_order_relaxed);
+    /* a page the tmpfs cannot give is a SIGBUS to a touch, EFAULT to this call */
+    return err == EFAULT ? -ENOSPC : -err;
+}
+
 int seg_reserve(struct seg *s, size_t off, size_t len)
 {
     KN_ASSERT(s->fd >= 0 && off <= s->size && len <= s->size - off);
+    if (s->huge && len) {
+        int rc = populate(s, off, len);
+        if (rc != -EINVAL)
+            return rc;
+        s->huge = false; /* Linux < 5.14: fallocate from now on */
+    }
     return allocate(s->fd, off, len);
+}
+
+long long seg_huge_bytes(struct seg *s)
+{
+    if (!s->base)
+        return -EINVAL;
+    (void)madvise(s->base, s->size, MADV_POPULATE_READ); /* EINVAL before Linux 5.14 */
+    FILE *f = fopen("/proc/self/smaps", "re");
+    if (!f)
+        return -errno;
+    char line[256];
+    unsigned long start, end;
+    unsigned long long kb = 0;
+    bool in = false, found = false;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "%lx-%lx ", &start, &end) == 2) { /* a mapping's first line */
+            in = start == (unsigned long)(uintptr_t)s->base;
+            found |= in;
+        } else if (in && sscanf(line, "ShmemPmdMapped: %llu kB", &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return found ? (long long)kb * 1024 : -ENOENT;
 }
 
 int seg_publish(struct seg *s, const char *path)

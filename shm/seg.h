@@ -21,6 +21,7 @@ struct seg {
     void *base;
     size_t size;
     bool owner; /* created by this process under a name of its own: seg_free() unlinks it */
+    bool huge;  /* SEG_HUGE: MADV_HUGEPAGE, and seg_reserve() faults pages in through the map */
     int fd;     /* held open while it lives: a created segment's (seg_reserve), a mapped one's for
                  * its lock; -1 for none (0 when zeroed) */
 };
@@ -71,10 +72,22 @@ int seg_create(struct seg *s, const char *path, size_t size);
                          * directory; the memory goes with the last process that maps it or        \
                          * holds the descriptor */
 #define SEG_LAZY 2u     /* allocate nothing yet: seg_reserve() each range before it is touched */
+#define SEG_HUGE                                                                                   \
+    4u /* ask for 2 MiB pages (MADV_HUGEPAGE): a tmpfs mounted huge=within_size, always or      \
+        * advise, or for a memfd shmem_enabled set so, then gives them; else 4 KiB pages */
 int seg_create_on(struct seg *s, const char *path, size_t size, int node, unsigned flags);
 /* Allocates the bytes [off, off + len) of a segment this process created (SEG_LAZY): 0, or
- * -ENOSPC when the tmpfs is full - the error a touch of those pages would turn into SIGBUS. */
+ * -ENOSPC when the tmpfs is full - the error a touch of those pages would turn into SIGBUS.
+ * A SEG_HUGE segment's pages are faulted in through its mapping (MADV_POPULATE_WRITE), so that a
+ * tmpfs in "advise" mode can give 2 MiB pages (fallocate has no mapping to be advised); without
+ * that call (Linux < 5.14) they are allocated as for any other segment. */
 int seg_reserve(struct seg *s, size_t off, size_t len);
+/* Bytes of @s that this process maps with 2 MiB pages (ShmemPmdMapped of its mapping in
+ * /proc/self/smaps), after mapping every page of it (MADV_POPULATE_READ). For a segment whose
+ * pages all exist, as a loaded weights segment's (on a hole the read would allocate a page); the
+ * page size is the file's, so every process that maps it gets the same. Returns the bytes or
+ * -errno. */
+long long seg_huge_bytes(struct seg *s);
 /* Gives the segment @s, created under a temporary name, its final name @path at once (link),
  * so that a segment under its final name is always complete; it then outlives this process
  * (seg_free() no longer unlinks it). -EEXIST: another process published one first. */

@@ -517,6 +517,67 @@ static void test_create_enospc(void **state)
     assert_int_equal(small_rc, 0);
 }
 
+/* Mounts a tmpfs with @opts at @base/@name; false (after saying why) without mount permission. */
+static bool mount_tmpfs(const char *base, const char *name, const char *opts, char *mnt, size_t len)
+{
+    tu_path(mnt, len, "%s/%s", base, name);
+    assert_int_equal(mkdir(mnt, 0700), 0);
+    if (mount("tmpfs", mnt, "tmpfs", MS_NOSUID | MS_NODEV, opts) == 0)
+        return true;
+    print_message("cannot mount a tmpfs (%s) with %s; run as root with mount permission "
+                  "(CAP_SYS_ADMIN, e.g. outside an unprivileged container) to check it\n",
+                  strerror(errno), opts);
+    return false;
+}
+
+/* SEG_HUGE: on a tmpfs in "advise" mode, a segment reserved piece by piece gets 2 MiB pages
+ * (fallocate, which has no mapping to advise, would give 4 KiB ones) and seg_huge_bytes says
+ * so; one without SEG_HUGE gets none; a full tmpfs is still -ENOSPC from seg_reserve, not
+ * SIGBUS. Where the kernel has no transparent huge pages, SEG_HUGE gets 4 KiB pages and says so. */
+static void test_huge_pages(void **state)
+{
+    struct fixture *f = *state;
+    char mnt[PATH_MAX], path[PATH_MAX];
+    if (!mount_tmpfs(f->base, "huge", "size=16m,huge=advise,mode=0700", mnt, sizeof(mnt)))
+        skip();
+    bool thp = access("/sys/kernel/mm/transparent_hugepage/shmem_enabled", F_OK) == 0;
+    const size_t size = 4u << 20;
+    struct seg h, plain;
+    seg_path(path, sizeof(path), mnt, getpid(), "huge");
+    assert_int_equal(seg_create_on(&h, path, size, -1, SEG_LAZY | SEG_HUGE), 0);
+    seg_path(path, sizeof(path), mnt, getpid(), "plain");
+    assert_int_equal(seg_create_on(&plain, path, size, -1, SEG_LAZY), 0);
+    for (size_t off = 0; off < size; off += 256 << 10) { /* as the load reserves, a tensor at a time */
+        assert_int_equal(seg_reserve(&h, off, 256 << 10), 0);
+        assert_int_equal(seg_reserve(&plain, off, 256 << 10), 0);
+    }
+    memset(h.base, 1, size);
+    memset(plain.base, 1, size);
+    long long hb = seg_huge_bytes(&h), pb = seg_huge_bytes(&plain);
+    print_message("SEG_HUGE: %lld of %zu bytes in 2 MiB pages; without it %lld\n", hb, size, pb);
+    seg_free(&h);
+    seg_free(&plain);
+    assert_int_equal(pb, 0);
+    if (thp)
+        assert_true(hb > 0);
+    else
+        assert_int_equal(hb, 0);
+    assert_int_equal(umount2(mnt, MNT_DETACH), 0);
+
+    if (!mount_tmpfs(f->base, "full", "size=3m,huge=advise,mode=0700", mnt, sizeof(mnt)))
+        skip();
+    seg_path(path, sizeof(path), mnt, getpid(), "big");
+    assert_int_equal(seg_create_on(&h, path, 8u << 20, -1, SEG_LAZY | SEG_HUGE), 0);
+    int rc = 0;
+    for (size_t off = 0; off < (8u << 20) && !rc; off += 1u << 20)
+        rc = seg_reserve(&h, off, 1u << 20);
+    seg_free(&h);
+    int left = tu_count_files(mnt);
+    assert_int_equal(umount2(mnt, MNT_DETACH), 0);
+    assert_int_equal(rc, -ENOSPC);
+    assert_int_equal(left, 0);
+}
+
 /* The NUMA policy of sampled pages of @s: every one MPOL_BIND to exactly @node, and resident on
  * it (move_pages(2) with no target nodes reports where each page is). */
 static void expect_bound(struct seg *s, size_t off, size_t len, int node)
@@ -608,6 +669,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_exchange_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kv_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_enospc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_huge_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_binding, setup, teardown),
         cmocka_unit_test_setup_teardown(test_publish, setup, teardown),
     };

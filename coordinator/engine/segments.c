@@ -111,6 +111,35 @@ static int publish_weights(struct coord_engine *g, const struct coord_load_dest 
     return 0;
 }
 
+/* With --verbose: the page size each weights segment got (SEG_HUGE asks for 2 MiB pages; the
+ * tmpfs decides). The figure costs a walk of the segment's page tables, so only then. */
+static void log_pages(struct coord_engine *g, bool anon)
+{
+    if (!coord_log_on(&g->log, COORD_LOG_DEBUG))
+        return;
+    for (int r = 0; r < g->n_ranks; r++) {
+        struct seg *w = &g->ranks[r].weights;
+        long long huge = seg_huge_bytes(w);
+        double mib = (double)w->size / (1 << 20);
+        if (huge > 0)
+            coord_logf(&g->log, COORD_LOG_DEBUG,
+                       "weights segment of rank %d: %.1f of %.1f MiB in 2 MiB pages", r,
+                       (double)huge / (1 << 20), mib);
+        else if (w->size < (2u << 20))
+            coord_logf(&g->log, COORD_LOG_DEBUG,
+                       "weights segment of rank %d: %.1f MiB in 4 KiB pages (less than one 2 MiB "
+                       "page)",
+                       r, mib);
+        else
+            coord_logf(&g->log, COORD_LOG_DEBUG,
+                       "weights segment of rank %d: %.1f MiB in 4 KiB pages (%s gives no 2 MiB "
+                       "pages: %s)",
+                       r, mib, anon ? "shared memory" : g->rundir,
+                       anon ? "/sys/kernel/mm/transparent_hugepage/shmem_enabled is never or deny"
+                            : "a tmpfs mounted without huge=within_size, always or advise");
+    }
+}
+
 /* The weights segment of every rank: a complete persistent one is mapped as it is; the others
  * are created (under a temporary name, or as memfds with no_persist), filled by one streaming
  * pass over the file, and published under their persistent names. */
@@ -139,7 +168,8 @@ static int make_weights(struct coord_engine *g, const struct coord_engine_opts *
         int node = g->layout.ranks[r].node;
         if (o->load.no_persist) {
             snprintf(path, sizeof(path), "shardlm-weights-r%d", r);
-            rc = seg_create_on(&cr->weights, path, h[r].file_bytes, node, SEG_ANON | SEG_LAZY);
+            rc = seg_create_on(&cr->weights, path, h[r].file_bytes, node,
+                               SEG_ANON | SEG_LAZY | SEG_HUGE);
         } else {
             persist_name(g, r, &h[r], name[r], sizeof(name[r]));
             snprintf(path, sizeof(path), "%s/%s", g->rundir, name[r]);
@@ -148,7 +178,7 @@ static int make_weights(struct coord_engine *g, const struct coord_engine_opts *
                 continue;
             }
             seg_path(path, sizeof(path), g->rundir, getpid(), name[r]);
-            rc = seg_create_on(&cr->weights, path, h[r].file_bytes, node, SEG_LAZY);
+            rc = seg_create_on(&cr->weights, path, h[r].file_bytes, node, SEG_LAZY | SEG_HUGE);
         }
         if (rc) {
             shardlm_fail(e, rc, "weights segment of rank %d (%llu bytes) in %s: %s", r,
@@ -166,6 +196,8 @@ static int make_weights(struct coord_engine *g, const struct coord_engine_opts *
     g->stats.built = n;
     if (!o->load.no_persist)
         rc = publish_weights(g, dest, n, h, name, o->load.verify, e);
+    if (!rc)
+        log_pages(g, o->load.no_persist);
 out:
     free(dest);
     free(table);
