@@ -249,17 +249,19 @@ static inline __attribute__((always_inline)) void w4a16t_tile(const uint8_t *blk
 }
 
 
-/* Decode's case, one token, one block of 16 rows: the int16 pair sums of up to 4 octets add up
- * before one VPMADDWD widens them (4 * 2 * 2 * 15 * 127 = 30480 < 32767), and the two halves of
- * the block keep separate chains. */
-static void w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int cols, int group,
-                             float *y, int row0, int n0, int n1)
+/* Groups whose int32 sums a GEMV block keeps before it reads their scales: 128 x 64 bytes of
+ * stack, a whole block's up to 16384 columns at group 128. */
+#define GEMV_SUMS 128
+
+/* The int32 sums of groups [g0, g1) of one block into @sums (two halves of 8 rows a group), the
+ * zero point taken off: the int16 pair sums of up to 4 octets add up before one VPMADDWD widens
+ * them (4 * 2 * 2 * 15 * 127 = 30480 < 32767), and the two halves keep separate chains. */
+static void w4a8t_gemv_sums(const uint8_t *blk, const struct kn_act *x, int group, int g0, int g1,
+                            __m256i (*sums)[2])
 {
     const __m256i lo4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    const int ng = kn_ngroups(cols, group), no = group / 8;
-    const size_t so = kn_tile_scales_offset(cols, group);
-    __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
-    for (int g = 0; g < ng; g++) {
+    const int no = group / 8;
+    for (int g = g0; g < g1; g++) {
         const uint8_t *w = blk + (size_t)g * (size_t)group * 8;
         const int8_t *q = x->q + (size_t)g * (size_t)group;
         __m256i s0 = _mm256_set1_epi32(-8 * x->qgsum[g]), s1 = s0;
@@ -285,11 +287,32 @@ static void w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int col
             s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones));
             s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
         }
-        const uint8_t *sp = blk + so + (size_t)g * 32;
-        f0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sp)),
-                             _mm256_cvtepi32_ps(s0), f0);
-        f1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sp + 16))),
-                             _mm256_cvtepi32_ps(s1), f1);
+        sums[g - g0][0] = s0;
+        sums[g - g0][1] = s1;
+    }
+}
+
+/* Decode's case, one token, one block of 16 rows: the codes of (up to GEMV_SUMS) groups first,
+ * then their scales, which follow them in the block, so that the block is one front-to-back
+ * stream (kn_avx512.c's w4a8t_gemv_block says what the scales as a second stream cost). The
+ * float sums run in group order as before: the same results, bit for bit. */
+static void w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int cols, int group,
+                             float *y, int row0, int n0, int n1)
+{
+    const int ng = kn_ngroups(cols, group);
+    const size_t so = kn_tile_scales_offset(cols, group);
+    __m256i sums[GEMV_SUMS][2];
+    __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
+    for (int g0 = 0; g0 < ng; g0 += GEMV_SUMS) {
+        int g1 = ng - g0 < GEMV_SUMS ? ng : g0 + GEMV_SUMS;
+        w4a8t_gemv_sums(blk, x, group, g0, g1, sums);
+        for (int g = g0; g < g1; g++) {
+            const uint8_t *sp = blk + so + (size_t)g * 32;
+            f0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sp)),
+                                 _mm256_cvtepi32_ps(sums[g - g0][0]), f0);
+            f1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sp + 16))),
+                                 _mm256_cvtepi32_ps(sums[g - g0][1]), f1);
+        }
     }
     __m256 qs = _mm256_set1_ps(x->qscale);
     store_rows(y, _mm256_mul_ps(f0, qs), _mm256_mul_ps(f1, qs), row0, n0, n1);
