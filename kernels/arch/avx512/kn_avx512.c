@@ -84,8 +84,9 @@ static inline __m256 widen8_q8(const int8_t *w)
  * 64 columns: with one, the FMA latency chain held the LM head to 6 GB/s (128256 x 2048, one
  * thread, 44 ms a token); with four, 32 GB/s (8.2 ms). Each accumulator is two 256-bit halves:
  * widening 16 codes at once (VPMOVSXBD zmm) held this dot to 7.5-9.5 GB/s on a 2-core Zen 4 VM
- * where 8 at a time gives 17-18 (`bench kernels`, K = 2048); the halves and the reduction are those of the 512-bit code
- * it replaced (_mm512_reduce_add_ps's order), so every result is the same, bit for bit. */
+ * where 8 at a time gives 17-18 (`bench kernels`, K = 2048); the halves and the reduction are
+ * those of the 512-bit code it replaced (_mm512_reduce_add_ps's order), so every result is the
+ * same, bit for bit. */
 static inline float dot_q8(const int8_t *w, const float *x, int k)
 {
     __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0; /* elements 0..7 of 16 */
