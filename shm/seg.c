@@ -106,15 +106,35 @@ static int charge(size_t size)
     return 0;
 }
 
-/* Allocates bytes [off, off + len) of the segment file @fd: 0 or -errno. tmpfs gives up with
- * EINTR whenever a signal is pending (one the process handles, too): then it goes on. */
-static int allocate(int fd, size_t off, size_t len)
+/* Faults in bytes [off, off + len) of a segment through its mapping @base (MADV_POPULATE_WRITE),
+ * so that a tmpfs in huge-page "advise" mode can give 2 MiB pages: 0 or an errno, EINVAL for a
+ * kernel without that call (Linux < 5.14), ENOSPC for a full tmpfs (its SIGBUS is EFAULT here). */
+static int populate(uint8_t *base, size_t off, size_t len)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), a = off / page * page;
+    int err = 0;
+    while (madvise(base + a, off + len - a, MADV_POPULATE_WRITE) < 0 && (err = errno) == EINTR)
+        err = 0;
+    return err == EFAULT ? ENOSPC : err;
+}
+
+/* Allocates bytes [off, off + len) of the segment file @fd, charged against the limit: through
+ * its mapping @base when *@huge (populate; a kernel without it clears *@huge and the segment goes
+ * on with fallocate), else with fallocate. 0 or -errno. tmpfs gives up with EINTR whenever a
+ * signal is pending (one the process handles, too): then it goes on. The fault site is
+ * SHARDLM_FAULT_FALLOCATE either way. */
+static int allocate(int fd, uint8_t *base, bool *huge, size_t off, size_t len)
 {
     int rc = charge(len);
     if (rc)
         return rc;
-    while ((rc = shardlm_fallocate(fd, (off_t)off, (off_t)len)) == EINTR) /* the error, not -1 */
-        ;
+    if (*huge) {
+        rc = shardlm_fault(SHARDLM_FAULT_FALLOCATE) ? ENOSPC : populate(base, off, len);
+        *huge = rc != EINVAL;
+    }
+    if (!*huge)
+        while ((rc = shardlm_fallocate(fd, (off_t)off, (off_t)len)) == EINTR) /* not -1 */
+            ;
     if (rc)
         atomic_fetch_sub_explicit(&created_bytes, len, memory_order_relaxed);
     return -rc;
@@ -148,10 +168,9 @@ static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
         }
     }
     if (!rc && !(flags & SEG_LAZY))
-        rc = allocate(fd, 0, size);
-    if (rc)
-        s->huge = false;
+        rc = allocate(fd, p, &s->huge, 0, size);
     if (rc) {
+        s->huge = false;
         munmap(p, size);
         return rc;
     }
@@ -194,38 +213,10 @@ int seg_create(struct seg *s, const char *path, size_t size)
     return seg_create_on(s, path, size, -1, 0);
 }
 
-/* Faults in bytes [off, off + len) of the huge segment @s through its mapping: 0, -EINVAL when
- * the kernel lacks MADV_POPULATE_WRITE, else -errno (-ENOSPC for a full tmpfs). */
-static int populate(struct seg *s, size_t off, size_t len)
-{
-    long page = sysconf(_SC_PAGESIZE);
-    size_t a = off / (size_t)page * (size_t)page;
-    int rc = charge(len);
-    if (rc)
-        return rc;
-    int err = 0;
-    if (shardlm_fault(SHARDLM_FAULT_FALLOCATE))
-        err = ENOSPC;
-    else
-        while (madvise((uint8_t *)s->base + a, off + len - a, MADV_POPULATE_WRITE) < 0 &&
-               (err = errno) == EINTR)
-            err = 0;
-    if (err)
-        atomic_fetch_sub_explicit(&created_bytes, len, memory_order_relaxed);
-    /* a page the tmpfs cannot give is a SIGBUS to a touch, EFAULT to this call */
-    return err == EFAULT ? -ENOSPC : -err;
-}
-
 int seg_reserve(struct seg *s, size_t off, size_t len)
 {
     KN_ASSERT(s->fd >= 0 && off <= s->size && len <= s->size - off);
-    if (s->huge && len) {
-        int rc = populate(s, off, len);
-        if (rc != -EINVAL)
-            return rc;
-        s->huge = false; /* Linux < 5.14: fallocate from now on */
-    }
-    return allocate(s->fd, off, len);
+    return allocate(s->fd, s->base, &s->huge, off, len);
 }
 
 long long seg_huge_bytes(struct seg *s)

@@ -16,7 +16,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <libgen.h>
 #include <pthread.h>
 #include <sys/mman.h>
 
@@ -31,12 +30,10 @@ static char worker[4300]; /* shardlm-worker beside the shardlm binary */
 
 static int setup(void **state)
 {
-    char bin[4096];
     tu_mkdtemp(dir, sizeof(dir), "engine");
     tu_path(rundir, sizeof(rundir), "%s/run", dir);
     tu_path(model, sizeof(model), "%s/f32.shlm", dir);
-    snprintf(bin, sizeof(bin), "%s", tu_bin());
-    tu_path(worker, sizeof(worker), "%s/shardlm-worker", dirname(bin));
+    tu_worker(worker, sizeof(worker));
     return tu_convert(model, "f32", NULL) ? -1 : 0;
 }
 

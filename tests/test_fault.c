@@ -20,7 +20,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <libgen.h>
 
 #include "engine.h"
 #include "fault.h"
@@ -122,12 +121,10 @@ static struct logits clean; /* a run without faults */
 
 static int setup(void **state)
 {
-    char bin[4096];
     tu_mkdtemp(dir, sizeof(dir), "fault");
     tu_path(rundir, sizeof(rundir), "%s/run", dir);
     tu_path(model, sizeof(model), "%s/w4a8.shlm", dir);
-    snprintf(bin, sizeof(bin), "%s", tu_bin());
-    tu_path(worker, sizeof(worker), "%s/shardlm-worker", dirname(bin));
+    tu_worker(worker, sizeof(worker));
     if (tu_convert(model, "w4a8", NULL))
         return -1;
     struct shardlm_err e = {{0}};

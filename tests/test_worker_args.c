@@ -9,7 +9,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <libgen.h>
 #include <limits.h>
 
 #include "testutil.h"
@@ -104,9 +103,7 @@ static void test_accepted(void **state)
 
 int main(void)
 {
-    char bin[PATH_MAX];
-    snprintf(bin, sizeof(bin), "%s", tu_bin());
-    snprintf(worker, sizeof(worker), "%s/shardlm-worker", dirname(bin));
+    tu_worker(worker, sizeof(worker));
     if (access(worker, X_OK) != 0) {
         fprintf(stderr, "FAIL: no shardlm-worker at %s (beside SHARDLM_BIN)\n", worker);
         return 1;

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -27,6 +28,14 @@ static inline const char *tu_env(const char *name, const char *fallback)
 static inline const char *tu_data(void) { return tu_env("SHARDLM_TEST_DATA", "tests/data"); }
 static inline const char *tu_src(void) { return tu_env("SHARDLM_SRC", "."); }
 static inline const char *tu_bin(void) { return tu_env("SHARDLM_BIN", "shardlm"); }
+
+/* The shardlm-worker beside tu_bin() into @out. */
+static inline void tu_worker(char *out, size_t len)
+{
+    char bin[4096];
+    snprintf(bin, sizeof(bin), "%s", tu_bin());
+    snprintf(out, len, "%s/shardlm-worker", dirname(bin));
+}
 
 /* Whether the test data is there. It is part of the repository, so a missing folder is a broken
  * checkout or a wrong SHARDLM_TEST_DATA, and the test fails saying so: never a reason to skip. */

@@ -199,9 +199,7 @@ int coord_bench_tokenizer(int argc, char **argv)
     struct coord_tok t;
     void *map;
     size_t size;
-    int rc = coord_map_file(path, &map, &size, &e);
-    if (rc == 0 && !map)
-        rc = shardlm_fail(&e, -EINVAL, "%s: empty file", path);
+    int rc = coord_map_nonempty(path, &map, &size, &e);
     if (rc == 0 && (rc = coord_tok_from_image(&t, map, size, 0, path, &e)))
         munmap(map, size);
     if (rc) {

@@ -34,11 +34,9 @@ static int inspect_shlm(const char *path, struct shardlm_err *e)
 {
     void *map;
     size_t size;
-    int rc = coord_map_file(path, &map, &size, e);
+    int rc = coord_map_nonempty(path, &map, &size, e);
     if (rc)
         return rc;
-    if (!map)
-        return shardlm_fail(e, -EINVAL, "%s: an empty file", path);
     struct shlm_model m;
     struct shardlm_err err;
     rc = shlm_parse(&m, map, size, path, &err);

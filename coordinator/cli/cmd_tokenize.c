@@ -37,11 +37,9 @@ static int run(const char *path, long vocab_size, bool decode, unsigned flags, i
 {
     void *map;
     size_t size;
-    int rc = coord_map_file(path, &map, &size, e);
+    int rc = coord_map_nonempty(path, &map, &size, e);
     if (rc)
         return rc;
-    if (!map)
-        return shardlm_fail(e, -EINVAL, "%s: an empty file", path);
     struct coord_tok t;
     rc = coord_tok_from_image(&t, map, size, vocab_size, path, e);
     if (rc)

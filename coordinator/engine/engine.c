@@ -175,12 +175,8 @@ static int run_step(struct coord_engine *g, Shardlm__Step *st, struct shardlm_er
         if (rc)
             coord_group_fail(g, rc);
     }
-    /* the survivors' complaints follow from a death; a rank that left the socket is dying (its
-     * exit closes its sockets before it becomes a zombie: under load the send can see the one
-     * long before waitpid sees the other) */
-    if (rc && rc != -ECHILD && rc != -ECANCELED &&
-        coord_workers_any_dead_within(g, rc == -EHOSTUNREACH ? PEER_GONE_MS : 0, e))
-        rc = coord_group_fail(g, -ECHILD);
+    if (rc && rc != -ECHILD && rc != -ECANCELED && coord_workers_any_dead(g, e))
+        rc = coord_group_fail(g, -ECHILD); /* the survivors' complaints follow from the death */
     return rc;
 }
 

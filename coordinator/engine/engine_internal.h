@@ -23,7 +23,8 @@
 #define READY_TIMEOUT_MS 60000
 #define SHUTDOWN_GRACE_MS 2000
 /* A worker whose connection is gone (a send fails with EHOSTUNREACH) is on its way out: its
- * sockets close in its exit before it becomes a zombie. Time given to that exit to be seen. */
+ * sockets close in its exit before it becomes a zombie. Time given to that exit to be seen
+ * (coord_link_send). */
 #define PEER_GONE_MS 2000
 #define LOGITS_BUDGET (64u << 20) /* bytes of logits one step may return */
 #define KV_RESERVE_STEP 256u      /* KV positions reserved at a time as a sequence grows */
@@ -129,8 +130,9 @@ int coord_worker_spawn(struct coord_engine *g, int r, struct shardlm_err *e);
 bool coord_worker_alive(struct coord_engine *g, int r, struct shardlm_err *e);
 /* True when some worker has died (reaped, described into @e). */
 bool coord_workers_any_dead(struct coord_engine *g, struct shardlm_err *e);
-/* coord_workers_any_dead(), polled every millisecond for up to @ms until one has. */
-bool coord_workers_any_dead_within(struct coord_engine *g, int ms, struct shardlm_err *e);
+/* Whether rank @r's worker is dead or dies within @ms (coord_worker_alive() polled every
+ * millisecond; its end described into @e). */
+bool coord_worker_dies_within(struct coord_engine *g, int r, int ms, struct shardlm_err *e);
 /* Hello from every rank, Attach, Ready, one heartbeat round. */
 int coord_workers_handshake(struct coord_engine *g, struct shardlm_err *e);
 /* After a worker died in a step: all ranks Ready again over the same segments. */

@@ -155,9 +155,10 @@ int coord_layout_make(struct coord_layout *l, const struct coord_layout_opts *o,
     } else {
         struct node_cpus *nodes = NULL;
         int n = host_nodes(&nodes);
+        int err = n ? n : -ENODEV;
         rc = n > 0 ? derived_layout(l, o, nodes, n, e)
-                   : shardlm_fail(e, n ? n : -ENODEV, "cannot read the CPUs of this machine: %s",
-                                  strerror(n ? -n : ENODEV));
+                   : shardlm_fail(e, err, "cannot read the CPUs of this machine: %s",
+                                  strerror(-err));
         free(nodes);
     }
     if (rc) {

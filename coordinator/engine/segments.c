@@ -159,12 +159,13 @@ static int make_weights(struct coord_engine *g, const struct coord_engine_opts *
     for (int r = 0; r < R; r++) {
         struct coord_rank *cr = &g->ranks[r];
         char path[PATH_MAX + NAME_MAX + 2];
-        if ((rc = coord_shard_layout(&g->img, R, r, &h[r], table)) < 0) {
-            rc = rc == -ENOMEM ? shardlm_fail(e, rc, "out of memory")
-                               : shardlm_fail(e, rc, "cannot split the model over %d ranks", R);
+        int n_tensors = coord_shard_layout(&g->img, R, r, &h[r], table);
+        if (n_tensors < 0) {
+            rc = n_tensors == -ENOMEM
+                     ? shardlm_fail(e, n_tensors, "out of memory")
+                     : shardlm_fail(e, n_tensors, "cannot split the model over %d ranks", R);
             goto out;
         }
-        rc = 0;
         int node = g->layout.ranks[r].node;
         if (o->load.no_persist) {
             snprintf(path, sizeof(path), "shardlm-weights-r%d", r);

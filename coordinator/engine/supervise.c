@@ -149,10 +149,10 @@ bool coord_workers_any_dead(struct coord_engine *g, struct shardlm_err *e)
     return dead;
 }
 
-bool coord_workers_any_dead_within(struct coord_engine *g, int ms, struct shardlm_err *e)
+bool coord_worker_dies_within(struct coord_engine *g, int r, int ms, struct shardlm_err *e)
 {
     uint64_t end = shardlm_now_ns() + (uint64_t)ms * 1000000u;
-    while (!coord_workers_any_dead(g, e)) {
+    while (coord_worker_alive(g, r, e)) {
         if (shardlm_now_ns() >= end)
             return false;
         usleep(1000);

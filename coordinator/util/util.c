@@ -195,6 +195,14 @@ int coord_map_file(const char *path, void **map, size_t *size, struct shardlm_er
     return 0;
 }
 
+int coord_map_nonempty(const char *path, void **map, size_t *size, struct shardlm_err *e)
+{
+    int rc = coord_map_file(path, map, size, e);
+    if (!rc && !*map)
+        rc = shardlm_fail(e, -EINVAL, "%s: an empty file", path);
+    return rc;
+}
+
 bool coord_parse_long(const char *s, long lo, long hi, long *out)
 {
     return shardlm_parse_long(s, lo, hi, out);

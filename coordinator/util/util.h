@@ -44,6 +44,9 @@ double coord_sort_median(double *v, int n);
 /* Maps the regular file @path read-only: *@map (NULL for an empty file) and *@size. Returns 0 or
  * -errno with @e naming the file. Release with munmap(*map, *size) when *map is not NULL. */
 int coord_map_file(const char *path, void **map, size_t *size, struct shardlm_err *e);
+/* coord_map_file() for a file that must hold something: an empty one is -EINVAL, "PATH: an empty
+ * file". Release with munmap(*map, *size). */
+int coord_map_nonempty(const char *path, void **map, size_t *size, struct shardlm_err *e);
 
 /* Strict integer parsing of @s within [lo, hi] into *@out (shardlm_parse_long). */
 bool coord_parse_long(const char *s, long lo, long hi, long *out);
