@@ -257,6 +257,31 @@ void kn_cpu_describe(const struct kn_cpu *c, char *buf, size_t len);
 /* Every table this machine can run, ref first; returns how many (at most @max). */
 int kn_ops_available(const struct kn_ops **out, int max);
 
+/* Software prefetch of a decode GEMV's weight stream (kernels/kn_prefetch.c): none (the
+ * hardware prefetcher alone), 4 KiB ahead into L1, or 8 KiB ahead into L2. Which one is fastest
+ * depends on the host, so each thread times the first calls of every matrix shape it runs in
+ * each mode (PF_SAMPLES each, interleaved) and keeps the mode of the lowest median. A mode
+ * changes a call's speed, never its results. */
+enum kn_pf { KN_PF_HW = 0, KN_PF_L1 = 1, KN_PF_L2 = 2 };
+#define KN_PF_COUNT 3
+struct kn_pf_call {
+    struct pf_shape *shape; /* NULL: not timed */
+    uint64_t t0;
+};
+/* The mode of a GEMV call over @rows rows of @w on this thread; kn_pf_end after it. */
+int kn_pf_begin(struct kn_pf_call *c, const struct kn_mat *w, int rows);
+void kn_pf_end(struct kn_pf_call *c);
+/* Every call of every thread in @mode from now on (-1: tune again as above). */
+void kn_pf_force(int mode);
+/* "hw", "l1", "l2" -> the mode, "auto" -> -1, anything else -> -2; and back. */
+int kn_pf_parse(const char *name);
+const char *kn_pf_name(int mode);
+/* The mode this thread chose for calls over @rows rows of @w's format and width; -1 while it
+ * is still timing them (or never ran one). */
+int kn_pf_chosen(const struct kn_mat *w, int rows);
+/* Forgets this thread's choices: its next calls time every mode again. */
+void kn_pf_reset(void);
+
 /* RoPE frequencies: inv_freq[i] = 1 / theta^(2i / head_dim), i < head_dim / 2; with
  * @factor > 0 rescaled the llama3 way (low/high frequency factors over @orig_ctx positions). */
 void kn_rope_freqs(float *inv_freq, int head_dim, float theta, float factor, float low,

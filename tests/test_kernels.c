@@ -647,6 +647,65 @@ static void test_tiles_gemm(void **state)
             ops->name, worst_bf16, TOL_BF16_ACT);
 }
 
+/* The decode GEMVs that tune their software prefetch (kernels/kn_prefetch.c): every mode gives
+ * the same results, bit for bit, over whole matrices and parts of one; a thread settles on one
+ * mode per format and shape after its timed calls and forgets it on kn_pf_reset; a forced mode
+ * holds for every call. */
+static void test_prefetch_modes(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    static const struct {
+        enum kn_dtype dt;
+        int n, k, group;
+    } cases[] = {{KN_DT_W4A8, 40, 300, 128},
+                 {KN_DT_W4A8, 33, 4160, 32},
+                 {KN_DT_Q8, 37, 1000, 32},
+                 {KN_DT_Q8, 5, 8192, 32}};
+    rng_seed(9);
+    for (size_t c = 0; c < ARRAY_SIZE(cases); c++) {
+        int N = cases[c].n, K = cases[c].k;
+        struct wmat a;
+        struct kn_mat t = {0};
+        void *buf = NULL;
+        wmat_init(&a, cases[c].dt, N, K, cases[c].group);
+        if (cases[c].dt == KN_DT_W4A8)
+            tile(&a.m, &t, &buf);
+        const struct kn_mat *w = buf ? &t : &a.m;
+        struct kn_act x;
+        act_init(&x, K, cases[c].group, 1.0f);
+        float y[MAX_ROWS], want[MAX_ROWS];
+        int r[2][2] = {{0, N}, {N / 3, N - N / 4}};
+        for (int p = 0; p < 2; p++) {
+            int n0 = r[p][0], n1 = r[p][1];
+            kn_pf_force(KN_PF_HW);
+            ops->gemv(w, &x, want, n0, n1);
+            for (int mode = KN_PF_L1; mode < KN_PF_COUNT; mode++) {
+                kn_pf_force(mode);
+                ops->gemv(w, &x, y, n0, n1);
+                assert_memory_equal(y + n0, want + n0, (size_t)(n1 - n0) * sizeof(float));
+            }
+            kn_pf_force(-1);
+            kn_pf_reset();
+            for (int i = 0; i < 3 * KN_PF_COUNT * 8; i++) { /* past the tuner's timed calls */
+                ops->gemv(w, &x, y, n0, n1);
+                assert_memory_equal(y + n0, want + n0, (size_t)(n1 - n0) * sizeof(float));
+            }
+            int chosen = kn_pf_chosen(w, n1 - n0);
+            assert_true(chosen >= 0 && chosen < KN_PF_COUNT);
+            kn_pf_reset();
+            assert_int_equal(kn_pf_chosen(w, n1 - n0), -1);
+        }
+        kn_act_free(&x);
+        free(buf);
+        wmat_free(&a);
+    }
+    assert_int_equal(kn_pf_parse("auto"), -1);
+    assert_int_equal(kn_pf_parse("hw"), KN_PF_HW);
+    assert_int_equal(kn_pf_parse("l2"), KN_PF_L2);
+    assert_int_equal(kn_pf_parse("L2"), -2);
+    assert_string_equal(kn_pf_name(kn_pf_parse("l1")), "l1");
+}
+
 /* The tiled image ends at a PROT_NONE page: no load past the last block. */
 static void test_tiles_guard(void **state)
 {
@@ -1590,6 +1649,7 @@ int main(void)
         PER_TABLE(test_gemm, KN_ISA_AVX2, "gemm_avx2"),
         PER_TABLE(test_guard_page, KN_ISA_AVX2, "guard_page_avx2"),
         PER_TABLE(test_tiles_gemm, KN_ISA_AVX2, "tiles_gemm_avx2"),
+        PER_TABLE(test_prefetch_modes, KN_ISA_AVX2, "prefetch_modes_avx2"),
         PER_TABLE(test_tiles_guard, KN_ISA_AVX2, "tiles_guard_avx2"),
         PER_TABLE(test_rmsnorm, KN_ISA_AVX2, "rmsnorm_avx2"),
         PER_TABLE(test_rope, KN_ISA_AVX2, "rope_avx2"),
@@ -1599,6 +1659,7 @@ int main(void)
         PER_TABLE(test_gemm, KN_ISA_AVX512, "gemm_avx512"),
         PER_TABLE(test_guard_page, KN_ISA_AVX512, "guard_page_avx512"),
         PER_TABLE(test_tiles_gemm, KN_ISA_AVX512, "tiles_gemm_avx512"),
+        PER_TABLE(test_prefetch_modes, KN_ISA_AVX512, "prefetch_modes_avx512"),
         PER_TABLE(test_tiles_guard, KN_ISA_AVX512, "tiles_guard_avx512"),
         PER_TABLE(test_rmsnorm, KN_ISA_AVX512, "rmsnorm_avx512"),
         PER_TABLE(test_rope, KN_ISA_AVX512, "rope_avx512"),
@@ -1606,9 +1667,11 @@ int main(void)
         PER_TABLE(test_attention, KN_ISA_AVX512, "attention_avx512"),
         PER_TABLE(test_gemm, KN_ISA_AMX, "gemm_amx"),
         PER_TABLE(test_tiles_gemm, KN_ISA_AMX, "tiles_gemm_amx"),
+        PER_TABLE(test_prefetch_modes, KN_ISA_AMX, "prefetch_modes_amx"),
         PER_TABLE(test_tiles_guard, KN_ISA_AMX, "tiles_guard_amx"),
         PER_TABLE(test_gemm, SLOT_AMX_MODEL, "gemm_amx_model"),
         PER_TABLE(test_tiles_gemm, SLOT_AMX_MODEL, "tiles_gemm_amx_model"),
+        PER_TABLE(test_prefetch_modes, SLOT_AMX_MODEL, "prefetch_modes_amx_model"),
         PER_TABLE(test_tiles_guard, SLOT_AMX_MODEL, "tiles_guard_amx_model"),
         PER_TABLE(test_amx_model_kernels, SLOT_AMX_MODEL, "amx_model_kernels"),
     };

@@ -146,6 +146,12 @@ static int place(struct wrk *w, const struct wrk_args *a, struct shardlm_err *e)
     w->ops = kn_ops_select(isa, isa_err, sizeof(isa_err));
     if (*isa_err) /* the coordinator checks the same before it starts workers */
         fprintf(stderr, "shardlm: SHARDLM_ISA=%s: %s; using ref\n", isa, isa_err);
+    const char *pf = getenv("SHARDLM_PREFETCH"); /* checked by the coordinator's CLI too */
+    if (pf && *pf && kn_pf_parse(pf) < -1)
+        fprintf(stderr, "shardlm: SHARDLM_PREFETCH=%s: expected auto, hw, l1 or l2; using auto\n",
+                pf);
+    else if (pf && *pf)
+        kn_pf_force(kn_pf_parse(pf));
     return 0;
 }
 

@@ -23,7 +23,10 @@ static const char usage_bench_kernels[] =
     "the matrix totalling 512 MiB, so weights come from memory as in decode, and prints GB/s of\n"
     "weights read; GEMM (M=64, 512: prefill chunks) reuses one copy and prints GOP/s\n"
     "(2*M*N*K per product). Shapes NxK: 2048x2048, 8192x2048 and 2048x8192 (a 1B model's\n"
-    "attention, FFN up and down). Last, this thread's read bandwidth over 1 GiB of arrays.\n"
+    "attention, FFN up and down). The W4A8 tile and q8 GEMVs (decode's) pick their software\n"
+    "prefetch by timing their first calls, as the workers do (the line says which); the lines\n"
+    "after it force each: 'pf hw' none, 'pf l1' 4 KiB ahead into L1, 'pf l2' 8 KiB ahead into\n"
+    "L2, their repetitions interleaved. Last, this thread's read bandwidth over 1 GiB of arrays.\n"
     "  --isa NAME   one table (ref, avx2, avx512, amx; default: every table but ref)\n"
     "  -r REPS      repetitions, median reported (default 3)\n"
     "  --json       one JSON object per line\n";
@@ -117,62 +120,119 @@ static double time_run(const struct run *r)
     return (double)done / ((double)(t - t0) / 1e9);
 }
 
-/* One (table, format, shape, M) case: prints its line. Returns 0 or -ENOMEM. */
+/* The buffers of one case: copies of the matrix (GEMV) or one (GEMM), M activations. */
+struct bench_bufs {
+    uint8_t *buf;
+    struct kn_mat *mats;
+    struct kn_act *x;
+    float *y, *xv;
+    int n_act;
+};
+
+static void bufs_free(struct bench_bufs *b)
+{
+    for (int i = 0; i < b->n_act; i++)
+        kn_act_free(&b->x[i]);
+    free(b->x);
+    free(b->xv);
+    free(b->y);
+    free(b->mats);
+    free(b->buf);
+}
+
+/* Fills @b for format @dt, n x k, @m activations, @copies matrices. Returns 0 or -ENOMEM (@b
+ * freed). */
+static int bufs_make(struct bench_bufs *b, const struct kn_ops *ops, enum kn_dtype dt, int n, int k,
+                     int group, int m, int copies)
+{
+    size_t bytes = kn_mat_bytes(dt, n, k, group), stride = (bytes + 4095) / 4096 * 4096;
+    *b = (struct bench_bufs){aligned_alloc(4096, stride * (size_t)copies),
+                             calloc((size_t)copies, sizeof(*b->mats)),
+                             calloc((size_t)m, sizeof(*b->x)),
+                             malloc((size_t)m * (size_t)n * sizeof(float)),
+                             malloc((size_t)k * 4),
+                             0};
+    if (!b->buf || !b->mats || !b->x || !b->y || !b->xv || fill_matrix(dt, n, k, group, b->buf))
+        goto fail;
+    for (int i = 0; i < copies; i++) {
+        if (i)
+            memcpy(b->buf + stride * (size_t)i, b->buf, bytes);
+        kn_mat_view(&b->mats[i], dt, n, k, group, b->buf + stride * (size_t)i);
+    }
+    for (; b->n_act < m; b->n_act++) {
+        if (kn_act_alloc(&b->x[b->n_act], k, group ? group : 32))
+            goto fail;
+        for (int j = 0; j < k; j++)
+            b->xv[j] = (float)(rnd32() % 2001) * 1e-3f - 1.0f;
+        ops->act_prepare(&b->x[b->n_act], b->xv);
+    }
+    return 0;
+fail:
+    bufs_free(b);
+    return -ENOMEM;
+}
+
+/* Timed ways of running one case: as decode runs it (the prefetch tuned, "auto"), then, for
+ * the GEMVs that tune their software prefetch (kernels/kn_prefetch.c), each prefetch mode
+ * forced; the repetitions of the ways interleave, so that the machine's drifts meet them all. */
+#define BENCH_WAYS (1 + KN_PF_COUNT)
+
+static void print_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, int way,
+                       int chosen, size_t bytes, double med, int json)
+{
+    double us = 1e6 / med, gbs = (double)bytes * med / 1e9;
+    double gops = 2.0 * m * (double)n * k * med / 1e9;
+    char kernel[32];
+    snprintf(kernel, sizeof(kernel), "%s%s%s", formats[fi].name, way ? " pf " : "",
+             way ? kn_pf_name(way - 1) : "");
+    if (json) {
+        char pf[64] = "";
+        if (way)
+            snprintf(pf, sizeof(pf), ", \"prefetch\": \"%s\"", kn_pf_name(way - 1));
+        else if (chosen >= 0)
+            snprintf(pf, sizeof(pf), ", \"prefetch\": \"auto\", \"chosen\": \"%s\"",
+                     kn_pf_name(chosen));
+        printf("{\"isa\": \"%s\", \"kernel\": \"%s\", \"n\": %d, \"k\": %d, \"m\": %d, "
+               "\"us\": %.2f, \"gbs\": %.2f, \"gops\": %.2f%s}\n",
+               ops->name, formats[fi].name, n, k, m, us, gbs, gops, pf);
+    } else if (m == 1)
+        printf("| %-6s | %-16s | %5d x %-5d | %4s | %10.1f | %8.2f GB/s |%s%s\n", ops->name, kernel,
+               n, k, "gemv", us, gbs, chosen >= 0 ? " prefetch chosen: " : "",
+               chosen >= 0 ? kn_pf_name(chosen) : "");
+    else
+        printf("| %-6s | %-16s | %5d x %-5d | %4d | %10.1f | %7.1f GOP/s |\n", ops->name, kernel, n,
+               k, m, us, gops);
+    fflush(stdout);
+}
+
+/* One (table, format, shape, M) case: prints its line (and those of the forced prefetch
+ * modes). Returns 0 or -ENOMEM. */
 static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, int reps, int json)
 {
     enum kn_dtype dt = formats[fi].dt;
     int group = kn_is_w4(dt) ? (dt == KN_DT_W4A16 || dt == KN_DT_W4A16_T ? 64 : 128) : 0;
-    size_t bytes = kn_mat_bytes(dt, n, k, group), stride = (bytes + 4095) / 4096 * 4096;
+    size_t bytes = kn_mat_bytes(dt, n, k, group);
+    struct bench_bufs b;
+    if (bufs_make(&b, ops, dt, n, k, group, m,
+                  m == 1 ? (int)((STREAM_BYTES + bytes - 1) / bytes) : 1))
+        return -ENOMEM;
     int copies = m == 1 ? (int)((STREAM_BYTES + bytes - 1) / bytes) : 1;
-    uint8_t *buf = aligned_alloc(4096, stride * (size_t)copies);
-    struct kn_mat *mats = calloc((size_t)copies, sizeof(*mats));
-    struct kn_act *x = calloc((size_t)m, sizeof(*x));
-    float *y = malloc((size_t)m * (size_t)n * sizeof(float)), *xv = malloc((size_t)k * 4);
-    int rc = -ENOMEM, n_act = 0;
-    if (!buf || !mats || !x || !y || !xv)
-        goto out;
-    if (fill_matrix(dt, n, k, group, buf))
-        goto out;
-    for (int i = 0; i < copies; i++) {
-        if (i)
-            memcpy(buf + stride * (size_t)i, buf, bytes);
-        kn_mat_view(&mats[i], dt, n, k, group, buf + stride * (size_t)i);
-    }
-    for (; n_act < m; n_act++) {
-        if (kn_act_alloc(&x[n_act], k, group ? group : 32))
-            goto out;
-        for (int j = 0; j < k; j++)
-            xv[j] = (float)(rnd32() % 2001) * 1e-3f - 1.0f;
-        ops->act_prepare(&x[n_act], xv);
-    }
-    struct run r = {ops, mats, copies, m, x, y};
-    double rate[16];
+    bool tuned = m == 1 && (dt == KN_DT_W4A8_T || dt == KN_DT_Q8) && ops->isa != KN_ISA_REF;
+    int ways = tuned ? BENCH_WAYS : 1;
+    struct run r = {ops, b.mats, copies, m, b.x, b.y};
+    double rate[BENCH_WAYS][16];
+    kn_pf_reset(); /* "auto" tunes afresh: an earlier table's choice is not this one's */
     for (int i = 0; i < reps; i++)
-        rate[i] = time_run(&r);
-    double med = coord_sort_median(rate, reps);
-    double us = 1e6 / med, gbs = (double)bytes * med / 1e9;
-    double gops = 2.0 * m * (double)n * k * med / 1e9;
-    if (json)
-        printf("{\"isa\": \"%s\", \"kernel\": \"%s\", \"n\": %d, \"k\": %d, \"m\": %d, "
-               "\"us\": %.2f, \"gbs\": %.2f, \"gops\": %.2f}\n",
-               ops->name, formats[fi].name, n, k, m, us, gbs, gops);
-    else if (m == 1)
-        printf("| %-6s | %-11s | %5d x %-5d | %4s | %10.1f | %8.2f GB/s |\n", ops->name,
-               formats[fi].name, n, k, "gemv", us, gbs);
-    else
-        printf("| %-6s | %-11s | %5d x %-5d | %4d | %10.1f | %7.1f GOP/s |\n", ops->name,
-               formats[fi].name, n, k, m, us, gops);
-    fflush(stdout);
-    rc = 0;
-out:
-    for (int i = 0; i < n_act; i++)
-        kn_act_free(&x[i]);
-    free(x);
-    free(xv);
-    free(y);
-    free(mats);
-    free(buf);
-    return rc;
+        for (int w = 0; w < ways; w++) {
+            kn_pf_force(w - 1);
+            rate[w][i] = time_run(&r);
+        }
+    kn_pf_force(-1);
+    for (int w = 0; w < ways; w++)
+        print_case(ops, fi, n, k, m, w, tuned && !w ? kn_pf_chosen(&b.mats[0], n) : -1, bytes,
+                   coord_sort_median(rate[w], reps), json);
+    bufs_free(&b);
+    return 0;
 }
 
 int coord_bench_kernels(int argc, char **argv)
@@ -234,9 +294,10 @@ int coord_bench_kernels(int argc, char **argv)
         pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
     }
     if (!json) {
-        printf("| %-6s | %-11s | %13s | %4s | %10s | %13s |\n", "isa", "kernel", "shape N x K", "M",
+        printf("| %-6s | %-16s | %13s | %4s | %10s | %13s |\n", "isa", "kernel", "shape N x K", "M",
                "us/product", "speed");
-        printf("| ------ | ----------- | ------------: | ---: | ---------: | ------------: |\n");
+        printf(
+            "| ------ | ---------------- | ------------: | ---: | ---------: | ------------: |\n");
     }
     for (int t = 0; t < n_run; t++)
         for (size_t fi = 0; fi < sizeof(formats) / sizeof(formats[0]); fi++)

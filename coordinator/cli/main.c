@@ -35,7 +35,9 @@ static const char usage_main[] =
     "environment: SHARDLM_ISA=ref|avx2|avx512|amx forces the workers' kernel table (one this CPU\n"
     "cannot run is an error); SHARDLM_RUNTIME_DIR holds segments and sockets (default\n"
     "/dev/shm/shardlm-<uid>); SHARDLM_WORKER is the worker binary (default: next to shardlm);\n"
-    "SHARDLM_SHM_LIMIT=BYTES refuses segments past that size with ENOSPC (for tests).\n";
+    "SHARDLM_SHM_LIMIT=BYTES refuses segments past that size with ENOSPC (for tests);\n"
+    "SHARDLM_PREFETCH=auto|hw|l1|l2 sets the decode GEMVs' software prefetch (default auto:\n"
+    "each worker thread times the modes on its first calls and keeps the fastest).\n";
 
 /* Each command, by the name that follows `shardlm`. */
 static const struct {

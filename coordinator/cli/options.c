@@ -103,6 +103,9 @@ int coord_cli_engine_env(struct coord_engine_opts *o, struct shardlm_err *e)
         o->isa = NULL;
     if (o->isa && !kn_ops_find(o->isa, err, sizeof(err)))
         return shardlm_fail(e, -ENOTSUP, "SHARDLM_ISA=%s: %s", o->isa, err);
+    const char *pf = getenv("SHARDLM_PREFETCH"); /* the workers read it */
+    if (pf && *pf && kn_pf_parse(pf) < -1)
+        return shardlm_fail(e, -EINVAL, "SHARDLM_PREFETCH=%s: expected auto, hw, l1 or l2", pf);
     return 0;
 }
 

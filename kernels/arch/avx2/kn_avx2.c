@@ -12,6 +12,7 @@
  *
  * Loads at the end of a row are masked (VPMASKMOV) or go through a zero-padded copy, so no
  * kernel reads past the matrix. */
+#include "../kn_prefetch.h"
 #include "../kn_rows.h"
 #include "../ref/kn_ref.h"
 
@@ -19,8 +20,10 @@
 #include <math.h>
 #include <string.h>
 
-/* Software prefetch distance, bytes ahead in the weight stream: 1024 held the W4A8 tile GEMV to
- * 21 GB/s on one Zen 4 thread, 4096 gave 28-31 (`shardlm bench kernels --isa avx2`). */
+/* Software prefetch distance, bytes ahead in the weight stream of the row formats and the
+ * prefill tiles: 1024 held the W4A8 tile GEMV to 21 GB/s on one Zen 4 thread, 4096 gave 28-31
+ * (`shardlm bench kernels --isa avx2`). Decode's GEMVs (W4A8 tiles, q8) time their prefetch on
+ * each host instead (kernels/kn_prefetch.c). */
 #define PF_AHEAD 4096
 
 static inline float hsum256(__m256 v)
@@ -77,12 +80,14 @@ static float dot_bf16(const uint16_t *w, const float *x, int k)
     return s;
 }
 
-static float dot_q8(const int8_t *w, const float *x, int k)
+static inline __attribute__((always_inline)) float dot_q8(const int8_t *w, const float *x, int k,
+                                                          int pf)
 {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int i = 0;
     for (; i + 32 <= k; i += 32) {
-        _mm_prefetch((const char *)(w + i) + PF_AHEAD, _MM_HINT_T0);
+        if (!(i & 32))
+            pf_line(w + i, pf); /* once per line */
 #define Q8(off)                                                                                    \
     _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + i + off))))
         a0 = _mm256_fmadd_ps(Q8(0), _mm256_loadu_ps(x + i), a0);
@@ -256,8 +261,10 @@ static inline __attribute__((always_inline)) void w4a16t_tile(const uint8_t *blk
 /* The int32 sums of groups [g0, g1) of one block into @sums (two halves of 8 rows a group), the
  * zero point taken off: the int16 pair sums of up to 4 octets add up before one VPMADDWD widens
  * them (4 * 2 * 2 * 15 * 127 = 30480 < 32767), and the two halves keep separate chains. */
-static void w4a8t_gemv_sums(const uint8_t *blk, const struct kn_act *x, int group, int g0, int g1,
-                            __m256i (*sums)[2])
+static inline __attribute__((always_inline)) void w4a8t_gemv_sums(const uint8_t *blk,
+                                                                  const struct kn_act *x, int group,
+                                                                  int g0, int g1,
+                                                                  __m256i (*sums)[2], int pf)
 {
     const __m256i lo4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const int no = group / 8;
@@ -270,7 +277,7 @@ static void w4a8t_gemv_sums(const uint8_t *blk, const struct kn_act *x, int grou
             int o1 = o0 + 4 < no ? o0 + 4 : no;
             for (int o = o0; o < o1; o++) {
                 const uint8_t *p = w + (size_t)o * 64;
-                _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+                pf_line(p, pf);
                 int32_t qa, qb;
                 memcpy(&qa, q + 8 * o, 4);
                 memcpy(&qb, q + 8 * o + 4, 4);
@@ -296,8 +303,10 @@ static void w4a8t_gemv_sums(const uint8_t *blk, const struct kn_act *x, int grou
  * then their scales, which follow them in the block, so that the block is one front-to-back
  * stream (kn_avx512.c's w4a8t_gemv_block says what the scales as a second stream cost). The
  * float sums run in group order as before: the same results, bit for bit. */
-static void w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int cols, int group,
-                             float *y, int row0, int n0, int n1)
+static inline __attribute__((always_inline)) void w4a8t_gemv_block(const uint8_t *blk,
+                                                                   const struct kn_act *x, int cols,
+                                                                   int group, float *y, int row0,
+                                                                   int n0, int n1, int pf)
 {
     const int ng = kn_ngroups(cols, group);
     const size_t so = kn_tile_scales_offset(cols, group);
@@ -305,7 +314,7 @@ static void w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int col
     __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
     for (int g0 = 0; g0 < ng; g0 += GEMV_SUMS) {
         int g1 = ng - g0 < GEMV_SUMS ? ng : g0 + GEMV_SUMS;
-        w4a8t_gemv_sums(blk, x, group, g0, g1, sums);
+        w4a8t_gemv_sums(blk, x, group, g0, g1, sums, pf);
         for (int g = g0; g < g1; g++) {
             const uint8_t *sp = blk + so + (size_t)g * 32;
             f0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sp)),
@@ -346,15 +355,24 @@ static void mm_tiles(const struct kn_mat *w, const struct kn_act *x, int m, floa
     }
 }
 
+/* Rows [n0, n1) of one token, block by block, with the software prefetch @pf (a constant in
+ * each of KN_PF_RUN's calls). */
+static inline __attribute__((always_inline)) void w4a8t_gemv(const struct kn_mat *w,
+                                                             const struct kn_act *x, float *y,
+                                                             int n0, int n1, size_t bb, int pf)
+{
+    for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++)
+        w4a8t_gemv_block((const uint8_t *)w->codes + (size_t)b * bb, x, w->cols, w->group, y,
+                         b * KN_TILE_ROWS, n0, n1, pf);
+}
+
 static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)
 {
     size_t bb = kn_tile_block_bytes(KN_DT_W4A8_T, w->cols, w->group);
     if (m == 1) {
         KN_ASSERT(w->group % 8 == 0);
-        for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++)
-            w4a8t_gemv_block((const uint8_t *)w->codes + (size_t)b * bb, x, w->cols, w->group, y,
-                             b * KN_TILE_ROWS, n0, n1);
+        KN_PF_RUN(w, n1 - n0, w4a8t_gemv, w, x, y, n0, n1, bb);
         return;
     }
     mm_tiles(w, x, m, y, ldy, n0, n1, bb, w4a8t_micro);
@@ -371,7 +389,7 @@ static void mm_w4a16t(const struct kn_mat *w, const struct kn_act *x, int m, flo
 
 KN_MM_ROWS(mm_f32, float, dot_f32, false)
 KN_MM_ROWS(mm_bf16, uint16_t, dot_bf16, false)
-KN_MM_ROWS(mm_q8, int8_t, dot_q8, true)
+KN_MM_Q8_TUNED(dot_q8)
 
 static void mm_w4a16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)

@@ -17,6 +17,7 @@
  * its 16-lane state in thread-local storage, off the stack.
  */
 #include "kn_avx512.h"
+#include "../kn_prefetch.h"
 #include "../kn_rows.h"
 #include "../ref/kn_ref.h"
 
@@ -24,10 +25,11 @@
 #include <math.h>
 #include <string.h>
 
-/* Software prefetch distance for weight rows, in bytes. The hardware prefetcher of the VMs we
- * measure on does not keep a streaming GEMV fed: W4A8 over 134 MB went from 5.6 to 26 GB/s (one
- * thread) with 1024 bytes ahead; over the tile layout, one stream, 4096 ahead reached 31-33 GB/s
- * against 26 at 1024 and 28 at 2048 (`shardlm bench kernels`, 2048x2048 to 8192x2048). */
+/* Software prefetch distance for weight rows, in bytes, of the row formats and the prefill
+ * tiles. On the VM they were tuned on, W4A8 rows over 134 MB went from 5.6 to 26 GB/s (one
+ * thread) with 1024 bytes ahead; over the tile layout 4096 ahead reached 31-33 GB/s against 26 at
+ * 1024 (`shardlm bench kernels`). Decode's GEMVs (W4A8 tiles, q8) time their prefetch on each
+ * host instead (kernels/kn_prefetch.c): on another VM this one was their slowest choice. */
 #define PF_AHEAD 4096
 
 static inline float f16_scale(const uint16_t *sc, size_t i) { return _cvtsh_ss(sc[i]); }
@@ -87,12 +89,14 @@ static inline __m256 widen8_q8(const int8_t *w)
  * where 8 at a time gives 17-18 (`bench kernels`, K = 2048); the halves and the reduction are
  * those of the 512-bit code it replaced (_mm512_reduce_add_ps's order), so every result is the
  * same, bit for bit. */
-static inline float dot_q8(const int8_t *w, const float *x, int k)
+static inline __attribute__((always_inline)) float dot_q8(const int8_t *w, const float *x, int k,
+                                                          int pf)
 {
     __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0; /* elements 0..7 of 16 */
     __m256 h0 = l0, h1 = l0, h2 = l0, h3 = l0;                  /* elements 8..15 */
     int i = 0;
     for (; i + 64 <= k; i += 64) {
+        pf_line(w + i, pf);
         l0 = _mm256_fmadd_ps(widen8_q8(w + i), _mm256_loadu_ps(x + i), l0);
         h0 = _mm256_fmadd_ps(widen8_q8(w + i + 8), _mm256_loadu_ps(x + i + 8), h0);
         l1 = _mm256_fmadd_ps(widen8_q8(w + i + 16), _mm256_loadu_ps(x + i + 16), l1);
@@ -186,7 +190,7 @@ static inline float dot_w4a8(const uint8_t *row, const uint16_t *sc, const struc
 
 KN_MM_ROWS(mm_f32, float, dot_f32, false)
 KN_MM_ROWS(mm_bf16, uint16_t, dot_bf16, false)
-KN_MM_ROWS(mm_q8, int8_t, dot_q8, true)
+KN_MM_Q8_TUNED(dot_q8)
 
 static void mm_w4a16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)
@@ -310,8 +314,10 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
 /* The int32 sums of groups [g0, g1) of one block (16 rows x each group) into @sums, the zero
  * point taken off (-8 * qgsum): four accumulators over pairs of octets so that consecutive
  * VPDPBUSDs do not wait on each other (one chain held a block to the instruction's latency). */
-static inline void w4a8t_gemv_sums(const uint8_t *blk, const struct kn_act *x, int group, int g0,
-                                   int g1, __m512i *sums)
+static inline __attribute__((always_inline)) void w4a8t_gemv_sums(const uint8_t *blk,
+                                                                  const struct kn_act *x, int group,
+                                                                  int g0, int g1, __m512i *sums,
+                                                                  int pf)
 {
     const __m512i lo4 = _mm512_set1_epi8(15);
     const int no = group / 8;
@@ -323,8 +329,8 @@ static inline void w4a8t_gemv_sums(const uint8_t *blk, const struct kn_act *x, i
         int o = 0;
         for (; o + 2 <= no; o += 2) {
             const uint8_t *p = w + (size_t)o * 64;
-            _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
-            _mm_prefetch((const char *)p + PF_AHEAD + 64, _MM_HINT_T0);
+            pf_line(p, pf);
+            pf_line(p + 64, pf);
             __m512i v0 = _mm512_loadu_si512(p), v1 = _mm512_loadu_si512(p + 64);
             s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(v0, lo4),
                                      _mm512_set1_epi32(load_i32(q + 8 * o)));
@@ -353,8 +359,8 @@ static inline void w4a8t_gemv_sums(const uint8_t *blk, const struct kn_act *x, i
  * 11-12 GB/s against 16-21 as one stream (a synthetic of this loop, 6 runs each; docs/
  * benchmarks.md), and next-block scale prefetches won back only a third of it. The float sums
  * run in group order as before: the same results, bit for bit. */
-static inline __m512 w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int cols,
-                                      int group)
+static inline __attribute__((always_inline)) __m512
+w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int cols, int group, int pf)
 {
     const int ng = kn_ngroups(cols, group);
     const size_t so = kn_tile_scales_offset(cols, group);
@@ -362,7 +368,7 @@ static inline __m512 w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x
     __m512 f = _mm512_setzero_ps();
     for (int g0 = 0; g0 < ng; g0 += GEMV_SUMS) {
         int g1 = ng - g0 < GEMV_SUMS ? ng : g0 + GEMV_SUMS;
-        w4a8t_gemv_sums(blk, x, group, g0, g1, sums);
+        w4a8t_gemv_sums(blk, x, group, g0, g1, sums, pf);
         for (int g = g0; g < g1; g++) {
             __m512 sc =
                 _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(blk + so + (size_t)g * 32)));
@@ -489,19 +495,27 @@ static void mm_tiles(const struct kn_mat *w, const struct kn_act *x, int m, floa
     }
 }
 
+/* Rows [n0, n1) of one token, block by block, with the software prefetch @pf (a constant in
+ * each of KN_PF_RUN's calls). */
+static inline __attribute__((always_inline)) void w4a8t_gemv(const struct kn_mat *w,
+                                                             const struct kn_act *x, float *y,
+                                                             int n0, int n1, size_t bb, int pf)
+{
+    for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
+        int r = b * KN_TILE_ROWS;
+        __m512 v =
+            w4a8t_gemv_block((const uint8_t *)w->codes + (size_t)b * bb, x, w->cols, w->group, pf);
+        _mm512_mask_storeu_ps(y + r, rows_in(r, n0, n1), v);
+    }
+}
+
 static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)
 {
     KN_ASSERT(w->group % 8 == 0);
     size_t bb = kn_tile_block_bytes(KN_DT_W4A8_T, w->cols, w->group);
-    int b1 = (n1 + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
     if (m == 1) {
-        for (int b = n0 / KN_TILE_ROWS; b < b1; b++) {
-            int r = b * KN_TILE_ROWS;
-            __m512 v =
-                w4a8t_gemv_block((const uint8_t *)w->codes + (size_t)b * bb, x, w->cols, w->group);
-            _mm512_mask_storeu_ps(y + r, rows_in(r, n0, n1), v);
-        }
+        KN_PF_RUN(w, n1 - n0, w4a8t_gemv, w, x, y, n0, n1, bb);
         return;
     }
     mm_tiles(w, x, m, y, ldy, n0, n1, bb, w4a8t_micro);
