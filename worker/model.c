@@ -295,14 +295,47 @@ static void gemm_part(void *arg, int i, int n)
         j->ops->gemm(j->w, j->x, j->m, j->y, j->ldy, r0, r1);
 }
 
+/* Products of the same activations (q, k, v; gate, up), each split over the threads as one is:
+ * in one dispatch, so that a thread goes on from its rows of one matrix to its rows of the next
+ * without waiting at a barrier for the others (at 2 threads, decode spent 8% of its samples in
+ * the pool's waits with one dispatch per matrix). */
+#define GEMM_MAX_SET 3
+struct gemm_set {
+    int count;
+    struct gemm_job j[GEMM_MAX_SET];
+};
+
+static void gemm_set_part(void *arg, int i, int n)
+{
+    struct gemm_set *s = arg;
+    for (int k = 0; k < s->count; k++)
+        gemm_part(&s->j[k], i, n);
+}
+
+static void gemm_set_run(const struct wrk_model *m, struct gemm_set *s)
+{
+    long work = 0;
+    for (int k = 0; k < s->count; k++)
+        work += (long)s->j[k].w->rows * s->j[k].w->cols;
+    if (!m->pool || work < m->par_min_work)
+        gemm_set_part(s, 0, 1);
+    else
+        wrk_pool_run(m->pool, gemm_set_part, s);
+}
+
+/* Adds y = @w x (rows of @x: @n, of y: @ldy) to @s. */
+static void gemm_set_add(const struct wrk_model *m, struct gemm_set *s, const struct kn_mat *w,
+                         const struct kn_act *x, int n, float *y, int ldy)
+{
+    s->j[s->count++] = (struct gemm_job){m->ops, w, x, n, ldy, y};
+}
+
 static void gemm(const struct wrk_model *m, const struct kn_mat *w, const struct kn_act *x, int n,
                  float *y, int ldy)
 {
-    struct gemm_job j = {m->ops, w, x, n, ldy, y};
-    if (!m->pool || (long)w->rows * w->cols < m->par_min_work)
-        gemm_part(&j, 0, 1);
-    else
-        wrk_pool_run(m->pool, gemm_part, &j);
+    struct gemm_set s = {0};
+    gemm_set_add(m, &s, w, x, n, y, ldy);
+    gemm_set_run(m, &s);
 }
 
 /* Attention of a chunk's tokens, split over the pool. A unit is one kernel call: a tile of up
@@ -417,9 +450,11 @@ static int attention_block(struct wrk_model *m, struct row_job *rj)
     rj->norm = L->attn_norm;
     rj->a = m->a_dim;
     rows_run(m, rj);
-    gemm(m, &L->q, m->a_dim, n, m->q, m->qd);
-    gemm(m, &L->k, m->a_dim, n, m->k, m->kvd);
-    gemm(m, &L->v, m->a_dim, n, m->v, m->kvd);
+    struct gemm_set qkv = {0};
+    gemm_set_add(m, &qkv, &L->q, m->a_dim, n, m->q, m->qd);
+    gemm_set_add(m, &qkv, &L->k, m->a_dim, n, m->k, m->kvd);
+    gemm_set_add(m, &qkv, &L->v, m->a_dim, n, m->v, m->kvd);
+    gemm_set_run(m, &qkv);
     rj->row = row_rope_kv;
     rows_run(m, rj);
     attend(m, rj);
@@ -443,8 +478,10 @@ static int ffn_block(struct wrk_model *m, struct row_job *rj)
     rj->norm = L->ffn_norm;
     rj->a = m->a_dim;
     rows_run(m, rj);
-    gemm(m, &L->gate, m->a_dim, n, m->hb + m->plan.down_pad, m->down_cols);
-    gemm(m, &L->up, m->a_dim, n, m->hb2, m->ffn);
+    struct gemm_set gate_up = {0};
+    gemm_set_add(m, &gate_up, &L->gate, m->a_dim, n, m->hb + m->plan.down_pad, m->down_cols);
+    gemm_set_add(m, &gate_up, &L->up, m->a_dim, n, m->hb2, m->ffn);
+    gemm_set_run(m, &gate_up);
     rj->row = row_act_prepare;
     rj->a = m->a_down;
     rows_run(m, rj);
