@@ -212,11 +212,10 @@ static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, 
     enum kn_dtype dt = formats[fi].dt;
     int group = kn_is_w4(dt) ? (dt == KN_DT_W4A16 || dt == KN_DT_W4A16_T ? 64 : 128) : 0;
     size_t bytes = kn_mat_bytes(dt, n, k, group);
-    struct bench_bufs b;
-    if (bufs_make(&b, ops, dt, n, k, group, m,
-                  m == 1 ? (int)((STREAM_BYTES + bytes - 1) / bytes) : 1))
-        return -ENOMEM;
     int copies = m == 1 ? (int)((STREAM_BYTES + bytes - 1) / bytes) : 1;
+    struct bench_bufs b;
+    if (bufs_make(&b, ops, dt, n, k, group, m, copies))
+        return -ENOMEM;
     bool tuned = m == 1 && (dt == KN_DT_W4A8_T || dt == KN_DT_Q8) && ops->isa != KN_ISA_REF;
     int ways = tuned ? BENCH_WAYS : 1;
     struct run r = {ops, b.mats, copies, m, b.x, b.y};

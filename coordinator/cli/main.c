@@ -37,7 +37,8 @@ static const char usage_main[] =
     "/dev/shm/shardlm-<uid>); SHARDLM_WORKER is the worker binary (default: next to shardlm);\n"
     "SHARDLM_SHM_LIMIT=BYTES refuses segments past that size with ENOSPC (for tests);\n"
     "SHARDLM_PREFETCH=auto|hw|l1|l2 sets the decode GEMVs' software prefetch (default auto:\n"
-    "each worker thread times the modes on its first calls and keeps the fastest).\n";
+    "each worker thread times the modes on its first calls and keeps l2 unless another is\n"
+    "clearly faster).\n";
 
 /* Each command, by the name that follows `shardlm`. */
 static const struct {
