@@ -282,6 +282,8 @@ const char *kn_pf_name(int mode);
 int kn_pf_chosen(const struct kn_mat *w, int rows);
 /* Forgets this thread's choices: its next calls time every mode again. */
 void kn_pf_reset(void);
+/* The mode kept for the median call times @med[KN_PF_COUNT] of a shape (the tuner's rule). */
+int kn_pf_decide(const uint32_t *med);
 
 /* RoPE frequencies: inv_freq[i] = 1 / theta^(2i / head_dim), i < head_dim / 2; with
  * @factor > 0 rescaled the llama3 way (low/high frequency factors over @orig_ctx positions). */

@@ -124,14 +124,23 @@ void kn_pf_end(struct kn_pf_call *c)
         dt > UINT32_MAX ? UINT32_MAX : (uint32_t)dt;
     if (++s->calls < KN_PF_COUNT * PF_SAMPLES)
         return;
-    uint64_t med[KN_PF_COUNT];
+    uint32_t med[KN_PF_COUNT];
+    for (int m = 0; m < KN_PF_COUNT; m++)
+        med[m] = median(s->ns[m], PF_SAMPLES);
+    s->chosen = kn_pf_decide(med);
+}
+
+int kn_pf_decide(const uint32_t *med)
+{
     int best = KN_PF_DEFAULT;
     for (int m = 0; m < KN_PF_COUNT; m++)
-        if ((med[m] = median(s->ns[m], PF_SAMPLES)) < med[best])
+        if (med[m] < med[best])
             best = m;
-    /* another mode only if clearly faster than the default: 8 samples of a noisy machine
-     * otherwise flip between near-equal modes */
-    s->chosen = med[best] * 100 < med[KN_PF_DEFAULT] * (100 - PF_MARGIN_PCT) ? best : KN_PF_DEFAULT;
+    /* another mode only if clearly faster than the default: the medians of a few samples on a
+     * noisy machine otherwise flip between near-equal modes */
+    return (uint64_t)med[best] * 100 < (uint64_t)med[KN_PF_DEFAULT] * (100 - PF_MARGIN_PCT)
+               ? best
+               : KN_PF_DEFAULT;
 }
 
 int kn_pf_chosen(const struct kn_mat *w, int rows)

@@ -699,6 +699,19 @@ static void test_prefetch_modes(void **state)
         free(buf);
         wmat_free(&a);
     }
+    /* the rule: L2 unless another median is at least 5% lower; the lowest of those wins */
+    static const struct {
+        uint32_t med[KN_PF_COUNT];
+        int want;
+    } rule[] = {{{100, 100, 100}, KN_PF_L2},
+                {{96, 99, 100}, KN_PF_L2},
+                {{94, 99, 100}, KN_PF_HW},
+                {{94, 80, 100}, KN_PF_L1},
+                {{50, 60, 40}, KN_PF_L2},
+                {{0, 1, 2}, KN_PF_HW},
+                {{UINT32_MAX, 10, UINT32_MAX}, KN_PF_L1}};
+    for (size_t i = 0; i < ARRAY_SIZE(rule); i++)
+        assert_int_equal(kn_pf_decide(rule[i].med), rule[i].want);
     assert_int_equal(kn_pf_parse("auto"), -1);
     assert_int_equal(kn_pf_parse("hw"), KN_PF_HW);
     assert_int_equal(kn_pf_parse("l2"), KN_PF_L2);
