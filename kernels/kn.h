@@ -261,8 +261,7 @@ int kn_ops_available(const struct kn_ops **out, int max);
  * hardware prefetcher alone), 4 KiB ahead into L1, or 8 KiB ahead into L2. Which one is fastest
  * depends on the host, so each thread times the first calls of every matrix shape it runs in
  * each mode (PF_SAMPLES each, interleaved) and keeps L2 unless another mode's median is clearly
- * (PF_MARGIN_PCT) lower. A mode
- * changes a call's speed, never its results. */
+ * (PF_MARGIN_PCT) lower. A mode changes a call's speed, never its results. */
 enum kn_pf { KN_PF_HW = 0, KN_PF_L1 = 1, KN_PF_L2 = 2 };
 #define KN_PF_COUNT 3
 struct kn_pf_call {

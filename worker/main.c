@@ -147,11 +147,11 @@ static int place(struct wrk *w, const struct wrk_args *a, struct shardlm_err *e)
     if (*isa_err) /* the coordinator checks the same before it starts workers */
         fprintf(stderr, "shardlm: SHARDLM_ISA=%s: %s; using ref\n", isa, isa_err);
     const char *pf = getenv("SHARDLM_PREFETCH"); /* checked by the coordinator's CLI too */
-    if (pf && *pf && kn_pf_parse(pf) < -1)
+    int mode = pf && *pf ? kn_pf_parse(pf) : -1;
+    if (mode < -1)
         fprintf(stderr, "shardlm: SHARDLM_PREFETCH=%s: expected auto, hw, l1 or l2; using auto\n",
                 pf);
-    else if (pf && *pf)
-        kn_pf_force(kn_pf_parse(pf));
+    kn_pf_force(mode);
     return 0;
 }
 

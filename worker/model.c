@@ -327,6 +327,7 @@ static void gemm_set_run(const struct wrk_model *m, struct gemm_set *s)
 static void gemm_set_add(const struct wrk_model *m, struct gemm_set *s, const struct kn_mat *w,
                          const struct kn_act *x, int n, float *y, int ldy)
 {
+    KN_ASSERT(s->count < GEMM_MAX_SET);
     s->j[s->count++] = (struct gemm_job){m->ops, w, x, n, ldy, y};
 }
 

@@ -300,9 +300,9 @@ static inline __attribute__((always_inline)) void w4a8t_gemv_sums(const uint8_t 
 }
 
 /* Decode's case, one token, one block of 16 rows: the codes of (up to GEMV_SUMS) groups first,
- * then their scales, which follow them in the block, so that the block is one front-to-back
- * stream (kn_avx512.c's w4a8t_gemv_block says what the scales as a second stream cost). The
- * float sums run in group order as before: the same results, bit for bit. */
+ * then their scales, which follow them in the block (kn_avx512.c's w4a8t_gemv_block says what
+ * the two passes are worth). The float sums run in group order: the results of the one-pass
+ * loop, bit for bit. */
 static inline __attribute__((always_inline)) void w4a8t_gemv_block(const uint8_t *blk,
                                                                    const struct kn_act *x, int cols,
                                                                    int group, float *y, int row0,

@@ -353,12 +353,13 @@ static inline __attribute__((always_inline)) void w4a8t_gemv_sums(const uint8_t 
 }
 
 /* Decode's case, one token: the 16 rows of one block. The codes of (up to GEMV_SUMS) groups
- * first, then their scales, which follow the codes in the block: the block is read as one
- * front-to-back stream. Reading each group's scales right after its codes made them a second
- * stream, 16 KiB ahead with a gap per block: on a 2-core Zen 4 VM that held the GEMV to
- * 11-12 GB/s against 16-21 as one stream (a synthetic of this loop, 6 runs each; docs/
- * benchmarks.md), and next-block scale prefetches won back only a third of it. The float sums
- * run in group order as before: the same results, bit for bit. */
+ * first, then their scales, which follow the codes in the block: the block is read front to
+ * back. Scaling each group's sum right after its codes held this GEMV to 10.6-13.6 GB/s on a
+ * 2-core Zen 4 VM against 17.7-23.8 in two passes, with the scale loads or without them (a
+ * harness of both loops; docs/benchmarks.md): the loop's shape, not the scales' place, cost.
+ * Past 4096 columns the stored sums leave L1 before they are read (kernels/kn_prefetch.c picks
+ * the prefetch that covers it). The float sums run in group order: the results of the one-pass
+ * loop, bit for bit. */
 static inline __attribute__((always_inline)) __m512
 w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int cols, int group, int pf)
 {
