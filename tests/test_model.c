@@ -98,6 +98,7 @@ static float *run_pool(const struct kn_ops *ops, int max_m, int chunk, struct wr
     struct wrk_model m;
     assert_int_equal(wrk_model_init(&m, &img, ops, max_m, pool, NULL), 0);
     m.par_min_work = 0;
+    m.chunk_bytes = 0; /* decode's products in chunks of 16 rows, many per thread */
     size_t kvb = seg_kv_bytes(1, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
     void *kv = calloc(1, kvb);
     seg_kv_init(kv, 1, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
@@ -116,7 +117,8 @@ static float *run(const struct kn_ops *ops, int max_m, int chunk)
     return run_pool(ops, max_m, chunk, NULL);
 }
 
-/* Rows split over 2 and 3 threads give the same logits bit for bit: each row is one dot. */
+/* Rows split over 2 and 3 threads give the same logits bit for bit, in shares (chunks) and in
+ * 16-row chunks the threads take as they finish (steps of one token): each row is one dot. */
 static void test_thread_pool_split(void **state)
 {
     const struct kn_ops *ops = kn_ops_select(getenv("SHARDLM_ISA"), NULL, 0);

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,8 @@ static void acts_free(struct kn_act *a, int n)
 
 /* Rows per split unit: whole cache lines of output, enough work per thread. */
 #define GEMM_ROW_ALIGN 16
+/* Weights a pool thread takes at a time in decode (gemm_set_run) */
+#define GEMM_CHUNK_BYTES (256 << 10)
 /* Below this many multiply-adds (a matrix's weights, or attention's keys x head size summed
  * over its queries) a stage runs on one thread: fanning out costs more than it saves
  * (DESIGN.md: a 2048x8 projection, 0.444 ms as a plain loop vs 1.155 ms as a pooled GEMM). */
@@ -163,6 +166,7 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     m->ar = ar && ar->n_ranks > 1 ? ar : NULL;
     m->max_m = max_m;
     m->par_min_work = PAR_MIN_WORK;
+    m->chunk_bytes = GEMM_CHUNK_BYTES;
     /* shlm_parse() checked the image against this very plan */
     KN_ASSERT(seg_plan_make(&m->plan, c, group, h->shard_count ? (int)h->shard_count : 1,
                             (int)h->shard_rank) == 0);
@@ -283,33 +287,58 @@ struct gemm_job {
     const struct kn_act *x;
     int m, ldy;
     float *y;
+    int chunk_rows; /* rows a thread takes at a time (a multiple of GEMM_ROW_ALIGN) */
 };
 
-static void gemm_part(void *arg, int i, int n)
-{
-    const struct gemm_job *j = arg;
-    int units = (j->w->rows + GEMM_ROW_ALIGN - 1) / GEMM_ROW_ALIGN;
-    int r0 = units * i / n * GEMM_ROW_ALIGN, r1 = units * (i + 1) / n * GEMM_ROW_ALIGN;
-    r1 = r1 < j->w->rows ? r1 : j->w->rows;
-    if (r0 < r1)
-        j->ops->gemm(j->w, j->x, j->m, j->y, j->ldy, r0, r1);
-}
-
-/* Products of the same activations (q, k, v; gate, up), each split over the threads as one is:
- * in one dispatch, so that a thread goes on from its rows of one matrix to its rows of the next
- * without waiting at a barrier for the others (at 2 threads, decode spent 8% of its samples in
- * the pool's waits with one dispatch per matrix). */
+/* Products of the same activations (q, k, v; gate, up) in one dispatch, so that a thread goes on
+ * from its rows of one matrix to its rows of the next without waiting at a barrier for the
+ * others (at 2 threads, decode spent 8% of its samples in the pool's waits with one dispatch
+ * per matrix).
+ *
+ * The rows are split into chunks that the threads take from a shared counter as they finish
+ * the last: a thread whose core is busier (another process, the hypervisor) takes fewer, so
+ * the step no longer waits for the slowest thread's fixed share. A decode chunk is about
+ * GEMM_CHUNK_BYTES of weights (wrk_model.chunk_bytes), a long enough stream for the prefetchers and
+ * few enough atomics; its row count is a power of two times GEMM_ROW_ALIGN, so that the kernels'
+ * per-shape prefetch tuning sees one shape per width. A prefill product (m > 1) reads each weight m
+ * times, so its chunks stay one share per thread, as the kernels' blocking expects; one
+ * thread takes the whole matrix at once. */
 #define GEMM_MAX_SET 3
 struct gemm_set {
     int count;
     struct gemm_job j[GEMM_MAX_SET];
+    int first[GEMM_MAX_SET + 1]; /* chunk index of each job's first chunk; first[count]: total */
+    _Atomic int next;            /* the next chunk to take */
 };
+
+/* Rows per chunk of @w's product over @m activations on @threads threads, a decode chunk about
+ * @chunk_bytes of weights. */
+static int gemm_chunk_rows(const struct kn_mat *w, int m, int threads, size_t chunk_bytes)
+{
+    int units = (w->rows + GEMM_ROW_ALIGN - 1) / GEMM_ROW_ALIGN;
+    int share = (units + threads - 1) / threads * GEMM_ROW_ALIGN;
+    if (m > 1 || threads == 1)
+        return share;
+    size_t unit_bytes = kn_mat_bytes(w->dtype, GEMM_ROW_ALIGN, w->cols, w->group);
+    int rows = GEMM_ROW_ALIGN;
+    while (rows < share && (size_t)(rows / GEMM_ROW_ALIGN) * unit_bytes < chunk_bytes)
+        rows *= 2;
+    return rows;
+}
 
 static void gemm_set_part(void *arg, int i, int n)
 {
+    (void)i, (void)n;
     struct gemm_set *s = arg;
-    for (int k = 0; k < s->count; k++)
-        gemm_part(&s->j[k], i, n);
+    int u, k = 0;
+    while ((u = atomic_fetch_add_explicit(&s->next, 1, memory_order_relaxed)) <
+           s->first[s->count]) {
+        while (u >= s->first[k + 1])
+            k++;
+        const struct gemm_job *j = &s->j[k];
+        int r0 = (u - s->first[k]) * j->chunk_rows, r1 = r0 + j->chunk_rows;
+        j->ops->gemm(j->w, j->x, j->m, j->y, j->ldy, r0, r1 < j->w->rows ? r1 : j->w->rows);
+    }
 }
 
 static void gemm_set_run(const struct wrk_model *m, struct gemm_set *s)
@@ -317,10 +346,18 @@ static void gemm_set_run(const struct wrk_model *m, struct gemm_set *s)
     long work = 0;
     for (int k = 0; k < s->count; k++)
         work += (long)s->j[k].w->rows * s->j[k].w->cols;
-    if (!m->pool || work < m->par_min_work)
-        gemm_set_part(s, 0, 1);
-    else
+    bool pooled = m->pool && work >= m->par_min_work;
+    int threads = pooled ? wrk_pool_size(m->pool) : 1;
+    for (int k = 0; k < s->count; k++) {
+        struct gemm_job *j = &s->j[k];
+        j->chunk_rows = gemm_chunk_rows(j->w, j->m, threads, m->chunk_bytes);
+        s->first[k + 1] = s->first[k] + (j->w->rows + j->chunk_rows - 1) / j->chunk_rows;
+    }
+    atomic_store_explicit(&s->next, 0, memory_order_relaxed);
+    if (pooled)
         wrk_pool_run(m->pool, gemm_set_part, s);
+    else
+        gemm_set_part(s, 0, 1);
 }
 
 /* Adds y = @w x (rows of @x: @n, of y: @ldy) to @s. */
@@ -328,7 +365,7 @@ static void gemm_set_add(const struct wrk_model *m, struct gemm_set *s, const st
                          const struct kn_act *x, int n, float *y, int ldy)
 {
     KN_ASSERT(s->count < GEMM_MAX_SET);
-    s->j[s->count++] = (struct gemm_job){m->ops, w, x, n, ldy, y};
+    s->j[s->count++] = (struct gemm_job){m->ops, w, x, n, ldy, y, 0};
 }
 
 static void gemm(const struct wrk_model *m, const struct kn_mat *w, const struct kn_act *x, int n,

@@ -30,6 +30,8 @@ struct wrk_model {
     int max_m;                /* tokens per forward chunk */
     long par_min_work;        /* multiply-adds below which a matrix or attention runs on one thread
                                * (tests may lower it) */
+    size_t chunk_bytes;       /* of weights a pool thread takes at a time in decode (tests may
+                               * lower it: 0 takes GEMM_ROW_ALIGN rows at a time) */
     /* this rank's widths: q and kv heads x head_dim, FFN units, O/down input with their pads */
     int qd, kvd, ffn, o_cols, down_cols;
     /* scratch, M = max_m rows each */
