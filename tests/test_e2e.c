@@ -443,8 +443,9 @@ static void test_coordinator_dies(void **state)
     free(r);
 }
 
-/* `shardlm bench -m` runs both tests per thread count and states its roofline; a thread count
- * above the CPUs is refused. Speed itself is not asserted here (shared, noisy machines). */
+/* `shardlm bench -m` runs both tests per thread count and states its roofline, and with --batch
+ * llama-batched-bench's rows; a thread count above the CPUs, a batch of 0 are refused. Speed itself
+ * is not asserted here (shared, noisy machines). */
 static void test_bench_model(void **state)
 {
     struct tu_run *r = malloc(sizeof(*r));
@@ -479,6 +480,21 @@ static void test_bench_model(void **state)
     char *a3[] = {"bench", "-m", model, "-t", "x", NULL};
     run_shardlm(r, a3, NULL);
     assert_int_equal(r->status, 2);
+    /* --batch: llama-batched-bench's table, a row per batch size, through KV slots of their own */
+    char *b1[] = {"bench", "-m", model, "--batch", "1,3", "-p", "8",
+                  "-n",    "4",  "-r",  "1",       "-t",  "1",  NULL};
+    run_shardlm(r, b1, NULL);
+    if (r->status)
+        fprintf(stderr, "%s", r->err);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "S_TG t/s"));
+    assert_non_null(strstr(r->out, "|     8 |     4 |   1 |     12 |"));
+    assert_non_null(strstr(r->out, "|     8 |     4 |   3 |     36 |"));
+    assert_runtime_clean();
+    char *b2[] = {"bench", "-m", model, "--batch", "0", NULL};
+    run_shardlm(r, b2, NULL);
+    assert_int_equal(r->status, 2);
+    assert_non_null(strstr(r->err, "--batch '0'"));
     char notmodel[4200];
     tu_path(notmodel, sizeof(notmodel), "%s/models/stories260K/tok512.bin", tu_src());
     char *a4[] = {"bench", "-m", notmodel, "-p", "4", "-n", "0", NULL};

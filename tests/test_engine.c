@@ -9,7 +9,10 @@
  * headers:  a worker that scribbles on the header of the KV or exchange segment (capacities,
  *           offsets) cannot make the coordinator read or write out of bounds: it checks steps
  *           against its own copy of each layout, and a step after the scribble is refused or
- *           fails cleanly, never crashes it (under ASan, any overrun would show). */
+ *           fails cleanly, never crashes it (under ASan, any overrun would show);
+ * batches:  the four golden sequences in the same steps (prefills and one-token decodes mixed,
+ *           one joining late, each leaving when done), at 1 and 2 ranks: every step's greedy
+ *           choice is the golden next token. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +20,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include "engine.h"
@@ -265,15 +269,116 @@ static void test_scribbled_offsets(void **state)
     scribble_stop(&t);
 }
 
+/* Line @no (from 1) of the golden greedy.tsv: its prompt's and generated ids, one after the
+ * other, into @ids (at most @max); the prompt's count into *@n_prompt. Returns the total. */
+static int golden_ids(int no, int32_t *ids, int max, int *n_prompt)
+{
+    char path[4200];
+    tu_path(path, sizeof(path), "%s/golden/stories260K/greedy.tsv", tu_data());
+    char *tsv = tu_slurp(path, NULL), *line = tsv;
+    for (int i = 1; line && i < no; i++)
+        line = (line = strchr(line, '\n')) ? line + 1 : NULL;
+    assert_non_null(line);
+    char *p = strchr(line, '\t') + 1;
+    int n = 0;
+    for (int field = 0; field < 2; field++) {
+        while (*p != '\t' && *p != '\n' && n < max) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p)
+                p++;
+            else
+                ids[n++] = (int32_t)v, p = end;
+        }
+        if (!field)
+            *n_prompt = n;
+        p++;
+    }
+    free(tsv);
+    return n;
+}
+
+static int argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        best = x[i] > x[best] ? i : best;
+    return best;
+}
+
+static void test_batched_golden(void **state)
+{
+    enum { NS = 4, MAX_IDS = 300 };
+    static int32_t ids[NS][MAX_IDS];
+    int n_prompt[NS], total[NS];
+    for (int q = 0; q < NS; q++)
+        total[q] = golden_ids(q + 1, ids[q], MAX_IDS, &n_prompt[q]);
+    cpu_set_t set;
+    sched_getaffinity(0, sizeof(set), &set);
+    int cpu[2] = {-1, -1};
+    for (int c = 0, k = 0; c < CPU_SETSIZE && k < 2; c++)
+        if (CPU_ISSET(c, &set))
+            cpu[k++] = c;
+    char two[32];
+    snprintf(two, sizeof(two), "%d:%d", cpu[0], cpu[1] >= 0 ? cpu[1] : cpu[0]);
+    for (int R = 1; R <= 2; R++) {
+        struct capture c;
+        struct coord_engine_opts o = options(&c);
+        struct shardlm_err e = {{0}};
+        struct coord_engine *g;
+        o.n_seqs = NS;
+        o.layout.cpus = R == 2 ? two : NULL;
+        o.layout.workers = R;
+        assert_int_equal(coord_engine_start(&g, &o, &e), 0);
+        assert_int_equal(coord_engine_n_ranks(g), R);
+        int pos[NS] = {0}, wrong = 0, steps = 0, decoded = 0;
+        for (;; steps++) {
+            struct coord_seq_step s[NS];
+            int n = 0;
+            for (int q = 0; q < NS; q++) {
+                /* sequence 3 joins at step 5; a sequence leaves at its last golden token */
+                if ((q == 3 && steps < 5) || pos[q] == total[q] - 1)
+                    continue;
+                int len = pos[q] ? 1 : n_prompt[q];
+                s[n++] = (struct coord_seq_step){.seq_id = (uint32_t)q,
+                                                 .pos = (uint32_t)pos[q],
+                                                 .n_tokens = (uint32_t)len,
+                                                 .tokens = ids[q] + pos[q]};
+            }
+            if (!n)
+                break;
+            assert_int_equal(coord_engine_step(g, s, n, &e), 0);
+            for (int i = 0; i < n; i++) {
+                int q = (int)s[i].seq_id;
+                pos[q] += (int)s[i].n_tokens;
+                if (argmax(s[i].logits, 512) != ids[q][pos[q]])
+                    wrong++;
+                decoded++;
+            }
+        }
+        /* a sequence twice in one step is refused before anything runs */
+        struct coord_seq_step dup[2] = {{.seq_id = 1, .n_tokens = 1, .tokens = prompt},
+                                        {.seq_id = 1, .pos = 1, .n_tokens = 1, .tokens = prompt}};
+        assert_int_equal(coord_engine_step(g, dup, 2, &e), -EINVAL);
+        assert_non_null(strstr(e.msg, "sequence 1 twice in one step"));
+        fprintf(stderr, "R=%d: 4 golden sequences in %d batched steps, %d of %d choices wrong\n", R,
+                steps, wrong, decoded);
+        assert_int_equal(wrong, 0);
+        assert_int_equal(decoded, total[0] + total[1] + total[2] + total[3] - 4 * 1 -
+                                      (n_prompt[0] + n_prompt[1] + n_prompt[2] + n_prompt[3]) + 4);
+        coord_engine_stop(g);
+        assert_int_equal(tu_count_run_files(rundir), 0);
+    }
+}
+
 int main(void)
 {
     if (!tu_have_data())
         return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reports_through_log),
-        cmocka_unit_test(test_cancel),
-        cmocka_unit_test(test_scribbled_capacities),
-        cmocka_unit_test(test_scribbled_offsets),
+        cmocka_unit_test(test_reports_through_log),  cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_scribbled_capacities), cmocka_unit_test(test_scribbled_offsets),
+        cmocka_unit_test(test_batched_golden),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

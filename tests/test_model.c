@@ -223,6 +223,107 @@ static void test_act_prepare_through_table(void **state)
     wrk_pool_free(pool);
 }
 
+/* Mean KL divergence between the rows of @a and @b (n rows). */
+static double mean_kld(const float *a, const float *b, int n)
+{
+    double sum = 0;
+    for (int r = 0; r < n; r++)
+        sum += kld_row(a + (size_t)r * VOCAB, b + (size_t)r * VOCAB);
+    return sum / n;
+}
+
+/* Three sequences of one step after another, as a scheduler mixes them: prefill chunks of
+ * different sizes (some spanning the model's chunks of 16 rows), one-token decodes, sequences
+ * joining late, logits of every row or of the last only. Each sequence's logits equal its run
+ * alone (KLD below @tol; a product over many rows may sum in another order than over one). */
+static void batch_vs_solo(const struct shlm_model *im, const struct kn_ops *ops,
+                          struct wrk_pool *pool, double tol)
+{
+    enum { NS = 3 };
+    const struct shlm_config *c = &im->hdr->cfg;
+    const int32_t *ids[NS] = {tokens, tokens + 100, tokens + 7};
+    int len[NS] = {n_rows < 120 ? n_rows : 120, 80, 33}, prompt[NS] = {20, 41, 5};
+    int start[NS] = {0, 2, 3}; /* the step each sequence joins at */
+    size_t kvb = seg_kv_bytes(NS, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
+    void *kv = calloc(1, kvb);
+    float *solo[NS], *got[NS];
+    struct wrk_model m;
+    assert_int_equal(wrk_model_init(&m, im, ops, 16, pool, NULL), 0);
+    m.par_min_work = 0;
+    m.chunk_bytes = 0;
+    for (int q = 0; q < NS; q++) {
+        solo[q] = malloc((size_t)len[q] * VOCAB * sizeof(float));
+        got[q] = calloc((size_t)len[q] * VOCAB, sizeof(float));
+        seg_kv_init(kv, NS, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
+        assert_int_equal(wrk_forward(&m, kv, 0, ids[q], len[q], 0, solo[q], true), 0);
+    }
+    seg_kv_init(kv, NS, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
+    int pos[NS] = {0};
+    for (int step = 0;; step++) {
+        struct wrk_run runs[NS];
+        int nr = 0;
+        for (int q = 0; q < NS; q++) {
+            if (step < start[q] || pos[q] == len[q])
+                continue;
+            /* prefill in chunks of 11 + 4q tokens, then one token a step; sequence 2 asks
+             * for the last row's logits only */
+            int n = pos[q] < prompt[q] ? prompt[q] - pos[q] : 1;
+            n = n < 11 + 4 * q ? n : 11 + 4 * q;
+            bool all = q != 2;
+            float *out = got[q] + (size_t)(all ? pos[q] : pos[q] + n - 1) * VOCAB;
+            runs[nr++] = (struct wrk_run){(uint32_t)q, ids[q] + pos[q], n, pos[q], out, all};
+            pos[q] += n;
+        }
+        if (!nr && step > start[NS - 1])
+            break;
+        assert_int_equal(wrk_forward_batch(&m, kv, runs, nr), 0);
+    }
+    for (int q = 0; q < NS; q++) {
+        /* sequence 2 has the logits of its prefill's last row and of every decode */
+        int from = q == 2 ? prompt[q] - 1 : 0;
+        double k =
+            mean_kld(solo[q] + (size_t)from * VOCAB, got[q] + (size_t)from * VOCAB, len[q] - from);
+        fprintf(stderr, "%s%s: sequence %d in a batch against alone: mean kld %.3g\n", ops->name,
+                pool ? " (2 threads)" : "", q, k);
+        assert_true(k < tol);
+        free(solo[q]);
+        free(got[q]);
+    }
+    wrk_model_free(&m);
+    free(kv);
+}
+
+/* A step's sequences run together (worker/model.c wrk_forward_batch) give each the logits it
+ * gets alone: f32 and w4a8, every kernel table, one thread and two. */
+static void test_batch_matches_solo(void **state)
+{
+    char ck[4200], tok[4200], out[4200];
+    tu_path(ck, sizeof(ck), "%s/models/stories260K/stories260K.bin", tu_src());
+    tu_path(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", tu_src());
+    tu_path(out, sizeof(out), "%s/w4a8.shlm", dir);
+    struct coord_convert_opts o = {
+        .checkpoint = ck, .tokenizer = tok, .out = out, .scheme = SHLM_SCHEME_W4A8, .head_bits = 8};
+    struct shardlm_err e;
+    assert_int_equal(coord_convert(&o, NULL, &e), 0);
+    size_t w4_len = 0;
+    char *w4_image = tu_slurp(out, &w4_len);
+    struct shlm_model w4;
+    assert_non_null(w4_image);
+    assert_int_equal(shlm_parse(&w4, w4_image, w4_len, out, &e), 0);
+    const struct kn_ops *tables[4];
+    int nt = kn_ops_available(tables, 4);
+    struct wrk_pool *pool;
+    assert_int_equal(wrk_pool_init(&pool, 2, NULL), 0);
+    for (int t = 0; t < nt; t++) {
+        batch_vs_solo(&img, tables[t], NULL, 1e-9);
+        batch_vs_solo(&w4, tables[t], NULL, 1e-6);
+    }
+    batch_vs_solo(&img, tables[nt - 1], pool, 1e-9);
+    batch_vs_solo(&w4, tables[nt - 1], pool, 1e-6);
+    wrk_pool_free(pool);
+    free(w4_image);
+}
+
 int main(void)
 {
     if (!tu_have_data())
@@ -232,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_last_logits_only),
         cmocka_unit_test(test_thread_pool_split),
         cmocka_unit_test(test_act_prepare_through_table),
+        cmocka_unit_test(test_batch_matches_solo),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -141,12 +141,17 @@ static int model_buffers(struct wrk_model *m, int group)
     m->scores =
         malloc((size_t)c->seq_len * (size_t)(m->pool ? wrk_pool_size(m->pool) : 1) * sizeof(float));
     m->rope_freqs = malloc((size_t)hd / 2 * sizeof(float));
+    m->pieces = malloc(M * sizeof(*m->pieces));
+    m->row_piece = malloc(M * sizeof(*m->row_piece));
+    m->head_row = malloc(M * sizeof(*m->head_row));
+    m->head_dst = malloc(M * sizeof(*m->head_dst));
     if (m->rope_freqs)
         kn_rope_freqs(m->rope_freqs, hd, c->rope_theta,
                       c->rope_scaling == SHLM_ROPE_LLAMA3 ? c->rope_factor : 0.0f,
                       c->rope_low_freq_factor, c->rope_high_freq_factor, (int)c->rope_orig_ctx);
     if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
-        !m->hb2 || !m->scores || acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
+        !m->hb2 || !m->scores || !m->pieces || !m->row_piece || !m->head_row || !m->head_dst ||
+        acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
         acts_alloc(&m->a_o, max_m, m->o_cols, agroup) ||
         acts_alloc(&m->a_down, max_m, m->down_cols, agroup))
         return -ENOMEM;
@@ -192,6 +197,10 @@ void wrk_model_free(struct wrk_model *m)
     free(m->hb2);
     free(m->scores);
     free(m->rope_freqs);
+    free(m->pieces);
+    free(m->row_piece);
+    free(m->head_row);
+    free(m->head_dst);
     acts_free(m->a_dim, m->max_m);
     acts_free(m->a_o, m->max_m);
     acts_free(m->a_down, m->max_m);
@@ -215,8 +224,9 @@ struct row_job {
     const struct wrk_layer *L;
     const float *norm, *src; /* the stage's inputs: norm weights, rows of k floats */
     struct kn_act *a;        /* prepared activations out */
-    int k, pos;
-    float *kc, *vc; /* this layer's KV cache */
+    int k;
+    void *kv; /* the KV segment; row i's sequence and position: m->pieces[m->row_piece[i]] */
+    uint32_t layer;
 };
 
 static void rows_part(void *arg, int t, int nt)
@@ -250,10 +260,14 @@ static void row_prepare(const struct row_job *j, int i)
     j->m->ops->act_prepare(&j->a[i], j->src + (size_t)i * (size_t)j->k);
 }
 
-/* biases, RoPE on q and k, k and v appended to the KV cache at position pos + i */
+/* biases, RoPE on q and k, k and v appended to the KV cache of row i's sequence at its position */
 static void row_rope_kv(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
+    const struct wrk_piece *pc = &m->pieces[m->row_piece[i]];
+    int pos = pc->pos + (i - pc->row0);
+    float *kc = seg_kv_keys(j->kv, pc->seq, j->layer),
+          *vc = seg_kv_values(j->kv, pc->seq, j->layer);
     const struct shlm_config *c = &m->cfg;
     const struct wrk_layer *L = j->L;
     int hd = (int)c->head_dim, nq = m->plan.q1 - m->plan.q0, nkv = m->plan.kv1 - m->plan.kv0;
@@ -264,10 +278,10 @@ static void row_rope_kv(const struct row_job *j, int i)
         add_rows(ki, L->k_bias, kvd);
         add_rows(vi, L->v_bias, kvd);
     }
-    m->ops->rope(qi, nq, hd, j->pos + i, m->rope_freqs, c->rope_neox);
-    m->ops->rope(ki, nkv, hd, j->pos + i, m->rope_freqs, c->rope_neox);
-    memcpy(j->kc + (size_t)(j->pos + i) * kvd, ki, kvd * sizeof(float));
-    memcpy(j->vc + (size_t)(j->pos + i) * kvd, vi, kvd * sizeof(float));
+    m->ops->rope(qi, nq, hd, pos, m->rope_freqs, c->rope_neox);
+    m->ops->rope(ki, nkv, hd, pos, m->rope_freqs, c->rope_neox);
+    memcpy(kc + (size_t)pos * kvd, ki, kvd * sizeof(float));
+    memcpy(vc + (size_t)pos * kvd, vi, kvd * sizeof(float));
 }
 
 /* hb = act(gate) * up, and its activations (the inputs of down) */
@@ -376,13 +390,14 @@ static void gemm(const struct wrk_model *m, const struct kn_mat *w, const struct
     gemm_set_run(m, &s);
 }
 
-/* Attention of a chunk's tokens, split over the pool. A unit is one kernel call: a tile of up
- * to KN_ATT_TILE queries, some tokens times the local query heads that read one KV head; units
- * go round-robin to the threads (later tokens read more keys, so neighbours differ in cost). */
+/* Attention of a chunk's tokens, each over its own sequence's KV cache, split over the pool. A
+ * unit is one kernel call: a tile of up to KN_ATT_TILE queries of one sequence, some tokens times
+ * the local query heads that read one KV head; units go round-robin to the threads (later tokens
+ * read more keys, so neighbours differ in cost). */
 struct att_job {
     const struct wrk_model *m;
-    const float *kc, *vc;
-    int n, pos;
+    void *kv;
+    uint32_t layer;
 };
 
 static void att_part(void *arg, int ti, int tn)
@@ -392,21 +407,27 @@ static void att_part(void *arg, int ti, int tn)
     const struct seg_plan *p = &m->plan;
     int hd = (int)m->cfg.head_dim, kv_mul = (int)(m->cfg.n_heads / m->cfg.n_kv_heads), u = 0;
     float *scratch = m->scores + (size_t)ti * m->cfg.seq_len;
-    for (int kv = p->kv0; kv < p->kv1; kv++) {
-        /* our query heads [h0, h1) read KV head kv */
-        int h0 = kv * kv_mul > p->q0 ? kv * kv_mul : p->q0;
-        int h1 = (kv + 1) * kv_mul < p->q1 ? (kv + 1) * kv_mul : p->q1;
-        size_t koff = (size_t)(kv - p->kv0) * (size_t)hd;
-        for (int h = h0; h < h1; h += KN_ATT_TILE) {
-            int nh = h1 - h < KN_ATT_TILE ? h1 - h : KN_ATT_TILE, nt = KN_ATT_TILE / nh;
-            size_t qoff = (size_t)(h - p->q0) * (size_t)hd;
-            for (int t = 0; t < j->n; t += nt, u++) {
-                if (u % tn != ti)
-                    continue;
-                int mt = j->n - t < nt ? j->n - t : nt;
-                m->ops->attention(m->att + (size_t)t * m->o_cols + p->o_pad + qoff, m->o_cols,
-                                  m->q + (size_t)t * m->qd + qoff, m->qd, mt, nh, j->pos + t,
-                                  j->kc + koff, j->vc + koff, m->kvd, hd, scratch);
+    for (int pi = 0; pi < m->n_pieces; pi++) {
+        const struct wrk_piece *pc = &m->pieces[pi];
+        const float *kc = seg_kv_keys(j->kv, pc->seq, j->layer);
+        const float *vc = seg_kv_values(j->kv, pc->seq, j->layer);
+        for (int kv = p->kv0; kv < p->kv1; kv++) {
+            /* our query heads [h0, h1) read KV head kv */
+            int h0 = kv * kv_mul > p->q0 ? kv * kv_mul : p->q0;
+            int h1 = (kv + 1) * kv_mul < p->q1 ? (kv + 1) * kv_mul : p->q1;
+            size_t koff = (size_t)(kv - p->kv0) * (size_t)hd;
+            for (int h = h0; h < h1; h += KN_ATT_TILE) {
+                int nh = h1 - h < KN_ATT_TILE ? h1 - h : KN_ATT_TILE, nt = KN_ATT_TILE / nh;
+                size_t qoff = (size_t)(h - p->q0) * (size_t)hd;
+                for (int t = 0; t < pc->n; t += nt, u++) {
+                    if (u % tn != ti)
+                        continue;
+                    int mt = pc->n - t < nt ? pc->n - t : nt;
+                    size_t r = (size_t)(pc->row0 + t);
+                    m->ops->attention(m->att + r * m->o_cols + p->o_pad + qoff, m->o_cols,
+                                      m->q + r * m->qd + qoff, m->qd, mt, nh, pc->pos + t,
+                                      kc + koff, vc + koff, m->kvd, hd, scratch);
+                }
             }
         }
     }
@@ -417,29 +438,34 @@ static int allreduce(struct wrk_model *m, float *buf, size_t n)
     return m->ar ? seg_ar_allreduce(m->ar, buf, n) : 0;
 }
 
-/* x = the embeddings of the chunk's @n tokens, times the config's scale where it has one. */
-static void embed(struct wrk_model *m, const int32_t *tokens, int n)
+/* x = the embeddings of the chunk's tokens, times the config's scale where it has one. */
+static void embed(struct wrk_model *m)
 {
     const struct shlm_config *c = &m->cfg;
     int dim = (int)c->dim;
-    for (int i = 0; i < n; i++) {
-        float *xi = m->x + (size_t)i * dim;
-        kn_mat_row(&m->embd, tokens[i], xi);
-        if (c->embd_scale > 0.0f)
-            for (int j = 0; j < dim; j++)
-                xi[j] *= c->embd_scale;
+    for (int pi = 0; pi < m->n_pieces; pi++) {
+        const struct wrk_piece *pc = &m->pieces[pi];
+        for (int i = 0; i < pc->n; i++) {
+            float *xi = m->x + (size_t)(pc->row0 + i) * dim;
+            kn_mat_row(&m->embd, pc->tokens[i], xi);
+            if (c->embd_scale > 0.0f)
+                for (int j = 0; j < dim; j++)
+                    xi[j] *= c->embd_scale;
+        }
     }
 }
 
-/* Attention of the chunk's queries over the KV cache of @rj into att, on the pool or, below
- * par_min_work, on the caller. */
+/* Attention of the chunk's queries over their sequences' KV caches into att, on the pool or,
+ * below par_min_work, on the caller. */
 static void attend(const struct wrk_model *m, const struct row_job *rj)
 {
-    int n = rj->n, pos = rj->pos, nq = m->plan.q1 - m->plan.q0, hd = (int)m->cfg.head_dim;
-    struct att_job aj = {m, rj->kc, rj->vc, n, pos};
+    int nq = m->plan.q1 - m->plan.q0, hd = (int)m->cfg.head_dim;
+    struct att_job aj = {m, rj->kv, rj->layer};
     /* keys read by the chunk's queries times the head size, summed over our heads: below
      * the threshold (decode at a short context) one thread does it */
-    long att_work = (long)n * (pos + n) * nq * hd;
+    long att_work = 0;
+    for (int pi = 0; pi < m->n_pieces; pi++)
+        att_work += (long)m->pieces[pi].n * (m->pieces[pi].pos + m->pieces[pi].n) * nq * hd;
     if (m->pool && att_work >= m->par_min_work)
         wrk_pool_run(m->pool, att_part, &aj);
     else
@@ -526,54 +552,100 @@ static int ffn_block(struct wrk_model *m, struct row_job *rj)
     return residual_add(m, &L->down, m->a_down, n);
 }
 
-/* This rank's columns [v0, v1) of the logits of the chunk's last token (of every token if
- * @all_logits) into @logits, one row of vocab each: the output norm, then the LM head. */
-static void head_logits(struct wrk_model *m, float *logits, int n, bool all_logits)
+/* Rows [r0, r0 + k) of the head's wanted rows (m->head_row) through the output norm and the LM
+ * head in one product: their logits rows are vocab apart from m->head_dst[r0]. */
+static void head_rows(struct wrk_model *m, int r0, int k)
 {
     const struct shlm_config *c = &m->cfg;
-    int dim = (int)c->dim, first = all_logits ? 0 : n - 1;
-    for (int i = first; i < n; i++) {
-        m->ops->rmsnorm(m->xb, m->x + (size_t)i * dim, m->out_norm, dim, c->norm_eps);
-        m->ops->act_prepare(&m->a_dim[0], m->xb);
-        float *row = logits + (size_t)(i - first) * c->vocab_size + m->plan.v0;
-        gemm(m, &m->head, &m->a_dim[0], 1, row, 0);
+    size_t dim = c->dim;
+    for (int j = 0; j < k; j++) {
+        float *xb = m->xb + (size_t)j * dim;
+        m->ops->rmsnorm(xb, m->x + (size_t)m->head_row[r0 + j] * dim, m->out_norm, (int)dim,
+                        c->norm_eps);
+        m->ops->act_prepare(&m->a_dim[j], xb);
     }
+    gemm(m, &m->head, m->a_dim, k, m->head_dst[r0] + m->plan.v0, (int)c->vocab_size);
 }
 
-/* One chunk of n <= max_m tokens: the embeddings, each layer's attention and FFN blocks, then
- * the head; @logits NULL: no head (a prefill chunk before the last). Returns 0 or the
- * all-reduce's error. */
-static int forward_chunk(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens, int n,
-                         int pos, float *logits, bool all_logits)
+/* This rank's columns [v0, v1) of the logits the chunk's pieces ask for (a piece's last token
+ * where it ends its sequence's part of the step, every token of an all-logits piece), one row
+ * of vocab each: the LM head reads its weights once for every run of rows whose logits are
+ * consecutive rows (a step's decodes, an all-logits piece). */
+static void head_logits(struct wrk_model *m)
+{
+    size_t vocab = m->cfg.vocab_size;
+    int k = 0;
+    for (int pi = 0; pi < m->n_pieces; pi++) {
+        const struct wrk_piece *pc = &m->pieces[pi];
+        if (!pc->logits)
+            continue;
+        for (int i = pc->all_logits ? 0 : pc->n - 1; i < pc->n; i++, k++) {
+            m->head_row[k] = pc->row0 + i;
+            m->head_dst[k] = pc->logits + (size_t)(pc->all_logits ? i : 0) * vocab;
+        }
+    }
+    for (int r0 = 0, j = 1; r0 < k; j++)
+        if (j == k || m->head_dst[j] != m->head_dst[r0] + (size_t)(j - r0) * vocab) {
+            head_rows(m, r0, j - r0);
+            r0 = j;
+        }
+}
+
+/* One chunk: the pieces m->pieces[0 .. n_pieces) hold its @n <= max_m tokens; the embeddings,
+ * each layer's attention and FFN blocks over all of them (every weight read once), then the
+ * head for the rows that want logits. Returns 0 or the all-reduce's error. */
+static int forward_chunk(struct wrk_model *m, void *kv, int n)
 {
     int rc;
-    embed(m, tokens, n);
+    for (int pi = 0; pi < m->n_pieces; pi++)
+        for (int i = 0; i < m->pieces[pi].n; i++)
+            m->row_piece[m->pieces[pi].row0 + i] = pi;
+    embed(m);
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
-        const struct wrk_layer *L = &m->layers[l];
-        float *kc = seg_kv_keys(kv, seq, l), *vc = seg_kv_values(kv, seq, l);
-        struct row_job rj = {.m = m, .n = n, .L = L, .pos = pos, .kc = kc, .vc = vc};
+        struct row_job rj = {.m = m, .n = n, .L = &m->layers[l], .kv = kv, .layer = l};
         if ((rc = attention_block(m, &rj)) || (rc = ffn_block(m, &rj)))
             return rc;
     }
-    if (logits)
-        head_logits(m, logits, n, all_logits);
+    head_logits(m);
     return 0;
+}
+
+int wrk_forward_batch(struct wrk_model *m, void *kv, const struct wrk_run *runs, int n_runs)
+{
+    size_t vocab = m->cfg.vocab_size;
+    int rows = 0, rc;
+    m->n_pieces = 0;
+    for (int r = 0; r < n_runs; r++) {
+        const struct wrk_run *q = &runs[r];
+        for (int done = 0; done < q->n;) {
+            if (rows == m->max_m) {
+                if ((rc = forward_chunk(m, kv, rows)))
+                    return rc;
+                rows = m->n_pieces = 0;
+            }
+            int take = q->n - done < m->max_m - rows ? q->n - done : m->max_m - rows;
+            struct wrk_piece *pc = &m->pieces[m->n_pieces++];
+            *pc = (struct wrk_piece){.seq = q->seq,
+                                     .tokens = q->tokens + done,
+                                     .row0 = rows,
+                                     .n = take,
+                                     .pos = q->pos + done,
+                                     .all_logits = q->all_logits};
+            /* only the run's final piece has logits unless all rows are wanted */
+            if (q->all_logits)
+                pc->logits = q->logits + (size_t)done * vocab;
+            else if (done + take == q->n)
+                pc->logits = q->logits;
+            rows += take;
+            done += take;
+        }
+    }
+    return rows ? forward_chunk(m, kv, rows) : 0;
 }
 
 int wrk_forward(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens, int n, int pos,
                 float *logits, bool all_logits)
 {
-    for (int done = 0; done < n;) {
-        int chunk = n - done < m->max_m ? n - done : m->max_m;
-        float *out = NULL; /* only the final chunk has logits unless all rows are wanted */
-        if (all_logits)
-            out = logits + (size_t)done * m->cfg.vocab_size;
-        else if (done + chunk == n)
-            out = logits;
-        int rc = forward_chunk(m, kv, seq, tokens + done, chunk, pos + done, out, all_logits);
-        if (rc)
-            return rc;
-        done += chunk;
-    }
-    return 0;
+    struct wrk_run r = {seq, tokens, n, pos, logits, all_logits};
+    return wrk_forward_batch(m, kv, &r, 1);
 }

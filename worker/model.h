@@ -43,6 +43,34 @@ struct wrk_model {
     float *scores;    /* (pool threads, seq_len): the reference attention's scratch */
     float *rope_freqs; /* (head_dim / 2) */
     struct kn_act *a_dim, *a_o, *a_down; /* (M) prepared inputs of q/k/v/gate/up, O, down */
+    /* the chunk being run: its pieces (a sequence's consecutive tokens each), the piece of each
+     * row, and the rows whose logits the head computes with where they go */
+    struct wrk_piece *pieces; /* (M) */
+    int n_pieces;
+    int *row_piece;   /* (M) */
+    int *head_row;    /* (M) */
+    float **head_dst; /* (M) */
+};
+
+/* A sequence's part of a step: @n tokens of KV slot @seq at positions @pos.. . Logits: this
+ * rank's columns [v0, v1) of every token's row (n rows of vocab) into @logits if @all_logits,
+ * else of the last token's (one row). */
+struct wrk_run {
+    uint32_t seq;
+    const int32_t *tokens;
+    int n, pos;
+    float *logits;
+    bool all_logits;
+};
+
+/* A run's tokens inside one chunk: rows [row0, row0 + n) of the chunk, positions pos.. ;
+ * @logits where the head writes (NULL: no logits from this piece). */
+struct wrk_piece {
+    uint32_t seq;
+    const int32_t *tokens;
+    int row0, n, pos;
+    float *logits;
+    bool all_logits;
 };
 
 /* Builds the model view over the parsed image @img (a whole model or one rank's shard; it stays
@@ -53,11 +81,15 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
                    int max_m, struct wrk_pool *pool, struct seg_ar_rank *ar);
 void wrk_model_free(struct wrk_model *m);
 
-/* Runs @n tokens of sequence slot @seq at positions @pos.. through the model, reading and
- * appending keys/values in the KV segment @kv (seg_kv layout, checked by the caller). Writes this
- * rank's columns [v0, v1) of the logits of every token to @logits (n rows of vocab) if
- * @all_logits, else of the last token only (one row). The caller has validated tokens, positions
- * and slot. Returns 0 or the all-reduce's error (-ECONNABORTED, -ETIMEDOUT). */
+/* Runs a step's @n_runs sequences through the model at once, reading and appending keys/values
+ * in the KV segment @kv (seg_kv layout): their tokens are packed into chunks of up to max_m rows
+ * in order (a long run spans chunks), each chunk reads every weight matrix once for all of its
+ * rows, and attention runs per sequence over its own cache. A sequence appears at most once.
+ * The caller has validated tokens, positions and slots. Returns 0 or the all-reduce's error
+ * (-ECONNABORTED, -ETIMEDOUT). */
+int wrk_forward_batch(struct wrk_model *m, void *kv, const struct wrk_run *runs, int n_runs);
+
+/* wrk_forward_batch() of one run. */
 int wrk_forward(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens, int n, int pos,
                 float *logits, bool all_logits);
 

@@ -138,6 +138,9 @@ static int check_step(struct wrk *w, const Shardlm__Step *s, struct shardlm_err 
         uint64_t rows = q->all_logits ? q->n_tokens : 1;
         if (q->seq_id >= kv->n_seqs)
             return shardlm_fail(e, -EINVAL, "seq_id %u, expected < %u", q->seq_id, kv->n_seqs);
+        for (size_t j = 0; j < i; j++)
+            if (s->seqs[j]->seq_id == q->seq_id)
+                return shardlm_fail(e, -EINVAL, "seq_id %u twice in one step", q->seq_id);
         if (q->n_tokens == 0 || (uint64_t)q->pos + q->n_tokens > kv->seq_len)
             return shardlm_fail(e, -EINVAL, "positions %u..+%u outside the context of %u", q->pos,
                                 q->n_tokens, kv->seq_len);
@@ -177,14 +180,23 @@ static int on_step(struct wrk *w, const Shardlm__Step *s, Shardlm__StepDone *d,
     float *logits = seg_exchange_logits(w->exch.base);
     size_t vocab = w->model.cfg.vocab_size;
     seg_ar_take_wait_ns(&w->ar);
+    struct wrk_run *runs = calloc(s->n_seqs, sizeof(*runs));
+    if (!runs)
+        return shardlm_fail(e, -ENOMEM, "Step %llu: out of memory", id);
     for (size_t i = 0; i < s->n_seqs; i++) {
         const Shardlm__StepSeq *q = s->seqs[i];
-        rc = wrk_forward(&w->model, w->kv.base, q->seq_id, tok + q->token_offset, (int)q->n_tokens,
-                         (int)q->pos, logits + (size_t)q->logits_row * vocab, q->all_logits);
-        if (rc)
-            return shardlm_fail(e, rc, "Step %llu: all-reduce failed: %s", id,
-                                rc == -ETIMEDOUT ? "peers made no progress" : "group aborted");
+        runs[i] = (struct wrk_run){q->seq_id,
+                                   tok + q->token_offset,
+                                   (int)q->n_tokens,
+                                   (int)q->pos,
+                                   logits + (size_t)q->logits_row * vocab,
+                                   q->all_logits};
     }
+    rc = wrk_forward_batch(&w->model, w->kv.base, runs, (int)s->n_seqs);
+    free(runs);
+    if (rc)
+        return shardlm_fail(e, rc, "Step %llu: all-reduce failed: %s", id,
+                            rc == -ETIMEDOUT ? "peers made no progress" : "group aborted");
     d->step_id = s->step_id;
     d->compute_ns = shardlm_now_ns() - t0;
     d->allreduce_ns = seg_ar_take_wait_ns(&w->ar);

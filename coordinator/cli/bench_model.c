@@ -19,11 +19,12 @@
 
 static const char usage_bench_model[] =
     "usage: shardlm bench -m MODEL.shlm [-p N] [-n N] [-t T[,T...]] [-r REPS] [--workers W]\n"
-    "                     [--json]\n"
+    "                     [--batch B[,B...]] [--json]\n"
     "\n"
     "Runs prefill (ppN: N prompt tokens in one step) and decode (tgN: N tokens one step each)\n"
     "through the engine, REPS times each, and prints llama-bench's table: model, size, params,\n"
-    "backend, threads, test, t/s (median +- standard deviation). Then, per thread count, the bytes\n"
+    "backend, threads, test, t/s (median +- standard deviation). Then, per thread count, the "
+    "bytes\n"
     "of weights one decode token reads, the read bandwidth of this machine measured with 1 GiB of\n"
     "arrays, and decode's share of that roofline (bytes per token x tok/s / bandwidth).\n"
     "  -p N            prompt tokens of the prefill test (default 512; 0 skips it)\n"
@@ -31,11 +32,18 @@ static const char usage_bench_model[] =
     "  -t T,...        threads per worker (default: every CPU of one worker)\n"
     "  -r REPS         repetitions (default 3)\n"
     "  --workers W     tensor-parallel workers (default 1), each with T threads\n"
+    "  --batch B,...   instead: B sequences at once (up to 256), as llama-batched-bench runs "
+    "them:\n"
+    "                  each prefills its own N-token prompt (-p; steps of up to a context of\n"
+    "                  tokens), then -n decode steps carry one token of every sequence; prints\n"
+    "                  llama-batched-bench's table (PP, TG, B, N_KV = B x (PP + TG), times and\n"
+    "                  tokens/s of the prefill, of the decode and of both; medians of REPS)\n"
     "  --json          one JSON object per line instead of the table\n"
     "The workers run the fastest kernel table of this CPU (SHARDLM_ISA=ref|avx2|avx512|amx forces\n"
     "one); the engine names it on stderr at start.\n";
 
 #define BENCH_MAX_T 16
+#define BENCH_MAX_BATCH 256
 
 struct stats {
     double median, stddev;
@@ -141,6 +149,8 @@ struct model_opts {
     int pp, tg, reps, workers, json;
     long threads[BENCH_MAX_T];
     int n_threads;
+    long batch[BENCH_MAX_T]; /* --batch: sequences at once */
+    int n_batch;
 };
 
 /* What one thread count ran on: the model's and the layout's columns of its lines, and the
@@ -290,14 +300,141 @@ static int bench_threads(const struct model_opts *o, int threads, struct shardlm
     return 0;
 }
 
+/* One batch size @b on the started engine @g: prefill of o->pp tokens in each of @b sequences
+ * (sequence q's prompt starts at @tok + q), packed into steps of at most @cap tokens, then
+ * o->tg decode steps of one token in every sequence. Their wall times into @t_pp and @t_tg.
+ * Returns 0 or the first failed step's -errno with @e set. */
+static int batch_run(struct coord_engine *g, const struct model_opts *o, const int32_t *tok, int b,
+                     uint32_t cap, double *t_pp, double *t_tg, struct shardlm_err *e)
+{
+    struct coord_seq_step s[BENCH_MAX_BATCH];
+    int rc = 0, q = 0, done = 0;
+    uint64_t t0 = shardlm_now_ns();
+    while (!rc && o->pp && q < b) {
+        int n = 0;
+        for (uint32_t used = 0; q < b && used < cap;) {
+            uint32_t take =
+                (uint32_t)(o->pp - done) < cap - used ? (uint32_t)(o->pp - done) : cap - used;
+            s[n++] = (struct coord_seq_step){.seq_id = (uint32_t)q,
+                                             .pos = (uint32_t)done,
+                                             .n_tokens = take,
+                                             .tokens = tok + q + done};
+            used += take;
+            if ((done += (int)take) == o->pp) {
+                q++;
+                done = 0;
+            }
+        }
+        rc = coord_engine_step(g, s, n, e);
+    }
+    uint64_t t1 = shardlm_now_ns();
+    for (int i = 0; i < o->tg && !rc; i++) {
+        for (q = 0; q < b; q++)
+            s[q] = (struct coord_seq_step){.seq_id = (uint32_t)q,
+                                           .pos = (uint32_t)(o->pp + i),
+                                           .n_tokens = 1,
+                                           .tokens = tok + q + o->pp + i};
+        rc = coord_engine_step(g, s, b, e);
+    }
+    *t_pp = (double)(t1 - t0) / 1e9;
+    *t_tg = (double)(shardlm_now_ns() - t1) / 1e9;
+    return rc;
+}
+
+/* --batch at one thread count: the engine started once with a KV slot per sequence of the
+ * largest batch, then each batch size REPS times; prints llama-batched-bench's rows. Returns 0
+ * or -errno with @e set. */
+static int bench_batch(const struct model_opts *o, int threads, struct shardlm_err *e)
+{
+    struct coord_engine *g;
+    struct coord_engine_opts eo = o->engine;
+    int max_b = 1;
+    for (int i = 0; i < o->n_batch; i++)
+        max_b = o->batch[i] > max_b ? (int)o->batch[i] : max_b;
+    eo.model_path = o->model;
+    eo.layout.workers = o->workers;
+    eo.layout.threads = threads;
+    eo.n_seqs = (uint32_t)max_b;
+    int rc = coord_engine_start(&g, &eo, e);
+    if (rc)
+        return rc;
+    const struct shlm_header *h = coord_engine_model(g)->hdr;
+    uint32_t ctx = h->cfg.seq_len;
+    if ((uint32_t)(o->pp + o->tg) > ctx) {
+        coord_engine_stop(g);
+        return shardlm_fail(e, -E2BIG, "-p %d + -n %d: the model's context is %u", o->pp, o->tg,
+                            ctx);
+    }
+    if ((uint32_t)max_b > coord_engine_logit_rows(g)) {
+        coord_engine_stop(g);
+        return shardlm_fail(e, -E2BIG, "--batch %d: a step returns at most %u logits rows here",
+                            max_b, coord_engine_logit_rows(g));
+    }
+    int n_tok = max_b + o->pp + o->tg;
+    int32_t *tok = malloc((size_t)n_tok * sizeof(int32_t));
+    if (!tok) {
+        coord_engine_stop(g);
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    }
+    random_tokens(tok, n_tok, h->cfg.vocab_size);
+    int reps = o->reps > 16 ? 16 : o->reps;
+    if (!o->json) {
+        printf("\n%s: %d worker(s) x %d thread(s), %d repetition(s)\n\n", o->model,
+               coord_engine_n_ranks(g), coord_engine_layout(g)->ranks[0].n_cpus, reps);
+        printf("|%6s |%6s |%4s |%7s |%8s |%9s |%8s |%9s |%8s |%9s |\n", "PP", "TG", "B", "N_KV",
+               "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s");
+        printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "-------", "-------", "-----", "--------",
+               "---------", "----------", "---------", "----------", "---------", "----------");
+    }
+    for (int i = 0; i < o->n_batch && !rc; i++) {
+        int b = (int)o->batch[i];
+        double tp[16], tt[16];
+        for (int r = 0; r < reps && !rc; r++)
+            rc = batch_run(g, o, tok, b, ctx, &tp[r], &tt[r], e);
+        if (rc)
+            break;
+        double t_pp = coord_sort_median(tp, reps), t_tg = coord_sort_median(tt, reps);
+        double n_pp = (double)b * o->pp, n_tg = (double)b * o->tg, t = t_pp + t_tg;
+        double s_pp = t_pp > 0 ? n_pp / t_pp : 0, s_tg = t_tg > 0 ? n_tg / t_tg : 0;
+        if (o->json)
+            printf("{\"threads\": %d, \"workers\": %d, \"pp\": %d, \"tg\": %d, \"b\": %d, "
+                   "\"n_kv\": %d, \"t_pp\": %.3f, \"s_pp\": %.2f, \"t_tg\": %.3f, \"s_tg\": %.2f, "
+                   "\"t\": %.3f, \"s\": %.2f}\n",
+                   threads, coord_engine_n_ranks(g), o->pp, o->tg, b, b * (o->pp + o->tg), t_pp,
+                   s_pp, t_tg, s_tg, t, (n_pp + n_tg) / t);
+        else
+            printf("|%6d |%6d |%4d |%7d |%8.3f |%9.2f |%8.3f |%9.2f |%8.3f |%9.2f |\n", o->pp,
+                   o->tg, b, b * (o->pp + o->tg), t_pp, s_pp, t_tg, s_tg, t, (n_pp + n_tg) / t);
+        fflush(stdout);
+    }
+    coord_engine_stop(g);
+    free(tok);
+    return rc;
+}
+
+/* Parses a list like "1,2,4" of at most BENCH_MAX_T numbers in [1, @max] into @v. Returns how
+ * many, or -1. */
+static int parse_list(const char *arg, long max, long *v)
+{
+    int n = 0;
+    for (const char *p = arg; *p;) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (n == BENCH_MAX_T || x < 1 || x > max || end == p || (*end && *end != ','))
+            return -1;
+        v[n++] = x;
+        p = *end ? end + 1 : end;
+    }
+    return n ? n : -1;
+}
+
 int coord_bench_model(int argc, char **argv)
 {
     struct model_opts o = {.pp = 512, .tg = 128, .reps = 3, .workers = 1};
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"workers", required_argument, 0, 'W'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"workers", required_argument, 0, 'W'},
+        {"batch", required_argument, 0, 'B'}, {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     int c;
     long v;
     optind = 1;
@@ -315,17 +452,18 @@ int coord_bench_model(int argc, char **argv)
                                          "bad number '%s'", optarg);
             *(c == 'p' ? &o.pp : c == 'n' ? &o.tg : c == 'r' ? &o.reps : &o.workers) = (int)v;
             break;
-        case 't': {
-            o.n_threads = 0;
-            for (char *p = optarg, *end; *p; p = *end ? end + 1 : end) {
-                if (o.n_threads == BENCH_MAX_T || (v = strtol(p, &end, 10)) < 1 || v > 4096 ||
-                    end == p || (*end && *end != ','))
-                    return coord_usage_error("bench", usage_bench_model,
-                                             "-t '%s': expected thread counts like 1,2", optarg);
-                o.threads[o.n_threads++] = v;
-            }
+        case 't':
+            if ((o.n_threads = parse_list(optarg, 4096, o.threads)) < 0)
+                return coord_usage_error("bench", usage_bench_model,
+                                         "-t '%s': expected thread counts like 1,2", optarg);
             break;
-        }
+        case 'B':
+            if ((o.n_batch = parse_list(optarg, BENCH_MAX_BATCH, o.batch)) < 0)
+                return coord_usage_error("bench", usage_bench_model,
+                                         "--batch '%s': expected sequence counts like 1,2,4 "
+                                         "(at most %d)",
+                                         optarg, BENCH_MAX_BATCH);
+            break;
         case 'j':
             o.json = 1;
             break;
@@ -352,7 +490,7 @@ int coord_bench_model(int argc, char **argv)
                                      what);
         }
     coord_signals_install();
-    if (!o.json) {
+    if (!o.n_batch && !o.json) {
         printf("| %-28s | %10s | %7s | %-6s | %7s | %10s | %16s |\n", "model", "size", "params",
                "backend", "threads", "test", "t/s");
         printf("| %.28s | %.10s | %.7s | %.6s | %.7s | %.10s | %.16s |\n",
@@ -362,6 +500,7 @@ int coord_bench_model(int argc, char **argv)
     struct shardlm_err e = {{0}};
     int rc = coord_cli_engine_env(&o.engine, &e);
     for (int i = 0; i < o.n_threads && !rc; i++)
-        rc = bench_threads(&o, (int)o.threads[i], &e);
+        rc = o.n_batch ? bench_batch(&o, (int)o.threads[i], &e)
+                       : bench_threads(&o, (int)o.threads[i], &e);
     return coord_cli_exit("bench", rc, &e); /* a signal: 128 + it, as every command */
 }

@@ -130,6 +130,9 @@ static int stage_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
         if (s->seq_id >= g->n_seqs)
             return shardlm_fail(e, -EINVAL, "sequence %u: the KV cache has %u slots", s->seq_id,
                                 g->n_seqs);
+        for (int j = 0; j < i; j++)
+            if (seqs[j].seq_id == s->seq_id)
+                return shardlm_fail(e, -EINVAL, "sequence %u twice in one step", s->seq_id);
         int rc = coord_reserve_kv(g, s->seq_id, s->pos + s->n_tokens, e);
         if (rc)
             return rc;

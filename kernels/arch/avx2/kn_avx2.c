@@ -389,7 +389,7 @@ static void mm_w4a16t(const struct kn_mat *w, const struct kn_act *x, int m, flo
 
 KN_MM_ROWS(mm_f32, float, dot_f32, false)
 KN_MM_ROWS(mm_bf16, uint16_t, dot_bf16, false)
-KN_MM_Q8_TUNED(dot_q8)
+KN_MM_Q8_TUNED(dot_q8, mm_q8_pf_hw)
 
 static void mm_w4a16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)

@@ -82,44 +82,92 @@ static inline __m256 widen8_q8(const int8_t *w)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)w)));
 }
 
-/* sum_k code[k] x[k] for int8 codes (the caller applies the row scale). Four accumulators over
- * 64 columns: with one, the FMA latency chain held the LM head to 6 GB/s (128256 x 2048, one
- * thread, 44 ms a token); with four, 32 GB/s (8.2 ms). Each accumulator is two 256-bit halves:
- * widening 16 codes at once (VPMOVSXBD zmm) held this dot to 7.5-9.5 GB/s on a 2-core Zen 4 VM
- * where 8 at a time gives 17-18 (`bench kernels`, K = 2048); the halves and the reduction are
- * those of the 512-bit code it replaced (_mm512_reduce_add_ps's order), so every result is the
- * same, bit for bit. */
-static inline __attribute__((always_inline)) float dot_q8(const int8_t *w, const float *x, int k,
-                                                          int pf)
+/* sum_k code[k] x_t[k] for int8 codes against @nt (1 to Q8_NT) tokens x[t] at once (the
+ * caller applies the row scale). Four accumulators over 64 columns: with one, the FMA latency
+ * chain held the LM head to 6 GB/s (128256 x 2048, one thread, 44 ms a token); with four, 32
+ * GB/s (8.2 ms). Each accumulator is two 256-bit halves: widening 16 codes at once (VPMOVSXBD
+ * zmm) held this dot to 7.5-9.5 GB/s on a 2-core Zen 4 VM where 8 at a time gives 17-18 (`bench
+ * kernels`, K = 2048); the halves and the reduction are those of the 512-bit code it replaced
+ * (_mm512_reduce_add_ps's order), so every result is the same, bit for bit. With several
+ * tokens (a batched step's LM head) each code is widened and converted once for all of them,
+ * the costly part; every token keeps its own accumulators in the same order, so its result is
+ * the one-token result, bit for bit. */
+#define Q8_NT 3
+static inline __attribute__((always_inline)) void dot_q8_n(const int8_t *w, const float *const *x,
+                                                           int nt, int k, int pf, float *out)
 {
-    __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0; /* elements 0..7 of 16 */
-    __m256 h0 = l0, h1 = l0, h2 = l0, h3 = l0;                  /* elements 8..15 */
+    __m256 l[Q8_NT][4], h[Q8_NT][4]; /* elements 0..7 and 8..15 of each 16 */
+#pragma GCC unroll 3
+    for (int t = 0; t < nt; t++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            l[t][j] = h[t][j] = _mm256_setzero_ps();
     int i = 0;
     for (; i + 64 <= k; i += 64) {
         pf_line(w + i, pf);
-        l0 = _mm256_fmadd_ps(widen8_q8(w + i), _mm256_loadu_ps(x + i), l0);
-        h0 = _mm256_fmadd_ps(widen8_q8(w + i + 8), _mm256_loadu_ps(x + i + 8), h0);
-        l1 = _mm256_fmadd_ps(widen8_q8(w + i + 16), _mm256_loadu_ps(x + i + 16), l1);
-        h1 = _mm256_fmadd_ps(widen8_q8(w + i + 24), _mm256_loadu_ps(x + i + 24), h1);
-        l2 = _mm256_fmadd_ps(widen8_q8(w + i + 32), _mm256_loadu_ps(x + i + 32), l2);
-        h2 = _mm256_fmadd_ps(widen8_q8(w + i + 40), _mm256_loadu_ps(x + i + 40), h2);
-        l3 = _mm256_fmadd_ps(widen8_q8(w + i + 48), _mm256_loadu_ps(x + i + 48), l3);
-        h3 = _mm256_fmadd_ps(widen8_q8(w + i + 56), _mm256_loadu_ps(x + i + 56), h3);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m256 cl = widen8_q8(w + i + 16 * j), ch = widen8_q8(w + i + 16 * j + 8);
+#pragma GCC unroll 3
+            for (int t = 0; t < nt; t++) {
+                l[t][j] = _mm256_fmadd_ps(cl, _mm256_loadu_ps(x[t] + i + 16 * j), l[t][j]);
+                h[t][j] = _mm256_fmadd_ps(ch, _mm256_loadu_ps(x[t] + i + 16 * j + 8), h[t][j]);
+            }
+        }
     }
     for (; i < k; i += 16) {
         __mmask16 m = mask16(k - i);
         __mmask8 ml = (__mmask8)m, mh = (__mmask8)(m >> 8);
         __m256 cl = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_maskz_loadu_epi8(ml, w + i)));
         __m256 ch = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_maskz_loadu_epi8(mh, w + i + 8)));
-        l0 = _mm256_fmadd_ps(cl, _mm256_maskz_loadu_ps(ml, x + i), l0);
-        h0 = _mm256_fmadd_ps(ch, _mm256_maskz_loadu_ps(mh, x + i + 8), h0);
+#pragma GCC unroll 3
+        for (int t = 0; t < nt; t++) {
+            l[t][0] = _mm256_fmadd_ps(cl, _mm256_maskz_loadu_ps(ml, x[t] + i), l[t][0]);
+            h[t][0] = _mm256_fmadd_ps(ch, _mm256_maskz_loadu_ps(mh, x[t] + i + 8), h[t][0]);
+        }
     }
-    __m256 lo = _mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3));
-    __m256 hi = _mm256_add_ps(_mm256_add_ps(h0, h1), _mm256_add_ps(h2, h3));
-    __m256 t3 = _mm256_add_ps(hi, lo);
-    __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
-    __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
-    return _mm_cvtss_f32(_mm_add_ss(t8, _mm_shuffle_ps(t8, t8, _MM_SHUFFLE(1, 1, 1, 1))));
+#pragma GCC unroll 3
+    for (int t = 0; t < nt; t++) {
+        __m256 lo = _mm256_add_ps(_mm256_add_ps(l[t][0], l[t][1]), _mm256_add_ps(l[t][2], l[t][3]));
+        __m256 hi = _mm256_add_ps(_mm256_add_ps(h[t][0], h[t][1]), _mm256_add_ps(h[t][2], h[t][3]));
+        __m256 t3 = _mm256_add_ps(hi, lo);
+        __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+        __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+        out[t] = _mm_cvtss_f32(_mm_add_ss(t8, _mm_shuffle_ps(t8, t8, _MM_SHUFFLE(1, 1, 1, 1))));
+    }
+}
+
+static inline __attribute__((always_inline)) float dot_q8(const int8_t *w, const float *x, int k,
+                                                          int pf)
+{
+    float r;
+    dot_q8_n(w, &x, 1, k, pf, &r);
+    return r;
+}
+
+/* Rows [n0, n1) of the int8 matrix @w against @m > 1 tokens: each row read once for all of them,
+ * Q8_NT tokens at a time sharing its widened codes. */
+static void mm_q8_tokens(const struct kn_mat *w, const struct kn_act *x, int m, float *y,
+                         size_t ldy, int n0, int n1)
+{
+    for (int n = n0; n < n1; n++) {
+        const int8_t *row = (const int8_t *)w->codes + (size_t)n * (size_t)w->cols;
+        float s = ((const float *)w->scales)[n], r[Q8_NT];
+        for (int i = 0; i < m; i += Q8_NT) {
+            const float *xs[Q8_NT];
+            int nt = m - i < Q8_NT ? m - i : Q8_NT;
+            for (int t = 0; t < nt; t++)
+                xs[t] = x[i + t].x;
+            if (nt == 3)
+                dot_q8_n(row, xs, 3, w->cols, KN_PF_HW, r);
+            else if (nt == 2)
+                dot_q8_n(row, xs, 2, w->cols, KN_PF_HW, r);
+            else
+                dot_q8_n(row, xs, 1, w->cols, KN_PF_HW, r);
+            for (int t = 0; t < nt; t++)
+                y[(size_t)(i + t) * ldy + (size_t)n] = s * r[t];
+        }
+    }
 }
 
 /* One W4A16 row: sum_g s_g * (sum_k code_k x_k - zero_g * gsum_g). Byte j of the row holds
@@ -190,7 +238,7 @@ static inline float dot_w4a8(const uint8_t *row, const uint16_t *sc, const struc
 
 KN_MM_ROWS(mm_f32, float, dot_f32, false)
 KN_MM_ROWS(mm_bf16, uint16_t, dot_bf16, false)
-KN_MM_Q8_TUNED(dot_q8)
+KN_MM_Q8_TUNED(dot_q8, mm_q8_tokens)
 
 static void mm_w4a16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)
