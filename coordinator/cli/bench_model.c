@@ -401,10 +401,11 @@ static int bench_batch(const struct model_opts *o, int threads, struct shardlm_e
                    "\"n_kv\": %d, \"t_pp\": %.3f, \"s_pp\": %.2f, \"t_tg\": %.3f, \"s_tg\": %.2f, "
                    "\"t\": %.3f, \"s\": %.2f}\n",
                    threads, coord_engine_n_ranks(g), o->pp, o->tg, b, b * (o->pp + o->tg), t_pp,
-                   s_pp, t_tg, s_tg, t, (n_pp + n_tg) / t);
+                   s_pp, t_tg, s_tg, t, t > 0 ? (n_pp + n_tg) / t : 0);
         else
             printf("|%6d |%6d |%4d |%7d |%8.3f |%9.2f |%8.3f |%9.2f |%8.3f |%9.2f |\n", o->pp,
-                   o->tg, b, b * (o->pp + o->tg), t_pp, s_pp, t_tg, s_tg, t, (n_pp + n_tg) / t);
+                   o->tg, b, b * (o->pp + o->tg), t_pp, s_pp, t_tg, s_tg, t,
+                   t > 0 ? (n_pp + n_tg) / t : 0);
         fflush(stdout);
     }
     coord_engine_stop(g);
