@@ -265,9 +265,9 @@ static void row_rope_kv(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
     const struct wrk_piece *pc = &m->pieces[m->row_piece[i]];
-    int pos = pc->pos + (i - pc->row0);
-    float *kc = seg_kv_keys(j->kv, pc->seq, j->layer),
-          *vc = seg_kv_values(j->kv, pc->seq, j->layer);
+    int pos = pc->r.pos + (i - pc->row0);
+    float *kc = seg_kv_keys(j->kv, pc->r.seq, j->layer),
+          *vc = seg_kv_values(j->kv, pc->r.seq, j->layer);
     const struct shlm_config *c = &m->cfg;
     const struct wrk_layer *L = j->L;
     int hd = (int)c->head_dim, nq = m->plan.q1 - m->plan.q0, nkv = m->plan.kv1 - m->plan.kv0;
@@ -409,8 +409,8 @@ static void att_part(void *arg, int ti, int tn)
     float *scratch = m->scores + (size_t)ti * m->cfg.seq_len;
     for (int pi = 0; pi < m->n_pieces; pi++) {
         const struct wrk_piece *pc = &m->pieces[pi];
-        const float *kc = seg_kv_keys(j->kv, pc->seq, j->layer);
-        const float *vc = seg_kv_values(j->kv, pc->seq, j->layer);
+        const float *kc = seg_kv_keys(j->kv, pc->r.seq, j->layer);
+        const float *vc = seg_kv_values(j->kv, pc->r.seq, j->layer);
         for (int kv = p->kv0; kv < p->kv1; kv++) {
             /* our query heads [h0, h1) read KV head kv */
             int h0 = kv * kv_mul > p->q0 ? kv * kv_mul : p->q0;
@@ -419,13 +419,13 @@ static void att_part(void *arg, int ti, int tn)
             for (int h = h0; h < h1; h += KN_ATT_TILE) {
                 int nh = h1 - h < KN_ATT_TILE ? h1 - h : KN_ATT_TILE, nt = KN_ATT_TILE / nh;
                 size_t qoff = (size_t)(h - p->q0) * (size_t)hd;
-                for (int t = 0; t < pc->n; t += nt, u++) {
+                for (int t = 0; t < pc->r.n; t += nt, u++) {
                     if (u % tn != ti)
                         continue;
-                    int mt = pc->n - t < nt ? pc->n - t : nt;
+                    int mt = pc->r.n - t < nt ? pc->r.n - t : nt;
                     size_t r = (size_t)(pc->row0 + t);
                     m->ops->attention(m->att + r * m->o_cols + p->o_pad + qoff, m->o_cols,
-                                      m->q + r * m->qd + qoff, m->qd, mt, nh, pc->pos + t,
+                                      m->q + r * m->qd + qoff, m->qd, mt, nh, pc->r.pos + t,
                                       kc + koff, vc + koff, m->kvd, hd, scratch);
                 }
             }
@@ -445,9 +445,9 @@ static void embed(struct wrk_model *m)
     int dim = (int)c->dim;
     for (int pi = 0; pi < m->n_pieces; pi++) {
         const struct wrk_piece *pc = &m->pieces[pi];
-        for (int i = 0; i < pc->n; i++) {
+        for (int i = 0; i < pc->r.n; i++) {
             float *xi = m->x + (size_t)(pc->row0 + i) * dim;
-            kn_mat_row(&m->embd, pc->tokens[i], xi);
+            kn_mat_row(&m->embd, pc->r.tokens[i], xi);
             if (c->embd_scale > 0.0f)
                 for (int j = 0; j < dim; j++)
                     xi[j] *= c->embd_scale;
@@ -465,7 +465,7 @@ static void attend(const struct wrk_model *m, const struct row_job *rj)
      * the threshold (decode at a short context) one thread does it */
     long att_work = 0;
     for (int pi = 0; pi < m->n_pieces; pi++)
-        att_work += (long)m->pieces[pi].n * (m->pieces[pi].pos + m->pieces[pi].n) * nq * hd;
+        att_work += (long)m->pieces[pi].r.n * (m->pieces[pi].r.pos + m->pieces[pi].r.n) * nq * hd;
     if (m->pool && att_work >= m->par_min_work)
         wrk_pool_run(m->pool, att_part, &aj);
     else
@@ -577,11 +577,11 @@ static void head_logits(struct wrk_model *m)
     int k = 0;
     for (int pi = 0; pi < m->n_pieces; pi++) {
         const struct wrk_piece *pc = &m->pieces[pi];
-        if (!pc->logits)
+        if (!pc->r.logits)
             continue;
-        for (int i = pc->all_logits ? 0 : pc->n - 1; i < pc->n; i++, k++) {
+        for (int i = pc->r.all_logits ? 0 : pc->r.n - 1; i < pc->r.n; i++, k++) {
             m->head_row[k] = pc->row0 + i;
-            m->head_dst[k] = pc->logits + (size_t)(pc->all_logits ? i : 0) * vocab;
+            m->head_dst[k] = pc->r.logits + (size_t)(pc->r.all_logits ? i : 0) * vocab;
         }
     }
     for (int r0 = 0, j = 1; r0 < k; j++)
@@ -598,7 +598,7 @@ static int forward_chunk(struct wrk_model *m, void *kv, int n)
 {
     int rc;
     for (int pi = 0; pi < m->n_pieces; pi++)
-        for (int i = 0; i < m->pieces[pi].n; i++)
+        for (int i = 0; i < m->pieces[pi].r.n; i++)
             m->row_piece[m->pieces[pi].row0 + i] = pi;
     embed(m);
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
@@ -625,17 +625,13 @@ int wrk_forward_batch(struct wrk_model *m, void *kv, const struct wrk_run *runs,
             }
             int take = q->n - done < m->max_m - rows ? q->n - done : m->max_m - rows;
             struct wrk_piece *pc = &m->pieces[m->n_pieces++];
-            *pc = (struct wrk_piece){.seq = q->seq,
-                                     .tokens = q->tokens + done,
-                                     .row0 = rows,
-                                     .n = take,
-                                     .pos = q->pos + done,
-                                     .all_logits = q->all_logits};
-            /* only the run's final piece has logits unless all rows are wanted */
+            /* a part of the run: logits only from its final part unless all rows are wanted */
+            *pc = (struct wrk_piece){
+                {q->seq, q->tokens + done, take, q->pos + done, NULL, q->all_logits}, rows};
             if (q->all_logits)
-                pc->logits = q->logits + (size_t)done * vocab;
+                pc->r.logits = q->logits + (size_t)done * vocab;
             else if (done + take == q->n)
-                pc->logits = q->logits;
+                pc->r.logits = q->logits;
             rows += take;
             done += take;
         }

@@ -63,14 +63,11 @@ struct wrk_run {
     bool all_logits;
 };
 
-/* A run's tokens inside one chunk: rows [row0, row0 + n) of the chunk, positions pos.. ;
- * @logits where the head writes (NULL: no logits from this piece). */
+/* A run's tokens inside one chunk: @r, a part of the run (its logits NULL where the part
+ * computes none), at rows [row0, row0 + r.n) of the chunk. */
 struct wrk_piece {
-    uint32_t seq;
-    const int32_t *tokens;
-    int row0, n, pos;
-    float *logits;
-    bool all_logits;
+    struct wrk_run r;
+    int row0;
 };
 
 /* Builds the model view over the parsed image @img (a whole model or one rank's shard; it stays
