@@ -57,6 +57,25 @@ enum kn_dtype {
 #define KN_ATT_TILE 16
 #define KN_MAX_HEAD_DIM 1024
 
+/* Tokens per KV cache block (shm/seg.h pages the cache in these): a multiple of the attention
+ * kernels' key blocks (16 AVX-512, 8 AVX2). */
+#define KN_KV_BLOCK 16
+
+/* One KV head's cache as attention reads it, in blocks of KN_KV_BLOCK positions: the key of
+ * position t is the head's row at k + blocks[t / KN_KV_BLOCK] * block_stride +
+ * (t % KN_KV_BLOCK) * row_stride (floats), its value the same offset from v. */
+struct kn_kv {
+    const float *k, *v;
+    const uint32_t *blocks;
+    size_t block_stride, row_stride;
+};
+
+static inline size_t kn_kv_off(const struct kn_kv *c, int t)
+{
+    return (size_t)c->blocks[t / KN_KV_BLOCK] * c->block_stride +
+           (size_t)(t % KN_KV_BLOCK) * c->row_stride;
+}
+
 /* Rows per tile block of KN_DT_W4A8_T. */
 #define KN_TILE_ROWS 16
 
@@ -223,13 +242,12 @@ struct kn_ops {
     void (*gelu_mul)(float *a, const float *b, int n);
     /* Causal attention of a tile of queries that share one KV head: tokens i < nt at positions
      * pos0 + i times query heads j < nh, nt * nh <= KN_ATT_TILE. Query (i, j) is the @hd floats
-     * at q + i * q_stride + j * hd, its output goes to out + i * out_stride + j * hd; key and
-     * value rows t = 0 .. pos0 + i are at kc / vc + t * kv_stride. Scores are scaled by
+     * at q + i * q_stride + j * hd, its output goes to out + i * out_stride + j * hd; it reads
+     * the key and value rows t = 0 .. pos0 + i of @kv. Scores are scaled by
      * 1 / sqrt(hd). @scratch holds pos0 + nt floats (the reference's scores; SIMD tables run an
      * online softmax over blocks of keys and do not touch it). hd <= KN_MAX_HEAD_DIM. */
     void (*attention)(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
-                      int nh, int pos0, const float *kc, const float *vc, size_t kv_stride, int hd,
-                      float *scratch);
+                      int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch);
 };
 
 extern const struct kn_ops kn_ops_ref;

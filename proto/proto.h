@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#define PROTO_VERSION 1
+#define PROTO_VERSION 2
 #define PROTO_MAX_MSG (1 << 20) /* bytes; set as ZMQ_MAXMSGSIZE on every socket */
 #define PROTO_MAX_ID 64
 

@@ -388,35 +388,36 @@ int seg_clean_stale(const char *rundir) { return clean(rundir, 0); }
 
 int seg_clean_pid(const char *rundir, pid_t pid) { return clean(rundir, pid); }
 
-/* Offsets of the parts: header, tokens, logits, all-reduce area, each 64-byte aligned. */
-void seg_exchange_layout(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows, uint32_t n_ranks,
-                         uint32_t dim, struct seg_exchange *h)
+/* Offsets of the parts: header, tokens, block tables, logits, all-reduce area, each 64-byte
+ * aligned. */
+void seg_exchange_layout(const struct seg_exchange_dims *d, struct seg_exchange *h)
 {
-    h->max_tokens = max_tokens;
-    h->vocab = vocab;
-    h->logit_rows = logit_rows;
-    h->n_ranks = n_ranks;
-    h->dim = dim;
-    h->tokens_off = 64;
-    h->logits_off = h->tokens_off + ((size_t)max_tokens * 4 + 63) / 64 * 64;
-    h->ar_off = h->logits_off + ((size_t)logit_rows * vocab * 4 + 63) / 64 * 64;
-    h->bytes = h->ar_off + seg_ar_bytes((int)n_ranks, (size_t)SEG_MAX_CHUNK * dim);
+    h->max_tokens = d->max_tokens;
+    h->vocab = d->vocab;
+    h->logit_rows = d->logit_rows;
+    h->n_ranks = d->n_ranks;
+    h->dim = d->dim;
+    h->max_blocks = d->max_blocks;
+    h->reserved = 0;
+    h->tokens_off = (sizeof(*h) + 63) / 64 * 64;
+    h->blocks_off = h->tokens_off + ((size_t)d->max_tokens * 4 + 63) / 64 * 64;
+    h->logits_off = h->blocks_off + ((size_t)d->max_blocks * 4 + 63) / 64 * 64;
+    h->ar_off = h->logits_off + ((size_t)d->logit_rows * d->vocab * 4 + 63) / 64 * 64;
+    h->bytes = h->ar_off + seg_ar_bytes((int)d->n_ranks, (size_t)SEG_MAX_CHUNK * d->dim);
 }
 
-size_t seg_exchange_bytes(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows,
-                          uint32_t n_ranks, uint32_t dim)
+size_t seg_exchange_bytes(const struct seg_exchange_dims *d)
 {
     struct seg_exchange h;
-    seg_exchange_layout(max_tokens, vocab, logit_rows, n_ranks, dim, &h);
+    seg_exchange_layout(d, &h);
     return h.bytes;
 }
 
-void seg_exchange_init(void *base, uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows,
-                       uint32_t n_ranks, uint32_t dim)
+void seg_exchange_init(void *base, const struct seg_exchange_dims *d)
 {
     struct seg_exchange *h = base;
-    seg_exchange_layout(max_tokens, vocab, logit_rows, n_ranks, dim, h);
-    seg_ar_init(seg_exchange_ar(base), (int)n_ranks, (size_t)SEG_MAX_CHUNK * dim);
+    seg_exchange_layout(d, h);
+    seg_ar_init(seg_exchange_ar(base), (int)d->n_ranks, (size_t)SEG_MAX_CHUNK * d->dim);
     __atomic_store_n(&h->magic, SEG_EXCHANGE_MAGIC, __ATOMIC_RELEASE);
 }
 
@@ -426,41 +427,45 @@ int seg_exchange_check(const void *base, size_t size, uint32_t vocab, uint32_t n
     const struct seg_exchange *h = base;
     struct seg_exchange want;
     if (size < sizeof(*h) || h->magic != SEG_EXCHANGE_MAGIC || h->vocab != vocab ||
-        h->n_ranks != n_ranks || h->dim != dim || h->max_tokens == 0 || h->logit_rows == 0)
+        h->n_ranks != n_ranks || h->dim != dim || h->max_tokens == 0 || h->logit_rows == 0 ||
+        h->max_blocks == 0)
         return -EINVAL;
-    seg_exchange_layout(h->max_tokens, vocab, h->logit_rows, n_ranks, dim, &want);
-    if (h->tokens_off != want.tokens_off || h->logits_off != want.logits_off ||
-        h->ar_off != want.ar_off || h->bytes != want.bytes || want.bytes != size)
+    struct seg_exchange_dims d = {h->max_tokens, vocab, h->logit_rows, n_ranks, dim, h->max_blocks};
+    seg_exchange_layout(&d, &want);
+    if (h->tokens_off != want.tokens_off || h->blocks_off != want.blocks_off ||
+        h->logits_off != want.logits_off || h->ar_off != want.ar_off || h->bytes != want.bytes ||
+        want.bytes != size)
         return -EINVAL;
     return seg_ar_check((const char *)base + h->ar_off, size - h->ar_off, (int)n_ranks,
                         (size_t)SEG_MAX_CHUNK * dim);
 }
 
-size_t seg_kv_bytes(uint32_t n_seqs, uint32_t n_layers, uint32_t seq_len, uint32_t kv_dim)
+_Static_assert(sizeof(struct seg_kv) <= 64, "the KV header fits before data_off");
+
+size_t seg_kv_bytes(uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim)
 {
-    return 64 + (size_t)n_seqs * n_layers * 2 * seq_len * kv_dim * sizeof(float);
+    return 64 + (size_t)n_blocks * seg_kv_block_bytes(n_layers, kv_dim);
 }
 
-void seg_kv_init(void *base, uint32_t n_seqs, uint32_t n_layers, uint32_t seq_len,
-                 uint32_t kv_dim)
+void seg_kv_init(void *base, uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim)
 {
     struct seg_kv *h = base;
-    h->n_seqs = n_seqs;
+    h->n_blocks = n_blocks;
     h->n_layers = n_layers;
-    h->seq_len = seq_len;
+    h->block_tokens = SEG_KV_BLOCK;
     h->kv_dim = kv_dim;
     h->data_off = 64;
-    h->bytes = seg_kv_bytes(n_seqs, n_layers, seq_len, kv_dim);
+    h->bytes = seg_kv_bytes(n_blocks, n_layers, kv_dim);
     __atomic_store_n(&h->magic, SEG_KV_MAGIC, __ATOMIC_RELEASE);
 }
 
-int seg_kv_check(const void *base, size_t size, uint32_t n_layers, uint32_t seq_len,
-                 uint32_t kv_dim)
+int seg_kv_check(const void *base, size_t size, uint32_t n_layers, uint32_t kv_dim)
 {
     const struct seg_kv *h = base;
     if (size < 64 || h->magic != SEG_KV_MAGIC || h->n_layers != n_layers ||
-        h->seq_len != seq_len || h->kv_dim != kv_dim || h->n_seqs == 0 || h->data_off != 64 ||
-        h->bytes != size || seg_kv_bytes(h->n_seqs, n_layers, seq_len, kv_dim) != size)
+        h->block_tokens != SEG_KV_BLOCK || h->kv_dim != kv_dim || h->n_blocks == 0 ||
+        h->data_off != 64 || h->bytes != size ||
+        seg_kv_bytes(h->n_blocks, n_layers, kv_dim) != size)
         return -EINVAL;
     return 0;
 }

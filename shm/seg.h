@@ -117,8 +117,9 @@ int seg_clean_stale(const char *rundir);
 /* Removes every runtime file of coordinator @pid. Returns how many. */
 int seg_clean_pid(const char *rundir, pid_t pid);
 
-/* Exchange segment: step inputs written by the coordinator, logits written by the workers (each
- * its vocabulary columns), and the all-reduce area of the group (allreduce.h). */
+/* Exchange segment: step inputs written by the coordinator (tokens and the sequences' KV block
+ * tables), logits written by the workers (each its vocabulary columns), and the all-reduce area
+ * of the group (allreduce.h). */
 #define SEG_EXCHANGE_MAGIC 0x58434853u /* "SHCX" */
 #define SEG_MAX_CHUNK 256              /* tokens per forward chunk: sizes the all-reduce slots */
 struct seg_exchange {
@@ -127,18 +128,21 @@ struct seg_exchange {
     uint32_t vocab;
     uint32_t logit_rows; /* capacity of logits[] in rows of vocab floats */
     uint32_t n_ranks;
-    uint32_t dim; /* all-reduce slots hold SEG_MAX_CHUNK x dim floats */
-    uint64_t tokens_off, logits_off, ar_off, bytes;
+    uint32_t dim;        /* all-reduce slots hold SEG_MAX_CHUNK x dim floats */
+    uint32_t max_blocks; /* capacity of blocks[]: the block tables of a step's sequences */
+    uint32_t reserved;
+    uint64_t tokens_off, blocks_off, logits_off, ar_off, bytes;
 };
-size_t seg_exchange_bytes(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows,
-                          uint32_t n_ranks, uint32_t dim);
+/* The sizes of an exchange segment. */
+struct seg_exchange_dims {
+    uint32_t max_tokens, vocab, logit_rows, n_ranks, dim, max_blocks;
+};
+size_t seg_exchange_bytes(const struct seg_exchange_dims *d);
 /* The header fields (offsets of the parts, each 64-byte aligned, and bytes) of such a segment. */
-void seg_exchange_layout(uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows, uint32_t n_ranks,
-                         uint32_t dim, struct seg_exchange *h);
+void seg_exchange_layout(const struct seg_exchange_dims *d, struct seg_exchange *h);
 /* Writes the header and the all-reduce area into a fresh zeroed segment of
  * seg_exchange_bytes() bytes. */
-void seg_exchange_init(void *base, uint32_t max_tokens, uint32_t vocab, uint32_t logit_rows,
-                       uint32_t n_ranks, uint32_t dim);
+void seg_exchange_init(void *base, const struct seg_exchange_dims *d);
 /* Checks a mapped exchange segment of @size bytes for a group of @n_ranks over a model of
  * @vocab and @dim. 0 or -EINVAL. */
 int seg_exchange_check(const void *base, size_t size, uint32_t vocab, uint32_t n_ranks,
@@ -151,36 +155,51 @@ static inline int32_t *seg_exchange_tokens(void *base)
 {
     return (int32_t *)((char *)base + ((struct seg_exchange *)base)->tokens_off);
 }
+static inline uint32_t *seg_exchange_blocks(void *base)
+{
+    return (uint32_t *)((char *)base + ((struct seg_exchange *)base)->blocks_off);
+}
 static inline float *seg_exchange_logits(void *base)
 {
     return (float *)((char *)base + ((struct seg_exchange *)base)->logits_off);
 }
 
-/* KV segment of one rank: for each sequence slot and layer, keys then values,
- * (seq_len, kv_dim) floats each. */
-#define SEG_KV_MAGIC 0x564b4853u /* "SHKV" */
+/* KV segment of one rank: a pool of n_blocks blocks of SEG_KV_BLOCK positions that sequences
+ * share through block tables (the coordinator owns them and writes a step's into the exchange
+ * segment). Block b holds, layer after layer, the keys then the values of its positions,
+ * (SEG_KV_BLOCK, kv_dim) floats each. */
+#define SEG_KV_MAGIC 0x32564b53u /* "SKV2" */
+#define SEG_KV_BLOCK 16 /* tokens per block: KN_KV_BLOCK of the kernels (worker/model.c checks) */
 struct seg_kv {
     uint32_t magic;
-    uint32_t n_seqs, n_layers, seq_len, kv_dim, reserved;
+    uint32_t n_blocks, n_layers, block_tokens, kv_dim, reserved;
     uint64_t data_off, bytes;
 };
-size_t seg_kv_bytes(uint32_t n_seqs, uint32_t n_layers, uint32_t seq_len, uint32_t kv_dim);
-void seg_kv_init(void *base, uint32_t n_seqs, uint32_t n_layers, uint32_t seq_len,
-                 uint32_t kv_dim);
-/* Checks a mapped KV segment against the dimensions the model needs. 0 or -EINVAL. */
-int seg_kv_check(const void *base, size_t size, uint32_t n_layers, uint32_t seq_len,
-                 uint32_t kv_dim);
-/* Keys of (seq, layer): (seq_len, kv_dim); the values follow them. */
-static inline float *seg_kv_keys(void *base, uint32_t seq, uint32_t layer)
+/* Bytes of one block. */
+static inline size_t seg_kv_block_bytes(uint32_t n_layers, uint32_t kv_dim)
 {
-    const struct seg_kv *h = base;
-    size_t plane = (size_t)h->seq_len * h->kv_dim;
-    return (float *)((char *)base + h->data_off) + ((size_t)seq * h->n_layers + layer) * 2 * plane;
+    return (size_t)n_layers * 2 * SEG_KV_BLOCK * kv_dim * sizeof(float);
 }
-static inline float *seg_kv_values(void *base, uint32_t seq, uint32_t layer)
+size_t seg_kv_bytes(uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim);
+void seg_kv_init(void *base, uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim);
+/* Checks a mapped KV segment against the dimensions the model needs. 0 or -EINVAL. */
+int seg_kv_check(const void *base, size_t size, uint32_t n_layers, uint32_t kv_dim);
+/* Keys of block 0 at @layer: (SEG_KV_BLOCK, kv_dim) floats; block b's are
+ * seg_kv_block_floats() * b floats further, the values SEG_KV_BLOCK * kv_dim after the keys. */
+static inline float *seg_kv_keys(void *base, uint32_t layer)
 {
     const struct seg_kv *h = base;
-    return seg_kv_keys(base, seq, layer) + (size_t)h->seq_len * h->kv_dim;
+    return (float *)((char *)base + h->data_off) + (size_t)layer * 2 * SEG_KV_BLOCK * h->kv_dim;
+}
+static inline float *seg_kv_values(void *base, uint32_t layer)
+{
+    const struct seg_kv *h = base;
+    return seg_kv_keys(base, layer) + (size_t)SEG_KV_BLOCK * h->kv_dim;
+}
+static inline size_t seg_kv_block_floats(const void *base)
+{
+    const struct seg_kv *h = base;
+    return seg_kv_block_bytes(h->n_layers, h->kv_dim) / sizeof(float);
 }
 
 #endif

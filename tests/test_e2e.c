@@ -682,13 +682,13 @@ static void test_segments_enospc(void **state)
     run_shardlm(r, gen, tiny);
     expect_failure(r, "No space left on device");
     assert_int_equal(list_weights(names, sizeof(names)), 0);
-    /* the weights and the exchange fit, the first 256 positions of KV cache do not: the step
-     * is refused before a worker could touch memory that is not there */
-    char *kv[] = {"SHARDLM_SHM_LIMIT=700000", NULL};
+    /* the weights and the exchange fit (~411 KB), the first KV block (20 KB) does not: the
+     * step is refused before a worker could touch memory that is not there */
+    char *kv[] = {"SHARDLM_SHM_LIMIT=421000", NULL};
     char *gen_np[] = {"generate", "-m", model, "-p", "Once", "-n", "4", "--no-persist", NULL};
     run_shardlm(r, gen_np, kv);
-    expect_failure(r, "KV cache of rank 0: no memory for positions 0..255 of sequence 0 in a "
-                      "memfd: No space left on device");
+    expect_failure(r, "KV cache of rank 0: no memory for block 0 in a memfd: No space left on "
+                      "device");
     char *enough[] = {"SHARDLM_SHM_LIMIT=900000", NULL};
     run_shardlm(r, gen_np, enough);
     assert_int_equal(r->status, 0);

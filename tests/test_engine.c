@@ -101,7 +101,7 @@ static void test_reports_through_log(void **state)
             assert_int_equal(coord_engine_model(g)->hdr->cfg.vocab_size, 512);
             assert_string_equal(coord_engine_rundir(g), rundir);
             assert_string_equal(coord_engine_model_path(g), model);
-            assert_int_equal(coord_engine_n_seqs(g), 1);
+            assert_int_equal(coord_engine_max_seqs(g), 1);
             assert_true(coord_engine_logit_rows(g) >= 1);
             assert_true(coord_engine_exchange_bytes(g) > 0);
             assert_true(coord_engine_stats(g)->ready_ns > coord_engine_stats(g)->start_ns);
@@ -201,7 +201,7 @@ static void scribble_start(struct scribbled *t, int restarts)
     t->x = map_run_segment(SEG_RUN_EXCHANGE, &t->x_size);
     t->kv = map_run_segment("kv.r0", &t->kv_size);
     t->truth = *t->x;
-    assert_int_equal(t->kv->n_seqs, 1);
+    assert_int_equal(t->kv->n_blocks, coord_engine_kv_blocks(t->g));
 }
 
 /* Stops the engine: it must, cleanly, whatever the headers say now. */
@@ -223,12 +223,18 @@ static void test_scribbled_capacities(void **state)
     struct shardlm_err e = {{0}};
     scribble_start(&t, 0);
     const struct seg_exchange *truth = &t.truth;
-    t.x->max_tokens = t.x->logit_rows = UINT32_MAX;
-    t.kv->n_seqs = UINT32_MAX;
+    t.x->max_tokens = t.x->logit_rows = t.x->max_blocks = UINT32_MAX;
+    t.kv->n_blocks = UINT32_MAX;
     assert_int_equal(coord_engine_logit_rows(t.g), truth->logit_rows);
 
     struct coord_seq_step s = {.seq_id = 1, .n_tokens = 4, .tokens = prompt};
     assert_int_equal(coord_engine_step(t.g, &s, 1, &e), -EINVAL); /* one slot, whatever it says */
+    uint32_t far = coord_engine_kv_blocks(t.g);                   /* a block past the pool's */
+    s = (struct coord_seq_step){.n_tokens = 4, .tokens = prompt, .blocks = &far};
+    assert_int_equal(coord_engine_step(t.g, &s, 1, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "KV block"));
+    s = (struct coord_seq_step){.pos = UINT32_MAX - 1, .n_tokens = 4, .tokens = prompt};
+    assert_int_equal(coord_engine_step(t.g, &s, 1, &e), -E2BIG); /* past the context */
     struct coord_seq_step two[2] = {{.n_tokens = 1, .tokens = prompt},
                                     {.n_tokens = 1, .tokens = prompt}};
     assert_int_equal(coord_engine_step(t.g, two, 2, &e), -EINVAL);
@@ -326,7 +332,7 @@ static void test_batched_golden(void **state)
         struct coord_engine_opts o = options(&c);
         struct shardlm_err e = {{0}};
         struct coord_engine *g;
-        o.n_seqs = NS;
+        o.max_seqs = NS;
         o.layout.cpus = R == 2 ? two : NULL;
         o.layout.workers = R;
         assert_int_equal(coord_engine_start(&g, &o, &e), 0);

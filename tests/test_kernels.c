@@ -900,17 +900,32 @@ static void test_gelu_and_rope_freqs(void **state)
     assert_true(f[1] == 1.0f / powf(10000.0f, 2.0f / 8.0f));
 }
 
+/* The cache of the attention tests: MAXB blocks of KN_KV_BLOCK rows, two KV heads per row and a
+ * gap (the second head is the one read), stored in the block order of a permuted table. */
+enum { ATT_MAXT = 40 + 16, ATT_HMAX = 128, ATT_QS = 16 * ATT_HMAX + 8 };
+enum { ATT_MAXB = (ATT_MAXT + KN_KV_BLOCK - 1) / KN_KV_BLOCK + 1, ATT_KVS = 2 * ATT_HMAX + 4 };
+_Static_assert(ATT_MAXB % 3 != 0, "perm below is a permutation");
+
 static void test_attention(void **state)
 {
     const struct kn_ops *ops = table_or_skip(state);
     static const int hds[] = {8, 64, 100, 128};
     static const int tiles[][2] = {{1, 1}, {1, 4}, {4, 4}, {16, 1}, {3, 5}, {8, 2}, {2, 8}};
     static const int pos0s[] = {0, 5, 15, 16, 40};
-    enum { MAXT = 40 + 16, HMAX = 128, QS = 16 * HMAX + 8 };
-    size_t kvs = 2 * HMAX + 4; /* two KV heads per row and a gap: we use the second */
-    float *kc = xmalloc(MAXT * kvs * sizeof(float)), *vc = xmalloc(MAXT * kvs * sizeof(float));
-    float *q = xmalloc(16 * QS * sizeof(float)), *out = xmalloc(16 * QS * sizeof(float));
-    float *oref = xmalloc(16 * QS * sizeof(float)), scratch[MAXT];
+    size_t kvs = ATT_KVS, bstride = (size_t)KN_KV_BLOCK * kvs, cells = ATT_MAXB * bstride;
+    float *kc = xmalloc(cells * sizeof(float)), *vc = xmalloc(cells * sizeof(float));
+    float *kl = xmalloc(cells * sizeof(float)), *vl = xmalloc(cells * sizeof(float));
+    float *q = xmalloc(16 * ATT_QS * sizeof(float)), *out = xmalloc(16 * ATT_QS * sizeof(float));
+    float *oref = xmalloc(16 * ATT_QS * sizeof(float)), scratch[ATT_MAXT];
+    float *olin = xmalloc(16 * ATT_QS * sizeof(float));
+    /* position t lives in physical block perm[t / KN_KV_BLOCK]; the linear copy in block t / B */
+    uint32_t perm[ATT_MAXB], ident[ATT_MAXB];
+    for (uint32_t b = 0; b < ATT_MAXB; b++) {
+        ident[b] = b;
+        perm[b] = (b * 3 + 1) % ATT_MAXB; /* ATT_MAXB is not a multiple of 3: a permutation */
+    }
+    struct kn_kv paged = {kc + ATT_HMAX, vc + ATT_HMAX, perm, bstride, kvs};
+    struct kn_kv linear = {kl + ATT_HMAX, vl + ATT_HMAX, ident, bstride, kvs};
     double worst = 0.0;
     rng_seed(7);
     for (size_t hi = 0; hi < ARRAY_SIZE(hds); hi++)
@@ -918,20 +933,26 @@ static void test_attention(void **state)
             for (size_t pi = 0; pi < ARRAY_SIZE(pos0s); pi++) {
                 int hd = hds[hi], nt = tiles[ti][0], nh = tiles[ti][1], pos0 = pos0s[pi];
                 int T = pos0 + nt;
-                fill_normal(kc, MAXT * kvs, 1.0f);
-                fill_normal(vc, MAXT * kvs, 1.0f);
-                for (size_t r = (size_t)T; r < MAXT; r++) /* rows past the last query's */
+                fill_normal(kl, cells, 1.0f);
+                fill_normal(vl, cells, 1.0f);
+                for (size_t r = (size_t)T; r < ATT_MAXB * KN_KV_BLOCK; r++) /* past the last */
                     for (size_t c = 0; c < kvs; c++)
-                        kc[r * kvs + c] = vc[r * kvs + c] = NAN;
-                fill_normal(q, 16 * QS, 1.5f);
-                for (size_t i = 0; i < 16 * QS; i++)
-                    out[i] = oref[i] = SENTINEL;
-                kn_attention_ref(oref, QS, q, QS, nt, nh, pos0, kc + HMAX, vc + HMAX, kvs, hd,
-                                 scratch);
-                ops->attention(out, QS, q, QS, nt, nh, pos0, kc + HMAX, vc + HMAX, kvs, hd,
-                               scratch);
+                        kl[r * kvs + c] = vl[r * kvs + c] = NAN;
+                for (uint32_t b = 0; b < ATT_MAXB; b++) {
+                    memcpy(kc + perm[b] * bstride, kl + b * bstride, bstride * sizeof(float));
+                    memcpy(vc + perm[b] * bstride, vl + b * bstride, bstride * sizeof(float));
+                }
+                fill_normal(q, 16 * ATT_QS, 1.5f);
+                for (size_t i = 0; i < 16 * ATT_QS; i++)
+                    out[i] = oref[i] = olin[i] = SENTINEL;
+                kn_attention_ref(oref, ATT_QS, q, ATT_QS, nt, nh, pos0, &paged, hd, scratch);
+                kn_attention_ref(olin, ATT_QS, q, ATT_QS, nt, nh, pos0, &linear, hd, scratch);
+                /* the reference reads through the table: the same sums in the same order */
+                assert_memory_equal(oref, olin, 16 * ATT_QS * sizeof(float));
+                ops->attention(out, ATT_QS, q, ATT_QS, nt, nh, pos0, &paged, hd, scratch);
                 for (int i = 0; i < nt; i++) {
-                    double e = rel_err_vec(out + (size_t)i * QS, oref + (size_t)i * QS, nh * hd);
+                    double e =
+                        rel_err_vec(out + (size_t)i * ATT_QS, oref + (size_t)i * ATT_QS, nh * hd);
                     worst = fmax(worst, e);
                     if (!(e <= TOL_SMALL)) {
                         print_error("%s attention hd=%d nt=%d nh=%d pos0=%d token %d: error "
@@ -939,21 +960,25 @@ static void test_attention(void **state)
                                     ops->name, hd, nt, nh, pos0, i, e);
                         fail();
                     }
-                    assert_true(out[(size_t)i * QS + (size_t)(nh * hd)] == SENTINEL);
+                    assert_true(out[(size_t)i * ATT_QS + (size_t)(nh * hd)] == SENTINEL);
                 }
             }
     /* position 0 attends to one key: the output is its value row */
-    ops->attention(out, QS, q, QS, 1, 4, 0, kc, vc, kvs, 64, scratch);
+    struct kn_kv first = {kc, vc, perm, bstride, kvs};
+    ops->attention(out, ATT_QS, q, ATT_QS, 1, 4, 0, &first, 64, scratch);
     for (int j = 0; j < 4; j++)
         for (int d = 0; d < 64; d++)
-            assert_float_equal(out[j * 64 + d], vc[d], 1e-6);
+            assert_float_equal(out[j * 64 + d], vc[perm[0] * bstride + (size_t)d], 1e-6);
     print_message("[          ] %s attention: worst error %.2g (tolerance %.1g)\n", ops->name,
                   worst, TOL_SMALL);
     free(kc);
     free(vc);
+    free(kl);
+    free(vl);
     free(q);
     free(out);
     free(oref);
+    free(olin);
 }
 
 /* ---- quantizers and conversions (table-independent) ---- */

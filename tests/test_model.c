@@ -90,24 +90,47 @@ static double kld_row(const float *ref, const float *got)
     return kl;
 }
 
+/* A KV cache of @ns whole contexts for the model, its blocks interleaved between the sequences:
+ * block j of sequence q is block j * ns + q (*@tables: ns tables of a context each). */
+static void *kv_pool(int ns, uint32_t **tables)
+{
+    const struct shlm_config *c = &img.hdr->cfg;
+    uint32_t bpc = (c->seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK,
+             kvd = c->n_kv_heads * c->head_dim;
+    void *kv = calloc(1, seg_kv_bytes(bpc * (uint32_t)ns, c->n_layers, kvd));
+    seg_kv_init(kv, bpc * (uint32_t)ns, c->n_layers, kvd);
+    *tables = malloc((size_t)ns * bpc * sizeof(uint32_t));
+    for (int q = 0; q < ns; q++)
+        for (uint32_t j = 0; j < bpc; j++)
+            (*tables)[(size_t)q * bpc + j] = j * (uint32_t)ns + (uint32_t)q;
+    return kv;
+}
+
+/* Sequence @q's table in kv_pool()'s tables. */
+static const uint32_t *table_of(const uint32_t *tables, int q)
+{
+    return tables + (size_t)q * ((img.hdr->cfg.seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK);
+}
+
 /* Runs prompt 1 through a fresh KV cache in chunks of @chunk tokens (all logits), with every
  * matrix split over @pool when it is not NULL. */
 static float *run_pool(const struct kn_ops *ops, int max_m, int chunk, struct wrk_pool *pool)
 {
-    const struct shlm_config *c = &img.hdr->cfg;
     struct wrk_model m;
     assert_int_equal(wrk_model_init(&m, &img, ops, max_m, pool, NULL), 0);
     m.par_min_work = 0;
     m.chunk_bytes = 0; /* decode's products in chunks of 16 rows, many per thread */
-    size_t kvb = seg_kv_bytes(1, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
-    void *kv = calloc(1, kvb);
-    seg_kv_init(kv, 1, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
+    uint32_t *tables;
+    void *kv = kv_pool(2, &tables);
     float *out = malloc((size_t)n_rows * VOCAB * sizeof(float));
     for (int pos = 0; pos < n_rows; pos += chunk) {
         int n = n_rows - pos < chunk ? n_rows - pos : chunk;
-        assert_int_equal(wrk_forward(&m, kv, 0, tokens + pos, n, pos, out + (size_t)pos * VOCAB, true), 0);
+        assert_int_equal(wrk_forward(&m, kv, table_of(tables, 1), tokens + pos, n, pos,
+                                     out + (size_t)pos * VOCAB, true),
+                         0);
     }
     wrk_model_free(&m);
+    free(tables);
     free(kv);
     return out;
 }
@@ -168,18 +191,17 @@ static void test_matches_reference_every_table(void **state)
 static void test_last_logits_only(void **state)
 {
     const struct kn_ops *ops = kn_ops_select(getenv("SHARDLM_ISA"), NULL, 0);
-    const struct shlm_config *c = &img.hdr->cfg;
     struct wrk_model m;
     assert_int_equal(wrk_model_init(&m, &img, ops, 16, NULL, NULL), 0);
-    size_t kvb = seg_kv_bytes(2, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
-    void *kv = calloc(1, kvb);
-    seg_kv_init(kv, 2, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
+    uint32_t *tables;
+    void *kv = kv_pool(2, &tables);
     float *all = malloc(40 * VOCAB * sizeof(float)), last[VOCAB];
-    assert_int_equal(wrk_forward(&m, kv, 0, tokens, 40, 0, all, true), 0);
-    /* another slot, same sequence */
-    assert_int_equal(wrk_forward(&m, kv, 1, tokens, 40, 0, last, false), 0);
+    assert_int_equal(wrk_forward(&m, kv, table_of(tables, 0), tokens, 40, 0, all, true), 0);
+    /* other blocks, same sequence */
+    assert_int_equal(wrk_forward(&m, kv, table_of(tables, 1), tokens, 40, 0, last, false), 0);
     assert_memory_equal(last, all + 39 * VOCAB, sizeof(last));
     free(all);
+    free(tables);
     free(kv);
     wrk_model_free(&m);
 }
@@ -244,8 +266,11 @@ static void batch_vs_solo(const struct shlm_model *im, const struct kn_ops *ops,
     const int32_t *ids[NS] = {tokens, tokens + 100, tokens + 7};
     int len[NS] = {n_rows < 120 ? n_rows : 120, 80, 33}, prompt[NS] = {20, 41, 5};
     int start[NS] = {0, 2, 3}; /* the step each sequence joins at */
-    size_t kvb = seg_kv_bytes(NS, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
-    void *kv = calloc(1, kvb);
+    uint32_t *tables;
+    void *kv = kv_pool(NS, &tables);
+    size_t kvb =
+        seg_kv_bytes(((struct seg_kv *)kv)->n_blocks, c->n_layers, c->n_kv_heads * c->head_dim) -
+        64;
     float *solo[NS], *got[NS];
     struct wrk_model m;
     assert_int_equal(wrk_model_init(&m, im, ops, 16, pool, NULL), 0);
@@ -254,10 +279,11 @@ static void batch_vs_solo(const struct shlm_model *im, const struct kn_ops *ops,
     for (int q = 0; q < NS; q++) {
         solo[q] = malloc((size_t)len[q] * VOCAB * sizeof(float));
         got[q] = calloc((size_t)len[q] * VOCAB, sizeof(float));
-        seg_kv_init(kv, NS, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
-        assert_int_equal(wrk_forward(&m, kv, 0, ids[q], len[q], 0, solo[q], true), 0);
+        memset((char *)kv + 64, 0, kvb);
+        assert_int_equal(wrk_forward(&m, kv, table_of(tables, 0), ids[q], len[q], 0, solo[q], true),
+                         0);
     }
-    seg_kv_init(kv, NS, c->n_layers, c->seq_len, c->n_kv_heads * c->head_dim);
+    memset((char *)kv + 64, 0, kvb);
     int pos[NS] = {0};
     for (int step = 0;; step++) {
         struct wrk_run runs[NS];
@@ -271,7 +297,8 @@ static void batch_vs_solo(const struct shlm_model *im, const struct kn_ops *ops,
             n = n < 11 + 4 * q ? n : 11 + 4 * q;
             bool all = q != 2;
             float *out = got[q] + (size_t)(all ? pos[q] : pos[q] + n - 1) * VOCAB;
-            runs[nr++] = (struct wrk_run){(uint32_t)q, ids[q] + pos[q], n, pos[q], out, all};
+            runs[nr++] = (struct wrk_run){
+                (uint32_t)q, ids[q] + pos[q], n, pos[q], table_of(tables, q), out, all};
             pos[q] += n;
         }
         if (!nr && step > start[NS - 1])
@@ -290,6 +317,7 @@ static void batch_vs_solo(const struct shlm_model *im, const struct kn_ops *ops,
         free(got[q]);
     }
     wrk_model_free(&m);
+    free(tables);
     free(kv);
 }
 

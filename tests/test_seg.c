@@ -384,15 +384,18 @@ static void test_exchange_layout(void **state)
 {
     struct fixture *f = *state;
     const char *d = rundir(f);
-    const uint32_t max_tokens = 100, vocab = 512, rows = 4, ranks = 2, dim = 64;
-    size_t size = seg_exchange_bytes(max_tokens, vocab, rows, ranks, dim);
-    /* 400 token bytes padded to 448, logits, then the all-reduce area */
-    assert_int_equal(size, 64 + 448 + rows * vocab * 4 + seg_ar_bytes(ranks, SEG_MAX_CHUNK * dim));
+    const uint32_t max_tokens = 100, vocab = 512, rows = 4, ranks = 2, dim = 64, max_blocks = 20;
+    const struct seg_exchange_dims dims = {max_tokens, vocab, rows, ranks, dim, max_blocks};
+    size_t size = seg_exchange_bytes(&dims);
+    /* the header in 128 bytes, 400 token bytes padded to 448, 80 block-table bytes to 128,
+     * logits, the all-reduce area */
+    assert_int_equal(size,
+                     128 + 448 + 128 + rows * vocab * 4 + seg_ar_bytes(ranks, SEG_MAX_CHUNK * dim));
     struct seg w, r;
     make_seg(&w, d, "exchange", size);
     /* a zeroed segment has no magic yet */
     assert_int_equal(seg_exchange_check(w.base, size, vocab, ranks, dim), -EINVAL);
-    seg_exchange_init(w.base, max_tokens, vocab, rows, ranks, dim);
+    seg_exchange_init(w.base, &dims);
     assert_int_equal(seg_exchange_check(w.base, size, vocab, ranks, dim), 0);
 
     /* a worker maps it read-only and sees the same layout */
@@ -401,14 +404,16 @@ static void test_exchange_layout(void **state)
     assert_int_equal(seg_exchange_check(r.base, size, vocab + 1, ranks, dim), -EINVAL);
     assert_int_equal(seg_exchange_check(r.base, size - 4, vocab, ranks, dim), -EINVAL);
     assert_int_equal(seg_exchange_check(r.base, size + 64, vocab, ranks, dim), -EINVAL);
-    assert_int_equal(seg_exchange_check(r.base, 63, vocab, ranks, dim), -EINVAL);
+    assert_int_equal(seg_exchange_check(r.base, 71, vocab, ranks, dim), -EINVAL);
 
-    /* tokens then logits, inside the segment and apart */
+    /* tokens, block tables, logits: inside the segment and apart */
     uint8_t *base = w.base;
     int32_t *tok = seg_exchange_tokens(w.base);
+    uint32_t *blk = seg_exchange_blocks(w.base);
     float *lg = seg_exchange_logits(w.base);
-    assert_ptr_equal(tok, base + 64);
-    assert_true((uint8_t *)(tok + max_tokens) <= (uint8_t *)lg);
+    assert_ptr_equal(tok, base + 128);
+    assert_true((uint8_t *)(tok + max_tokens) <= (uint8_t *)blk);
+    assert_true((uint8_t *)(blk + max_blocks) <= (uint8_t *)lg);
     assert_true((uint8_t *)(lg + (size_t)rows * vocab) <= (uint8_t *)seg_exchange_ar(w.base));
     assert_true((uint8_t *)seg_exchange_ar(w.base) < base + size);
     assert_int_equal(seg_exchange_check(r.base, size, vocab, ranks + 1, dim), -EINVAL);
@@ -426,6 +431,10 @@ static void test_exchange_layout(void **state)
     h->logits_off -= 64;
     h->max_tokens += 16; /* past the 64-byte padding of tokens[]: the sizes no longer agree */
     assert_int_equal(seg_exchange_check(r.base, size, vocab, ranks, dim), -EINVAL);
+    h->max_tokens -= 16;
+    assert_int_equal(seg_exchange_check(r.base, size, vocab, ranks, dim), 0);
+    h->max_blocks += 16; /* the same for the block tables */
+    assert_int_equal(seg_exchange_check(r.base, size, vocab, ranks, dim), -EINVAL);
     seg_free(&r);
     seg_free(&w);
 }
@@ -434,47 +443,52 @@ static void test_kv_layout(void **state)
 {
     struct fixture *f = *state;
     const char *d = rundir(f);
-    const uint32_t n_seqs = 3, n_layers = 2, seq_len = 16, kv_dim = 8;
-    size_t size = seg_kv_bytes(n_seqs, n_layers, seq_len, kv_dim);
-    size_t plane = (size_t)seq_len * kv_dim; /* floats of the keys (or values) of one layer */
-    assert_int_equal(size, 64 + n_seqs * n_layers * 2 * plane * sizeof(float));
+    const uint32_t n_blocks = 3, n_layers = 2, kv_dim = 8;
+    size_t size = seg_kv_bytes(n_blocks, n_layers, kv_dim);
+    size_t plane = (size_t)SEG_KV_BLOCK * kv_dim; /* floats of one block's keys of one layer */
+    assert_int_equal(size, 64 + n_blocks * n_layers * 2 * plane * sizeof(float));
+    assert_int_equal(seg_kv_block_bytes(n_layers, kv_dim), n_layers * 2 * plane * sizeof(float));
     struct seg w, r;
     make_seg(&w, d, "kv0", size);
-    assert_int_equal(seg_kv_check(w.base, size, n_layers, seq_len, kv_dim), -EINVAL);
-    seg_kv_init(w.base, n_seqs, n_layers, seq_len, kv_dim);
+    assert_int_equal(seg_kv_check(w.base, size, n_layers, kv_dim), -EINVAL);
+    seg_kv_init(w.base, n_blocks, n_layers, kv_dim);
     assert_int_equal(seg_map(&r, w.path, size, true), 0);
-    assert_int_equal(seg_kv_check(r.base, size, n_layers, seq_len, kv_dim), 0);
-    assert_int_equal(seg_kv_check(r.base, size, n_layers + 1, seq_len, kv_dim), -EINVAL);
-    assert_int_equal(seg_kv_check(r.base, size, n_layers, seq_len * 2, kv_dim), -EINVAL);
-    assert_int_equal(seg_kv_check(r.base, size, n_layers, seq_len, kv_dim - 1), -EINVAL);
-    assert_int_equal(seg_kv_check(r.base, size - 4, n_layers, seq_len, kv_dim), -EINVAL);
-    assert_int_equal(seg_kv_check(r.base, size + 4, n_layers, seq_len, kv_dim), -EINVAL);
-    assert_int_equal(seg_kv_check(r.base, 32, n_layers, seq_len, kv_dim), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size, n_layers, kv_dim), 0);
+    assert_int_equal(seg_kv_check(r.base, size, n_layers + 1, kv_dim), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size, n_layers, kv_dim - 1), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size - 4, n_layers, kv_dim), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size + 4, n_layers, kv_dim), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, 32, n_layers, kv_dim), -EINVAL);
 
-    /* the planes tile the data region in (seq, layer) order: keys, then values, then the next
+    /* the planes tile the data region in (block, layer) order: keys, then values, then the next
      * layer's keys; the last values end exactly at the end of the segment */
     float *data = (float *)((uint8_t *)w.base + 64), *expect = data;
-    for (uint32_t s = 0; s < n_seqs; s++)
+    size_t bf = seg_kv_block_floats(w.base);
+    assert_int_equal(bf, n_layers * 2 * plane);
+    for (uint32_t b = 0; b < n_blocks; b++)
         for (uint32_t l = 0; l < n_layers; l++) {
-            float *k = seg_kv_keys(w.base, s, l), *v = seg_kv_values(w.base, s, l);
+            float *k = seg_kv_keys(w.base, l) + b * bf, *v = seg_kv_values(w.base, l) + b * bf;
             assert_ptr_equal(k, expect);
             assert_ptr_equal(v, k + plane);
             expect = v + plane;
         }
-    float *k = seg_kv_keys(w.base, n_seqs - 1, n_layers - 1);
-    float *v = seg_kv_values(w.base, n_seqs - 1, n_layers - 1);
+    float *k = seg_kv_keys(w.base, n_layers - 1) + (n_blocks - 1) * bf;
+    float *v = seg_kv_values(w.base, n_layers - 1) + (n_blocks - 1) * bf;
     assert_true(k + plane <= v); /* disjoint */
     assert_true((uint8_t *)k >= (uint8_t *)w.base + 64);
     assert_ptr_equal((uint8_t *)(v + plane), (uint8_t *)w.base + size);
     /* writes through one mapping land where the other looks */
     v[plane - 1] = 3.25f;
     k[0] = -1.0f;
-    assert_true(seg_kv_values(r.base, n_seqs - 1, n_layers - 1)[plane - 1] == 3.25f);
-    assert_true(seg_kv_keys(r.base, n_seqs - 1, n_layers - 1)[0] == -1.0f);
-    /* no sequence slots at all is refused */
+    assert_true((seg_kv_values(r.base, n_layers - 1) + (n_blocks - 1) * bf)[plane - 1] == 3.25f);
+    assert_true((seg_kv_keys(r.base, n_layers - 1) + (n_blocks - 1) * bf)[0] == -1.0f);
+    /* no blocks at all, or blocks of another size, are refused */
     struct seg_kv *h = w.base;
-    h->n_seqs = 0;
-    assert_int_equal(seg_kv_check(r.base, size, n_layers, seq_len, kv_dim), -EINVAL);
+    h->block_tokens = SEG_KV_BLOCK * 2;
+    assert_int_equal(seg_kv_check(r.base, size, n_layers, kv_dim), -EINVAL);
+    h->block_tokens = SEG_KV_BLOCK;
+    h->n_blocks = 0;
+    assert_int_equal(seg_kv_check(r.base, size, n_layers, kv_dim), -EINVAL);
     seg_free(&r);
     seg_free(&w);
 }

@@ -260,14 +260,17 @@ static void row_prepare(const struct row_job *j, int i)
     j->m->ops->act_prepare(&j->a[i], j->src + (size_t)i * (size_t)j->k);
 }
 
+_Static_assert(SEG_KV_BLOCK == KN_KV_BLOCK, "the cache pages as the kernels read it");
+
 /* biases, RoPE on q and k, k and v appended to the KV cache of row i's sequence at its position */
 static void row_rope_kv(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
     const struct wrk_piece *pc = &m->pieces[m->row_piece[i]];
     int pos = pc->r.pos + (i - pc->row0);
-    float *kc = seg_kv_keys(j->kv, pc->r.seq, j->layer),
-          *vc = seg_kv_values(j->kv, pc->r.seq, j->layer);
+    size_t at = pc->r.blocks[pos / SEG_KV_BLOCK] * seg_kv_block_floats(j->kv) +
+                (size_t)(pos % SEG_KV_BLOCK) * (size_t)m->kvd;
+    float *kc = seg_kv_keys(j->kv, j->layer) + at, *vc = seg_kv_values(j->kv, j->layer) + at;
     const struct shlm_config *c = &m->cfg;
     const struct wrk_layer *L = j->L;
     int hd = (int)c->head_dim, nq = m->plan.q1 - m->plan.q0, nkv = m->plan.kv1 - m->plan.kv0;
@@ -280,8 +283,8 @@ static void row_rope_kv(const struct row_job *j, int i)
     }
     m->ops->rope(qi, nq, hd, pos, m->rope_freqs, c->rope_neox);
     m->ops->rope(ki, nkv, hd, pos, m->rope_freqs, c->rope_neox);
-    memcpy(kc + (size_t)pos * kvd, ki, kvd * sizeof(float));
-    memcpy(vc + (size_t)pos * kvd, vi, kvd * sizeof(float));
+    memcpy(kc, ki, kvd * sizeof(float));
+    memcpy(vc, vi, kvd * sizeof(float));
 }
 
 /* hb = act(gate) * up, and its activations (the inputs of down) */
@@ -409,13 +412,14 @@ static void att_part(void *arg, int ti, int tn)
     float *scratch = m->scores + (size_t)ti * m->cfg.seq_len;
     for (int pi = 0; pi < m->n_pieces; pi++) {
         const struct wrk_piece *pc = &m->pieces[pi];
-        const float *kc = seg_kv_keys(j->kv, pc->r.seq, j->layer);
-        const float *vc = seg_kv_values(j->kv, pc->r.seq, j->layer);
+        const float *kc = seg_kv_keys(j->kv, j->layer), *vc = seg_kv_values(j->kv, j->layer);
+        size_t bstride = seg_kv_block_floats(j->kv);
         for (int kv = p->kv0; kv < p->kv1; kv++) {
             /* our query heads [h0, h1) read KV head kv */
             int h0 = kv * kv_mul > p->q0 ? kv * kv_mul : p->q0;
             int h1 = (kv + 1) * kv_mul < p->q1 ? (kv + 1) * kv_mul : p->q1;
             size_t koff = (size_t)(kv - p->kv0) * (size_t)hd;
+            struct kn_kv view = {kc + koff, vc + koff, pc->r.blocks, bstride, (size_t)m->kvd};
             for (int h = h0; h < h1; h += KN_ATT_TILE) {
                 int nh = h1 - h < KN_ATT_TILE ? h1 - h : KN_ATT_TILE, nt = KN_ATT_TILE / nh;
                 size_t qoff = (size_t)(h - p->q0) * (size_t)hd;
@@ -425,8 +429,8 @@ static void att_part(void *arg, int ti, int tn)
                     int mt = pc->r.n - t < nt ? pc->r.n - t : nt;
                     size_t r = (size_t)(pc->row0 + t);
                     m->ops->attention(m->att + r * m->o_cols + p->o_pad + qoff, m->o_cols,
-                                      m->q + r * m->qd + qoff, m->qd, mt, nh, pc->r.pos + t,
-                                      kc + koff, vc + koff, m->kvd, hd, scratch);
+                                      m->q + r * m->qd + qoff, m->qd, mt, nh, pc->r.pos + t, &view,
+                                      hd, scratch);
                 }
             }
         }
@@ -627,7 +631,8 @@ int wrk_forward_batch(struct wrk_model *m, void *kv, const struct wrk_run *runs,
             struct wrk_piece *pc = &m->pieces[m->n_pieces++];
             /* a part of the run: logits only from its final part unless all rows are wanted */
             *pc = (struct wrk_piece){
-                {q->seq, q->tokens + done, take, q->pos + done, NULL, q->all_logits}, rows};
+                {q->seq, q->tokens + done, take, q->pos + done, q->blocks, NULL, q->all_logits},
+                rows};
             if (q->all_logits)
                 pc->r.logits = q->logits + (size_t)done * vocab;
             else if (done + take == q->n)
@@ -639,9 +644,9 @@ int wrk_forward_batch(struct wrk_model *m, void *kv, const struct wrk_run *runs,
     return rows ? forward_chunk(m, kv, rows) : 0;
 }
 
-int wrk_forward(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens, int n, int pos,
-                float *logits, bool all_logits)
+int wrk_forward(struct wrk_model *m, void *kv, const uint32_t *blocks, const int32_t *tokens, int n,
+                int pos, float *logits, bool all_logits)
 {
-    struct wrk_run r = {seq, tokens, n, pos, logits, all_logits};
+    struct wrk_run r = {0, tokens, n, pos, blocks, logits, all_logits};
     return wrk_forward_batch(m, kv, &r, 1);
 }

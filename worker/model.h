@@ -52,13 +52,15 @@ struct wrk_model {
     float **head_dst; /* (M) */
 };
 
-/* A sequence's part of a step: @n tokens of KV slot @seq at positions @pos.. . Logits: this
- * rank's columns [v0, v1) of every token's row (n rows of vocab) into @logits if @all_logits,
- * else of the last token's (one row). */
+/* A sequence's part of a step: @n tokens at positions @pos.. of sequence @seq (a label), whose KV
+ * lives in the cache blocks @blocks[0 .. (pos + n - 1) / SEG_KV_BLOCK] (its block table). Logits:
+ * this rank's columns [v0, v1) of every token's row (n rows of vocab) into @logits if
+ * @all_logits, else of the last token's (one row). */
 struct wrk_run {
     uint32_t seq;
     const int32_t *tokens;
     int n, pos;
+    const uint32_t *blocks;
     float *logits;
     bool all_logits;
 };
@@ -79,15 +81,16 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
 void wrk_model_free(struct wrk_model *m);
 
 /* Runs a step's @n_runs sequences through the model at once, reading and appending keys/values
- * in the KV segment @kv (seg_kv layout): their tokens are packed into chunks of up to max_m rows
- * in order (a long run spans chunks), each chunk reads every weight matrix once for all of its
- * rows, and attention runs per sequence over its own cache. A sequence appears at most once.
- * The caller has validated tokens, positions and slots. Returns 0 or the all-reduce's error
+ * in the blocks of the KV segment @kv (seg_kv layout) their tables name: their tokens are packed
+ * into chunks of up to max_m rows in order (a long run spans chunks), each chunk reads every weight
+ * matrix once for all of its rows, and attention runs per sequence over its own cache. No two runs
+ * write one block (they may share the blocks they only read). The caller has validated tokens,
+ * positions and tables. Returns 0 or the all-reduce's error
  * (-ECONNABORTED, -ETIMEDOUT). */
 int wrk_forward_batch(struct wrk_model *m, void *kv, const struct wrk_run *runs, int n_runs);
 
 /* wrk_forward_batch() of one run. */
-int wrk_forward(struct wrk_model *m, void *kv, uint32_t seq, const int32_t *tokens, int n, int pos,
-                float *logits, bool all_logits);
+int wrk_forward(struct wrk_model *m, void *kv, const uint32_t *blocks, const int32_t *tokens, int n,
+                int pos, float *logits, bool all_logits);
 
 #endif

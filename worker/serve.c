@@ -102,7 +102,7 @@ static int on_attach(struct wrk *w, const Shardlm__Attach *a, struct shardlm_err
                           h->shard_rank, h->shard_count, a->rank, a->n_ranks);
         goto out_detach;
     }
-    if (seg_kv_check(w->kv.base, w->kv.size, c->n_layers, c->seq_len,
+    if (seg_kv_check(w->kv.base, w->kv.size, c->n_layers,
                      (uint32_t)(p.kv1 - p.kv0) * c->head_dim) ||
         seg_exchange_check(w->exch.base, w->exch.size, c->vocab_size, a->n_ranks, c->dim)) {
         rc = shardlm_fail(e, -EINVAL, "Attach: KV or exchange segment does not fit the model");
@@ -121,40 +121,80 @@ out_detach:
     return rc;
 }
 
+/* The KV blocks a sequence's table names for positions 0 .. pos + n - 1. */
+static uint64_t table_len(const Shardlm__StepSeq *q)
+{
+    return ((uint64_t)q->pos + q->n_tokens + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK;
+}
+
+/* Checks one sequence of a Step against the segments. 0 or -EINVAL with @e set. */
+static int check_seq(struct wrk *w, const Shardlm__StepSeq *q, struct shardlm_err *e)
+{
+    const struct seg_exchange *x = w->exch.base;
+    const struct seg_kv *kv = w->kv.base;
+    const int32_t *tok = seg_exchange_tokens(w->exch.base);
+    const uint32_t *blocks = seg_exchange_blocks(w->exch.base);
+    uint32_t ctx = w->model.cfg.seq_len;
+    uint64_t rows = q->all_logits ? q->n_tokens : 1, nb = table_len(q);
+    if (q->n_tokens == 0 || (uint64_t)q->pos + q->n_tokens > ctx)
+        return shardlm_fail(e, -EINVAL, "positions %u..+%u outside the context of %u", q->pos,
+                            q->n_tokens, ctx);
+    if ((uint64_t)q->token_offset + q->n_tokens > x->max_tokens)
+        return shardlm_fail(e, -EINVAL, "tokens %u..+%u outside the exchange's %u", q->token_offset,
+                            q->n_tokens, x->max_tokens);
+    if ((uint64_t)q->logits_row + rows > x->logit_rows)
+        return shardlm_fail(e, -EINVAL, "logits rows %u..+%llu outside the exchange's %u",
+                            q->logits_row, (unsigned long long)rows, x->logit_rows);
+    if ((uint64_t)q->block_offset + nb > x->max_blocks)
+        return shardlm_fail(e, -EINVAL, "block table %u..+%llu outside the exchange's %u",
+                            q->block_offset, (unsigned long long)nb, x->max_blocks);
+    for (uint64_t b = 0; b < nb; b++)
+        if (blocks[q->block_offset + b] >= kv->n_blocks)
+            return shardlm_fail(e, -EINVAL, "KV block %u outside the cache's %u",
+                                blocks[q->block_offset + b], kv->n_blocks);
+    for (uint32_t t = 0; t < q->n_tokens; t++) {
+        int32_t id = tok[q->token_offset + t];
+        if (id < 0 || (uint32_t)id >= x->vocab)
+            return shardlm_fail(e, -EINVAL, "token id %d outside the vocabulary of %u", id,
+                                x->vocab);
+    }
+    return 0;
+}
+
+/* Whether sequences @a and @b of a step write a KV block in common. */
+static bool writes_overlap(const uint32_t *blocks, const Shardlm__StepSeq *a,
+                           const Shardlm__StepSeq *b)
+{
+    for (uint32_t i = a->pos / SEG_KV_BLOCK; i <= (a->pos + a->n_tokens - 1) / SEG_KV_BLOCK; i++)
+        for (uint32_t j = b->pos / SEG_KV_BLOCK; j <= (b->pos + b->n_tokens - 1) / SEG_KV_BLOCK;
+             j++)
+            if (blocks[a->block_offset + i] == blocks[b->block_offset + j])
+                return true;
+    return false;
+}
+
 /* Checks every field of a Step against the segments before anything is touched. Returns 0 or
  * -EINVAL with @e naming the field. */
 static int check_step(struct wrk *w, const Shardlm__Step *s, struct shardlm_err *e)
 {
     const struct seg_exchange *x = w->exch.base;
-    const struct seg_kv *kv = w->kv.base;
-    const int32_t *tok = seg_exchange_tokens(w->exch.base);
+    const uint32_t *blocks = seg_exchange_blocks(w->exch.base);
     if (s->step_id <= w->last_step)
         return shardlm_fail(e, -EINVAL, "step_id %llu is not after %llu",
                             (unsigned long long)s->step_id, (unsigned long long)w->last_step);
-    if (s->n_seqs == 0 || s->n_seqs > kv->n_seqs)
-        return shardlm_fail(e, -EINVAL, "%zu sequences, expected 1..%u", s->n_seqs, kv->n_seqs);
+    if (s->n_seqs == 0 || s->n_seqs > x->max_tokens)
+        return shardlm_fail(e, -EINVAL, "%zu sequences, expected 1..%u", s->n_seqs, x->max_tokens);
     for (size_t i = 0; i < s->n_seqs; i++) {
         const Shardlm__StepSeq *q = s->seqs[i];
-        uint64_t rows = q->all_logits ? q->n_tokens : 1;
-        if (q->seq_id >= kv->n_seqs)
-            return shardlm_fail(e, -EINVAL, "seq_id %u, expected < %u", q->seq_id, kv->n_seqs);
-        for (size_t j = 0; j < i; j++)
+        int rc = check_seq(w, q, e);
+        if (rc)
+            return rc;
+        for (size_t j = 0; j < i; j++) {
             if (s->seqs[j]->seq_id == q->seq_id)
                 return shardlm_fail(e, -EINVAL, "seq_id %u twice in one step", q->seq_id);
-        if (q->n_tokens == 0 || (uint64_t)q->pos + q->n_tokens > kv->seq_len)
-            return shardlm_fail(e, -EINVAL, "positions %u..+%u outside the context of %u", q->pos,
-                                q->n_tokens, kv->seq_len);
-        if ((uint64_t)q->token_offset + q->n_tokens > x->max_tokens)
-            return shardlm_fail(e, -EINVAL, "tokens %u..+%u outside the exchange's %u",
-                                q->token_offset, q->n_tokens, x->max_tokens);
-        if ((uint64_t)q->logits_row + rows > x->logit_rows)
-            return shardlm_fail(e, -EINVAL, "logits rows %u..+%llu outside the exchange's %u",
-                                q->logits_row, (unsigned long long)rows, x->logit_rows);
-        for (uint32_t t = 0; t < q->n_tokens; t++) {
-            int32_t id = tok[q->token_offset + t];
-            if (id < 0 || (uint32_t)id >= x->vocab)
-                return shardlm_fail(e, -EINVAL, "token id %d outside the vocabulary of %u", id,
-                                    x->vocab);
+            if (writes_overlap(blocks, s->seqs[j], q))
+                return shardlm_fail(e, -EINVAL, "sequences %u and %u write one KV block",
+                                    s->seqs[j]->seq_id, q->seq_id);
         }
     }
     return 0;
@@ -177,6 +217,7 @@ static int on_step(struct wrk *w, const Shardlm__Step *s, Shardlm__StepDone *d,
         usleep(w->fault_step_delay_ms * 1000u);
     uint64_t t0 = shardlm_now_ns();
     const int32_t *tok = seg_exchange_tokens(w->exch.base);
+    const uint32_t *blocks = seg_exchange_blocks(w->exch.base);
     float *logits = seg_exchange_logits(w->exch.base);
     size_t vocab = w->model.cfg.vocab_size;
     seg_ar_take_wait_ns(&w->ar);
@@ -185,12 +226,10 @@ static int on_step(struct wrk *w, const Shardlm__Step *s, Shardlm__StepDone *d,
         return shardlm_fail(e, -ENOMEM, "Step %llu: out of memory", id);
     for (size_t i = 0; i < s->n_seqs; i++) {
         const Shardlm__StepSeq *q = s->seqs[i];
-        runs[i] = (struct wrk_run){q->seq_id,
-                                   tok + q->token_offset,
-                                   (int)q->n_tokens,
-                                   (int)q->pos,
-                                   logits + (size_t)q->logits_row * vocab,
-                                   q->all_logits};
+        runs[i] = (struct wrk_run){
+            q->seq_id,    tok + q->token_offset,    (int)q->n_tokens,
+            (int)q->pos,  blocks + q->block_offset, logits + (size_t)q->logits_row * vocab,
+            q->all_logits};
     }
     rc = wrk_forward_batch(&w->model, w->kv.base, runs, (int)s->n_seqs);
     free(runs);

@@ -354,7 +354,7 @@ static int bench_batch(const struct model_opts *o, int threads, struct shardlm_e
     eo.model_path = o->model;
     eo.layout.workers = o->workers;
     eo.layout.threads = threads;
-    eo.n_seqs = (uint32_t)max_b;
+    eo.max_seqs = (uint32_t)max_b;
     int rc = coord_engine_start(&g, &eo, e);
     if (rc)
         return rc;

@@ -112,30 +112,67 @@ int coord_engine_start(struct coord_engine **out, const struct coord_engine_opts
     return 0;
 }
 
+/* Whether sequences @a and @b write a KV block in common. */
+static bool writes_overlap(const struct coord_seq_step *a, const uint32_t *ta,
+                           const struct coord_seq_step *b, const uint32_t *tb)
+{
+    for (uint32_t i = a->pos / COORD_KV_BLOCK; i <= (a->pos + a->n_tokens - 1) / COORD_KV_BLOCK;
+         i++)
+        for (uint32_t j = b->pos / COORD_KV_BLOCK; j <= (b->pos + b->n_tokens - 1) / COORD_KV_BLOCK;
+             j++)
+            if (ta[i] == tb[j])
+                return true;
+    return false;
+}
+
 /* Checks @seqs against the engine's own copies of the capacities (never the segments' headers,
- * which the workers can write), reserves their KV and logits memory, writes their tokens into
- * the exchange, and describes each in @sq; *@tokens, how many in all. */
+ * which the workers can write), reserves their KV and logits memory, writes their tokens and
+ * block tables into the exchange, and describes each in @sq; *@tokens, how many in all. */
 static int stage_step(struct coord_engine *g, struct coord_seq_step *seqs, int n,
                       Shardlm__StepSeq *sq, uint32_t *tokens, struct shardlm_err *e)
 {
     const struct seg_exchange *x = &g->exch_layout;
+    uint32_t ctx = g->img.hdr->cfg.seq_len;
     int32_t *tok = coord_exch_tokens(g);
-    uint32_t rows = 0;
+    uint32_t *blk = coord_exch_blocks(g);
+    uint32_t rows = 0, nblk = 0;
     *tokens = 0;
     for (int i = 0; i < n; i++) {
         struct coord_seq_step *s = &seqs[i];
         uint32_t r = s->all_logits ? s->n_tokens : 1;
-        if (s->n_tokens == 0 || s->n_tokens > x->max_tokens - *tokens || r > x->logit_rows - rows)
+        if (s->n_tokens == 0 || (uint64_t)s->pos + s->n_tokens > ctx)
+            return shardlm_fail(e, -E2BIG,
+                                "sequence %u: positions %u..%llu outside the context "
+                                "of %u",
+                                s->seq_id, s->pos, (unsigned long long)s->pos + s->n_tokens - 1,
+                                ctx);
+        uint32_t nb = coord_kv_blocks_for((uint64_t)s->pos + s->n_tokens);
+        if (s->n_tokens > x->max_tokens - *tokens || r > x->logit_rows - rows ||
+            nb > x->max_blocks - nblk)
             return shardlm_fail(e, -E2BIG, "step too large for the exchange segment");
-        if (s->seq_id >= g->n_seqs)
+        /* the table, copied first: the checks and the workers read this copy */
+        uint32_t *t = blk + nblk, slot = coord_kv_blocks_for(ctx);
+        if (!s->blocks && s->seq_id >= g->kv_blocks / slot)
             return shardlm_fail(e, -EINVAL, "sequence %u: the KV cache has %u slots", s->seq_id,
-                                g->n_seqs);
-        for (int j = 0; j < i; j++)
+                                g->kv_blocks / slot);
+        for (uint32_t b = 0; b < nb; b++)
+            t[b] = s->blocks ? s->blocks[b] : s->seq_id * slot + b;
+        for (uint32_t b = 0; b < nb; b++)
+            if (t[b] >= g->kv_blocks)
+                return shardlm_fail(e, -EINVAL, "sequence %u: KV block %u, the cache has %u",
+                                    s->seq_id, t[b], g->kv_blocks);
+        for (int j = 0; j < i; j++) {
             if (seqs[j].seq_id == s->seq_id)
                 return shardlm_fail(e, -EINVAL, "sequence %u twice in one step", s->seq_id);
-        int rc = coord_reserve_kv(g, s->seq_id, s->pos + s->n_tokens, e);
-        if (rc)
-            return rc;
+            if (writes_overlap(&seqs[j], blk + sq[j].block_offset, s, t))
+                return shardlm_fail(e, -EINVAL, "sequences %u and %u write one KV block",
+                                    seqs[j].seq_id, s->seq_id);
+        }
+        for (uint32_t b = s->pos / COORD_KV_BLOCK; b < nb; b++) {
+            int rc = coord_reserve_kv(g, t[b], e);
+            if (rc)
+                return rc;
+        }
         shardlm__step_seq__init(&sq[i]);
         sq[i].seq_id = s->seq_id;
         sq[i].pos = s->pos;
@@ -143,10 +180,12 @@ static int stage_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
         sq[i].token_offset = *tokens;
         sq[i].all_logits = s->all_logits;
         sq[i].logits_row = rows;
+        sq[i].block_offset = nblk;
         memcpy(tok + *tokens, s->tokens, (size_t)s->n_tokens * sizeof(int32_t));
         s->logits = coord_exch_logits(g) + (size_t)rows * x->vocab;
         *tokens += s->n_tokens;
         rows += r;
+        nblk += nb;
     }
     return coord_reserve_logits(g, rows, e);
 }
@@ -228,8 +267,8 @@ static void log_step(const struct coord_engine *g, const Shardlm__Step *st, uint
 int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n,
                       struct shardlm_err *e)
 {
-    if (n < 1 || (uint32_t)n > g->n_seqs)
-        return shardlm_fail(e, -EINVAL, "a step carries 1..%u sequences, not %d", g->n_seqs, n);
+    if (n < 1 || (uint32_t)n > g->max_seqs)
+        return shardlm_fail(e, -EINVAL, "a step carries 1..%u sequences, not %d", g->max_seqs, n);
     Shardlm__StepSeq *sq = calloc((size_t)n, sizeof(*sq));
     Shardlm__StepSeq **sp = calloc((size_t)n, sizeof(*sp));
     uint32_t tokens = 0;

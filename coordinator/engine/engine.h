@@ -23,6 +23,7 @@
 #include "layout.h"
 #include "load.h"
 #include "log.h"
+#include "seg.h"
 #include "shlm.h"
 #include "util.h"
 
@@ -54,7 +55,9 @@ struct coord_access_opts {
 struct coord_engine_opts {
     const char *model_path;
     struct coord_access_opts access;
-    uint32_t n_seqs; /* KV slots; 0 means 1 */
+    uint32_t max_seqs;  /* sequences one step may carry; 0 means 1 */
+    uint32_t kv_blocks; /* blocks of COORD_KV_BLOCK positions in every rank's KV cache; 0: enough
+                         * for max_seqs whole contexts (memory is reserved as blocks are used) */
     struct coord_layout_opts layout;
     struct coord_load_opts load;
     bool verbose; /* COORD_LOG_DEBUG messages too: layout and per-step timings */
@@ -96,10 +99,22 @@ struct coord_rank_info {
     uint64_t peak_anon;                /* the worker's RssAnon, the highest sample */
 };
 
-/* A sequence's slice of one step (see StepSeq in proto/shardlm.proto). */
+/* Positions per KV cache block, and the blocks of @n positions. */
+#define COORD_KV_BLOCK SEG_KV_BLOCK
+static inline uint32_t coord_kv_blocks_for(uint64_t n)
+{
+    return (uint32_t)((n + COORD_KV_BLOCK - 1) / COORD_KV_BLOCK);
+}
+
+/* A sequence's slice of one step (see StepSeq in proto/shardlm.proto): @n_tokens tokens at
+ * positions @pos.., its KV in the cache blocks @blocks[0 .. (pos + n_tokens - 1) /
+ * COORD_KV_BLOCK] (its block table; no two sequences of a step may write one block). @blocks
+ * NULL: slot @seq_id's own whole context, blocks seq_id * B + j with B the blocks of a context
+ * (callers without a block pool: eval, bench; the default kv_blocks holds max_seqs slots). */
 struct coord_seq_step {
     uint32_t seq_id, pos, n_tokens;
     const int32_t *tokens;
+    const uint32_t *blocks;
     bool all_logits;
     const float
         *logits; /* out: first logits row in the exchange segment, valid until the next step */
@@ -128,9 +143,12 @@ int coord_engine_n_ranks(const struct coord_engine *g);
 const struct coord_layout *coord_engine_layout(const struct coord_engine *g);
 /* Rank @r (0 <= @r < coord_engine_n_ranks()) into *@out; valid until the next call into @g. */
 void coord_engine_rank(const struct coord_engine *g, int r, struct coord_rank_info *out);
-/* Logit rows one step can return; KV slots (sequences a step can carry). */
+/* Logit rows one step can return; sequences a step can carry; blocks of every rank's KV cache,
+ * and the bytes of one (over all ranks). */
 uint32_t coord_engine_logit_rows(const struct coord_engine *g);
-uint32_t coord_engine_n_seqs(const struct coord_engine *g);
+uint32_t coord_engine_max_seqs(const struct coord_engine *g);
+uint32_t coord_engine_kv_blocks(const struct coord_engine *g);
+size_t coord_engine_kv_block_bytes(const struct coord_engine *g);
 /* Bytes of the exchange segment. */
 size_t coord_engine_exchange_bytes(const struct coord_engine *g);
 /* What starting cost (the peaks as of the last coord_engine_sample()). */

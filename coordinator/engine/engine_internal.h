@@ -4,8 +4,9 @@
  *
  * Who trusts what: the KV and exchange segments are mapped writable by every worker, so their
  * headers are the workers' to scribble on. The engine writes each header once at start, keeps
- * its own copy (kv_layout, exch_layout, n_seqs) and reads only that copy afterwards: a worker
- * that changes a capacity or an offset cannot make the coordinator read or write out of bounds.
+ * its own copy (kv_layout, exch_layout, max_seqs, kv_blocks) and reads only that copy afterwards: a
+ * worker that changes a capacity or an offset cannot make the coordinator read or write out of
+ * bounds.
  */
 #ifndef SHARDLM_COORD_ENGINE_INTERNAL_H
 #define SHARDLM_COORD_ENGINE_INTERNAL_H
@@ -27,7 +28,6 @@
  * (coord_link_send). */
 #define PEER_GONE_MS 2000
 #define LOGITS_BUDGET (64u << 20) /* bytes of logits one step may return */
-#define KV_RESERVE_STEP 256u      /* KV positions reserved at a time as a sequence grows */
 
 struct coord_rank {
     struct seg weights, kv;
@@ -52,8 +52,9 @@ struct coord_engine {
     struct coord_rank *ranks; /* (n_ranks) */
     struct seg exch;
     struct seg_exchange exch_layout; /* its header as written at start: the only one read */
-    uint32_t n_seqs;          /* KV slots of every rank */
-    uint32_t *kv_reserved;    /* (n_seqs) positions whose memory is reserved on every rank */
+    uint32_t max_seqs;               /* sequences a step may carry */
+    uint32_t kv_blocks;              /* blocks of every rank's KV cache */
+    uint8_t *kv_reserved;     /* (kv_blocks) whether a block's memory is reserved on every rank */
     uint32_t logits_reserved; /* rows of logits whose memory is reserved in the exchange */
     int max_restarts;         /* per step */
     uint64_t heartbeat_seq;
@@ -79,12 +80,13 @@ int coord_rundir_open(struct coord_engine *g, struct shardlm_err *e);
 int coord_segments_make(struct coord_engine *g, const struct coord_engine_opts *o,
                         struct shardlm_err *e);
 void coord_segments_free(struct coord_engine *g);
-/* Reserves sequence @seq's KV memory for positions below @need on every rank. */
-int coord_reserve_kv(struct coord_engine *g, uint32_t seq, uint32_t need, struct shardlm_err *e);
+/* Reserves the memory of KV block @b on every rank. */
+int coord_reserve_kv(struct coord_engine *g, uint32_t b, struct shardlm_err *e);
 /* Reserves the exchange segment's logits rows below @rows. */
 int coord_reserve_logits(struct coord_engine *g, uint32_t rows, struct shardlm_err *e);
 /* The exchange's parts, at the offsets of exch_layout. */
 int32_t *coord_exch_tokens(const struct coord_engine *g);
+uint32_t *coord_exch_blocks(const struct coord_engine *g);
 float *coord_exch_logits(const struct coord_engine *g);
 void *coord_exch_ar(const struct coord_engine *g);
 /* Fails the group: barriers in the exchange stop waiting, so no worker hangs on a dead peer.

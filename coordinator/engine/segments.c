@@ -39,6 +39,11 @@ int32_t *coord_exch_tokens(const struct coord_engine *g)
     return (int32_t *)((char *)g->exch.base + g->exch_layout.tokens_off);
 }
 
+uint32_t *coord_exch_blocks(const struct coord_engine *g)
+{
+    return (uint32_t *)((char *)g->exch.base + g->exch_layout.blocks_off);
+}
+
 float *coord_exch_logits(const struct coord_engine *g)
 {
     return (float *)((char *)g->exch.base + g->exch_layout.logits_off);
@@ -224,7 +229,7 @@ static int run_segment(struct coord_engine *g, bool anon, struct seg *s, const c
     return 0;
 }
 
-/* Every rank's KV segment, of g->n_seqs slots, its header kept in kv_layout. */
+/* Every rank's KV segment, a pool of g->kv_blocks blocks, its header kept in kv_layout. */
 static int make_kv(struct coord_engine *g, struct shardlm_err *e)
 {
     const struct shlm_config *c = &g->img.hdr->cfg;
@@ -235,19 +240,19 @@ static int make_kv(struct coord_engine *g, struct shardlm_err *e)
         struct seg_plan p;
         seg_plan_make(&p, c, group, g->n_ranks, r);
         uint32_t kvd = (uint32_t)(p.kv1 - p.kv0) * c->head_dim;
-        size_t kv_bytes = seg_kv_bytes(g->n_seqs, c->n_layers, c->seq_len, kvd);
+        size_t kv_bytes = seg_kv_bytes(g->kv_blocks, c->n_layers, kvd);
         snprintf(what, sizeof(what), SEG_RUN_KV_FMT, r);
-        /* positions are reserved as sequences grow (coord_reserve_kv): a long context costs
+        /* blocks are reserved as steps first use them (coord_reserve_kv): a large pool costs
          * memory only when it is used */
         if ((rc = run_segment(g, g->anon_segments, &cr->kv, what, kv_bytes, g->layout.ranks[r].node,
                               SEG_LAZY, e)))
             return rc;
         if ((rc = seg_reserve(&cr->kv, 0, 64)))
             return shardlm_fail(e, rc, "KV segment of rank %d: %s", r, strerror(-rc));
-        seg_kv_init(cr->kv.base, g->n_seqs, c->n_layers, c->seq_len, kvd);
+        seg_kv_init(cr->kv.base, g->kv_blocks, c->n_layers, kvd);
         cr->kv_layout = *(const struct seg_kv *)cr->kv.base; /* no worker runs yet */
     }
-    if (!(g->kv_reserved = calloc(g->n_seqs, sizeof(*g->kv_reserved))))
+    if (!(g->kv_reserved = calloc(g->kv_blocks, 1)))
         return shardlm_fail(e, -ENOMEM, "out of memory");
     return 0;
 }
@@ -260,8 +265,11 @@ static int make_exchange(struct coord_engine *g, struct shardlm_err *e)
     uint32_t rows = LOGITS_BUDGET / (c->vocab_size * 4u), n = (uint32_t)g->n_ranks;
     rows = rows < 1 ? 1 : rows > c->seq_len ? c->seq_len : rows;
     struct seg_exchange *x = &g->exch_layout;
-    seg_exchange_layout(c->seq_len, c->vocab_size, rows, n, c->dim, x);
-    size_t x_bytes = seg_exchange_bytes(c->seq_len, c->vocab_size, rows, n, c->dim);
+    /* a step's tokens fill at most a context; every sequence's table names at most a context */
+    struct seg_exchange_dims d = {
+        c->seq_len, c->vocab_size, rows, n, c->dim, g->max_seqs * coord_kv_blocks_for(c->seq_len)};
+    seg_exchange_layout(&d, x);
+    size_t x_bytes = seg_exchange_bytes(&d);
     /* the logits rows are reserved as steps need them (coord_reserve_logits) */
     int rc = run_segment(g, g->anon_segments, &g->exch, SEG_RUN_EXCHANGE, x_bytes, -1, SEG_LAZY, e);
     if (rc)
@@ -269,7 +277,7 @@ static int make_exchange(struct coord_engine *g, struct shardlm_err *e)
     if ((rc = seg_reserve(&g->exch, 0, x->logits_off)) ||
         (rc = seg_reserve(&g->exch, x->ar_off, x->bytes - x->ar_off)))
         return shardlm_fail(e, rc, "exchange segment (%zu bytes): %s", x_bytes, strerror(-rc));
-    seg_exchange_init(g->exch.base, c->seq_len, c->vocab_size, rows, n, c->dim);
+    seg_exchange_init(g->exch.base, &d);
     return 0;
 }
 
@@ -277,7 +285,13 @@ int coord_segments_make(struct coord_engine *g, const struct coord_engine_opts *
                         struct shardlm_err *e)
 {
     g->anon_segments = o->load.no_persist;
-    g->n_seqs = o->n_seqs ? o->n_seqs : 1;
+    const struct shlm_config *c = &g->img.hdr->cfg;
+    g->max_seqs = o->max_seqs ? o->max_seqs : 1;
+    uint64_t whole = (uint64_t)g->max_seqs * coord_kv_blocks_for(c->seq_len);
+    g->kv_blocks = o->kv_blocks ? o->kv_blocks : whole > UINT32_MAX ? UINT32_MAX : (uint32_t)whole;
+    if (g->max_seqs > c->seq_len)
+        return shardlm_fail(e, -EINVAL, "%u sequences per step: at most the context, %u",
+                            g->max_seqs, c->seq_len);
     int rc = make_weights(g, o, e);
     return rc ? rc : (rc = make_kv(g, e)) ? rc : make_exchange(g, e);
 }
@@ -293,41 +307,21 @@ void coord_segments_free(struct coord_engine *g)
     g->kv_reserved = NULL;
 }
 
-/* Offset in a KV segment of the keys (@v 0) or values (@v 1) of (@seq, @layer), from the layout
- * @h (seg_kv_keys() and seg_kv_values() of this process's copy of the header). */
-static size_t kv_plane_off(const struct seg_kv *h, uint32_t seq, uint32_t layer, int v)
+/* Reserves the memory of block @b on every rank, once: a full tmpfs is an error here, not
+ * SIGBUS in a worker. */
+int coord_reserve_kv(struct coord_engine *g, uint32_t b, struct shardlm_err *e)
 {
-    size_t plane = (size_t)h->seq_len * h->kv_dim * sizeof(float);
-    return h->data_off + (((size_t)seq * h->n_layers + layer) * 2 + (size_t)v) * plane;
-}
-
-/* Reserves the KV memory of sequence @seq for positions below @need on every rank, a step of
- * KV_RESERVE_STEP positions at a time: a full tmpfs is an error here, not SIGBUS in a worker. */
-int coord_reserve_kv(struct coord_engine *g, uint32_t seq, uint32_t need, struct shardlm_err *e)
-{
-    uint32_t have = g->kv_reserved[seq];
-    if (need <= have)
+    if (g->kv_reserved[b])
         return 0;
-    const struct seg_kv *h0 = &g->ranks[0].kv_layout;
-    uint32_t upto = (need + KV_RESERVE_STEP - 1) / KV_RESERVE_STEP * KV_RESERVE_STEP;
-    upto = upto < h0->seq_len ? upto : h0->seq_len;
     for (int r = 0; r < g->n_ranks; r++) {
-        struct seg *kv = &g->ranks[r].kv;
         const struct seg_kv *h = &g->ranks[r].kv_layout;
-        size_t row = (size_t)h->kv_dim * sizeof(float);
-        for (uint32_t l = 0; l < h->n_layers; l++)
-            for (int v = 0; v < 2; v++) {
-                size_t off = kv_plane_off(h, seq, l, v) + have * row;
-                int rc = seg_reserve(kv, off, (upto - have) * row);
-                if (rc)
-                    return shardlm_fail(e, rc,
-                                        "KV cache of rank %d: no memory for positions %u..%u "
-                                        "of sequence %u in %s: %s",
-                                        r, have, upto - 1, seq,
-                                        g->anon_segments ? "a memfd" : g->rundir, strerror(-rc));
-            }
+        size_t bytes = seg_kv_block_bytes(h->n_layers, h->kv_dim);
+        int rc = seg_reserve(&g->ranks[r].kv, h->data_off + b * bytes, bytes);
+        if (rc)
+            return shardlm_fail(e, rc, "KV cache of rank %d: no memory for block %u in %s: %s", r,
+                                b, g->anon_segments ? "a memfd" : g->rundir, strerror(-rc));
     }
-    g->kv_reserved[seq] = upto;
+    g->kv_reserved[b] = 1;
     return 0;
 }
 

@@ -31,7 +31,17 @@ void coord_engine_rank(const struct coord_engine *g, int r, struct coord_rank_in
 
 uint32_t coord_engine_logit_rows(const struct coord_engine *g) { return g->exch_layout.logit_rows; }
 
-uint32_t coord_engine_n_seqs(const struct coord_engine *g) { return g->n_seqs; }
+uint32_t coord_engine_max_seqs(const struct coord_engine *g) { return g->max_seqs; }
+
+uint32_t coord_engine_kv_blocks(const struct coord_engine *g) { return g->kv_blocks; }
+
+size_t coord_engine_kv_block_bytes(const struct coord_engine *g)
+{
+    size_t sum = 0;
+    for (int r = 0; r < g->n_ranks; r++)
+        sum += seg_kv_block_bytes(g->ranks[r].kv_layout.n_layers, g->ranks[r].kv_layout.kv_dim);
+    return sum;
+}
 
 size_t coord_engine_exchange_bytes(const struct coord_engine *g) { return g->exch.size; }
 

@@ -118,13 +118,15 @@ static int setup_once(void)
     coord_model_close(&f);
     const struct shlm_config *c = &h.cfg;
     uint32_t kvd = c->n_kv_heads * c->head_dim;
-    size_t kv_bytes = seg_kv_bytes(2, c->n_layers, c->seq_len, kvd);
-    size_t x_bytes = seg_exchange_bytes(c->seq_len, c->vocab_size, c->seq_len, 1, c->dim);
+    uint32_t nb = 2 * ((c->seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK); /* two whole contexts */
+    struct seg_exchange_dims d = {c->seq_len, c->vocab_size, c->seq_len, 1, c->dim, nb};
+    size_t kv_bytes = seg_kv_bytes(nb, c->n_layers, kvd);
+    size_t x_bytes = seg_exchange_bytes(&d);
     if (seg_create_on(&kv, "fuzz-kv", kv_bytes, -1, SEG_ANON) ||
         seg_create_on(&exch, "fuzz-exchange", x_bytes, -1, SEG_ANON))
         abort();
-    seg_kv_init(kv.base, 2, c->n_layers, c->seq_len, kvd);
-    seg_exchange_init(exch.base, c->seq_len, c->vocab_size, c->seq_len, 1, c->dim);
+    seg_kv_init(kv.base, nb, c->n_layers, kvd);
+    seg_exchange_init(exch.base, &d);
     ops = kn_ops_select(getenv("SHARDLM_ISA"), NULL, 0);
     return 0;
 }
@@ -152,6 +154,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(tok, data, size < 64 ? size : 64);
     size_t off = size < 64 ? size : 64;
     const struct seg_exchange *x = exch.base;
+    /* block tables: the two contexts in order, the first entries from the input */
+    uint32_t *blk = seg_exchange_blocks(exch.base);
+    for (uint32_t b = 0; b < x->max_blocks; b++)
+        blk[b] = b;
+    memcpy(blk, data + off, size - off < 16 ? size - off : 16);
+    off += size - off < 16 ? size - off : 16;
     seg_ar_init(seg_exchange_ar(exch.base), 1, (size_t)SEG_MAX_CHUNK * 64);
 
     struct wrk w = {.node = -1, .ops = ops, .send = sink, .quiet = !getenv("FUZZ_WORKER_LOG")};

@@ -300,11 +300,9 @@ static void kn_rmsnorm_amx(float *o, const float *x, const float *w, int n, floa
 }
 
 static void kn_attention_amx(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
-                             int nh, int pos0, const float *kc, const float *vc, size_t kv_stride,
-                             int hd, float *scratch)
+                             int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch)
 {
-    kn_ops_avx512.attention(out, out_stride, q, q_stride, nt, nh, pos0, kc, vc, kv_stride, hd,
-                            scratch);
+    kn_ops_avx512.attention(out, out_stride, q, q_stride, nt, nh, pos0, kv, hd, scratch);
 }
 
 /* the elementwise activations of the AVX-512 table (the reference's were left here before) */

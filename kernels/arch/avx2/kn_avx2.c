@@ -522,6 +522,7 @@ static void kn_rmsnorm_avx2(float *o, const float *x, const float *w, int n, flo
 }
 
 /* ---- attention: as the AVX-512 kernel, 8 queries in the lanes, blocks of 8 keys ---- */
+_Static_assert(KN_KV_BLOCK % 8 == 0, "a block of 8 keys lies in one KV cache block");
 
 /* e^x for x <= 0 (arguments below -87 give e^-87; callers mask those): Cody-Waite reduction,
  * Taylor polynomial to r^6, 2^n built in the exponent field. */
@@ -638,8 +639,7 @@ static void kn_gelu_mul_avx2(float *a, const float *b, int n)
 
 /* Up to 8 queries (lanes l0 .. l0 + 7 of the tile) over all their keys. */
 static void att_lanes(float *out, size_t out_stride, const float *q, size_t q_stride, int nl,
-                      int nh, int l0, int pos0, const float *kc, const float *vc, size_t kv_stride,
-                      int hd)
+                      int nh, int l0, int pos0, const struct kn_kv *kv, int hd)
 {
     static _Thread_local struct att_state st; /* 64 KiB: off the stack */
     static _Thread_local _Alignas(32) float tail[2][8 * KN_MAX_HEAD_DIM];
@@ -660,13 +660,17 @@ static void att_lanes(float *out, size_t out_stride, const float *q, size_t q_st
     st.m = _mm256_set1_ps(-3.0e38f);
     st.sum = _mm256_setzero_ps();
     int t0 = 0;
-    for (; t0 + 8 <= T; t0 += 8)
-        att_block(&st, kc + (size_t)t0 * kv_stride, vc + (size_t)t0 * kv_stride, kv_stride, t0, hd);
+    /* a block of 8 keys never straddles two cache blocks (KN_KV_BLOCK is a multiple of 8) */
+    for (; t0 + 8 <= T; t0 += 8) {
+        size_t off = kn_kv_off(kv, t0);
+        att_block(&st, kv->k + off, kv->v + off, kv->row_stride, t0, hd);
+    }
     if (t0 < T) {
         memset(tail, 0, sizeof(float) * 2 * 8 * (size_t)hd);
         for (int t = t0; t < T; t++) {
-            memcpy(tail[0] + (size_t)(t - t0) * hd, kc + (size_t)t * kv_stride, (size_t)hd * 4);
-            memcpy(tail[1] + (size_t)(t - t0) * hd, vc + (size_t)t * kv_stride, (size_t)hd * 4);
+            size_t off = kn_kv_off(kv, t);
+            memcpy(tail[0] + (size_t)(t - t0) * hd, kv->k + off, (size_t)hd * 4);
+            memcpy(tail[1] + (size_t)(t - t0) * hd, kv->v + off, (size_t)hd * 4);
         }
         att_block(&st, tail[0], tail[1], (size_t)hd, t0, hd);
     }
@@ -683,14 +687,14 @@ static void att_lanes(float *out, size_t out_stride, const float *q, size_t q_st
 }
 
 static void kn_attention_avx2(float *out, size_t out_stride, const float *q, size_t q_stride,
-                              int nt, int nh, int pos0, const float *kc, const float *vc,
-                              size_t kv_stride, int hd, float *scratch)
+                              int nt, int nh, int pos0, const struct kn_kv *kv, int hd,
+                              float *scratch)
 {
     KN_ASSERT(nt >= 1 && nh >= 1 && nt * nh <= KN_ATT_TILE && pos0 >= 0 && hd >= 1 &&
               hd <= KN_MAX_HEAD_DIM);
     (void)scratch;
     for (int l0 = 0; l0 < nt * nh; l0 += 8)
-        att_lanes(out, out_stride, q, q_stride, nt * nh, nh, l0, pos0, kc, vc, kv_stride, hd);
+        att_lanes(out, out_stride, q, q_stride, nt * nh, nh, l0, pos0, kv, hd);
 }
 
 const struct kn_ops kn_ops_avx2 = {

@@ -658,6 +658,7 @@ void kn_act_prepare_avx512(struct kn_act *a, const float *x)
 }
 
 /* ---- attention: 16 queries in the lanes, online softmax over blocks of 16 keys ---- */
+_Static_assert(KN_KV_BLOCK % 16 == 0, "a block of 16 keys lies in one KV cache block");
 
 /* e^x for x <= 0: x = n ln2 + r (Cody-Waite), e^r by its Taylor polynomial to r^6 (|r| <= ln2/2:
  * relative error below 2e-7), times 2^n. Arguments below -87 give e^-87 (callers mask those). */
@@ -746,8 +747,8 @@ static inline void att_block(struct att_state *st, const float *k, const float *
  * one key for all of them are 16-lane FMAs over the key's elements, and the softmax runs online
  * (flash-style): per block of 16 keys, the new running max rescales the partial outputs once. */
 static void kn_attention_avx512(float *out, size_t out_stride, const float *q, size_t q_stride,
-                                int nt, int nh, int pos0, const float *kc, const float *vc,
-                                size_t kv_stride, int hd, float *scratch)
+                                int nt, int nh, int pos0, const struct kn_kv *kv, int hd,
+                                float *scratch)
 {
     KN_ASSERT(nt >= 1 && nh >= 1 && nt * nh <= KN_ATT_TILE && pos0 >= 0 && hd >= 1 &&
               hd <= KN_MAX_HEAD_DIM);
@@ -769,13 +770,17 @@ static void kn_attention_avx512(float *out, size_t out_stride, const float *q, s
     st.m = _mm512_set1_ps(-3.0e38f);
     st.sum = _mm512_setzero_ps();
     int t0 = 0;
-    for (; t0 + 16 <= T; t0 += 16)
-        att_block(&st, kc + (size_t)t0 * kv_stride, vc + (size_t)t0 * kv_stride, kv_stride, t0, hd);
+    /* a block of 16 keys never straddles two cache blocks (KN_KV_BLOCK is a multiple of 16) */
+    for (; t0 + 16 <= T; t0 += 16) {
+        size_t off = kn_kv_off(kv, t0);
+        att_block(&st, kv->k + off, kv->v + off, kv->row_stride, t0, hd);
+    }
     if (t0 < T) { /* the last keys, copied into 16 rows (zeros after T: masked off) */
         memset(tail, 0, sizeof(float) * 2 * 16 * (size_t)hd);
         for (int t = t0; t < T; t++) {
-            memcpy(tail[0] + (size_t)(t - t0) * hd, kc + (size_t)t * kv_stride, (size_t)hd * 4);
-            memcpy(tail[1] + (size_t)(t - t0) * hd, vc + (size_t)t * kv_stride, (size_t)hd * 4);
+            size_t off = kn_kv_off(kv, t);
+            memcpy(tail[0] + (size_t)(t - t0) * hd, kv->k + off, (size_t)hd * 4);
+            memcpy(tail[1] + (size_t)(t - t0) * hd, kv->v + off, (size_t)hd * 4);
         }
         att_block(&st, tail[0], tail[1], (size_t)hd, t0, hd);
     }

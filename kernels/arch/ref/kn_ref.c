@@ -167,8 +167,7 @@ void kn_gelu_mul_ref(float *a, const float *b, int n)
 }
 
 void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
-                      int nh, int pos0, const float *kc, const float *vc, size_t kv_stride, int hd,
-                      float *scratch)
+                      int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch)
 {
     KN_ASSERT(nt >= 1 && nh >= 1 && nt * nh <= KN_ATT_TILE && pos0 >= 0 && hd <= KN_MAX_HEAD_DIM);
     float div = sqrtf((float)hd);
@@ -178,12 +177,12 @@ void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_st
             float *oh = out + (size_t)i * out_stride + (size_t)j * (size_t)hd;
             int pos = pos0 + i;
             for (int t = 0; t <= pos; t++)
-                scratch[t] = dot_f32(qh, kc + (size_t)t * kv_stride, hd) / div;
+                scratch[t] = dot_f32(qh, kv->k + kn_kv_off(kv, t), hd) / div;
             kn_softmax_ref(scratch, pos + 1);
             for (int d = 0; d < hd; d++)
                 oh[d] = 0.0f;
             for (int t = 0; t <= pos; t++) {
-                const float *vt = vc + (size_t)t * kv_stride;
+                const float *vt = kv->v + kn_kv_off(kv, t);
                 for (int d = 0; d < hd; d++)
                     oh[d] += scratch[t] * vt[d];
             }

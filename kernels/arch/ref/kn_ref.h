@@ -19,7 +19,6 @@ void kn_softmax_ref(float *x, int n);
 void kn_silu_mul_ref(float *a, const float *b, int n);
 void kn_gelu_mul_ref(float *a, const float *b, int n);
 void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
-                      int nh, int pos0, const float *kc, const float *vc, size_t kv_stride, int hd,
-                      float *scratch);
+                      int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch);
 
 #endif
