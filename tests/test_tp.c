@@ -298,10 +298,11 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Fault injection: a random worker of 2 or 3 killed (SIGKILL) at a random moment (20-420 ms after
- * the workers attached) of a greedy generation, 24 times. Each time the coordinator restarts it on
- * its CPUs over the same segments, runs the step again, and the text is the uninterrupted run's,
- * byte for byte; the recovery times are reported. Seeded: the seed is printed, SHARDLM_TEST_SEED
- * repeats a run. */
+ * the workers attached) of a greedy generation of 4 sequences at once (two sharing a prefix in
+ * the KV cache), 24 times. Each time the coordinator restarts it on its CPUs over the same
+ * segments, runs the step again, and every text is the uninterrupted run's, byte for byte (and
+ * that run's texts are each prompt's alone); the recovery times are reported. Seeded: the seed
+ * is printed, SHARDLM_TEST_SEED repeats a run. */
 static void test_worker_restarts(void **state)
 {
     struct tu_run *r = malloc(sizeof(*r));
@@ -312,20 +313,37 @@ static void test_worker_restarts(void **state)
     unsigned seed = seed_env ? (unsigned)strtoul(seed_env, NULL, 10) : (unsigned)time(NULL);
     fprintf(stderr, "fault injection: seed %u (SHARDLM_TEST_SEED=%u repeats it)\n", seed, seed);
     srand(seed);
+    static const char *prompts[4] = {"Once upon a time, there was a little dog named Max. Max",
+                                     "Lily and Tom", "The cat sat",
+                                     "Once upon a time, there was a little dog named Max. He"};
+#define FOUR_PROMPTS                                                                               \
+    "-p", (char *)prompts[0], "-p", (char *)prompts[1], "-p", (char *)prompts[2], "-p",            \
+        (char *)prompts[3]
     for (int R = 2; R <= 3; R++) {
-        char *args[] = {"generate", "-m",     model, "-p",     "Once upon a time", "-n",
-                        "200",      "--temp", "0",   "--cpus", cpus_map[R - 1],    NULL};
+        char *args[] = {"generate", "-m",     model,           "-n",         "200", "--temp",
+                        "0",        "--cpus", cpus_map[R - 1], FOUR_PROMPTS, NULL};
         run(r, args, NULL, NULL, NULL);
         assert_int_equal(r->status, 0);
         memcpy(want[R - 2], r->out, sizeof(want[0]));
+    }
+    /* each of the batch's texts is its prompt's alone */
+    for (int i = 0; i < 4; i++) {
+        char *args[] = {"generate", "-m",     model, "-p",     (char *)prompts[i], "-n",
+                        "200",      "--temp", "0",   "--cpus", cpus_map[1],        NULL};
+        run(r, args, NULL, NULL, NULL);
+        assert_int_equal(r->status, 0);
+        char line[sizeof(r->out) + 8];
+        snprintf(line, sizeof(line), "[%d] %s", i + 1, r->out);
+        if (!strstr(want[0], line))
+            fail_msg("prompt %d alone:\n%s\nin the batch:\n%s", i + 1, r->out, want[0]);
     }
     enum { RUNS = 24 };
     double ms[RUNS];
     int restarts = 0;
     for (int i = 0; i < RUNS; i++) {
         int R = 2 + i % 2;
-        char *args[] = {"generate", "-m",     model, "-p",     "Once upon a time", "-n",
-                        "200",      "--temp", "0",   "--cpus", cpus_map[R - 1],    NULL};
+        char *args[] = {"generate", "-m",     model,           "-n",         "200", "--temp",
+                        "0",        "--cpus", cpus_map[R - 1], FOUR_PROMPTS, NULL};
         /* 3 ms a step: about 0.7 s of steps after a start of about 0.05 s */
         char *env[] = {"SHARDLM_FAULT=step_delay_ms=3", NULL};
         struct kill_random k = {
@@ -342,8 +360,8 @@ static void test_worker_restarts(void **state)
     }
     qsort(ms, (size_t)restarts, sizeof(double), cmp_double);
     fprintf(stderr,
-            "fault injection: %d runs, %d workers killed and restarted, text identical "
-            "every time; recovery %.1f ms median (%.1f .. %.1f)\n",
+            "fault injection: %d runs of 4 sequences, %d workers killed and restarted, texts "
+            "identical every time; recovery %.1f ms median (%.1f .. %.1f)\n",
             RUNS, restarts, ms[restarts / 2], ms[0], ms[restarts - 1]);
     assert_clean();
     free(r);

@@ -308,4 +308,25 @@ static inline int tu_convert(const char *out, const char *scheme, const char *co
     return st;
 }
 
+/* A test's random seed: SHARDLM_TEST_SEED or the clock, printed so that a failure repeats. */
+static inline uint64_t tu_seed(const char *what)
+{
+    const char *env = getenv("SHARDLM_TEST_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    fprintf(stderr, "%s: seed %llu (SHARDLM_TEST_SEED=%llu repeats it)\n", what,
+            (unsigned long long)seed, (unsigned long long)seed);
+    return seed;
+}
+
+/* xorshift64* over *@s (any nonzero start; 0 becomes a fixed one). */
+static inline uint64_t tu_rand(uint64_t *s)
+{
+    if (!*s)
+        *s = 0x9e3779b97f4a7c15ull;
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1Dull;
+}
+
 #endif

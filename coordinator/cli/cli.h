@@ -72,6 +72,31 @@ int coord_cmd_bench(int argc, char **argv);
         "restarts", required_argument, 0, 'X'                                                      \
     }
 
+/* The scheduler's options (`generate`, and the server's): help, getopt_long entries (codes from
+ * 1000 up, apart from every command's letters) and what they set. */
+#define SCHED_HELP                                                                                 \
+    "  --max-seqs N    sequences run at once (default: the prompts, at most 16)\n"                 \
+    "  --step-tokens N tokens one step carries: each running sequence's next token, then chunks\n" \
+    "                  of prompts (default 512)\n"                                                 \
+    "  --kv-tokens N   positions of KV cache all sequences share, in blocks of 16 (default: a\n"   \
+    "                  context per sequence, within half the memory free on the node)\n"           \
+    "  --kv-mem SIZE   the KV cache in bytes over all workers instead (suffix K, M or G)\n"        \
+    "  --no-prefix-cache\n"                                                                        \
+    "                  compute every prompt in full (by default a prompt's full blocks that an\n"  \
+    "                  earlier one computed are reused)\n"
+#define SCHED_OPTIONS                                                                              \
+    {"max-seqs", required_argument, 0, 1000}, {"step-tokens", required_argument, 0, 1001},         \
+        {"kv-tokens", required_argument, 0, 1002}, {"kv-mem", required_argument, 0, 1003},         \
+    {                                                                                              \
+        "no-prefix-cache", no_argument, 0, 1004                                                    \
+    }
+struct coord_sched_opts;
+/* One of SCHED_OPTIONS into @eo (max_seqs, the KV cache's size) and @so. Returns 1 if @c was
+ * one, 0 if not, -1 on a bad value with @why set. */
+int coord_cli_sched_option(int c, struct coord_engine_opts *eo, struct coord_sched_opts *so,
+                           char *why, size_t len);
+/* A size: digits with an optional K, M or G (powers of 1024), within [1, 2^50]. */
+bool coord_cli_parse_size(const char *s, uint64_t *out);
 /* One of the engine options (@c from getopt_long, its value in optarg) into @o. Returns 1 if @c
  * was one of them, 0 if not, -1 on a bad value with @why naming the option and what it takes. */
 int coord_cli_engine_option(int c, struct coord_engine_opts *o, char *why, size_t len);

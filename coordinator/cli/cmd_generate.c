@@ -11,42 +11,88 @@
 #include <unistd.h>
 
 static const char usage_generate[] =
-    "usage: shardlm generate -m MODEL.shlm -p PROMPT [-n N] [--temp T] [--top-p P] [--seed S]\n"
-    "                        [--workers N] [--threads T] [--cpus LIST] [--no-persist] [--io MODE]\n"
-    "                        [--verify] [--stats] [--restarts N] [--listen EP] [--keys DIR]\n"
-    "                        [--verbose]\n"
+    "usage: shardlm generate -m MODEL.shlm (-p PROMPT ... | -f FILE) [-n N] [--json]\n"
+    "                        [--temp T] [--top-p P] [--top-k K] [--min-p P] [--seed S]\n"
+    "                        [--repeat-penalty R] [--frequency-penalty F] [--presence-penalty F]\n"
+    "                        [--stop STR ...] [--max-seqs N] [--step-tokens N] [--kv-tokens N]\n"
+    "                        [--kv-mem SIZE] [--no-prefix-cache] [--workers N] [--threads T]\n"
+    "                        [--cpus LIST] [--no-persist] [--io MODE] [--verify] [--stats]\n"
+    "                        [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
     "\n"
-    "Starts the coordinator and its worker, and prints the prompt and its continuation as it\n"
-    "is generated, then a newline. Stops after N new tokens (default 256) or at BOS/EOS.\n"
+    "Starts the coordinator and its workers and continues every prompt, all of them at once\n"
+    "(batched steps over a shared KV cache). One prompt: prints it and its continuation as it\n"
+    "is generated, then a newline. Several (-p more than once, or -f): each result in prompt\n"
+    "order as soon as it is done, \"[i] \" before it (i from 1), or with --json one object per\n"
+    "prompt and line: {\"prompt\", \"text\", \"finish_reason\", \"prompt_tokens\",\n"
+    "\"completion_tokens\", \"cached_tokens\"}. Each stops after N new tokens (default 256), at\n"
+    "BOS/EOS or at a stop string.\n"
+    "  -p PROMPT       a prompt (repeat for more)\n"
+    "  -f FILE         prompts, one per line (empty lines skipped)\n"
+    "  -n N            new tokens per prompt (0: the prompt alone)\n"
+    "  --json          one JSON object per prompt and line\n"
     "  --temp T        sampling temperature, 0 = greedy (default 1.0)\n"
     "  --top-p P       nucleus sampling mass in (0, 1] (default 0.9)\n"
-    "  --seed S        random seed (default: from the clock)\n" LAYOUT_HELP LOAD_HELP ACCESS_HELP
-    "  --verbose       worker layout (`rank <r> node <n> cpus <list> pid <pid>`) and per-step\n"
-    "                  timings (wall, all-reduce, per-rank compute) on stderr\n";
+    "  --top-k K       sample among the K most likely tokens only (default 0: all)\n"
+    "  --min-p P       drop tokens less likely than P times the most likely (default 0)\n"
+    "  --repeat-penalty R\n"
+    "                  divide the logits of tokens already in the text by R (default 1: off)\n"
+    "  --frequency-penalty F, --presence-penalty F\n"
+    "                  subtract F per earlier occurrence of a generated token, or F once\n"
+    "                  (OpenAI's; -2..2, default 0)\n"
+    "  --stop STR      end a sequence before STR (repeat for up to 16)\n"
+    "  --seed S        random seed (default: from the clock); prompt i draws from S + "
+    "i\n" SCHED_HELP LAYOUT_HELP LOAD_HELP ACCESS_HELP
+    "  --verbose       worker layout (`rank <r> node <n> cpus <list> pid <pid>`), the KV cache's\n"
+    "                  blocks and per-step timings (wall, all-reduce, per-rank compute) on "
+    "stderr\n";
 
 int coord_cmd_generate(int argc, char **argv)
 {
-    struct coord_generate_opts o = {.n = 256, .temp = 1.0f, .top_p = 0.9f};
+    struct coord_generate_opts o = {
+        .n = 256, .sampling = {.temp = 1.0f, .top_p = 0.9f, .repetition_penalty = 1.0f}};
+    static const char *prompts[256];
+    o.prompts = prompts;
     bool seeded = false;
     static const struct option opts[] = {{"prompt", required_argument, 0, 'p'},
+                                         {"file", required_argument, 0, 'f'},
+                                         {"json", no_argument, 0, 'J'},
                                          {"temp", required_argument, 0, 'T'},
                                          {"top-p", required_argument, 0, 'P'},
+                                         {"top-k", required_argument, 0, 1100},
+                                         {"min-p", required_argument, 0, 1101},
+                                         {"repeat-penalty", required_argument, 0, 1102},
+                                         {"frequency-penalty", required_argument, 0, 1103},
+                                         {"presence-penalty", required_argument, 0, 1104},
+                                         {"stop", required_argument, 0, 1105},
                                          {"seed", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
+                                         SCHED_OPTIONS,
                                          ENGINE_OPTIONS,
                                          {0, 0, 0, 0}};
     int c;
     long v;
-    while ((c = getopt_long(argc, argv, "m:p:n:vh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:f:n:vh", opts, NULL)) != -1) {
         char why[160];
         int eo = coord_cli_engine_option(c, &o.engine, why, sizeof(why));
+        if (!eo)
+            eo = coord_cli_sched_option(c, &o.engine, &o.sched, why, sizeof(why));
         if (eo < 0)
             return coord_usage_error("generate", usage_generate, "%s", why);
         if (eo)
             continue;
+        struct coord_sampling *sp = &o.sampling;
         switch (c) {
         case 'p':
-            o.prompt = optarg;
+            if (o.n_prompts == (int)(sizeof(prompts) / sizeof(prompts[0])))
+                return coord_usage_error("generate", usage_generate,
+                                         "more than 256 -p prompts: use -f FILE");
+            prompts[o.n_prompts++] = optarg;
+            break;
+        case 'f':
+            o.prompt_file = optarg;
+            break;
+        case 'J':
+            o.json = true;
             break;
         case 'n':
             if (!coord_parse_long(optarg, 0, 1 << 24, &v))
@@ -55,19 +101,52 @@ int coord_cmd_generate(int argc, char **argv)
             o.n = (int)v;
             break;
         case 'T':
-            if (!coord_cli_parse_float(optarg, 0.0f, 100.0f, &o.temp))
+            if (!coord_cli_parse_float(optarg, 0.0f, 100.0f, &sp->temp))
                 return coord_usage_error("generate", usage_generate, "--temp '%s': expected 0..100",
                                          optarg);
             break;
         case 'P':
-            if (!coord_cli_parse_float(optarg, 1e-6f, 1.0f, &o.top_p))
+            if (!coord_cli_parse_float(optarg, 1e-6f, 1.0f, &sp->top_p))
                 return coord_usage_error("generate", usage_generate,
                                          "--top-p '%s': expected (0, 1]", optarg);
+            break;
+        case 1100:
+            if (!coord_parse_long(optarg, 0, 1 << 24, &v))
+                return coord_usage_error("generate", usage_generate,
+                                         "--top-k '%s': expected a count (0: off)", optarg);
+            sp->top_k = (int)v;
+            break;
+        case 1101:
+            if (!coord_cli_parse_float(optarg, 0.0f, 0.999f, &sp->min_p))
+                return coord_usage_error("generate", usage_generate,
+                                         "--min-p '%s': expected [0, 1)", optarg);
+            break;
+        case 1102:
+            if (!coord_cli_parse_float(optarg, 0.01f, 10.0f, &sp->repetition_penalty))
+                return coord_usage_error("generate", usage_generate,
+                                         "--repeat-penalty '%s': expected 0.01..10", optarg);
+            break;
+        case 1103:
+        case 1104:
+            if (!coord_cli_parse_float(optarg, -2.0f, 2.0f,
+                                       c == 1103 ? &sp->frequency_penalty : &sp->presence_penalty))
+                return coord_usage_error("generate", usage_generate,
+                                         "--%s-penalty '%s': expected -2..2",
+                                         c == 1103 ? "frequency" : "presence", optarg);
+            break;
+        case 1105:
+            if (o.n_stop == GEN_MAX_STOPS)
+                return coord_usage_error("generate", usage_generate, "more than %d --stop strings",
+                                         GEN_MAX_STOPS);
+            if (!*optarg || strlen(optarg) > 256)
+                return coord_usage_error("generate", usage_generate,
+                                         "--stop: expected a string of 1..256 bytes");
+            o.stop[o.n_stop++] = optarg;
             break;
         case 'S': {
             char *end;
             errno = 0;
-            o.seed = strtoull(optarg, &end, 10);
+            o.sampling.seed = strtoull(optarg, &end, 10);
             if (errno || end == optarg || *end)
                 return coord_usage_error("generate", usage_generate,
                                          "--seed '%s': expected an integer", optarg);
@@ -84,10 +163,13 @@ int coord_cmd_generate(int argc, char **argv)
     }
     if (optind != argc)
         return coord_cli_extra_argument("generate", usage_generate, argv);
-    if (!o.engine.model_path || !o.prompt)
-        return coord_usage_error("generate", usage_generate, "-m and -p are required");
+    if (!o.engine.model_path || (!o.n_prompts && !o.prompt_file))
+        return coord_usage_error("generate", usage_generate, "-m and -p (or -f) are required");
+    if (o.engine.kv_blocks && o.engine.kv_mem)
+        return coord_usage_error("generate", usage_generate,
+                                 "--kv-tokens and --kv-mem both size the KV cache: give one");
     if (!seeded)
-        o.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+        o.sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     coord_signals_install();
     struct shardlm_err e = {{0}};
     int rc = coord_cli_engine_env(&o.engine, &e);

@@ -3,23 +3,35 @@
 #define SHARDLM_COORD_GENERATE_H
 
 #include "engine.h"
+#include "sampler.h"
+#include "scheduler.h"
 #include "util.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#define GEN_MAX_STOPS 16
+
 struct coord_generate_opts {
     struct coord_engine_opts engine; /* the model, layout, load, access, restarts, verbose */
-    const char *prompt;
-    int n;       /* new tokens */
-    float temp;  /* 0: greedy */
-    float top_p;
-    uint64_t seed;
+    const char **prompts;            /* -p, in order, then -f FILE's lines */
+    int n_prompts;
+    const char *prompt_file;
+    int n; /* new tokens per prompt */
+    struct coord_sampling sampling;
+    const char *stop[GEN_MAX_STOPS];
+    int n_stop;
+    bool json;
+    struct coord_sched_opts sched;
 };
 
-/* Streams the prompt and the continuation to stdout, flushed per token, then a newline.
- * Returns 0, -ECANCELED when the engine's cancel flag stopped it (what was generated is
- * printed), or -errno with @e set. */
+/* Runs every prompt through the scheduler at once. One prompt: streams the prompt and its
+ * continuation to stdout, flushed per token, then a newline. Several: each result in prompt
+ * order as soon as it and those before it are done, "[i] prompt+continuation" and a newline
+ * (i from 1). With json: one object per prompt and line, {"prompt", "text" (the continuation),
+ * "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens"}. Seeded sampling
+ * draws for prompt i from seed + i. Returns 0, -ECANCELED when the engine's cancel flag
+ * stopped it (what was generated is printed), or -errno with @e set. */
 int coord_generate(const struct coord_generate_opts *o, struct shardlm_err *e);
 
 struct coord_eval_opts {

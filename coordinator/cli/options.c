@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include "kn.h"
+#include "scheduler.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -145,4 +146,71 @@ int coord_cli_exit(const char *cmd, int rc, const struct shardlm_err *e)
     /* every failure says something, even one whose message nobody set */
     fprintf(stderr, "shardlm %s: %s\n", cmd, e->msg[0] ? e->msg : strerror(-rc));
     return 1;
+}
+
+bool coord_cli_parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (!*s || *s == '-' || *s == '+')
+        return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return false;
+    int shift = 0;
+    if (*end) {
+        const char *units = "KMG", *u = strchr(units, *end);
+        if (!u || end[1])
+            return false;
+        shift = 10 * (int)(u - units + 1);
+    }
+    if (v == 0 || v > (1ull << 50) >> shift)
+        return false;
+    *out = (uint64_t)v << shift;
+    return true;
+}
+
+int coord_cli_sched_option(int c, struct coord_engine_opts *eo, struct coord_sched_opts *so,
+                           char *why, size_t len)
+{
+    long v;
+    uint64_t size;
+    const char *opt, *want;
+    switch (c) {
+    case 1000:
+        if (!coord_parse_long(optarg, 1, 256, &v)) {
+            opt = "--max-seqs", want = "a count 1..256";
+            goto bad;
+        }
+        eo->max_seqs = so->max_seqs = (uint32_t)v;
+        return 1;
+    case 1001:
+        if (!coord_parse_long(optarg, 1, 1 << 20, &v)) {
+            opt = "--step-tokens", want = "a count 1..1048576";
+            goto bad;
+        }
+        so->step_tokens = (uint32_t)v;
+        return 1;
+    case 1002:
+        if (!coord_parse_long(optarg, 1, 1l << 34, &v)) {
+            opt = "--kv-tokens", want = "a count of positions 1..2^34";
+            goto bad;
+        }
+        eo->kv_blocks = coord_kv_blocks_for((uint64_t)v);
+        return 1;
+    case 1003:
+        if (!coord_cli_parse_size(optarg, &size)) {
+            opt = "--kv-mem", want = "a size such as 512M or 8G";
+            goto bad;
+        }
+        eo->kv_mem = size;
+        return 1;
+    case 1004:
+        so->no_prefix_cache = true;
+        return 1;
+    }
+    return 0;
+bad:
+    snprintf(why, len, "%s '%s': expected %s", opt, optarg, want);
+    return -1;
 }

@@ -55,9 +55,14 @@ struct coord_access_opts {
 struct coord_engine_opts {
     const char *model_path;
     struct coord_access_opts access;
-    uint32_t max_seqs;  /* sequences one step may carry; 0 means 1 */
-    uint32_t kv_blocks; /* blocks of COORD_KV_BLOCK positions in every rank's KV cache; 0: enough
-                         * for max_seqs whole contexts (memory is reserved as blocks are used) */
+    uint32_t max_seqs; /* sequences one step may carry; 0 means 1 */
+    /* Blocks of COORD_KV_BLOCK positions in every rank's KV cache (memory is reserved as they
+     * are first used): kv_blocks, else as many as kv_mem bytes over all ranks hold, else enough
+     * for max_seqs whole contexts - with kv_fit, no more than half the memory available on the
+     * node and in the runtime directory allow (at least one block). */
+    uint32_t kv_blocks;
+    uint64_t kv_mem;
+    bool kv_fit;
     struct coord_layout_opts layout;
     struct coord_load_opts load;
     bool verbose; /* COORD_LOG_DEBUG messages too: layout and per-step timings */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -229,6 +230,70 @@ static int run_segment(struct coord_engine *g, bool anon, struct seg *s, const c
     return 0;
 }
 
+/* Bytes of one KV block over all ranks. */
+static uint64_t kv_block_bytes(const struct coord_engine *g)
+{
+    const struct shlm_config *c = &g->img.hdr->cfg;
+    int group = g->img.hdr->scheme >= SHLM_SCHEME_W4A16 ? (int)g->img.hdr->group : 0;
+    uint64_t sum = 0;
+    for (int r = 0; r < g->n_ranks; r++) {
+        struct seg_plan p;
+        seg_plan_make(&p, c, group, g->n_ranks, r);
+        sum += seg_kv_block_bytes(c->n_layers, (uint32_t)(p.kv1 - p.kv0) * c->head_dim);
+    }
+    return sum;
+}
+
+/* Bytes the kernel says are available (MemAvailable), or UINT64_MAX when it does not say. */
+static uint64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    unsigned long long kb = 0;
+    char line[256];
+    bool found = false;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            found = true;
+            break;
+        }
+    if (f)
+        fclose(f);
+    return found ? (uint64_t)kb * 1024 : UINT64_MAX;
+}
+
+/* The KV cache's blocks into g->kv_blocks, from the options (engine.h). */
+static int kv_size(struct coord_engine *g, const struct coord_engine_opts *o, struct shardlm_err *e)
+{
+    uint64_t bb = kv_block_bytes(g), n;
+    uint64_t whole = (uint64_t)g->max_seqs * coord_kv_blocks_for(g->img.hdr->cfg.seq_len);
+    if (o->kv_blocks)
+        n = o->kv_blocks;
+    else if (o->kv_mem) {
+        n = o->kv_mem / bb;
+        if (!n)
+            return shardlm_fail(e, -EINVAL, "--kv-mem %llu bytes: one KV block takes %llu",
+                                (unsigned long long)o->kv_mem, (unsigned long long)bb);
+    } else {
+        n = whole;
+        if (o->kv_fit) {
+            uint64_t room = mem_available();
+            struct statvfs vfs;
+            if (!g->anon_segments && statvfs(g->rundir, &vfs) == 0 &&
+                (uint64_t)vfs.f_bavail * vfs.f_frsize < room)
+                room = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+            uint64_t fit = room / 2 / bb;
+            n = fit < n ? fit : n;
+            n = n ? n : 1;
+        }
+    }
+    g->kv_blocks = n > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)n;
+    coord_logf(&g->log, COORD_LOG_DEBUG,
+               "kv cache: %u blocks of %d positions (%llu tokens), %.1f MiB over %d ranks",
+               g->kv_blocks, COORD_KV_BLOCK, (unsigned long long)g->kv_blocks * COORD_KV_BLOCK,
+               (double)g->kv_blocks * (double)bb / 1048576.0, g->n_ranks);
+    return 0;
+}
+
 /* Every rank's KV segment, a pool of g->kv_blocks blocks, its header kept in kv_layout. */
 static int make_kv(struct coord_engine *g, struct shardlm_err *e)
 {
@@ -287,13 +352,13 @@ int coord_segments_make(struct coord_engine *g, const struct coord_engine_opts *
     g->anon_segments = o->load.no_persist;
     const struct shlm_config *c = &g->img.hdr->cfg;
     g->max_seqs = o->max_seqs ? o->max_seqs : 1;
-    uint64_t whole = (uint64_t)g->max_seqs * coord_kv_blocks_for(c->seq_len);
-    g->kv_blocks = o->kv_blocks ? o->kv_blocks : whole > UINT32_MAX ? UINT32_MAX : (uint32_t)whole;
     if (g->max_seqs > c->seq_len)
         return shardlm_fail(e, -EINVAL, "%u sequences per step: at most the context, %u",
                             g->max_seqs, c->seq_len);
     int rc = make_weights(g, o, e);
-    return rc ? rc : (rc = make_kv(g, e)) ? rc : make_exchange(g, e);
+    if (rc || (rc = kv_size(g, o, e)))
+        return rc;
+    return (rc = make_kv(g, e)) ? rc : make_exchange(g, e);
 }
 
 void coord_segments_free(struct coord_engine *g)

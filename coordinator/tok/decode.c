@@ -185,3 +185,15 @@ size_t coord_utf8_flush(struct coord_utf8 *u, char *out)
     memcpy(out, REPLACEMENT, 3);
     return 3;
 }
+
+bool coord_tok_utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t l = tok_utf8_valid(u + i, n - i);
+        if (!l)
+            return false;
+        i += l;
+    }
+    return true;
+}

@@ -1,0 +1,140 @@
+/* coordinator/sched/scheduler.h: the scheduler - many sequences over one engine, continuous
+ * batching over a paged KV cache with prefix caching, per-sequence sampling. */
+
+/* Front ends (`shardlm generate`, the HTTP server) submit requests and read each one's tokens
+ * back through its callback; one thread calls coord_sched_step() in a loop. Each step:
+ *  1. every running sequence that has all its tokens in the KV cache decodes one (oldest
+ *     first);
+ *  2. sequences still prefilling, then waiting ones (first come, first served), get chunks of
+ *     their remaining tokens within the step's token budget (opts.step_tokens) and the cap on
+ *     running sequences (opts.max_seqs); a sequence starting looks its prompt up in the prefix
+ *     cache block by block and prefills only the rest;
+ *  3. a sequence that needs a block when none is left preempts the most recently started one
+ *     (its blocks released - full ones stay cached - and its tokens computed again when it is
+ *     admitted anew, ahead of later arrivals);
+ *  4. the engine runs the step; each sequence whose chunk reached its last token samples the
+ *     next one, and its text (complete UTF-8 characters, held back while it may begin a stop
+ *     string) goes to the callback, with the finish reason on the last call.
+ * A request that alone needs more KV blocks than the cache has, or more positions than the
+ * context, is refused at submission. Not thread-safe: one thread drives it (a server hands
+ * requests over to that thread).
+ */
+#ifndef SHARDLM_COORD_SCHEDULER_H
+#define SHARDLM_COORD_SCHEDULER_H
+
+#include "engine.h"
+#include "kvpool.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum coord_finish {
+    COORD_FINISH_NONE = 0, /* still running */
+    COORD_FINISH_STOP,     /* end of sequence, a stop token or a stop string */
+    COORD_FINISH_LENGTH,   /* max_tokens, or the context is full */
+    COORD_FINISH_CANCELLED,
+    COORD_FINISH_ERROR,
+};
+
+/* "stop", "length", "cancelled", "error" (OpenAI's finish_reason where it has one). */
+const char *coord_finish_name(enum coord_finish f);
+
+/* One call of a request's callback: a token (with its text, maybe empty), and on the last call
+ * the finish reason (then token may be -1: no new token). */
+struct coord_event {
+    uint64_t id;
+    int token;
+    const char *text; /* valid during the call */
+    size_t text_len;
+    const struct coord_logprobs *logprobs; /* when the request asked for them, else NULL */
+    enum coord_finish finish;
+    const char *error; /* COORD_FINISH_ERROR: why */
+    int prompt_tokens, completion_tokens, cached_tokens;
+};
+
+typedef void (*coord_event_fn)(void *ctx, const struct coord_event *ev);
+
+/* What a front end asks for; everything is copied at submission. */
+struct coord_request {
+    const int32_t *prompt;
+    int n_prompt;
+    int max_tokens; /* new tokens at most; 0: as many as the context leaves */
+    struct coord_sampling sampling;
+    const int32_t *stop_ids; /* tokens that end the sequence (besides EOS) */
+    int n_stop_ids;
+    const char *const *stop; /* strings that end it; the text stops before them */
+    int n_stop;
+    bool ignore_eos;
+    int logprobs; /* -1: none; n >= 0: the sampled token's and the top n alternatives' */
+    coord_event_fn on_event;
+    void *ctx;
+};
+
+struct coord_sched_opts {
+    uint32_t max_seqs;    /* running sequences at most (the engine's max_seqs or fewer) */
+    uint32_t step_tokens; /* tokens one step may carry (decodes first, then prefill chunks) */
+    bool no_prefix_cache;
+};
+
+/* Defaults of coord_sched_opts (measured: docs/benchmarks.md "Batched decode"). */
+#define COORD_SCHED_STEP_TOKENS 512u
+
+struct coord_sched_stats {
+    uint64_t steps, step_ns, sample_ns; /* sampling and detokenizing, in the steps' time */
+    uint64_t prefill_tokens, decode_tokens;
+    uint64_t prompt_tokens, cached_tokens; /* looked up in the prefix cache, and found */
+    uint64_t preemptions, evictions;
+    uint32_t running, waiting;
+    uint32_t blocks, blocks_used, blocks_cached; /* held by sequences; cached and unheld */
+};
+
+struct coord_sched;
+
+/* What the scheduler runs its steps on: an engine (coord_sched_init) or, in tests, a model of
+ * one. */
+struct coord_sched_backend {
+    int (*step)(void *ctx, struct coord_seq_step *seqs, int n, struct shardlm_err *e);
+    void *ctx;
+    uint32_t vocab, context, kv_blocks, max_seqs;
+    int bos, eos;
+};
+
+/* A scheduler over the started engine @g and the tokenizer @tok (both outlive it). Returns 0 or
+ * -errno with @e set. */
+int coord_sched_init(struct coord_sched **out, struct coord_engine *g, const struct coord_tok *tok,
+                     const struct coord_sched_opts *o, struct shardlm_err *e);
+/* The same over @b (copied); @tok may be NULL (no text; stop strings refused). */
+int coord_sched_init_backend(struct coord_sched **out, const struct coord_sched_backend *b,
+                             const struct coord_tok *tok, const struct coord_sched_opts *o,
+                             struct shardlm_err *e);
+void coord_sched_free(struct coord_sched *s);
+
+/* Queues a request; *@id names it. Returns 0, or -E2BIG (past the context or the whole KV
+ * cache), -EINVAL (bad parameters) or -ENOMEM with @e set; the callback is never called for a
+ * refused request. */
+int coord_sched_submit(struct coord_sched *s, const struct coord_request *r, uint64_t *id,
+                       struct shardlm_err *e);
+/* Cancels request @id before the next step: its blocks are freed and its callback gets
+ * COORD_FINISH_CANCELLED. Unknown or finished ids are ignored. */
+void coord_sched_cancel(struct coord_sched *s, uint64_t id);
+/* Whether no request is waiting or running. */
+bool coord_sched_idle(const struct coord_sched *s);
+/* Runs one step. Returns 0 (also when idle), or the engine's error (-ECANCELED, a worker
+ * that cannot be restarted...) with @e set: the engine is unusable then, and every request
+ * still open gets COORD_FINISH_ERROR. */
+int coord_sched_step(struct coord_sched *s, struct shardlm_err *e);
+/* Runs steps until every request has finished. */
+int coord_sched_run(struct coord_sched *s, struct shardlm_err *e);
+void coord_sched_stats(const struct coord_sched *s, struct coord_sched_stats *out);
+/* The KV block pool (tests check its accounting). */
+const struct coord_kvpool *coord_sched_pool(const struct coord_sched *s);
+/* Checks the accounting between steps: every block held exactly as often as tables name it,
+ * free, cached-unheld or held and never two of these, a block shared only when it is a full
+ * cached one, every cached block findable, the free list and LRU list whole, each running
+ * sequence holding the blocks of its computed positions and no more, waiting ones none.
+ * Returns 0 or -EPROTO with @e naming the first broken rule. */
+int coord_sched_audit(const struct coord_sched *s, struct shardlm_err *e);
+
+#endif

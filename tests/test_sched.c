@@ -1,0 +1,433 @@
+/* coordinator/sched: the scheduler and its KV block pool, over a model of the engine.
+ *
+ * The model engine keeps in each cache position the token and position written there, reads a
+ * sequence's whole history back through its block table at every step, and answers with logits
+ * whose argmax is a hash of that history. So a table that names a wrong block, a prefix-cache hit
+ * on the wrong prefix, a preempted sequence resumed wrong or two sequences writing one block
+ * changes the greedy text, or trips the model's own checks: every request's tokens must equal
+ * what the same hash gives over the request alone. Thousands of random operations (arrivals
+ * sharing prefixes, growth, cancels, a pool small enough to preempt) run with the pool audited
+ * after every step (coord_sched_audit: references, free and LRU lists, sharing only of cached
+ * full blocks), and at the end the pool is all free. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler.h"
+#include "testutil.h"
+
+enum { VOCAB = 64, CTX = 256, BOS = 0, EOS = 1, MAXS = 64 };
+
+struct cell {
+    int32_t token, pos; /* -1: never written */
+};
+
+struct fake {
+    uint32_t n_blocks;
+    struct cell (*kv)[COORD_KV_BLOCK];
+    float logits[MAXS][VOCAB];
+    int steps, fail_at; /* fail_at: the step that returns an error (0: none) */
+    uint64_t max_batch;
+};
+
+/* The next token after @n tokens of @t: a hash of the history; EOS now and then. */
+static int next_of(const int32_t *t, int n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++)
+        h = (h ^ (uint64_t)(t[i] * 131 + i)) * 1099511628211ull;
+    return (int)((h >> 20) % (VOCAB - 1)) + 1; /* 1..VOCAB-1: EOS (1) about one time in 63 */
+}
+
+static int fake_step(void *ctx, struct coord_seq_step *seqs, int n, struct shardlm_err *e)
+{
+    struct fake *f = ctx;
+    if (++f->steps == f->fail_at)
+        return shardlm_fail(e, -ECHILD, "model engine: worker died");
+    f->max_batch = (uint64_t)n > f->max_batch ? (uint64_t)n : f->max_batch;
+    int32_t hist[CTX];
+    for (int i = 0; i < n; i++) {
+        struct coord_seq_step *s = &seqs[i];
+        assert_true(s->n_tokens >= 1 && s->pos + s->n_tokens <= CTX);
+        for (int j = 0; j < i; j++)
+            assert_true(seqs[j].seq_id != s->seq_id);
+        /* every earlier position reads back what was written there */
+        for (uint32_t p = 0; p < s->pos; p++) {
+            uint32_t b = s->blocks[p / COORD_KV_BLOCK];
+            assert_true(b < f->n_blocks);
+            struct cell c = f->kv[b][p % COORD_KV_BLOCK];
+            if (c.pos != (int32_t)p)
+                fail_msg("position %u of sequence %u reads block %u holding position %d", p,
+                         s->seq_id, b, c.pos);
+            hist[p] = c.token;
+        }
+        for (uint32_t p = s->pos; p < s->pos + s->n_tokens; p++)
+            hist[p] = s->tokens[p - s->pos];
+        int next = next_of(hist, (int)(s->pos + s->n_tokens));
+        for (int v = 0; v < VOCAB; v++)
+            f->logits[i][v] = v == next ? 5.0f : 0.0f;
+        s->logits = f->logits[i];
+    }
+    /* writes after all reads: a block written by one sequence and read by another in the same
+     * step would show up as a wrong read in a later step (and the engine forbids it) */
+    for (int i = 0; i < n; i++) {
+        struct coord_seq_step *s = &seqs[i];
+        for (int j = 0; j < i; j++)
+            for (uint32_t p = s->pos; p < s->pos + s->n_tokens; p++)
+                for (uint32_t r = seqs[j].pos; r < seqs[j].pos + seqs[j].n_tokens; r++)
+                    assert_false(s->blocks[p / COORD_KV_BLOCK] ==
+                                 seqs[j].blocks[r / COORD_KV_BLOCK]);
+        for (uint32_t p = s->pos; p < s->pos + s->n_tokens; p++)
+            f->kv[s->blocks[p / COORD_KV_BLOCK]][p % COORD_KV_BLOCK] =
+                (struct cell){s->tokens[p - s->pos], (int32_t)p};
+    }
+    return 0;
+}
+
+/* What the test knows of one request. */
+struct req {
+    uint64_t id;
+    int32_t tokens[CTX + 1];
+    int n_prompt, max_new, got;
+    int32_t out[CTX + 1];
+    enum coord_finish finish;
+    int events, cached;
+    bool cancelled;
+};
+
+static void on_event(void *ctx, const struct coord_event *ev)
+{
+    struct req *r = ctx;
+    assert_int_equal(r->finish, COORD_FINISH_NONE); /* nothing after the last event */
+    r->events++;
+    if (ev->token >= 0)
+        r->out[r->got++] = ev->token;
+    r->finish = ev->finish;
+    r->cached = ev->cached_tokens;
+    assert_int_equal(ev->completion_tokens, r->got);
+}
+
+/* The greedy continuation of @r alone: the tokens it must have produced (a prefix of them when
+ * cancelled). Returns how many, and whether it ends with a stop token in *@stop. */
+static int expected(const struct req *r, int32_t *want, bool *stop)
+{
+    int32_t t[CTX + 1];
+    memcpy(t, r->tokens, (size_t)r->n_prompt * sizeof(int32_t));
+    int len = r->n_prompt, n = 0;
+    *stop = false;
+    while (n < r->max_new) {
+        int tok = next_of(t, len);
+        want[n++] = tok;
+        if (tok == EOS || tok == BOS) {
+            *stop = true;
+            break;
+        }
+        t[len++] = tok;
+        if (len > CTX)
+            break;
+    }
+    return n;
+}
+
+static void check_done(const struct req *r)
+{
+    int32_t want[CTX + 1];
+    bool stop;
+    int n = expected(r, want, &stop);
+    if (r->cancelled && r->finish == COORD_FINISH_CANCELLED) {
+        assert_true(r->got <= n);
+    } else {
+        if (r->got != n)
+            fail_msg("request %llu: %d tokens, %d expected", (unsigned long long)r->id, r->got, n);
+        assert_int_equal(r->finish, stop ? COORD_FINISH_STOP : COORD_FINISH_LENGTH);
+    }
+    for (int i = 0; i < r->got; i++)
+        if (r->out[i] != want[i])
+            fail_msg("request %llu: token %d is %d, %d alone", (unsigned long long)r->id, i,
+                     r->out[i], want[i]);
+}
+
+static void audit(struct coord_sched *s)
+{
+    struct shardlm_err e = {{0}};
+    if (coord_sched_audit(s, &e))
+        fail_msg("audit: %s", e.msg);
+}
+
+static struct fake *fake_new(uint32_t n_blocks)
+{
+    struct fake *f = calloc(1, sizeof(*f));
+    f->n_blocks = n_blocks;
+    f->kv = malloc(n_blocks * sizeof(*f->kv));
+    for (uint32_t b = 0; b < n_blocks; b++)
+        for (int i = 0; i < COORD_KV_BLOCK; i++)
+            f->kv[b][i] = (struct cell){-1, -1};
+    return f;
+}
+
+static void fake_free(struct fake *f)
+{
+    free(f->kv);
+    free(f);
+}
+
+static struct coord_sched *start(struct fake *f, uint32_t max_seqs, uint32_t step_tokens,
+                                 bool prefix_cache)
+{
+    struct coord_sched_backend b = {fake_step, f, VOCAB, CTX, f->n_blocks, MAXS, BOS, EOS};
+    struct coord_sched_opts o = {max_seqs, step_tokens, !prefix_cache};
+    struct coord_sched *s;
+    struct shardlm_err e = {{0}};
+    if (coord_sched_init_backend(&s, &b, NULL, &o, &e))
+        fail_msg("init: %s", e.msg);
+    return s;
+}
+
+/* A prompt: a prefix of one of three shared texts (so prefixes repeat) and a tail of its own. */
+static int make_prompt(int32_t *t, uint64_t *rng)
+{
+    static int32_t shared[3][96];
+    static bool made;
+    if (!made) {
+        uint64_t x = 99;
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < 96; i++)
+                shared[k][i] =
+                    (int32_t)(((x = x * 6364136223846793005ull + 1) >> 33) % (VOCAB - 2)) + 2;
+        made = true;
+    }
+    int k = (int)(tu_rand(rng) % 3), pre = (int)(tu_rand(rng) % 97),
+        tail = 1 + (int)(tu_rand(rng) % 24);
+    memcpy(t, shared[k], (size_t)pre * sizeof(int32_t));
+    for (int i = 0; i < tail; i++)
+        t[pre + i] = (int32_t)(tu_rand(rng) % (VOCAB - 2)) + 2;
+    return pre + tail;
+}
+
+/* Random arrivals, cancels and steps over a pool that forces preemption. */
+static void random_run(uint64_t seed, uint32_t n_blocks, uint32_t max_seqs, uint32_t step_tokens,
+                       bool prefix_cache, int ops, bool verbose)
+{
+    struct fake *f = fake_new(n_blocks);
+    struct coord_sched *s = start(f, max_seqs, step_tokens, prefix_cache);
+    enum { MAXR = 4096 };
+    struct req *reqs = calloc(MAXR, sizeof(*reqs));
+    int n_reqs = 0;
+    uint64_t rng = seed;
+    struct shardlm_err e = {{0}};
+    for (int op = 0; op < ops; op++) {
+        uint64_t roll = tu_rand(&rng) % 100;
+        if (roll < 30 && n_reqs < MAXR) {
+            struct req *r = &reqs[n_reqs];
+            r->n_prompt = make_prompt(r->tokens, &rng);
+            r->max_new = 1 + (int)(tu_rand(&rng) % 48);
+            struct coord_request q = {.prompt = r->tokens,
+                                      .n_prompt = r->n_prompt,
+                                      .max_tokens = r->max_new,
+                                      .sampling = {.top_p = 1.0f, .repetition_penalty = 1.0f},
+                                      .logprobs = -1,
+                                      .on_event = on_event,
+                                      .ctx = r};
+            if (coord_sched_submit(s, &q, &r->id, &e))
+                fail_msg("submit: %s", e.msg);
+            n_reqs++;
+        } else if (roll < 33 && n_reqs) {
+            struct req *r = &reqs[tu_rand(&rng) % (uint64_t)n_reqs];
+            if (r->finish == COORD_FINISH_NONE) {
+                r->cancelled = true;
+                coord_sched_cancel(s, r->id);
+            }
+        } else {
+            if (coord_sched_step(s, &e))
+                fail_msg("step: %s", e.msg);
+            audit(s);
+        }
+    }
+    if (coord_sched_run(s, &e))
+        fail_msg("run: %s", e.msg);
+    audit(s);
+    struct coord_sched_stats st;
+    coord_sched_stats(s, &st);
+    const struct coord_kvpool *p = coord_sched_pool(s);
+    assert_int_equal(p->n_held, 0); /* all free or cached: nothing lost */
+    assert_int_equal(p->n_free + p->n_lru, n_blocks);
+    int cached = 0;
+    for (int i = 0; i < n_reqs; i++) {
+        assert_int_not_equal(reqs[i].finish, COORD_FINISH_NONE);
+        check_done(&reqs[i]);
+        cached += reqs[i].cached > 0;
+    }
+    if (verbose)
+        fprintf(stderr,
+                "seed %llu: %d requests, %llu steps (largest %llu sequences), %llu preemptions, "
+                "%llu evictions, %d requests started from the prefix cache (%llu of %llu prompt "
+                "tokens)\n",
+                (unsigned long long)seed, n_reqs, (unsigned long long)st.steps,
+                (unsigned long long)f->max_batch, (unsigned long long)st.preemptions,
+                (unsigned long long)st.evictions, cached, (unsigned long long)st.cached_tokens,
+                (unsigned long long)st.prompt_tokens);
+    if (prefix_cache && n_blocks >= 64)
+        assert_true(cached > 0);
+    if (!prefix_cache)
+        assert_int_equal(st.cached_tokens, 0);
+    if (n_blocks <= 24 && max_seqs >= 6) /* six sequences of up to 11 blocks in 24 */
+        assert_true(st.preemptions > 0);
+    coord_sched_free(s);
+    fake_free(f);
+    free(reqs);
+}
+
+/* Thousands of operations per run, pools from tight (preemptions) to roomy (cache hits). */
+static void test_random_operations(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_seed("sched");
+    random_run(seed, 24, 6, 48, true, 4000, true);
+    random_run(seed + 1, 40, 8, 64, true, 4000, true);
+    random_run(seed + 2, 200, 16, 96, true, 4000, true);
+    random_run(seed + 3, 200, 16, 96, false, 2000, true);
+    random_run(seed + 4, 17, 2, 16, true, 3000, true); /* one request alone nearly fills it */
+}
+
+/* The pool alone: LRU order of eviction, lookup of a cached block, release to the LRU list. */
+static void test_pool_lru(void **state)
+{
+    (void)state;
+    struct coord_kvpool p;
+    assert_int_equal(coord_kvpool_init(&p, 3, true), 0);
+    int32_t t[3][COORD_KV_BLOCK];
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < COORD_KV_BLOCK; i++)
+            t[k][i] = k * 100 + i;
+    uint32_t b[3];
+    uint64_t h[3];
+    for (int k = 0; k < 3; k++) {
+        b[k] = coord_kvpool_alloc(&p);
+        assert_int_equal(b[k], (uint32_t)k); /* a fresh pool hands out blocks in order */
+        h[k] = coord_kvpool_hash(k ? h[k - 1] : 0, t[k]);
+        coord_kvpool_publish(&p, b[k], h[k], k ? h[k - 1] : 0, t[k]);
+    }
+    assert_int_equal(coord_kvpool_alloc(&p), KVPOOL_NONE); /* all held */
+    coord_kvpool_release(&p, b[1]);
+    coord_kvpool_release(&p, b[0]);
+    coord_kvpool_release(&p, b[2]);
+    assert_int_equal(coord_kvpool_available(&p), 3);
+    /* a lookup takes block 0 back off the LRU list; a wrong parent finds nothing */
+    assert_int_equal(coord_kvpool_lookup(&p, h[0], 0, t[0]), b[0]);
+    assert_int_equal(coord_kvpool_lookup(&p, h[1], 12345, t[1]), KVPOOL_NONE);
+    /* eviction takes the least recently released: block 1, then 2 */
+    assert_int_equal(coord_kvpool_alloc(&p), b[1]);
+    assert_int_equal(coord_kvpool_find(&p, h[1], h[0], t[1]), KVPOOL_NONE);
+    assert_int_equal(coord_kvpool_alloc(&p), b[2]);
+    assert_int_equal(p.evictions, 2);
+    coord_kvpool_free(&p);
+}
+
+/* Submissions that cannot be served are refused, one line each, the callback never called. */
+static void test_refused_requests(void **state)
+{
+    (void)state;
+    struct fake *f = fake_new(8); /* 128 positions */
+    struct coord_sched *s = start(f, 4, 64, true);
+    int32_t t[CTX + 2] = {0};
+    struct req r = {0};
+    struct shardlm_err e = {{0}};
+    uint64_t id;
+    struct coord_request q = {.prompt = t,
+                              .n_prompt = 10,
+                              .max_tokens = 4,
+                              .sampling = {.top_p = 1.0f, .repetition_penalty = 1.0f},
+                              .logprobs = -1,
+                              .on_event = on_event,
+                              .ctx = &r};
+    q.n_prompt = CTX + 1;
+    assert_int_equal(coord_sched_submit(s, &q, &id, &e), -E2BIG);
+    assert_non_null(strstr(e.msg, "longer than the context"));
+    q.n_prompt = 100;
+    q.max_tokens = 100; /* 199 positions: 13 blocks, the pool has 8 */
+    assert_int_equal(coord_sched_submit(s, &q, &id, &e), -E2BIG);
+    assert_non_null(strstr(e.msg, "KV blocks"));
+    q.max_tokens = CTX; /* past the context */
+    assert_int_equal(coord_sched_submit(s, &q, &id, &e), -E2BIG);
+    q.max_tokens = 4;
+    q.n_prompt = 0;
+    assert_int_equal(coord_sched_submit(s, &q, &id, &e), -EINVAL);
+    q.n_prompt = 10;
+    t[3] = VOCAB;
+    assert_int_equal(coord_sched_submit(s, &q, &id, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "vocabulary"));
+    t[3] = 0;
+    q.sampling.top_p = 0.0f;
+    assert_int_equal(coord_sched_submit(s, &q, &id, &e), -EINVAL);
+    q.sampling.top_p = 1.0f;
+    q.sampling.temp = -1.0f;
+    assert_int_equal(coord_sched_submit(s, &q, &id, &e), -EINVAL);
+    q.sampling.temp = 0.0f;
+    const char *stop[] = {"x"};
+    q.stop = stop;
+    q.n_stop = 1; /* no tokenizer here */
+    assert_int_equal(coord_sched_submit(s, &q, &id, &e), -EINVAL);
+    q.n_stop = 0;
+    q.logprobs = COORD_MAX_LOGPROBS + 1;
+    assert_int_equal(coord_sched_submit(s, &q, &id, &e), -EINVAL);
+    assert_int_equal(r.events, 0);
+    assert_true(coord_sched_idle(s));
+    /* --step-tokens below --max-seqs */
+    struct coord_sched_backend b = {fake_step, f, VOCAB, CTX, f->n_blocks, MAXS, BOS, EOS};
+    struct coord_sched_opts o = {8, 4, false};
+    struct coord_sched *bad;
+    assert_int_equal(coord_sched_init_backend(&bad, &b, NULL, &o, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "--step-tokens 4 is below --max-seqs 8"));
+    coord_sched_free(s);
+    fake_free(f);
+}
+
+/* An engine error ends every open request with COORD_FINISH_ERROR and the reason. */
+static void test_engine_error(void **state)
+{
+    (void)state;
+    struct fake *f = fake_new(64);
+    f->fail_at = 3;
+    struct coord_sched *s = start(f, 4, 64, true);
+    struct req r[3] = {{0}};
+    struct shardlm_err e = {{0}};
+    for (int i = 0; i < 3; i++) {
+        r[i].n_prompt = 5 + i;
+        for (int k = 0; k < r[i].n_prompt; k++)
+            r[i].tokens[k] = 2 + k;
+        struct coord_request q = {.prompt = r[i].tokens,
+                                  .n_prompt = r[i].n_prompt,
+                                  .max_tokens = 30,
+                                  .sampling = {.top_p = 1.0f, .repetition_penalty = 1.0f},
+                                  .logprobs = -1,
+                                  .on_event = on_event,
+                                  .ctx = &r[i]};
+        assert_int_equal(coord_sched_submit(s, &q, &r[i].id, &e), 0);
+    }
+    assert_int_equal(coord_sched_run(s, &e), -ECHILD);
+    assert_non_null(strstr(e.msg, "worker died"));
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(r[i].finish, COORD_FINISH_ERROR);
+    assert_true(coord_sched_idle(s));
+    assert_int_equal(coord_sched_pool(s)->n_held, 0);
+    coord_sched_free(s);
+    fake_free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool_lru),
+        cmocka_unit_test(test_refused_requests),
+        cmocka_unit_test(test_engine_error),
+        cmocka_unit_test(test_random_operations),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
