@@ -1,5 +1,5 @@
-/* coordinator/sampler: greedy is argmax, a seed fixes the draws, temperature sampling follows the
- * softmax, and the nucleus (top-p) cut never lets a token outside it through. */
+/* coordinator/sched/sampler: greedy is argmax, a seed fixes the draws, temperature sampling follows
+ * the softmax, and the nucleus (top-p) cut never lets a token outside it through. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -273,6 +273,194 @@ static void test_top_p_one_keeps_all(void **state)
         assert_true(count[i] >= 20);
 }
 
+/* Random logits over @n tokens in [-4, 4). */
+static void random_logits(uint64_t *rng, float *logits, int n)
+{
+    for (int i = 0; i < n; i++) {
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        logits[i] = (float)((double)(*rng >> 11) / 9007199254740992.0 * 8.0 - 4.0);
+    }
+}
+
+/* Rank of token @id among @p (n): how many are strictly more likely. */
+static int rank_of(const double *p, int n, int id)
+{
+    int r = 0;
+    for (int i = 0; i < n; i++)
+        r += p[i] > p[id];
+    return r;
+}
+
+/* top-k draws only among the k most likely, reaches more than one of them, and k = 1 is argmax;
+ * with top-p as well, the nucleus is taken within the k (Hugging Face's order). */
+static void test_top_k(void **state)
+{
+    uint64_t rng = 77;
+    for (int round = 0; round < 200; round++) {
+        int n = 4 + (int)(round % 60), k = 1 + round % (n - 1);
+        float logits[64];
+        double p[64];
+        random_logits(&rng, logits, n);
+        softmax_ref(logits, n, 1.0, p);
+        struct coord_sampling sp = {
+            .temp = 1.0f, .top_p = 1.0f, .top_k = k, .repetition_penalty = 1.0f, .seed = rng | 1};
+        struct coord_sampler s;
+        assert_int_equal(coord_sampler_init_ex(&s, n, &sp), 0);
+        bool seen[64] = {false};
+        int distinct = 0;
+        for (int d = 0; d < 300; d++) {
+            int id = draw(&s, logits, n);
+            if (rank_of(p, n, id) >= k)
+                fail_msg("n %d top_k %d drew token %d of rank %d", n, k, id, rank_of(p, n, id));
+            distinct += !seen[id];
+            seen[id] = true;
+        }
+        if (k == 1)
+            assert_int_equal(distinct, 1);
+        else
+            assert_true(distinct >= 2);
+        coord_sampler_free(&s);
+    }
+    /* top_k 2 then top_p 0.5 on {0.6, 0.3, ...}: the nucleus of the two is token 0 alone */
+    const double q[4] = {0.05, 0.6, 0.05, 0.3};
+    float logits[4];
+    logits_of(q, 4, logits);
+    struct coord_sampling sp = {
+        .temp = 1.0f, .top_p = 0.5f, .top_k = 2, .repetition_penalty = 1.0f, .seed = 9};
+    struct coord_sampler s;
+    assert_int_equal(coord_sampler_init_ex(&s, 4, &sp), 0);
+    for (int d = 0; d < 500; d++)
+        assert_int_equal(draw(&s, logits, 4), 1);
+    coord_sampler_free(&s);
+}
+
+/* min-p keeps the tokens at least min_p times as likely as the most likely, alone or after the
+ * nucleus; the frequencies among them follow their probabilities. */
+static void test_min_p(void **state)
+{
+    const double q[5] = {0.4, 0.3, 0.15, 0.1, 0.05};
+    float logits[5];
+    logits_of(q, 5, logits);
+    for (int with_top_p = 0; with_top_p < 2; with_top_p++) {
+        struct coord_sampling sp = {.temp = 1.0f,
+                                    .top_p = with_top_p ? 0.95f : 1.0f,
+                                    .min_p = 0.3f,
+                                    .repetition_penalty = 1.0f,
+                                    .seed = 5};
+        struct coord_sampler s;
+        assert_int_equal(coord_sampler_init_ex(&s, 5, &sp), 0);
+        int count[5] = {0};
+        for (int d = 0; d < N_DRAWS; d++)
+            count[draw(&s, logits, 5)]++;
+        coord_sampler_free(&s);
+        /* 0.3 * 0.4 = 0.12: tokens 0, 1, 2 stay, in proportion 0.4 : 0.3 : 0.15 */
+        assert_int_equal(count[3] + count[4], 0);
+        double f0 = (double)count[0] / N_DRAWS, f2 = (double)count[2] / N_DRAWS;
+        assert_true(fabs(f0 - 0.4 / 0.85) < 0.02 && fabs(f2 - 0.15 / 0.85) < 0.02);
+    }
+}
+
+/* Penalties: the repetition penalty divides a seen token's positive logit and multiplies a
+ * negative one; frequency and presence penalties count only generated tokens. */
+static void test_penalties(void **state)
+{
+    float logits[4] = {2.0f, 1.9f, -1.0f, -1.2f}, tmp[4];
+    struct coord_sampling sp = {.top_p = 1.0f, .repetition_penalty = 1.5f};
+    struct coord_sampler s;
+    assert_int_equal(coord_sampler_init_ex(&s, 4, &sp), 0);
+    memcpy(tmp, logits, sizeof(tmp));
+    assert_int_equal(coord_sample(&s, tmp), 0);
+    coord_sampler_observe(&s, 0, false); /* in the prompt */
+    coord_sampler_observe(&s, 2, false);
+    memcpy(tmp, logits, sizeof(tmp));
+    assert_int_equal(coord_sample(&s, tmp), 1); /* 2.0 / 1.5 < 1.9 */
+    assert_float_equal(tmp[0], 2.0f / 1.5f, 1e-6);
+    assert_float_equal(tmp[2], -1.5f, 1e-6);
+    coord_sampler_free(&s);
+
+    sp = (struct coord_sampling){.top_p = 1.0f,
+                                 .repetition_penalty = 1.0f,
+                                 .frequency_penalty = 0.5f,
+                                 .presence_penalty = 0.25f};
+    assert_int_equal(coord_sampler_init_ex(&s, 4, &sp), 0);
+    coord_sampler_observe(&s, 1, false); /* the prompt does not count */
+    coord_sampler_observe(&s, 0, true);
+    coord_sampler_observe(&s, 0, true);
+    memcpy(tmp, logits, sizeof(tmp));
+    assert_int_equal(coord_sample(&s, tmp), 1);
+    assert_float_equal(tmp[0], 2.0f - 2 * 0.5f - 0.25f, 1e-6);
+    assert_float_equal(tmp[1], 1.9f, 1e-6);
+    coord_sampler_free(&s);
+}
+
+/* Log-probabilities equal a double log-softmax, the top alternatives come most likely first,
+ * and asking for none reports the sampled token's alone. */
+static void test_logprobs(void **state)
+{
+    uint64_t rng = 3;
+    for (int round = 0; round < 50; round++) {
+        int n = 30 + round;
+        float logits[256];
+        double p[256];
+        random_logits(&rng, logits, n);
+        softmax_ref(logits, n, 1.0, p);
+        struct coord_logprobs lp;
+        int id = round % n, want_n = round % (COORD_MAX_LOGPROBS + 1);
+        struct coord_sampler s;
+        assert_int_equal(coord_sampler_init(&s, n, 1.0f, 1.0f, 1), 0);
+        coord_logprobs(&s, logits, id, want_n, &lp);
+        coord_sampler_free(&s);
+        assert_float_equal(lp.logprob, log(p[id]), 1e-5);
+        assert_int_equal(lp.n_top, want_n);
+        for (int i = 0; i < lp.n_top; i++) {
+            assert_int_equal(rank_of(p, n, lp.top[i].id), i);
+            assert_float_equal(lp.top[i].logprob, log(p[lp.top[i].id]), 1e-5);
+        }
+    }
+}
+
+/* The nucleus by quickselect on a large flat-ish vocabulary: every draw is inside the sorted
+ * reference's nucleus (ties at the edge excluded from the check, as in nucleus_ref). */
+static void test_top_p_large_vocab(void **state)
+{
+    enum { N = 4096 };
+    static float logits[N], tmp[N];
+    static double p[N];
+    static bool in[N];
+    uint64_t rng = 11;
+    for (int round = 0; round < 20; round++) {
+        random_logits(&rng, logits, N);
+        softmax_ref(logits, N, 1.0, p);
+        float top_p = 0.1f + 0.04f * (float)round;
+        /* the reference: the most likely tokens until the mass passes top_p */
+        double mass = 0.0, cut = 0.0;
+        int order_done = 0;
+        memset(in, 0, sizeof(in));
+        while (mass <= top_p && order_done < N) {
+            int best = -1;
+            for (int i = 0; i < N; i++)
+                if (!in[i] && (best < 0 || p[i] > p[best]))
+                    best = i;
+            in[best] = true;
+            mass += p[best];
+            cut = p[best];
+            order_done++;
+        }
+        struct coord_sampling sp = {
+            .temp = 1.0f, .top_p = top_p, .repetition_penalty = 1.0f, .seed = rng | 1};
+        struct coord_sampler s;
+        assert_int_equal(coord_sampler_init_ex(&s, N, &sp), 0);
+        for (int d = 0; d < 200; d++) {
+            memcpy(tmp, logits, sizeof(tmp));
+            int id = coord_sample(&s, tmp);
+            if (!in[id] && fabs(p[id] - cut) > 1e-9)
+                fail_msg("top_p %.2f: token %d (p %.3g) outside the %d-token nucleus", top_p, id,
+                         p[id], order_done);
+        }
+        coord_sampler_free(&s);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +472,11 @@ int main(void)
         cmocka_unit_test(test_top_p_stays_in_nucleus),
         cmocka_unit_test(test_top_p_one_keeps_all),
         cmocka_unit_test(test_top_p_below_uniform_mass),
+        cmocka_unit_test(test_top_k),
+        cmocka_unit_test(test_min_p),
+        cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_top_p_large_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

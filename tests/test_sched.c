@@ -385,6 +385,11 @@ static void test_refused_requests(void **state)
     struct coord_sched *bad;
     assert_int_equal(coord_sched_init_backend(&bad, &b, NULL, &o, &e), -EINVAL);
     assert_non_null(strstr(e.msg, "--step-tokens 4 is below --max-seqs 8"));
+    /* a pool smaller than one block per running sequence */
+    o = (struct coord_sched_opts){16, 64, false};
+    b.max_seqs = 16;
+    assert_int_equal(coord_sched_init_backend(&bad, &b, NULL, &o, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "cannot give each of 16 sequences one"));
     coord_sched_free(s);
     fake_free(f);
 }

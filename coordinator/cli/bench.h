@@ -31,6 +31,8 @@ int coord_bench_kernels(int argc, char **argv);
  *   tokenizer <file> bytes=<n> tokens=<n> mb_per_s=<median> reps=<r>
  * Returns the exit code: 0, 1 on a failure, 2 on bad usage; --help prints the usage. */
 int coord_bench_tokenizer(int argc, char **argv);
+/* `shardlm bench sampler`: what sampling a token costs per sequence and step. */
+int coord_bench_sampler(int argc, char **argv);
 
 /* Fills @buf with @n bytes of English text (ASCII: varied sentences in paragraphs, the same
  * every time) and a NUL after them (@n + 1 bytes in all). */

@@ -328,5 +328,7 @@ int coord_cmd_bench(int argc, char **argv)
         return coord_bench_kernels(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "tokenizer") == 0)
         return coord_bench_tokenizer(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "sampler") == 0)
+        return coord_bench_sampler(argc - 1, argv + 1);
     return coord_bench_model(argc, argv);
 }

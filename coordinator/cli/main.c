@@ -29,6 +29,7 @@ static const char usage_main[] =
     "  bench allreduce [--ranks 2,4] [--floats N]  latency of the shared-memory all-reduce\n"
     "  bench kernels [--isa NAME]  GEMV GB/s and GEMM GOP/s of each kernel, read bandwidth\n"
     "  bench tokenizer --tokenizer FILE [--mb N]  tokenizing speed (MB/s) on N MB of English\n"
+    "  bench sampler [--vocab V] [--seqs S]  sampling cost per step of S sequences\n"
     "\n"
     "`shardlm <command> --help` describes each command's options.\n"
     "\n"

@@ -1,6 +1,8 @@
 /* coordinator/sched/sampler.c: sampling. */
 #include "sampler.h"
 
+#include "kn.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,14 +14,18 @@ int coord_sampler_init_ex(struct coord_sampler *s, int vocab, const struct coord
     s->vocab = vocab;
     s->p = *p;
     s->rng = p->seed ? p->seed : 0x9e3779b97f4a7c15ull;
+    s->softmax = kn_ops_select(NULL, NULL, 0)->softmax;
     s->scratch = malloc((size_t)vocab * sizeof(*s->scratch));
-    if (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f)
-        s->counts = calloc((size_t)vocab, sizeof(*s->counts));
-    if (p->repetition_penalty != 1.0f && p->repetition_penalty > 0.0f)
-        s->seen = calloc((size_t)vocab, 1);
     bool want_counts = p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f;
     bool want_seen = p->repetition_penalty != 1.0f && p->repetition_penalty > 0.0f;
-    if (!s->scratch || (want_counts && !s->counts) || (want_seen && !s->seen)) {
+    if (want_counts)
+        s->counts = calloc((size_t)vocab, sizeof(*s->counts));
+    if (want_seen)
+        s->seen = calloc((size_t)vocab, 1);
+    if (want_counts || want_seen)
+        s->seen_ids = malloc((size_t)vocab * sizeof(*s->seen_ids));
+    if (!s->scratch || (want_counts && !s->counts) || (want_seen && !s->seen) ||
+        ((want_counts || want_seen) && !s->seen_ids)) {
         coord_sampler_free(s);
         return -ENOMEM;
     }
@@ -38,26 +44,42 @@ void coord_sampler_free(struct coord_sampler *s)
     free(s->scratch);
     free(s->counts);
     free(s->seen);
+    free(s->seen_ids);
     memset(s, 0, sizeof(*s));
 }
 
 void coord_sampler_observe(struct coord_sampler *s, int id, bool generated)
 {
-    if (id < 0 || id >= s->vocab)
+    if (id < 0 || id >= s->vocab || !s->seen_ids)
         return;
+    bool fresh = (!s->seen || !s->seen[id]) && (!s->counts || !s->counts[id]);
     if (s->seen)
         s->seen[id] = 1;
     if (s->counts && generated)
         s->counts[id]++;
+    if (fresh && ((s->seen && s->seen[id]) || (s->counts && s->counts[id])))
+        s->seen_ids[s->n_seen_ids++] = id;
 }
 
+/* The first index of the largest value: the maximum over 8 independent running maxima (no
+ * chain of dependent compares through the whole vocabulary), then the first place it occurs. */
 int coord_argmax(const float *x, int n)
 {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
+    float m[8];
+    int i = 0;
+    for (int j = 0; j < 8; j++)
+        m[j] = x[0];
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    float mx = m[0];
+    for (int j = 1; j < 8; j++)
+        mx = m[j] > mx ? m[j] : mx;
+    for (; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    for (i = 0; i < n && !(x[i] == mx); i++)
+        ;
+    return i < n ? i : 0; /* NaN everywhere: the first */
 }
 
 /* xorshift64*, uniform in [0, 1) */
@@ -75,16 +97,18 @@ static int by_prob_desc(const void *a, const void *b)
     return x->p > y->p ? -1 : x->p < y->p ? 1 : x->id - y->id;
 }
 
+/* The penalties, over the tokens the sequence holds only. */
 static void penalize(const struct coord_sampler *s, float *logits)
 {
     const struct coord_sampling *p = &s->p;
-    for (int i = 0; s->seen && i < s->vocab; i++)
-        if (s->seen[i])
+    for (int k = 0; k < s->n_seen_ids; k++) {
+        int i = s->seen_ids[k];
+        if (s->seen && s->seen[i])
             logits[i] = logits[i] > 0.0f ? logits[i] / p->repetition_penalty
                                          : logits[i] * p->repetition_penalty;
-    for (int i = 0; s->counts && i < s->vocab; i++)
-        if (s->counts[i])
+        if (s->counts && s->counts[i])
             logits[i] -= (float)s->counts[i] * p->frequency_penalty + p->presence_penalty;
+    }
 }
 
 /* Sifts the new root of the min-heap @h of @n down (the least probable on top). */
@@ -194,13 +218,10 @@ int coord_sample(struct coord_sampler *s, float *logits)
     int best = coord_argmax(logits, n);
     if (p->temp <= 0.0f)
         return best;
-    float mx = logits[best], sum = 0.0f;
-    for (int i = 0; i < n; i++) {
-        logits[i] = expf((logits[i] - mx) / p->temp);
-        sum += logits[i];
-    }
+    float inv_t = 1.0f / p->temp;
     for (int i = 0; i < n; i++)
-        logits[i] /= sum;
+        logits[i] *= inv_t;
+    s->softmax(logits, n); /* the largest stays at best */
     float r = uniform(&s->rng), pmax = logits[best];
     bool cut_p = p->top_p<1.0f, cut_k = p->top_k> 0 && p->top_k<n, cut_min = p->min_p> 0.0f;
     if (!cut_p && !cut_k && !cut_min) {
@@ -223,14 +244,28 @@ int coord_sample(struct coord_sampler *s, float *logits)
                 break;
             }
     } else {
-        /* below (1 - top_p) / (n - 1) a token cannot be in the nucleus; below min_p * pmax it
-         * is cut anyway: neither becomes a candidate */
-        float floor = cut_p ? (1.0f - p->top_p) / (float)(n > 1 ? n - 1 : 1) : 0.0f;
-        floor = cut_min && p->min_p * pmax > floor ? p->min_p * pmax : floor;
-        for (int i = 0; i < n; i++)
-            if (logits[i] >= floor)
+        /* candidates: with a nucleus, the tokens of the binary orders of magnitude that reach
+         * top_p (one pass sums the mass per float exponent); with min-p, those not below
+         * min_p * pmax */
+        int e_min = 0;
+        if (cut_p) {
+            float mass[256] = {0}, acc = 0.0f;
+            for (int i = 0; i < n; i++) {
+                uint32_t bits;
+                memcpy(&bits, &logits[i], 4);
+                mass[bits >> 23 & 0xff] += logits[i];
+            }
+            for (e_min = 255; e_min > 0 && (acc += mass[e_min]) <= p->top_p; e_min--)
+                ;
+        }
+        float floor = cut_min ? p->min_p * pmax : 0.0f;
+        for (int i = 0; i < n; i++) {
+            uint32_t bits;
+            memcpy(&bits, &logits[i], 4);
+            if ((int)(bits >> 23 & 0xff) >= e_min && logits[i] >= floor)
                 s->scratch[m++] = (struct coord_prob){logits[i], i};
-        if (m == 0) /* top_p below 1/n on a flat distribution: nothing passes, take the top */
+        }
+        if (m == 0)
             return best;
         if (cut_p)
             m = nucleus(s->scratch, m, p->top_p);
@@ -245,13 +280,16 @@ int coord_sample(struct coord_sampler *s, float *logits)
     return draw(s->scratch, m, r);
 }
 
-void coord_logprobs(const float *logits, int vocab, int id, int n, struct coord_logprobs *out)
+void coord_logprobs(struct coord_sampler *s, const float *logits, int id, int n,
+                    struct coord_logprobs *out)
 {
-    float mx = logits[coord_argmax(logits, vocab)];
-    double sum = 0.0;
-    for (int i = 0; i < vocab; i++)
-        sum += exp((double)logits[i] - mx);
-    float lse = mx + (float)log(sum);
+    /* log p(i) = x_i - lse, lse = log sum e^x: after a softmax of a copy, p of the largest is
+     * e^(x_best - lse), never below 1 / vocab, so lse = x_best - log p_best loses nothing */
+    int vocab = s->vocab, best = coord_argmax(logits, vocab);
+    float *p = (float *)s->scratch; /* vocab floats fit in vocab candidates */
+    memcpy(p, logits, (size_t)vocab * sizeof(float));
+    s->softmax(p, vocab);
+    float lse = logits[best] - logf(p[best]);
     out->logprob = logits[id] - lse;
     n = n < 0 ? 0 : n > COORD_MAX_LOGPROBS ? COORD_MAX_LOGPROBS : n;
     struct coord_prob top[COORD_MAX_LOGPROBS];

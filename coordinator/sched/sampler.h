@@ -35,6 +35,9 @@ struct coord_sampler {
     struct coord_prob *scratch; /* (vocab) candidates */
     int32_t *counts;            /* (vocab) generated tokens seen, when a penalty is on */
     uint8_t *seen;              /* (vocab) prompt or generated, when the repetition penalty is */
+    int32_t *seen_ids;          /* the distinct tokens counted or seen, in order (vocab) */
+    int n_seen_ids;
+    void (*softmax)(float *x, int n); /* the fastest kernel table's */
 };
 
 /* One sampled token's log-probability (log-softmax of the model's logits) and the top
@@ -58,9 +61,11 @@ void coord_sampler_observe(struct coord_sampler *s, int id, bool generated);
 /* Picks the next token from @logits (vocab floats; modified in place unless greedy without
  * penalties). */
 int coord_sample(struct coord_sampler *s, float *logits);
-/* The log-probability of token @id under @logits (vocab floats, read only) and the @n most
- * likely tokens' (n <= COORD_MAX_LOGPROBS), without a full sort. */
-void coord_logprobs(const float *logits, int vocab, int id, int n, struct coord_logprobs *out);
+/* The log-probability of token @id under @logits (vocab floats, read only; no penalty or
+ * temperature) and the @n most likely tokens' (n <= COORD_MAX_LOGPROBS), without a full sort.
+ * Uses @s's scratch: call it before coord_sample() or after, not with its candidates in use. */
+void coord_logprobs(struct coord_sampler *s, const float *logits, int id, int n,
+                    struct coord_logprobs *out);
 int coord_argmax(const float *x, int n);
 
 #endif

@@ -108,6 +108,13 @@ int coord_sched_init_backend(struct coord_sched **out, const struct coord_sched_
                             st, ms);
     }
     uint32_t m = s->o.max_seqs;
+    if (b->kv_blocks < m) {
+        free(s);
+        return shardlm_fail(e, -EINVAL,
+                            "a KV cache of %u blocks (%u positions) cannot give each of %u "
+                            "sequences one: raise --kv-tokens or --kv-mem, or lower --max-seqs",
+                            b->kv_blocks, b->kv_blocks * COORD_KV_BLOCK, m);
+    }
     int rc = coord_kvpool_init(&s->pool, b->kv_blocks, !o->no_prefix_cache);
     s->slot_used = calloc(m, 1);
     s->step = calloc(m, sizeof(*s->step));
@@ -550,7 +557,7 @@ static bool advance(struct coord_sched *s, struct seq *q, const float *logits)
     }
     int tok = coord_sample(&q->smp, row);
     if (q->logprobs >= 0) {
-        coord_logprobs(logits, (int)s->be.vocab, tok, q->logprobs, &lp);
+        coord_logprobs(&q->smp, logits, tok, q->logprobs, &lp);
         lpp = &lp;
     }
     if (is_stop_token(q, tok, s->be.eos) || (tok == s->be.bos && !q->ignore_eos)) {

@@ -299,6 +299,8 @@ static void kn_rmsnorm_amx(float *o, const float *x, const float *w, int n, floa
     kn_ops_avx512.rmsnorm(o, x, w, n, eps);
 }
 
+static void kn_softmax_amx(float *x, int n) { kn_ops_avx512.softmax(x, n); }
+
 static void kn_attention_amx(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
                              int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch)
 {
@@ -313,15 +315,19 @@ static void kn_gelu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.gel
 const struct kn_ops KN_OPS_AMX = {
     .name = KN_AMX_NAME,
     .isa = KN_ISA_AMX,
-    .mm = {[KN_DT_F32] = mm_avx512, [KN_DT_BF16] = mm_avx512, [KN_DT_Q8] = mm_avx512,
-           [KN_DT_W4A16] = mm_avx512, [KN_DT_W4A8] = mm_avx512, [KN_DT_W4A8_T] = mm_w4a8t,
+    .mm = {[KN_DT_F32] = mm_avx512,
+           [KN_DT_BF16] = mm_avx512,
+           [KN_DT_Q8] = mm_avx512,
+           [KN_DT_W4A16] = mm_avx512,
+           [KN_DT_W4A8] = mm_avx512,
+           [KN_DT_W4A8_T] = mm_w4a8t,
            [KN_DT_W4A16_T] = mm_w4a16t},
     .act_prepare = kn_act_prepare_avx512,
     .gemv = kn_gemv_amx,
     .gemm = kn_gemm_amx,
     .rmsnorm = kn_rmsnorm_amx,
     .rope = kn_rope_ref,
-    .softmax = kn_softmax_ref,
+    .softmax = kn_softmax_amx,
     .silu_mul = kn_silu_mul_amx,
     .gelu_mul = kn_gelu_mul_amx,
     .attention = kn_attention_amx,
