@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <jansson.h>
 #include <sched.h>
 #include <time.h>
 
@@ -803,12 +804,175 @@ static void test_access(void **state)
     free(r);
 }
 
+/* The golden continuation of prompt @no (its text after the prompt), malloc'd. */
+static char *golden_tail(int no, const char *prompt)
+{
+    char path[4200];
+    tu_path(path, sizeof(path), "%s/golden/stories260K/p%d.txt", tu_data(), no);
+    char *g = tu_slurp(path, NULL);
+    assert_non_null(g);
+    size_t n = strlen(g);
+    if (n && g[n - 1] == '\n')
+        g[--n] = '\0';
+    assert_int_equal(strncmp(g, prompt, strlen(prompt)), 0);
+    memmove(g, g + strlen(prompt), n - strlen(prompt) + 1);
+    return g;
+}
+
+/* Many prompts at once: the four golden prompts batched (-p four times, and -f FILE with
+ * --json) each continue as they do alone, greedy; results come labelled in prompt order or as
+ * one JSON object per line; a stop string ends a text before it; a prompt sharing a long prefix
+ * with an earlier one finds it cached and continues the same; bad sizes and files fail in one
+ * line. */
+static void test_generate_many(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char model[4200], file[4200], prompts[4][512], *tail[4];
+    int n_ids[4];
+    tu_path(model, sizeof(model), "%s/f32.shlm", dir);
+    tu_path(file, sizeof(file), "%s/prompts.txt", dir);
+    char listing[4096] = "";
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(
+            tu_golden_prompt(tu_data(), i + 1, prompts[i], sizeof(prompts[i]), &n_ids[i]), 0);
+        tail[i] = golden_tail(i + 1, prompts[i]);
+        strcat(listing, prompts[i]);
+        strcat(listing, i == 1 ? "\r\n\n" : "\n"); /* a CRLF and an empty line */
+    }
+    assert_int_equal(tu_write(file, listing, strlen(listing)), 0);
+    /* 100 new tokens: every golden text has more, or stops earlier at EOS */
+    char *a1[] = {"generate", "-m", model,      "-n", "100",      "--temp", "0",        "-p",
+                  prompts[0], "-p", prompts[1], "-p", prompts[2], "-p",     prompts[3], NULL};
+    run_shardlm(r, a1, NULL);
+    assert_int_equal(r->status, 0);
+    const char *at = r->out;
+    for (int i = 0; i < 4; i++) {
+        char head[600];
+        snprintf(head, sizeof(head), "[%d] %s", i + 1, prompts[i]);
+        assert_int_equal(strncmp(at, head, strlen(head)), 0);
+        at += strlen(head);
+        const char *end = strstr(at, i < 3 ? "\n[" : "\n");
+        assert_non_null(end);
+        size_t got = (size_t)(end - at);
+        if (strncmp(at, tail[i], got) != 0)
+            fail_msg("prompt %d batched:\n%.*s\nalone:\n%s", i + 1, (int)got, at, tail[i]);
+        at = end + 1;
+    }
+    assert_runtime_clean();
+
+    char *a2[] = {"generate", "-m", model, "-n", "100", "--temp", "0", "-f", file, "--json", NULL};
+    run_shardlm(r, a2, NULL);
+    assert_int_equal(r->status, 0);
+    char *line = r->out;
+    for (int i = 0; i < 4; i++) {
+        char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        *nl = '\0';
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        assert_non_null(o);
+        const char *text = json_string_value(json_object_get(o, "text"));
+        const char *fin = json_string_value(json_object_get(o, "finish_reason"));
+        assert_string_equal(json_string_value(json_object_get(o, "prompt")), prompts[i]);
+        assert_non_null(text);
+        assert_int_equal(strncmp(text, tail[i], strlen(text)), 0);
+        assert_int_equal(json_integer_value(json_object_get(o, "prompt_tokens")), n_ids[i]);
+        json_int_t done = json_integer_value(json_object_get(o, "completion_tokens"));
+        assert_true(done >= 1 && done <= 100);
+        assert_true(strcmp(fin, done == 100 ? "length" : "stop") == 0);
+        json_decref(o);
+        line = nl + 1;
+    }
+    assert_int_equal(*line, '\0');
+
+    /* a stop string: the text ends before its first occurrence */
+    char *a3[] = {"generate", "-m",       model,    "-n",     "100", "--temp", "0",
+                  "-p",       prompts[0], "--json", "--stop", ".",   NULL};
+    run_shardlm(r, a3, NULL);
+    assert_int_equal(r->status, 0);
+    json_error_t je;
+    json_t *o = json_loads(r->out, 0, &je);
+    assert_non_null(o);
+    const char *text = json_string_value(json_object_get(o, "text"));
+    assert_int_equal(strlen(text), strcspn(tail[0], "."));
+    assert_int_equal(strncmp(text, tail[0], strlen(text)), 0);
+    assert_string_equal(json_string_value(json_object_get(o, "finish_reason")), "stop");
+    json_decref(o);
+
+    /* one sequence at a time: the second prompt extends the first, whose full blocks it finds
+     * in the prefix cache; its text is the one computed without the cache */
+    char base[1024], longer[1040];
+    snprintf(base, sizeof(base), "%s%.300s", prompts[0], tail[0]); /* ~80 tokens */
+    snprintf(longer, sizeof(longer), "%s%s", base, " The end.");
+    char *a4[] = {"generate",   "-m", model, "-n", "40", "--temp", "0", "--json",
+                  "--max-seqs", "1",  "-p",  base, "-p", longer,   NULL};
+    char texts[2][4096];
+    for (int cache = 1; cache >= 0; cache--) {
+        char *args[20];
+        int k = 0;
+        for (; a4[k]; k++)
+            args[k] = a4[k];
+        if (!cache)
+            args[k++] = "--no-prefix-cache";
+        args[k] = NULL;
+        run_shardlm(r, args, NULL);
+        assert_int_equal(r->status, 0);
+        char *second = strchr(r->out, '\n') + 1;
+        o = json_loads(second, JSON_DISABLE_EOF_CHECK, &je);
+        assert_non_null(o);
+        json_int_t cached = json_integer_value(json_object_get(o, "cached_tokens"));
+        if (cache)
+            assert_true(cached >= 16 && cached % 16 == 0);
+        else
+            assert_int_equal(cached, 0);
+        snprintf(texts[cache], sizeof(texts[cache]), "%s",
+                 json_string_value(json_object_get(o, "text")));
+        json_decref(o);
+    }
+    assert_string_equal(texts[0], texts[1]);
+
+    /* sizes and files that cannot work */
+    char empty[4200], bad_utf8[4200];
+    tu_path(empty, sizeof(empty), "%s/empty.txt", dir);
+    tu_path(bad_utf8, sizeof(bad_utf8), "%s/latin1.txt", dir);
+    assert_int_equal(tu_write(empty, "\n\n", 2), 0);
+    assert_int_equal(tu_write(bad_utf8, "Once\ncaf\xe9\n", 10), 0);
+    struct {
+        char *args[16];
+        const char *err;
+    } bad[] = {
+        {{"generate", "-m", model, "-f", "/nonexistent/prompts", NULL}, "No such file"},
+        {{"generate", "-m", model, "-f", empty, NULL}, "holds no prompt"},
+        {{"generate", "-m", model, "-f", bad_utf8, NULL}, "prompt 2: not valid UTF-8"},
+        {{"generate", "-m", model, "-p", "Once", "--kv-tokens", "64", "--kv-mem", "1M", NULL},
+         "give one"},
+        {{"generate", "-m", model, "-p", "Once", "--kv-tokens", "32", "--max-seqs", "4", NULL},
+         "cannot give each of 4 sequences one"},
+        {{"generate", "-m", model, "-p", "Once", "--kv-tokens", "64", "-n", "100", NULL},
+         "needs 7 KV blocks"},
+        {{"generate", "-m", model, "-p", "Once", "-p", "Twice", "--max-seqs", "2", "--step-tokens",
+          "1", NULL},
+         "--step-tokens 1 is below --max-seqs 2"},
+        {{"generate", "-m", model, "-p", "Once", "--kv-mem", "12X", NULL}, "--kv-mem '12X'"},
+        {{"generate", "-m", model, "-p", "Once", "--top-k", "-1", NULL}, "--top-k '-1'"},
+        {{"generate", "-m", model, "-p", "Once", "--stop", "", NULL}, "--stop"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        run_shardlm(r, bad[i].args, NULL);
+        expect_failure(r, bad[i].err);
+    }
+    for (int i = 0; i < 4; i++)
+        free(tail[i]);
+    free(r);
+}
+
 int main(void)
 {
     if (!tu_have_data())
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_greedy_f32),
+        cmocka_unit_test(test_generate_many),
         cmocka_unit_test(test_eval_fidelity),
         cmocka_unit_test(test_bad_checkpoints),
         cmocka_unit_test(test_bad_model_files),
