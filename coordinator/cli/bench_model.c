@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "kn.h"
+#include "scheduler.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -38,6 +39,12 @@ static const char usage_bench_model[] =
     "                  tokens), then -n decode steps carry one token of every sequence; prints\n"
     "                  llama-batched-bench's table (PP, TG, B, N_KV = B x (PP + TG), times and\n"
     "                  tokens/s of the prefill, of the decode and of both; medians of REPS)\n"
+    "  --prefix-cache P  instead: time to first token of a prompt of P shared tokens and 16 of\n"
+    "                  its own after another prompt with the same P tokens ran, with the prefix\n"
+    "                  cache and without (each a fresh scheduler on one engine), medians of REPS:\n"
+    "                  prefix_cache prefix=<P> suffix=16 ttft_cold_ms=<x> ttft_cached_ms=<y>\n"
+    "                  speedup=<x/y> cached_tokens=<n> logprobs_identical=<0|1> (the first\n"
+    "                  token's top-20 log-probabilities, bit for bit)\n"
     "  --json          one JSON object per line instead of the table\n"
     "The workers run the fastest kernel table of this CPU (SHARDLM_ISA=ref|avx2|avx512|amx forces\n"
     "one); the engine names it on stderr at start.\n";
@@ -151,6 +158,7 @@ struct model_opts {
     int n_threads;
     long batch[BENCH_MAX_T]; /* --batch: sequences at once */
     int n_batch;
+    int prefix; /* --prefix-cache: tokens two prompts share */
 };
 
 /* What one thread count ran on: the model's and the layout's columns of its lines, and the
@@ -413,6 +421,106 @@ static int bench_batch(const struct model_opts *o, int threads, struct shardlm_e
     return rc;
 }
 
+/* What one request of --prefix-cache saw. */
+struct ttft {
+    uint64_t submit_ns, first_ns;
+    int cached;
+    struct coord_logprobs lp;
+};
+
+static void ttft_event(void *ctx, const struct coord_event *ev)
+{
+    struct ttft *t = ctx;
+    if (!t->first_ns && ev->token >= 0) {
+        t->first_ns = shardlm_now_ns();
+        t->cached = ev->cached_tokens;
+        if (ev->logprobs)
+            t->lp = *ev->logprobs;
+    }
+}
+
+/* One request of @n tokens through a scheduler to its first token. */
+static int ttft_one(struct coord_sched *s, const int32_t *tok, int n, struct ttft *t,
+                    struct shardlm_err *e)
+{
+    struct coord_request r = {.prompt = tok,
+                              .n_prompt = n,
+                              .max_tokens = 1,
+                              .sampling = {.top_p = 1.0f, .repetition_penalty = 1.0f},
+                              .logprobs = COORD_MAX_LOGPROBS,
+                              .on_event = ttft_event,
+                              .ctx = t};
+    uint64_t id;
+    memset(t, 0, sizeof(*t));
+    t->submit_ns = shardlm_now_ns();
+    int rc = coord_sched_submit(s, &r, &id, e);
+    return rc ? rc : coord_sched_run(s, e);
+}
+
+/* --prefix-cache at one thread count: REPS times, on fresh schedulers over one engine, prompt A
+ * (the shared P tokens and 16 of its own) then prompt B (the same P and 16 others) with the
+ * prefix cache, and B alone without it; prints the medians of B's time to first token. */
+static int bench_prefix(const struct model_opts *o, int threads, struct shardlm_err *e)
+{
+    struct coord_engine *g;
+    struct coord_engine_opts eo = o->engine;
+    eo.model_path = o->model;
+    eo.layout.workers = o->workers;
+    eo.layout.threads = threads;
+    eo.max_seqs = 1;
+    int rc = coord_engine_start(&g, &eo, e);
+    if (rc)
+        return rc;
+    const struct shlm_header *h = coord_engine_model(g)->hdr;
+    int n = o->prefix + 16;
+    if ((uint32_t)n >= h->cfg.seq_len) {
+        coord_engine_stop(g);
+        return shardlm_fail(e, -E2BIG, "--prefix-cache %d: the model's context is %u", o->prefix,
+                            h->cfg.seq_len);
+    }
+    int32_t *a = malloc(2 * (size_t)n * sizeof(int32_t)), *b = a ? a + n : NULL;
+    if (!a) {
+        coord_engine_stop(g);
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    }
+    random_tokens(a, 2 * n, h->cfg.vocab_size);
+    memcpy(b, a, (size_t)o->prefix * sizeof(int32_t)); /* b: the prefix, then its own 16 */
+    int reps = o->reps > 16 ? 16 : o->reps, cached = 0, same = 1;
+    double cold[16], warm[16];
+    for (int r = 0; r < reps && !rc; r++) {
+        struct coord_sched *s = NULL;
+        struct ttft ta, tb, tc;
+        for (int cache = 1; cache >= 0 && !rc; cache--) {
+            struct coord_sched_opts so = {.max_seqs = 1, .no_prefix_cache = !cache};
+            if ((rc = coord_sched_init(&s, g, NULL, &so, e)))
+                break;
+            if (cache && !(rc = ttft_one(s, a, n, &ta, e)))
+                rc = ttft_one(s, b, n, &tb, e);
+            else if (!cache)
+                rc = ttft_one(s, b, n, &tc, e);
+            coord_sched_free(s);
+        }
+        if (rc)
+            break;
+        warm[r] = (double)(tb.first_ns - tb.submit_ns) / 1e6;
+        cold[r] = (double)(tc.first_ns - tc.submit_ns) / 1e6;
+        cached = tb.cached;
+        same &= tb.lp.n_top == tc.lp.n_top && tb.lp.logprob == tc.lp.logprob &&
+                !memcmp(tb.lp.top, tc.lp.top, sizeof(tb.lp.top[0]) * (size_t)tb.lp.n_top);
+    }
+    int n_cpus = coord_engine_layout(g)->ranks[0].n_cpus;
+    coord_engine_stop(g);
+    free(a);
+    if (rc)
+        return rc;
+    double c = coord_sort_median(cold, reps), w = coord_sort_median(warm, reps);
+    printf("prefix_cache threads=%d prefix=%d suffix=16 ttft_cold_ms=%.2f ttft_cached_ms=%.2f "
+           "speedup=%.1f cached_tokens=%d logprobs_identical=%d\n",
+           threads ? threads : n_cpus, o->prefix, c, w, w > 0 ? c / w : 0.0, cached, same);
+    fflush(stdout);
+    return 0;
+}
+
 /* Parses a list like "1,2,4" of at most BENCH_MAX_T numbers in [1, @max] into @v. Returns how
  * many, or -1. */
 static int parse_list(const char *arg, long max, long *v)
@@ -432,10 +540,13 @@ static int parse_list(const char *arg, long max, long *v)
 int coord_bench_model(int argc, char **argv)
 {
     struct model_opts o = {.pp = 512, .tg = 128, .reps = 3, .workers = 1};
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"workers", required_argument, 0, 'W'},
-        {"batch", required_argument, 0, 'B'}, {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"workers", required_argument, 0, 'W'},
+                                         {"batch", required_argument, 0, 'B'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"prefix-cache", required_argument, 0, 'P'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int c;
     long v;
     optind = 1;
@@ -468,6 +579,13 @@ int coord_bench_model(int argc, char **argv)
         case 'j':
             o.json = 1;
             break;
+        case 'P':
+            if (!coord_parse_long(optarg, 16, 1 << 20, &v))
+                return coord_usage_error("bench", usage_bench_model,
+                                         "--prefix-cache '%s': expected 16..1048576 tokens",
+                                         optarg);
+            o.prefix = (int)v;
+            break;
         case 'h':
             fputs(usage_bench_model, stdout);
             return 0;
@@ -491,7 +609,10 @@ int coord_bench_model(int argc, char **argv)
                                      what);
         }
     coord_signals_install();
-    if (!o.n_batch && !o.json) {
+    if (o.n_batch && o.prefix)
+        return coord_usage_error("bench", usage_bench_model,
+                                 "--batch and --prefix-cache are two benchmarks: give one");
+    if (!o.n_batch && !o.prefix && !o.json) {
         printf("| %-28s | %10s | %7s | %-6s | %7s | %10s | %16s |\n", "model", "size", "params",
                "backend", "threads", "test", "t/s");
         printf("| %.28s | %.10s | %.7s | %.6s | %.7s | %.10s | %.16s |\n",
@@ -501,7 +622,8 @@ int coord_bench_model(int argc, char **argv)
     struct shardlm_err e = {{0}};
     int rc = coord_cli_engine_env(&o.engine, &e);
     for (int i = 0; i < o.n_threads && !rc; i++)
-        rc = o.n_batch ? bench_batch(&o, (int)o.threads[i], &e)
-                       : bench_threads(&o, (int)o.threads[i], &e);
+        rc = o.n_batch  ? bench_batch(&o, (int)o.threads[i], &e)
+             : o.prefix ? bench_prefix(&o, (int)o.threads[i], &e)
+                        : bench_threads(&o, (int)o.threads[i], &e);
     return coord_cli_exit("bench", rc, &e); /* a signal: 128 + it, as every command */
 }
