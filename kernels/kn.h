@@ -5,7 +5,10 @@
  *   KN_DT_BF16   rows x cols bfloat16, row-major.
  * Codes come first, their region padded to a multiple of 64 bytes (kn_codes_bytes), then scales.
  *   KN_DT_Q8     int8 per row: codes (rows x cols int8), then scales (rows float).
- *                value = scale[r] * code.
+ *                value = scale[r] * code. Activations are quantized to int16 per token (q16,
+ *                |error| <= max|x| / 65534): the integer sum is exact, so every table gives the
+ *                reference's result bit for bit, and a row's result is the same whatever
+ *                other rows or tokens share its product.
  *   KN_DT_W4A16  asymmetric int4 per group: codes (rows x ceil(cols/2) bytes, element 2j in the
  *                low nibble of byte j, 2j+1 in the high one), then scales (rows x ngroups fp16),
  *                then zero points (rows x ngroups uint8, 0..15). value = scale * (code - zero).
@@ -196,17 +199,24 @@ struct kn_act {
     int8_t *qe, *qo;/* (kpad/2) */
     int32_t *qgsum; /* (kpad/group) sum of q per group */
     float qscale;   /* max|x| / 127 */
+    int16_t *q16;   /* (kpad) round(x / q16scale): the Q8 products' activations */
+    float q16scale; /* max|x| / 32767 */
 };
 /* Allocates buffers for vectors of length @k with group @group. Returns 0 or -ENOMEM. */
 int kn_act_alloc(struct kn_act *a, int k, int group);
 void kn_act_free(struct kn_act *a);
 /* Prepares @a from @x (length a->k). Each table has its own (kn_ops.act_prepare: the scalar one
  * for ref, the AVX2 one for avx2, the AVX-512 one for avx512 and amx); every implementation
- * gives the same x, q, qe/qo, qgsum and qscale bit for bit; gsum may differ in float summation
- * order. */
+ * gives the same x, q, qe/qo, qgsum, qscale, q16 and q16scale bit for bit; gsum may differ in
+ * float summation order. */
 void kn_act_prepare_scalar(struct kn_act *a, const float *x);
 void kn_act_prepare_avx2(struct kn_act *a, const float *x);   /* group % 8 == 0, else scalar */
 void kn_act_prepare_avx512(struct kn_act *a, const float *x); /* group % 16 == 0, else scalar */
+/* q16 and q16scale of @a from a->x (its kpad floats) and their max |x| @amax. */
+void kn_act_prepare_q16(struct kn_act *a, float amax);
+/* The Q8 products' sum of a row: columns per int32 lane sum before it is added into an int64
+ * ((4096 / 8) x 127 x 32767 < 2^31 for AVX2's 8 lanes, half that for AVX-512's 16). */
+#define KN_Q8_CHUNK 4096
 
 /* The matrix product of one weight format, an entry of kn_ops.mm: rows [n0, n1) of @w times
  * the @m prepared activations @x, into y (m, ldy) row-major. Shapes checked by the caller. */

@@ -96,9 +96,9 @@ int kn_act_alloc(struct kn_act *a, int k, int group)
     a->kpad = (k + group - 1) / group * group;
     size_t kp = (size_t)a->kpad, ng = kp / (size_t)group;
     /* One block, 64-byte aligned parts. */
-    size_t sz = 0, off[7];
-    size_t parts[7] = {kp * 4, kp / 2 * 4, kp / 2 * 4, ng * 4, kp, kp, ng * 4};
-    for (int i = 0; i < 7; i++) {
+    size_t sz = 0, off[8];
+    size_t parts[8] = {kp * 4, kp / 2 * 4, kp / 2 * 4, ng * 4, kp, kp, ng * 4, kp * 2};
+    for (int i = 0; i < 8; i++) {
         off[i] = sz;
         sz += (parts[i] + 63) / 64 * 64;
     }
@@ -114,6 +114,7 @@ int kn_act_alloc(struct kn_act *a, int k, int group)
     a->qe = (int8_t *)(p + off[5]);
     a->qo = a->qe + kp / 2;
     a->qgsum = (int32_t *)(p + off[6]);
+    a->q16 = (int16_t *)(p + off[7]);
     return 0;
 }
 
@@ -154,6 +155,15 @@ void kn_act_prepare_scalar(struct kn_act *a, const float *x)
         a->gsum[gi] = s;
         a->qgsum[gi] = qs;
     }
+    kn_act_prepare_q16(a, amax);
+}
+
+void kn_act_prepare_q16(struct kn_act *a, float amax)
+{
+    a->q16scale = amax / 32767.0f;
+    float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    for (int i = 0; i < a->kpad; i++)
+        a->q16[i] = (int16_t)lrintf(a->x[i] * inv);
 }
 
 uint16_t kn_f32_to_f16(float f)

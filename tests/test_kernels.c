@@ -1195,10 +1195,10 @@ static void test_ref_w4_semantics(void **state)
     static const struct {
         int n, k, group;
     } shapes[] = {{9, 172, 128}, {9, 255, 64}, {4, 300, 32}, {3, 33, 32}, {2, 512, 256}};
-    double worst[2] = {0, 0};
+    double worst[3] = {0, 0, 0};
     rng_seed(11);
-    for (int s = 0; s < 2; s++) {
-        enum kn_dtype dt = s ? KN_DT_W4A8 : KN_DT_W4A16;
+    for (int s = 0; s < 3; s++) {
+        enum kn_dtype dt = s == 2 ? KN_DT_Q8 : s ? KN_DT_W4A8 : KN_DT_W4A16;
         for (size_t si = 0; si < ARRAY_SIZE(shapes); si++) {
             int N = shapes[si].n, K = shapes[si].k, group = shapes[si].group;
             struct wmat a;
@@ -1211,7 +1211,13 @@ static void test_ref_w4_semantics(void **state)
                 kn_mat_row(&a.m, n, row);
                 double dot = 0.0, mag = 0.0;
                 for (int k = 0; k < K; k++) {
-                    double xv = dt == KN_DT_W4A8 ? (double)((float)x.q[k] * x.qscale) : x.x[k];
+                    /* the activations each format multiplies: int8 for W4A8, int16 for Q8 (each
+                     * within half a step of x) */
+                    double xv = dt == KN_DT_W4A8 ? (double)((float)x.q[k] * x.qscale)
+                                : dt == KN_DT_Q8 ? (double)((float)x.q16[k] * x.q16scale)
+                                                 : x.x[k];
+                    if (dt == KN_DT_Q8)
+                        assert_true(fabs(xv - x.x[k]) <= 0.51 * x.q16scale); /* + roundings */
                     dot += row[k] * xv;
                     mag += fabs(row[k] * xv);
                 }
@@ -1229,8 +1235,8 @@ static void test_ref_w4_semantics(void **state)
         }
     }
     print_message("[          ] ref vs dequantize-then-dot: worst error/sum|terms| w4a16 %.2g "
-                  "w4a8 %.2g (tolerance %.1g)\n",
-                  worst[0], worst[1], TOL_REF_DEQ);
+                  "w4a8 %.2g q8 %.2g (tolerance %.1g)\n",
+                  worst[0], worst[1], worst[2], TOL_REF_DEQ);
 }
 
 /* The activation preparation of each ISA (its table's act_prepare entry). */

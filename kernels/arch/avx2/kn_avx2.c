@@ -80,26 +80,59 @@ static float dot_bf16(const uint16_t *w, const float *x, int k)
     return s;
 }
 
-static inline __attribute__((always_inline)) float dot_q8(const int8_t *w, const float *x, int k,
-                                                          int pf)
+/* One int8 row against one token's int16 activations (KN_DT_Q8, see kn.h): per 16 columns the
+ * codes widen to int16 (VPMOVSXBW) and VPMADDWD adds pairs of products into 8 int32 lanes, two
+ * accumulators; every KN_Q8_CHUNK columns the lanes go into an int64, so the sum is the
+ * reference's exactly. */
+static inline __attribute__((always_inline)) int64_t dot_q8(const int8_t *w, const int16_t *q,
+                                                            int k, int pf)
 {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int i = 0;
-    for (; i + 32 <= k; i += 32) {
-        if (!(i & 32))
-            pf_line(w + i, pf); /* once per line */
-#define Q8(off)                                                                                    \
-    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + i + off))))
-        a0 = _mm256_fmadd_ps(Q8(0), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(Q8(8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(Q8(16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(Q8(24), _mm256_loadu_ps(x + i + 24), a3);
-#undef Q8
+    int64_t sum = 0;
+    for (int c0 = 0; c0 < k; c0 += KN_Q8_CHUNK) {
+        int c1 = k - c0 < KN_Q8_CHUNK ? k : c0 + KN_Q8_CHUNK, i = c0;
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+        for (; i + 32 <= c1; i += 32) {
+            if (!(i & 32))
+                pf_line(w + i, pf); /* once per line */
+            __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + i)));
+            __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + i + 16)));
+            a0 = _mm256_add_epi32(
+                a0, _mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)(q + i))));
+            a1 = _mm256_add_epi32(
+                a1, _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(q + i + 16))));
+        }
+        int32_t lanes[8];
+        _mm256_storeu_si256((__m256i *)lanes, _mm256_add_epi32(a0, a1));
+        for (int l = 0; l < 8; l++)
+            sum += lanes[l];
+        for (; i < c1; i++)
+            sum += (int32_t)w[i] * q[i];
     }
-    float s = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < k; i++)
-        s += (float)w[i] * x[i];
-    return s;
+    return sum;
+}
+
+/* Rows [n0, n1) x m tokens of an int8 matrix: each row read once, from cache for the tokens
+ * after the first; @pf the software prefetch of a one-token call. */
+static inline __attribute__((always_inline)) void mm_q8_pf(const struct kn_mat *w,
+                                                           const struct kn_act *x, int m, float *y,
+                                                           size_t ldy, int n0, int n1, int pf)
+{
+    for (int n = n0; n < n1; n++) {
+        const int8_t *row = (const int8_t *)w->codes + (size_t)n * (size_t)w->cols;
+        float s = ((const float *)w->scales)[n];
+        for (int i = 0; i < m; i++)
+            y[(size_t)i * ldy + (size_t)n] =
+                s * (x[i].q16scale * (float)dot_q8(row, x[i].q16, w->cols, pf));
+    }
+}
+
+static void mm_q8(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                  int n0, int n1)
+{
+    if (m > 1)
+        mm_q8_pf(w, x, m, y, ldy, n0, n1, KN_PF_HW);
+    else
+        KN_PF_RUN(w, n1 - n0, mm_q8_pf, w, x, m, y, ldy, n0, n1);
 }
 
 /* One W4A16 row as kn_gemv_w4a16_ref: per group sum code * x over 8 bytes (16 elements) at a
@@ -389,7 +422,6 @@ static void mm_w4a16t(const struct kn_mat *w, const struct kn_act *x, int m, flo
 
 KN_MM_ROWS(mm_f32, float, dot_f32, false)
 KN_MM_ROWS(mm_bf16, uint16_t, dot_bf16, false)
-KN_MM_Q8_TUNED(dot_q8, mm_q8_pf_hw)
 
 static void mm_w4a16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)
@@ -503,6 +535,7 @@ void kn_act_prepare_avx2(struct kn_act *a, const float *x)
         a->qe[i] = a->q[2 * i];
         a->qo[i] = a->q[2 * i + 1];
     }
+    kn_act_prepare_q16(a, amax);
 }
 
 static void kn_rmsnorm_avx2(float *o, const float *x, const float *w, int n, float eps)

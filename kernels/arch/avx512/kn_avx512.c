@@ -82,92 +82,162 @@ static inline __m256 widen8_q8(const int8_t *w)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)w)));
 }
 
-/* sum_k code[k] x_t[k] for int8 codes against @nt (1 to Q8_NT) tokens x[t] at once (the
- * caller applies the row scale). Four accumulators over 64 columns: with one, the FMA latency
- * chain held the LM head to 6 GB/s (128256 x 2048, one thread, 44 ms a token); with four, 32
- * GB/s (8.2 ms). Each accumulator is two 256-bit halves: widening 16 codes at once (VPMOVSXBD
- * zmm) held this dot to 7.5-9.5 GB/s on a 2-core Zen 4 VM where 8 at a time gives 17-18 (`bench
- * kernels`, K = 2048); the halves and the reduction are those of the 512-bit code it replaced
- * (_mm512_reduce_add_ps's order), so every result is the same, bit for bit. With several
- * tokens (a batched step's LM head) each code is widened and converted once for all of them,
- * the costly part; every token keeps its own accumulators in the same order, so its result is
- * the one-token result, bit for bit. */
-#define Q8_NT 3
-static inline __attribute__((always_inline)) void dot_q8_n(const int8_t *w, const float *const *x,
-                                                           int nt, int k, int pf, float *out)
+/* ---- int8 rows (KN_DT_Q8) against int16 activations ----
+ *
+ * A tile of Q8_R rows x nt <= Q8_T tokens: per 32 columns each row's codes are widened to int16
+ * once (VPMOVSXBW) and meet every token's 32 int16 activations in one VPDPWSSD (Intel SDM vol.
+ * 2: pairs of int16 products added into 16 int32 lanes). The lanes of KN_Q8_CHUNK columns are
+ * added into an int64 per (row, token): the sum is exact, so a row's result is the reference's
+ * whatever rows and tokens share its tile - a batched LM head gives each token its one-token
+ * logits bit for bit. With 4 x 4 accumulators a 32-column step is 4 loads (widening) + 4 loads
+ * + 16 VPDPWSSD (512 multiply-adds); the float head it replaces spent 2 conversions per 8
+ * codes and one 8-lane FMA per token (a batch of 8 spent 56% of its step there). */
+#define Q8_R 4
+#define Q8_T 4
+
+static inline __attribute__((always_inline)) int64_t reduce_epi32_to_64(__m512i v)
 {
-    __m256 l[Q8_NT][4], h[Q8_NT][4]; /* elements 0..7 and 8..15 of each 16 */
-#pragma GCC unroll 3
-    for (int t = 0; t < nt; t++)
+    return _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(v))) +
+           _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1)));
+}
+
+/* Rows @w[0 .. Q8_R) (each @ld bytes apart, @k columns) against tokens x[0 .. nt): the exact
+ * integer sums into acc[r][t]. */
+static inline __attribute__((always_inline)) void q8_tile(const int8_t *const *w, int k,
+                                                          const struct kn_act *x, int nt,
+                                                          int64_t acc[Q8_R][Q8_T], int pf)
+{
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            l[t][j] = h[t][j] = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 64 <= k; i += 64) {
-        pf_line(w + i, pf);
+    for (int r = 0; r < Q8_R; r++)
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            __m256 cl = widen8_q8(w + i + 16 * j), ch = widen8_q8(w + i + 16 * j + 8);
-#pragma GCC unroll 3
+        for (int t = 0; t < nt; t++)
+            acc[r][t] = 0;
+    for (int c0 = 0; c0 < k; c0 += KN_Q8_CHUNK) {
+        int c1 = k - c0 < KN_Q8_CHUNK ? k : c0 + KN_Q8_CHUNK;
+        __m512i s[Q8_R][Q8_T];
+#pragma GCC unroll 4
+        for (int r = 0; r < Q8_R; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++)
+                s[r][t] = _mm512_setzero_si512();
+        for (int i = c0; i < c1; i += 32) {
+            __mmask32 m = c1 - i >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (c1 - i)) - 1);
+            __m512i wv[Q8_R];
+#pragma GCC unroll 4
+            for (int r = 0; r < Q8_R; r++) {
+                if (!(i & 63))
+                    pf_line(w[r] + i, pf);
+                wv[r] = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, w[r] + i));
+            }
+#pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
-                l[t][j] = _mm256_fmadd_ps(cl, _mm256_loadu_ps(x[t] + i + 16 * j), l[t][j]);
-                h[t][j] = _mm256_fmadd_ps(ch, _mm256_loadu_ps(x[t] + i + 16 * j + 8), h[t][j]);
+                __m512i a = _mm512_maskz_loadu_epi16(m, x[t].q16 + i);
+#pragma GCC unroll 4
+                for (int r = 0; r < Q8_R; r++)
+                    s[r][t] = _mm512_dpwssd_epi32(s[r][t], wv[r], a);
             }
         }
+#pragma GCC unroll 4
+        for (int r = 0; r < Q8_R; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++)
+                acc[r][t] += reduce_epi32_to_64(s[r][t]);
     }
-    for (; i < k; i += 16) {
-        __mmask16 m = mask16(k - i);
-        __mmask8 ml = (__mmask8)m, mh = (__mmask8)(m >> 8);
-        __m256 cl = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_maskz_loadu_epi8(ml, w + i)));
-        __m256 ch = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_maskz_loadu_epi8(mh, w + i + 8)));
-#pragma GCC unroll 3
-        for (int t = 0; t < nt; t++) {
-            l[t][0] = _mm256_fmadd_ps(cl, _mm256_maskz_loadu_ps(ml, x[t] + i), l[t][0]);
-            h[t][0] = _mm256_fmadd_ps(ch, _mm256_maskz_loadu_ps(mh, x[t] + i + 8), h[t][0]);
+}
+
+/* Rows [n0, n1) x m tokens, Q8_R rows at a time (past n1 the last row again, not stored), the
+ * tokens Q8_T at a time; @pf the software prefetch (a constant in each of KN_PF_RUN's calls). */
+static inline __attribute__((always_inline)) void mm_q8_pf(const struct kn_mat *w,
+                                                           const struct kn_act *x, int m, float *y,
+                                                           size_t ldy, int n0, int n1, int pf)
+{
+    const int8_t *codes = w->codes;
+    const float *sc = w->scales;
+    for (int n = n0; n < n1; n += Q8_R) {
+        const int8_t *rows[Q8_R];
+        for (int r = 0; r < Q8_R; r++)
+            rows[r] = codes + (size_t)(n + r < n1 ? n + r : n1 - 1) * (size_t)w->cols;
+        for (int t0 = 0; t0 < m; t0 += Q8_T) {
+            int64_t acc[Q8_R][Q8_T];
+            int nt = m - t0 < Q8_T ? m - t0 : Q8_T;
+            switch (nt) {
+            case 1:
+                q8_tile(rows, w->cols, x + t0, 1, acc, pf);
+                break;
+            case 2:
+                q8_tile(rows, w->cols, x + t0, 2, acc, pf);
+                break;
+            case 3:
+                q8_tile(rows, w->cols, x + t0, 3, acc, pf);
+                break;
+            default:
+                q8_tile(rows, w->cols, x + t0, 4, acc, pf);
+                break;
+            }
+            for (int r = 0; r < Q8_R && n + r < n1; r++)
+                for (int t = 0; t < nt; t++)
+                    y[(size_t)(t0 + t) * ldy + (size_t)(n + r)] =
+                        sc[n + r] * (x[t0 + t].q16scale * (float)acc[r][t]);
         }
     }
-#pragma GCC unroll 3
-    for (int t = 0; t < nt; t++) {
-        __m256 lo = _mm256_add_ps(_mm256_add_ps(l[t][0], l[t][1]), _mm256_add_ps(l[t][2], l[t][3]));
-        __m256 hi = _mm256_add_ps(_mm256_add_ps(h[t][0], h[t][1]), _mm256_add_ps(h[t][2], h[t][3]));
-        __m256 t3 = _mm256_add_ps(hi, lo);
-        __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
-        __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
-        out[t] = _mm_cvtss_f32(_mm_add_ss(t8, _mm_shuffle_ps(t8, t8, _MM_SHUFFLE(1, 1, 1, 1))));
+}
+
+/* One row against one token, for decode: the row read front to back as one stream (the tile's
+ * four rows at once were 3-10% slower over the LM head here), four accumulators over 128
+ * columns. The same exact sum as q8_tile's. */
+static inline __attribute__((always_inline)) int64_t dot_q8(const int8_t *w, const int16_t *q,
+                                                            int k, int pf)
+{
+    int64_t sum = 0;
+    for (int c0 = 0; c0 < k; c0 += KN_Q8_CHUNK) {
+        int c1 = k - c0 < KN_Q8_CHUNK ? k : c0 + KN_Q8_CHUNK, i = c0;
+        __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+        for (; i + 128 <= c1; i += 128) {
+            pf_line(w + i, pf);
+            pf_line(w + i + 64, pf);
+#define Q8W(off) _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + i + (off))))
+#define Q8A(off) _mm512_loadu_si512(q + i + (off))
+            s0 = _mm512_dpwssd_epi32(s0, Q8W(0), Q8A(0));
+            s1 = _mm512_dpwssd_epi32(s1, Q8W(32), Q8A(32));
+            s2 = _mm512_dpwssd_epi32(s2, Q8W(64), Q8A(64));
+            s3 = _mm512_dpwssd_epi32(s3, Q8W(96), Q8A(96));
+#undef Q8W
+#undef Q8A
+        }
+        for (; i < c1; i += 32) {
+            __mmask32 m = c1 - i >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (c1 - i)) - 1);
+            s0 = _mm512_dpwssd_epi32(s0, _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, w + i)),
+                                     _mm512_maskz_loadu_epi16(m, q + i));
+        }
+        /* a lane holds (c1 - c0) / 64 products per accumulator: the four together stay below
+         * 2^31 for a KN_Q8_CHUNK, so they add exactly in int32 before one reduction */
+        sum += reduce_epi32_to_64(
+            _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3)));
     }
+    return sum;
 }
 
-static inline __attribute__((always_inline)) float dot_q8(const int8_t *w, const float *x, int k,
-                                                          int pf)
+static inline __attribute__((always_inline)) void
+mm_q8_one(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1, int pf)
 {
-    float r;
-    dot_q8_n(w, &x, 1, k, pf, &r);
-    return r;
-}
-
-/* Rows [n0, n1) of the int8 matrix @w against @m > 1 tokens: each row read once for all of them,
- * Q8_NT tokens at a time sharing its widened codes. */
-static void mm_q8_tokens(const struct kn_mat *w, const struct kn_act *x, int m, float *y,
-                         size_t ldy, int n0, int n1)
-{
+    const float *sc = w->scales;
     for (int n = n0; n < n1; n++) {
         const int8_t *row = (const int8_t *)w->codes + (size_t)n * (size_t)w->cols;
-        float s = ((const float *)w->scales)[n], r[Q8_NT];
-        for (int i = 0; i < m; i += Q8_NT) {
-            const float *xs[Q8_NT];
-            int nt = m - i < Q8_NT ? m - i : Q8_NT;
-            for (int t = 0; t < nt; t++)
-                xs[t] = x[i + t].x;
-            if (nt == 3)
-                dot_q8_n(row, xs, 3, w->cols, KN_PF_HW, r);
-            else if (nt == 2)
-                dot_q8_n(row, xs, 2, w->cols, KN_PF_HW, r);
-            else
-                dot_q8_n(row, xs, 1, w->cols, KN_PF_HW, r);
-            for (int t = 0; t < nt; t++)
-                y[(size_t)(i + t) * ldy + (size_t)n] = s * r[t];
-        }
+        y[n] = sc[n] * (x->q16scale * (float)dot_q8(row, x->q16, w->cols, pf));
     }
+}
+
+/* Decode (one token) row by row with the prefetch the tuner picks; more tokens in tiles that read
+ * each row from memory once and from cache after, prefetched 8 KiB ahead into L2 (with the
+ * hardware prefetcher alone a batch of 8 spent 27 ms a step in the 263 MB LM head of llama32-1b:
+ * 9.5 GB/s, `bench kernels`' "pf hw" figure on this VM). */
+static void mm_q8(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                  int n0, int n1)
+{
+    if (m > 1)
+        mm_q8_pf(w, x, m, y, ldy, n0, n1, KN_PF_L2);
+    else
+        KN_PF_RUN(w, n1 - n0, mm_q8_one, w, x, y, n0, n1);
 }
 
 /* One W4A16 row: sum_g s_g * (sum_k code_k x_k - zero_g * gsum_g). Byte j of the row holds
@@ -238,7 +308,6 @@ static inline float dot_w4a8(const uint8_t *row, const uint16_t *sc, const struc
 
 KN_MM_ROWS(mm_f32, float, dot_f32, false)
 KN_MM_ROWS(mm_bf16, uint16_t, dot_bf16, false)
-KN_MM_Q8_TUNED(dot_q8, mm_q8_tokens)
 
 static void mm_w4a16(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)
@@ -272,7 +341,10 @@ static void mm_w4a8(const struct kn_mat *w, const struct kn_act *x, int m, float
  * split into low and high nibbles and fed to VPDPBUSD against the token's four activation bytes
  * k..k+3 and k+4..k+7 broadcast to all lanes; at the end of the group the lanes are converted
  * and scaled by the 16 rows' fp16 scales into float accumulators. With TM = 4, TN = 2: 8 int32 +
- * 8 float accumulators, 4 nibble registers; every weight load feeds 8 VPDPBUSD. */
+ * 8 float accumulators, 4 nibble registers; every weight load feeds 8 VPDPBUSD. The weights are
+ * prefetched 8 KiB ahead into L2 (kn_prefetch.c's default): against 4 KiB into L1, batched
+ * decode of 4 and 8 sequences gained 3-4% on llama32-1b, prefill the same (3 interleaved rounds,
+ * docs/benchmarks.md "Batched decode"). */
 #define TM 4
 #define TN 2
 
@@ -318,7 +390,7 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
 #pragma GCC unroll 2
             for (int j = 0; j < nt; j++) {
                 const uint8_t *p = w + (size_t)j * bb + (size_t)o * 64;
-                _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+                pf_line(p, KN_PF_L2);
                 __m512i v = _mm512_loadu_si512(p);
                 lo[j] = _mm512_and_si512(v, lo4);
                 hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
@@ -612,9 +684,9 @@ static void kn_rmsnorm_avx512(float *o, const float *x, const float *w, int n, f
 
 /* ---- activation preparation (the table's act_prepare) ---- */
 
-/* As kn_act_prepare_scalar: VCVTPS2DQ rounds to nearest even as lrintf does, so q is the same
- * bit for bit; the group sums add in another order. Two passes: max |x|, then per group x, q
- * and the sums; then the even/odd split through a two-source permute. */
+/* As kn_act_prepare_scalar: VCVTPS2DQ rounds to nearest even as lrintf does, so q and q16 are
+ * the same bit for bit; the group sums add in another order. Two passes: max |x|, then per group x,
+ * q and the sums; then the even/odd split through a two-source permute. */
 void kn_act_prepare_avx512(struct kn_act *a, const float *x)
 {
     int k = a->k, kp = a->kpad, g = a->group;
@@ -627,8 +699,10 @@ void kn_act_prepare_avx512(struct kn_act *a, const float *x)
         mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask16(k - i), x + i)));
     float amax = _mm512_reduce_max_ps(mx);
     a->qscale = amax / 127.0f;
+    a->q16scale = amax / 32767.0f;
     float inv_s = amax > 0.0f ? 127.0f / amax : 0.0f;
     __m512 inv = _mm512_set1_ps(inv_s);
+    __m512 inv16 = _mm512_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
     for (int gi = 0; gi < kp / g; gi++) {
         __m512 s = _mm512_setzero_ps();
         __m512i qs = _mm512_setzero_si512();
@@ -637,6 +711,8 @@ void kn_act_prepare_avx512(struct kn_act *a, const float *x)
             __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
             _mm512_storeu_ps(a->x + i, v);
             _mm_storeu_si128((__m128i *)(a->q + i), _mm512_cvtepi32_epi8(q));
+            _mm256_storeu_si256((__m256i *)(a->q16 + i),
+                                _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(v, inv16))));
             s = _mm512_add_ps(s, v);
             qs = _mm512_add_epi32(qs, q);
         }

@@ -37,10 +37,10 @@ void kn_gemv_q8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, in
     const float *sc = w->scales;
     for (int n = n0; n < n1; n++) {
         const int8_t *row = p + (size_t)n * (size_t)w->cols;
-        float s = 0.0f;
+        int64_t s = 0; /* exact: the SIMD tables add the same products in int32 and int64 */
         for (int k = 0; k < w->cols; k++)
-            s += (float)row[k] * x->x[k];
-        y[n] = sc[n] * s;
+            s += (int32_t)row[k] * x->q16[k];
+        y[n] = sc[n] * (x->q16scale * (float)s);
     }
 }
 
