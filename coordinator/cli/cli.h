@@ -77,7 +77,7 @@ int coord_cmd_bench(int argc, char **argv);
 #define SCHED_HELP                                                                                 \
     "  --max-seqs N    sequences run at once (default: the prompts, at most 16)\n"                 \
     "  --step-tokens N tokens one step carries: each running sequence's next token, then chunks\n" \
-    "                  of prompts (default 512)\n"                                                 \
+    "                  of prompts (default 256)\n"                                                 \
     "  --kv-tokens N   positions of KV cache all sequences share, in blocks of 16 (default: a\n"   \
     "                  context per sequence, within half the memory free on the node)\n"           \
     "  --kv-mem SIZE   the KV cache in bytes over all workers instead (suffix K, M or G)\n"        \

@@ -78,8 +78,10 @@ struct coord_sched_opts {
     bool no_prefix_cache;
 };
 
-/* Defaults of coord_sched_opts (measured: docs/benchmarks.md "Batched decode"). */
-#define COORD_SCHED_STEP_TOKENS 512u
+/* Default of coord_sched_opts.step_tokens: prefill's throughput is flat from chunks of 64 tokens
+ * (llama32-1b, 2 threads: pp64..pp512 all 330-341 tok/s), so a larger budget only makes the
+ * running sequences wait longer for their next token (docs/benchmarks.md "Many sequences"). */
+#define COORD_SCHED_STEP_TOKENS 256u
 
 struct coord_sched_stats {
     uint64_t steps, step_ns, sample_ns; /* sampling and detokenizing, in the steps' time */
