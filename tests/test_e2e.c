@@ -837,7 +837,8 @@ static void test_generate_many(void **state)
             tu_golden_prompt(tu_data(), i + 1, prompts[i], sizeof(prompts[i]), &n_ids[i]), 0);
         tail[i] = golden_tail(i + 1, prompts[i]);
         strcat(listing, prompts[i]);
-        strcat(listing, i == 1 ? "\r\n\n" : "\n"); /* a CRLF and an empty line */
+        /* a CRLF and an empty line; no newline after the last */
+        strcat(listing, i == 1 ? "\r\n\n" : i == 3 ? "" : "\n");
     }
     assert_int_equal(tu_write(file, listing, strlen(listing)), 0);
     /* 100 new tokens: every golden text has more, or stops earlier at EOS */

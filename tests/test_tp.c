@@ -298,11 +298,11 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Fault injection: a random worker of 2 or 3 killed (SIGKILL) at a random moment (20-420 ms after
- * the workers attached) of a greedy generation of 4 sequences at once (two sharing a prefix in
- * the KV cache), 24 times. Each time the coordinator restarts it on its CPUs over the same
- * segments, runs the step again, and every text is the uninterrupted run's, byte for byte (and
- * that run's texts are each prompt's alone); the recovery times are reported. Seeded: the seed
- * is printed, SHARDLM_TEST_SEED repeats a run. */
+ * the workers attached) of a greedy generation of 4 sequences, three at once and the fourth on
+ * the first's cached prefix blocks, 24 times. Each time the coordinator restarts it on its CPUs
+ * over the same segments, runs the step again, and every text is the uninterrupted run's, byte for
+ * byte (and that run's texts are each prompt's alone); the recovery times are reported. Seeded: the
+ * seed is printed, SHARDLM_TEST_SEED repeats a run. */
 static void test_worker_restarts(void **state)
 {
     struct tu_run *r = malloc(sizeof(*r));
@@ -313,9 +313,14 @@ static void test_worker_restarts(void **state)
     unsigned seed = seed_env ? (unsigned)strtoul(seed_env, NULL, 10) : (unsigned)time(NULL);
     fprintf(stderr, "fault injection: seed %u (SHARDLM_TEST_SEED=%u repeats it)\n", seed, seed);
     srand(seed);
-    static const char *prompts[4] = {"Once upon a time, there was a little dog named Max. Max",
-                                     "Lily and Tom", "The cat sat",
-                                     "Once upon a time, there was a little dog named Max. He"};
+    /* three run at once (--max-seqs 3); the fourth starts when one ends, on the blocks of the
+     * first's long prefix that the prefix cache kept */
+    static const char *prompts[4] = {
+        "Once upon a time, there was a little dog named Max. Max loved to run in the big green "
+        "park with his best friend Tom. Max",
+        "Lily and Tom", "The cat sat",
+        "Once upon a time, there was a little dog named Max. Max loved to run in the big green "
+        "park with his best friend Tom. One day"};
 #define FOUR_PROMPTS                                                                               \
     "-p", (char *)prompts[0], "-p", (char *)prompts[1], "-p", (char *)prompts[2], "-p",            \
         (char *)prompts[3]

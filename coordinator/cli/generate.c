@@ -162,7 +162,14 @@ static int read_prompt_file(struct gen *g, const char ***list, int *n, struct sh
     int rc = coord_read_file(g->o->prompt_file, PROMPT_FILE_MAX, &buf, &len, e);
     if (rc)
         return rc;
-    g->file = (char *)buf;
+    if (!(g->file = malloc(len + 1))) { /* room for the last line's end of string */
+        free(buf);
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    }
+    memcpy(g->file, buf, len);
+    g->file[len] = '\0';
+    free(buf);
+    buf = (uint8_t *)g->file;
     for (size_t i = 0; i < len;) {
         size_t j = i;
         while (j < len && buf[j] != '\n')

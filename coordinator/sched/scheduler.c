@@ -71,6 +71,12 @@ int coord_sched_init(struct coord_sched **out, struct coord_engine *g, const str
                      const struct coord_sched_opts *o, struct shardlm_err *e)
 {
     const struct shlm_header *h = coord_engine_model(g)->hdr;
+    uint32_t rows = coord_engine_logit_rows(g), want = o->max_seqs ? o->max_seqs : 1;
+    if (want > rows) /* each running sequence's next token needs a row of logits a step */
+        return shardlm_fail(e, -E2BIG,
+                            "--max-seqs %u: a step returns at most %u rows of logits over this "
+                            "vocabulary of %u",
+                            want, rows, h->cfg.vocab_size);
     struct coord_sched_backend b = {engine_step,
                                     g,
                                     h->cfg.vocab_size,
@@ -503,7 +509,8 @@ static bool send_text(struct coord_sched *s, struct seq *q, int tok,
         return true;
     }
     emit(s, q, tok, q->pending, out, lp, COORD_FINISH_NONE, NULL);
-    memmove(q->pending, q->pending + out, q->n_pending - out);
+    if (out && out < q->n_pending) /* (no text at all: pending is still NULL) */
+        memmove(q->pending, q->pending + out, q->n_pending - out);
     q->n_pending -= out;
     return false;
 }
@@ -516,7 +523,8 @@ static void finish(struct coord_sched *s, struct seq *q, int tok, const struct c
     char tail[3];
     size_t n = s->tok ? coord_utf8_flush(&q->u, tail) : 0;
     if (!text_room(s, q->n_pending + n + 1)) {
-        memcpy(s->text, q->pending, q->n_pending);
+        if (q->n_pending)
+            memcpy(s->text, q->pending, q->n_pending);
         memcpy(s->text + q->n_pending, tail, n);
         emit(s, q, tok, s->text, q->n_pending + n, lp, f, error);
     } else
