@@ -347,6 +347,12 @@ static void mm_w4a8(const struct kn_mat *w, const struct kn_act *x, int m, float
  * docs/benchmarks.md "Batched decode"). */
 #define TM 4
 #define TN 2
+/* Tokens of w4a8t_tile's wider tile, one block: a batched decode of 5..8 tokens reads and
+ * unpacks each block once for all of them (TM x TN: a block pair once per 4 tokens). llama32-1b,
+ * 2 threads, 3 alternating rounds: B = 6 decode 117.7 / 131.0 / 124.6 -> 136.6 / 138.0 / 132.0
+ * tok/s, B = 8 126.9 / 138.8 / 132.3 -> 136.2 / 145.6 / 132.8; two passes of 8 for 16 tokens
+ * were slower than TM x TN (138 / 133 against 148 / 154), so 9 and more keep it. */
+#define TM_WIDE 8
 
 static inline __attribute__((always_inline)) int32_t load_i32(const int8_t *p)
 {
@@ -365,15 +371,15 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
     const __m512i lo4 = _mm512_set1_epi8(15);
     const int ng = kn_ngroups(cols, group), no = group / 8;
     const size_t so = kn_tile_scales_offset(cols, group);
-    __m512 f[TM][TN];
-#pragma GCC unroll 4
+    __m512 f[TM_WIDE][TN];
+#pragma GCC unroll 8
     for (int i = 0; i < mt; i++)
 #pragma GCC unroll 2
         for (int j = 0; j < nt; j++)
             f[i][j] = _mm512_setzero_ps();
     for (int g = 0; g < ng; g++) {
-        __m512i s[TM][TN];
-#pragma GCC unroll 4
+        __m512i s[TM_WIDE][TN];
+#pragma GCC unroll 8
         for (int i = 0; i < mt; i++) {
             __m512i c = _mm512_set1_epi32(-8 * x[i].qgsum[g]);
 #pragma GCC unroll 2
@@ -381,8 +387,8 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
                 s[i][j] = c;
         }
         const uint8_t *w = blk + (size_t)g * (size_t)group * 8;
-        const int8_t *q[TM];
-#pragma GCC unroll 4
+        const int8_t *q[TM_WIDE];
+#pragma GCC unroll 8
         for (int i = 0; i < mt; i++)
             q[i] = x[i].q + (size_t)g * (size_t)group;
         for (int o = 0; o < no; o++) {
@@ -395,7 +401,7 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
                 lo[j] = _mm512_and_si512(v, lo4);
                 hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
             }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int i = 0; i < mt; i++) {
                 __m512i a0 = _mm512_set1_epi32(load_i32(q[i] + 8 * o));
                 __m512i a1 = _mm512_set1_epi32(load_i32(q[i] + 8 * o + 4));
@@ -410,12 +416,12 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
         for (int j = 0; j < nt; j++) {
             const void *sp = blk + (size_t)j * bb + so + (size_t)g * 32;
             __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(sp));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int i = 0; i < mt; i++)
                 f[i][j] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s[i][j]), f[i][j]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < mt; i++) {
         __m512 qs = _mm512_set1_ps(x[i].qscale);
 #pragma GCC unroll 2
@@ -630,6 +636,53 @@ static inline __attribute__((always_inline)) void w4a8t_gemv(const struct kn_mat
     }
 }
 
+/* w4a8t_tile over one block for the run-time token count @mt (1..TM_WIDE), each case compiled
+ * with its count as a constant. */
+static void w4a8t_wide(const uint8_t *blk, const struct kn_act *x, int mt, int cols, int group,
+                       float *y, size_t ldy, int row0, int n0, int n1)
+{
+    switch (mt) {
+    case 1:
+        w4a8t_tile(blk, 0, x, 1, 1, cols, group, y, ldy, row0, n0, n1);
+        break;
+    case 2:
+        w4a8t_tile(blk, 0, x, 2, 1, cols, group, y, ldy, row0, n0, n1);
+        break;
+    case 3:
+        w4a8t_tile(blk, 0, x, 3, 1, cols, group, y, ldy, row0, n0, n1);
+        break;
+    case 4:
+        w4a8t_tile(blk, 0, x, 4, 1, cols, group, y, ldy, row0, n0, n1);
+        break;
+    case 5:
+        w4a8t_tile(blk, 0, x, 5, 1, cols, group, y, ldy, row0, n0, n1);
+        break;
+    case 6:
+        w4a8t_tile(blk, 0, x, 6, 1, cols, group, y, ldy, row0, n0, n1);
+        break;
+    case 7:
+        w4a8t_tile(blk, 0, x, 7, 1, cols, group, y, ldy, row0, n0, n1);
+        break;
+    default:
+        w4a8t_tile(blk, 0, x, 8, 1, cols, group, y, ldy, row0, n0, n1);
+        break;
+    }
+}
+
+/* Rows [n0, n1) x m tokens (batched decode), block by block, TM_WIDE tokens per pass. The same
+ * sums in the same order as mm_tiles' and the GEMV's: the same results bit for bit
+ * (test_kernels checks every token against the GEMV). */
+static void mm_tiles_wide(const struct kn_mat *w, const struct kn_act *x, int m, float *y,
+                          size_t ldy, int n0, int n1, size_t bb)
+{
+    for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
+        const uint8_t *blk = (const uint8_t *)w->codes + (size_t)b * bb;
+        for (int i = 0; i < m; i += TM_WIDE)
+            w4a8t_wide(blk, x + i, m - i < TM_WIDE ? m - i : TM_WIDE, w->cols, w->group,
+                       y + (size_t)i * ldy, ldy, b * KN_TILE_ROWS, n0, n1);
+    }
+}
+
 static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                      int n0, int n1)
 {
@@ -637,6 +690,10 @@ static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, floa
     size_t bb = kn_tile_block_bytes(KN_DT_W4A8_T, w->cols, w->group);
     if (m == 1) {
         KN_PF_RUN(w, n1 - n0, w4a8t_gemv, w, x, y, n0, n1, bb);
+        return;
+    }
+    if (m > TM && m <= TM_WIDE) {
+        mm_tiles_wide(w, x, m, y, ldy, n0, n1, bb);
         return;
     }
     mm_tiles(w, x, m, y, ldy, n0, n1, bb, w4a8t_micro);
