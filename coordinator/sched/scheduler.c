@@ -311,13 +311,13 @@ static void release_all(struct coord_sched *s, struct seq *q)
     q->state = SEQ_WAITING;
 }
 
-/* The running sequence started last, other than @not (NULL: any). */
-static struct seq *youngest(struct coord_sched *s, const struct seq * not )
+/* The running sequence started last. */
+static struct seq *youngest(struct coord_sched *s)
 {
     struct seq *y = NULL;
     for (int i = 0; i < s->n_seqs; i++) {
         struct seq *q = s->seqs[i];
-        if (q->state == SEQ_RUNNING && q != not &&(!y || q->started > y->started))
+        if (q->state == SEQ_RUNNING && (!y || q->started > y->started))
             y = q;
     }
     return y;
@@ -343,7 +343,7 @@ static bool grow(struct coord_sched *s, struct seq *q, int upto)
             q->table[q->n_blocks++] = b;
             continue;
         }
-        struct seq *v = youngest(s, NULL);
+        struct seq *v = youngest(s);
         preempt(s, v);
         if (v == q)
             return false;
