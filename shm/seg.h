@@ -175,6 +175,19 @@ struct seg_kv {
     uint32_t n_blocks, n_layers, block_tokens, kv_dim, reserved;
     uint64_t data_off, bytes;
 };
+/* Whether a sequence writing positions [pa, pa + na) through table @ta and one writing
+ * [pb, pb + nb) through @tb write a block in common (a step may not: both would write it at
+ * once). na, nb >= 1. */
+static inline bool seg_kv_writes_overlap(const uint32_t *ta, uint32_t pa, uint32_t na,
+                                         const uint32_t *tb, uint32_t pb, uint32_t nb)
+{
+    for (uint32_t i = pa / SEG_KV_BLOCK; i <= (pa + na - 1) / SEG_KV_BLOCK; i++)
+        for (uint32_t j = pb / SEG_KV_BLOCK; j <= (pb + nb - 1) / SEG_KV_BLOCK; j++)
+            if (ta[i] == tb[j])
+                return true;
+    return false;
+}
+
 /* Bytes of one block. */
 static inline size_t seg_kv_block_bytes(uint32_t n_layers, uint32_t kv_dim)
 {

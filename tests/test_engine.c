@@ -316,6 +316,19 @@ static int argmax(const float *x, int n)
     return best;
 }
 
+/* --cpus for two workers: the first two CPUs this process may use, one each (the first twice on
+ * a one-CPU machine). */
+static void two_workers_cpus(char *buf, size_t len)
+{
+    cpu_set_t set;
+    sched_getaffinity(0, sizeof(set), &set);
+    int cpu[2] = {-1, -1};
+    for (int c = 0, k = 0; c < CPU_SETSIZE && k < 2; c++)
+        if (CPU_ISSET(c, &set))
+            cpu[k++] = c;
+    snprintf(buf, len, "%d:%d", cpu[0], cpu[1] >= 0 ? cpu[1] : cpu[0]);
+}
+
 static void test_batched_golden(void **state)
 {
     enum { NS = 4, MAX_IDS = 300 };
@@ -323,14 +336,8 @@ static void test_batched_golden(void **state)
     int n_prompt[NS], total[NS];
     for (int q = 0; q < NS; q++)
         total[q] = golden_ids(q + 1, ids[q], MAX_IDS, &n_prompt[q]);
-    cpu_set_t set;
-    sched_getaffinity(0, sizeof(set), &set);
-    int cpu[2] = {-1, -1};
-    for (int c = 0, k = 0; c < CPU_SETSIZE && k < 2; c++)
-        if (CPU_ISSET(c, &set))
-            cpu[k++] = c;
     char two[32];
-    snprintf(two, sizeof(two), "%d:%d", cpu[0], cpu[1] >= 0 ? cpu[1] : cpu[0]);
+    two_workers_cpus(two, sizeof(two));
     for (int R = 1; R <= 2; R++) {
         struct capture c;
         struct coord_engine_opts o = options(&c);
@@ -414,14 +421,8 @@ static void test_batch_of_8_logits(void **state)
     int n_prompt[4], total[4];
     for (int q = 0; q < 4; q++)
         total[q] = golden_ids(q + 1, gold[q], MAX_IDS, &n_prompt[q]);
-    cpu_set_t set;
-    sched_getaffinity(0, sizeof(set), &set);
-    int cpu[2] = {-1, -1};
-    for (int c = 0, k = 0; c < CPU_SETSIZE && k < 2; c++)
-        if (CPU_ISSET(c, &set))
-            cpu[k++] = c;
     char two[32];
-    snprintf(two, sizeof(two), "%d:%d", cpu[0], cpu[1] >= 0 ? cpu[1] : cpu[0]);
+    two_workers_cpus(two, sizeof(two));
     /* sequence q: golden sequence q % 4 from token (q / 4) * 5, 40 + 9q tokens */
     const int32_t *ids[NS];
     int len[NS];

@@ -161,18 +161,6 @@ static int check_seq(struct wrk *w, const Shardlm__StepSeq *q, struct shardlm_er
     return 0;
 }
 
-/* Whether sequences @a and @b of a step write a KV block in common. */
-static bool writes_overlap(const uint32_t *blocks, const Shardlm__StepSeq *a,
-                           const Shardlm__StepSeq *b)
-{
-    for (uint32_t i = a->pos / SEG_KV_BLOCK; i <= (a->pos + a->n_tokens - 1) / SEG_KV_BLOCK; i++)
-        for (uint32_t j = b->pos / SEG_KV_BLOCK; j <= (b->pos + b->n_tokens - 1) / SEG_KV_BLOCK;
-             j++)
-            if (blocks[a->block_offset + i] == blocks[b->block_offset + j])
-                return true;
-    return false;
-}
-
 /* Checks every field of a Step against the segments before anything is touched. Returns 0 or
  * -EINVAL with @e naming the field. */
 static int check_step(struct wrk *w, const Shardlm__Step *s, struct shardlm_err *e)
@@ -192,7 +180,9 @@ static int check_step(struct wrk *w, const Shardlm__Step *s, struct shardlm_err 
         for (size_t j = 0; j < i; j++) {
             if (s->seqs[j]->seq_id == q->seq_id)
                 return shardlm_fail(e, -EINVAL, "seq_id %u twice in one step", q->seq_id);
-            if (writes_overlap(blocks, s->seqs[j], q))
+            const Shardlm__StepSeq *p = s->seqs[j];
+            if (seg_kv_writes_overlap(blocks + p->block_offset, p->pos, p->n_tokens,
+                                      blocks + q->block_offset, q->pos, q->n_tokens))
                 return shardlm_fail(e, -EINVAL, "sequences %u and %u write one KV block",
                                     s->seqs[j]->seq_id, q->seq_id);
         }

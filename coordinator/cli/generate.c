@@ -122,21 +122,18 @@ static void on_event(void *ctx, const struct coord_event *ev)
     struct gen *g = it->g;
     if (!it->first_ns && ev->token >= 0)
         it->first_ns = shardlm_now_ns();
-    if (ev->text_len) {
-        if (g->stream) {
-            if (!g->out_rc && (g->out_rc = put(ev->text, ev->text_len)) == 0 && fflush(stdout))
-                g->out_rc = errno ? -errno : -EIO;
-        } else if (it->len + ev->text_len + 1 > it->cap) {
-            size_t cap = 2 * (it->len + ev->text_len) + 64;
-            char *t = realloc(it->text, cap);
-            if (!t)
-                g->out_rc = -ENOMEM;
-            else {
-                it->text = t;
-                it->cap = cap;
-            }
-        }
-        if (!g->stream && it->len + ev->text_len + 1 <= it->cap) {
+    if (ev->text_len && g->stream) {
+        if (!g->out_rc && (g->out_rc = put(ev->text, ev->text_len)) == 0 && fflush(stdout))
+            g->out_rc = errno ? -errno : -EIO;
+    } else if (ev->text_len) { /* kept until the result is printed */
+        bool grow = it->len + ev->text_len + 1 > it->cap;
+        size_t cap = grow ? 2 * (it->len + ev->text_len) + 64 : it->cap;
+        char *t = grow ? realloc(it->text, cap) : it->text;
+        if (!t)
+            g->out_rc = -ENOMEM; /* the run stops; this result keeps what it had */
+        else {
+            it->cap = cap;
+            it->text = t;
             memcpy(it->text + it->len, ev->text, ev->text_len);
             it->len += ev->text_len;
             it->text[it->len] = '\0';
@@ -162,13 +159,10 @@ static int read_prompt_file(struct gen *g, const char ***list, int *n, struct sh
     int rc = coord_read_file(g->o->prompt_file, PROMPT_FILE_MAX, &buf, &len, e);
     if (rc)
         return rc;
-    if (!(g->file = malloc(len + 1))) { /* room for the last line's end of string */
+    if (!(g->file = realloc(buf, len + 1))) { /* room for the last line's end of string */
         free(buf);
         return shardlm_fail(e, -ENOMEM, "out of memory");
     }
-    memcpy(g->file, buf, len);
-    g->file[len] = '\0';
-    free(buf);
     buf = (uint8_t *)g->file;
     for (size_t i = 0; i < len;) {
         size_t j = i;

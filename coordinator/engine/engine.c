@@ -112,23 +112,12 @@ int coord_engine_start(struct coord_engine **out, const struct coord_engine_opts
     return 0;
 }
 
-/* Entry @b of sequence @s's block table: its own, or slot seq_id's contexts of @slot blocks. */
-static uint32_t table_at(const struct coord_seq_step *s, uint32_t slot, uint32_t b)
+/* Sequence @s's block table of @nb entries into @t: its own, or slot seq_id's contexts of @slot
+ * blocks each. */
+static void table_of(const struct coord_seq_step *s, uint32_t slot, uint32_t nb, uint32_t *t)
 {
-    return s->blocks ? s->blocks[b] : s->seq_id * slot + b;
-}
-
-/* Whether sequences @a and @b write a KV block in common. */
-static bool writes_overlap(const struct coord_seq_step *a, const struct coord_seq_step *b,
-                           uint32_t slot)
-{
-    for (uint32_t i = a->pos / COORD_KV_BLOCK; i <= (a->pos + a->n_tokens - 1) / COORD_KV_BLOCK;
-         i++)
-        for (uint32_t j = b->pos / COORD_KV_BLOCK; j <= (b->pos + b->n_tokens - 1) / COORD_KV_BLOCK;
-             j++)
-            if (table_at(a, slot, i) == table_at(b, slot, j))
-                return true;
-    return false;
+    for (uint32_t b = 0; b < nb; b++)
+        t[b] = s->blocks ? s->blocks[b] : s->seq_id * slot + b;
 }
 
 /* Checks @seqs against the engine's own copies of the capacities (never the segments' headers,
@@ -140,7 +129,7 @@ static int stage_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
     const struct seg_exchange *x = &g->exch_layout;
     uint32_t ctx = g->img.hdr->cfg.seq_len;
     int32_t *tok = coord_exch_tokens(g);
-    uint32_t *blk = coord_exch_blocks(g);
+    uint32_t *own = g->tables; /* the step's tables as checked: never read back from the exchange */
     uint32_t rows = 0, nblk = 0, slot = coord_kv_blocks_for(ctx); /* blocks of a context */
     *tokens = 0;
     for (int i = 0; i < n; i++) {
@@ -156,29 +145,28 @@ static int stage_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
         if (s->n_tokens > x->max_tokens - *tokens || r > x->logit_rows - rows ||
             nb > x->max_blocks - nblk)
             return shardlm_fail(e, -E2BIG, "step too large for the exchange segment");
-        /* checked and reserved from the caller's table, never from the exchange's copy (the
-         * workers can write that) */
         if (!s->blocks && s->seq_id >= g->kv_blocks / slot)
             return shardlm_fail(e, -EINVAL, "sequence %u: the KV cache has %u slots", s->seq_id,
                                 g->kv_blocks / slot);
+        uint32_t *t = own + nblk;
+        table_of(s, slot, nb, t);
         for (uint32_t b = 0; b < nb; b++)
-            if (table_at(s, slot, b) >= g->kv_blocks)
+            if (t[b] >= g->kv_blocks)
                 return shardlm_fail(e, -EINVAL, "sequence %u: KV block %u, the cache has %u",
-                                    s->seq_id, table_at(s, slot, b), g->kv_blocks);
+                                    s->seq_id, t[b], g->kv_blocks);
         for (int j = 0; j < i; j++) {
             if (seqs[j].seq_id == s->seq_id)
                 return shardlm_fail(e, -EINVAL, "sequence %u twice in one step", s->seq_id);
-            if (writes_overlap(&seqs[j], s, slot))
+            if (seg_kv_writes_overlap(own + sq[j].block_offset, seqs[j].pos, seqs[j].n_tokens, t,
+                                      s->pos, s->n_tokens))
                 return shardlm_fail(e, -EINVAL, "sequences %u and %u write one KV block",
                                     seqs[j].seq_id, s->seq_id);
         }
         for (uint32_t b = s->pos / COORD_KV_BLOCK; b < nb; b++) {
-            int rc = coord_reserve_kv(g, table_at(s, slot, b), e);
+            int rc = coord_reserve_kv(g, t[b], e);
             if (rc)
                 return rc;
         }
-        for (uint32_t b = 0; b < nb; b++)
-            blk[nblk + b] = table_at(s, slot, b);
         shardlm__step_seq__init(&sq[i]);
         sq[i].seq_id = s->seq_id;
         sq[i].pos = s->pos;
@@ -193,6 +181,7 @@ static int stage_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
         rows += r;
         nblk += nb;
     }
+    memcpy(coord_exch_blocks(g), own, (size_t)nblk * sizeof(uint32_t));
     return coord_reserve_logits(g, rows, e);
 }
 

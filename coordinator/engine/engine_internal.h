@@ -55,6 +55,7 @@ struct coord_engine {
     uint32_t max_seqs;               /* sequences a step may carry */
     uint32_t kv_blocks;              /* blocks of every rank's KV cache */
     uint8_t *kv_reserved;     /* (kv_blocks) whether a block's memory is reserved on every rank */
+    uint32_t *tables;         /* (exchange max_blocks) a step's block tables as checked */
     uint32_t logits_reserved; /* rows of logits whose memory is reserved in the exchange */
     int max_restarts;         /* per step */
     uint64_t heartbeat_seq;

@@ -343,6 +343,8 @@ static int make_exchange(struct coord_engine *g, struct shardlm_err *e)
         (rc = seg_reserve(&g->exch, x->ar_off, x->bytes - x->ar_off)))
         return shardlm_fail(e, rc, "exchange segment (%zu bytes): %s", x_bytes, strerror(-rc));
     seg_exchange_init(g->exch.base, &d);
+    if (!(g->tables = malloc((size_t)d.max_blocks * sizeof(uint32_t))))
+        return shardlm_fail(e, -ENOMEM, "out of memory");
     return 0;
 }
 
@@ -370,6 +372,8 @@ void coord_segments_free(struct coord_engine *g)
     seg_free(&g->exch);
     free(g->kv_reserved);
     g->kv_reserved = NULL;
+    free(g->tables);
+    g->tables = NULL;
 }
 
 /* Reserves the memory of block @b on every rank, once: a full tmpfs is an error here, not

@@ -76,12 +76,6 @@ static inline float dot_bf16(const uint16_t *w, const float *x, int k)
     return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
-/* Eight int8 codes widened to floats. */
-static inline __m256 widen8_q8(const int8_t *w)
-{
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)w)));
-}
-
 /* ---- int8 rows (KN_DT_Q8) against int16 activations ----
  *
  * A tile of Q8_R rows x nt <= Q8_T tokens: per 32 columns each row's codes are widened to int16
@@ -182,9 +176,10 @@ static inline __attribute__((always_inline)) void mm_q8_pf(const struct kn_mat *
     }
 }
 
-/* One row against one token, for decode: the row read front to back as one stream (the tile's
- * four rows at once were 3-10% slower over the LM head here), four accumulators over 128
- * columns. The same exact sum as q8_tile's. */
+/* One row against one token, for decode: the row read front to back as one stream, as the float
+ * GEMV it replaces read it (the 4-row tile was no faster in decode: perf put the head at 35% of
+ * a token with it, 33-36% with this), four accumulators over 128 columns. The same exact sum
+ * as q8_tile's. */
 static inline __attribute__((always_inline)) int64_t dot_q8(const int8_t *w, const int16_t *q,
                                                             int k, int pf)
 {
