@@ -197,8 +197,9 @@ size_t seg_kv_bytes(uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim);
 void seg_kv_init(void *base, uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim);
 /* Checks a mapped KV segment against the dimensions the model needs. 0 or -EINVAL. */
 int seg_kv_check(const void *base, size_t size, uint32_t n_layers, uint32_t kv_dim);
-/* Keys of block 0 at @layer: (SEG_KV_BLOCK, kv_dim) floats; block b's are
- * seg_kv_block_floats() * b floats further, the values SEG_KV_BLOCK * kv_dim after the keys. */
+/* Keys of block 0 at @layer: SEG_KV_BLOCK * kv_dim floats, in the worker's order (each KV head's
+ * SEG_KV_BLOCK rows together); block b's are seg_kv_block_floats() * b floats further, the
+ * values SEG_KV_BLOCK * kv_dim after the keys. */
 static inline float *seg_kv_keys(void *base, uint32_t layer)
 {
     const struct seg_kv *h = base;

@@ -969,6 +969,17 @@ static void test_attention(void **state)
                         fail();
                     }
                     assert_true(out[(size_t)i * ATT_QS + (size_t)(nh * hd)] == SENTINEL);
+                    /* alone in its call (decode's case) the token gets the same bits: batched
+                     * steps and prefill chunks may group a sequence's tokens differently */
+                    float *one = olin;
+                    ops->attention(one, ATT_QS, q + (size_t)i * ATT_QS, ATT_QS, 1, nh, pos0 + i,
+                                   &paged, hd, scratch);
+                    if (memcmp(one, out + (size_t)i * ATT_QS, (size_t)(nh * hd) * sizeof(float))) {
+                        print_error("%s attention hd=%d nt=%d nh=%d pos0=%d token %d: alone it "
+                                    "differs from its tile\n",
+                                    ops->name, hd, nt, nh, pos0, i);
+                        fail();
+                    }
                 }
             }
     /* position 0 attends to one key: the output is its value row */

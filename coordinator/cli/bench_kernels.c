@@ -21,8 +21,9 @@ static const char usage_bench_kernels[] =
     "\n"
     "Times the matrix kernels on one thread with random weights. GEMV (M=1) streams copies of\n"
     "the matrix totalling 512 MiB, so weights come from memory as in decode, and prints GB/s of\n"
-    "weights read; GEMM (M=64, 512: prefill chunks) reuses one copy and prints GOP/s\n"
-    "(2*M*N*K per product). Shapes NxK: 2048x2048, 8192x2048 and 2048x8192 (a 1B model's\n"
+    "weights read; M=8 (batched decode) streams them too and prints GOP/s (2*M*N*K per\n"
+    "product) beside the GB/s; GEMM (M=64, 512: prefill chunks) reuses one copy, GOP/s. Shapes "
+    "NxK: 2048x2048, 8192x2048 and 2048x8192 (a 1B model's\n"
     "attention, FFN up and down). The W4A8 tile and q8 GEMVs (decode's) pick their software\n"
     "prefetch by timing their first calls, as the workers do (the line says which); the lines\n"
     "after it force each: 'pf hw' none, 'pf l1' 4 KiB ahead into L1, 'pf l2' 8 KiB ahead into\n"
@@ -41,15 +42,19 @@ static const struct {
 static const struct {
     enum kn_dtype dt;
     const char *name;
-    int gemm; /* also timed as GEMM */
+    int gemm;    /* also timed as GEMM */
+    int batched; /* also timed as batched decode (M=8 from memory) */
 } formats[] = {
-    {KN_DT_W4A8_T, "w4a8 tiles", 1},
-    {KN_DT_W4A16_T, "w4a16 tiles", 1},
-    {KN_DT_W4A8, "w4a8 rows", 0},
-    {KN_DT_W4A16, "w4a16 rows", 0},
-    {KN_DT_Q8, "q8", 0},
-    {KN_DT_BF16, "bf16", 0},
+    {KN_DT_W4A8_T, "w4a8 tiles", 1, 1},
+    {KN_DT_W4A16_T, "w4a16 tiles", 1, 0},
+    {KN_DT_W4A8, "w4a8 rows", 0, 0},
+    {KN_DT_W4A16, "w4a16 rows", 0, 0},
+    {KN_DT_Q8, "q8", 0, 1},
+    {KN_DT_BF16, "bf16", 0, 0},
 };
+
+/* Tokens of the batched decode case: its matrices stream from memory, as the GEMV's do. */
+#define BATCHED_M 8
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd32(void)
@@ -199,6 +204,9 @@ static void print_case(const struct kn_ops *ops, size_t fi, int n, int k, int m,
         printf("| %-6s | %-16s | %5d x %-5d | %4s | %10.1f | %8.2f GB/s |%s%s\n", ops->name, kernel,
                n, k, "gemv", us, gbs, chosen >= 0 ? " prefetch chosen: " : "",
                chosen >= 0 ? kn_pf_name(chosen) : "");
+    else if (m == BATCHED_M)
+        printf("| %-6s | %-16s | %5d x %-5d | %4d | %10.1f | %7.1f GOP/s | %.2f GB/s\n", ops->name,
+               kernel, n, k, m, us, gops, gbs);
     else
         printf("| %-6s | %-16s | %5d x %-5d | %4d | %10.1f | %7.1f GOP/s |\n", ops->name, kernel, n,
                k, m, us, gops);
@@ -212,7 +220,7 @@ static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, 
     enum kn_dtype dt = formats[fi].dt;
     int group = kn_is_w4(dt) ? (dt == KN_DT_W4A16 || dt == KN_DT_W4A16_T ? 64 : 128) : 0;
     size_t bytes = kn_mat_bytes(dt, n, k, group);
-    int copies = m == 1 ? (int)((STREAM_BYTES + bytes - 1) / bytes) : 1;
+    int copies = m == 1 || m == BATCHED_M ? (int)((STREAM_BYTES + bytes - 1) / bytes) : 1;
     struct bench_bufs b;
     if (bufs_make(&b, ops, dt, n, k, group, m, copies))
         return -ENOMEM;
@@ -301,9 +309,10 @@ int coord_bench_kernels(int argc, char **argv)
     for (int t = 0; t < n_run; t++)
         for (size_t fi = 0; fi < sizeof(formats) / sizeof(formats[0]); fi++)
             for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
-                static const int ms[] = {1, 64, 512};
-                for (size_t mi = 0; mi < 3; mi++) {
-                    if (ms[mi] > 1 && !formats[fi].gemm)
+                static const int ms[] = {1, BATCHED_M, 64, 512};
+                for (size_t mi = 0; mi < 4; mi++) {
+                    if (ms[mi] == BATCHED_M ? !formats[fi].batched
+                                            : ms[mi] > 1 && !formats[fi].gemm)
                         continue;
                     if (coord_stop_signal)
                         return 128 + (int)coord_stop_signal;

@@ -32,6 +32,23 @@
  * host instead (kernels/kn_prefetch.c): on another VM this one was their slowest choice. */
 #define PF_AHEAD 4096
 
+/* VPDPBUSD / VPDPWSSD with the accumulator updated in place. GCC 12 compiles the intrinsics'
+ * accumulators in a loop into a copy before and after every instruction (two register moves per
+ * multiply-add, and spills in the 16-accumulator tiles); the asm pins acc to one register. For 8
+ * tokens from cache (`bench kernels`' M = 8 rows, weights in cache) the W4A8 tile went from 347-353
+ * to 362-407 GOP/s, the q8 tile from 106-117 to 121-148. */
+static inline __attribute__((always_inline)) __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8)
+{
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+    return acc;
+}
+
+static inline __attribute__((always_inline)) __m512i dpwssd(__m512i acc, __m512i a, __m512i b)
+{
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+}
+
 static inline float f16_scale(const uint16_t *sc, size_t i) { return _cvtsh_ss(sc[i]); }
 
 /* ---- row dots: one weight row against one prepared activation ---- */
@@ -84,8 +101,9 @@ static inline float dot_bf16(const uint16_t *w, const float *x, int k)
  * added into an int64 per (row, token): the sum is exact, so a row's result is the reference's
  * whatever rows and tokens share its tile - a batched LM head gives each token its one-token
  * logits bit for bit. With 4 x 4 accumulators a 32-column step is 4 loads (widening) + 4 loads
- * + 16 VPDPWSSD (512 multiply-adds); the float head it replaces spent 2 conversions per 8
- * codes and one 8-lane FMA per token (a batch of 8 spent 56% of its step there). */
+ * + 16 VPDPWSSD; the loop runs 64 columns unmasked and masks only the row's last ones. Tiles of 2
+ * or 3 rows x 8 tokens widen half as often but were slower from memory (8 tokens of 2048 int16
+ * fill L1): 122-154 against 130-174 GOP/s for 8 tokens, `bench kernels`, 3 interleaved rounds. */
 #define Q8_R 4
 #define Q8_T 4
 
@@ -95,11 +113,32 @@ static inline __attribute__((always_inline)) int64_t reduce_epi32_to_64(__m512i 
            _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1)));
 }
 
-/* Rows @w[0 .. Q8_R) (each @ld bytes apart, @k columns) against tokens x[0 .. nt): the exact
- * integer sums into acc[r][t]. */
-static inline __attribute__((always_inline)) void q8_tile(const int8_t *const *w, int k,
+/* 32 columns from @i of rows @w[0 .. Q8_R) against tokens x[0 .. nt) into s; @m masks the
+ * columns past the row (all ones inside it). */
+static inline __attribute__((always_inline)) void q8_step(const int8_t *const *w, int i,
+                                                          __mmask32 m, bool full,
                                                           const struct kn_act *x, int nt,
-                                                          int64_t acc[Q8_R][Q8_T], int pf)
+                                                          __m512i s[Q8_R][Q8_T])
+{
+    __m512i wv[Q8_R];
+#pragma GCC unroll 4
+    for (int r = 0; r < Q8_R; r++)
+        wv[r] = _mm512_cvtepi8_epi16(full ? _mm256_loadu_si256((const void *)(w[r] + i))
+                                          : _mm256_maskz_loadu_epi8(m, w[r] + i));
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++) {
+        __m512i a =
+            full ? _mm512_loadu_si512(x[t].q16 + i) : _mm512_maskz_loadu_epi16(m, x[t].q16 + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < Q8_R; r++)
+            s[r][t] = dpwssd(s[r][t], wv[r], a);
+    }
+}
+
+/* Rows @w[0 .. Q8_R) (@k columns) against tokens x[0 .. nt): the exact integer sums into
+ * acc[r][t]. Rows are prefetched 8 KiB ahead into L2. */
+static inline __attribute__((always_inline)) void
+q8_tile(const int8_t *const *w, int k, const struct kn_act *x, int nt, int64_t acc[Q8_R][Q8_T])
 {
 #pragma GCC unroll 4
     for (int r = 0; r < Q8_R; r++)
@@ -107,30 +146,23 @@ static inline __attribute__((always_inline)) void q8_tile(const int8_t *const *w
         for (int t = 0; t < nt; t++)
             acc[r][t] = 0;
     for (int c0 = 0; c0 < k; c0 += KN_Q8_CHUNK) {
-        int c1 = k - c0 < KN_Q8_CHUNK ? k : c0 + KN_Q8_CHUNK;
+        int c1 = k - c0 < KN_Q8_CHUNK ? k : c0 + KN_Q8_CHUNK, i = c0;
         __m512i s[Q8_R][Q8_T];
 #pragma GCC unroll 4
         for (int r = 0; r < Q8_R; r++)
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++)
                 s[r][t] = _mm512_setzero_si512();
-        for (int i = c0; i < c1; i += 32) {
-            __mmask32 m = c1 - i >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (c1 - i)) - 1);
-            __m512i wv[Q8_R];
+        for (; i + 64 <= c1; i += 64) {
 #pragma GCC unroll 4
-            for (int r = 0; r < Q8_R; r++) {
-                if (!(i & 63))
-                    pf_line(w[r] + i, pf);
-                wv[r] = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, w[r] + i));
-            }
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                __m512i a = _mm512_maskz_loadu_epi16(m, x[t].q16 + i);
-#pragma GCC unroll 4
-                for (int r = 0; r < Q8_R; r++)
-                    s[r][t] = _mm512_dpwssd_epi32(s[r][t], wv[r], a);
-            }
+            for (int r = 0; r < Q8_R; r++)
+                pf_line(w[r] + i, KN_PF_L2);
+            q8_step(w, i, 0, true, x, nt, s);
+            q8_step(w, i + 32, 0, true, x, nt, s);
         }
+        for (; i < c1; i += 32)
+            q8_step(w, i, c1 - i >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (c1 - i)) - 1), false,
+                    x, nt, s);
 #pragma GCC unroll 4
         for (int r = 0; r < Q8_R; r++)
 #pragma GCC unroll 4
@@ -139,11 +171,31 @@ static inline __attribute__((always_inline)) void q8_tile(const int8_t *const *w
     }
 }
 
+/* q8_tile for the run-time token count @nt (1..Q8_T), each case compiled with its count as a
+ * constant so that the accumulators stay in registers. */
+static void q8_tiles(const int8_t *const *w, int k, const struct kn_act *x, int nt,
+                     int64_t acc[Q8_R][Q8_T])
+{
+    switch (nt) {
+    case 1:
+        q8_tile(w, k, x, 1, acc);
+        break;
+    case 2:
+        q8_tile(w, k, x, 2, acc);
+        break;
+    case 3:
+        q8_tile(w, k, x, 3, acc);
+        break;
+    default:
+        q8_tile(w, k, x, 4, acc);
+        break;
+    }
+}
+
 /* Rows [n0, n1) x m tokens, Q8_R rows at a time (past n1 the last row again, not stored), the
- * tokens Q8_T at a time; @pf the software prefetch (a constant in each of KN_PF_RUN's calls). */
-static inline __attribute__((always_inline)) void mm_q8_pf(const struct kn_mat *w,
-                                                           const struct kn_act *x, int m, float *y,
-                                                           size_t ldy, int n0, int n1, int pf)
+ * tokens Q8_T at a time. */
+static void mm_q8_tiles(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                        int n0, int n1)
 {
     const int8_t *codes = w->codes;
     const float *sc = w->scales;
@@ -154,20 +206,7 @@ static inline __attribute__((always_inline)) void mm_q8_pf(const struct kn_mat *
         for (int t0 = 0; t0 < m; t0 += Q8_T) {
             int64_t acc[Q8_R][Q8_T];
             int nt = m - t0 < Q8_T ? m - t0 : Q8_T;
-            switch (nt) {
-            case 1:
-                q8_tile(rows, w->cols, x + t0, 1, acc, pf);
-                break;
-            case 2:
-                q8_tile(rows, w->cols, x + t0, 2, acc, pf);
-                break;
-            case 3:
-                q8_tile(rows, w->cols, x + t0, 3, acc, pf);
-                break;
-            default:
-                q8_tile(rows, w->cols, x + t0, 4, acc, pf);
-                break;
-            }
+            q8_tiles(rows, w->cols, x + t0, nt, acc);
             for (int r = 0; r < Q8_R && n + r < n1; r++)
                 for (int t = 0; t < nt; t++)
                     y[(size_t)(t0 + t) * ldy + (size_t)(n + r)] =
@@ -192,17 +231,17 @@ static inline __attribute__((always_inline)) int64_t dot_q8(const int8_t *w, con
             pf_line(w + i + 64, pf);
 #define Q8W(off) _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + i + (off))))
 #define Q8A(off) _mm512_loadu_si512(q + i + (off))
-            s0 = _mm512_dpwssd_epi32(s0, Q8W(0), Q8A(0));
-            s1 = _mm512_dpwssd_epi32(s1, Q8W(32), Q8A(32));
-            s2 = _mm512_dpwssd_epi32(s2, Q8W(64), Q8A(64));
-            s3 = _mm512_dpwssd_epi32(s3, Q8W(96), Q8A(96));
+            s0 = dpwssd(s0, Q8W(0), Q8A(0));
+            s1 = dpwssd(s1, Q8W(32), Q8A(32));
+            s2 = dpwssd(s2, Q8W(64), Q8A(64));
+            s3 = dpwssd(s3, Q8W(96), Q8A(96));
 #undef Q8W
 #undef Q8A
         }
         for (; i < c1; i += 32) {
             __mmask32 m = c1 - i >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (c1 - i)) - 1);
-            s0 = _mm512_dpwssd_epi32(s0, _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, w + i)),
-                                     _mm512_maskz_loadu_epi16(m, q + i));
+            s0 = dpwssd(s0, _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, w + i)),
+                        _mm512_maskz_loadu_epi16(m, q + i));
         }
         /* a lane holds (c1 - c0) / 64 products per accumulator: the four together stay below
          * 2^31 for a KN_Q8_CHUNK, so they add exactly in int32 before one reduction */
@@ -230,7 +269,7 @@ static void mm_q8(const struct kn_mat *w, const struct kn_act *x, int m, float *
                   int n0, int n1)
 {
     if (m > 1)
-        mm_q8_pf(w, x, m, y, ldy, n0, n1, KN_PF_L2);
+        mm_q8_tiles(w, x, m, y, ldy, n0, n1);
     else
         KN_PF_RUN(w, n1 - n0, mm_q8_one, w, x, y, n0, n1);
 }
@@ -288,8 +327,8 @@ static inline float dot_w4a8(const uint8_t *row, const uint16_t *sc, const struc
             __m512i b = _mm512_maskz_loadu_epi8(m, row + b0 + j);
             __m512i lo = _mm512_and_si512(b, lo4);
             __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), lo4);
-            ai = _mm512_dpbusd_epi32(ai, lo, _mm512_maskz_loadu_epi8(m, x->qe + b0 + j));
-            ai = _mm512_dpbusd_epi32(ai, hi, _mm512_maskz_loadu_epi8(m, x->qo + b0 + j));
+            ai = dpbusd(ai, lo, _mm512_maskz_loadu_epi8(m, x->qe + b0 + j));
+            ai = dpbusd(ai, hi, _mm512_maskz_loadu_epi8(m, x->qo + b0 + j));
         }
         float s = f16_scale(sc, (size_t)g);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(s), _mm512_cvtepi32_ps(ai), acc);
@@ -402,8 +441,8 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
                 __m512i a1 = _mm512_set1_epi32(load_i32(q[i] + 8 * o + 4));
 #pragma GCC unroll 2
                 for (int j = 0; j < nt; j++) {
-                    s[i][j] = _mm512_dpbusd_epi32(s[i][j], lo[j], a0);
-                    s[i][j] = _mm512_dpbusd_epi32(s[i][j], hi[j], a1);
+                    s[i][j] = dpbusd(s[i][j], lo[j], a0);
+                    s[i][j] = dpbusd(s[i][j], hi[j], a1);
                 }
             }
         }
@@ -453,21 +492,18 @@ static inline __attribute__((always_inline)) void w4a8t_gemv_sums(const uint8_t 
             pf_line(p, pf);
             pf_line(p + 64, pf);
             __m512i v0 = _mm512_loadu_si512(p), v1 = _mm512_loadu_si512(p + 64);
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(v0, lo4),
-                                     _mm512_set1_epi32(load_i32(q + 8 * o)));
-            s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(v0, 4), lo4),
-                                     _mm512_set1_epi32(load_i32(q + 8 * o + 4)));
-            s2 = _mm512_dpbusd_epi32(s2, _mm512_and_si512(v1, lo4),
-                                     _mm512_set1_epi32(load_i32(q + 8 * o + 8)));
-            s3 = _mm512_dpbusd_epi32(s3, _mm512_and_si512(_mm512_srli_epi16(v1, 4), lo4),
-                                     _mm512_set1_epi32(load_i32(q + 8 * o + 12)));
+            s0 = dpbusd(s0, _mm512_and_si512(v0, lo4), _mm512_set1_epi32(load_i32(q + 8 * o)));
+            s1 = dpbusd(s1, _mm512_and_si512(_mm512_srli_epi16(v0, 4), lo4),
+                        _mm512_set1_epi32(load_i32(q + 8 * o + 4)));
+            s2 = dpbusd(s2, _mm512_and_si512(v1, lo4), _mm512_set1_epi32(load_i32(q + 8 * o + 8)));
+            s3 = dpbusd(s3, _mm512_and_si512(_mm512_srli_epi16(v1, 4), lo4),
+                        _mm512_set1_epi32(load_i32(q + 8 * o + 12)));
         }
         if (o < no) { /* an odd octet count (group 8, 24, 40 ..) */
             __m512i v0 = _mm512_loadu_si512(w + (size_t)o * 64);
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(v0, lo4),
-                                     _mm512_set1_epi32(load_i32(q + 8 * o)));
-            s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(v0, 4), lo4),
-                                     _mm512_set1_epi32(load_i32(q + 8 * o + 4)));
+            s0 = dpbusd(s0, _mm512_and_si512(v0, lo4), _mm512_set1_epi32(load_i32(q + 8 * o)));
+            s1 = dpbusd(s1, _mm512_and_si512(_mm512_srli_epi16(v0, 4), lo4),
+                        _mm512_set1_epi32(load_i32(q + 8 * o + 4)));
         }
         sums[g - g0] = _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
     }
@@ -499,7 +535,6 @@ w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int cols, int group
     }
     return _mm512_mul_ps(f, _mm512_set1_ps(x->qscale));
 }
-
 
 /* ---- W4A16 tiles (KN_DT_W4A16_T): FMA over codes widened to float ----
  *
@@ -546,8 +581,8 @@ static inline __attribute__((always_inline)) void w4a16t_tile(const uint8_t *blk
                 __m512 c[TN];
 #pragma GCC unroll 2
                 for (int j = 0; j < nt; j++)
-                    c[j] = _mm512_permutexvar_ps(shift ? _mm512_srli_epi32(v[j], shift) : v[j],
-                                                 codes);
+                    c[j] =
+                        _mm512_permutexvar_ps(shift ? _mm512_srli_epi32(v[j], shift) : v[j], codes);
 #pragma GCC unroll 4
                 for (int i = 0; i < mt; i++) {
                     __m512 xb = _mm512_set1_ps(x[i].x[k + (size_t)e]);
@@ -780,8 +815,10 @@ void kn_act_prepare_avx512(struct kn_act *a, const float *x)
         __m512 e = _mm512_permutex2var_ps(lo, ev, hi), o = _mm512_permutex2var_ps(lo, od, hi);
         _mm512_mask_storeu_ps(a->xe + i, m, e);
         _mm512_mask_storeu_ps(a->xo + i, m, o);
-        _mm_mask_storeu_epi8(a->qe + i, m, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(e, inv))));
-        _mm_mask_storeu_epi8(a->qo + i, m, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(o, inv))));
+        _mm_mask_storeu_epi8(a->qe + i, m,
+                             _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(e, inv))));
+        _mm_mask_storeu_epi8(a->qo + i, m,
+                             _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(o, inv))));
     }
 }
 
@@ -838,11 +875,13 @@ static inline void att_block(struct att_state *st, const float *k, const float *
         valid[u] = _mm512_cmp_epi32_mask(_mm512_set1_epi32(t0 + u), st->lpos, _MM_CMPINT_LE);
         mb = _mm512_mask_max_ps(mb, valid[u], mb, s[u]);
     }
-    __m512 corr = exp_neg(_mm512_sub_ps(st->m, mb)), sum = _mm512_mul_ps(st->sum, corr);
+    __m512 corr = exp_neg(_mm512_sub_ps(st->m, mb)), sum = st->sum;
 #pragma GCC unroll 16
     for (int u = 0; u < 16; u++) {
         s[u] = _mm512_maskz_mov_ps(valid[u], exp_neg(_mm512_sub_ps(s[u], mb)));
-        sum = _mm512_add_ps(sum, s[u]);
+        /* the rescale fused with the first key's term, explicitly: GCC may fuse a multiply
+         * and an add of intrinsics on its own, and att_one must round as this does */
+        sum = u ? _mm512_add_ps(sum, s[u]) : _mm512_fmadd_ps(sum, corr, s[0]);
     }
     st->m = mb;
     st->sum = sum;
@@ -871,6 +910,194 @@ static inline void att_block(struct att_state *st, const float *k, const float *
     }
 }
 
+/* One token's nh <= ATT_ONE_HEADS queries of one KV head (decode): keys in the lanes instead of
+ * queries, so that all 16 lanes work (the tile kernel used nh of 16: a batch of 8 at position
+ * ~150 spent 16% of its decode steps in attention). Per block of 16 keys, each 16 x 16 square
+ * of the keys is transposed in registers, so that element d of the 16 keys is one vector that
+ * meets each query's element in one FMA (a gather per d was slower than the tile kernel on Zen
+ * 4); the values meet each query's 16 probabilities row by row, hd / 16 FMAs per query and key.
+ * Every sum runs in the order of att_block's (a score is one FMA chain over d from 0, the
+ * denominator adds the keys in order after the rescale, an output element adds its keys'
+ * products in order after the rescale), the exponentials are exp_neg's: the outputs are
+ * att_block's bit for bit, so a token's attention does not depend on the tokens that share its
+ * call (test_kernels checks it). Rows past the last key are never read. */
+#define ATT_ONE_HEADS 8
+
+struct att_one_state {
+    _Alignas(64) float q[ATT_ONE_HEADS][KN_MAX_HEAD_DIM]; /* scaled by 1/sqrt(hd) */
+    _Alignas(64) float o[ATT_ONE_HEADS][KN_MAX_HEAD_DIM];
+    _Alignas(64) float p[ATT_ONE_HEADS][16];
+    _Alignas(64) float kt[16][16]; /* a transposed square of keys: kt[j][u] */
+    float m[ATT_ONE_HEADS], sum[ATT_ONE_HEADS];
+};
+
+static inline __m512 unpacklo_pd(__m512 a, __m512 b)
+{
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+
+static inline __m512 unpackhi_pd(__m512 a, __m512 b)
+{
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+
+/* out[j][u] = r[u][j] for 16 x 16 floats: interleave pairs of rows, then pairs of pairs (each
+ * 128-bit lane k of u[4i + j] holds column 4k + j of rows 4i .. 4i + 3), then gather the lanes
+ * of the four row quads with two rounds of 128-bit shuffles. */
+static inline void transpose16(const __m512 r[16], float out[16][16])
+{
+    __m512 t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = unpacklo_pd(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = unpackhi_pd(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = unpacklo_pd(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = unpackhi_pd(t[4 * i + 1], t[4 * i + 3]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
+        __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xdd);
+        __m512 w0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xdd);
+        _mm512_store_ps(out[j], _mm512_shuffle_f32x4(v0, w0, 0x88));
+        _mm512_store_ps(out[4 + j], _mm512_shuffle_f32x4(v1, w1, 0x88));
+        _mm512_store_ps(out[8 + j], _mm512_shuffle_f32x4(v0, w0, 0xdd));
+        _mm512_store_ps(out[12 + j], _mm512_shuffle_f32x4(v1, w1, 0xdd));
+    }
+}
+
+/* Keys t0 .. t0 + nk - 1 (nk <= 16) at rows k / v + u * stride of one cache block; @nh is a
+ * constant in each of att_one's calls, so that the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void att_one_block(struct att_one_state *st, int nh,
+                                                                const float *k, const float *v,
+                                                                size_t stride, int nk, int hd,
+                                                                const float *kn, const float *vn)
+{
+    __mmask16 valid = mask16(nk);
+    __m512 s[ATT_ONE_HEADS];
+#pragma GCC unroll 8
+    for (int h = 0; h < nh; h++)
+        s[h] = _mm512_setzero_ps();
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+        __mmask16 dm = mask16(hd - d0);
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int u = 0; u < 16; u++) { /* a row past the last key: a load of no lanes */
+            r[u] = _mm512_maskz_loadu_ps(u < nk ? dm : 0, k + (size_t)u * stride + (size_t)d0);
+            _mm_prefetch((const char *)(kn + (size_t)u * stride + (size_t)d0), _MM_HINT_T0);
+        }
+        transpose16(r, st->kt);
+        int nj = hd - d0 < 16 ? hd - d0 : 16;
+        for (int j = 0; j < nj; j++) {
+            __m512 kd = _mm512_load_ps(st->kt[j]);
+#pragma GCC unroll 8
+            for (int h = 0; h < nh; h++)
+                s[h] = _mm512_fmadd_ps(_mm512_set1_ps(st->q[h][d0 + j]), kd, s[h]);
+        }
+    }
+    float corr[ATT_ONE_HEADS];
+#pragma GCC unroll 8
+    for (int h = 0; h < nh; h++) {
+        float mb = fmaxf(st->m[h], _mm512_mask_reduce_max_ps(valid, s[h]));
+        /* exp_neg of the same arguments as att_block's lanes, lane by lane */
+        corr[h] = _mm512_cvtss_f32(exp_neg(_mm512_set1_ps(st->m[h] - mb)));
+        _mm512_store_ps(
+            st->p[h], _mm512_maskz_mov_ps(valid, exp_neg(_mm512_sub_ps(s[h], _mm512_set1_ps(mb)))));
+        float sum = fmaf(st->sum[h], corr[h], st->p[h][0]); /* as att_block rounds it */
+        for (int u = 1; u < nk; u++)
+            sum += st->p[h][u];
+        st->m[h] = mb;
+        st->sum[h] = sum;
+    }
+    for (int d = 0; d < hd; d += 16) {
+        __mmask16 dm = mask16(hd - d);
+        __m512 acc[ATT_ONE_HEADS];
+#pragma GCC unroll 8
+        for (int h = 0; h < nh; h++)
+            acc[h] = _mm512_mul_ps(_mm512_load_ps(st->o[h] + d), _mm512_set1_ps(corr[h]));
+        for (int u = 0; u < nk; u++) {
+            __m512 vr = _mm512_maskz_loadu_ps(dm, v + (size_t)u * stride + (size_t)d);
+            _mm_prefetch((const char *)(vn + (size_t)u * stride + (size_t)d), _MM_HINT_T0);
+#pragma GCC unroll 8
+            for (int h = 0; h < nh; h++)
+                acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(st->p[h][u]), vr, acc[h]);
+        }
+#pragma GCC unroll 8
+        for (int h = 0; h < nh; h++)
+            _mm512_store_ps(st->o[h] + d, acc[h]);
+    }
+}
+
+/* Blocks a decode call fetches into L2 at its start, before it reads the first. A head's keys
+ * and values of one block are two 4 KiB runs in different places, too short for the hardware
+ * prefetcher: one thread read a cold cache of 8 sequences x 8 heads x 144 positions at 4.7 GB/s
+ * (15.9 us a call, against 4.7 us warm); with the next block's lines fetched line by line as
+ * this one's are read, 13.5 us; with the first 8 blocks fetched at the start too, 11.6-11.9
+ * (4 blocks: 11.6, 32: 13.1; a harness over kn_attention_avx512, hd 64, 4 query heads). */
+#define ATT_PF_BLOCKS 8
+
+/* Keys t0 .. t0 + nk - 1's rows and values into L2. */
+static inline void att_prefetch(const struct kn_kv *kv, int t0, int nk, int hd)
+{
+    size_t off = kn_kv_off(kv, t0);
+    for (int u = 0; u < nk; u++)
+        for (int b = 0; b < hd * 4; b += 64) {
+            size_t e = off + (size_t)u * kv->row_stride + (size_t)b / 4;
+            _mm_prefetch((const char *)(kv->k + e), _MM_HINT_T1);
+            _mm_prefetch((const char *)(kv->v + e), _MM_HINT_T1);
+        }
+}
+
+static void att_one(float *out, const float *q, int nh, int pos0, const struct kn_kv *kv, int hd)
+{
+    static _Thread_local struct att_one_state st; /* 64 KiB: off the stack */
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int h = 0; h < nh; h++) {
+        for (int d = 0; d < hd; d++)
+            st.q[h][d] = q[(size_t)(h * hd + d)] * scale;
+        memset(st.o[h], 0, (size_t)(hd + 15) / 16 * 64);
+        st.m[h] = -3.0e38f;
+        st.sum[h] = 0.0f;
+    }
+    int T = pos0 + 1;
+    for (int t = 0; t < T && t < 16 * ATT_PF_BLOCKS; t += 16)
+        att_prefetch(kv, t, T - t < 16 ? T - t : 16, hd);
+    /* a block of 16 keys never straddles two cache blocks (KN_KV_BLOCK is a multiple of 16) */
+    for (int t0 = 0; t0 < T; t0 += 16) {
+        size_t off = kn_kv_off(kv, t0);
+        /* the next block's rows, one line per line read here (the last block: its own) */
+        size_t next = t0 + 16 < T ? kn_kv_off(kv, t0 + 16) : off;
+        int nk = T - t0 < 16 ? T - t0 : 16;
+        switch (nh) {
+#define ATT_ONE_CASE(n)                                                                            \
+    case n:                                                                                        \
+        att_one_block(&st, n, kv->k + off, kv->v + off, kv->row_stride, nk, hd, kv->k + next,      \
+                      kv->v + next);                                                               \
+        break;
+            ATT_ONE_CASE(1)
+            ATT_ONE_CASE(2)
+            ATT_ONE_CASE(3)
+            ATT_ONE_CASE(4)
+            ATT_ONE_CASE(5)
+            ATT_ONE_CASE(6)
+            ATT_ONE_CASE(7)
+            ATT_ONE_CASE(8)
+#undef ATT_ONE_CASE
+        }
+    }
+    for (int h = 0; h < nh; h++) {
+        float inv = 1.0f / st.sum[h];
+        for (int d = 0; d < hd; d++)
+            out[(size_t)(h * hd + d)] = st.o[h][d] * inv;
+    }
+}
+
 /* As kn_attention_ref up to rounding: the queries of the tile sit in the 16 lanes, so scores of
  * one key for all of them are 16-lane FMAs over the key's elements, and the softmax runs online
  * (flash-style): per block of 16 keys, the new running max rescales the partial outputs once. */
@@ -881,6 +1108,10 @@ static void kn_attention_avx512(float *out, size_t out_stride, const float *q, s
     KN_ASSERT(nt >= 1 && nh >= 1 && nt * nh <= KN_ATT_TILE && pos0 >= 0 && hd >= 1 &&
               hd <= KN_MAX_HEAD_DIM);
     (void)scratch;
+    if (nt == 1 && nh <= ATT_ONE_HEADS) {
+        att_one(out, q, nh, pos0, kv, hd);
+        return;
+    }
     static _Thread_local struct att_state st; /* 128 KiB: off the stack */
     static _Thread_local _Alignas(64) float tail[2][16 * KN_MAX_HEAD_DIM];
     int nl = nt * nh, T = pos0 + nt;
@@ -923,10 +1154,7 @@ static void kn_attention_avx512(float *out, size_t out_stride, const float *q, s
 
 /* e^x over the whole float range: the same reduction as exp_neg, arguments clamped to
  * [-87, 88] (below: e^-87, above: e^88; silu's quotient goes to 0 or x either way). */
-static inline __m512 exp_any(__m512 x)
-{
-    return exp_neg(_mm512_min_ps(x, _mm512_set1_ps(88.0f)));
-}
+static inline __m512 exp_any(__m512 x) { return exp_neg(_mm512_min_ps(x, _mm512_set1_ps(88.0f))); }
 
 /* a[i] = silu(a[i]) * b[i] = a b / (1 + e^-a): one exp and one division per 16 lanes (the
  * reference's scalar expf was 9% of a prefill at 1 thread). */
@@ -935,7 +1163,8 @@ static void kn_silu_mul_avx512(float *a, const float *b, int n)
     for (int i = 0; i < n; i += 16) {
         __mmask16 m = mask16(n - i);
         __m512 x = _mm512_maskz_loadu_ps(m, a + i), y = _mm512_maskz_loadu_ps(m, b + i);
-        __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_any(_mm512_sub_ps(_mm512_setzero_ps(), x)));
+        __m512 d =
+            _mm512_add_ps(_mm512_set1_ps(1.0f), exp_any(_mm512_sub_ps(_mm512_setzero_ps(), x)));
         _mm512_mask_storeu_ps(a + i, m, _mm512_div_ps(_mm512_mul_ps(x, y), d));
     }
 }
