@@ -128,11 +128,14 @@ static int allocate(int fd, uint8_t *base, bool *huge, size_t off, size_t len)
     int rc = charge(len);
     if (rc)
         return rc;
-    if (*huge) {
+    /* the load's lanes reserve one segment's tensors at once: *huge is shared */
+    bool h = __atomic_load_n(huge, __ATOMIC_RELAXED);
+    if (h) {
         rc = shardlm_fault(SHARDLM_FAULT_FALLOCATE) ? ENOSPC : populate(base, off, len);
-        *huge = rc != EINVAL;
+        if (rc == EINVAL)
+            __atomic_store_n(huge, h = false, __ATOMIC_RELAXED);
     }
-    if (!*huge)
+    if (!h)
         while ((rc = shardlm_fallocate(fd, (off_t)off, (off_t)len)) == EINTR) /* not -1 */
             ;
     if (rc)

@@ -286,6 +286,26 @@ static inline int tu_golden_prompt(const char *data, int no, char *prompt, size_
     return 0;
 }
 
+/* The golden continuation of stories260K prompt @no under @data: its text after @prompt, without
+ * the final newline, malloc'd; NULL when the file is missing or does not start with @prompt. */
+static inline char *tu_golden_tail(const char *data, int no, const char *prompt)
+{
+    char path[4200];
+    tu_path(path, sizeof(path), "%s/golden/stories260K/p%d.txt", data, no);
+    char *g = tu_slurp(path, NULL);
+    if (!g)
+        return NULL;
+    size_t n = strlen(g), np = strlen(prompt);
+    if (n && g[n - 1] == '\n')
+        g[--n] = '\0';
+    if (n < np || strncmp(g, prompt, np)) {
+        free(g);
+        return NULL;
+    }
+    memmove(g, g + np, n - np + 1);
+    return g;
+}
+
 /* Converts the bundled stories260K model with `shardlm convert` (extra args, NULL-terminated)
  * into @out. Returns the exit status. */
 static inline int tu_convert(const char *out, const char *scheme, const char *const extra[])

@@ -21,6 +21,7 @@ int coord_cmd_synth(int argc, char **argv);
 int coord_cmd_inspect(int argc, char **argv);
 int coord_cmd_tokenize(int argc, char **argv);
 int coord_cmd_generate(int argc, char **argv);
+int coord_cmd_serve(int argc, char **argv);
 int coord_cmd_load(int argc, char **argv);
 int coord_cmd_shm(int argc, char **argv);
 int coord_cmd_keygen(int argc, char **argv);
@@ -95,6 +96,10 @@ struct coord_sched_opts;
  * one, 0 if not, -1 on a bad value with @why set. */
 int coord_cli_sched_option(int c, struct coord_engine_opts *eo, struct coord_sched_opts *so,
                            char *why, size_t len);
+/* coord_cli_engine_option(), then coord_cli_sched_option(): the commands that run sequences
+ * (generate, serve) take both. Returns 1, 0 or -1 as they do. */
+int coord_cli_run_option(int c, struct coord_engine_opts *eo, struct coord_sched_opts *so,
+                         char *why, size_t len);
 /* A size: digits with an optional K, M or G (powers of 1024), within [1, 2^50]. */
 bool coord_cli_parse_size(const char *s, uint64_t *out);
 /* One of the engine options (@c from getopt_long, its value in optarg) into @o. Returns 1 if @c

@@ -73,9 +73,7 @@ int coord_cmd_generate(int argc, char **argv)
     long v;
     while ((c = getopt_long(argc, argv, "m:p:f:n:vh", opts, NULL)) != -1) {
         char why[160];
-        int eo = coord_cli_engine_option(c, &o.engine, why, sizeof(why));
-        if (!eo)
-            eo = coord_cli_sched_option(c, &o.engine, &o.sched, why, sizeof(why));
+        int eo = coord_cli_run_option(c, &o.engine, &o.sched, why, sizeof(why));
         if (eo < 0)
             return coord_usage_error("generate", usage_generate, "%s", why);
         if (eo)

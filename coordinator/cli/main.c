@@ -19,6 +19,7 @@ static const char usage_main[] =
     "  inspect   FILE                           config, tokenizer and tensors of a model file\n"
     "  tokenize  --tokenizer FILE TEXT          token ids of TEXT (--decode ID... for text)\n"
     "  generate  -m MODEL.shlm -p PROMPT -n N    generate text (streamed to stdout)\n"
+    "  serve     -m MODEL.shlm [--port 8080]     an OpenAI-compatible HTTP server\n"
     "  load      -m MODEL.shlm [--stats]         build (or find) the weights segments and stop:\n"
     "            the next generate starts warm\n"
     "  shm       list | purge | verify          the segments in the runtime directory\n"
@@ -51,6 +52,7 @@ static const struct {
     {"generate", coord_cmd_generate}, {"load", coord_cmd_load},
     {"shm", coord_cmd_shm},           {"keygen", coord_cmd_keygen},
     {"eval", coord_cmd_eval},         {"bench", coord_cmd_bench},
+    {"serve", coord_cmd_serve},
 };
 
 /* The environment variables --help documents, checked before any command runs: one set wrong

@@ -214,3 +214,10 @@ bad:
     snprintf(why, len, "%s '%s': expected %s", opt, optarg, want);
     return -1;
 }
+
+int coord_cli_run_option(int c, struct coord_engine_opts *eo, struct coord_sched_opts *so,
+                         char *why, size_t len)
+{
+    int r = coord_cli_engine_option(c, eo, why, len);
+    return r ? r : coord_cli_sched_option(c, eo, so, why, len);
+}

@@ -1,0 +1,147 @@
+/* coordinator/cli/cmd_serve.c: `shardlm serve` - options, then coord_serve. */
+#include "cli.h"
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_serve[] =
+    "usage: shardlm serve -m MODEL.shlm [--host ADDR] [--port N] [--api-key-file F]\n"
+    "                     [--max-waiting N] [--max-seqs N] [--step-tokens N] [--kv-tokens N]\n"
+    "                     [--kv-mem SIZE] [--no-prefix-cache] [--workers N] [--threads T]\n"
+    "                     [--cpus LIST] [--no-persist] [--io MODE] [--verify] [--restarts N]\n"
+    "                     [--listen EP] [--keys DIR] [--verbose]\n"
+    "\n"
+    "An OpenAI-compatible HTTP server over the batched engine. It listens at once (GET /health\n"
+    "answers 503 while the model loads, 200 when it serves) and runs until SIGINT or SIGTERM.\n"
+    "Endpoints (each also without /v1): GET /health, GET /v1/models, POST /v1/completions\n"
+    "(prompt as a string or token ids; max_tokens (default 16), temperature, top_p, top_k,\n"
+    "min_p, seed, stop, frequency_penalty, presence_penalty, repetition_penalty, stream and\n"
+    "stream_options.include_usage; streamed as server-sent events or one JSON body). Errors are\n"
+    "OpenAI error objects: 400, 401, 404, 413 (bodies past 1 MiB), 429, 503. A client that\n"
+    "disconnects has its request cancelled within a step. Chat completions, log-probabilities\n"
+    "and /metrics are not served yet.\n"
+    "  --host ADDR     IPv4 address to bind (default 127.0.0.1, loopback only)\n"
+    "  --port N        TCP port (default 8080; 0: any free one, printed on stderr)\n"
+    "  --api-key-file F\n"
+    "                  require \"Authorization: Bearer KEY\", KEY the file's first line\n"
+    "  --max-waiting N requests queued beyond the running ones before a 429 (default 4 x\n"
+    "                  --max-seqs)\n" SCHED_HELP LAYOUT_HELP LOAD_HELP ACCESS_HELP
+    "  --verbose       worker layout, the KV cache's blocks and per-step timings on stderr\n";
+
+#define API_KEY_MAX 4096
+
+/* The line scripts wait for: the address, with the port bound (--port 0 picks one). */
+static void print_listen(void *arg, int port)
+{
+    fprintf(stderr, "shardlm: listening on http://%s:%d\n", (const char *)arg, port);
+}
+
+/* The key: the file's first line, without its newline; refuses an empty one. */
+static int read_key(const char *path, char **out, struct shardlm_err *e)
+{
+    uint8_t *buf;
+    size_t len;
+    int rc = coord_read_file(path, API_KEY_MAX, &buf, &len, e);
+    if (rc)
+        return rc;
+    size_t n = 0;
+    while (n < len && buf[n] != '\n' && buf[n] != '\r')
+        n++;
+    if (!n || memchr(buf, '\0', n)) {
+        free(buf);
+        return shardlm_fail(e, -EINVAL, "%s: the first line must hold the API key", path);
+    }
+    char *k = realloc(buf, len + 1);
+    if (!k) {
+        free(buf);
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    }
+    k[n] = '\0';
+    *out = k;
+    return 0;
+}
+
+int coord_cmd_serve(int argc, char **argv)
+{
+    struct coord_serve_opts o = {.host = "127.0.0.1", .port = 8080};
+    const char *key_file = NULL;
+    static const struct option opts[] = {{"host", required_argument, 0, 1200},
+                                         {"port", required_argument, 0, 1201},
+                                         {"api-key-file", required_argument, 0, 1202},
+                                         {"max-waiting", required_argument, 0, 1203},
+                                         {"help", no_argument, 0, 'h'},
+                                         SCHED_OPTIONS,
+                                         ENGINE_OPTIONS,
+                                         {0, 0, 0, 0}};
+    int c;
+    long v;
+    while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
+        char why[160];
+        int eo = coord_cli_run_option(c, &o.engine, &o.sched, why, sizeof(why));
+        if (eo < 0)
+            return coord_usage_error("serve", usage_serve, "%s", why);
+        if (eo)
+            continue;
+        switch (c) {
+        case 1200: {
+            struct in_addr a;
+            if (inet_pton(AF_INET, optarg, &a) != 1)
+                return coord_usage_error("serve", usage_serve,
+                                         "--host '%s': expected an IPv4 address", optarg);
+            o.host = optarg;
+            break;
+        }
+        case 1201:
+            if (!coord_parse_long(optarg, 0, 65535, &v))
+                return coord_usage_error("serve", usage_serve, "--port '%s': expected 0..65535",
+                                         optarg);
+            o.port = (int)v;
+            break;
+        case 1202:
+            key_file = optarg;
+            break;
+        case 1203:
+            if (!coord_parse_long(optarg, 1, 1 << 20, &v))
+                return coord_usage_error("serve", usage_serve,
+                                         "--max-waiting '%s': expected 1..1048576", optarg);
+            o.max_waiting = (uint32_t)v;
+            break;
+        case 'h':
+            fputs(usage_serve, stdout);
+            return 0;
+        default:
+            fputs(usage_serve, stderr);
+            return 2;
+        }
+    }
+    if (optind != argc)
+        return coord_cli_extra_argument("serve", usage_serve, argv);
+    if (!o.engine.model_path)
+        return coord_usage_error("serve", usage_serve, "-m MODEL.shlm is required");
+    if (o.engine.kv_blocks && o.engine.kv_mem)
+        return coord_usage_error("serve", usage_serve,
+                                 "--kv-tokens and --kv-mem both size the KV cache: give one");
+    struct shardlm_err e = {{0}};
+    char *key = NULL;
+    int rc = key_file ? read_key(key_file, &key, &e) : 0;
+    if (rc)
+        return coord_cli_exit("serve", rc, &e);
+    o.api_key = key;
+    o.on_listen = print_listen;
+    o.arg = (void *)o.host;
+    if (!key && strncmp(o.host, "127.", 4))
+        fprintf(stderr,
+                "shardlm: warning: serving on %s without --api-key-file: anyone who "
+                "reaches this address can use the model\n",
+                o.host);
+    coord_signals_install();
+    if (!(rc = coord_cli_engine_env(&o.engine, &e)))
+        rc = coord_serve(&o, &e);
+    free(key);
+    return coord_cli_exit("serve", rc, &e);
+}

@@ -1,0 +1,861 @@
+/* coordinator/server/server.c: the HTTP server - requests parsed on their connection's thread
+ * (libmicrohttpd, one thread per connection), handed to the thread that drives the scheduler,
+ * and their tokens handed back through a buffer per request.
+ *
+ * A request lives in struct sreq, shared by its connection and the scheduler's thread, freed by
+ * whichever lets it go last (refs, under srv.mu). The connection queues it (pending), waits until
+ * the scheduler has accepted or refused it - so every error is decided before the status line
+ * goes out - then streams what on_event appends, or waits for the end and sends one body. A
+ * client that goes away (its socket hung up, checked every WAIT_MS while waiting, or a failed
+ * write) has its request cancelled before the next step.
+ */
+#include "server.h"
+
+#include "tokenizer.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BODY_MAX (1u << 20)   /* bytes of a request body */
+#define MAX_STOPS 16          /* stop strings of a request */
+#define STOP_MAX_BYTES 256    /* bytes of one */
+#define WAIT_MS 100           /* a waiting connection checks its client this often */
+#define CONN_TIMEOUT_S 30     /* a connection idle this long (a trickled header) is closed */
+#define DEFAULT_MAX_TOKENS 16 /* OpenAI's default for completions */
+
+enum sreq_state { SREQ_PENDING, SREQ_RUNNING, SREQ_REFUSED, SREQ_DONE };
+
+struct srv;
+
+struct sreq {
+    struct srv *s;
+    int refs;
+    struct sreq *prev, *next; /* every live request (srv.all) */
+    struct sreq *next_pending, *next_cancel;
+    /* the request, parsed on the connection's thread */
+    char *prompt; /* text, or NULL when ids were given */
+    int32_t *ids;
+    int n_ids;
+    struct coord_request r;
+    char *stops[MAX_STOPS];
+    int n_stops;
+    bool stream, include_usage;
+    char id[32];
+    long long created;
+    int fd; /* the client's socket */
+    /* state, under srv.mu */
+    enum sreq_state state;
+    unsigned status; /* SREQ_REFUSED: the HTTP status and message */
+    char err[300];
+    uint64_t sched_id;
+    bool cancel, cancel_queued;
+    char *out; /* stream: server-sent events not yet sent; else: the text */
+    size_t len, cap, off;
+    enum coord_finish finish;
+    int prompt_tokens, completion_tokens, cached_tokens;
+    pthread_cond_t cv;
+};
+
+struct srv {
+    const struct coord_serve_opts *o;
+    struct coord_tok tok;
+    bool tok_loaded;
+    struct coord_sched *sched;
+    char model[128];
+    int context;
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* the scheduler's thread: something was queued */
+    int ready;           /* 0 loading, 1 serving, -1 stopping */
+    struct sreq *pending, **pending_tail, *cancels, *all;
+    uint32_t open;  /* queued or in the scheduler, not finished */
+    uint32_t limit; /* open requests before a 429 */
+    uint64_t next_id;
+};
+
+/* ---- requests ---- */
+
+static void sreq_free(struct sreq *p)
+{
+    free(p->prompt);
+    free(p->ids);
+    for (int i = 0; i < p->n_stops; i++)
+        free(p->stops[i]);
+    free(p->out);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+}
+
+/* Drops one reference (srv.mu held); returns whether the caller must free @p (after unlocking). */
+static bool sreq_unref_locked(struct sreq *p)
+{
+    if (--p->refs)
+        return false;
+    struct srv *s = p->s;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        s->all = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    return true;
+}
+
+static void sreq_unref(struct sreq *p)
+{
+    struct srv *s = p->s;
+    pthread_mutex_lock(&s->mu);
+    bool last = sreq_unref_locked(p);
+    pthread_mutex_unlock(&s->mu);
+    if (last)
+        sreq_free(p);
+}
+
+/* Asks the scheduler's thread to cancel @p (srv.mu held). */
+static void sreq_cancel_locked(struct sreq *p)
+{
+    struct srv *s = p->s;
+    p->cancel = true;
+    if (p->state == SREQ_RUNNING && !p->cancel_queued) {
+        p->cancel_queued = true;
+        p->refs++;
+        p->next_cancel = s->cancels;
+        s->cancels = p;
+    }
+    pthread_cond_signal(&s->wake);
+}
+
+/* Appends @n bytes to @p's output (srv.mu held). false: out of memory. */
+static bool out_put(struct sreq *p, const char *b, size_t n)
+{
+    if (p->off && p->off == p->len) /* all sent: start over */
+        p->off = p->len = 0;
+    if (p->len + n + 1 > p->cap) {
+        size_t cap = 2 * (p->len + n) + 256;
+        char *o = realloc(p->out, cap);
+        if (!o)
+            return false;
+        p->out = o;
+        p->cap = cap;
+    }
+    memcpy(p->out + p->len, b, n);
+    p->len += n;
+    p->out[p->len] = '\0';
+    return true;
+}
+
+/* A JSON string of @n bytes of text; text that is not UTF-8 becomes U+FFFD. */
+static json_t *text_json(const char *t, size_t n)
+{
+    json_t *j = json_stringn(t, n);
+    return j ? j : json_string("\xef\xbf\xbd");
+}
+
+static json_t *usage_json(const struct sreq *p)
+{
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", p->prompt_tokens,
+                     "completion_tokens", p->completion_tokens, "total_tokens",
+                     p->prompt_tokens + p->completion_tokens, "prompt_tokens_details",
+                     "cached_tokens", p->cached_tokens);
+}
+
+/* One text_completion object: a chunk of @text (stream), or the whole result with usage. */
+static json_t *completion_json(const struct sreq *p, const char *text, size_t n,
+                               enum coord_finish f, bool usage)
+{
+    json_t *choice =
+        json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "text", text_json(text, n), "logprobs",
+                  "finish_reason", f ? json_string(coord_finish_name(f)) : json_null());
+    json_t *o =
+        json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", p->id, "object", "text_completion", "created",
+                  (json_int_t)p->created, "model", p->s->model, "choices", choice);
+    if (o && usage)
+        json_object_set_new(o, "usage", usage_json(p));
+    return o;
+}
+
+/* Appends "data: <json>\n\n" (srv.mu held; @j is consumed). */
+static bool sse_put(struct sreq *p, json_t *j)
+{
+    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    bool ok = t && out_put(p, "data: ", 6) && out_put(p, t, strlen(t)) && out_put(p, "\n\n", 2);
+    free(t);
+    return ok;
+}
+
+/* The scheduler's callback, on its thread during a step. */
+static void on_event(void *ctx, const struct coord_event *ev)
+{
+    struct sreq *p = ctx;
+    struct srv *s = p->s;
+    pthread_mutex_lock(&s->mu);
+    p->prompt_tokens = ev->prompt_tokens;
+    p->completion_tokens = ev->completion_tokens;
+    p->cached_tokens = ev->cached_tokens;
+    bool ok = true;
+    if (ev->text_len)
+        ok = p->stream ? sse_put(p, completion_json(p, ev->text, ev->text_len, 0, false))
+                       : out_put(p, ev->text, ev->text_len);
+    if (ok && ev->finish && p->stream) {
+        ok = sse_put(p, completion_json(p, "", 0, ev->finish, false));
+        if (ok && p->include_usage) {
+            json_t *u =
+                json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", p->id, "object", "text_completion",
+                          "created", (json_int_t)p->created, "model", s->model, "choices");
+            if (u)
+                json_object_set_new(u, "usage", usage_json(p));
+            ok = sse_put(p, u);
+        }
+        ok = ok && out_put(p, "data: [DONE]\n\n", 14);
+    }
+    if (!ok && !p->cancel)
+        sreq_cancel_locked(p); /* out of memory: this request ends */
+    bool last = false;
+    if (ev->finish) {
+        p->finish = ev->finish;
+        p->state = SREQ_DONE;
+        s->open--;
+        last = sreq_unref_locked(p); /* the scheduler's reference */
+    }
+    if (!last)
+        pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (last)
+        sreq_free(p);
+}
+
+/* ---- the scheduler's thread ---- */
+
+/* Refuses @p with @status and a message (srv.mu not held); drops the scheduler's reference. */
+static void refuse(struct sreq *p, unsigned status, const char *msg)
+{
+    struct srv *s = p->s;
+    pthread_mutex_lock(&s->mu);
+    p->state = SREQ_REFUSED;
+    p->status = status;
+    snprintf(p->err, sizeof(p->err), "%s", msg);
+    s->open--;
+    bool last = sreq_unref_locked(p);
+    if (!last)
+        pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (last)
+        sreq_free(p);
+}
+
+/* Tokenizes @p's prompt and submits it. */
+static void submit(struct srv *s, struct sreq *p)
+{
+    char msg[300];
+    if (p->prompt) {
+        size_t n = strlen(p->prompt);
+        if (n / 2 > (size_t)s->context + 8) { /* cannot fit: every token is 1-2 bytes or more */
+            snprintf(msg, sizeof(msg), "the prompt is longer than the context of %d tokens",
+                     s->context);
+            return refuse(p, 400, msg);
+        }
+        int max = (int)n + 3;
+        if (!(p->ids = malloc((size_t)max * sizeof(int32_t))))
+            return refuse(p, 500, "out of memory");
+        int np = coord_tok_encode(&s->tok, p->prompt, true, false, p->ids, max);
+        if (np < 0) {
+            snprintf(msg, sizeof(msg), "cannot tokenize the prompt: %s",
+                     np == -EILSEQ ? "a character this vocabulary cannot spell" : strerror(-np));
+            return refuse(p, 400, msg);
+        }
+        p->n_ids = np;
+    }
+    p->r.prompt = p->ids;
+    p->r.n_prompt = p->n_ids;
+    p->r.stop = (const char *const *)p->stops;
+    p->r.n_stop = p->n_stops;
+    p->r.on_event = on_event;
+    p->r.ctx = p;
+    struct shardlm_err e = {{0}};
+    uint64_t id;
+    /* callbacks come in steps, never during the submission: the state changes after it */
+    int rc = coord_sched_submit(s->sched, &p->r, &id, &e);
+    if (rc)
+        return refuse(p, rc == -ENOMEM ? 500 : 400, e.msg);
+    pthread_mutex_lock(&s->mu);
+    p->state = SREQ_RUNNING;
+    p->prompt_tokens = p->n_ids;
+    p->sched_id = id;
+    if (p->cancel && !p->cancel_queued) { /* the client left while it was submitted */
+        p->cancel_queued = true;
+        p->refs++;
+        p->next_cancel = s->cancels;
+        s->cancels = p;
+    }
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Takes what the connections queued: new requests (submitted), cancellations. */
+static void take_queued(struct srv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    struct sreq *pend = s->pending, *canc = s->cancels;
+    s->pending = NULL;
+    s->pending_tail = &s->pending;
+    s->cancels = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (pend) {
+        struct sreq *p = pend;
+        pend = p->next_pending;
+        if (p->cancel) /* its client left while it waited */
+            refuse(p, 499, "the client closed the connection");
+        else
+            submit(s, p);
+    }
+    while (canc) {
+        struct sreq *p = canc;
+        canc = p->next_cancel;
+        coord_sched_cancel(s->sched, p->sched_id);
+        sreq_unref(p);
+    }
+}
+
+/* ---- the connections ---- */
+
+struct conn {
+    char *body;
+    size_t len;
+    bool too_big;
+};
+
+static bool client_gone(int fd)
+{
+    struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
+    return fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Waits on @p's condition for WAIT_MS (srv.mu held). Returns false when the client left (the
+ * request is then cancelled) or the server stops. */
+static bool wait_step(struct sreq *p)
+{
+    struct srv *s = p->s;
+    if (s->ready < 0)
+        return false;
+    if (client_gone(p->fd)) {
+        sreq_cancel_locked(p);
+        return false;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += WAIT_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&p->cv, &s->mu, &ts);
+    return true;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j)
+{
+    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!t)
+        return MHD_NO;
+    size_t n = strlen(t);
+    t[n] = '\n'; /* json_dumps' terminator becomes the body's last newline */
+    struct MHD_Response *r = MHD_create_response_from_buffer(n + 1, t, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(t);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result rc = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* An OpenAI error object. */
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *type,
+                                  const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *type,
+                                  const char *code, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return send_json(c, status,
+                     json_pack("{s:{s:o,s:s,s:s?}}", "error", "message",
+                               text_json(msg, strlen(msg)), "type", type, "code", code));
+}
+
+static bool authorized(const struct srv *s, struct MHD_Connection *c)
+{
+    const char *key = s->o->api_key;
+    if (!key)
+        return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7))
+        return false;
+    h += 7;
+    size_t n = strlen(key), m = strlen(h);
+    unsigned diff = (unsigned)(n ^ m);
+    for (size_t i = 0; i < n; i++) /* the same time whatever the key's first wrong byte */
+        diff |= (unsigned)(key[i] ^ (i < m ? h[i] : 0));
+    return diff == 0;
+}
+
+/* A number field @k of @o within [lo, hi] into @out (left alone when absent or null). Returns
+ * NULL or the complaint. */
+static const char *get_number(json_t *o, const char *k, double lo, double hi, double *out)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v))
+        return NULL;
+    if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi)
+        return k;
+    *out = json_number_value(v);
+    return NULL;
+}
+
+/* The completion request @j into @p. Returns NULL or the message of a 400. */
+static const char *parse_completion(struct srv *s, json_t *j, struct sreq *p, char *why,
+                                    size_t wlen)
+{
+    if (!json_is_object(j))
+        return "the body must be a JSON object";
+    json_t *pr = json_object_get(j, "prompt");
+    if (json_is_array(pr) && json_array_size(pr) == 1 && json_is_string(json_array_get(pr, 0)))
+        pr = json_array_get(pr, 0);
+    if (json_is_string(pr)) {
+        const char *t = json_string_value(pr);
+        size_t n = json_string_length(pr);
+        if (memchr(t, '\0', n))
+            return "prompt: a NUL character";
+        if (!(p->prompt = strdup(t)))
+            return "out of memory";
+    } else if (json_is_array(pr) && json_array_size(pr) > 0) {
+        size_t n = json_array_size(pr);
+        if (n > (size_t)s->context)
+            return "prompt: more token ids than the context";
+        if (!(p->ids = malloc(n * sizeof(int32_t))))
+            return "out of memory";
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = json_array_get(pr, i);
+            uint32_t vocab = (uint32_t)s->tok.vocab_size;
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) >= (json_int_t)vocab) {
+                snprintf(why, wlen, "prompt: token ids are integers in [0, %u)", vocab);
+                return why;
+            }
+            p->ids[i] = (int32_t)json_integer_value(v);
+        }
+        p->n_ids = (int)n;
+    } else
+        return "prompt: expected a string or an array of token ids";
+    double d, mt = DEFAULT_MAX_TOKENS;
+    const char *bad;
+    if ((bad = get_number(j, "max_tokens", 0, 1 << 24, &mt)) ||
+        (bad = get_number(j, "max_completion_tokens", 0, 1 << 24, &mt)))
+        goto bad;
+    p->r.max_tokens = (int)mt;
+    struct coord_sampling *sp = &p->r.sampling;
+    d = 1.0;
+    if ((bad = get_number(j, "temperature", 0, 2, &d)))
+        goto bad;
+    sp->temp = (float)d;
+    d = 1.0;
+    if ((bad = get_number(j, "top_p", 1e-6, 1, &d)))
+        goto bad;
+    sp->top_p = (float)d;
+    d = 0;
+    if ((bad = get_number(j, "top_k", 0, 1 << 24, &d)))
+        goto bad;
+    sp->top_k = (int)d;
+    d = 0;
+    if ((bad = get_number(j, "min_p", 0, 0.999, &d)))
+        goto bad;
+    sp->min_p = (float)d;
+    d = 1;
+    if ((bad = get_number(j, "repetition_penalty", 0.01, 10, &d)))
+        goto bad;
+    sp->repetition_penalty = (float)d;
+    d = 0;
+    if ((bad = get_number(j, "frequency_penalty", -2, 2, &d)))
+        goto bad;
+    sp->frequency_penalty = (float)d;
+    d = 0;
+    if ((bad = get_number(j, "presence_penalty", -2, 2, &d)))
+        goto bad;
+    sp->presence_penalty = (float)d;
+    json_t *seed = json_object_get(j, "seed");
+    if (json_is_integer(seed))
+        sp->seed = (uint64_t)json_integer_value(seed);
+    else if (seed && !json_is_null(seed))
+        return "seed: expected an integer";
+    else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        sp->seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ p->created;
+    }
+    json_t *n = json_object_get(j, "n");
+    if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
+        return "n: only 1 is supported";
+    json_t *lp = json_object_get(j, "logprobs");
+    if (lp && !json_is_null(lp) && !json_is_false(lp))
+        return "logprobs: not supported by this server yet";
+    json_t *echo = json_object_get(j, "echo");
+    if (echo && !json_is_null(echo) && !json_is_false(echo))
+        return "echo: not supported";
+    json_t *st = json_object_get(j, "stop");
+    if (json_is_string(st) || json_is_array(st)) {
+        size_t ns = json_is_string(st) ? 1 : json_array_size(st);
+        if (ns > MAX_STOPS) {
+            snprintf(why, wlen, "stop: at most %d strings", MAX_STOPS);
+            return why;
+        }
+        for (size_t i = 0; i < ns; i++) {
+            json_t *v = json_is_string(st) ? st : json_array_get(st, i);
+            if (!json_is_string(v) || !json_string_length(v) ||
+                json_string_length(v) > STOP_MAX_BYTES ||
+                memchr(json_string_value(v), '\0', json_string_length(v))) {
+                snprintf(why, wlen, "stop: strings of 1..%d bytes", STOP_MAX_BYTES);
+                return why;
+            }
+            if (!(p->stops[p->n_stops] = strdup(json_string_value(v))))
+                return "out of memory";
+            p->n_stops++;
+        }
+    } else if (st && !json_is_null(st))
+        return "stop: expected a string or an array of strings";
+    json_t *str = json_object_get(j, "stream");
+    if (str && !json_is_null(str) && !json_is_boolean(str))
+        return "stream: expected true or false";
+    p->stream = json_is_true(str);
+    json_t *so = json_object_get(j, "stream_options");
+    p->include_usage = json_is_object(so) && json_is_true(json_object_get(so, "include_usage"));
+    p->r.logprobs = -1;
+    return NULL;
+bad:
+    snprintf(why, wlen, "%s: out of range or not a number", bad);
+    return why;
+}
+
+/* The streamed body: what on_event appended, as it comes. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct sreq *p = cls;
+    struct srv *s = p->s;
+    (void)pos;
+    pthread_mutex_lock(&s->mu);
+    while (p->off == p->len && p->state == SREQ_RUNNING && !p->cancel)
+        if (!wait_step(p))
+            break;
+    ssize_t n;
+    if (p->off < p->len) {
+        n = (ssize_t)(p->len - p->off < max ? p->len - p->off : max);
+        memcpy(buf, p->out + p->off, (size_t)n);
+        p->off += (size_t)n;
+    } else
+        n = p->state == SREQ_DONE ? MHD_CONTENT_READER_END_OF_STREAM
+                                  : MHD_CONTENT_READER_END_WITH_ERROR;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+static void stream_free(void *cls)
+{
+    struct sreq *p = cls;
+    pthread_mutex_lock(&p->s->mu);
+    if (p->state == SREQ_RUNNING || p->state == SREQ_PENDING)
+        sreq_cancel_locked(p);
+    bool last = sreq_unref_locked(p);
+    pthread_mutex_unlock(&p->s->mu);
+    if (last)
+        sreq_free(p);
+}
+
+static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, struct conn *cn)
+{
+    pthread_mutex_lock(&s->mu);
+    int ready = s->ready; /* the tokenizer and the context are known once it is 1 */
+    pthread_mutex_unlock(&s->mu);
+    if (ready <= 0)
+        return send_error(c, 503, "unavailable_error", NULL,
+                          ready ? "the server is stopping" : "the model is loading");
+    struct sreq *p = calloc(1, sizeof(*p));
+    if (!p)
+        return send_error(c, 500, "server_error", NULL, "out of memory");
+    p->s = s;
+    p->refs = 1;
+    p->created = (long long)time(NULL);
+    pthread_cond_init(&p->cv, NULL);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    p->fd = ci ? ci->connect_fd : -1;
+    pthread_mutex_lock(&s->mu);
+    p->next = s->all;
+    if (s->all)
+        s->all->prev = p;
+    s->all = p;
+    snprintf(p->id, sizeof(p->id), "cmpl-%llu", (unsigned long long)++s->next_id);
+    pthread_mutex_unlock(&s->mu);
+    json_error_t je;
+    json_t *j = json_loadb(cn->body ? cn->body : "", cn->len, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        sreq_unref(p);
+        return send_error(c, 400, "invalid_request_error", NULL, "malformed JSON: %s (offset %d)",
+                          je.text, je.position);
+    }
+    char why[200];
+    const char *bad = parse_completion(s, j, p, why, sizeof(why));
+    json_decref(j);
+    if (bad) {
+        enum MHD_Result rc = send_error(c, 400, "invalid_request_error", NULL, "%s", bad);
+        sreq_unref(p);
+        return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    unsigned status = 0;
+    if (s->ready <= 0)
+        status = 503;
+    else if (s->open >= s->limit)
+        status = 429;
+    else {
+        p->refs++; /* the scheduler's */
+        s->open++;
+        *s->pending_tail = p;
+        s->pending_tail = &p->next_pending;
+        pthread_cond_signal(&s->wake);
+        while (p->state == SREQ_PENDING && wait_step(p))
+            ;
+    }
+    enum sreq_state st = p->state;
+    pthread_mutex_unlock(&s->mu);
+    if (status) {
+        sreq_unref(p);
+        return status == 503
+                   ? send_error(c, 503, "unavailable_error", NULL, "the server is stopping")
+                   : send_error(c, 429, "rate_limit_error", NULL,
+                                "too many requests queued (%u): try again later", s->limit);
+    }
+    if (st == SREQ_REFUSED || st == SREQ_PENDING) {
+        enum MHD_Result rc =
+            st == SREQ_PENDING
+                ? MHD_NO /* the client left or the server stops */
+                : send_error(c, p->status,
+                             p->status >= 500 ? "server_error" : "invalid_request_error", NULL,
+                             "%s", p->err);
+        sreq_unref(p);
+        return rc;
+    }
+    if (p->stream) {
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, p, stream_free);
+        if (!r) {
+            stream_free(p);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        enum MHD_Result rc = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    while (p->state == SREQ_RUNNING && wait_step(p))
+        ;
+    bool done = p->state == SREQ_DONE;
+    json_t *o = done ? completion_json(p, p->out ? p->out : "", p->len, p->finish, true) : NULL;
+    pthread_mutex_unlock(&s->mu);
+    sreq_unref(p);
+    return done ? send_json(c, 200, o) : MHD_NO;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **con_cls)
+{
+    struct srv *s = cls;
+    (void)version;
+    struct conn *cn = *con_cls;
+    if (!cn) { /* the headers: a context for the body, and no Nagle delay on this socket */
+        if (!(cn = calloc(1, sizeof(*cn))))
+            return MHD_NO;
+        *con_cls = cn;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        int one = 1;
+        if (ci)
+            setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        return MHD_YES;
+    }
+    if (*upload_size) { /* a piece of the body */
+        if (!cn->too_big && cn->len + *upload_size > BODY_MAX) {
+            cn->too_big = true;
+            free(cn->body);
+            cn->body = NULL;
+        }
+        if (!cn->too_big) {
+            char *b = realloc(cn->body, cn->len + *upload_size);
+            if (!b)
+                return MHD_NO;
+            memcpy(b + cn->len, upload, *upload_size);
+            cn->body = b;
+            cn->len += *upload_size;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (!strncmp(url, "/v1/", 4))
+        url += 3;
+    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (!strcmp(url, "/health") && get) {
+        pthread_mutex_lock(&s->mu);
+        int ready = s->ready;
+        pthread_mutex_unlock(&s->mu);
+        return send_json(c, ready > 0 ? 200 : 503,
+                         json_pack("{s:s}", "status", ready > 0 ? "ok" : "loading"));
+    }
+    if (!authorized(s, c))
+        return send_error(c, 401, "invalid_request_error", "invalid_api_key",
+                          "a missing or wrong API key (Authorization: Bearer KEY)");
+    if (cn->too_big)
+        return send_error(c, 413, "invalid_request_error", NULL,
+                          "the request body is larger than %u bytes", BODY_MAX);
+    if (!strcmp(url, "/models") && get)
+        return send_json(c, 200,
+                         json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}", "object", "list", "data", "id",
+                                   s->model, "object", "model", "created", (json_int_t)0,
+                                   "owned_by", "shardlm"));
+    if (!strcmp(url, "/completions") && post)
+        return completions(s, c, cn);
+    if (!strcmp(url, "/completions") || !strcmp(url, "/models"))
+        return send_error(c, 405, "invalid_request_error", NULL, "%s is not allowed on %s", method,
+                          url);
+    return send_error(c, 404, "invalid_request_error", NULL, "no such endpoint: %s %s", method,
+                      url);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)c, (void)toe;
+    struct conn *cn = *con_cls;
+    if (cn) {
+        free(cn->body);
+        free(cn);
+        *con_cls = NULL;
+    }
+}
+
+/* ---- the server ---- */
+
+/* While the workers start: the tokenizer. */
+static int load_tok(struct coord_engine *g, void *arg, struct shardlm_err *e)
+{
+    struct srv *s = arg;
+    int rc = coord_tok_from_shlm(&s->tok, coord_engine_model(g), s->o->engine.model_path, e);
+    s->tok_loaded = rc == 0;
+    return rc;
+}
+
+int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
+{
+    struct srv s = {.o = o};
+    s.pending_tail = &s.pending;
+    json_object_seed(0); /* jansson seeds its hash function once, before any thread uses it */
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.wake, NULL);
+    const char *base = strrchr(o->engine.model_path, '/');
+    snprintf(s.model, sizeof(s.model), "%s", base ? base + 1 : o->engine.model_path);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
+    if (inet_pton(AF_INET, o->host ? o->host : "127.0.0.1", &addr.sin_addr) != 1)
+        return shardlm_fail(e, -EINVAL, "--host '%s': expected an IPv4 address", o->host);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)o->port, NULL,
+        NULL, handle, &s, MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)CONN_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, completed, &s, MHD_OPTION_END);
+    if (!d)
+        return shardlm_fail(e, -EADDRINUSE,
+                            "cannot listen on %s:%d (in use, or not an address "
+                            "of this host)",
+                            o->host ? o->host : "127.0.0.1", o->port);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    int port = di ? di->port : o->port;
+    if (o->on_listen)
+        o->on_listen(o->arg, port);
+    struct coord_engine *eng = NULL;
+    struct coord_engine_opts eo = o->engine;
+    eo.while_starting = load_tok;
+    eo.arg = &s;
+    eo.kv_fit = true;
+    if (!eo.max_seqs)
+        eo.max_seqs = 16;
+    int rc = coord_engine_start(&eng, &eo, e);
+    struct coord_sched_opts so = o->sched;
+    so.max_seqs = eo.max_seqs;
+    if (!rc)
+        rc = coord_sched_init(&s.sched, eng, &s.tok, &so, e);
+    if (!rc) {
+        s.context = (int)coord_engine_model(eng)->hdr->cfg.seq_len;
+        s.limit = eo.max_seqs + (o->max_waiting ? o->max_waiting : 4 * eo.max_seqs);
+        pthread_mutex_lock(&s.mu);
+        s.ready = 1;
+        pthread_mutex_unlock(&s.mu);
+        if (o->engine.log)
+            o->engine.log(o->engine.log_ctx, COORD_LOG_INFO, "serving");
+    }
+    while (!rc && !(o->engine.cancel && *o->engine.cancel)) {
+        take_queued(&s);
+        if (coord_sched_idle(s.sched)) {
+            pthread_mutex_lock(&s.mu);
+            if (!s.pending && !s.cancels) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 200 * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&s.wake, &s.mu, &ts);
+            }
+            pthread_mutex_unlock(&s.mu);
+            continue;
+        }
+        rc = coord_sched_step(s.sched, e);
+    }
+    if (rc == -ECANCELED)
+        rc = 0;
+    /* stop: every waiting connection gives up, then the connections end */
+    pthread_mutex_lock(&s.mu);
+    s.ready = -1;
+    for (struct sreq *p = s.all; p; p = p->next)
+        pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&s.mu);
+    MHD_stop_daemon(d);
+    coord_sched_free(s.sched); /* no more callbacks */
+    while (s.all) {            /* what the scheduler and the queues still held */
+        struct sreq *p = s.all;
+        s.all = p->next;
+        sreq_free(p);
+    }
+    if (s.tok_loaded)
+        coord_tok_free(&s.tok);
+    if (eng)
+        coord_engine_stop(eng);
+    pthread_cond_destroy(&s.wake);
+    pthread_mutex_destroy(&s.mu);
+    return rc;
+}

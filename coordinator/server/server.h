@@ -1,0 +1,30 @@
+/* coordinator/server/server.h: `shardlm serve` - an OpenAI-compatible HTTP front end on the
+ * scheduler (libmicrohttpd, one thread per connection; the calling thread runs the steps). */
+#ifndef SHARDLM_COORD_SERVER_H
+#define SHARDLM_COORD_SERVER_H
+
+#include "engine.h"
+#include "scheduler.h"
+#include "util.h"
+
+#include <stdint.h>
+
+struct coord_serve_opts {
+    struct coord_engine_opts engine; /* the model, layout, load, access; cancel stops the server */
+    struct coord_sched_opts sched;
+    const char *host;     /* numeric IPv4 address to bind (default 127.0.0.1) */
+    int port;             /* 0: any free port */
+    const char *api_key;  /* requests must carry "Authorization: Bearer <key>"; NULL: none */
+    uint32_t max_waiting; /* requests queued beyond the running ones before a 429 */
+    /* Called once the socket listens, with the bound port (a test reads it), before loading. */
+    void (*on_listen)(void *arg, int port);
+    void *arg;
+};
+
+/* Serves until the engine's cancel flag is set: binds first (GET /health answers 503 while the
+ * model loads), then runs the scheduler's steps on this thread. Endpoints: GET /health,
+ * GET /v1/models, POST /v1/completions (streamed as server-sent events or one JSON body), each
+ * also without /v1. Returns 0 when the cancel flag stopped it, or -errno with @e set. */
+int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e);
+
+#endif

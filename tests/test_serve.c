@@ -1,0 +1,428 @@
+/* `shardlm serve` end to end on the bundled stories260K model (f32): the server over loopback,
+ * driven by a small HTTP/1.1 client of this file. Greedy completions equal the golden texts
+ * (streamed and not, the four prompts at once), the API key is required, bad requests get their
+ * OpenAI error object and status, a client that leaves mid-stream is cancelled while the others
+ * go on, and SIGTERM stops the server with exit 0 and nothing left running. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "testutil.h"
+
+static char dir[4096], rundir[4096], env_rundir[4200], model[4200], keyfile[4200];
+static const char *key = "test-key-3f9a";
+
+static int setup(void **state)
+{
+    tu_mkdtemp(dir, sizeof(dir), "serve");
+    tu_path(rundir, sizeof(rundir), "%s/run", dir);
+    tu_path(env_rundir, sizeof(env_rundir), "SHARDLM_RUNTIME_DIR=%s", rundir);
+    tu_path(model, sizeof(model), "%s/f32.shlm", dir);
+    tu_path(keyfile, sizeof(keyfile), "%s/key", dir);
+    char line[64];
+    snprintf(line, sizeof(line), "%s\n", key);
+    return tu_convert(model, "f32", NULL) || tu_write(keyfile, line, strlen(line)) ? -1 : 0;
+}
+
+static pid_t server; /* a failed assertion leaves drive() early: teardown kills it */
+
+static int teardown(void **state)
+{
+    if (server > 0 && kill(server, SIGKILL) == 0)
+        waitpid(server, NULL, 0);
+    tu_rmdir(dir);
+    return 0;
+}
+
+/* A port no socket holds right now. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int port;
+
+static int connect_server(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {.tv_sec = 60};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void send_all(int fd, const char *b, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return;
+        b += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Sends a request (with the key unless @nokey); returns the connected socket. */
+static int send_request(const char *method, const char *path, const char *body, size_t blen,
+                        bool nokey)
+{
+    int fd = connect_server();
+    if (fd < 0)
+        return -1;
+    char head[512];
+    int n = snprintf(head, sizeof(head),
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n%s%s%s\r\n",
+                     method, path, blen, nokey ? "" : "Authorization: Bearer ", nokey ? "" : key,
+                     nokey ? "" : "\r\n");
+    send_all(fd, head, (size_t)n);
+    send_all(fd, body, blen);
+    return fd;
+}
+
+struct resp {
+    int status;
+    char *body; /* de-chunked, NUL-terminated */
+    size_t len;
+};
+
+/* Reads a whole response (the server closes the connection after it). */
+static void read_response(int fd, struct resp *r)
+{
+    size_t cap = 1 << 16, len = 0;
+    char *raw = malloc(cap);
+    for (;;) {
+        if (len + 4096 > cap)
+            raw = realloc(raw, cap *= 2);
+        ssize_t n = recv(fd, raw + len, 4096, 0);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    raw[len] = '\0';
+    r->status = -1;
+    sscanf(raw, "HTTP/1.%*d %d", &r->status);
+    char *b = strstr(raw, "\r\n\r\n");
+    b = b ? b + 4 : raw + len;
+    bool chunked = strcasestr(raw, "Transfer-Encoding: chunked") != NULL &&
+                   strcasestr(raw, "Transfer-Encoding: chunked") < b;
+    r->body = malloc(len + 1);
+    r->len = 0;
+    if (!chunked) {
+        r->len = (size_t)(raw + len - b);
+        memcpy(r->body, b, r->len);
+    } else
+        for (;;) {
+            unsigned long n = strtoul(b, &b, 16);
+            b = strstr(b, "\r\n");
+            if (!n || !b)
+                break;
+            b += 2;
+            memcpy(r->body + r->len, b, n);
+            r->len += n;
+            b += n + 2;
+        }
+    r->body[r->len] = '\0';
+    free(raw);
+}
+
+static void request(const char *method, const char *path, const char *body, struct resp *r)
+{
+    int fd = send_request(method, path, body, body ? strlen(body) : 0, false);
+    assert_true(fd >= 0);
+    read_response(fd, r);
+}
+
+/* The message of an OpenAI error object in @r (asserting the shape). */
+static void assert_error(struct resp *r, int status)
+{
+    if (r->status != status)
+        fprintf(stderr, "want %d, got %d: %s\n", status, r->status, r->body);
+    assert_int_equal(r->status, status);
+    json_t *j = json_loads(r->body, 0, NULL);
+    assert_non_null(j);
+    json_t *e = json_object_get(j, "error");
+    assert_true(json_is_string(json_object_get(e, "message")));
+    assert_true(json_is_string(json_object_get(e, "type")));
+    json_decref(j);
+    free(r->body);
+}
+
+/* The golden continuation of prompt @no, the prompt and its new tokens. */
+static char *golden_tail(int no, char *prompt, size_t plen, int *n_new)
+{
+    int n_ids;
+    assert_int_equal(tu_golden_prompt(tu_data(), no, prompt, plen, &n_ids), 0);
+    *n_new = 257 - n_ids; /* the reference fed 256 positions */
+    char *g = tu_golden_tail(tu_data(), no, prompt);
+    assert_non_null(g);
+    return g;
+}
+
+/* The text of a streamed completion: its chunks' texts in order. Checks the framing (only
+ * "data: " events, [DONE] last), that the finish reason comes in the last text chunk only and
+ * the usage chunk after it; returns the finish reason and the usage's completion tokens. */
+static char *stream_text(const struct resp *r, char *finish, size_t flen, int *completion_tokens)
+{
+    char *text = calloc(1, r->len + 1), *save, *copy = strdup(r->body);
+    size_t tl = 0;
+    int events = 0;
+    bool done = false, usage = false;
+    *finish = '\0';
+    for (char *ev = strtok_r(copy, "\n", &save); ev; ev = strtok_r(NULL, "\n", &save)) {
+        assert_int_equal(strncmp(ev, "data: ", 6), 0);
+        assert_false(done);
+        events++;
+        if (!strcmp(ev + 6, "[DONE]")) {
+            done = true;
+            continue;
+        }
+        json_t *j = json_loads(ev + 6, 0, NULL);
+        assert_non_null(j);
+        assert_string_equal(json_string_value(json_object_get(j, "object")), "text_completion");
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+        if (!ch) { /* the usage chunk, after the finish */
+            assert_true(*finish && !usage);
+            usage = true;
+            json_t *u = json_object_get(j, "usage");
+            *completion_tokens = (int)json_integer_value(json_object_get(u, "completion_tokens"));
+        } else {
+            assert_false(*finish);
+            const char *t = json_string_value(json_object_get(ch, "text"));
+            assert_non_null(t);
+            memcpy(text + tl, t, strlen(t));
+            tl += strlen(t);
+            json_t *f = json_object_get(ch, "finish_reason");
+            if (json_is_string(f))
+                snprintf(finish, flen, "%s", json_string_value(f));
+        }
+        json_decref(j);
+    }
+    free(copy);
+    assert_true(done && usage && *finish && events > 3);
+    return text;
+}
+
+/* The body of a greedy completion of @prompt. */
+static char *completion_body(const char *prompt, int max_tokens, bool stream)
+{
+    json_t *b = json_pack("{s:s,s:i,s:i,s:b,s:{s:b}}", "prompt", prompt, "max_tokens", max_tokens,
+                          "temperature", 0, "stream", stream, "stream_options", "include_usage", 1);
+    char *s = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    return s;
+}
+
+/* The four golden prompts, greedy, all sent before any answer is read (so they run together),
+ * each streamed or not: every text is the golden one. */
+static void golden_round(bool stream)
+{
+    int fds[4], n_new[4];
+    char prompt[4][512], *want[4];
+    for (int i = 0; i < 4; i++) {
+        want[i] = golden_tail(i + 1, prompt[i], sizeof(prompt[i]), &n_new[i]);
+        char *body = completion_body(prompt[i], n_new[i], stream);
+        fds[i] = send_request("POST", i % 2 ? "/v1/completions" : "/completions", body,
+                              strlen(body), false);
+        assert_true(fds[i] >= 0);
+        free(body);
+    }
+    for (int i = 0; i < 4; i++) {
+        struct resp r;
+        read_response(fds[i], &r);
+        assert_int_equal(r.status, 200);
+        char *got, finish[32];
+        int completion = -1;
+        if (stream)
+            got = stream_text(&r, finish, sizeof(finish), &completion);
+        else {
+            json_t *j = json_loads(r.body, 0, NULL);
+            assert_non_null(j);
+            json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+            got = strdup(json_string_value(json_object_get(ch, "text")));
+            snprintf(finish, sizeof(finish), "%s",
+                     json_string_value(json_object_get(ch, "finish_reason")));
+            json_t *u = json_object_get(j, "usage");
+            completion = (int)json_integer_value(json_object_get(u, "completion_tokens"));
+            assert_true(json_integer_value(json_object_get(u, "prompt_tokens")) > 0);
+            json_decref(j);
+        }
+        if (strcmp(got, want[i]))
+            fprintf(stderr, "prompt %d (%s):\n--- got\n%s\n--- want\n%s\n", i + 1,
+                    stream ? "stream" : "plain", got, want[i]);
+        assert_string_equal(got, want[i]);
+        /* the golden text ran its n_new tokens, or stopped at the end of the story */
+        assert_true(completion == n_new[i] ? !strcmp(finish, "length")
+                                           : completion < n_new[i] && !strcmp(finish, "stop"));
+        free(got);
+        free(want[i]);
+        free(r.body);
+    }
+}
+
+/* GET /health until it answers 200 (the server loads the model after it listens). */
+static bool wait_ready(pid_t pid)
+{
+    for (int i = 0; i < 600; i++) {
+        int fd = send_request("GET", "/health", "", 0, true);
+        if (fd >= 0) {
+            struct resp r;
+            read_response(fd, &r);
+            free(r.body);
+            if (r.status == 200)
+                return true;
+            assert_int_equal(r.status, 503); /* loading */
+        }
+        if (kill(pid, 0))
+            return false;
+        usleep(100 * 1000);
+    }
+    return false;
+}
+
+/* Everything against the running server @pid, then SIGTERM. */
+static void drive(pid_t pid, void *arg)
+{
+    bool *ok = arg;
+    server = pid;
+    if (!wait_ready(pid)) {
+        kill(pid, SIGKILL);
+        return;
+    }
+    struct resp r;
+    /* the key: none or a wrong one is a 401, /health needs none */
+    int fd = send_request("GET", "/v1/models", "", 0, true);
+    read_response(fd, &r);
+    assert_error(&r, 401);
+    request("GET", "/v1/models", NULL, &r);
+    assert_int_equal(r.status, 200);
+    json_t *j = json_loads(r.body, 0, NULL);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id")),
+        "f32.shlm");
+    json_decref(j);
+    free(r.body);
+
+    golden_round(false);
+    golden_round(true);
+
+    /* bad requests: each its status and an OpenAI error object */
+    request("POST", "/v1/completions", "{\"prompt\": ", &r);
+    assert_error(&r, 400);
+    request("POST", "/v1/completions", "[1, 2]", &r);
+    assert_error(&r, 400);
+    request("POST", "/v1/completions", "{\"prompt\": \"Hi\", \"n\": 2}", &r);
+    assert_error(&r, 400);
+    request("POST", "/v1/completions", "{\"prompt\": \"Hi\", \"temperature\": \"hot\"}", &r);
+    assert_error(&r, 400);
+    request("POST", "/v1/completions", "{\"prompt\": [1, 99999]}", &r);
+    assert_error(&r, 400);
+    char *longp = malloc(4000 + 1);
+    memset(longp, 'a', 4000);
+    longp[4000] = '\0';
+    char *body = completion_body(longp, 4, false); /* past the context of 256 */
+    request("POST", "/v1/completions", body, &r);
+    assert_error(&r, 400);
+    free(body);
+    free(longp);
+    request("GET", "/v1/nothing", NULL, &r);
+    assert_error(&r, 404);
+    request("GET", "/v1/completions", NULL, &r);
+    assert_error(&r, 405);
+    size_t big = (1u << 20) + 10;
+    char *huge = malloc(big);
+    memset(huge, ' ', big);
+    fd = send_request("POST", "/v1/completions", huge, big, false);
+    read_response(fd, &r);
+    assert_error(&r, 413);
+    free(huge);
+
+    /* a client that leaves mid-stream: the server goes on serving the next one */
+    body = completion_body("Once upon a time", 200, true);
+    fd = send_request("POST", "/v1/completions", body, strlen(body), false);
+    char some[256];
+    assert_true(recv(fd, some, sizeof(some), 0) > 0);
+    close(fd);
+    free(body);
+    golden_round(false);
+
+    kill(pid, SIGTERM);
+    server = 0; /* tu_run_cmd reaps it */
+    *ok = true;
+}
+
+static void test_serve(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char p[16];
+    port = free_port();
+    snprintf(p, sizeof(p), "%d", port);
+    char *args[] = {"serve", "-m", model, "--port", p, "--api-key-file", keyfile, NULL};
+    bool ok = false;
+    tu_run_shardlm(r, env_rundir, args, NULL, 300, drive, &ok);
+    if (!ok || r->status != 0)
+        fprintf(stderr, "serve: status %d\n%s\n", r->status, r->err);
+    assert_true(ok);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "listening on http://127.0.0.1:"));
+    assert_true(tu_count_run_files(rundir) <= 0);
+    assert_false(tu_workers_alive(rundir));
+    free(r);
+}
+
+/* Bad options: one line and exit 2, before anything starts. */
+static void test_serve_usage(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char *bad[][6] = {{"serve", NULL},
+                      {"serve", "-m", model, "--host", "localhost", NULL},
+                      {"serve", "-m", model, "--port", "70000", NULL},
+                      {"serve", "-m", model, "--max-waiting", "0", NULL}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        tu_run_shardlm(r, env_rundir, bad[i], NULL, 30, NULL, NULL);
+        assert_int_equal(r->status, 2);
+        assert_non_null(strstr(r->err, "shardlm serve: "));
+    }
+    char empty[4200];
+    tu_path(empty, sizeof(empty), "%s/empty-key", dir);
+    assert_int_equal(tu_write(empty, "\n", 1), 0);
+    char *args[] = {"serve", "-m", model, "--api-key-file", empty, NULL};
+    tu_run_shardlm(r, env_rundir, args, NULL, 30, NULL, NULL);
+    assert_int_equal(r->status, 1);
+    assert_non_null(strstr(r->err, "the first line must hold the API key"));
+    free(r);
+}
+
+int main(void)
+{
+    if (!tu_have_data())
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_serve_usage),
+        cmocka_unit_test(test_serve),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
