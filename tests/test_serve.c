@@ -329,6 +329,51 @@ static void drive(pid_t pid, void *arg)
     golden_round(false);
     golden_round(true);
 
+    /* tokens and back */
+    request("POST", "/tokenize", "{\"content\": \"Once upon a time\", \"add_special\": true}", &r);
+    assert_int_equal(r.status, 200);
+    j = json_loads(r.body, 0, NULL);
+    json_t *ids = json_object_get(j, "tokens");
+    assert_true(json_array_size(ids) > 1);
+    assert_int_equal(json_integer_value(json_array_get(ids, 0)), 1); /* BOS */
+    json_t *dj = json_pack("{s:O}", "tokens", ids);
+    char *detok = json_dumps(dj, JSON_COMPACT);
+    json_decref(dj);
+    json_decref(j);
+    free(r.body);
+    request("POST", "/detokenize", detok, &r);
+    free(detok);
+    assert_int_equal(r.status, 200);
+    j = json_loads(r.body, 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "content")), "Once upon a time");
+    json_decref(j);
+    free(r.body);
+    request("POST", "/detokenize", "{\"tokens\": [1, -1]}", &r);
+    assert_error(&r, 400);
+    request("POST", "/tokenize", "{\"content\": 7}", &r);
+    assert_error(&r, 400);
+
+    /* the metrics count what ran: 8 golden requests so far, each with a first token */
+    fd = send_request("GET", "/metrics", "", 0, true);
+    read_response(fd, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\nshardlm_ready 1\n"));
+    assert_non_null(strstr(r.body, "# TYPE shardlm_time_to_first_token_seconds histogram\n"));
+    assert_non_null(strstr(r.body, "shardlm_step_seconds_bucket{le=\"+Inf\"} "));
+    unsigned long long stop = 0, length = 0, ttft = 0;
+    const char *m = strstr(r.body, "shardlm_requests_total{finish=\"stop\"} ");
+    assert_non_null(m);
+    sscanf(m, "shardlm_requests_total{finish=\"stop\"} %llu", &stop);
+    m = strstr(r.body, "shardlm_requests_total{finish=\"length\"} ");
+    assert_non_null(m);
+    sscanf(m, "shardlm_requests_total{finish=\"length\"} %llu", &length);
+    m = strstr(r.body, "shardlm_time_to_first_token_seconds_count ");
+    assert_non_null(m);
+    sscanf(m, "shardlm_time_to_first_token_seconds_count %llu", &ttft);
+    assert_int_equal(stop + length, 8);
+    assert_int_equal(ttft, 8);
+    free(r.body);
+
     /* bad requests: each its status and an OpenAI error object */
     request("POST", "/v1/completions", "{\"prompt\": ", &r);
     assert_error(&r, 400);

@@ -76,7 +76,8 @@ int coord_cmd_bench(int argc, char **argv);
 /* The scheduler's options (`generate`, and the server's): help, getopt_long entries (codes from
  * 1000 up, apart from every command's letters) and what they set. */
 #define SCHED_HELP                                                                                 \
-    "  --max-seqs N    sequences run at once (default: the prompts, at most 16)\n"                 \
+    "  --max-seqs N    sequences run at once (default: generate the prompts, at most 16; serve\n"  \
+    "                  16)\n"                                                                      \
     "  --step-tokens N tokens one step carries: each running sequence's next token, then chunks\n" \
     "                  of prompts (default 256)\n"                                                 \
     "  --kv-tokens N   positions of KV cache all sequences share, in blocks of 16 (default: a\n"   \

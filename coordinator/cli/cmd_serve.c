@@ -13,18 +13,19 @@ static const char usage_serve[] =
     "usage: shardlm serve -m MODEL.shlm [--host ADDR] [--port N] [--api-key-file F]\n"
     "                     [--max-waiting N] [--max-seqs N] [--step-tokens N] [--kv-tokens N]\n"
     "                     [--kv-mem SIZE] [--no-prefix-cache] [--workers N] [--threads T]\n"
-    "                     [--cpus LIST] [--no-persist] [--io MODE] [--verify] [--restarts N]\n"
-    "                     [--listen EP] [--keys DIR] [--verbose]\n"
+    "                     [--cpus LIST] [--no-persist] [--io MODE] [--verify] [--stats]\n"
+    "                     [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
     "\n"
     "An OpenAI-compatible HTTP server over the batched engine. It listens at once (GET /health\n"
     "answers 503 while the model loads, 200 when it serves) and runs until SIGINT or SIGTERM.\n"
-    "Endpoints (each also without /v1): GET /health, GET /v1/models, POST /v1/completions\n"
-    "(prompt as a string or token ids; max_tokens (default 16), temperature, top_p, top_k,\n"
-    "min_p, seed, stop, frequency_penalty, presence_penalty, repetition_penalty, stream and\n"
-    "stream_options.include_usage; streamed as server-sent events or one JSON body). Errors are\n"
-    "OpenAI error objects: 400, 401, 404, 413 (bodies past 1 MiB), 429, 503. A client that\n"
-    "disconnects has its request cancelled within a step. Chat completions, log-probabilities\n"
-    "and /metrics are not served yet.\n"
+    "Endpoints (each also without /v1): GET /health, GET /metrics (Prometheus; neither needs\n"
+    "the key), GET /v1/models, POST /v1/completions (prompt as a string or token ids;\n"
+    "max_tokens (default 16), temperature, top_p, top_k, min_p, seed, stop, frequency_penalty,\n"
+    "presence_penalty, repetition_penalty, stream and stream_options.include_usage; streamed as\n"
+    "server-sent events or one JSON body), POST /tokenize {\"content\", \"add_special\"} and\n"
+    "POST /detokenize {\"tokens\"}. Errors are OpenAI error objects: 400, 401, 404, 405, 413\n"
+    "(bodies past 1 MiB), 429, 503. A client that disconnects has its request cancelled within\n"
+    "a step. Chat completions and log-probabilities are not served yet.\n"
     "  --host ADDR     IPv4 address to bind (default 127.0.0.1, loopback only)\n"
     "  --port N        TCP port (default 8080; 0: any free one, printed on stderr)\n"
     "  --api-key-file F\n"
@@ -38,7 +39,16 @@ static const char usage_serve[] =
 /* The line scripts wait for: the address, with the port bound (--port 0 picks one). */
 static void print_listen(void *arg, int port)
 {
-    fprintf(stderr, "shardlm: listening on http://%s:%d\n", (const char *)arg, port);
+    const struct coord_serve_opts *o = arg;
+    fprintf(stderr, "shardlm: listening on http://%s:%d\n", o->host, port);
+}
+
+/* --stats: the load report once the model is served. */
+static void print_ready(void *arg, struct coord_engine *g)
+{
+    const struct coord_serve_opts *o = arg;
+    if (o->engine.load.stats)
+        coord_cli_print_stats(g, 0, stderr);
 }
 
 /* The key: the file's first line, without its newline; refuses an empty one. */
@@ -133,7 +143,8 @@ int coord_cmd_serve(int argc, char **argv)
         return coord_cli_exit("serve", rc, &e);
     o.api_key = key;
     o.on_listen = print_listen;
-    o.arg = (void *)o.host;
+    o.on_ready = print_ready;
+    o.arg = &o;
     if (!key && strncmp(o.host, "127.", 4))
         fprintf(stderr,
                 "shardlm: warning: serving on %s without --api-key-file: anyone who "

@@ -37,6 +37,39 @@
 
 enum sreq_state { SREQ_PENDING, SREQ_RUNNING, SREQ_REFUSED, SREQ_DONE };
 
+/* A Prometheus histogram: counts per upper bound (seconds), the sum and the count. */
+#define HIST_BOUNDS 14
+struct hist {
+    const double *le; /* HIST_BOUNDS bounds, then +Inf */
+    uint64_t bucket[HIST_BOUNDS];
+    double sum;
+    uint64_t count;
+};
+
+static const double ttft_le[HIST_BOUNDS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                            1,     2.5,  5,     10,   30,  60,   120};
+static const double step_le[HIST_BOUNDS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                            0.25,  0.5,    1,     2.5,  5,     10,   30};
+
+static void hist_observe(struct hist *h, double v)
+{
+    for (int i = 0; i < HIST_BOUNDS; i++)
+        if (v <= h->le[i])
+            h->bucket[i]++;
+    h->sum += v;
+    h->count++;
+}
+
+/* What GET /metrics reports (under srv.mu): the scheduler's figures as of its last step, and
+ * what the server counted. */
+struct metrics {
+    struct coord_sched_stats st;
+    uint64_t prompt_tokens, generated_tokens;
+    uint64_t finished[COORD_FINISH_ERROR + 1]; /* requests by finish reason */
+    uint64_t refused;                          /* 4xx/5xx after parsing: too long, queue full */
+    struct hist ttft, itl, step;
+};
+
 struct srv;
 
 struct sreq {
@@ -65,6 +98,7 @@ struct sreq {
     size_t len, cap, off;
     enum coord_finish finish;
     int prompt_tokens, completion_tokens, cached_tokens;
+    uint64_t t_arrive, t_last; /* when it was queued; its last token (ns) */
     pthread_cond_t cv;
 };
 
@@ -82,6 +116,7 @@ struct srv {
     uint32_t open;  /* queued or in the scheduler, not finished */
     uint32_t limit; /* open requests before a 429 */
     uint64_t next_id;
+    struct metrics m;
 };
 
 /* ---- requests ---- */
@@ -200,7 +235,16 @@ static void on_event(void *ctx, const struct coord_event *ev)
 {
     struct sreq *p = ctx;
     struct srv *s = p->s;
+    uint64_t now = shardlm_now_ns();
     pthread_mutex_lock(&s->mu);
+    if (ev->token >= 0) { /* a new token: time to the first one, or since the last one */
+        if (p->t_last)
+            hist_observe(&s->m.itl, (double)(now - p->t_last) / 1e9);
+        else
+            hist_observe(&s->m.ttft, (double)(now - p->t_arrive) / 1e9);
+        p->t_last = now;
+        s->m.generated_tokens++;
+    }
     p->prompt_tokens = ev->prompt_tokens;
     p->completion_tokens = ev->completion_tokens;
     p->cached_tokens = ev->cached_tokens;
@@ -226,6 +270,8 @@ static void on_event(void *ctx, const struct coord_event *ev)
     if (ev->finish) {
         p->finish = ev->finish;
         p->state = SREQ_DONE;
+        s->m.finished[ev->finish]++;
+        s->m.prompt_tokens += (uint64_t)ev->prompt_tokens;
         s->open--;
         last = sreq_unref_locked(p); /* the scheduler's reference */
     }
@@ -245,6 +291,7 @@ static void refuse(struct sreq *p, unsigned status, const char *msg)
     pthread_mutex_lock(&s->mu);
     p->state = SREQ_REFUSED;
     p->status = status;
+    s->m.refused++;
     snprintf(p->err, sizeof(p->err), "%s", msg);
     s->open--;
     bool last = sreq_unref_locked(p);
@@ -630,10 +677,12 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
     unsigned status = 0;
     if (s->ready <= 0)
         status = 503;
-    else if (s->open >= s->limit)
+    else if (s->open >= s->limit) {
         status = 429;
-    else {
+        s->m.refused++;
+    } else {
         p->refs++; /* the scheduler's */
+        p->t_arrive = shardlm_now_ns();
         s->open++;
         *s->pending_tail = p;
         s->pending_tail = &p->next_pending;
@@ -683,6 +732,235 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
     return done ? send_json(c, 200, o) : MHD_NO;
 }
 
+/* ---- /metrics, /tokenize, /detokenize ---- */
+
+struct text {
+    char *b;
+    size_t len, cap;
+    bool failed;
+};
+
+static void text_printf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_printf(struct text *t, const char *fmt, ...)
+{
+    for (int tries = 0; tries < 2 && !t->failed; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->b ? t->b + t->len : NULL, t->b ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = true;
+            return;
+        }
+        if (t->b && t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = 2 * (t->len + (size_t)n) + 1024;
+        char *b = realloc(t->b, cap);
+        if (!b)
+            t->failed = true;
+        else {
+            t->b = b;
+            t->cap = cap;
+        }
+    }
+}
+
+static void put_metric(struct text *t, const char *name, const char *type, const char *help,
+                       double v)
+{
+    text_printf(t, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+static void put_hist(struct text *t, const char *name, const char *help, const struct hist *h)
+{
+    text_printf(t, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int i = 0; i < HIST_BOUNDS; i++)
+        text_printf(t, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i],
+                    (unsigned long long)h->bucket[i]);
+    text_printf(t, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", name,
+                (unsigned long long)h->count, name, h->sum, name, (unsigned long long)h->count);
+}
+
+/* GET /metrics: Prometheus' text format (version 0.0.4). */
+static enum MHD_Result metrics(struct srv *s, struct MHD_Connection *c)
+{
+    pthread_mutex_lock(&s->mu);
+    struct metrics m = s->m;
+    uint32_t open = s->open;
+    int ready = s->ready;
+    pthread_mutex_unlock(&s->mu);
+    struct text t = {0};
+    put_metric(&t, "shardlm_ready", "gauge", "1 when the model is loaded and served", ready > 0);
+    put_metric(&t, "shardlm_requests_running", "gauge", "Sequences in the running batch",
+               m.st.running);
+    /* queued on the connections' side or waiting in the scheduler */
+    uint32_t waiting = open > m.st.running ? open - m.st.running : 0;
+    put_metric(&t, "shardlm_requests_waiting", "gauge", "Requests accepted and not yet running",
+               waiting);
+    put_metric(&t, "shardlm_kv_blocks_total", "gauge", "KV cache blocks (16 positions each)",
+               m.st.blocks);
+    put_metric(&t, "shardlm_kv_blocks_used", "gauge", "KV cache blocks held by sequences",
+               m.st.blocks_used);
+    put_metric(&t, "shardlm_kv_blocks_cached", "gauge",
+               "KV cache blocks kept for the prefix cache and held by no sequence",
+               m.st.blocks_cached);
+    put_metric(&t, "shardlm_prefix_cache_queried_tokens_total", "counter",
+               "Prompt tokens looked up in the prefix cache", (double)m.st.prompt_tokens);
+    put_metric(&t, "shardlm_prefix_cache_hit_tokens_total", "counter",
+               "Prompt tokens found in the prefix cache", (double)m.st.cached_tokens);
+    put_metric(&t, "shardlm_prefix_cache_hit_rate", "gauge",
+               "Prompt tokens found in the prefix cache over those looked up, since the start",
+               m.st.prompt_tokens ? (double)m.st.cached_tokens / (double)m.st.prompt_tokens : 0);
+    put_metric(&t, "shardlm_prompt_tokens_total", "counter", "Prompt tokens of finished requests",
+               (double)m.prompt_tokens);
+    put_metric(&t, "shardlm_generation_tokens_total", "counter", "Tokens generated",
+               (double)m.generated_tokens);
+    put_metric(&t, "shardlm_preemptions_total", "counter",
+               "Sequences preempted when the KV cache ran out", (double)m.st.preemptions);
+    text_printf(&t, "# HELP shardlm_requests_total Requests finished, by finish reason\n"
+                    "# TYPE shardlm_requests_total counter\n");
+    for (int f = COORD_FINISH_STOP; f <= COORD_FINISH_ERROR; f++)
+        text_printf(&t, "shardlm_requests_total{finish=\"%s\"} %llu\n",
+                    coord_finish_name((enum coord_finish)f), (unsigned long long)m.finished[f]);
+    put_metric(&t, "shardlm_requests_refused_total", "counter",
+               "Requests refused after parsing (past the context or the KV cache, queue full)",
+               (double)m.refused);
+    put_hist(&t, "shardlm_time_to_first_token_seconds",
+             "From a request's arrival to its first token", &m.ttft);
+    put_hist(&t, "shardlm_inter_token_latency_seconds", "Between a request's consecutive tokens",
+             &m.itl);
+    put_hist(&t, "shardlm_step_seconds", "One scheduler step (a batched forward and sampling)",
+             &m.step);
+    if (t.failed || !t.b) {
+        free(t.b);
+        return send_error(c, 500, "server_error", NULL, "out of memory");
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer(t.len, t.b, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(t.b);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* The body of /tokenize or /detokenize as an object, or NULL after answering a 400 / 503. */
+static json_t *tok_body(struct srv *s, struct MHD_Connection *c, struct conn *cn,
+                        enum MHD_Result *rc)
+{
+    pthread_mutex_lock(&s->mu);
+    int ready = s->ready;
+    pthread_mutex_unlock(&s->mu);
+    if (ready <= 0) {
+        *rc = send_error(c, 503, "unavailable_error", NULL,
+                         ready ? "the server is stopping" : "the model is loading");
+        return NULL;
+    }
+    json_error_t je;
+    json_t *j = json_loadb(cn->body ? cn->body : "", cn->len, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        *rc = send_error(c, 400, "invalid_request_error", NULL, "expected a JSON object%s%s",
+                         j ? "" : ": ", j ? "" : je.text);
+        return NULL;
+    }
+    return j;
+}
+
+/* POST /tokenize {"content": TEXT, "add_special": false}: {"tokens": [ids]} (llama.cpp's). */
+static enum MHD_Result tokenize(struct srv *s, struct MHD_Connection *c, struct conn *cn)
+{
+    enum MHD_Result rc;
+    json_t *j = tok_body(s, c, cn, &rc);
+    if (!j)
+        return rc;
+    json_t *ct = json_object_get(j, "content"), *sp = json_object_get(j, "add_special");
+    if (!json_is_string(ct) || memchr(json_string_value(ct), '\0', json_string_length(ct)) ||
+        (sp && !json_is_boolean(sp))) {
+        json_decref(j);
+        return send_error(c, 400, "invalid_request_error", NULL,
+                          "expected {\"content\": a string, \"add_special\": true or false}");
+    }
+    size_t n = json_string_length(ct);
+    int32_t *ids = malloc((n + 3) * sizeof(int32_t));
+    int nt = ids ? coord_tok_encode(&s->tok, json_string_value(ct), json_is_true(sp), false, ids,
+                                    (int)n + 3)
+                 : -ENOMEM;
+    json_decref(j);
+    if (nt < 0) {
+        free(ids);
+        return nt == -ENOMEM ? send_error(c, 500, "server_error", NULL, "out of memory")
+                             : send_error(c, 400, "invalid_request_error", NULL,
+                                          "cannot tokenize the content: %s",
+                                          nt == -EILSEQ ? "a character this vocabulary cannot spell"
+                                                        : strerror(-nt));
+    }
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < nt; i++)
+        if (json_array_append_new(arr, json_integer(ids[i]))) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    free(ids);
+    return arr ? send_json(c, 200, json_pack("{s:o}", "tokens", arr))
+               : send_error(c, 500, "server_error", NULL, "out of memory");
+}
+
+/* POST /detokenize {"tokens": [ids]}: {"content": TEXT} (byte tokens joined into characters,
+ * ill-formed bytes as U+FFFD, BOS, EOS and control tokens left out). */
+static enum MHD_Result detokenize(struct srv *s, struct MHD_Connection *c, struct conn *cn)
+{
+    enum MHD_Result rc;
+    json_t *j = tok_body(s, c, cn, &rc);
+    if (!j)
+        return rc;
+    json_t *ids = json_object_get(j, "tokens");
+    struct text t = {0};
+    struct coord_utf8 u = {0};
+    char buf[3 * 256 + 12];
+    int prev = -1;
+    size_t i;
+    json_t *v;
+    bool bad = !json_is_array(ids);
+    json_array_foreach(bad ? NULL : ids, i, v)
+    {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) >= s->tok.vocab_size) {
+            bad = true;
+            break;
+        }
+        int id = (int)json_integer_value(v);
+        size_t len;
+        const char *piece = coord_tok_decode(&s->tok, prev, id, &len);
+        prev = id;
+        if (id == s->tok.bos_id || id == s->tok.eos_id || !coord_tok_printable(piece, len))
+            continue;
+        for (size_t off = 0; off < len; off += 256) {
+            size_t n = coord_utf8_feed(&u, piece + off, len - off < 256 ? len - off : 256, buf);
+            text_printf(&t, "%.*s", (int)n, buf);
+        }
+    }
+    json_decref(j);
+    if (bad) {
+        free(t.b);
+        return send_error(c, 400, "invalid_request_error", NULL,
+                          "expected {\"tokens\": [token ids in [0, %d)]}", s->tok.vocab_size);
+    }
+    size_t n = coord_utf8_flush(&u, buf);
+    text_printf(&t, "%.*s", (int)n, buf);
+    if (t.failed) {
+        free(t.b);
+        return send_error(c, 500, "server_error", NULL, "out of memory");
+    }
+    json_t *o = json_pack("{s:o}", "content", text_json(t.b ? t.b : "", t.len));
+    free(t.b);
+    return send_json(c, 200, o);
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **con_cls)
@@ -728,6 +1006,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return send_json(c, ready > 0 ? 200 : 503,
                          json_pack("{s:s}", "status", ready > 0 ? "ok" : "loading"));
     }
+    if (!strcmp(url, "/metrics") && get) /* for the scraper, like /health: no key */
+        return metrics(s, c);
     if (!authorized(s, c))
         return send_error(c, 401, "invalid_request_error", "invalid_api_key",
                           "a missing or wrong API key (Authorization: Bearer KEY)");
@@ -741,7 +1021,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                                    "owned_by", "shardlm"));
     if (!strcmp(url, "/completions") && post)
         return completions(s, c, cn);
-    if (!strcmp(url, "/completions") || !strcmp(url, "/models"))
+    if (!strcmp(url, "/tokenize") && post)
+        return tokenize(s, c, cn);
+    if (!strcmp(url, "/detokenize") && post)
+        return detokenize(s, c, cn);
+    if (!strcmp(url, "/completions") || !strcmp(url, "/models") || !strcmp(url, "/metrics") ||
+        !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize"))
         return send_error(c, 405, "invalid_request_error", NULL, "%s is not allowed on %s", method,
                           url);
     return send_error(c, 404, "invalid_request_error", NULL, "no such endpoint: %s %s", method,
@@ -775,6 +1060,9 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
 {
     struct srv s = {.o = o};
     s.pending_tail = &s.pending;
+    s.m.ttft.le = ttft_le;
+    s.m.itl.le = step_le;
+    s.m.step.le = step_le;
     json_object_seed(0); /* jansson seeds its hash function once, before any thread uses it */
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.wake, NULL);
@@ -809,11 +1097,14 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
     if (!rc)
         rc = coord_sched_init(&s.sched, eng, &s.tok, &so, e);
     if (!rc) {
+        coord_sched_stats(s.sched, &s.m.st);
         s.context = (int)coord_engine_model(eng)->hdr->cfg.seq_len;
         s.limit = eo.max_seqs + (o->max_waiting ? o->max_waiting : 4 * eo.max_seqs);
         pthread_mutex_lock(&s.mu);
         s.ready = 1;
         pthread_mutex_unlock(&s.mu);
+        if (o->on_ready)
+            o->on_ready(o->arg, eng);
         if (o->engine.log)
             o->engine.log(o->engine.log_ctx, COORD_LOG_INFO, "serving");
     }
@@ -834,7 +1125,14 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
             pthread_mutex_unlock(&s.mu);
             continue;
         }
+        uint64_t t0 = shardlm_now_ns();
         rc = coord_sched_step(s.sched, e);
+        struct coord_sched_stats st;
+        coord_sched_stats(s.sched, &st);
+        pthread_mutex_lock(&s.mu);
+        hist_observe(&s.m.step, (double)(shardlm_now_ns() - t0) / 1e9);
+        s.m.st = st;
+        pthread_mutex_unlock(&s.mu);
     }
     if (rc == -ECANCELED)
         rc = 0;

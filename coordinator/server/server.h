@@ -16,8 +16,10 @@ struct coord_serve_opts {
     int port;             /* 0: any free port */
     const char *api_key;  /* requests must carry "Authorization: Bearer <key>"; NULL: none */
     uint32_t max_waiting; /* requests queued beyond the running ones before a 429 */
-    /* Called once the socket listens, with the bound port (a test reads it), before loading. */
+    /* Called once the socket listens, with the bound port (a test reads it), before loading;
+     * and once the engine has started. */
     void (*on_listen)(void *arg, int port);
+    void (*on_ready)(void *arg, struct coord_engine *g);
     void *arg;
 };
 
