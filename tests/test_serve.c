@@ -414,7 +414,41 @@ static void drive(pid_t pid, void *arg)
     free(body);
     golden_round(false);
 
+    /* SIGTERM drains: a stream that runs goes on to its end, new requests get a 503 */
+    body = completion_body("Once upon a time", 240, true);
+    fd = send_request("POST", "/v1/completions", body, strlen(body), false);
+    free(body);
+    char head[64];
+    assert_true(recv(fd, head, sizeof(head), MSG_PEEK | MSG_WAITALL) == (ssize_t)sizeof(head));
     kill(pid, SIGTERM);
+    for (int i = 0; i < 100; i++) { /* until it drains (or, done already, no longer listens) */
+        int hf = send_request("GET", "/health", "", 0, true);
+        if (hf < 0)
+            break;
+        read_response(hf, &r);
+        free(r.body);
+        if (r.status != 200) {
+            assert_true(r.status == 503 || r.status == -1);
+            int f2 = send_request("POST", "/v1/completions", "{\"prompt\": \"Hi\"}", 16, false);
+            if (f2 >= 0) {
+                read_response(f2, &r);
+                if (r.status != -1) /* -1: closed meanwhile */
+                    assert_error(&r, 503);
+                else
+                    free(r.body);
+            }
+            break;
+        }
+        usleep(5 * 1000);
+    }
+    read_response(fd, &r);
+    assert_int_equal(r.status, 200);
+    char finish[32];
+    int completion = 0;
+    free(stream_text(&r, finish, sizeof(finish), &completion));
+    assert_true(!strcmp(finish, "length") || !strcmp(finish, "stop"));
+    assert_true(completion > 0);
+    free(r.body);
     server = 0; /* tu_run_cmd reaps it */
     *ok = true;
 }

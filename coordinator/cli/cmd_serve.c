@@ -11,13 +11,15 @@
 
 static const char usage_serve[] =
     "usage: shardlm serve -m MODEL.shlm [--host ADDR] [--port N] [--api-key-file F]\n"
-    "                     [--max-waiting N] [--max-seqs N] [--step-tokens N] [--kv-tokens N]\n"
-    "                     [--kv-mem SIZE] [--no-prefix-cache] [--workers N] [--threads T]\n"
-    "                     [--cpus LIST] [--no-persist] [--io MODE] [--verify] [--stats]\n"
-    "                     [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
+    "                     [--max-waiting N] [--drain-seconds N] [--max-seqs N] [--step-tokens N]\n"
+    "                     [--kv-tokens N] [--kv-mem SIZE] [--no-prefix-cache] [--workers N]\n"
+    "                     [--threads T] [--cpus LIST] [--no-persist] [--io MODE] [--verify]\n"
+    "                     [--stats] [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
     "\n"
     "An OpenAI-compatible HTTP server over the batched engine. It listens at once (GET /health\n"
-    "answers 503 while the model loads, 200 when it serves) and runs until SIGINT or SIGTERM.\n"
+    "answers 503 while the model loads, 200 when it serves). SIGINT or SIGTERM drains it: new\n"
+    "requests get 503, running ones finish (for up to --drain-seconds), then it exits 0; a\n"
+    "second signal stops it at once.\n"
     "Endpoints (each also without /v1): GET /health, GET /metrics (Prometheus; neither needs\n"
     "the key), GET /v1/models, POST /v1/completions (prompt as a string or token ids;\n"
     "max_tokens (default 16), temperature, top_p, top_k, min_p, seed, stop, frequency_penalty,\n"
@@ -31,7 +33,10 @@ static const char usage_serve[] =
     "  --api-key-file F\n"
     "                  require \"Authorization: Bearer KEY\", KEY the file's first line\n"
     "  --max-waiting N requests queued beyond the running ones before a 429 (default 4 x\n"
-    "                  --max-seqs)\n" SCHED_HELP LAYOUT_HELP LOAD_HELP ACCESS_HELP
+    "                  --max-seqs)\n"
+    "  --drain-seconds N\n"
+    "                  after SIGTERM, how long running requests may go on (default 30)\n" SCHED_HELP
+        LAYOUT_HELP LOAD_HELP ACCESS_HELP
     "  --verbose       worker layout, the KV cache's blocks and per-step timings on stderr\n";
 
 #define API_KEY_MAX 4096
@@ -78,12 +83,14 @@ static int read_key(const char *path, char **out, struct shardlm_err *e)
 
 int coord_cmd_serve(int argc, char **argv)
 {
-    struct coord_serve_opts o = {.host = "127.0.0.1", .port = 8080};
+    struct coord_serve_opts o = {
+        .host = "127.0.0.1", .port = 8080, .stop = &coord_stop_signal, .drain_seconds = 30};
     const char *key_file = NULL;
     static const struct option opts[] = {{"host", required_argument, 0, 1200},
                                          {"port", required_argument, 0, 1201},
                                          {"api-key-file", required_argument, 0, 1202},
                                          {"max-waiting", required_argument, 0, 1203},
+                                         {"drain-seconds", required_argument, 0, 1204},
                                          {"help", no_argument, 0, 'h'},
                                          SCHED_OPTIONS,
                                          ENGINE_OPTIONS,
@@ -120,6 +127,12 @@ int coord_cmd_serve(int argc, char **argv)
                 return coord_usage_error("serve", usage_serve,
                                          "--max-waiting '%s': expected 1..1048576", optarg);
             o.max_waiting = (uint32_t)v;
+            break;
+        case 1204:
+            if (!coord_parse_long(optarg, 0, 86400, &v))
+                return coord_usage_error("serve", usage_serve,
+                                         "--drain-seconds '%s': expected 0..86400", optarg);
+            o.drain_seconds = (uint32_t)v;
             break;
         case 'h':
             fputs(usage_serve, stdout);

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define BODY_MAX (1u << 20)   /* bytes of a request body */
 #define MAX_STOPS 16          /* stop strings of a request */
@@ -117,6 +118,10 @@ struct srv {
     uint32_t limit; /* open requests before a 429 */
     uint64_t next_id;
     struct metrics m;
+    /* the engine's cancel flag: set from opts.stop by the relay while the model loads, and on
+     * a second signal; the first one after that only drains */
+    volatile sig_atomic_t engine_cancel;
+    int loaded; /* __atomic: the load is over (the relay ends) */
 };
 
 /* ---- requests ---- */
@@ -638,7 +643,7 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
     pthread_mutex_lock(&s->mu);
     int ready = s->ready; /* the tokenizer and the context are known once it is 1 */
     pthread_mutex_unlock(&s->mu);
-    if (ready <= 0)
+    if (ready != 1)
         return send_error(c, 503, "unavailable_error", NULL,
                           ready ? "the server is stopping" : "the model is loading");
     struct sreq *p = calloc(1, sizeof(*p));
@@ -675,7 +680,7 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
     }
     pthread_mutex_lock(&s->mu);
     unsigned status = 0;
-    if (s->ready <= 0)
+    if (s->ready != 1)
         status = 503;
     else if (s->open >= s->limit) {
         status = 429;
@@ -792,7 +797,7 @@ static enum MHD_Result metrics(struct srv *s, struct MHD_Connection *c)
     int ready = s->ready;
     pthread_mutex_unlock(&s->mu);
     struct text t = {0};
-    put_metric(&t, "shardlm_ready", "gauge", "1 when the model is loaded and served", ready > 0);
+    put_metric(&t, "shardlm_ready", "gauge", "1 when the model is loaded and served", ready == 1);
     put_metric(&t, "shardlm_requests_running", "gauge", "Sequences in the running batch",
                m.st.running);
     /* queued on the connections' side or waiting in the scheduler */
@@ -1003,8 +1008,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         pthread_mutex_lock(&s->mu);
         int ready = s->ready;
         pthread_mutex_unlock(&s->mu);
-        return send_json(c, ready > 0 ? 200 : 503,
-                         json_pack("{s:s}", "status", ready > 0 ? "ok" : "loading"));
+        return send_json(c, ready == 1 ? 200 : 503,
+                         json_pack("{s:s}", "status",
+                                   ready == 1   ? "ok"
+                                   : ready == 0 ? "loading"
+                                                : "stopping"));
     }
     if (!strcmp(url, "/metrics") && get) /* for the scraper, like /health: no key */
         return metrics(s, c);
@@ -1046,6 +1054,21 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 }
 
 /* ---- the server ---- */
+
+/* During the load: passes a signal on to the engine's cancel flag, so that the load stops. */
+static void *relay(void *arg)
+{
+    struct srv *s = arg;
+    while (!__atomic_load_n(&s->loaded, __ATOMIC_ACQUIRE)) {
+        sig_atomic_t sig = *s->o->stop;
+        if (sig) {
+            s->engine_cancel = sig;
+            break;
+        }
+        usleep(10 * 1000);
+    }
+    return NULL;
+}
 
 /* While the workers start: the tokenizer. */
 static int load_tok(struct coord_engine *g, void *arg, struct shardlm_err *e)
@@ -1091,7 +1114,21 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
     eo.kv_fit = true;
     if (!eo.max_seqs)
         eo.max_seqs = 16;
+    pthread_t relay_thread;
+    bool relaying = false;
+    if (o->stop) {
+        eo.cancel = &s.engine_cancel;
+        relaying = pthread_create(&relay_thread, NULL, relay, &s) == 0;
+        if (!relaying)
+            eo.cancel = o->stop; /* no drain then: a signal stops it */
+    }
     int rc = coord_engine_start(&eng, &eo, e);
+    if (relaying) {
+        __atomic_store_n(&s.loaded, 1, __ATOMIC_RELEASE);
+        pthread_join(relay_thread, NULL);
+        if (!rc && *o->stop) /* a signal as the load ended: no request came, stop */
+            rc = -ECANCELED;
+    }
     struct coord_sched_opts so = o->sched;
     so.max_seqs = eo.max_seqs;
     if (!rc)
@@ -1108,14 +1145,46 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
         if (o->engine.log)
             o->engine.log(o->engine.log_ctx, COORD_LOG_INFO, "serving");
     }
-    while (!rc && !(o->engine.cancel && *o->engine.cancel)) {
+    uint64_t drain_end = 0; /* draining since the first signal, until then */
+    while (!rc) {
+        if (o->stop && *o->stop && !drain_end) {
+            int sig = (int)*o->stop;
+            *o->stop = 0; /* the engine goes on; a second signal stops it */
+            drain_end = shardlm_now_ns() + (uint64_t)o->drain_seconds * 1000000000ull + 1;
+            pthread_mutex_lock(&s.mu);
+            s.ready = 2;
+            uint32_t open = s.open;
+            pthread_mutex_unlock(&s.mu);
+            if (o->engine.log) {
+                char msg[160];
+                snprintf(msg, sizeof(msg),
+                         "signal %d: draining %u request(s) for up to %u s (a second signal "
+                         "stops at once)",
+                         sig, open, o->drain_seconds);
+                o->engine.log(o->engine.log_ctx, COORD_LOG_INFO, msg);
+            }
+        } else if (o->stop ? *o->stop != 0 : (o->engine.cancel && *o->engine.cancel)) {
+            break; /* a second signal */
+        }
         take_queued(&s);
+        if (drain_end && shardlm_now_ns() >= drain_end && !coord_sched_idle(s.sched)) {
+            /* out of time: what still runs ends as cancelled, its streams with their last chunk */
+            pthread_mutex_lock(&s.mu);
+            for (struct sreq *p = s.all; p; p = p->next)
+                if (p->state == SREQ_RUNNING)
+                    coord_sched_cancel(s.sched, p->sched_id);
+            pthread_mutex_unlock(&s.mu);
+            rc = coord_sched_step(s.sched, e);
+            break;
+        }
+        if (drain_end && coord_sched_idle(s.sched))
+            break;
         if (coord_sched_idle(s.sched)) {
             pthread_mutex_lock(&s.mu);
             if (!s.pending && !s.cancels) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += 200 * 1000000L;
+                ts.tv_nsec += WAIT_MS * 1000000L; /* and sees a signal this soon */
                 if (ts.tv_nsec >= 1000000000L) {
                     ts.tv_sec++;
                     ts.tv_nsec -= 1000000000L;
@@ -1134,10 +1203,19 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
         s.m.st = st;
         pthread_mutex_unlock(&s.mu);
     }
-    if (rc == -ECANCELED)
+    if (rc == -ECANCELED) /* a second signal, or one during the load */
         rc = 0;
-    /* stop: every waiting connection gives up, then the connections end */
+    /* a drain that ended lets the connections send what their requests wrote (each lets its
+     * request go once sent), for up to a few more seconds */
+    uint64_t flush_end = shardlm_now_ns() + 5000000000ull;
+    bool flush = drain_end && s.sched && coord_sched_idle(s.sched); /* not after a 2nd signal */
     pthread_mutex_lock(&s.mu);
+    while (flush && s.all && shardlm_now_ns() < flush_end) {
+        pthread_mutex_unlock(&s.mu);
+        usleep(10 * 1000);
+        pthread_mutex_lock(&s.mu);
+    }
+    /* stop: every waiting connection gives up, then the connections end */
     s.ready = -1;
     for (struct sreq *p = s.all; p; p = p->next)
         pthread_cond_broadcast(&p->cv);

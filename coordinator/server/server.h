@@ -7,6 +7,7 @@
 #include "scheduler.h"
 #include "util.h"
 
+#include <signal.h>
 #include <stdint.h>
 
 struct coord_serve_opts {
@@ -16,6 +17,11 @@ struct coord_serve_opts {
     int port;             /* 0: any free port */
     const char *api_key;  /* requests must carry "Authorization: Bearer <key>"; NULL: none */
     uint32_t max_waiting; /* requests queued beyond the running ones before a 429 */
+    /* The flag the signal handler sets (engine.cancel points at it too). Set once, the server
+     * drains: it clears the flag, answers 503 to new requests and lets the running ones finish
+     * for up to drain_seconds; set again, it stops at once. NULL: engine.cancel stops it. */
+    volatile sig_atomic_t *stop;
+    uint32_t drain_seconds;
     /* Called once the socket listens, with the bound port (a test reads it), before loading;
      * and once the engine has started. */
     void (*on_listen)(void *arg, int port);
@@ -23,8 +29,8 @@ struct coord_serve_opts {
     void *arg;
 };
 
-/* Serves until the engine's cancel flag is set: binds first (GET /health answers 503 while the
- * model loads), then runs the scheduler's steps on this thread. Endpoints: GET /health,
+/* Serves until stopped (see opts.stop): binds first (GET /health answers 503 while the model
+ * loads), then runs the scheduler's steps on this thread. Endpoints: GET /health,
  * GET /v1/models, POST /v1/completions (streamed as server-sent events or one JSON body), each
  * also without /v1. Returns 0 when the cancel flag stopped it, or -errno with @e set. */
 int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e);
