@@ -11,6 +11,7 @@
  */
 #include "server.h"
 
+#include "request.h"
 #include "tokenizer.h"
 
 #include <arpa/inet.h>
@@ -29,12 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BODY_MAX (1u << 20)   /* bytes of a request body */
-#define MAX_STOPS 16          /* stop strings of a request */
-#define STOP_MAX_BYTES 256    /* bytes of one */
-#define WAIT_MS 100           /* a waiting connection checks its client this often */
-#define CONN_TIMEOUT_S 30     /* a connection idle this long (a trickled header) is closed */
-#define DEFAULT_MAX_TOKENS 16 /* OpenAI's default for completions */
+#define BODY_MAX (1u << 20) /* bytes of a request body */
+#define WAIT_MS 100         /* a waiting connection checks its client this often */
+#define CONN_TIMEOUT_S 30   /* a connection idle this long (a trickled header) is closed */
 
 enum sreq_state { SREQ_PENDING, SREQ_RUNNING, SREQ_REFUSED, SREQ_DONE };
 
@@ -78,14 +76,8 @@ struct sreq {
     int refs;
     struct sreq *prev, *next; /* every live request (srv.all) */
     struct sreq *next_pending, *next_cancel;
-    /* the request, parsed on the connection's thread */
-    char *prompt; /* text, or NULL when ids were given */
-    int32_t *ids;
-    int n_ids;
-    struct coord_request r;
-    char *stops[MAX_STOPS];
-    int n_stops;
-    bool stream, include_usage;
+    struct coord_completion_req q; /* the request, parsed on the connection's thread */
+    struct coord_request r;        /* what the scheduler gets */
     char id[32];
     long long created;
     int fd; /* the client's socket */
@@ -128,10 +120,7 @@ struct srv {
 
 static void sreq_free(struct sreq *p)
 {
-    free(p->prompt);
-    free(p->ids);
-    for (int i = 0; i < p->n_stops; i++)
-        free(p->stops[i]);
+    coord_completion_req_free(&p->q);
     free(p->out);
     pthread_cond_destroy(&p->cv);
     free(p);
@@ -255,11 +244,11 @@ static void on_event(void *ctx, const struct coord_event *ev)
     p->cached_tokens = ev->cached_tokens;
     bool ok = true;
     if (ev->text_len)
-        ok = p->stream ? sse_put(p, completion_json(p, ev->text, ev->text_len, 0, false))
-                       : out_put(p, ev->text, ev->text_len);
-    if (ok && ev->finish && p->stream) {
+        ok = p->q.stream ? sse_put(p, completion_json(p, ev->text, ev->text_len, 0, false))
+                         : out_put(p, ev->text, ev->text_len);
+    if (ok && ev->finish && p->q.stream) {
         ok = sse_put(p, completion_json(p, "", 0, ev->finish, false));
-        if (ok && p->include_usage) {
+        if (ok && p->q.include_usage) {
             json_t *u =
                 json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", p->id, "object", "text_completion",
                           "created", (json_int_t)p->created, "model", s->model, "choices");
@@ -311,30 +300,40 @@ static void refuse(struct sreq *p, unsigned status, const char *msg)
 static void submit(struct srv *s, struct sreq *p)
 {
     char msg[300];
-    if (p->prompt) {
-        size_t n = strlen(p->prompt);
+    struct coord_completion_req *q = &p->q;
+    if (q->prompt) {
+        size_t n = strlen(q->prompt);
         if (n / 2 > (size_t)s->context + 8) { /* cannot fit: every token is 1-2 bytes or more */
             snprintf(msg, sizeof(msg), "the prompt is longer than the context of %d tokens",
                      s->context);
             return refuse(p, 400, msg);
         }
         int max = (int)n + 3;
-        if (!(p->ids = malloc((size_t)max * sizeof(int32_t))))
+        if (!(q->ids = malloc((size_t)max * sizeof(int32_t))))
             return refuse(p, 500, "out of memory");
-        int np = coord_tok_encode(&s->tok, p->prompt, true, false, p->ids, max);
+        int np = coord_tok_encode(&s->tok, q->prompt, true, false, q->ids, max);
         if (np < 0) {
             snprintf(msg, sizeof(msg), "cannot tokenize the prompt: %s",
                      np == -EILSEQ ? "a character this vocabulary cannot spell" : strerror(-np));
             return refuse(p, 400, msg);
         }
-        p->n_ids = np;
+        q->n_ids = np;
     }
-    p->r.prompt = p->ids;
-    p->r.n_prompt = p->n_ids;
-    p->r.stop = (const char *const *)p->stops;
-    p->r.n_stop = p->n_stops;
-    p->r.on_event = on_event;
-    p->r.ctx = p;
+    p->r = (struct coord_request){.prompt = q->ids,
+                                  .n_prompt = q->n_ids,
+                                  .max_tokens = q->max_tokens,
+                                  .sampling = q->sampling,
+                                  .stop = (const char *const *)q->stops,
+                                  .n_stop = q->n_stops,
+                                  .logprobs = -1,
+                                  .on_event = on_event,
+                                  .ctx = p};
+    if (!q->seeded) { /* a seed of its own */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        p->r.sampling.seed =
+            (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)(uintptr_t)p;
+    }
     struct shardlm_err e = {{0}};
     uint64_t id;
     /* callbacks come in steps, never during the submission: the state changes after it */
@@ -343,7 +342,7 @@ static void submit(struct srv *s, struct sreq *p)
         return refuse(p, rc == -ENOMEM ? 500 : 400, e.msg);
     pthread_mutex_lock(&s->mu);
     p->state = SREQ_RUNNING;
-    p->prompt_tokens = p->n_ids;
+    p->prompt_tokens = q->n_ids;
     p->sched_id = id;
     if (p->cancel && !p->cancel_queued) { /* the client left while it was submitted */
         p->cancel_queued = true;
@@ -468,142 +467,6 @@ static bool authorized(const struct srv *s, struct MHD_Connection *c)
     return diff == 0;
 }
 
-/* A number field @k of @o within [lo, hi] into @out (left alone when absent or null). Returns
- * NULL or the complaint. */
-static const char *get_number(json_t *o, const char *k, double lo, double hi, double *out)
-{
-    json_t *v = json_object_get(o, k);
-    if (!v || json_is_null(v))
-        return NULL;
-    if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi)
-        return k;
-    *out = json_number_value(v);
-    return NULL;
-}
-
-/* The completion request @j into @p. Returns NULL or the message of a 400. */
-static const char *parse_completion(struct srv *s, json_t *j, struct sreq *p, char *why,
-                                    size_t wlen)
-{
-    if (!json_is_object(j))
-        return "the body must be a JSON object";
-    json_t *pr = json_object_get(j, "prompt");
-    if (json_is_array(pr) && json_array_size(pr) == 1 && json_is_string(json_array_get(pr, 0)))
-        pr = json_array_get(pr, 0);
-    if (json_is_string(pr)) {
-        const char *t = json_string_value(pr);
-        size_t n = json_string_length(pr);
-        if (memchr(t, '\0', n))
-            return "prompt: a NUL character";
-        if (!(p->prompt = strdup(t)))
-            return "out of memory";
-    } else if (json_is_array(pr) && json_array_size(pr) > 0) {
-        size_t n = json_array_size(pr);
-        if (n > (size_t)s->context)
-            return "prompt: more token ids than the context";
-        if (!(p->ids = malloc(n * sizeof(int32_t))))
-            return "out of memory";
-        for (size_t i = 0; i < n; i++) {
-            json_t *v = json_array_get(pr, i);
-            uint32_t vocab = (uint32_t)s->tok.vocab_size;
-            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-                json_integer_value(v) >= (json_int_t)vocab) {
-                snprintf(why, wlen, "prompt: token ids are integers in [0, %u)", vocab);
-                return why;
-            }
-            p->ids[i] = (int32_t)json_integer_value(v);
-        }
-        p->n_ids = (int)n;
-    } else
-        return "prompt: expected a string or an array of token ids";
-    double d, mt = DEFAULT_MAX_TOKENS;
-    const char *bad;
-    if ((bad = get_number(j, "max_tokens", 0, 1 << 24, &mt)) ||
-        (bad = get_number(j, "max_completion_tokens", 0, 1 << 24, &mt)))
-        goto bad;
-    p->r.max_tokens = (int)mt;
-    struct coord_sampling *sp = &p->r.sampling;
-    d = 1.0;
-    if ((bad = get_number(j, "temperature", 0, 2, &d)))
-        goto bad;
-    sp->temp = (float)d;
-    d = 1.0;
-    if ((bad = get_number(j, "top_p", 1e-6, 1, &d)))
-        goto bad;
-    sp->top_p = (float)d;
-    d = 0;
-    if ((bad = get_number(j, "top_k", 0, 1 << 24, &d)))
-        goto bad;
-    sp->top_k = (int)d;
-    d = 0;
-    if ((bad = get_number(j, "min_p", 0, 0.999, &d)))
-        goto bad;
-    sp->min_p = (float)d;
-    d = 1;
-    if ((bad = get_number(j, "repetition_penalty", 0.01, 10, &d)))
-        goto bad;
-    sp->repetition_penalty = (float)d;
-    d = 0;
-    if ((bad = get_number(j, "frequency_penalty", -2, 2, &d)))
-        goto bad;
-    sp->frequency_penalty = (float)d;
-    d = 0;
-    if ((bad = get_number(j, "presence_penalty", -2, 2, &d)))
-        goto bad;
-    sp->presence_penalty = (float)d;
-    json_t *seed = json_object_get(j, "seed");
-    if (json_is_integer(seed))
-        sp->seed = (uint64_t)json_integer_value(seed);
-    else if (seed && !json_is_null(seed))
-        return "seed: expected an integer";
-    else {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        sp->seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ p->created;
-    }
-    json_t *n = json_object_get(j, "n");
-    if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
-        return "n: only 1 is supported";
-    json_t *lp = json_object_get(j, "logprobs");
-    if (lp && !json_is_null(lp) && !json_is_false(lp))
-        return "logprobs: not supported by this server yet";
-    json_t *echo = json_object_get(j, "echo");
-    if (echo && !json_is_null(echo) && !json_is_false(echo))
-        return "echo: not supported";
-    json_t *st = json_object_get(j, "stop");
-    if (json_is_string(st) || json_is_array(st)) {
-        size_t ns = json_is_string(st) ? 1 : json_array_size(st);
-        if (ns > MAX_STOPS) {
-            snprintf(why, wlen, "stop: at most %d strings", MAX_STOPS);
-            return why;
-        }
-        for (size_t i = 0; i < ns; i++) {
-            json_t *v = json_is_string(st) ? st : json_array_get(st, i);
-            if (!json_is_string(v) || !json_string_length(v) ||
-                json_string_length(v) > STOP_MAX_BYTES ||
-                memchr(json_string_value(v), '\0', json_string_length(v))) {
-                snprintf(why, wlen, "stop: strings of 1..%d bytes", STOP_MAX_BYTES);
-                return why;
-            }
-            if (!(p->stops[p->n_stops] = strdup(json_string_value(v))))
-                return "out of memory";
-            p->n_stops++;
-        }
-    } else if (st && !json_is_null(st))
-        return "stop: expected a string or an array of strings";
-    json_t *str = json_object_get(j, "stream");
-    if (str && !json_is_null(str) && !json_is_boolean(str))
-        return "stream: expected true or false";
-    p->stream = json_is_true(str);
-    json_t *so = json_object_get(j, "stream_options");
-    p->include_usage = json_is_object(so) && json_is_true(json_object_get(so, "include_usage"));
-    p->r.logprobs = -1;
-    return NULL;
-bad:
-    snprintf(why, wlen, "%s: out of range or not a number", bad);
-    return why;
-}
-
 /* The streamed body: what on_event appended, as it comes. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -663,18 +526,13 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
     s->all = p;
     snprintf(p->id, sizeof(p->id), "cmpl-%llu", (unsigned long long)++s->next_id);
     pthread_mutex_unlock(&s->mu);
-    json_error_t je;
-    json_t *j = json_loadb(cn->body ? cn->body : "", cn->len, JSON_REJECT_DUPLICATES, &je);
-    if (!j) {
-        sreq_unref(p);
-        return send_error(c, 400, "invalid_request_error", NULL, "malformed JSON: %s (offset %d)",
-                          je.text, je.position);
-    }
-    char why[200];
-    const char *bad = parse_completion(s, j, p, why, sizeof(why));
-    json_decref(j);
-    if (bad) {
-        enum MHD_Result rc = send_error(c, 400, "invalid_request_error", NULL, "%s", bad);
+    char why[300];
+    int prc = coord_completion_parse(cn->body ? cn->body : "", cn->len, s->tok.vocab_size,
+                                     s->context, &p->q, why, sizeof(why));
+    if (prc) {
+        enum MHD_Result rc = prc == -ENOMEM
+                                 ? send_error(c, 500, "server_error", NULL, "out of memory")
+                                 : send_error(c, 400, "invalid_request_error", NULL, "%s", why);
         sreq_unref(p);
         return rc;
     }
@@ -714,7 +572,7 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
         sreq_unref(p);
         return rc;
     }
-    if (p->stream) {
+    if (p->q.stream) {
         struct MHD_Response *r =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, p, stream_free);
         if (!r) {

@@ -1,0 +1,169 @@
+/* coordinator/server/request.c: a completion request's JSON body into its parameters, every
+ * field checked against what the scheduler takes (libFuzzer target: tests/fuzz/fuzz_request.c). */
+#include "request.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A number field @k of @o within [lo, hi] into @out (left alone when absent or null). Returns
+ * NULL or the complaint. */
+static const char *get_number(json_t *o, const char *k, double lo, double hi, double *out)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v))
+        return NULL;
+    if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi)
+        return k;
+    *out = json_number_value(v);
+    return NULL;
+}
+
+/* The fields of @j into @p. Returns NULL or the message of a 400 (maybe in @why). */
+static const char *parse_fields(json_t *j, int vocab, int context, struct coord_completion_req *p,
+                                char *why, size_t wlen)
+{
+    if (!json_is_object(j))
+        return "the body must be a JSON object";
+    json_t *pr = json_object_get(j, "prompt");
+    if (json_is_array(pr) && json_array_size(pr) == 1 && json_is_string(json_array_get(pr, 0)))
+        pr = json_array_get(pr, 0);
+    if (json_is_string(pr)) {
+        const char *t = json_string_value(pr);
+        size_t n = json_string_length(pr);
+        if (memchr(t, '\0', n))
+            return "prompt: a NUL character";
+        if (!(p->prompt = strdup(t)))
+            return "out of memory";
+    } else if (json_is_array(pr) && json_array_size(pr) > 0) {
+        size_t n = json_array_size(pr);
+        if (n > (size_t)context)
+            return "prompt: more token ids than the context";
+        if (!(p->ids = malloc(n * sizeof(int32_t))))
+            return "out of memory";
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = json_array_get(pr, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) >= (json_int_t)vocab) {
+                snprintf(why, wlen, "prompt: token ids are integers in [0, %d)", vocab);
+                return why;
+            }
+            p->ids[i] = (int32_t)json_integer_value(v);
+        }
+        p->n_ids = (int)n;
+    } else
+        return "prompt: expected a string or an array of token ids";
+    double d, mt = COORD_REQ_DEFAULT_MAX_TOKENS;
+    const char *bad;
+    if ((bad = get_number(j, "max_tokens", 0, 1 << 24, &mt)) ||
+        (bad = get_number(j, "max_completion_tokens", 0, 1 << 24, &mt)))
+        goto bad;
+    p->max_tokens = (int)mt;
+    struct coord_sampling *sp = &p->sampling;
+    d = 1.0;
+    if ((bad = get_number(j, "temperature", 0, 2, &d)))
+        goto bad;
+    sp->temp = (float)d;
+    d = 1.0;
+    if ((bad = get_number(j, "top_p", 1e-6, 1, &d)))
+        goto bad;
+    sp->top_p = (float)d;
+    d = 0;
+    if ((bad = get_number(j, "top_k", 0, 1 << 24, &d)))
+        goto bad;
+    sp->top_k = (int)d;
+    d = 0;
+    if ((bad = get_number(j, "min_p", 0, 0.999, &d)))
+        goto bad;
+    sp->min_p = (float)d;
+    d = 1;
+    if ((bad = get_number(j, "repetition_penalty", 0.01, 10, &d)))
+        goto bad;
+    sp->repetition_penalty = (float)d;
+    d = 0;
+    if ((bad = get_number(j, "frequency_penalty", -2, 2, &d)))
+        goto bad;
+    sp->frequency_penalty = (float)d;
+    d = 0;
+    if ((bad = get_number(j, "presence_penalty", -2, 2, &d)))
+        goto bad;
+    sp->presence_penalty = (float)d;
+    json_t *seed = json_object_get(j, "seed");
+    if (json_is_integer(seed)) {
+        sp->seed = (uint64_t)json_integer_value(seed);
+        p->seeded = true;
+    } else if (seed && !json_is_null(seed))
+        return "seed: expected an integer";
+    json_t *n = json_object_get(j, "n");
+    if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
+        return "n: only 1 is supported";
+    json_t *lp = json_object_get(j, "logprobs");
+    if (lp && !json_is_null(lp) && !json_is_false(lp))
+        return "logprobs: not supported by this server yet";
+    json_t *echo = json_object_get(j, "echo");
+    if (echo && !json_is_null(echo) && !json_is_false(echo))
+        return "echo: not supported";
+    json_t *st = json_object_get(j, "stop");
+    if (json_is_string(st) || json_is_array(st)) {
+        size_t ns = json_is_string(st) ? 1 : json_array_size(st);
+        if (ns > COORD_REQ_MAX_STOPS) {
+            snprintf(why, wlen, "stop: at most %d strings", COORD_REQ_MAX_STOPS);
+            return why;
+        }
+        for (size_t i = 0; i < ns; i++) {
+            json_t *v = json_is_string(st) ? st : json_array_get(st, i);
+            if (!json_is_string(v) || !json_string_length(v) ||
+                json_string_length(v) > COORD_REQ_STOP_BYTES ||
+                memchr(json_string_value(v), '\0', json_string_length(v))) {
+                snprintf(why, wlen, "stop: strings of 1..%d bytes", COORD_REQ_STOP_BYTES);
+                return why;
+            }
+            if (!(p->stops[p->n_stops] = strdup(json_string_value(v))))
+                return "out of memory";
+            p->n_stops++;
+        }
+    } else if (st && !json_is_null(st))
+        return "stop: expected a string or an array of strings";
+    json_t *str = json_object_get(j, "stream");
+    if (str && !json_is_null(str) && !json_is_boolean(str))
+        return "stream: expected true or false";
+    p->stream = json_is_true(str);
+    json_t *so = json_object_get(j, "stream_options");
+    p->include_usage = json_is_object(so) && json_is_true(json_object_get(so, "include_usage"));
+    return NULL;
+bad:
+    snprintf(why, wlen, "%s: out of range or not a number", bad);
+    return why;
+}
+
+void coord_completion_req_free(struct coord_completion_req *r)
+{
+    free(r->prompt);
+    free(r->ids);
+    for (int i = 0; i < r->n_stops; i++)
+        free(r->stops[i]);
+    memset(r, 0, sizeof(*r));
+}
+
+int coord_completion_parse(const char *body, size_t len, int vocab, int context,
+                           struct coord_completion_req *r, char *why, size_t wlen)
+{
+    memset(r, 0, sizeof(*r));
+    json_error_t je;
+    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        snprintf(why, wlen, "malformed JSON: %s (offset %d)", je.text, je.position);
+        return -EINVAL;
+    }
+    char msg[200];
+    const char *bad = parse_fields(j, vocab, context, r, msg, sizeof(msg));
+    json_decref(j);
+    if (!bad)
+        return 0;
+    int rc = strcmp(bad, "out of memory") ? -EINVAL : -ENOMEM;
+    snprintf(why, wlen, "%s", bad);
+    coord_completion_req_free(r);
+    return rc;
+}

@@ -1,0 +1,41 @@
+/* coordinator/server/request.h: the body of a completion request, parsed and checked. */
+#ifndef SHARDLM_COORD_REQUEST_H
+#define SHARDLM_COORD_REQUEST_H
+
+#include "sampler.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define COORD_REQ_MAX_STOPS 16          /* stop strings of a request */
+#define COORD_REQ_STOP_BYTES 256        /* bytes of one */
+#define COORD_REQ_DEFAULT_MAX_TOKENS 16 /* OpenAI's default for completions */
+
+/* What POST /v1/completions asked for. */
+struct coord_completion_req {
+    char *prompt; /* the prompt's text (malloc'd), or NULL when token ids were given */
+    int32_t *ids; /* the token ids (malloc'd; the server tokenizes a text prompt into it) */
+    int n_ids;
+    int max_tokens; /* max_tokens or max_completion_tokens */
+    struct coord_sampling sampling;
+    bool seeded; /* seed given (else sampling.seed is 0: the server picks one) */
+    char *stops[COORD_REQ_MAX_STOPS];
+    int n_stops;
+    bool stream, include_usage;
+};
+
+/* Parses the JSON body @body (@len bytes, any bytes) of a completion request against a model of
+ * @vocab tokens and @context positions: prompt (a string, or one in an array, or a non-empty
+ * array of token ids in [0, vocab), at most @context of them), max_tokens /
+ * max_completion_tokens (0..2^24, default 16), temperature (0..2, default 1), top_p ((0, 1],
+ * default 1), top_k, min_p, repetition_penalty, frequency_penalty, presence_penalty, seed,
+ * stop (a string or up to 16, each 1..256 bytes without NUL), stream, stream_options
+ * {include_usage}; n other than 1, logprobs and echo are refused; other fields are ignored.
+ * Returns 0; -EINVAL with @why set to a 400's one-line message; or -ENOMEM. *@r is zeroed first
+ * and freed on failure. */
+int coord_completion_parse(const char *body, size_t len, int vocab, int context,
+                           struct coord_completion_req *r, char *why, size_t wlen);
+void coord_completion_req_free(struct coord_completion_req *r);
+
+#endif
