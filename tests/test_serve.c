@@ -329,6 +329,41 @@ static void drive(pid_t pid, void *arg)
     golden_round(false);
     golden_round(true);
 
+    /* log-probabilities: greedy, so each token is its own likeliest alternative; the pieces
+     * spell the text */
+    request("POST", "/v1/completions",
+            "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8, \"temperature\": 0, "
+            "\"logprobs\": 2}",
+            &r);
+    assert_int_equal(r.status, 200);
+    j = json_loads(r.body, 0, NULL);
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0),
+           *lp = json_object_get(ch, "logprobs");
+    json_t *toks = json_object_get(lp, "tokens"), *tlp = json_object_get(lp, "token_logprobs");
+    json_t *top = json_object_get(lp, "top_logprobs"), *off = json_object_get(lp, "text_offset");
+    assert_int_equal(json_array_size(toks), 8);
+    assert_int_equal(json_array_size(tlp), 8);
+    assert_int_equal(json_array_size(top), 8);
+    assert_int_equal(json_array_size(off), 8);
+    char spelled[512] = "";
+    for (size_t i = 0; i < 8; i++) {
+        const char *t = json_string_value(json_array_get(toks, i));
+        assert_int_equal(json_integer_value(json_array_get(off, i)), strlen(spelled));
+        strcat(spelled, t);
+        double l = json_real_value(json_array_get(tlp, i));
+        json_t *alts = json_array_get(top, i);
+        assert_true(l <= 0 && json_object_size(alts) >= 1 && json_object_size(alts) <= 2);
+        const char *k;
+        json_t *v;
+        json_object_foreach(alts, k, v) assert_true(json_real_value(v) <= l);
+        assert_true(json_real_value(json_object_get(alts, t)) == l);
+    }
+    assert_string_equal(spelled, json_string_value(json_object_get(ch, "text")));
+    json_decref(j);
+    free(r.body);
+    request("POST", "/v1/completions", "{\"prompt\": \"Hi\", \"logprobs\": 21}", &r);
+    assert_error(&r, 400);
+
     /* tokens and back */
     request("POST", "/tokenize", "{\"content\": \"Once upon a time\", \"add_special\": true}", &r);
     assert_int_equal(r.status, 200);
@@ -353,7 +388,7 @@ static void drive(pid_t pid, void *arg)
     request("POST", "/tokenize", "{\"content\": 7}", &r);
     assert_error(&r, 400);
 
-    /* the metrics count what ran: 8 golden requests so far, each with a first token */
+    /* the metrics count what ran: 9 requests so far (8 golden), each with a first token */
     fd = send_request("GET", "/metrics", "", 0, true);
     read_response(fd, &r);
     assert_int_equal(r.status, 200);
@@ -370,8 +405,8 @@ static void drive(pid_t pid, void *arg)
     m = strstr(r.body, "shardlm_time_to_first_token_seconds_count ");
     assert_non_null(m);
     sscanf(m, "shardlm_time_to_first_token_seconds_count %llu", &ttft);
-    assert_int_equal(stop + length, 8);
-    assert_int_equal(ttft, 8);
+    assert_int_equal(stop + length, 9);
+    assert_int_equal(ttft, 9);
     free(r.body);
 
     /* bad requests: each its status and an OpenAI error object */

@@ -100,8 +100,14 @@ static const char *parse_fields(json_t *j, int vocab, int context, struct coord_
     if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
         return "n: only 1 is supported";
     json_t *lp = json_object_get(j, "logprobs");
-    if (lp && !json_is_null(lp) && !json_is_false(lp))
-        return "logprobs: not supported by this server yet";
+    p->logprobs = -1;
+    if (json_is_integer(lp) && json_integer_value(lp) >= 0 &&
+        json_integer_value(lp) <= COORD_MAX_LOGPROBS)
+        p->logprobs = (int)json_integer_value(lp);
+    else if (lp && !json_is_null(lp) && !json_is_false(lp)) {
+        snprintf(why, wlen, "logprobs: expected 0..%d alternatives", COORD_MAX_LOGPROBS);
+        return why;
+    }
     json_t *echo = json_object_get(j, "echo");
     if (echo && !json_is_null(echo) && !json_is_false(echo))
         return "echo: not supported";

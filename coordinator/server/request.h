@@ -23,6 +23,7 @@ struct coord_completion_req {
     char *stops[COORD_REQ_MAX_STOPS];
     int n_stops;
     bool stream, include_usage;
+    int logprobs; /* -1: none; else the sampled token's and this many alternatives' (0..20) */
 };
 
 /* Parses the JSON body @body (@len bytes, any bytes) of a completion request against a model of
@@ -31,7 +32,8 @@ struct coord_completion_req {
  * max_completion_tokens (0..2^24, default 16), temperature (0..2, default 1), top_p ((0, 1],
  * default 1), top_k, min_p, repetition_penalty, frequency_penalty, presence_penalty, seed,
  * stop (a string or up to 16, each 1..256 bytes without NUL), stream, stream_options
- * {include_usage}; n other than 1, logprobs and echo are refused; other fields are ignored.
+ * {include_usage}, logprobs (0..20 alternatives; null or false: none); n other than 1 and echo
+ * are refused; other fields are ignored.
  * Returns 0; -EINVAL with @why set to a 400's one-line message; or -ENOMEM. *@r is zeroed first
  * and freed on failure. */
 int coord_completion_parse(const char *body, size_t len, int vocab, int context,

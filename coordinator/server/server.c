@@ -92,6 +92,9 @@ struct sreq {
     enum coord_finish finish;
     int prompt_tokens, completion_tokens, cached_tokens;
     uint64_t t_arrive, t_last; /* when it was queued; its last token (ns) */
+    int last_token;            /* the token before the next one (for its piece), -1 */
+    size_t text_off;           /* bytes of the tokens' pieces so far (logprobs' text_offset) */
+    json_t *lp;                /* a plain response's logprobs object, filled token by token */
     pthread_cond_t cv;
 };
 
@@ -121,6 +124,7 @@ struct srv {
 static void sreq_free(struct sreq *p)
 {
     coord_completion_req_free(&p->q);
+    json_decref(p->lp);
     free(p->out);
     pthread_cond_destroy(&p->cv);
     free(p);
@@ -201,11 +205,11 @@ static json_t *usage_json(const struct sreq *p)
 
 /* One text_completion object: a chunk of @text (stream), or the whole result with usage. */
 static json_t *completion_json(const struct sreq *p, const char *text, size_t n,
-                               enum coord_finish f, bool usage)
+                               enum coord_finish f, bool usage, json_t *lp)
 {
-    json_t *choice =
-        json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "text", text_json(text, n), "logprobs",
-                  "finish_reason", f ? json_string(coord_finish_name(f)) : json_null());
+    json_t *choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "text", text_json(text, n),
+                               "logprobs", lp ? lp : json_null(), "finish_reason",
+                               f ? json_string(coord_finish_name(f)) : json_null());
     json_t *o =
         json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", p->id, "object", "text_completion", "created",
                   (json_int_t)p->created, "model", p->s->model, "choices", choice);
@@ -217,11 +221,58 @@ static json_t *completion_json(const struct sreq *p, const char *text, size_t n,
 /* Appends "data: <json>\n\n" (srv.mu held; @j is consumed). */
 static bool sse_put(struct sreq *p, json_t *j)
 {
-    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *t = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
     bool ok = t && out_put(p, "data: ", 6) && out_put(p, t, strlen(t)) && out_put(p, "\n\n", 2);
     free(t);
     return ok;
+}
+
+/* A token's piece as JSON: its text, or "bytes:\\xNN.." when it is not UTF-8 on its own (a
+ * part of a character), as OpenAI writes those. */
+static json_t *piece_json(const struct srv *s, int prev, int id, size_t *len)
+{
+    const char *t = coord_tok_decode(&s->tok, prev, id, len);
+    json_t *j = json_stringn(t, *len);
+    if (j)
+        return j;
+    char b[6 + 4 * 64 + 1] = "bytes:";
+    size_t n = 6;
+    for (size_t i = 0; i < *len && i < 64; i++)
+        n += (size_t)snprintf(b + n, sizeof(b) - n, "\\x%02x", (unsigned char)t[i]);
+    return json_string(b);
+}
+
+/* Appends token @ev's log-probabilities to @lp ({"tokens", "token_logprobs", "top_logprobs",
+ * "text_offset"}: OpenAI's completions format). srv.mu held. */
+static bool logprobs_add(struct sreq *p, json_t *lp, const struct coord_event *ev)
+{
+    struct srv *s = p->s;
+    size_t len;
+    json_t *top = json_object();
+    for (int i = 0; top && i < ev->logprobs->n_top; i++) {
+        size_t tl;
+        json_t *k = piece_json(s, p->last_token, ev->logprobs->top[i].id, &tl);
+        /* two ids that spell the same text: the likelier one (listed first) stays */
+        if (k && !json_object_get(top, json_string_value(k)))
+            json_object_set_new(top, json_string_value(k), json_real(ev->logprobs->top[i].logprob));
+        json_decref(k);
+    }
+    json_t *tok = piece_json(s, p->last_token, ev->token, &len);
+    bool ok = top && tok && !json_array_append_new(json_object_get(lp, "tokens"), tok) &&
+              !json_array_append_new(json_object_get(lp, "token_logprobs"),
+                                     json_real(ev->logprobs->logprob)) &&
+              !json_array_append_new(json_object_get(lp, "top_logprobs"), top) &&
+              !json_array_append_new(json_object_get(lp, "text_offset"),
+                                     json_integer((json_int_t)p->text_off));
+    p->text_off += len;
+    return ok;
+}
+
+static json_t *logprobs_new(void)
+{
+    return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs",
+                     "text_offset");
 }
 
 /* The scheduler's callback, on its thread during a step. */
@@ -243,11 +294,22 @@ static void on_event(void *ctx, const struct coord_event *ev)
     p->completion_tokens = ev->completion_tokens;
     p->cached_tokens = ev->cached_tokens;
     bool ok = true;
-    if (ev->text_len)
-        ok = p->q.stream ? sse_put(p, completion_json(p, ev->text, ev->text_len, 0, false))
+    json_t *lp = NULL; /* this token's, for a stream's chunk */
+    if (ev->logprobs && ev->token >= 0) {
+        if (p->q.stream)
+            ok = (lp = logprobs_new()) && logprobs_add(p, lp, ev);
+        else
+            ok = (p->lp || (p->lp = logprobs_new())) && logprobs_add(p, p->lp, ev);
+    }
+    if (ev->token >= 0)
+        p->last_token = ev->token;
+    if (ok && (ev->text_len || lp))
+        ok = p->q.stream ? sse_put(p, completion_json(p, ev->text, ev->text_len, 0, false, lp))
                          : out_put(p, ev->text, ev->text_len);
+    else
+        json_decref(lp);
     if (ok && ev->finish && p->q.stream) {
-        ok = sse_put(p, completion_json(p, "", 0, ev->finish, false));
+        ok = sse_put(p, completion_json(p, "", 0, ev->finish, false, NULL));
         if (ok && p->q.include_usage) {
             json_t *u =
                 json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", p->id, "object", "text_completion",
@@ -325,7 +387,7 @@ static void submit(struct srv *s, struct sreq *p)
                                   .sampling = q->sampling,
                                   .stop = (const char *const *)q->stops,
                                   .n_stop = q->n_stops,
-                                  .logprobs = -1,
+                                  .logprobs = q->logprobs,
                                   .on_event = on_event,
                                   .ctx = p};
     if (!q->seeded) { /* a seed of its own */
@@ -343,6 +405,7 @@ static void submit(struct srv *s, struct sreq *p)
     pthread_mutex_lock(&s->mu);
     p->state = SREQ_RUNNING;
     p->prompt_tokens = q->n_ids;
+    p->last_token = q->ids[q->n_ids - 1]; /* the first new token's piece follows it */
     p->sched_id = id;
     if (p->cancel && !p->cancel_queued) { /* the client left while it was submitted */
         p->cancel_queued = true;
@@ -417,7 +480,7 @@ static bool wait_step(struct sreq *p)
 
 static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j)
 {
-    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *t = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
     if (!t)
         return MHD_NO;
@@ -514,6 +577,7 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
         return send_error(c, 500, "server_error", NULL, "out of memory");
     p->s = s;
     p->refs = 1;
+    p->last_token = -1;
     p->created = (long long)time(NULL);
     pthread_cond_init(&p->cv, NULL);
     const union MHD_ConnectionInfo *ci =
@@ -589,7 +653,12 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
     while (p->state == SREQ_RUNNING && wait_step(p))
         ;
     bool done = p->state == SREQ_DONE;
-    json_t *o = done ? completion_json(p, p->out ? p->out : "", p->len, p->finish, true) : NULL;
+    json_t *o = NULL;
+    if (done) { /* the response takes the logprobs object */
+        o = completion_json(p, p->out ? p->out : "", p->len, p->finish, true,
+                            p->q.logprobs >= 0 ? (p->lp ? p->lp : logprobs_new()) : NULL);
+        p->lp = NULL;
+    }
     pthread_mutex_unlock(&s->mu);
     sreq_unref(p);
     return done ? send_json(c, 200, o) : MHD_NO;
