@@ -420,9 +420,9 @@ static void drive(pid_t pid, void *arg)
     assert_error(&r, 400);
     request("POST", "/v1/completions", "{\"prompt\": [1, 99999]}", &r);
     assert_error(&r, 400);
-    char *longp = malloc(4000 + 1);
-    memset(longp, 'a', 4000);
-    longp[4000] = '\0';
+    char *longp = malloc(20000 + 1); /* more tokens than the context, however they merge */
+    memset(longp, 'a', 20000);
+    longp[20000] = '\0';
     char *body = completion_body(longp, 4, false); /* past the context of 256 */
     request("POST", "/v1/completions", body, &r);
     assert_error(&r, 400);

@@ -107,14 +107,14 @@ struct srv {
     int context;
     pthread_mutex_t mu;
     pthread_cond_t wake; /* the scheduler's thread: something was queued */
-    int ready;           /* 0 loading, 1 serving, -1 stopping */
+    int ready;           /* 0 loading, 1 serving, 2 draining, -1 stopping */
     struct sreq *pending, **pending_tail, *cancels, *all;
     uint32_t open;  /* queued or in the scheduler, not finished */
     uint32_t limit; /* open requests before a 429 */
     uint64_t next_id;
     struct metrics m;
-    /* the engine's cancel flag: set from opts.stop by the relay while the model loads, and on
-     * a second signal; the first one after that only drains */
+    /* the engine's cancel flag: set from opts.stop by the relay while the model loads; once it
+     * serves, a signal drains and a second one stops between steps, never inside one */
     volatile sig_atomic_t engine_cancel;
     int loaded; /* __atomic: the load is over (the relay ends) */
 };
@@ -363,13 +363,8 @@ static void submit(struct srv *s, struct sreq *p)
 {
     char msg[300];
     struct coord_completion_req *q = &p->q;
-    if (q->prompt) {
+    if (q->prompt) { /* at most BODY_MAX bytes: ~50 ms for the encoder */
         size_t n = strlen(q->prompt);
-        if (n / 2 > (size_t)s->context + 8) { /* cannot fit: every token is 1-2 bytes or more */
-            snprintf(msg, sizeof(msg), "the prompt is longer than the context of %d tokens",
-                     s->context);
-            return refuse(p, 400, msg);
-        }
         int max = (int)n + 3;
         if (!(q->ids = malloc((size_t)max * sizeof(int32_t))))
             return refuse(p, 500, "out of memory");
@@ -381,6 +376,8 @@ static void submit(struct srv *s, struct sreq *p)
         }
         q->n_ids = np;
     }
+    if (q->n_ids < 1) /* an empty text with a tokenizer that adds no BOS */
+        return refuse(p, 400, "prompt: empty");
     p->r = (struct coord_request){.prompt = q->ids,
                                   .n_prompt = q->n_ids,
                                   .max_tokens = q->max_tokens,
