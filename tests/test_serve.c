@@ -141,6 +141,7 @@ static void read_response(int fd, struct resp *r)
             if (!n || !b)
                 break;
             b += 2;
+            assert_true(n <= (size_t)(raw + len - b)); /* a chunk cut short: a broken reply */
             memcpy(r->body + r->len, b, n);
             r->len += n;
             b += n + 2;
@@ -317,6 +318,12 @@ static void drive(pid_t pid, void *arg)
     int fd = send_request("GET", "/v1/models", "", 0, true);
     read_response(fd, &r);
     assert_error(&r, 401);
+    fd = connect_server();
+    static const char wrong[] = "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                "Authorization: Bearer test-key-3f9b\r\n\r\n";
+    send_all(fd, wrong, sizeof(wrong) - 1);
+    read_response(fd, &r);
+    assert_error(&r, 401);
     request("GET", "/v1/models", NULL, &r);
     assert_int_equal(r.status, 200);
     json_t *j = json_loads(r.body, 0, NULL);
@@ -415,6 +422,8 @@ static void drive(pid_t pid, void *arg)
     request("POST", "/v1/completions", "[1, 2]", &r);
     assert_error(&r, 400);
     request("POST", "/v1/completions", "{\"prompt\": \"Hi\", \"n\": 2}", &r);
+    assert_error(&r, 400);
+    request("POST", "/v1/completions", "{\"prompt\": \"Hi\", \"max_tokens\": 0}", &r);
     assert_error(&r, 400);
     request("POST", "/v1/completions", "{\"prompt\": \"Hi\", \"temperature\": \"hot\"}", &r);
     assert_error(&r, 400);

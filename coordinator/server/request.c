@@ -21,6 +21,18 @@ static const char *get_number(json_t *o, const char *k, double lo, double hi, do
     return NULL;
 }
 
+/* get_number() for an integer field. */
+static const char *get_int(json_t *o, const char *k, long lo, long hi, long *out)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v))
+        return NULL;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return k;
+    *out = (long)json_integer_value(v);
+    return NULL;
+}
+
 /* The fields of @j into @p. Returns NULL or the message of a 400 (maybe in @why). */
 static const char *parse_fields(json_t *j, int vocab, int context, struct coord_completion_req *p,
                                 char *why, size_t wlen)
@@ -55,10 +67,11 @@ static const char *parse_fields(json_t *j, int vocab, int context, struct coord_
         p->n_ids = (int)n;
     } else
         return "prompt: expected a string or an array of token ids";
-    double d, mt = COORD_REQ_DEFAULT_MAX_TOKENS;
+    double d;
+    long mt = COORD_REQ_DEFAULT_MAX_TOKENS, k = 0;
     const char *bad;
-    if ((bad = get_number(j, "max_tokens", 0, 1 << 24, &mt)) ||
-        (bad = get_number(j, "max_completion_tokens", 0, 1 << 24, &mt)))
+    if ((bad = get_int(j, "max_tokens", 1, 1 << 24, &mt)) ||
+        (bad = get_int(j, "max_completion_tokens", 1, 1 << 24, &mt)))
         goto bad;
     p->max_tokens = (int)mt;
     struct coord_sampling *sp = &p->sampling;
@@ -70,10 +83,9 @@ static const char *parse_fields(json_t *j, int vocab, int context, struct coord_
     if ((bad = get_number(j, "top_p", 1e-6, 1, &d)))
         goto bad;
     sp->top_p = (float)d;
-    d = 0;
-    if ((bad = get_number(j, "top_k", 0, 1 << 24, &d)))
+    if ((bad = get_int(j, "top_k", 0, 1 << 24, &k)))
         goto bad;
-    sp->top_k = (int)d;
+    sp->top_k = (int)k;
     d = 0;
     if ((bad = get_number(j, "min_p", 0, 0.999, &d)))
         goto bad;
@@ -140,7 +152,7 @@ static const char *parse_fields(json_t *j, int vocab, int context, struct coord_
     p->include_usage = json_is_object(so) && json_is_true(json_object_get(so, "include_usage"));
     return NULL;
 bad:
-    snprintf(why, wlen, "%s: out of range or not a number", bad);
+    snprintf(why, wlen, "%s: out of range or not a number of the right kind", bad);
     return why;
 }
 

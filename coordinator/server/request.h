@@ -29,13 +29,12 @@ struct coord_completion_req {
 /* Parses the JSON body @body (@len bytes, any bytes) of a completion request against a model of
  * @vocab tokens and @context positions: prompt (a string, or one in an array, or a non-empty
  * array of token ids in [0, vocab), at most @context of them), max_tokens /
- * max_completion_tokens (0..2^24, default 16), temperature (0..2, default 1), top_p ((0, 1],
- * default 1), top_k, min_p, repetition_penalty, frequency_penalty, presence_penalty, seed,
- * stop (a string or up to 16, each 1..256 bytes without NUL), stream, stream_options
- * {include_usage}, logprobs (0..20 alternatives; null or false: none); n other than 1 and echo
- * are refused; other fields are ignored.
- * Returns 0; -EINVAL with @why set to a 400's one-line message; or -ENOMEM. *@r is zeroed first
- * and freed on failure. */
+ * max_completion_tokens (an integer 1..2^24, default 16), top_k an integer, temperature (0..2,
+ * default 1), top_p ((0, 1], default 1), top_k, min_p, repetition_penalty, frequency_penalty,
+ * presence_penalty, seed, stop (a string or up to 16, each 1..256 bytes without NUL), stream,
+ * stream_options {include_usage}, logprobs (0..20 alternatives; null or false: none); n other than
+ * 1 and echo are refused; other fields are ignored. Returns 0; -EINVAL with @why set to a 400's
+ * one-line message; or -ENOMEM. *@r is zeroed first and freed on failure. */
 int coord_completion_parse(const char *body, size_t len, int vocab, int context,
                            struct coord_completion_req *r, char *why, size_t wlen);
 void coord_completion_req_free(struct coord_completion_req *r);

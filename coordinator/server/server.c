@@ -308,6 +308,10 @@ static void on_event(void *ctx, const struct coord_event *ev)
                          : out_put(p, ev->text, ev->text_len);
     else
         json_decref(lp);
+    if (ok && ev->finish == COORD_FINISH_ERROR && p->q.stream) /* after a 200: as an event */
+        ok = sse_put(p, json_pack("{s:{s:s,s:s,s:n}}", "error", "message",
+                                  ev->error ? ev->error : "the engine failed", "type",
+                                  "server_error", "code"));
     if (ok && ev->finish && p->q.stream) {
         ok = sse_put(p, completion_json(p, "", 0, ev->finish, false, NULL));
         if (ok && p->q.include_usage) {
@@ -325,6 +329,8 @@ static void on_event(void *ctx, const struct coord_event *ev)
     bool last = false;
     if (ev->finish) {
         p->finish = ev->finish;
+        if (ev->error)
+            snprintf(p->err, sizeof(p->err), "%s", ev->error);
         p->state = SREQ_DONE;
         s->m.finished[ev->finish]++;
         s->m.prompt_tokens += (uint64_t)ev->prompt_tokens;
@@ -358,24 +364,10 @@ static void refuse(struct sreq *p, unsigned status, const char *msg)
         sreq_free(p);
 }
 
-/* Tokenizes @p's prompt and submits it. */
+/* Submits @p (its prompt tokenized by its connection). */
 static void submit(struct srv *s, struct sreq *p)
 {
-    char msg[300];
     struct coord_completion_req *q = &p->q;
-    if (q->prompt) { /* at most BODY_MAX bytes: ~50 ms for the encoder */
-        size_t n = strlen(q->prompt);
-        int max = (int)n + 3;
-        if (!(q->ids = malloc((size_t)max * sizeof(int32_t))))
-            return refuse(p, 500, "out of memory");
-        int np = coord_tok_encode(&s->tok, q->prompt, true, false, q->ids, max);
-        if (np < 0) {
-            snprintf(msg, sizeof(msg), "cannot tokenize the prompt: %s",
-                     np == -EILSEQ ? "a character this vocabulary cannot spell" : strerror(-np));
-            return refuse(p, 400, msg);
-        }
-        q->n_ids = np;
-    }
     if (q->n_ids < 1) /* an empty text with a tokenizer that adds no BOS */
         return refuse(p, 400, "prompt: empty");
     p->r = (struct coord_request){.prompt = q->ids,
@@ -426,7 +418,10 @@ static void take_queued(struct srv *s)
     while (pend) {
         struct sreq *p = pend;
         pend = p->next_pending;
-        if (p->cancel) /* its client left while it waited */
+        pthread_mutex_lock(&s->mu);
+        bool left = p->cancel; /* its client left while it waited */
+        pthread_mutex_unlock(&s->mu);
+        if (left)
             refuse(p, 499, "the client closed the connection");
         else
             submit(s, p);
@@ -590,6 +585,18 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
     char why[300];
     int prc = coord_completion_parse(cn->body ? cn->body : "", cn->len, s->tok.vocab_size,
                                      s->context, &p->q, why, sizeof(why));
+    struct coord_completion_req *q = &p->q;
+    if (!prc && q->prompt) { /* here, not on the scheduler's thread: the tokenizer is read-only */
+        size_t n = strlen(q->prompt); /* at most BODY_MAX bytes: ~50 ms for the encoder */
+        int np = (q->ids = malloc((n + 3) * sizeof(int32_t)))
+                     ? coord_tok_encode(&s->tok, q->prompt, true, false, q->ids, (int)n + 3)
+                     : -ENOMEM;
+        if (np < 0)
+            snprintf(why, sizeof(why), "cannot tokenize the prompt: %s",
+                     np == -EILSEQ ? "a character this vocabulary cannot spell" : strerror(-np));
+        prc = np < 0 ? np : 0;
+        q->n_ids = np < 0 ? 0 : np;
+    }
     if (prc) {
         enum MHD_Result rc = prc == -ENOMEM
                                  ? send_error(c, 500, "server_error", NULL, "out of memory")
@@ -615,6 +622,7 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
             ;
     }
     enum sreq_state st = p->state;
+    bool stopping = s->ready < 0;
     pthread_mutex_unlock(&s->mu);
     if (status) {
         sreq_unref(p);
@@ -626,13 +634,17 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
     if (st == SREQ_REFUSED || st == SREQ_PENDING) {
         enum MHD_Result rc =
             st == SREQ_PENDING
-                ? MHD_NO /* the client left or the server stops */
+                ? (stopping ? send_error(c, 503, "unavailable_error", NULL, "the server stopped")
+                            : MHD_NO) /* the client left */
                 : send_error(c, p->status,
                              p->status >= 500 ? "server_error" : "invalid_request_error", NULL,
                              "%s", p->err);
         sreq_unref(p);
         return rc;
     }
+    /* accepted: the first token may be a long queue away, and a stream may pause; the client's
+     * leaving is seen by its socket's hang-up, not by an idle timeout */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     if (p->q.stream) {
         struct MHD_Response *r =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, p, stream_free);
@@ -650,6 +662,23 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
     while (p->state == SREQ_RUNNING && wait_step(p))
         ;
     bool done = p->state == SREQ_DONE;
+    stopping = s->ready < 0 || (done && p->finish == COORD_FINISH_CANCELLED && !p->cancel);
+    if (done && (p->finish == COORD_FINISH_ERROR || stopping)) {
+        /* no 200 for what did not complete: the engine failed, or a drain ran out of time */
+        char msg[sizeof(p->err)];
+        snprintf(msg, sizeof(msg), "%s", *p->err ? p->err : "the engine failed");
+        bool failed = p->finish == COORD_FINISH_ERROR;
+        pthread_mutex_unlock(&s->mu);
+        sreq_unref(p);
+        return failed ? send_error(c, 500, "server_error", NULL, "%s", msg)
+                      : send_error(c, 503, "unavailable_error", NULL,
+                                   "the server stopped before the request finished");
+    }
+    if (!done && stopping) {
+        pthread_mutex_unlock(&s->mu);
+        sreq_unref(p);
+        return send_error(c, 503, "unavailable_error", NULL, "the server stopped");
+    }
     json_t *o = NULL;
     if (done) { /* the response takes the logprobs object */
         o = completion_json(p, p->out ? p->out : "", p->len, p->finish, true,
