@@ -172,6 +172,11 @@ int coord_completion_parse(const char *body, size_t len, int vocab, int context,
     json_error_t je;
     json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!j) {
+        /* jansson quotes the input near the error: its control and non-ASCII bytes become '?',
+         * so that the message stays one line of text whatever the body held */
+        for (char *c = je.text; *c; c++)
+            if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+                *c = '?';
         snprintf(why, wlen, "malformed JSON: %s (offset %d)", je.text, je.position);
         return -EINVAL;
     }
