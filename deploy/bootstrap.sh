@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 
 PACKAGES=(build-essential cmake pkg-config procps libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
-          libnuma-dev liburing-dev libcmocka-dev libjansson-dev libpcre2-dev libmicrohttpd-dev)
+          libnuma-dev liburing-dev libcmocka-dev libjansson-dev libpcre2-dev libmicrohttpd-dev
+          python3-jinja2)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -22,6 +22,7 @@ int coord_cmd_inspect(int argc, char **argv);
 int coord_cmd_tokenize(int argc, char **argv);
 int coord_cmd_generate(int argc, char **argv);
 int coord_cmd_serve(int argc, char **argv);
+int coord_cmd_template(int argc, char **argv);
 int coord_cmd_load(int argc, char **argv);
 int coord_cmd_shm(int argc, char **argv);
 int coord_cmd_keygen(int argc, char **argv);

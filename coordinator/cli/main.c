@@ -20,6 +20,7 @@ static const char usage_main[] =
     "  tokenize  --tokenizer FILE TEXT          token ids of TEXT (--decode ID... for text)\n"
     "  generate  -m MODEL.shlm -p PROMPT -n N    generate text (streamed to stdout)\n"
     "  serve     -m MODEL.shlm [--port 8080]     an OpenAI-compatible HTTP server\n"
+    "  template  --chat-template FILE < REQ.json  the prompt a chat template renders\n"
     "  load      -m MODEL.shlm [--stats]         build (or find) the weights segments and stop:\n"
     "            the next generate starts warm\n"
     "  shm       list | purge | verify          the segments in the runtime directory\n"
@@ -52,7 +53,7 @@ static const struct {
     {"generate", coord_cmd_generate}, {"load", coord_cmd_load},
     {"shm", coord_cmd_shm},           {"keygen", coord_cmd_keygen},
     {"eval", coord_cmd_eval},         {"bench", coord_cmd_bench},
-    {"serve", coord_cmd_serve},
+    {"serve", coord_cmd_serve},       {"template", coord_cmd_template},
 };
 
 /* The environment variables --help documents, checked before any command runs: one set wrong

@@ -184,11 +184,48 @@ static int check_tensors(struct hf_source *h, const struct shlm_config *c, const
     return rc;
 }
 
+/* The chat template of tokenizer_config.json's @v: a string, or a list of {"name", "template"}
+ * (the one named "default", else the first). */
+static int config_chat_template(struct coord_tok *t, const json_t *v, const char *path,
+                                struct shardlm_err *e)
+{
+    if (json_is_array(v)) {
+        const json_t *pick = NULL, *it;
+        size_t i;
+        json_array_foreach(v, i, it)
+        {
+            const json_t *name = json_object_get(it, "name");
+            if (!pick || (json_is_string(name) && !strcmp(json_string_value(name), "default")))
+                pick = it;
+        }
+        v = pick ? json_object_get(pick, "template") : NULL;
+    }
+    if (!json_is_string(v))
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field chat_template: expected a string or a list of "
+                            "{\"name\", \"template\"}",
+                            path);
+    return coord_tok_set_chat_template(t, json_string_value(v), json_string_length(v), path, e);
+}
+
 /* add_bos_token / add_eos_token of tokenizer_config.json, when it is there, override what
- * tokenizer.json implies. */
+ * tokenizer.json implies; its chat_template, or chat_template.jinja beside it (as transformers
+ * saves it now), is the model's chat template. */
 static int apply_tokenizer_config(struct coord_tok *t, const char *dir, struct shardlm_err *e)
 {
     char path[4096];
+    snprintf(path, sizeof(path), "%s/chat_template.jinja", dir);
+    if (access(path, F_OK) == 0) {
+        uint8_t *buf;
+        size_t len;
+        int rc = coord_read_file(path, COORD_TOK_MAX_TEMPLATE, &buf, &len, e);
+        if (rc)
+            return rc;
+        rc = coord_tok_set_chat_template(t, (const char *)buf, len, path, e);
+        free(buf);
+        if (rc)
+            return rc;
+    }
     snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
     if (access(path, F_OK) != 0)
         return 0;
@@ -217,6 +254,9 @@ static int apply_tokenizer_config(struct coord_tok *t, const char *dir, struct s
         else
             t->flags &= ~keys[i].flag;
     }
+    const json_t *ct = json_is_object(root) ? json_object_get(root, "chat_template") : NULL;
+    if (!rc && ct && !json_is_null(ct) && !t->chat_template)
+        rc = config_chat_template(t, ct, path, e);
     json_decref(root);
     return rc;
 }

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #define BLOB_MAGIC COORD_FORMAT_TOK_BLOB_MAGIC /* format/sniff.h: the sniffer knows it too */
-#define BLOB_VERSION 1
+#define BLOB_VERSION 2                         /* 1: without the chat template */
 #define BLOB_HEAD 48 /* magic 8 + 10 u32/i32 fields */
 
 bool coord_tok_is_blob(const uint8_t *buf, size_t len)
@@ -32,6 +32,8 @@ int coord_tok_save(const struct coord_tok *t, uint8_t **buf, size_t *len)
         size += 4 + (size_t)t->vocab_len[i];
     for (int i = 0; i < t->n_patterns; i++)
         size += 4 + strlen(t->patterns[i]);
+    size_t tl = t->chat_template ? strlen(t->chat_template) : 0;
+    size += 4 + tl;
     uint8_t *b = malloc(size), *o = b;
     if (!b)
         return -ENOMEM;
@@ -66,6 +68,10 @@ int coord_tok_save(const struct coord_tok *t, uint8_t **buf, size_t *len)
         memcpy(o, t->patterns[i], l);
         o += l;
     }
+    put32(&o, (uint32_t)tl);
+    if (tl)
+        memcpy(o, t->chat_template, tl);
+    o += tl;
     uint64_t h = shlm_fnv1a(SHLM_FNV_OFFSET, b, (size_t)(o - b));
     memcpy(o, &h, 8);
     o += 8;
@@ -104,17 +110,24 @@ static int blob_head(const uint8_t *buf, size_t len, struct tok_src *s, const ch
                             what, BLOB_MAGIC, BLOB_HEAD + 8);
     uint32_t f[10];
     memcpy(f, buf + 8, sizeof(f));
-    if (f[0] != BLOB_VERSION)
-        return shardlm_fail(e, -EINVAL, "%s: tokenizer blob version %u, expected %d", what, f[0],
+    if (f[0] < 1 || f[0] > BLOB_VERSION)
+        return shardlm_fail(e, -EINVAL, "%s: tokenizer blob version %u, expected 1..%d", what, f[0],
                             BLOB_VERSION);
     uint64_t h;
     memcpy(&h, buf + len - 8, 8);
     if (h != shlm_fnv1a(SHLM_FNV_OFFSET, buf, len - 8))
         return shardlm_fail(e, -EINVAL, "%s: tokenizer blob checksum mismatch (corrupt)", what);
-    *s = (struct tok_src){.type = (enum coord_tok_type)f[1], .flags = f[2], .n = (int)f[3],
-                          .max_token_length = (int)f[4], .bos = (int32_t)f[5],
-                          .eos = (int32_t)f[6], .unk = (int32_t)f[7], .n_merges = (int)f[8],
-                          .n_patterns = (int)f[9], .strict_merges = true};
+    *s = (struct tok_src){.type = (enum coord_tok_type)f[1],
+                          .flags = f[2],
+                          .n = (int)f[3],
+                          .max_token_length = (int)f[4],
+                          .bos = (int32_t)f[5],
+                          .eos = (int32_t)f[6],
+                          .unk = (int32_t)f[7],
+                          .n_merges = (int)f[8],
+                          .n_patterns = (int)f[9],
+                          .strict_merges = true,
+                          .version = (int)f[0]};
     if (f[1] > COORD_TOK_BPE)
         return shardlm_fail(e, -EINVAL, "%s: tokenizer type %u, expected 0..2", what, f[1]);
     if (f[2] & ~COORD_TOKF_ALL)
@@ -181,7 +194,8 @@ static int blob_tokens(struct cur *c, struct tok_src *s, float *scores, uint8_t 
     return 0;
 }
 
-/* The merges (into @mid) and regexes at @c, which must end the blob. Returns 0 or -EINVAL. */
+/* The merges (into @mid), regexes and (version 2) chat template at @c, which must end the blob.
+ * Returns 0 or -EINVAL. */
 static int blob_merges_regexes(struct cur *c, struct tok_src *s, int32_t *mid, const char *what,
                                struct shardlm_err *e)
 {
@@ -193,6 +207,15 @@ static int blob_merges_regexes(struct cur *c, struct tok_src *s, int32_t *mid, c
             return shardlm_fail(e, -EINVAL, "%s: regex %d past the end of the blob", what, i);
         s->pat[i] = (const char *)c->p;
         s->patlen[i] = l;
+        take(c, NULL, l);
+    }
+    if (s->version >= 2) {
+        uint32_t l;
+        if (!take(c, &l, 4) || l > c->left)
+            return shardlm_fail(e, -EINVAL, "%s: the chat template runs past the end of the blob",
+                                what);
+        s->tmpl = l ? (const char *)c->p : NULL;
+        s->tmpl_len = l;
         take(c, NULL, l);
     }
     if (c->left)
@@ -227,6 +250,10 @@ int coord_tok_load(struct coord_tok *t, const uint8_t *buf, size_t len, const ch
     s.attrs = attrs;
     if ((rc = tok_finish(t, &s, what, e)))
         goto out;
+    if (s.tmpl && (rc = coord_tok_set_chat_template(t, s.tmpl, s.tmpl_len, what, e))) {
+        coord_tok_free(t);
+        goto out;
+    }
     if (t->max_token_length != s.max_token_length) { /* one blob per tokenizer */
         rc = shardlm_fail(e, -EINVAL,
                           "%s: max_token_length %d, but the longest token has %d "

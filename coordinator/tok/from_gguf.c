@@ -338,7 +338,12 @@ int coord_tok_from_gguf(struct coord_tok *t, const struct gguf_file *g, const ch
     gg_phi3(&x);
     x.s.scores = x.scores;
     x.s.attrs = x.attrs;
-    rc = tok_finish(t, &x.s, what, e);
+    if ((rc = tok_finish(t, &x.s, what, e)))
+        goto out;
+    struct gguf_str tmpl;
+    if (gguf_get_str(g, "tokenizer.chat_template", &tmpl) == 0 &&
+        (rc = coord_tok_set_chat_template(t, tmpl.p, tmpl.len, what, e)))
+        coord_tok_free(t);
 out:
     free(x.s.p);
     free(x.s.plen);

@@ -41,6 +41,9 @@ struct tok_src {
     int n_patterns;
     const char *pat[COORD_TOK_MAX_PATTERNS];
     size_t patlen[COORD_TOK_MAX_PATTERNS];
+    int version;      /* blob.c: the blob's format version */
+    const char *tmpl; /* blob.c: the chat template (tmpl_len bytes) or NULL */
+    size_t tmpl_len;
 };
 
 /* tokenizer.c: turns @s into @t (zeroed first). Returns 0 or -errno with @e set; @t is freed on

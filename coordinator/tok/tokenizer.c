@@ -45,7 +45,26 @@ void coord_tok_free(struct coord_tok *t)
     free(t->piece_map);
     free(t->merge_map);
     free(t->specials);
+    free(t->chat_template);
     memset(t, 0, sizeof(*t));
+}
+
+int coord_tok_set_chat_template(struct coord_tok *t, const char *s, size_t n, const char *what,
+                                struct shardlm_err *e)
+{
+    if (n > COORD_TOK_MAX_TEMPLATE)
+        return shardlm_fail(e, -EINVAL, "%s: the chat template has %zu bytes, more than %u", what,
+                            n, COORD_TOK_MAX_TEMPLATE);
+    if (memchr(s, 0, n) || !coord_tok_utf8_valid(s, n))
+        return shardlm_fail(e, -EINVAL, "%s: the chat template is not UTF-8 text", what);
+    char *c = malloc(n + 1);
+    if (!c)
+        return shardlm_fail(e, -ENOMEM, "%s: out of memory", what);
+    memcpy(c, s, n);
+    c[n] = 0;
+    free(t->chat_template);
+    t->chat_template = c;
+    return 0;
 }
 
 void tok_show_piece(char *buf, size_t cap, const char *p, size_t n)

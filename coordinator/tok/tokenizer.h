@@ -15,7 +15,8 @@
  *   i32 bos, eos, unk, u32 n_merges, u32 n_patterns,
  *   f32 score[n_vocab], u8 attr[n_vocab], per token u32 length + bytes,
  *   per merge u32 left id + u32 right id (in rank order),
- *   per pattern u32 length + bytes, u64 FNV-1a of everything before it (shlm_fnv1a()).
+ *   per pattern u32 length + bytes, [version 2: u32 length + bytes of the chat template, 0 for
+ *   none], u64 FNV-1a of everything before it (shlm_fnv1a()). Version 1 blobs still load.
  *
  * The files: tokenizer.c (the type, its tables, free, the source a file is), encode.c, decode.c,
  * from_llama2c.c, from_gguf.c, from_hf_json.c, blob.c; tok_internal.h is what they share.
@@ -90,6 +91,7 @@ struct coord_tok {
     int32_t *merges;            /* (n_merges, 3) left, right, merged id, by rank */
     int n_patterns;
     char *patterns[COORD_TOK_MAX_PATTERNS]; /* pre-tokenizer regexes, applied in turn */
+    char *chat_template; /* the source's Jinja chat template (NUL-terminated), or NULL */
 
     /* private to coordinator/tok/ */
     void *re[COORD_TOK_MAX_PATTERNS]; /* pcre2_code_8 * */
@@ -156,6 +158,11 @@ int coord_tok_load(struct coord_tok *t, const uint8_t *buf, size_t len, const ch
 /* Whether @buf starts like a coord_tok_save() blob. */
 bool coord_tok_is_blob(const uint8_t *buf, size_t len);
 void coord_tok_free(struct coord_tok *t);
+#define COORD_TOK_MAX_TEMPLATE (1u << 20) /* bytes of a chat template */
+/* Stores a copy of chat template @s (@n bytes: UTF-8 without NUL, at most
+ * COORD_TOK_MAX_TEMPLATE) in @t, replacing any. Returns 0 or -EINVAL / -ENOMEM with @e set. */
+int coord_tok_set_chat_template(struct coord_tok *t, const char *s, size_t n, const char *what,
+                                struct shardlm_err *e);
 
 /* Encodes @text. COORD_TOK_SPM_LLAMA2C follows llama2.c (dummy-prefix space, UTF-8 characters
  * or byte fallback, then best-score pair merges); the others follow llama.cpp's llama_tokenize:

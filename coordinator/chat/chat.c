@@ -1,0 +1,159 @@
+/* coordinator/chat/chat.c: a messages list checked and normalized, then rendered through the
+ * model's chat template. */
+#include "chat.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int coord_chat_tmpl_init(struct coord_chat_tmpl *t, const char *src, size_t len, const char *bos,
+                         const char *eos, char *why, size_t wlen)
+{
+    memset(t, 0, sizeof(*t));
+    int rc = coord_jinja_parse(src, len, &t->jinja, why, wlen);
+    if (rc)
+        return rc;
+    t->bos = strdup(bos ? bos : "");
+    t->eos = strdup(eos ? eos : "");
+    if (!t->bos || !t->eos) {
+        coord_chat_tmpl_free(t);
+        snprintf(why, wlen, "out of memory");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void coord_chat_tmpl_free(struct coord_chat_tmpl *t)
+{
+    coord_jinja_free(t->jinja);
+    free(t->bos);
+    free(t->eos);
+    memset(t, 0, sizeof(*t));
+}
+
+/* A copy of message @m (index @i) with its content a string or null. Returns NULL with @why. */
+static json_t *normalize(json_t *m, size_t i, char *why, size_t wlen)
+{
+    if (!json_is_object(m)) {
+        snprintf(why, wlen, "messages[%zu]: expected an object", i);
+        return NULL;
+    }
+    if (!json_is_string(json_object_get(m, "role"))) {
+        snprintf(why, wlen, "messages[%zu].role: expected a string", i);
+        return NULL;
+    }
+    json_t *content = json_object_get(m, "content");
+    if (!json_is_array(content)) {
+        if (content && !json_is_string(content) && !json_is_null(content)) {
+            snprintf(why, wlen,
+                     "messages[%zu].content: expected a string, null or a list of "
+                     "text parts",
+                     i);
+            return NULL;
+        }
+        return json_incref(m);
+    }
+    size_t total = 0, k;
+    json_t *part;
+    json_array_foreach(content, k, part)
+    {
+        json_t *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(json_object_get(part, "type")) ||
+            strcmp(json_string_value(json_object_get(part, "type")), "text") ||
+            !json_is_string(text)) {
+            snprintf(why, wlen,
+                     "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": "
+                     "...} parts are supported",
+                     i, k);
+            return NULL;
+        }
+        total += json_string_length(text) + 1;
+    }
+    char *joined = malloc(total + 1), *o = joined;
+    if (!joined) {
+        snprintf(why, wlen, "out of memory");
+        return NULL;
+    }
+    json_array_foreach(content, k, part)
+    {
+        json_t *text = json_object_get(part, "text");
+        if (k)
+            *o++ = '\n';
+        memcpy(o, json_string_value(text), json_string_length(text));
+        o += json_string_length(text);
+    }
+    json_t *copy = json_copy(m), *s = json_stringn_nocheck(joined, (size_t)(o - joined));
+    free(joined);
+    if (!copy || !s || json_object_set_new(copy, "content", s)) {
+        json_decref(copy);
+        snprintf(why, wlen, "out of memory");
+        return NULL;
+    }
+    return copy;
+}
+
+int coord_chat_render(const struct coord_chat_tmpl *t, json_t *messages, bool add_generation_prompt,
+                      json_t *kwargs, char **out, size_t *len, bool *bad_request, char *why,
+                      size_t wlen)
+{
+    *out = NULL;
+    *len = 0;
+    *bad_request = true;
+    if (!json_is_array(messages) || json_array_size(messages) == 0) {
+        snprintf(why, wlen, "messages: expected a non-empty list");
+        return -EINVAL;
+    }
+    if (kwargs && !json_is_null(kwargs) && !json_is_object(kwargs)) {
+        snprintf(why, wlen, "chat_template_kwargs: expected an object");
+        return -EINVAL;
+    }
+    json_t *vars = json_is_object(kwargs) ? json_copy(kwargs) : json_object();
+    json_t *list = json_array();
+    int rc = -ENOMEM;
+    if (!vars || !list)
+        goto out;
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m)
+    {
+        json_t *n = normalize(m, i, why, wlen);
+        if (!n) {
+            rc = -EINVAL;
+            goto out;
+        }
+        if (json_array_append_new(list, n))
+            goto out;
+    }
+    if (json_object_set(vars, "messages", list) ||
+        json_object_set_new(vars, "add_generation_prompt", json_boolean(add_generation_prompt)) ||
+        json_object_set_new(vars, "bos_token", json_string(t->bos)) ||
+        json_object_set_new(vars, "eos_token", json_string(t->eos)))
+        goto out;
+    *bad_request = false;
+    rc = coord_jinja_render(t->jinja, vars, NULL, out, len, why, wlen);
+out:
+    if (rc == -ENOMEM && !*out)
+        snprintf(why, wlen, "out of memory");
+    json_decref(vars);
+    json_decref(list);
+    return rc;
+}
+
+int coord_chat_render_request(const struct coord_chat_tmpl *t, json_t *req, char **out, size_t *len,
+                              bool *bad_request, char *why, size_t wlen)
+{
+    *bad_request = true;
+    if (!json_is_object(req)) {
+        snprintf(why, wlen, "expected a JSON object with messages");
+        return -EINVAL;
+    }
+    json_t *agp = json_object_get(req, "add_generation_prompt");
+    if (agp && !json_is_boolean(agp) && !json_is_null(agp)) {
+        snprintf(why, wlen, "add_generation_prompt: expected true or false");
+        return -EINVAL;
+    }
+    return coord_chat_render(t, json_object_get(req, "messages"), !agp || !json_is_false(agp),
+                             json_object_get(req, "chat_template_kwargs"), out, len, bad_request,
+                             why, wlen);
+}

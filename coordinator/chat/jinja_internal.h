@@ -1,0 +1,225 @@
+/* coordinator/chat/jinja_internal.h: what the Jinja interpreter's files share - the arena, the
+ * syntax tree, values and the render state.
+ *
+ * Errors leave through longjmp: the parser and the evaluator are recursive, and everything they
+ * allocate comes from an arena freed whole (the template's, or the render's), so an error deep
+ * in an expression unwinds to coord_jinja_parse() / coord_jinja_render() with nothing to free on
+ * the way. */
+#ifndef SHARDLM_COORD_JINJA_INTERNAL_H
+#define SHARDLM_COORD_JINJA_INTERNAL_H
+
+#include "jinja.h"
+
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- arena ---- */
+struct jarena {
+    struct jchunk *head;
+    size_t used, limit; /* bytes taken from malloc, and the most allowed */
+};
+struct jfail {
+    jmp_buf jb;
+    int rc; /* -EINVAL, -E2BIG, -ENOMEM */
+    char msg[256];
+};
+/* @n bytes (zeroed, 16-aligned) from @a; past its limit or out of memory, fails through @f. */
+void *jalloc(struct jarena *a, size_t n, struct jfail *f);
+void jarena_free(struct jarena *a);
+_Noreturn void jthrow(struct jfail *f, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- syntax tree ---- */
+enum jx_kind {
+    JX_LIT,     /* lit */
+    JX_NAME,    /* name */
+    JX_ATTR,    /* a.name */
+    JX_ITEM,    /* a[b] */
+    JX_SLICE,   /* a[args[0]:args[1]:args[2]] (NULL: omitted) */
+    JX_CALL,    /* a(args, kw=...) */
+    JX_FILTER,  /* a | name(args) - a is NULL inside a filter block */
+    JX_TEST,    /* a is [not] name(args) (op: negated) */
+    JX_UNARY,   /* op a: '-', '+', 'n' (not) */
+    JX_BINARY,  /* a op b: + - * / f(//) % p(**) ~ */
+    JX_AND,     /* a and b */
+    JX_OR,      /* a or b */
+    JX_COMPARE, /* args[0] ops[0] args[1] ops[1] args[2] ... */
+    JX_COND,    /* b if a else c (c NULL: undefined) */
+    JX_LIST,    /* [args] */
+    JX_TUPLE,   /* (args) */
+    JX_DICT,    /* {args[0]: args[1], ...} */
+};
+/* comparison operators of JX_COMPARE */
+enum { JCMP_EQ, JCMP_NE, JCMP_LT, JCMP_LE, JCMP_GT, JCMP_GE, JCMP_IN, JCMP_NOTIN };
+
+struct jv;
+struct jx {
+    enum jx_kind kind;
+    int line, op;
+    struct jv *lit;
+    const char *name;
+    struct jx *a, *b, *c;
+    struct jx **args;
+    const char **kw; /* (nargs) keyword of each argument, NULL for positional ones */
+    int nargs;
+    int *ops; /* JX_COMPARE: (nargs - 1) */
+};
+
+enum js_kind {
+    JS_TEXT,     /* text, len */
+    JS_OUTPUT,   /* {{ expr }} */
+    JS_IF,       /* if expr: body, else orelse (elif: an JS_IF in orelse) */
+    JS_FOR,      /* for targets in expr [if cond]: body, else orelse */
+    JS_SET,      /* set targets (or ns.attr) = expr */
+    JS_SETBLOCK, /* set target: body, through filter */
+    JS_MACRO,    /* macro name(targets = defaults): body */
+    JS_FILTER,   /* filter: body through expr (a JX_FILTER chain on NULL) */
+    JS_BREAK,
+    JS_CONTINUE,
+};
+struct js {
+    enum js_kind kind;
+    int line;
+    struct js *next;
+    const char *text;
+    size_t len;
+    struct jx *expr, *cond, *filter;
+    struct js *body, *orelse;
+    const char **targets; /* for / set names, macro parameters */
+    struct jx **defaults; /* macro: (ntargets) default of each parameter or NULL */
+    int ntargets;
+    const char *attr; /* set ns.attr: targets[0] is ns */
+    const char *name; /* macro */
+};
+
+struct coord_jinja {
+    struct jarena arena;
+    struct js *body;
+};
+
+/* ---- values ---- */
+enum jv_type {
+    JV_UNDEF,
+    JV_NONE,
+    JV_BOOL,
+    JV_INT,
+    JV_FLOAT,
+    JV_STR,
+    JV_LIST,
+    JV_DICT,
+    JV_NS,
+    JV_MACRO,
+    JV_FUNC,
+    JV_LOOP
+};
+struct jctx;
+typedef struct jv *(*jfunc)(struct jctx *c, struct jv *self, struct jv **args, const char **kw,
+                            int n, int line);
+struct jv {
+    enum jv_type t;
+    bool tuple; /* JV_LIST: a tuple */
+    union {
+        bool b;
+        int64_t i;
+        double f;
+        struct {
+            const char *s; /* UTF-8, NUL-terminated */
+            size_t n;
+        } str;
+        struct {
+            struct jv **v;
+            size_t n;
+        } list;
+        struct { /* JV_DICT and JV_NS, in insertion order */
+            struct jv **k, **v;
+            size_t n, cap;
+        } dict;
+        struct {
+            const struct js *def;
+            struct jscope *closure;
+        } macro;
+        struct {
+            jfunc fn;
+            struct jv *self; /* a bound method's object */
+            const char *name;
+        } func;
+        struct { /* a for loop's `loop`: its attributes are computed when read */
+            const struct jv *items;
+            size_t i;
+        } loop;
+        const char *undef; /* what was looked up, for the error that using it raises */
+    };
+};
+
+/* ---- render state ---- */
+struct jscope {
+    struct jscope *parent;
+    const char **names;
+    struct jv **vals;
+    int n, cap;
+};
+struct jctx {
+    struct jfail *fail;
+    struct jarena *arena;
+    const struct coord_jinja_limits *lim;
+    long steps;
+    int depth;
+    char *out; /* the rendering so far (malloc'd) */
+    size_t len, cap;
+    struct jscope *globals;
+};
+
+/* jinja_parse.c */
+struct js *jinja_parse(const char *src, size_t len, struct jarena *a, struct jfail *f, int depth);
+
+/* jinja_eval.c */
+extern struct jv jv_undefined, jv_none, jv_true, jv_false;
+_Noreturn void jerr(struct jctx *c, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void jcharge(struct jctx *c, size_t n);                     /* n steps */
+struct jv *jv_str(struct jctx *c, const char *s, size_t n); /* copies */
+struct jv *jv_int(struct jctx *c, int64_t i);
+struct jv *jv_float(struct jctx *c, double f);
+struct jv *jv_bool(bool b);
+struct jv *jv_list(struct jctx *c, size_t n); /* n slots to fill */
+struct jv *jv_dict(struct jctx *c, size_t cap);
+void jv_dict_put(struct jctx *c, struct jv *d, struct jv *k, struct jv *v);
+struct jv *jv_dict_get(struct jctx *c, const struct jv *d, const struct jv *k);
+struct jv *jv_dict_gets(struct jctx *c, const struct jv *d, const char *k);
+struct jv *jv_undef(struct jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+struct jv *jv_from_json(struct jctx *c, json_t *j, int depth);
+bool jv_truthy(const struct jv *v);
+bool jv_equal(struct jctx *c, const struct jv *a, const struct jv *b);
+int jv_compare(struct jctx *c, const struct jv *a, const struct jv *b, int line); /* <0, 0, >0 */
+const char *jv_type_name(const struct jv *v);
+/* str() and repr() of @v, appended to a growing buffer */
+struct jbuf {
+    char *s;
+    size_t n, cap;
+};
+void jbuf_put(struct jctx *c, struct jbuf *b, const char *s, size_t n);
+void jv_str_into(struct jctx *c, struct jbuf *b, const struct jv *v, bool repr, int line);
+struct jv *jv_to_str(struct jctx *c, struct jv *v, int line); /* str(v) as a JV_STR */
+struct jv *jv_getattr(struct jctx *c, struct jv *o, const char *name, int line);
+struct jv *jv_getitem(struct jctx *c, struct jv *o, struct jv *k, int line);
+struct jv *jv_call(struct jctx *c, struct jv *f, struct jv **args, const char **kw, int n,
+                   int line);
+/* the items of an iterable (str: its characters, dict: its keys, undefined: none) */
+struct jv *jv_iter_list(struct jctx *c, struct jv *v, int line);
+size_t utf8_count(const char *s, size_t n);
+bool py_isspace_at(const char *s, size_t n, size_t *w); /* Python's str.isspace() of one char */
+
+/* jinja_lib.c */
+struct jv *jlib_filter(struct jctx *c, const char *name, struct jv *v, struct jv **args,
+                       const char **kw, int n, int line);
+bool jlib_test(struct jctx *c, const char *name, struct jv *v, struct jv **args, int n, int line);
+struct jv *jlib_method(struct jctx *c, struct jv *o, const char *name); /* NULL: none */
+struct jv *jlib_global(const char *name);                               /* NULL: none */
+void jlib_tojson(struct jctx *c, struct jbuf *b, const struct jv *v, int indent, int level,
+                 const char *item_sep, const char *key_sep, bool sort_keys, bool ascii, int line);
+/* @v's text Python's str.strip(chars) way: @how 1 left, 2 right, 3 both; chars NULL: spaces */
+struct jv *jlib_strip(struct jctx *c, struct jv *v, const struct jv *chars, int how);
+
+#endif
