@@ -991,15 +991,38 @@ static void test_dir_hostile(void **state)
     put_text("tokenizer.json", tokenizer_json);
     put_text("tokenizer_config.json", "{\"add_bos_token\": 1}");
     dir_refused(-EINVAL, "tokenizer_config.json", "add_bos_token", NULL);
-    put_text("tokenizer_config.json", "{\"add_bos_token\": true, \"add_eos_token\": false}");
+    put_text("tokenizer_config.json", "{\"add_bos_token\": true, \"add_eos_token\": false, "
+                                      "\"chat_template\": \"{{ messages }}\"}");
     assert_int_equal(coord_source_hf(&s, dir, NULL, &e), 0);
     struct coord_tok tok;
     assert_int_equal(coord_tok_load(&tok, s.tok, s.tok_len, "blob", &e), 0);
     assert_true(tok.flags & COORD_TOKF_ADD_BOS);
     assert_false(tok.flags & COORD_TOKF_ADD_EOS);
+    assert_string_equal(tok.chat_template, "{{ messages }}"); /* it travels in the blob */
     coord_tok_free(&tok);
     coord_source_close(&s);
+    /* chat templates: a list of named ones (the default is taken), chat_template.jinja first */
+    put_text("tokenizer_config.json", "{\"chat_template\": [{\"name\": \"tool_use\", "
+                                      "\"template\": \"T\"}, {\"name\": \"default\", "
+                                      "\"template\": \"D\"}]}");
+    assert_int_equal(coord_source_hf(&s, dir, NULL, &e), 0);
+    assert_int_equal(coord_tok_load(&tok, s.tok, s.tok_len, "blob", &e), 0);
+    assert_string_equal(tok.chat_template, "D");
+    coord_tok_free(&tok);
+    coord_source_close(&s);
+    put_text("chat_template.jinja", "J");
+    assert_int_equal(coord_source_hf(&s, dir, NULL, &e), 0);
+    assert_int_equal(coord_tok_load(&tok, s.tok, s.tok_len, "blob", &e), 0);
+    assert_string_equal(tok.chat_template, "J");
+    coord_tok_free(&tok);
+    coord_source_close(&s);
+    rm_file("chat_template.jinja");
+    put_text("tokenizer_config.json", "{\"chat_template\": 5}");
+    dir_refused(-EINVAL, "tokenizer_config.json", "chat_template", NULL);
     rm_file("tokenizer_config.json");
+    put_file("chat_template.jinja", "{{ \xff }}", 6);
+    dir_refused(-EINVAL, "chat_template.jinja", "chat template is not UTF-8 text", NULL);
+    rm_file("chat_template.jinja");
     /* truncations of the model file, a few lengths */
     for (size_t l = 0; l < len; l += len / 7 + 1) {
         put_file("model.safetensors", b, l);

@@ -195,6 +195,8 @@ static void check_shape(const char *shape, bool gelu, bool gate)
     assert_non_null(strstr(r->out, "config: dim 64"));
     assert_non_null(strstr(r->out, gate ? "+head-gate" : "embeddings tied"));
     assert_non_null(strstr(r->out, "32.000 bits per weight")); /* f32 */
+    /* synth writes a chat template into the GGUF; convert carries it into the .shlm */
+    assert_non_null(strstr(r->out, "\nchat template: 138 bytes"));
 
     struct ref_model m = {.gelu = gelu, .gate = gate};
     struct shardlm_err e;

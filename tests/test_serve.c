@@ -19,7 +19,7 @@
 
 #include "testutil.h"
 
-static char dir[4096], rundir[4096], env_rundir[4200], model[4200], keyfile[4200];
+static char dir[4096], rundir[4096], env_rundir[4200], model[4200], keyfile[4200], tmplfile[4200];
 static const char *key = "test-key-3f9a";
 
 static int setup(void **state)
@@ -29,9 +29,18 @@ static int setup(void **state)
     tu_path(env_rundir, sizeof(env_rundir), "SHARDLM_RUNTIME_DIR=%s", rundir);
     tu_path(model, sizeof(model), "%s/f32.shlm", dir);
     tu_path(keyfile, sizeof(keyfile), "%s/key", dir);
+    tu_path(tmplfile, sizeof(tmplfile), "%s/chat.jinja", dir);
     char line[64];
     snprintf(line, sizeof(line), "%s\n", key);
-    return tu_convert(model, "f32", NULL) || tu_write(keyfile, line, strlen(line)) ? -1 : 0;
+    /* stories260K has no chat template: one that gives the text of the last message after BOS,
+     * so that a chat's greedy reply is the golden continuation; it raises when asked to */
+    static const char tmpl[] =
+        "{% if fail is defined %}{{ raise_exception('asked to fail: ' ~ fail) }}{% endif %}"
+        "{{ bos_token }}{{ messages[-1]['content'] }}\n";
+    return tu_convert(model, "f32", NULL) || tu_write(keyfile, line, strlen(line)) ||
+                   tu_write(tmplfile, tmpl, strlen(tmpl))
+               ? -1
+               : 0;
 }
 
 static pid_t server; /* a failed assertion leaves drive() early: teardown kills it */
@@ -227,6 +236,65 @@ static char *stream_text(const struct resp *r, char *finish, size_t flen, int *c
     return text;
 }
 
+/* The text of a streamed chat completion, as stream_text() for completions: the role comes in
+ * the first chunk, alone. */
+static char *chat_stream_text(const struct resp *r, char *finish, size_t flen,
+                              int *completion_tokens)
+{
+    char *text = calloc(1, r->len + 1), *save, *copy = strdup(r->body);
+    size_t tl = 0;
+    int events = 0;
+    bool done = false, usage = false;
+    *finish = '\0';
+    for (char *ev = strtok_r(copy, "\n", &save); ev; ev = strtok_r(NULL, "\n", &save)) {
+        assert_int_equal(strncmp(ev, "data: ", 6), 0);
+        assert_false(done);
+        if (!strcmp(ev + 6, "[DONE]")) {
+            done = true;
+            continue;
+        }
+        json_t *j = json_loads(ev + 6, 0, NULL);
+        assert_non_null(j);
+        assert_string_equal(json_string_value(json_object_get(j, "object")),
+                            "chat.completion.chunk");
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+        json_t *delta = json_object_get(ch, "delta");
+        const char *role = json_string_value(json_object_get(delta, "role"));
+        assert_true(events++ == 0 ? role && !strcmp(role, "assistant") : !role);
+        if (!ch) {
+            assert_true(*finish && !usage);
+            usage = true;
+            json_t *u = json_object_get(j, "usage");
+            *completion_tokens = (int)json_integer_value(json_object_get(u, "completion_tokens"));
+        } else {
+            assert_false(*finish);
+            const char *t = json_string_value(json_object_get(delta, "content"));
+            if (t) {
+                memcpy(text + tl, t, strlen(t));
+                tl += strlen(t);
+            }
+            json_t *f = json_object_get(ch, "finish_reason");
+            if (json_is_string(f))
+                snprintf(finish, flen, "%s", json_string_value(f));
+        }
+        json_decref(j);
+    }
+    free(copy);
+    assert_true(done && usage && *finish && events > 3);
+    return text;
+}
+
+/* The body of a greedy chat completion: @prompt as the user's message. */
+static char *chat_body(const char *prompt, int max_tokens, bool stream)
+{
+    json_t *b = json_pack("{s:[{s:s,s:s}],s:i,s:i,s:b,s:{s:b}}", "messages", "role", "user",
+                          "content", prompt, "max_completion_tokens", max_tokens, "temperature", 0,
+                          "stream", stream, "stream_options", "include_usage", 1);
+    char *s = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    return s;
+}
+
 /* The body of a greedy completion of @prompt. */
 static char *completion_body(const char *prompt, int max_tokens, bool stream)
 {
@@ -238,16 +306,17 @@ static char *completion_body(const char *prompt, int max_tokens, bool stream)
 }
 
 /* The four golden prompts, greedy, all sent before any answer is read (so they run together),
- * each streamed or not: every text is the golden one. */
-static void golden_round(bool stream)
+ * each streamed or not, as completions or as chats: every text is the golden one. */
+static void golden_round(bool stream, bool chat)
 {
     int fds[4], n_new[4];
     char prompt[4][512], *want[4];
     for (int i = 0; i < 4; i++) {
         want[i] = golden_tail(i + 1, prompt[i], sizeof(prompt[i]), &n_new[i]);
-        char *body = completion_body(prompt[i], n_new[i], stream);
-        fds[i] = send_request("POST", i % 2 ? "/v1/completions" : "/completions", body,
-                              strlen(body), false);
+        char *body = (chat ? chat_body : completion_body)(prompt[i], n_new[i], stream);
+        const char *path = chat ? (i % 2 ? "/v1/chat/completions" : "/chat/completions")
+                                : (i % 2 ? "/v1/completions" : "/completions");
+        fds[i] = send_request("POST", path, body, strlen(body), false);
         assert_true(fds[i] >= 0);
         free(body);
     }
@@ -258,12 +327,16 @@ static void golden_round(bool stream)
         char *got, finish[32];
         int completion = -1;
         if (stream)
-            got = stream_text(&r, finish, sizeof(finish), &completion);
+            got = (chat ? chat_stream_text : stream_text)(&r, finish, sizeof(finish), &completion);
         else {
             json_t *j = json_loads(r.body, 0, NULL);
             assert_non_null(j);
+            assert_string_equal(json_string_value(json_object_get(j, "object")),
+                                chat ? "chat.completion" : "text_completion");
             json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
-            got = strdup(json_string_value(json_object_get(ch, "text")));
+            json_t *t = chat ? json_object_get(json_object_get(ch, "message"), "content")
+                             : json_object_get(ch, "text");
+            got = strdup(json_string_value(t));
             snprintf(finish, sizeof(finish), "%s",
                      json_string_value(json_object_get(ch, "finish_reason")));
             json_t *u = json_object_get(j, "usage");
@@ -333,8 +406,52 @@ static void drive(pid_t pid, void *arg)
     json_decref(j);
     free(r.body);
 
-    golden_round(false);
-    golden_round(true);
+    golden_round(false, false);
+    golden_round(true, false);
+    golden_round(false, true);
+    golden_round(true, true);
+
+    /* the chat template: /apply-template renders it (the template's last newline is Jinja's
+     * to drop); a raise is the request's 400 with its message; chat logprobs */
+    request("POST", "/apply-template",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi \u00e9\"}]}", &r);
+    assert_int_equal(r.status, 200);
+    j = json_loads(r.body, 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "prompt")), "<s>Hi \xc3\xa9");
+    json_decref(j);
+    free(r.body);
+    request("POST", "/v1/chat/completions",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+            "\"chat_template_kwargs\": {\"fail\": 7}}",
+            &r);
+    assert_int_equal(r.status, 400);
+    assert_non_null(strstr(r.body, "asked to fail: 7"));
+    free(r.body);
+    request("POST", "/v1/chat/completions", "{\"messages\": [{\"content\": \"no role\"}]}", &r);
+    assert_error(&r, 400);
+    request("POST", "/v1/chat/completions",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}], "
+            "\"max_tokens\": 4, \"temperature\": 0, \"logprobs\": true, \"top_logprobs\": 2}",
+            &r);
+    assert_int_equal(r.status, 200);
+    j = json_loads(r.body, 0, NULL);
+    json_t *cc = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *lc = json_object_get(json_object_get(cc, "logprobs"), "content");
+    assert_int_equal(json_array_size(lc), 4);
+    char chat_spelled[256] = "";
+    for (size_t i = 0; i < 4; i++) {
+        json_t *e = json_array_get(lc, i), *top = json_object_get(e, "top_logprobs");
+        assert_int_equal(json_array_size(top), 2);
+        assert_string_equal(json_string_value(json_object_get(e, "token")),
+                            json_string_value(json_object_get(json_array_get(top, 0), "token")));
+        assert_true(json_real_value(json_object_get(e, "logprob")) <= 0);
+        strncat(chat_spelled, json_string_value(json_object_get(e, "token")),
+                sizeof(chat_spelled) - strlen(chat_spelled) - 1);
+    }
+    assert_string_equal(chat_spelled, json_string_value(json_object_get(
+                                          json_object_get(cc, "message"), "content")));
+    json_decref(j);
+    free(r.body);
 
     /* log-probabilities: greedy, so each token is its own likeliest alternative; the pieces
      * spell the text */
@@ -395,7 +512,8 @@ static void drive(pid_t pid, void *arg)
     request("POST", "/tokenize", "{\"content\": 7}", &r);
     assert_error(&r, 400);
 
-    /* the metrics count what ran: 9 requests so far (8 golden), each with a first token */
+    /* the metrics count what ran: 18 requests so far (16 golden, 8 of them chats, and two with
+     * logprobs), each with a first token */
     fd = send_request("GET", "/metrics", "", 0, true);
     read_response(fd, &r);
     assert_int_equal(r.status, 200);
@@ -412,8 +530,8 @@ static void drive(pid_t pid, void *arg)
     m = strstr(r.body, "shardlm_time_to_first_token_seconds_count ");
     assert_non_null(m);
     sscanf(m, "shardlm_time_to_first_token_seconds_count %llu", &ttft);
-    assert_int_equal(stop + length, 9);
-    assert_int_equal(ttft, 9);
+    assert_int_equal(stop + length, 18);
+    assert_int_equal(ttft, 18);
     free(r.body);
 
     /* bad requests: each its status and an OpenAI error object */
@@ -456,7 +574,7 @@ static void drive(pid_t pid, void *arg)
     assert_true(recv(fd, some, sizeof(some), 0) > 0);
     close(fd);
     free(body);
-    golden_round(false);
+    golden_round(false, false);
 
     /* SIGTERM drains: a stream that runs goes on to its end, new requests get a 503 */
     body = completion_body("Once upon a time", 240, true);
@@ -503,7 +621,8 @@ static void test_serve(void **state)
     char p[16];
     port = free_port();
     snprintf(p, sizeof(p), "%d", port);
-    char *args[] = {"serve", "-m", model, "--port", p, "--api-key-file", keyfile, NULL};
+    char *args[] = {"serve",           "-m",     model, "--port", p, "--api-key-file", keyfile,
+                    "--chat-template", tmplfile, NULL};
     bool ok = false;
     tu_run_shardlm(r, env_rundir, args, NULL, 300, drive, &ok);
     if (!ok || r->status != 0)
@@ -524,6 +643,17 @@ static void test_serve_usage(void **state)
                       {"serve", "-m", model, "--host", "localhost", NULL},
                       {"serve", "-m", model, "--port", "70000", NULL},
                       {"serve", "-m", model, "--max-waiting", "0", NULL}};
+    /* a chat template that is missing or does not parse: one line, exit 1, before loading */
+    char badt[4200];
+    tu_path(badt, sizeof(badt), "%s/bad.jinja", dir);
+    assert_int_equal(tu_write(badt, "x\n{% if %}", 10), 0);
+    char *bad_tmpl[][6] = {{"serve", "-m", model, "--chat-template", "/nonexistent/t.jinja", NULL},
+                           {"serve", "-m", model, "--chat-template", badt, NULL}};
+    for (size_t i = 0; i < 2; i++) {
+        tu_run_shardlm(r, env_rundir, bad_tmpl[i], NULL, 30, NULL, NULL);
+        assert_int_equal(r->status, 1);
+        assert_non_null(strstr(r->err, i ? "bad.jinja: line 2: " : "t.jinja"));
+    }
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         tu_run_shardlm(r, env_rundir, bad[i], NULL, 30, NULL, NULL);
         assert_int_equal(r->status, 2);

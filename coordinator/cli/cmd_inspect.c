@@ -7,6 +7,7 @@
 #include "llama2c.h"
 #include "sniff.h"
 #include "source.h"
+#include "tokenizer.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -56,6 +57,15 @@ static int inspect_shlm(const char *path, struct shardlm_err *e)
     printf("\ntokenizer: %s, %llu bytes, bos %u eos %u\n",
            h->tok_kind == SHLM_TOK_LLAMA2C ? "llama2.c tokenizer.bin" : "shardlm blob",
            (unsigned long long)h->tok_bytes, h->bos_id, h->eos_id);
+    struct coord_tok tok;
+    if (coord_tok_from_shlm(&tok, &m, path, &err) == 0) {
+        if (tok.chat_template)
+            printf("chat template: %zu bytes (`shardlm template` renders it)\n",
+                   strlen(tok.chat_template));
+        else
+            printf("chat template: none (serve --chat-template FILE gives one)\n");
+        coord_tok_free(&tok);
+    }
     uint64_t total = 0, weights = 0;
     printf("tensors (%u):\n", h->n_tensors);
     for (uint32_t i = 0; i < h->n_tensors; i++) {

@@ -1,4 +1,5 @@
 /* coordinator/cli/cmd_serve.c: `shardlm serve` - options, then coord_serve. */
+#include "chat.h"
 #include "cli.h"
 #include "server.h"
 
@@ -11,7 +12,8 @@
 
 static const char usage_serve[] =
     "usage: shardlm serve -m MODEL.shlm [--host ADDR] [--port N] [--api-key-file F]\n"
-    "                     [--max-waiting N] [--drain-seconds N] [--max-seqs N] [--step-tokens N]\n"
+    "                     [--chat-template FILE] [--max-waiting N] [--drain-seconds N]\n"
+    "                     [--max-seqs N] [--step-tokens N]\n"
     "                     [--kv-tokens N] [--kv-mem SIZE] [--no-prefix-cache] [--workers N]\n"
     "                     [--threads T] [--cpus LIST] [--no-persist] [--io MODE] [--verify]\n"
     "                     [--stats] [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
@@ -25,13 +27,18 @@ static const char usage_serve[] =
     "max_tokens (default 16), temperature, top_p, top_k, min_p, seed, stop, frequency_penalty,\n"
     "presence_penalty, repetition_penalty, logprobs (0..20), stream and\n"
     "stream_options.include_usage; streamed as server-sent events or one JSON body), POST\n"
-    "/tokenize {\"content\", \"add_special\"} and POST /detokenize {\"tokens\"}. Errors are\n"
-    "OpenAI error objects: 400, 401, 404, 405, 413 (bodies past 1 MiB), 429, 503. A client that\n"
-    "disconnects has its request cancelled within a step. Chat completions are not served yet.\n"
+    "/v1/chat/completions (messages through the model's chat template; the same parameters,\n"
+    "logprobs true with top_logprobs, chat_template_kwargs), POST /apply-template {\"messages\"}\n"
+    "(the rendered prompt), POST /tokenize {\"content\", \"add_special\"} and POST\n"
+    "/detokenize {\"tokens\"}. Errors are OpenAI error objects: 400, 401, 404, 405, 413 (bodies\n"
+    "past 1 MiB), 429, 503. A client that disconnects has its request cancelled within a step.\n"
     "  --host ADDR     IPv4 address to bind (default 127.0.0.1, loopback only)\n"
     "  --port N        TCP port (default 8080; 0: any free one, printed on stderr)\n"
     "  --api-key-file F\n"
     "                  require \"Authorization: Bearer KEY\", KEY the file's first line\n"
+    "  --chat-template FILE\n"
+    "                  the Jinja chat template for chat requests, instead of the model's own\n"
+    "                  (`shardlm template` shows what it renders)\n"
     "  --max-waiting N requests queued beyond the running ones before a 429 (default 4 x\n"
     "                  --max-seqs)\n"
     "  --drain-seconds N\n"
@@ -54,6 +61,37 @@ static void print_ready(void *arg, struct coord_engine *g)
     const struct coord_serve_opts *o = arg;
     if (o->engine.load.stats)
         coord_cli_print_stats(g, 0, stderr);
+}
+
+/* --chat-template: the file's text, parsed once here so that a template with a syntax error
+ * fails at the start, not on the first chat request. */
+static int read_template(const char *path, char **out, struct shardlm_err *e)
+{
+    uint8_t *buf;
+    size_t len;
+    int rc = coord_read_file(path, COORD_CHAT_TEMPLATE_MAX, &buf, &len, e);
+    if (rc)
+        return rc;
+    struct coord_chat_tmpl t;
+    char why[300];
+    if (memchr(buf, 0, len))
+        rc = shardlm_fail(e, -EINVAL, "%s: not a text file (a NUL byte)", path);
+    else if ((rc = coord_chat_tmpl_init(&t, (const char *)buf, len, NULL, NULL, why, sizeof(why))))
+        rc = shardlm_fail(e, rc, "%s: %s", path, why);
+    else
+        coord_chat_tmpl_free(&t);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    char *s = realloc(buf, len + 1);
+    if (!s) {
+        free(buf);
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    }
+    s[len] = 0;
+    *out = s;
+    return 0;
 }
 
 /* The key: the file's first line, without its newline; refuses an empty one. */
@@ -85,12 +123,13 @@ int coord_cmd_serve(int argc, char **argv)
 {
     struct coord_serve_opts o = {
         .host = "127.0.0.1", .port = 8080, .stop = &coord_stop_signal, .drain_seconds = 30};
-    const char *key_file = NULL;
+    const char *key_file = NULL, *template_file = NULL;
     static const struct option opts[] = {{"host", required_argument, 0, 1200},
                                          {"port", required_argument, 0, 1201},
                                          {"api-key-file", required_argument, 0, 1202},
                                          {"max-waiting", required_argument, 0, 1203},
                                          {"drain-seconds", required_argument, 0, 1204},
+                                         {"chat-template", required_argument, 0, 1205},
                                          {"help", no_argument, 0, 'h'},
                                          SCHED_OPTIONS,
                                          ENGINE_OPTIONS,
@@ -134,6 +173,9 @@ int coord_cmd_serve(int argc, char **argv)
                                          "--drain-seconds '%s': expected 0..86400", optarg);
             o.drain_seconds = (uint32_t)v;
             break;
+        case 1205:
+            template_file = optarg;
+            break;
         case 'h':
             fputs(usage_serve, stdout);
             return 0;
@@ -151,9 +193,15 @@ int coord_cmd_serve(int argc, char **argv)
                                  "--kv-tokens and --kv-mem both size the KV cache: give one");
     struct shardlm_err e = {{0}};
     char *key = NULL;
+    char *tmpl = NULL;
     int rc = key_file ? read_key(key_file, &key, &e) : 0;
-    if (rc)
+    if (!rc && template_file)
+        rc = read_template(template_file, &tmpl, &e);
+    if (rc) {
+        free(key);
         return coord_cli_exit("serve", rc, &e);
+    }
+    o.chat_template = tmpl;
     o.api_key = key;
     o.on_listen = print_listen;
     o.on_ready = print_ready;
@@ -167,5 +215,6 @@ int coord_cmd_serve(int argc, char **argv)
     if (!(rc = coord_cli_engine_env(&o.engine, &e)))
         rc = coord_serve(&o, &e);
     free(key);
+    free(tmpl);
     return coord_cli_exit("serve", rc, &e);
 }

@@ -116,6 +116,10 @@ static int write_vocab(struct gguf_writer *w, uint32_t vocab)
     gguf_w_u32(w, "tokenizer.ggml.bos_token_id", n_plain);
     gguf_w_u32(w, "tokenizer.ggml.eos_token_id", n_plain + 1);
     gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true);
+    /* a chat template, so that a synthetic model serves chat requests as an instruct model does */
+    gguf_w_str(w, "tokenizer.chat_template",
+               "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content | trim }}\n"
+               "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}");
     for (uint32_t k = 0; k < vocab; k++)
         free(tok[k]);
     for (uint32_t k = 0; k < n_merges; k++)

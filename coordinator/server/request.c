@@ -34,11 +34,48 @@ static const char *get_int(json_t *o, const char *k, long lo, long hi, long *out
 }
 
 /* The fields of @j into @p. Returns NULL or the message of a 400 (maybe in @why). */
-static const char *parse_fields(json_t *j, int vocab, int context, struct coord_completion_req *p,
-                                char *why, size_t wlen)
+/* A chat request's messages, kwargs, add_generation_prompt and logprobs into @p. */
+static const char *parse_chat(json_t *j, struct coord_completion_req *p, char *why, size_t wlen)
+{
+    json_t *m = json_object_get(j, "messages"), *kw = json_object_get(j, "chat_template_kwargs");
+    if (!json_is_array(m) || json_array_size(m) == 0)
+        return "messages: expected a non-empty array of messages";
+    if (kw && !json_is_null(kw) && !json_is_object(kw))
+        return "chat_template_kwargs: expected an object";
+    json_t *agp = json_object_get(j, "add_generation_prompt");
+    if (agp && !json_is_null(agp) && !json_is_boolean(agp))
+        return "add_generation_prompt: expected true or false";
+    p->add_generation_prompt = !json_is_false(agp);
+    json_t *lp = json_object_get(j, "logprobs"), *top = json_object_get(j, "top_logprobs");
+    if (lp && !json_is_null(lp) && !json_is_boolean(lp))
+        return "logprobs: expected true or false";
+    if (top && !json_is_null(top) &&
+        (!json_is_integer(top) || json_integer_value(top) < 0 ||
+         json_integer_value(top) > COORD_MAX_LOGPROBS)) {
+        snprintf(why, wlen, "top_logprobs: expected 0..%d", COORD_MAX_LOGPROBS);
+        return why;
+    }
+    if (json_is_integer(top) && !json_is_true(lp))
+        return "top_logprobs: only with logprobs true";
+    p->logprobs = json_is_true(lp) ? (json_is_integer(top) ? (int)json_integer_value(top) : 0) : -1;
+    p->chat = true;
+    p->messages = json_incref(m);
+    p->tmpl_kwargs = json_is_object(kw) ? json_incref(kw) : NULL;
+    return NULL;
+}
+
+/* The fields of @j into @p. Returns NULL or the message of a 400 (maybe in @why). */
+static const char *parse_fields(json_t *j, int vocab, int context, bool chat,
+                                struct coord_completion_req *p, char *why, size_t wlen)
 {
     if (!json_is_object(j))
         return "the body must be a JSON object";
+    const char *bad;
+    if (chat) {
+        if ((bad = parse_chat(j, p, why, wlen)))
+            return bad;
+        goto common;
+    }
     json_t *pr = json_object_get(j, "prompt");
     if (json_is_array(pr) && json_array_size(pr) == 1 && json_is_string(json_array_get(pr, 0)))
         pr = json_array_get(pr, 0);
@@ -67,9 +104,21 @@ static const char *parse_fields(json_t *j, int vocab, int context, struct coord_
         p->n_ids = (int)n;
     } else
         return "prompt: expected a string or an array of token ids";
+    json_t *lp = json_object_get(j, "logprobs");
+    p->logprobs = -1;
+    if (json_is_integer(lp) && json_integer_value(lp) >= 0 &&
+        json_integer_value(lp) <= COORD_MAX_LOGPROBS)
+        p->logprobs = (int)json_integer_value(lp);
+    else if (lp && !json_is_null(lp) && !json_is_false(lp)) {
+        snprintf(why, wlen, "logprobs: expected 0..%d alternatives", COORD_MAX_LOGPROBS);
+        return why;
+    }
+    json_t *echo = json_object_get(j, "echo");
+    if (echo && !json_is_null(echo) && !json_is_false(echo))
+        return "echo: not supported";
+common:;
     double d;
     long mt = COORD_REQ_DEFAULT_MAX_TOKENS, k = 0;
-    const char *bad;
     if ((bad = get_int(j, "max_tokens", 1, 1 << 24, &mt)) ||
         (bad = get_int(j, "max_completion_tokens", 1, 1 << 24, &mt)))
         goto bad;
@@ -111,18 +160,6 @@ static const char *parse_fields(json_t *j, int vocab, int context, struct coord_
     json_t *n = json_object_get(j, "n");
     if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
         return "n: only 1 is supported";
-    json_t *lp = json_object_get(j, "logprobs");
-    p->logprobs = -1;
-    if (json_is_integer(lp) && json_integer_value(lp) >= 0 &&
-        json_integer_value(lp) <= COORD_MAX_LOGPROBS)
-        p->logprobs = (int)json_integer_value(lp);
-    else if (lp && !json_is_null(lp) && !json_is_false(lp)) {
-        snprintf(why, wlen, "logprobs: expected 0..%d alternatives", COORD_MAX_LOGPROBS);
-        return why;
-    }
-    json_t *echo = json_object_get(j, "echo");
-    if (echo && !json_is_null(echo) && !json_is_false(echo))
-        return "echo: not supported";
     json_t *st = json_object_get(j, "stop");
     if (json_is_string(st) || json_is_array(st)) {
         size_t ns = json_is_string(st) ? 1 : json_array_size(st);
@@ -158,6 +195,8 @@ bad:
 
 void coord_completion_req_free(struct coord_completion_req *r)
 {
+    json_decref(r->messages);
+    json_decref(r->tmpl_kwargs);
     free(r->prompt);
     free(r->ids);
     for (int i = 0; i < r->n_stops; i++)
@@ -165,7 +204,7 @@ void coord_completion_req_free(struct coord_completion_req *r)
     memset(r, 0, sizeof(*r));
 }
 
-int coord_completion_parse(const char *body, size_t len, int vocab, int context,
+int coord_completion_parse(const char *body, size_t len, int vocab, int context, bool chat,
                            struct coord_completion_req *r, char *why, size_t wlen)
 {
     memset(r, 0, sizeof(*r));
@@ -181,7 +220,7 @@ int coord_completion_parse(const char *body, size_t len, int vocab, int context,
         return -EINVAL;
     }
     char msg[200];
-    const char *bad = parse_fields(j, vocab, context, r, msg, sizeof(msg));
+    const char *bad = parse_fields(j, vocab, context, chat, r, msg, sizeof(msg));
     json_decref(j);
     if (!bad)
         return 0;

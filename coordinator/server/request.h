@@ -4,6 +4,7 @@
 
 #include "sampler.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -12,8 +13,12 @@
 #define COORD_REQ_STOP_BYTES 256        /* bytes of one */
 #define COORD_REQ_DEFAULT_MAX_TOKENS 16 /* OpenAI's default for completions */
 
-/* What POST /v1/completions asked for. */
+/* What POST /v1/completions or /v1/chat/completions asked for. */
 struct coord_completion_req {
+    bool chat;
+    json_t *messages;    /* chat: the messages (a reference), rendered by the chat template */
+    json_t *tmpl_kwargs; /* chat: chat_template_kwargs (a reference) or NULL */
+    bool add_generation_prompt; /* chat (default true) */
     char *prompt; /* the prompt's text (malloc'd), or NULL when token ids were given */
     int32_t *ids; /* the token ids (malloc'd; the server tokenizes a text prompt into it) */
     int n_ids;
@@ -27,15 +32,18 @@ struct coord_completion_req {
 };
 
 /* Parses the JSON body @body (@len bytes, any bytes) of a completion request against a model of
- * @vocab tokens and @context positions: prompt (a string, or one in an array, or a non-empty
- * array of token ids in [0, vocab), at most @context of them), max_tokens /
+ * @vocab tokens and @context positions. Completions (@chat false): prompt (a string, or one in an
+ * array, or a non-empty array of token ids in [0, vocab), at most @context of them), logprobs
+ * (0..20 alternatives; null or false: none), echo refused. Chat: messages (a non-empty array: the
+ * chat template checks its items), chat_template_kwargs (an object), add_generation_prompt,
+ * logprobs (true or false) with top_logprobs (0..20). Both: max_tokens /
  * max_completion_tokens (an integer 1..2^24, default 16), top_k an integer, temperature (0..2,
  * default 1), top_p ((0, 1], default 1), top_k, min_p, repetition_penalty, frequency_penalty,
  * presence_penalty, seed, stop (a string or up to 16, each 1..256 bytes without NUL), stream,
- * stream_options {include_usage}, logprobs (0..20 alternatives; null or false: none); n other than
- * 1 and echo are refused; other fields are ignored. Returns 0; -EINVAL with @why set to a 400's
- * one-line message; or -ENOMEM. *@r is zeroed first and freed on failure. */
-int coord_completion_parse(const char *body, size_t len, int vocab, int context,
+ * stream_options {include_usage}; n other than 1 is refused; other fields are ignored. Returns 0;
+ * -EINVAL with @why set to a 400's one-line message; or -ENOMEM. *@r is zeroed first and freed on
+ * failure. */
+int coord_completion_parse(const char *body, size_t len, int vocab, int context, bool chat,
                            struct coord_completion_req *r, char *why, size_t wlen);
 void coord_completion_req_free(struct coord_completion_req *r);
 

@@ -11,6 +11,7 @@
  */
 #include "server.h"
 
+#include "chat.h"
 #include "request.h"
 #include "tokenizer.h"
 
@@ -93,6 +94,7 @@ struct sreq {
     int prompt_tokens, completion_tokens, cached_tokens;
     uint64_t t_arrive, t_last; /* when it was queued; its last token (ns) */
     int last_token;            /* the token before the next one (for its piece), -1 */
+    bool role_sent;            /* a chat stream: the first chunk (the role) is out */
     size_t text_off;           /* bytes of the tokens' pieces so far (logprobs' text_offset) */
     json_t *lp;                /* a plain response's logprobs object, filled token by token */
     pthread_cond_t cv;
@@ -102,6 +104,8 @@ struct srv {
     const struct coord_serve_opts *o;
     struct coord_tok tok;
     bool tok_loaded;
+    struct coord_chat_tmpl chat; /* chat.jinja NULL: no template (chat_why says why) */
+    char chat_why[300];
     struct coord_sched *sched;
     char model[128];
     int context;
@@ -218,6 +222,36 @@ static json_t *completion_json(const struct sreq *p, const char *text, size_t n,
     return o;
 }
 
+/* One chat.completion(.chunk) object: a delta of @text (stream; with the role when @role), or
+ * the whole message with usage. */
+static json_t *chat_json(const struct sreq *p, const char *text, size_t n, enum coord_finish f,
+                         bool usage, json_t *lp, bool role)
+{
+    bool stream = p->q.stream;
+    json_t *msg = json_object();
+    if (msg && (role || !stream))
+        json_object_set_new(msg, "role", json_string("assistant"));
+    if (msg && (n || role || !stream))
+        json_object_set_new(msg, "content", text_json(text, n));
+    json_t *choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, stream ? "delta" : "message", msg,
+                               "logprobs", lp ? lp : json_null(), "finish_reason",
+                               f ? json_string(coord_finish_name(f)) : json_null());
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", p->id, "object",
+                          stream ? "chat.completion.chunk" : "chat.completion", "created",
+                          (json_int_t)p->created, "model", p->s->model, "choices", choice);
+    if (o && usage)
+        json_object_set_new(o, "usage", usage_json(p));
+    return o;
+}
+
+/* A chunk or the whole response, as the request's kind writes it. */
+static json_t *response_json(const struct sreq *p, const char *text, size_t n, enum coord_finish f,
+                             bool usage, json_t *lp)
+{
+    return p->q.chat ? chat_json(p, text, n, f, usage, lp, false)
+                     : completion_json(p, text, n, f, usage, lp);
+}
+
 /* Appends "data: <json>\n\n" (srv.mu held; @j is consumed). */
 static bool sse_put(struct sreq *p, json_t *j)
 {
@@ -269,8 +303,39 @@ static bool logprobs_add(struct sreq *p, json_t *lp, const struct coord_event *e
     return ok;
 }
 
-static json_t *logprobs_new(void)
+/* A token's chat logprobs entry: {"token", "logprob", "bytes", "top_logprobs"} (OpenAI's chat
+ * format); @top false leaves top_logprobs out (the entries inside it). */
+static json_t *chat_token_json(const struct srv *s, int prev, int id, float logprob)
 {
+    size_t len;
+    const char *t = coord_tok_decode(&s->tok, prev, id, &len);
+    json_t *bytes = json_array();
+    for (size_t i = 0; bytes && i < len; i++)
+        json_array_append_new(bytes, json_integer((unsigned char)t[i]));
+    return json_pack("{s:o,s:f,s:o}", "token", piece_json(s, prev, id, &len), "logprob",
+                     (double)logprob, "bytes", bytes ? bytes : json_null());
+}
+
+/* Appends token @ev to a chat logprobs object {"content": [...]}. srv.mu held. */
+static bool chat_logprobs_add(struct sreq *p, json_t *lp, const struct coord_event *ev)
+{
+    struct srv *s = p->s;
+    json_t *e = chat_token_json(s, p->last_token, ev->token, ev->logprobs->logprob);
+    json_t *top = json_array();
+    for (int i = 0; e && top && i < ev->logprobs->n_top; i++)
+        json_array_append_new(top, chat_token_json(s, p->last_token, ev->logprobs->top[i].id,
+                                                   ev->logprobs->top[i].logprob));
+    if (!e || !top || json_object_set_new(e, "top_logprobs", top)) {
+        json_decref(e);
+        return false;
+    }
+    return !json_array_append_new(json_object_get(lp, "content"), e);
+}
+
+static json_t *logprobs_new(const struct sreq *p)
+{
+    if (p->q.chat)
+        return json_pack("{s:[]}", "content");
     return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs",
                      "text_offset");
 }
@@ -295,16 +360,22 @@ static void on_event(void *ctx, const struct coord_event *ev)
     p->cached_tokens = ev->cached_tokens;
     bool ok = true;
     json_t *lp = NULL; /* this token's, for a stream's chunk */
+    bool (*add)(struct sreq *, json_t *, const struct coord_event *) =
+        p->q.chat ? chat_logprobs_add : logprobs_add;
     if (ev->logprobs && ev->token >= 0) {
         if (p->q.stream)
-            ok = (lp = logprobs_new()) && logprobs_add(p, lp, ev);
+            ok = (lp = logprobs_new(p)) && add(p, lp, ev);
         else
-            ok = (p->lp || (p->lp = logprobs_new())) && logprobs_add(p, p->lp, ev);
+            ok = (p->lp || (p->lp = logprobs_new(p))) && add(p, p->lp, ev);
     }
     if (ev->token >= 0)
         p->last_token = ev->token;
+    if (ok && p->q.chat && p->q.stream && !p->role_sent) { /* the first chunk: the role */
+        ok = sse_put(p, chat_json(p, "", 0, 0, false, NULL, true));
+        p->role_sent = true;
+    }
     if (ok && (ev->text_len || lp))
-        ok = p->q.stream ? sse_put(p, completion_json(p, ev->text, ev->text_len, 0, false, lp))
+        ok = p->q.stream ? sse_put(p, response_json(p, ev->text, ev->text_len, 0, false, lp))
                          : out_put(p, ev->text, ev->text_len);
     else
         json_decref(lp);
@@ -313,11 +384,11 @@ static void on_event(void *ctx, const struct coord_event *ev)
                                   ev->error ? ev->error : "the engine failed", "type",
                                   "server_error", "code"));
     if (ok && ev->finish && p->q.stream) {
-        ok = sse_put(p, completion_json(p, "", 0, ev->finish, false, NULL));
+        ok = sse_put(p, response_json(p, "", 0, ev->finish, false, NULL));
         if (ok && p->q.include_usage) {
-            json_t *u =
-                json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", p->id, "object", "text_completion",
-                          "created", (json_int_t)p->created, "model", s->model, "choices");
+            json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", p->id, "object",
+                                  p->q.chat ? "chat.completion.chunk" : "text_completion",
+                                  "created", (json_int_t)p->created, "model", s->model, "choices");
             if (u)
                 json_object_set_new(u, "usage", usage_json(p));
             ok = sse_put(p, u);
@@ -556,7 +627,58 @@ static void stream_free(void *cls)
         sreq_free(p);
 }
 
-static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, struct conn *cn)
+/* The prompt of chat request @q: its messages through the chat template, tokenized with the
+ * special tokens the template wrote (and no BOS of its own: the template writes it, as Hugging
+ * Face's apply_chat_template has it). Returns 0, or -EINVAL / -ENOMEM with @why set. */
+static int chat_prompt(struct srv *s, struct coord_completion_req *q, char *why, size_t wlen)
+{
+    if (!s->chat.jinja) {
+        snprintf(why, wlen, "%s", s->chat_why);
+        return -EINVAL;
+    }
+    char *text;
+    size_t n;
+    bool bad;
+    int rc = coord_chat_render(&s->chat, q->messages, q->add_generation_prompt, q->tmpl_kwargs,
+                               &text, &n, &bad, why, wlen);
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc) { /* malformed messages, a template that raised or passed a limit: the request's */
+        char m[240];
+        snprintf(m, sizeof(m), "%.239s", why);
+        snprintf(why, wlen, "%s%s", bad ? "" : "the chat template: ", m);
+        return -EINVAL;
+    }
+    /* a llama2.c vocabulary parses no special tokens: a leading BOS text is the BOS id */
+    unsigned flags = COORD_TOK_ENC_PARSE_SPECIAL;
+    size_t skip = strlen(s->chat.bos);
+    if (s->tok.type == COORD_TOK_SPM_LLAMA2C && skip && n >= skip &&
+        !memcmp(text, s->chat.bos, skip))
+        flags |= COORD_TOK_ENC_BOS;
+    else
+        skip = 0;
+    int np = n > BODY_MAX * 8 ? -E2BIG
+             : (q->ids = malloc((n + 3) * sizeof(int32_t)))
+                 ? coord_tok_encode_ex(&s->tok, text + skip, n - skip, flags, q->ids, (int)n + 3)
+                 : -ENOMEM;
+    free(text);
+    if (np < 0 && np != -ENOMEM)
+        snprintf(why, wlen, "cannot tokenize the rendered prompt: %s",
+                 np == -EILSEQ ? "a character this vocabulary cannot spell" : strerror(-np));
+    q->n_ids = np < 0 ? 0 : np;
+    if (np >= 0 && np > s->context) {
+        snprintf(why, wlen, "the prompt has %d tokens, more than the context (%d)", np, s->context);
+        return -EINVAL;
+    }
+    if (np == 0) {
+        snprintf(why, wlen, "the chat template rendered an empty prompt");
+        return -EINVAL;
+    }
+    return np < 0 ? (np == -ENOMEM ? -ENOMEM : -EINVAL) : 0;
+}
+
+/* POST /v1/completions and /v1/chat/completions (@chat). */
+static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct conn *cn, bool chat)
 {
     pthread_mutex_lock(&s->mu);
     int ready = s->ready; /* the tokenizer and the context are known once it is 1 */
@@ -580,12 +702,15 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
     if (s->all)
         s->all->prev = p;
     s->all = p;
-    snprintf(p->id, sizeof(p->id), "cmpl-%llu", (unsigned long long)++s->next_id);
+    snprintf(p->id, sizeof(p->id), "%s-%llu", chat ? "chatcmpl" : "cmpl",
+             (unsigned long long)++s->next_id);
     pthread_mutex_unlock(&s->mu);
     char why[300];
     int prc = coord_completion_parse(cn->body ? cn->body : "", cn->len, s->tok.vocab_size,
-                                     s->context, &p->q, why, sizeof(why));
+                                     s->context, chat, &p->q, why, sizeof(why));
     struct coord_completion_req *q = &p->q;
+    if (!prc && chat)
+        prc = chat_prompt(s, q, why, sizeof(why));
     if (!prc && q->prompt) { /* here, not on the scheduler's thread: the tokenizer is read-only */
         size_t n = strlen(q->prompt); /* at most BODY_MAX bytes: ~50 ms for the encoder */
         int np = (q->ids = malloc((n + 3) * sizeof(int32_t)))
@@ -681,8 +806,8 @@ static enum MHD_Result completions(struct srv *s, struct MHD_Connection *c, stru
     }
     json_t *o = NULL;
     if (done) { /* the response takes the logprobs object */
-        o = completion_json(p, p->out ? p->out : "", p->len, p->finish, true,
-                            p->q.logprobs >= 0 ? (p->lp ? p->lp : logprobs_new()) : NULL);
+        o = response_json(p, p->out ? p->out : "", p->len, p->finish, true,
+                          p->q.logprobs >= 0 ? (p->lp ? p->lp : logprobs_new(p)) : NULL);
         p->lp = NULL;
     }
     pthread_mutex_unlock(&s->mu);
@@ -919,6 +1044,33 @@ static enum MHD_Result detokenize(struct srv *s, struct MHD_Connection *c, struc
     return send_json(c, 200, o);
 }
 
+/* POST /apply-template {"messages", "add_generation_prompt", "chat_template_kwargs"}:
+ * {"prompt": TEXT}, the chat template's rendering (llama.cpp's). */
+static enum MHD_Result apply_template(struct srv *s, struct MHD_Connection *c, struct conn *cn)
+{
+    enum MHD_Result rc;
+    json_t *j = tok_body(s, c, cn, &rc);
+    if (!j)
+        return rc;
+    if (!s->chat.jinja) {
+        json_decref(j);
+        return send_error(c, 400, "invalid_request_error", NULL, "%s", s->chat_why);
+    }
+    char *text, why[300];
+    size_t n;
+    bool bad;
+    int r = coord_chat_render_request(&s->chat, j, &text, &n, &bad, why, sizeof(why));
+    json_decref(j);
+    if (r == -ENOMEM)
+        return send_error(c, 500, "server_error", NULL, "out of memory");
+    if (r)
+        return send_error(c, 400, "invalid_request_error", NULL, "%s%s",
+                          bad ? "" : "the chat template: ", why);
+    json_t *o = json_pack("{s:o}", "prompt", text_json(text, n));
+    free(text);
+    return send_json(c, 200, o);
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **con_cls)
@@ -981,13 +1133,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                                    s->model, "object", "model", "created", (json_int_t)0,
                                    "owned_by", "shardlm"));
     if (!strcmp(url, "/completions") && post)
-        return completions(s, c, cn);
+        return generate(s, c, cn, false);
+    if (!strcmp(url, "/chat/completions") && post)
+        return generate(s, c, cn, true);
     if (!strcmp(url, "/tokenize") && post)
         return tokenize(s, c, cn);
     if (!strcmp(url, "/detokenize") && post)
         return detokenize(s, c, cn);
+    if (!strcmp(url, "/apply-template") && post)
+        return apply_template(s, c, cn);
     if (!strcmp(url, "/completions") || !strcmp(url, "/models") || !strcmp(url, "/metrics") ||
-        !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize"))
+        !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") ||
+        !strcmp(url, "/chat/completions") || !strcmp(url, "/apply-template"))
         return send_error(c, 405, "invalid_request_error", NULL, "%s is not allowed on %s", method,
                           url);
     return send_error(c, 404, "invalid_request_error", NULL, "no such endpoint: %s %s", method,
@@ -1023,13 +1180,49 @@ static void *relay(void *arg)
     return NULL;
 }
 
+/* The text of special token @id for a template's bos_token / eos_token; llama2.c stores them
+ * between newlines ("\n<s>\n"), which are not part of the token's name. */
+static void special_text(const struct coord_tok *t, int id, char *out, size_t len)
+{
+    if (id < 0)
+        return;
+    const char *p = t->vocab[id];
+    size_t n = t->vocab_len[id];
+    if (t->type == COORD_TOK_SPM_LLAMA2C)
+        while (n && (*p == '\n' || p[n - 1] == '\n')) {
+            p += *p == '\n';
+            n -= 1;
+        }
+    snprintf(out, len, "%.*s", (int)n, p);
+}
+
 /* While the workers start: the tokenizer. */
 static int load_tok(struct coord_engine *g, void *arg, struct shardlm_err *e)
 {
     struct srv *s = arg;
     int rc = coord_tok_from_shlm(&s->tok, coord_engine_model(g), s->o->engine.model_path, e);
     s->tok_loaded = rc == 0;
-    return rc;
+    if (rc)
+        return rc;
+    /* the chat template: --chat-template's, else the model's; the text of BOS and EOS */
+    const char *src = s->o->chat_template ? s->o->chat_template : s->tok.chat_template;
+    const struct coord_tok *t = &s->tok;
+    char bos[64] = "", eos[64] = "", why[300];
+    special_text(t, t->bos_id, bos, sizeof(bos));
+    special_text(t, t->eos_id, eos, sizeof(eos));
+    if (!src) {
+        snprintf(s->chat_why, sizeof(s->chat_why),
+                 "this model has no chat template: use /v1/completions, or start the server "
+                 "with --chat-template FILE");
+    } else if (coord_chat_tmpl_init(&s->chat, src, strlen(src), bos, eos, why, sizeof(why))) {
+        snprintf(s->chat_why, sizeof(s->chat_why),
+                 "the model's chat template does not parse (%.200s): start the server with "
+                 "--chat-template FILE",
+                 why);
+        if (s->o->engine.log)
+            s->o->engine.log(s->o->engine.log_ctx, COORD_LOG_WARN, s->chat_why);
+    }
+    return 0;
 }
 
 int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
@@ -1180,6 +1373,7 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
         s.all = p->next;
         sreq_free(p);
     }
+    coord_chat_tmpl_free(&s.chat);
     if (s.tok_loaded)
         coord_tok_free(&s.tok);
     if (eng)

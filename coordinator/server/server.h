@@ -22,6 +22,8 @@ struct coord_serve_opts {
      * for up to drain_seconds; set again, it stops at once. NULL: engine.cancel stops it. */
     volatile sig_atomic_t *stop;
     uint32_t drain_seconds;
+    /* The chat template's text (--chat-template), or NULL: the model's own. */
+    const char *chat_template;
     /* Called once the socket listens, with the bound port (a test reads it), before loading;
      * and once the engine has started. */
     void (*on_listen)(void *arg, int port);
@@ -30,9 +32,10 @@ struct coord_serve_opts {
 };
 
 /* Serves until stopped (see opts.stop): binds first (GET /health answers 503 while the model
- * loads), then runs the scheduler's steps on this thread. Endpoints: GET /health,
- * GET /v1/models, POST /v1/completions (streamed as server-sent events or one JSON body), each
- * also without /v1. Returns 0 when the cancel flag stopped it, or -errno with @e set. */
+ * loads), then runs the scheduler's steps on this thread. Endpoints: GET /health, GET /metrics,
+ * GET /v1/models, POST /v1/completions and /v1/chat/completions (streamed as server-sent events
+ * or one JSON body), POST /tokenize, /detokenize and /apply-template, each also without /v1.
+ * Returns 0 when the cancel flag stopped it, or -errno with @e set. */
 int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e);
 
 #endif

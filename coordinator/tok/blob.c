@@ -11,7 +11,7 @@
 #include <string.h>
 
 #define BLOB_MAGIC COORD_FORMAT_TOK_BLOB_MAGIC /* format/sniff.h: the sniffer knows it too */
-#define BLOB_VERSION 2                         /* 1: without the chat template */
+#define BLOB_VERSION 2 /* with a chat template; a tokenizer without one is saved as version 1 */
 #define BLOB_HEAD 48 /* magic 8 + 10 u32/i32 fields */
 
 bool coord_tok_is_blob(const uint8_t *buf, size_t len)
@@ -33,13 +33,13 @@ int coord_tok_save(const struct coord_tok *t, uint8_t **buf, size_t *len)
     for (int i = 0; i < t->n_patterns; i++)
         size += 4 + strlen(t->patterns[i]);
     size_t tl = t->chat_template ? strlen(t->chat_template) : 0;
-    size += 4 + tl;
+    size += tl ? 4 + tl : 0;
     uint8_t *b = malloc(size), *o = b;
     if (!b)
         return -ENOMEM;
     memcpy(o, BLOB_MAGIC, 8);
     o += 8;
-    put32(&o, BLOB_VERSION);
+    put32(&o, tl ? 2 : 1);
     put32(&o, (uint32_t)t->type);
     put32(&o, t->flags);
     put32(&o, (uint32_t)t->vocab_size);
@@ -68,10 +68,11 @@ int coord_tok_save(const struct coord_tok *t, uint8_t **buf, size_t *len)
         memcpy(o, t->patterns[i], l);
         o += l;
     }
-    put32(&o, (uint32_t)tl);
-    if (tl)
+    if (tl) {
+        put32(&o, (uint32_t)tl);
         memcpy(o, t->chat_template, tl);
-    o += tl;
+        o += tl;
+    }
     uint64_t h = shlm_fnv1a(SHLM_FNV_OFFSET, b, (size_t)(o - b));
     memcpy(o, &h, 8);
     o += 8;
@@ -211,8 +212,8 @@ static int blob_merges_regexes(struct cur *c, struct tok_src *s, int32_t *mid, c
     }
     if (s->version >= 2) {
         uint32_t l;
-        if (!take(c, &l, 4) || l > c->left)
-            return shardlm_fail(e, -EINVAL, "%s: the chat template runs past the end of the blob",
+        if (!take(c, &l, 4) || l > c->left || l == 0) /* version 2 carries one */
+            return shardlm_fail(e, -EINVAL, "%s: the chat template is empty or past the blob's end",
                                 what);
         s->tmpl = l ? (const char *)c->p : NULL;
         s->tmpl_len = l;

@@ -15,8 +15,9 @@
  *   i32 bos, eos, unk, u32 n_merges, u32 n_patterns,
  *   f32 score[n_vocab], u8 attr[n_vocab], per token u32 length + bytes,
  *   per merge u32 left id + u32 right id (in rank order),
- *   per pattern u32 length + bytes, [version 2: u32 length + bytes of the chat template, 0 for
- *   none], u64 FNV-1a of everything before it (shlm_fnv1a()). Version 1 blobs still load.
+ *   per pattern u32 length + bytes, [version 2 only: u32 length (> 0) + bytes of the chat
+ *   template], u64 FNV-1a of everything before it (shlm_fnv1a()). A tokenizer without a chat
+ *   template is saved as version 1, as before templates were stored.
  *
  * The files: tokenizer.c (the type, its tables, free, the source a file is), encode.c, decode.c,
  * from_llama2c.c, from_gguf.c, from_hf_json.c, blob.c; tok_internal.h is what they share.
