@@ -1044,6 +1044,27 @@ static enum MHD_Result detokenize(struct srv *s, struct MHD_Connection *c, struc
     return send_json(c, 200, o);
 }
 
+/* the chat page (coordinator/server/page/index.html, embedded by cmake/embed.cmake) */
+extern const unsigned char coord_page_index[];
+extern const size_t coord_page_index_len;
+
+/* GET /: the page, from the binary; it loads nothing from elsewhere (the CSP says so). */
+static enum MHD_Result send_page(struct MHD_Connection *c)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        coord_page_index_len, (void *)coord_page_index, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src "
+                            "'unsafe-inline'; connect-src 'self'; img-src data:");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 /* POST /apply-template {"messages", "add_generation_prompt", "chat_template_kwargs"}:
  * {"prompt": TEXT}, the chat template's rendering (llama.cpp's). */
 static enum MHD_Result apply_template(struct srv *s, struct MHD_Connection *c, struct conn *cn)
@@ -1121,6 +1142,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     if (!strcmp(url, "/metrics") && get) /* for the scraper, like /health: no key */
         return metrics(s, c);
+    if ((!strcmp(url, "/") || !strcmp(url, "/index.html")) && get) /* the page asks for the key */
+        return send_page(c);
     if (!authorized(s, c))
         return send_error(c, 401, "invalid_request_error", "invalid_api_key",
                           "a missing or wrong API key (Authorization: Bearer KEY)");
