@@ -227,6 +227,12 @@ static void test_phi3(void **state)
     assert_int_equal(ids[0], 32010);
     assert_true(coord_tok_encode_ex(&t, "<|user|>", 8, 0, ids, 64) > 1);
     assert_int_equal(t.eos_id, 32000);
+    /* the end of a generation: EOS (<|endoftext|>) and the end of a turn, <|end|> (32007) */
+    int32_t eog[COORD_TOK_MAX_EOG];
+    int ne = coord_tok_eog_ids(&t, eog);
+    assert_int_equal(ne, 2);
+    assert_int_equal(eog[0], 32000);
+    assert_int_equal(eog[1], 32007);
     coord_tok_free(&t);
     gguf_close(&g);
 }

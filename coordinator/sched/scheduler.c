@@ -54,6 +54,8 @@ struct coord_sched {
     char *text;                  /* scratch of one event's text */
     size_t text_cap;
     struct coord_sched_stats st;
+    int32_t eog[COORD_TOK_MAX_EOG]; /* the tokens that end a generation (coord_tok_eog_ids) */
+    int n_eog;
 };
 
 const char *coord_finish_name(enum coord_finish f)
@@ -131,6 +133,10 @@ int coord_sched_init_backend(struct coord_sched **out, const struct coord_sched_
         return shardlm_fail(e, -ENOMEM, "out of memory");
     }
     s->st.blocks = b->kv_blocks;
+    if (tok)
+        s->n_eog = coord_tok_eog_ids(tok, s->eog);
+    if (b->eos >= 0 && !s->n_eog)
+        s->eog[s->n_eog++] = b->eos;
     *out = s;
     return 0;
 }
@@ -543,10 +549,11 @@ static void remove_seq(struct coord_sched *s, struct seq *q)
     seq_free(q);
 }
 
-static bool is_stop_token(const struct seq *q, int tok, int eos)
+static bool is_stop_token(const struct coord_sched *s, const struct seq *q, int tok)
 {
-    if (tok == eos && !q->ignore_eos)
-        return true;
+    for (int i = 0; i < s->n_eog && !q->ignore_eos; i++)
+        if (s->eog[i] == tok)
+            return true;
     for (int i = 0; i < q->n_stop_ids; i++)
         if (q->stop_ids[i] == tok)
             return true;
@@ -568,7 +575,7 @@ static bool advance(struct coord_sched *s, struct seq *q, const float *logits)
         coord_logprobs(&q->smp, logits, tok, q->logprobs, &lp);
         lpp = &lp;
     }
-    if (is_stop_token(q, tok, s->be.eos) || (tok == s->be.bos && !q->ignore_eos)) {
+    if (is_stop_token(s, q, tok) || (tok == s->be.bos && !q->ignore_eos)) {
         q->n_gen++;
         finish(s, q, tok, lpp, COORD_FINISH_STOP, NULL);
         return true;

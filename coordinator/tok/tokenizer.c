@@ -49,6 +49,42 @@ void coord_tok_free(struct coord_tok *t)
     memset(t, 0, sizeof(*t));
 }
 
+int coord_tok_eog_ids(const struct coord_tok *t, int32_t *out)
+{
+    static const char *const names[] = {"<|eot_id|>",
+                                        "<|eom_id|>",
+                                        "<|im_end|>",
+                                        "<|end|>",
+                                        "<end_of_turn>",
+                                        "<|endoftext|>",
+                                        "<|end_of_text|>",
+                                        "<|return|>",
+                                        "<EOT>",
+                                        "<|END_OF_TURN_TOKEN|>",
+                                        "\xef\xbd\x9c"
+                                        "end"
+                                        "\xe2\x96\x81"
+                                        "of"
+                                        "\xe2\x96\x81"
+                                        "sentence"
+                                        "\xef\xbd\x9c" /* DeepSeek's */};
+    int n = 0;
+    if (t->eos_id >= 0)
+        out[n++] = t->eos_id;
+    for (int id = 0; id < t->vocab_size && n < COORD_TOK_MAX_EOG; id++) {
+        unsigned type = t->attrs[id] & COORD_TOKA_TYPE;
+        if (id == t->eos_id || (type != COORD_TOKT_CONTROL && type != COORD_TOKT_USER_DEFINED))
+            continue;
+        for (size_t k = 0; k < sizeof(names) / sizeof(*names); k++)
+            if (t->vocab_len[id] == strlen(names[k]) &&
+                !memcmp(t->vocab[id], names[k], t->vocab_len[id])) {
+                out[n++] = id;
+                break;
+            }
+    }
+    return n;
+}
+
 int coord_tok_set_chat_template(struct coord_tok *t, const char *s, size_t n, const char *what,
                                 struct shardlm_err *e)
 {
