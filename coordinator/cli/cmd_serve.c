@@ -12,7 +12,8 @@
 
 static const char usage_serve[] =
     "usage: shardlm serve -m MODEL.shlm [--host ADDR] [--port N] [--api-key-file F]\n"
-    "                     [--chat-template FILE] [--max-waiting N] [--drain-seconds N]\n"
+    "                     [--chat-template FILE] [--max-waiting N] [--max-connections N]\n"
+    "                     [--drain-seconds N]\n"
     "                     [--max-seqs N] [--step-tokens N]\n"
     "                     [--kv-tokens N] [--kv-mem SIZE] [--no-prefix-cache] [--workers N]\n"
     "                     [--threads T] [--cpus LIST] [--no-persist] [--io MODE] [--verify]\n"
@@ -41,6 +42,9 @@ static const char usage_serve[] =
     "                  (`shardlm template` shows what it renders)\n"
     "  --max-waiting N requests queued beyond the running ones before a 429 (default 4 x\n"
     "                  --max-seqs)\n"
+    "  --max-connections N\n"
+    "                  open connections at once (default 512); a request's header and body must\n"
+    "                  arrive within 15 s of its connection's accept or previous answer\n"
     "  --drain-seconds N\n"
     "                  after SIGTERM, how long running requests may go on (default 30)\n" SCHED_HELP
         LAYOUT_HELP LOAD_HELP ACCESS_HELP
@@ -130,6 +134,7 @@ int coord_cmd_serve(int argc, char **argv)
                                          {"max-waiting", required_argument, 0, 1203},
                                          {"drain-seconds", required_argument, 0, 1204},
                                          {"chat-template", required_argument, 0, 1205},
+                                         {"max-connections", required_argument, 0, 1206},
                                          {"help", no_argument, 0, 'h'},
                                          SCHED_OPTIONS,
                                          ENGINE_OPTIONS,
@@ -175,6 +180,12 @@ int coord_cmd_serve(int argc, char **argv)
             break;
         case 1205:
             template_file = optarg;
+            break;
+        case 1206:
+            if (!coord_parse_long(optarg, 1, 65536, &v))
+                return coord_usage_error("serve", usage_serve,
+                                         "--max-connections '%s': expected 1..65536", optarg);
+            o.max_connections = (uint32_t)v;
             break;
         case 'h':
             fputs(usage_serve, stdout);

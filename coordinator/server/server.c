@@ -29,11 +29,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define BODY_MAX (1u << 20) /* bytes of a request body */
 #define WAIT_MS 100         /* a waiting connection checks its client this often */
-#define CONN_TIMEOUT_S 30   /* a connection idle this long (a trickled header) is closed */
+#define CONN_TIMEOUT_S 30   /* a connection idle this long is closed */
+/* A request's header and body must arrive within this many seconds of the connection's accept
+ * (or of its previous response): a client that trickles them a byte at a time (slowloris) is
+ * cut off then, where the idle timeout above would wait forever. */
+#define REQUEST_DEADLINE_S 15
+#define MAX_CONNECTIONS 512
 
 enum sreq_state { SREQ_PENDING, SREQ_RUNNING, SREQ_REFUSED, SREQ_DONE };
 
@@ -100,8 +106,20 @@ struct sreq {
     pthread_cond_t cv;
 };
 
+/* An open connection, as the deadline watchdog sees it (srv.sock_mu). */
+struct sock {
+    int fd;
+    uint64_t since; /* accepted, or its last response sent (ns) */
+    bool busy;      /* a request of it is being answered: no deadline */
+    bool cut;
+    struct sock *prev, *next;
+};
+
 struct srv {
     const struct coord_serve_opts *o;
+    pthread_mutex_t sock_mu;
+    struct sock *socks;
+    bool watching; /* sock_mu: the watchdog runs */
     struct coord_tok tok;
     bool tok_loaded;
     struct coord_chat_tmpl chat; /* chat.jinja NULL: no template (chat_why says why) */
@@ -1044,6 +1062,78 @@ static enum MHD_Result detokenize(struct srv *s, struct MHD_Connection *c, struc
     return send_json(c, 200, o);
 }
 
+/* ---- connections: the request deadline ---- */
+
+/* The deadline's state of connection @c: a request of it is being answered (@busy), or it is
+ * waiting for the next one from now. */
+static void sock_busy(struct srv *s, struct MHD_Connection *c, bool busy)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct sock *k = ci ? ci->socket_context : NULL;
+    if (!k)
+        return;
+    pthread_mutex_lock(&s->sock_mu);
+    k->busy = busy;
+    k->since = shardlm_now_ns();
+    pthread_mutex_unlock(&s->sock_mu);
+}
+
+/* Connections as they open and close: the watchdog's list. */
+static void notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                              enum MHD_ConnectionNotificationCode code)
+{
+    struct srv *s = cls;
+    struct sock *k = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !(k = calloc(1, sizeof(*k))))
+            return; /* no deadline for this one: only the idle timeout */
+        k->fd = ci->connect_fd;
+        k->since = shardlm_now_ns();
+        pthread_mutex_lock(&s->sock_mu);
+        k->next = s->socks;
+        if (s->socks)
+            s->socks->prev = k;
+        s->socks = k;
+        pthread_mutex_unlock(&s->sock_mu);
+        *socket_context = k;
+    } else if (k) { /* closed: before libmicrohttpd closes the descriptor */
+        pthread_mutex_lock(&s->sock_mu);
+        if (k->prev)
+            k->prev->next = k->next;
+        else
+            s->socks = k->next;
+        if (k->next)
+            k->next->prev = k->prev;
+        pthread_mutex_unlock(&s->sock_mu);
+        free(k);
+        *socket_context = NULL;
+    }
+}
+
+/* Every half second: a connection past REQUEST_DEADLINE_S without a whole request is shut down
+ * (its thread then sees the end of the stream and closes it). */
+static void *watchdog(void *arg)
+{
+    struct srv *s = arg;
+    pthread_mutex_lock(&s->sock_mu);
+    while (s->watching) {
+        uint64_t now = shardlm_now_ns();
+        for (struct sock *k = s->socks; k; k = k->next)
+            if (!k->busy && !k->cut && now - k->since > REQUEST_DEADLINE_S * 1000000000ull) {
+                shutdown(k->fd, SHUT_RDWR);
+                k->cut = true;
+            }
+        pthread_mutex_unlock(&s->sock_mu);
+        usleep(500 * 1000);
+        pthread_mutex_lock(&s->sock_mu);
+    }
+    pthread_mutex_unlock(&s->sock_mu);
+    return NULL;
+}
+
 /* the chat page (coordinator/server/page/index.html, embedded by cmake/embed.cmake) */
 extern const unsigned char coord_page_index[];
 extern const size_t coord_page_index_len;
@@ -1127,6 +1217,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *upload_size = 0;
         return MHD_YES;
     }
+    sock_busy(s, c, true); /* the whole request is in */
     if (!strncmp(url, "/v1/", 4))
         url += 3;
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
@@ -1177,7 +1268,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
-    (void)cls, (void)c, (void)toe;
+    (void)toe;
+    sock_busy(cls, c, false);
     struct conn *cn = *con_cls;
     if (cn) {
         free(cn->body);
@@ -1263,15 +1355,24 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
     if (inet_pton(AF_INET, o->host ? o->host : "127.0.0.1", &addr.sin_addr) != 1)
         return shardlm_fail(e, -EINVAL, "--host '%s': expected an IPv4 address", o->host);
+    pthread_mutex_init(&s.sock_mu, NULL);
+    /* poll(), not select(): no FD_SETSIZE ceiling under the connection limit */
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)o->port, NULL,
-        NULL, handle, &s, MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)CONN_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, completed, &s, MHD_OPTION_END);
-    if (!d)
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD, (uint16_t)o->port, NULL, NULL,
+        handle, &s, MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(o->max_connections ? o->max_connections : MAX_CONNECTIONS),
+        MHD_OPTION_NOTIFY_COMPLETED, completed, &s, MHD_OPTION_NOTIFY_CONNECTION, notify_connection,
+        &s, MHD_OPTION_END);
+    if (!d) {
+        pthread_mutex_destroy(&s.sock_mu);
         return shardlm_fail(e, -EADDRINUSE,
                             "cannot listen on %s:%d (in use, or not an address "
                             "of this host)",
                             o->host ? o->host : "127.0.0.1", o->port);
+    }
+    pthread_t watch_thread;
+    s.watching = pthread_create(&watch_thread, NULL, watchdog, &s) == 0;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int port = di ? di->port : o->port;
     if (o->on_listen)
@@ -1390,6 +1491,13 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
         pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&s.mu);
     MHD_stop_daemon(d);
+    if (s.watching) {
+        pthread_mutex_lock(&s.sock_mu);
+        s.watching = false;
+        pthread_mutex_unlock(&s.sock_mu);
+        pthread_join(watch_thread, NULL);
+    }
+    pthread_mutex_destroy(&s.sock_mu);
     coord_sched_free(s.sched); /* no more callbacks */
     while (s.all) {            /* what the scheduler and the queues still held */
         struct sreq *p = s.all;

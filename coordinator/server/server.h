@@ -17,6 +17,7 @@ struct coord_serve_opts {
     int port;             /* 0: any free port */
     const char *api_key;  /* requests must carry "Authorization: Bearer <key>"; NULL: none */
     uint32_t max_waiting; /* requests queued beyond the running ones before a 429 */
+    uint32_t max_connections; /* open connections at once (0: 512); more are closed at accept */
     /* The flag the signal handler sets (engine.cancel points at it too). Set once, the server
      * drains: it clears the flag, answers 503 to new requests and lets the running ones finish
      * for up to drain_seconds; set again, it stops at once. NULL: engine.cancel stops it. */
