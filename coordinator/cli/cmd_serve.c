@@ -13,8 +13,7 @@
 static const char usage_serve[] =
     "usage: shardlm serve -m MODEL.shlm [--host ADDR] [--port N] [--api-key-file F]\n"
     "                     [--chat-template FILE] [--max-waiting N] [--max-connections N]\n"
-    "                     [--drain-seconds N]\n"
-    "                     [--max-seqs N] [--step-tokens N]\n"
+    "                     [--drain-seconds N] [--max-seqs N] [--step-tokens N]\n"
     "                     [--kv-tokens N] [--kv-mem SIZE] [--no-prefix-cache] [--workers N]\n"
     "                     [--threads T] [--cpus LIST] [--no-persist] [--io MODE] [--verify]\n"
     "                     [--stats] [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
