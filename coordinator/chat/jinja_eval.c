@@ -425,9 +425,9 @@ int jv_compare(struct jctx *c, const struct jv *a, const struct jv *b, int line)
 /* ---- str() and repr() ---- */
 void jbuf_put(struct jctx *c, struct jbuf *b, const char *s, size_t n)
 {
+    if (b->n + n > c->lim->max_output) /* every text built, not only the rendering */
+        jthrow(c->fail, -E2BIG, "the template's output passed %zu bytes", c->lim->max_output);
     if (b->n + n + 1 > b->cap) {
-        if (b->n + n > c->lim->max_output)
-            jthrow(c->fail, -E2BIG, "the template's output passed %zu bytes", c->lim->max_output);
         size_t cap = b->cap ? b->cap * 2 : 256;
         while (cap < b->n + n + 1)
             cap *= 2;
