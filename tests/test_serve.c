@@ -555,6 +555,16 @@ static void drive(pid_t pid, void *arg)
     assert_error(&r, 400);
     free(body);
     free(longp);
+    request("POST", "/v1/completions", "{\"prompt\": \"Hi\", \"temperature\": 5}", &r);
+    assert_int_equal(r.status, 400);
+    assert_non_null(strstr(r.body, "\"param\":\"temperature\"")); /* OpenAI's param */
+    free(r.body);
+    request("GET", "/v1/models/f32.shlm", NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\"id\":\"f32.shlm\""));
+    free(r.body);
+    request("GET", "/v1/models/gpt-4", NULL, &r);
+    assert_error(&r, 404);
     request("GET", "/v1/nothing", NULL, &r);
     assert_error(&r, 404);
     request("GET", "/v1/completions", NULL, &r);

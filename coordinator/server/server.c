@@ -590,9 +590,15 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    /* OpenAI's param: the field a 400 names ("temperature: out of range..."), else null */
+    char param[64] = "";
+    size_t k = strspn(msg, "abcdefghijklmnopqrstuvwxyz_.");
+    if (status == 400 && k && k < sizeof(param) && msg[k] == ':')
+        memcpy(param, msg, k);
     return send_json(c, status,
-                     json_pack("{s:{s:o,s:s,s:s?}}", "error", "message",
-                               text_json(msg, strlen(msg)), "type", type, "code", code));
+                     json_pack("{s:{s:o,s:s,s:s?,s:s?}}", "error", "message",
+                               text_json(msg, strlen(msg)), "type", type, "param",
+                               *param ? param : NULL, "code", code));
 }
 
 static bool authorized(const struct srv *s, struct MHD_Connection *c)
@@ -1246,6 +1252,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                          json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}", "object", "list", "data", "id",
                                    s->model, "object", "model", "created", (json_int_t)0,
                                    "owned_by", "shardlm"));
+    if (!strncmp(url, "/models/", 8) && get) /* the loaded model by its name */
+        return strcmp(url + 8, s->model)
+                   ? send_error(c, 404, "invalid_request_error", "model_not_found",
+                                "no model named '%.200s' (this server has '%s')", url + 8, s->model)
+                   : send_json(c, 200,
+                               json_pack("{s:s,s:s,s:I,s:s}", "id", s->model, "object", "model",
+                                         "created", (json_int_t)0, "owned_by", "shardlm"));
     if (!strcmp(url, "/completions") && post)
         return generate(s, c, cn, false);
     if (!strcmp(url, "/chat/completions") && post)
