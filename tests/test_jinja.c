@@ -127,6 +127,40 @@ static void test_limits(void **state)
                             NULL, &small, out, sizeof(out)),
                      -E2BIG);
     assert_int_equal(render("{{ range(1000000) | length }}", NULL, NULL, out, sizeof(out)), -E2BIG);
+    /* a namespace that holds itself, data nested in a loop: printing and comparing stop */
+    assert_int_equal(render("{% set ns = namespace() %}{% set ns.x = ns %}{{ ns }}", NULL, NULL,
+                            out, sizeof(out)),
+                     -E2BIG);
+    assert_int_equal(render("{% set ns = namespace(x=1) %}{% for i in range(1000) %}"
+                            "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x == ns.x }}",
+                            NULL, NULL, out, sizeof(out)),
+                     -E2BIG);
+    /* repeating nothing a huge number of times is nothing, at once */
+    assert_int_equal(render("{{ '' * 9223372036854775807 }}|{{ ([] * 9223372036854775807) | "
+                            "length }}",
+                            NULL, NULL, out, sizeof(out)),
+                     0);
+    assert_string_equal(out, "|0");
+    /* a number literal that fills the lexer's buffer, with an exponent */
+    char num[128] = "{{ ";
+    memset(num + 3, '1', 63);
+    strcpy(num + 66, "e+1 }}");
+    assert_true(render(num, NULL, NULL, out, sizeof(out)) != 0 || strlen(out) > 0);
+    /* a left-leaning chain is as deep as its operators: 1+1+...+1 */
+    size_t terms = 20000;
+    char *sum = malloc(terms * 2 + 16);
+    strcpy(sum, "{{ 1");
+    for (size_t i = 1; i < terms; i++)
+        memcpy(sum + 2 + 2 * i, "+1", 3);
+    strcat(sum, " }}");
+    assert_int_equal(render(sum, NULL, NULL, out, sizeof(out)), -E2BIG);
+    free(sum);
+    /* an error message is one line, as Python's " ".join(msg.splitlines()) */
+    assert_int_equal(render("{{ raise_exception('a\nb\r\nc\n') }}", NULL, NULL, out, sizeof(out)),
+                     -EINVAL);
+    assert_string_equal(out, "a b c");
+    assert_int_equal(render("x\xff", NULL, NULL, out, sizeof(out)), -EINVAL);
+    assert_string_equal(out, "the template is not UTF-8 text");
     /* nesting: the parser's depth, not the stack */
     size_t n = 20000;
     char *deep = malloc(n + 16);

@@ -72,8 +72,30 @@ void jthrow(struct jfail *f, int rc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(f->msg, sizeof(f->msg), fmt, ap);
+    int n = vsnprintf(f->msg, sizeof(f->msg), fmt, ap);
     va_end(ap);
+    /* one line (a raise_exception message may hold newlines, from the request too), cut on a
+     * character's boundary */
+    char *o = f->msg; /* line breaks as Python's " ".join(msg.splitlines()) joins them */
+    for (const char *m = f->msg; *m; m++) {
+        if (*m != '\n' && *m != '\r') {
+            *o++ = *m;
+            continue;
+        }
+        if (*m == '\r' && m[1] == '\n')
+            m++;
+        if (m[1])
+            *o++ = ' ';
+    }
+    *o = 0;
+    if (n >= (int)sizeof(f->msg)) {
+        size_t k = strlen(f->msg);
+        while (k && ((unsigned char)f->msg[k - 1] & 0xc0) == 0x80)
+            k--;
+        if (k && (unsigned char)f->msg[k - 1] >= 0xc0)
+            k--;
+        f->msg[k] = 0;
+    }
     f->rc = rc;
     longjmp(f->jb, 1);
 }
@@ -95,6 +117,13 @@ void jcharge(struct jctx *c, size_t n)
     c->steps += (long)(n > (size_t)c->lim->max_steps ? (size_t)c->lim->max_steps : n);
     if (c->steps > c->lim->max_steps)
         jthrow(c->fail, -E2BIG, "the template took more than %ld steps", c->lim->max_steps);
+}
+
+void jdeeper(struct jctx *c, int line)
+{
+    if (++c->vdepth > 256)
+        jthrow(c->fail, -E2BIG, "%s%.0d%sa value nested deeper than 256 (or holding itself)",
+               line > 0 ? "line " : "", line > 0 ? line : 0, line > 0 ? ": " : "");
 }
 
 /* ---- UTF-8 and Python's whitespace ---- */
@@ -371,22 +400,28 @@ bool jv_equal(struct jctx *c, const struct jv *a, const struct jv *b)
     case JV_STR:
         jcharge(c, a->str.n / 64);
         return a->str.n == b->str.n && !memcmp(a->str.s, b->str.s, a->str.n);
-    case JV_LIST:
+    case JV_LIST: {
         if (a->tuple != b->tuple || a->list.n != b->list.n)
             return false;
-        for (size_t i = 0; i < a->list.n; i++)
-            if (!jv_equal(c, a->list.v[i], b->list.v[i]))
-                return false;
-        return true;
-    case JV_DICT:
+        bool eq = true;
+        jdeeper(c, 0);
+        for (size_t i = 0; i < a->list.n && eq; i++)
+            eq = jv_equal(c, a->list.v[i], b->list.v[i]);
+        c->vdepth--;
+        return eq;
+    }
+    case JV_DICT: {
         if (a->dict.n != b->dict.n)
             return false;
-        for (size_t i = 0; i < a->dict.n; i++) {
+        bool eq = true;
+        jdeeper(c, 0);
+        for (size_t i = 0; i < a->dict.n && eq; i++) {
             struct jv *o = jv_dict_get(c, b, a->dict.k[i]);
-            if (!o || !jv_equal(c, a->dict.v[i], o))
-                return false;
+            eq = o && jv_equal(c, a->dict.v[i], o);
         }
-        return true;
+        c->vdepth--;
+        return eq;
+    }
     case JV_FUNC:
         return a->func.fn == b->func.fn && a->func.self == b->func.self;
     default:
@@ -411,10 +446,13 @@ int jv_compare(struct jctx *c, const struct jv *a, const struct jv *b, int line)
         return r ? r : a->str.n < b->str.n ? -1 : a->str.n > b->str.n;
     }
     if (a->t == JV_LIST && b->t == JV_LIST && a->tuple == b->tuple) {
-        for (size_t i = 0; i < a->list.n && i < b->list.n; i++)
+        int r = 0;
+        jdeeper(c, line);
+        for (size_t i = 0; i < a->list.n && i < b->list.n && !r; i++)
             if (!jv_equal(c, a->list.v[i], b->list.v[i]))
-                return jv_compare(c, a->list.v[i], b->list.v[i], line);
-        return a->list.n < b->list.n ? -1 : a->list.n > b->list.n;
+                r = jv_compare(c, a->list.v[i], b->list.v[i], line);
+        c->vdepth--;
+        return r ? r : a->list.n < b->list.n ? -1 : a->list.n > b->list.n;
     }
     if (a->t == JV_UNDEF || b->t == JV_UNDEF)
         jerr(c, line, "%s", (a->t == JV_UNDEF ? a : b)->undef);
@@ -595,6 +633,7 @@ void jv_str_into(struct jctx *c, struct jbuf *b, const struct jv *v, bool repr, 
             jbuf_put(c, b, v->str.s, v->str.n);
         return;
     case JV_LIST:
+        jdeeper(c, line);
         put_s(c, b, v->tuple ? "(" : "[");
         for (size_t i = 0; i < v->list.n; i++) {
             if (i)
@@ -602,9 +641,11 @@ void jv_str_into(struct jctx *c, struct jbuf *b, const struct jv *v, bool repr, 
             jv_str_into(c, b, v->list.v[i], true, line);
         }
         put_s(c, b, v->tuple ? (v->list.n == 1 ? ",)" : ")") : "]");
+        c->vdepth--;
         return;
     case JV_DICT:
     case JV_NS:
+        jdeeper(c, line);
         put_s(c, b, v->t == JV_NS ? "<Namespace {" : "{");
         for (size_t i = 0; i < v->dict.n; i++) {
             if (i)
@@ -614,6 +655,7 @@ void jv_str_into(struct jctx *c, struct jbuf *b, const struct jv *v, bool repr, 
             jv_str_into(c, b, v->dict.v[i], true, line);
         }
         put_s(c, b, v->t == JV_NS ? "}>" : "}");
+        c->vdepth--;
         return;
     case JV_LOOP:
         put_s(c, b, "<LoopContext>");
@@ -983,6 +1025,8 @@ static struct jv *arith(struct jctx *c, int op, struct jv *a, struct jv *b, int 
     if (op == '*' && (b->t == JV_INT || b->t == JV_BOOL) && (a->t == JV_STR || a->t == JV_LIST)) {
         int64_t k = num_i(b) < 0 ? 0 : num_i(b);
         size_t unit = a->t == JV_STR ? a->str.n : a->list.n;
+        if (!unit) /* nothing repeated any number of times */
+            k = 0;
         if (unit && (uint64_t)k > c->lim->max_output / unit)
             jthrow(c->fail, -E2BIG, "line %d: a repetition past the output limit", line);
         if (a->t == JV_STR) {
@@ -1256,6 +1300,7 @@ static int exec_for(struct jctx *c, struct jbuf *out, const struct js *s, struct
         kept->list.n = k;
         items = kept;
     }
+    bool completed = false;
     size_t n = items->list.n;
     for (size_t i = 0; i < n; i++) {
         jcharge(c, 1);
@@ -1265,10 +1310,14 @@ static int exec_for(struct jctx *c, struct jbuf *out, const struct js *s, struct
         loop->loop.items = items;
         loop->loop.i = i;
         scope_set(c, body, "loop", loop);
-        if (exec_body(c, out, s->body, body) == FLOW_BREAK)
+        int f = exec_body(c, out, s->body, body);
+        completed |= f == FLOW_NEXT;
+        if (f == FLOW_BREAK)
             break;
     }
-    if (!n && s->orelse)
+    /* Jinja2 runs else unless a body ran to its end: break or continue in every one counts as
+     * no iteration */
+    if (!completed && s->orelse)
         return exec_body(c, out, s->orelse, scope_new(c, sc));
     return FLOW_NEXT;
 }
@@ -1387,6 +1436,34 @@ static int exec_body(struct jctx *c, struct jbuf *out, const struct js *s, struc
 }
 
 /* ---- the API ---- */
+
+/* Whether @s (@n bytes) is well-formed UTF-8 (no overlongs, surrogates or code points past
+ * U+10FFFF). */
+static bool utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned ch = u[i];
+        size_t w = ch < 0x80                 ? 1
+                   : ch >= 0xc2 && ch < 0xe0 ? 2
+                   : ch >= 0xe0 && ch < 0xf0 ? 3
+                   : ch >= 0xf0 && ch < 0xf5 ? 4
+                                             : 0;
+        if (!w || i + w > n)
+            return false;
+        unsigned cp = w == 1 ? ch : ch & (0x7f >> w);
+        for (size_t k = 1; k < w; k++) {
+            if ((u[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = cp << 6 | (u[i + k] & 63);
+        }
+        if ((w == 3 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) ||
+            (w == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+            return false;
+        i += w;
+    }
+    return true;
+}
 int coord_jinja_parse(const char *src, size_t len, struct coord_jinja **out, char *err, size_t elen)
 {
     *out = NULL;
@@ -1400,16 +1477,26 @@ int coord_jinja_parse(const char *src, size_t len, struct coord_jinja **out, cha
         return -ENOMEM;
     }
     t->arena.limit = TEMPLATE_MEMORY;
-    struct jfail f;
-    if (setjmp(f.jb)) {
-        snprintf(err, elen, "%s", f.msg);
+    struct jfail *f = malloc(sizeof(*f)); /* on the heap: see coord_jinja_render() */
+    if (!f) {
+        free(t);
+        snprintf(err, elen, "out of memory");
+        return -ENOMEM;
+    }
+    if (setjmp(f->jb)) {
+        snprintf(err, elen, "%s", f->msg);
+        int rc = f->rc;
         jarena_free(&t->arena);
         free(t);
-        return f.rc;
+        free(f);
+        return rc;
     }
     if (memchr(src, 0, len))
-        jthrow(&f, -EINVAL, "the template holds a NUL byte");
-    t->body = jinja_parse(src, len, &t->arena, &f, PARSE_DEPTH);
+        jthrow(f, -EINVAL, "the template holds a NUL byte");
+    if (!utf8_valid(src, len))
+        jthrow(f, -EINVAL, "the template is not UTF-8 text");
+    t->body = jinja_parse(src, len, &t->arena, f, PARSE_DEPTH);
+    free(f);
     *out = t;
     return 0;
 }
@@ -1428,36 +1515,52 @@ int coord_jinja_render(const struct coord_jinja *t, json_t *vars,
 {
     *out = NULL;
     *olen = 0;
-    struct jarena arena = {.limit = (lim ? lim : &coord_jinja_default_limits)->max_memory};
-    struct jfail f;
-    struct jctx c = {.fail = &f, .arena = &arena, .lim = lim ? lim : &coord_jinja_default_limits};
-    if (setjmp(f.jb)) {
-        snprintf(err, elen, "%s", f.msg);
-        jarena_free(&arena);
-        return f.rc;
+    /* what the render changes lives on the heap: after longjmp, C leaves the values of changed
+     * non-volatile locals indeterminate (C11 7.13.2.1), not those of objects behind a pointer
+     * that did not change */
+    struct render_state {
+        struct jarena arena;
+        struct jfail f;
+        struct jctx c;
+    } *st = calloc(1, sizeof(*st));
+    if (!st) {
+        snprintf(err, elen, "out of memory");
+        return -ENOMEM;
     }
-    c.globals = scope_new(&c, NULL);
+    st->arena.limit = (lim ? lim : &coord_jinja_default_limits)->max_memory;
+    st->c = (struct jctx){
+        .fail = &st->f, .arena = &st->arena, .lim = lim ? lim : &coord_jinja_default_limits};
+    if (setjmp(st->f.jb)) {
+        snprintf(err, elen, "%s", st->f.msg);
+        jarena_free(&st->arena);
+        int rc = st->f.rc;
+        free(st);
+        return rc;
+    }
+    struct jctx *c = &st->c;
+    c->globals = scope_new(c, NULL);
     if (vars && json_is_object(vars)) {
         const char *k;
         json_t *v;
         json_object_foreach(vars, k, v)
         {
             size_t n = strlen(k);
-            char *name = jalloc(&arena, n + 1, &f);
+            char *name = jalloc(&st->arena, n + 1, &st->f);
             memcpy(name, k, n);
-            scope_set(&c, c.globals, name, jv_from_json(&c, v, 0));
+            scope_set(c, c->globals, name, jv_from_json(c, v, 0));
         }
     }
     struct jbuf b = {0};
-    exec_body(&c, &b, t->body, scope_new(&c, c.globals));
+    exec_body(c, &b, t->body, scope_new(c, c->globals));
     char *r = malloc(b.n + 1);
     if (!r)
-        jthrow(&f, -ENOMEM, "out of memory");
+        jthrow(&st->f, -ENOMEM, "out of memory");
     if (b.n)
         memcpy(r, b.s, b.n);
     r[b.n] = 0;
     *out = r;
     *olen = b.n;
-    jarena_free(&arena);
+    jarena_free(&st->arena);
+    free(st);
     return 0;
 }

@@ -165,7 +165,8 @@ struct jctx {
     struct jarena *arena;
     const struct coord_jinja_limits *lim;
     long steps;
-    int depth;
+    int depth;  /* nested macro calls */
+    int vdepth; /* nested values being printed or compared (a namespace may hold itself) */
     char *out; /* the rendering so far (malloc'd) */
     size_t len, cap;
     struct jscope *globals;
@@ -179,6 +180,9 @@ extern struct jv jv_undefined, jv_none, jv_true, jv_false;
 _Noreturn void jerr(struct jctx *c, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void jcharge(struct jctx *c, size_t n);                     /* n steps */
+/* Entering one more level of a nested value (print, compare): fails past 256. Leave with
+ * c->vdepth--. */
+void jdeeper(struct jctx *c, int line);
 struct jv *jv_str(struct jctx *c, const char *s, size_t n); /* copies */
 struct jv *jv_int(struct jctx *c, int64_t i);
 struct jv *jv_float(struct jctx *c, double f);

@@ -61,8 +61,9 @@ static size_t cw(const char *s, size_t n)
     return w;
 }
 
-static bool in_chars(const struct jv *chars, const char *s, size_t w)
+static bool in_chars(struct jctx *c, const struct jv *chars, const char *s, size_t w)
 {
+    jcharge(c, 1 + chars->str.n / 16);
     for (size_t i = 0; i < chars->str.n;) {
         size_t k = cw(chars->str.s + i, chars->str.n - i);
         if (k == w && !memcmp(chars->str.s + i, s, w))
@@ -80,7 +81,7 @@ struct jv *jlib_strip(struct jctx *c, struct jv *v, const struct jv *chars, int 
     if (how & 1)
         while (a < b) {
             w = cw(s + a, b - a);
-            bool drop = chars ? in_chars(chars, s + a, w) : py_isspace_at(s + a, b - a, &w);
+            bool drop = chars ? in_chars(c, chars, s + a, w) : py_isspace_at(s + a, b - a, &w);
             if (!drop)
                 break;
             a += w;
@@ -92,7 +93,8 @@ struct jv *jlib_strip(struct jctx *c, struct jv *v, const struct jv *chars, int 
                 i--;
             w = b - i;
             size_t w2;
-            bool drop = chars ? in_chars(chars, s + i, w) : py_isspace_at(s + i, w, &w2) && w2 == w;
+            bool drop =
+                chars ? in_chars(c, chars, s + i, w) : py_isspace_at(s + i, w, &w2) && w2 == w;
             if (!drop)
                 break;
             b = i;
@@ -158,6 +160,7 @@ static struct jv *split(struct jctx *c, struct jv *s, struct jv *sep, int64_t ma
             ADD(p + i, len - i);
         } else {
             size_t end = len;
+            jcharge(c, len / 64 * (sep->str.n / 8 + 1)); /* the backward scan compares */
             while (max < 0 || (int64_t)n < max) {
                 const char *f = NULL;
                 for (size_t k = end; k >= sep->str.n && !f; k--)
@@ -185,11 +188,8 @@ static struct jv *split(struct jctx *c, struct jv *s, struct jv *sep, int64_t ma
                 i += w;
             if (i >= len)
                 break;
-            if (max >= 0 && (int64_t)n == max) {
-                size_t e = len;
-                while (e > i && py_isspace_at(p + e - 1, 1, &w))
-                    e--;
-                ADD(p + i, e - i);
+            if (max >= 0 && (int64_t)n == max) { /* Python keeps the rest as it is */
+                ADD(p + i, len - i);
                 break;
             }
             size_t b = i;
@@ -283,23 +283,22 @@ static struct jv *m_str(struct jctx *c, struct jv *self, struct jv **args, const
             jerr(c, line, "%s() takes at least 1 argument", name);
         need_str(c, a0, name, line);
         jcharge(c, len / 16);
-        int64_t found = -1, cnt = 0;
-        for (size_t i = 0; i + a0->str.n <= len;) {
-            if (!memcmp(s + i, a0->str.s, a0->str.n)) {
-                if (found < 0 || name[0] == 'r')
-                    found = (int64_t)utf8_count(s, i);
-                cnt++;
-                if (name[0] == 'f')
-                    break;
-                i += a0->str.n ? a0->str.n : cw(s + i, len - i);
-                if (!a0->str.n && i > len)
-                    break;
-            } else {
-                i += cw(s + i, len - i);
-            }
+        size_t nl = a0->str.n;
+        if (!nl) /* the empty string: found at 0 (find), at the end (rfind), between chars */
+            return jv_int(c, name[0] == 'f' ? 0 : (int64_t)utf8_count(s, len) + (name[0] == 'c'));
+        /* memmem is linear; positions are counted in characters as the search moves on */
+        int64_t found = -1, cnt = 0, chars = 0;
+        size_t at = 0;
+        for (const char *f; at + nl <= len && (f = memmem(s + at, len - at, a0->str.s, nl));) {
+            size_t i = (size_t)(f - s);
+            chars += (int64_t)utf8_count(s + at, i - at);
+            found = chars;
+            cnt++;
+            if (name[0] == 'f')
+                break;
+            chars += (int64_t)utf8_count(s + i, nl);
+            at = i + nl;
         }
-        if (!a0->str.n && name[0] == 'c')
-            cnt = (int64_t)utf8_count(s, len) + 1;
         return jv_int(c, name[0] == 'c' ? cnt : found);
     }
     if (!strcmp(name, "join")) {
@@ -600,7 +599,7 @@ static void json_put_string(struct jctx *c, struct jbuf *b, const char *s, size_
             m = snprintf(esc, sizeof(esc), "\\b");
         else if (ch == '\f')
             m = snprintf(esc, sizeof(esc), "\\f");
-        else if (ch < 0x20)
+        else if (ch < 0x20 || (ascii && ch == 0x7f)) /* ensure_ascii: all but ' '..'~' */
             m = snprintf(esc, sizeof(esc), "\\u%04x", ch);
         else if (ascii && ch >= 0x80) {
             size_t w = cw(s + i, n - i);
@@ -949,8 +948,10 @@ struct jv *jlib_filter(struct jctx *c, const char *name, struct jv *v, struct jv
         }
     }
     if (!strcmp(name, "tojson")) {
-        struct jv *ind = arg(args, kw, n, 0, "indent"), *sk = arg(args, kw, n, 3, "sort_keys");
-        struct jv *asc = arg(args, kw, n, -1, "ensure_ascii"),
+        /* Hugging Face's tojson(x, ensure_ascii=False, indent=None, separators=None,
+         * sort_keys=False): its positions too */
+        struct jv *ind = arg(args, kw, n, 1, "indent"), *sk = arg(args, kw, n, 3, "sort_keys");
+        struct jv *asc = arg(args, kw, n, 0, "ensure_ascii"),
                   *sep = arg(args, kw, n, 2, "separators");
         int indent = -1;
         if (ind && ind->t != JV_NONE) {
@@ -1176,12 +1177,20 @@ struct jv *jlib_filter(struct jctx *c, const char *name, struct jv *v, struct jv
     if (!strcmp(name, "round")) {
         struct jv *pr = arg(args, kw, n, 0, "precision"), *m = arg(args, kw, n, 1, "method");
         int64_t p = pr ? need_int(c, pr, "round", line) : 0;
-        double x = v->t == JV_FLOAT ? v->f : (double)need_int(c, v, "round", line);
-        double s = pow(10, (double)(p > 20 ? 20 : p < -20 ? -20 : p));
         const char *how = m ? need_str(c, m, "round", line)->str.s : "common";
-        double r = !strcmp(how, "floor")  ? floor(x * s) / s
-                   : !strcmp(how, "ceil") ? ceil(x * s) / s
-                                          : nearbyint(x * s) / s;
+        if (v->t != JV_FLOAT && !strcmp(how, "common") && p >= 0) /* round(int) is that int */
+            return jv_int(c, need_int(c, v, "round", line));
+        double x = v->t == JV_FLOAT ? v->f : (double)need_int(c, v, "round", line);
+        double s = pow(10, (double)(p > 20 ? 20 : p < -20 ? -20 : p)), r;
+        if (!strcmp(how, "floor") || !strcmp(how, "ceil")) {
+            r = (how[0] == 'f' ? floor(x * s) : ceil(x * s)) / s;
+        } else if (p >= 0 && isfinite(x)) { /* Python's round: the exact value, half to even */
+            char d[400];
+            snprintf(d, sizeof(d), "%.*f", (int)(p > 20 ? 20 : p), x);
+            r = strtod(d, NULL);
+        } else {
+            r = nearbyint(x * s) / s;
+        }
         return jv_float(c, r);
     }
     if (!strcmp(name, "attr")) {

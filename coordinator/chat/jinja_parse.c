@@ -258,7 +258,7 @@ static size_t lex_tag(struct jparse *p, size_t pos, bool block, int *line, bool 
                         if (c[k++] != '_')
                             num[m++] = c[k - 1];
                 }
-                if (k < r && (c[k] | 32) == 'e') {
+                if (k < r && (c[k] | 32) == 'e' && m < 60) {
                     size_t q = k + 1;
                     if (q < r && (c[q] == '+' || c[q] == '-'))
                         q++;
@@ -512,6 +512,14 @@ static void enter(struct jparse *p, int line)
         jthrow(p->f, -E2BIG, "line %d: nested deeper than %d", line, p->max_depth);
 }
 
+/* A left-leaning chain (a + b + c ...) nests one level per operator: each counts against the
+ * depth limit, as recursion would (the evaluator recurses through the tree). */
+static void chain(struct jparse *p, int *n, int line)
+{
+    enter(p, line);
+    (*n)++;
+}
+
 static struct jx *parse_expr(struct jparse *p);
 static struct jx *parse_or(struct jparse *p);
 static struct jx *parse_unary(struct jparse *p, bool filters);
@@ -696,8 +704,11 @@ static struct jx *parse_subscript(struct jparse *p, struct jx *obj, int line)
 
 static struct jx *parse_postfix(struct jparse *p, struct jx *x)
 {
+    int n = 0;
     for (;;) {
         struct jtok *t = peek(p);
+        if (is_op(t, ".") || is_op(t, "[") || is_op(t, "("))
+            chain(p, &n, t->line);
         if (is_op(t, ".")) {
             p->pos++;
             struct jtok *u = next(p);
@@ -725,6 +736,7 @@ static struct jx *parse_postfix(struct jparse *p, struct jx *x)
             parse_args(p, c);
             x = c;
         } else {
+            p->depth -= n;
             return x;
         }
     }
@@ -759,8 +771,11 @@ static struct jx *parse_filter(struct jparse *p, struct jx *x, int line)
 
 static struct jx *parse_filter_expr(struct jparse *p, struct jx *x)
 {
+    int n = 0;
     for (;;) {
         struct jtok *t = peek(p);
+        if (is_op(t, "|") || is_name(t, "is") || is_op(t, "("))
+            chain(p, &n, t->line);
         if (is_op(t, "|")) {
             p->pos++;
             x = parse_filter(p, x, t->line);
@@ -791,6 +806,7 @@ static struct jx *parse_filter_expr(struct jparse *p, struct jx *x)
             parse_args(p, c);
             x = c;
         } else {
+            p->depth -= n;
             return x;
         }
     }
@@ -827,16 +843,20 @@ static struct jx *binary(struct jparse *p, struct jx *l, int op, struct jx *r, i
 static struct jx *parse_pow(struct jparse *p)
 {
     struct jx *l = parse_unary(p, true);
+    int n = 0;
     while (is_op(peek(p), "**")) {
         int line = next(p)->line;
+        chain(p, &n, line);
         l = binary(p, l, 'p', parse_unary(p, true), line);
     }
+    p->depth -= n;
     return l;
 }
 
 static struct jx *parse_math2(struct jparse *p)
 {
     struct jx *l = parse_pow(p);
+    int n = 0;
     for (;;) {
         struct jtok *t = peek(p);
         int op = is_op(t, "*")    ? '*'
@@ -844,9 +864,12 @@ static struct jx *parse_math2(struct jparse *p)
                  : is_op(t, "//") ? 'f'
                  : is_op(t, "%")  ? '%'
                                   : 0;
-        if (!op)
+        if (!op) {
+            p->depth -= n;
             return l;
+        }
         p->pos++;
+        chain(p, &n, t->line);
         l = binary(p, l, op, parse_pow(p), t->line);
     }
 }
@@ -854,22 +877,29 @@ static struct jx *parse_math2(struct jparse *p)
 static struct jx *parse_concat(struct jparse *p)
 {
     struct jx *l = parse_math2(p);
+    int n = 0;
     while (is_op(peek(p), "~")) {
         int line = next(p)->line;
+        chain(p, &n, line);
         l = binary(p, l, '~', parse_math2(p), line);
     }
+    p->depth -= n;
     return l;
 }
 
 static struct jx *parse_math1(struct jparse *p)
 {
     struct jx *l = parse_concat(p);
+    int n = 0;
     for (;;) {
         struct jtok *t = peek(p);
         int op = is_op(t, "+") ? '+' : is_op(t, "-") ? '-' : 0;
-        if (!op)
+        if (!op) {
+            p->depth -= n;
             return l;
+        }
         p->pos++;
+        chain(p, &n, t->line);
         l = binary(p, l, op, parse_concat(p), t->line);
     }
 }
@@ -931,26 +961,32 @@ static struct jx *parse_not(struct jparse *p)
 static struct jx *parse_and(struct jparse *p)
 {
     struct jx *l = parse_not(p);
+    int n = 0;
     while (is_name(peek(p), "and")) {
         int line = next(p)->line;
+        chain(p, &n, line);
         struct jx *x = node(p, JX_AND, line);
         x->a = l;
         x->b = parse_not(p);
         l = x;
     }
+    p->depth -= n;
     return l;
 }
 
 static struct jx *parse_or(struct jparse *p)
 {
     struct jx *l = parse_and(p);
+    int n = 0;
     while (is_name(peek(p), "or")) {
         int line = next(p)->line;
+        chain(p, &n, line);
         struct jx *x = node(p, JX_OR, line);
         x->a = l;
         x->b = parse_and(p);
         l = x;
     }
+    p->depth -= n;
     return l;
 }
 
@@ -959,8 +995,10 @@ static struct jx *parse_expr(struct jparse *p)
 {
     enter(p, peek(p)->line);
     struct jx *x = parse_or(p);
+    int n = 0;
     while (is_name(peek(p), "if")) {
         int line = next(p)->line;
+        chain(p, &n, line);
         struct jx *c = node(p, JX_COND, line);
         c->b = x;
         c->a = parse_or(p);
@@ -968,7 +1006,7 @@ static struct jx *parse_expr(struct jparse *p)
             c->c = parse_expr(p);
         x = c;
     }
-    p->depth--;
+    p->depth -= n + 1;
     return x;
 }
 

@@ -58,9 +58,22 @@ static const char *parse_chat(json_t *j, struct coord_completion_req *p, char *w
     if (json_is_integer(top) && !json_is_true(lp))
         return "top_logprobs: only with logprobs true";
     p->logprobs = json_is_true(lp) ? (json_is_integer(top) ? (int)json_integer_value(top) : 0) : -1;
+    /* tools and documents are template variables too, as apply_chat_template passes them (the
+     * model sees them; its tool calls come back as text) */
+    json_t *vars = json_is_object(kw) ? json_copy(kw) : json_object();
+    if (!vars)
+        return "out of memory";
+    static const char *const passed[] = {"tools", "documents"};
+    for (size_t i = 0; i < 2; i++) {
+        json_t *v = json_object_get(j, passed[i]);
+        if (json_is_array(v) && json_object_set(vars, passed[i], v)) {
+            json_decref(vars);
+            return "out of memory";
+        }
+    }
     p->chat = true;
     p->messages = json_incref(m);
-    p->tmpl_kwargs = json_is_object(kw) ? json_incref(kw) : NULL;
+    p->tmpl_kwargs = vars;
     return NULL;
 }
 
@@ -118,7 +131,8 @@ static const char *parse_fields(json_t *j, int vocab, int context, bool chat,
         return "echo: not supported";
 common:;
     double d;
-    long mt = COORD_REQ_DEFAULT_MAX_TOKENS, k = 0;
+    /* chat: no limit but the context (OpenAI's, vLLM's and llama.cpp's default) */
+    long mt = chat ? (long)context : COORD_REQ_DEFAULT_MAX_TOKENS, k = 0;
     if ((bad = get_int(j, "max_tokens", 1, 1 << 24, &mt)) ||
         (bad = get_int(j, "max_completion_tokens", 1, 1 << 24, &mt)))
         goto bad;

@@ -17,7 +17,7 @@
 struct coord_completion_req {
     bool chat;
     json_t *messages;    /* chat: the messages (a reference), rendered by the chat template */
-    json_t *tmpl_kwargs; /* chat: chat_template_kwargs (a reference) or NULL */
+    json_t *tmpl_kwargs; /* chat: chat_template_kwargs with tools and documents (its own) */
     bool add_generation_prompt; /* chat (default true) */
     char *prompt; /* the prompt's text (malloc'd), or NULL when token ids were given */
     int32_t *ids; /* the token ids (malloc'd; the server tokenizes a text prompt into it) */
@@ -37,7 +37,8 @@ struct coord_completion_req {
  * (0..20 alternatives; null or false: none), echo refused. Chat: messages (a non-empty array: the
  * chat template checks its items), chat_template_kwargs (an object), add_generation_prompt,
  * logprobs (true or false) with top_logprobs (0..20). Both: max_tokens /
- * max_completion_tokens (an integer 1..2^24, default 16), top_k an integer, temperature (0..2,
+ * max_completion_tokens (an integer 1..2^24, default 16; chat: the context), top_k an integer,
+ * temperature (0..2,
  * default 1), top_p ((0, 1], default 1), top_k, min_p, repetition_penalty, frequency_penalty,
  * presence_penalty, seed, stop (a string or up to 16, each 1..256 bytes without NUL), stream,
  * stream_options {include_usage}; n other than 1 is refused; other fields are ignored. Returns 0;

@@ -593,7 +593,7 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
     /* OpenAI's param: the field a 400 names ("temperature: out of range..."), else null */
     char param[64] = "";
     size_t k = strspn(msg, "abcdefghijklmnopqrstuvwxyz_.");
-    if (status == 400 && k && k < sizeof(param) && msg[k] == ':')
+    if (status == 400 && k && k < sizeof(param) && (msg[k] == ':' || msg[k] == '['))
         memcpy(param, msg, k);
     return send_json(c, status,
                      json_pack("{s:{s:o,s:s,s:s?,s:s?}}", "error", "message",
@@ -1385,7 +1385,9 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
                             o->host ? o->host : "127.0.0.1", o->port);
     }
     pthread_t watch_thread;
-    s.watching = pthread_create(&watch_thread, NULL, watchdog, &s) == 0;
+    s.watching = true; /* before the thread reads it */
+    if (pthread_create(&watch_thread, NULL, watchdog, &s))
+        s.watching = false;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int port = di ? di->port : o->port;
     if (o->on_listen)
