@@ -141,11 +141,16 @@ static void test_limits(void **state)
                             NULL, NULL, out, sizeof(out)),
                      0);
     assert_string_equal(out, "|0");
-    /* a number literal that fills the lexer's buffer, with an exponent */
-    char num[128] = "{{ ";
+    /* long number literals: 63 digits and an exponent read as Python reads them; past 255
+     * characters, a clear error */
+    char num[400] = "{{ ";
     memset(num + 3, '1', 63);
     strcpy(num + 66, "e+1 }}");
-    assert_true(render(num, NULL, NULL, out, sizeof(out)) != 0 || strlen(out) > 0);
+    expect(num, NULL, "1.1111111111111112e+63");
+    memset(num + 3, '1', 300);
+    strcpy(num + 303, " }}");
+    assert_int_equal(render(num, NULL, NULL, out, sizeof(out)), -EINVAL);
+    assert_string_equal(out, "line 1: a number literal longer than 255 characters");
     /* a left-leaning chain is as deep as its operators: 1+1+...+1 */
     size_t terms = 20000;
     char *sum = malloc(terms * 2 + 16);

@@ -192,54 +192,12 @@ static char *golden_tail(int no, char *prompt, size_t plen, int *n_new)
     return g;
 }
 
-/* The text of a streamed completion: its chunks' texts in order. Checks the framing (only
- * "data: " events, [DONE] last), that the finish reason comes in the last text chunk only and
- * the usage chunk after it; returns the finish reason and the usage's completion tokens. */
-static char *stream_text(const struct resp *r, char *finish, size_t flen, int *completion_tokens)
-{
-    char *text = calloc(1, r->len + 1), *save, *copy = strdup(r->body);
-    size_t tl = 0;
-    int events = 0;
-    bool done = false, usage = false;
-    *finish = '\0';
-    for (char *ev = strtok_r(copy, "\n", &save); ev; ev = strtok_r(NULL, "\n", &save)) {
-        assert_int_equal(strncmp(ev, "data: ", 6), 0);
-        assert_false(done);
-        events++;
-        if (!strcmp(ev + 6, "[DONE]")) {
-            done = true;
-            continue;
-        }
-        json_t *j = json_loads(ev + 6, 0, NULL);
-        assert_non_null(j);
-        assert_string_equal(json_string_value(json_object_get(j, "object")), "text_completion");
-        json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
-        if (!ch) { /* the usage chunk, after the finish */
-            assert_true(*finish && !usage);
-            usage = true;
-            json_t *u = json_object_get(j, "usage");
-            *completion_tokens = (int)json_integer_value(json_object_get(u, "completion_tokens"));
-        } else {
-            assert_false(*finish);
-            const char *t = json_string_value(json_object_get(ch, "text"));
-            assert_non_null(t);
-            memcpy(text + tl, t, strlen(t));
-            tl += strlen(t);
-            json_t *f = json_object_get(ch, "finish_reason");
-            if (json_is_string(f))
-                snprintf(finish, flen, "%s", json_string_value(f));
-        }
-        json_decref(j);
-    }
-    free(copy);
-    assert_true(done && usage && *finish && events > 3);
-    return text;
-}
-
-/* The text of a streamed chat completion, as stream_text() for completions: the role comes in
- * the first chunk, alone. */
-static char *chat_stream_text(const struct resp *r, char *finish, size_t flen,
-                              int *completion_tokens)
+/* The text of a streamed completion (@chat: a chat completion): its chunks' texts in order.
+ * Checks the framing (only "data: " events, [DONE] last), that the finish reason comes in the
+ * last text chunk only and the usage chunk after it, and for a chat that the role comes in the
+ * first chunk alone; returns the finish reason and the usage's completion tokens. */
+static char *stream_text(const struct resp *r, bool chat, char *finish, size_t flen,
+                         int *completion_tokens)
 {
     char *text = calloc(1, r->len + 1), *save, *copy = strdup(r->body);
     size_t tl = 0;
@@ -256,19 +214,24 @@ static char *chat_stream_text(const struct resp *r, char *finish, size_t flen,
         json_t *j = json_loads(ev + 6, 0, NULL);
         assert_non_null(j);
         assert_string_equal(json_string_value(json_object_get(j, "object")),
-                            "chat.completion.chunk");
+                            chat ? "chat.completion.chunk" : "text_completion");
         json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
         json_t *delta = json_object_get(ch, "delta");
-        const char *role = json_string_value(json_object_get(delta, "role"));
-        assert_true(events++ == 0 ? role && !strcmp(role, "assistant") : !role);
-        if (!ch) {
+        if (chat) {
+            const char *role = json_string_value(json_object_get(delta, "role"));
+            assert_true(events == 0 ? role && !strcmp(role, "assistant") : !role);
+        }
+        events++;
+        if (!ch) { /* the usage chunk, after the finish */
             assert_true(*finish && !usage);
             usage = true;
             json_t *u = json_object_get(j, "usage");
             *completion_tokens = (int)json_integer_value(json_object_get(u, "completion_tokens"));
         } else {
             assert_false(*finish);
-            const char *t = json_string_value(json_object_get(delta, "content"));
+            const char *t = json_string_value(chat ? json_object_get(delta, "content")
+                                                   : json_object_get(ch, "text"));
+            assert_true(t || chat); /* a chat's last delta is empty */
             if (t) {
                 memcpy(text + tl, t, strlen(t));
                 tl += strlen(t);
@@ -280,7 +243,8 @@ static char *chat_stream_text(const struct resp *r, char *finish, size_t flen,
         json_decref(j);
     }
     free(copy);
-    assert_true(done && usage && *finish && events > 3);
+    assert_true(done && usage && *finish &&
+                events > (chat ? 3 : 2)); /* data events, [DONE] aside */
     return text;
 }
 
@@ -327,7 +291,7 @@ static void golden_round(bool stream, bool chat)
         char *got, finish[32];
         int completion = -1;
         if (stream)
-            got = (chat ? chat_stream_text : stream_text)(&r, finish, sizeof(finish), &completion);
+            got = stream_text(&r, chat, finish, sizeof(finish), &completion);
         else {
             json_t *j = json_loads(r.body, 0, NULL);
             assert_non_null(j);
@@ -617,7 +581,7 @@ static void drive(pid_t pid, void *arg)
     assert_int_equal(r.status, 200);
     char finish[32];
     int completion = 0;
-    free(stream_text(&r, finish, sizeof(finish), &completion));
+    free(stream_text(&r, false, finish, sizeof(finish), &completion));
     assert_true(!strcmp(finish, "length") || !strcmp(finish, "stop"));
     assert_true(completion > 0);
     free(r.body);

@@ -124,58 +124,65 @@ static struct jv *case_map(struct jctx *c, struct jv *v,
     return r;
 }
 
+/* a list of strings as it grows */
+struct parts {
+    struct jv **v;
+    size_t n, cap;
+};
+
+static void parts_add(struct jctx *c, struct parts *l, const char *s, size_t n)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        struct jv **nv = jalloc(c->arena, cap * sizeof(*nv), c->fail);
+        if (l->n)
+            memcpy(nv, l->v, l->n * sizeof(*nv));
+        l->v = nv;
+        l->cap = cap;
+    }
+    l->v[l->n++] = jv_str(c, s, n);
+}
+
 /* str.split / rsplit */
 static struct jv *split(struct jctx *c, struct jv *s, struct jv *sep, int64_t max, bool right,
                         int line)
 {
-    struct jv *parts[4096];
-    size_t n = 0, cap = sizeof(parts) / sizeof(*parts);
-    struct jv **all = parts;
+    struct parts all = {0}; /* in the arena: a split may be deep inside macro calls */
     const char *p = s->str.s;
     size_t len = s->str.n;
     jcharge(c, len / 16);
-#define ADD(str, l)                                                                                \
-    do {                                                                                           \
-        if (n == cap) {                                                                            \
-            struct jv **na = jalloc(c->arena, cap * 2 * sizeof(*na), c->fail);                     \
-            memcpy(na, all, n * sizeof(*na));                                                      \
-            all = na;                                                                              \
-            cap *= 2;                                                                              \
-        }                                                                                          \
-        all[n++] = jv_str(c, (str), (l));                                                          \
-    } while (0)
     if (sep && sep->t != JV_NONE) {
         need_str(c, sep, "split", line);
         if (!sep->str.n)
             jerr(c, line, "empty separator");
         if (!right) {
             size_t i = 0;
-            while (max < 0 || (int64_t)n < max) {
+            while (max < 0 || (int64_t)all.n < max) {
                 const char *f = memmem(p + i, len - i, sep->str.s, sep->str.n);
                 if (!f)
                     break;
-                ADD(p + i, (size_t)(f - (p + i)));
+                parts_add(c, &all, p + i, (size_t)(f - (p + i)));
                 i = (size_t)(f - p) + sep->str.n;
             }
-            ADD(p + i, len - i);
+            parts_add(c, &all, p + i, len - i);
         } else {
             size_t end = len;
             jcharge(c, len / 64 * (sep->str.n / 8 + 1)); /* the backward scan compares */
-            while (max < 0 || (int64_t)n < max) {
+            while (max < 0 || (int64_t)all.n < max) {
                 const char *f = NULL;
                 for (size_t k = end; k >= sep->str.n && !f; k--)
                     if (!memcmp(p + k - sep->str.n, sep->str.s, sep->str.n))
                         f = p + k - sep->str.n;
                 if (!f)
                     break;
-                ADD(f + sep->str.n, end - (size_t)(f - p) - sep->str.n);
+                parts_add(c, &all, f + sep->str.n, end - (size_t)(f - p) - sep->str.n);
                 end = (size_t)(f - p);
             }
-            ADD(p, end);
-            for (size_t i = 0; i < n / 2; i++) {
-                struct jv *t = all[i];
-                all[i] = all[n - 1 - i];
-                all[n - 1 - i] = t;
+            parts_add(c, &all, p, end);
+            for (size_t i = 0; i < all.n / 2; i++) {
+                struct jv *t = all.v[i];
+                all.v[i] = all.v[all.n - 1 - i];
+                all.v[all.n - 1 - i] = t;
             }
         }
     } else {
@@ -188,19 +195,19 @@ static struct jv *split(struct jctx *c, struct jv *s, struct jv *sep, int64_t ma
                 i += w;
             if (i >= len)
                 break;
-            if (max >= 0 && (int64_t)n == max) { /* Python keeps the rest as it is */
-                ADD(p + i, len - i);
+            if (max >= 0 && (int64_t)all.n == max) { /* Python keeps the rest as it is */
+                parts_add(c, &all, p + i, len - i);
                 break;
             }
             size_t b = i;
             while (i < len && !py_isspace_at(p + i, len - i, &w))
                 i += cw(p + i, len - i);
-            ADD(p + b, i - b);
+            parts_add(c, &all, p + b, i - b);
         }
     }
-#undef ADD
-    struct jv *l = jv_list(c, n);
-    memcpy(l->list.v, all, n * sizeof(*all));
+    struct jv *l = jv_list(c, all.n);
+    if (all.n)
+        memcpy(l->list.v, all.v, all.n * sizeof(*all.v));
     return l;
 }
 

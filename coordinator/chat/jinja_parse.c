@@ -101,6 +101,21 @@ static size_t span_space(const char *s, size_t n)
 
 static bool is_digit(char ch) { return ch >= '0' && ch <= '9'; }
 
+static bool is_base_digit(char ch, int base)
+{
+    if (base == 16)
+        return is_digit(ch) || ((ch | 32) >= 'a' && (ch | 32) <= 'f');
+    return ch >= '0' && ch < '0' + base;
+}
+
+/* The end of a run of decimal digits and underscores of @c (@r bytes) from @k. */
+static size_t digits_end(const char *c, size_t r, size_t k)
+{
+    while (k < r && (is_digit(c[k]) || c[k] == '_'))
+        k++;
+    return k;
+}
+
 static bool is_name_char(char ch, bool first)
 {
     return ch == '_' || ((ch | 32) >= 'a' && (ch | 32) <= 'z') || (!first && is_digit(ch));
@@ -233,49 +248,37 @@ static size_t lex_tag(struct jparse *p, size_t pos, bool block, int *line, bool 
             emit(p, JT_NAME, *line, c, k);
             pos += k;
         } else if (ch >= '0' && ch <= '9') {
-            size_t k = 0;
+            /* the literal's extent first (Python's forms, '_' between digits), then its
+             * characters without the underscores */
+            size_t k = 0, start = 0;
             bool flt = false;
-            char num[64];
-            size_t m = 0;
             int base = 10;
-            if (r > 2 && c[0] == '0' && strchr("xXoObB", c[1]) && c[1]) {
+            if (r > 2 && c[0] == '0' && c[1] && strchr("xXoObB", c[1])) {
                 base = (c[1] | 32) == 'x' ? 16 : (c[1] | 32) == 'o' ? 8 : 2;
-                k = 2;
-                while (
-                    k < r && m < 63 &&
-                    (c[k] == '_' || (base == 16 ? (c[k] && strchr("0123456789abcdefABCDEF", c[k]))
-                                                : (c[k] >= '0' && c[k] < '0' + base))))
-                    if (c[k++] != '_')
-                        num[m++] = c[k - 1];
+                k = start = 2;
+                while (k < r && (c[k] == '_' || is_base_digit(c[k], base)))
+                    k++;
             } else {
-                while (k < r && m < 63 && (is_digit(c[k]) || c[k] == '_'))
-                    if (c[k++] != '_')
-                        num[m++] = c[k - 1];
-                if (k + 1 < r && c[k] == '.' && c[k + 1] >= '0' && c[k + 1] <= '9') {
+                k = digits_end(c, r, 0);
+                if (k + 1 < r && c[k] == '.' && is_digit(c[k + 1])) {
                     flt = true;
-                    num[m++] = c[k++];
-                    while (k < r && m < 63 && (is_digit(c[k]) || c[k] == '_'))
-                        if (c[k++] != '_')
-                            num[m++] = c[k - 1];
+                    k = digits_end(c, r, k + 1);
                 }
-                if (k < r && (c[k] | 32) == 'e' && m < 60) {
-                    size_t q = k + 1;
-                    if (q < r && (c[q] == '+' || c[q] == '-'))
-                        q++;
-                    if (q < r && c[q] >= '0' && c[q] <= '9') {
-                        flt = true;
-                        num[m++] = 'e';
-                        for (size_t z = k + 1; z < q; z++)
-                            num[m++] = c[z];
-                        k = q;
-                        while (k < r && m < 63 && (is_digit(c[k]) || c[k] == '_'))
-                            if (c[k++] != '_')
-                                num[m++] = c[k - 1];
-                    }
+                size_t q = k + 1;
+                if (k < r && (c[k] | 32) == 'e' && q < r && (c[q] == '+' || c[q] == '-'))
+                    q++;
+                if (k < r && (c[k] | 32) == 'e' && q < r && is_digit(c[q])) {
+                    flt = true;
+                    k = digits_end(c, r, q);
                 }
             }
-            if (m >= 63)
-                perr(p, *line, "a number too long");
+            char num[256];
+            size_t m = 0;
+            if (k >= sizeof(num))
+                perr(p, *line, "a number literal longer than 255 characters");
+            for (size_t z = start; z < k; z++)
+                if (c[z] != '_')
+                    num[m++] = c[z];
             num[m] = 0;
             emit(p, flt ? JT_FLOAT : JT_INT, *line, c, k);
             struct jtok *t = &p->toks[p->ntok - 1];
@@ -958,37 +961,27 @@ static struct jx *parse_not(struct jparse *p)
     return parse_compare(p);
 }
 
-static struct jx *parse_and(struct jparse *p)
+/* a and b and ... (@op "and", JX_AND over parse_not) or a or b ... (JX_OR over parse_and) */
+static struct jx *parse_logic(struct jparse *p, const char *op, enum jx_kind kind,
+                              struct jx *(*operand)(struct jparse *))
 {
-    struct jx *l = parse_not(p);
+    struct jx *l = operand(p);
     int n = 0;
-    while (is_name(peek(p), "and")) {
+    while (is_name(peek(p), op)) {
         int line = next(p)->line;
         chain(p, &n, line);
-        struct jx *x = node(p, JX_AND, line);
+        struct jx *x = node(p, kind, line);
         x->a = l;
-        x->b = parse_not(p);
+        x->b = operand(p);
         l = x;
     }
     p->depth -= n;
     return l;
 }
 
-static struct jx *parse_or(struct jparse *p)
-{
-    struct jx *l = parse_and(p);
-    int n = 0;
-    while (is_name(peek(p), "or")) {
-        int line = next(p)->line;
-        chain(p, &n, line);
-        struct jx *x = node(p, JX_OR, line);
-        x->a = l;
-        x->b = parse_and(p);
-        l = x;
-    }
-    p->depth -= n;
-    return l;
-}
+static struct jx *parse_and(struct jparse *p) { return parse_logic(p, "and", JX_AND, parse_not); }
+
+static struct jx *parse_or(struct jparse *p) { return parse_logic(p, "or", JX_OR, parse_and); }
 
 /* Jinja2's parse_condexpr: b if a else c, chained to the right */
 static struct jx *parse_expr(struct jparse *p)

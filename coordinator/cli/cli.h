@@ -104,6 +104,12 @@ int coord_cli_run_option(int c, struct coord_engine_opts *eo, struct coord_sched
                          char *why, size_t len);
 /* A size: digits with an optional K, M or G (powers of 1024), within [1, 2^50]. */
 bool coord_cli_parse_size(const char *s, uint64_t *out);
+/* --chat-template @path (serve, template): reads the file (regular, at most
+ * COORD_CHAT_TEMPLATE_MAX bytes) and parses it into *@t with @bos / @eos; with @text, its text
+ * too (malloc'd, NUL-terminated). Returns 0 or -errno with @e naming the file and the line. */
+struct coord_chat_tmpl;
+int coord_cli_load_template(const char *path, const char *bos, const char *eos,
+                            struct coord_chat_tmpl *t, char **text, struct shardlm_err *e);
 /* One of the engine options (@c from getopt_long, its value in optarg) into @o. Returns 1 if @c
  * was one of them, 0 if not, -1 on a bad value with @why naming the option and what it takes. */
 int coord_cli_engine_option(int c, struct coord_engine_opts *o, char *why, size_t len);

@@ -66,37 +66,6 @@ static void print_ready(void *arg, struct coord_engine *g)
         coord_cli_print_stats(g, 0, stderr);
 }
 
-/* --chat-template: the file's text, parsed once here so that a template with a syntax error
- * fails at the start, not on the first chat request. */
-static int read_template(const char *path, char **out, struct shardlm_err *e)
-{
-    uint8_t *buf;
-    size_t len;
-    int rc = coord_read_file(path, COORD_CHAT_TEMPLATE_MAX, &buf, &len, e);
-    if (rc)
-        return rc;
-    struct coord_chat_tmpl t;
-    char why[300];
-    if (memchr(buf, 0, len))
-        rc = shardlm_fail(e, -EINVAL, "%s: not a text file (a NUL byte)", path);
-    else if ((rc = coord_chat_tmpl_init(&t, (const char *)buf, len, NULL, NULL, why, sizeof(why))))
-        rc = shardlm_fail(e, rc, "%s: %s", path, why);
-    else
-        coord_chat_tmpl_free(&t);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    char *s = realloc(buf, len + 1);
-    if (!s) {
-        free(buf);
-        return shardlm_fail(e, -ENOMEM, "out of memory");
-    }
-    s[len] = 0;
-    *out = s;
-    return 0;
-}
-
 /* The key: the file's first line, without its newline; refuses an empty one. */
 static int read_key(const char *path, char **out, struct shardlm_err *e)
 {
@@ -205,8 +174,11 @@ int coord_cmd_serve(int argc, char **argv)
     char *key = NULL;
     char *tmpl = NULL;
     int rc = key_file ? read_key(key_file, &key, &e) : 0;
-    if (!rc && template_file)
-        rc = read_template(template_file, &tmpl, &e);
+    if (!rc && template_file) { /* parsed here too, so that a syntax error fails at the start */
+        struct coord_chat_tmpl t;
+        if (!(rc = coord_cli_load_template(template_file, NULL, NULL, &t, &tmpl, &e)))
+            coord_chat_tmpl_free(&t);
+    }
     if (rc) {
         free(key);
         return coord_cli_exit("serve", rc, &e);

@@ -68,17 +68,11 @@ static int read_stdin(char **out, size_t *len, struct shardlm_err *e)
 
 static int run(const char *path, const char *bos, const char *eos, struct shardlm_err *e)
 {
-    uint8_t *src;
-    size_t slen;
-    int rc = coord_read_file(path, COORD_CHAT_TEMPLATE_MAX, &src, &slen, e);
+    struct coord_chat_tmpl t;
+    int rc = coord_cli_load_template(path, bos, eos, &t, NULL, e);
     if (rc)
         return rc;
-    struct coord_chat_tmpl t;
     char why[320];
-    rc = coord_chat_tmpl_init(&t, (const char *)src, slen, bos, eos, why, sizeof(why));
-    free(src);
-    if (rc)
-        return shardlm_fail(e, rc, "%s: %s", path, why);
     char *body = NULL;
     size_t blen = 0;
     if ((rc = read_stdin(&body, &blen, e)))

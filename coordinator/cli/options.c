@@ -3,6 +3,8 @@
  * code of a failed command. */
 #include "cli.h"
 
+#include "chat.h"
+
 #include "kn.h"
 #include "scheduler.h"
 
@@ -220,4 +222,32 @@ int coord_cli_run_option(int c, struct coord_engine_opts *eo, struct coord_sched
 {
     int r = coord_cli_engine_option(c, eo, why, len);
     return r ? r : coord_cli_sched_option(c, eo, so, why, len);
+}
+
+int coord_cli_load_template(const char *path, const char *bos, const char *eos,
+                            struct coord_chat_tmpl *t, char **text, struct shardlm_err *e)
+{
+    uint8_t *buf;
+    size_t len;
+    int rc = coord_read_file(path, COORD_CHAT_TEMPLATE_MAX, &buf, &len, e);
+    if (rc)
+        return rc;
+    char why[300];
+    if ((rc = coord_chat_tmpl_init(t, (const char *)buf, len, bos, eos, why, sizeof(why)))) {
+        free(buf);
+        return shardlm_fail(e, rc, "%s: %s", path, why);
+    }
+    char *s = text ? realloc(buf, len + 1) : NULL;
+    if (text && !s) {
+        coord_chat_tmpl_free(t);
+        free(buf);
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    }
+    if (text) {
+        s[len] = 0;
+        *text = s;
+    } else {
+        free(buf);
+    }
+    return 0;
 }
