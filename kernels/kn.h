@@ -13,8 +13,9 @@
  *                low nibble of byte j, 2j+1 in the high one), then scales (rows x ngroups fp16),
  *                then zero points (rows x ngroups uint8, 0..15). value = scale * (code - zero).
  *   KN_DT_W4A8   symmetric int4 per group, zero point 8: codes as W4A16, then scales
- *                (rows x ngroups fp16). value = scale * (code - 8). Activations are quantized to
- *                int8 per token.
+ *                (rows x ngroups fp16, of either sign: the sign picks the side of the group that
+ *                gets code 0, the 8th level). value = scale * (code - 8). Activations are
+ *                quantized to int8 per token.
  * Groups run along a row; the last group of a row is shorter when the group does not divide cols.
  *
  * Device layouts, made from the canonical one by kn_repack_tiles() when a weights segment is
@@ -332,6 +333,26 @@ static inline float kn_bf16_to_f32(uint16_t b)
 void kn_quant_q8(const float *w, int rows, int cols, void *out);
 void kn_quant_w4a16(const float *w, int rows, int cols, int group, void *out);
 void kn_quant_w4a8(const float *w, int rows, int cols, int group, void *out);
+/* Threads the W4 quantizers split a matrix's rows over: 0 (default) = the online CPUs. The
+ * result does not depend on it. */
+void kn_quant_threads(int n);
+/* One group's parameters: scale *s (fp16-exact, as stored) and zero point *z (symmetric: 8, codes
+ * -8..7 around it; asymmetric: 0..15) minimising sum_i imp[i] * (w[i] - s * (q_i - z))^2 with q the
+ * rounded, clamped codes, q_i = clamp(lrintf(w[i] * (1 / s)) + z, 0, 15) in float as kn_quant_w4
+ * rounds them; @imp NULL weighs every element 1 (imp values are >= 0, may contain 0; with no
+ * weight on any non-zero element, as NULL). The least error over every fp16 scale (and zero
+ * point), not an approximation. A symmetric scale may be negative: its sign picks the side of
+ * the group that gets the 8th level. A group of zeros gets s = 0. n <= KN_MAX_GROUP. */
+void kn_quant_group(const float *w, int n, bool asym, const float *imp, float *s, int *z);
+/* A W4 matrix (KN_DT_W4A8 layout when !asym, KN_DT_W4A16 when asym) with per-column importance
+ * @imp (cols floats, NULL: uniform), i.e. group g of row r uses imp + g*group. */
+void kn_quant_w4(const float *w, int rows, int cols, int group, bool asym, const float *imp,
+                 void *out);
+/* Packs given codes (rows x cols bytes, each 0..15, already including the zero point), per-group
+ * scales (rows x ngroups floats, fp16-exact) and zero points (rows x ngroups, ignored when !asym)
+ * into the W4 layout kn_quant_w4 writes. */
+void kn_w4_pack(const uint8_t *codes, const float *scales, const uint8_t *zeros, int rows, int cols,
+                int group, bool asym, void *out);
 void kn_quant_bf16(const float *w, size_t n, uint16_t *out);
 /* Dequantizes row @r of @m into @out (cols floats). */
 void kn_mat_row(const struct kn_mat *m, int r, float *out);

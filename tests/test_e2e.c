@@ -127,7 +127,8 @@ static void eval_model(const char *name, double *kld, double *top1, double *ppl)
     assert_runtime_clean();
 }
 
-/* Bounds: the issue's targets, and our measured figures with margin (README, table). */
+/* Bounds: the issues' targets, and our measured figures with margin (README, table). The int4
+ * rows (round to nearest) may be no worse than before issue 17's exact scale search. */
 static void test_eval_fidelity(void **state)
 {
     double kld, top1, ppl, ppl_f32;
@@ -139,12 +140,12 @@ static void test_eval_fidelity(void **state)
     assert_true(kld < 2e-4); /* measured 4.3e-05 */
     assert_true(top1 > 0.98);
     eval_model("w4a16g64", &kld, &top1, &ppl);
-    assert_true(kld <= 0.080); /* target; measured 0.0728 */
+    assert_true(kld <= 0.0728); /* before issue 17: 0.0728; measured 0.0706 */
     assert_true(top1 > 0.80);
     eval_model("w4a16g128", &kld, &top1, &ppl);
-    assert_true(kld <= 0.085); /* measured 0.0755 */
+    assert_true(kld <= 0.0755); /* before: 0.0755; measured 0.0719 */
     eval_model("w4a8g128", &kld, &top1, &ppl);
-    assert_true(kld <= 0.085); /* target; measured 0.0842 */
+    assert_true(kld <= 0.0844); /* before: 0.0844; measured 0.0716 */
     assert_true(top1 > 0.80);
     assert_true(ppl > ppl_f32 && ppl < ppl_f32 * 1.2);
 }

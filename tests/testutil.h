@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <math.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,32 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* A fixed-seed PRNG for test data: xorshift64*, Box-Muller normals (one state per test binary). */
+static inline uint64_t *tu_rng_state(void)
+{
+    static uint64_t s = 0x9e3779b97f4a7c15ull;
+    return &s;
+}
+static inline void rng_seed(uint64_t s) { *tu_rng_state() = s ? s : 0x9e3779b97f4a7c15ull; }
+static inline uint64_t rng_u64(void)
+{
+    uint64_t *s = tu_rng_state();
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545f4914f6cdd1dull;
+}
+/* uniform in (0, 1) */
+static inline double rng_unit(void)
+{
+    return ((double)(rng_u64() >> 11) + 0.5) / 9007199254740992.0;
+}
+static inline float rng_normal(void)
+{
+    double u = rng_unit(), v = rng_unit();
+    return (float)(sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v));
+}
 
 static inline const char *tu_env(const char *name, const char *fallback)
 {

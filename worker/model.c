@@ -449,6 +449,13 @@ static void att_part(void *arg, int ti, int tn)
     }
 }
 
+static void observe(const struct wrk_model *m, uint32_t layer, enum wrk_site site, const float *x,
+                    int n, int ld, int cols)
+{
+    if (m->observe)
+        m->observe(m->observe_ctx, layer, site, x, n, ld, cols);
+}
+
 static int allreduce(struct wrk_model *m, float *buf, size_t n)
 {
     return m->ar ? seg_ar_allreduce(m->ar, buf, n) : 0;
@@ -530,6 +537,7 @@ static int attention_block(struct wrk_model *m, struct row_job *rj)
     rj->norm = L->attn_norm;
     rj->a = m->a_dim;
     rows_run(m, rj);
+    observe(m, rj->layer, WRK_SITE_QKV, m->xb, n, (int)m->cfg.dim, (int)m->cfg.dim);
     struct gemm_set qkv = {0};
     gemm_set_add(m, &qkv, &L->q, m->a_dim, n, m->q, m->qd);
     gemm_set_add(m, &qkv, &L->k, m->a_dim, n, m->k, m->kvd);
@@ -540,6 +548,7 @@ static int attention_block(struct wrk_model *m, struct row_job *rj)
     attend(m, rj);
     if (L->head_gate)
         head_gate(m, L, n);
+    observe(m, rj->layer, WRK_SITE_O, m->att + m->plan.o_pad, n, m->o_cols, m->qd);
     rj->row = row_prepare;
     rj->src = m->att;
     rj->k = m->o_cols;
@@ -558,6 +567,7 @@ static int ffn_block(struct wrk_model *m, struct row_job *rj)
     rj->norm = L->ffn_norm;
     rj->a = m->a_dim;
     rows_run(m, rj);
+    observe(m, rj->layer, WRK_SITE_GATE_UP, m->xb, n, (int)m->cfg.dim, (int)m->cfg.dim);
     struct gemm_set gate_up = {0};
     gemm_set_add(m, &gate_up, &L->gate, m->a_dim, n, m->hb + m->plan.down_pad, m->down_cols);
     gemm_set_add(m, &gate_up, &L->up, m->a_dim, n, m->hb2, m->ffn);
@@ -565,6 +575,7 @@ static int ffn_block(struct wrk_model *m, struct row_job *rj)
     rj->row = row_act_prepare;
     rj->a = m->a_down;
     rows_run(m, rj);
+    observe(m, rj->layer, WRK_SITE_DOWN, m->hb + m->plan.down_pad, n, m->down_cols, m->ffn);
     return residual_add(m, &L->down, m->a_down, n);
 }
 
@@ -580,6 +591,7 @@ static void head_rows(struct wrk_model *m, int r0, int k)
                         c->norm_eps);
         m->ops->act_prepare(&m->a_dim[j], xb);
     }
+    observe(m, c->n_layers, WRK_SITE_HEAD, m->xb, k, (int)dim, (int)dim);
     gemm(m, &m->head, m->a_dim, k, m->head_dst[r0] + m->plan.v0, (int)c->vocab_size);
 }
 

@@ -17,6 +17,16 @@ struct wrk_layer {
     struct kn_mat q, k, v, o, gate, up, down;
 };
 
+/* The inputs of a layer's matrix products, as wrk_model.observe sees them. */
+enum wrk_site {
+    WRK_SITE_QKV,     /* attention norm output: the input of q, k and v */
+    WRK_SITE_O,       /* attention output: the input of O */
+    WRK_SITE_GATE_UP, /* FFN norm output: the input of gate and up */
+    WRK_SITE_DOWN,    /* act(gate) * up: the input of down */
+    WRK_SITE_HEAD,    /* output norm output: the input of the LM head (layer: n_layers) */
+    WRK_SITES
+};
+
 struct wrk_model {
     struct shlm_config cfg;
     struct seg_plan plan;     /* this rank's slice of every matrix */
@@ -28,6 +38,11 @@ struct wrk_model {
     const float *out_norm;    /* (dim) */
     struct wrk_layer *layers; /* (n_layers) */
     int max_m;                /* tokens per forward chunk */
+    /* When set, called on the forward's thread with each product's input rows before the
+     * product: @n rows of @cols floats, @ld apart (calibration statistics; NULL in a worker) */
+    void (*observe)(void *ctx, uint32_t layer, enum wrk_site site, const float *x, int n, int ld,
+                    int cols);
+    void *observe_ctx;
     long par_min_work;        /* multiply-adds below which a matrix or attention runs on one thread
                                * (tests may lower it) */
     size_t chunk_bytes;       /* of weights a pool thread takes at a time in decode (tests may

@@ -1,18 +1,22 @@
 /* coordinator/cli/cmd_convert.c: `shardlm convert` - options, the weight-path probe when no
  * --scheme is given, then coord_convert with its progress on stderr. */
+#include "calib.h"
 #include "cli.h"
 #include "convert.h"
 #include "kn.h"
 
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static const char usage_convert[] =
     "usage: shardlm convert INPUT [--tokenizer TOKENIZER.bin] [--scheme f32|bf16|w4a16|w4a8]\n"
     "                       [--priority speed|fidelity] [--group N] [--head-bits 8|4]\n"
-    "                       [--ctx N] -o OUT.shlm\n"
+    "                       [--ctx N] [--method rtn|imatrix|gptq|awq] [--calib FILE|self]\n"
+    "                       [--calib-tokens N] [--damp F] [--no-act-order] [--threads N]\n"
+    "                       -o OUT.shlm\n"
     "\n"
     "Reads a model and writes a .shlm file. INPUT is a GGUF file (llama, qwen2, gemma; tensors\n"
     "F32/F16/BF16/Q8_0/Q4_0, dequantized then quantized to the scheme), a Hugging Face\n"
@@ -31,27 +35,67 @@ static const char usage_convert[] =
     "  --head-bits B   embedding and LM head of the int4 schemes: 8 = int8 per row (default),\n"
     "                  4 = the scheme's int4\n"
     "  --ctx N         cap the context length (it sizes the KV cache; default: the model's)\n"
+    "  --method M      how int4 matrices are rounded (the file's layout is the same for all):\n"
+    "                  rtn: each group's scale searched, round to nearest (default without\n"
+    "                  --calib); imatrix: the search weighs each input channel by its mean\n"
+    "                  square on calibration text; gptq: group scales first, then GPTQ's error\n"
+    "                  feedback over the columns (default with --calib); awq: input channels\n"
+    "                  scaled by activation, folded into the norm before, then imatrix\n"
+    "  --calib SRC     calibration text for imatrix/gptq/awq: a UTF-8 text file (at most 64 MiB),\n"
+    "                  or self: the model writes its own from BOS at temperature 1 (the\n"
+    "                  default for those methods); refused with rtn, f32 and bf16\n"
+    "  --calib-tokens N  calibration tokens (default 4096), in sequences of up to 512\n"
+    "  --damp F        GPTQ: add F times the mean diagonal to the Hessian (default 0.01; grows\n"
+    "                  ten-fold, three times at most, while the Hessian is singular)\n"
+    "  --no-act-order  GPTQ: round the columns in order, not by decreasing activation\n"
+    "  --threads N     quantizer and calibration threads (default: the online CPUs)\n"
     "  -o OUT          output file (written whole or not at all)\n"
     "  -q, --quiet     no progress on stderr\n";
 
-/* Progress on stderr: a counter on a terminal; in a log a line every 5 s of a long conversion. */
+/* Progress on stderr: a counter on a terminal; in a log a line every 5 s of a long conversion.
+ * The tensor lines say the output's MB/s so far and the time left at that rate. */
 struct convert_progress {
     bool tty;
+    uint64_t start;       /* when the conversion started */
     uint64_t t0, last_ns; /* when the tensors started; the last line */
+    const struct coord_convert_info *info;
 };
+
+static bool progress_due(struct convert_progress *p, bool last)
+{
+    uint64_t now = shardlm_now_ns();
+    if (!last && !p->tty && now - p->last_ns < 5000000000ull)
+        return false;
+    if (!last && p->tty && now - p->last_ns < 200000000ull)
+        return false;
+    p->last_ns = now;
+    return true;
+}
 
 static void convert_progress(void *ctx, int done, int total)
 {
     struct convert_progress *p = ctx;
     if (done == 0) {
         p->t0 = p->last_ns = shardlm_now_ns();
-    } else if (p->tty) {
-        fprintf(stderr, "\rshardlm convert: %d/%d tensors", done, total);
-    } else if (shardlm_now_ns() - p->last_ns > 5000000000ull) {
-        p->last_ns = shardlm_now_ns();
-        fprintf(stderr, "shardlm convert: %d/%d tensors, %.0f s\n", done, total,
-                (double)(p->last_ns - p->t0) / 1e9);
+        return;
     }
+    if (!progress_due(p, false))
+        return;
+    double s = (double)(p->last_ns - p->t0) / 1e9, mb = (double)p->info->bytes_written / 1e6;
+    double rate = s > 0 ? mb / s : 0, left = (double)p->info->file_bytes / 1e6 - mb;
+    fprintf(stderr, "%sshardlm convert: tensor %d of %d, %.1f MB/s, %.0f s, %.0f s left%s",
+            p->tty ? "\r" : "", done, total, rate, s, rate > 0 ? left / rate : 0.0,
+            p->tty ? "\033[K" : "\n");
+}
+
+/* The calibration's stages: generated tokens, then the statistics passes. */
+static void convert_stage(void *ctx, const char *stage, long done, long total)
+{
+    struct convert_progress *p = ctx;
+    if (!progress_due(p, done == total))
+        return;
+    fprintf(stderr, "%sshardlm convert: calibration %s %ld/%ld%s", p->tty ? "\r" : "", stage, done,
+            total, p->tty ? "\033[K" : "\n");
 }
 
 /* The weight path when no --scheme is given, said on stderr: w4a8 where the CPU has AMX (unless
@@ -76,18 +120,20 @@ static enum shlm_scheme probe_scheme(bool fidelity)
 static void print_written(const struct coord_convert_opts *o, const struct coord_convert_info *info,
                           const struct convert_progress *p)
 {
-    char g[32] = "";
+    char g[64] = "";
     if (info->group)
         snprintf(g, sizeof(g), " group %d head int%d", info->group, o->head_bits);
+    if (o->method != COORD_QUANT_RTN)
+        snprintf(g + strlen(g), sizeof(g) - strlen(g), " %s", coord_quant_method_name(o->method));
     fprintf(stderr, "%sshardlm convert: wrote %s: %s%s, %d tensors, %llu bytes, %.1f s\n",
-            p->tty ? "\r" : "", o->out, shlm_scheme_name(o->scheme), g, info->n_tensors,
-            (unsigned long long)info->file_bytes, (double)(shardlm_now_ns() - p->t0) / 1e9);
+            p->tty ? "\r\033[K" : "", o->out, shlm_scheme_name(o->scheme), g, info->n_tensors,
+            (unsigned long long)info->file_bytes, (double)(shardlm_now_ns() - p->start) / 1e9);
 }
 
 /* What `shardlm convert`'s command line asks for: coord_convert's options and the CLI's own. */
 struct convert_args {
     struct coord_convert_opts o;
-    bool fidelity, quiet;
+    bool fidelity, quiet, method_set;
 };
 
 /* Option @c of getopt_long (its value in optarg) into @a. Returns -1 to go on, else the exit
@@ -133,6 +179,40 @@ static int convert_option(int c, struct convert_args *a)
     case 'o':
         a->o.out = optarg;
         return -1;
+    case 'M':
+        if (coord_quant_method_parse(optarg, &a->o.method))
+            return coord_usage_error("convert", usage_convert,
+                                     "--method '%s': expected rtn, imatrix, gptq or awq", optarg);
+        a->method_set = true;
+        return -1;
+    case 'C':
+        a->o.calib = optarg;
+        return -1;
+    case 'T':
+        if (!coord_parse_long(optarg, 16, COORD_CALIB_MAX_TOKENS, &v))
+            return coord_usage_error("convert", usage_convert,
+                                     "--calib-tokens '%s': expected 16..%d", optarg,
+                                     COORD_CALIB_MAX_TOKENS);
+        a->o.calib_tokens = (int)v;
+        return -1;
+    case 'D': {
+        char *end;
+        double d = strtod(optarg, &end);
+        if (end == optarg || *end || !(d > 0.0 && d <= 1.0))
+            return coord_usage_error("convert", usage_convert,
+                                     "--damp '%s': expected a number above 0, at most 1", optarg);
+        a->o.damp = (float)d;
+        return -1;
+    }
+    case 'A':
+        a->o.no_act_order = true;
+        return -1;
+    case 'j':
+        if (!coord_parse_long(optarg, 1, 1024, &v))
+            return coord_usage_error("convert", usage_convert, "--threads '%s': expected 1..1024",
+                                     optarg);
+        a->o.threads = (int)v;
+        return -1;
     case 'q':
         a->quiet = true;
         return -1;
@@ -155,6 +235,12 @@ static int convert_parse(int argc, char **argv, struct convert_args *a)
                                          {"head-bits", required_argument, 0, 'b'},
                                          {"ctx", required_argument, 0, 'x'},
                                          {"priority", required_argument, 0, 'P'},
+                                         {"method", required_argument, 0, 'M'},
+                                         {"calib", required_argument, 0, 'C'},
+                                         {"calib-tokens", required_argument, 0, 'T'},
+                                         {"damp", required_argument, 0, 'D'},
+                                         {"no-act-order", no_argument, 0, 'A'},
+                                         {"threads", required_argument, 0, 'j'},
                                          {"quiet", no_argument, 0, 'q'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -169,9 +255,19 @@ static int convert_parse(int argc, char **argv, struct convert_args *a)
         return coord_usage_error("convert", usage_convert, "-o is required");
     if ((int)a->o.scheme < 0)
         a->o.scheme = probe_scheme(a->fidelity);
-    if (a->o.group && a->o.scheme != SHLM_SCHEME_W4A16 && a->o.scheme != SHLM_SCHEME_W4A8)
+    bool w4 = a->o.scheme == SHLM_SCHEME_W4A16 || a->o.scheme == SHLM_SCHEME_W4A8;
+    if (a->o.group && !w4)
         return coord_usage_error("convert", usage_convert,
                                  "--group applies to w4a16 and w4a8 only");
+    /* a calibration text without a method: the best measured (docs/fidelity.md) */
+    if (a->o.calib && !a->method_set && w4)
+        a->o.method = COORD_QUANT_GPTQ;
+    if ((a->o.damp > 0.0f || a->o.no_act_order) && a->o.method != COORD_QUANT_GPTQ)
+        return coord_usage_error("convert", usage_convert,
+                                 "--damp and --no-act-order apply to --method gptq only");
+    if (a->o.calib_tokens && a->o.method == COORD_QUANT_RTN)
+        return coord_usage_error("convert", usage_convert,
+                                 "--calib-tokens applies to a calibrated --method only");
     return -1;
 }
 
@@ -181,12 +277,19 @@ int coord_cmd_convert(int argc, char **argv)
     int rc = convert_parse(argc, argv, &a);
     if (rc >= 0)
         return rc;
-    struct convert_progress prog = {.tty = isatty(2)};
+    struct coord_convert_info info;
+    struct convert_progress prog = {.tty = isatty(2), .info = &info};
     if (!a.quiet) {
         a.o.progress = convert_progress;
+        a.o.stage = convert_stage;
         a.o.progress_ctx = &prog;
+        prog.start = prog.t0 = prog.last_ns = shardlm_now_ns();
+        if (a.o.method != COORD_QUANT_RTN)
+            fprintf(stderr, "shardlm convert: %s, calibrating on %s\n",
+                    coord_quant_method_name(a.o.method),
+                    a.o.calib && strcmp(a.o.calib, "self") ? a.o.calib
+                                                           : "the model's own text (--calib self)");
     }
-    struct coord_convert_info info;
     struct shardlm_err e = {{0}};
     rc = coord_convert(&a.o, &info, &e);
     if (!rc && !a.quiet)

@@ -2,6 +2,7 @@
 #include "generate.h"
 
 #include "cli.h"
+#include "kn.h"
 #include "sampler.h"
 
 #include <errno.h>
@@ -18,7 +19,22 @@
 struct eval_acc {
     double kld, nll;
     long positions, top1, predicted;
+    double *kl; /* (positions) each position's KL divergence, for the 99th percentile */
+    long cap;   /* entries kl has room for */
 };
+
+/* Makes room in @a for @n positions. Returns 0 or -ENOMEM. */
+static int acc_reserve(struct eval_acc *a, long n)
+{
+    if (n <= a->cap)
+        return 0;
+    double *kl = realloc(a->kl, (size_t)n * sizeof(double));
+    if (!kl)
+        return -ENOMEM;
+    a->kl = kl;
+    a->cap = n;
+    return 0;
+}
 
 /* log-softmax of @x (n) into @out, in double for the divergence sums */
 static void log_softmax(const float *x, int n, double *out)
@@ -33,7 +49,8 @@ static void log_softmax(const float *x, int n, double *out)
         out[i] = (double)x[i] - lse;
 }
 
-/* Adds one position: KL(ref || model), top-1 agreement and, when @next >= 0, its NLL. */
+/* Adds one position: KL(ref || model), top-1 agreement and, when @next >= 0, its NLL. @a has
+ * room for it (acc_reserve). */
 static void score(struct eval_acc *a, const float *ref, const float *model, int n, int next,
                   double *lp, double *lq)
 {
@@ -42,8 +59,9 @@ static void score(struct eval_acc *a, const float *ref, const float *model, int 
     double kl = 0.0;
     for (int i = 0; i < n; i++)
         kl += exp(lp[i]) * (lp[i] - lq[i]);
+    KN_ASSERT(a->positions < a->cap);
     a->kld += kl;
-    a->positions++;
+    a->kl[a->positions++] = kl;
     a->top1 += coord_argmax(ref, n) == coord_argmax(model, n);
     if (next >= 0) {
         a->nll -= lq[next];
@@ -51,11 +69,30 @@ static void score(struct eval_acc *a, const float *ref, const float *model, int 
     }
 }
 
-static void report(const char *label, const struct eval_acc *a)
+static int cmp_double(const void *a, const void *b)
 {
-    printf("%s kld=%.6g top1=%.4f ppl=%.4f\n", label, a->kld / (double)a->positions,
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The @p quantile (0..1) of the @n values @v (sorted here, in place): linear interpolation
+ * between the closest ranks, at rank (n - 1) p from 0 (numpy.percentile's default), so that
+ * a tool in Python finds the same figure. */
+static double quantile(double *v, long n, double p)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    double h = (double)(n - 1) * p;
+    long lo = (long)h;
+    return lo + 1 < n ? v[lo] + (h - (double)lo) * (v[lo + 1] - v[lo]) : v[n - 1];
+}
+
+/* Prints @a's scores after @label; reorders @a->kl. */
+static void report(const char *label, struct eval_acc *a)
+{
+    printf("%s kld=%.6g top1=%.4f ppl=%.4f kld_p99=%.6g\n", label, a->kld / (double)a->positions,
            (double)a->top1 / (double)a->positions,
-           a->predicted ? exp(a->nll / (double)a->predicted) : NAN);
+           a->predicted ? exp(a->nll / (double)a->predicted) : NAN,
+           quantile(a->kl, a->positions, 0.99));
 }
 
 /* Splits @line at tabs into at most @max fields (in place). Returns the count. */
@@ -299,6 +336,8 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
     int rc = ref_line_parse(&r, o, line, vocab, (int)c->seq_len, e);
     if (!rc)
         rc = ref_line_logits(&r, o, vocab, e);
+    if (!rc && (acc_reserve(&acc, r.rows) || acc_reserve(total, total->positions + r.rows)))
+        rc = shardlm_fail(e, -ENOMEM, "out of memory");
     if (!rc && o->save_dir && !(save = malloc(r.len)))
         rc = shardlm_fail(e, -ENOMEM, "out of memory for %s", r.f[4]);
     if (!rc)
@@ -307,6 +346,7 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
         char label[160];
         snprintf(label, sizeof(label), "prompt %d \"%.60s\" positions=%d", no, r.f[0], r.rows);
         report(label, &acc);
+        memcpy(total->kl + total->positions, acc.kl, (size_t)acc.positions * sizeof(double));
         total->kld += acc.kld;
         total->nll += acc.nll;
         total->positions += acc.positions;
@@ -315,6 +355,7 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
     }
     if (!rc && save)
         rc = ref_line_save(&r, o, save, saved, saved_len, e);
+    free(acc.kl);
     free(save);
     ref_line_free(&r);
     return rc;
@@ -437,6 +478,7 @@ static int eval_lines(struct coord_engine *g, const struct coord_eval_opts *o,
         rc = write_whole(out_tsv, saved, saved_len, e);
     }
 out:
+    free(total.kl);
     free(lp);
     free(lq);
     free(saved);

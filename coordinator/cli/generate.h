@@ -42,8 +42,10 @@ struct coord_eval_opts {
 };
 
 /* Feeds the reference token sequences of @ref_dir/greedy.tsv and compares the logits with the
- * reference ones: per prompt and overall KL divergence, top-1 agreement and perplexity. The last
- * line is `overall kld=<mean> top1=<fraction> ppl=<value>`. Returns 0 or -errno with @e set. */
+ * reference ones: per prompt and overall KL divergence, top-1 agreement, perplexity and the 99th
+ * percentile of the positions' KL divergences. The last line is
+ * `overall kld=<mean> top1=<fraction> ppl=<value> kld_p99=<value>`. Returns 0 or -errno with @e
+ * set. */
 int coord_eval(const struct coord_eval_opts *o, struct shardlm_err *e);
 
 #endif

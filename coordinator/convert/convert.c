@@ -3,14 +3,17 @@
  * written as a .shlm file, whole or not at all. */
 #include "convert.h"
 
+#include "calib.h"
 #include "source.h"
 
 #include "fault.h"
+#include "pool.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
@@ -74,33 +77,100 @@ static void plan_free(struct convert_plan *p)
  * sizes, and the header fields (checksums excepted). Returns 0 or -errno with @e set; release
  * with plan_free() either way. */
 static int plan_layout(struct convert_plan *p, const struct coord_source *src,
-                       const struct coord_convert_opts *o, int group, struct shardlm_err *e)
+                       enum shlm_scheme scheme, int group, int head_bits, struct shardlm_err *e)
 {
     p->specs = calloc(SHLM_MAX_TENSORS, sizeof(*p->specs));
     p->table = calloc(SHLM_MAX_TENSORS, sizeof(*p->table));
     p->h = calloc(1, sizeof(*p->h));
     if (!p->specs || !p->table || !p->h)
         return shardlm_fail(e, -ENOMEM, "out of memory");
-    p->n = shlm_expected_tensors(&src->cfg, o->scheme, group, o->head_bits, NULL, p->specs,
+    p->n = shlm_expected_tensors(&src->cfg, scheme, group, head_bits, NULL, p->specs,
                                  SHLM_MAX_TENSORS);
     if (p->n < 0)
-        return shardlm_fail(e, -EINVAL, "%s: too many layers for the tensor table", o->checkpoint);
+        return shardlm_fail(e, -EINVAL, "%s: too many layers for the tensor table", src->path);
     struct shlm_header *h = p->h;
     shlm_layout(h, p->table, p->specs, p->n, src->tok_len);
     h->cfg = src->cfg;
-    h->scheme = o->scheme;
+    h->scheme = scheme;
     h->group = (uint32_t)group;
-    h->head_bits = group ? (uint32_t)o->head_bits : 0;
+    h->head_bits = group ? (uint32_t)head_bits : 0;
     h->tok_kind = src->tok_kind;
     h->bos_id = src->bos_id;
     h->eos_id = src->eos_id;
     return 0;
 }
 
-/* Reads tensor @t of @src as float32, encodes it as @spec says, checksums it and writes it at its
- * offset in @fd. Returns 0 or -errno with @e naming the tensor or the output. */
+/* What the tensors are encoded with: the options, and the calibration's statistics when a
+ * method needs them (NULL: plain encoding). */
+struct convert_enc {
+    const struct coord_convert_opts *o;
+    struct coord_calib *calib;
+    struct coord_awq *awq; /* --method awq */
+    /* GPTQ: the factorisation of the last input's Hessian (q, k and v share one) */
+    struct coord_gptq_factor *factor;
+    long factor_site;
+    struct wrk_pool *pool; /* GPTQ's threads */
+};
+
+static bool is_w4(enum kn_dtype dt) { return dt == KN_DT_W4A8 || dt == KN_DT_W4A16; }
+
+/* Encodes W4 tensor @s from @w (rows x cols floats) by a calibrated method into @dst; a tensor
+ * that is no linear layer's weight (no statistics) is encoded plainly. Returns 0 or -errno. */
+static int encode_calibrated(struct convert_enc *c, const struct shlm_tensor_spec *s,
+                             const float *w, const float *col_scale, void *dst,
+                             struct shardlm_err *e)
+{
+    const float *imat, *h;
+    long site = coord_calib_site(c->calib, s->name);
+    bool asym = s->dtype == KN_DT_W4A16, factored = c->factor && site == c->factor_site;
+    int rc = 0;
+    if (!factored && (rc = coord_calib_stats(c->calib, s->name, s->cols, &imat, &h, e)))
+        return rc;
+    if (factored) /* GPTQ's factorisation of this input is at hand: no Hessian to copy */
+        return coord_gptq_apply(c->factor, w, s->rows, s->group, asym, c->pool, dst)
+                   ? shardlm_fail(e, -ENOMEM, "out of memory for GPTQ of tensor %s", s->name)
+                   : 0;
+    if (!imat) {
+        encode(s, w, dst);
+        return 0;
+    }
+    switch (c->o->method) {
+    case COORD_QUANT_GPTQ: {
+        struct coord_gptq_opts g = {c->o->damp > 0.0f ? c->o->damp : COORD_GPTQ_DAMP,
+                                    !c->o->no_act_order};
+        coord_gptq_factor_free(c->factor);
+        c->factor = NULL;
+        if (!(rc = coord_gptq_factor(h, s->cols, &g, c->pool, &c->factor))) {
+            c->factor_site = site;
+            rc = coord_gptq_apply(c->factor, w, s->rows, s->group, asym, c->pool, dst);
+        }
+        if (rc == -EDOM)
+            return shardlm_fail(e, rc,
+                                "tensor %s: its Hessian stays singular after dampening "
+                                "(try a larger --damp, or more calibration text)",
+                                s->name);
+        return rc ? shardlm_fail(e, rc, "out of memory for GPTQ of tensor %s", s->name) : 0;
+    }
+    case COORD_QUANT_AWQ: { /* the columns were scaled by AWQ: their inputs divide by it */
+        float *imp = malloc((size_t)s->cols * sizeof(float));
+        if (!imp)
+            return shardlm_fail(e, -ENOMEM, "out of memory");
+        for (int i = 0; i < s->cols; i++)
+            imp[i] = col_scale ? imat[i] / (col_scale[i] * col_scale[i]) : imat[i];
+        kn_quant_w4(w, s->rows, s->cols, s->group, asym, imp, dst);
+        free(imp);
+        return 0;
+    }
+    default: /* imatrix */
+        kn_quant_w4(w, s->rows, s->cols, s->group, asym, imat, dst);
+        return 0;
+    }
+}
+
+/* Reads tensor @t of @src as float32, encodes it as @spec and @enc say, checksums it and writes
+ * it at its offset in @fd. Returns 0 or -errno with @e naming the tensor or the output. */
 static int write_tensor(int fd, struct coord_source *src, const struct shlm_tensor_spec *spec,
-                        struct shlm_tensor *t, const struct coord_convert_opts *o,
+                        struct shlm_tensor *t, struct convert_enc *enc, const char *out,
                         struct shardlm_err *e)
 {
     float *f32 = malloc((size_t)t->rows * t->cols * sizeof(float));
@@ -112,13 +182,22 @@ static int write_tensor(int fd, struct coord_source *src, const struct shlm_tens
     }
     rc = src->read(src, t->name, (int)t->rows, (int)t->cols, f32, e);
     if (rc == -ENOENT)
-        shardlm_fail(e, rc, "%s: tensor %s is missing", o->checkpoint, t->name);
+        shardlm_fail(e, rc, "%s: tensor %s is missing", src->path, t->name);
     if (rc)
         goto out_free;
-    encode(spec, f32, buf);
+    const float *col_scale = NULL;
+    if (enc->awq &&
+        (rc = coord_awq_apply(enc->awq, t->name, f32, (int)t->rows, (int)t->cols, &col_scale, e)))
+        goto out_free;
+    if (enc->calib && is_w4(spec->dtype))
+        rc = encode_calibrated(enc, spec, f32, col_scale, buf, e);
+    else
+        encode(spec, f32, buf);
+    if (rc)
+        goto out_free;
     t->checksum = shlm_hash(buf, t->bytes);
     if ((rc = pwrite_all(fd, buf, t->bytes, t->offset)))
-        shardlm_fail(e, rc, "%s: write failed: %s", o->out, strerror(-rc));
+        shardlm_fail(e, rc, "%s: write failed: %s", out, strerror(-rc));
 out_free:
     free(f32);
     free(buf);
@@ -153,14 +232,71 @@ static int write_tail(int *fd, struct convert_plan *p, const struct coord_source
     return 0;
 }
 
+/* Checks @o's method against its scheme: a calibrated method rounds int4 matrices only, and a
+ * calibration text is for a calibrated method. Returns 0 or -EINVAL with @e naming the options. */
+static int check_method(const struct coord_convert_opts *o, struct shardlm_err *e)
+{
+    bool w4 = o->scheme == SHLM_SCHEME_W4A16 || o->scheme == SHLM_SCHEME_W4A8;
+    if (o->method != COORD_QUANT_RTN && !w4)
+        return shardlm_fail(e, -EINVAL,
+                            "--method %s: %s has no int4 matrices to round "
+                            "(methods apply to w4a16 and w4a8)",
+                            coord_quant_method_name(o->method), shlm_scheme_name(o->scheme));
+    if (o->calib && o->method == COORD_QUANT_RTN)
+        return shardlm_fail(e, -EINVAL,
+                            "--calib %s: %s uses no calibration (pick --method "
+                            "imatrix, gptq or awq)",
+                            o->calib, w4 ? "--method rtn" : shlm_scheme_name(o->scheme));
+    if (o->damp < 0.0f || o->damp > 1.0f || o->damp != o->damp)
+        return shardlm_fail(e, -EINVAL, "--damp %g: expected 0 to 1", (double)o->damp);
+    return 0;
+}
+
+/* GPTQ's threads: --threads, or the online CPUs. */
+static int gptq_pool(const struct coord_convert_opts *o, struct wrk_pool **pool,
+                     struct shardlm_err *e)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = o->threads > 0 ? o->threads : cpus > 0 ? (int)cpus : 1;
+    int rc = wrk_pool_init(pool, n, NULL);
+    return rc ? shardlm_fail(e, rc, "GPTQ threads: %s", strerror(-rc)) : 0;
+}
+
+/* The calibration @o's method needs, or none (*@calib NULL). */
+static int calibrate(const struct coord_convert_opts *o, struct coord_source *src,
+                     struct coord_calib **calib, struct coord_calib_opts *co, struct shardlm_err *e)
+{
+    *calib = NULL;
+    if (o->method == COORD_QUANT_RTN)
+        return 0;
+    *co = (struct coord_calib_opts){.text = o->calib && strcmp(o->calib, "self") ? o->calib : NULL,
+                                    .tokens = o->calib_tokens,
+                                    .hessians = o->method == COORD_QUANT_GPTQ,
+                                    .samples = o->method == COORD_QUANT_AWQ,
+                                    .head = o->head_bits == 4,
+                                    .threads = o->threads,
+                                    .progress = o->stage,
+                                    .progress_ctx = o->progress_ctx};
+    return coord_calib_open(calib, src, co, e);
+}
+
 int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info *info,
                   struct shardlm_err *e)
 {
     struct coord_source src;
     struct convert_plan p = {0};
+    struct coord_calib *calib = NULL;
+    struct coord_awq *awq = NULL;
+    struct coord_calib_opts co;
+    struct convert_enc enc = {o, NULL, NULL, NULL, -1, NULL};
+    struct coord_convert_info scratch;
     int rc, group;
-    const char *inputs[] = {o->checkpoint, o->tokenizer};
-    if ((rc = convert_group(o, &group, e)) || (rc = coord_out_check(o->out, inputs, 2, e)))
+    const char *inputs[] = {o->checkpoint, o->tokenizer, o->calib};
+    if (!info)
+        info = &scratch;
+    memset(info, 0, sizeof(*info));
+    if ((rc = convert_group(o, &group, e)) || (rc = check_method(o, e)) ||
+        (rc = coord_out_check(o->out, inputs, o->calib ? 3 : 2, e)))
         return rc;
     if ((rc = coord_source_open(&src, o->checkpoint, o->tokenizer, o->max_ctx, e)))
         return rc;
@@ -169,8 +305,17 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
         rc = shardlm_fail(e, -EINVAL, "%s: %s", o->checkpoint, cerr.msg);
         goto out_src;
     }
-    if ((rc = plan_layout(&p, &src, o, group, e)))
+    kn_quant_threads(o->threads);
+    if ((rc = plan_layout(&p, &src, o->scheme, group, o->head_bits, e)) ||
+        (rc = calibrate(o, &src, &calib, &co, e)))
         goto out_free;
+    if (o->method == COORD_QUANT_AWQ &&
+        (rc = coord_awq_open(&awq, calib, &src, group, o->scheme == SHLM_SCHEME_W4A16, e)))
+        goto out_free;
+    *info = (struct coord_convert_info){.group = group,
+                                        .n_tensors = p.n,
+                                        .file_bytes = p.h->file_bytes,
+                                        .calib_tokens = calib ? coord_calib_tokens(calib) : 0};
     if (o->progress)
         o->progress(o->progress_ctx, 0, p.n);
     char tmp[4200];
@@ -183,9 +328,13 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
         rc = shardlm_fail(e, -errno, "%s: %s", o->out, strerror(errno));
         goto out_unlink;
     }
+    enc = (struct convert_enc){o, calib, awq, NULL, -1, NULL};
+    if (o->method == COORD_QUANT_GPTQ && (rc = gptq_pool(o, &enc.pool, e)))
+        goto out_unlink;
     for (int i = 0; i < p.n; i++) {
-        if ((rc = write_tensor(fd, &src, &p.specs[i], &p.table[i], o, e)))
+        if ((rc = write_tensor(fd, &src, &p.specs[i], &p.table[i], &enc, o->out, e)))
             goto out_unlink;
+        info->bytes_written += p.table[i].bytes;
         if (o->progress)
             o->progress(o->progress_ctx, i + 1, p.n);
     }
@@ -193,9 +342,6 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
         goto out_unlink;
     if ((rc = coord_out_commit(tmp, o->out, e)))
         goto out_free;
-    if (info)
-        *info = (struct coord_convert_info){
-            .group = group, .n_tensors = p.n, .file_bytes = p.h->file_bytes};
     rc = 0;
     goto out_free;
 out_unlink:
@@ -203,8 +349,54 @@ out_unlink:
         close(fd);
     unlink(tmp);
 out_free:
+    coord_gptq_factor_free(enc.factor);
+    if (enc.pool)
+        wrk_pool_free(enc.pool);
+    coord_awq_free(awq);
+    coord_calib_free(calib);
     plan_free(&p);
 out_src:
     coord_source_close(&src);
+    if (rc)
+        memset(info, 0, sizeof(*info));
+    return rc;
+}
+
+int coord_convert_image(struct coord_source *src, enum shlm_scheme scheme, void **image,
+                        size_t *size, struct shardlm_err *e)
+{
+    struct convert_plan p = {0};
+    struct coord_convert_opts plain = {.scheme = scheme};
+    struct convert_enc enc = {&plain, NULL, NULL, NULL, -1, NULL};
+    void *map = MAP_FAILED;
+    *image = NULL;
+    int rc = plan_layout(&p, src, scheme, 0, 8, e), fd = -1;
+    if (rc)
+        goto out;
+    if ((fd = memfd_create("shardlm-calib", MFD_CLOEXEC)) < 0 ||
+        ftruncate(fd, (off_t)p.h->file_bytes) < 0) {
+        rc = shardlm_fail(e, -errno, "calibration image (%llu bytes): %s",
+                          (unsigned long long)p.h->file_bytes, strerror(errno));
+        goto out;
+    }
+    map = mmap(NULL, p.h->file_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+        rc = shardlm_fail(e, -errno, "calibration image: %s", strerror(errno));
+        goto out;
+    }
+    for (int i = 0; i < p.n && !rc; i++)
+        rc = write_tensor(fd, src, &p.specs[i], &p.table[i], &enc, "calibration image", e);
+    if (!rc)
+        rc = write_tail(&fd, &p, src, "calibration image", e);
+out:
+    if (fd >= 0)
+        close(fd);
+    if (rc && map != MAP_FAILED)
+        munmap(map, p.h->file_bytes);
+    if (!rc) {
+        *image = map;
+        *size = p.h->file_bytes;
+    }
+    plan_free(&p);
     return rc;
 }

@@ -3,7 +3,9 @@
 #ifndef SHARDLM_COORD_CONVERT_H
 #define SHARDLM_COORD_CONVERT_H
 
+#include "quant.h"
 #include "shlm.h"
+#include "source.h"
 #include "util.h"
 
 #include <stdint.h>
@@ -16,22 +18,40 @@ struct coord_convert_opts {
     int group;        /* W4 group; 0 picks the scheme's default (w4a16: 64, w4a8: 128) */
     int head_bits;    /* 8 (default) or 4 */
     uint32_t max_ctx; /* caps the context length (KV cache size); 0: the model's */
+    /* How int4 matrices are rounded (quant.h); anything but RTN calibrates first, on the text
+     * of the file @calib, or (NULL or "self") on text the model samples itself. */
+    enum coord_quant_method method;
+    const char *calib;
+    int calib_tokens;  /* 0: COORD_CALIB_TOKENS */
+    float damp;        /* GPTQ dampening (0: COORD_GPTQ_DAMP) */
+    bool no_act_order; /* GPTQ in column order */
+    int threads;       /* quantizer and calibration threads (0: the online CPUs) */
+    /* Calibration progress, when set: a stage ("tokens", "statistics") and its count so far. */
+    void (*stage)(void *ctx, const char *stage, long done, long total);
     /* Progress, when set: (0, n) once the file's n tensors are laid out, before the first is
      * written, then (i, n) after the i-th. coord_convert() prints nothing itself. */
     void (*progress)(void *ctx, int done, int total);
     void *progress_ctx;
 };
 
-/* What coord_convert() wrote. */
+/* What coord_convert() wrote; filled as it goes (n_tensors and file_bytes once the file is
+ * laid out, bytes_written after each tensor), so that a progress callback may read it. */
 struct coord_convert_info {
     int group; /* W4 group used (0 for f32 and bf16) */
     int n_tensors;
     uint64_t file_bytes;
+    uint64_t bytes_written; /* of the tensors */
+    long calib_tokens;      /* tokens the statistics came from (0: none) */
 };
 
 /* Writes opts->out atomically (a temporary file renamed at the end; nothing is left on error),
  * and fills @info (may be NULL) on success. Returns 0 or -errno with @e set. */
 int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info *info,
                   struct shardlm_err *e);
+
+/* @src in @scheme (f32 or bf16) as a model image in memory (a sealed memfd, mapped): what the
+ * calibration runs. Returns 0 or -errno with @e set; munmap(*@image, *@size) when done. */
+int coord_convert_image(struct coord_source *src, enum shlm_scheme scheme, void **image,
+                        size_t *size, struct shardlm_err *e);
 
 #endif

@@ -1,0 +1,84 @@
+/* coordinator/convert/calib.h: calibration for `shardlm convert --calib` - the model runs its own
+ * forward (worker/model.c, in this process, over a bf16 image of the source) on calibration text
+ * and collects, for the input of every linear layer, the per-channel mean square (llama.cpp's
+ * "imatrix") and, for GPTQ and AWQ, the mean of x x^T (the layer's Hessian up to a factor 2). */
+#ifndef SHARDLM_COORD_CALIB_H
+#define SHARDLM_COORD_CALIB_H
+
+#include "source.h"
+#include "util.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Calibration text: a file of at most this many bytes, and tokens used by default / at most. */
+#define COORD_CALIB_MAX_BYTES (64u << 20)
+#define COORD_CALIB_TOKENS 4096
+#define COORD_CALIB_MAX_TOKENS (1 << 20)
+/* Bytes of Hessians held at once: a third of the free memory, within these bounds. A model
+ * whose Hessians exceed it takes several forward passes over the calibration tokens, each
+ * collecting a range of layers (the statistics are the same). */
+#define COORD_CALIB_HESSIAN_MIN ((size_t)1 << 30)
+#define COORD_CALIB_HESSIAN_MAX ((size_t)16 << 30)
+#define COORD_CALIB_SAMPLES 128
+
+struct coord_calib_opts {
+    const char *text; /* a UTF-8 text file, or NULL: the model writes its own text (--calib self) */
+    int tokens;       /* calibration tokens (0: COORD_CALIB_TOKENS) */
+    bool hessians;    /* collect x x^T too */
+    bool head;        /* collect the LM head's input too (its logits cost a product per token) */
+    bool samples;     /* keep COORD_CALIB_SAMPLES input rows per product, spread over the text */
+    int threads;      /* forward threads (0: the online CPUs) */
+    /* Progress, when set: @stage ("tokens", "statistics") and its count so far of @total. */
+    void (*progress)(void *ctx, const char *stage, long done, long total);
+    void *progress_ctx;
+};
+
+struct coord_calib;
+
+/* Tokenizes (or generates) the calibration tokens of @src's model and runs the first pass.
+ * @src stays open while the calibration lives. Returns 0 or -errno with @e set: an empty text,
+ * one that is not UTF-8 or past COORD_CALIB_MAX_BYTES, too few tokens, out of memory. Release
+ * with coord_calib_free(). */
+int coord_calib_open(struct coord_calib **out, struct coord_source *src,
+                     const struct coord_calib_opts *o, struct shardlm_err *e);
+void coord_calib_free(struct coord_calib *c);
+
+/* The statistics of the input of tensor @name (.shlm naming) of @cols columns: *@imatrix the
+ * per-column mean square (cols floats), *@hessian (when the calibration collects them, else
+ * NULL) the mean of x x^T (cols x cols, symmetric). Both NULL when @name is no linear layer's
+ * weight. The pointers hold until the next call. Returns 0 or -errno with @e set (a pass that
+ * ran out of memory). */
+int coord_calib_stats(struct coord_calib *c, const char *name, int cols, const float **imatrix,
+                      const float **hessian, struct shardlm_err *e);
+/* Which product input @name reads (tensors that read the same input, as q, k and v do, have the
+ * same key), or -1 when it is no linear layer's weight. */
+long coord_calib_site(const struct coord_calib *c, const char *name);
+
+/* The input rows kept of layer @layer's product input @site (enum wrk_site): *@n rows of @cols
+ * floats at *@x (NULL, 0 when no samples were kept). */
+void coord_calib_samples(const struct coord_calib *c, uint32_t layer, int site, int cols,
+                         const float **x, int *n);
+/* The per-column mean square of layer @layer's product input @site; NULL when not collected.
+ * Valid while @c is. */
+const double *coord_calib_sumsq(const struct coord_calib *c, uint32_t layer, int site, long *rows);
+
+/* The lower triangle of @h (cols x cols) += x^T x for the @n rows of @x, @ld floats apart (the
+ * upper triangle is scratch), split over @pool's threads (NULL: the caller's). */
+struct wrk_pool;
+void coord_calib_hessian_add(float *h, const float *x, int n, int ld, int cols,
+                             struct wrk_pool *pool);
+/* For tests: the code coord_calib_hessian_add runs from now on - 0 the baseline, 1 AVX2, 2
+ * AVX-512, -1 the best this CPU has (the default); a level the CPU lacks runs its best. Returns
+ * the level that will run. */
+int coord_calib_hessian_force(int isa);
+
+/* The tokens the statistics came from (for the closing line). */
+long coord_calib_tokens(const struct coord_calib *c);
+
+/* Reads @path as calibration text: refuses a missing, empty or non-UTF-8 file or one past
+ * COORD_CALIB_MAX_BYTES with a line naming it. On success *@text is malloc'd and NUL-terminated. */
+int coord_calib_read_text(const char *path, char **text, size_t *len, struct shardlm_err *e);
+
+#endif

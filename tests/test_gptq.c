@@ -1,0 +1,337 @@
+/* tests/test_gptq.c: GPTQ (coordinator/convert/gptq.c) against a slow textbook implementation on
+ * small matrices, its error against round-to-nearest, singular Hessians; the calibration text's
+ * checks. */
+#include "calib.h"
+#include "kn.h"
+#include "pool.h"
+#include "quant.h"
+#include "testutil.h"
+
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+static uint64_t rng = 12345;
+static double unif(void)
+{
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(rng >> 11) * 0x1.0p-53;
+}
+static float gauss(void)
+{
+    double u = unif() + 1e-12, v = unif();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* H = mean of x x^T over @n samples with correlated, unevenly scaled channels (as activations
+ * are: a few channels much larger, neighbours correlated). */
+static float *make_hessian(int cols, int n)
+{
+    float *h = calloc((size_t)cols * cols, sizeof(float)),
+          *x = malloc((size_t)cols * sizeof(float));
+    for (int s = 0; s < n; s++) {
+        float common = gauss();
+        for (int i = 0; i < cols; i++)
+            x[i] = (gauss() + 0.7f * common) * (i % 17 == 0 ? 6.0f : 1.0f + 0.02f * i);
+        for (int i = 0; i < cols; i++)
+            for (int j = 0; j < cols; j++)
+                h[(size_t)i * cols + j] += x[i] * x[j] / (float)n;
+    }
+    free(x);
+    return h;
+}
+
+/* The textbook algorithm: the full inverse Hessian (Gauss-Jordan, double), columns in decreasing
+ * diag order, after each column the error update of every later column and the rank-one
+ * downdate of the inverse (OBQ's formulas, as GPTQ's paper states them before its Cholesky
+ * reformulation). The scales are the same static groups (the plain search). Writes the
+ * dequantized weights. */
+static void gptq_textbook(const float *w, int rows, int cols, int group, bool asym, const float *h,
+                          float damp, float *deq)
+{
+    int ng = kn_ngroups(cols, group);
+    double *a = calloc((size_t)cols * cols * 2, sizeof(double)), mean = 0;
+    double *W = malloc((size_t)rows * cols * sizeof(double));
+    float *s = malloc((size_t)rows * ng * sizeof(float)),
+          *diag = malloc((size_t)cols * sizeof(float));
+    int *z = malloc((size_t)rows * ng * sizeof(int)), *perm = malloc((size_t)cols * sizeof(int));
+    bool *done = calloc((size_t)cols, 1);
+    for (int i = 0; i < cols; i++)
+        mean += (diag[i] = h[(size_t)i * cols + i]) / cols;
+    for (int r = 0; r < rows; r++)
+        for (int g = 0; g < ng; g++) {
+            int k0 = g * group, n = cols - k0 < group ? cols - k0 : group;
+            kn_quant_group(w + (size_t)r * cols + k0, n, asym, NULL, &s[r * ng + g],
+                           &z[r * ng + g]);
+        }
+    for (int i = 0; i < cols; i++) { /* order: decreasing diag, ties by index (selection) */
+        int best = -1;
+        for (int j = 0; j < cols; j++)
+            if (!done[j] && (best < 0 || diag[j] > diag[best]))
+                best = j;
+        done[best] = true;
+        perm[i] = best;
+    }
+    /* [H + damp I | I] -> [I | H^-1] */
+    int n2 = 2 * cols;
+    for (int i = 0; i < cols; i++) {
+        for (int j = 0; j < cols; j++)
+            a[(size_t)i * n2 + j] = h[(size_t)i * cols + j] + (i == j ? damp * mean : 0.0);
+        a[(size_t)i * n2 + cols + i] = 1.0;
+    }
+    for (int p = 0; p < cols; p++) {
+        double piv = a[(size_t)p * n2 + p];
+        for (int j = 0; j < n2; j++)
+            a[(size_t)p * n2 + j] /= piv;
+        for (int i = 0; i < cols; i++)
+            if (i != p) {
+                double f = a[(size_t)i * n2 + p];
+                for (int j = 0; j < n2; j++)
+                    a[(size_t)i * n2 + j] -= f * a[(size_t)p * n2 + j];
+            }
+    }
+#define HINV(i, j) a[(size_t)(i)*n2 + cols + (j)]
+    for (size_t i = 0; i < (size_t)rows * cols; i++)
+        W[i] = w[i];
+    for (int t = 0; t < cols; t++) {
+        int c = perm[t], g = c / group;
+        double d = HINV(c, c);
+        for (int r = 0; r < rows; r++) {
+            float sc = s[r * ng + g];
+            int zz = z[r * ng + g];
+            int q = sc == 0.0f ? zz : (int)lrintf((float)W[(size_t)r * cols + c] / sc) + zz;
+            q = q < 0 ? 0 : q > 15 ? 15 : q;
+            float dq = sc * (float)(q - zz);
+            deq[(size_t)r * cols + c] = dq;
+            double err = (W[(size_t)r * cols + c] - dq) / d;
+            for (int u = t + 1; u < cols; u++)
+                W[(size_t)r * cols + perm[u]] -= err * HINV(c, perm[u]);
+        }
+        for (int i = 0; i < cols; i++) /* H^-1 -= H^-1[:, c] H^-1[c, :] / H^-1[c, c] */
+            for (int j = 0; j < cols; j++)
+                if (i != c && j != c)
+                    HINV(i, j) -= HINV(i, c) * HINV(c, j) / d;
+        for (int i = 0; i < cols; i++)
+            HINV(i, c) = HINV(c, i) = 0.0;
+        HINV(c, c) = 1.0; /* never read again */
+    }
+#undef HINV
+    free(a);
+    free(W);
+    free(s);
+    free(diag);
+    free(z);
+    free(perm);
+    free(done);
+}
+
+static void dequant(const void *buf, int rows, int cols, int group, bool asym, float *out)
+{
+    struct kn_mat m;
+    kn_mat_view(&m, asym ? KN_DT_W4A16 : KN_DT_W4A8, rows, cols, group, buf);
+    for (int r = 0; r < rows; r++)
+        kn_mat_row(&m, r, out + (size_t)r * cols);
+}
+
+static void check_against_textbook(int rows, int cols, int group, bool asym)
+{
+    float *w = malloc((size_t)rows * cols * sizeof(float)), *h = make_hessian(cols, 4 * cols);
+    for (int i = 0; i < rows * cols; i++)
+        w[i] = 0.02f * gauss();
+    enum kn_dtype dt = asym ? KN_DT_W4A16 : KN_DT_W4A8;
+    void *buf = malloc(kn_mat_bytes(dt, rows, cols, group)),
+         *rtn = malloc(kn_mat_bytes(dt, rows, cols, group));
+    float *got = malloc((size_t)rows * cols * sizeof(float)),
+          *want = malloc((size_t)rows * cols * sizeof(float)),
+          *plain = malloc((size_t)rows * cols * sizeof(float)), *imp = malloc(cols * sizeof(float));
+    struct coord_gptq_opts o = {0.01f, true};
+    assert_int_equal(coord_gptq(w, rows, cols, group, asym, h, &o, NULL, buf), 0);
+    dequant(buf, rows, cols, group, asym, got);
+    /* threads split the factorisation's rows and W's rows: the same bytes */
+    struct wrk_pool *pool;
+    assert_int_equal(wrk_pool_init(&pool, 3, NULL), 0);
+    assert_int_equal(coord_gptq(w, rows, cols, group, asym, h, &o, pool, rtn), 0);
+    assert_memory_equal(buf, rtn, kn_mat_bytes(dt, rows, cols, group));
+    wrk_pool_free(pool);
+    gptq_textbook(w, rows, cols, group, asym, h, 0.01f, want);
+    /* same codes but where float rounding put a value on the other side of a rounding edge */
+    int same = 0;
+    for (int i = 0; i < rows * cols; i++)
+        same += got[i] == want[i];
+    double lg = coord_gptq_loss(w, got, rows, cols, h),
+           lw = coord_gptq_loss(w, want, rows, cols, h);
+    fprintf(stderr, "gptq %dx%d g%d %s: %d/%d codes as the textbook's, loss %.6g vs %.6g\n", rows,
+            cols, group, asym ? "asym" : "sym", same, rows * cols, lg, lw);
+    assert_true(same >= rows * cols * 99 / 100);
+    assert_true(fabs(lg - lw) <= 0.01 * lw);
+    /* and the error it minimises is well below round-to-nearest's, with the same importance or
+     * none */
+    for (int i = 0; i < cols; i++)
+        imp[i] = h[(size_t)i * cols + i];
+    kn_quant_w4(w, rows, cols, group, asym, imp, rtn);
+    dequant(rtn, rows, cols, group, asym, plain);
+    double lr = coord_gptq_loss(w, plain, rows, cols, h);
+    kn_quant_w4(w, rows, cols, group, asym, NULL, rtn);
+    dequant(rtn, rows, cols, group, asym, plain);
+    double lp = coord_gptq_loss(w, plain, rows, cols, h);
+    fprintf(stderr, "  imatrix rtn loss %.6g, plain rtn %.6g\n", lr, lp);
+    assert_true(lg < 0.8 * lr && lg < 0.8 * lp);
+    free(w), free(h), free(buf), free(rtn), free(got), free(want), free(plain), free(imp);
+}
+
+static void test_textbook_sym(void **state) { check_against_textbook(24, 160, 32, false); }
+static void test_textbook_asym(void **state) { check_against_textbook(16, 128, 64, true); }
+/* a width that is no multiple of the group (a short last group), natural order */
+static void test_short_group(void **state)
+{
+    int rows = 8, cols = 100;
+    float *w = malloc((size_t)rows * cols * sizeof(float)), *h = make_hessian(cols, 300);
+    for (int i = 0; i < rows * cols; i++)
+        w[i] = gauss();
+    void *buf = malloc(kn_mat_bytes(KN_DT_W4A8, rows, cols, 32));
+    struct coord_gptq_opts o = {0.01f, false};
+    assert_int_equal(coord_gptq(w, rows, cols, 32, false, h, &o, NULL, buf), 0);
+    float *got = malloc((size_t)rows * cols * sizeof(float));
+    dequant(buf, rows, cols, 32, false, got);
+    for (int i = 0; i < rows * cols; i++)
+        assert_true(isfinite(got[i]) && fabsf(got[i] - w[i]) < 2.0f);
+    free(w), free(h), free(buf), free(got);
+}
+
+/* Dead inputs (a zero row/column in H) get zero weights; a Hessian of rank 1 is made positive by
+ * the dampening; one that dampening cannot save is -EDOM, never NaN weights. */
+static void test_singular(void **state)
+{
+    int rows = 4, cols = 32;
+    float *w = malloc((size_t)rows * cols * sizeof(float)), *h = calloc(cols * cols, sizeof(float));
+    float *got = malloc((size_t)rows * cols * sizeof(float));
+    void *buf = malloc(kn_mat_bytes(KN_DT_W4A8, rows, cols, 32));
+    for (int i = 0; i < rows * cols; i++)
+        w[i] = gauss();
+    struct coord_gptq_opts o = {0.01f, true};
+    /* all dead: every weight zero */
+    assert_int_equal(coord_gptq(w, rows, cols, 32, false, h, &o, NULL, buf), 0);
+    dequant(buf, rows, cols, 32, false, got);
+    for (int i = 0; i < rows * cols; i++)
+        assert_true(got[i] == 0.0f);
+    /* rank one (every input the same), and no dampening asked: it grows until H factors */
+    for (int i = 0; i < cols * cols; i++)
+        h[i] = 1.0f;
+    o.damp = 0.0f;
+    assert_int_equal(coord_gptq(w, rows, cols, 32, false, h, &o, NULL, buf), 0);
+    dequant(buf, rows, cols, 32, false, got);
+    for (int i = 0; i < rows * cols; i++)
+        assert_true(isfinite(got[i]));
+    /* not positive semi-definite at all (off-diagonals 100 times the diagonal) */
+    for (int i = 0; i < cols; i++)
+        for (int j = 0; j < cols; j++)
+            h[i * cols + j] = i == j ? 1.0f : 100.0f;
+    o.damp = 0.01f;
+    assert_int_equal(coord_gptq(w, rows, cols, 32, false, h, &o, NULL, buf), -EDOM);
+    free(w), free(h), free(got), free(buf);
+}
+
+/* The Hessian's accumulation (each SIMD variant this CPU runs, the tiles' edges, threads)
+ * against a plain double sum. */
+static void test_hessian_add(void **state)
+{
+    static const int widths[] = {7, 16, 24, 100, 172, 301};
+    struct wrk_pool *pool;
+    assert_int_equal(wrk_pool_init(&pool, 3, NULL), 0);
+    for (int isa = 0; isa <= 2; isa++) {
+        if (coord_calib_hessian_force(isa) != isa) {
+            fprintf(stderr, "hessian: level %d (%s) not on this CPU, skipped\n", isa,
+                    isa == 2 ? "AVX-512" : "AVX2");
+            continue;
+        }
+        for (size_t w = 0; w < sizeof(widths) / sizeof(widths[0]); w++) {
+            int cols = widths[w], n = 37, ld = cols + 5;
+            float *x = malloc((size_t)n * ld * sizeof(float));
+            float *h1 = calloc((size_t)cols * cols, sizeof(float)),
+                  *h2 = calloc((size_t)cols * cols, sizeof(float));
+            for (int i = 0; i < n * ld; i++)
+                x[i] = gauss();
+            coord_calib_hessian_add(h1, x, n, ld, cols, NULL);
+            coord_calib_hessian_add(h1, x, n, ld, cols, NULL); /* it adds */
+            coord_calib_hessian_add(h2, x, 17, ld, cols, pool);
+            coord_calib_hessian_add(h2, x + (size_t)17 * ld, n - 17, ld, cols, pool);
+            coord_calib_hessian_add(h2, x, n, ld, cols, pool);
+            for (int i = 0; i < cols; i++)
+                for (int k = 0; k <= i; k++) {
+                    double want = 0.0;
+                    for (int r = 0; r < n; r++)
+                        want += 2.0 * x[(size_t)r * ld + i] * x[(size_t)r * ld + k];
+                    double tol = 1e-4 * (1.0 + fabs(want));
+                    assert_true(fabs(h1[(size_t)i * cols + k] - want) < tol);
+                    assert_true(fabs(h2[(size_t)i * cols + k] - want) < tol);
+                }
+            free(x), free(h1), free(h2);
+        }
+    }
+    coord_calib_hessian_force(-1);
+    wrk_pool_free(pool);
+}
+
+static void test_method_names(void **state)
+{
+    enum coord_quant_method m;
+    const char *names[] = {"rtn", "imatrix", "gptq", "awq"};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(coord_quant_method_parse(names[i], &m), 0);
+        assert_string_equal(coord_quant_method_name(m), names[i]);
+    }
+    assert_int_equal(coord_quant_method_parse("GPTQ", &m), -1);
+    assert_int_equal(coord_quant_method_parse("", &m), -1);
+}
+
+/* The calibration text: a regular file of UTF-8, not empty, not past the limit. */
+static void test_calib_text(void **state)
+{
+    char dir[4096], path[4200];
+    tu_mkdtemp(dir, sizeof(dir), "calib");
+    struct shardlm_err e;
+    char *text;
+    size_t len;
+    snprintf(path, sizeof(path), "%s/ok.txt", dir);
+    tu_write(path, "Once upon a time. \xc3\xa9t\xc3\xa9\n", 24);
+    assert_int_equal(coord_calib_read_text(path, &text, &len, &e), 0);
+    assert_int_equal(len, strlen(text));
+    free(text);
+    snprintf(path, sizeof(path), "%s/empty.txt", dir);
+    tu_write(path, "", 0);
+    assert_int_equal(coord_calib_read_text(path, &text, &len, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "empty"));
+    snprintf(path, sizeof(path), "%s/latin1.txt", dir);
+    tu_write(path, "caf\xe9 au lait", 12);
+    assert_int_equal(coord_calib_read_text(path, &text, &len, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "not UTF-8 text (byte 3)"));
+    snprintf(path, sizeof(path), "%s/nul.txt", dir);
+    tu_write(path, "a\0b", 3);
+    assert_int_equal(coord_calib_read_text(path, &text, &len, &e), -EINVAL);
+    snprintf(path, sizeof(path), "%s/big.txt", dir);
+    int fd = open(path, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0 && ftruncate(fd, (off_t)COORD_CALIB_MAX_BYTES + 1) == 0);
+    close(fd);
+    assert_int_equal(coord_calib_read_text(path, &text, &len, &e), -EFBIG);
+    assert_non_null(strstr(e.msg, "64 MiB"));
+    assert_int_equal(coord_calib_read_text(dir, &text, &len, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "not a regular file"));
+    snprintf(path, sizeof(path), "%s/missing.txt", dir);
+    assert_int_equal(coord_calib_read_text(path, &text, &len, &e), -ENOENT);
+    tu_rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_textbook_sym), cmocka_unit_test(test_textbook_asym),
+        cmocka_unit_test(test_short_group),  cmocka_unit_test(test_singular),
+        cmocka_unit_test(test_hessian_add),  cmocka_unit_test(test_method_names),
+        cmocka_unit_test(test_calib_text),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
