@@ -6,7 +6,7 @@
  * (a fixed seed: the same source gives the same file). A pass feeds every sequence through the
  * forward with wrk_model.observe set: the first collects every layer's per-channel mean squares;
  * Hessians (cols x cols each, 64 MiB for one 4096-wide input) are collected for the layers that
- * fit in a third of the free memory (see calib.h), and the next range by another pass when the
+ * fit in a third of the available memory (see calib.h), and the next range by another pass when the
  * converter asks for a layer beyond them (it asks in file order, layer by layer). */
 #include "calib.h"
 
@@ -474,10 +474,19 @@ static void hessians_drop(struct coord_calib *c)
     c->h0 = c->h1 = 0;
 }
 
+/* A third of MemAvailable (free memory and the page cache the kernel can drop: after reading a
+ * large source, most of the memory is cache), within the bounds of calib.h. */
 static size_t hessian_budget(void)
 {
-    long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    size_t b = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz / 3 : COORD_CALIB_HESSIAN_MIN;
+    unsigned long long kb = 0;
+    char line[128];
+    FILE *f = fopen("/proc/meminfo", "re");
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    size_t b = kb ? (size_t)(kb * 1024 / 3) : COORD_CALIB_HESSIAN_MIN;
     return b < COORD_CALIB_HESSIAN_MIN   ? COORD_CALIB_HESSIAN_MIN
            : b > COORD_CALIB_HESSIAN_MAX ? COORD_CALIB_HESSIAN_MAX
                                          : b;

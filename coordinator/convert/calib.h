@@ -16,7 +16,7 @@
 #define COORD_CALIB_MAX_BYTES (64u << 20)
 #define COORD_CALIB_TOKENS 4096
 #define COORD_CALIB_MAX_TOKENS (1 << 20)
-/* Bytes of Hessians held at once: a third of the free memory, within these bounds. A model
+/* Bytes of Hessians held at once: a third of MemAvailable, within these bounds. A model
  * whose Hessians exceed it takes several forward passes over the calibration tokens, each
  * collecting a range of layers (the statistics are the same). */
 #define COORD_CALIB_HESSIAN_MIN ((size_t)1 << 30)

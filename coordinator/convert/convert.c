@@ -306,18 +306,9 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
         goto out_src;
     }
     kn_quant_threads(o->threads);
-    if ((rc = plan_layout(&p, &src, o->scheme, group, o->head_bits, e)) ||
-        (rc = calibrate(o, &src, &calib, &co, e)))
+    if ((rc = plan_layout(&p, &src, o->scheme, group, o->head_bits, e)))
         goto out_free;
-    if (o->method == COORD_QUANT_AWQ &&
-        (rc = coord_awq_open(&awq, calib, &src, group, o->scheme == SHLM_SCHEME_W4A16, e)))
-        goto out_free;
-    *info = (struct coord_convert_info){.group = group,
-                                        .n_tensors = p.n,
-                                        .file_bytes = p.h->file_bytes,
-                                        .calib_tokens = calib ? coord_calib_tokens(calib) : 0};
-    if (o->progress)
-        o->progress(o->progress_ctx, 0, p.n);
+    /* the output first: a folder that refuses it fails now, not after a calibration */
     char tmp[4200];
     int fd = coord_out_open(o->out, tmp, sizeof(tmp), e);
     if (fd < 0) {
@@ -328,6 +319,17 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
         rc = shardlm_fail(e, -errno, "%s: %s", o->out, strerror(errno));
         goto out_unlink;
     }
+    if ((rc = calibrate(o, &src, &calib, &co, e)))
+        goto out_unlink;
+    if (o->method == COORD_QUANT_AWQ &&
+        (rc = coord_awq_open(&awq, calib, &src, group, o->scheme == SHLM_SCHEME_W4A16, e)))
+        goto out_unlink;
+    *info = (struct coord_convert_info){.group = group,
+                                        .n_tensors = p.n,
+                                        .file_bytes = p.h->file_bytes,
+                                        .calib_tokens = calib ? coord_calib_tokens(calib) : 0};
+    if (o->progress)
+        o->progress(o->progress_ctx, 0, p.n);
     enc = (struct convert_enc){o, calib, awq, NULL, -1, NULL};
     if (o->method == COORD_QUANT_GPTQ && (rc = gptq_pool(o, &enc.pool, e)))
         goto out_unlink;

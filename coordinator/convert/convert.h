@@ -49,7 +49,7 @@ struct coord_convert_info {
 int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info *info,
                   struct shardlm_err *e);
 
-/* @src in @scheme (f32 or bf16) as a model image in memory (a sealed memfd, mapped): what the
+/* @src in @scheme (f32 or bf16) as a model image in memory (a memfd, mapped): what the
  * calibration runs. Returns 0 or -errno with @e set; munmap(*@image, *@size) when done. */
 int coord_convert_image(struct coord_source *src, enum shlm_scheme scheme, void **image,
                         size_t *size, struct shardlm_err *e);

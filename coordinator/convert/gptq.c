@@ -27,11 +27,12 @@
 #define GPTQ_BLOCK 128  /* columns per lazy batch */
 #define FACTOR_BLOCK 64 /* rows per panel of the factorisation */
 
+static const char *const method_names[] = {"rtn", "imatrix", "gptq", "awq"};
+
 int coord_quant_method_parse(const char *name, enum coord_quant_method *m)
 {
-    static const char *names[] = {"rtn", "imatrix", "gptq", "awq"};
     for (int i = 0; i < 4; i++)
-        if (!strcmp(name, names[i])) {
+        if (!strcmp(name, method_names[i])) {
             *m = (enum coord_quant_method)i;
             return 0;
         }
@@ -40,8 +41,7 @@ int coord_quant_method_parse(const char *name, enum coord_quant_method *m)
 
 const char *coord_quant_method_name(enum coord_quant_method m)
 {
-    static const char *names[] = {"rtn", "imatrix", "gptq", "awq"};
-    return (unsigned)m < 4 ? names[m] : "?";
+    return (unsigned)m < 4 ? method_names[m] : "?";
 }
 
 /* a[i][j] for an n x n row-major matrix */
