@@ -5,10 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
+SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 
 PACKAGES=(build-essential cmake pkg-config procps libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
           libnuma-dev liburing-dev libcmocka-dev libjansson-dev libpcre2-dev libmicrohttpd-dev
-          python3-jinja2 curl iproute2 chromium)
+          python3-jinja2 curl iproute2 chromium
+          help2man dpkg-dev lintian systemd strace haproxy)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,7 +21,6 @@ command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing ${missing[*]}" >&2
-  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
@@ -35,6 +36,21 @@ for d in tests/openai tests/web; do
     npm ci --prefix "$d" --no-audit --no-fund --loglevel=error >/dev/null
   fi
 done
+
+# promtool (tests/deploy/test_metrics.sh) from Debian's prometheus package, unpacked into the
+# build folder: installing the package would start a Prometheus server on this machine
+promtool="$BUILD_DIR/tools/promtool"
+if [ ! -x "$promtool" ]; then
+    echo "bootstrap: unpacking promtool from Debian's prometheus into $BUILD_DIR/tools" >&2
+    tmp=$(mktemp -d)
+    # (apt's package lists first, where this machine has none yet)
+    (cd "$tmp" && { apt-get download -qq prometheus 2>/dev/null ||
+        { $SUDO apt-get update -qq && apt-get download -qq prometheus 2>/dev/null; }; } &&
+        dpkg-deb -x prometheus_*.deb x)
+    mkdir -p "$BUILD_DIR/tools"
+    cp "$tmp/x/usr/bin/promtool" "$promtool"
+    rm -rf "$tmp"
+fi
 
 [ "${1:-}" = "--no-run" ] && exit 0
 model="$BUILD_DIR/stories260K-w4a8.shlm"

@@ -37,7 +37,8 @@ void shlm_hash_update(struct shlm_hasher *s, const void *p, size_t n)
 {
     const uint8_t *b = p;
     s->n += n;
-    while (s->npart && n) { /* complete the word a previous piece began */
+    /* complete the word a previous piece began (npart < 8 always: said for -O3's bounds check) */
+    while (s->npart > 0 && s->npart < 8 && n) {
         s->part[s->npart++] = *b++;
         n--;
         if (s->npart == 8) {

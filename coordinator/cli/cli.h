@@ -139,6 +139,8 @@ bool coord_cli_parse_float(const char *s, float lo, float hi, float *out);
 
 /* Set by the SIGINT/SIGTERM handler to the signal's number: the engine's cancel flag. */
 extern volatile sig_atomic_t coord_stop_signal;
+/* `shardlm --version`'s text ("0.1.0 (commit cb668aa1b2c3)"), set by main(); NULL in tests. */
+extern const char *coord_cli_version;
 /* Installs SIGINT/SIGTERM handlers that set coord_stop_signal, and ignores SIGPIPE. */
 void coord_signals_install(void);
 

@@ -1,6 +1,7 @@
 /* coordinator/cli/cmd_serve.c: `shardlm serve` - options, then coord_serve. */
 #include "chat.h"
 #include "cli.h"
+#include "notify.h"
 #include "server.h"
 
 #include <arpa/inet.h>
@@ -21,7 +22,8 @@ static const char usage_serve[] =
     "An OpenAI-compatible HTTP server over the batched engine. It listens at once (GET /health\n"
     "answers 503 while the model loads, 200 when it serves). SIGINT or SIGTERM drains it: new\n"
     "requests get 503, running ones finish (for up to --drain-seconds), then it exits 0; a\n"
-    "second signal stops it at once.\n"
+    "second signal stops it at once. Under systemd (Type=notify; deploy/systemd/) it sends\n"
+    "READY=1 to $NOTIFY_SOCKET once /health answers 200, and STOPPING=1 when a drain starts.\n"
     "Endpoints (each also without /v1): GET /health, GET /metrics (Prometheus; neither needs\n"
     "the key), GET /v1/models, POST /v1/completions (prompt as a string or token ids;\n"
     "max_tokens (default 16), temperature, top_p, top_k, min_p, seed, stop, frequency_penalty,\n"
@@ -184,6 +186,7 @@ int coord_cmd_serve(int argc, char **argv)
         return coord_cli_exit("serve", rc, &e);
     }
     o.chat_template = tmpl;
+    o.version = coord_cli_version;
     o.api_key = key;
     o.on_listen = print_listen;
     o.on_ready = print_ready;
@@ -194,8 +197,16 @@ int coord_cmd_serve(int argc, char **argv)
                 "reaches this address can use the model\n",
                 o.host);
     coord_signals_install();
+    /* systemd's readiness socket, for this process only: the workers are not told of it */
+    const char *notify = getenv("NOTIFY_SOCKET");
+    int nrc = coord_notify_open(notify);
+    if (nrc < 0)
+        fprintf(stderr, "shardlm: warning: NOTIFY_SOCKET='%s': %s; no readiness will be sent\n",
+                notify, nrc == -EINVAL ? "not a socket path or @name" : strerror(-nrc));
+    unsetenv("NOTIFY_SOCKET");
     if (!(rc = coord_cli_engine_env(&o.engine, &e)))
         rc = coord_serve(&o, &e);
+    coord_notify_close();
     free(key);
     free(tmpl);
     return coord_cli_exit("serve", rc, &e);

@@ -33,15 +33,20 @@ static const char usage_main[] =
     "  bench tokenizer --tokenizer FILE [--mb N]  tokenizing speed (MB/s) on N MB of English\n"
     "  bench sampler [--vocab V] [--seqs S]  sampling cost per step of S sequences\n"
     "\n"
-    "`shardlm <command> --help` describes each command's options.\n"
+    "`shardlm <command> --help` describes each command's options; `shardlm --version` prints\n"
+    "the version and the git commit of the build.\n"
     "\n"
     "environment: SHARDLM_ISA=ref|avx2|avx512|amx forces the workers' kernel table (one this CPU\n"
     "cannot run is an error); SHARDLM_RUNTIME_DIR holds segments and sockets (default\n"
-    "/dev/shm/shardlm-<uid>); SHARDLM_WORKER is the worker binary (default: next to shardlm);\n"
+    "/dev/shm/shardlm-<uid>); SHARDLM_WORKER is the worker binary (default: next to shardlm, else\n"
+    "../libexec/shardlm/shardlm-worker from shardlm's folder, where an install puts it);\n"
     "SHARDLM_SHM_LIMIT=BYTES refuses segments past that size with ENOSPC (for tests);\n"
     "SHARDLM_PREFETCH=auto|hw|l1|l2 sets the decode GEMVs' software prefetch (default auto:\n"
     "each worker thread times the modes on its first calls and keeps l2 unless another is\n"
     "clearly faster).\n";
+
+/* "0.1.0 (commit cb668aa1b2c3)": generated at build time by cmake/version.cmake */
+extern const char coord_version[];
 
 /* Each command, by the name that follows `shardlm`. */
 static const struct {
@@ -86,8 +91,13 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
+    coord_cli_version = coord_version;
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage_main, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0 || strcmp(cmd, "version") == 0) {
+        printf("shardlm %s\n", coord_version);
         return 0;
     }
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {

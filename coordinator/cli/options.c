@@ -94,6 +94,8 @@ bad:
     return -1;
 }
 
+const char *coord_cli_version;
+
 int coord_cli_engine_env(struct coord_engine_opts *o, struct shardlm_err *e)
 {
     char err[256];

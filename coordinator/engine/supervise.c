@@ -25,7 +25,13 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* The worker binary: opts.worker_path, else shardlm-worker beside this process's executable. */
+#ifndef SHARDLM_WORKER_REL
+#define SHARDLM_WORKER_REL "../libexec/shardlm/shardlm-worker"
+#endif
+
+/* The worker binary: opts.worker_path, else shardlm-worker beside this process's executable (a
+ * build tree), else where an install puts it relative to the executable (SHARDLM_WORKER_REL,
+ * bin/ -> libexec/shardlm/: an installed tree works wherever its prefix is). */
 static void worker_path(char *out, size_t len, const char *opt)
 {
     if (opt && *opt) {
@@ -39,7 +45,14 @@ static void worker_path(char *out, size_t len, const char *opt)
         return;
     }
     self[n] = 0;
-    snprintf(out, len, "%s/shardlm-worker", dirname(self));
+    const char *dir = dirname(self);
+    snprintf(out, len, "%s/shardlm-worker", dir);
+    if (access(out, X_OK) == 0)
+        return;
+    char installed[PATH_MAX];
+    snprintf(installed, sizeof(installed), "%s/%s", dir, SHARDLM_WORKER_REL);
+    if (access(installed, X_OK) == 0)
+        snprintf(out, len, "%s", installed);
 }
 
 /* The workers inherit this process's environment, except that the kernel table they run

@@ -12,6 +12,7 @@
 #include "server.h"
 
 #include "chat.h"
+#include "notify.h"
 #include "request.h"
 #include "tokenizer.h"
 
@@ -899,6 +900,19 @@ static enum MHD_Result metrics(struct srv *s, struct MHD_Connection *c)
     int ready = s->ready;
     pthread_mutex_unlock(&s->mu);
     struct text t = {0};
+    if (s->o->version) { /* "0.1.0 (commit X)": version and commit as labels */
+        const char *v = s->o->version, *sp = strchr(v, ' '), *c = strstr(v, "(commit ");
+        int vn = sp ? (int)(sp - v) : (int)strlen(v), cn = 0;
+        if (c) {
+            c += 8;
+            cn = (int)strcspn(c, ")\"\\\n");
+        }
+        text_printf(&t,
+                    "# HELP shardlm_build_info The version and git commit of this server\n"
+                    "# TYPE shardlm_build_info gauge\n"
+                    "shardlm_build_info{version=\"%.*s\",commit=\"%.*s\"} 1\n",
+                    vn, v, cn, c ? c : "");
+    }
     put_metric(&t, "shardlm_ready", "gauge", "1 when the model is loaded and served", ready == 1);
     put_metric(&t, "shardlm_requests_running", "gauge", "Sequences in the running batch",
                m.st.running);
@@ -906,7 +920,7 @@ static enum MHD_Result metrics(struct srv *s, struct MHD_Connection *c)
     uint32_t waiting = open > m.st.running ? open - m.st.running : 0;
     put_metric(&t, "shardlm_requests_waiting", "gauge", "Requests accepted and not yet running",
                waiting);
-    put_metric(&t, "shardlm_kv_blocks_total", "gauge", "KV cache blocks (16 positions each)",
+    put_metric(&t, "shardlm_kv_blocks_capacity", "gauge", "KV cache blocks (16 positions each)",
                m.st.blocks);
     put_metric(&t, "shardlm_kv_blocks_used", "gauge", "KV cache blocks held by sequences",
                m.st.blocks_used);
@@ -1392,6 +1406,7 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
     int port = di ? di->port : o->port;
     if (o->on_listen)
         o->on_listen(o->arg, port);
+    coord_notify("STATUS=loading %s (GET /health answers 503 until it serves)", s.model);
     struct coord_engine *eng = NULL;
     struct coord_engine_opts eo = o->engine;
     eo.while_starting = load_tok;
@@ -1427,6 +1442,9 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
         pthread_mutex_unlock(&s.mu);
         if (o->on_ready)
             o->on_ready(o->arg, eng);
+        /* after ready = 1: a manager that calls the unit started finds /health at 200 */
+        coord_notify("READY=1\nSTATUS=serving %s on %s:%d", s.model,
+                     o->host ? o->host : "127.0.0.1", port);
         if (o->engine.log)
             o->engine.log(o->engine.log_ctx, COORD_LOG_INFO, "serving");
     }
@@ -1440,6 +1458,8 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
             s.ready = 2;
             uint32_t open = s.open;
             pthread_mutex_unlock(&s.mu);
+            coord_notify("STOPPING=1\nSTATUS=draining %u request(s) for up to %u s", open,
+                         o->drain_seconds);
             if (o->engine.log) {
                 char msg[160];
                 snprintf(msg, sizeof(msg),

@@ -25,6 +25,9 @@ struct coord_serve_opts {
     uint32_t drain_seconds;
     /* The chat template's text (--chat-template), or NULL: the model's own. */
     const char *chat_template;
+    /* "0.1.0 (commit cb668aa1b2c3)", `shardlm --version`'s text, for /metrics' shardlm_build_info;
+     * NULL: not reported. */
+    const char *version;
     /* Called once the socket listens, with the bound port (a test reads it), before loading;
      * and once the engine has started. */
     void (*on_listen)(void *arg, int port);

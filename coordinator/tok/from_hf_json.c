@@ -56,10 +56,9 @@ static int jbool(struct hf *h, const json_t *o, const char *key, const char *fie
                  bool dflt)
 {
     const json_t *j = json_object_get(o, key);
-    if (!j || json_is_null(j)) {
-        *out = dflt;
+    *out = dflt; /* also on an error, which callers never read past */
+    if (!j || json_is_null(j))
         return 0;
-    }
     if (!json_is_boolean(j)) {
         char f[96];
         snprintf(f, sizeof(f), "%s.%s", field, key);

@@ -12,13 +12,10 @@
 # trickled header may stay open, DRAIN_SECONDS (10), FAULTS_KEEP=1 keeps the work folder.
 set -euo pipefail
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 SHARDLM_BINARY MODEL.shlm" >&2
-    exit 2
-fi
-BIN=$(realpath -m "$1")
-MODEL=$(realpath -m "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/script_lib.sh
+. "$HERE/../script_lib.sh"
+script_args "$@"
 LOAD_SECONDS=${LOAD_SECONDS:-40}
 TRICKLE_CAP_S=${TRICKLE_CAP_S:-40}
 DRAIN_SECONDS=${DRAIN_SECONDS:-10}
@@ -40,29 +37,17 @@ WORK=$(mktemp -d /tmp/shardlm-faults.XXXXXX)
 export SHARDLM_RUNTIME_DIR=/dev/shm/shardlm-faults-$$
 SRV=""
 BG=()
-FAILS=0
 
 cleanup() {
     set +e
     for p in "${BG[@]}"; do kill "$p" 2>/dev/null; done
-    if [ -n "$SRV" ] && kill -0 "$SRV" 2>/dev/null; then
-        for w in $(pgrep -P "$SRV"); do kill -KILL "$w" 2>/dev/null; done
-        kill -KILL "$SRV" 2>/dev/null
-    fi
+    kill_server "$SRV"
     wait 2>/dev/null
     rm -rf "$SHARDLM_RUNTIME_DIR"
     if [ "${FAULTS_KEEP:-0}" = 1 ]; then echo "work folder: $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 
-check() { # check NAME OK(0/1) DETAIL
-    if [ "$2" = 1 ]; then
-        echo "PASS $1: $3"
-    else
-        echo "FAIL $1: $3"
-        FAILS=$((FAILS + 1))
-    fi
-}
 jget() { # jget FILE EXPR: a field of the one JSON object in FILE ('j' in EXPR)
     node -e 'const fs=require("fs");const j=JSON.parse(fs.readFileSync(process.argv[1],"utf8").trim().split("\n").pop());const v=eval(process.argv[2]);console.log(typeof v==="object"?JSON.stringify(v):v)' "$1" "$2"
 }
