@@ -2,7 +2,27 @@
 # (deploy/package.sh does it all and runs lintian). Depends are read off the libraries the binaries
 # actually link (dpkg-shlibdeps, from dpkg-dev); the maintainer scripts and the copyright and
 # changelog files are in deploy/debian/.
+# The package's version: the project's, and for a build from git the commits since the start and
+# the commit (0.1.0+git412.cb668aaf4664), so that every commit's package upgrades the one before
+execute_process(COMMAND git -C "${CMAKE_SOURCE_DIR}" rev-parse --show-toplevel
+  OUTPUT_VARIABLE top OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+set(SHARDLM_DEB_VERSION ${PROJECT_VERSION})
+string(TIMESTAMP SHARDLM_DEB_DATE "%a, %d %b %Y %H:%M:%S +0000" UTC)
+if(top AND top STREQUAL CMAKE_SOURCE_DIR) # not the repository of a folder we are unpacked in
+  execute_process(COMMAND git -C "${CMAKE_SOURCE_DIR}" rev-list --count HEAD
+    OUTPUT_VARIABLE commits OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  execute_process(COMMAND git -C "${CMAKE_SOURCE_DIR}" log -1 --abbrev=12 "--date=format:%a, %d %b %Y %H:%M:%S %z"
+    --format=%h%x20%ad
+    OUTPUT_VARIABLE hd OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(commits AND hd MATCHES "^([0-9a-f]+) (.*)$")
+    set(SHARDLM_DEB_VERSION ${PROJECT_VERSION}+git${commits}.${CMAKE_MATCH_1})
+    set(SHARDLM_DEB_DATE "${CMAKE_MATCH_2}") # the commit's: the same package from the same commit
+  endif()
+endif()
+configure_file(${CMAKE_SOURCE_DIR}/deploy/debian/changelog.in ${CMAKE_BINARY_DIR}/changelog @ONLY)
+
 set(CPACK_PACKAGE_NAME shardlm)
+set(CPACK_DEBIAN_PACKAGE_VERSION ${SHARDLM_DEB_VERSION})
 set(CPACK_PACKAGE_VENDOR "the shardlm authors")
 set(CPACK_PACKAGE_CONTACT "shardlm maintainers <maintainers@shardlm.invalid>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "serve language models on CPU servers from 4-bit weights")

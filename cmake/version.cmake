@@ -5,9 +5,12 @@
 # (-DSHARDLM_GIT_COMMIT=... at configure time, for package builds from a tarball).
 #   cmake -DSRC=dir -DOUT=version.c -DVERSION=0.1.0 [-DCOMMIT=abc] -P cmake/version.cmake
 if(NOT COMMIT)
+  # the work tree must be the source's own, not one a tarball was unpacked into
+  execute_process(COMMAND git -C "${SRC}" rev-parse --show-toplevel
+    OUTPUT_VARIABLE top OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   execute_process(COMMAND git -C "${SRC}" rev-parse --short=12 HEAD
     OUTPUT_VARIABLE COMMIT OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
-  if(rc EQUAL 0 AND COMMIT)
+  if(rc EQUAL 0 AND COMMIT AND top STREQUAL SRC)
     # tracked files changed since that commit: the binary is not that commit's
     execute_process(COMMAND git -C "${SRC}" diff --quiet HEAD -- RESULT_VARIABLE dirty ERROR_QUIET)
     if(dirty EQUAL 1)

@@ -21,7 +21,7 @@ installed=0
 mounted=()
 cleanup() {
     [ "$installed" = 1 ] && $SUDO apt-get purge -y -qq shardlm >/dev/null 2>&1 || true
-    for m in "${mounted[@]}"; do $SUDO umount -l "$m"; done
+    for m in "${mounted[@]}"; do $SUDO umount -l "$m" || true; done
     $SUDO rm -rf --one-file-system "$work"
 }
 trap cleanup EXIT
@@ -66,9 +66,9 @@ done
 echo "test_deb: clean Debian 12: installed, generated, purged with nothing left" >&2
 
 # 2. this machine
-echo "test_deb: apt-get install ./$deb" >&2
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "./$deb" >/dev/null
-installed=1
+echo "test_deb: apt-get install $deb" >&2
+installed=1 # (a failed postinst leaves a half-configured package: purged all the same)
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$(realpath "$deb")" >/dev/null
 dpkg-query -L shardlm | sort > "$work/files"
 echo "test_deb: installed $(wc -l < "$work/files") paths; Depends: $(dpkg-query -W -f='${Depends}' shardlm)" >&2
 
@@ -79,6 +79,11 @@ zcat /usr/share/man/man1/shardlm.1.gz | grep -q '^\.TH SHARDLM "1"' || fail "no 
 [ -x /usr/libexec/shardlm/shardlm-worker ] || fail "no /usr/libexec/shardlm/shardlm-worker"
 getent passwd shardlm >/dev/null || fail "no user shardlm"
 [ -d /etc/shardlm ] || fail "no /etc/shardlm"
+# an instance enabled as an operator would (systemctl works on the links without a running
+# systemd): purge must take its link away
+$SUDO systemctl enable shardlm@test.service >/dev/null 2>&1 || fail "systemctl enable shardlm@test"
+link=/etc/systemd/system/multi-user.target.wants/shardlm@test.service
+[ -L "$link" ] || fail "no $link after systemctl enable"
 
 ( cd / && /usr/bin/shardlm generate -m /usr/share/shardlm/stories260K-w4a8.shlm -p "$prompt" \
     -n 60 --temp 0 --no-persist ) > "$work/got.txt" 2>"$work/err.txt" ||
@@ -105,8 +110,8 @@ while read -r f; do
     # folders other packages share (/usr/bin, /usr/share/man/man1, ...) stay; files must not
     if [ -e "$f" ] && ! [ -d "$f" ]; then echo "test_deb: left behind: $f" >&2; left=1; fi
 done < "$work/files"
-for d in /usr/libexec/shardlm /usr/share/shardlm /usr/share/doc/shardlm /etc/shardlm "/dev/shm/shardlm-$uid"; do
-    if [ -e "$d" ]; then echo "test_deb: left behind: $d" >&2; left=1; fi
+for d in /usr/libexec/shardlm /usr/share/shardlm /usr/share/doc/shardlm /etc/shardlm "/dev/shm/shardlm-$uid" "$link"; do
+    if [ -e "$d" ] || [ -L "$d" ]; then echo "test_deb: left behind: $d" >&2; left=1; fi
 done
 dpkg-query -W -f='${Status}' shardlm 2>/dev/null | grep -q "ok installed" && fail "still installed after purge"
 [ "$left" = 0 ] || fail "purge left files behind"

@@ -901,17 +901,17 @@ static enum MHD_Result metrics(struct srv *s, struct MHD_Connection *c)
     pthread_mutex_unlock(&s->mu);
     struct text t = {0};
     if (s->o->version) { /* "0.1.0 (commit X)": version and commit as labels */
-        const char *v = s->o->version, *sp = strchr(v, ' '), *c = strstr(v, "(commit ");
+        const char *v = s->o->version, *sp = strchr(v, ' '), *commit = strstr(v, "(commit ");
         int vn = sp ? (int)(sp - v) : (int)strlen(v), cn = 0;
-        if (c) {
-            c += 8;
-            cn = (int)strcspn(c, ")\"\\\n");
+        if (commit) {
+            commit += 8;
+            cn = (int)strcspn(commit, ")\"\\\n");
         }
         text_printf(&t,
                     "# HELP shardlm_build_info The version and git commit of this server\n"
                     "# TYPE shardlm_build_info gauge\n"
                     "shardlm_build_info{version=\"%.*s\",commit=\"%.*s\"} 1\n",
-                    vn, v, cn, c ? c : "");
+                    vn, v, cn, commit ? commit : "");
     }
     put_metric(&t, "shardlm_ready", "gauge", "1 when the model is loaded and served", ready == 1);
     put_metric(&t, "shardlm_requests_running", "gauge", "Sequences in the running batch",

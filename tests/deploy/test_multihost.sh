@@ -35,7 +35,21 @@ done
     { echo "FAIL: needs root, to make network namespaces (ip netns add) and veth pairs"; exit 1; }
 [ -f "$MODEL" ] || { echo "FAIL: $MODEL is missing (the serve_model test makes it)"; exit 1; }
 [ -x "$BIN" ] || { echo "FAIL: $BIN is not executable"; exit 1; }
-haproxy -c -q -f "$CFG" || { echo "FAIL: haproxy -c rejects $CFG"; exit 1; }
+SHARDLM_HOST1=10.0.0.1:8080 SHARDLM_HOST2=10.0.0.2:8080 haproxy -c -q -f "$CFG" ||
+    { echo "FAIL: haproxy -c rejects $CFG"; exit 1; }
+haproxy -c -q -f "$CFG" 2>/dev/null &&
+    { echo "FAIL: haproxy -c accepts $CFG with no SHARDLM_HOST1/2 (it must not route to a default)"; exit 1; }
+# namespaces a killed run left (no trap runs on SIGKILL): those of pids that are gone
+for ns in $(ip netns list 2>/dev/null | grep -o '^shardlm-mh-[0-9]*-[a-z0-9]*'); do
+    pid=${ns#shardlm-mh-}
+    pid=${pid%%-*}
+    kill -0 "$pid" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
+done
+for d in /dev/shm/shardlm-mh-*; do
+    pid=${d#/dev/shm/shardlm-mh-}
+    pid=${pid%%-*}
+    [ -d "$d" ] && ! kill -0 "$pid" 2>/dev/null && rm -rf "$d"
+done
 
 WORK=$(mktemp -d /tmp/shardlm-multihost.XXXXXX)
 NS_LB=shardlm-mh-$$-lb
@@ -163,6 +177,9 @@ check spread "$([[ $r =~ ^h1:([1-9][0-9]*)\ h2:([1-9][0-9]*)\ failed:0$ ]] && ec
 s=$(lb curl -s -m 5 http://127.0.0.1:8404/metrics | grep -c '^haproxy_server_check_status' || true)
 check metrics "$([ "$s" -gt 0 ] && echo 1)" \
     "the stats port's /metrics has $s haproxy_server_check_status series (Prometheus)"
+m=$(lb curl -s -o /dev/null -w '%{http_code}' -m 5 http://127.0.0.1:8080/metrics || true)
+check metrics-private "$([ "$m" = 404 ] && echo 1)" \
+    "GET /metrics through the public address: $m (expected 404: Prometheus scrapes the hosts)"
 
 # ---- stream: server-sent events pass HAProxy as they come, not gathered into large writes ----
 # (without `option http-no-delay` HAProxy sends with MSG_MORE and the kernel holds the events up

@@ -67,6 +67,8 @@ cleanup() {
     kill_server "$SRV"
     [ -n "$LAUNCHER" ] && kill -KILL "$LAUNCHER" 2>/dev/null
     [ -n "$LISTENER" ] && kill "$LISTENER" 2>/dev/null
+    # every background job, including one an earlier run left behind, so that wait cannot block
+    for j in $(jobs -p); do kill -KILL "$j" 2>/dev/null; done
     wait 2>/dev/null
     rm -rf "$RUNDIR"
     if [ "${SYSTEMD_TEST_KEEP:-0}" = 1 ]; then echo "work folder: $WORK"; else rm -rf "$WORK"; fi
@@ -479,6 +481,9 @@ serve_once() {
         done
         if [ -z "$main" ]; then
             check "$name-start" 0 "no $BIN under strace within 10 s: $(head -c 300 "$log")"
+            kill -KILL "$launcher" 2>/dev/null || true
+            kill "$LISTENER" 2>/dev/null || true
+            LAUNCHER="" LISTENER=""
             return
         fi
     else
@@ -534,6 +539,11 @@ serve_once() {
     kill "$LISTENER" 2>/dev/null || true
     wait "$LISTENER" 2>/dev/null || true
     LISTENER=""
+    if [ $gone = 0 ]; then # still there after 20 s: the next run must not meet it
+        kill_server "$main"
+        kill -KILL "$launcher" 2>/dev/null || true
+        wait "$launcher" 2>/dev/null || true
+    fi
     SRV=""
     LAUNCHER=""
     { unit events "$events" "$main" || true; } | sed "s/^\(PASS\|FAIL\) /\1 $name-/" |
