@@ -417,6 +417,34 @@ static void drive(pid_t pid, void *arg)
     json_decref(j);
     free(r.body);
 
+    /* ignore_eos: the greedy story that ends at EOS goes on to max_tokens, the same text first;
+     * a value that is not a boolean is a 400 */
+    request("POST", "/v1/completions",
+            "{\"prompt\": \"Once upon a time\", \"max_tokens\": 400, \"temperature\": 0}", &r);
+    assert_int_equal(r.status, 200);
+    json_t *ends = json_loads(r.body, 0, NULL);
+    free(r.body);
+    json_t *ec = json_array_get(json_object_get(ends, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(ec, "finish_reason")), "stop");
+    request("POST", "/v1/completions",
+            "{\"prompt\": \"Once upon a time\", \"max_tokens\": 400, \"temperature\": 0, "
+            "\"ignore_eos\": true}",
+            &r);
+    assert_int_equal(r.status, 200);
+    json_t *goes = json_loads(r.body, 0, NULL);
+    free(r.body);
+    json_t *gc = json_array_get(json_object_get(goes, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(gc, "finish_reason")), "length");
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(goes, "usage"), "completion_tokens")),
+        400);
+    const char *et = json_string_value(json_object_get(ec, "text"));
+    assert_int_equal(strncmp(json_string_value(json_object_get(gc, "text")), et, strlen(et)), 0);
+    json_decref(ends);
+    json_decref(goes);
+    request("POST", "/v1/completions", "{\"prompt\": \"x\", \"ignore_eos\": 1}", &r);
+    assert_error(&r, 400);
+
     /* log-probabilities: greedy, so each token is its own likeliest alternative; the pieces
      * spell the text */
     request("POST", "/v1/completions",
@@ -476,8 +504,8 @@ static void drive(pid_t pid, void *arg)
     request("POST", "/tokenize", "{\"content\": 7}", &r);
     assert_error(&r, 400);
 
-    /* the metrics count what ran: 18 requests so far (16 golden, 8 of them chats, and two with
-     * logprobs), each with a first token */
+    /* the metrics count what ran: 20 requests so far (16 golden, 8 of them chats, two with
+     * logprobs and two for ignore_eos), each with a first token */
     fd = send_request("GET", "/metrics", "", 0, true);
     read_response(fd, &r);
     assert_int_equal(r.status, 200);
@@ -494,8 +522,8 @@ static void drive(pid_t pid, void *arg)
     m = strstr(r.body, "shardlm_time_to_first_token_seconds_count ");
     assert_non_null(m);
     sscanf(m, "shardlm_time_to_first_token_seconds_count %llu", &ttft);
-    assert_int_equal(stop + length, 18);
-    assert_int_equal(ttft, 18);
+    assert_int_equal(stop + length, 20);
+    assert_int_equal(ttft, 20);
     free(r.body);
 
     /* bad requests: each its status and an OpenAI error object */

@@ -27,7 +27,7 @@ static const char usage_serve[] =
     "Endpoints (each also without /v1): GET /health, GET /metrics (Prometheus; neither needs\n"
     "the key), GET /v1/models, POST /v1/completions (prompt as a string or token ids;\n"
     "max_tokens (default 16), temperature, top_p, top_k, min_p, seed, stop, frequency_penalty,\n"
-    "presence_penalty, repetition_penalty, logprobs (0..20), stream and\n"
+    "presence_penalty, repetition_penalty, logprobs (0..20), ignore_eos, stream and\n"
     "stream_options.include_usage; streamed as server-sent events or one JSON body), POST\n"
     "/v1/chat/completions (messages through the model's chat template; the same parameters,\n"
     "logprobs true with top_logprobs, chat_template_kwargs), POST /apply-template {\"messages\"}\n"

@@ -199,6 +199,10 @@ common:;
     if (str && !json_is_null(str) && !json_is_boolean(str))
         return "stream: expected true or false";
     p->stream = json_is_true(str);
+    json_t *ie = json_object_get(j, "ignore_eos");
+    if (ie && !json_is_null(ie) && !json_is_boolean(ie))
+        return "ignore_eos: expected true or false";
+    p->ignore_eos = json_is_true(ie);
     json_t *so = json_object_get(j, "stream_options");
     p->include_usage = json_is_object(so) && json_is_true(json_object_get(so, "include_usage"));
     return NULL;

@@ -28,6 +28,7 @@ struct coord_completion_req {
     char *stops[COORD_REQ_MAX_STOPS];
     int n_stops;
     bool stream, include_usage;
+    bool ignore_eos; /* vLLM's and llama.cpp's extension: only max_tokens and stop end it */
     int logprobs; /* -1: none; else the sampled token's and this many alternatives' (0..20) */
 };
 

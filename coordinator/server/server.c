@@ -466,6 +466,7 @@ static void submit(struct srv *s, struct sreq *p)
                                   .sampling = q->sampling,
                                   .stop = (const char *const *)q->stops,
                                   .n_stop = q->n_stops,
+                                  .ignore_eos = q->ignore_eos,
                                   .logprobs = q->logprobs,
                                   .on_event = on_event,
                                   .ctx = p};

@@ -107,7 +107,7 @@ function slowloris(o) {
 
 function noread(o) {
     const body = JSON.stringify({ prompt: 'Once upon a time', max_tokens: o.maxTokens,
-        logprobs: o.logprobs, stream: true, temperature: 1.0 });
+        logprobs: o.logprobs, stream: true, temperature: 1.0, ignore_eos: true });
     const one = `POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n` +
         `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
     const req = one.repeat(Math.max(1, o.pipeline));
