@@ -12,6 +12,12 @@ for tool in dpkg-shlibdeps help2man lintian; do
         exit 1
     }
 done
+# a folder of its own: another build given by mistake (the dev build, `build`) would be
+# reconfigured as a Release build for /usr
+if [ -f "$dir/CMakeCache.txt" ] && ! grep -qx 'CMAKE_INSTALL_PREFIX:PATH=/usr' "$dir/CMakeCache.txt"; then
+    echo "package: $dir is another build (its install prefix is not /usr): give a folder of its own (default build-deb)" >&2
+    exit 2
+fi
 # Debian's compiler flags with every hardening feature (PIE, full RELRO with BIND_NOW,
 # _FORTIFY_SOURCE, the stack protector, CET): CMake puts them before the build type's -O3
 export DEB_BUILD_MAINT_OPTIONS=hardening=+all
