@@ -4,7 +4,8 @@
 # feature templates of data/jinja) and every request in data/chat: both render the same bytes, or both fail; where the template called
 # raise_exception(MESSAGE), shardlm's one stderr line must be `shardlm template: MESSAGE`.
 # Prints each difference, then one summary line; exits 1 if any rendering differed.
-#   test_chat_templates.sh SHARDLM_BINARY     (data: $SHARDLM_TEST_DATA, default tests/data;
+#   test_chat_templates.sh SHARDLM_BINARY     (data: $SHARDLM_TEST_DATA, else ctest's
+#                                              $SHARDLM_TEST_DATA_DEFAULT, else tests/data;
 #                                              python: $PYTHON, default python3 with jinja2)
 set -euo pipefail
 if [ $# -ne 1 ]; then
@@ -13,7 +14,7 @@ if [ $# -ne 1 ]; then
 fi
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
-data=${SHARDLM_TEST_DATA:-$here/data}
+data=${SHARDLM_TEST_DATA:-${SHARDLM_TEST_DATA_DEFAULT:-$here/data}}
 ref=$here/tools/jinja_render.py
 bos='<s>'
 eos='</s>'

@@ -51,9 +51,13 @@ static inline const char *tu_env(const char *name, const char *fallback)
     const char *v = getenv(name);
     return v && *v ? v : fallback;
 }
-/* The test data (golden outputs, tokenizers, chat templates: tests/data, see its README.md; ctest
- * passes the CMake cache variable SHARDLM_TEST_DATA), the source tree, the shardlm binary */
-static inline const char *tu_data(void) { return tu_env("SHARDLM_TEST_DATA", "tests/data"); }
+/* The test data (golden outputs, tokenizers, chat templates: tests/data, see its README.md):
+ * SHARDLM_TEST_DATA from the environment, else the CMake cache variable SHARDLM_TEST_DATA, which
+ * ctest passes as SHARDLM_TEST_DATA_DEFAULT; the source tree; the shardlm binary */
+static inline const char *tu_data(void)
+{
+    return tu_env("SHARDLM_TEST_DATA", tu_env("SHARDLM_TEST_DATA_DEFAULT", "tests/data"));
+}
 static inline const char *tu_src(void) { return tu_env("SHARDLM_SRC", "."); }
 static inline const char *tu_bin(void) { return tu_env("SHARDLM_BIN", "shardlm"); }
 

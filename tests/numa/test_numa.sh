@@ -4,6 +4,7 @@
 #
 #   tests/numa/test_numa.sh NODES BUILD_DIR DATA_DIR
 #
+# DATA_DIR is the CMake cache's SHARDLM_TEST_DATA; SHARDLM_TEST_DATA in the environment wins over it.
 # The guest gets no environment and sees the build tree read-only, so the model is converted into
 # BUILD_DIR/numa beforehand and test_numa takes its paths as arguments. Exits with test_numa's
 # status, or guest.sh's (124 timed out, 125 no guest: both failures, never a skip).
@@ -11,7 +12,7 @@ set -euo pipefail
 [ $# -eq 3 ] || { echo "usage: $0 NODES BUILD_DIR DATA_DIR" >&2; exit 2; }
 nodes=$1
 build=$(realpath -e "$2")
-data=$(realpath -e "$3")
+data=$(realpath -e "${SHARDLM_TEST_DATA:-$3}")
 src=$(realpath "$(dirname "$0")/../..")
 for f in "$build/shardlm" "$build/shardlm-worker" "$build/tests/test_numa"; do
   [ -x "$f" ] || { echo "test_numa.sh: $f is not built" >&2; exit 2; }
