@@ -193,9 +193,10 @@ static char *golden_tail(int no, char *prompt, size_t plen, int *n_new)
 }
 
 /* The text of a streamed completion (@chat: a chat completion): its chunks' texts in order.
- * Checks the framing (only "data: " events, [DONE] last), that the finish reason comes in the
- * last text chunk only and the usage chunk after it, and for a chat that the role comes in the
- * first chunk alone; returns the finish reason and the usage's completion tokens. */
+ * Checks the framing (only "data: " events, [DONE] last), that the finish reason comes once, in a
+ * chunk of its own with empty text after the last text, and the usage chunk after it, and for a
+ * chat that the role comes in the first chunk alone; returns the finish reason and the usage's
+ * completion tokens. */
 static char *stream_text(const struct resp *r, bool chat, char *finish, size_t flen,
                          int *completion_tokens)
 {
@@ -237,8 +238,10 @@ static char *stream_text(const struct resp *r, bool chat, char *finish, size_t f
                 tl += strlen(t);
             }
             json_t *f = json_object_get(ch, "finish_reason");
-            if (json_is_string(f))
+            if (json_is_string(f)) {
+                assert_true(!t || !*t); /* as OpenAI sends it: a chunk of its own, no text */
                 snprintf(finish, flen, "%s", json_string_value(f));
+            }
         }
         json_decref(j);
     }
@@ -360,6 +363,19 @@ static void drive(pid_t pid, void *arg)
                                 "Authorization: Bearer test-key-3f9b\r\n\r\n";
     send_all(fd, wrong, sizeof(wrong) - 1);
     read_response(fd, &r);
+    assert_error(&r, 401);
+    /* what docs/deploy.md calls public: /health, /metrics and the chat page, under /v1/ too;
+     * any other path, unknown ones included, needs the key */
+    static const char *const public[] = {"/health", "/v1/health", "/metrics",   "/v1/metrics",
+                                         "/",       "/v1/",       "/index.html"};
+    for (size_t i = 0; i < sizeof(public) / sizeof(public[0]); i++) {
+        read_response(send_request("GET", public[i], "", 0, true), &r);
+        if (r.status != 200)
+            fprintf(stderr, "GET %s without a key: %d\n", public[i], r.status);
+        assert_int_equal(r.status, 200);
+        free(r.body);
+    }
+    read_response(send_request("GET", "/v1/no-such-path", "", 0, true), &r);
     assert_error(&r, 401);
     request("GET", "/v1/models", NULL, &r);
     assert_int_equal(r.status, 200);

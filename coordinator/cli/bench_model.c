@@ -20,7 +20,7 @@
 
 static const char usage_bench_model[] =
     "usage: shardlm bench -m MODEL.shlm [-p N] [-n N] [-t T[,T...]] [-r REPS] [--workers W]\n"
-    "                     [--batch B[,B...]] [--json]\n"
+    "                     [--batch B[,B...] | --prefix-cache P] [--json]\n"
     "\n"
     "Runs prefill (ppN: N prompt tokens in one step) and decode (tgN: N tokens one step each)\n"
     "through the engine, REPS times each, and prints llama-bench's table: model, size, params,\n"

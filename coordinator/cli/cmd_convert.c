@@ -16,7 +16,7 @@ static const char usage_convert[] =
     "                       [--priority speed|fidelity] [--group N] [--head-bits 8|4]\n"
     "                       [--ctx N] [--method rtn|imatrix|gptq|awq] [--calib FILE|self]\n"
     "                       [--calib-tokens N] [--damp F] [--no-act-order] [--threads N]\n"
-    "                       -o OUT.shlm\n"
+    "                       [-q] -o OUT.shlm\n"
     "\n"
     "Reads a model and writes a .shlm file. INPUT is a GGUF file (llama, qwen2, gemma; tensors\n"
     "F32/F16/BF16/Q8_0/Q4_0, dequantized then quantized to the scheme), a Hugging Face\n"

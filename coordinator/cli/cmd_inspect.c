@@ -156,6 +156,7 @@ int coord_cmd_inspect(int argc, char **argv)
 {
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         printf("usage: shardlm inspect FILE\n"
+               "\n"
                "Prints the architecture, config, scheme, tokenizer and tensor table of a .shlm\n"
                "file, a GGUF file, a Hugging Face directory or a llama2.c checkpoint.\n");
         return 0;

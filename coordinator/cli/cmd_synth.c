@@ -11,6 +11,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: shardlm synth --shape NAME -o FILE.gguf [--seed S]\n"
+               "\n"
                "Writes a synthetic model (normal weights, std 0.02; norms 1.0) in GGUF F16 with a\n"
                "byte-level BPE vocabulary. Shapes:\n");
     size_t n;

@@ -8,6 +8,7 @@
 
 static const char usage_main[] =
     "usage: shardlm <command> [options]\n"
+    "       shardlm --help | --version\n"
     "\n"
     "shardlm serves decoder-only language models on CPU servers from 4-bit weights: a\n"
     "coordinator process and worker processes that share the weights in shared memory.\n"
