@@ -18,11 +18,16 @@ mkdir "$tmp/empty"
 echo "0000000000000000000000000000000000000000000000000000000000000000  golden/stories260K/greedy.tsv" \
     >"$tmp/empty/SHA256SUMS"
 ln -s "$cache_data" "$tmp/good"
+# ctest over the build's tests from a folder of its own, so that this ctest's Testing/ logs do not
+# overwrite those of the ctest running this test
+mkdir "$tmp/ctest"
+echo "include(\"$build/tests/CTestTestfile.cmake\")" >"$tmp/ctest/CTestTestfile.cmake"
 
 fail=0
 # one test under ctest with SHARDLM_TEST_DATA=$1; its output in $tmp/out
 run() {
-    SHARDLM_TEST_DATA=$1 "$ctest" --test-dir "$build" -R "^$2\$" --output-on-failure >"$tmp/out" 2>&1
+    SHARDLM_TEST_DATA=$1 "$ctest" --test-dir "$tmp/ctest" -R "^$2\$" --output-on-failure \
+        >"$tmp/out" 2>&1
 }
 for t in test_data test_tokenizer test_chat_templates; do
     if run "$tmp/empty" "$t"; then
