@@ -19,6 +19,8 @@
 #include "gguf.h"
 #include "gguf_write.h"
 #include "kn.h"
+#include "source.h"
+#include "synth.h"
 #include "testutil.h"
 
 static char dir[4096];
@@ -1050,6 +1052,287 @@ static void corpus_check(const char *name, const uint8_t *b, size_t n, bool vali
 
 static void test_corpus(void **state) { corpus_each(corpus_check, NULL); }
 
+/* ---- the model source: settings read exactly or refused, weights finite -------------------- */
+
+/* `shardlm synth --shape tiny` in the test folder, read whole (*@len bytes). */
+static uint8_t *tiny_image(size_t *len)
+{
+    char path[4300];
+    struct shardlm_err e;
+    tu_path(path, sizeof(path), "%s/tiny.gguf", dir);
+    if (coord_synth("tiny", path, 0, NULL, NULL, &e))
+        fail_msg("synth: %s", e.msg);
+    uint8_t *b = (uint8_t *)tu_slurp(path, len);
+    assert_non_null(b);
+    return b;
+}
+
+/* Offset of the end of tensor info @t in image @base. */
+static size_t info_end(const uint8_t *base, const struct gguf_tensor *t)
+{
+    return (size_t)((const uint8_t *)t->name.p - base) + t->name.len + 4 + 8 * t->n_dims + 12;
+}
+
+/* Writes @dir/edited.gguf: image @b (@n bytes) without key @drop (NULL: none), with the
+ * key/values of @add (built with kv_key and put_*: its n_kv counts them) after the others, and
+ * float @val at element @idx of F32 tensor @tensor (NULL: none). Returns the path (static). */
+static const char *edited(const uint8_t *b, size_t n, const char *drop, const struct img *add,
+                          const char *tensor, size_t idx, float val)
+{
+    static char path[4300];
+    struct gguf_file g;
+    struct shardlm_err e;
+    assert_int_equal(gguf_parse(&g, b, n, "tiny", &e), 0);
+    size_t infos = (size_t)((const uint8_t *)g.tensors[0].name.p - b) - 8;
+    size_t infos_end = info_end(b, &g.tensors[g.n_tensors - 1]);
+    struct img m = {0};
+    img_header(&m, 3, g.n_tensors);
+    m.n_kv = g.n_kv + (add ? add->n_kv : 0);
+    for (uint64_t i = 0; i < g.n_kv; i++) {
+        size_t at = (size_t)((const uint8_t *)g.kv[i].key.p - b) - 8;
+        size_t end = i + 1 < g.n_kv ? (size_t)((const uint8_t *)g.kv[i + 1].key.p - b) - 8 : infos;
+        if (drop && gguf_str_eq(g.kv[i].key, drop))
+            m.n_kv--;
+        else
+            put(&m, b + at, end - at);
+    }
+    img_finish_kv(&m);
+    if (add)
+        put(&m, add->b, add->n);
+    put(&m, b + infos, infos_end - infos);
+    while (m.n % 32)
+        put_u8(&m, 0);
+    size_t data = m.n;
+    put(&m, b + g.data_offset, n - g.data_offset);
+    if (tensor) {
+        const struct gguf_tensor *t = gguf_tensor(&g, tensor);
+        assert_non_null(t);
+        assert_int_equal(t->type, GGML_F32);
+        memcpy(m.b + data + (t->offset - g.data_offset) + 4 * idx, &val, 4);
+    }
+    gguf_close(&g);
+    tu_path(path, sizeof(path), "%s/edited.gguf", dir);
+    assert_int_equal(tu_write(path, m.b, m.n), 0);
+    free(m.b);
+    return path;
+}
+
+/* Opens @path as convert does: 0 with *@s open, or the error with @e set (one line). */
+static int open_source(const char *path, struct coord_source *s, struct shardlm_err *e)
+{
+    e->msg[0] = 0;
+    int rc = coord_source_open(s, path, NULL, 0, e);
+    if (rc)
+        assert_one_line_error(rc, e);
+    return rc;
+}
+
+/* @b with key @key replaced by one of type @type, whose value @put writes; the source must
+ * open (NULL needles: *@cfg gets its config) or fail with every needle in its message. */
+typedef void kv_put_fn(struct img *m);
+static void expect_kv(const uint8_t *b, size_t n, const char *drop, const char *key,
+                      uint32_t type, kv_put_fn *putv, struct shlm_config *cfg, ...)
+{
+    struct img add = {0};
+    if (key) {
+        kv_key(&add, key, type);
+        putv(&add);
+    }
+    const char *path = edited(b, n, drop, key ? &add : NULL, NULL, 0, 0);
+    free(add.b);
+    struct coord_source s;
+    struct shardlm_err e;
+    int rc = open_source(path, &s, &e);
+    va_list ap;
+    va_start(ap, cfg);
+    const char *needle = va_arg(ap, const char *);
+    if (!needle) {
+        if (rc)
+            fail_msg("%s (%s): %s", key, drop, e.msg);
+        *cfg = s.cfg;
+        coord_source_close(&s);
+    } else {
+        if (rc != -EINVAL)
+            fail_msg("%s: rc %d, expected -EINVAL", key, rc);
+        for (; needle; needle = va_arg(ap, const char *))
+            if (!strstr(e.msg, needle))
+                fail_msg("%s: message '%s' lacks '%s'", key, e.msg, needle);
+    }
+    va_end(ap);
+}
+
+static void v_u32_500k(struct img *m) { put_u32(m, 500000); }
+static void v_f64_500k(struct img *m) { put_f64(m, 500000.0); }
+static void v_u8_2(struct img *m) { put_u8(m, 2); }
+static void v_f32_2(struct img *m) { put_f32(m, 2.0f); }
+static void v_f32_2_5(struct img *m) { put_f32(m, 2.5f); }
+static void v_f32_4(struct img *m) { put_f32(m, 4.0f); }
+static void v_f32_1(struct img *m) { put_f32(m, 1.0f); }
+static void v_f32_30(struct img *m) { put_f32(m, 30.0f); }
+static void v_f64_eps(struct img *m) { put_f64(m, 1e-6); }
+static void v_i64_neg(struct img *m) { put_u64(m, (uint64_t)-2); }
+static void v_u32_128(struct img *m) { put_u32(m, 128); }
+static void v_u32_4096(struct img *m) { put_u32(m, 4096); }
+static void v_u32_100000(struct img *m) { put_u32(m, 100000); }
+static void v_i32_neg1(struct img *m) { put_u32(m, (uint32_t)-1); }
+static void v_u32_7(struct img *m) { put_u32(m, 7); }
+static void v_u32_8(struct img *m) { put_u32(m, 8); }
+static void v_bool_1(struct img *m) { put_u8(m, 1); }
+static void v_str_500k(struct img *m) { put_str(m, "500000"); }
+static void v_str_yarn(struct img *m) { put_str(m, "yarn"); }
+static void v_str_linear(struct img *m) { put_str(m, "linear"); }
+static void v_str_none(struct img *m) { put_str(m, "none"); }
+static void v_str_eps(struct img *m) { put_str(m, "1e-6"); }
+static void v_str_esc(struct img *m) { put_str(m, "\x1b[2J\n"); }
+static void v_str_utf8(struct img *m) { put_str(m, "caf\xc3\xa9\xff\xc3(\xe2\x80\xae\\"); }
+static void v_arr_u32(struct img *m)
+{
+    put_u32(m, GGUF_UINT32);
+    put_u64(m, 2);
+    put_u32(m, 4);
+    put_u32(m, 4);
+}
+static void v_str_long(struct img *m)
+{
+    static char big[100001];
+    memset(big, 'a', sizeof(big) - 1);
+    put_str(m, big);
+}
+
+/* Every setting the architecture uses is read in any numeric type that holds it exactly, or
+ * refused naming the key and the type or value; every setting that changes the computation and
+ * is not implemented is refused with its name and value unless neutral. */
+static void test_source_settings(void **state)
+{
+    size_t n;
+    uint8_t *b = tiny_image(&n);
+    struct shlm_config c;
+    const char *theta = "llama.rope.freq_base", *eps = "llama.attention.layer_norm_rms_epsilon";
+    expect_kv(b, n, NULL, NULL, 0, NULL, &c, NULL);
+    assert_true(c.rope_theta == 10000.0f);
+    /* numbers of any type */
+    expect_kv(b, n, theta, theta, GGUF_UINT32, v_u32_500k, &c, NULL);
+    assert_true(c.rope_theta == 500000.0f);
+    expect_kv(b, n, theta, theta, GGUF_FLOAT64, v_f64_500k, &c, NULL);
+    assert_true(c.rope_theta == 500000.0f);
+    expect_kv(b, n, eps, eps, GGUF_FLOAT64, v_f64_eps, &c, NULL);
+    assert_true(c.norm_eps == 1e-6f);
+    expect_kv(b, n, "llama.block_count", "llama.block_count", GGUF_UINT8, v_u8_2, &c, NULL);
+    assert_int_equal(c.n_layers, 2);
+    expect_kv(b, n, "llama.block_count", "llama.block_count", GGUF_FLOAT32, v_f32_2, &c, NULL);
+    assert_int_equal(c.n_layers, 2);
+    /* wrong types and values */
+    expect_kv(b, n, theta, theta, GGUF_STRING, v_str_500k, &c, theta, "string", NULL);
+    expect_kv(b, n, eps, eps, GGUF_STRING, v_str_eps, &c, eps, "string", NULL);
+    expect_kv(b, n, "llama.block_count", "llama.block_count", GGUF_FLOAT32, v_f32_2_5, &c,
+              "llama.block_count", "2.5", "integer", NULL);
+    expect_kv(b, n, "llama.block_count", "llama.block_count", GGUF_INT64, v_i64_neg, &c,
+              "llama.block_count", "-2", NULL);
+    expect_kv(b, n, "llama.block_count", "llama.block_count", GGUF_BOOL, v_bool_1, &c,
+              "llama.block_count", "bool", NULL);
+    expect_kv(b, n, "llama.attention.head_count", "llama.attention.head_count", GGUF_ARRAY,
+              v_arr_u32, &c, "llama.attention.head_count", "array", NULL);
+    expect_kv(b, n, "llama.embedding_length", NULL, 0, NULL, &c, "llama.embedding_length",
+              "missing", NULL);
+    free(b);
+}
+
+/* What the runtime lacks, refused by name and value; neutral values pass. */
+static void test_source_unsupported(void **state)
+{
+    size_t n;
+    uint8_t *b = tiny_image(&n);
+    struct shlm_config c;
+    expect_kv(b, n, NULL, "llama.rope.scaling.type", GGUF_STRING, v_str_yarn, &c,
+              "llama.rope.scaling.type", "yarn", "not supported", NULL);
+    expect_kv(b, n, NULL, "llama.rope.scaling.type", GGUF_STRING, v_str_linear, &c,
+              "llama.rope.scaling.type", "linear", NULL);
+    expect_kv(b, n, NULL, "llama.rope.scaling.type", GGUF_STRING, v_str_none, &c, NULL);
+    expect_kv(b, n, NULL, "llama.rope.scaling.factor", GGUF_FLOAT32, v_f32_4, &c,
+              "llama.rope.scaling.factor", "4", NULL);
+    expect_kv(b, n, NULL, "llama.rope.scaling.factor", GGUF_FLOAT32, v_f32_1, &c, NULL);
+    expect_kv(b, n, NULL, "llama.attention.sliding_window", GGUF_UINT32, v_u32_128, &c,
+              "llama.attention.sliding_window", "128", "sliding-window", NULL);
+    expect_kv(b, n, NULL, "llama.attention.sliding_window", GGUF_UINT32, v_u32_4096, &c, NULL);
+    expect_kv(b, n, NULL, "llama.final_logit_softcapping", GGUF_FLOAT32, v_f32_30, &c,
+              "llama.final_logit_softcapping", "30", NULL);
+    expect_kv(b, n, NULL, "llama.attn_logit_softcapping", GGUF_FLOAT32, v_f32_30, &c,
+              "llama.attn_logit_softcapping", "30", NULL);
+    expect_kv(b, n, NULL, "llama.attention.sliding_window", GGUF_STRING, v_str_yarn, &c,
+              "llama.attention.sliding_window", "string", NULL);
+    expect_kv(b, n, "llama.rope.dimension_count", "llama.rope.dimension_count", GGUF_UINT32,
+              v_u32_8, &c, "llama.rope.dimension_count", "8", "partial rotary", NULL);
+    expect_kv(b, n, NULL, "llama.expert_count", GGUF_UINT32, v_u32_8, &c, "llama.expert_count",
+              "mixture of experts", NULL);
+    expect_kv(b, n, NULL, "llama.residual_scale", GGUF_FLOAT32, v_f32_4, &c,
+              "llama.residual_scale", NULL);
+    free(b);
+}
+
+/* general.architecture: what is wrong with it, and the file's bytes escaped. */
+static void test_source_arch(void **state)
+{
+    size_t n;
+    uint8_t *b = tiny_image(&n);
+    struct shlm_config c;
+    const char *arch = "general.architecture";
+    expect_kv(b, n, arch, arch, GGUF_UINT32, v_u32_7, &c, arch, "type u32", NULL);
+    expect_kv(b, n, arch, arch, GGUF_STRING, v_str_long, &c, arch, "100000 bytes", NULL);
+    expect_kv(b, n, arch, NULL, 0, NULL, &c, arch, "missing", NULL);
+    expect_kv(b, n, arch, arch, GGUF_STRING, v_str_esc, &c, arch, "\"\\x1b[2J\\n\"", NULL);
+    /* well-formed UTF-8 kept; a stray byte, a cut sequence, a bidi override and \ escaped */
+    expect_kv(b, n, arch, arch, GGUF_STRING, v_str_utf8, &c, arch,
+              "\"caf\xc3\xa9\\xff\\xc3(\\xe2\\x80\\xae\\\\\"", NULL);
+    free(b);
+}
+
+/* Special token ids inside the vocabulary, or refused with its size. */
+static void test_source_token_ids(void **state)
+{
+    size_t n;
+    uint8_t *b = tiny_image(&n);
+    struct shlm_config c;
+    const char *eos = "tokenizer.ggml.eos_token_id", *bos = "tokenizer.ggml.bos_token_id";
+    expect_kv(b, n, eos, eos, GGUF_UINT32, v_u32_100000, &c, eos, "100000", "512 tokens", NULL);
+    expect_kv(b, n, eos, eos, GGUF_INT32, v_i32_neg1, &c, eos, "-1", "512 tokens", NULL);
+    expect_kv(b, n, bos, bos, GGUF_UINT32, v_u32_100000, &c, bos, "100000", "512 tokens", NULL);
+    free(b);
+}
+
+/* Non-finite and overflowing weights are refused where they are read, naming the tensor and
+ * the first bad element. */
+static void test_source_weights(void **state)
+{
+    size_t n;
+    uint8_t *b = tiny_image(&n);
+    static const float bad[] = {NAN, INFINITY, -3e38f, 70000.0f};
+    static const char *const shown[] = {"nan", "inf", "-3e+38", "70000"};
+    float row[64];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *path = edited(b, n, NULL, NULL, "output_norm.weight", 5, bad[i]);
+        struct coord_source s;
+        struct shardlm_err e;
+        assert_int_equal(open_source(path, &s, &e), 0);
+        e.msg[0] = 0;
+        assert_int_equal(s.read(&s, "output_norm", 1, 64, row, &e), -EINVAL);
+        assert_one_line_error(-EINVAL, &e);
+        if (!strstr(e.msg, "output_norm.weight") || !strstr(e.msg, "element 5") ||
+            !strstr(e.msg, shown[i]))
+            fail_msg("%s: %s", shown[i], e.msg);
+        assert_int_equal(s.read(&s, "blk.0.attn_norm", 1, 64, row, &e), 0);
+        coord_source_close(&s);
+    }
+    /* the largest allowed magnitude passes */
+    const char *path = edited(b, n, NULL, NULL, "output_norm.weight", 5, -65504.0f);
+    struct coord_source s;
+    struct shardlm_err e;
+    assert_int_equal(open_source(path, &s, &e), 0);
+    assert_int_equal(s.read(&s, "output_norm", 1, 64, row, &e), 0);
+    assert_true(row[5] == -65504.0f);
+    coord_source_close(&s);
+    free(b);
+}
+
 static void corpus_write(const char *name, const uint8_t *b, size_t n, bool valid, void *arg)
 {
     char path[4300];
@@ -1080,6 +1363,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_vocab_gpt2),
         cmocka_unit_test(test_vocab_phi3),
         cmocka_unit_test(test_corpus),
+        cmocka_unit_test(test_source_settings),
+        cmocka_unit_test(test_source_unsupported),
+        cmocka_unit_test(test_source_arch),
+        cmocka_unit_test(test_source_token_ids),
+        cmocka_unit_test(test_source_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

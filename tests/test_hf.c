@@ -1052,6 +1052,61 @@ static void test_dir_hostile(void **state)
     tiny_free(&m);
 }
 
+/* Non-finite or overflowing weights are refused where they are read, naming the tensor and the
+ * first bad element; a special token id the tokenizer lacks is refused with its size. */
+static void test_dir_weights(void **state)
+{
+    static const struct {
+        const char *tensor, *ours;
+        int rows, at;
+        float v;
+        const char *shown;
+    } cases[] = {
+        {"model.norm.weight", "output_norm", 0, 3, NAN, "nan"},
+        {"model.embed_tokens.weight", "tok_embd", 40, 7, INFINITY, "inf"},
+        {"model.layers.1.input_layernorm.weight", "blk.1.attn_norm", 0, 0, 3e38f, "e+38"},
+    };
+    float *row = malloc(40 * 32 * sizeof(float));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct tiny m = llama();
+        write_tiny(&m, NULL);
+        struct wt *t = (struct wt *)find_wt(&m, cases[i].tensor);
+        assert_non_null(t);
+        t->dtype = "F32"; /* 3e38 stays itself */
+        t->data[cases[i].at] = cases[i].v;
+        size_t len;
+        uint8_t *b = st_image(m.t, m.n, &len);
+        put_file("model.safetensors", b, len);
+        free(b);
+        struct coord_source s;
+        struct shardlm_err e = {""};
+        assert_int_equal(coord_source_hf(&s, dir, NULL, &e), 0);
+        int rows = cases[i].rows ? cases[i].rows : 1;
+        assert_int_equal(s.read(&s, cases[i].ours, rows, 32, row, &e), -EINVAL);
+        char at[64];
+        snprintf(at, sizeof(at), "element %d ", cases[i].at);
+        if (!strstr(e.msg, cases[i].tensor) || !strstr(e.msg, at) ||
+            !strstr(e.msg, cases[i].shown))
+            fail_msg("%s: %s", cases[i].tensor, e.msg);
+        coord_source_close(&s);
+        tiny_free(&m);
+    }
+    free(row);
+    /* config.json's eos_token_id inside vocab_size (40) but not among the tokenizer's 9 */
+    struct tiny m = llama();
+    write_tiny(&m, NULL);
+    char cp[4300];
+    tu_path(cp, sizeof(cp), "%s/config.json", dir);
+    char *cfg = tu_slurp(cp, NULL);
+    char *at = strstr(cfg, "\"eos_token_id\": [1, 0]");
+    assert_non_null(at);
+    memcpy(at, "\"eos_token_id\": 20    ", 22);
+    put_text("config.json", cfg);
+    free(cfg);
+    dir_refused(-EINVAL, "eos_token_id is 20", "9 tokens", NULL);
+    tiny_free(&m);
+}
+
 /* ---- config.json ---- */
 
 static const char base_cfg[] =
@@ -1106,6 +1161,8 @@ static void cfg_refused(const char *extra, ...)
     if (rc != -EINVAL)
         fail_msg("config with '%s': rc %d, %s", extra, rc, e.msg);
     assert_non_null(strstr(e.msg, "d/config.json"));
+    assert_null(strchr(e.msg, '\n'));
+    assert_null(strchr(e.msg, '\x1b'));
     va_list ap;
     va_start(ap, extra);
     for (const char *n; (n = va_arg(ap, const char *));)
@@ -1195,6 +1252,36 @@ static void test_config(void **state)
                 " \"low_freq_factor\": 1, \"high_freq_factor\": 4,"
                 " \"original_max_position_embeddings\": 8192}", "rope_scaling.factor", NULL);
     cfg_refused("=, \"hidden_size\": 32", "duplicate", NULL);
+    /* settings that change the computation and that the runtime lacks: refused by name and
+     * value (as GGUF's are, from the same table), their neutral values taken */
+    cfg_refused(", \"final_logit_softcapping\": 30.0", "final_logit_softcapping", "30",
+                "not supported", NULL);
+    cfg_refused(", \"attn_logit_softcapping\": 50", "attn_logit_softcapping", "50", NULL);
+    cfg_refused(", \"attn_logit_softcapping\": \"50\"", "attn_logit_softcapping", "string",
+                NULL);
+    cfg_refused(", \"attention_multiplier\": 0.5", "attention_multiplier", "0.5", NULL);
+    cfg_refused(", \"embedding_multiplier\": 12", "embedding_multiplier", "12", NULL);
+    cfg_refused(", \"residual_multiplier\": 0.22", "residual_multiplier", "0.22", NULL);
+    cfg_refused(", \"logits_scaling\": 8", "logits_scaling", "8", NULL);
+    cfg_refused(", \"partial_rotary_factor\": 0.5", "partial_rotary_factor", "0.5", NULL);
+    cfg_refused(", \"query_pre_attn_scalar\": 256", "query_pre_attn_scalar", "256", NULL);
+    cfg_refused(", \"num_local_experts\": 8", "num_local_experts", "mixture of experts", NULL);
+    static const char *const neutral[] = {
+        ", \"final_logit_softcapping\": null", ", \"partial_rotary_factor\": 1.0",
+        ", \"query_pre_attn_scalar\": 8", ", \"attention_multiplier\": 0.35355339059327373",
+        ", \"use_sliding_window\": false, \"sliding_window\": 4096"};
+    for (size_t i = 0; i < sizeof(neutral) / sizeof(neutral[0]); i++)
+        if (cfg_parse(&hc, neutral[i], &e))
+            fail_msg("'%s': %s", neutral[i], e.msg);
+    /* token ids: out of the vocabulary (either end, any list element), with its size */
+    cfg_refused(", \"eos_token_id\": -1", "eos_token_id", "-1", "vocab_size 512", NULL);
+    cfg_refused(", \"eos_token_id\": 100000", "eos_token_id", "100000", "vocab_size 512", NULL);
+    cfg_refused(", \"eos_token_id\": [7, 600]", "eos_token_id", "600", NULL);
+    cfg_refused(", \"bos_token_id\": 100000", "bos_token_id", "100000", "vocab_size 512", NULL);
+    /* a file's strings in a message are escaped: no forged line, no terminal control */
+    cfg_refused(", \"architectures\": [\"\\u001b[31mEVIL\\nshardlm convert: wrote x\"]",
+                "\"\\x1b[31mEVIL\\nshardlm convert: wrote x\"", NULL);
+    cfg_refused(", \"hidden_act\": \"\\u009b2J\"", "\\xc2\\x9b2J", NULL);
     /* architectures */
     struct shardlm_err e2 = {""};
     static const char *const archs[][2] = {
@@ -1256,6 +1343,7 @@ int main(void)
         cmocka_unit_test(test_safetensors_hostile),
         cmocka_unit_test(test_dir_hostile),
         cmocka_unit_test(test_config),
+        cmocka_unit_test(test_dir_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -190,6 +190,8 @@ static void check_shape(const char *shape, bool gelu, bool gate)
     assert_int_equal(run(in1, r), 0);
     assert_non_null(strstr(r->out, "GGUF version 3"));
     assert_non_null(strstr(r->out, "tokenizer.ggml.model = \"gpt2\""));
+    /* a file's strings reach the terminal escaped: the chat template's newline as \n */
+    assert_non_null(strstr(r->out, "{{ m.content | trim }}\\n{%"));
     char *in2[] = {(char *)tu_bin(), "inspect", shlm, NULL};
     assert_int_equal(run(in2, r), 0);
     assert_non_null(strstr(r->out, "config: dim 64"));

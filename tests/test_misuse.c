@@ -262,6 +262,53 @@ static void test_eval_save_and_reference(void **state)
     free(r);
 }
 
+/* @model with every element of output_norm set to @v, its checksums made good again: a model
+ * convert refuses to write, as an older convert or a hand would have made it. */
+static void poisoned_model(const char *to, float v)
+{
+    size_t len = 0;
+    uint8_t *b = (uint8_t *)tu_slurp(model, &len);
+    assert_non_null(b);
+    struct shlm_model m;
+    struct shardlm_err e;
+    assert_int_equal(shlm_parse(&m, b, len, model, &e), 0);
+    struct shlm_tensor *t = (struct shlm_tensor *)shlm_find(&m, "output_norm");
+    assert_non_null(t);
+    assert_int_equal(t->dtype, KN_DT_F32);
+    for (uint32_t j = 0; j < t->cols; j++)
+        memcpy(b + t->offset + 4 * j, &v, 4);
+    t->checksum = shlm_hash(b + t->offset, t->bytes);
+    shlm_seal((struct shlm_header *)m.hdr, m.tensors);
+    assert_int_equal(tu_write(to, b, len), 0);
+    free(b);
+}
+
+/* A model whose logits are NaN or overflow: eval fails with one line (never "kld=nan" and
+ * exit 0), and --save writes nothing eval would refuse to read back. */
+static void test_eval_non_finite(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char ref[4300], save[4300], bad[4300];
+    in_dir(ref, sizeof(ref), "ref-nf");
+    in_dir(save, sizeof(save), "save-nf");
+    in_dir(bad, sizeof(bad), "poisoned.shlm");
+    copy_ref(ref);
+    static const float values[] = {NAN, 3e38f};
+    for (int i = 0; i < 2; i++) {
+        poisoned_model(bad, values[i]);
+        char *ev[] = {"eval", "-m", bad, "--ref", ref, "--no-persist", NULL};
+        run(r, ev);
+        expect_refused(r, "the model's logits: row 0, logit 0 is");
+        assert_null(strstr(r->out, "overall"));
+        char *sv[] = {"eval", "-m", bad, "--ref", ref, "--save", save, "--no-persist", NULL};
+        run(r, sv);
+        expect_refused(r, "the model's logits");
+        assert_int_equal(access(save, F_OK), -1);
+    }
+    unlink(bad);
+    free(r);
+}
+
 /* A FIFO where any command reads a file: a prompt failure naming it, never a wait for a writer
  * (the runs' timeout, 60 s, would show as status -1). */
 static void test_fifo_arguments(void **state)
@@ -749,6 +796,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outputs_replace_only_regular_files),
         cmocka_unit_test(test_eval_save_and_reference),
+        cmocka_unit_test(test_eval_non_finite),
         cmocka_unit_test(test_fifo_arguments),
         cmocka_unit_test(test_purge_keeps_segments_in_use),
         cmocka_unit_test(test_verify_segments),

@@ -175,6 +175,58 @@ static void test_hostile_files(void **state)
     free(buf);
 }
 
+/* A tokenizer.json given where a llama2.c tokenizer.bin is expected is named as what it is, not
+ * read as a max_token_length of 1702240891. */
+static void test_other_format_as_llama2c(void **state)
+{
+    struct coord_tok t;
+    struct shardlm_err e;
+    static const char json[] = "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\"}}";
+    assert_int_equal(coord_tok_init(&t, (const uint8_t *)json, sizeof(json) - 1, 512, "tok.json",
+                                    &e),
+                     -EINVAL);
+    assert_non_null(strstr(e.msg, "tok.json: JSON (a tokenizer.json?), not a llama2.c"));
+    static const uint8_t gguf[64] = "GGUF\3\0\0\0";
+    assert_int_equal(coord_tok_init(&t, gguf, sizeof(gguf), 4, "m.gguf", &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "m.gguf: a GGUF file, not a llama2.c"));
+    /* an unknown format keeps the field's message */
+    static const uint8_t zero[64];
+    assert_int_equal(coord_tok_init(&t, zero, sizeof(zero), 4, "z", &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "max_token_length is 0"));
+}
+
+/* A pre-tokenizer regex that backtracks past PCRE2's match limit: the encode fails saying so
+ * and where, not "Invalid argument". */
+static void test_regex_match_limit(void **state)
+{
+    static const char json[] =
+        "{\"added_tokens\": [], \"normalizer\": null,"
+        " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a+)+$\"},"
+        " \"behavior\": \"Isolated\", \"invert\": false},"
+        " \"post_processor\": null, \"decoder\": null,"
+        " \"model\": {\"type\": \"BPE\", \"byte_fallback\": false, \"ignore_merges\": false,"
+        " \"vocab\": {\"a\": 0, \"b\": 1, \"!\": 2, \"aa\": 3}, \"merges\": [\"a a\"]}}";
+    struct coord_tok t;
+    struct shardlm_err e;
+    int rc = coord_tok_from_hf_json(&t, (const uint8_t *)json, sizeof(json) - 1, "re", &e);
+    if (rc)
+        fail_msg("%s", e.msg);
+    int32_t ids[128];
+    assert_int_equal(coord_tok_encode_err(&t, "aab", 3, 0, ids, 128, &e), 2); /* aa b */
+    /* a byte that is not UTF-8 ends a run: the regex searches "ab", then from byte 3 */
+    char text[64] = "ab\xff";
+    memset(text + 3, 'a', 40);
+    memcpy(text + 43, "!", 2);
+    rc = coord_tok_encode_err(&t, text, 44, 0, ids, 128, &e);
+    assert_int_equal(rc, -EINVAL);
+    if (!strstr(e.msg, "regex 1 hit PCRE2's limit") || !strstr(e.msg, "from byte 3") ||
+        !strstr(e.msg, "match limit"))
+        fail_msg("%s", e.msg);
+    /* the plain call fails the same way */
+    assert_int_equal(coord_tok_encode_ex(&t, text, 44, 0, ids, 128), -EINVAL);
+    coord_tok_free(&t);
+}
+
 /* Streams the NUL-separated pieces of @pieces (@n of them) through a coord_utf8 and checks
  * the text, the flush included, against @want. */
 static void utf8_stream(const char *pieces, int n, const char *want)
@@ -237,6 +289,8 @@ int main(void)
         cmocka_unit_test(test_llama2_vocab),
         cmocka_unit_test(test_encode_ex),
         cmocka_unit_test(test_hostile_files),
+        cmocka_unit_test(test_other_format_as_llama2c),
+        cmocka_unit_test(test_regex_match_limit),
         cmocka_unit_test(test_utf8_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

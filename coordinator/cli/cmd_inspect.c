@@ -91,12 +91,16 @@ static int inspect_gguf(const char *path, struct shardlm_err *e)
         return rc;
     printf("%s: GGUF version %u, %llu metadata keys, %llu tensors, %zu bytes\n", path, g.version,
            (unsigned long long)g.n_kv, (unsigned long long)g.n_tensors, g.size);
+    /* keys, values and names are the file's: escaped (coord_escape()), values cut at 80 bytes */
+    char k[400], v[400];
     for (uint64_t i = 0; i < g.n_kv; i++) {
         const struct gguf_kv *kv = &g.kv[i];
-        printf("  %.*s = ", (int)kv->key.len, kv->key.p);
+        printf("  %s = ", coord_escape(k, sizeof(k), kv->key.p, kv->key.len));
         switch (kv->type) {
         case GGUF_STRING:
-            printf("\"%.*s\"\n", (int)(kv->v.s.len > 80 ? 80 : kv->v.s.len), kv->v.s.p);
+            printf("\"%s\"%s\n",
+                   coord_escape(v, sizeof(v), kv->v.s.p, kv->v.s.len > 80 ? 80 : kv->v.s.len),
+                   kv->v.s.len > 80 ? "..." : "");
             break;
         case GGUF_ARRAY:
             printf("[%llu elements]\n", (unsigned long long)kv->v.arr.n);
@@ -117,7 +121,8 @@ static int inspect_gguf(const char *path, struct shardlm_err *e)
     }
     for (uint64_t i = 0; i < g.n_tensors; i++) {
         const struct gguf_tensor *t = &g.tensors[i];
-        printf("  %-28.*s type %-2d dims", (int)t->name.len, t->name.p, (int)t->type);
+        printf("  %-28s type %-2d dims", coord_escape(k, sizeof(k), t->name.p, t->name.len),
+               (int)t->type);
         for (uint32_t d = 0; d < t->n_dims; d++)
             printf(" %llu", (unsigned long long)t->dims[d]);
         printf("\n");

@@ -66,11 +66,10 @@ static int run(const char *path, long vocab_size, bool decode, unsigned flags, i
             rc = shardlm_fail(e, -ENOMEM, "out of memory");
             goto out_tok;
         }
-        int n = coord_tok_encode_ex(&t, args[0], len, flags, ids, max);
+        struct shardlm_err why;
+        int n = coord_tok_encode_err(&t, args[0], len, flags, ids, max, &why);
         if (n < 0) {
-            rc = shardlm_fail(e, n, "cannot tokenize the text: %s",
-                              n == -EILSEQ ? "a character this vocabulary cannot spell"
-                                           : strerror(-n));
+            rc = shardlm_fail(e, n, "cannot tokenize the text: %s", why.msg);
             free(ids);
             goto out_tok;
         }

@@ -237,6 +237,25 @@ static int ref_line_parse(struct ref_line *r, const struct coord_eval_opts *o, c
 /* Reads @r's logits file: a row per position fed, every id or all but the last (whose logits
  * predict past the line); finite, and not constant (a uniform distribution no model gives:
  * padding). Returns 0 or -errno. */
+/* The logits row @row of @x (@vocab floats) of @what (a file, or "the model ..."): every value
+ * finite, and with @refuse_constant not one value throughout (padding, not logits). The same
+ * check for the reference files eval reads and for what --save writes, so eval never writes
+ * what it would refuse. Returns 0 or -EINVAL. */
+static int logits_check(const float *x, int vocab, bool refuse_constant, const char *what, int row,
+                        struct shardlm_err *e)
+{
+    bool constant = true;
+    for (int i = 0; i < vocab; i++) {
+        if (!isfinite(x[i]))
+            return shardlm_fail(e, -EINVAL, "%s: row %d, logit %d is %f", what, row, i, x[i]);
+        constant &= x[i] == x[0];
+    }
+    if (refuse_constant && constant && vocab > 1)
+        return shardlm_fail(e, -EINVAL, "%s: row %d holds one value, %g, in every logit (padding?)",
+                            what, row, x[0]);
+    return 0;
+}
+
 static int ref_line_logits(struct ref_line *r, const struct coord_eval_opts *o, int vocab,
                            struct shardlm_err *e)
 {
@@ -253,20 +272,10 @@ static int ref_line_logits(struct ref_line *r, const struct coord_eval_opts *o, 
                             "one per position fed (the %d token ids of greedy.tsv line %d, or "
                             "all but the last)",
                             r->path, r->len, n, n - 1, vocab, n, r->no);
-    for (int row = 0; row < r->rows; row++) {
-        const float *x = (const float *)r->buf + (size_t)row * vocab;
-        bool constant = true;
-        for (int i = 0; i < vocab; i++) {
-            if (!isfinite(x[i]))
-                return shardlm_fail(e, -EINVAL, "%s: row %d, logit %d is %f", r->path, row, i,
-                                    x[i]);
-            constant &= x[i] == x[0];
-        }
-        if (constant && vocab > 1)
-            return shardlm_fail(e, -EINVAL,
-                                "%s: row %d holds one value, %g, in every logit (padding?)",
-                                r->path, row, x[0]);
-    }
+    for (int row = 0; row < r->rows; row++)
+        if ((rc = logits_check((const float *)r->buf + (size_t)row * vocab, vocab, true, r->path,
+                               row, e)))
+            return rc;
     return 0;
 }
 
@@ -288,6 +297,15 @@ static int ref_line_run(struct coord_engine *g, const struct ref_line *r, int vo
                                    .tokens = r->ids + pos,
                                    .all_logits = true};
         int rc = coord_engine_step(g, &s, 1, e);
+        if (rc)
+            return rc;
+        /* a non-finite logit makes every score NaN: refused, and never saved */
+        for (uint32_t i = 0; i < m && !rc; i++) {
+            char what[160];
+            snprintf(what, sizeof(what), "greedy.tsv line %d: the model's logits", r->no);
+            rc = logits_check(s.logits + (size_t)i * vocab, vocab, save != NULL, what, pos + (int)i,
+                              e);
+        }
         if (rc)
             return rc;
         if (save)
@@ -343,8 +361,9 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
     if (!rc)
         rc = ref_line_run(g, &r, vocab, &acc, save, lp, lq, e);
     if (!rc) {
-        char label[160];
-        snprintf(label, sizeof(label), "prompt %d \"%.60s\" positions=%d", no, r.f[0], r.rows);
+        char label[400], shown[200];
+        coord_escape(shown, sizeof(shown), r.f[0], strlen(r.f[0]) > 60 ? 60 : strlen(r.f[0]));
+        snprintf(label, sizeof(label), "prompt %d \"%s\" positions=%d", no, shown, r.rows);
         report(label, &acc);
         memcpy(total->kl + total->positions, acc.kl, (size_t)acc.positions * sizeof(double));
         total->kld += acc.kld;
@@ -472,6 +491,15 @@ static int eval_lines(struct coord_engine *g, const struct coord_eval_opts *o,
     if (rc)
         goto out;
     report("overall", &total);
+    /* finite logits can still score past double's range (logits of 1e38): not a result */
+    double kld = total.kld / (double)total.positions, nll = total.nll / (double)total.predicted;
+    if (!isfinite(kld) || (total.predicted && !isfinite(exp(nll)))) {
+        rc = shardlm_fail(e, -ERANGE,
+                          "the overall score is not finite (kld %g, ppl %g): the "
+                          "model's logits are out of range",
+                          kld, exp(nll));
+        goto out;
+    }
     if (o->save_dir) {
         char out_tsv[4096];
         save_path(o, "greedy.tsv", out_tsv, sizeof(out_tsv));

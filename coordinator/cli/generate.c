@@ -231,13 +231,13 @@ static int load_prompts(struct coord_engine *eng, void *arg, struct shardlm_err 
             free(list);
             return shardlm_fail(e, -ENOMEM, "out of memory");
         }
-        int np = it->np = coord_tok_encode(&g->tok, it->prompt, true, false, it->ids, max);
+        struct shardlm_err why;
+        int np = it->np = coord_tok_encode_err(&g->tok, it->prompt, strlen(it->prompt),
+                                               COORD_TOK_ENC_BOS, it->ids, max, &why);
         if (np < 0 || np > ctx || (o->n > 0 && np + o->n - 1 > ctx)) {
             free(list);
             if (np < 0)
-                return shardlm_fail(e, np, "%scannot tokenize the prompt: %s", who,
-                                    np == -EILSEQ ? "a character this vocabulary cannot spell"
-                                                  : strerror(-np));
+                return shardlm_fail(e, np, "%scannot tokenize the prompt: %s", who, why.msg);
             if (np > ctx)
                 return shardlm_fail(e, -E2BIG,
                                     "%sthe prompt is %d tokens, longer than the context of %d", who,

@@ -197,10 +197,11 @@ static int tokens_from_text(struct coord_calib *c, struct coord_source *src, lon
     int n = 0;
     for (size_t at = 0; at < len && c->n_tok + n < want;) {
         size_t k = next_piece(text, len, at);
-        int got = coord_tok_encode_ex(&t, text + at, k, 0, ids, CALIB_PIECE + 8);
+        struct shardlm_err why;
+        int got = coord_tok_encode_err(&t, text + at, k, 0, ids, CALIB_PIECE + 8, &why);
         if (got < 0) {
             rc = shardlm_fail(e, got, "--calib %s: cannot tokenize the text at byte %zu: %s",
-                              c->o->text, at, strerror(-got));
+                              c->o->text, at, why.msg);
             break;
         }
         at += k;

@@ -7,6 +7,7 @@
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,23 @@ void coord_source_close(struct coord_source *s)
     memset(s, 0, sizeof(*s));
 }
 
+int coord_source_check_finite(const float *w, int rows, int cols, const char *path,
+                              const char *name, struct shardlm_err *e)
+{
+    size_t n = (size_t)rows * (size_t)cols;
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(w[i]) && fabsf(w[i]) <= COORD_SOURCE_MAX_WEIGHT)
+            continue;
+        char shown[100];
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %s: element %zu (row %zu, column %zu) is %g, expected a "
+                            "finite weight within +-%g",
+                            path, coord_escape_str(shown, sizeof(shown), name), i, i / (size_t)cols,
+                            i % (size_t)cols, (double)w[i], (double)COORD_SOURCE_MAX_WEIGHT);
+    }
+    return 0;
+}
+
 static int llama2c_read(struct coord_source *s, const char *name, int rows, int cols, float *out,
                         struct shardlm_err *e)
 {
@@ -59,7 +77,7 @@ static int llama2c_read(struct coord_source *s, const char *name, int rows, int 
     if (!src)
         return -ENOENT;
     memcpy(out, src, (size_t)rows * (size_t)cols * sizeof(float));
-    return 0;
+    return coord_source_check_finite(out, rows, cols, s->path, name, e);
 }
 
 static void llama2c_close(struct coord_source *s)

@@ -37,6 +37,19 @@ int coord_source_open(struct coord_source *s, const char *path, const char *toke
                       uint32_t max_ctx, struct shardlm_err *e);
 void coord_source_close(struct coord_source *s);
 
+/* The largest weight magnitude convert takes: 65504, the largest finite fp16. The int4 schemes
+ * keep group scales in fp16 (a group much past it cannot be stored); checkpoints trained in 16
+ * bits hold weights orders of magnitude below it; and with RMSNorm's outputs of RMS 1 (at most
+ * sqrt(65536) = 256 a value), a product over at most 2^20 columns of such weights stays below
+ * 65504^2 * 256 * 2^20 = 1.2e21, far inside float32, where a norm of 3e38 overflows at once. */
+#define COORD_SOURCE_MAX_WEIGHT 65504.0f
+
+/* Refuses tensor @name of @path (@rows x @cols floats at @w, as a source read it) when a value
+ * is NaN or infinite or beyond +-COORD_SOURCE_MAX_WEIGHT: -EINVAL naming the first such
+ * element's index, row and column. Every source's read() calls it on what it dequantized. */
+int coord_source_check_finite(const float *w, int rows, int cols, const char *path,
+                              const char *name, struct shardlm_err *e);
+
 /* The per-format openers coord_source_open() dispatches to. */
 int coord_source_llama2c(struct coord_source *s, const char *path, const char *tokenizer,
                          struct shardlm_err *e);

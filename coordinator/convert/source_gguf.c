@@ -69,7 +69,8 @@ static int gguf_src_read(struct coord_source *s, const char *name, int rows, int
         return shardlm_fail(
             e, -EINVAL, "%s: tensor %s is %llux%llu (rows x cols), the config needs %dx%d", s->path,
             gname, (unsigned long long)trows, (unsigned long long)t->dims[0], rows, cols);
-    return gguf_read_rows(&g->f, t, 0, trows, out, e);
+    int rc = gguf_read_rows(&g->f, t, 0, trows, out, e);
+    return rc ? rc : coord_source_check_finite(out, rows, cols, s->path, gname, e);
 }
 
 static void gguf_src_close(struct coord_source *s)
@@ -79,76 +80,138 @@ static void gguf_src_close(struct coord_source *s)
     free(g);
 }
 
-/* Required u32 <arch>.<key>. */
-static int need_u32(struct gguf_source *g, const char *path, const char *key, uint32_t *out,
-                    struct shardlm_err *e)
+/* The architectures this source reads, and what each fixes: llama.cpp permutes llama's Q/K for
+ * interleaved pairs (qwen2, gemma and spark use NeoX halves); gemma and spark gate with
+ * gelu-tanh; gemma scales the embedding by sqrt(dim). */
+static const struct gguf_arch {
+    const char *name;
+    bool rope_neox, gelu, embd_scale;
+} gguf_archs[] = {
+    {"llama", false, false, false},
+    {"qwen2", true, false, false},
+    {"gemma", true, true, true},
+    {"spark", true, true, false},
+};
+
+/* Setting @key (already prefixed) as a struct coord_val and its label "<path>: metadata <key>"
+ * (@label, 512 bytes). */
+static void setting(const struct gguf_source *g, const char *path, const char *key,
+                    struct coord_val *v, char *label)
 {
-    const char *k = akey(g, key);
-    int rc = gguf_get_u32(&g->f, k, out);
-    if (rc)
-        return shardlm_fail(e, -EINVAL, "%s: metadata %s is %s", path, k,
-                            rc == -ENOENT ? "missing" : "not an unsigned 32-bit integer");
-    return 0;
+    gguf_get_val(&g->f, key, v);
+    snprintf(label, 512, "%s: metadata %s", path, key);
 }
 
-/* general.architecture into g->arch: one of llama, qwen2, gemma and spark. */
-static int read_arch(struct gguf_source *g, const char *path, struct shardlm_err *e)
+/* Integer <arch>.<key> in [@lo, @hi]: required, or @def when absent. */
+static int arch_uint(const struct gguf_source *g, const char *path, const char *key, uint32_t lo,
+                     uint32_t hi, bool required, uint32_t def, uint32_t *out, struct shardlm_err *e)
 {
-    struct gguf_str a;
-    if (gguf_get_str(&g->f, "general.architecture", &a) || a.len == 0 || a.len >= sizeof(g->arch))
-        return shardlm_fail(e, -EINVAL, "%s: metadata general.architecture is missing", path);
-    memcpy(g->arch, a.p, a.len);
-    if (strcmp(g->arch, "llama") && strcmp(g->arch, "qwen2") && strcmp(g->arch, "gemma") &&
-        strcmp(g->arch, "spark"))
-        return shardlm_fail(e, -EINVAL,
-                            "%s: architecture '%s' is not supported (llama, qwen2, gemma, spark)",
-                            path, g->arch);
-    return 0;
+    struct coord_val v;
+    char label[512];
+    setting(g, path, akey(g, key), &v, label);
+    if (v.kind == COORD_VAL_ABSENT && !required) {
+        *out = def;
+        return 0;
+    }
+    return coord_val_uint(&v, label, lo, hi, out, e) ? -EINVAL : 0;
 }
 
-/* The sizes in <arch>.* metadata (required ones refused when missing, the others defaulted). */
+/* Number <arch>.<key> in (@lo, @hi), @def when absent. */
+static int arch_real(const struct gguf_source *g, const char *path, const char *key, double lo,
+                     double hi, float def, float *out, struct shardlm_err *e)
+{
+    struct coord_val v;
+    char label[512];
+    setting(g, path, akey(g, key), &v, label);
+    if (v.kind == COORD_VAL_ABSENT) {
+        *out = def;
+        return 0;
+    }
+    return coord_val_real(&v, label, lo, hi, out, e);
+}
+
+/* general.architecture into g->arch: one of gguf_archs[] (*@arch). */
+static int read_arch(struct gguf_source *g, const char *path, const struct gguf_arch **arch,
+                     struct shardlm_err *e)
+{
+    struct coord_val v;
+    char label[512], shown[100];
+    setting(g, path, "general.architecture", &v, label);
+    if (v.kind == COORD_VAL_ABSENT)
+        return shardlm_fail(e, -EINVAL, "%s is missing", label);
+    if (v.kind != COORD_VAL_STR)
+        return shardlm_fail(e, -EINVAL, "%s is of type %s, expected a string", label, v.type);
+    struct gguf_str a = {v.str, v.len};
+    for (size_t i = 0; i < sizeof(gguf_archs) / sizeof(gguf_archs[0]); i++)
+        if (gguf_str_eq(a, gguf_archs[i].name)) {
+            snprintf(g->arch, sizeof(g->arch), "%s", gguf_archs[i].name);
+            *arch = &gguf_archs[i];
+            return 0;
+        }
+    return shardlm_fail(e, -EINVAL,
+                        "%s is \"%s\" (%zu bytes): not a supported architecture (llama, qwen2, "
+                        "gemma, spark)",
+                        label, coord_escape(shown, sizeof(shown), v.str, v.len), v.len);
+}
+
+/* The sizes in <arch>.* metadata (required ones refused when missing, the others defaulted),
+ * each in any numeric type that holds its value exactly, in the ranges shlm_config_check()
+ * allows. */
 static int read_shape(struct gguf_source *g, struct shlm_config *c, const char *path,
                       struct shardlm_err *e)
 {
     int rc;
-    if ((rc = need_u32(g, path, "embedding_length", &c->dim, e)) ||
-        (rc = need_u32(g, path, "feed_forward_length", &c->hidden_dim, e)) ||
-        (rc = need_u32(g, path, "block_count", &c->n_layers, e)) ||
-        (rc = need_u32(g, path, "attention.head_count", &c->n_heads, e)) ||
-        (rc = need_u32(g, path, "context_length", &c->seq_len, e)))
+    if ((rc = arch_uint(g, path, "embedding_length", 1, 65536, true, 0, &c->dim, e)) ||
+        (rc = arch_uint(g, path, "feed_forward_length", 1, 1u << 20, true, 0, &c->hidden_dim, e)) ||
+        (rc = arch_uint(g, path, "block_count", 1, 1024, true, 0, &c->n_layers, e)) ||
+        (rc = arch_uint(g, path, "attention.head_count", 1, 1024, true, 0, &c->n_heads, e)) ||
+        (rc = arch_uint(g, path, "context_length", 1, UINT32_MAX, true, 0, &c->seq_len, e)) ||
+        (rc = arch_uint(g, path, "attention.head_count_kv", 1, 1024, false, c->n_heads,
+                        &c->n_kv_heads, e)) ||
+        (rc = arch_uint(g, path, "attention.key_length", 2, 1024, false, c->dim / c->n_heads,
+                        &c->head_dim, e)) ||
+        (rc = arch_real(g, path, "attention.layer_norm_rms_epsilon", 0.0, 1.0, 1e-5f, &c->norm_eps,
+                        e)) ||
+        (rc = arch_real(g, path, "rope.freq_base", 1.0, 1e30, 10000.0f, &c->rope_theta, e)))
         return rc;
-    if (gguf_get_u32(&g->f, akey(g, "attention.head_count_kv"), &c->n_kv_heads))
-        c->n_kv_heads = c->n_heads;
-    if (gguf_get_u32(&g->f, akey(g, "attention.key_length"), &c->head_dim))
-        c->head_dim = c->n_heads ? c->dim / c->n_heads : 0;
-    if (gguf_get_f32(&g->f, akey(g, "attention.layer_norm_rms_epsilon"), &c->norm_eps))
-        c->norm_eps = 1e-5f;
-    if (gguf_get_f32(&g->f, akey(g, "rope.freq_base"), &c->rope_theta))
-        c->rope_theta = 10000.0f;
+    return 0;
+}
+
+/* Refuses every <arch>.* setting of coord_unsupported_keys[] that is not neutral. */
+static int check_unsupported(const struct gguf_source *g, const struct shlm_config *c,
+                             const char *path, struct shardlm_err *e)
+{
+    for (size_t i = 0; i < coord_n_unsupported_keys; i++) {
+        const struct coord_key *k = &coord_unsupported_keys[i];
+        struct coord_val v;
+        char label[512];
+        if (!k->gguf)
+            continue;
+        setting(g, path, akey(g, k->gguf), &v, label);
+        int rc = coord_key_check(k, &v, label, c, e);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 
 /* What the architecture and the tensors present tell: RoPE style, activation, tied output,
  * biases, head gate, embedding scale, and the vocabulary (token_embd.weight's rows). */
-static int read_features(struct gguf_source *g, struct shlm_config *c, const char *path,
-                         struct shardlm_err *e)
+static int read_features(struct gguf_source *g, const struct gguf_arch *arch, struct shlm_config *c,
+                         const char *path, struct shardlm_err *e)
 {
-    bool llama = !strcmp(g->arch, "llama"), gemma = !strcmp(g->arch, "gemma");
-    bool spark = !strcmp(g->arch, "spark");
     if (gguf_tensor(&g->f, "rope_freqs.weight"))
         return shardlm_fail(e, -EINVAL,
                             "%s: tensor rope_freqs.weight (per-frequency RoPE "
                             "factors, Llama 3.1 style) is not supported yet",
                             path);
-    /* llama.cpp permutes llama's Q/K for interleaved pairs; qwen2 and gemma use NeoX halves */
-    c->rope_neox = !llama;
-    c->act = gemma || spark ? SHLM_ACT_GELU_TANH : SHLM_ACT_SILU;
+    c->rope_neox = arch->rope_neox;
+    c->act = arch->gelu ? SHLM_ACT_GELU_TANH : SHLM_ACT_SILU;
     c->tied_embd = gguf_tensor(&g->f, "output.weight") == NULL;
     c->qkv_bias = gguf_tensor(&g->f, "blk.0.attn_q.bias") != NULL;
     c->head_gate = gguf_tensor(&g->f, "blk.0.attn_gate.weight") != NULL;
-    /* gemma scales the embedding by sqrt(dim); llama.cpp's converter already added 1 to its
-     * RMSNorm weights, so they are used as they are */
-    c->embd_scale = gemma ? sqrtf((float)c->dim) : 0.0f;
+    /* llama.cpp's converter already added 1 to gemma's RMSNorm weights: used as they are */
+    c->embd_scale = arch->embd_scale ? sqrtf((float)c->dim) : 0.0f;
     const struct gguf_tensor *emb = gguf_tensor(&g->f, "token_embd.weight");
     if (!emb || emb->n_dims != 2)
         return shardlm_fail(e, -EINVAL, "%s: tensor token_embd.weight is missing or not 2-D", path);
@@ -205,8 +268,10 @@ int coord_source_gguf(struct coord_source *s, const char *path, const char *toke
     s->read = gguf_src_read;
     s->close = gguf_src_close;
     s->cfg.arch = SHLM_ARCH_LLAMA;
-    if ((rc = read_arch(g, path, e)) || (rc = read_shape(g, &s->cfg, path, e)) ||
-        (rc = read_features(g, &s->cfg, path, e)) ||
+    const struct gguf_arch *arch = NULL;
+    if ((rc = read_arch(g, path, &arch, e)) || (rc = read_shape(g, &s->cfg, path, e)) ||
+        (rc = check_unsupported(g, &s->cfg, path, e)) ||
+        (rc = read_features(g, arch, &s->cfg, path, e)) ||
         (rc = read_tokenizer(s, g, path, tokenizer, e))) {
         coord_source_close(s);
         return rc;

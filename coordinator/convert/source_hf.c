@@ -145,7 +145,7 @@ static int hf_read(struct coord_source *s, const char *name, int rows, int cols,
     if (norm && h->family == COORD_HF_GEMMA)
         for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++)
             out[i] += 1.0f;
-    return 0;
+    return coord_source_check_finite(out, rows, cols, h->set.paths[file], hf, e);
 }
 
 static void hf_close(struct coord_source *s)
@@ -296,12 +296,22 @@ static int load_tokenizer(struct coord_source *s, const struct coord_hf_config *
     }
     if (has_own && (rc = apply_tokenizer_config(&t, dir, e)))
         goto out_free;
-    /* config.json's ids first (the model was trained with them), else the tokenizer's */
+    /* config.json's ids first (the model was trained with them), else the tokenizer's; an id
+     * the tokenizer does not have (config.json's vocab_size may be padded past it) is refused */
     int64_t bos = hc->bos_id >= 0 ? hc->bos_id : t.bos_id;
     int64_t eos = hc->eos_id >= 0 ? hc->eos_id : t.eos_id;
-    if (t.bos_id < 0 && bos >= 0 && bos < t.vocab_size)
+    static const char *const names[] = {"bos_token_id", "eos_token_id"};
+    int64_t ids[] = {bos, eos};
+    for (int i = 0; i < 2; i++)
+        if (ids[i] >= t.vocab_size) {
+            rc = shardlm_fail(e, -EINVAL,
+                              "%s/config.json: field %s is %lld, outside the %d tokens of %s", dir,
+                              names[i], (long long)ids[i], t.vocab_size, path);
+            goto out_free;
+        }
+    if (t.bos_id < 0 && bos >= 0)
         t.bos_id = (int)bos;
-    if (t.eos_id < 0 && eos >= 0 && eos < t.vocab_size)
+    if (t.eos_id < 0 && eos >= 0)
         t.eos_id = (int)eos;
     s->bos_id = bos >= 0 ? (uint32_t)bos : 0;
     s->eos_id = eos >= 0 ? (uint32_t)eos : 0;

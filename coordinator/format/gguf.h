@@ -15,6 +15,7 @@
 #ifndef SHARDLM_COORD_GGUF_H
 #define SHARDLM_COORD_GGUF_H
 
+#include "model_keys.h"
 #include "util.h"
 
 #include <stdbool.h>
@@ -102,6 +103,9 @@ int gguf_get_u32(const struct gguf_file *g, const char *key, uint32_t *out);
 int gguf_get_f32(const struct gguf_file *g, const char *key, float *out);
 int gguf_get_bool(const struct gguf_file *g, const char *key, bool *out);
 int gguf_get_str(const struct gguf_file *g, const char *key, struct gguf_str *out);
+/* The value of @key as a setting (model_keys.h): ABSENT, NUM for every numeric type (exactly),
+ * BOOL, STR, or OTHER for an array; ->type names the GGUF type ("u32", "f64", "string"). */
+void gguf_get_val(const struct gguf_file *g, const char *key, struct coord_val *out);
 /* An array of @type (for GGUF_STRING, use kv->v.arr.strs). */
 const struct gguf_kv *gguf_get_arr(const struct gguf_file *g, const char *key,
                                    enum gguf_type type);

@@ -68,22 +68,9 @@ static bool ggml_traits(uint32_t type, uint64_t *blk, uint64_t *blk_bytes, const
 
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-/* Writes @s into @buf (>= 80 bytes) for a one-line message: at most 64 bytes, others as '?'. */
-static const char *show(struct gguf_str s, char *buf)
-{
-    uint64_t n = s.len < 64 ? s.len : 64;
-    size_t o = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s.p[i];
-        buf[o++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
-    }
-    if (s.len > n) {
-        memcpy(buf + o, "...", 3);
-        o += 3;
-    }
-    buf[o] = 0;
-    return buf;
-}
+/* Writes @s into @buf (80 bytes) for a one-line message: escaped (coord_escape()), cut with
+ * "..." where the buffer runs out. */
+static const char *show(struct gguf_str s, char *buf) { return coord_escape(buf, 80, s.p, s.len); }
 
 struct cur {
     const uint8_t *b;
@@ -655,6 +642,35 @@ int gguf_get_str(const struct gguf_file *g, const char *key, struct gguf_str *ou
         return -EINVAL;
     *out = kv->v.s;
     return 0;
+}
+
+void gguf_get_val(const struct gguf_file *g, const char *key, struct coord_val *out)
+{
+    const struct gguf_kv *kv = gguf_find(g, key);
+    memset(out, 0, sizeof(*out));
+    out->kind = COORD_VAL_ABSENT;
+    if (!kv)
+        return;
+    out->type = (unsigned)kv->type < GGUF_N_TYPES ? val_name[kv->type] : "unknown";
+    if (is_unsigned(kv->type)) {
+        out->kind = COORD_VAL_NUM;
+        out->num = (double)kv->v.u;
+    } else if (is_signed(kv->type)) {
+        out->kind = COORD_VAL_NUM;
+        out->num = (double)kv->v.i;
+    } else if (kv->type == GGUF_FLOAT32 || kv->type == GGUF_FLOAT64) {
+        out->kind = COORD_VAL_NUM;
+        out->num = kv->v.f;
+    } else if (kv->type == GGUF_BOOL) {
+        out->kind = COORD_VAL_BOOL;
+        out->b = kv->v.u != 0;
+    } else if (kv->type == GGUF_STRING) {
+        out->kind = COORD_VAL_STR;
+        out->str = kv->v.s.p;
+        out->len = kv->v.s.len;
+    } else {
+        out->kind = COORD_VAL_OTHER;
+    }
 }
 
 const struct gguf_kv *gguf_get_arr(const struct gguf_file *g, const char *key,

@@ -3,6 +3,8 @@
  * refused by name. */
 #include "hf_config.h"
 
+#include "model_keys.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -73,20 +75,28 @@ static int cfg_bool(const json_t *root, const char *obj, const char *key, bool d
     return 0;
 }
 
-/* bos_token_id / eos_token_id: an id, a list of ids (the first is taken), or absent (-1). */
-static int cfg_token(const json_t *root, const char *key, int64_t *out, const char *what,
-                     struct shardlm_err *e)
+/* bos_token_id / eos_token_id: an id, a list of ids (the first is taken, every one must be an
+ * id), or absent (-1); each inside the vocabulary of @vocab tokens. */
+static int cfg_token(const json_t *root, const char *key, uint32_t vocab, int64_t *out,
+                     const char *what, struct shardlm_err *e)
 {
-    const json_t *v = field(root, key);
+    const json_t *v = field(root, key), *it;
     *out = -1;
-    if (json_is_array(v))
-        v = json_array_size(v) ? json_array_get(v, 0) : NULL;
     if (!v)
         return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-        return shardlm_fail(e, -EINVAL, "%s: field %s: expected a token id (or a list of them)",
-                            what, key);
-    *out = json_integer_value(v);
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    for (size_t i = 0; i < n; i++) {
+        it = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_integer(it))
+            return shardlm_fail(e, -EINVAL, "%s: field %s: expected a token id (or a list of them)",
+                                what, key);
+        json_int_t id = json_integer_value(it);
+        if (id < 0 || id >= (json_int_t)vocab)
+            return shardlm_fail(e, -EINVAL, "%s: field %s is %lld, outside vocab_size %u", what,
+                                key, (long long)id, vocab);
+        if (i == 0)
+            *out = id;
+    }
     return 0;
 }
 
@@ -109,11 +119,13 @@ static int cfg_act(const json_t *root, enum coord_hf_family fam, uint32_t *act, 
     else if (!strcmp(s, "gelu_pytorch_tanh") || !strcmp(s, "gelu_new") ||
              (fam == COORD_HF_GEMMA && !strcmp(s, "gelu")))
         *act = SHLM_ACT_GELU_TANH;
-    else
+    else {
+        char shown[100];
         return shardlm_fail(e, -EINVAL,
-                            "%s: field %s is \"%.64s\", expected silu or "
+                            "%s: field %s is \"%s\", expected silu or "
                             "gelu_pytorch_tanh",
-                            what, key, s);
+                            what, key, coord_escape_str(shown, sizeof(shown), s));
+    }
     return 0;
 }
 
@@ -136,11 +148,13 @@ static int cfg_rope_scaling(const json_t *root, struct shlm_config *c, const cha
                             what);
     if (!strcmp(t, "default"))
         return 0;
-    if (strcmp(t, "llama3") != 0)
+    if (strcmp(t, "llama3") != 0) {
+        char shown[100];
         return shardlm_fail(e, -EINVAL,
-                            "%s: field rope_scaling.rope_type is \"%.64s\": only "
+                            "%s: field rope_scaling.rope_type is \"%s\": only "
                             "llama3 scaling is supported",
-                            what, t);
+                            what, coord_escape_str(shown, sizeof(shown), t));
+    }
     const char *o = "rope_scaling.";
     int rc;
     if ((rc = cfg_num(rs, o, "factor", 0.0, 1e30, true, 0, &c->rope_factor, what, e)) ||
@@ -181,11 +195,13 @@ static int cfg_family(const json_t *root, enum coord_hf_family *fam, const char 
                             "supported (extra pre/post norms, logit soft-capping, sliding-window "
                             "layers)",
                             what);
-    else
+    else {
+        char shown[100];
         return shardlm_fail(e, -EINVAL,
-                            "%s: field architectures[0] is \"%.64s\", expected "
+                            "%s: field architectures[0] is \"%s\", expected "
                             "LlamaForCausalLM, Qwen2ForCausalLM or GemmaForCausalLM",
-                            what, arch);
+                            what, coord_escape_str(shown, sizeof(shown), arch));
+    }
     return 0;
 }
 
@@ -235,27 +251,52 @@ static int cfg_heads(const json_t *root, struct shlm_config *c, const char *what
     return 0;
 }
 
+/* JSON value @j (NULL: absent or null) as a setting (model_keys.h). */
+static void json_val(const json_t *j, struct coord_val *v)
+{
+    memset(v, 0, sizeof(*v));
+    v->kind = COORD_VAL_OTHER;
+    if (!j) {
+        v->kind = COORD_VAL_ABSENT;
+    } else if (json_is_number(j)) {
+        v->kind = COORD_VAL_NUM;
+        v->num = json_number_value(j);
+        v->type = json_is_integer(j) ? "integer" : "real";
+    } else if (json_is_boolean(j)) {
+        v->kind = COORD_VAL_BOOL;
+        v->b = json_is_true(j);
+        v->type = "boolean";
+    } else if (json_is_string(j)) {
+        v->kind = COORD_VAL_STR;
+        v->str = json_string_value(j);
+        v->len = json_string_length(j);
+        v->type = "string";
+    } else {
+        v->type = json_is_array(j) ? "array" : "object";
+    }
+}
+
 /* tie_word_embeddings (true by default for Gemma), and the features these families can switch on
  * that the runtime does not have, refused by name. */
 static int cfg_features(const json_t *root, bool gemma, struct shlm_config *c, const char *what,
                         struct shardlm_err *e)
 {
-    bool tied = false, flag = false;
+    bool tied = false;
     int rc;
     if ((rc = cfg_bool(root, "", "tie_word_embeddings", gemma, &tied, what, e)))
         return rc;
     c->tied_embd = tied;
-    static const struct { const char *key, *what; } unsupported[] = {
-        {"attention_bias", "biases on q/k/v/o_proj"},
-        {"mlp_bias", "biases on the MLP projections"},
-        {"use_sliding_window", "sliding-window attention"},
-    };
-    for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
-        if ((rc = cfg_bool(root, "", unsupported[i].key, false, &flag, what, e)))
+    /* the settings of coord_unsupported_keys[] config.json can carry: absent or neutral */
+    for (size_t i = 0; i < coord_n_unsupported_keys; i++) {
+        const struct coord_key *k = &coord_unsupported_keys[i];
+        if (!k->hf)
+            continue;
+        struct coord_val v;
+        char label[512];
+        json_val(field(root, k->hf), &v);
+        snprintf(label, sizeof(label), "%s: field %s", what, k->hf);
+        if ((rc = coord_key_check(k, &v, label, c, e)))
             return rc;
-        if (flag)
-            return shardlm_fail(e, -EINVAL, "%s: field %s is true: %s are not supported", what,
-                                unsupported[i].key, unsupported[i].what);
     }
     return 0;
 }
@@ -266,14 +307,9 @@ static int cfg_special_tokens(const json_t *root, struct coord_hf_config *hc, co
 {
     uint32_t vocab = hc->cfg.vocab_size;
     int rc;
-    if ((rc = cfg_token(root, "bos_token_id", &hc->bos_id, what, e)) ||
-        (rc = cfg_token(root, "eos_token_id", &hc->eos_id, what, e)))
+    if ((rc = cfg_token(root, "bos_token_id", vocab, &hc->bos_id, what, e)) ||
+        (rc = cfg_token(root, "eos_token_id", vocab, &hc->eos_id, what, e)))
         return rc;
-    if (hc->bos_id >= (int64_t)vocab || hc->eos_id >= (int64_t)vocab)
-        return shardlm_fail(e, -EINVAL, "%s: field %s is %lld, outside vocab_size %u", what,
-                            hc->bos_id >= (int64_t)vocab ? "bos_token_id" : "eos_token_id",
-                            (long long)(hc->bos_id >= (int64_t)vocab ? hc->bos_id : hc->eos_id),
-                            vocab);
     return 0;
 }
 

@@ -96,11 +96,13 @@ static int parse_tensor(struct st_tensor *t, const char *name, const json_t *v, 
     int d = 0;
     while (d < ST_DTYPE_COUNT && strcmp(ds, dtypes[d].name) != 0)
         d++;
-    if (d == ST_DTYPE_COUNT)
+    if (d == ST_DTYPE_COUNT) {
+        char shown[100];
         return shardlm_fail(e, -EINVAL,
-                            "%s: tensor %.200s: field dtype: unknown dtype \"%.32s\" "
+                            "%s: tensor %.200s: field dtype: unknown dtype \"%s\" "
                             "(expected F32, F16, BF16 or another safetensors type)",
-                            what, name, ds);
+                            what, name, coord_escape(shown, sizeof(shown), ds, strlen(ds)));
+    }
     t->dtype = (enum st_dtype)d;
 
     const json_t *sh = json_object_get(v, "shape");

@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pcre2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -471,10 +472,19 @@ static int svec_push(struct svec *v, size_t off, size_t len)
     return 0;
 }
 
+/* Where a pre-tokenizer regex runs, for its error message: the fragment's offset in the text,
+ * whether a prefix space was put before it, and which of t->re[] runs. */
+struct re_where {
+    size_t frag_off;
+    bool prefix;
+    int pattern;
+};
+
 /* Splits the valid UTF-8 text @s[off, off + len) by @re into matches and the text between
  * them, in order. */
 static int re_split_valid(const struct coord_tok *t, const pcre2_code *re, pcre2_match_data *md,
-                          const char *s, size_t off, size_t len, struct svec *out)
+                          const char *s, size_t off, size_t len, struct svec *out,
+                          const struct re_where *w, struct shardlm_err *e)
 {
     const char *sub = s + off;
     size_t pos = 0, gap = 0;
@@ -486,8 +496,24 @@ static int re_split_valid(const struct coord_tok *t, const pcre2_code *re, pcre2
                              t->mctx);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
-        if (rc < 0)
-            return rc == PCRE2_ERROR_NOMEMORY ? -ENOMEM : -EINVAL;
+        if (rc == PCRE2_ERROR_NOMEMORY)
+            return -ENOMEM;
+        if (rc < 0) {
+            /* the limits are tokenizer.c's (RE_MATCH_LIMIT, the heap's), against regexes that
+             * backtrack without end; the search began at @off + pos of the prepared fragment */
+            PCRE2_UCHAR why[120];
+            if (pcre2_get_error_message(rc, why, sizeof(why)) < 0)
+                snprintf((char *)why, sizeof(why), "error %d", rc);
+            size_t at = off + pos, lead = w->prefix ? 1 : 0;
+            bool limit = rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+                         rc == PCRE2_ERROR_HEAPLIMIT;
+            return shardlm_fail(e, -EINVAL,
+                                "pre-tokenizer regex %d %s searching the text from byte %zu "
+                                "(PCRE2: %s)",
+                                w->pattern + 1,
+                                limit ? "hit PCRE2's limit against runaway backtracking" : "failed",
+                                w->frag_off + (at > lead ? at - lead : 0), (const char *)why);
+        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t ms = ov[0], me = ov[1];
         if (ms < pos || me < ms || me > len)
@@ -510,7 +536,8 @@ static int re_split_valid(const struct coord_tok *t, const pcre2_code *re, pcre2
 /* Splits @s[off, off + len) by @re: each run of valid UTF-8 by the regex, each run of bytes
  * that are not UTF-8 a piece of its own. */
 static int re_split(const struct coord_tok *t, const pcre2_code *re, pcre2_match_data *md,
-                    const char *s, size_t off, size_t len, struct svec *out)
+                    const char *s, size_t off, size_t len, struct svec *out,
+                    const struct re_where *w, struct shardlm_err *e)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = off, end = off + len;
@@ -519,7 +546,7 @@ static int re_split(const struct coord_tok *t, const pcre2_code *re, pcre2_match
         while (i < end && (l = tok_utf8_valid(u + i, end - i)))
             i += l;
         int rc;
-        if (i > a && (rc = re_split_valid(t, re, md, s, a, i - a, out)))
+        if (i > a && (rc = re_split_valid(t, re, md, s, a, i - a, out, w, e)))
             return rc;
         a = i;
         while (i < end && !tok_utf8_valid(u + i, end - i))
@@ -644,8 +671,9 @@ static int encode_spm(const struct coord_tok *t, struct merger *m, const char *s
 
 /* Splits @work[0, k) into the pre-tokens of t->re[] applied in turn, into *@words (*@next: the
  * other buffer, swapped). Returns 0 or -errno. */
-static int pre_tokenize(const struct coord_tok *t, pcre2_match_data *md, const char *work,
-                        size_t k, struct svec *words, struct svec *next)
+static int pre_tokenize(const struct coord_tok *t, pcre2_match_data *md, const char *work, size_t k,
+                        struct svec *words, struct svec *next, struct re_where *w,
+                        struct shardlm_err *e)
 {
     int rc;
     words->n = 0;
@@ -653,8 +681,10 @@ static int pre_tokenize(const struct coord_tok *t, pcre2_match_data *md, const c
         return rc;
     for (int p = 0; p < t->n_patterns; p++) {
         next->n = 0;
-        for (size_t w = 0; w < words->n; w++)
-            if ((rc = re_split(t, t->re[p], md, work, words->v[w].off, words->v[w].len, next)))
+        w->pattern = p;
+        for (size_t i = 0; i < words->n; i++)
+            if ((rc =
+                     re_split(t, t->re[p], md, work, words->v[i].off, words->v[i].len, next, w, e)))
                 return rc;
         struct svec tmp = *words;
         *words = *next;
@@ -677,13 +707,15 @@ static int whole_word(const struct coord_tok *t, const char *ws, size_t wl, bool
 
 /* BPE (llama.cpp llm_tokenizer_bpe_session) on one text fragment. */
 static int encode_bpe(const struct coord_tok *t, struct merger *m, const char *s, size_t n,
-                      bool prefix, char *work, pcre2_match_data *md, struct svec *words,
-                      struct svec *next, struct ivec *out)
+                      size_t s_off, bool prefix, char *work, pcre2_match_data *md,
+                      struct svec *words, struct svec *next, struct ivec *out,
+                      struct shardlm_err *e)
 {
     bool bl = t->flags & COORD_TOKF_BYTE_LEVEL;
-    size_t k = prepare_text(t, s, n, prefix && !(bl && n && s[0] == ' '), work);
+    struct re_where w = {.frag_off = s_off, .prefix = prefix && !(bl && n && s[0] == ' ')};
+    size_t k = prepare_text(t, s, n, w.prefix, work);
     int rc;
-    if ((rc = pre_tokenize(t, md, work, k, words, next)))
+    if ((rc = pre_tokenize(t, md, work, k, words, next, &w, e)))
         return rc;
     char *enc = work + k; /* room for a byte-level word: 2 bytes per byte */
     for (size_t w = 0; w < words->n; w++) {
@@ -703,8 +735,8 @@ static int encode_bpe(const struct coord_tok *t, struct merger *m, const char *s
 
 /* llama.cpp llama_tokenize_impl(): BOS, then the fragments between special tokens each
  * encoded, the special tokens as they are, into @out. Returns 0 or -errno. */
-static int encode_fragments(const struct coord_tok *t, const char *text, size_t len,
-                            unsigned flags, bool bos, struct merger *m, struct ivec *out)
+static int encode_fragments(const struct coord_tok *t, const char *text, size_t len, unsigned flags,
+                            bool bos, struct merger *m, struct ivec *out, struct shardlm_err *e)
 {
     struct fvec fr = {0};
     struct svec words = {0}, next = {0};
@@ -734,7 +766,8 @@ static int encode_fragments(const struct coord_tok *t, const char *text, size_t 
         if (t->type == COORD_TOK_SPM)
             rc = encode_spm(t, m, text + f.off, f.len, prefix, work, out);
         else
-            rc = encode_bpe(t, m, text + f.off, f.len, prefix, work, md, &words, &next, out);
+            rc = encode_bpe(t, m, text + f.off, f.len, f.off, prefix, work, md, &words, &next, out,
+                            e);
         prev_special = false;
     }
 out:
@@ -746,17 +779,18 @@ out:
     return rc;
 }
 
-int coord_tok_encode_ex(const struct coord_tok *t, const char *text, size_t len, unsigned flags,
-                        int32_t *out, int max)
+int coord_tok_encode_err(const struct coord_tok *t, const char *text, size_t len, unsigned flags,
+                         int32_t *out, int max, struct shardlm_err *e)
 {
     bool bos = (flags & COORD_TOK_ENC_BOS) ||
                ((flags & COORD_TOK_ENC_ADD_SPECIAL) && (t->flags & COORD_TOKF_ADD_BOS));
     bool eos = (flags & COORD_TOK_ENC_EOS) ||
                ((flags & COORD_TOK_ENC_ADD_SPECIAL) && (t->flags & COORD_TOKF_ADD_EOS));
+    e->msg[0] = 0;
     if (t->type == COORD_TOK_SPM_LLAMA2C && memchr(text, 0, len)) /* run.c takes C strings */
-        return -EILSEQ;
+        return shardlm_fail(e, -EILSEQ, "a NUL byte, which a llama2.c tokenizer cannot take");
     if (len > (SIZE_MAX >> 4) || len > UINT32_MAX / 8)
-        return -E2BIG;
+        return shardlm_fail(e, -E2BIG, "%zu bytes of text, more than a tokenizer call takes", len);
     struct ivec ids = {0};
     /* a word cache of up to 2048 words, fewer for a short text */
     struct merger m = {.t = t, .words_mask = tok_map_cap(len / 32 < 1024 ? len / 32 : 1024) - 1};
@@ -765,7 +799,7 @@ int coord_tok_encode_ex(const struct coord_tok *t, const char *text, size_t len,
         return -ENOMEM;
     int rc = t->type == COORD_TOK_SPM_LLAMA2C
                  ? encode_llama2c(t, text, len, bos, &m, &ids)
-                 : encode_fragments(t, text, len, flags, bos, &m, &ids);
+                 : encode_fragments(t, text, len, flags, bos, &m, &ids, e);
     if (!rc && eos && t->eos_id >= 0)
         rc = ivec_push(&ids, t->eos_id);
     if (!rc && ids.n > (size_t)(max > 0 ? max : 0))
@@ -774,11 +808,23 @@ int coord_tok_encode_ex(const struct coord_tok *t, const char *text, size_t len,
         memcpy(out, ids.v, ids.n * sizeof(int32_t));
     if (!rc)
         rc = (int)ids.n;
+    if (rc < 0 && !e->msg[0])
+        shardlm_fail(e, rc, "%s",
+                     rc == -EILSEQ   ? "a character this vocabulary cannot spell"
+                     : rc == -ENOSPC ? "more tokens than there is room for"
+                                     : strerror(-rc));
     free(m.sym);
     free(m.heap.v);
     free(m.words);
     free(ids.v);
     return rc;
+}
+
+int coord_tok_encode_ex(const struct coord_tok *t, const char *text, size_t len, unsigned flags,
+                        int32_t *out, int max)
+{
+    struct shardlm_err e;
+    return coord_tok_encode_err(t, text, len, flags, out, max, &e);
 }
 
 int coord_tok_encode(const struct coord_tok *t, const char *text, bool bos, bool eos, int32_t *out,

@@ -5,6 +5,7 @@
 #include "gguf.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,12 +50,27 @@ static bool name_in(const char *names, struct gguf_str s)
     return false;
 }
 
-/* *@id = the u32 at @key when it is one of @n token ids; else *@id is left as it is. */
-static void gguf_id(const struct gguf_file *g, const char *key, int n, int *id)
+/* *@id = the integer at @key (absent: *@id is left as it is), which must be one of the @n token
+ * ids. llama.cpp warns and keeps its default for an id out of range; here the file is refused,
+ * as a model that would stop at another token than its author's. Returns 0 or -EINVAL naming
+ * the key, the value and the vocabulary's size. */
+static int gguf_id(const struct gguf_file *g, const char *key, int n, int *id, const char *what,
+                   struct shardlm_err *e)
 {
-    uint32_t v;
-    if (gguf_get_u32(g, key, &v) == 0 && v < (uint32_t)n)
-        *id = (int)v; /* llama.cpp keeps its default for an id out of range */
+    struct coord_val v;
+    char label[512];
+    uint32_t u;
+    gguf_get_val(g, key, &v);
+    if (v.kind == COORD_VAL_ABSENT)
+        return 0;
+    snprintf(label, sizeof(label), "%s: %s", what, key);
+    if (v.kind == COORD_VAL_NUM && (v.num < 0 || v.num >= n))
+        return shardlm_fail(e, -EINVAL, "%s is %.17g, outside the vocabulary of %d tokens", label,
+                            v.num, n);
+    if (coord_val_uint(&v, label, 0, (uint64_t)n - 1, &u, e))
+        return -EINVAL;
+    *id = (int)u;
+    return 0;
 }
 
 /* The bool at @key, or @dflt. */
@@ -274,12 +290,16 @@ static int gg_bpe(struct gg *x)
     return gg_merges(x);
 }
 
-/* The special ids the file sets, and a BOS/EOS it adds must have one. Returns 0 or -EINVAL. */
+/* The special ids the file sets (each inside the vocabulary), and a BOS/EOS it adds must have
+ * one. Returns 0 or -EINVAL. */
 static int gg_specials(struct gg *x)
 {
-    gguf_id(x->g, "tokenizer.ggml.bos_token_id", x->s.n, &x->s.bos);
-    gguf_id(x->g, "tokenizer.ggml.eos_token_id", x->s.n, &x->s.eos);
-    gguf_id(x->g, "tokenizer.ggml.unknown_token_id", x->s.n, &x->s.unk);
+    static const char *const keys[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                                       "tokenizer.ggml.unknown_token_id"};
+    int *ids[] = {&x->s.bos, &x->s.eos, &x->s.unk};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (gguf_id(x->g, keys[i], x->s.n, ids[i], x->what, x->e))
+            return -EINVAL;
     if ((x->s.flags & COORD_TOKF_ADD_BOS) && x->s.bos < 0)
         return shardlm_fail(x->e, -EINVAL,
                             "%s: tokenizer.ggml.add_bos_token is true, but "

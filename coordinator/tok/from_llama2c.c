@@ -2,6 +2,8 @@
  * max_token_length, then per token: float score, int32 length, bytes), with run.c's rules. */
 #include "tok_internal.h"
 
+#include "sniff.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,9 +73,21 @@ int coord_tok_init(struct coord_tok *t, const uint8_t *buf, size_t len, int voca
         return shardlm_fail(e, -EINVAL, "%s: truncated before max_token_length", what);
     int32_t maxlen;
     memcpy(&maxlen, buf, 4);
-    if (maxlen <= 0 || maxlen > 4096)
+    if (maxlen <= 0 || maxlen > 4096) {
+        /* a file of another format (its magic, or JSON's '{' - a max_token_length of 123 reads
+         * as one, so only where the field is wrong) is named as such */
+        static const char *const looks_like[] = {[COORD_FORMAT_SHLM] = "a .shlm model",
+                                                 [COORD_FORMAT_GGUF] = "a GGUF file",
+                                                 [COORD_FORMAT_TOK_BLOB] =
+                                                     "a shardlm tokenizer blob",
+                                                 [COORD_FORMAT_JSON] = "JSON (a tokenizer.json?)"};
+        enum coord_format fmt = coord_format_sniff_image(buf, len);
+        if (fmt < sizeof(looks_like) / sizeof(looks_like[0]) && looks_like[fmt])
+            return shardlm_fail(e, -EINVAL, "%s: %s, not a llama2.c tokenizer.bin", what,
+                                looks_like[fmt]);
         return shardlm_fail(e, -EINVAL, "%s: field max_token_length is %d, expected 1..4096", what,
                             maxlen);
+    }
     /* every entry takes at least 8 bytes: a vocabulary larger than the file cannot be real */
     if ((size_t)vocab_size > (len - 4) / 8)
         return shardlm_fail(e, -EINVAL, "%s: %zu bytes cannot hold %d tokens", what, len,

@@ -179,6 +179,11 @@ int coord_tok_set_chat_template(struct coord_tok *t, const char *s, size_t n, co
  * -ENOMEM. */
 int coord_tok_encode_ex(const struct coord_tok *t, const char *text, size_t len, unsigned flags,
                         int32_t *out, int max);
+/* coord_tok_encode_ex() that says why it failed in @e ("the pre-tokenizer's regex failed on the
+ * text near byte N: PCRE2 says \"match limit exceeded\" ...", "a character this vocabulary
+ * cannot spell", ...), for a caller to prefix with what it was tokenizing. */
+int coord_tok_encode_err(const struct coord_tok *t, const char *text, size_t len, unsigned flags,
+                         int32_t *out, int max, struct shardlm_err *e);
 /* coord_tok_encode_ex() of a NUL-terminated @text with BOS and EOS on request. */
 int coord_tok_encode(const struct coord_tok *t, const char *text, bool bos, bool eos, int32_t *out,
                      int max);

@@ -51,4 +51,13 @@ int coord_map_nonempty(const char *path, void **map, size_t *size, struct shardl
 /* Strict integer parsing of @s within [lo, hi] into *@out (shardlm_parse_long). */
 bool coord_parse_long(const char *s, long lo, long hi, long *out);
 
+/* Writes the @len bytes at @s into @buf (@cap >= 8 bytes, NUL-terminated) for a terminal or a
+ * log line: printable ASCII and well-formed, printable UTF-8 as they are; \n, \t, \r and \\ as
+ * those escapes; other control characters (C1 and bidirectional overrides included) and bytes
+ * of invalid UTF-8 as \xNN; cut with "..." where @cap runs out. For every string a model file, a
+ * tokenizer or a client gives that reaches a message. Returns @buf. */
+const char *coord_escape(char *buf, size_t cap, const char *s, size_t len);
+/* coord_escape() of the C string @s ("(null)" for NULL). */
+const char *coord_escape_str(char *buf, size_t cap, const char *s);
+
 #endif

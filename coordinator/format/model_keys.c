@@ -1,0 +1,148 @@
+/* coordinator/format/model_keys.c: settings read exactly or refused, and the table of settings
+ * that change the computation and that the runtime lacks (see model_keys.h). */
+#include "model_keys.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+const struct coord_key coord_unsupported_keys[] = {
+    /* RoPE: GGUF's scaling keys (llama.cpp applies rope.scaling.factor and rope.scale_linear
+     * whatever the type); config.json's rope_scaling is read by hf_config.c (llama3 is
+     * supported, linear and yarn refused there) */
+    {"rope.scaling.type", NULL, COORD_KEY_NONE_STR, "RoPE scaling"},
+    {"rope.scaling.factor", NULL, COORD_KEY_ZERO_OR_ONE, "RoPE scaling"},
+    {"rope.scale_linear", NULL, COORD_KEY_ZERO_OR_ONE, "linear RoPE scaling"},
+    {"rope.scaling.attn_factor", NULL, COORD_KEY_ZERO_OR_ONE, "YaRN attention scaling"},
+    {"rope.dimension_count", NULL, COORD_KEY_HEAD_DIM, "partial rotary embeddings"},
+    {NULL, "partial_rotary_factor", COORD_KEY_ZERO_OR_ONE, "partial rotary embeddings"},
+    /* attention */
+    {"attention.value_length", NULL, COORD_KEY_HEAD_DIM, "a value head size unlike the key's"},
+    {"attention.sliding_window", NULL, COORD_KEY_WINDOW, "sliding-window attention"},
+    {NULL, "use_sliding_window", COORD_KEY_FALSE, "sliding-window attention"},
+    {"attn_logit_softcapping", "attn_logit_softcapping", COORD_KEY_ZERO,
+     "attention logit soft-capping"},
+    {"final_logit_softcapping", "final_logit_softcapping", COORD_KEY_ZERO,
+     "final logit soft-capping"},
+    {"attention.scale", "attention_multiplier", COORD_KEY_ATTN_SCALE, "an attention scale"},
+    {NULL, "query_pre_attn_scalar", COORD_KEY_HEAD_DIM, "an attention scale"},
+    {"attention.clamp_kqv", "clip_qkv", COORD_KEY_ZERO, "q/k/v clamping"},
+    {"attention.causal", NULL, COORD_KEY_TRUE, "non-causal attention"},
+    {"attention.layer_norm_epsilon", NULL, COORD_KEY_NEVER, "LayerNorm (not RMSNorm)"},
+    {NULL, "attention_bias", COORD_KEY_FALSE, "biases on q/k/v/o_proj"},
+    {NULL, "mlp_bias", COORD_KEY_FALSE, "biases on the MLP projections"},
+    /* multipliers (Granite, Command-R) */
+    {"embedding_scale", "embedding_multiplier", COORD_KEY_ZERO_OR_ONE, "an embedding multiplier"},
+    {"residual_scale", "residual_multiplier", COORD_KEY_ZERO_OR_ONE, "a residual multiplier"},
+    {"logit_scale", "logit_scale", COORD_KEY_ZERO_OR_ONE, "a logit multiplier"},
+    {NULL, "logits_scaling", COORD_KEY_ZERO_OR_ONE, "a logit multiplier"},
+    /* structure */
+    {"use_parallel_residual", "use_parallel_residual", COORD_KEY_FALSE, "parallel residuals"},
+    {"expert_count", "num_local_experts", COORD_KEY_ZERO, "mixture of experts"},
+    {NULL, "num_experts", COORD_KEY_ZERO, "mixture of experts"},
+};
+const size_t coord_n_unsupported_keys =
+    sizeof(coord_unsupported_keys) / sizeof(coord_unsupported_keys[0]);
+
+/* The wrong-type message of @v for a setting that takes @expected. */
+static int wrong_type(const struct coord_val *v, const char *label, const char *expected,
+                      struct shardlm_err *e)
+{
+    return shardlm_fail(e, -EINVAL, "%s is of type %s, expected %s", label, v->type, expected);
+}
+
+int coord_val_uint(const struct coord_val *v, const char *label, uint64_t lo, uint64_t hi,
+                   uint32_t *out, struct shardlm_err *e)
+{
+    if (v->kind == COORD_VAL_ABSENT)
+        return shardlm_fail(e, -ENOENT, "%s is missing", label);
+    if (v->kind != COORD_VAL_NUM)
+        return wrong_type(v, label, "an integer", e);
+    if (!isfinite(v->num) || v->num != floor(v->num))
+        return shardlm_fail(e, -EINVAL, "%s is %.9g, expected an integer", label, v->num);
+    if (v->num < (double)lo || v->num > (double)hi)
+        return shardlm_fail(e, -EINVAL, "%s is %.17g, expected %llu..%llu", label, v->num,
+                            (unsigned long long)lo, (unsigned long long)hi);
+    *out = (uint32_t)v->num;
+    return 0;
+}
+
+int coord_val_real(const struct coord_val *v, const char *label, double lo, double hi, float *out,
+                   struct shardlm_err *e)
+{
+    if (v->kind == COORD_VAL_ABSENT)
+        return shardlm_fail(e, -ENOENT, "%s is missing", label);
+    if (v->kind != COORD_VAL_NUM)
+        return wrong_type(v, label, "a number", e);
+    if (!isfinite(v->num) || !(v->num > lo && v->num < hi))
+        return shardlm_fail(e, -EINVAL, "%s is %.9g, expected a number in (%g, %g)", label, v->num,
+                            lo, hi);
+    *out = (float)v->num;
+    return 0;
+}
+
+/* Whether number @x is neutral for @k in config @c. */
+static bool num_neutral(enum coord_key_neutral n, double x, const struct shlm_config *c)
+{
+    switch (n) {
+    case COORD_KEY_ZERO:
+    case COORD_KEY_FALSE:
+        return x == 0.0;
+    case COORD_KEY_ZERO_OR_ONE:
+        return x == 0.0 || x == 1.0;
+    case COORD_KEY_TRUE:
+        return x == 1.0;
+    case COORD_KEY_HEAD_DIM:
+        return x == (double)c->head_dim;
+    case COORD_KEY_ATTN_SCALE: {
+        double s = 1.0 / sqrt((double)c->head_dim);
+        return x == 0.0 || fabs(x - s) <= 1e-6 * s;
+    }
+    case COORD_KEY_WINDOW:
+        return x == 0.0 || x >= (double)c->seq_len;
+    default:
+        return false;
+    }
+}
+
+int coord_key_check(const struct coord_key *k, const struct coord_val *v, const char *label,
+                    const struct shlm_config *c, struct shardlm_err *e)
+{
+    char val[160];
+    bool neutral;
+    switch (v->kind) {
+    case COORD_VAL_ABSENT:
+        return 0;
+    case COORD_VAL_NUM:
+        if (k->neutral == COORD_KEY_NONE_STR)
+            return wrong_type(v, label, "a string", e);
+        neutral = num_neutral(k->neutral, v->num, c);
+        snprintf(val, sizeof(val), "%.9g", v->num);
+        break;
+    case COORD_VAL_BOOL:
+        if (k->neutral != COORD_KEY_ZERO && k->neutral != COORD_KEY_FALSE &&
+            k->neutral != COORD_KEY_TRUE && k->neutral != COORD_KEY_NEVER)
+            return wrong_type(v, label, "a number", e);
+        neutral = k->neutral == COORD_KEY_TRUE ? v->b : k->neutral != COORD_KEY_NEVER && !v->b;
+        snprintf(val, sizeof(val), "%s", v->b ? "true" : "false");
+        break;
+    case COORD_VAL_STR:
+        if (k->neutral != COORD_KEY_NONE_STR && k->neutral != COORD_KEY_NEVER)
+            return wrong_type(v, label, "a number", e);
+        neutral = k->neutral == COORD_KEY_NONE_STR && v->len == 4 && !memcmp(v->str, "none", 4);
+        val[0] = '"';
+        coord_escape(val + 1, sizeof(val) - 2, v->str, v->len > 64 ? 64 : v->len);
+        strcat(val, "\"");
+        break;
+    default:
+        if (k->neutral != COORD_KEY_NEVER)
+            return wrong_type(v, label, k->neutral == COORD_KEY_NONE_STR ? "a string" : "a number",
+                              e);
+        neutral = false;
+        snprintf(val, sizeof(val), "an %s", v->type);
+    }
+    if (neutral)
+        return 0;
+    return shardlm_fail(e, -EINVAL, "%s is %s (%s: not supported)", label, val, k->what);
+}
