@@ -131,8 +131,9 @@ static const char *parse_fields(json_t *j, int vocab, int context, bool chat,
         return "echo: not supported";
 common:;
     double d;
-    /* chat: no limit but the context (OpenAI's, vLLM's and llama.cpp's default) */
-    long mt = chat ? (long)context : COORD_REQ_DEFAULT_MAX_TOKENS, k = 0;
+    /* chat: no limit but the context (OpenAI's, vLLM's and llama.cpp's default): 0, which the
+     * scheduler reads as what the prompt leaves of it; completions: OpenAI's legacy 16 */
+    long mt = chat ? 0 : COORD_REQ_DEFAULT_MAX_TOKENS, k = 0;
     if ((bad = get_int(j, "max_tokens", 1, 1 << 24, &mt)) ||
         (bad = get_int(j, "max_completion_tokens", 1, 1 << 24, &mt)))
         goto bad;
