@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -102,6 +103,8 @@ struct sreq {
     uint64_t t_arrive, t_last; /* when it was queued; its last token (ns) */
     int last_token;            /* the token before the next one (for its piece), -1 */
     bool role_sent;            /* a chat stream: the first chunk (the role) is out */
+    bool http11;               /* the client speaks HTTP/1.1: it takes a 1xx before the answer */
+    bool probed, ping;         /* its FIN was answered with a probe; a stream's is to go out */
     size_t text_off;           /* bytes of the tokens' pieces so far (logprobs' text_offset) */
     json_t *lp;                /* a plain response's logprobs object, filled token by token */
     pthread_cond_t cv;
@@ -531,22 +534,55 @@ struct conn {
     char *body;
     size_t len;
     bool too_big;
+    bool http11; /* HTTP/1.1 (a 1xx may go before the answer), not 1.0 */
 };
 
-static bool client_gone(int fd)
+enum client_state {
+    CLIENT_HERE,
+    CLIENT_HALF_CLOSED, /* it sent its FIN: done sending, or gone (only a write can tell) */
+    CLIENT_GONE,        /* reset or hung up */
+};
+
+static enum client_state client_state(int fd)
 {
     struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
-    return fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    if (fd < 0 || poll(&pf, 1, 0) <= 0)
+        return CLIENT_HERE;
+    if (pf.revents & (POLLHUP | POLLERR))
+        return CLIENT_GONE;
+    return pf.revents & POLLRDHUP ? CLIENT_HALF_CLOSED : CLIENT_HERE;
 }
 
-/* Waits on @p's condition for WAIT_MS (srv.mu held). Returns false when the client left (the
- * request is then cancelled) or the server stops. */
-static bool wait_step(struct sreq *p)
+/* What probes a client that sent its FIN before any byte of the answer: an interim response,
+ * which HTTP/1.1 clients skip (RFC 9110 section 15.2). */
+static const char probe_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+/* Waits on @p's condition for WAIT_MS (srv.mu held); @streaming: its response has begun.
+ * Returns false when the client left (the request is then cancelled) or the server stops.
+ * A client may shut down its writing side once its request is sent and still read the answer
+ * (RFC 9112 section 9.6), and a FIN looks the same whether it did that or closed: so the first
+ * FIN is answered with a probe - a 100 Continue before the answer, an SSE comment within a
+ * stream (then set @p->ping for stream_read) - that a closed socket answers with a reset. An
+ * HTTP/1.0 client cannot take a 1xx: its FIN is its leaving. */
+static bool wait_step(struct sreq *p, bool streaming)
 {
     struct srv *s = p->s;
     if (s->ready < 0)
         return false;
-    if (client_gone(p->fd)) {
+    enum client_state cs = client_state(p->fd);
+    if (cs == CLIENT_HALF_CLOSED && !p->probed) {
+        p->probed = true;
+        if (streaming) {
+            p->ping = true;
+            return true;
+        }
+        ssize_t n = p->http11 ? send(p->fd, probe_continue, sizeof(probe_continue) - 1,
+                                     MSG_NOSIGNAL | MSG_DONTWAIT)
+                              : -1;
+        if (n != (ssize_t)sizeof(probe_continue) - 1)
+            cs = CLIENT_GONE;
+    }
+    if (cs == CLIENT_GONE) {
         sreq_cancel_locked(p);
         return false;
     }
@@ -561,7 +597,8 @@ static bool wait_step(struct sreq *p)
     return true;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j)
+/* Queues @j (consumed) as the answer, with "Connection: close" when @close. */
+static enum MHD_Result queue_json(struct MHD_Connection *c, unsigned status, json_t *j, bool close)
 {
     char *t = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
@@ -575,9 +612,34 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
+    if (close)
+        MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result rc = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return rc;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j)
+{
+    return queue_json(c, status, j, false);
+}
+
+/* OpenAI's error object for @msg; param is the field a 400 names ("temperature: out of
+ * range..."), else null. */
+static json_t *error_json(unsigned status, const char *type, const char *code, const char *msg)
+{
+    char param[64] = "";
+    size_t k = strspn(msg, "abcdefghijklmnopqrstuvwxyz_.");
+    if (status == 400 && k && k < sizeof(param) && (msg[k] == ':' || msg[k] == '['))
+        memcpy(param, msg, k);
+    return json_pack("{s:{s:o,s:s,s:s?,s:s?}}", "error", "message", text_json(msg, strlen(msg)),
+                     "type", type, "param", *param ? param : NULL, "code", code);
+}
+
+/* An error that ends the connection: its request's framing cannot be trusted. */
+static enum MHD_Result send_error_close(struct MHD_Connection *c, unsigned status, const char *msg)
+{
+    return queue_json(c, status, error_json(status, "invalid_request_error", NULL, msg), true);
 }
 
 /* An OpenAI error object. */
@@ -592,15 +654,43 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    /* OpenAI's param: the field a 400 names ("temperature: out of range..."), else null */
-    char param[64] = "";
-    size_t k = strspn(msg, "abcdefghijklmnopqrstuvwxyz_.");
-    if (status == 400 && k && k < sizeof(param) && (msg[k] == ':' || msg[k] == '['))
-        memcpy(param, msg, k);
-    return send_json(c, status,
-                     json_pack("{s:{s:o,s:s,s:s?,s:s?}}", "error", "message",
-                               text_json(msg, strlen(msg)), "type", type, "param",
-                               *param ? param : NULL, "code", code));
+    return send_json(c, status, error_json(status, type, code, msg));
+}
+
+/* The framing headers of a request, counted. */
+struct framing {
+    int n_length, n_encoding;
+    const char *length; /* the first Content-Length */
+    bool lengths_differ;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    struct framing *f = cls;
+    (void)kind;
+    if (!strcasecmp(key, "Content-Length")) {
+        if (f->n_length++ && strcmp(value, f->length))
+            f->lengths_differ = true;
+        else
+            f->length = value;
+    } else if (!strcasecmp(key, "Transfer-Encoding"))
+        f->n_encoding++;
+    return MHD_YES;
+}
+
+/* Why the body of request @c cannot be delimited without guessing (RFC 9112 section 6.3: a
+ * proxy in front may read the other header), or NULL. libmicrohttpd reads the first
+ * Content-Length, or Transfer-Encoding over it. */
+static const char *framing_error(struct MHD_Connection *c)
+{
+    struct framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.n_encoding && f.n_length)
+        return "Transfer-Encoding and Content-Length together: send one of them";
+    if (f.lengths_differ)
+        return "Content-Length: two different values";
+    return NULL;
 }
 
 static bool authorized(const struct srv *s, struct MHD_Connection *c)
@@ -625,15 +715,21 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     struct sreq *p = cls;
     struct srv *s = p->s;
     (void)pos;
+    static const char comment[] = ":\n\n"; /* an SSE comment: clients skip it */
     pthread_mutex_lock(&s->mu);
-    while (p->off == p->len && p->state == SREQ_RUNNING && !p->cancel)
-        if (!wait_step(p))
+    while (p->off == p->len && p->state == SREQ_RUNNING && !p->cancel && !p->ping)
+        if (!wait_step(p, true))
             break;
     ssize_t n;
     if (p->off < p->len) {
         n = (ssize_t)(p->len - p->off < max ? p->len - p->off : max);
         memcpy(buf, p->out + p->off, (size_t)n);
         p->off += (size_t)n;
+        p->ping = false; /* these bytes probe the client as well */
+    } else if (p->ping && !p->cancel && max >= sizeof(comment) - 1) {
+        n = (ssize_t)sizeof(comment) - 1;
+        memcpy(buf, comment, (size_t)n);
+        p->ping = false;
     } else
         n = p->state == SREQ_DONE ? MHD_CONTENT_READER_END_OF_STREAM
                                   : MHD_CONTENT_READER_END_WITH_ERROR;
@@ -723,6 +819,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     p->fd = ci ? ci->connect_fd : -1;
+    p->http11 = cn->http11;
     pthread_mutex_lock(&s->mu);
     p->next = s->all;
     if (s->all)
@@ -769,7 +866,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
         *s->pending_tail = p;
         s->pending_tail = &p->next_pending;
         pthread_cond_signal(&s->wake);
-        while (p->state == SREQ_PENDING && wait_step(p))
+        while (p->state == SREQ_PENDING && wait_step(p, false))
             ;
     }
     enum sreq_state st = p->state;
@@ -810,7 +907,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
         return rc;
     }
     pthread_mutex_lock(&s->mu);
-    while (p->state == SREQ_RUNNING && wait_step(p))
+    while (p->state == SREQ_RUNNING && wait_step(p, false))
         ;
     bool done = p->state == SREQ_DONE;
     stopping = s->ready < 0 || (done && p->finish == COORD_FINISH_CANCELLED && !p->cancel);
@@ -1208,7 +1305,6 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                               size_t *upload_size, void **con_cls)
 {
     struct srv *s = cls;
-    (void)version;
     struct conn *cn = *con_cls;
     if (!cn) { /* the headers: a context for the body, and no Nagle delay on this socket */
         if (!(cn = calloc(1, sizeof(*cn))))
@@ -1219,6 +1315,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         int one = 1;
         if (ci)
             setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        cn->http11 = strcmp(version, MHD_HTTP_VERSION_1_0) != 0;
+        const char *why = framing_error(c);
+        if (why) /* answered before the body is read; the connection closes after it */
+            return send_error_close(c, 400, why);
         return MHD_YES;
     }
     if (*upload_size) { /* a piece of the body */
@@ -1241,7 +1341,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     sock_busy(s, c, true); /* the whole request is in */
     if (!strncmp(url, "/v1/", 4))
         url += 3;
-    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    /* HEAD is GET without the body (libmicrohttpd leaves the body out, the headers and the
+     * status are GET's) */
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/health") && get) {
         pthread_mutex_lock(&s->mu);
         int ready = s->ready;
