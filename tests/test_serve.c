@@ -727,12 +727,40 @@ static void drive(pid_t pid, void *arg)
     }
 
     /* a body that cannot be delimited for sure (RFC 9112 section 6.3): one 400 each */
+    assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}");
+    assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\n"
+                   "Content-Length: 100000000000000000000\r\n\r\n{}");
+    assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 2, 2\r\n\r\n{}");
     assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 19\r\n"
                    "Content-Length: 2\r\n\r\n{\"content\": \"Once\"}");
     assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
                    "Content-Length: 19\r\n\r\n13\r\n{\"content\": \"Once\"}\r\n0\r\n\r\n");
     assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 19\r\n"
                    "Transfer-Encoding: chunked\r\n\r\n13\r\n{\"content\": \"Once\"}\r\n0\r\n\r\n");
+
+    /* the same for the second request of a kept-alive connection */
+    fd = connect_server();
+    assert_true(fd >= 0);
+    static const char first[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    send_all(fd, first, sizeof(first) - 1);
+    char kept[1024];
+    size_t kl = 0;
+    while (kl < sizeof(kept) - 1 && !memmem(kept, kl, "{\"status\":\"ok\"}\n", 16)) {
+        ssize_t n = recv(fd, kept + kl, sizeof(kept) - 1 - kl, 0);
+        assert_true(n > 0);
+        kl += (size_t)n;
+    }
+    static const char second[] =
+        "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}";
+    send_all(fd, second, sizeof(second) - 1);
+    size_t rl;
+    char *raw = read_raw(fd, &rl);
+    if (raw_status(raw) != 400 || strstr(raw + 1, "HTTP/1."))
+        fprintf(stderr, "kept alive, then a bad Content-Length:\n%s\n", raw);
+    assert_int_equal(raw_status(raw), 400);
+    assert_null(strstr(raw + 1, "HTTP/1."));
+    assert_non_null(strstr(raw, "\"error\":{"));
+    free(raw);
 
     /* HEAD is GET without the body, on every GET route; /health and the page need no key */
     assert_head_like_get("/health", true);

@@ -12,6 +12,7 @@
 #include "server.h"
 
 #include "chat.h"
+#include "gate.h"
 #include "notify.h"
 #include "request.h"
 #include "tokenizer.h"
@@ -143,6 +144,8 @@ struct srv {
      * serves, a signal drains and a second one stops between steps, never inside one */
     volatile sig_atomic_t engine_cancel;
     int loaded; /* __atomic: the load is over (the relay ends) */
+    struct MHD_Daemon *d;
+    int gate_stop; /* __atomic: connections waiting for their next request stop waiting */
 };
 
 /* ---- requests ---- */
@@ -535,6 +538,7 @@ struct conn {
     size_t len;
     bool too_big;
     bool http11; /* HTTP/1.1 (a 1xx may go before the answer), not 1.0 */
+    bool closing; /* its answer ends the connection */
 };
 
 enum client_state {
@@ -637,9 +641,38 @@ static json_t *error_json(unsigned status, const char *type, const char *code, c
 }
 
 /* An error that ends the connection: its request's framing cannot be trusted. */
-static enum MHD_Result send_error_close(struct MHD_Connection *c, unsigned status, const char *msg)
+static enum MHD_Result send_error_close(struct MHD_Connection *c, struct conn *cn, unsigned status,
+                                        const char *msg)
 {
+    cn->closing = true;
     return queue_json(c, status, error_json(status, "invalid_request_error", NULL, msg), true);
+}
+
+/* The gate's refusal of a request head: a whole 400 response with our error object. */
+static bool gate_refusal(void *arg, const char *why, char **out, size_t *len)
+{
+    (void)arg;
+    json_t *j = error_json(400, "invalid_request_error", NULL, why);
+    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!t)
+        return false;
+    size_t n = strlen(t) + 1; /* and its newline */
+    *out = malloc(n + 160);
+    if (*out)
+        *len = (size_t)snprintf(*out, n + 160,
+                                "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
+                                "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s\n",
+                                n, t);
+    free(t);
+    return *out != NULL;
+}
+
+/* A connection whose first request head passed the gate. */
+static void gate_admit(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
+{
+    struct srv *s = arg;
+    MHD_add_connection(s->d, fd, addr, len); /* it closes @fd when it cannot take it */
 }
 
 /* An OpenAI error object. */
@@ -1318,7 +1351,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         cn->http11 = strcmp(version, MHD_HTTP_VERSION_1_0) != 0;
         const char *why = framing_error(c);
         if (why) /* answered before the body is read; the connection closes after it */
-            return send_error_close(c, 400, why);
+            return send_error_close(c, cn, 400, why);
         return MHD_YES;
     }
     if (*upload_size) { /* a piece of the body */
@@ -1395,16 +1428,34 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                       url);
 }
 
+/* After a request: a connection kept alive has the head of its next one looked at before
+ * libmicrohttpd reads it (as the gate looks at a connection's first). */
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
-    (void)toe;
-    sock_busy(cls, c, false);
+    struct srv *s = cls;
+    sock_busy(s, c, false);
     struct conn *cn = *con_cls;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connection");
+    bool again = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && cn && cn->http11 && !cn->closing &&
+                 !(h && strcasestr(h, "close"));
     if (cn) {
         free(cn->body);
         free(cn);
         *con_cls = NULL;
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!again || !ci)
+        return;
+    const char *why = coord_gate_screen(
+        ci->connect_fd, shardlm_now_ns() + REQUEST_DEADLINE_S * 1000000000ull, &s->gate_stop);
+    char *resp;
+    size_t len;
+    if (why && gate_refusal(s, why, &resp, &len)) {
+        /* libmicrohttpd then reads the end of the stream, and closes */
+        coord_gate_refuse(ci->connect_fd, resp, len);
+        free(resp);
     }
 }
 
@@ -1486,15 +1537,26 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
     if (inet_pton(AF_INET, o->host ? o->host : "127.0.0.1", &addr.sin_addr) != 1)
         return shardlm_fail(e, -EINVAL, "--host '%s': expected an IPv4 address", o->host);
     pthread_mutex_init(&s.sock_mu, NULL);
-    /* poll(), not select(): no FD_SETSIZE ceiling under the connection limit */
+    /* poll(), not select(): no FD_SETSIZE ceiling under the connection limit; the gate
+     * listens and hands connections over (gate.h says why), through the ITC */
+    unsigned limit = o->max_connections ? o->max_connections : MAX_CONNECTIONS;
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD, (uint16_t)o->port, NULL, NULL,
-        handle, &s, MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)(o->max_connections ? o->max_connections : MAX_CONNECTIONS),
-        MHD_OPTION_NOTIFY_COMPLETED, completed, &s, MHD_OPTION_NOTIFY_CONNECTION, notify_connection,
-        &s, MHD_OPTION_END);
-    if (!d) {
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC |
+            MHD_USE_NO_LISTEN_SOCKET,
+        0, NULL, NULL, handle, &s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_NOTIFY_COMPLETED, completed, &s,
+        MHD_OPTION_NOTIFY_CONNECTION, notify_connection, &s, MHD_OPTION_END);
+    s.d = d;
+    struct coord_gate *gate = NULL;
+    struct coord_gate_opts go = {.addr = addr,
+                                 .max_pending = limit,
+                                 .deadline_s = REQUEST_DEADLINE_S,
+                                 .admit = gate_admit,
+                                 .refusal = gate_refusal,
+                                 .arg = &s};
+    if (!d || coord_gate_start(&gate, &go)) {
+        if (d)
+            MHD_stop_daemon(d);
         pthread_mutex_destroy(&s.sock_mu);
         return shardlm_fail(e, -EADDRINUSE,
                             "cannot listen on %s:%d (in use, or not an address "
@@ -1505,8 +1567,7 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
     s.watching = true; /* before the thread reads it */
     if (pthread_create(&watch_thread, NULL, watchdog, &s))
         s.watching = false;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    int port = di ? di->port : o->port;
+    int port = coord_gate_port(gate);
     if (o->on_listen)
         o->on_listen(o->arg, port);
     coord_notify("STATUS=loading %s (GET /health answers 503 until it serves)", s.model);
@@ -1628,6 +1689,8 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
     for (struct sreq *p = s.all; p; p = p->next)
         pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&s.mu);
+    __atomic_store_n(&s.gate_stop, 1, __ATOMIC_RELAXED);
+    coord_gate_stop(gate); /* no new connections */
     MHD_stop_daemon(d);
     if (s.watching) {
         pthread_mutex_lock(&s.sock_mu);
