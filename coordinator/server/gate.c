@@ -124,9 +124,11 @@ static void *screen(void *arg)
 {
     struct pending *p = arg;
     struct coord_gate *g = p->g;
-    const char *why =
-        coord_gate_screen(p->fd, p->since + (uint64_t)g->o.deadline_s * 1000000000ull, &g->stop);
-    if (!why && !__atomic_load_n(&g->stop, __ATOMIC_RELAXED)) {
+    uint64_t deadline = p->since + (uint64_t)g->o.deadline_s * 1000000000ull;
+    const char *why = coord_gate_screen(p->fd, deadline, &g->stop);
+    /* past the deadline without a whole head (a client trickling it): cut off here, as the
+     * server's watchdog cuts off a connection's later requests */
+    if (!why && !__atomic_load_n(&g->stop, __ATOMIC_RELAXED) && shardlm_now_ns() < deadline) {
         g->o.admit(g->o.arg, p->fd, (const struct sockaddr *)&p->addr, p->len);
     } else {
         char *resp = NULL;
