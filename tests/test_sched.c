@@ -390,6 +390,22 @@ static void test_refused_requests(void **state)
     b.max_seqs = 16;
     assert_int_equal(coord_sched_init_backend(&bad, &b, NULL, &o, &e), -EINVAL);
     assert_non_null(strstr(e.msg, "cannot give each of 16 sequences one"));
+    /* max_tokens 0 (a request without one) where the pool holds less than the context: accepted,
+     * it runs to the end of the pool (100 + 29 - 1 positions: 8 blocks), not refused */
+    for (int i = 0; i < 100; i++)
+        t[i] = 2 + i % (VOCAB - 2);
+    q.n_prompt = 100;
+    q.max_tokens = 0;
+    q.logprobs = -1;
+    assert_int_equal(coord_sched_submit(s, &q, &id, &e), 0);
+    r.id = id;
+    memcpy(r.tokens, t, 100 * sizeof(int32_t));
+    r.n_prompt = 100;
+    r.max_new = 29;
+    for (int i = 0; i < 200 && !coord_sched_idle(s); i++)
+        assert_int_equal(coord_sched_step(s, &e), 0);
+    assert_true(coord_sched_idle(s));
+    check_done(&r); /* the tokens alone would give, to EOS or 29 of them */
     coord_sched_free(s);
     fake_free(f);
 }

@@ -33,10 +33,14 @@ static int setup(void **state)
     char line[64];
     snprintf(line, sizeof(line), "%s\n", key);
     /* stories260K has no chat template: one that gives the text of the last message after BOS,
-     * so that a chat's greedy reply is the golden continuation; it raises when asked to */
+     * so that a chat's greedy reply is the golden continuation; it raises when asked to, and
+     * names the tools and documents of a request before the message */
     static const char tmpl[] =
         "{% if fail is defined %}{{ raise_exception('asked to fail: ' ~ fail) }}{% endif %}"
-        "{{ bos_token }}{{ messages[-1]['content'] }}\n";
+        "{{ bos_token }}{% if tools is defined %}{% for t in tools %}tool "
+        "{{ t.function.name }}\n{% endfor %}{% endif %}{% if documents is defined %}"
+        "{% for d in documents %}document {{ d.title }}\n{% endfor %}{% endif %}"
+        "{{ messages[-1]['content'] }}\n";
     return tu_convert(model, "f32", NULL) || tu_write(keyfile, line, strlen(line)) ||
                    tu_write(tmplfile, tmpl, strlen(tmpl))
                ? -1
@@ -117,8 +121,8 @@ struct resp {
     size_t len;
 };
 
-/* Reads a whole response (the server closes the connection after it). */
-static void read_response(int fd, struct resp *r)
+/* Everything the server sends until it closes the connection (NUL-terminated; *@len bytes). */
+static char *read_raw(int fd, size_t *n_raw)
 {
     size_t cap = 1 << 16, len = 0;
     char *raw = malloc(cap);
@@ -132,8 +136,22 @@ static void read_response(int fd, struct resp *r)
     }
     close(fd);
     raw[len] = '\0';
+    *n_raw = len;
+    return raw;
+}
+
+/* Reads a whole response (the server closes the connection after it); interim (1xx) responses
+ * before it are skipped, as HTTP/1.1 clients skip them. */
+static void read_response(int fd, struct resp *r)
+{
+    size_t len;
+    char *raw = read_raw(fd, &len), *start = raw;
     r->status = -1;
-    sscanf(raw, "HTTP/1.%*d %d", &r->status);
+    while (sscanf(start, "HTTP/1.%*d %d", &r->status) == 1 && r->status >= 100 && r->status < 200 &&
+           strstr(start, "\r\n\r\n"))
+        start = strstr(start, "\r\n\r\n") + 4;
+    memmove(raw, start, len - (size_t)(start - raw) + 1);
+    len -= (size_t)(start - raw);
     char *b = strstr(raw, "\r\n\r\n");
     b = b ? b + 4 : raw + len;
     bool chunked = strcasestr(raw, "Transfer-Encoding: chunked") != NULL &&
@@ -164,6 +182,81 @@ static void request(const char *method, const char *path, const char *body, stru
     int fd = send_request(method, path, body, body ? strlen(body) : 0, false);
     assert_true(fd >= 0);
     read_response(fd, r);
+}
+
+/* Sends @req as it is, shuts down the writing side when @half (the request is all sent: HTTP
+ * lets a client do that and still read the answer), and returns everything the server sends. */
+static char *raw_exchange(const char *req, bool half, size_t *len)
+{
+    int fd = connect_server();
+    assert_true(fd >= 0);
+    send_all(fd, req, strlen(req));
+    if (half)
+        assert_int_equal(shutdown(fd, SHUT_WR), 0);
+    return read_raw(fd, len);
+}
+
+/* The status of raw response @raw. */
+static int raw_status(const char *raw)
+{
+    int status = -1;
+    sscanf(raw, "HTTP/1.%*d %d", &status);
+    return status;
+}
+
+/* @req (a request whose body cannot be delimited for sure) is answered with one 400, our JSON
+ * error object, and the end of the connection: one status line, not libmicrohttpd's page. */
+static void assert_one_400(const char *req)
+{
+    size_t len;
+    char *raw = raw_exchange(req, false, &len);
+    const char *body = strstr(raw, "\r\n\r\n");
+    if (raw_status(raw) != 400 || !body || strstr(raw + 1, "HTTP/1."))
+        fprintf(stderr, "--- sent\n%s\n--- got\n%s\n", req, raw);
+    assert_int_equal(raw_status(raw), 400);
+    assert_null(strstr(raw + 1, "HTTP/1.")); /* one status line */
+    assert_non_null(strcasestr(raw, "\r\nConnection: close\r\n"));
+    assert_non_null(strcasestr(raw, "\r\nContent-Type: application/json\r\n"));
+    json_t *j = json_loads(body + 4, 0, NULL);
+    assert_true(json_is_string(json_object_get(json_object_get(j, "error"), "message")));
+    json_decref(j);
+    free(raw);
+}
+
+/* The Content-Length of raw response @raw, or -1. */
+static long raw_length(const char *raw)
+{
+    const char *h = strcasestr(raw, "\r\nContent-Length: ");
+    return h ? strtol(h + 18, NULL, 10) : -1;
+}
+
+/* @path's answer to HEAD equals GET's (status, Content-Type and Content-Length) without the
+ * body, with the key or without. */
+static void assert_head_like_get(const char *path, bool nokey)
+{
+    char req[512];
+    size_t glen, hlen;
+    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s%s%s\r\n",
+             path, nokey ? "" : "Authorization: Bearer ", nokey ? "" : key, nokey ? "" : "\r\n");
+    char *get = raw_exchange(req, false, &glen);
+    req[0] = 'H', req[1] = 'E', req[2] = 'A';
+    memmove(req + 4, req + 3, strlen(req + 3) + 1);
+    req[3] = 'D';
+    char *head = raw_exchange(req, false, &hlen);
+    if (raw_status(head) != raw_status(get))
+        fprintf(stderr, "HEAD %s: %d, GET %d\n", path, raw_status(head), raw_status(get));
+    assert_int_equal(raw_status(head), raw_status(get));
+    const char *gb = strstr(get, "\r\n\r\n"), *hb = strstr(head, "\r\n\r\n");
+    assert_true(gb && hb);
+    assert_int_equal(raw_length(head), raw_length(get));
+    assert_int_equal(raw_length(get), (long)(get + glen - gb - 4));
+    assert_int_equal(hb + 4, head + hlen); /* no body */
+    const char *ht = strcasestr(head, "\r\nContent-Type: "),
+               *gt = strcasestr(get, "\r\nContent-Type: ");
+    assert_true(ht && gt);
+    assert_int_equal(strncmp(ht, gt, strcspn(gt + 2, "\r") + 2), 0);
+    free(get);
+    free(head);
 }
 
 /* The message of an OpenAI error object in @r (asserting the shape). */
@@ -206,6 +299,8 @@ static char *stream_text(const struct resp *r, bool chat, char *finish, size_t f
     bool done = false, usage = false;
     *finish = '\0';
     for (char *ev = strtok_r(copy, "\n", &save); ev; ev = strtok_r(NULL, "\n", &save)) {
+        if (*ev == ':') /* an SSE comment */
+            continue;
         assert_int_equal(strncmp(ev, "data: ", 6), 0);
         assert_false(done);
         if (!strcmp(ev + 6, "[DONE]")) {
@@ -541,6 +636,193 @@ static void drive(pid_t pid, void *arg)
     assert_int_equal(stop + length, 20);
     assert_int_equal(ttft, 20);
     free(r.body);
+
+    /* a chat without max_tokens, or with null, streamed or not, runs to its end or the
+     * context; a completion's default is 16; a max_tokens past the context is a 400 saying so */
+    request("POST", "/v1/chat/completions",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}], "
+            "\"max_tokens\": null}",
+            &r);
+    assert_int_equal(r.status, 200);
+    j = json_loads(r.body, 0, NULL);
+    const char *fin = json_string_value(
+        json_object_get(json_array_get(json_object_get(j, "choices"), 0), "finish_reason"));
+    assert_true(fin && (!strcmp(fin, "stop") || !strcmp(fin, "length")));
+    json_decref(j);
+    free(r.body);
+    request("POST", "/v1/chat/completions",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}], "
+            "\"stream\": true, \"stream_options\": {\"include_usage\": true}}",
+            &r);
+    assert_int_equal(r.status, 200);
+    char sfin[32];
+    int sn = 0;
+    free(stream_text(&r, true, sfin, sizeof(sfin), &sn));
+    assert_true(!strcmp(sfin, "stop") ? sn > 0 : !strcmp(sfin, "length") && sn > 16);
+    free(r.body);
+    request("POST", "/v1/completions",
+            "{\"prompt\": \"Once upon a time\", \"max_tokens\": null, \"ignore_eos\": true}", &r);
+    assert_int_equal(r.status, 200);
+    j = json_loads(r.body, 0, NULL);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 16);
+    json_decref(j);
+    free(r.body);
+    request("POST", "/v1/chat/completions",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+            "\"max_tokens\": 100000}",
+            &r);
+    assert_int_equal(r.status, 400);
+    assert_non_null(strstr(r.body, "exceeds the context of "));
+    assert_non_null(strstr(r.body, " or fewer"));
+    free(r.body);
+
+    /* tools and documents: /apply-template renders them as a chat request does - the same
+     * prompt, so the chat's prompt tokens are the rendering's (BOS and its text) */
+    static const char tools_req[] =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}], "
+        "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"weather\"}}], "
+        "\"documents\": [{\"title\": \"story\", \"text\": \"a cat\"}], "
+        "\"max_tokens\": 1, \"temperature\": 0}";
+    request("POST", "/apply-template", tools_req, &r);
+    assert_int_equal(r.status, 200);
+    j = json_loads(r.body, 0, NULL);
+    const char *rendered = json_string_value(json_object_get(j, "prompt"));
+    assert_non_null(rendered);
+    assert_string_equal(rendered, "<s>tool weather\ndocument story\nOnce upon a time");
+    json_t *tk = json_pack("{s:s,s:b}", "content", rendered + 3, "add_special", 1);
+    char *tks = json_dumps(tk, JSON_COMPACT);
+    json_decref(tk);
+    json_decref(j);
+    free(r.body);
+    request("POST", "/tokenize", tks, &r);
+    free(tks);
+    assert_int_equal(r.status, 200);
+    j = json_loads(r.body, 0, NULL);
+    size_t rendered_tokens = json_array_size(json_object_get(j, "tokens"));
+    json_decref(j);
+    free(r.body);
+    request("POST", "/v1/chat/completions", tools_req, &r);
+    assert_int_equal(r.status, 200);
+    j = json_loads(r.body, 0, NULL);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")),
+        rendered_tokens);
+    json_decref(j);
+    free(r.body);
+
+    /* a client that shuts down its writing side once its request is sent gets its answer:
+     * completions streamed and not, /tokenize */
+    static const char *const half_paths[] = {"/v1/completions", "/v1/completions", "/tokenize"};
+    static const char *const half_bodies[] = {
+        "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8, \"temperature\": 0}",
+        "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8, \"temperature\": 0, "
+        "\"stream\": true, \"stream_options\": {\"include_usage\": true}}",
+        "{\"content\": \"Once upon a time\"}"};
+    for (int i = 0; i < 3; i++) {
+        char req[1024];
+        snprintf(req, sizeof(req),
+                 "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                 "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                 half_paths[i], key, strlen(half_bodies[i]), half_bodies[i]);
+        int hf = connect_server();
+        assert_true(hf >= 0);
+        send_all(hf, req, strlen(req));
+        assert_int_equal(shutdown(hf, SHUT_WR), 0);
+        read_response(hf, &r);
+        if (r.status != 200)
+            fprintf(stderr, "half-closed %s: %d %s\n", half_paths[i], r.status, r.body);
+        assert_int_equal(r.status, 200);
+        if (i == 1) {
+            int hn = 0;
+            free(stream_text(&r, false, sfin, sizeof(sfin), &hn));
+            assert_int_equal(hn, 8);
+        } else
+            assert_non_null(strstr(r.body, i ? "\"tokens\":[" : "\"completion_tokens\":8"));
+        free(r.body);
+    }
+
+    /* a body that cannot be delimited for sure (RFC 9112 section 6.3): one 400 each */
+    assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}");
+    assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\n"
+                   "Content-Length: 100000000000000000000\r\n\r\n{}");
+    assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 2, 2\r\n\r\n{}");
+    assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 19\r\n"
+                   "Content-Length: 2\r\n\r\n{\"content\": \"Once\"}");
+    assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                   "Content-Length: 19\r\n\r\n13\r\n{\"content\": \"Once\"}\r\n0\r\n\r\n");
+    assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 19\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n13\r\n{\"content\": \"Once\"}\r\n0\r\n\r\n");
+
+    /* the same for the second request of a kept-alive connection */
+    fd = connect_server();
+    assert_true(fd >= 0);
+    static const char first[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    send_all(fd, first, sizeof(first) - 1);
+    char kept[1024];
+    size_t kl = 0;
+    while (kl < sizeof(kept) - 1 && !memmem(kept, kl, "{\"status\":\"ok\"}\n", 16)) {
+        ssize_t n = recv(fd, kept + kl, sizeof(kept) - 1 - kl, 0);
+        assert_true(n > 0);
+        kl += (size_t)n;
+    }
+    static const char second[] =
+        "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}";
+    send_all(fd, second, sizeof(second) - 1);
+    size_t rl;
+    char *raw = read_raw(fd, &rl);
+    if (raw_status(raw) != 400 || strstr(raw + 1, "HTTP/1."))
+        fprintf(stderr, "kept alive, then a bad Content-Length:\n%s\n", raw);
+    assert_int_equal(raw_status(raw), 400);
+    assert_null(strstr(raw + 1, "HTTP/1."));
+    assert_non_null(strstr(raw, "\"error\":{"));
+    free(raw);
+
+    /* HEAD is GET without the body, on every GET route; /health and the page need no key */
+    assert_head_like_get("/health", true);
+    assert_head_like_get("/metrics", true);
+    assert_head_like_get("/", true);
+    assert_head_like_get("/v1/models", false);
+    assert_head_like_get("/v1/models/f32.shlm", false);
+    assert_head_like_get("/v1/models", true); /* 401 both */
+
+    /* without the key: the page (static, no data), /health and /metrics (for a scraper) answer;
+     * everything that reads the model or runs it is a 401 */
+    static const struct {
+        const char *method, *path;
+        int status;
+    } open_routes[] = {
+        {"GET", "/", 200},
+        {"GET", "/index.html", 200},
+        {"GET", "/v1/", 200},
+        {"GET", "/v1/index.html", 200},
+        {"GET", "/health", 200},
+        {"GET", "/v1/health", 200},
+        {"GET", "/metrics", 200},
+        {"GET", "/v1/models", 401},
+        {"GET", "/models", 401},
+        {"GET", "/v1/models/f32.shlm", 401},
+        {"POST", "/v1/completions", 401},
+        {"POST", "/completions", 401},
+        {"POST", "/v1/chat/completions", 401},
+        {"POST", "/tokenize", 401},
+        {"POST", "/detokenize", 401},
+        {"POST", "/apply-template", 401},
+        {"POST", "/v1/apply-template", 401},
+        {"GET", "/v1/nothing", 401},
+        {"GET", "/v1/completions", 401},
+        {"OPTIONS", "/v1/models", 401},
+    };
+    for (size_t i = 0; i < sizeof(open_routes) / sizeof(open_routes[0]); i++) {
+        fd = send_request(open_routes[i].method, open_routes[i].path, "{}", 2, true);
+        read_response(fd, &r);
+        if (r.status != open_routes[i].status)
+            fprintf(stderr, "no key: %s %s: %d\n", open_routes[i].method, open_routes[i].path,
+                    r.status);
+        assert_int_equal(r.status, open_routes[i].status);
+        assert_null(strstr(r.body, "f32.shlm")); /* nothing names the model */
+        free(r.body);
+    }
 
     /* bad requests: each its status and an OpenAI error object */
     request("POST", "/v1/completions", "{\"prompt\": ", &r);

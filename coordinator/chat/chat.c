@@ -140,6 +140,34 @@ out:
     return rc;
 }
 
+int coord_chat_request_vars(json_t *req, json_t **vars, char *why, size_t wlen)
+{
+    *vars = NULL;
+    json_t *kw = json_object_get(req, "chat_template_kwargs");
+    if (kw && !json_is_null(kw) && !json_is_object(kw)) {
+        snprintf(why, wlen, "chat_template_kwargs: expected an object");
+        return -EINVAL;
+    }
+    json_t *v = json_is_object(kw) ? json_copy(kw) : json_object();
+    if (!v)
+        goto out_nomem;
+    /* tools and documents are template variables too, as apply_chat_template passes them (the
+     * model sees them; its tool calls come back as text) */
+    static const char *const passed[] = {"tools", "documents"};
+    for (size_t i = 0; i < 2; i++) {
+        json_t *a = json_object_get(req, passed[i]);
+        if (json_is_array(a) && json_object_set(v, passed[i], a)) {
+            json_decref(v);
+            goto out_nomem;
+        }
+    }
+    *vars = v;
+    return 0;
+out_nomem:
+    snprintf(why, wlen, "out of memory");
+    return -ENOMEM;
+}
+
 int coord_chat_render_request(const struct coord_chat_tmpl *t, json_t *req, char **out, size_t *len,
                               bool *bad_request, char *why, size_t wlen)
 {
@@ -153,7 +181,12 @@ int coord_chat_render_request(const struct coord_chat_tmpl *t, json_t *req, char
         snprintf(why, wlen, "add_generation_prompt: expected true or false");
         return -EINVAL;
     }
-    return coord_chat_render(t, json_object_get(req, "messages"), !agp || !json_is_false(agp),
-                             json_object_get(req, "chat_template_kwargs"), out, len, bad_request,
-                             why, wlen);
+    json_t *vars;
+    int rc = coord_chat_request_vars(req, &vars, why, wlen);
+    if (rc)
+        return rc;
+    rc = coord_chat_render(t, json_object_get(req, "messages"), !agp || !json_is_false(agp), vars,
+                           out, len, bad_request, why, wlen);
+    json_decref(vars);
+    return rc;
 }

@@ -34,8 +34,17 @@ int coord_chat_render(const struct coord_chat_tmpl *t, json_t *messages, bool ad
                       json_t *kwargs, char **out, size_t *len, bool *bad_request, char *why,
                       size_t wlen);
 
+/* The template variables of request object @req beside its messages: the members of its
+ * chat_template_kwargs (an object, null or absent), and its top-level tools and documents
+ * (arrays, as Hugging Face's apply_chat_template passes them; they win over kwargs' own). The
+ * one way a chat completion and POST /apply-template build them. Returns 0 and *@vars (an object
+ * the caller releases with json_decref()); -EINVAL (a kwargs that is not an object) or -ENOMEM
+ * with @why set. */
+int coord_chat_request_vars(json_t *req, json_t **vars, char *why, size_t wlen);
+
 /* coord_chat_render() of a request object {"messages": [...], "add_generation_prompt": bool
- * (default true), "chat_template_kwargs": {...}} (`shardlm template`, POST /apply-template). */
+ * (default true), "chat_template_kwargs": {...}, "tools": [...], "documents": [...]} with
+ * coord_chat_request_vars()' variables (`shardlm template`, POST /apply-template). */
 int coord_chat_render_request(const struct coord_chat_tmpl *t, json_t *req, char **out, size_t *len,
                               bool *bad_request, char *why, size_t wlen);
 

@@ -237,7 +237,15 @@ int coord_sched_submit(struct coord_sched *s, const struct coord_request *r, uin
                             "the prompt (%d tokens) plus %d new tokens exceeds the context of "
                             "%u; ask for %d or fewer",
                             r->n_prompt, r->max_tokens, ctx, room);
-    int max_new = r->max_tokens ? r->max_tokens : room;
+    /* 0 (a request without max_tokens): up to the end of the context, or of the KV cache when
+     * that holds fewer positions (so that it is never refused for a limit it did not set) */
+    int max_new = r->max_tokens;
+    if (!max_new) {
+        uint64_t fit = (uint64_t)s->pool.n_blocks * COORD_KV_BLOCK + 1;
+        max_new = fit > (uint64_t)r->n_prompt && fit - (uint64_t)r->n_prompt < (uint64_t)room
+                      ? (int)(fit - (uint64_t)r->n_prompt)
+                      : room;
+    }
     uint32_t need = coord_kv_blocks_for((uint64_t)r->n_prompt + (uint64_t)max_new - 1);
     if (need > s->pool.n_blocks)
         return shardlm_fail(e, -E2BIG,

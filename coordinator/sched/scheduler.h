@@ -60,7 +60,7 @@ typedef void (*coord_event_fn)(void *ctx, const struct coord_event *ev);
 struct coord_request {
     const int32_t *prompt;
     int n_prompt;
-    int max_tokens; /* new tokens at most; 0: as many as the context leaves */
+    int max_tokens; /* new tokens at most; 0: as many as the context (and the KV cache) leave */
     struct coord_sampling sampling;
     const int32_t *stop_ids; /* tokens that end the sequence (besides EOS) */
     int n_stop_ids;

@@ -2,6 +2,8 @@
  * field checked against what the scheduler takes (libFuzzer target: tests/fuzz/fuzz_request.c). */
 #include "request.h"
 
+#include "chat.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -37,11 +39,9 @@ static const char *get_int(json_t *o, const char *k, long lo, long hi, long *out
 /* A chat request's messages, kwargs, add_generation_prompt and logprobs into @p. */
 static const char *parse_chat(json_t *j, struct coord_completion_req *p, char *why, size_t wlen)
 {
-    json_t *m = json_object_get(j, "messages"), *kw = json_object_get(j, "chat_template_kwargs");
+    json_t *m = json_object_get(j, "messages");
     if (!json_is_array(m) || json_array_size(m) == 0)
         return "messages: expected a non-empty array of messages";
-    if (kw && !json_is_null(kw) && !json_is_object(kw))
-        return "chat_template_kwargs: expected an object";
     json_t *agp = json_object_get(j, "add_generation_prompt");
     if (agp && !json_is_null(agp) && !json_is_boolean(agp))
         return "add_generation_prompt: expected true or false";
@@ -58,19 +58,10 @@ static const char *parse_chat(json_t *j, struct coord_completion_req *p, char *w
     if (json_is_integer(top) && !json_is_true(lp))
         return "top_logprobs: only with logprobs true";
     p->logprobs = json_is_true(lp) ? (json_is_integer(top) ? (int)json_integer_value(top) : 0) : -1;
-    /* tools and documents are template variables too, as apply_chat_template passes them (the
-     * model sees them; its tool calls come back as text) */
-    json_t *vars = json_is_object(kw) ? json_copy(kw) : json_object();
-    if (!vars)
-        return "out of memory";
-    static const char *const passed[] = {"tools", "documents"};
-    for (size_t i = 0; i < 2; i++) {
-        json_t *v = json_object_get(j, passed[i]);
-        if (json_is_array(v) && json_object_set(vars, passed[i], v)) {
-            json_decref(vars);
-            return "out of memory";
-        }
-    }
+    /* chat_template_kwargs, tools and documents: as POST /apply-template renders them */
+    json_t *vars;
+    if (coord_chat_request_vars(j, &vars, why, wlen))
+        return why;
     p->chat = true;
     p->messages = json_incref(m);
     p->tmpl_kwargs = vars;
@@ -131,8 +122,9 @@ static const char *parse_fields(json_t *j, int vocab, int context, bool chat,
         return "echo: not supported";
 common:;
     double d;
-    /* chat: no limit but the context (OpenAI's, vLLM's and llama.cpp's default) */
-    long mt = chat ? (long)context : COORD_REQ_DEFAULT_MAX_TOKENS, k = 0;
+    /* chat: no limit but the context (OpenAI's, vLLM's and llama.cpp's default): 0, which the
+     * scheduler reads as what the prompt leaves of it; completions: OpenAI's legacy 16 */
+    long mt = chat ? 0 : COORD_REQ_DEFAULT_MAX_TOKENS, k = 0;
     if ((bad = get_int(j, "max_tokens", 1, 1 << 24, &mt)) ||
         (bad = get_int(j, "max_completion_tokens", 1, 1 << 24, &mt)))
         goto bad;

@@ -22,7 +22,7 @@ struct coord_completion_req {
     char *prompt; /* the prompt's text (malloc'd), or NULL when token ids were given */
     int32_t *ids; /* the token ids (malloc'd; the server tokenizes a text prompt into it) */
     int n_ids;
-    int max_tokens; /* max_tokens or max_completion_tokens */
+    int max_tokens; /* max_tokens or max_completion_tokens; 0: what the context leaves */
     struct coord_sampling sampling;
     bool seeded; /* seed given (else sampling.seed is 0: the server picks one) */
     char *stops[COORD_REQ_MAX_STOPS];
@@ -38,13 +38,12 @@ struct coord_completion_req {
  * (0..20 alternatives; null or false: none), echo refused. Chat: messages (a non-empty array: the
  * chat template checks its items), chat_template_kwargs (an object), add_generation_prompt,
  * logprobs (true or false) with top_logprobs (0..20). Both: max_tokens /
- * max_completion_tokens (an integer 1..2^24, default 16; chat: the context), top_k an integer,
- * temperature (0..2,
- * default 1), top_p ((0, 1], default 1), top_k, min_p, repetition_penalty, frequency_penalty,
- * presence_penalty, seed, stop (a string or up to 16, each 1..256 bytes without NUL), stream,
- * stream_options {include_usage}; n other than 1 is refused; other fields are ignored. Returns 0;
- * -EINVAL with @why set to a 400's one-line message; or -ENOMEM. *@r is zeroed first and freed on
- * failure. */
+ * max_completion_tokens (an integer 1..2^24; absent or null: 16, and for a chat 0, that is what
+ * the prompt leaves of the context), temperature (0..2, default 1), top_p ((0, 1], default 1),
+ * top_k, min_p, repetition_penalty, frequency_penalty, presence_penalty, seed, stop (a string or up
+ * to 16, each 1..256 bytes without NUL), stream, stream_options {include_usage}; n other than 1 is
+ * refused; other fields are ignored. Returns 0; -EINVAL with @why set to a 400's one-line message;
+ * or -ENOMEM. *@r is zeroed first and freed on failure. */
 int coord_completion_parse(const char *body, size_t len, int vocab, int context, bool chat,
                            struct coord_completion_req *r, char *why, size_t wlen);
 void coord_completion_req_free(struct coord_completion_req *r);

@@ -12,6 +12,7 @@
 #include "server.h"
 
 #include "chat.h"
+#include "gate.h"
 #include "notify.h"
 #include "request.h"
 #include "tokenizer.h"
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -102,6 +104,8 @@ struct sreq {
     uint64_t t_arrive, t_last; /* when it was queued; its last token (ns) */
     int last_token;            /* the token before the next one (for its piece), -1 */
     bool role_sent;            /* a chat stream: the first chunk (the role) is out */
+    bool http11;               /* the client speaks HTTP/1.1: it takes a 1xx before the answer */
+    bool probed, ping;         /* its FIN was answered with a probe; a stream's is to go out */
     size_t text_off;           /* bytes of the tokens' pieces so far (logprobs' text_offset) */
     json_t *lp;                /* a plain response's logprobs object, filled token by token */
     pthread_cond_t cv;
@@ -140,6 +144,8 @@ struct srv {
      * serves, a signal drains and a second one stops between steps, never inside one */
     volatile sig_atomic_t engine_cancel;
     int loaded; /* __atomic: the load is over (the relay ends) */
+    struct MHD_Daemon *d;
+    int gate_stop; /* __atomic: connections waiting for their next request stop waiting */
 };
 
 /* ---- requests ---- */
@@ -531,22 +537,56 @@ struct conn {
     char *body;
     size_t len;
     bool too_big;
+    bool http11; /* HTTP/1.1 (a 1xx may go before the answer), not 1.0 */
+    bool closing; /* its answer ends the connection */
 };
 
-static bool client_gone(int fd)
+enum client_state {
+    CLIENT_HERE,
+    CLIENT_HALF_CLOSED, /* it sent its FIN: done sending, or gone (only a write can tell) */
+    CLIENT_GONE,        /* reset or hung up */
+};
+
+static enum client_state client_state(int fd)
 {
     struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
-    return fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    if (fd < 0 || poll(&pf, 1, 0) <= 0)
+        return CLIENT_HERE;
+    if (pf.revents & (POLLHUP | POLLERR))
+        return CLIENT_GONE;
+    return pf.revents & POLLRDHUP ? CLIENT_HALF_CLOSED : CLIENT_HERE;
 }
 
-/* Waits on @p's condition for WAIT_MS (srv.mu held). Returns false when the client left (the
- * request is then cancelled) or the server stops. */
-static bool wait_step(struct sreq *p)
+/* What probes a client that sent its FIN before any byte of the answer: an interim response,
+ * which HTTP/1.1 clients skip (RFC 9110 section 15.2). */
+static const char probe_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+/* Waits on @p's condition for WAIT_MS (srv.mu held); @streaming: its response has begun.
+ * Returns false when the client left (the request is then cancelled) or the server stops.
+ * A client may shut down its writing side once its request is sent and still read the answer
+ * (RFC 9112 section 9.6), and a FIN looks the same whether it did that or closed: so the first
+ * FIN is answered with a probe - a 100 Continue before the answer, an SSE comment within a
+ * stream (then set @p->ping for stream_read) - that a closed socket answers with a reset. An
+ * HTTP/1.0 client cannot take a 1xx: its FIN is its leaving. */
+static bool wait_step(struct sreq *p, bool streaming)
 {
     struct srv *s = p->s;
     if (s->ready < 0)
         return false;
-    if (client_gone(p->fd)) {
+    enum client_state cs = client_state(p->fd);
+    if (cs == CLIENT_HALF_CLOSED && !p->probed) {
+        p->probed = true;
+        if (streaming) {
+            p->ping = true;
+            return true;
+        }
+        ssize_t n = p->http11 ? send(p->fd, probe_continue, sizeof(probe_continue) - 1,
+                                     MSG_NOSIGNAL | MSG_DONTWAIT)
+                              : -1;
+        if (n != (ssize_t)sizeof(probe_continue) - 1)
+            cs = CLIENT_GONE;
+    }
+    if (cs == CLIENT_GONE) {
         sreq_cancel_locked(p);
         return false;
     }
@@ -561,7 +601,8 @@ static bool wait_step(struct sreq *p)
     return true;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j)
+/* Queues @j (consumed) as the answer, with "Connection: close" when @close. */
+static enum MHD_Result queue_json(struct MHD_Connection *c, unsigned status, json_t *j, bool close)
 {
     char *t = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
@@ -575,9 +616,63 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
+    if (close)
+        MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result rc = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return rc;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j)
+{
+    return queue_json(c, status, j, false);
+}
+
+/* OpenAI's error object for @msg; param is the field a 400 names ("temperature: out of
+ * range..."), else null. */
+static json_t *error_json(unsigned status, const char *type, const char *code, const char *msg)
+{
+    char param[64] = "";
+    size_t k = strspn(msg, "abcdefghijklmnopqrstuvwxyz_.");
+    if (status == 400 && k && k < sizeof(param) && (msg[k] == ':' || msg[k] == '['))
+        memcpy(param, msg, k);
+    return json_pack("{s:{s:o,s:s,s:s?,s:s?}}", "error", "message", text_json(msg, strlen(msg)),
+                     "type", type, "param", *param ? param : NULL, "code", code);
+}
+
+/* An error that ends the connection: its request's framing cannot be trusted. */
+static enum MHD_Result send_error_close(struct MHD_Connection *c, struct conn *cn, unsigned status,
+                                        const char *msg)
+{
+    cn->closing = true;
+    return queue_json(c, status, error_json(status, "invalid_request_error", NULL, msg), true);
+}
+
+/* The gate's refusal of a request head: a whole 400 response with our error object. */
+static bool gate_refusal(void *arg, const char *why, char **out, size_t *len)
+{
+    (void)arg;
+    json_t *j = error_json(400, "invalid_request_error", NULL, why);
+    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!t)
+        return false;
+    size_t n = strlen(t) + 1; /* and its newline */
+    *out = malloc(n + 160);
+    if (*out)
+        *len = (size_t)snprintf(*out, n + 160,
+                                "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
+                                "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s\n",
+                                n, t);
+    free(t);
+    return *out != NULL;
+}
+
+/* A connection whose first request head passed the gate. */
+static void gate_admit(void *arg, int fd, const struct sockaddr *addr, socklen_t len)
+{
+    struct srv *s = arg;
+    MHD_add_connection(s->d, fd, addr, len); /* it closes @fd when it cannot take it */
 }
 
 /* An OpenAI error object. */
@@ -592,15 +687,43 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    /* OpenAI's param: the field a 400 names ("temperature: out of range..."), else null */
-    char param[64] = "";
-    size_t k = strspn(msg, "abcdefghijklmnopqrstuvwxyz_.");
-    if (status == 400 && k && k < sizeof(param) && (msg[k] == ':' || msg[k] == '['))
-        memcpy(param, msg, k);
-    return send_json(c, status,
-                     json_pack("{s:{s:o,s:s,s:s?,s:s?}}", "error", "message",
-                               text_json(msg, strlen(msg)), "type", type, "param",
-                               *param ? param : NULL, "code", code));
+    return send_json(c, status, error_json(status, type, code, msg));
+}
+
+/* The framing headers of a request, counted. */
+struct framing {
+    int n_length, n_encoding;
+    const char *length; /* the first Content-Length */
+    bool lengths_differ;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    struct framing *f = cls;
+    (void)kind;
+    if (!strcasecmp(key, "Content-Length")) {
+        if (f->n_length++ && strcmp(value, f->length))
+            f->lengths_differ = true;
+        else
+            f->length = value;
+    } else if (!strcasecmp(key, "Transfer-Encoding"))
+        f->n_encoding++;
+    return MHD_YES;
+}
+
+/* Why the body of request @c cannot be delimited without guessing (RFC 9112 section 6.3: a
+ * proxy in front may read the other header), or NULL. libmicrohttpd reads the first
+ * Content-Length, or Transfer-Encoding over it. */
+static const char *framing_error(struct MHD_Connection *c)
+{
+    struct framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.n_encoding && f.n_length)
+        return "Transfer-Encoding and Content-Length together: send one of them";
+    if (f.lengths_differ)
+        return "Content-Length: two different values";
+    return NULL;
 }
 
 static bool authorized(const struct srv *s, struct MHD_Connection *c)
@@ -625,15 +748,21 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     struct sreq *p = cls;
     struct srv *s = p->s;
     (void)pos;
+    static const char comment[] = ":\n\n"; /* an SSE comment: clients skip it */
     pthread_mutex_lock(&s->mu);
-    while (p->off == p->len && p->state == SREQ_RUNNING && !p->cancel)
-        if (!wait_step(p))
+    while (p->off == p->len && p->state == SREQ_RUNNING && !p->cancel && !p->ping)
+        if (!wait_step(p, true))
             break;
     ssize_t n;
     if (p->off < p->len) {
         n = (ssize_t)(p->len - p->off < max ? p->len - p->off : max);
         memcpy(buf, p->out + p->off, (size_t)n);
         p->off += (size_t)n;
+        p->ping = false; /* these bytes probe the client as well */
+    } else if (p->ping && !p->cancel && max >= sizeof(comment) - 1) {
+        n = (ssize_t)sizeof(comment) - 1;
+        memcpy(buf, comment, (size_t)n);
+        p->ping = false;
     } else
         n = p->state == SREQ_DONE ? MHD_CONTENT_READER_END_OF_STREAM
                                   : MHD_CONTENT_READER_END_WITH_ERROR;
@@ -723,6 +852,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     p->fd = ci ? ci->connect_fd : -1;
+    p->http11 = cn->http11;
     pthread_mutex_lock(&s->mu);
     p->next = s->all;
     if (s->all)
@@ -769,7 +899,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
         *s->pending_tail = p;
         s->pending_tail = &p->next_pending;
         pthread_cond_signal(&s->wake);
-        while (p->state == SREQ_PENDING && wait_step(p))
+        while (p->state == SREQ_PENDING && wait_step(p, false))
             ;
     }
     enum sreq_state st = p->state;
@@ -810,7 +940,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
         return rc;
     }
     pthread_mutex_lock(&s->mu);
-    while (p->state == SREQ_RUNNING && wait_step(p))
+    while (p->state == SREQ_RUNNING && wait_step(p, false))
         ;
     bool done = p->state == SREQ_DONE;
     stopping = s->ready < 0 || (done && p->finish == COORD_FINISH_CANCELLED && !p->cancel);
@@ -1208,7 +1338,6 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                               size_t *upload_size, void **con_cls)
 {
     struct srv *s = cls;
-    (void)version;
     struct conn *cn = *con_cls;
     if (!cn) { /* the headers: a context for the body, and no Nagle delay on this socket */
         if (!(cn = calloc(1, sizeof(*cn))))
@@ -1219,6 +1348,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         int one = 1;
         if (ci)
             setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        cn->http11 = strcmp(version, MHD_HTTP_VERSION_1_0) != 0;
+        const char *why = framing_error(c);
+        if (why) /* answered before the body is read; the connection closes after it */
+            return send_error_close(c, cn, 400, why);
         return MHD_YES;
     }
     if (*upload_size) { /* a piece of the body */
@@ -1241,7 +1374,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     sock_busy(s, c, true); /* the whole request is in */
     if (!strncmp(url, "/v1/", 4))
         url += 3;
-    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    /* HEAD is GET without the body (libmicrohttpd leaves the body out, the headers and the
+     * status are GET's) */
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/health") && get) {
         pthread_mutex_lock(&s->mu);
         int ready = s->ready;
@@ -1293,16 +1428,34 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                       url);
 }
 
+/* After a request: a connection kept alive has the head of its next one looked at before
+ * libmicrohttpd reads it (as the gate looks at a connection's first). */
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
-    (void)toe;
-    sock_busy(cls, c, false);
+    struct srv *s = cls;
+    sock_busy(s, c, false);
     struct conn *cn = *con_cls;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connection");
+    bool again = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && cn && cn->http11 && !cn->closing &&
+                 !(h && strcasestr(h, "close"));
     if (cn) {
         free(cn->body);
         free(cn);
         *con_cls = NULL;
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!again || !ci)
+        return;
+    const char *why = coord_gate_screen(
+        ci->connect_fd, shardlm_now_ns() + REQUEST_DEADLINE_S * 1000000000ull, &s->gate_stop);
+    char *resp;
+    size_t len;
+    if (why && gate_refusal(s, why, &resp, &len)) {
+        /* libmicrohttpd then reads the end of the stream, and closes */
+        coord_gate_refuse(ci->connect_fd, resp, len);
+        free(resp);
     }
 }
 
@@ -1384,15 +1537,26 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
     if (inet_pton(AF_INET, o->host ? o->host : "127.0.0.1", &addr.sin_addr) != 1)
         return shardlm_fail(e, -EINVAL, "--host '%s': expected an IPv4 address", o->host);
     pthread_mutex_init(&s.sock_mu, NULL);
-    /* poll(), not select(): no FD_SETSIZE ceiling under the connection limit */
+    /* poll(), not select(): no FD_SETSIZE ceiling under the connection limit; the gate
+     * listens and hands connections over (gate.h says why), through the ITC */
+    unsigned limit = o->max_connections ? o->max_connections : MAX_CONNECTIONS;
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD, (uint16_t)o->port, NULL, NULL,
-        handle, &s, MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)(o->max_connections ? o->max_connections : MAX_CONNECTIONS),
-        MHD_OPTION_NOTIFY_COMPLETED, completed, &s, MHD_OPTION_NOTIFY_CONNECTION, notify_connection,
-        &s, MHD_OPTION_END);
-    if (!d) {
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC |
+            MHD_USE_NO_LISTEN_SOCKET,
+        0, NULL, NULL, handle, &s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_NOTIFY_COMPLETED, completed, &s,
+        MHD_OPTION_NOTIFY_CONNECTION, notify_connection, &s, MHD_OPTION_END);
+    s.d = d;
+    struct coord_gate *gate = NULL;
+    struct coord_gate_opts go = {.addr = addr,
+                                 .max_pending = limit,
+                                 .deadline_s = REQUEST_DEADLINE_S,
+                                 .admit = gate_admit,
+                                 .refusal = gate_refusal,
+                                 .arg = &s};
+    if (!d || coord_gate_start(&gate, &go)) {
+        if (d)
+            MHD_stop_daemon(d);
         pthread_mutex_destroy(&s.sock_mu);
         return shardlm_fail(e, -EADDRINUSE,
                             "cannot listen on %s:%d (in use, or not an address "
@@ -1403,8 +1567,7 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
     s.watching = true; /* before the thread reads it */
     if (pthread_create(&watch_thread, NULL, watchdog, &s))
         s.watching = false;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    int port = di ? di->port : o->port;
+    int port = coord_gate_port(gate);
     if (o->on_listen)
         o->on_listen(o->arg, port);
     coord_notify("STATUS=loading %s (GET /health answers 503 until it serves)", s.model);
@@ -1526,6 +1689,8 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
     for (struct sreq *p = s.all; p; p = p->next)
         pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&s.mu);
+    __atomic_store_n(&s.gate_stop, 1, __ATOMIC_RELAXED);
+    coord_gate_stop(gate); /* no new connections */
     MHD_stop_daemon(d);
     if (s.watching) {
         pthread_mutex_lock(&s.sock_mu);

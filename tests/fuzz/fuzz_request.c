@@ -34,8 +34,9 @@ static void check(const uint8_t *data, size_t size, bool chat)
             if (r.ids[i] < 0 || r.ids[i] >= VOCAB)
                 __builtin_trap();
         const struct coord_sampling *s = &r.sampling;
-        if (r.max_tokens < 1 || r.max_tokens > (1 << 24) || !(s->temp >= 0 && s->temp <= 2) ||
-            !(s->top_p > 0 && s->top_p <= 1) || s->top_k < 0 || !(s->min_p >= 0 && s->min_p < 1) ||
+        if (r.max_tokens < (chat ? 0 : 1) || r.max_tokens > (1 << 24) ||
+            !(s->temp >= 0 && s->temp <= 2) || !(s->top_p > 0 && s->top_p <= 1) || s->top_k < 0 ||
+            !(s->min_p >= 0 && s->min_p < 1) ||
             !(s->repetition_penalty >= 0.01f && s->repetition_penalty <= 10) ||
             !(s->frequency_penalty >= -2 && s->frequency_penalty <= 2) ||
             !(s->presence_penalty >= -2 && s->presence_penalty <= 2))

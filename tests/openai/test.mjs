@@ -30,7 +30,8 @@ const SRC = process.env.SHARDLM_SRC || path.resolve(HERE, '..', '..');
 const PROMPT = 'Once upon a time';
 const N = 40; /* tokens of the compared continuations */
 const ABORT_PROMPT = 'Lily'; /* 2 tokens with BOS; greedy, no EOS within 490 */
-const ABORT_MAX_TOKENS = 480; /* the context is 512 */
+const CONTEXT = 512; /* stories260K's */
+const ABORT_MAX_TOKENS = 480; /* of the context */
 const TEMPLATE = "{{ bos_token }}{{ messages[-1]['content'] }}";
 const LAYOUT = ['--workers', '1', '--threads', '2']; /* the same for generate and serve */
 const API_KEY = 'sk-shardlm-test-' + process.pid;
@@ -497,6 +498,56 @@ async function main() {
         expectUsage(s.usage, want);
         expect(s.usage.completion_tokens === s.tokenChunks,
                `completion_tokens ${s.usage.completion_tokens}, ${s.tokenChunks} token chunks`);
+    });
+
+    // A client's defaults: no optional field at all (no max_tokens, temperature or
+    // stream_options), as the official clients, LangChain and the AI SDK send unless told. A chat
+    // runs to its end (EOS: stop) or to the context (length: prompt and reply fill it; the last
+    // token is sampled, never fed, so they count CONTEXT + 1); a completion to OpenAI's legacy
+    // default of 16 tokens.
+    const bare = { model: modelName };
+    const fillsContext = (u) => u.prompt_tokens + u.completion_tokens === CONTEXT + 1;
+    await check('chat with no optional field: runs to its end or the context', async () => {
+        const r = await client.chat.completions.create({ ...bare, messages });
+        const c = r.choices[0];
+        expect(c.message.role === 'assistant' && c.message.content.length > 0,
+               `message ${show(c.message)}`);
+        expect(c.finish_reason === 'stop' || (c.finish_reason === 'length' && fillsContext(r.usage)),
+               `finish_reason ${show(c.finish_reason)}, usage ${show(r.usage)}`);
+    });
+    await check('chat stream with no optional field: runs to its end or the context', async () => {
+        const s = await chatStream(client, { ...bare, messages });
+        expect(s.text.length > 0 && !s.usage, `text ${show(s.text)}, usage ${show(s.usage)}`);
+        expect(s.finishReason === 'stop' ||
+                   (s.finishReason === 'length' && s.tokenChunks > 16),
+               `finish_reason ${show(s.finishReason)} after ${s.tokenChunks} token chunks`);
+    });
+    await check('completions with no optional field: 16 tokens at most', async () => {
+        const r = await client.completions.create({ ...bare, prompt: PROMPT });
+        const c = r.choices[0];
+        expect(r.usage.completion_tokens <= 16 && c.text.length > 0,
+               `usage ${show(r.usage)}, text ${show(c.text)}`);
+        expect(c.finish_reason === (r.usage.completion_tokens === 16 ? 'length' : 'stop'),
+               `finish_reason ${show(c.finish_reason)}, usage ${show(r.usage)}`);
+    });
+    await check('completions stream with no optional field: 16 tokens at most', async () => {
+        const s = await completionStream(client, { ...bare, prompt: PROMPT });
+        expect(s.text.length > 0 && s.tokenChunks <= 16 && !s.usage,
+               `${s.tokenChunks} token chunks, usage ${show(s.usage)}`);
+        expect(s.finishReason === 'stop' || s.finishReason === 'length',
+               `finish_reason ${show(s.finishReason)}`);
+    });
+    await check('max_tokens past the context: BadRequestError 400 saying how many fit', async () => {
+        let err = null;
+        try {
+            await client.chat.completions.create({ ...bare, messages, max_tokens: CONTEXT + 8 });
+        } catch (e) {
+            err = e;
+        }
+        expect(err instanceof OpenAI.BadRequestError,
+               `got ${err ? `${err.constructor.name}: ${err.message}` : 'a reply'}`);
+        expect(/exceeds the context of 512; ask for \d+ or fewer/.test(err.message),
+               `message ${show(err.message)}`);
     });
 
     await check('models.list() names the model file', async () => {

@@ -419,6 +419,21 @@ async function testChat(browser) {
             'B: the second request sends the conversation so far', JSON.stringify(m1.map((m) => m.role)));
 
         check(await page.$$eval('#messages .msg', (e) => e.length) === 4, 'B: four messages in the list');
+
+        // the Max tokens box cleared: the request has no max_tokens, and the chat runs to its end
+        // or the context (it was a 400, "plus 512 new tokens exceeds the context")
+        await setSettings(page, '');
+        await page.fill('#prompt', 'Once more');
+        await page.click('#send');
+        await idle(page);
+        const c2 = rec.requests.filter((r) => r.method() === 'POST')[2];
+        const r2 = c2 ? await c2.response() : null;
+        const st2 = await page.textContent('#stats');
+        check(c2 && !('max_tokens' in c2.postDataJSON()) && r2?.status() === 200 &&
+            /finished: (stop|length)/.test(st2) && await page.$eval('#error', (e) => e.hidden),
+            'B: with Max tokens cleared, no max_tokens is sent and the reply ends',
+            `${JSON.stringify(c2?.postDataJSON())} ${r2?.status()} ${JSON.stringify(st2)}`);
+        check(await page.$$eval('#messages .msg', (e) => e.length) === 6, 'B: six messages in the list');
         exited = await stopServer(srv);
         check(exited && exited.code === 0, 'B: the server exits 0 on SIGTERM', JSON.stringify(exited));
 
@@ -428,7 +443,7 @@ async function testChat(browser) {
         await page.waitForFunction(() => !document.getElementById('error').hidden, null, { timeout: 10000 }).catch(() => {});
         const nerr = await page.$eval('#error', (e) => (e.hidden ? '' : e.textContent));
         check(/network error/i.test(nerr) && await page.inputValue('#prompt') === 'Hello?' &&
-            await page.$$eval('#messages .msg', (e) => e.length) === 4, 'B: a network error shows in the error line', nerr);
+            await page.$$eval('#messages .msg', (e) => e.length) === 6, 'B: a network error shows in the error line', nerr);
 
         check(rec.foreign.length === 0, 'B: no request to another origin', rec.foreign.join(' '));
         const bad = stray(rec, [/status of 401/, /ERR_CONNECTION_REFUSED/]);
