@@ -194,12 +194,12 @@ const summary = (r) => ({ status: r.status, done: r.done, error_event: r.errorEv
 // Kills the worker, then each replacement after the next delay; resolves with the kills.
 async function killChain(o, delays, recs) {
     const kills = [];
-    const seen = new Set();
+    const running = [...workers(o.pid).entries()].filter(([, c]) => c === 'shardlm-worker');
+    const seen = new Set(running.map(([p]) => p)); // a replacement is a worker not among these
     const open = () => recs.filter((r) => !r.ended).length;
-    const first = [...workers(o.pid).entries()].find(([, c]) => c === 'shardlm-worker');
+    const first = running[0];
     if (!first) throw new Error('no shardlm-worker child of the server');
     killPid(first[0]);
-    seen.add(first[0]);
     kills.push({ pid: first[0], what: 'worker', open_streams: open() });
     for (const d of delays) {
         let pid = 0;

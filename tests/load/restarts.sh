@@ -4,7 +4,8 @@
 # 1. --restarts 3, 16 greedy streams of 480 tokens: the worker is SIGKILLed, then its
 #    replacement as soon as it runs, then the next one 20 ms after it runs (3 deaths, the
 #    budget): the server lives on, every stream ends with [DONE] and the text of a run without
-#    faults, /health answers 200; SIGTERM then ends it with 0.
+#    faults, /health answers 200; SIGTERM then ends it with 0. Once with one worker, once with
+#    two (rank 0's killed).
 # 2. --restarts 0, 16 running streams (one of them not read until the end) and 4 requests
 #    waiting behind them: one SIGKILL. Every stream gets an error event and then [DONE], every
 #    plain request a 500, /health answers 503 ("failed") from the first error on, a new request
@@ -87,36 +88,41 @@ nothing_left() { # nothing_left NAME: no worker of ours runs, the runtime direct
 }
 
 # ---- 1. the worker and its replacements killed, within --restarts 3 ----
-LOG1=$WORK/server1.log
-start_server "$LOG1" --restarts 3
-echo "server $SRV on $URL (--restarts 3)"
-node "$HERE/killclient.mjs" restart --url "$URL" --pid "$SRV" --clients 16 --max-tokens $TOKENS \
-    --kill-after 50 --delays-ms 0,20 >"$WORK/restart.json" 2>"$WORK/restart.err" || true
-J=$WORK/restart.json
-if [ ! -s "$J" ] || [ "$(jget "$J" 'j.failed || ""')" != "" ]; then
-    check restart-clients 0 "killclient: $(cat "$J" "$WORK/restart.err" 2>/dev/null)"
-else
-    check restart-reference "$(jget "$J" "j.reference.every((c) => c.status === 200 && c.done && c.tokens === $TOKENS) ? 1 : 0")" \
-        "a run without faults: 16 streams of $TOKENS tokens"
-    check restart-kills "$(jget "$J" 'j.kills.length === 3 && j.kills.every((k) => k.killed !== false) && j.kills[0].open_streams === 16 ? 1 : 0')" \
-        "$(jget "$J" 'j.kills.map((k) => `${k.what} ${k.pid} (${k.open_streams} streams open)`).join(", ")')"
-    check restart-streams-complete "$(jget "$J" "j.clients.every((c) => c.status === 200 && c.done && !c.error_event && !c.fault && c.finish === 'length' && c.tokens === $TOKENS) ? 1 : 0")" \
-        "$(jget "$J" "j.clients.filter((c) => c.status === 200 && c.done && !c.error_event && !c.fault && c.tokens === $TOKENS).length") of 16 streams ended with [DONE] after $TOKENS tokens; $(jget "$J" 'JSON.stringify(j.clients.find((c) => !(c.done && !c.error_event && !c.fault)) || null)')"
-    check restart-streams-same-text "$(jget "$J" 'j.clients.every((c) => c.same_text) ? 1 : 0')" \
-        "$(jget "$J" 'j.clients.filter((c) => c.same_text).length') of 16 texts equal to the run without faults"
-    check restart-server-lives "$(jget "$J" 'j.health_after.status === 200 && j.workers_after.length === 1 ? 1 : 0')" \
-        "/health $(jget "$J" 'j.health_after.status') after the kills, workers $(jget "$J" 'j.workers_after.join(", ")')"
-fi
-D=$(grep -c 'was killed by signal 9.* during step' "$LOG1" || true)
-check restart-log "$([ "$D" = 3 ] && grep -q 'restarted in' "$LOG1" && echo 1)" \
-    "$D death(s) during a step logged (expected 3, the last restart holding): $(grep -o 'during step.*' "$LOG1" | cut -c1-150 | tr '\n' '|')"
-kill -TERM "$SRV" 2>/dev/null || true
-wait_exit 30
-check restart-sigterm-exit "$([ "$RC" = 0 ] && echo 1)" "exit status ${RC:-none: still running 30 s after SIGTERM}"
-nothing_left restart-nothing-left
+restart_case() { # restart_case NAME [server options]: the checks of case 1 under NAME-...
+    local n=$1 log=$WORK/$1.log J=$WORK/$1.json D
+    shift
+    start_server "$log" --restarts 3 "$@"
+    echo "server $SRV on $URL (--restarts 3 $*)"
+    node "$HERE/killclient.mjs" restart --url "$URL" --pid "$SRV" --clients 16 --max-tokens $TOKENS \
+        --kill-after 50 --delays-ms 0,20 >"$J" 2>"$WORK/$n.err" || true
+    if [ ! -s "$J" ] || [ "$(jget "$J" 'j.failed || ""')" != "" ]; then
+        check "$n-clients" 0 "killclient: $(cat "$J" "$WORK/$n.err" 2>/dev/null)"
+    else
+        check "$n-reference" "$(jget "$J" "j.reference.every((c) => c.status === 200 && c.done && c.tokens === $TOKENS) ? 1 : 0")" \
+            "a run without faults: 16 streams of $TOKENS tokens"
+        check "$n-kills" "$(jget "$J" 'j.kills.length === 3 && j.kills.every((k) => k.killed !== false) && j.kills[0].open_streams === 16 ? 1 : 0')" \
+            "$(jget "$J" 'j.kills.map((k) => `${k.what} ${k.pid} (${k.open_streams} streams open)`).join(", ")')"
+        check "$n-streams-complete" "$(jget "$J" "j.clients.every((c) => c.status === 200 && c.done && !c.error_event && !c.fault && c.finish === 'length' && c.tokens === $TOKENS) ? 1 : 0")" \
+            "$(jget "$J" "j.clients.filter((c) => c.status === 200 && c.done && !c.error_event && !c.fault && c.tokens === $TOKENS).length") of 16 streams ended with [DONE] after $TOKENS tokens; $(jget "$J" 'JSON.stringify(j.clients.find((c) => !(c.done && !c.error_event && !c.fault)) || null)')"
+        check "$n-streams-same-text" "$(jget "$J" 'j.clients.every((c) => c.same_text) ? 1 : 0')" \
+            "$(jget "$J" 'j.clients.filter((c) => c.same_text).length') of 16 texts equal to the run without faults"
+        check "$n-server-lives" "$(jget "$J" 'j.health_after.status === 200 ? 1 : 0')" \
+            "/health $(jget "$J" 'j.health_after.status') after the kills, workers $(jget "$J" 'j.workers_after.join(", ")')"
+    fi
+    D=$(grep -c 'was killed by signal 9.* during step' "$log" || true)
+    check "$n-log" "$([ "$D" = 3 ] && grep -q 'restarted in' "$log" && echo 1)" \
+        "$D death(s) during a step logged (expected 3, the last restart holding): $(grep -o 'during step.*' "$log" | cut -c1-150 | tr '\n' '|')"
+    kill -TERM "$SRV" 2>/dev/null || true
+    wait_exit 30
+    check "$n-sigterm-exit" "$([ "$RC" = 0 ] && echo 1)" "exit status ${RC:-none: still running 30 s after SIGTERM}"
+    nothing_left "$n-nothing-left"
+}
+restart_case restart
+# the same with two workers: the survivor gives the step up and rejoins after each failed restart
+restart_case restart-2w --workers 2 --threads 1
 
 # ---- 2. --restarts 0: the engine is lost; every client hears of it ----
-LOG2=$WORK/server2.log
+LOG2=$WORK/lost.log
 start_server "$LOG2" --restarts 0
 echo "server $SRV on $URL (--restarts 0)"
 node "$HERE/killclient.mjs" lost --url "$URL" --pid "$SRV" --clients 16 --waiting 4 \
@@ -145,7 +151,7 @@ nothing_left lost-nothing-left
 
 if [ "$FAILS" -gt 0 ]; then
     echo "restarts: $FAILS check(s) failed; server logs:"
-    tail -n 12 "$LOG1" "$LOG2"
+    tail -n 12 "$WORK"/*.log
     exit 1
 fi
 echo "restarts: all checks passed"
