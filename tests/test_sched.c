@@ -100,6 +100,7 @@ struct req {
     enum coord_finish finish;
     int events, cached;
     bool cancelled;
+    bool engine_failed; /* its last event said so */
 };
 
 static void on_event(void *ctx, const struct coord_event *ev)
@@ -111,6 +112,8 @@ static void on_event(void *ctx, const struct coord_event *ev)
         r->out[r->got++] = ev->token;
     r->finish = ev->finish;
     r->cached = ev->cached_tokens;
+    r->engine_failed = ev->engine_failed;
+    assert_true(!ev->engine_failed || ev->finish == COORD_FINISH_ERROR);
     assert_int_equal(ev->completion_tokens, r->got);
 }
 
@@ -410,13 +413,14 @@ static void test_refused_requests(void **state)
     fake_free(f);
 }
 
-/* An engine error ends every open request with COORD_FINISH_ERROR and the reason. */
+/* An engine error ends every open request, running or waiting, with COORD_FINISH_ERROR, the
+ * reason and engine_failed (what tells the server its engine is lost). */
 static void test_engine_error(void **state)
 {
     (void)state;
     struct fake *f = fake_new(64);
     f->fail_at = 3;
-    struct coord_sched *s = start(f, 4, 64, true);
+    struct coord_sched *s = start(f, 2, 64, true); /* two run, one waits */
     struct req r[3] = {{0}};
     struct shardlm_err e = {{0}};
     for (int i = 0; i < 3; i++) {
@@ -434,8 +438,10 @@ static void test_engine_error(void **state)
     }
     assert_int_equal(coord_sched_run(s, &e), -ECHILD);
     assert_non_null(strstr(e.msg, "worker died"));
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
         assert_int_equal(r[i].finish, COORD_FINISH_ERROR);
+        assert_true(r[i].engine_failed);
+    }
     assert_true(coord_sched_idle(s));
     assert_int_equal(coord_sched_pool(s)->n_held, 0);
     coord_sched_free(s);

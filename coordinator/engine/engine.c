@@ -219,19 +219,38 @@ static int run_step(struct coord_engine *g, Shardlm__Step *st, struct shardlm_er
 
 /* Runs @st; when a worker dies, restarts it on its CPUs over the same segments and runs the
  * step again (its KV rows for these positions are rewritten with the same values), at most
- * max_restarts times. */
+ * max_restarts times. A restart that fails - the new worker dies too, or does not say Hello,
+ * attach or Rejoin - is one of those times: its workers that are not Ready are killed and the
+ * restart tried again while the budget allows. When it is spent, the death that spent it is
+ * returned (-ECHILD) with "; no restarts left" after its message. */
 static int run_restarting(struct coord_engine *g, Shardlm__Step *st, struct shardlm_err *e)
 {
-    for (int attempt = 0;; attempt++) {
+    int restarts = 0;
+    for (;;) {
         st->step_id = ++g->step_id;
         int rc = run_step(g, st, e);
-        if (rc != -ECHILD || attempt >= g->max_restarts || coord_cancelled(g->cancel))
+        if (rc != -ECHILD)
             return rc;
         char why[sizeof(e->msg)];
         snprintf(why, sizeof(why), "%s", e->msg);
         uint64_t r0 = shardlm_now_ns();
-        if ((rc = coord_workers_recover(g, e)))
-            return rc;
+        for (;;) { /* restarts until one holds, the budget is spent or the engine is cancelled */
+            if (coord_cancelled(g->cancel))
+                return rc;
+            if (restarts >= g->max_restarts)
+                return shardlm_fail(e, rc, "%.*s; no restarts left (%d per step)",
+                                    (int)sizeof(e->msg) - 48, why, g->max_restarts);
+            restarts++;
+            if (!(rc = coord_workers_recover(g, e)))
+                break;
+            if (rc == -ECANCELED || rc == -ENOMEM)
+                return rc;
+            coord_logf(&g->log, COORD_LOG_WARN, "%s during step %llu; restart %d of %d failed: %s",
+                       why, (unsigned long long)st->step_id, restarts, g->max_restarts, e->msg);
+            snprintf(why, sizeof(why), "%s", e->msg);
+            coord_workers_kill_unready(g);
+            rc = -ECHILD;
+        }
         coord_logf(&g->log, COORD_LOG_WARN,
                    "%s during step %llu; restarted in %.1f ms, running the step again", why,
                    (unsigned long long)st->step_id, (double)(shardlm_now_ns() - r0) / 1e6);

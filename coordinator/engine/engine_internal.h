@@ -140,6 +140,10 @@ bool coord_worker_dies_within(struct coord_engine *g, int r, int ms, struct shar
 int coord_workers_handshake(struct coord_engine *g, struct shardlm_err *e);
 /* After a worker died in a step: all ranks Ready again over the same segments. */
 int coord_workers_recover(struct coord_engine *g, struct shardlm_err *e);
+/* After a failed recovery: SIGKILLs (and reaps) every worker that is not Ready or did not give
+ * the failed step up - a new one that never attached, a survivor that did not answer - so that
+ * the next recovery starts them anew. */
+void coord_workers_kill_unready(struct coord_engine *g);
 /* Shutdown to every worker, SIGKILL after SHUTDOWN_GRACE_MS; frees the environment. */
 void coord_workers_stop(struct coord_engine *g);
 

@@ -179,7 +179,7 @@ static int await_hellos(struct coord_engine *g, const bool *fresh, int n_fresh,
 {
     const struct coord_wait w = {.want = SHARDLM__ENVELOPE__MSG_HELLO,
                                  .timeout_ms = HELLO_TIMEOUT_MS};
-    for (int got = 0; got < n_fresh; got++) {
+    for (int got = 0; got < n_fresh;) {
         proto_env *in;
         int r, rc = coord_link_wait(g, &w, &in, &r, e);
         if (rc == -ETIMEDOUT)
@@ -189,12 +189,20 @@ static int await_hellos(struct coord_engine *g, const bool *fresh, int n_fresh,
             return rc;
         const Shardlm__Hello *h = in->hello;
         struct coord_rank *cr = &g->ranks[r];
+        if (fresh && fresh[r] && h->pid != (uint32_t)cr->pid) {
+            /* an earlier worker of this rank's, killed in a restart before its Hello was read */
+            coord_logf(&g->log, COORD_LOG_DEBUG, "dropped the Hello of rank %d's dead pid %u", r,
+                       h->pid);
+            proto_free(in);
+            continue;
+        }
         rc = coord_peer_hello(h, r, cr->hello || (fresh && !fresh[r]), e);
         cr->hello = true;
         snprintf(cr->isa, sizeof(cr->isa), "%s", h->isa ? h->isa : "?");
         proto_free(in);
         if (rc)
             return coord_group_fail(g, rc);
+        got++;
     }
     return 0;
 }
@@ -368,6 +376,19 @@ int coord_workers_recover(struct coord_engine *g, struct shardlm_err *e)
         rc = await_ready(g, false, e);
     free(fresh);
     return rc;
+}
+
+void coord_workers_kill_unready(struct coord_engine *g)
+{
+    struct shardlm_err ignore;
+    for (int r = 0; r < g->n_ranks; r++) {
+        struct coord_rank *cr = &g->ranks[r];
+        if ((cr->ready && cr->done) || !coord_worker_alive(g, r, &ignore))
+            continue;
+        kill(cr->pid, SIGKILL);
+        waitpid(cr->pid, NULL, 0);
+        cr->reaped = true;
+    }
 }
 
 void coord_workers_stop(struct coord_engine *g)

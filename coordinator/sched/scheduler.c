@@ -56,6 +56,7 @@ struct coord_sched {
     struct coord_sched_stats st;
     int32_t eog[COORD_TOK_MAX_EOG]; /* the tokens that end a generation (coord_tok_eog_ids) */
     int n_eog;
+    bool failed; /* the engine failed: fail_all() is ending every request */
 };
 
 const char *coord_finish_name(enum coord_finish f)
@@ -452,6 +453,7 @@ static void emit(struct coord_sched *s, struct seq *q, int token, const char *te
                              .logprobs = lp,
                              .finish = f,
                              .error = error,
+                             .engine_failed = s->failed,
                              .prompt_tokens = q->n_prompt,
                              .completion_tokens = q->n_gen,
                              .cached_tokens = q->cached_tokens};
@@ -671,14 +673,16 @@ static int build_step(struct coord_sched *s)
     return n;
 }
 
-/* Every open request gets @f (the engine failed). */
+/* Every open request ends with the error @why (the engine failed), marked engine_failed. */
 static void fail_all(struct coord_sched *s, const char *why)
 {
+    s->failed = true;
     while (s->n_seqs) {
         struct seq *q = s->seqs[0];
         finish(s, q, -1, NULL, COORD_FINISH_ERROR, why);
         remove_seq(s, q);
     }
+    s->failed = false;
 }
 
 int coord_sched_step(struct coord_sched *s, struct shardlm_err *e)

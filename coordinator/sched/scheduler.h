@@ -51,6 +51,10 @@ struct coord_event {
     const struct coord_logprobs *logprobs; /* when the request asked for them, else NULL */
     enum coord_finish finish;
     const char *error; /* COORD_FINISH_ERROR: why */
+    /* COORD_FINISH_ERROR: the step failed in the engine (a worker dead past its restarts, a
+     * cancel), not for this request alone: every open request ends with this error, and
+     * coord_sched_step() returns it once they have */
+    bool engine_failed;
     int prompt_tokens, completion_tokens, cached_tokens;
 };
 

@@ -43,6 +43,10 @@
  * cut off then, where the idle timeout above would wait forever. */
 #define REQUEST_DEADLINE_S 15
 #define MAX_CONNECTIONS 512
+/* s.ready once the engine failed for good (a worker dead past --restarts): every open request
+ * has its error, /health and new requests get 503 until the clients have their endings */
+#define ENGINE_LOST 3
+#define FLUSH_NS 5000000000ull /* how long the endings of a drain or a loss may take to send */
 
 enum sreq_state { SREQ_PENDING, SREQ_RUNNING, SREQ_REFUSED, SREQ_DONE };
 
@@ -134,7 +138,8 @@ struct srv {
     int context;
     pthread_mutex_t mu;
     pthread_cond_t wake; /* the scheduler's thread: something was queued */
-    int ready;           /* 0 loading, 1 serving, 2 draining, -1 stopping */
+    int ready;           /* 0 loading, 1 serving, 2 draining, 3 lost (ENGINE_LOST), -1 stopping */
+    char lost[300];      /* ready 3: why the engine is gone */
     struct sreq *pending, **pending_tail, *cancels, *all;
     uint32_t open;  /* queued or in the scheduler, not finished */
     uint32_t limit; /* open requests before a 429 */
@@ -383,6 +388,11 @@ static void on_event(void *ctx, const struct coord_event *ev)
     p->prompt_tokens = ev->prompt_tokens;
     p->completion_tokens = ev->completion_tokens;
     p->cached_tokens = ev->cached_tokens;
+    if (ev->engine_failed && s->ready > 0 && s->ready != ENGINE_LOST) {
+        /* before the first client hears of it: whoever asks /health after its error gets 503 */
+        s->ready = ENGINE_LOST;
+        snprintf(s->lost, sizeof(s->lost), "%s", ev->error ? ev->error : "the engine failed");
+    }
     bool ok = true;
     json_t *lp = NULL; /* this token's, for a stream's chunk */
     bool (*add)(struct sreq *, json_t *, const struct coord_event *) =
@@ -1382,10 +1392,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         int ready = s->ready;
         pthread_mutex_unlock(&s->mu);
         return send_json(c, ready == 1 ? 200 : 503,
-                         json_pack("{s:s}", "status",
-                                   ready == 1   ? "ok"
-                                   : ready == 0 ? "loading"
-                                                : "stopping"));
+                         json_pack("{s:s,s:s?}", "status",
+                                   ready == 1             ? "ok"
+                                   : ready == 0           ? "loading"
+                                   : ready == ENGINE_LOST ? "failed"
+                                                          : "stopping",
+                                   "error", ready == ENGINE_LOST ? s->lost : NULL));
     }
     if (!strcmp(url, "/metrics") && get) /* for the scraper, like /health: no key */
         return metrics(s, c);
@@ -1519,6 +1531,55 @@ static int load_tok(struct coord_engine *g, void *arg, struct shardlm_err *e)
             s->o->engine.log(s->o->engine.log_ctx, COORD_LOG_WARN, s->chat_why);
     }
     return 0;
+}
+
+/* Whether a connection is in the middle of a request: its answer is not all written yet. */
+static bool conns_busy(struct srv *s)
+{
+    bool busy = false;
+    pthread_mutex_lock(&s->sock_mu);
+    for (struct sock *k = s->socks; k && !busy; k = k->next)
+        busy = k->busy;
+    pthread_mutex_unlock(&s->sock_mu);
+    return busy;
+}
+
+/* The engine failed for good (@why): the scheduler has already ended every request it held
+ * with an error (a 500, or an error event and [DONE]); what is still queued here gets a 503,
+ * and so does everything that comes (/health included) until the server exits. */
+static void engine_lost(struct srv *s, const char *why)
+{
+    pthread_mutex_lock(&s->mu);
+    s->ready = ENGINE_LOST;
+    snprintf(s->lost, sizeof(s->lost), "%.*s", (int)sizeof(s->lost) - 1, why);
+    struct sreq *pend = s->pending, *canc = s->cancels;
+    s->pending = s->cancels = NULL;
+    s->pending_tail = &s->pending;
+    uint32_t open = 0; /* whose connections are still to answer: failed ones and queued ones */
+    for (struct sreq *p = s->all; p; p = p->next)
+        open++;
+    pthread_mutex_unlock(&s->mu);
+    coord_notify("STOPPING=1\nSTATUS=the engine is lost: %s", why);
+    if (s->o->engine.log) {
+        char msg[480];
+        snprintf(msg, sizeof(msg),
+                 "the engine is lost (%.300s): %u open request(s) end with an error, /health "
+                 "answers 503 until they are sent and the server exits",
+                 why, open);
+        s->o->engine.log(s->o->engine.log_ctx, COORD_LOG_WARN, msg);
+    }
+    char msg[sizeof(s->lost)];
+    snprintf(msg, sizeof(msg), "the engine is lost: %.*s", (int)sizeof(msg) - 24, why);
+    while (pend) {
+        struct sreq *p = pend;
+        pend = p->next_pending;
+        refuse(p, 503, msg);
+    }
+    while (canc) { /* the scheduler is done with them */
+        struct sreq *p = canc;
+        canc = p->next_cancel;
+        sreq_unref(p);
+    }
 }
 
 int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
@@ -1672,14 +1733,19 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
         s.m.st = st;
         pthread_mutex_unlock(&s.mu);
     }
+    bool lost = rc && rc != -ECANCELED && s.sched; /* the engine failed while serving */
+    if (lost)
+        engine_lost(&s, e->msg);
     if (rc == -ECANCELED) /* a second signal, or one during the load */
         rc = 0;
-    /* a drain that ended lets the connections send what their requests wrote (each lets its
-     * request go once sent), for up to a few more seconds */
-    uint64_t flush_end = shardlm_now_ns() + 5000000000ull;
-    bool flush = drain_end && s.sched && coord_sched_idle(s.sched); /* not after a 2nd signal */
+    /* a drain that ended, or a lost engine, lets the connections send what their requests wrote
+     * (each lets its request go once sent, and is busy until its answer is written), for up to
+     * a few more seconds */
+    uint64_t flush_end = shardlm_now_ns() + FLUSH_NS;
+    /* not after a second signal */
+    bool flush = lost || (drain_end && s.sched && coord_sched_idle(s.sched));
     pthread_mutex_lock(&s.mu);
-    while (flush && s.all && shardlm_now_ns() < flush_end) {
+    while (flush && (s.all || conns_busy(&s)) && shardlm_now_ns() < flush_end) {
         pthread_mutex_unlock(&s.mu);
         usleep(10 * 1000);
         pthread_mutex_lock(&s.mu);
