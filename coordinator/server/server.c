@@ -1392,7 +1392,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         int ready = s->ready;
         pthread_mutex_unlock(&s->mu);
         return send_json(c, ready == 1 ? 200 : 503,
-                         json_pack("{s:s,s:s?}", "status",
+                         json_pack("{s:s,s:s*}", "status",
                                    ready == 1             ? "ok"
                                    : ready == 0           ? "loading"
                                    : ready == ENGINE_LOST ? "failed"
