@@ -134,8 +134,13 @@ int coord_cli_extra_argument(const char *cmd, const char *usage, char **argv);
  * one-line error: 128 + signal when a signal stopped it (-ECANCELED, or -EINTR, after one), else
  * 1. */
 int coord_cli_exit(const char *cmd, int rc, const struct shardlm_err *e);
-/* Strict float parsing: all of @s, finite, within [@lo, @hi]. */
+/* The usage error for an empty path given to option @opt of @cmd (exit code 2): an empty path
+ * names no file, and joined with a name it would name one in /. */
+int coord_cli_empty_path(const char *cmd, const char *usage, const char *opt);
+/* Strict number parsing: all of @s a plain decimal (digits, an optional '-' and '.'; no exponent,
+ * hex, inf or space, as the integer options), within [@lo, @hi]. */
 bool coord_cli_parse_float(const char *s, float lo, float hi, float *out);
+bool coord_cli_parse_double(const char *s, double lo, double hi, double *out);
 
 /* Set by the SIGINT/SIGTERM handler to the signal's number: the engine's cancel flag. */
 extern volatile sig_atomic_t coord_stop_signal;
