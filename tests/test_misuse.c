@@ -707,9 +707,15 @@ static void test_convert_leaves_no_temporary(void **state)
     char gguf[4300], out[4300], p[4400], mnt[4300];
     in_dir(gguf, sizeof(gguf), "interrupted.gguf");
     in_dir(out, sizeof(out), "interrupted.shlm");
+    /* synth dies of a signal: the next synth to the same file removes what it left */
+    char synth_stale[4400];
+    tu_path(synth_stale, sizeof(synth_stale), "%s.tmp.%d", gguf, (int)tu_dead_pid());
+    assert_int_equal(tu_write(synth_stale, "partial", 7), 0);
     char *synth[] = {"synth", "--shape", "tiny", "-o", gguf, NULL};
     run(r, synth);
     assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "removed 1 temporary file of "));
+    assert_int_equal(access(synth_stale, F_OK), -1);
     /* a calibration of 1M tokens: minutes, stopped after 1 s */
     char *argv[] = {(char *)tu_bin(), "convert",        gguf,      "--scheme", "w4a16", "--method",
                     "gptq",           "--calib-tokens", "1048576", "-o",       out,     NULL};
@@ -1016,6 +1022,12 @@ static void test_messages(void **state)
         {2,
          "--head-bits applies to w4a16 and w4a8 only",
          {"convert", model, "--scheme", "bf16", "--head-bits", "8", "-o", out}},
+        {1,
+         "shardlm convert: --method gptq: f32 has no int4 matrices to round",
+         {"convert", model, "--scheme", "f32", "--method", "gptq", "-o", out}},
+        {1,
+         "shardlm convert: --calib self: bf16 uses no calibration",
+         {"convert", model, "--scheme", "bf16", "--calib", "self", "-o", out}},
         {2,
          "--priority chooses a scheme when --scheme is not given",
          {"convert", model, "--scheme", "w4a16", "--priority", "fidelity", "-o", out}},
@@ -1041,6 +1053,11 @@ static void test_messages(void **state)
         assert_int_equal(r->status, cases[i].status);
         expect_refused(r, cases[i].needle);
     }
+    /* a method refused for the scheme is not announced first as calibrating */
+    char *f32_gptq[] = {"convert", model, "--scheme", "f32", "--method", "gptq", "-o", out, NULL};
+    run(r, f32_gptq);
+    assert_int_equal(r->status, 1);
+    assert_null(strstr(r->err, "calibrating"));
     /* the environment: set wrong is an error, not the default */
     char *gen[] = {(char *)tu_bin(), "generate", "-m", model, "-p", "hi", "-n", "2", NULL};
     char *empty[] = {"SHARDLM_RUNTIME_DIR=", NULL};

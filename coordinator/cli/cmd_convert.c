@@ -268,7 +268,7 @@ static int convert_parse(int argc, char **argv, struct convert_args *a)
     if ((int)a->o.scheme < 0)
         a->o.scheme = probe_scheme(a->fidelity);
     /* the options of the int4 schemes are refused with another, never ignored (--method and
-     * --calib are checked against the scheme by coord_convert) */
+     * --calib by coord_convert's check) */
     bool w4 = a->o.scheme == SHLM_SCHEME_W4A16 || a->o.scheme == SHLM_SCHEME_W4A8;
     if (a->o.group && !w4)
         return coord_usage_error("convert", usage_convert,
@@ -313,7 +313,8 @@ int coord_cmd_convert(int argc, char **argv)
         a.o.stage = convert_stage;
         a.o.progress_ctx = &prog;
         prog.start = prog.t0 = prog.last_ns = shardlm_now_ns();
-        if (a.o.method != COORD_QUANT_RTN)
+        bool w4 = a.o.scheme == SHLM_SCHEME_W4A16 || a.o.scheme == SHLM_SCHEME_W4A8;
+        if (a.o.method != COORD_QUANT_RTN && w4) /* else refused by coord_convert */
             fprintf(stderr, "shardlm convert: %s, calibrating on %s\n",
                     coord_quant_method_name(a.o.method),
                     a.o.calib && strcmp(a.o.calib, "self") ? a.o.calib

@@ -111,6 +111,12 @@ int coord_cmd_synth(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    char stale[4200]; /* an interrupted synth's temporary file (it dies of the signal) */
+    int n_stale = coord_out_clean_stale(out, stale, sizeof(stale));
+    if (n_stale)
+        fprintf(stderr,
+                "shardlm synth: removed %d temporary file%s of %s left by a stopped synth (%s%s)\n",
+                n_stale, n_stale > 1 ? "s" : "", out, stale, n_stale > 1 ? ", ..." : "");
     struct shardlm_err e;
     struct synth_progress prog = {.tty = isatty(2), .last_ns = shardlm_now_ns()};
     int rc = coord_synth(shape, out, seed, synth_progress, &prog, &e);
