@@ -82,7 +82,9 @@ int coord_cmd_bench(int argc, char **argv);
     "  --step-tokens N tokens one step carries: each running sequence's next token, then chunks\n" \
     "                  of prompts (default 256)\n"                                                 \
     "  --kv-tokens N   positions of KV cache all sequences share, in blocks of 16 (default: a\n"   \
-    "                  context per sequence, within half the memory free on the node)\n"           \
+    "                  context per sequence, within half the memory free on the node); more\n"     \
+    "                  than --max-seqs contexts or than the memory available holds is capped\n"    \
+    "                  there, said on stderr\n"                                                    \
     "  --kv-mem SIZE   the KV cache in bytes over all workers instead (suffix K, M or G)\n"        \
     "  --no-prefix-cache\n"                                                                        \
     "                  compute every prompt in full (by default a prompt's full blocks that an\n"  \
