@@ -20,6 +20,8 @@
 
 #include <math.h>
 #include <time.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -42,6 +44,11 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
+    char mnt[4300]; /* the tmpfs mounts of cases that failed before unmounting them */
+    tu_path(mnt, sizeof(mnt), "%s/full", dir);
+    umount2(mnt, MNT_DETACH);
+    tu_path(mnt, sizeof(mnt), "%s/kvroom", dir);
+    umount2(mnt, MNT_DETACH);
     tu_rmdir(dir);
     return 0;
 }
@@ -646,6 +653,287 @@ static void test_bench_stops_with_the_signal(void **state)
     free(r);
 }
 
+static void int_later(pid_t pid, void *arg)
+{
+    struct term_at *t = arg;
+    usleep((useconds_t)t->ms * 1000);
+    t->sent_ns = now_ns();
+    kill(pid, SIGINT);
+}
+
+/* SIGINT stops `bench kernels --isa ref` within a second or so: its kernels are checked between
+ * calls, and a call covers at most ~20 ms of rows (a reference GEMM took 13-37 s in one call). */
+static void test_bench_kernels_ref_stops_soon(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char *argv[] = {(char *)tu_bin(), "bench", "kernels", "--isa", "ref", NULL};
+    char *env[] = {env_rundir, NULL};
+    static const int at[] = {1000, 2500};
+    for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+        struct term_at t = {at[i], 0};
+        tu_run_cmd(r, argv, env, 60, int_later, &t);
+        double ms = (double)(now_ns() - t.sent_ns) / 1e6;
+        print_message("bench kernels --isa ref: SIGINT after %d ms: exit %d, %.0f ms later\n",
+                      at[i], r->status, ms);
+        assert_int_equal(r->status, 130);
+        assert_true(ms < 5000);
+    }
+    free(r);
+}
+
+/* `bench` without -t names the threads a worker ran, in its table and its JSON, never 0. */
+static void test_bench_names_its_threads(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char *table[] = {"bench", "-m", model, "-p", "8", "-n", "4", "-r", "1", NULL, NULL};
+    run(r, table);
+    assert_int_equal(r->status, 0);
+    const char *row = strstr(r->out, "| CPU 1w |");
+    assert_non_null(row);
+    int threads = atoi(row + strlen("| CPU 1w |"));
+    print_message("table: %d threads\n", threads);
+    assert_true(threads >= 1);
+    table[9] = "--json";
+    run(r, table);
+    assert_int_equal(r->status, 0);
+    const char *js = strstr(r->out, "\"threads\": ");
+    assert_non_null(js);
+    assert_int_equal(atoi(js + strlen("\"threads\": ")), threads);
+    char *batch[] = {"bench", "-m", model,     "-p", "8",      "-n", "4",
+                     "-r",    "1",  "--batch", "2",  "--json", NULL};
+    run(r, batch);
+    assert_int_equal(r->status, 0);
+    js = strstr(r->out, "\"threads\": ");
+    assert_non_null(js);
+    assert_int_equal(atoi(js + strlen("\"threads\": ")), threads);
+    free(r);
+}
+
+/* Progress in a log (stderr not a terminal) comes in whole lines, without carriage returns. */
+static void test_progress_in_logs(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char gguf[4300], out[4300];
+    in_dir(gguf, sizeof(gguf), "progress.gguf");
+    in_dir(out, sizeof(out), "progress.shlm");
+    char *synth[] = {"synth", "--shape", "tiny", "-o", gguf, NULL};
+    run(r, synth);
+    assert_int_equal(r->status, 0);
+    if (strchr(r->err, '\r'))
+        fprintf(stderr, "synth's stderr has a carriage return: %s\n", r->err);
+    assert_null(strchr(r->err, '\r'));
+    assert_non_null(strstr(r->err, "shardlm synth: layer 2/2\n"));
+    char *conv[] = {"convert", gguf, "--scheme", "w4a16", "--method", "gptq", "-o", out, NULL};
+    run(r, conv);
+    assert_int_equal(r->status, 0);
+    assert_null(strchr(r->err, '\r'));
+    assert_non_null(strstr(r->err, "shardlm convert: wrote "));
+    unlink(gguf);
+    unlink(out);
+    free(r);
+}
+
+/* Whether the tmpfs at @mnt could be mounted with @opts (else why is said). */
+static bool mount_tmpfs(const char *mnt, const char *opts)
+{
+    mkdir(mnt, 0700);
+    if (mount("tmpfs", mnt, "tmpfs", MS_NOSUID | MS_NODEV, opts) == 0)
+        return true;
+    print_message("cannot mount a tmpfs (%s) with %s; run as root with mount permission: the "
+                  "ENOSPC cases are skipped\n",
+                  strerror(errno), opts);
+    return false;
+}
+
+/* convert's temporary file OUT.tmp.<pid> never outlives it: SIGINT or SIGTERM during the
+ * calibration stops it with 130 or 143 and removes it; ENOSPC removes it and names OUT; one that
+ * a killed convert left is removed by the next convert to OUT, which says so. */
+static void test_convert_leaves_no_temporary(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char gguf[4300], out[4300], p[4400], mnt[4300];
+    in_dir(gguf, sizeof(gguf), "interrupted.gguf");
+    in_dir(out, sizeof(out), "interrupted.shlm");
+    /* synth dies of a signal: the next synth to the same file removes what it left */
+    char synth_stale[4400];
+    tu_path(synth_stale, sizeof(synth_stale), "%s.tmp.%d", gguf, (int)tu_dead_pid());
+    assert_int_equal(tu_write(synth_stale, "partial", 7), 0);
+    char *synth[] = {"synth", "--shape", "tiny", "-o", gguf, NULL};
+    run(r, synth);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->err, "removed 1 temporary file of "));
+    assert_int_equal(access(synth_stale, F_OK), -1);
+    /* a calibration of 1M tokens: minutes, stopped after 1 s */
+    char *argv[] = {(char *)tu_bin(), "convert",        gguf,      "--scheme", "w4a16", "--method",
+                    "gptq",           "--calib-tokens", "1048576", "-o",       out,     NULL};
+    char *env[] = {env_rundir, NULL};
+    for (int i = 0; i < 2; i++) {
+        struct term_at t = {1000, 0};
+        tu_run_cmd(r, argv, env, 60, i ? term_later : int_later, &t);
+        double ms = (double)(now_ns() - t.sent_ns) / 1e6;
+        print_message("convert: %s after 1 s: exit %d, %.0f ms later\n", i ? "SIGTERM" : "SIGINT",
+                      r->status, ms);
+        if (r->status != (i ? 143 : 130))
+            fprintf(stderr, "stderr: %s", r->err);
+        assert_int_equal(r->status, i ? 143 : 130);
+        assert_non_null(strstr(r->err, i ? "stopped by signal 15" : "stopped by signal 2"));
+        assert_true(ms < 5000);
+        assert_int_equal(count_tmp(dir), 0);
+        assert_int_equal(access(out, F_OK), -1);
+    }
+
+    /* what a killed convert left (a dead pid's) goes at the next convert; a live one's stays */
+    pid_t dead = tu_dead_pid();
+    char stale[4400], live[4400];
+    tu_path(stale, sizeof(stale), "%s.tmp.%d", out, (int)dead);
+    tu_path(live, sizeof(live), "%s.tmp.%d", out, (int)getpid());
+    assert_int_equal(tu_write(stale, "partial", 7), 0);
+    assert_int_equal(tu_write(live, "running", 7), 0);
+    char *conv[] = {"convert", gguf, "--scheme", "f32", "-o", out, NULL};
+    run(r, conv);
+    assert_int_equal(r->status, 0);
+    tu_path(p, sizeof(p), "removed 1 temporary file of %s left by a stopped convert", out);
+    if (!strstr(r->err, p))
+        fprintf(stderr, "stderr: %s", r->err);
+    assert_non_null(strstr(r->err, p));
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(access(live, F_OK), 0);
+    unlink(live);
+    unlink(out);
+
+    /* ENOSPC: while writing (a 200 KiB tmpfs for files of 261 and 532 KB), and creating (no inode
+     * left):
+     * the message names OUT, not its temporary file, and nothing is left */
+    in_dir(mnt, sizeof(mnt), "full");
+    const char *opts[] = {"size=200k,mode=0700", "size=1m,nr_inodes=1,mode=0700"};
+    const char *needle[] = {"write failed: No space left on device",
+                            "cannot create its temporary file beside it: No space left"};
+    for (int i = 0; i < 2; i++) {
+        if (!mount_tmpfs(mnt, opts[i]))
+            break;
+        char full_out[4400], full_gguf[4400];
+        tu_path(full_out, sizeof(full_out), "%s/out.shlm", mnt);
+        tu_path(full_gguf, sizeof(full_gguf), "%s/out.gguf", mnt);
+        char *c2[] = {"convert", gguf, "--scheme", "f32", "-q", "-o", full_out, NULL};
+        char *s2[] = {"synth", "--shape", "tiny", "-o", full_gguf, NULL};
+        char *const *cmds[] = {c2, s2};
+        for (int c = 0; c < 2; c++) {
+            run(r, cmds[c]);
+            tu_path(p, sizeof(p), "%s: %s", cmds[c] == c2 ? full_out : full_gguf, needle[i]);
+            if (c == 1 && i == 0) /* synth's writer names the call that failed */
+                tu_path(p, sizeof(p), "%s: ", full_gguf);
+            if (!strstr(r->err, p) || strstr(r->err, ".tmp."))
+                fprintf(stderr, "stderr: %s(wanted '%s')\n", r->err, p);
+            assert_int_equal(r->status, 1);
+            assert_non_null(strstr(r->err, p));
+            assert_null(strstr(r->err, ".tmp."));
+            assert_int_equal(tu_count_files(mnt), 0);
+        }
+        assert_int_equal(umount2(mnt, MNT_DETACH), 0);
+    }
+    unlink(gguf);
+    free(r);
+}
+
+/* Runs shardlm with @args (NULL-terminated, after the program name), stderr into @err_path and
+ * stdout to /dev/null, extra environment entry @env (or NULL); returns the exit status and the
+ * coordinator's own peak RSS (wait4: the workers are other processes) in KiB into *@kb. */
+static int run_rss(char *const args[], const char *env, const char *err_path, long *kb)
+{
+    char *argv[40] = {(char *)tu_bin()};
+    int n = 1;
+    for (int i = 0; args[i] && n < 39; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        putenv(env_rundir);
+        if (env)
+            putenv((char *)env);
+        int out = open("/dev/null", O_WRONLY),
+            err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(out, 1);
+        dup2(err, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st;
+    struct rusage ru;
+    assert_int_equal(wait4(pid, &st, 0, &ru), pid);
+    *kb = ru.ru_maxrss;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A KV cache asked past what the model can use (--max-seqs contexts) or the memory holds is
+ * capped, said in one line; the coordinator's bookkeeping stays that of the blocks it keeps
+ * (2^27 blocks asked for a 512-token context cost it 1.58 GB, 2^30 failed "out of memory"). */
+static void test_kv_cache_capped(void **state)
+{
+    char err_path[4300], mnt[4300], env[4400];
+    in_dir(err_path, sizeof(err_path), "kv.err");
+    struct {
+        const char *opt, *val, *said;
+    } cases[] = {
+        {"--kv-tokens", "2147483648",
+         "--kv-tokens 2147483648: capped at 512 positions (32 blocks)"},
+        {"--kv-tokens", "17179869184",
+         "--kv-tokens 17179869184: capped at 512 positions (32 blocks)"},
+        {"--kv-mem", "1000G",
+         "capped at 512 positions (32 blocks): 1 sequence (--max-seqs) of a "
+         "context of 512 is all the model can use"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *args[] = {"generate",
+                        "-m",
+                        model,
+                        "-p",
+                        "Once upon a time",
+                        "-n",
+                        "4",
+                        "--no-persist",
+                        (char *)cases[i].opt,
+                        (char *)cases[i].val,
+                        NULL};
+        long kb = 0;
+        int st = run_rss(args, NULL, err_path, &kb);
+        char *err = tu_slurp(err_path, NULL);
+        assert_non_null(err);
+        print_message("generate %s %s: exit %d, coordinator peak RSS %ld KiB\n", cases[i].opt,
+                      cases[i].val, st, kb);
+        if (st || !strstr(err, cases[i].said))
+            fprintf(stderr, "stderr: %s(wanted '%s')\n", err, cases[i].said);
+        assert_int_equal(st, 0);
+        assert_non_null(strstr(err, cases[i].said));
+        assert_true(kb < 64 * 1024);
+        free(err);
+    }
+    /* within what the model can use, past what the runtime directory (an 8 MiB tmpfs) holds */
+    in_dir(mnt, sizeof(mnt), "kvroom");
+    if (!mount_tmpfs(mnt, "size=8m,mode=0700"))
+        return;
+    tu_path(env, sizeof(env), "SHARDLM_RUNTIME_DIR=%s", mnt);
+    char *args[] = {"generate", "-m", model,        "-p", "Once upon a time",
+                    "-n",       "4",  "--max-seqs", "16", "--kv-tokens",
+                    "8192",     NULL};
+    long kb = 0;
+    int st = run_rss(args, env, err_path, &kb);
+    char *err = tu_slurp(err_path, NULL);
+    assert_non_null(err);
+    const char *said = "holds no more";
+    if (st || !strstr(err, "--kv-tokens 8192: capped at ") || !strstr(err, said))
+        fprintf(stderr, "stderr: %s", err);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(err, "--kv-tokens 8192: capped at "));
+    assert_non_null(strstr(err, "the room left in the runtime directory holds no more"));
+    free(err);
+    char *purge[] = {(char *)tu_bin(), "shm", "purge", NULL}, *penv[] = {env, NULL};
+    struct tu_run *r = malloc(sizeof(*r));
+    tu_run_cmd(r, purge, penv, 60, NULL, NULL);
+    free(r);
+    assert_int_equal(umount2(mnt, MNT_DETACH), 0);
+}
+
 /* The tokenizer stored in a .shlm is checked: one changed byte is an error, not other text. */
 static void test_stored_tokenizer_checked(void **state)
 {
@@ -754,6 +1042,55 @@ static void test_messages(void **state)
          "--decode: 'x' is not a token id",
          {"tokenize", "--tokenizer", model, "--decode", "1", "x"}},
         {2, "unknown kernel table 'nope'", {"bench", "kernels", "--isa", "nope"}},
+        /* a misspelt bench subcommand is not the model bench missing -m */
+        {2, "unknown bench subcommand 'bogus'", {"bench", "bogus"}},
+        {1, "exists and is not a directory", {"keygen", "-o", model}},
+        /* an empty path is refused wherever a path is taken (eval --ref "" read /greedy.tsv) */
+        {2, "--ref '': expected a path", {"eval", "-m", model, "--ref", ""}},
+        {2, "--save '': expected a path", {"eval", "-m", model, "--ref", dir, "--save", ""}},
+        {2, "-m '': expected a model file's path", {"generate", "-m", "", "-p", "hi"}},
+        {2, "--keys '': expected a folder's path", {"load", "-m", model, "--keys", ""}},
+        {2, "-f '': expected a path", {"generate", "-m", model, "-f", ""}},
+        {2, "-m '': expected a path", {"bench", "-m", ""}},
+        {2, "--tokenizer '': expected a path", {"tokenize", "--tokenizer", "", "hi"}},
+        {2, "--tokenizer '': expected a path", {"bench", "tokenizer", "--tokenizer", ""}},
+        {2, "-o '': expected a path", {"keygen", "-o", ""}},
+        {2, "-o '': expected a path", {"synth", "--shape", "tiny", "-o", ""}},
+        {2, "FILE '': expected a path", {"inspect", ""}},
+        {2, "--chat-template '': expected a path", {"template", "--chat-template", ""}},
+        {2, "INPUT '': expected a path", {"convert", "", "--scheme", "f32", "-o", out}},
+        {2,
+         "--calib '': expected a path",
+         {"convert", model, "--scheme", "w4a16", "--calib", "", "-o", out}},
+        /* the int4 schemes' options with another scheme: refused, never ignored */
+        {2,
+         "--head-bits applies to w4a16 and w4a8 only",
+         {"convert", model, "--scheme", "f32", "--head-bits", "4", "-o", out}},
+        {2,
+         "--head-bits applies to w4a16 and w4a8 only",
+         {"convert", model, "--scheme", "bf16", "--head-bits", "8", "-o", out}},
+        {1,
+         "shardlm convert: --method gptq: f32 has no int4 matrices to round",
+         {"convert", model, "--scheme", "f32", "--method", "gptq", "-o", out}},
+        {1,
+         "shardlm convert: --calib self: bf16 uses no calibration",
+         {"convert", model, "--scheme", "bf16", "--calib", "self", "-o", out}},
+        {2,
+         "--priority chooses a scheme when --scheme is not given",
+         {"convert", model, "--scheme", "w4a16", "--priority", "fidelity", "-o", out}},
+        /* numbers: plain decimals within the documented range, as every option takes them */
+        {2,
+         "--mb '1e3': expected 0.001..512",
+         {"bench", "tokenizer", "--tokenizer", model, "--mb", "1e3"}},
+        {2,
+         "--mb '1000': expected 0.001..512",
+         {"bench", "tokenizer", "--tokenizer", model, "--mb", "1000"}},
+        {2,
+         "--temp '1e0': expected 0..100",
+         {"generate", "-m", model, "-p", "hi", "--temp", "1e0"}},
+        {2,
+         "--damp '1e-2': expected a number above 0",
+         {"convert", model, "--scheme", "w4a16", "--method", "gptq", "--damp", "1e-2", "-o", out}},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         run(r, cases[i].args);
@@ -763,6 +1100,11 @@ static void test_messages(void **state)
         assert_int_equal(r->status, cases[i].status);
         expect_refused(r, cases[i].needle);
     }
+    /* a method refused for the scheme is not announced first as calibrating */
+    char *f32_gptq[] = {"convert", model, "--scheme", "f32", "--method", "gptq", "-o", out, NULL};
+    run(r, f32_gptq);
+    assert_int_equal(r->status, 1);
+    assert_null(strstr(r->err, "calibrating"));
     /* the environment: set wrong is an error, not the default */
     char *gen[] = {(char *)tu_bin(), "generate", "-m", model, "-p", "hi", "-n", "2", NULL};
     char *empty[] = {"SHARDLM_RUNTIME_DIR=", NULL};
@@ -803,9 +1145,17 @@ int main(void)
         cmocka_unit_test(test_foreign_names_left_alone),
         cmocka_unit_test(test_stops_soon),
         cmocka_unit_test(test_bench_stops_with_the_signal),
+        cmocka_unit_test(test_bench_kernels_ref_stops_soon),
+        cmocka_unit_test(test_bench_names_its_threads),
+        cmocka_unit_test(test_progress_in_logs),
+        cmocka_unit_test(test_convert_leaves_no_temporary),
+        cmocka_unit_test(test_kv_cache_capped),
         cmocka_unit_test(test_stored_tokenizer_checked),
         cmocka_unit_test(test_failed_start_leaves_nothing),
         cmocka_unit_test(test_messages),
     };
+    /* TEST_FILTER=test_name (cmocka's pattern) runs only those cases, as one works on them */
+    if (getenv("TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -107,18 +107,50 @@ struct run {
     float *y;
 };
 
-/* Runs the product over the copies until MIN_NS passed; returns the products per second. */
-static double time_run(const struct run *r)
+/* Output rows [n0, n1) of the product with @w. */
+static void run_rows(const struct run *r, const struct kn_mat *w, int n0, int n1)
+{
+    if (r->m == 1)
+        r->ops->gemv(w, r->x, r->y, n0, n1);
+    else
+        r->ops->gemm(w, r->x, r->m, r->y, w->rows, n0, n1);
+}
+
+/* A product runs in blocks of rows of at most BLOCK_NS each, so that SIGINT or SIGTERM stops the
+ * bench within about that: the reference table's M=512 GEMM takes tens of seconds in one call
+ * (bench kernels --isa ref took 13-37 s to stop), a fast table's products stay whole. */
+#define BLOCK_NS 20000000ull
+
+/* The rows of one call: blocks of 16, 32, 64... rows of the first matrix are timed until one
+ * takes BLOCK_NS or the whole matrix is reached (this warms up too). Returns 0 when a signal
+ * stopped it. */
+static int block_rows(const struct run *r)
+{
+    const struct kn_mat *w = &r->mats[0];
+    for (int block = KN_TILE_ROWS;; block = block * 2 < w->rows ? block * 2 : w->rows) {
+        if (coord_stop_signal)
+            return 0;
+        uint64_t t0 = shardlm_now_ns();
+        run_rows(r, w, 0, block);
+        if (shardlm_now_ns() - t0 >= BLOCK_NS || block == w->rows)
+            return block;
+    }
+}
+
+/* Runs the product over the copies until MIN_NS passed, in calls of @block rows; returns the
+ * products per second, or -1 when a signal stopped it (seen between calls). */
+static double time_run(const struct run *r, int block)
 {
     uint64_t t0 = shardlm_now_ns(), t;
     long done = 0;
     do {
         for (int i = 0; i < r->n_mats; i++) {
             const struct kn_mat *w = &r->mats[i];
-            if (r->m == 1)
-                r->ops->gemv(w, r->x, r->y, 0, w->rows);
-            else
-                r->ops->gemm(w, r->x, r->m, r->y, w->rows, 0, w->rows);
+            for (int n0 = 0; n0 < w->rows; n0 += block) {
+                if (coord_stop_signal)
+                    return -1;
+                run_rows(r, w, n0, n0 + block < w->rows ? n0 + block : w->rows);
+            }
         }
         done += r->n_mats;
     } while ((t = shardlm_now_ns()) - t0 < MIN_NS);
@@ -145,8 +177,8 @@ static void bufs_free(struct bench_bufs *b)
     free(b->buf);
 }
 
-/* Fills @b for format @dt, n x k, @m activations, @copies matrices. Returns 0 or -ENOMEM (@b
- * freed). */
+/* Fills @b for format @dt, n x k, @m activations, @copies matrices. Returns 0, or -ENOMEM or
+ * -ECANCELED (a signal, seen between copies) with @b freed. */
 static int bufs_make(struct bench_bufs *b, const struct kn_ops *ops, enum kn_dtype dt, int n, int k,
                      int group, int m, int copies)
 {
@@ -160,6 +192,10 @@ static int bufs_make(struct bench_bufs *b, const struct kn_ops *ops, enum kn_dty
     if (!b->buf || !b->mats || !b->x || !b->y || !b->xv || fill_matrix(dt, n, k, group, b->buf))
         goto fail;
     for (int i = 0; i < copies; i++) {
+        if (coord_stop_signal) {
+            bufs_free(b);
+            return -ECANCELED;
+        }
         if (i)
             memcpy(b->buf + stride * (size_t)i, b->buf, bytes);
         kn_mat_view(&b->mats[i], dt, n, k, group, b->buf + stride * (size_t)i);
@@ -214,7 +250,7 @@ static void print_case(const struct kn_ops *ops, size_t fi, int n, int k, int m,
 }
 
 /* One (table, format, shape, M) case: prints its line (and those of the forced prefetch
- * modes). Returns 0 or -ENOMEM. */
+ * modes). Returns 0, -ENOMEM, or -ECANCELED when a signal stopped it (nothing printed). */
 static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, int reps, int json)
 {
     enum kn_dtype dt = formats[fi].dt;
@@ -222,19 +258,26 @@ static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, 
     size_t bytes = kn_mat_bytes(dt, n, k, group);
     int copies = m == 1 || m == BATCHED_M ? (int)((STREAM_BYTES + bytes - 1) / bytes) : 1;
     struct bench_bufs b;
-    if (bufs_make(&b, ops, dt, n, k, group, m, copies))
-        return -ENOMEM;
+    int rc = bufs_make(&b, ops, dt, n, k, group, m, copies);
+    if (rc)
+        return rc;
     bool tuned = m == 1 && (dt == KN_DT_W4A8_T || dt == KN_DT_Q8) && ops->isa != KN_ISA_REF;
     int ways = tuned ? BENCH_WAYS : 1;
     struct run r = {ops, b.mats, copies, m, b.x, b.y};
     double rate[BENCH_WAYS][16];
     kn_pf_reset(); /* "auto" tunes afresh: an earlier table's choice is not this one's */
-    for (int i = 0; i < reps; i++)
-        for (int w = 0; w < ways; w++) {
+    int block = block_rows(&r);
+    for (int i = 0; i < reps && block; i++)
+        for (int w = 0; w < ways && block; w++) {
             kn_pf_force(w - 1);
-            rate[w][i] = time_run(&r);
+            if ((rate[w][i] = time_run(&r, block)) < 0)
+                block = 0;
         }
     kn_pf_force(-1);
+    if (!block) {
+        bufs_free(&b);
+        return -ECANCELED;
+    }
     for (int w = 0; w < ways; w++)
         print_case(ops, fi, n, k, m, w, tuned && !w ? kn_pf_chosen(&b.mats[0], n) : -1, bytes,
                    coord_sort_median(rate[w], reps), json);
@@ -316,12 +359,17 @@ int coord_bench_kernels(int argc, char **argv)
                         continue;
                     if (coord_stop_signal)
                         return 128 + (int)coord_stop_signal;
-                    if (bench_case(run[t], fi, shapes[si].n, shapes[si].k, ms[mi], reps, json)) {
+                    int rc = bench_case(run[t], fi, shapes[si].n, shapes[si].k, ms[mi], reps, json);
+                    if (rc == -ECANCELED)
+                        return 128 + (int)coord_stop_signal;
+                    if (rc) {
                         fprintf(stderr, "shardlm bench kernels: out of memory\n");
                         return 1;
                     }
                 }
             }
+    if (coord_stop_signal)
+        return 128 + (int)coord_stop_signal;
     double bw = coord_read_bandwidth(1, cpu >= 0 ? &cpu : NULL, reps);
     if (json)
         printf("{\"read_bw_gbs\": %.2f, \"threads\": 1}\n", bw);

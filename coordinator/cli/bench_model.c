@@ -209,7 +209,9 @@ static int bench_reps(struct coord_engine *g, const struct model_opts *o, const 
 }
 
 /* The model and layout of the engine @g into @r: name, size, parameters, decode bytes per token,
- * ranks, and the CPUs the workers had (where the bandwidth threads go once they are gone). */
+ * ranks, the threads a worker ran (-t, or without it every CPU of the worker: the layout's count,
+ * never the 0 that asked for it), and the CPUs the workers had (where the bandwidth threads go
+ * once they are gone). */
 static void bench_describe(struct coord_engine *g, const char *model, struct bench_result *r)
 {
     const struct shlm_model *m = coord_engine_model(g);
@@ -228,6 +230,8 @@ static void bench_describe(struct coord_engine *g, const char *model, struct ben
         for (int c = 0; c < lay->ranks[w].n_cpus && r->n_cpus < BENCH_MAX_T * 4; c++)
             r->cpus[r->n_cpus++] = lay->ranks[w].cpus[c];
     r->n_ranks = coord_engine_n_ranks(g);
+    if (!r->threads && lay->n_ranks > 0)
+        r->threads = lay->ranks[0].n_cpus; /* one pool thread per CPU of the rank */
 }
 
 /* The lines of @r with the medians and deviations @sp and @st of the tests, read bandwidth @bw
@@ -408,8 +412,9 @@ static int bench_batch(const struct model_opts *o, int threads, struct shardlm_e
             printf("{\"threads\": %d, \"workers\": %d, \"pp\": %d, \"tg\": %d, \"b\": %d, "
                    "\"n_kv\": %d, \"t_pp\": %.3f, \"s_pp\": %.2f, \"t_tg\": %.3f, \"s_tg\": %.2f, "
                    "\"t\": %.3f, \"s\": %.2f}\n",
-                   threads, coord_engine_n_ranks(g), o->pp, o->tg, b, b * (o->pp + o->tg), t_pp,
-                   s_pp, t_tg, s_tg, t, t > 0 ? (n_pp + n_tg) / t : 0);
+                   coord_engine_layout(g)->ranks[0].n_cpus, coord_engine_n_ranks(g), o->pp, o->tg,
+                   b, b * (o->pp + o->tg), t_pp, s_pp, t_tg, s_tg, t,
+                   t > 0 ? (n_pp + n_tg) / t : 0);
         else
             printf("|%6d |%6d |%4d |%7d |%8.3f |%9.2f |%8.3f |%9.2f |%8.3f |%9.2f |\n", o->pp,
                    o->tg, b, b * (o->pp + o->tg), t_pp, s_pp, t_tg, s_tg, t,
@@ -553,6 +558,8 @@ int coord_bench_model(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "m:p:n:t:r:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm':
+            if (!*optarg)
+                return coord_cli_empty_path("bench", usage_bench_model, "-m");
             o.model = optarg;
             break;
         case 'p':

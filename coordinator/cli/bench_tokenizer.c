@@ -23,10 +23,14 @@ static const char usage_bench_tokenizer[] =
     "the median speed over the repetitions. FILE is any source `shardlm tokenize` reads: a .shlm\n"
     "model, a GGUF file, a tokenizer.json, a tokenizer blob or a llama2.c tokenizer.bin.\n"
     "  --tokenizer FILE  the tokenizer (required)\n"
-    "  --mb N            megabytes of text, 0.001..1024 (default 1)\n"
+    "  --mb N            megabytes of text, 0.001..512 (default 1)\n"
     "  -r, --reps R      repetitions, median reported (default 3)\n";
 
 #define MAX_REPS 100
+/* The encoder takes at most UINT32_MAX / 8 bytes in one call (536.8 MB; past it -E2BIG): the
+ * range of --mb stays within it. Its memory is bounded too: the text, one id per byte at most
+ * (4 bytes each) and the encoder's own, under 4 GB at 512. */
+#define MAX_MB 512
 
 static const char *const subjects[] = {
     "the old fisherman", "a little girl", "my brother", "the teacher", "Tom", "Lily",
@@ -157,19 +161,20 @@ int coord_bench_tokenizer(int argc, char **argv)
     double mb = 1;
     int reps = 3, c;
     long v;
-    char *end;
     optind = 0; /* glibc: start afresh, whatever parsed argv before */
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":r:h", opts, NULL)) != -1) {
         switch (c) {
         case 't':
+            if (!*optarg)
+                return coord_cli_empty_path("bench tokenizer", usage_bench_tokenizer,
+                                            "--tokenizer");
             path = optarg;
             break;
         case 'm':
-            mb = strtod(optarg, &end);
-            if (end == optarg || *end || !(mb >= 0.001 && mb <= 1024))
+            if (!coord_cli_parse_double(optarg, 0.001, MAX_MB, &mb))
                 return coord_usage_error("bench tokenizer", usage_bench_tokenizer,
-                                         "--mb '%s': expected 0.001..1024", optarg);
+                                         "--mb '%s': expected 0.001..%d", optarg, MAX_MB);
             break;
         case 'r':
             if (!coord_parse_long(optarg, 1, MAX_REPS, &v))

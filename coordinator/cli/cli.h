@@ -82,7 +82,9 @@ int coord_cmd_bench(int argc, char **argv);
     "  --step-tokens N tokens one step carries: each running sequence's next token, then chunks\n" \
     "                  of prompts (default 256)\n"                                                 \
     "  --kv-tokens N   positions of KV cache all sequences share, in blocks of 16 (default: a\n"   \
-    "                  context per sequence, within half the memory free on the node)\n"           \
+    "                  context per sequence, within half the memory free on the node); more\n"     \
+    "                  than --max-seqs contexts or than the memory available holds is capped\n"    \
+    "                  there, said on stderr\n"                                                    \
     "  --kv-mem SIZE   the KV cache in bytes over all workers instead (suffix K, M or G)\n"        \
     "  --no-prefix-cache\n"                                                                        \
     "                  compute every prompt in full (by default a prompt's full blocks that an\n"  \
@@ -134,8 +136,13 @@ int coord_cli_extra_argument(const char *cmd, const char *usage, char **argv);
  * one-line error: 128 + signal when a signal stopped it (-ECANCELED, or -EINTR, after one), else
  * 1. */
 int coord_cli_exit(const char *cmd, int rc, const struct shardlm_err *e);
-/* Strict float parsing: all of @s, finite, within [@lo, @hi]. */
+/* The usage error for an empty path given to option @opt of @cmd (exit code 2): an empty path
+ * names no file, and joined with a name it would name one in /. */
+int coord_cli_empty_path(const char *cmd, const char *usage, const char *opt);
+/* Strict number parsing: all of @s a plain decimal (digits, an optional '-' and '.'; no exponent,
+ * hex, inf or space, as the integer options), within [@lo, @hi]. */
 bool coord_cli_parse_float(const char *s, float lo, float hi, float *out);
+bool coord_cli_parse_double(const char *s, double lo, double hi, double *out);
 
 /* Set by the SIGINT/SIGTERM handler to the signal's number: the engine's cancel flag. */
 extern volatile sig_atomic_t coord_stop_signal;

@@ -330,5 +330,14 @@ int coord_cmd_bench(int argc, char **argv)
         return coord_bench_tokenizer(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "sampler") == 0)
         return coord_bench_sampler(argc - 1, argv + 1);
+    /* the model bench takes options only: a word here is a subcommand misspelt */
+    if (argc >= 2 && argv[1][0] != '-') {
+        fprintf(stderr,
+                "shardlm bench: unknown bench subcommand '%s': expected allreduce, kernels, "
+                "tokenizer or sampler, or the model bench's options (-m MODEL...)\n"
+                "`shardlm bench --help` and `shardlm bench SUBCOMMAND --help` describe them\n",
+                argv[1]);
+        return 2;
+    }
     return coord_bench_model(argc, argv);
 }

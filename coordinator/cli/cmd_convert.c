@@ -134,6 +134,7 @@ static void print_written(const struct coord_convert_opts *o, const struct coord
 struct convert_args {
     struct coord_convert_opts o;
     bool fidelity, quiet, method_set;
+    bool head_bits_set, priority_set; /* given on the command line: checked against the scheme */
 };
 
 /* Option @c of getopt_long (its value in optarg) into @a. Returns -1 to go on, else the exit
@@ -143,6 +144,8 @@ static int convert_option(int c, struct convert_args *a)
     long v;
     switch (c) {
     case 't':
+        if (!*optarg)
+            return coord_cli_empty_path("convert", usage_convert, "--tokenizer");
         a->o.tokenizer = optarg;
         return -1;
     case 'P':
@@ -150,6 +153,7 @@ static int convert_option(int c, struct convert_args *a)
             return coord_usage_error("convert", usage_convert,
                                      "--priority '%s': expected speed or fidelity", optarg);
         a->fidelity = strcmp(optarg, "fidelity") == 0;
+        a->priority_set = true;
         return -1;
     case 's':
         if (shlm_scheme_parse(optarg, &a->o.scheme))
@@ -169,6 +173,7 @@ static int convert_option(int c, struct convert_args *a)
             return coord_usage_error("convert", usage_convert, "--head-bits '%s': expected 8 or 4",
                                      optarg);
         a->o.head_bits = (int)v;
+        a->head_bits_set = true;
         return -1;
     case 'x':
         if (!coord_parse_long(optarg, 1, 1 << 20, &v))
@@ -186,6 +191,8 @@ static int convert_option(int c, struct convert_args *a)
         a->method_set = true;
         return -1;
     case 'C':
+        if (!*optarg)
+            return coord_cli_empty_path("convert", usage_convert, "--calib");
         a->o.calib = optarg;
         return -1;
     case 'T':
@@ -196,9 +203,8 @@ static int convert_option(int c, struct convert_args *a)
         a->o.calib_tokens = (int)v;
         return -1;
     case 'D': {
-        char *end;
-        double d = strtod(optarg, &end);
-        if (end == optarg || *end || !(d > 0.0 && d <= 1.0))
+        double d;
+        if (!coord_cli_parse_double(optarg, 0.0, 1.0, &d) || d <= 0.0)
             return coord_usage_error("convert", usage_convert,
                                      "--damp '%s': expected a number above 0, at most 1", optarg);
         a->o.damp = (float)d;
@@ -251,14 +257,27 @@ static int convert_parse(int argc, char **argv, struct convert_args *a)
     if (optind != argc - 1)
         return coord_usage_error("convert", usage_convert, "expected one INPUT");
     a->o.checkpoint = argv[optind];
+    if (!*a->o.checkpoint)
+        return coord_cli_empty_path("convert", usage_convert, "INPUT");
     if (!a->o.out)
         return coord_usage_error("convert", usage_convert, "-o is required");
+    if ((int)a->o.scheme >= 0 && a->priority_set)
+        return coord_usage_error(
+            "convert", usage_convert,
+            "--priority chooses a scheme when --scheme is not given: not both");
     if ((int)a->o.scheme < 0)
         a->o.scheme = probe_scheme(a->fidelity);
+    /* the options of the int4 schemes are refused with another, never ignored (--method and
+     * --calib by coord_convert's check) */
     bool w4 = a->o.scheme == SHLM_SCHEME_W4A16 || a->o.scheme == SHLM_SCHEME_W4A8;
     if (a->o.group && !w4)
         return coord_usage_error("convert", usage_convert,
                                  "--group applies to w4a16 and w4a8 only");
+    if (a->head_bits_set && !w4)
+        return coord_usage_error("convert", usage_convert,
+                                 "--head-bits applies to w4a16 and w4a8 only (%s stores the "
+                                 "embedding and the LM head in %s)",
+                                 shlm_scheme_name(a->o.scheme), shlm_scheme_name(a->o.scheme));
     /* a calibration text without a method: the best measured (docs/fidelity.md) */
     if (a->o.calib && !a->method_set && w4)
         a->o.method = COORD_QUANT_GPTQ;
@@ -279,12 +298,23 @@ int coord_cmd_convert(int argc, char **argv)
         return rc;
     struct coord_convert_info info;
     struct convert_progress prog = {.tty = isatty(2), .info = &info};
+    /* SIGINT/SIGTERM stop it through the cancel flag: the temporary file goes, exit 130/143 */
+    coord_signals_install();
+    a.o.cancel = &coord_stop_signal;
+    char stale[4200];
+    int n_stale = coord_out_clean_stale(a.o.out, stale, sizeof(stale));
+    if (n_stale)
+        fprintf(stderr,
+                "shardlm convert: removed %d temporary file%s of %s left by a stopped convert "
+                "(%s%s)\n",
+                n_stale, n_stale > 1 ? "s" : "", a.o.out, stale, n_stale > 1 ? ", ..." : "");
     if (!a.quiet) {
         a.o.progress = convert_progress;
         a.o.stage = convert_stage;
         a.o.progress_ctx = &prog;
         prog.start = prog.t0 = prog.last_ns = shardlm_now_ns();
-        if (a.o.method != COORD_QUANT_RTN)
+        bool w4 = a.o.scheme == SHLM_SCHEME_W4A16 || a.o.scheme == SHLM_SCHEME_W4A8;
+        if (a.o.method != COORD_QUANT_RTN && w4) /* else refused by coord_convert */
             fprintf(stderr, "shardlm convert: %s, calibrating on %s\n",
                     coord_quant_method_name(a.o.method),
                     a.o.calib && strcmp(a.o.calib, "self") ? a.o.calib

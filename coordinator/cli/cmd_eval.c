@@ -43,12 +43,16 @@ int coord_cmd_eval(int argc, char **argv)
             continue;
         switch (c) {
         case 's':
+            if (!*optarg)
+                return coord_cli_empty_path("eval", usage_eval, "--save");
             o.save_dir = optarg;
             break;
         case 'O':
             o.overwrite = true;
             break;
         case 'r':
+            if (!*optarg)
+                return coord_cli_empty_path("eval", usage_eval, "--ref");
             o.ref_dir = optarg;
             break;
         case 'h':

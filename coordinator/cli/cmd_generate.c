@@ -87,6 +87,8 @@ int coord_cmd_generate(int argc, char **argv)
             prompts[o.n_prompts++] = optarg;
             break;
         case 'f':
+            if (!*optarg)
+                return coord_cli_empty_path("generate", usage_generate, "-f");
             o.prompt_file = optarg;
             break;
         case 'J':

@@ -20,6 +20,8 @@ int coord_cmd_keygen(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
         if (c == 'o') {
+            if (!*optarg)
+                return coord_cli_empty_path("keygen", usage, "-o");
             dir = optarg;
         } else if (c == 'h') {
             fputs(usage, stdout);

@@ -134,6 +134,8 @@ int coord_cmd_serve(int argc, char **argv)
             o.port = (int)v;
             break;
         case 1202:
+            if (!*optarg)
+                return coord_cli_empty_path("serve", usage_serve, "--api-key-file");
             key_file = optarg;
             break;
         case 1203:
@@ -149,6 +151,8 @@ int coord_cmd_serve(int argc, char **argv)
             o.drain_seconds = (uint32_t)v;
             break;
         case 1205:
+            if (!*optarg)
+                return coord_cli_empty_path("serve", usage_serve, "--chat-template");
             template_file = optarg;
             break;
         case 1206:

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -37,13 +38,28 @@ static bool known_shape(const char *name)
     return false;
 }
 
-/* "\rshardlm synth: layer l/n" after each layer; *@ctx (bool) says the data has started, so the
- * counter's line gets its newline. */
+/* The layer counter on stderr: "\rshardlm synth: layer l/n" after each layer on a terminal; in a
+ * log (not a terminal) one line per layer every 5 s and the last one, as convert's. */
+struct synth_progress {
+    bool tty, started; /* started: a terminal's counter line needs its newline */
+    uint64_t last_ns;  /* the last line in a log */
+};
+
 static void synth_progress(void *ctx, int done, int total)
 {
-    *(bool *)ctx = true;
-    if (done)
+    struct synth_progress *p = ctx;
+    if (!done)
+        return;
+    if (p->tty) {
+        p->started = true;
         fprintf(stderr, "\rshardlm synth: layer %d/%d", done, total);
+        return;
+    }
+    uint64_t now = shardlm_now_ns();
+    if (done < total && now - p->last_ns < 5000000000ull)
+        return;
+    p->last_ns = now;
+    fprintf(stderr, "shardlm synth: layer %d/%d\n", done, total);
 }
 
 int coord_cmd_synth(int argc, char **argv)
@@ -61,6 +77,12 @@ int coord_cmd_synth(int argc, char **argv)
             shape = optarg;
             break;
         case 'o':
+            if (!*optarg) {
+                fprintf(stderr, "shardlm synth: -o '': expected a path (an empty one names no "
+                                "file)\n");
+                usage(stderr);
+                return 2;
+            }
             out = optarg;
             break;
         case 'S': {
@@ -90,10 +112,16 @@ int coord_cmd_synth(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    char stale[4200]; /* an interrupted synth's temporary file (it dies of the signal) */
+    int n_stale = coord_out_clean_stale(out, stale, sizeof(stale));
+    if (n_stale)
+        fprintf(stderr,
+                "shardlm synth: removed %d temporary file%s of %s left by a stopped synth (%s%s)\n",
+                n_stale, n_stale > 1 ? "s" : "", out, stale, n_stale > 1 ? ", ..." : "");
     struct shardlm_err e;
-    bool started = false;
-    int rc = coord_synth(shape, out, seed, synth_progress, &started, &e);
-    if (started)
+    struct synth_progress prog = {.tty = isatty(2), .last_ns = shardlm_now_ns()};
+    int rc = coord_synth(shape, out, seed, synth_progress, &prog, &e);
+    if (prog.started)
         fprintf(stderr, "\n");
     if (rc) {
         fprintf(stderr, "shardlm synth: %s\n", e.msg);

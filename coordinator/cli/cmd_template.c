@@ -114,6 +114,8 @@ int coord_cmd_template(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 't':
+            if (!*optarg)
+                return coord_cli_empty_path("template", usage, "--chat-template");
             path = optarg;
             break;
         case 'b':

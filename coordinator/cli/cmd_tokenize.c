@@ -107,6 +107,8 @@ int coord_cmd_tokenize(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 't':
+            if (!*optarg)
+                return coord_cli_empty_path("tokenize", usage, "--tokenizer");
             path = optarg;
             break;
         case 'v':

@@ -16,12 +16,29 @@
 #include <string.h>
 #include <math.h>
 
-bool coord_cli_parse_float(const char *s, float lo, float hi, float *out)
+bool coord_cli_parse_double(const char *s, double lo, double hi, double *out)
 {
+    /* plain decimals, as the integer flags take them: no exponent ("1e3"), hex, inf or space */
+    size_t digits = strspn(s + (*s == '-'), "0123456789.");
+    if (!s[0] || s[(*s == '-') + digits] || strchr(s, '.') != strrchr(s, '.') ||
+        !strpbrk(s, "0123456789"))
+        return false;
     char *end;
     errno = 0;
-    float v = strtof(s, &end);
+    double v = strtod(s, &end);
     if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool coord_cli_parse_float(const char *s, float lo, float hi, float *out)
+{
+    double d;
+    if (!coord_cli_parse_double(s, lo, hi, &d))
+        return false;
+    float v = (float)d;
+    if (v < lo || v > hi) /* rounded to float past a bound */
         return false;
     *out = v;
     return true;
@@ -72,6 +89,10 @@ int coord_cli_engine_option(int c, struct coord_engine_opts *o, char *why, size_
         o->access.listen = optarg;
         return 1;
     case 'K':
+        if (!*optarg) {
+            opt = "--keys", want = "a folder's path";
+            goto bad;
+        }
         o->access.keys = optarg;
         return 1;
     case 'X': /* 0 asks for none: the engine's -1 (its 0 is the default) */
@@ -82,6 +103,10 @@ int coord_cli_engine_option(int c, struct coord_engine_opts *o, char *why, size_
         o->restarts = v ? (int)v : -1;
         return 1;
     case 'm':
+        if (!*optarg) {
+            opt = "-m", want = "a model file's path";
+            goto bad;
+        }
         o->model_path = optarg;
         return 1;
     case 'v':
@@ -129,6 +154,12 @@ int coord_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
     fprintf(stderr, "\n%s", usage);
     va_end(ap);
     return 2;
+}
+
+int coord_cli_empty_path(const char *cmd, const char *usage, const char *opt)
+{
+    return coord_usage_error(cmd, usage, "%s '': expected a path (an empty one names no file)",
+                             opt);
 }
 
 int coord_cli_extra_argument(const char *cmd, const char *usage, char **argv)

@@ -178,6 +178,14 @@ static size_t next_piece(const char *text, size_t len, size_t at)
     return end - at;
 }
 
+/* Whether the caller's cancel flag is set: the calibration stops with -ECANCELED. */
+static bool cancelled(const struct coord_calib *c) { return c->o->cancel && *c->o->cancel; }
+
+static int cancel_fail(struct shardlm_err *e)
+{
+    return shardlm_fail(e, -ECANCELED, "calibration stopped");
+}
+
 /* The text of o->text tokenized, cut into sequences of seq_len tokens that each start with BOS,
  * until @want tokens. */
 static int tokens_from_text(struct coord_calib *c, struct coord_source *src, long want,
@@ -196,6 +204,10 @@ static int tokens_from_text(struct coord_calib *c, struct coord_source *src, lon
     int32_t seq[CALIB_SEQ], ids[CALIB_PIECE + 8];
     int n = 0;
     for (size_t at = 0; at < len && c->n_tok + n < want;) {
+        if (cancelled(c)) {
+            rc = cancel_fail(e);
+            break;
+        }
         size_t k = next_piece(text, len, at);
         struct shardlm_err why;
         int got = coord_tok_encode_err(&t, text + at, k, 0, ids, CALIB_PIECE + 8, &why);
@@ -271,6 +283,11 @@ static int tokens_from_model(struct coord_calib *c, long want, struct shardlm_er
     long pending = 0; /* tokens in the slots, not yet in c->tok */
     int rc = 0;
     while (!rc && c->n_tok + pending < want) {
+        if (cancelled(c)) {
+            free(cur);
+            free(logits);
+            return cancel_fail(e);
+        }
         int nr = 0;
         for (int s = 0; s < CALIB_SLOTS; s++) {
             if (len[s] == 0) {
@@ -449,6 +466,8 @@ static int run_pass(struct coord_calib *c, struct shardlm_err *e)
     long done = 0;
     for (int q = 0, at = 0; q < c->n_seqs; at += c->seq_len_of[q++]) {
         for (int p = 0; p < c->seq_len_of[q]; p += CALIB_CHUNK) {
+            if (cancelled(c))
+                return cancel_fail(e);
             int n = c->seq_len_of[q] - p < CALIB_CHUNK ? c->seq_len_of[q] - p : CALIB_CHUNK;
             /* the head runs (and its input is seen) only for rows that want logits */
             int rc = wrk_forward(&c->m, c->kv, c->table, c->tok + at + p, n, p, c->logits,

@@ -8,6 +8,7 @@
 #include "source.h"
 #include "util.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +31,9 @@ struct coord_calib_opts {
     bool head;        /* collect the LM head's input too (its logits cost a product per token) */
     bool samples;     /* keep COORD_CALIB_SAMPLES input rows per product, spread over the text */
     int threads;      /* forward threads (0: the online CPUs) */
+    /* When set and nonzero (a signal's number): stop with -ECANCELED, seen between forward
+     * steps. NULL: never. */
+    volatile sig_atomic_t *cancel;
     /* Progress, when set: @stage ("tokens", "statistics") and its count so far of @total. */
     void (*progress)(void *ctx, const char *stage, long done, long total);
     void *progress_ctx;
@@ -39,7 +43,8 @@ struct coord_calib;
 
 /* Tokenizes (or generates) the calibration tokens of @src's model and runs the first pass.
  * @src stays open while the calibration lives. Returns 0 or -errno with @e set: an empty text,
- * one that is not UTF-8 or past COORD_CALIB_MAX_BYTES, too few tokens, out of memory. Release
+ * one that is not UTF-8 or past COORD_CALIB_MAX_BYTES, too few tokens, out of memory,
+ * -ECANCELED when @o->cancel was set (coord_calib_stats's later passes too). Release
  * with coord_calib_free(). */
 int coord_calib_open(struct coord_calib **out, struct coord_source *src,
                      const struct coord_calib_opts *o, struct shardlm_err *e);

@@ -275,6 +275,7 @@ static int calibrate(const struct coord_convert_opts *o, struct coord_source *sr
                                     .samples = o->method == COORD_QUANT_AWQ,
                                     .head = o->head_bits == 4,
                                     .threads = o->threads,
+                                    .cancel = o->cancel,
                                     .progress = o->stage,
                                     .progress_ctx = o->progress_ctx};
     return coord_calib_open(calib, src, co, e);
@@ -334,6 +335,10 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
     if (o->method == COORD_QUANT_GPTQ && (rc = gptq_pool(o, &enc.pool, e)))
         goto out_unlink;
     for (int i = 0; i < p.n; i++) {
+        if (o->cancel && *o->cancel) {
+            rc = shardlm_fail(e, -ECANCELED, "%s: conversion stopped", o->out);
+            goto out_unlink;
+        }
         if ((rc = write_tensor(fd, &src, &p.specs[i], &p.table[i], &enc, o->out, e)))
             goto out_unlink;
         info->bytes_written += p.table[i].bytes;
@@ -342,6 +347,10 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
     }
     if ((rc = write_tail(&fd, &p, &src, o->out, e)))
         goto out_unlink;
+    if (o->cancel && *o->cancel) { /* the last moment: OUT stays what it was */
+        rc = shardlm_fail(e, -ECANCELED, "%s: conversion stopped", o->out);
+        goto out_unlink;
+    }
     if ((rc = coord_out_commit(tmp, o->out, e)))
         goto out_free;
     rc = 0;

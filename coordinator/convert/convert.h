@@ -8,6 +8,7 @@
 #include "source.h"
 #include "util.h"
 
+#include <signal.h>
 #include <stdint.h>
 
 struct coord_convert_opts {
@@ -26,6 +27,9 @@ struct coord_convert_opts {
     float damp;        /* GPTQ dampening (0: COORD_GPTQ_DAMP) */
     bool no_act_order; /* GPTQ in column order */
     int threads;       /* quantizer and calibration threads (0: the online CPUs) */
+    /* When set and nonzero (a signal's number): stop with -ECANCELED, the temporary file
+     * removed; seen between tensors and between the calibration's forward steps. */
+    volatile sig_atomic_t *cancel;
     /* Calibration progress, when set: a stage ("tokens", "statistics") and its count so far. */
     void (*stage)(void *ctx, const char *stage, long done, long total);
     /* Progress, when set: (0, n) once the file's n tensors are laid out, before the first is
@@ -44,8 +48,9 @@ struct coord_convert_info {
     long calib_tokens;      /* tokens the statistics came from (0: none) */
 };
 
-/* Writes opts->out atomically (a temporary file renamed at the end; nothing is left on error),
- * and fills @info (may be NULL) on success. Returns 0 or -errno with @e set. */
+/* Writes opts->out atomically (a temporary file renamed at the end; nothing is left on error or
+ * cancel), and fills @info (may be NULL) on success. Returns 0 or -errno with @e set (the
+ * messages name opts->out, never its temporary file), -ECANCELED when opts->cancel was set. */
 int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info *info,
                   struct shardlm_err *e);
 

@@ -43,7 +43,14 @@ int coord_keygen(const char *dir, struct shardlm_err *e)
     struct stat st;
     if (mkdir(dir, 0700) < 0 && errno != EEXIST)
         return shardlm_fail(e, -errno, "%s: %s", dir, strerror(errno));
-    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || (st.st_mode & 077))
+    if (stat(dir, &st) < 0)
+        return shardlm_fail(e, -errno, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return shardlm_fail(e, -ENOTDIR,
+                            "%s: exists and is not a directory (-o names the folder that "
+                            "receives the keys)",
+                            dir);
+    if (st.st_mode & 077)
         return shardlm_fail(e, -EPERM,
                             "%s: not a private directory (mode 0700): the secret keys "
                             "would be readable by others",

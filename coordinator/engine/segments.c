@@ -261,30 +261,71 @@ static uint64_t mem_available(void)
     return found ? (uint64_t)kb * 1024 : UINT64_MAX;
 }
 
-/* The KV cache's blocks into g->kv_blocks, from the options (engine.h). */
+/* Bytes the KV cache may take: the memory available (MemAvailable), and in the runtime directory
+ * the room its filesystem has left unless the segments are memfds; *@what names the smaller. */
+static uint64_t kv_room(const struct coord_engine *g, const char **what)
+{
+    uint64_t room = mem_available();
+    struct statvfs vfs;
+    *what = "the memory available (MemAvailable)";
+    if (!g->anon_segments && statvfs(g->rundir, &vfs) == 0 &&
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < room) {
+        room = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+        *what = "the room left in the runtime directory";
+    }
+    return room;
+}
+
+/* The KV cache's blocks into g->kv_blocks, from the options (engine.h). Never more than
+ * max_seqs whole contexts (blocks past them no sequence can use: a pool of 2^27 blocks for a
+ * 512-token context cost the coordinator 1.6 GB of block bookkeeping) nor than the memory
+ * available holds; a request past either is capped, and the log says so in one line. Returns
+ * 0, or -ENOMEM when not one block fits. */
 static int kv_size(struct coord_engine *g, const struct coord_engine_opts *o, struct shardlm_err *e)
 {
     uint64_t bb = kv_block_bytes(g), n;
     uint64_t whole = (uint64_t)g->max_seqs * coord_kv_blocks_for(g->img.hdr->cfg.seq_len);
-    if (o->kv_blocks)
+    const char *what;
+    uint64_t room = kv_room(g, &what);
+    char asked[64] = ""; /* the option a capped request came from */
+    if (o->kv_blocks) {
         n = o->kv_blocks;
-    else if (o->kv_mem) {
+        snprintf(asked, sizeof(asked), "--kv-tokens %llu",
+                 (unsigned long long)o->kv_blocks * COORD_KV_BLOCK);
+    } else if (o->kv_mem) {
         n = o->kv_mem / bb;
         if (!n)
             return shardlm_fail(e, -EINVAL, "--kv-mem %llu bytes: one KV block takes %llu",
                                 (unsigned long long)o->kv_mem, (unsigned long long)bb);
+        snprintf(asked, sizeof(asked), "--kv-mem %llu", (unsigned long long)o->kv_mem);
     } else {
         n = whole;
-        if (o->kv_fit) {
-            uint64_t room = mem_available();
-            struct statvfs vfs;
-            if (!g->anon_segments && statvfs(g->rundir, &vfs) == 0 &&
-                (uint64_t)vfs.f_bavail * vfs.f_frsize < room)
-                room = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+        if (o->kv_fit) { /* the default: half the memory, the rest for everything else */
             uint64_t fit = room / 2 / bb;
             n = fit < n ? fit : n;
             n = n ? n : 1;
         }
+    }
+    if (room / bb == 0)
+        return shardlm_fail(e, -ENOMEM,
+                            "the KV cache: one block takes %llu bytes, more than %s (%llu "
+                            "bytes)",
+                            (unsigned long long)bb, what, (unsigned long long)room);
+    if (*asked && n > whole) {
+        coord_logf(&g->log, COORD_LOG_WARN,
+                   "%s: capped at %llu positions (%llu blocks): %u sequence%s (--max-seqs) of a "
+                   "context of %u %s all the model can use",
+                   asked, (unsigned long long)whole * COORD_KV_BLOCK, (unsigned long long)whole,
+                   g->max_seqs, g->max_seqs > 1 ? "s" : "", g->img.hdr->cfg.seq_len,
+                   g->max_seqs > 1 ? "are" : "is");
+        n = whole;
+    }
+    if (*asked && n > room / bb) {
+        coord_logf(&g->log, COORD_LOG_WARN,
+                   "%s: capped at %llu positions (%llu blocks, %.1f MiB): %s holds no more", asked,
+                   (unsigned long long)(room / bb) * COORD_KV_BLOCK,
+                   (unsigned long long)(room / bb), (double)(room / bb * bb) / 1048576.0, what);
+        n = room / bb;
     }
     g->kv_blocks = n > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)n;
     coord_logf(&g->log, COORD_LOG_DEBUG,

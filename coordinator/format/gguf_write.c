@@ -370,7 +370,7 @@ int gguf_writer_close(struct gguf_writer *w, struct shardlm_err *e)
     int rc = w->err;
     if (rc) {
         unlink(w->tmp);
-        shardlm_fail(e, rc, "%s: %s failed: %s", w->tmp, w->op, strerror(-rc));
+        shardlm_fail(e, rc, "%s: %s failed: %s", w->path, w->op, strerror(-rc));
     } else {
         rc = coord_out_commit(w->tmp, w->path, e);
     }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,8 +98,43 @@ int coord_out_open(const char *path, char *tmp, size_t len, struct shardlm_err *
         return shardlm_fail(e, -ENAMETOOLONG, "%s: path too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
-        return shardlm_fail(e, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+        return shardlm_fail(e, -errno, "%s: cannot create its temporary file beside it: %s", path,
+                            strerror(errno));
     return fd;
+}
+
+int coord_out_clean_stale(const char *path, char *first, size_t len)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    size_t blen = strlen(base);
+    DIR *d = *base ? opendir(dir) : NULL;
+    if (!d)
+        return 0;
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *n = de->d_name, *digits = n + blen + 5;
+        if (strncmp(n, base, blen) || strncmp(n + blen, ".tmp.", 5) || !*digits ||
+            digits[strspn(digits, "0123456789")] || strlen(digits) > 9)
+            continue;
+        long pid = atol(digits);
+        struct stat st;
+        /* a live process's (this one's too) is its own; a dead one's is ours to remove */
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        if (fstatat(dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+            st.st_uid != geteuid() || unlinkat(dirfd(d), n, 0) < 0)
+            continue;
+        if (!removed++ && first)
+            snprintf(first, len, "%s/%s", dir, n);
+    }
+    closedir(d);
+    return removed;
 }
 
 int coord_out_commit(const char *tmp, const char *path, struct shardlm_err *e)

@@ -27,6 +27,10 @@ int coord_out_check(const char *path, const char *const *inputs, int n_inputs,
 /* Creates @path's temporary file (@tmp, @len bytes) exclusively. Returns its descriptor or
  * -errno. */
 int coord_out_open(const char *path, char *tmp, size_t len, struct shardlm_err *e);
+/* Removes the temporary files of @path (@path.tmp.<pid>) that processes no longer running left
+ * (killed, or stopped where nothing could clean up): regular files of this user only. Returns how
+ * many went; the first one's path into @first (@len bytes; may be NULL). */
+int coord_out_clean_stale(const char *path, char *first, size_t len);
 /* Checks @path again and renames @tmp (written, synced and closed) over it, then syncs the
  * folder. Returns 0 or -errno with @e set; @tmp is removed on failure. */
 int coord_out_commit(const char *tmp, const char *path, struct shardlm_err *e);
