@@ -865,23 +865,27 @@ static int run_rss(char *const args[], const char *env, const char *err_path, lo
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* A KV cache asked past what the model can use (--max-seqs contexts) or the memory holds is
- * capped, said in one line; the coordinator's bookkeeping stays that of the blocks it keeps
- * (2^27 blocks asked for a 512-token context cost it 1.58 GB, 2^30 failed "out of memory"). */
+/* A KV cache asked past what the memory holds, or without a prefix cache past what the model
+ * can use (--max-seqs contexts), is capped, said in one line; the coordinator's bookkeeping
+ * stays that of the blocks it keeps (2^27 blocks asked for a 512-token context cost it
+ * 1.58 GB, 2^30 failed "out of memory"). */
 static void test_kv_cache_capped(void **state)
 {
     char err_path[4300], mnt[4300], env[4400];
     in_dir(err_path, sizeof(err_path), "kv.err");
     struct {
-        const char *opt, *val, *said;
+        const char *opt, *val, *cache, *said;
     } cases[] = {
-        {"--kv-tokens", "2147483648",
+        {"--kv-tokens", "2147483648", "--no-prefix-cache",
          "--kv-tokens 2147483648: capped at 512 positions (32 blocks)"},
-        {"--kv-tokens", "17179869184",
+        {"--kv-tokens", "17179869184", "--no-prefix-cache",
          "--kv-tokens 17179869184: capped at 512 positions (32 blocks)"},
-        {"--kv-mem", "1000G",
+        {"--kv-mem", "1000G", "--no-prefix-cache",
          "capped at 512 positions (32 blocks): 1 sequence (--max-seqs) of a "
-         "context of 512 is all the model can use"},
+         "context of 512 is all the model can use without a prefix cache"},
+        /* with the prefix cache, blocks past the contexts keep prefixes: the memory caps */
+        {"--kv-tokens", "17179869184", "--verbose", "(MemAvailable) holds no more"},
+        {"--kv-mem", "1000G", "--verbose", "(MemAvailable) holds no more"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *args[] = {"generate",
@@ -894,6 +898,7 @@ static void test_kv_cache_capped(void **state)
                         "--no-persist",
                         (char *)cases[i].opt,
                         (char *)cases[i].val,
+                        (char *)cases[i].cache,
                         NULL};
         long kb = 0;
         int st = run_rss(args, NULL, err_path, &kb);

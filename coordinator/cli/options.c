@@ -242,6 +242,7 @@ int coord_cli_sched_option(int c, struct coord_engine_opts *eo, struct coord_sch
         return 1;
     case 1004:
         so->no_prefix_cache = true;
+        eo->kv_no_prefixes = true;
         return 1;
     }
     return 0;

@@ -63,6 +63,9 @@ struct coord_engine_opts {
     uint32_t kv_blocks;
     uint64_t kv_mem;
     bool kv_fit;
+    /* No prefix cache: blocks past max_seqs whole contexts would hold nothing, so kv_blocks and
+     * kv_mem are capped there. With it they hold cached prefixes, and only memory caps them. */
+    bool kv_no_prefixes;
     struct coord_layout_opts layout;
     struct coord_load_opts load;
     bool verbose; /* COORD_LOG_DEBUG messages too: layout and per-step timings */

@@ -276,11 +276,12 @@ static uint64_t kv_room(const struct coord_engine *g, const char **what)
     return room;
 }
 
-/* The KV cache's blocks into g->kv_blocks, from the options (engine.h). Never more than
- * max_seqs whole contexts (blocks past them no sequence can use: a pool of 2^27 blocks for a
- * 512-token context cost the coordinator 1.6 GB of block bookkeeping) nor than the memory
- * available holds; a request past either is capped, and the log says so in one line. Returns
- * 0, or -ENOMEM when not one block fits. */
+/* The KV cache's blocks into g->kv_blocks, from the options (engine.h). Never more than the
+ * memory available holds (a pool of 2^27 blocks for a 512-token context cost the coordinator
+ * 1.6 GB of block bookkeeping), nor, without a prefix cache, than max_seqs whole contexts
+ * (blocks past them no sequence can use; with the cache they keep prefixes); a request past
+ * either is capped, and the log says so in one line. Returns 0, or -ENOMEM when not one block
+ * fits. */
 static int kv_size(struct coord_engine *g, const struct coord_engine_opts *o, struct shardlm_err *e)
 {
     uint64_t bb = kv_block_bytes(g), n;
@@ -311,10 +312,10 @@ static int kv_size(struct coord_engine *g, const struct coord_engine_opts *o, st
                             "the KV cache: one block takes %llu bytes, more than %s (%llu "
                             "bytes)",
                             (unsigned long long)bb, what, (unsigned long long)room);
-    if (*asked && n > whole) {
+    if (*asked && n > whole && o->kv_no_prefixes) {
         coord_logf(&g->log, COORD_LOG_WARN,
                    "%s: capped at %llu positions (%llu blocks): %u sequence%s (--max-seqs) of a "
-                   "context of %u %s all the model can use",
+                   "context of %u %s all the model can use without a prefix cache",
                    asked, (unsigned long long)whole * COORD_KV_BLOCK, (unsigned long long)whole,
                    g->max_seqs, g->max_seqs > 1 ? "s" : "", g->img.hdr->cfg.seq_len,
                    g->max_seqs > 1 ? "are" : "is");
