@@ -547,7 +547,7 @@ struct conn {
     char *body;
     size_t len;
     bool too_big;
-    bool http11; /* HTTP/1.1 (a 1xx may go before the answer), not 1.0 */
+    bool http11;  /* HTTP/1.1 (a 1xx may go before the answer), not 1.0 */
     bool closing; /* its answer ends the connection */
 };
 
@@ -850,7 +850,9 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
     pthread_mutex_unlock(&s->mu);
     if (ready != 1)
         return send_error(c, 503, "unavailable_error", NULL,
-                          ready ? "the server is stopping" : "the model is loading");
+                          ready == ENGINE_LOST ? "the engine is lost: the server is stopping"
+                          : ready              ? "the server is stopping"
+                                               : "the model is loading");
     struct sreq *p = calloc(1, sizeof(*p));
     if (!p)
         return send_error(c, 500, "server_error", NULL, "out of memory");
