@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Writes OUT, a C file holding the bytes of IN as `const unsigned char SYM[]` (NUL-terminated)
 # and `const size_t SYM_len`: files served by the binary (the web page) without a build step.
 #   cmake -DIN=page.html -DOUT=page.c -DSYM=coord_page -P cmake/embed.cmake

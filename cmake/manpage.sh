@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Writes the man page shardlm(1) from the binary's own help: help2man turns `shardlm --help` and
 # `shardlm --version` into the page, and a COMMANDS section holds every command's `--help`
 # verbatim (the commands are read off the main help, so a new one joins by itself).

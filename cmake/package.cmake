@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The Debian package: `cpack -G DEB` in a build configured with -DCMAKE_INSTALL_PREFIX=/usr
 # (deploy/package.sh does it all and runs lintian). Depends are read off the libraries the binaries
 # actually link (dpkg-shlibdeps, from dpkg-dev); the maintainer scripts and the copyright and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Writes OUT, a C file with `const char coord_version[]`: the project's version and the git commit
 # the build came from ("0.1.0 (commit cb668aa1b2c3, modified)" when the work tree differs from it).
 # Run at every build; OUT is rewritten only when its text changes, so nothing relinks needlessly.

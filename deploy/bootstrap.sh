@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # shardlm quick start: install what is missing (Debian 12), build, convert the bundled
 # stories260K model to 4-bit and generate text with it.
 #   deploy/bootstrap.sh [--no-run]      (BUILD_DIR=build by default)

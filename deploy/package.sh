@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds the Debian package: a release build installed under /usr, packed by CPack
 # (cmake/package.cmake: Depends from the linked libraries through dpkg-shlibdeps), then checked
 # with lintian. Prints the package's path last.

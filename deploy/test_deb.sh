@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The Debian package on this machine, as CI checks it: builds it (deploy/package.sh, lintian
 # included), installs it with apt-get, runs the installed shardlm (version, man page, a conversion
 # and a generation from /usr/share/shardlm, as root and as the service user, equal to the build

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/kn.h: pure compute over packed weights, one function table per ISA.
  *
  * Weight formats (the canonical .shlm layout, see shm/shlm.h):

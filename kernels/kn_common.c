@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/kn_common.c: layout helpers over the type traits, the scalar activation preparation,
  * fp16/bf16 conversion. No intrinsics here. */
 #include "kn.h"

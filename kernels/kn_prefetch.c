@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/kn_prefetch.c: which software prefetch feeds a decode GEMV's weight stream best on
  * this host, found by timing the first calls of each matrix shape on each thread.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/kn_probe.c: CPU probe (CPUID, then OS state through XGETBV) and the choice of one ops
  * table. The caller says which table it wants: nothing here reads the environment. */
 #include "kn.h"

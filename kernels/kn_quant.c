@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/kn_quant.c: quantizers from f32 rows into the canonical layouts described in kn.h.
  *
  * Both int4 schemes give each group the parameters of least (importance-weighted) squared

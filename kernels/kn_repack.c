@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/kn_repack.c: repacking of canonical matrices into the slices a tensor-parallel rank
  * holds. */
 #include "kn.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/kn_types.c: the type traits of every weight format (name, block shape, bytes, to-float
  * and from-float of rows), as ggml's type_traits[]. No intrinsics here. */
 #include "kn.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* proto/proto.c: Envelope framing over ZeroMQ. */
 #include "proto.h"
 

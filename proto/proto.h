@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* proto/proto.h: framing of the protobuf-c Envelope over ZeroMQ sockets.
  * A DEALER sends and receives one frame; a ROUTER prefixes the peer's routing id. */
 #ifndef SHARDLM_PROTO_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/allreduce.c: all-reduce and barrier among the worker processes of one tensor-parallel group.
  *
  * The area lives in memory shared by several processes, so every counter is a plain 32-bit word

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/allreduce.h: all-reduce and barrier among the worker processes of one tensor-parallel
  * group, over an area of shared memory (inside the exchange segment). No ZeroMQ inside a layer.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/common.c: the error struct's formatter, strict integer parsing and the monotonic clock. */
 #include "common.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/common.h: what every shardlm process shares - the one error struct, strict integer parsing,
  * the monotonic clock. */
 #ifndef SHARDLM_COMMON_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/cpus.c: parsing and formatting CPU lists. */
 #include "cpus.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/cpus.h: CPU lists like "0-3,8,10-11" - in layouts (--cpus), worker arguments and the
  * placement a worker reports back. */
 #ifndef SHARDLM_SEG_CPUS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/fault.c: the fault-injection counters (see fault.h). */
 #include "fault.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/fault.h: fault injection - make the Nth call of one kind (malloc, mmap, fallocate, mbind,
  * io_uring submission) fail, so that tests can walk every error path of a start, a load and a step
  * (SQLite's fault simulation). Off unless a test arms it: one relaxed atomic load per site. */

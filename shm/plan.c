@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/plan.c: the shard plan of a rank. */
 #include "plan.h"
 

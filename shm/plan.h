@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/plan.h: the tensor-parallel shard plan - which slice of every matrix a rank holds.
  *
  * Query heads are split into contiguous, nearly equal ranges; a rank holds the KV heads its query

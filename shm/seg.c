@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/seg.c: the runtime directory, segment files (create, reserve, publish, map), the run files
  * of dead coordinators, and the exchange and KV layouts. */
 #include "seg.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/seg.h: the runtime directory, shared-memory segments, and the layouts of the exchange and
  * KV segments.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/shlm.c: the .shlm format - hashing, layout of the expected tensors, and a parser that trusts
  * nothing. */
 #include "shlm.h"

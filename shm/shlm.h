@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/shlm.h: the .shlm model file - header, tensor table, tokenizer, tensor data (4 KiB aligned)
  * in the canonical layouts of kernels/kn.h. The weights segment a worker maps is the same image,
  * so the coordinator and the workers read it through this one parser.

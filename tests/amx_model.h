@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/amx_model.h: the plain-C model of the AMX tile instructions (tests/amx_tile_model.c),
  * which kernels/arch/amx/kn_amx.c runs on as kn_ops_amx_model (tests/amx_model.c). */
 #ifndef SHARDLM_AMX_MODEL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/amx_tile_model.c: a plain-C model of the AMX tile instructions the kernels use, the tile
  * configuration included (Intel SDM vol. 2: LDTILECFG, TILERELEASE, TILEZERO, TILELOADD,
  * TILESTORED, TDPBSUD, TDPBF16PS; palette 1: 8 tiles of at most 16 rows x 64 bytes). Built

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Fails unless every test in a ctest JUnit report ran, but for hardware this CPU lacks. A skip is
 # for hardware when the test printed `[  SKIP    ] hardware FLAGS: why` (tu_skip_hardware in
 # tests/testutil.h) for it, with FLAGS (comma-separated /proc/cpuinfo flags) not all present here.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The README's synopses are the usage blocks of the binary's own --help, so that they cannot drift:
 # this prints, for `shardlm --help`, every command the main help lists (`shardlm CMD --help`) and
 # every `bench` subcommand it lists (`shardlm bench SUB --help`), each help's usage block - its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # tests/script_lib.sh: what the script tests of a running server share (tests/load/faults.sh,
 # tests/deploy/test_*.sh). Sourced after `set -euo pipefail`:
 #   . "$(dirname "$0")/../script_lib.sh"; script_args "$@"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/allreduce: the all-reduce and barrier of a tensor-parallel group, run by forked processes
  * over a shared anonymous mapping: exact sums with 2, 3 and 4 ranks on ragged lengths,
  * bit-identical results on every rank, abort, a dead peer, a timeout, and the checks of a mapped

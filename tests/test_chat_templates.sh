@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # `shardlm template` against the reference, tests/tools/jinja_render.py (Python's Jinja2 set up as
 # Hugging Face transformers sets it up), for every chat template in data/chat-templates (and the
 # feature templates of data/jinja) and every request in data/chat: both render the same bytes, or both fail; where the template called

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # tests/check_skips.sh on hand-made JUnit reports: a hardware skip for a flag no CPU has passes;
 # a cmocka skip without a reason, a ctest skip (exit 77) without one, and a "hardware" skip for a
 # flag this CPU has (fpu) fail.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/cpus: CPU lists - what a list may say, and that parsing never reads past the length it is
  * given (the coordinator parses each rank's part of "0-3:4-7" in place). */
 #include <setjmp.h>

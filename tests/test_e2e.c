@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* End-to-end: the shardlm binary with its worker on the bundled stories260K model.
  * Golden greedy text at f32 for the four reference prompts, fidelity bounds per scheme, and the
  * bad-input and failed-start paths (clear one-line error, non-zero exit, nothing left behind). */

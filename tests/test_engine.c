@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_engine.c: the engine as a library (coordinator/engine/engine.h), in this process with
  * real workers on stories260K:
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_fault.c: every error path of the engine's start, load and step, walked by fault
  * injection (shm/fault.h), as SQLite's fault simulation walks its own: for one site at a time,
  * the Nth call fails, for N = 1, 2, ... until a run makes fewer than N calls. A run is a start

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/sniff.c and rows.c: every format told apart by its content (the magic of
  * each, short and look-alike inputs, what the real writers of each format produce), a file's
  * verdict the same as its image's, the refusals of what is no regular file, named; and the

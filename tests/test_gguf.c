@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/gguf_{read,write}.c: the real vocabulary-only GGUF files of the test data;
  * the writer read back; Q8_0 / Q4_0 / BF16 / F16 dequantization against values worked out by
  * hand; every truncation and a list of corrupted fields refused with a one-line message naming

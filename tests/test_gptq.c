@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gptq.c: GPTQ (coordinator/convert/gptq.c) against a slow textbook implementation on
  * small matrices, its error against round-to-nearest, singular Hessians; the calibration text's
  * checks. */

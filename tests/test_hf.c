@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/{safetensors,hf_config}.c + coordinator/convert/source_hf.c: tiny Hugging
  * Face directories written here (llama in one file, llama in two shards with llama3 RoPE
  * scaling, qwen2 with biases, gemma with head_dim != hidden / heads), read back exactly through

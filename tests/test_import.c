@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Imports end to end: `shardlm synth` writes a small GGUF, `shardlm convert` turns it into an f32
  * .shlm, and `shardlm eval` compares the engine's logits with a direct reference forward written
  * here from the GGUF weights (plain loops, no shardlm kernels): llama (interleaved RoPE, GQA,

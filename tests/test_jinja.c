@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tests of the Jinja interpreter (coordinator/chat/jinja*.c) and the chat layer (chat.c): what
  * the byte-for-byte comparison against Jinja2 (tests/test_chat_templates.sh) cannot show - the
  * limits a hostile template meets, errors with their line, Python's number formatting, the

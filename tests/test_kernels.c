@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests: every ops table this machine runs against the reference kernels, on ragged shapes, the
  * quantizers, type traits and fp16/bf16 helpers against their definitions in kn.h, and the
  * software model of the AMX tile instructions (tests/amx_tile_model.c) with the AMX kernels on it.

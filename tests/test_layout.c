@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/layout + shm CPU lists: parsing and formatting, and the layouts derived for this
  * machine (its CPUs split among workers, explicit maps, refusals). */
 #include <setjmp.h>

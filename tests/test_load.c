@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/load: the streaming load against the whole-matrix repack it replaced.
  *
  * Synthetic .shlm files with random tensor data (shapes of the real models: a 131072 x 2048

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* End-to-end: what a careless or hostile user does to the files around shardlm. Each case is a
  * rule tested on several instances:
  *

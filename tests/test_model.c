@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* worker/model: the forward pass in-process, against the reference logits of llama2.c, for
  * every kernel table, in chunks of several tokens and one token at a time. */
 #include <setjmp.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* NUMA layout of `shardlm generate` with no layout options: one worker per NUMA node, rank r on
  * node r with all of that node's CPUs, its weights and KV segments on that node.
  *

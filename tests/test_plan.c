@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/plan + kernels/kn_repack: the shard plan covers every head, unit and vocabulary row, and
  * shards computed separately add up to the whole (row slices exactly, column slices with their
  * zero pads to float rounding). */

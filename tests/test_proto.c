@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* proto/: Envelope framing over ZeroMQ between a ROUTER (the coordinator) and a DEALER (a worker
  * with routing id "rank-0"): every message case both ways, receive timeouts, frames that are not
  * an Envelope (consumed, -EBADMSG, the socket keeps working), and the PROTO_MAX_MSG limit. */

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # tests/tools/q4_0_ref.py, the reference of llama.cpp's Q4_0 rounding: its block rounding against
 # blocks worked out by hand, then stories260K rounded through it, converted to f32 and evaluated
 # against the golden logits (the untouched checkpoint as the control). Prints the overall lines.

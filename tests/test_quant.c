@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests: the W4 quantizers of kernels/kn_quant.c against their definitions in kn.h.
  *
  * kn_quant_group must find the scale (and zero point) of least weighted squared error among all

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The quantizer's methods on stories260K (int8 head) against the golden logits, over the four
 # golden sequences: the targets for GPTQ (w4a8 g128 mean KLD <= 0.060, w4a16 g64 <= 0.050),
 # calibrated on the model's own text (--calib self: never the golden sequences); every method's

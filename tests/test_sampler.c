@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/sched/sampler: greedy is argmax, a seed fixes the draws, temperature sampling follows
  * the softmax, and the nucleus (top-p) cut never lets a token outside it through. */
 #include <setjmp.h>

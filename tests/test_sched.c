@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/sched: the scheduler and its KV block pool, over a model of the engine.
  *
  * The model engine keeps in each cache position the token and position written there, reads a

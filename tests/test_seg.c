@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/seg: the private runtime directory, segment files (create, map, free, ENOSPC), the limit
  * on segment memory under creations from several threads at once, cleaning the files of dead
  * coordinators, and the exchange and KV segment layouts.

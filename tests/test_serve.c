@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* `shardlm serve` end to end on the bundled stories260K model (f32): the server over loopback,
  * driven by a small HTTP/1.1 client of this file. Greedy completions equal the golden texts
  * (streamed and not, the four prompts at once), the API key is required, bad requests get their

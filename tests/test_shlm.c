@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shm/shlm + coordinator/convert + coordinator/llama2c: the .shlm format written by convert and
  * read back; every corruption is refused with a message naming the field; untied classifiers. */
 #include <setjmp.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # ctest's test_test_data_env: SHARDLM_TEST_DATA in the environment wins over the CMake cache's
 # -DSHARDLM_TEST_DATA under ctest (tests/CMakeLists.txt passes the cache as
 # SHARDLM_TEST_DATA_DEFAULT). Runs ctest on BUILD_DIR with SHARDLM_TEST_DATA set to an empty copy:

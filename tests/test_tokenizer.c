@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/tok: llama2.c SentencePiece-BPE encode/decode against the golden ids, and
  * hostile tokenizer.bin files. */
 #include <setjmp.h>

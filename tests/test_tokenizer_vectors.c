@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/tok: llama.cpp's tokenizer test vectors (tests/data/tokenizers: llama-spm,
  * phi-3, gpt-2), round trips, the blob (save/load, every truncation, byte flips), Hugging Face
  * tokenizer.json sources written here by hand, and malformed ones.

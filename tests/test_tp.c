@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* End-to-end tensor parallelism: R = 1..4 worker processes on stories260K. Greedy text identical
  * to the golden files, f32 logits within 1e-6 KLD of the reference at every R, w4a16 at R = 2
  * within 1e-4 of R = 1 (group 64, and 96, which divides no row or shard here), w4a8 within 5% of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* worker/main: shardlm-worker's command line, run as the built binary (beside SHARDLM_BIN). Every
  * integer strict and within its range, unknown options and left-over arguments refused, the
  * required ones demanded: each a one-line "shardlm-worker: ..." naming the argument and exit 2,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test helpers: paths to the test data and the built binaries, temporary folders, running a
  * command with a timeout and capturing its output. Header-only so each test stays one file. */
 #ifndef SHARDLM_TESTUTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* worker/main.c: shardlm-worker, one rank of the engine. Parses its arguments, places itself on
  * its node and CPUs, connects to its coordinator and runs the steps it is sent until Shutdown or
  * until the coordinator goes away. */

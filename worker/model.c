@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* worker/model.c: llama-family decoder forward, M tokens of one sequence at a time. */
 #include "model.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* worker/model.h: the decoder forward over the weights image a worker has mapped. */
 #ifndef SHARDLM_WRK_MODEL_H
 #define SHARDLM_WRK_MODEL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* worker/pin.c: binding a worker to its node and CPUs, and reading back what the kernel applied. */
 #include "pin.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* worker/pin.h: placing a worker on its node and CPUs, and reading back what the kernel applied. */
 #ifndef SHARDLM_WRK_PIN_H
 #define SHARDLM_WRK_PIN_H

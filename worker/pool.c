@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* worker/pool.c: the thread pool - members pinned one per CPU, jobs handed over through atomics. */
 #include "pool.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* worker/pool.h: a thread pool pinned one thread per CPU, for splitting a matrix product's rows.
  * The caller's thread is member 0 and works too; the others sleep on a futex between jobs after a
  * short spin. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* worker/serve.c: the worker's side of the protocol - what it does with each message from its
  * coordinator. Every field is checked before use; a bad message gets an Error reply. */
 #include "serve.h"

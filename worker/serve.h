@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* worker/serve.h: the worker's side of the protocol, apart from its socket (main.c) so that a fuzz
  * target can feed it messages (tests/fuzz/fuzz_worker.c). */
 #ifndef SHARDLM_WRK_SERVE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/chat/chat.c: a messages list checked and normalized, then rendered through the
  * model's chat template. */
 #include "chat.h"

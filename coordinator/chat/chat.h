@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/chat/chat.h: chat templates - a model's Jinja template rendered over an OpenAI
  * messages list, the way Hugging Face transformers' apply_chat_template renders it. */
 #ifndef SHARDLM_COORD_CHAT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/chat/jinja.h: a small sandboxed Jinja interpreter - what the chat templates of
  * instruct models use, rendered as Hugging Face transformers renders them (Jinja2's
  * ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks and loop controls; a tojson that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/chat/jinja_eval.c: rendering a parsed template - the arena, values with Python's
  * semantics (truth, equality, order, arithmetic, str() and repr()), scopes as Jinja2 keeps them
  * (a for loop's body and a macro have their own; if does not) and the statements. */

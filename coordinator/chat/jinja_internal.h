@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/chat/jinja_internal.h: what the Jinja interpreter's files share - the arena, the
  * syntax tree, values and the render state.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/chat/jinja_lib.c: what templates call - Jinja2's filters and tests, the str /
  * dict / list methods an immutable sandbox allows, the globals Hugging Face adds
  * (raise_exception, strftime_now) with Jinja's own (namespace, range, dict), and tojson as

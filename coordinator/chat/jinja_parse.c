@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/chat/jinja_parse.c: a Jinja template into its syntax tree - the lexer (Jinja2's
  * rules with trim_blocks and lstrip_blocks: newlines normalized, the last one dropped, the
  * whitespace controls) and a recursive-descent parser with Jinja2's precedence. */

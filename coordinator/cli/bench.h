@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/bench.h: `shardlm bench`: micro-benchmarks of the pieces of a step, run
  * without a model. */
 #ifndef SHARDLM_COORD_BENCH_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/bench_kernels.c: `shardlm bench kernels` - each matrix kernel of this machine's
  * tables on one thread, on the shapes of a 1B-class model: GEMV in GB/s of weights streamed from
  * memory (as decode reads them), GEMM in GOP/s (2 M N K per product, as prefill runs them), next to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/bench_model.c: `shardlm bench -m MODEL` - prefill and decode speed through the
  * real engine (coordinator, workers, segments), printed in the table format of llama-bench, with
  * the bytes of weights a decode token reads, the machine's read bandwidth measured here, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/bench_sampler.c: `shardlm bench sampler`: what sampling costs per step of a
  * batch - the coordinator's share of a step that the scheduler's `--stats` reports, measured
  * alone over logits shaped like a model's. */

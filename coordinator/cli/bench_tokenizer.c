@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/bench_tokenizer.c: `shardlm bench tokenizer` - the encoding speed of a tokenizer
  * on English text made here, the same bytes every time, so that every vocabulary is timed on one
  * input. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cli.h: the commands of `shardlm` and what they share. Each command gets argv
  * starting at its own name, parses its options, runs, and returns the exit code: 0 ok, 1 failure
  * (one line "shardlm <command>: <what went wrong>" on stderr), 2 bad usage (that line and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cmd_bench.c: `shardlm bench`: which benchmark a command line names, and `shardlm
  * bench allreduce`: the latency of the shared-memory all-reduce of a tensor-parallel group, without
  * a model. Each case forks one process per rank, as the workers are, over a shared anonymous

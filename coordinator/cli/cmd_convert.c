@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cmd_convert.c: `shardlm convert` - options, the weight-path probe when no
  * --scheme is given, then coord_convert with its progress on stderr. */
 #include "calib.h"

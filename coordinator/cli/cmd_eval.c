@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cmd_eval.c: `shardlm eval` - options, then coord_eval. */
 #include "cli.h"
 #include "generate.h"

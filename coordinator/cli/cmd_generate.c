@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cmd_generate.c: `shardlm generate` - options, then coord_generate. */
 #include "cli.h"
 #include "generate.h"

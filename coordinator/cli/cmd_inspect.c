@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cmd_inspect.c: `shardlm inspect FILE` - architecture, config, scheme, tokenizer,
  * tensor table and sizes of a .shlm file or of any input `convert` reads, told apart by
  * coord_format_sniff(). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cmd_keygen.c: `shardlm keygen` - CURVE keys for workers off loopback. */
 #include "access.h"
 #include "cli.h"

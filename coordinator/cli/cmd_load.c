@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cmd_load.c: `shardlm load` - start the engine (building or finding the weights
  * segments), report, stop. */
 #include "cli.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cmd_serve.c: `shardlm serve` - options, then coord_serve. */
 #include "chat.h"
 #include "cli.h"

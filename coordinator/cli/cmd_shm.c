@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cmd_shm.c: `shardlm shm list|purge` - the segments in the runtime directory. */
 #include "cli.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cmd_synth.c: `shardlm synth` - options, the shapes' usage text, then coord_synth
  * with its layer counter on stderr. */
 #include "cli.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cmd_template.c: `shardlm template` - a chat template rendered over a request
  * read from stdin, for scripts and for checking a template against Jinja2 itself. */
 #include "cli.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/cmd_tokenize.c: `shardlm tokenize` - encode a text or decode ids with the
  * tokenizer of a tokenizer.bin, a GGUF, a tokenizer.json, a tokenizer blob or a .shlm file, told
  * apart by their content (coord_tok_from_image). */

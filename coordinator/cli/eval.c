@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/eval.c: fidelity against reference logits (KL divergence, top-1, perplexity). */
 #include "generate.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/generate.c: text generation through the scheduler, one prompt or many. */
 #include "generate.h"
 

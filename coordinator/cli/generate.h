@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/generate.h: `shardlm generate` and `shardlm eval` over the engine. */
 #ifndef SHARDLM_COORD_GENERATE_H
 #define SHARDLM_COORD_GENERATE_H

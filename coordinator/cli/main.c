@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/main.c: `shardlm` - the command table, the environment checks, dispatch. */
 #include "cli.h"
 

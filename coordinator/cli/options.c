@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/options.c: what the commands share - the engine options (layout, load, access,
  * restarts) and their parsing, the environment and log the engine gets, number parsing, the exit
  * code of a failed command. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/signals.c: SIGINT and SIGTERM, which set the engine's cancel flag. */
 #include "cli.h"
 

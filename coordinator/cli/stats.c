@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/cli/stats.c: the --stats report of the engine commands, from its accessors. */
 #include "cli.h"
 

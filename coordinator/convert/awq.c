@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/awq.c: activation-aware scaling (see quant.h).
  *
  * A layer's scales are searched when its first tensor is written (the file holds a layer's

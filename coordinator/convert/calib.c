@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/calib.c: calibration statistics from the model's own forward (see calib.h).
  *
  * The source is converted to a bf16 image in memory and run by worker/model.c in this process,

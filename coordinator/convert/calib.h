@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/calib.h: calibration for `shardlm convert --calib` - the model runs its own
  * forward (worker/model.c, in this process, over a bf16 image of the source) on calibration text
  * and collects, for the input of every linear layer, the per-channel mean square (llama.cpp's

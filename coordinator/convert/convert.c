@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/convert.c: `shardlm convert` below the CLI - a model source (GGUF file,
  * Hugging Face folder, llama2.c checkpoint + tokenizer.bin) laid out, encoded in a scheme and
  * written as a .shlm file, whole or not at all. */

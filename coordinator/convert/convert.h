@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/convert.h: `shardlm convert` below the CLI - a GGUF file, a Hugging Face
  * folder or a llama2.c checkpoint (+ tokenizer.bin) into a .shlm file. */
 #ifndef SHARDLM_COORD_CONVERT_H

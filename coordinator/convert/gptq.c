@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/gptq.c: GPTQ with static groups and act-order (see quant.h).
  *
  * In the rounding order p = 0..n-1 (columns perm[p]), write the dampened Hessian reversed,

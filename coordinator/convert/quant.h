@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/quant.h: how `shardlm convert` rounds a matrix to int4 - the methods, and
  * GPTQ. Every method writes the kernels' W4 layout (kernels/kn.h): only the codes and scales
  * differ, never the format. */

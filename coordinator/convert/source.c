@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source.c: model sources - the dispatch by content (format/sniff.c), and the
  * llama2.c checkpoint source. */
 #include "source.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source.h: model sources for `shardlm convert` - a llama2.c checkpoint, a
  * GGUF file or a Hugging Face directory - behind one interface: the config, the tokenizer to
  * store, and each tensor (in .shlm naming) as float32 rows. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source_gguf.c: the GGUF model source - llama, qwen2, gemma and spark
  * architectures; tensors F32, F16, BF16, Q8_0 and Q4_0 are dequantized as they are read. */
 #include "source.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source_hf.c: the Hugging Face model source - a directory with config.json
  * (format/hf_config.c), safetensors (one file or shards behind model.safetensors.index.json) and
  * tokenizer.json. Llama, Qwen2 and Gemma (1) architectures; tensors F32, F16 and BF16.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/synth.c: the synthetic model maker of `shardlm synth` - models at real
  * sizes, seeded random weights (normal, std 0.02; norms 1.0), GGUF F16, with a valid byte-level
  * BPE vocabulary, so benchmarks need no download. The llama-compatible shapes load in llama.cpp

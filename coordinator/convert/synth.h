@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/convert/synth.h: synthetic GGUF models for benchmarks and tests (`shardlm synth`,
  * whose options are cli/cmd_synth.c's). */
 #ifndef SHARDLM_COORD_SYNTH_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/access.c: endpoints, CURVE keys and the ZAP handler. */
 #include "access.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/access.h: who may talk to the coordinator's socket. */
 
 /* By default the socket is an ipc endpoint in the private runtime directory (0700, the socket

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/engine.c: the engine's API - start, step, stop. */
 #include "engine_internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/engine.h: the engine's API - start, step, stop over opaque state. */
 
 /* coord_engine_start() opens the .shlm file, plans the shards (shm/plan.h), finds or creates for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/engine_internal.h: the engine's state, shared by engine/'s files only. */
 
 /* Callers outside engine/ use engine.h's accessors.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/layout.c: where the workers run - ranks, NUMA nodes, CPUs, threads. */
 #include "layout.h"
 

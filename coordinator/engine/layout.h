@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/layout.h: where the workers run - ranks, NUMA nodes, CPUs, threads. */
 
 /* Default: one rank per NUMA node that has CPUs this process may use, each with all of them.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/link.c: the ZeroMQ link to the workers - socket, send, the receive loop. */
 
 /* Every wait goes through the one receive loop here; the messages the coordinator builds are

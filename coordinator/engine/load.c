@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/load.c: the streaming load of a .shlm file into the weights segments. */
 #include "load.h"
 

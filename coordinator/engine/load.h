@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/load.h: the streaming load of a .shlm file into the weights segments. */
 
 /* The file is read once, front to back, in jobs of whole rows of one tensor (at most

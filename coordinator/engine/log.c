@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/log.c: formatting a message for the log callback. */
 #include "log.h"
 

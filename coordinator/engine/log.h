@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/log.h: how the engine reports and stops - log callback, cancel flag. */
 
 /* Nothing below cli/ prints: every line the engine has to say (the weight path, a segment rebuilt,

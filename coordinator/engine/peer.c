@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/peer.c: what the coordinator makes of each message a worker sends. */
 #include "peer.h"
 

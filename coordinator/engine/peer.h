@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/peer.h: what the coordinator makes of each message a worker sends. */
 
 /* Checked before use; apart from the socket so that a fuzz target can feed it

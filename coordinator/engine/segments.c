@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/segments.c: the runtime directory, the weights, KV and exchange segments. */
 #include "engine_internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/stats.c: what the engine tells its caller - accessors, memory samples. */
 #include "engine_internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/engine/supervise.c: the worker processes - spawn, handshake, reap, recover, stop. */
 #include "engine_internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/gguf.h: GGUF files - the format and its hostile-input-safe reader
  * (gguf_read.c: metadata, tensor infos, dequantized rows); the writer is gguf_write.h's.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/gguf_read.c: the GGUF reader - a parser that trusts nothing in the image,
  * lookups of keys and tensors, typed getters, and tensor rows as float32.
  *

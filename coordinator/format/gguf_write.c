@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/gguf_write.c: the streaming GGUF writer (`shardlm synth`, the tests) -
  * metadata and tensor infos buffered, then the data streamed through one buffer into a
  * temporary file renamed over the output at the end. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/gguf_write.h: the streaming GGUF writer (gguf_write.c), for `shardlm synth`
  * and the tests; the format is described in gguf.h. */
 #ifndef SHARDLM_COORD_GGUF_WRITE_H

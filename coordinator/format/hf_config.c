@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/hf_config.c: the config.json parser of Hugging Face checkpoints (Llama,
  * Qwen2, Gemma 1): every field type-checked and range-checked, features the runtime lacks
  * refused by name. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/hf_config.h: a Hugging Face model's config.json - the architecture, sizes
  * and options of Llama, Qwen2 and Gemma (1) checkpoints as a .shlm config. */
 #ifndef SHARDLM_COORD_HF_CONFIG_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/llama2c.c: the llama2.c checkpoint reader (header checks, the weights
  * mapped in place); a file that is no model at all is told so here, llama2.c having no magic. */
 #include "llama2c.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/llama2c.h: reader of llama2.c checkpoints (the legacy float32 format of
  * run.c). Header: 7 int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size,
  * seq_len); a negative vocab_size means the classifier is stored separately at the end, else it

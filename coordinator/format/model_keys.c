@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/model_keys.c: settings read exactly or refused, and the table of settings
  * that change the computation and that the runtime lacks (see model_keys.h). */
 #include "model_keys.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/model_keys.h: the settings of a model file, read alike from GGUF metadata and
  * Hugging Face config.json - a value of any numeric type read exactly or refused, and one table of
  * the settings that change the computation and that the runtime does not have, each refused by

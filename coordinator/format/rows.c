@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/rows.c: stored row types (F32, F16, BF16, Q8_0, Q4_0) to float32. */
 #include "rows.h"
 

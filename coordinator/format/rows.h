@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/rows.h: the element types model files store rows in (F32, F16, BF16 and
  * ggml's Q8_0 and Q4_0 blocks) - their block shapes and their conversion to float32, one
  * implementation for the GGUF and safetensors readers.

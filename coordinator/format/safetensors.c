@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/safetensors.c: the safetensors reader that trusts nothing, and the file sets
  * of a model directory. */
 #include "safetensors.h"

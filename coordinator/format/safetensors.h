@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/safetensors.h: safetensors files - a hostile-input-safe reader (header,
  * tensor bounds, rows as float32) and the sets of files a Hugging Face directory holds
  * (model.safetensors, or shards listed by model.safetensors.index.json).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/sniff.c: a file's format by its content - one test per magic, in the order
  * every command applies them. */
 #include "sniff.h"

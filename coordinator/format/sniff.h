@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/format/sniff.h: which format a file holds, told apart by its content (magic bytes,
  * or a folder), for every command that takes "a model" or "a tokenizer". Each caller decides
  * which formats it accepts and what it tells the user about the others. */

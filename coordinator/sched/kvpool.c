@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/sched/kvpool.c: the KV block pool and its prefix cache. */
 #include "kvpool.h"
 

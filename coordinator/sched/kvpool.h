@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/sched/kvpool.h: the KV cache's blocks as the scheduler hands them out - reference
  * counts, a free list, and the prefix cache over full blocks. */
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/sched/sampler.c: sampling. */
 #include "sampler.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/sched/sampler.h: next-token sampling of one sequence: penalties, greedy,
  * temperature, top-k, nucleus (top-p), min-p, and log-probabilities. */
 #ifndef SHARDLM_COORD_SAMPLER_H

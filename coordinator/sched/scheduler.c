@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/sched/scheduler.c: continuous batching over the paged KV cache. */
 #include "scheduler.h"
 

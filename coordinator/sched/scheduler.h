@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/sched/scheduler.h: the scheduler - many sequences over one engine, continuous
  * batching over a paged KV cache with prefix caching, per-sequence sampling. */
 

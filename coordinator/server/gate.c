@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/server/gate.c: the listening socket, and each request's head looked at before
  * libmicrohttpd reads it (why: gate.h). One thread accepts; each new connection gets a thread
  * of its own until its head has come (libmicrohttpd then gives it another, its own). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/server/gate.h: the server's listening socket, and a look at each request's head
  * before libmicrohttpd reads it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/server/notify.c: sd_notify(3)'s protocol without libsystemd - one datagram per
  * state change to $NOTIFY_SOCKET (systemd.service(5), Type=notify; sd_notify(3), "Notes"). */
 #include "notify.h"

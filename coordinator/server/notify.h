@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/server/notify.h: readiness for a service manager - sd_notify(3)'s datagram
  * protocol, written anew (no libsystemd). systemd's Type=notify waits for "READY=1" on the
  * AF_UNIX datagram socket named by $NOTIFY_SOCKET before it calls the unit started.

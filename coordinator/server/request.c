@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/server/request.c: a completion request's JSON body into its parameters, every
  * field checked against what the scheduler takes (libFuzzer target: tests/fuzz/fuzz_request.c). */
 #include "request.h"

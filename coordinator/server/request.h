@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/server/request.h: the body of a completion request, parsed and checked. */
 #ifndef SHARDLM_COORD_REQUEST_H
 #define SHARDLM_COORD_REQUEST_H

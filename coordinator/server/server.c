@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/server/server.c: the HTTP server - requests parsed on their connection's thread
  * (libmicrohttpd, one thread per connection), handed to the thread that drives the scheduler,
  * and their tokens handed back through a buffer per request.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/server/server.h: `shardlm serve` - an OpenAI-compatible HTTP front end on the
  * scheduler (libmicrohttpd, one thread per connection; the calling thread runs the steps). */
 #ifndef SHARDLM_COORD_SERVER_H

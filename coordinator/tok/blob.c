@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/tok/blob.c: the stored tokenizer: the blob coord_tok_save() writes into a .shlm
  * (tok_kind 2; its layout in tokenizer.h) and coord_tok_load() parses back, trusting nothing, and
  * coord_tok_from_shlm(), which reads whichever kind a .shlm holds. */

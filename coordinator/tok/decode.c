@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/tok/decode.c: ids to text: the decoded text of each token (built once), a token's
  * text after the one before it, and UTF-8 output streamed piece by piece. */
 #include "tok_internal.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/tok/encode.c: text to ids: the special-token partition, the regex pre-tokenizer,
  * the merger (SPM by score, BPE by rank, llama2.c's run.c rules) over a word cache, and
  * coord_tok_encode_ex(). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/tok/from_gguf.c: the tokenizer a GGUF file describes (tokenizer.ggml.*): model
  * "llama" (SentencePiece) or "gpt2" (byte-level BPE after llama.cpp's pre-tokenizer regexes). */
 #include "tok_internal.h"

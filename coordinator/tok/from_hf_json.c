@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/tok/from_hf_json.c: the tokenizer of a Hugging Face tokenizer.json: model BPE,
  * byte-level or SentencePiece-style (normalizers, pre-tokenizers), added tokens, and the special
  * ids of its post-processor. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/tok/from_llama2c.c: the tokenizer of a llama2.c tokenizer.bin (int32
  * max_token_length, then per token: float score, int32 length, bytes), with run.c's rules. */
 #include "tok_internal.h"

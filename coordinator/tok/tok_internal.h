@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/tok/tok_internal.h: what the tokenizer's files share and callers never see: the
  * builders' common input (struct tok_src, tok_finish()), the lookups into the tables tok_finish()
  * builds, and UTF-8 helpers. The lookups and UTF-8 steps run per character of a text, so they are

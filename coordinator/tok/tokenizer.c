@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/tok/tokenizer.c: the tokenizer itself: tok_finish() (what every source's builder
  * ends with), its tables, coord_tok_free(), and coord_tok_from_image() (which source a file is).
  *

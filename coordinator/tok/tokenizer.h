@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/tok/tokenizer.h: tokenizers - one type, three algorithms, several sources.
  *
  *   COORD_TOK_SPM_LLAMA2C  llama2.c tokenizer.bin: SentencePiece BPE by piece score, plain ' '

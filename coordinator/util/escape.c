@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/util/escape.c: strings from files and clients made safe for a terminal or a log
  * line - a model's name, architecture or chat template must not move the cursor, clear the
  * screen or start a forged line. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/util/util.c: small shared helpers. */
 #include "util.h"
 #include "fault.h"

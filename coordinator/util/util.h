@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coordinator/util/util.h: small shared helpers - files opened, read, mapped and written whole;
  * RssAnon; medians; integer parsing. */
 #ifndef SHARDLM_COORD_UTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/arch/kn_prefetch.h: the software prefetch of each kn_pf mode (kernels/kn_prefetch.c),
  * for the GEMV loops of the SIMD tables to inline with the mode a constant: one call per cache
  * line of the weight stream. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/arch/kn_rows.h: the one loop of the row formats' matrix products (f32, bf16), for
  * each SIMD table to instantiate over its own row dots. */
 #ifndef SHARDLM_KN_ROWS_H

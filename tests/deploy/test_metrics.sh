@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # /metrics against Prometheus' own checker: tests/deploy/test_metrics.sh SHARDLM MODEL.shlm PROMTOOL
 #
 # Starts `shardlm serve`, sends a plain, a streamed, a chat and a refused request, and while a

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Two hosts behind HAProxy: tests/deploy/test_multihost.sh SHARDLM_BINARY MODEL.shlm
 #
 # Three network namespaces of its own: h1 and h2 each run `shardlm serve` on MODEL (10.231.1.2

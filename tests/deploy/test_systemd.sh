@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The systemd unit of `shardlm serve` (deploy/systemd/): tests/deploy/test_systemd.sh SHARDLM MODEL
 #
 # 1. `systemd-analyze verify` on shardlm@.service, its /usr/bin/shardlm pointed at the build:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Frames of the protocol fuzz targets (fuzz_worker, fuzz_coord): a 2-byte little-endian length,
  * then that many bytes of an Envelope. */
 #ifndef SHARDLM_FUZZ_FRAMES_H

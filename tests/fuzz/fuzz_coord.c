@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target for the coordinator's side of the protocol (coordinator/peer.c): what it makes of
  * each message a worker sends, as wait_any() and the handshake, step and recovery loops use it.
  *

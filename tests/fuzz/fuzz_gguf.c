@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target for the GGUF reader (coordinator/format/gguf_read.c): the bytes are a whole image.
  *
  * A refused image must leave a one-line message and an empty struct. When gguf_parse() accepts,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target for the Hugging Face config.json parser (coordinator/format/hf_config.c).
  *
  * Input: config.json text. What coord_hf_config_parse() accepts must be a config the rest of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target for the Envelope decoder (the generated proto/shardlm.pb-c.c over libprotobuf-c),
  * which proto_recv() runs on every frame a peer sends.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target for the completion request parser (coordinator/server/request.c), each input
  * read as a completion and as a chat completion.
  *

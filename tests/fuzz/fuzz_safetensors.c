@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target for the safetensors header parser (coordinator/format/safetensors.c).
  *
  * Input: a safetensors image. When st_parse() accepts it, every tensor is looked up by name and

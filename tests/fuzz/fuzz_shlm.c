@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target for the .shlm parser (shm/shlm.c): the bytes are a whole image.
  *
  * Pass 1 parses them as they are. Nearly every mutation breaks file_bytes or the header checksum,

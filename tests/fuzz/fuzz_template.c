@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target for the Jinja interpreter (coordinator/chat/jinja*.c) and the chat layer over it.
  *
  * Input: a template, then optionally a NUL byte and a JSON messages list (else a fixed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target for the tokenizer blob parser (coordinator/tok/blob.c, coord_tok_load: .shlm
  * tok_kind 2) and the encoder over what it accepts.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target for the tokenizer.bin parser and the encoder over what it accepts
  * (coordinator/tok/from_llama2c.c, encode.c, decode.c).
  *

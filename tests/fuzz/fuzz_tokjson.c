@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target for the Hugging Face tokenizer.json builder (coordinator/tok/from_hf_json.c,
  * coord_tok_from_hf_json).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target for the worker's message handlers (worker/serve.c): what a worker does with each
  * message its coordinator sends.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Writes the seed corpora of the fuzz targets (checked in under tests/fuzz/corpus/, regenerate
  * with: build/tests/fuzz/fuzz_gen_corpus tests/fuzz/corpus models/stories260K/tok512.bin).
  *

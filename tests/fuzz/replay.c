@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Corpus replay for builds without libFuzzer: runs LLVMFuzzerTestOneInput over every regular file
  * of the folder argv[1] (or over the files named as arguments), so each fuzz target is a ctest
  * over its checked-in seeds and corrupt inputs. A crash or a sanitizer report fails the test; a

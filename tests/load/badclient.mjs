@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: MIT
 // Misbehaving clients for tests/load/faults.sh, on Node's built-in modules only. Each prints
 // one JSON line with what the server did.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Faults under load for `shardlm serve`: tests/load/faults.sh SHARDLM_BINARY MODEL.shlm
 #
 # Starts a server on a free port and runs tests/load/loadgen.mjs against it (64 streaming

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: MIT
 // Worker kills under load for tests/load/restarts.sh, on Node's built-in modules only: clients of
 // `shardlm serve` and the kills, timed by what the clients see rather than by sleeps. Prints one
 // JSON object with every client's ending.

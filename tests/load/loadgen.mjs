@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: MIT
 // A bounded load generator for `shardlm serve`: N clients, each sending its next streaming
 // /v1/completions request when the previous one ends, until --requests have been sent.
 // Records per request the status, time to first token, inter-token gaps, tokens (from the usage

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Worker deaths under load for `shardlm serve`: tests/load/restarts.sh SHARDLM_BINARY MODEL.shlm
 #
 # 1. --restarts 3, 16 greedy streams of 480 tokens: the worker is SIGKILLed, then its

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # shardlm serve against llama.cpp's (or ik_llama.cpp's) llama-server under the same load:
 # tests/load/loadgen.mjs with 1, 4 and 16 streaming clients, the same prompts and max_tokens,
 # the servers alternating per round; one JSON line per (round, server, clients) on stdout.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The two ways to run one model on one host, side by side (docs/deploy.md, "NUMA topologies"):
 #   tp: one `shardlm serve`, one tensor-parallel worker per CPU set (--workers N --cpus A:B)
 #   dp: N independent `shardlm serve` replicas, one per CPU set, behind HAProxy

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs one command in a small QEMU guest with N NUMA nodes, so that multi-node layouts (one worker
 # per node, mbind placement, pinning) are tested on a host with one node.
 #
@@ -22,7 +23,7 @@
 # ~/.cache/shardlm/guest otherwise. Later runs need neither the network nor root.
 set -euo pipefail
 
-usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
+usage() { sed -n '3,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 die() { echo "guest: $*" >&2; exit 125; }
 
 nodes=2 cpn=1 mem=1024 timeout_s=600

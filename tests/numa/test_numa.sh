@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # ctest's test_numa_2nodes and test_numa_4nodes: test_numa in a QEMU guest with NODES NUMA nodes of
 # one CPU each (tests/numa/guest.sh), on the f32 stories260K model converted here.
 #

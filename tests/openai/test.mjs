@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: MIT
 // `shardlm serve` driven by a real client, the official `openai` npm package (pinned in
 // package-lock.json; `npm ci --prefix tests/openai` installs it). Converts the bundled stories260K
 // model to w4a8, starts the server on a free port with an API key and a chat template that renders

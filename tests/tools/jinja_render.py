@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Render a chat template as Hugging Face transformers does (the reference for shardlm's renderers).
    jinja_render.py TEMPLATE.jinja BOS EOS < request.json
    request: {"messages": [...], "add_generation_prompt": bool (default true),

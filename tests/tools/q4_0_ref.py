@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Rounds a llama2.c checkpoint's weight matrices through llama.cpp's Q4_0 grid, written anew from
 its description (ggml's quantize_row_q4_0_ref and dequantize_row_q4_0), and writes the checkpoint
 back in float32: what llama.cpp's plain Q4_0 does to the same model, to compare our 4-bit schemes

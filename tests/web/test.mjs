@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: MIT
 // The chat page at GET / (coordinator/server/page/index.html) in headless Chromium (Debian's
 // `chromium`, driven by playwright-core) against a real `shardlm serve`:
 //

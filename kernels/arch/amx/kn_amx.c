@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/arch/amx/kn_amx.c: the AMX table. Tile GEMMs of at least AMX_MIN_M tokens run on the tile
  * unit: W4A8 on TDPBSUD (signed int8 activations x unsigned 4-bit codes widened to bytes), W4A16
  * on TDPBF16PS (see mm_w4a16t_amx); everything else, decode's M = 1 included, is the AVX-512

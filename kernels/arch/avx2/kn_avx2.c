@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/arch/avx2/kn_avx2.c: the AVX2 table (AVX2, FMA, F16C) for x86 servers without AVX-512.
  *
  * W4A8 tiles: VPMADDUBSW multiplies the unsigned 4-bit codes by the signed int8 activations and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/arch/avx512/kn_avx512.c: the AVX-512 table (F, BW, VL, VNNI, BF16 with FMA and F16C).
  *
  * Every matrix product is one function per weight format that computes a (m, n1 - n0) block.

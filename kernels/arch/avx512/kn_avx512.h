@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/arch/avx512/kn_avx512.h: lane masks shared by the tables built on AVX-512 (avx512,
  * amx). */
 #ifndef SHARDLM_KN_AVX512_H

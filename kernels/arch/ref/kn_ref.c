@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/arch/ref/kn_ref.c: scalar reference for every operation. No intrinsics: this file defines
  * what each SIMD variant must compute, and the tests hold them to it. */
 #include "kn_ref.h"

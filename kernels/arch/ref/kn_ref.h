@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/arch/ref/kn_ref.h: the scalar reference kernels, callable directly (tests, small ops). */
 #ifndef SHARDLM_KN_REF_H
 #define SHARDLM_KN_REF_H
