@@ -2,7 +2,8 @@
 # tests/script_lib.sh: what the script tests of a running server share (tests/load/faults.sh,
 # tests/deploy/test_*.sh). Sourced after `set -euo pipefail`:
 #   . "$(dirname "$0")/../script_lib.sh"; script_args "$@"
-# gives BIN and MODEL (absolute), check NAME OK DETAIL counting FAILS, and kill_server PID.
+# gives BIN and MODEL (absolute), check NAME OK DETAIL counting FAILS, start_server LOG [options]
+# and kill_server PID.
 
 # script_args SHARDLM_BINARY MODEL.shlm: the two arguments every such test takes
 script_args() {
@@ -32,4 +33,26 @@ kill_server() {
     local w
     for w in $(pgrep -P "$1"); do kill -KILL "$w" 2>/dev/null; done
     kill -KILL "$1" 2>/dev/null
+}
+
+# start_server LOG [serve options]: `shardlm serve -m MODEL --port 0` in the background, its
+# output in LOG; once it serves, SRV is its pid, PORT its port and URL its address (a server
+# that does not serve within 30 s fails the test, its log printed)
+start_server() {
+    local log=$1
+    shift
+    "$BIN" serve -m "$MODEL" --port 0 "$@" >"$log" 2>&1 &
+    SRV=$!
+    for _ in $(seq 300); do
+        grep -q 'shardlm: serving' "$log" && break
+        kill -0 "$SRV" 2>/dev/null || break
+        sleep 0.1
+    done
+    if ! grep -q 'shardlm: serving' "$log"; then
+        echo "FAIL start: the server did not start serving within 30 s:"
+        cat "$log"
+        exit 1
+    fi
+    PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$')
+    URL=http://127.0.0.1:$PORT
 }

@@ -64,26 +64,8 @@ post() { # post BODY_FILE [curl options]: prints the status (000: no answer)
         --data-binary @"$f" "$@" "$URL/v1/completions" || true
 }
 
-start_server() {
-    "$BIN" serve -m "$MODEL" --port 0 --max-waiting 40 --drain-seconds "$DRAIN_SECONDS" \
-        >"$WORK/server.log" 2>&1 &
-    SRV=$!
-    for _ in $(seq 300); do
-        grep -q 'shardlm: serving' "$WORK/server.log" && break
-        kill -0 "$SRV" 2>/dev/null || break
-        sleep 0.1
-    done
-    if ! grep -q 'shardlm: serving' "$WORK/server.log"; then
-        echo "FAIL start: the server did not start serving within 30 s:"
-        cat "$WORK/server.log"
-        exit 1
-    fi
-    PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$WORK/server.log" | grep -o '[0-9]*$')
-    URL=http://127.0.0.1:$PORT
-}
-
 # ---- 1. faults under load ----
-start_server
+start_server "$WORK/server.log" --max-waiting 40 --drain-seconds "$DRAIN_SECONDS"
 FD0=$(nfds)
 echo "server $SRV on $URL, $FD0 fds; load for ${LOAD_SECONDS} s"
 node "$HERE/loadgen.mjs" --url "$URL" --clients 64 --requests 1000000 --duration "$LOAD_SECONDS" \

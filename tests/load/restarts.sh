@@ -48,25 +48,6 @@ jget() { # jget FILE EXPR: a field of the one JSON object in FILE ('j' in EXPR)
     node -e 'const fs=require("fs");const j=JSON.parse(fs.readFileSync(process.argv[1],"utf8").trim().split("\n").pop());const v=eval(process.argv[2]);console.log(typeof v==="object"?JSON.stringify(v):v)' "$1" "$2"
 }
 
-start_server() { # start_server LOG [options]
-    local log=$1
-    shift
-    "$BIN" serve -m "$MODEL" --port 0 --no-persist "$@" >"$log" 2>&1 &
-    SRV=$!
-    for _ in $(seq 300); do
-        grep -q 'shardlm: serving' "$log" && break
-        kill -0 "$SRV" 2>/dev/null || break
-        sleep 0.1
-    done
-    if ! grep -q 'shardlm: serving' "$log"; then
-        echo "FAIL start: the server did not start serving within 30 s:"
-        cat "$log"
-        exit 1
-    fi
-    PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$')
-    URL=http://127.0.0.1:$PORT
-}
-
 wait_exit() { # wait_exit SECONDS: the server's exit status into RC (empty: still running)
     RC=""
     for _ in $(seq $(($1 * 10))); do
@@ -92,7 +73,7 @@ nothing_left() { # nothing_left NAME: no worker of ours runs, the runtime direct
 restart_case() { # restart_case NAME [server options]: the checks of case 1 under NAME-...
     local n=$1 log=$WORK/$1.log J=$WORK/$1.json D
     shift
-    start_server "$log" --restarts 3 "$@"
+    start_server "$log" --no-persist --restarts 3 "$@"
     echo "server $SRV on $URL (--restarts 3 $*)"
     node "$HERE/killclient.mjs" restart --url "$URL" --pid "$SRV" --clients 16 --max-tokens $TOKENS \
         --kill-after 50 --delays-ms 0,20 >"$J" 2>"$WORK/$n.err" || true
@@ -124,7 +105,7 @@ restart_case restart-2w --workers 2 --threads 1
 
 # ---- 2. --restarts 0: the engine is lost; every client hears of it ----
 LOG2=$WORK/lost.log
-start_server "$LOG2" --restarts 0
+start_server "$LOG2" --no-persist --restarts 0
 echo "server $SRV on $URL (--restarts 0)"
 node "$HERE/killclient.mjs" lost --url "$URL" --pid "$SRV" --clients 16 --waiting 4 \
     --max-tokens $TOKENS --kill-after 50 >"$WORK/lost.json" 2>"$WORK/lost.err" || true
