@@ -755,7 +755,12 @@ static void drive(pid_t pid, void *arg)
     assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 19\r\n"
                    "Transfer-Encoding: chunked\r\n\r\n13\r\n{\"content\": \"Once\"}\r\n0\r\n\r\n");
 
-    /* the same for the second request of a kept-alive connection */
+    assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length : 19\r\n\r\n"
+                   "{\"content\": \"Once\"}"); /* RFC 9112 section 5.1 */
+    assert_one_400("POST /tokenize HTTP/1.1\nHost: x\nContent-Length: -5\n\n{}"); /* bare LFs */
+
+    /* a kept-alive connection's later request: its two lengths are refused by the handler (an
+     * unparseable one gets libmicrohttpd's own 400, which the gate cannot see: gate.h) */
     fd = connect_server();
     assert_true(fd >= 0);
     static const char first[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -767,17 +772,44 @@ static void drive(pid_t pid, void *arg)
         assert_true(n > 0);
         kl += (size_t)n;
     }
-    static const char second[] =
-        "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}";
+    static const char second[] = "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 19\r\n"
+                                 "Content-Length: 2\r\n\r\n{\"content\": \"Once\"}";
     send_all(fd, second, sizeof(second) - 1);
     size_t rl;
     char *raw = read_raw(fd, &rl);
     if (raw_status(raw) != 400 || strstr(raw + 1, "HTTP/1."))
-        fprintf(stderr, "kept alive, then a bad Content-Length:\n%s\n", raw);
+        fprintf(stderr, "kept alive, then two Content-Lengths:\n%s\n", raw);
     assert_int_equal(raw_status(raw), 400);
     assert_null(strstr(raw + 1, "HTTP/1."));
     assert_non_null(strstr(raw, "\"error\":{"));
     free(raw);
+
+    /* pipelined requests (sent in one write) and a head with bare LFs are all answered at once,
+     * not after the 15 s a request has to arrive */
+    static const struct {
+        const char *req;
+        int answers;
+    } prompt_ones[] = {
+        {"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+         "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+         3},
+        {"GET /health HTTP/1.1\nHost: x\nConnection: close\n\n", 1},
+    };
+    for (size_t i = 0; i < sizeof(prompt_ones) / sizeof(prompt_ones[0]); i++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        raw = raw_exchange(prompt_ones[i].req, false, &rl);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        int answers = 0;
+        for (const char *h = raw; (h = strstr(h, "HTTP/1.1 200 OK\r\n")); h++)
+            answers++;
+        if (answers != prompt_ones[i].answers || took > 5)
+            fprintf(stderr, "--- sent\n%s\n--- got in %.1f s\n%s\n", prompt_ones[i].req, took, raw);
+        assert_int_equal(answers, prompt_ones[i].answers);
+        assert_true(took < 5); /* 15 s when the server waited for a head it already had */
+        free(raw);
+    }
 
     /* HEAD is GET without the body, on every GET route; /health and the page need no key */
     assert_head_like_get("/health", true);

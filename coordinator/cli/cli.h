@@ -84,8 +84,8 @@ int coord_cmd_bench(int argc, char **argv);
     "                  of prompts (default 256)\n"                                                 \
     "  --kv-tokens N   positions of KV cache all sequences share, in blocks of 16 (default: a\n"   \
     "                  context per sequence, within half the memory free on the node); more\n"     \
-    "                  than the memory available holds, or with --no-prefix-cache more than\n"     \
-    "                  --max-seqs contexts, is capped there, said on stderr (past the\n"           \
+    "                  than 7/8 of the memory available holds, or with --no-prefix-cache more\n"   \
+    "                  than --max-seqs contexts, is capped there, said on stderr (past the\n"      \
     "                  contexts, blocks keep cached prefixes)\n"                                   \
     "  --kv-mem SIZE   the KV cache in bytes over all workers instead (suffix K, M or G)\n"        \
     "  --no-prefix-cache\n"                                                                        \

@@ -277,8 +277,8 @@ static uint64_t kv_room(const struct coord_engine *g, const char **what)
     return room;
 }
 
-/* The KV cache's blocks into g->kv_blocks, from the options (engine.h). Never more than the
- * memory available holds (a pool of 2^27 blocks for a 512-token context cost the coordinator
+/* The KV cache's blocks into g->kv_blocks, from the options (engine.h). Never more than 7/8 of
+ * the memory available holds (a pool of 2^27 blocks for a 512-token context cost the coordinator
  * 1.6 GB of block bookkeeping), nor, without a prefix cache, than max_seqs whole contexts
  * (blocks past them no sequence can use; with the cache they keep prefixes); a request past
  * either is capped, and the log says so in one line. Returns 0, or -ENOMEM when not one block
@@ -322,12 +322,15 @@ static int kv_size(struct coord_engine *g, const struct coord_engine_opts *o, st
                    g->max_seqs > 1 ? "are" : "is");
         n = whole;
     }
-    if (*asked && n > room / bb) {
+    /* an eighth of the room kept for everything else: the pool is reserved as it is used, and
+     * with the prefix cache it does fill up in time */
+    uint64_t most = (room - room / 8) / bb;
+    if (*asked && n > most) {
         coord_logf(&g->log, COORD_LOG_WARN,
-                   "%s: capped at %llu positions (%llu blocks, %.1f MiB): %s holds no more", asked,
-                   (unsigned long long)(room / bb) * COORD_KV_BLOCK,
-                   (unsigned long long)(room / bb), (double)(room / bb * bb) / 1048576.0, what);
-        n = room / bb;
+                   "%s: capped at %llu positions (%llu blocks, %.1f MiB): 7/8 of %s holds no more",
+                   asked, (unsigned long long)most * COORD_KV_BLOCK, (unsigned long long)most,
+                   (double)(most * bb) / 1048576.0, what);
+        n = most ? most : 1;
     }
     g->kv_blocks = n > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)n;
     coord_logf(&g->log, COORD_LOG_DEBUG,

@@ -34,24 +34,44 @@ struct pending {
     uint64_t since;
 };
 
+/* Whether header line [@p, @e) names field @name (lower case, with its colon). */
+static bool field_is(const char *p, const char *e, const char *name)
+{
+    size_t n = strlen(name);
+    return (size_t)(e - p) >= n && !strncasecmp(p, name, n);
+}
+
 const char *coord_gate_head_error(const char *head, size_t len)
 {
     const char *p = head, *end = head + len;
     const char *line_end = memchr(p, '\n', len); /* the request line */
     if (!line_end)
         return NULL;
+    unsigned lengths = 0, encodings = 0;
+    const char *first = NULL; /* the first Content-Length's digits, without leading zeros */
+    size_t first_n = 0;
     for (p = line_end + 1; p < end; p = line_end + 1) {
         line_end = memchr(p, '\n', (size_t)(end - p));
         if (!line_end)
             line_end = end;
-        static const char name[] = "content-length:";
-        size_t n = (size_t)(line_end - p);
-        if (n < sizeof(name) - 1 || strncasecmp(p, name, sizeof(name) - 1))
+        const char *e = line_end;
+        if (e > p && e[-1] == '\r')
+            e--;
+        if (e == p) /* the blank line that ends the head */
+            break;
+        const char *colon = memchr(p, ':', (size_t)(e - p));
+        if (colon && colon > p && (colon[-1] == ' ' || colon[-1] == '\t'))
+            return "whitespace between a header field's name and its colon (RFC 9112 section "
+                   "5.1)";
+        if (field_is(p, e, "transfer-encoding:"))
+            encodings++;
+        if (!field_is(p, e, "content-length:"))
             continue;
-        const char *v = p + sizeof(name) - 1, *ve = line_end;
+        lengths++;
+        const char *v = colon + 1, *ve = e;
         while (v < ve && (*v == ' ' || *v == '\t'))
             v++;
-        while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t'))
+        while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
             ve--;
         size_t digits = 0;
         while (v + digits < ve && v[digits] >= '0' && v[digits] <= '9')
@@ -62,10 +82,34 @@ const char *coord_gate_head_error(const char *head, size_t len)
             v++;
             digits--;
         }
-        if (digits > 19 || (digits == 19 && memcmp(v, "18446744073709551615", 19) > 0))
+        if (digits > 19) /* 10^19 bytes and more: past any body, and past what a u64 holds */
             return "Content-Length: past any body this server takes";
+        if (!first) {
+            first = v;
+            first_n = digits;
+        } else if (digits != first_n || memcmp(v, first, digits)) {
+            return "Content-Length: two different values";
+        }
     }
+    if (lengths && encodings)
+        return "Transfer-Encoding and Content-Length together: send one of them";
     return NULL;
+}
+
+size_t coord_gate_head_len(const char *buf, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (buf[i] == '\r' || buf[i] == '\n')) /* empty lines before the request line */
+        i++;
+    for (; i < n; i++) {
+        if (buf[i] != '\n')
+            continue;
+        if (i + 1 < n && buf[i + 1] == '\n')
+            return i + 2;
+        if (i + 2 < n && buf[i + 1] == '\r' && buf[i + 2] == '\n')
+            return i + 3;
+    }
+    return 0;
 }
 
 const char *coord_gate_screen(int fd, uint64_t deadline_ns, const int *stop)
@@ -84,9 +128,9 @@ const char *coord_gate_screen(int fd, uint64_t deadline_ns, const int *stop)
             continue;
         if (n <= 0) /* its end, or an error: libmicrohttpd sees it too */
             break;
-        const char *end = memmem(buf, (size_t)n, "\r\n\r\n", 4);
-        if (end) {
-            why = coord_gate_head_error(buf, (size_t)(end - buf) + 2);
+        size_t head = coord_gate_head_len(buf, (size_t)n);
+        if (head) {
+            why = coord_gate_head_error(buf, head);
             break;
         }
         if (n == COORD_GATE_HEAD_MAX)
@@ -201,7 +245,8 @@ int coord_gate_start(struct coord_gate **out, const struct coord_gate_opts *o)
     if (!g)
         return -ENOMEM;
     g->o = *o;
-    g->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* non-blocking: a connection gone between poll() and accept4() must not block the stop */
+    g->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     int one = 1, rc;
     struct sockaddr_in a;
     socklen_t alen = sizeof(a);

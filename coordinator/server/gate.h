@@ -7,8 +7,10 @@
  * (transmit_error_response_len() builds the header, then the state machine builds it again),
  * and never calls the handler. So the server accepts the connections itself: the gate peeks
  * (MSG_PEEK: nothing consumed) at a connection's first request head, then hands the socket over
- * (MHD_add_connection) or answers the 400 itself; the next requests of a kept-alive connection
- * are peeked at the same way between two requests (coord_gate_screen()). */
+ * (MHD_add_connection) or answers the 400 itself. The next requests of a kept-alive connection
+ * are not peeked at: libmicrohttpd may hold them already (read with a body, or pipelined), so a
+ * later one with an unparseable Content-Length still gets libmicrohttpd's reply (a 400 whose
+ * header comes twice); the server's handler refuses its other framing faults. */
 #ifndef SHARDLM_COORD_GATE_H
 #define SHARDLM_COORD_GATE_H
 
@@ -43,11 +45,17 @@ int coord_gate_port(const struct coord_gate *g);
 /* Stops accepting, closes what it still looks at, waits for its threads, frees @g. */
 void coord_gate_stop(struct coord_gate *g);
 
-/* Why the request head @head (@len bytes, up to its blank line) cannot be delimited: a
- * Content-Length that is not one decimal number (RFC 9112 section 6.3), or NULL. */
+/* Why the request head @head (@len bytes, up to its blank line) must be refused, or NULL: its
+ * body cannot be delimited for sure (RFC 9112 section 6.3: a Content-Length that is not one
+ * decimal number, two different ones, one with Transfer-Encoding) or a field name ends in
+ * whitespace (section 5.1). A proxy in front might read such a head otherwise than we do. */
 const char *coord_gate_head_error(const char *head, size_t len);
 
-/* Waits for the head of the next request on @fd (peeked, left for libmicrohttpd) until
+/* The length of the request head at the start of @buf (@n bytes) up to and including its blank
+ * line (CRLF or a bare LF, as libmicrohttpd takes both), or 0 while it is not all there. */
+size_t coord_gate_head_len(const char *buf, size_t n);
+
+/* Waits for the head of the first request on @fd (peeked, left for libmicrohttpd) until
  * @deadline_ns (shardlm_now_ns()) or *@stop (read with __atomic_load_n()). Returns its error as
  * coord_gate_head_error() says, or NULL: it passed, or no whole head came (the connection ended,
  * the time ran out, the head is longer than COORD_GATE_HEAD_MAX): libmicrohttpd deals with that. */

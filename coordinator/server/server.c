@@ -38,6 +38,8 @@
 
 #define BODY_MAX (1u << 20) /* bytes of a request body */
 #define WAIT_MS 100         /* a waiting connection checks its client this often */
+/* a half-closed client is probed again this often: one that reads on may close for good later */
+#define PROBE_NS 2000000000ull
 #define CONN_TIMEOUT_S 30   /* a connection idle this long is closed */
 /* A request's header and body must arrive within this many seconds of the connection's accept
  * (or of its previous response): a client that trickles them a byte at a time (slowloris) is
@@ -110,7 +112,8 @@ struct sreq {
     int last_token;            /* the token before the next one (for its piece), -1 */
     bool role_sent;            /* a chat stream: the first chunk (the role) is out */
     bool http11;               /* the client speaks HTTP/1.1: it takes a 1xx before the answer */
-    bool probed, ping;         /* its FIN was answered with a probe; a stream's is to go out */
+    uint64_t probed_ns;        /* when its FIN was last answered with a probe (0: never) */
+    bool ping;                 /* a stream's probe is to go out */
     size_t text_off;           /* bytes of the tokens' pieces so far (logprobs' text_offset) */
     json_t *lp;                /* a plain response's logprobs object, filled token by token */
     pthread_cond_t cv;
@@ -151,7 +154,6 @@ struct srv {
     volatile sig_atomic_t engine_cancel;
     int loaded; /* __atomic: the load is over (the relay ends) */
     struct MHD_Daemon *d;
-    int gate_stop; /* __atomic: connections waiting for their next request stop waiting */
 };
 
 /* ---- requests ---- */
@@ -577,16 +579,18 @@ static const char probe_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
  * A client may shut down its writing side once its request is sent and still read the answer
  * (RFC 9112 section 9.6), and a FIN looks the same whether it did that or closed: so the first
  * FIN is answered with a probe - a 100 Continue before the answer, an SSE comment within a
- * stream (then set @p->ping for stream_read) - that a closed socket answers with a reset. An
- * HTTP/1.0 client cannot take a 1xx: its FIN is its leaving. */
+ * stream (then set @p->ping for stream_read) - that a closed socket answers with a reset; and
+ * again every PROBE_NS, since it may close for good while it waits. An HTTP/1.0 client cannot
+ * take a 1xx: its FIN is its leaving. */
 static bool wait_step(struct sreq *p, bool streaming)
 {
     struct srv *s = p->s;
     if (s->ready < 0)
         return false;
     enum client_state cs = client_state(p->fd);
-    if (cs == CLIENT_HALF_CLOSED && !p->probed) {
-        p->probed = true;
+    uint64_t now = shardlm_now_ns();
+    if (cs == CLIENT_HALF_CLOSED && (!p->probed_ns || now - p->probed_ns >= PROBE_NS)) {
+        p->probed_ns = now;
         if (streaming) {
             p->ping = true;
             return true;
@@ -706,6 +710,7 @@ struct framing {
     int n_length, n_encoding;
     const char *length; /* the first Content-Length */
     bool lengths_differ;
+    bool spaced_name; /* a field name that ends in whitespace: libmicrohttpd keeps it apart */
 };
 
 static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -713,6 +718,9 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
 {
     struct framing *f = cls;
     (void)kind;
+    size_t n = strlen(key);
+    if (n && (key[n - 1] == ' ' || key[n - 1] == '\t'))
+        f->spaced_name = true;
     if (!strcasecmp(key, "Content-Length")) {
         if (f->n_length++ && strcmp(value, f->length))
             f->lengths_differ = true;
@@ -730,6 +738,8 @@ static const char *framing_error(struct MHD_Connection *c)
 {
     struct framing f = {0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.spaced_name)
+        return "whitespace between a header field's name and its colon (RFC 9112 section 5.1)";
     if (f.n_encoding && f.n_length)
         return "Transfer-Encoding and Content-Length together: send one of them";
     if (f.lengths_differ)
@@ -1391,8 +1401,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
      * status are GET's) */
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/health") && get) {
+        char lost[sizeof(s->lost)];
         pthread_mutex_lock(&s->mu);
         int ready = s->ready;
+        memcpy(lost, s->lost, sizeof(lost)); /* engine_lost() writes it under the lock */
         pthread_mutex_unlock(&s->mu);
         return send_json(c, ready == 1 ? 200 : 503,
                          json_pack("{s:s,s:s*}", "status",
@@ -1400,7 +1412,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                                    : ready == 0           ? "loading"
                                    : ready == ENGINE_LOST ? "failed"
                                                           : "stopping",
-                                   "error", ready == ENGINE_LOST ? s->lost : NULL));
+                                   "error", ready == ENGINE_LOST ? lost : NULL));
     }
     if (!strcmp(url, "/metrics") && get) /* for the scraper, like /health: no key */
         return metrics(s, c);
@@ -1443,34 +1455,20 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                       url);
 }
 
-/* After a request: a connection kept alive has the head of its next one looked at before
- * libmicrohttpd reads it (as the gate looks at a connection's first). */
+/* After a request. The next request of a kept-alive connection is not peeked at as its first
+ * was (gate.h): libmicrohttpd may have read it already, with the body before it or in one
+ * packet with it (pipelining), and waiting for it in the socket stalled such a client for the
+ * whole deadline; handle() still refuses its ambiguous framing. */
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
-    struct srv *s = cls;
-    sock_busy(s, c, false);
+    (void)toe;
+    sock_busy(cls, c, false);
     struct conn *cn = *con_cls;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connection");
-    bool again = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && cn && cn->http11 && !cn->closing &&
-                 !(h && strcasestr(h, "close"));
     if (cn) {
         free(cn->body);
         free(cn);
         *con_cls = NULL;
-    }
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!again || !ci)
-        return;
-    const char *why = coord_gate_screen(
-        ci->connect_fd, shardlm_now_ns() + REQUEST_DEADLINE_S * 1000000000ull, &s->gate_stop);
-    char *resp;
-    size_t len;
-    if (why && gate_refusal(s, why, &resp, &len)) {
-        /* libmicrohttpd then reads the end of the stream, and closes */
-        coord_gate_refuse(ci->connect_fd, resp, len);
-        free(resp);
     }
 }
 
@@ -1618,14 +1616,14 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
                                  .admit = gate_admit,
                                  .refusal = gate_refusal,
                                  .arg = &s};
-    if (!d || coord_gate_start(&gate, &go)) {
+    int grc = d ? coord_gate_start(&gate, &go) : -ENOMEM;
+    if (grc) {
         if (d)
             MHD_stop_daemon(d);
         pthread_mutex_destroy(&s.sock_mu);
-        return shardlm_fail(e, -EADDRINUSE,
-                            "cannot listen on %s:%d (in use, or not an address "
-                            "of this host)",
-                            o->host ? o->host : "127.0.0.1", o->port);
+        return shardlm_fail(e, grc, "cannot listen on %s:%d: %s%s",
+                            o->host ? o->host : "127.0.0.1", o->port, strerror(-grc),
+                            grc == -EADDRNOTAVAIL ? " (not an address of this host)" : "");
     }
     pthread_t watch_thread;
     s.watching = true; /* before the thread reads it */
@@ -1758,7 +1756,6 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
     for (struct sreq *p = s.all; p; p = p->next)
         pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&s.mu);
-    __atomic_store_n(&s.gate_stop, 1, __ATOMIC_RELAXED);
     coord_gate_stop(gate); /* no new connections */
     MHD_stop_daemon(d);
     if (s.watching) {
