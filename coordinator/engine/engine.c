@@ -218,12 +218,44 @@ static int run_step(struct coord_engine *g, Shardlm__Step *st, struct shardlm_er
     return rc;
 }
 
+/* Restarts the dead workers (their death said in @why) at most max_restarts times in all,
+ * counting in *@restarts: a restart that fails - the new worker dies too, or does not say
+ * Hello, attach or Rejoin - is one of those times, its workers that are not Ready are killed and
+ * the restart tried again while the budget allows. @when names the moment for the log, @then
+ * what follows a restart that held. Returns
+ * 0 once one holds; when the budget is spent, -ECHILD with the death that spent it and "; no
+ * restarts left"; -ECANCELED or -ENOMEM as they come. */
+static int restart_dead(struct coord_engine *g, int *restarts, const char *when, const char *then,
+                        const char *why0, struct shardlm_err *e)
+{
+    char why[sizeof(e->msg)];
+    snprintf(why, sizeof(why), "%s", why0);
+    uint64_t r0 = shardlm_now_ns();
+    for (;;) {
+        if (coord_cancelled(g->cancel))
+            return shardlm_fail(e, -ECANCELED, "cancelled");
+        if (*restarts >= g->max_restarts)
+            return shardlm_fail(e, -ECHILD, "%.*s; no restarts left (%d per step)",
+                                (int)sizeof(e->msg) - 48, why, g->max_restarts);
+        (*restarts)++;
+        int rc = coord_workers_recover(g, e);
+        if (!rc)
+            break;
+        if (rc == -ECANCELED || rc == -ENOMEM)
+            return rc;
+        coord_logf(&g->log, COORD_LOG_WARN, "%s %s; restart %d of %d failed: %s", why, when,
+                   *restarts, g->max_restarts, e->msg);
+        snprintf(why, sizeof(why), "%s", e->msg);
+        coord_workers_kill_unready(g);
+    }
+    coord_logf(&g->log, COORD_LOG_WARN, "%s %s; restarted in %.1f ms%s", why, when,
+               (double)(shardlm_now_ns() - r0) / 1e6, then);
+    return 0;
+}
+
 /* Runs @st; when a worker dies, restarts it on its CPUs over the same segments and runs the
- * step again (its KV rows for these positions are rewritten with the same values), at most
- * max_restarts times. A restart that fails - the new worker dies too, or does not say Hello,
- * attach or Rejoin - is one of those times: its workers that are not Ready are killed and the
- * restart tried again while the budget allows. When it is spent, the death that spent it is
- * returned (-ECHILD) with "; no restarts left" after its message. */
+ * step again (its KV rows for these positions are rewritten with the same values), within
+ * max_restarts restarts (restart_dead()). */
 static int run_restarting(struct coord_engine *g, Shardlm__Step *st, struct shardlm_err *e)
 {
     int restarts = 0;
@@ -232,30 +264,22 @@ static int run_restarting(struct coord_engine *g, Shardlm__Step *st, struct shar
         int rc = run_step(g, st, e);
         if (rc != -ECHILD)
             return rc;
-        char why[sizeof(e->msg)];
+        char why[sizeof(e->msg)], when[64];
         snprintf(why, sizeof(why), "%s", e->msg);
-        uint64_t r0 = shardlm_now_ns();
-        for (;;) { /* restarts until one holds, the budget is spent or the engine is cancelled */
-            if (coord_cancelled(g->cancel))
-                return rc;
-            if (restarts >= g->max_restarts)
-                return shardlm_fail(e, rc, "%.*s; no restarts left (%d per step)",
-                                    (int)sizeof(e->msg) - 48, why, g->max_restarts);
-            restarts++;
-            if (!(rc = coord_workers_recover(g, e)))
-                break;
-            if (rc == -ECANCELED || rc == -ENOMEM)
-                return rc;
-            coord_logf(&g->log, COORD_LOG_WARN, "%s during step %llu; restart %d of %d failed: %s",
-                       why, (unsigned long long)st->step_id, restarts, g->max_restarts, e->msg);
-            snprintf(why, sizeof(why), "%s", e->msg);
-            coord_workers_kill_unready(g);
-            rc = -ECHILD;
-        }
-        coord_logf(&g->log, COORD_LOG_WARN,
-                   "%s during step %llu; restarted in %.1f ms, running the step again", why,
-                   (unsigned long long)st->step_id, (double)(shardlm_now_ns() - r0) / 1e6);
+        snprintf(when, sizeof(when), "during step %llu", (unsigned long long)st->step_id);
+        if ((rc = restart_dead(g, &restarts, when, ", running the step again", why, e)))
+            return rc;
     }
+}
+
+int coord_engine_check(struct coord_engine *g, struct shardlm_err *e)
+{
+    if (!coord_workers_any_dead(g, e))
+        return 0;
+    char why[sizeof(e->msg)];
+    snprintf(why, sizeof(why), "%s", e->msg);
+    int restarts = 0;
+    return restart_dead(g, &restarts, "between steps", "", why, e);
 }
 
 /* The COORD_LOG_DEBUG line of a step: wall time, the slowest all-reduce, each rank's compute. */

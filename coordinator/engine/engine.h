@@ -139,6 +139,10 @@ int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
                       struct shardlm_err *e);
 /* Shuts down the workers (SIGKILL after 2 s), removes segments and socket files, frees @g.
  * NULL is fine. */
+/* Between steps (from the thread that calls coord_engine_step()): a worker that died since the
+ * last step is restarted now, within the restarts a step may take; with none left, its death is
+ * returned (-ECHILD, "...; no restarts left"), as a step would have returned it. 0: all alive. */
+int coord_engine_check(struct coord_engine *g, struct shardlm_err *e);
 void coord_engine_stop(struct coord_engine *g);
 
 /* The model: header, config, tokenizer and tensor table (no tensor data). */

@@ -1723,6 +1723,10 @@ int coord_serve(const struct coord_serve_opts *o, struct shardlm_err *e)
                 pthread_cond_timedwait(&s.wake, &s.mu, &ts);
             }
             pthread_mutex_unlock(&s.mu);
+            /* a worker that died while idle: restarted now, or the engine is lost now (not at
+             * the next request, with /health saying ok until then) */
+            if ((rc = coord_engine_check(eng, e)))
+                break;
             continue;
         }
         uint64_t t0 = shardlm_now_ns();
