@@ -1172,6 +1172,7 @@ static void v_f32_2(struct img *m) { put_f32(m, 2.0f); }
 static void v_f32_2_5(struct img *m) { put_f32(m, 2.5f); }
 static void v_f32_4(struct img *m) { put_f32(m, 4.0f); }
 static void v_f32_1(struct img *m) { put_f32(m, 1.0f); }
+static void v_f32_0(struct img *m) { put_f32(m, 0.0f); }
 static void v_f32_30(struct img *m) { put_f32(m, 30.0f); }
 static void v_f64_eps(struct img *m) { put_f64(m, 1e-6); }
 static void v_i64_neg(struct img *m) { put_u64(m, (uint64_t)-2); }
@@ -1270,6 +1271,16 @@ static void test_source_unsupported(void **state)
               "mixture of experts", NULL);
     expect_kv(b, n, NULL, "llama.residual_scale", GGUF_FLOAT32, v_f32_4, &c,
               "llama.residual_scale", NULL);
+    expect_kv(b, n, NULL, "llama.attention.max_alibi_bias", GGUF_FLOAT32, v_f32_4, &c,
+              "llama.attention.max_alibi_bias", "ALiBi", NULL);
+    expect_kv(b, n, NULL, "llama.attention.max_alibi_bias", GGUF_FLOAT32, v_f32_0, &c, NULL);
+    /* tokenizer flags: a bool, or refused (a flag defaulted silently tokenizes otherwise) */
+    const char *add_bos = "tokenizer.ggml.add_bos_token";
+    expect_kv(b, n, add_bos, add_bos, GGUF_UINT8, v_u8_2, &c, add_bos, "u8", "expected a bool",
+              NULL);
+    expect_kv(b, n, NULL, "tokenizer.ggml.add_eos_token", GGUF_STRING, v_str_yarn, &c,
+              "tokenizer.ggml.add_eos_token", "string", NULL);
+    expect_kv(b, n, NULL, "tokenizer.ggml.add_eos_token", GGUF_BOOL, v_bool_1, &c, NULL);
     free(b);
 }
 

@@ -179,8 +179,17 @@ int coord_cli_exit(const char *cmd, int rc, const struct shardlm_err *e)
         fprintf(stderr, "shardlm %s: stopped by signal %d\n", cmd, (int)coord_stop_signal);
         return 128 + (int)coord_stop_signal;
     }
-    /* every failure says something, even one whose message nobody set */
-    fprintf(stderr, "shardlm %s: %s\n", cmd, e->msg[0] ? e->msg : strerror(-rc));
+    /* every failure says something, even one whose message nobody set; one that still holds a
+     * control character (a template's raise_exception text, a client's string) is escaped, so
+     * that no file or request writes to the terminal (those escaped already have none) */
+    const char *msg = e->msg[0] ? e->msg : strerror(-rc);
+    char safe[4 * sizeof(e->msg)];
+    for (const char *c = msg; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+            msg = coord_escape_str(safe, sizeof(safe), msg);
+            break;
+        }
+    fprintf(stderr, "shardlm %s: %s\n", cmd, msg);
     return 1;
 }
 

@@ -30,6 +30,7 @@ const struct coord_key coord_unsupported_keys[] = {
     {NULL, "query_pre_attn_scalar", COORD_KEY_HEAD_DIM, "an attention scale"},
     {"attention.clamp_kqv", "clip_qkv", COORD_KEY_ZERO, "q/k/v clamping"},
     {"attention.causal", NULL, COORD_KEY_TRUE, "non-causal attention"},
+    {"attention.max_alibi_bias", NULL, COORD_KEY_ZERO, "ALiBi position biases"},
     {"attention.layer_norm_epsilon", NULL, COORD_KEY_NEVER, "LayerNorm (not RMSNorm)"},
     {NULL, "attention_bias", COORD_KEY_FALSE, "biases on q/k/v/o_proj"},
     {NULL, "mlp_bias", COORD_KEY_FALSE, "biases on the MLP projections"},

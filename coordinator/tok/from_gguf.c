@@ -75,12 +75,6 @@ static int gguf_id(const struct gguf_file *g, const char *key, int n, int *id, c
 }
 
 /* The bool at @key, or @dflt. */
-static bool gguf_flag(const struct gguf_file *g, const char *key, bool dflt)
-{
-    bool v;
-    return gguf_get_bool(g, key, &v) == 0 ? v : dflt;
-}
-
 /* Whether the GGUF type @ty is an integer. */
 static bool is_int_type(enum gguf_type ty)
 {
@@ -218,20 +212,37 @@ static int gg_pieces(struct gg *x)
     return 0;
 }
 
-/* The tokenizer.ggml.add_* flags, absent: llama.cpp's defaults for the model, @space for
- * add_space_prefix and @bos for add_bos_token (add_eos_token: false). */
-static void gg_add_flags(struct gg *x, bool space, bool bos)
+/* The bool @key into *@v, left as it is when absent; a key of another type is refused (a flag
+ * defaulted silently would tokenize otherwise than the model was trained). Returns 0 or -EINVAL. */
+static int gguf_flag(struct gg *x, const char *key, bool *v)
 {
-    if (gguf_flag(x->g, "tokenizer.ggml.add_space_prefix", space))
-        x->s.flags |= COORD_TOKF_SPACE_PREFIX;
-    if (gguf_flag(x->g, "tokenizer.ggml.add_bos_token", bos))
-        x->s.flags |= COORD_TOKF_ADD_BOS;
-    if (gguf_flag(x->g, "tokenizer.ggml.add_eos_token", false))
-        x->s.flags |= COORD_TOKF_ADD_EOS;
+    if (gguf_get_bool(x->g, key, v) == -EINVAL) {
+        struct coord_val val;
+        gguf_get_val(x->g, key, &val);
+        return shardlm_fail(x->e, -EINVAL, "%s: %s is of type %s, expected a bool", x->what, key,
+                            val.type);
+    }
+    return 0;
 }
 
-/* "llama": SentencePiece, its default special ids and flags (llama.cpp's). */
-static void gg_spm(struct gg *x)
+/* The tokenizer.ggml.add_* flags, absent: llama.cpp's defaults for the model, @space for
+ * add_space_prefix and @bos for add_bos_token (add_eos_token: false). Returns 0 or -EINVAL. */
+static int gg_add_flags(struct gg *x, bool space, bool bos)
+{
+    bool eos = false;
+    int rc;
+    if ((rc = gguf_flag(x, "tokenizer.ggml.add_space_prefix", &space)) ||
+        (rc = gguf_flag(x, "tokenizer.ggml.add_bos_token", &bos)) ||
+        (rc = gguf_flag(x, "tokenizer.ggml.add_eos_token", &eos)))
+        return rc;
+    x->s.flags |= (space ? COORD_TOKF_SPACE_PREFIX : 0) | (bos ? COORD_TOKF_ADD_BOS : 0) |
+                  (eos ? COORD_TOKF_ADD_EOS : 0);
+    return 0;
+}
+
+/* "llama": SentencePiece, its default special ids and flags (llama.cpp's). Returns 0 or
+ * -EINVAL. */
+static int gg_spm(struct gg *x)
 {
     int n = x->s.n;
     x->s.type = COORD_TOK_SPM;
@@ -239,7 +250,7 @@ static void gg_spm(struct gg *x)
     x->s.bos = 1 < n ? 1 : -1;
     x->s.eos = 2 < n ? 2 : -1;
     x->s.unk = 0;
-    gg_add_flags(x, true, true);
+    return gg_add_flags(x, true, true);
 }
 
 /* The merges "a b", split at the first space after the first byte (llama.cpp). Returns 0 or
@@ -287,8 +298,8 @@ static int gg_bpe(struct gg *x)
         x->s.patlen[i] = strlen(pe->re[i]);
         x->s.n_patterns = i + 1;
     }
-    gg_add_flags(x, false, false);
-    return gg_merges(x);
+    int rc = gg_add_flags(x, false, false);
+    return rc ? rc : gg_merges(x);
 }
 
 /* The special ids the file sets (each inside the vocabulary), and a BOS/EOS it adds must have
@@ -350,9 +361,7 @@ int coord_tok_from_gguf(struct coord_tok *t, const struct gguf_file *g, const ch
         return rc;
     if ((rc = gg_alloc(&x)) || (rc = gg_pieces(&x)))
         goto out;
-    if (x.spm)
-        gg_spm(&x);
-    else if ((rc = gg_bpe(&x)))
+    if ((rc = x.spm ? gg_spm(&x) : gg_bpe(&x)))
         goto out;
     if ((rc = gg_specials(&x)))
         goto out;
