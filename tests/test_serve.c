@@ -758,6 +758,16 @@ static void drive(pid_t pid, void *arg)
     assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length : 19\r\n\r\n"
                    "{\"content\": \"Once\"}"); /* RFC 9112 section 5.1 */
     assert_one_400("POST /tokenize HTTP/1.1\nHost: x\nContent-Length: -5\n\n{}"); /* bare LFs */
+    static const char *const codings[] = {"identity", "gzip, chunked", "chunked, chunked",
+                                          "xchunked"};
+    for (size_t i = 0; i < sizeof(codings) / sizeof(codings[0]); i++) {
+        char req[256];
+        snprintf(req, sizeof(req),
+                 "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: %s\r\n\r\n"
+                 "13\r\n{\"content\": \"Once\"}\r\n0\r\n\r\n",
+                 codings[i]);
+        assert_one_400(req);
+    }
 
     /* a kept-alive connection's later request: its two lengths are refused by the handler (an
      * unparseable one gets libmicrohttpd's own 400, which the gate cannot see: gate.h) */

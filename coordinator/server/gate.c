@@ -34,6 +34,15 @@ struct pending {
     uint64_t since;
 };
 
+bool coord_gate_chunked(const char *v, size_t n)
+{
+    while (n && (*v == ' ' || *v == '\t'))
+        v++, n--;
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    return n == 7 && !strncasecmp(v, "chunked", 7);
+}
+
 /* Whether header line [@p, @e) names field @name (lower case, with its colon). */
 static bool field_is(const char *p, const char *e, const char *name)
 {
@@ -63,8 +72,11 @@ const char *coord_gate_head_error(const char *head, size_t len)
         if (colon && colon > p && (colon[-1] == ' ' || colon[-1] == '\t'))
             return "whitespace between a header field's name and its colon (RFC 9112 section "
                    "5.1)";
-        if (field_is(p, e, "transfer-encoding:"))
+        if (field_is(p, e, "transfer-encoding:")) {
             encodings++;
+            if (!coord_gate_chunked(colon + 1, (size_t)(e - colon - 1)))
+                return "Transfer-Encoding: only chunked is taken";
+        }
         if (!field_is(p, e, "content-length:"))
             continue;
         lengths++;

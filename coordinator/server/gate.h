@@ -47,9 +47,15 @@ void coord_gate_stop(struct coord_gate *g);
 
 /* Why the request head @head (@len bytes, up to its blank line) must be refused, or NULL: its
  * body cannot be delimited for sure (RFC 9112 section 6.3: a Content-Length that is not one
- * decimal number, two different ones, one with Transfer-Encoding) or a field name ends in
+ * decimal number, two different ones, one with Transfer-Encoding, a Transfer-Encoding other
+ * than chunked) or a field name ends in
  * whitespace (section 5.1). A proxy in front might read such a head otherwise than we do. */
 const char *coord_gate_head_error(const char *head, size_t len);
+
+/* Whether a Transfer-Encoding value (@n bytes at @v) is "chunked" alone: the one coding the
+ * server takes (libmicrohttpd waits for a body it cannot delimit under any other, RFC 9112
+ * section 6.1). */
+bool coord_gate_chunked(const char *v, size_t n);
 
 /* The length of the request head at the start of @buf (@n bytes) up to and including its blank
  * line (CRLF or a bare LF, as libmicrohttpd takes both), or 0 while it is not all there. */

@@ -711,6 +711,7 @@ struct framing {
     const char *length; /* the first Content-Length */
     bool lengths_differ;
     bool spaced_name; /* a field name that ends in whitespace: libmicrohttpd keeps it apart */
+    bool other_coding; /* a Transfer-Encoding other than chunked */
 };
 
 static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -726,8 +727,10 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
             f->lengths_differ = true;
         else
             f->length = value;
-    } else if (!strcasecmp(key, "Transfer-Encoding"))
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
         f->n_encoding++;
+        f->other_coding |= !coord_gate_chunked(value, strlen(value));
+    }
     return MHD_YES;
 }
 
@@ -740,6 +743,8 @@ static const char *framing_error(struct MHD_Connection *c)
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
     if (f.spaced_name)
         return "whitespace between a header field's name and its colon (RFC 9112 section 5.1)";
+    if (f.other_coding)
+        return "Transfer-Encoding: only chunked is taken";
     if (f.n_encoding && f.n_length)
         return "Transfer-Encoding and Content-Length together: send one of them";
     if (f.lengths_differ)
