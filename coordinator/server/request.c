@@ -38,6 +38,43 @@ static const char *get_int(json_t *o, const char *k, long lo, long hi, long *out
 
 /* The fields of @j into @p. Returns NULL or the message of a 400 (maybe in @why). */
 /* A chat request's messages, kwargs, add_generation_prompt and logprobs into @p. */
+/* OpenAI fields the server does not implement, taken only at a value that asks for nothing (a
+ * client sending another is told, not given something else without a word). */
+static const struct {
+    const char *name, *neutral; /* the neutral value, as JSON: any of them is taken */
+    const char *alt;            /* a second neutral value, or NULL */
+} inert_fields[] = {
+    {"logit_bias", "{}", NULL},
+    {"best_of", "1", NULL},
+    {"suffix", "\"\"", NULL},
+    {"response_format", "{\"type\": \"text\"}", NULL},
+    {"tool_choice", "\"auto\"", "\"none\""},
+};
+
+/* Why @j holds one of inert_fields at another value, or NULL (absent and null are neutral). */
+static const char *inert_error(json_t *j, char *why, size_t wlen)
+{
+    for (size_t i = 0; i < sizeof(inert_fields) / sizeof(inert_fields[0]); i++) {
+        json_t *v = json_object_get(j, inert_fields[i].name);
+        if (!v || json_is_null(v))
+            continue;
+        bool ok = false;
+        for (int k = 0; k < 2 && !ok; k++) {
+            const char *t = k ? inert_fields[i].alt : inert_fields[i].neutral;
+            json_t *n = t ? json_loads(t, JSON_DECODE_ANY, NULL) : NULL;
+            ok = n && json_equal(v, n);
+            json_decref(n);
+        }
+        if (!ok) {
+            snprintf(why, wlen, "%s: not supported (only %s%s%s)", inert_fields[i].name,
+                     inert_fields[i].neutral, inert_fields[i].alt ? " or " : "",
+                     inert_fields[i].alt ? inert_fields[i].alt : "");
+            return why;
+        }
+    }
+    return NULL;
+}
+
 static const char *parse_chat(json_t *j, struct coord_completion_req *p, char *why, size_t wlen)
 {
     json_t *m = json_object_get(j, "messages");
@@ -164,6 +201,8 @@ common:;
         p->seeded = true;
     } else if (seed && !json_is_null(seed))
         return "seed: expected an integer";
+    if ((bad = inert_error(j, why, wlen)))
+        return bad;
     json_t *n = json_object_get(j, "n");
     if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
         return "n: only 1 is supported";
