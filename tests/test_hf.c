@@ -1105,6 +1105,22 @@ static void test_dir_weights(void **state)
     put_text("config.json", cfg);
     free(cfg);
     dir_refused(-EINVAL, "eos_token_id is 20", "9 tokens", NULL);
+    /* no EOS at all (token 0 stood in for it, silently) */
+    cfg = tu_slurp(cp, NULL);
+    at = strstr(cfg, "\"eos_token_id\": 20    ");
+    assert_non_null(at);
+    memcpy(at, "\"eos_token_id\": null  ", 22);
+    put_text("config.json", cfg);
+    free(cfg);
+    char tp[4300];
+    tu_path(tp, sizeof(tp), "%s/tokenizer.json", dir);
+    char *tj = tu_slurp(tp, NULL), *q;
+    assert_non_null(tj);
+    while ((q = strstr(tj, "</s>"))) /* nor one the tokenizer knows by its text */
+        memcpy(q, "<q/>", 4);
+    put_text("tokenizer.json", tj);
+    free(tj);
+    dir_refused(-EINVAL, "no end-of-sequence token", NULL);
     tiny_free(&m);
 }
 

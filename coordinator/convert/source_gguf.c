@@ -241,6 +241,12 @@ static int read_tokenizer(struct coord_source *s, struct gguf_source *g, const c
                           path, tok.vocab_size, s->cfg.vocab_size);
         goto out_free_tok;
     }
+    if (tok.eos_id < 0) { /* token 0 in its place would end texts at <unk> or <pad>, or never */
+        rc = shardlm_fail(e, -EINVAL,
+                          "%s: no end-of-sequence token (tokenizer.ggml.eos_token_id is not set)",
+                          path);
+        goto out_free_tok;
+    }
     s->bos_id = tok.bos_id >= 0 ? (uint32_t)tok.bos_id : 0;
     s->eos_id = tok.eos_id >= 0 ? (uint32_t)tok.eos_id : 0;
     rc = coord_tok_save(&tok, &s->tok, &s->tok_len);

@@ -310,6 +310,13 @@ static int load_tokenizer(struct coord_source *s, const struct coord_hf_config *
                               names[i], (long long)ids[i], t.vocab_size, path);
             goto out_free;
         }
+    if (eos < 0) { /* token 0 in its place would end texts at <unk> or <pad>, or never */
+        rc = shardlm_fail(e, -EINVAL,
+                          "%s: no end-of-sequence token (eos_token_id in config.json, or the "
+                          "tokenizer's)",
+                          dir);
+        goto out_free;
+    }
     if (t.bos_id < 0 && bos >= 0)
         t.bos_id = (int)bos;
     if (t.eos_id < 0 && eos >= 0)
