@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // SPDX-License-Identifier: MIT
-// Worker kills under load for tests/load/restarts.sh, on Node's built-in modules only: clients of
+// Worker kills under load for tests/load/restarts.sh, on Node's built-in modules (and python3 for
+// one client, see HOLD_PY): clients of
 // `shardlm serve` and the kills, timed by what the clients see rather than by sleeps. Prints one
 // JSON object with every client's ending.
 //
@@ -15,15 +16,18 @@
 //   node killclient.mjs lost --url URL --pid SERVER_PID [--clients 16] [--waiting 4]
 //                       [--max-tokens 500] [--kill-after 50]
 //       a server with --restarts 0: --clients running streams (one of them, logprobs 20, not
-//       read), --waiting requests queued behind them (half streamed, half not); once every read
-//       stream has --kill-after tokens, the worker is SIGKILLed. Then /health is polled until it
-//       answers 503 (or the server is gone), a new completion is sent (expected 503), and the
-//       unread stream is read. Every client must end with an error: a 500, or an error event
-//       and then [DONE].
+//       read, its answer past what its socket holds), --waiting requests queued behind them (half
+//       streamed, half not); once every read stream has --kill-after tokens and the unread one's
+//       socket is full, the worker is SIGKILLed. Then /health is polled until a request sent
+//       after some client had its error answers 503 (or the server is gone), a new completion is
+//       sent (expected 503), whether the server still runs is noted, and the unread stream is
+//       read. Every client must end with an error: a 500, or an error event and then [DONE].
 
 import http from 'node:http';
 import fs from 'node:fs';
 import { performance } from 'node:perf_hooks';
+import { spawn } from 'node:child_process';
+import readline from 'node:readline';
 
 const PROMPTS = [
     'Once upon a time', 'One day, a little girl named Lily', 'Tom and his dog went to the park',
@@ -86,14 +90,46 @@ function killPid(pid) {
     try { process.kill(pid, 'SIGKILL'); return true; } catch { return false; }
 }
 
-// One request; resolves with its record, never rejects. A stream's record fills as events come
-// (rec.tokens counts text chunks); @paused: the response is not read until rec.resume() is called.
-function request(o, body, { paused = false } = {}) {
-    const rec = { status: 0, done: false, errorEvent: null, finish: null, text: '', tokens: 0,
-        usage: null, body: '', fault: null, afterDone: false, ended: false, bytes: 0 };
-    let res0 = null;
-    rec.resume = () => { rec.paused = false; if (res0) res0.resume(); };
-    rec.paused = paused;
+// What feeds the text of a response to @rec (a request's record): a stream's events (rec.tokens
+// counts text chunks), else its body; feed.rest() is what is left of an unfinished event.
+function feeder(rec, stream) {
+    let buf = '';
+    const feed = (d) => {
+        rec.bytes += d.length;
+        if (!stream || rec.status !== 200) { rec.body += d; return; }
+        buf += d;
+        let k;
+        while ((k = buf.indexOf('\n\n')) >= 0) {
+            const ev = buf.slice(0, k);
+            buf = buf.slice(k + 2);
+            const line = ev.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n');
+            if (!line) continue;
+            if (rec.done) { rec.afterDone = true; continue; }
+            if (line === '[DONE]') { rec.done = true; continue; }
+            let j;
+            try { j = JSON.parse(line); } catch { rec.fault = rec.fault || `bad event ${line.slice(0, 80)}`; continue; }
+            if (j.error) {
+                rec.errorEvent = j.error.message || JSON.stringify(j.error);
+                rec.errorAt = rec.errorAt || performance.now();
+                continue;
+            }
+            if (j.usage) rec.usage = j.usage;
+            const c = j.choices && j.choices[0];
+            if (!c) continue;
+            if (c.finish_reason) rec.finish = c.finish_reason;
+            if (c.text) { rec.text += c.text; rec.tokens++; }
+        }
+    };
+    feed.rest = () => buf.trim();
+    return feed;
+}
+
+const record = () => ({ status: 0, done: false, errorEvent: null, finish: null, text: '', tokens: 0,
+    usage: null, body: '', fault: null, afterDone: false, ended: false, bytes: 0 });
+
+// One request; resolves with its record, never rejects. A stream's record fills as events come.
+function request(o, body) {
+    const rec = record();
     rec.headers = new Promise((resH) => {
         rec.promise = new Promise((resolve) => {
             const end = (fault) => {
@@ -109,40 +145,13 @@ function request(o, body, { paused = false } = {}) {
                 method: 'POST', agent: false,
                 headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data) },
             }, (res) => {
-                res0 = res;
                 rec.status = res.statusCode;
                 if (res.statusCode >= 500) rec.errorAt = performance.now();
                 resH();
-                if (rec.paused) res.pause();
                 res.setEncoding('utf8');
-                let buf = '';
-                res.on('data', (d) => {
-                    rec.bytes += d.length;
-                    if (!body.stream || res.statusCode !== 200) { rec.body += d; return; }
-                    buf += d;
-                    let k;
-                    while ((k = buf.indexOf('\n\n')) >= 0) {
-                        const ev = buf.slice(0, k);
-                        buf = buf.slice(k + 2);
-                        const line = ev.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n');
-                        if (!line) continue;
-                        if (rec.done) { rec.afterDone = true; continue; }
-                        if (line === '[DONE]') { rec.done = true; continue; }
-                        let j;
-                        try { j = JSON.parse(line); } catch { rec.fault = rec.fault || `bad event ${line.slice(0, 80)}`; continue; }
-                        if (j.error) {
-                            rec.errorEvent = j.error.message || JSON.stringify(j.error);
-                            rec.errorAt = rec.errorAt || performance.now();
-                            continue;
-                        }
-                        if (j.usage) rec.usage = j.usage;
-                        const c = j.choices && j.choices[0];
-                        if (!c) continue;
-                        if (c.finish_reason) rec.finish = c.finish_reason;
-                        if (c.text) { rec.text += c.text; rec.tokens++; }
-                    }
-                });
-                res.on('end', () => end(buf.trim() ? `stream ended inside an event` : null));
+                const feed = feeder(rec, body.stream);
+                res.on('data', feed);
+                res.on('end', () => end(feed.rest() ? 'stream ended inside an event' : null));
                 res.on('error', (e) => end(`response: ${e.code || e.message}`));
                 res.on('aborted', () => end('aborted'));
             });
@@ -153,6 +162,93 @@ function request(o, body, { paused = false } = {}) {
         });
     });
     return rec;
+}
+
+// The client of the unread stream, in python3: Node cannot shrink a socket's buffers. A 1 KiB
+// receive buffer, and 536-byte segments that keep the server's send buffer for it small (Linux
+// sizes it by the segment): the server cannot hand it more than some 30 KB, well under what 50
+// tokens with 20 alternatives each make. Says {port}, then {status}; reads the body once a line
+// comes on stdin, then says {body, fault}.
+const HOLD_PY = `
+import http.client, json, socket, sys
+host, port, body, timeout = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+def say(**k):
+    print(json.dumps(k), flush=True)
+try:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)
+    s.settimeout(timeout)
+    s.connect((host, port))
+    say(port=s.getsockname()[1])
+    c = http.client.HTTPConnection(host, port, timeout=timeout)
+    c.sock = s
+    c.request('POST', '/v1/completions', body, {'Content-Type': 'application/json'})
+    r = c.getresponse()
+    say(status=r.status)
+    sys.stdin.readline()
+    fault = None
+    try:
+        b = r.read()
+    except http.client.IncompleteRead as e:
+        b, fault = e.partial, 'response: incomplete'
+    say(body=b.decode('utf-8', 'replace'), fault=fault)
+except Exception as e:
+    say(fault=f'{type(e).__name__}: {e}')
+`;
+
+// The unread stream's request (HOLD_PY): a record as request()'s, with rec.port (the client's
+// port) and rec.resume(), which lets it read its response.
+function heldRequest(o, body) {
+    const rec = record();
+    const u = new URL(o.url);
+    const child = spawn('python3', ['-c', HOLD_PY, u.hostname, u.port, JSON.stringify(body),
+        String(o.timeoutS)], { stdio: ['pipe', 'pipe', 'inherit'] });
+    child.stdin.on('error', () => {}); // a client that is gone says so on stdout
+    rec.resume = () => child.stdin.end('\n');
+    rec.headers = new Promise((resH) => {
+        rec.promise = new Promise((resolve) => {
+            const end = (fault) => {
+                if (rec.ended) return;
+                rec.ended = true;
+                if (fault && !rec.fault) rec.fault = fault;
+                resH();
+                resolve(rec);
+            };
+            const feed = feeder(rec, true);
+            readline.createInterface({ input: child.stdout }).on('line', (l) => {
+                let m;
+                try { m = JSON.parse(l); } catch { end(`unread client: ${l.slice(0, 80)}`); return; }
+                if (m.port) rec.port = m.port;
+                if (m.status) {
+                    rec.status = m.status;
+                    if (m.status >= 500) rec.errorAt = performance.now();
+                    resH();
+                }
+                if ('body' in m) {
+                    feed(m.body);
+                    end(m.fault || (feed.rest() ? 'stream ended inside an event' : null));
+                }
+                else if (m.fault) end(`unread client: ${m.fault}`);
+            });
+            child.on('close', (code) => end(`unread client: exit ${code} before its body`));
+            child.on('error', (e) => end(`unread client: ${e.message}`));
+        });
+    });
+    return rec;
+}
+
+// What the server's socket to client port @port holds unsent or unacknowledged (tx_queue of
+// /proc/net/tcp); -1 while there is no such socket.
+function txQueue(o, port) {
+    const sp = Number(new URL(o.url).port);
+    for (const l of fs.readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)) {
+        const f = l.trim().split(/\s+/);
+        if (f.length > 4 && parseInt(f[1].split(':')[1], 16) === sp &&
+            parseInt(f[2].split(':')[1], 16) === port)
+            return parseInt(f[4].split(':')[0], 16);
+    }
+    return -1;
 }
 
 function streamBody(o, i, extra = {}) {
@@ -241,8 +337,9 @@ async function restart(o) {
 async function lost(o) {
     const out = { mode: 'lost' };
     // the unread stream first, so that it runs: its 20 alternatives a token fill its socket
-    const slow = request(o, streamBody(o, 0, { logprobs: 20 }), { paused: true });
+    const slow = heldRequest(o, streamBody(o, 0, { logprobs: 20 }));
     await slow.headers;
+    if (slow.status !== 200) throw new Error(`the unread stream: ${slow.status} ${slow.fault || slow.body}`);
     const recs = [];
     for (let i = 1; i < o.clients; i++) recs.push(request(o, streamBody(o, i)));
     await Promise.all(recs.map((r) => r.headers));
@@ -260,27 +357,51 @@ async function lost(o) {
     out.waiting = metric(m, 'shardlm_requests_waiting');
     await waitFor(`${o.killAfter} tokens in every read stream`,
         () => recs.every((r) => r.tokens >= o.killAfter || r.ended), 60000);
+    // After the loss the server lives on only while some answer is not all written (up to 5 s):
+    // the unread stream's must not fit in its socket, or the server could be gone before /health
+    // and a new request see the loss. It does not fit once what the server's socket holds for it
+    // stays the same while the read streams get 10 more tokens (each step adds to it while it
+    // can take more).
+    let held = -1, from = 0;
+    await waitFor('the unread stream to fill its socket', () => {
+        const now = txQueue(o, slow.port), least = Math.min(...recs.map((r) => r.tokens));
+        if (now <= 0 || now !== held) {
+            held = now;
+            from = least;
+            return false;
+        }
+        return least >= from + 10;
+    }, 60000);
+    out.unread_held_bytes = held;
     const all = [slow, ...recs, ...queued];
     out.kills = await killChain(o, [], all);
-    // /health, as often as one connection allows, until it says something else than 200 (or
-    // nobody answers: the server is gone); a 200 to a request sent after some client had its
-    // error would be a lie
+    // /health, as often as one connection allows, until a request sent after some client had
+    // its error answers 503 (or anything else than 200 or 503 comes: the server is gone); a 200
+    // to such a request would be a lie
     const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
     let h = { status: 200 };
     out.health_200_after_error = 0;
+    out.health_503_after_error = false;
     const t0 = Date.now();
-    while (h.status === 200 && Date.now() - t0 < 30000) {
+    while ([200, 503].includes(h.status) && Date.now() - t0 < 30000) {
         const sent = performance.now();
         h = await get(o, '/health', agent);
-        const firstError = Math.min(...all.map((r) => r.errorAt || Infinity));
-        if (h.status === 200 && sent > firstError) out.health_200_after_error++;
+        const after = sent > Math.min(...all.map((r) => r.errorAt || Infinity));
+        if (h.status === 200 && after) out.health_200_after_error++;
+        if (h.status === 503 && after) {
+            out.health_503_after_error = true;
+            break;
+        }
+        if (h.status === 503) await sleep(1); // no client has its error yet
     }
     agent.destroy();
     out.health = h;
-    out.new_request = h.status ? await new Promise((resolve) => {
+    out.new_request = await new Promise((resolve) => {
         const r = request(o, { prompt: 'Once', max_tokens: 4 });
         r.promise.then(() => resolve({ status: r.status, body: r.body.slice(0, 200), fault: r.fault }));
-    }) : null;
+    });
+    // the server waits for the unread stream: it still answers until that is read
+    out.health_before_unread = await get(o, '/health');
     slow.resume();
     await Promise.all(all.map((r) => r.promise));
     out.unread = summary(slow);
