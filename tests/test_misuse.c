@@ -734,25 +734,88 @@ static void test_progress_in_logs(void **state)
     free(r);
 }
 
-/* Whether the tmpfs at @mnt could be mounted with @opts (else why is said). */
-static bool mount_tmpfs(const char *mnt, const char *opts)
+/* Whether the tmpfs at @mnt could be mounted with @opts (else why, and that the checks @what are
+ * skipped, is said: the caller skips them with cmocka's skip(), as test_load and test_seg do). */
+static bool mount_tmpfs(const char *mnt, const char *opts, const char *what)
 {
     mkdir(mnt, 0700);
     if (mount("tmpfs", mnt, "tmpfs", MS_NOSUID | MS_NODEV, opts) == 0)
         return true;
-    print_message("cannot mount a tmpfs (%s) with %s; run as root with mount permission: the "
-                  "ENOSPC cases are skipped\n",
-                  strerror(errno), opts);
+    print_message("cannot mount a tmpfs (%s) with %s; run as root with mount permission "
+                  "(CAP_SYS_ADMIN) to check %s: skipped\n",
+                  strerror(errno), opts, what);
     return false;
 }
 
+/* Runs @argv (convert, a long calibration) with stderr into @err_path; once its stderr says it
+ * is calibrating and its temporary file @out.tmp.<pid> exists (both within 60 s, else the test
+ * fails), sends it @sig. Returns its exit status (128 + signal if killed by one), the ms from
+ * the signal to its end in *@ms and its stderr (malloc'd) in *@err; its temporary file's name
+ * goes into @tmp. */
+static int signal_calibrating(char *const argv[], const char *err_path, const char *out, int sig,
+                              char *tmp, size_t tmp_len, double *ms, char **err)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        putenv(env_rundir);
+        int o = open("/dev/null", O_WRONLY), e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(o, 1);
+        dup2(e, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    tu_path(tmp, tmp_len, "%s.tmp.%d", out, (int)pid);
+    bool calibrating = false, exists = false, ended = false;
+    int st = 0;
+    for (int i = 0; i < 6000 && !(calibrating && exists) && !ended; i++) {
+        usleep(10 * 1000);
+        exists = access(tmp, F_OK) == 0; /* before the exit check: an exit removes it */
+        char *e = tu_slurp(err_path, NULL);
+        calibrating = e && strstr(e, ", calibrating on ");
+        free(e);
+        ended = waitpid(pid, &st, WNOHANG) == pid;
+    }
+    if (!(calibrating && exists) || ended) {
+        if (!ended) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+        }
+        char *e = tu_slurp(err_path, NULL);
+        fprintf(stderr,
+                "convert %s before it was signalled (calibrating said: %d, %s: %d); "
+                "stderr: %s\n",
+                ended ? "ended" : "not calibrating within 60 s", calibrating, tmp, exists,
+                e ? e : "(none)");
+        free(e);
+        fail_msg("convert was not signalled while calibrating");
+    }
+    uint64_t sent = now_ns();
+    kill(pid, sig);
+    for (int i = 0; i < 6000 && !ended; i++) {
+        ended = waitpid(pid, &st, WNOHANG) == pid;
+        if (!ended)
+            usleep(10 * 1000);
+    }
+    *ms = (double)(now_ns() - sent) / 1e6;
+    if (!ended) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    *err = tu_slurp(err_path, NULL);
+    assert_non_null(*err);
+    return !ended ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 /* convert's temporary file OUT.tmp.<pid> never outlives it: SIGINT or SIGTERM during the
- * calibration stops it with 130 or 143 and removes it; ENOSPC removes it and names OUT; one that
- * a killed convert left is removed by the next convert to OUT, which says so. */
+ * calibration (once it said so and the file is there) stops it with 130 or 143 and removes it;
+ * ENOSPC removes it and names OUT (as root: it needs two small tmpfs mounts, else skipped, said
+ * after the rest ran); one that a killed convert left is removed by the next convert to OUT,
+ * which says so. */
 static void test_convert_leaves_no_temporary(void **state)
 {
     struct tu_run *r = malloc(sizeof(*r));
-    char gguf[4300], out[4300], p[4400], mnt[4300];
+    char gguf[4300], out[4300], p[4400], mnt[4300], err_path[4300], tmp[4400];
     in_dir(gguf, sizeof(gguf), "interrupted.gguf");
     in_dir(out, sizeof(out), "interrupted.shlm");
     /* synth dies of a signal: the next synth to the same file removes what it left */
@@ -764,24 +827,28 @@ static void test_convert_leaves_no_temporary(void **state)
     assert_int_equal(r->status, 0);
     assert_non_null(strstr(r->err, "removed 1 temporary file of "));
     assert_int_equal(access(synth_stale, F_OK), -1);
-    /* a calibration of 1M tokens: minutes, stopped after 1 s */
+    /* a calibration of 1M tokens: minutes, stopped once it runs */
     char *argv[] = {(char *)tu_bin(), "convert",        gguf,      "--scheme", "w4a16", "--method",
                     "gptq",           "--calib-tokens", "1048576", "-o",       out,     NULL};
-    char *env[] = {env_rundir, NULL};
+    in_dir(err_path, sizeof(err_path), "interrupted.err");
     for (int i = 0; i < 2; i++) {
-        struct term_at t = {1000, 0};
-        tu_run_cmd(r, argv, env, 60, i ? term_later : int_later, &t);
-        double ms = (double)(now_ns() - t.sent_ns) / 1e6;
-        print_message("convert: %s after 1 s: exit %d, %.0f ms later\n", i ? "SIGTERM" : "SIGINT",
-                      r->status, ms);
-        if (r->status != (i ? 143 : 130))
-            fprintf(stderr, "stderr: %s", r->err);
-        assert_int_equal(r->status, i ? 143 : 130);
-        assert_non_null(strstr(r->err, i ? "stopped by signal 15" : "stopped by signal 2"));
+        double ms = 0;
+        char *err = NULL;
+        int st = signal_calibrating(argv, err_path, out, i ? SIGTERM : SIGINT, tmp, sizeof(tmp),
+                                    &ms, &err);
+        print_message("convert: %s once calibrating with %s there: exit %d, %.0f ms later\n",
+                      i ? "SIGTERM" : "SIGINT", tmp, st, ms);
+        if (st != (i ? 143 : 130))
+            fprintf(stderr, "stderr: %s", err);
+        assert_int_equal(st, i ? 143 : 130);
+        assert_non_null(strstr(err, i ? "stopped by signal 15" : "stopped by signal 2"));
         assert_true(ms < 5000);
+        assert_int_equal(access(tmp, F_OK), -1);
         assert_int_equal(count_tmp(dir), 0);
         assert_int_equal(access(out, F_OK), -1);
+        free(err);
     }
+    unlink(err_path);
 
     /* what a killed convert left (a dead pid's) goes at the next convert; a live one's stays */
     pid_t dead = tu_dead_pid();
@@ -810,8 +877,11 @@ static void test_convert_leaves_no_temporary(void **state)
     const char *needle[] = {"write failed: No space left on device",
                             "cannot create its temporary file beside it: No space left"};
     for (int i = 0; i < 2; i++) {
-        if (!mount_tmpfs(mnt, opts[i]))
-            break;
+        if (!mount_tmpfs(mnt, opts[i], "convert's and synth's ENOSPC")) {
+            unlink(gguf);
+            free(r);
+            skip(); /* everything else of this case has run */
+        }
         char full_out[4400], full_gguf[4400];
         tu_path(full_out, sizeof(full_out), "%s/out.shlm", mnt);
         tu_path(full_gguf, sizeof(full_gguf), "%s/out.gguf", mnt);
@@ -916,8 +986,8 @@ static void test_kv_cache_capped(void **state)
     }
     /* within what the model can use, past what the runtime directory (an 8 MiB tmpfs) holds */
     in_dir(mnt, sizeof(mnt), "kvroom");
-    if (!mount_tmpfs(mnt, "size=8m,mode=0700"))
-        return;
+    if (!mount_tmpfs(mnt, "size=8m,mode=0700", "a KV cache past an 8 MiB runtime directory"))
+        skip(); /* everything else of this case has run */
     tu_path(env, sizeof(env), "SHARDLM_RUNTIME_DIR=%s", mnt);
     char *args[] = {"generate", "-m", model,        "-p", "Once upon a time",
                     "-n",       "4",  "--max-seqs", "16", "--kv-tokens",
