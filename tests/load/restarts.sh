@@ -135,6 +135,29 @@ check lost-exit "$([ -n "$RC" ] && [ "$RC" != 0 ] && [[ $LAST == "shardlm serve:
     "exit status ${RC:-none: still running 20 s after the kill}, last line: $LAST"
 nothing_left lost-nothing-left
 
+# ---- 3. a worker killed while the server is idle: restarted at once, or with --restarts 0
+#         the engine lost at once (not at the next request, /health saying ok until then) ----
+LOG3=$WORK/idle.log
+start_server "$LOG3" --no-persist --restarts 1
+W=$(pgrep -P "$SRV" | head -n 1)
+kill -KILL "$W"
+for _ in $(seq 100); do grep -q 'between steps; restarted in' "$LOG3" && break; sleep 0.1; done
+H=$(curl -s -m 5 "$URL/health" || true)
+T=$(curl -s -m 30 "$URL/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 8}' || true)
+check idle-restarted "$(grep -q 'between steps; restarted in' "$LOG3" && [ "$H" = '{"status":"ok"}' ] &&
+    [[ $T == *'"finish_reason":"length"'* ]] && echo 1)"     "log: $(grep 'worker rank' "$LOG3" | head -n 1); /health: $H; a completion: ${T:0:120}"
+kill -TERM "$SRV"
+wait_exit 30
+check idle-restarted-exit "$([ "$RC" = 0 ] && echo 1)" "exit status ${RC:-none}"
+start_server "$LOG3" --no-persist --restarts 0
+W=$(pgrep -P "$SRV" | head -n 1)
+kill -KILL "$W"
+wait_exit 10
+LAST=$(tail -n 1 "$LOG3")
+check idle-lost-exit "$([ -n "$RC" ] && [ "$RC" != 0 ] && [[ $LAST == *"$WHY"*"no restarts left (0 per step)" ]] && echo 1)" \
+    "with --restarts 0, a worker killed while idle: exit status ${RC:-none: still running 10 s later}, last line: $LAST"
+nothing_left idle-nothing-left
+
 if [ "$FAILS" -gt 0 ]; then
     echo "restarts: $FAILS check(s) failed; server logs:"
     tail -n 12 "$WORK"/*.log
