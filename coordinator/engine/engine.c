@@ -235,8 +235,9 @@ static int restart_dead(struct coord_engine *g, int *restarts, const char *when,
         if (coord_cancelled(g->cancel))
             return shardlm_fail(e, -ECANCELED, "cancelled");
         if (*restarts >= g->max_restarts)
-            return shardlm_fail(e, -ECHILD, "%.*s; no restarts left (%d per step)",
-                                (int)sizeof(e->msg) - 48, why, g->max_restarts);
+            return shardlm_fail(e, -ECHILD, "%.*s; no restarts left (%d %s)",
+                                (int)sizeof(e->msg) - 48, why, g->max_restarts,
+                                restarts == &g->idle_restarts ? "between steps" : "per step");
         (*restarts)++;
         int rc = coord_workers_recover(g, e);
         if (!rc)
@@ -278,8 +279,8 @@ int coord_engine_check(struct coord_engine *g, struct shardlm_err *e)
         return 0;
     char why[sizeof(e->msg)];
     snprintf(why, sizeof(why), "%s", e->msg);
-    int restarts = 0;
-    return restart_dead(g, &restarts, "between steps", "", why, e);
+    /* counted until a step runs: a worker that dies after each restart is not restarted forever */
+    return restart_dead(g, &g->idle_restarts, "between steps", "", why, e);
 }
 
 /* The COORD_LOG_DEBUG line of a step: wall time, the slowest all-reduce, each rank's compute. */
@@ -326,6 +327,7 @@ int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
     if ((rc = run_restarting(g, &st, e)))
         goto out;
     g->last_wall_ns = shardlm_now_ns() - t0;
+    g->idle_restarts = 0; /* the workers held for a step */
     log_step(g, &st, tokens);
 out:
     free(sq);

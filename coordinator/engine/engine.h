@@ -137,12 +137,13 @@ int coord_engine_start(struct coord_engine **out, const struct coord_engine_opts
  * it, or -errno with @e set. */
 int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n,
                       struct shardlm_err *e);
+/* Between steps (from the thread that calls coord_engine_step()): a worker that died since the
+ * last step is restarted now, within as many restarts as a step may take, counted until a step
+ * runs; with none left, its death is returned (-ECHILD, "...; no restarts left (N between
+ * steps)"), as a step would have returned it. 0: all alive. */
+int coord_engine_check(struct coord_engine *g, struct shardlm_err *e);
 /* Shuts down the workers (SIGKILL after 2 s), removes segments and socket files, frees @g.
  * NULL is fine. */
-/* Between steps (from the thread that calls coord_engine_step()): a worker that died since the
- * last step is restarted now, within the restarts a step may take; with none left, its death is
- * returned (-ECHILD, "...; no restarts left"), as a step would have returned it. 0: all alive. */
-int coord_engine_check(struct coord_engine *g, struct shardlm_err *e);
 void coord_engine_stop(struct coord_engine *g);
 
 /* The model: header, config, tokenizer and tensor table (no tensor data). */

@@ -59,6 +59,7 @@ struct coord_engine {
     uint32_t *tables;         /* (exchange max_blocks) a step's block tables as checked */
     uint32_t logits_reserved; /* rows of logits whose memory is reserved in the exchange */
     int max_restarts;         /* per step */
+    int idle_restarts;        /* restarts between steps since the last step that ran */
     uint64_t heartbeat_seq;
     bool anon_segments; /* segments are memfds (--no-persist) */
     void *zctx, *sock;

@@ -53,9 +53,13 @@ static bool field_is(const char *p, const char *e, const char *name)
 const char *coord_gate_head_error(const char *head, size_t len)
 {
     const char *p = head, *end = head + len;
-    const char *line_end = memchr(p, '\n', len); /* the request line */
+    while (p < end && (*p == '\r' || *p == '\n')) /* empty lines before the request line */
+        p++;
+    const char *line_end = memchr(p, '\n', (size_t)(end - p)); /* the request line */
     if (!line_end)
         return NULL;
+    const char *rl_end = line_end > p && line_end[-1] == '\r' ? line_end - 1 : line_end;
+    bool http10 = rl_end - p >= 8 && !memcmp(rl_end - 8, "HTTP/1.0", 8);
     unsigned lengths = 0, encodings = 0;
     const char *first = NULL; /* the first Content-Length's digits, without leading zeros */
     size_t first_n = 0;
@@ -68,12 +72,22 @@ const char *coord_gate_head_error(const char *head, size_t len)
             e--;
         if (e == p) /* the blank line that ends the head */
             break;
+        /* libmicrohttpd glues a folded line onto the one before without a separator (so
+         * "Content-Length: 1" + " 0" is 10 to it, 1 to a proxy): refused, as section 5.2 allows */
+        if (*p == ' ' || *p == '\t')
+            return "a header line that starts with whitespace (obsolete line folding, RFC 9112 "
+                   "section 5.2)";
         const char *colon = memchr(p, ':', (size_t)(e - p));
-        if (colon && colon > p && (colon[-1] == ' ' || colon[-1] == '\t'))
+        if (!colon || colon == p)
+            return "a header line without a field name and a colon";
+        if (colon[-1] == ' ' || colon[-1] == '\t')
             return "whitespace between a header field's name and its colon (RFC 9112 section "
                    "5.1)";
         if (field_is(p, e, "transfer-encoding:")) {
-            encodings++;
+            if (http10)
+                return "Transfer-Encoding in an HTTP/1.0 request (RFC 9112 section 6.1)";
+            if (++encodings > 1)
+                return "Transfer-Encoding: given more than once";
             if (!coord_gate_chunked(colon + 1, (size_t)(e - colon - 1)))
                 return "Transfer-Encoding: only chunked is taken";
         }
@@ -145,8 +159,10 @@ const char *coord_gate_screen(int fd, uint64_t deadline_ns, const int *stop)
             why = coord_gate_head_error(buf, head);
             break;
         }
-        if (n == COORD_GATE_HEAD_MAX)
-            break;             /* libmicrohttpd refuses a head this long */
+        if (n == COORD_GATE_HEAD_MAX) { /* unchecked, libmicrohttpd would take up to its pool */
+            why = "the request head is longer than 16 KiB";
+            break;
+        }
         if (n == seen)         /* the same part again: poll() says readable while it sits */
             usleep(10 * 1000); /* there; wait for more */
         seen = n;

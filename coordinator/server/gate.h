@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#define COORD_GATE_HEAD_MAX 16384 /* bytes of a head looked at; a longer one is not checked */
+#define COORD_GATE_HEAD_MAX 16384 /* bytes of a head looked at; a longer one is refused */
 
 struct coord_gate;
 
@@ -48,8 +48,9 @@ void coord_gate_stop(struct coord_gate *g);
 /* Why the request head @head (@len bytes, up to its blank line) must be refused, or NULL: its
  * body cannot be delimited for sure (RFC 9112 section 6.3: a Content-Length that is not one
  * decimal number, two different ones, one with Transfer-Encoding, a Transfer-Encoding other
- * than chunked) or a field name ends in
- * whitespace (section 5.1). A proxy in front might read such a head otherwise than we do. */
+ * than chunked or given twice or in HTTP/1.0), a field name ends in whitespace (section 5.1), a
+ * line is folded (5.2) or has no colon. A proxy in front might read such a head otherwise than
+ * libmicrohttpd does. */
 const char *coord_gate_head_error(const char *head, size_t len);
 
 /* Whether a Transfer-Encoding value (@n bytes at @v) is "chunked" alone: the one coding the
@@ -63,8 +64,8 @@ size_t coord_gate_head_len(const char *buf, size_t n);
 
 /* Waits for the head of the first request on @fd (peeked, left for libmicrohttpd) until
  * @deadline_ns (shardlm_now_ns()) or *@stop (read with __atomic_load_n()). Returns its error as
- * coord_gate_head_error() says, or NULL: it passed, or no whole head came (the connection ended,
- * the time ran out, the head is longer than COORD_GATE_HEAD_MAX): libmicrohttpd deals with that. */
+ * coord_gate_head_error() says, or that it is longer than COORD_GATE_HEAD_MAX; or NULL: it
+ * passed, or no whole head came (the connection ended, the time ran out). */
 const char *coord_gate_screen(int fd, uint64_t deadline_ns, const int *stop);
 
 /* Sends @resp on @fd, shuts down the writing side and reads what the client still sends for up

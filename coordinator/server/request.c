@@ -38,17 +38,33 @@ static const char *get_int(json_t *o, const char *k, long lo, long hi, long *out
 
 /* The fields of @j into @p. Returns NULL or the message of a 400 (maybe in @why). */
 /* A chat request's messages, kwargs, add_generation_prompt and logprobs into @p. */
+/* Whether @v asks for nothing of the OpenAI fields the server does not implement. */
+static bool empty_object(json_t *v) { return json_is_object(v) && !json_object_size(v); }
+static bool one(json_t *v) { return json_is_number(v) && json_number_value(v) == 1; }
+static bool empty_string(json_t *v) { return json_is_string(v) && !json_string_length(v); }
+static bool text_format(json_t *v)
+{
+    json_t *t = json_object_get(v, "type");
+    return json_is_object(v) && json_is_string(t) && !strcmp(json_string_value(t), "text");
+}
+static bool auto_or_none(json_t *v)
+{
+    const char *t = json_string_value(v);
+    return t && (!strcmp(t, "auto") || !strcmp(t, "none"));
+}
+
 /* OpenAI fields the server does not implement, taken only at a value that asks for nothing (a
  * client sending another is told, not given something else without a word). */
 static const struct {
-    const char *name, *neutral; /* the neutral value, as JSON: any of them is taken */
-    const char *alt;            /* a second neutral value, or NULL */
+    const char *name;
+    bool (*neutral)(json_t *v);
+    const char *what; /* the neutral values, for the message */
 } inert_fields[] = {
-    {"logit_bias", "{}", NULL},
-    {"best_of", "1", NULL},
-    {"suffix", "\"\"", NULL},
-    {"response_format", "{\"type\": \"text\"}", NULL},
-    {"tool_choice", "\"auto\"", "\"none\""},
+    {"logit_bias", empty_object, "{}"},
+    {"best_of", one, "1"},
+    {"suffix", empty_string, "\"\""},
+    {"response_format", text_format, "{\"type\": \"text\"}"},
+    {"tool_choice", auto_or_none, "\"auto\" or \"none\""},
 };
 
 /* Why @j holds one of inert_fields at another value, or NULL (absent and null are neutral). */
@@ -56,19 +72,9 @@ static const char *inert_error(json_t *j, char *why, size_t wlen)
 {
     for (size_t i = 0; i < sizeof(inert_fields) / sizeof(inert_fields[0]); i++) {
         json_t *v = json_object_get(j, inert_fields[i].name);
-        if (!v || json_is_null(v))
-            continue;
-        bool ok = false;
-        for (int k = 0; k < 2 && !ok; k++) {
-            const char *t = k ? inert_fields[i].alt : inert_fields[i].neutral;
-            json_t *n = t ? json_loads(t, JSON_DECODE_ANY, NULL) : NULL;
-            ok = n && json_equal(v, n);
-            json_decref(n);
-        }
-        if (!ok) {
-            snprintf(why, wlen, "%s: not supported (only %s%s%s)", inert_fields[i].name,
-                     inert_fields[i].neutral, inert_fields[i].alt ? " or " : "",
-                     inert_fields[i].alt ? inert_fields[i].alt : "");
+        if (v && !json_is_null(v) && !inert_fields[i].neutral(v)) {
+            snprintf(why, wlen, "%s: not supported (only %s)", inert_fields[i].name,
+                     inert_fields[i].what);
             return why;
         }
     }

@@ -38,8 +38,10 @@
 
 #define BODY_MAX (1u << 20) /* bytes of a request body */
 #define WAIT_MS 100         /* a waiting connection checks its client this often */
-/* a half-closed client is probed again this often: one that reads on may close for good later */
+/* a half-closed client is probed again this often: one that reads on may close for good later;
+ * with at most this many 100 Continues (some clients take only a few 1xx: Go's took 5) */
 #define PROBE_NS 2000000000ull
+#define MAX_CONTINUES 4
 #define CONN_TIMEOUT_S 30   /* a connection idle this long is closed */
 /* A request's header and body must arrive within this many seconds of the connection's accept
  * (or of its previous response): a client that trickles them a byte at a time (slowloris) is
@@ -113,6 +115,7 @@ struct sreq {
     bool role_sent;            /* a chat stream: the first chunk (the role) is out */
     bool http11;               /* the client speaks HTTP/1.1: it takes a 1xx before the answer */
     uint64_t probed_ns;        /* when its FIN was last answered with a probe (0: never) */
+    unsigned continues;        /* 100 Continue probes sent */
     bool ping;                 /* a stream's probe is to go out */
     size_t text_off;           /* bytes of the tokens' pieces so far (logprobs' text_offset) */
     json_t *lp;                /* a plain response's logprobs object, filled token by token */
@@ -589,12 +592,14 @@ static bool wait_step(struct sreq *p, bool streaming)
         return false;
     enum client_state cs = client_state(p->fd);
     uint64_t now = shardlm_now_ns();
-    if (cs == CLIENT_HALF_CLOSED && (!p->probed_ns || now - p->probed_ns >= PROBE_NS)) {
+    if (cs == CLIENT_HALF_CLOSED && (!p->probed_ns || now - p->probed_ns >= PROBE_NS) &&
+        (streaming || p->continues < MAX_CONTINUES)) {
         p->probed_ns = now;
         if (streaming) {
             p->ping = true;
             return true;
         }
+        p->continues++;
         ssize_t n = p->http11 ? send(p->fd, probe_continue, sizeof(probe_continue) - 1,
                                      MSG_NOSIGNAL | MSG_DONTWAIT)
                               : -1;
@@ -743,6 +748,8 @@ static const char *framing_error(struct MHD_Connection *c)
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
     if (f.spaced_name)
         return "whitespace between a header field's name and its colon (RFC 9112 section 5.1)";
+    if (f.n_encoding > 1)
+        return "Transfer-Encoding: given more than once";
     if (f.other_coding)
         return "Transfer-Encoding: only chunked is taken";
     if (f.n_encoding && f.n_length)

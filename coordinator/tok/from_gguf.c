@@ -74,7 +74,6 @@ static int gguf_id(const struct gguf_file *g, const char *key, int n, int *id, c
     return 0;
 }
 
-/* The bool at @key, or @dflt. */
 /* Whether the GGUF type @ty is an integer. */
 static bool is_int_type(enum gguf_type ty)
 {

@@ -154,7 +154,7 @@ W=$(pgrep -P "$SRV" | head -n 1)
 kill -KILL "$W"
 wait_exit 10
 LAST=$(tail -n 1 "$LOG3")
-check idle-lost-exit "$([ -n "$RC" ] && [ "$RC" != 0 ] && [[ $LAST == *"$WHY"*"no restarts left (0 per step)" ]] && echo 1)" \
+check idle-lost-exit "$([ -n "$RC" ] && [ "$RC" != 0 ] && [[ $LAST == *"$WHY"*"no restarts left (0 between steps)" ]] && echo 1)" \
     "with --restarts 0, a worker killed while idle: exit status ${RC:-none: still running 10 s later}, last line: $LAST"
 nothing_left idle-nothing-left
 
