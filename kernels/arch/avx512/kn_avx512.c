@@ -770,6 +770,18 @@ static void kn_rmsnorm_avx512(float *o, const float *x, const float *w, int n, f
     }
 }
 
+/* The sum of @v's 16 lanes, wrapping as the hardware's adds do: _mm512_reduce_add_epi32 adds
+ * its last two lanes as C ints, undefined on overflow, which a NaN activation reaches (its code
+ * is INT_MIN; UBSan stopped eval of a model whose logits went NaN). */
+static inline int32_t reduce_add_epi32_wrap(__m512i v)
+{
+    __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 3, 2)));
+    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(q);
+}
+
 /* ---- activation preparation (the table's act_prepare) ---- */
 
 /* As kn_act_prepare_scalar: VCVTPS2DQ rounds to nearest even as lrintf does, so q and q16 are
@@ -805,7 +817,7 @@ void kn_act_prepare_avx512(struct kn_act *a, const float *x)
             qs = _mm512_add_epi32(qs, q);
         }
         a->gsum[gi] = _mm512_reduce_add_ps(s);
-        a->qgsum[gi] = _mm512_reduce_add_epi32(qs);
+        a->qgsum[gi] = reduce_add_epi32_wrap(qs);
     }
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
