@@ -2,8 +2,8 @@
 # tests/script_lib.sh: what the script tests of a running server share (tests/load/faults.sh,
 # tests/deploy/test_*.sh). Sourced after `set -euo pipefail`:
 #   . "$(dirname "$0")/../script_lib.sh"; script_args "$@"
-# gives BIN and MODEL (absolute), check NAME OK DETAIL counting FAILS, start_server LOG [options]
-# and kill_server PID.
+# gives BIN and MODEL (absolute), check NAME OK DETAIL counting FAILS, start_server LOG [options],
+# kill_server PID and jget FILE EXPR.
 
 # script_args SHARDLM_BINARY MODEL.shlm: the two arguments every such test takes
 script_args() {
@@ -55,4 +55,9 @@ start_server() {
     fi
     PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$')
     URL=http://127.0.0.1:$PORT
+}
+
+# jget FILE EXPR: a field of the last JSON object in FILE, one per line ('j' in EXPR; node)
+jget() {
+    node -e 'const fs=require("fs");const j=JSON.parse(fs.readFileSync(process.argv[1],"utf8").trim().split("\n").pop());const v=eval(process.argv[2]);console.log(typeof v==="object"?JSON.stringify(v):v)' "$1" "$2"
 }

@@ -52,9 +52,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-jget() { # jget FILE EXPR: a field of the one JSON object in FILE ('j' in EXPR)
-    node -e 'const fs=require("fs");const j=JSON.parse(fs.readFileSync(process.argv[1],"utf8").trim().split("\n").pop());const v=eval(process.argv[2]);console.log(typeof v==="object"?JSON.stringify(v):v)' "$1" "$2"
-}
 nfds() { ls "/proc/$SRV/fd" 2>/dev/null | wc -l; }
 metric() { curl -s -m 5 "$URL/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 post() { # post BODY_FILE [curl options]: prints the status (000: no answer)

@@ -46,9 +46,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-jget() { # jget FILE EXPR: a field of the one JSON object in FILE ('j' in EXPR)
-    node -e 'const fs=require("fs");const j=JSON.parse(fs.readFileSync(process.argv[1],"utf8").trim().split("\n").pop());const v=eval(process.argv[2]);console.log(typeof v==="object"?JSON.stringify(v):v)' "$1" "$2"
-}
 
 wait_exit() { # wait_exit SECONDS: the server's exit status into RC (empty: still running)
     RC=""
