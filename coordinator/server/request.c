@@ -7,6 +7,8 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +38,6 @@ static const char *get_int(json_t *o, const char *k, long lo, long hi, long *out
     return NULL;
 }
 
-/* The fields of @j into @p. Returns NULL or the message of a 400 (maybe in @why). */
-/* A chat request's messages, kwargs, add_generation_prompt and logprobs into @p. */
 /* Whether @v asks for nothing of the OpenAI fields the server does not implement. */
 static bool empty_object(json_t *v) { return json_is_object(v) && !json_object_size(v); }
 static bool one(json_t *v) { return json_is_number(v) && json_number_value(v) == 1; }
@@ -81,6 +81,8 @@ static const char *inert_error(json_t *j, char *why, size_t wlen)
     return NULL;
 }
 
+/* A chat request's messages, kwargs, add_generation_prompt and logprobs into @p. Returns NULL
+ * or the message of a 400 (maybe in @why). */
 static const char *parse_chat(json_t *j, struct coord_completion_req *p, char *why, size_t wlen)
 {
     json_t *m = json_object_get(j, "messages");
@@ -112,18 +114,11 @@ static const char *parse_chat(json_t *j, struct coord_completion_req *p, char *w
     return NULL;
 }
 
-/* The fields of @j into @p. Returns NULL or the message of a 400 (maybe in @why). */
-static const char *parse_fields(json_t *j, int vocab, int context, bool chat,
-                                struct coord_completion_req *p, char *why, size_t wlen)
+/* A completion request's prompt, logprobs and echo into @p. Returns NULL or the message of a
+ * 400 (maybe in @why). */
+static const char *parse_prompt(json_t *j, int vocab, int context, struct coord_completion_req *p,
+                                char *why, size_t wlen)
 {
-    if (!json_is_object(j))
-        return "the body must be a JSON object";
-    const char *bad;
-    if (chat) {
-        if ((bad = parse_chat(j, p, why, wlen)))
-            return bad;
-        goto common;
-    }
     json_t *pr = json_object_get(j, "prompt");
     if (json_is_array(pr) && json_array_size(pr) == 1 && json_is_string(json_array_get(pr, 0)))
         pr = json_array_get(pr, 0);
@@ -164,75 +159,111 @@ static const char *parse_fields(json_t *j, int vocab, int context, bool chat,
     json_t *echo = json_object_get(j, "echo");
     if (echo && !json_is_null(echo) && !json_is_false(echo))
         return "echo: not supported";
-common:;
-    double d;
+    return NULL;
+}
+
+/* The number fields of a request within their ranges, with their defaults: max_tokens (or
+ * max_completion_tokens) and the sampling parameters, seed aside. */
+static const struct {
+    const char *name;
+    double lo, hi, dflt;
+    bool integer;
+    size_t off; /* into struct coord_sampling, or SIZE_MAX: max_tokens */
+} number_fields[] = {
+    {"temperature", 0, 2, 1.0, false, offsetof(struct coord_sampling, temp)},
+    {"top_p", 1e-6, 1, 1.0, false, offsetof(struct coord_sampling, top_p)},
+    {"top_k", 0, 1 << 24, 0, true, offsetof(struct coord_sampling, top_k)},
+    {"min_p", 0, 0.999, 0, false, offsetof(struct coord_sampling, min_p)},
+    {"repetition_penalty", 0.01, 10, 1, false, offsetof(struct coord_sampling, repetition_penalty)},
+    {"frequency_penalty", -2, 2, 0, false, offsetof(struct coord_sampling, frequency_penalty)},
+    {"presence_penalty", -2, 2, 0, false, offsetof(struct coord_sampling, presence_penalty)},
+};
+
+/* max_tokens and the sampling parameters into @p (@chat: its default max_tokens). Returns NULL
+ * or the message of a 400 (maybe in @why). */
+static const char *parse_sampling(json_t *j, bool chat, struct coord_completion_req *p, char *why,
+                                  size_t wlen)
+{
+    const char *bad;
     /* chat: no limit but the context (OpenAI's, vLLM's and llama.cpp's default): 0, which the
      * scheduler reads as what the prompt leaves of it; completions: OpenAI's legacy 16 */
-    long mt = chat ? 0 : COORD_REQ_DEFAULT_MAX_TOKENS, k = 0;
+    long mt = chat ? 0 : COORD_REQ_DEFAULT_MAX_TOKENS;
     if ((bad = get_int(j, "max_tokens", 1, 1 << 24, &mt)) ||
         (bad = get_int(j, "max_completion_tokens", 1, 1 << 24, &mt)))
         goto bad;
     p->max_tokens = (int)mt;
-    struct coord_sampling *sp = &p->sampling;
-    d = 1.0;
-    if ((bad = get_number(j, "temperature", 0, 2, &d)))
-        goto bad;
-    sp->temp = (float)d;
-    d = 1.0;
-    if ((bad = get_number(j, "top_p", 1e-6, 1, &d)))
-        goto bad;
-    sp->top_p = (float)d;
-    if ((bad = get_int(j, "top_k", 0, 1 << 24, &k)))
-        goto bad;
-    sp->top_k = (int)k;
-    d = 0;
-    if ((bad = get_number(j, "min_p", 0, 0.999, &d)))
-        goto bad;
-    sp->min_p = (float)d;
-    d = 1;
-    if ((bad = get_number(j, "repetition_penalty", 0.01, 10, &d)))
-        goto bad;
-    sp->repetition_penalty = (float)d;
-    d = 0;
-    if ((bad = get_number(j, "frequency_penalty", -2, 2, &d)))
-        goto bad;
-    sp->frequency_penalty = (float)d;
-    d = 0;
-    if ((bad = get_number(j, "presence_penalty", -2, 2, &d)))
-        goto bad;
-    sp->presence_penalty = (float)d;
+    for (size_t i = 0; i < sizeof(number_fields) / sizeof(number_fields[0]); i++) {
+        char *field = (char *)&p->sampling + number_fields[i].off;
+        if (number_fields[i].integer) {
+            long k = (long)number_fields[i].dflt;
+            if ((bad = get_int(j, number_fields[i].name, (long)number_fields[i].lo,
+                               (long)number_fields[i].hi, &k)))
+                goto bad;
+            *(int *)field = (int)k;
+        } else {
+            double d = number_fields[i].dflt;
+            if ((bad = get_number(j, number_fields[i].name, number_fields[i].lo,
+                                  number_fields[i].hi, &d)))
+                goto bad;
+            *(float *)field = (float)d;
+        }
+    }
     json_t *seed = json_object_get(j, "seed");
     if (json_is_integer(seed)) {
-        sp->seed = (uint64_t)json_integer_value(seed);
+        p->sampling.seed = (uint64_t)json_integer_value(seed);
         p->seeded = true;
     } else if (seed && !json_is_null(seed))
         return "seed: expected an integer";
-    if ((bad = inert_error(j, why, wlen)))
+    return NULL;
+bad:
+    snprintf(why, wlen, "%s: out of range or not a number of the right kind", bad);
+    return why;
+}
+
+/* stop (a string or up to COORD_REQ_MAX_STOPS) into @p. Returns NULL or the message of a 400
+ * (maybe in @why). */
+static const char *parse_stops(json_t *j, struct coord_completion_req *p, char *why, size_t wlen)
+{
+    json_t *st = json_object_get(j, "stop");
+    if (st && !json_is_null(st) && !json_is_string(st) && !json_is_array(st))
+        return "stop: expected a string or an array of strings";
+    if (!json_is_string(st) && !json_is_array(st))
+        return NULL;
+    size_t ns = json_is_string(st) ? 1 : json_array_size(st);
+    if (ns > COORD_REQ_MAX_STOPS) {
+        snprintf(why, wlen, "stop: at most %d strings", COORD_REQ_MAX_STOPS);
+        return why;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        json_t *v = json_is_string(st) ? st : json_array_get(st, i);
+        if (!json_is_string(v) || !json_string_length(v) ||
+            json_string_length(v) > COORD_REQ_STOP_BYTES ||
+            memchr(json_string_value(v), '\0', json_string_length(v))) {
+            snprintf(why, wlen, "stop: strings of 1..%d bytes", COORD_REQ_STOP_BYTES);
+            return why;
+        }
+        if (!(p->stops[p->n_stops] = strdup(json_string_value(v))))
+            return "out of memory";
+        p->n_stops++;
+    }
+    return NULL;
+}
+
+/* The fields of @j into @p. Returns NULL or the message of a 400 (maybe in @why). */
+static const char *parse_fields(json_t *j, int vocab, int context, bool chat,
+                                struct coord_completion_req *p, char *why, size_t wlen)
+{
+    if (!json_is_object(j))
+        return "the body must be a JSON object";
+    const char *bad =
+        chat ? parse_chat(j, p, why, wlen) : parse_prompt(j, vocab, context, p, why, wlen);
+    if (bad || (bad = parse_sampling(j, chat, p, why, wlen)) || (bad = inert_error(j, why, wlen)))
         return bad;
     json_t *n = json_object_get(j, "n");
     if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
         return "n: only 1 is supported";
-    json_t *st = json_object_get(j, "stop");
-    if (json_is_string(st) || json_is_array(st)) {
-        size_t ns = json_is_string(st) ? 1 : json_array_size(st);
-        if (ns > COORD_REQ_MAX_STOPS) {
-            snprintf(why, wlen, "stop: at most %d strings", COORD_REQ_MAX_STOPS);
-            return why;
-        }
-        for (size_t i = 0; i < ns; i++) {
-            json_t *v = json_is_string(st) ? st : json_array_get(st, i);
-            if (!json_is_string(v) || !json_string_length(v) ||
-                json_string_length(v) > COORD_REQ_STOP_BYTES ||
-                memchr(json_string_value(v), '\0', json_string_length(v))) {
-                snprintf(why, wlen, "stop: strings of 1..%d bytes", COORD_REQ_STOP_BYTES);
-                return why;
-            }
-            if (!(p->stops[p->n_stops] = strdup(json_string_value(v))))
-                return "out of memory";
-            p->n_stops++;
-        }
-    } else if (st && !json_is_null(st))
-        return "stop: expected a string or an array of strings";
+    if ((bad = parse_stops(j, p, why, wlen)))
+        return bad;
     json_t *str = json_object_get(j, "stream");
     if (str && !json_is_null(str) && !json_is_boolean(str))
         return "stream: expected true or false";
@@ -244,9 +275,6 @@ common:;
     json_t *so = json_object_get(j, "stream_options");
     p->include_usage = json_is_object(so) && json_is_true(json_object_get(so, "include_usage"));
     return NULL;
-bad:
-    snprintf(why, wlen, "%s: out of range or not a number of the right kind", bad);
-    return why;
 }
 
 void coord_completion_req_free(struct coord_completion_req *r)
