@@ -361,8 +361,7 @@ static const struct route {
     /* needs the API key: all but /health, /metrics (the load balancer's checks, Prometheus)
      * and the chat page (static, no model data: it asks its user for the key) */
     bool key;
-    enum MHD_Result (*fn)(struct srv *s, struct MHD_Connection *c, struct srv_conn *cn,
-                          const char *url);
+    srv_route_fn *fn;
 } routes[] = {
     {"/health", false, ROUTE_GET, false, health},
     {"/metrics", false, ROUTE_GET, false, srv_metrics},

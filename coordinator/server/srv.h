@@ -6,6 +6,9 @@
  *   openai.c   the OpenAI endpoints: completions' JSON in and out, /tokenize, /detokenize...
  *   life.c     a request's life: its state, its references, its queueing and waiting
  *   metrics.c  GET /metrics: Prometheus' text
+ *   request.c  a completion request's JSON body, parsed and checked (request.h)
+ *   gate.c     the listening socket, and a look at each connection's first head (gate.h)
+ *   notify.c   readiness for systemd (notify.h)
  *
  * Requests are parsed on their connection's thread (libmicrohttpd, one thread per
  * connection), handed to the thread that drives the scheduler, and their tokens handed back
@@ -176,9 +179,9 @@ bool sreq_wait_step(struct sreq *p, bool streaming);
 /* *@ts: @ms milliseconds from now on CLOCK_REALTIME (pthread_cond_timedwait()'s). */
 void srv_deadline(struct timespec *ts, long ms);
 
-/* Tokenizes @n bytes of @text with coord_tok_encode_ex() @flags into *@ids (malloc'd, or NULL).
- * Returns the number of tokens, -ENOMEM, or another -errno with @why set to "cannot tokenize
- * @what: REASON". */
+/* Tokenizes @n bytes of @text with coord_tok_encode_ex() @flags into *@ids (malloc'd, the
+ * caller frees it, on an error too; left alone past 8 MiB of text). Returns the number of
+ * tokens, -ENOMEM, or another -errno with @why set to "cannot tokenize @what: REASON". */
 int srv_encode(const struct srv *s, const char *text, size_t n, unsigned flags, const char *what,
                int32_t **ids, char *why, size_t wlen);
 
@@ -195,28 +198,21 @@ json_t *srv_text_json(const char *t, size_t n);
  * [DONE] at the end), a plain response's logprobs. srv.mu held. false: out of memory. */
 bool srv_event_out(struct sreq *p, const struct coord_event *ev);
 
+/* A route's handler (http.c's table): answers the request @c, whose body is in @cn, at @url
+ * (without /v1). */
 struct srv_conn;
-enum MHD_Result srv_completions(struct srv *s, struct MHD_Connection *c, struct srv_conn *cn,
-                                const char *url);
-enum MHD_Result srv_chat_completions(struct srv *s, struct MHD_Connection *c, struct srv_conn *cn,
+typedef enum MHD_Result srv_route_fn(struct srv *s, struct MHD_Connection *c, struct srv_conn *cn,
                                      const char *url);
-enum MHD_Result srv_tokenize(struct srv *s, struct MHD_Connection *c, struct srv_conn *cn,
-                             const char *url);
-enum MHD_Result srv_detokenize(struct srv *s, struct MHD_Connection *c, struct srv_conn *cn,
-                               const char *url);
-enum MHD_Result srv_apply_template(struct srv *s, struct MHD_Connection *c, struct srv_conn *cn,
-                                   const char *url);
-enum MHD_Result srv_models(struct srv *s, struct MHD_Connection *c, struct srv_conn *cn,
-                           const char *url);
-enum MHD_Result srv_model(struct srv *s, struct MHD_Connection *c, struct srv_conn *cn,
-                          const char *url);
+/* POST /completions, /chat/completions, /tokenize, /detokenize, /apply-template; GET /models,
+ * /models/NAME */
+srv_route_fn srv_completions, srv_chat_completions, srv_tokenize, srv_detokenize,
+    srv_apply_template, srv_models, srv_model;
 
 /* ---- metrics.c ---- */
 
 void srv_metrics_init(struct srv_metrics *m);
 void srv_hist_observe(struct srv_hist *h, double v);
-enum MHD_Result srv_metrics(struct srv *s, struct MHD_Connection *c, struct srv_conn *cn,
-                            const char *url);
+srv_route_fn srv_metrics; /* GET /metrics */
 
 /* A growing text (metrics, /detokenize): failed once an allocation failed. */
 struct srv_text {
