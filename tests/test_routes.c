@@ -268,7 +268,7 @@ static void test_routes(void **state)
     snprintf(p, sizeof(p), "%d", port);
     char *args[] = {"serve", "-m", model, "--port", p, "--api-key-file", keyfile, NULL};
     bool ok = false;
-    tu_run_shardlm(r, env_rundir, args, NULL, 120, drive, &ok);
+    tu_run_shardlm(r, env_rundir, args, NULL, 90, drive, &ok);
     if (r->status != 0)
         fprintf(stderr, "serve: status %d\n%s\n", r->status, r->err);
     assert_int_equal(failures, 0);
