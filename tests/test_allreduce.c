@@ -403,7 +403,10 @@ static void wait_entered(struct fail_ctx *c, int rank)
 }
 
 /* The parent is rank 1 (alive, registered, never arrives); the child sleeps at the barrier and
- * seg_ar_abort wakes it with -ECONNABORTED within 100 ms. */
+ * seg_ar_abort wakes it with -ECONNABORTED, long before its 10 s timeout. The bounds below are
+ * that timeout's (and test_timeout's 200 ms) with room for a loaded host: the abort is seen at
+ * the wake-up or at the next 20 ms slice (AR_SLICE_NS), and a failed group fails at once, so a
+ * host would have to stall the child for a second, not be slow, to fail them. */
 static void test_abort(void **state)
 {
     size_t bytes;
@@ -420,9 +423,9 @@ static void test_abort(void **state)
     assert_int_equal(c->rc[0], -ECONNABORTED);
     assert_true(c->t_return[0] > t_abort);
     print_message("abort: woken after %.2f ms\n", (double)(c->t_return[0] - t_abort) / 1e6);
-    assert_true(c->t_return[0] - t_abort < 100 * MS);
+    assert_true(c->t_return[0] - t_abort < 1000 * MS);
     assert_int_equal(c->rc_after[0], -ECONNABORTED);
-    assert_true(c->after_ns[0] < 5 * MS);
+    assert_true(c->after_ns[0] < 100 * MS);
     /* and the parent's own calls fail at once too */
     assert_int_equal(seg_ar_barrier(&me), -ECONNABORTED);
     float x = 2.0f;
@@ -485,7 +488,7 @@ static void test_timeout(void **state)
     assert_true(took >= 200 * MS);
     assert_true(took < 1000 * MS);
     assert_int_equal(c->rc_after[0], -ECONNABORTED);
-    assert_true(c->after_ns[0] < 5 * MS);
+    assert_true(c->after_ns[0] < 100 * MS); /* a group not kept failed waits out 200 ms again */
     assert_int_equal(seg_ar_barrier(&me), -ECONNABORTED);
     free_fail_ctx(c, bytes);
 }

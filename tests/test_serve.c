@@ -3,7 +3,9 @@
  * driven by a small HTTP/1.1 client of this file. Greedy completions equal the golden texts
  * (streamed and not, the four prompts at once), the API key is required, bad requests get their
  * OpenAI error object and status, a client that leaves mid-stream is cancelled while the others
- * go on, and SIGTERM stops the server with exit 0 and nothing left running. */
+ * go on, and SIGTERM stops the server with exit 0 and nothing left running. One server runs for
+ * all of them (the group's setup starts it); each check is a case of its own, so that one that
+ * fails does not hide the others. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,7 +25,7 @@
 static char dir[4096], rundir[4096], env_rundir[4200], model[4200], keyfile[4200], tmplfile[4200];
 static const char *key = "test-key-3f9a";
 
-static int setup(void **state)
+static int make_files(void)
 {
     tu_mkdtemp(dir, sizeof(dir), "serve");
     tu_path(rundir, sizeof(rundir), "%s/run", dir);
@@ -48,15 +50,7 @@ static int setup(void **state)
                : 0;
 }
 
-static pid_t server; /* a failed assertion leaves drive() early: teardown kills it */
-
-static int teardown(void **state)
-{
-    if (server > 0 && kill(server, SIGKILL) == 0)
-        waitpid(server, NULL, 0);
-    tu_rmdir(dir);
-    return 0;
-}
+static pid_t server; /* the running server (start_server) */
 
 /* A port no socket holds right now. */
 static int free_port(void)
@@ -420,7 +414,8 @@ static void golden_round(bool stream, bool chat)
     }
 }
 
-/* GET /health until it answers 200 (the server loads the model after it listens). */
+/* GET /health until it answers 200 (the server loads the model after it listens; no assertion:
+ * start_server, a group setup, calls it). */
 static bool wait_ready(pid_t pid)
 {
     for (int i = 0; i < 600; i++) {
@@ -431,7 +426,10 @@ static bool wait_ready(pid_t pid)
             free(r.body);
             if (r.status == 200)
                 return true;
-            assert_int_equal(r.status, 503); /* loading */
+            if (r.status != 503) { /* loading */
+                fprintf(stderr, "GET /health while the server loads: %d\n", r.status);
+                return false;
+            }
         }
         if (kill(pid, 0))
             return false;
@@ -440,17 +438,78 @@ static bool wait_ready(pid_t pid)
     return false;
 }
 
-/* Everything against the running server @pid, then SIGTERM. */
-static void drive(pid_t pid, void *arg)
+/* The server the cases below share: started once by start_server (the group's setup), in a
+ * thread that runs it under tu_run_shardlm and keeps its exit status and output in srv_run;
+ * test_sigterm_drains, the last case, stops it. Each case checks one thing and leaves the server
+ * as it found it, so that a failure in one does not hide the others'. */
+static struct tu_run *srv_run;
+static pthread_t srv_thread;
+static pthread_mutex_t srv_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t srv_cv = PTHREAD_COND_INITIALIZER;
+static bool srv_exited; /* tu_run_shardlm returned: the server was reaped */
+
+static void server_started(pid_t pid, void *arg)
 {
-    bool *ok = arg;
+    pthread_mutex_lock(&srv_mu);
     server = pid;
-    if (!wait_ready(pid)) {
+    pthread_cond_signal(&srv_cv);
+    pthread_mutex_unlock(&srv_mu);
+}
+
+static void *run_server(void *arg)
+{
+    char p[16];
+    snprintf(p, sizeof(p), "%d", port);
+    char *args[] = {"serve",           "-m",     model, "--port", p, "--api-key-file", keyfile,
+                    "--chat-template", tmplfile, NULL};
+    tu_run_shardlm(srv_run, env_rundir, args, NULL, 300, server_started, NULL);
+    pthread_mutex_lock(&srv_mu);
+    srv_exited = true;
+    pthread_cond_signal(&srv_cv);
+    pthread_mutex_unlock(&srv_mu);
+    return NULL;
+}
+
+/* The group's setup: the server, serving (its output on stderr when it does not get there). */
+static int start_server(void **state)
+{
+    srv_run = malloc(sizeof(*srv_run));
+    port = free_port();
+    if (!srv_run || pthread_create(&srv_thread, NULL, run_server, NULL))
+        return -1;
+    pthread_mutex_lock(&srv_mu);
+    while (!server && !srv_exited)
+        pthread_cond_wait(&srv_cv, &srv_mu);
+    pid_t pid = server;
+    pthread_mutex_unlock(&srv_mu);
+    if (pid > 0 && wait_ready(pid))
+        return 0;
+    if (pid > 0)
         kill(pid, SIGKILL);
-        return;
+    pthread_join(srv_thread, NULL);
+    fprintf(stderr, "serve: status %d, not serving\n%s\n", srv_run->status, srv_run->err);
+    return -1;
+}
+
+/* The group's teardown: a server that test_sigterm_drains did not stop is killed. */
+static int stop_server(void **state)
+{
+    pthread_mutex_lock(&srv_mu);
+    bool running = !srv_exited;
+    pthread_mutex_unlock(&srv_mu);
+    if (running) {
+        kill(server, SIGKILL);
+        pthread_join(srv_thread, NULL);
     }
+    server = 0; /* reaped: teardown must not signal it */
+    free(srv_run);
+    return 0;
+}
+
+/* The key: none or a wrong one is a 401, /health needs none */
+static void test_key(void **state)
+{
     struct resp r;
-    /* the key: none or a wrong one is a 401, /health needs none */
     int fd = send_request("GET", "/v1/models", "", 0, true);
     read_response(fd, &r);
     assert_error(&r, 401);
@@ -481,18 +540,22 @@ static void drive(pid_t pid, void *arg)
         "f32.shlm");
     json_decref(j);
     free(r.body);
+}
 
-    golden_round(false, false);
-    golden_round(true, false);
-    golden_round(false, true);
-    golden_round(true, true);
+static void test_golden_completions(void **state) { golden_round(false, false); }
+static void test_golden_completion_streams(void **state) { golden_round(true, false); }
+static void test_golden_chats(void **state) { golden_round(false, true); }
+static void test_golden_chat_streams(void **state) { golden_round(true, true); }
 
-    /* the chat template: /apply-template renders it (the template's last newline is Jinja's
-     * to drop); a raise is the request's 400 with its message; chat logprobs */
+/* The chat template: /apply-template renders it (the template's last newline is Jinja's to
+ * drop); a raise is the request's 400 with its message; chat logprobs */
+static void test_chat_template(void **state)
+{
+    struct resp r;
     request("POST", "/apply-template",
             "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi \u00e9\"}]}", &r);
     assert_int_equal(r.status, 200);
-    j = json_loads(r.body, 0, NULL);
+    json_t *j = json_loads(r.body, 0, NULL);
     assert_string_equal(json_string_value(json_object_get(j, "prompt")), "<s>Hi \xc3\xa9");
     json_decref(j);
     free(r.body);
@@ -528,9 +591,13 @@ static void drive(pid_t pid, void *arg)
                                           json_object_get(cc, "message"), "content")));
     json_decref(j);
     free(r.body);
+}
 
-    /* ignore_eos: the greedy story that ends at EOS goes on to max_tokens, the same text first;
-     * a value that is not a boolean is a 400 */
+/* ignore_eos: the greedy story that ends at EOS goes on to max_tokens, the same text first; a
+ * value that is not a boolean is a 400 */
+static void test_ignore_eos(void **state)
+{
+    struct resp r;
     request("POST", "/v1/completions",
             "{\"prompt\": \"Once upon a time\", \"max_tokens\": 400, \"temperature\": 0}", &r);
     assert_int_equal(r.status, 200);
@@ -556,15 +623,19 @@ static void drive(pid_t pid, void *arg)
     json_decref(goes);
     request("POST", "/v1/completions", "{\"prompt\": \"x\", \"ignore_eos\": 1}", &r);
     assert_error(&r, 400);
+}
 
-    /* log-probabilities: greedy, so each token is its own likeliest alternative; the pieces
-     * spell the text */
+/* Log-probabilities: greedy, so each token is its own likeliest alternative; the pieces spell
+ * the text */
+static void test_logprobs(void **state)
+{
+    struct resp r;
     request("POST", "/v1/completions",
             "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8, \"temperature\": 0, "
             "\"logprobs\": 2}",
             &r);
     assert_int_equal(r.status, 200);
-    j = json_loads(r.body, 0, NULL);
+    json_t *j = json_loads(r.body, 0, NULL);
     json_t *ch = json_array_get(json_object_get(j, "choices"), 0),
            *lp = json_object_get(ch, "logprobs");
     json_t *toks = json_object_get(lp, "tokens"), *tlp = json_object_get(lp, "token_logprobs");
@@ -591,11 +662,15 @@ static void drive(pid_t pid, void *arg)
     free(r.body);
     request("POST", "/v1/completions", "{\"prompt\": \"Hi\", \"logprobs\": 21}", &r);
     assert_error(&r, 400);
+}
 
-    /* tokens and back */
+/* Tokens and back */
+static void test_tokenize(void **state)
+{
+    struct resp r;
     request("POST", "/tokenize", "{\"content\": \"Once upon a time\", \"add_special\": true}", &r);
     assert_int_equal(r.status, 200);
-    j = json_loads(r.body, 0, NULL);
+    json_t *j = json_loads(r.body, 0, NULL);
     json_t *ids = json_object_get(j, "tokens");
     assert_true(json_array_size(ids) > 1);
     assert_int_equal(json_integer_value(json_array_get(ids, 0)), 1); /* BOS */
@@ -615,16 +690,20 @@ static void drive(pid_t pid, void *arg)
     assert_error(&r, 400);
     request("POST", "/tokenize", "{\"content\": 7}", &r);
     assert_error(&r, 400);
+}
 
-    /* the metrics count what ran: 20 requests so far (16 golden, 8 of them chats, two with
-     * logprobs and two for ignore_eos), each with a first token */
-    fd = send_request("GET", "/metrics", "", 0, true);
+/* /metrics: its form, and its requests finished (stop and length) and times to the first token
+ * (*@ttft) */
+static unsigned long long metrics_finished(unsigned long long *ttft)
+{
+    struct resp r;
+    int fd = send_request("GET", "/metrics", "", 0, true);
     read_response(fd, &r);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "\nshardlm_ready 1\n"));
     assert_non_null(strstr(r.body, "# TYPE shardlm_time_to_first_token_seconds histogram\n"));
     assert_non_null(strstr(r.body, "shardlm_step_seconds_bucket{le=\"+Inf\"} "));
-    unsigned long long stop = 0, length = 0, ttft = 0;
+    unsigned long long stop = 0, length = 0;
     const char *m = strstr(r.body, "shardlm_requests_total{finish=\"stop\"} ");
     assert_non_null(m);
     sscanf(m, "shardlm_requests_total{finish=\"stop\"} %llu", &stop);
@@ -633,13 +712,51 @@ static void drive(pid_t pid, void *arg)
     sscanf(m, "shardlm_requests_total{finish=\"length\"} %llu", &length);
     m = strstr(r.body, "shardlm_time_to_first_token_seconds_count ");
     assert_non_null(m);
-    sscanf(m, "shardlm_time_to_first_token_seconds_count %llu", &ttft);
-    assert_int_equal(stop + length, 20);
-    assert_int_equal(ttft, 20);
+    sscanf(m, "shardlm_time_to_first_token_seconds_count %llu", ttft);
     free(r.body);
+    return stop + length;
+}
 
-    /* OpenAI fields the server does not implement: a value that asks for nothing is taken, any
-     * other is a 400 naming the field (not ignored) */
+/* The metrics count what ran, whatever the cases before ran: 11 requests here (two golden
+ * rounds, completions and streamed chats, a completion with logprobs, one with ignore_eos, a chat
+ * with logprobs), each with a first token; refused ones (400) and /tokenize are not counted. A
+ * request is counted before its answer's last byte, and the figures are read after every answer. */
+static void test_metrics(void **state)
+{
+    unsigned long long ttft0, ttft1, done0 = metrics_finished(&ttft0);
+    golden_round(false, false);
+    golden_round(true, true);
+    struct resp r;
+    static const char *const counted[][2] = {
+        {"/v1/completions", "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8, "
+                            "\"temperature\": 0, \"logprobs\": 2}"},
+        {"/v1/completions", "{\"prompt\": \"Once\", \"max_tokens\": 20, \"ignore_eos\": true}"},
+        {"/v1/chat/completions",
+         "{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}], "
+         "\"max_tokens\": 4, \"logprobs\": true, \"top_logprobs\": 2}"},
+    };
+    for (size_t i = 0; i < sizeof(counted) / sizeof(counted[0]); i++) {
+        request("POST", counted[i][0], counted[i][1], &r);
+        assert_int_equal(r.status, 200);
+        free(r.body);
+    }
+    request("POST", "/v1/completions", "{\"prompt\": \"Hi\", \"logprobs\": 21}", &r);
+    assert_error(&r, 400);
+    request("POST", "/v1/chat/completions", "{\"messages\": [{\"content\": \"no role\"}]}", &r);
+    assert_error(&r, 400);
+    request("POST", "/tokenize", "{\"content\": \"Once upon a time\"}", &r);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    unsigned long long done1 = metrics_finished(&ttft1);
+    assert_int_equal(done1 - done0, 8 + 3);
+    assert_int_equal(ttft1 - ttft0, 8 + 3);
+}
+
+/* OpenAI fields the server does not implement: a value that asks for nothing is taken, any other
+ * is a 400 naming the field (not ignored) */
+static void test_inert_fields(void **state)
+{
+    struct resp r;
     static const struct {
         const char *field;
         bool taken;
@@ -669,15 +786,19 @@ static void drive(pid_t pid, void *arg)
             assert_error(&r, 400);
         }
     }
+}
 
-    /* a chat without max_tokens, or with null, streamed or not, runs to its end or the
-     * context; a completion's default is 16; a max_tokens past the context is a 400 saying so */
+/* A chat without max_tokens, or with null, streamed or not, runs to its end or the context; a
+ * completion's default is 16; a max_tokens past the context is a 400 saying so */
+static void test_max_tokens_default(void **state)
+{
+    struct resp r;
     request("POST", "/v1/chat/completions",
             "{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}], "
             "\"max_tokens\": null}",
             &r);
     assert_int_equal(r.status, 200);
-    j = json_loads(r.body, 0, NULL);
+    json_t *j = json_loads(r.body, 0, NULL);
     const char *fin = json_string_value(
         json_object_get(json_array_get(json_object_get(j, "choices"), 0), "finish_reason"));
     assert_true(fin && (!strcmp(fin, "stop") || !strcmp(fin, "length")));
@@ -709,9 +830,13 @@ static void drive(pid_t pid, void *arg)
     assert_non_null(strstr(r.body, "exceeds the context of "));
     assert_non_null(strstr(r.body, " or fewer"));
     free(r.body);
+}
 
-    /* tools and documents: /apply-template renders them as a chat request does - the same
-     * prompt, so the chat's prompt tokens are the rendering's (BOS and its text) */
+/* Tools and documents: /apply-template renders them as a chat request does - the same prompt,
+ * so the chat's prompt tokens are the rendering's (BOS and its text) */
+static void test_tools_documents(void **state)
+{
+    struct resp r;
     static const char tools_req[] =
         "{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}], "
         "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"weather\"}}], "
@@ -719,7 +844,7 @@ static void drive(pid_t pid, void *arg)
         "\"max_tokens\": 1, \"temperature\": 0}";
     request("POST", "/apply-template", tools_req, &r);
     assert_int_equal(r.status, 200);
-    j = json_loads(r.body, 0, NULL);
+    json_t *j = json_loads(r.body, 0, NULL);
     const char *rendered = json_string_value(json_object_get(j, "prompt"));
     assert_non_null(rendered);
     assert_string_equal(rendered, "<s>tool weather\ndocument story\nOnce upon a time");
@@ -743,9 +868,13 @@ static void drive(pid_t pid, void *arg)
         rendered_tokens);
     json_decref(j);
     free(r.body);
+}
 
-    /* a client that shuts down its writing side once its request is sent gets its answer:
-     * completions streamed and not, /tokenize */
+/* A client that shuts down its writing side once its request is sent gets its answer:
+ * completions streamed and not, /tokenize */
+static void test_half_closed(void **state)
+{
+    struct resp r;
     static const char *const half_paths[] = {"/v1/completions", "/v1/completions", "/tokenize"};
     static const char *const half_bodies[] = {
         "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8, \"temperature\": 0}",
@@ -753,7 +882,7 @@ static void drive(pid_t pid, void *arg)
         "\"stream\": true, \"stream_options\": {\"include_usage\": true}}",
         "{\"content\": \"Once upon a time\"}"};
     for (int i = 0; i < 3; i++) {
-        char req[1024];
+        char req[1024], sfin[32];
         snprintf(req, sizeof(req),
                  "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
                  "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
@@ -774,8 +903,11 @@ static void drive(pid_t pid, void *arg)
             assert_non_null(strstr(r.body, i ? "\"tokens\":[" : "\"completion_tokens\":8"));
         free(r.body);
     }
+}
 
-    /* a body that cannot be delimited for sure (RFC 9112 section 6.3): one 400 each */
+/* A body that cannot be delimited for sure (RFC 9112 section 6.3): one 400 each */
+static void test_undelimited_bodies(void **state)
+{
     assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}");
     assert_one_400("POST /tokenize HTTP/1.1\r\nHost: x\r\n"
                    "Content-Length: 100000000000000000000\r\n\r\n{}");
@@ -800,10 +932,13 @@ static void drive(pid_t pid, void *arg)
                  codings[i]);
         assert_one_400(req);
     }
+}
 
-    /* a kept-alive connection's later request: its two lengths are refused by the handler (an
-     * unparseable one gets libmicrohttpd's own 400, which the gate cannot see: gate.h) */
-    fd = connect_server();
+/* A kept-alive connection's later request: its two lengths are refused by the handler (an
+ * unparseable one gets libmicrohttpd's own 400, which the gate cannot see: gate.h) */
+static void test_kept_alive_lengths(void **state)
+{
+    int fd = connect_server();
     assert_true(fd >= 0);
     static const char first[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
     send_all(fd, first, sizeof(first) - 1);
@@ -825,9 +960,12 @@ static void drive(pid_t pid, void *arg)
     assert_null(strstr(raw + 1, "HTTP/1."));
     assert_non_null(strstr(raw, "\"error\":{"));
     free(raw);
+}
 
-    /* pipelined requests (sent in one write) and a head with bare LFs are all answered at once,
-     * not after the 15 s a request has to arrive */
+/* Pipelined requests (sent in one write) and a head with bare LFs are all answered at once, not
+ * after the 15 s a request has to arrive */
+static void test_pipelined(void **state)
+{
     static const struct {
         const char *req;
         int answers;
@@ -839,8 +977,9 @@ static void drive(pid_t pid, void *arg)
     };
     for (size_t i = 0; i < sizeof(prompt_ones) / sizeof(prompt_ones[0]); i++) {
         struct timespec t0, t1;
+        size_t rl;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        raw = raw_exchange(prompt_ones[i].req, false, &rl);
+        char *raw = raw_exchange(prompt_ones[i].req, false, &rl);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
         int answers = 0;
@@ -849,20 +988,29 @@ static void drive(pid_t pid, void *arg)
         if (answers != prompt_ones[i].answers || took > 5)
             fprintf(stderr, "--- sent\n%s\n--- got in %.1f s\n%s\n", prompt_ones[i].req, took, raw);
         assert_int_equal(answers, prompt_ones[i].answers);
-        assert_true(took < 5); /* 15 s when the server waited for a head it already had */
+        /* 15 s when the server waited for a head it already had; an answer takes milliseconds:
+         * 5 s tells them apart on a host however loaded */
+        assert_true(took < 5);
         free(raw);
     }
+}
 
-    /* HEAD is GET without the body, on every GET route; /health and the page need no key */
+/* HEAD is GET without the body, on every GET route; /health and the page need no key */
+static void test_head(void **state)
+{
     assert_head_like_get("/health", true);
     assert_head_like_get("/metrics", true);
     assert_head_like_get("/", true);
     assert_head_like_get("/v1/models", false);
     assert_head_like_get("/v1/models/f32.shlm", false);
     assert_head_like_get("/v1/models", true); /* 401 both */
+}
 
-    /* without the key: the page (static, no data), /health and /metrics (for a scraper) answer;
-     * everything that reads the model or runs it is a 401 */
+/* Without the key: the page (static, no data), /health and /metrics (for a scraper) answer;
+ * everything that reads the model or runs it is a 401 */
+static void test_routes_without_key(void **state)
+{
+    struct resp r;
     static const struct {
         const char *method, *path;
         int status;
@@ -889,7 +1037,7 @@ static void drive(pid_t pid, void *arg)
         {"OPTIONS", "/v1/models", 401},
     };
     for (size_t i = 0; i < sizeof(open_routes) / sizeof(open_routes[0]); i++) {
-        fd = send_request(open_routes[i].method, open_routes[i].path, "{}", 2, true);
+        int fd = send_request(open_routes[i].method, open_routes[i].path, "{}", 2, true);
         read_response(fd, &r);
         if (r.status != open_routes[i].status)
             fprintf(stderr, "no key: %s %s: %d\n", open_routes[i].method, open_routes[i].path,
@@ -898,8 +1046,12 @@ static void drive(pid_t pid, void *arg)
         assert_null(strstr(r.body, "f32.shlm")); /* nothing names the model */
         free(r.body);
     }
+}
 
-    /* bad requests: each its status and an OpenAI error object */
+/* Bad requests: each its status and an OpenAI error object */
+static void test_bad_requests(void **state)
+{
+    struct resp r;
     request("POST", "/v1/completions", "{\"prompt\": ", &r);
     assert_error(&r, 400);
     request("POST", "/v1/completions", "[1, 2]", &r);
@@ -937,27 +1089,35 @@ static void drive(pid_t pid, void *arg)
     size_t big = (1u << 20) + 10;
     char *huge = malloc(big);
     memset(huge, ' ', big);
-    fd = send_request("POST", "/v1/completions", huge, big, false);
+    int fd = send_request("POST", "/v1/completions", huge, big, false);
     read_response(fd, &r);
     assert_error(&r, 413);
     free(huge);
+}
 
-    /* a client that leaves mid-stream: the server goes on serving the next one */
-    body = completion_body("Once upon a time", 200, true);
-    fd = send_request("POST", "/v1/completions", body, strlen(body), false);
+/* A client that leaves mid-stream: the server goes on serving the next one */
+static void test_client_leaves(void **state)
+{
+    char *body = completion_body("Once upon a time", 200, true);
+    int fd = send_request("POST", "/v1/completions", body, strlen(body), false);
     char some[256];
     assert_true(recv(fd, some, sizeof(some), 0) > 0);
     close(fd);
     free(body);
     golden_round(false, false);
+}
 
-    /* SIGTERM drains: a stream that runs goes on to its end, new requests get a 503 */
-    body = completion_body("Once upon a time", 240, true);
-    fd = send_request("POST", "/v1/completions", body, strlen(body), false);
+/* SIGTERM drains: a stream that runs goes on to its end, new requests get a 503; then the
+ * server exits 0 and leaves no run file and no worker (the last case: it stops the server) */
+static void test_sigterm_drains(void **state)
+{
+    struct resp r;
+    char *body = completion_body("Once upon a time", 240, true);
+    int fd = send_request("POST", "/v1/completions", body, strlen(body), false);
     free(body);
     char head[64];
     assert_true(recv(fd, head, sizeof(head), MSG_PEEK | MSG_WAITALL) == (ssize_t)sizeof(head));
-    kill(pid, SIGTERM);
+    kill(server, SIGTERM);
     for (int i = 0; i < 100; i++) { /* until it drains (or, done already, no longer listens) */
         int hf = send_request("GET", "/health", "", 0, true);
         if (hf < 0)
@@ -986,28 +1146,13 @@ static void drive(pid_t pid, void *arg)
     assert_true(!strcmp(finish, "length") || !strcmp(finish, "stop"));
     assert_true(completion > 0);
     free(r.body);
-    server = 0; /* tu_run_cmd reaps it */
-    *ok = true;
-}
-
-static void test_serve(void **state)
-{
-    struct tu_run *r = malloc(sizeof(*r));
-    char p[16];
-    port = free_port();
-    snprintf(p, sizeof(p), "%d", port);
-    char *args[] = {"serve",           "-m",     model, "--port", p, "--api-key-file", keyfile,
-                    "--chat-template", tmplfile, NULL};
-    bool ok = false;
-    tu_run_shardlm(r, env_rundir, args, NULL, 300, drive, &ok);
-    if (!ok || r->status != 0)
-        fprintf(stderr, "serve: status %d\n%s\n", r->status, r->err);
-    assert_true(ok);
-    assert_int_equal(r->status, 0);
-    assert_non_null(strstr(r->err, "listening on http://127.0.0.1:"));
+    pthread_join(srv_thread, NULL); /* tu_run_shardlm reaps it */
+    if (srv_run->status != 0)
+        fprintf(stderr, "serve: status %d\n%s\n", srv_run->status, srv_run->err);
+    assert_int_equal(srv_run->status, 0);
+    assert_non_null(strstr(srv_run->err, "listening on http://127.0.0.1:"));
     assert_true(tu_count_run_files(rundir) <= 0);
     assert_false(tu_workers_alive(rundir));
-    free(r);
 }
 
 /* Bad options: one line and exit 2, before anything starts. */
@@ -1048,9 +1193,41 @@ int main(void)
 {
     if (!tu_have_data())
         return 1;
-    const struct CMUnitTest tests[] = {
+    if (make_files()) {
+        fprintf(stderr, "test_serve: cannot make the model and files in %s\n", dir);
+        tu_rmdir(dir);
+        return 1;
+    }
+    const struct CMUnitTest options[] = {
         cmocka_unit_test(test_serve_usage),
-        cmocka_unit_test(test_serve),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    /* in this order: each case stands alone, but the last one stops the server */
+    const struct CMUnitTest served[] = {
+        cmocka_unit_test(test_key),
+        cmocka_unit_test(test_golden_completions),
+        cmocka_unit_test(test_golden_completion_streams),
+        cmocka_unit_test(test_golden_chats),
+        cmocka_unit_test(test_golden_chat_streams),
+        cmocka_unit_test(test_chat_template),
+        cmocka_unit_test(test_ignore_eos),
+        cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_tokenize),
+        cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_inert_fields),
+        cmocka_unit_test(test_max_tokens_default),
+        cmocka_unit_test(test_tools_documents),
+        cmocka_unit_test(test_half_closed),
+        cmocka_unit_test(test_undelimited_bodies),
+        cmocka_unit_test(test_kept_alive_lengths),
+        cmocka_unit_test(test_pipelined),
+        cmocka_unit_test(test_head),
+        cmocka_unit_test(test_routes_without_key),
+        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_client_leaves),
+        cmocka_unit_test(test_sigterm_drains),
+    };
+    int failed = cmocka_run_group_tests_name("serve options", options, NULL, NULL);
+    failed += cmocka_run_group_tests_name("serve", served, start_server, stop_server);
+    tu_rmdir(dir);
+    return failed ? 1 : 0;
 }

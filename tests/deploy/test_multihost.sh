@@ -8,7 +8,6 @@
 # from lb. Every address is inside these namespaces, so runs and the machine's own network
 # cannot clash. It shows:
 #   spread      requests without a conversation key go to both hosts (X-Served-By names the host)
-#   stream      a stream's events pass HAProxy one by one (option http-no-delay)
 #   failover    h1 SIGKILLed: once HAProxy marks it down every request succeeds on h2 (failures
 #               before that are counted, and tolerated only then)
 #   rejoin      h1 started again: HAProxy marks it up and it gets requests again
@@ -17,8 +16,10 @@
 #   drain       h1 upgraded: drained through HAProxy's runtime API, SIGTERMed, started again,
 #               set ready: no request fails, and it gets its requests and conversations back
 #   none-up     both hosts stopped: HAProxy's 503 is an OpenAI error object
+#   stream      a stream's events pass HAProxy one by one (option http-no-delay), as they pass
+#               from h1 straight (h1 alone, started again with slow steps)
 # Prints PASS/FAIL per check; exits 1 on any FAIL. Needs root, `ip netns`, haproxy and curl:
-# without them it fails, it does not skip. About 7 s. MULTIHOST_KEEP=1 keeps the work folder.
+# without them it fails, it does not skip. About 9 s. MULTIHOST_KEEP=1 keeps the work folder.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -182,31 +183,6 @@ m=$(lb curl -s -o /dev/null -w '%{http_code}' -m 5 http://127.0.0.1:8080/metrics
 check metrics-private "$([ "$m" = 404 ] && echo 1)" \
     "GET /metrics through the public address: $m (expected 404: Prometheus scrapes the hosts)"
 
-# ---- stream: server-sent events pass HAProxy as they come, not gathered into large writes ----
-# (without `option http-no-delay` HAProxy sends with MSG_MORE and the kernel holds the events up
-# to 200 ms: 100 events then arrive in 1-3 reads; one by one, they arrive in dozens)
-reads=$(lb python3 -c '
-import json, socket, sys
-body = json.dumps({"prompt": "Once upon a time", "max_tokens": 100, "ignore_eos": True,
-                   "stream": True}).encode()
-s = socket.create_connection(("127.0.0.1", 8080), timeout=20)
-s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: lb\r\nContent-Type: application/json\r\n"
-          b"Content-Length: %d\r\n\r\n" % len(body) + body)
-reads = events = 0
-buf = b""
-while b"[DONE]" not in buf:
-    d = s.recv(65536)
-    if not d:
-        break
-    buf += d
-    if b"data:" in d:
-        reads += 1
-print(reads, buf.count(b"data: {"))
-')
-read -r nreads nevents <<<"$reads"
-check stream "$([ "${nevents:-0}" -ge 100 ] && [ "${nreads:-0}" -ge 10 ] && echo 1)" \
-    "a 100-token stream through HAProxy: ${nevents:-?} events in ${nreads:-?} reads (expected >= 10 reads)"
-
 # ---- failover: SIGKILL h1's server, ask until HAProxy has marked it down and 12 more ----
 # (every other request names a conversation, chat-1 to chat-6: those on h1 must move too)
 { kill -KILL "${SRV[1]}" && wait "${SRV[1]}"; } 2>/dev/null || true
@@ -339,6 +315,58 @@ body=$(cat "$WORK/ask.out")
 ra=$(tr -d '\r' <"$WORK/ask.hdr" | awk -F': ' 'tolower($1) == "retry-after" { print $2 }')
 check none-up "$([ "$rc" = 0 ] && [ "$st" = 503 ] && [ "$ra" = 5 ] && [[ $body == *'"type":"unavailable_error"'* ]] && echo 1)" \
     "both hosts SIGTERMed (exit status $rc): status $st, Retry-After ${ra:-none}, body $body"
+
+# ---- stream: server-sent events pass HAProxy as they come, not held back or gathered ----
+# h1 alone, started again with every step slowed to 25 ms (the worker's SHARDLM_FAULT hook), so
+# that its events leave at least 25 ms apart however fast the host is. One stream through HAProxy
+# and one straight to h1 run together, in the same steps, read by one loop that notes when each
+# read came: the straight one is the yardstick of what this host's reader can tell apart.
+# Without `option http-no-delay` HAProxy sends with MSG_MORE and the kernel holds events up to
+# 200 ms: they come in bursts of about 8, in a quarter of the straight stream's reads or fewer;
+# a proxy that buffers the response brings every event at the end, at once.
+STEP_MS=25 NTOK=40
+SHARDLM_FAULT=step_delay_ms=$STEP_MS start_host 1
+wait_state h1 UP 10 || true
+out=$(lb python3 -c '
+import json, selectors, socket, sys, time
+ntok = int(sys.argv[1])
+body = json.dumps({"prompt": "Once upon a time", "max_tokens": ntok, "ignore_eos": True,
+                   "stream": True}).encode()
+req = (b"POST /v1/completions HTTP/1.1\r\nHost: lb\r\nContent-Type: application/json\r\n"
+       b"Content-Length: %d\r\n\r\n" % len(body) + body)
+sel = selectors.DefaultSelector()
+got = {}
+for name, addr in (("haproxy", ("127.0.0.1", 8080)), ("direct", (sys.argv[2], 8080))):
+    s = socket.create_connection(addr, timeout=20)
+    s.sendall(req)
+    s.setblocking(False)
+    sel.register(s, selectors.EVENT_READ, name)
+    got[name] = [b"", []]  # the bytes, and (time, events) of each read that brought events
+end = time.monotonic() + 30
+while sel.get_map() and time.monotonic() < end:
+    for key, _ in sel.select(1):
+        d = key.fileobj.recv(65536)
+        g = got[key.data]
+        if d:
+            g[0] += d
+            if d.count(b"data: {"):
+                g[1].append((time.monotonic(), d.count(b"data: {")))
+        if not d or b"[DONE]" in g[0]:
+            sel.unregister(key.fileobj)
+            key.fileobj.close()
+for name in ("haproxy", "direct"):
+    b, r = got[name]
+    span = int((r[-1][0] - r[0][0]) * 1000) if r else -1
+    print(name, b.count(b"data: {"), len(r), max((n for _, n in r), default=0), span)
+' "$NTOK" "${ADDR[1]}" || true)
+read -r _ hev hreads hburst hspan _ dev dreads _ _ <<<"${out//$'\n'/ }"
+# events: the tokens and the finish; span: from the first event's read to the last one's (the
+# steps alone take NTOK x STEP_MS = 1000 ms); reads: at least half the straight stream's
+check stream "$([ "${hev:-0}" -gt "$NTOK" ] && [ "${dev:-0}" = "$hev" ] &&
+    [ "${hspan:--1}" -ge $((NTOK * STEP_MS / 2)) ] && [ $((2 * ${hreads:-0})) -ge "${dreads:-1}" ] && echo 1)" \
+    "a $NTOK-token stream of ${STEP_MS} ms steps through HAProxy: ${hev:-?} events in ${hreads:-?} reads (at most ${hburst:-?} in one), the first ${hspan:-?} ms before the last; straight to h1 at the same time: ${dev:-?} events in ${dreads:-?} reads (expected >= half as many reads through HAProxy, and >= $((NTOK * STEP_MS / 2)) ms from first to last)"
+
+{ kill -TERM "${SRV[1]}" && wait "${SRV[1]}"; } 2>/dev/null || true
 
 if [ "$FAILS" -gt 0 ]; then
     echo "multihost: $FAILS check(s) failed; HAProxy's log:"
