@@ -131,10 +131,12 @@ static void test_outputs_replace_only_regular_files(void **state)
         }
     }
 
-    /* an empty output path: refused before the conversion, not at its rename */
+    /* an empty output path: refused before the conversion, not at its rename - a usage error,
+     * as every empty path is (it was exit 1 "an empty output path", after the scheme probe) */
     char *empty[] = {"convert", ck, "--tokenizer", tok, "--scheme", "f32", "-q", "-o", "", NULL};
     run(r, empty);
-    expect_refused(r, "an empty output path");
+    expect_refused(r, "-o '': expected a path");
+    assert_int_equal(r->status, 2);
 
     /* an input as the output, by its own path, another path or a hard link: refused, intact */
     char other[4300], hard[4300];
@@ -1151,6 +1153,9 @@ static void test_messages(void **state)
         {2,
          "--calib '': expected a path",
          {"convert", model, "--scheme", "w4a16", "--calib", "", "-o", out}},
+        {2, "-o '': expected a path", {"convert", model, "--priority", "speed", "-o", ""}},
+        {2, "--api-key-file '': expected a path", {"serve", "-m", model, "--api-key-file", ""}},
+        {2, "--chat-template '': expected a path", {"serve", "-m", model, "--chat-template", ""}},
         /* the int4 schemes' options with another scheme: refused, never ignored */
         {2,
          "--head-bits applies to w4a16 and w4a8 only",

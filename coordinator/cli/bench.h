@@ -6,8 +6,8 @@
 
 #include <stddef.h>
 
-/* `shardlm bench ...`: @argv[0] is "bench". Runs the benchmark @argv[1] names (allreduce,
- * kernels, tokenizer), else the model benchmark. Returns the exit code. */
+/* `shardlm bench ...`: @argv[0] is "bench". Runs the benchmark @argv[1] names (a row of
+ * cmd_bench.c's bench_kinds: allreduce, kernels, tokenizer, sampler), else the model benchmark. Returns the exit code. */
 int coord_cmd_bench(int argc, char **argv);
 
 /* `shardlm bench allreduce [--ranks R[,R...]] [--floats N[,N...]] [-r REPS] [--iters K]`:

@@ -292,12 +292,16 @@ int coord_bench_kernels(int argc, char **argv)
                                          {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    static const struct coord_cli_cmd cmd = {"bench kernels", usage_bench_kernels, "r:h", opts,
+                                             NULL};
     const char *isa = NULL;
-    int reps = 3, json = 0, c;
+    int reps = 3, json = 0, c, rc;
     long v;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "r:h", opts, NULL)) != -1) {
+    while ((c = coord_cli_getopt(&cmd, argc, argv, &rc)) != -1) {
         switch (c) {
+        case COORD_CLI_EXIT:
+            return rc;
         case 'i':
             isa = optarg;
             break;
@@ -310,12 +314,6 @@ int coord_bench_kernels(int argc, char **argv)
         case 'j':
             json = 1;
             break;
-        case 'h':
-            fputs(usage_bench_kernels, stdout);
-            return 0;
-        default:
-            fputs(usage_bench_kernels, stderr);
-            return 2;
         }
     }
     if (optind != argc)
@@ -329,8 +327,12 @@ int coord_bench_kernels(int argc, char **argv)
     char err[256];
     if (isa && !kn_ops_find(isa, err, sizeof(err))) {
         /* a name no build has is a usage error; one this CPU cannot run, a failure */
-        bool known = !strcmp(isa, "ref") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512") ||
-                     !strcmp(isa, "amx");
+        static const struct coord_cli_word isas[] = {{"ref", KN_ISA_REF},
+                                                     {"avx2", KN_ISA_AVX2},
+                                                     {"avx512", KN_ISA_AVX512},
+                                                     {"amx", KN_ISA_AMX},
+                                                     {NULL, 0}};
+        bool known = coord_cli_word(isas, isa) >= 0;
         fprintf(stderr, "shardlm bench kernels: --isa %s: %s\n", isa, err);
         return known ? 1 : 2;
     }

@@ -553,14 +553,17 @@ int coord_bench_model(int argc, char **argv)
                                          {"prefix-cache", required_argument, 0, 'P'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    int c;
+    static const struct coord_cli_path paths[] = {{'m', "-m"}, {0, 0}};
+    static const struct coord_cli_cmd cmd = {"bench", usage_bench_model, "m:p:n:t:r:h", opts,
+                                             paths};
+    int c, rc;
     long v;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:r:h", opts, NULL)) != -1) {
+    while ((c = coord_cli_getopt(&cmd, argc, argv, &rc)) != -1) {
         switch (c) {
+        case COORD_CLI_EXIT:
+            return rc;
         case 'm':
-            if (!*optarg)
-                return coord_cli_empty_path("bench", usage_bench_model, "-m");
             o.model = optarg;
             break;
         case 'p':
@@ -594,12 +597,6 @@ int coord_bench_model(int argc, char **argv)
                                          optarg);
             o.prefix = (int)v;
             break;
-        case 'h':
-            fputs(usage_bench_model, stdout);
-            return 0;
-        default:
-            fputs(usage_bench_model, stderr);
-            return 2;
         }
     }
     if (!o.model || optind != argc)
@@ -628,7 +625,7 @@ int coord_bench_model(int argc, char **argv)
                "---------:", "---------------:");
     }
     struct shardlm_err e = {{0}};
-    int rc = coord_cli_engine_env(&o.engine, &e);
+    rc = coord_cli_engine_env(&o.engine, &e);
     for (int i = 0; i < o.n_threads && !rc; i++)
         rc = o.n_batch  ? bench_batch(&o, (int)o.threads[i], &e)
              : o.prefix ? bench_prefix(&o, (int)o.threads[i], &e)

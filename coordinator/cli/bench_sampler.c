@@ -39,47 +39,129 @@ static float normal(uint64_t *s)
     return (float)(sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]));
 }
 
-int coord_bench_sampler(int argc, char **argv)
+/* What the command line asks for. */
+struct sampler_args {
+    long vocab, seqs, reps;
+};
+
+/* The sampler settings timed, one line each. */
+static const struct sampler_mode {
+    const char *name;
+    struct coord_sampling p;
+    int logprobs; /* log-probabilities asked for (-1: none) */
+} modes[] = {
+    {"greedy", {.top_p = 1.0f, .repetition_penalty = 1.0f}, -1},
+    {"temp", {.temp = 0.8f, .top_p = 1.0f, .repetition_penalty = 1.0f}, -1},
+    {"top-p", {.temp = 0.8f, .top_p = 0.9f, .repetition_penalty = 1.0f}, -1},
+    {"top-k", {.temp = 0.8f, .top_p = 1.0f, .top_k = 40, .repetition_penalty = 1.0f}, -1},
+    {"min-p", {.temp = 0.8f, .top_p = 1.0f, .min_p = 0.05f, .repetition_penalty = 1.0f}, -1},
+    {"all",
+     {.temp = 0.8f,
+      .top_p = 0.9f,
+      .top_k = 40,
+      .min_p = 0.05f,
+      .repetition_penalty = 1.1f,
+      .frequency_penalty = 0.2f},
+     5},
+};
+
+/* @argv into @a. Returns -1 when the bench is to run, else the exit code (0 after --help, 2
+ * after a bad value, with the usage). */
+static int sampler_parse(int argc, char **argv, struct sampler_args *a)
 {
-    long vocab = 128256, seqs = 16, reps = 20;
     static const struct option opts[] = {{"vocab", required_argument, 0, 'V'},
                                          {"seqs", required_argument, 0, 'S'},
                                          {"reps", required_argument, 0, 'r'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    int c;
+    static const struct coord_cli_cmd cmd = {"bench sampler", usage_bench_sampler, "r:h", opts,
+                                             NULL};
+    int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "r:h", opts, NULL)) != -1) {
+    while ((c = coord_cli_getopt(&cmd, argc, argv, &rc)) != -1) {
         switch (c) {
+        case COORD_CLI_EXIT:
+            return rc;
         case 'V':
-            if (!coord_parse_long(optarg, 2, 1 << 22, &vocab))
+            if (!coord_parse_long(optarg, 2, 1 << 22, &a->vocab))
                 return coord_usage_error("bench sampler", usage_bench_sampler,
                                          "--vocab '%s': expected 2..4194304", optarg);
             break;
         case 'S':
-            if (!coord_parse_long(optarg, 1, 256, &seqs))
+            if (!coord_parse_long(optarg, 1, 256, &a->seqs))
                 return coord_usage_error("bench sampler", usage_bench_sampler,
                                          "--seqs '%s': expected 1..256", optarg);
             break;
         case 'r':
-            if (!coord_parse_long(optarg, 1, 10000, &reps))
+            if (!coord_parse_long(optarg, 1, 10000, &a->reps))
                 return coord_usage_error("bench sampler", usage_bench_sampler,
                                          "-r '%s': expected 1..10000", optarg);
             break;
-        case 'h':
-            fputs(usage_bench_sampler, stdout);
-            return 0;
-        default:
-            fputs(usage_bench_sampler, stderr);
-            return 2;
         }
     }
     if (optind != argc)
         return coord_cli_extra_argument("bench sampler", usage_bench_sampler, argv);
-    size_t row = (size_t)vocab;
-    float *logits = malloc((size_t)seqs * row * sizeof(float));
-    float *work = malloc((size_t)seqs * row * sizeof(float));
-    double *ms = malloc((size_t)reps * sizeof(double));
+    return -1;
+}
+
+/* Times mode @m: a->reps steps, each sampling one token for every sequence from a copy of
+ * @logits (a->seqs rows of a->vocab) in @work, and prints its line. @ms holds a->reps times.
+ * Returns 0, or 1 after saying that memory ran out. */
+static int sampler_mode(const struct sampler_args *a, const struct sampler_mode *m,
+                        const float *logits, float *work, double *ms)
+{
+    size_t row = (size_t)a->vocab;
+    int rc = 0;
+    struct coord_sampler *smp = calloc((size_t)a->seqs, sizeof(*smp));
+    for (long q = 0; smp && q < a->seqs && !rc; q++) {
+        struct coord_sampling p = m->p;
+        p.seed = (uint64_t)q + 1;
+        rc = coord_sampler_init_ex(&smp[q], (int)a->vocab, &p);
+        for (int t = 0; t < 256 && !rc; t++)
+            coord_sampler_observe(&smp[q], (int)((uint64_t)t * 7919 % (uint64_t)a->vocab), true);
+    }
+    if (!smp || rc) {
+        fprintf(stderr, "shardlm bench sampler: out of memory\n");
+        rc = 1;
+    }
+    int sink = 0;
+    for (long r = 0; r < a->reps && !rc; r++) {
+        memcpy(work, logits, (size_t)a->seqs * row * sizeof(float)); /* sampling writes them */
+        uint64_t t0 = shardlm_now_ns();
+        for (long q = 0; q < a->seqs; q++) {
+            float *x = work + (size_t)q * row;
+            if (m->logprobs >= 0) {
+                struct coord_logprobs lp;
+                coord_logprobs(&smp[q], x, 0, m->logprobs, &lp);
+                sink += lp.n_top;
+            }
+            sink += coord_sample(&smp[q], x);
+        }
+        ms[r] = (double)(shardlm_now_ns() - t0) / 1e6;
+    }
+    for (long q = 0; smp && q < a->seqs; q++)
+        coord_sampler_free(&smp[q]);
+    free(smp);
+    if (rc)
+        return rc;
+    double med = coord_sort_median(ms, (int)a->reps);
+    printf("sampler vocab=%ld seqs=%ld mode=%s median_ms=%.3f per_token_us=%.1f\n", a->vocab,
+           a->seqs, m->name, med, med * 1000.0 / (double)a->seqs);
+    fflush(stdout);
+    (void)sink;
+    return 0;
+}
+
+int coord_bench_sampler(int argc, char **argv)
+{
+    struct sampler_args a = {.vocab = 128256, .seqs = 16, .reps = 20};
+    int rc = sampler_parse(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    size_t n = (size_t)a.seqs * (size_t)a.vocab;
+    float *logits = malloc(n * sizeof(float));
+    float *work = malloc(n * sizeof(float));
+    double *ms = malloc((size_t)a.reps * sizeof(double));
     if (!logits || !work || !ms) {
         fprintf(stderr, "shardlm bench sampler: out of memory\n");
         free(logits);
@@ -88,67 +170,11 @@ int coord_bench_sampler(int argc, char **argv)
         return 1;
     }
     uint64_t rng = 0x5eed;
-    for (size_t i = 0; i < (size_t)seqs * row; i++)
+    for (size_t i = 0; i < n; i++)
         logits[i] = 3.0f * normal(&rng);
-    static const struct {
-        const char *name;
-        struct coord_sampling p;
-        int logprobs;
-    } modes[] = {
-        {"greedy", {.top_p = 1.0f, .repetition_penalty = 1.0f}, -1},
-        {"temp", {.temp = 0.8f, .top_p = 1.0f, .repetition_penalty = 1.0f}, -1},
-        {"top-p", {.temp = 0.8f, .top_p = 0.9f, .repetition_penalty = 1.0f}, -1},
-        {"top-k", {.temp = 0.8f, .top_p = 1.0f, .top_k = 40, .repetition_penalty = 1.0f}, -1},
-        {"min-p", {.temp = 0.8f, .top_p = 1.0f, .min_p = 0.05f, .repetition_penalty = 1.0f}, -1},
-        {"all",
-         {.temp = 0.8f,
-          .top_p = 0.9f,
-          .top_k = 40,
-          .min_p = 0.05f,
-          .repetition_penalty = 1.1f,
-          .frequency_penalty = 0.2f},
-         5},
-    };
-    int rc = 0;
-    for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]) && !rc; m++) {
-        struct coord_sampler *smp = calloc((size_t)seqs, sizeof(*smp));
-        for (long q = 0; smp && q < seqs && !rc; q++) {
-            struct coord_sampling p = modes[m].p;
-            p.seed = (uint64_t)q + 1;
-            rc = coord_sampler_init_ex(&smp[q], (int)vocab, &p);
-            for (int t = 0; t < 256 && !rc; t++)
-                coord_sampler_observe(&smp[q], (int)((uint64_t)t * 7919 % (uint64_t)vocab), true);
-        }
-        if (!smp || rc) {
-            fprintf(stderr, "shardlm bench sampler: out of memory\n");
-            rc = 1;
-        }
-        int sink = 0;
-        for (long r = 0; r < reps && !rc; r++) {
-            memcpy(work, logits, (size_t)seqs * row * sizeof(float)); /* sampling writes them */
-            uint64_t t0 = shardlm_now_ns();
-            for (long q = 0; q < seqs; q++) {
-                float *x = work + (size_t)q * row;
-                if (modes[m].logprobs >= 0) {
-                    struct coord_logprobs lp;
-                    coord_logprobs(&smp[q], x, 0, modes[m].logprobs, &lp);
-                    sink += lp.n_top;
-                }
-                sink += coord_sample(&smp[q], x);
-            }
-            ms[r] = (double)(shardlm_now_ns() - t0) / 1e6;
-        }
-        for (long q = 0; smp && q < seqs; q++)
-            coord_sampler_free(&smp[q]);
-        free(smp);
-        if (rc)
-            break;
-        double med = coord_sort_median(ms, (int)reps);
-        printf("sampler vocab=%ld seqs=%ld mode=%s median_ms=%.3f per_token_us=%.1f\n", vocab, seqs,
-               modes[m].name, med, med * 1000.0 / (double)seqs);
-        fflush(stdout);
-        (void)sink;
-    }
+    rc = 0;
+    for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]) && !rc; m++)
+        rc = sampler_mode(&a, &modes[m], logits, work, ms);
     free(logits);
     free(work);
     free(ms);

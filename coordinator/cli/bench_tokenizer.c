@@ -160,16 +160,18 @@ int coord_bench_tokenizer(int argc, char **argv)
                                          {0, 0, 0, 0}};
     const char *path = NULL;
     double mb = 1;
-    int reps = 3, c;
+    static const struct coord_cli_path paths[] = {{'t', "--tokenizer"}, {0, 0}};
+    static const struct coord_cli_cmd cmd = {"bench tokenizer", usage_bench_tokenizer, ":r:h", opts,
+                                             paths};
+    int reps = 3, c, rc;
     long v;
     optind = 0; /* glibc: start afresh, whatever parsed argv before */
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":r:h", opts, NULL)) != -1) {
+    while ((c = coord_cli_getopt(&cmd, argc, argv, &rc)) != -1) {
         switch (c) {
+        case COORD_CLI_EXIT:
+            return rc;
         case 't':
-            if (!*optarg)
-                return coord_cli_empty_path("bench tokenizer", usage_bench_tokenizer,
-                                            "--tokenizer");
             path = optarg;
             break;
         case 'm':
@@ -183,9 +185,6 @@ int coord_bench_tokenizer(int argc, char **argv)
                                          "-r '%s': expected 1..100 repetitions", optarg);
             reps = (int)v;
             break;
-        case 'h':
-            fputs(usage_bench_tokenizer, stdout);
-            return 0;
         case ':':
             return coord_usage_error("bench tokenizer", usage_bench_tokenizer,
                                      "option '%s' needs a value", argv[optind - 1]);
@@ -205,7 +204,7 @@ int coord_bench_tokenizer(int argc, char **argv)
     struct coord_tok t;
     void *map;
     size_t size;
-    int rc = coord_map_nonempty(path, &map, &size, &e);
+    rc = coord_map_nonempty(path, &map, &size, &e);
     if (rc == 0 && (rc = coord_tok_from_image(&t, map, size, 0, path, &e)))
         munmap(map, size);
     if (rc) {

@@ -141,6 +141,46 @@ int coord_cli_exit(const char *cmd, int rc, const struct shardlm_err *e);
 /* The usage error for an empty path given to option @opt of @cmd (exit code 2): an empty path
  * names no file, and joined with a name it would name one in /. */
 int coord_cli_empty_path(const char *cmd, const char *usage, const char *opt);
+/* An option that takes a path: getopt_long's code for it and the name its errors give. (The
+ * engine options' -m and --keys are checked by coord_cli_engine_option, for every command.) */
+struct coord_cli_path {
+    int code;
+    const char *name;
+};
+/* A command's options as getopt_long takes them, its usage text and which options take a path. */
+struct coord_cli_cmd {
+    const char *name;  /* after "shardlm " in its messages: "generate", "bench tokenizer" */
+    const char *usage; /* --help's text, and the usage after a usage error */
+    const char *shortopts;
+    const struct option *longopts;
+    const struct coord_cli_path *paths; /* ended by {0}; NULL: none */
+};
+/* What coord_cli_getopt returns when the command is to end with the exit code it set. */
+#define COORD_CLI_EXIT (-2)
+/* The next option of @argv for @cmd (getopt_long; its value in optarg) after what every command
+ * does alike: --help (code 'h') prints the usage on stdout; an unknown option or a missing value
+ * (getopt's message printed) the usage on stderr, exit 2 (with a @cmd->shortopts starting with
+ * ':' the command says it: '?' and ':' are returned); a path option given "" is the usage error
+ * of coord_cli_empty_path (exit 2). Returns the option's code, -1 after the last, or
+ * COORD_CLI_EXIT with *@exit_code set (0 after --help). */
+int coord_cli_getopt(const struct coord_cli_cmd *cmd, int argc, char **argv, int *exit_code);
+/* The options of an engine command: each from coord_cli_getopt through the engine's options
+ * (with @so, the scheduler's too), else @own(c, @arg) (NULL: none), which returns -1 to go on
+ * or the exit code; then no argument may be left. Returns -1 when the command is to run, else its
+ * exit code (2 after a bad value, with the usage). */
+int coord_cli_parse_engine(const struct coord_cli_cmd *cmd, int argc, char **argv,
+                           struct coord_engine_opts *eo, struct coord_sched_opts *so,
+                           int (*own)(int c, void *arg), void *arg);
+/* The usage error of --kv-tokens and --kv-mem given together (exit code 2), or -1 if not. */
+int coord_cli_check_kv(const struct coord_cli_cmd *cmd, const struct coord_engine_opts *eo);
+/* A word from a fixed set that a command takes (a subcommand, an option's value) and what it
+ * stands for (>= 0). */
+struct coord_cli_word {
+    const char *name;
+    int value;
+};
+/* The value of @name in @words (ended by {NULL}), or -1 if it is none of them. */
+int coord_cli_word(const struct coord_cli_word *words, const char *name);
 /* Strict number parsing: all of @s a plain decimal (digits, an optional '-' and '.'; no exponent,
  * hex, inf or space, as the integer options), within [@lo, @hi]. */
 bool coord_cli_parse_float(const char *s, float lo, float hi, float *out);

@@ -321,23 +321,36 @@ int coord_bench_allreduce(int argc, char **argv)
     return ret;
 }
 
+/* The benchmarks `shardlm bench WORD` names; the model bench takes options only. A new one is a
+ * row here (and its line in main.c's usage). */
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} bench_kinds[] = {
+    {"allreduce", coord_bench_allreduce},
+    {"kernels", coord_bench_kernels},
+    {"tokenizer", coord_bench_tokenizer},
+    {"sampler", coord_bench_sampler},
+};
+#define N_BENCH_KINDS (sizeof(bench_kinds) / sizeof(bench_kinds[0]))
+
 int coord_cmd_bench(int argc, char **argv)
 {
-    if (argc >= 2 && strcmp(argv[1], "allreduce") == 0)
-        return coord_bench_allreduce(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "kernels") == 0)
-        return coord_bench_kernels(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "tokenizer") == 0)
-        return coord_bench_tokenizer(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "sampler") == 0)
-        return coord_bench_sampler(argc - 1, argv + 1);
+    for (size_t i = 0; argc >= 2 && i < N_BENCH_KINDS; i++)
+        if (strcmp(argv[1], bench_kinds[i].name) == 0)
+            return bench_kinds[i].run(argc - 1, argv + 1);
     /* the model bench takes options only: a word here is a subcommand misspelt */
     if (argc >= 2 && argv[1][0] != '-') {
-        fprintf(stderr,
-                "shardlm bench: unknown bench subcommand '%s': expected allreduce, kernels, "
-                "tokenizer or sampler, or the model bench's options (-m MODEL...)\n"
-                "`shardlm bench --help` and `shardlm bench SUBCOMMAND --help` describe them\n",
-                argv[1]);
+        fprintf(stderr, "shardlm bench: unknown bench subcommand '%s': expected ", argv[1]);
+        for (size_t i = 0; i < N_BENCH_KINDS; i++) /* "a, b, c or d" */
+            fprintf(stderr, "%s%s",
+                    i == 0                   ? ""
+                    : i + 1 == N_BENCH_KINDS ? " or "
+                                             : ", ",
+                    bench_kinds[i].name);
+        fprintf(stderr, ", or the model bench's options (-m MODEL...)\n"
+                        "`shardlm bench --help` and `shardlm bench SUBCOMMAND --help` describe "
+                        "them\n");
         return 2;
     }
     return coord_bench_model(argc, argv);

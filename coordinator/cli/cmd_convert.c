@@ -138,24 +138,26 @@ struct convert_args {
     bool head_bits_set, priority_set; /* given on the command line: checked against the scheme */
 };
 
-/* Option @c of getopt_long (its value in optarg) into @a. Returns -1 to go on, else the exit
- * code: 0 after --help, 2 after a bad value or an unknown option (with the usage). */
+/* Option @c of coord_cli_getopt (its value in optarg) into @a. Returns -1 to go on, else the
+ * exit code: 2 after a bad value (with the usage). */
 static int convert_option(int c, struct convert_args *a)
 {
     long v;
     switch (c) {
     case 't':
-        if (!*optarg)
-            return coord_cli_empty_path("convert", usage_convert, "--tokenizer");
         a->o.tokenizer = optarg;
         return -1;
-    case 'P':
-        if (strcmp(optarg, "speed") && strcmp(optarg, "fidelity"))
+    case 'P': {
+        static const struct coord_cli_word priorities[] = {
+            {"speed", 0}, {"fidelity", 1}, {NULL, 0}};
+        int fidelity = coord_cli_word(priorities, optarg);
+        if (fidelity < 0)
             return coord_usage_error("convert", usage_convert,
                                      "--priority '%s': expected speed or fidelity", optarg);
-        a->fidelity = strcmp(optarg, "fidelity") == 0;
+        a->fidelity = fidelity;
         a->priority_set = true;
         return -1;
+    }
     case 's':
         if (shlm_scheme_parse(optarg, &a->o.scheme))
             return coord_usage_error("convert", usage_convert,
@@ -192,8 +194,6 @@ static int convert_option(int c, struct convert_args *a)
         a->method_set = true;
         return -1;
     case 'C':
-        if (!*optarg)
-            return coord_cli_empty_path("convert", usage_convert, "--calib");
         a->o.calib = optarg;
         return -1;
     case 'T':
@@ -223,17 +223,13 @@ static int convert_option(int c, struct convert_args *a)
     case 'q':
         a->quiet = true;
         return -1;
-    case 'h':
-        fputs(usage_convert, stdout);
-        return 0;
-    default:
-        fputs(usage_convert, stderr);
-        return 2;
     }
+    return -1;
 }
 
 /* @argv into @a, the scheme probed when none is given. Returns -1 when the conversion is to
- * run, else the exit code (as convert_option, or 2 for a missing or misplaced argument). */
+ * run, else the exit code (0 after --help, 2 after a bad value or a missing or misplaced
+ * argument). */
 static int convert_parse(int argc, char **argv, struct convert_args *a)
 {
     static const struct option opts[] = {{"tokenizer", required_argument, 0, 't'},
@@ -251,9 +247,12 @@ static int convert_parse(int argc, char **argv, struct convert_args *a)
                                          {"quiet", no_argument, 0, 'q'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    static const struct coord_cli_path paths[] = {
+        {'t', "--tokenizer"}, {'C', "--calib"}, {'o', "-o"}, {0, 0}};
+    static const struct coord_cli_cmd cmd = {"convert", usage_convert, "o:qh", opts, paths};
     int c, rc;
-    while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1)
-        if ((rc = convert_option(c, a)) >= 0)
+    while ((c = coord_cli_getopt(&cmd, argc, argv, &rc)) != -1)
+        if (c == COORD_CLI_EXIT || (rc = convert_option(c, a)) >= 0)
             return rc;
     if (optind != argc - 1)
         return coord_usage_error("convert", usage_convert, "expected one INPUT");

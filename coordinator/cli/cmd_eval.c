@@ -25,51 +25,41 @@ static const char usage_eval[] =
     "                  another model or layout against it (not the --ref folder; files there\n"
     "                  are never replaced unless --overwrite)\n" LAYOUT_HELP LOAD_HELP ACCESS_HELP;
 
+static const struct option eval_options[] = {{"ref", required_argument, 0, 'r'},
+                                             {"save", required_argument, 0, 's'},
+                                             {"overwrite", no_argument, 0, 'O'},
+                                             {"help", no_argument, 0, 'h'},
+                                             ENGINE_OPTIONS,
+                                             {0, 0, 0, 0}};
+
+static const struct coord_cli_path eval_paths[] = {{'r', "--ref"}, {'s', "--save"}, {0, 0}};
+
+static const struct coord_cli_cmd eval_cmd = {"eval", usage_eval, "m:vh", eval_options, eval_paths};
+
+/* One of eval's own options (@c, its value in optarg) into @arg, a struct coord_eval_opts.
+ * Returns -1: none can be bad. */
+static int eval_option(int c, void *arg)
+{
+    struct coord_eval_opts *o = arg;
+    if (c == 's')
+        o->save_dir = optarg;
+    else if (c == 'O')
+        o->overwrite = true;
+    else if (c == 'r')
+        o->ref_dir = optarg;
+    return -1;
+}
+
 int coord_cmd_eval(int argc, char **argv)
 {
     struct coord_eval_opts o = {0};
-    static const struct option opts[] = {{"ref", required_argument, 0, 'r'},
-                                         {"save", required_argument, 0, 's'},
-                                         {"overwrite", no_argument, 0, 'O'},
-                                         {"help", no_argument, 0, 'h'},
-                                         ENGINE_OPTIONS,
-                                         {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
-        char why[160];
-        int eo = coord_cli_engine_option(c, &o.engine, why, sizeof(why));
-        if (eo < 0)
-            return coord_usage_error("eval", usage_eval, "%s", why);
-        if (eo)
-            continue;
-        switch (c) {
-        case 's':
-            if (!*optarg)
-                return coord_cli_empty_path("eval", usage_eval, "--save");
-            o.save_dir = optarg;
-            break;
-        case 'O':
-            o.overwrite = true;
-            break;
-        case 'r':
-            if (!*optarg)
-                return coord_cli_empty_path("eval", usage_eval, "--ref");
-            o.ref_dir = optarg;
-            break;
-        case 'h':
-            fputs(usage_eval, stdout);
-            return 0;
-        default:
-            fputs(usage_eval, stderr);
-            return 2;
-        }
-    }
-    if (optind != argc)
-        return coord_cli_extra_argument("eval", usage_eval, argv);
+    int rc = coord_cli_parse_engine(&eval_cmd, argc, argv, &o.engine, NULL, eval_option, &o);
+    if (rc >= 0)
+        return rc;
     if (!o.engine.model_path || !o.ref_dir)
         return coord_usage_error("eval", usage_eval, "-m and --ref are required");
     coord_signals_install();
     struct shardlm_err e = {{0}};
-    int rc = coord_cli_engine_env(&o.engine, &e);
+    rc = coord_cli_engine_env(&o.engine, &e);
     return coord_cli_exit("eval", rc ? rc : coord_eval(&o, &e), &e);
 }

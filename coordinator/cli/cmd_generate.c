@@ -47,132 +47,144 @@ static const char usage_generate[] =
     "                  blocks and per-step timings (wall, all-reduce, per-rank compute) on "
     "stderr\n";
 
+#define GENERATE_MAX_PROMPTS 256 /* -p at most this often: more come with -f */
+
+static const struct option generate_options[] = {{"prompt", required_argument, 0, 'p'},
+                                                 {"file", required_argument, 0, 'f'},
+                                                 {"json", no_argument, 0, 'J'},
+                                                 {"temp", required_argument, 0, 'T'},
+                                                 {"top-p", required_argument, 0, 'P'},
+                                                 {"top-k", required_argument, 0, 1100},
+                                                 {"min-p", required_argument, 0, 1101},
+                                                 {"repeat-penalty", required_argument, 0, 1102},
+                                                 {"frequency-penalty", required_argument, 0, 1103},
+                                                 {"presence-penalty", required_argument, 0, 1104},
+                                                 {"stop", required_argument, 0, 1105},
+                                                 {"seed", required_argument, 0, 'S'},
+                                                 {"help", no_argument, 0, 'h'},
+                                                 SCHED_OPTIONS,
+                                                 ENGINE_OPTIONS,
+                                                 {0, 0, 0, 0}};
+
+static const struct coord_cli_path generate_paths[] = {{'f', "-f"}, {0, 0}};
+
+static const struct coord_cli_cmd generate_cmd = {"generate", usage_generate, "m:p:f:n:vh",
+                                                  generate_options, generate_paths};
+
+#define bad_usage(...) coord_usage_error("generate", usage_generate, __VA_ARGS__)
+
+/* What the command line asks for: coord_generate's options, and whether --seed was given. */
+struct generate_args {
+    struct coord_generate_opts o;
+    bool seeded;
+};
+
+/* The sampling options (@c of getopt_long, its value in optarg) into @sp. Returns -1 to go on,
+ * 2 after a bad value, 0 if @c is none of them. */
+static int sampling_option(int c, struct coord_sampling *sp)
+{
+    long v;
+    switch (c) {
+    case 'T':
+        if (!coord_cli_parse_float(optarg, 0.0f, 100.0f, &sp->temp))
+            return bad_usage("--temp '%s': expected 0..100", optarg);
+        return -1;
+    case 'P':
+        if (!coord_cli_parse_float(optarg, 1e-6f, 1.0f, &sp->top_p))
+            return bad_usage("--top-p '%s': expected (0, 1]", optarg);
+        return -1;
+    case 1100:
+        if (!coord_parse_long(optarg, 0, 1 << 24, &v))
+            return bad_usage("--top-k '%s': expected a count (0: off)", optarg);
+        sp->top_k = (int)v;
+        return -1;
+    case 1101:
+        if (!coord_cli_parse_float(optarg, 0.0f, 0.999f, &sp->min_p))
+            return bad_usage("--min-p '%s': expected [0, 1)", optarg);
+        return -1;
+    case 1102:
+        if (!coord_cli_parse_float(optarg, 0.01f, 10.0f, &sp->repetition_penalty))
+            return bad_usage("--repeat-penalty '%s': expected 0.01..10", optarg);
+        return -1;
+    case 1103:
+    case 1104:
+        if (!coord_cli_parse_float(optarg, -2.0f, 2.0f,
+                                   c == 1103 ? &sp->frequency_penalty : &sp->presence_penalty))
+            return bad_usage("--%s-penalty '%s': expected -2..2",
+                             c == 1103 ? "frequency" : "presence", optarg);
+        return -1;
+    case 'S': {
+        char *end;
+        errno = 0;
+        sp->seed = strtoull(optarg, &end, 10);
+        if (errno || end == optarg || *end)
+            return bad_usage("--seed '%s': expected an integer", optarg);
+        return -1;
+    }
+    }
+    return 0;
+}
+
+/* One of generate's own options (@c, its value in optarg) into @arg, a struct generate_args.
+ * Returns -1 to go on, else the exit code (2 after a bad value). */
+static int generate_option(int c, void *arg)
+{
+    struct generate_args *a = arg;
+    struct coord_generate_opts *o = &a->o;
+    long v;
+    int rc = sampling_option(c, &o->sampling);
+    if (c == 'S' && rc < 0)
+        a->seeded = true;
+    if (rc)
+        return rc;
+    switch (c) {
+    case 'p':
+        if (o->n_prompts == GENERATE_MAX_PROMPTS)
+            return bad_usage("more than 256 -p prompts: use -f FILE");
+        o->prompts[o->n_prompts++] = optarg;
+        break;
+    case 'f':
+        o->prompt_file = optarg;
+        break;
+    case 'J':
+        o->json = true;
+        break;
+    case 'n':
+        if (!coord_parse_long(optarg, 0, 1 << 24, &v))
+            return bad_usage("-n '%s': expected a count 0..16777216", optarg);
+        o->n = (int)v;
+        break;
+    case 1105:
+        if (o->n_stop == GEN_MAX_STOPS)
+            return bad_usage("more than %d --stop strings", GEN_MAX_STOPS);
+        if (!*optarg || strlen(optarg) > 256)
+            return bad_usage("--stop: expected a string of 1..256 bytes");
+        o->stop[o->n_stop++] = optarg;
+        break;
+    }
+    return -1;
+}
+
 int coord_cmd_generate(int argc, char **argv)
 {
-    struct coord_generate_opts o = {
-        .n = 256, .sampling = {.temp = 1.0f, .top_p = 0.9f, .repetition_penalty = 1.0f}};
-    static const char *prompts[256];
-    o.prompts = prompts;
-    bool seeded = false;
-    static const struct option opts[] = {{"prompt", required_argument, 0, 'p'},
-                                         {"file", required_argument, 0, 'f'},
-                                         {"json", no_argument, 0, 'J'},
-                                         {"temp", required_argument, 0, 'T'},
-                                         {"top-p", required_argument, 0, 'P'},
-                                         {"top-k", required_argument, 0, 1100},
-                                         {"min-p", required_argument, 0, 1101},
-                                         {"repeat-penalty", required_argument, 0, 1102},
-                                         {"frequency-penalty", required_argument, 0, 1103},
-                                         {"presence-penalty", required_argument, 0, 1104},
-                                         {"stop", required_argument, 0, 1105},
-                                         {"seed", required_argument, 0, 'S'},
-                                         {"help", no_argument, 0, 'h'},
-                                         SCHED_OPTIONS,
-                                         ENGINE_OPTIONS,
-                                         {0, 0, 0, 0}};
-    int c;
-    long v;
-    while ((c = getopt_long(argc, argv, "m:p:f:n:vh", opts, NULL)) != -1) {
-        char why[160];
-        int eo = coord_cli_run_option(c, &o.engine, &o.sched, why, sizeof(why));
-        if (eo < 0)
-            return coord_usage_error("generate", usage_generate, "%s", why);
-        if (eo)
-            continue;
-        struct coord_sampling *sp = &o.sampling;
-        switch (c) {
-        case 'p':
-            if (o.n_prompts == (int)(sizeof(prompts) / sizeof(prompts[0])))
-                return coord_usage_error("generate", usage_generate,
-                                         "more than 256 -p prompts: use -f FILE");
-            prompts[o.n_prompts++] = optarg;
-            break;
-        case 'f':
-            if (!*optarg)
-                return coord_cli_empty_path("generate", usage_generate, "-f");
-            o.prompt_file = optarg;
-            break;
-        case 'J':
-            o.json = true;
-            break;
-        case 'n':
-            if (!coord_parse_long(optarg, 0, 1 << 24, &v))
-                return coord_usage_error("generate", usage_generate,
-                                         "-n '%s': expected a count 0..16777216", optarg);
-            o.n = (int)v;
-            break;
-        case 'T':
-            if (!coord_cli_parse_float(optarg, 0.0f, 100.0f, &sp->temp))
-                return coord_usage_error("generate", usage_generate, "--temp '%s': expected 0..100",
-                                         optarg);
-            break;
-        case 'P':
-            if (!coord_cli_parse_float(optarg, 1e-6f, 1.0f, &sp->top_p))
-                return coord_usage_error("generate", usage_generate,
-                                         "--top-p '%s': expected (0, 1]", optarg);
-            break;
-        case 1100:
-            if (!coord_parse_long(optarg, 0, 1 << 24, &v))
-                return coord_usage_error("generate", usage_generate,
-                                         "--top-k '%s': expected a count (0: off)", optarg);
-            sp->top_k = (int)v;
-            break;
-        case 1101:
-            if (!coord_cli_parse_float(optarg, 0.0f, 0.999f, &sp->min_p))
-                return coord_usage_error("generate", usage_generate,
-                                         "--min-p '%s': expected [0, 1)", optarg);
-            break;
-        case 1102:
-            if (!coord_cli_parse_float(optarg, 0.01f, 10.0f, &sp->repetition_penalty))
-                return coord_usage_error("generate", usage_generate,
-                                         "--repeat-penalty '%s': expected 0.01..10", optarg);
-            break;
-        case 1103:
-        case 1104:
-            if (!coord_cli_parse_float(optarg, -2.0f, 2.0f,
-                                       c == 1103 ? &sp->frequency_penalty : &sp->presence_penalty))
-                return coord_usage_error("generate", usage_generate,
-                                         "--%s-penalty '%s': expected -2..2",
-                                         c == 1103 ? "frequency" : "presence", optarg);
-            break;
-        case 1105:
-            if (o.n_stop == GEN_MAX_STOPS)
-                return coord_usage_error("generate", usage_generate, "more than %d --stop strings",
-                                         GEN_MAX_STOPS);
-            if (!*optarg || strlen(optarg) > 256)
-                return coord_usage_error("generate", usage_generate,
-                                         "--stop: expected a string of 1..256 bytes");
-            o.stop[o.n_stop++] = optarg;
-            break;
-        case 'S': {
-            char *end;
-            errno = 0;
-            o.sampling.seed = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end)
-                return coord_usage_error("generate", usage_generate,
-                                         "--seed '%s': expected an integer", optarg);
-            seeded = true;
-            break;
-        }
-        case 'h':
-            fputs(usage_generate, stdout);
-            return 0;
-        default:
-            fputs(usage_generate, stderr);
-            return 2;
-        }
-    }
-    if (optind != argc)
-        return coord_cli_extra_argument("generate", usage_generate, argv);
-    if (!o.engine.model_path || (!o.n_prompts && !o.prompt_file))
-        return coord_usage_error("generate", usage_generate, "-m and -p (or -f) are required");
-    if (o.engine.kv_blocks && o.engine.kv_mem)
-        return coord_usage_error("generate", usage_generate,
-                                 "--kv-tokens and --kv-mem both size the KV cache: give one");
-    if (!seeded)
-        o.sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    static const char *prompts[GENERATE_MAX_PROMPTS];
+    struct generate_args a = {
+        .o = {.n = 256,
+              .prompts = prompts,
+              .sampling = {.temp = 1.0f, .top_p = 0.9f, .repetition_penalty = 1.0f}}};
+    struct coord_generate_opts *o = &a.o;
+    int rc = coord_cli_parse_engine(&generate_cmd, argc, argv, &o->engine, &o->sched,
+                                    generate_option, &a);
+    if (rc >= 0)
+        return rc;
+    if (!o->engine.model_path || (!o->n_prompts && !o->prompt_file))
+        return bad_usage("-m and -p (or -f) are required");
+    if ((rc = coord_cli_check_kv(&generate_cmd, &o->engine)) >= 0)
+        return rc;
+    if (!a.seeded)
+        o->sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     coord_signals_install();
     struct shardlm_err e = {{0}};
-    int rc = coord_cli_engine_env(&o.engine, &e);
-    return coord_cli_exit("generate", rc ? rc : coord_generate(&o, &e), &e);
+    rc = coord_cli_engine_env(&o->engine, &e);
+    return coord_cli_exit("generate", rc ? rc : coord_generate(o, &e), &e);
 }

@@ -172,11 +172,8 @@ int coord_cmd_inspect(int argc, char **argv)
         return 2;
     }
     const char *path = argv[1];
-    if (!*path) {
-        fprintf(stderr, "shardlm inspect: FILE '': expected a path (an empty one names no file)\n"
-                        "usage: shardlm inspect FILE\n");
-        return 2;
-    }
+    if (!*path)
+        return coord_cli_empty_path("inspect", "usage: shardlm inspect FILE\n", "FILE");
     struct shardlm_err e;
     enum coord_format fmt;
     int rc = coord_format_sniff(path, &fmt, &e);

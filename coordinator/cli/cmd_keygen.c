@@ -17,20 +17,15 @@ int coord_cmd_keygen(int argc, char **argv)
         "address other than loopback requires it.\n";
     static const struct option opts[] = {
         {"out", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct coord_cli_path paths[] = {{'o', "-o"}, {0, 0}};
+    static const struct coord_cli_cmd cmd = {"keygen", usage, "o:h", opts, paths};
     const char *dir = NULL;
-    int c;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
-        if (c == 'o') {
-            if (!*optarg)
-                return coord_cli_empty_path("keygen", usage, "-o");
+    int c, rc;
+    while ((c = coord_cli_getopt(&cmd, argc, argv, &rc)) != -1) {
+        if (c == COORD_CLI_EXIT)
+            return rc;
+        if (c == 'o')
             dir = optarg;
-        } else if (c == 'h') {
-            fputs(usage, stdout);
-            return 0;
-        } else {
-            fputs(usage, stderr);
-            return 2;
-        }
     }
     if (optind != argc)
         return coord_usage_error("keygen", usage, "unexpected argument '%s'", argv[optind]);

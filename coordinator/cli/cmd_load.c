@@ -19,34 +19,23 @@ static const char usage_load[] =
     "the segments stay, so a later generate with the same layout starts warm.\n" LAYOUT_HELP
         LOAD_HELP ACCESS_HELP "  --verbose       worker layout on stderr\n";
 
+static const struct option load_options[] = {
+    {"help", no_argument, 0, 'h'}, ENGINE_OPTIONS, {0, 0, 0, 0}};
+
+static const struct coord_cli_cmd load_cmd = {"load", usage_load, "m:vh", load_options, NULL};
+
 int coord_cmd_load(int argc, char **argv)
 {
     struct coord_engine_opts o = {0};
-    static const struct option opts[] = {
-        {"help", no_argument, 0, 'h'}, ENGINE_OPTIONS, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
-        char why[160];
-        int eo = coord_cli_engine_option(c, &o, why, sizeof(why));
-        if (eo < 0)
-            return coord_usage_error("load", usage_load, "%s", why);
-        if (eo)
-            continue;
-        if (c == 'h') {
-            fputs(usage_load, stdout);
-            return 0;
-        }
-        fputs(usage_load, stderr);
-        return 2;
-    }
-    if (optind != argc)
-        return coord_cli_extra_argument("load", usage_load, argv);
+    int rc = coord_cli_parse_engine(&load_cmd, argc, argv, &o, NULL, NULL, NULL);
+    if (rc >= 0)
+        return rc;
     if (!o.model_path)
         return coord_usage_error("load", usage_load, "-m is required");
     coord_signals_install();
     struct shardlm_err e = {{0}};
     struct coord_engine *g;
-    int rc = coord_cli_engine_env(&o, &e);
+    rc = coord_cli_engine_env(&o, &e);
     if (rc || (rc = coord_engine_start(&g, &o, &e)))
         return coord_cli_exit("load", rc, &e);
     const struct coord_engine_stats *st = coord_engine_stats(g);

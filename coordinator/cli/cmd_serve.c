@@ -98,113 +98,105 @@ static int read_key(const char *path, char **out, struct shardlm_err *e)
     return 0;
 }
 
-int coord_cmd_serve(int argc, char **argv)
+static const struct option serve_options[] = {{"host", required_argument, 0, 1200},
+                                              {"port", required_argument, 0, 1201},
+                                              {"api-key-file", required_argument, 0, 1202},
+                                              {"max-waiting", required_argument, 0, 1203},
+                                              {"drain-seconds", required_argument, 0, 1204},
+                                              {"chat-template", required_argument, 0, 1205},
+                                              {"max-connections", required_argument, 0, 1206},
+                                              {"help", no_argument, 0, 'h'},
+                                              SCHED_OPTIONS,
+                                              ENGINE_OPTIONS,
+                                              {0, 0, 0, 0}};
+
+static const struct coord_cli_path serve_paths[] = {
+    {1202, "--api-key-file"}, {1205, "--chat-template"}, {0, 0}};
+
+static const struct coord_cli_cmd serve_cmd = {"serve", usage_serve, "m:vh", serve_options,
+                                               serve_paths};
+
+#define bad_usage(...) coord_usage_error("serve", usage_serve, __VA_ARGS__)
+
+/* What the command line asks for: coord_serve's options and the files they come from. */
+struct serve_args {
+    struct coord_serve_opts o;
+    const char *key_file, *template_file;
+};
+
+/* One of serve's own options (@c, its value in optarg) into @arg, a struct serve_args. Returns
+ * -1 to go on, else the exit code (2 after a bad value). */
+static int serve_option(int c, void *arg)
 {
-    struct coord_serve_opts o = {
-        .host = "127.0.0.1", .port = 8080, .stop = &coord_stop_signal, .drain_seconds = 30};
-    const char *key_file = NULL, *template_file = NULL;
-    static const struct option opts[] = {{"host", required_argument, 0, 1200},
-                                         {"port", required_argument, 0, 1201},
-                                         {"api-key-file", required_argument, 0, 1202},
-                                         {"max-waiting", required_argument, 0, 1203},
-                                         {"drain-seconds", required_argument, 0, 1204},
-                                         {"chat-template", required_argument, 0, 1205},
-                                         {"max-connections", required_argument, 0, 1206},
-                                         {"help", no_argument, 0, 'h'},
-                                         SCHED_OPTIONS,
-                                         ENGINE_OPTIONS,
-                                         {0, 0, 0, 0}};
-    int c;
+    struct serve_args *a = arg;
     long v;
-    while ((c = getopt_long(argc, argv, "m:vh", opts, NULL)) != -1) {
-        char why[160];
-        int eo = coord_cli_run_option(c, &o.engine, &o.sched, why, sizeof(why));
-        if (eo < 0)
-            return coord_usage_error("serve", usage_serve, "%s", why);
-        if (eo)
-            continue;
-        switch (c) {
-        case 1200: {
-            struct in_addr a;
-            if (inet_pton(AF_INET, optarg, &a) != 1)
-                return coord_usage_error("serve", usage_serve,
-                                         "--host '%s': expected an IPv4 address", optarg);
-            o.host = optarg;
-            break;
-        }
-        case 1201:
-            if (!coord_parse_long(optarg, 0, 65535, &v))
-                return coord_usage_error("serve", usage_serve, "--port '%s': expected 0..65535",
-                                         optarg);
-            o.port = (int)v;
-            break;
-        case 1202:
-            if (!*optarg)
-                return coord_cli_empty_path("serve", usage_serve, "--api-key-file");
-            key_file = optarg;
-            break;
-        case 1203:
-            if (!coord_parse_long(optarg, 1, 1 << 20, &v))
-                return coord_usage_error("serve", usage_serve,
-                                         "--max-waiting '%s': expected 1..1048576", optarg);
-            o.max_waiting = (uint32_t)v;
-            break;
-        case 1204:
-            if (!coord_parse_long(optarg, 0, 86400, &v))
-                return coord_usage_error("serve", usage_serve,
-                                         "--drain-seconds '%s': expected 0..86400", optarg);
-            o.drain_seconds = (uint32_t)v;
-            break;
-        case 1205:
-            if (!*optarg)
-                return coord_cli_empty_path("serve", usage_serve, "--chat-template");
-            template_file = optarg;
-            break;
-        case 1206:
-            if (!coord_parse_long(optarg, 1, 65536, &v))
-                return coord_usage_error("serve", usage_serve,
-                                         "--max-connections '%s': expected 1..65536", optarg);
-            o.max_connections = (uint32_t)v;
-            break;
-        case 'h':
-            fputs(usage_serve, stdout);
-            return 0;
-        default:
-            fputs(usage_serve, stderr);
-            return 2;
-        }
+    switch (c) {
+    case 1200: {
+        struct in_addr addr;
+        if (inet_pton(AF_INET, optarg, &addr) != 1)
+            return bad_usage("--host '%s': expected an IPv4 address", optarg);
+        a->o.host = optarg;
+        break;
     }
-    if (optind != argc)
-        return coord_cli_extra_argument("serve", usage_serve, argv);
-    if (!o.engine.model_path)
-        return coord_usage_error("serve", usage_serve, "-m MODEL.shlm is required");
-    if (o.engine.kv_blocks && o.engine.kv_mem)
-        return coord_usage_error("serve", usage_serve,
-                                 "--kv-tokens and --kv-mem both size the KV cache: give one");
-    struct shardlm_err e = {{0}};
-    char *key = NULL;
-    char *tmpl = NULL;
-    int rc = key_file ? read_key(key_file, &key, &e) : 0;
-    if (!rc && template_file) { /* parsed here too, so that a syntax error fails at the start */
+    case 1201:
+        if (!coord_parse_long(optarg, 0, 65535, &v))
+            return bad_usage("--port '%s': expected 0..65535", optarg);
+        a->o.port = (int)v;
+        break;
+    case 1202:
+        a->key_file = optarg;
+        break;
+    case 1203:
+        if (!coord_parse_long(optarg, 1, 1 << 20, &v))
+            return bad_usage("--max-waiting '%s': expected 1..1048576", optarg);
+        a->o.max_waiting = (uint32_t)v;
+        break;
+    case 1204:
+        if (!coord_parse_long(optarg, 0, 86400, &v))
+            return bad_usage("--drain-seconds '%s': expected 0..86400", optarg);
+        a->o.drain_seconds = (uint32_t)v;
+        break;
+    case 1205:
+        a->template_file = optarg;
+        break;
+    case 1206:
+        if (!coord_parse_long(optarg, 1, 65536, &v))
+            return bad_usage("--max-connections '%s': expected 1..65536", optarg);
+        a->o.max_connections = (uint32_t)v;
+        break;
+    }
+    return -1;
+}
+
+/* The files the options name, read before the engine starts: the API key into *@key, the chat
+ * template (parsed here too, so that a syntax error fails at the start) into *@tmpl. Returns 0
+ * or -errno with @e set and nothing to free. */
+static int serve_read_files(const struct serve_args *a, char **key, char **tmpl,
+                            struct shardlm_err *e)
+{
+    *key = *tmpl = NULL;
+    int rc = a->key_file ? read_key(a->key_file, key, e) : 0;
+    if (!rc && a->template_file) {
         struct coord_chat_tmpl t;
-        if (!(rc = coord_cli_load_template(template_file, NULL, NULL, &t, &tmpl, &e)))
+        if (!(rc = coord_cli_load_template(a->template_file, NULL, NULL, &t, tmpl, e)))
             coord_chat_tmpl_free(&t);
     }
     if (rc) {
-        free(key);
-        return coord_cli_exit("serve", rc, &e);
+        free(*key);
+        *key = NULL;
     }
-    o.chat_template = tmpl;
-    o.version = coord_cli_version;
-    o.api_key = key;
-    o.on_listen = print_listen;
-    o.on_ready = print_ready;
-    o.arg = &o;
-    if (!key && strncmp(o.host, "127.", 4))
+    return rc;
+}
+
+/* Serves with @o until a signal drains it or the engine is lost, telling systemd (its
+ * NOTIFY_SOCKET) when it is ready. Returns 0 or -errno with @e set. */
+static int serve_run(struct coord_serve_opts *o, struct shardlm_err *e)
+{
+    if (!o->api_key && strncmp(o->host, "127.", 4))
         fprintf(stderr,
                 "shardlm: warning: serving on %s without --api-key-file: anyone who "
                 "reaches this address can use the model\n",
-                o.host);
+                o->host);
     coord_signals_install();
     /* systemd's readiness socket, for this process only: the workers are not told of it */
     const char *notify = getenv("NOTIFY_SOCKET");
@@ -213,9 +205,37 @@ int coord_cmd_serve(int argc, char **argv)
         fprintf(stderr, "shardlm: warning: NOTIFY_SOCKET='%s': %s; no readiness will be sent\n",
                 notify, nrc == -EINVAL ? "not a socket path or @name" : strerror(-nrc));
     unsetenv("NOTIFY_SOCKET");
-    if (!(rc = coord_cli_engine_env(&o.engine, &e)))
-        rc = coord_serve(&o, &e);
+    int rc = coord_cli_engine_env(&o->engine, e);
+    if (!rc)
+        rc = coord_serve(o, e);
     coord_notify_close();
+    return rc;
+}
+
+int coord_cmd_serve(int argc, char **argv)
+{
+    struct serve_args a = {
+        .o = {.host = "127.0.0.1", .port = 8080, .stop = &coord_stop_signal, .drain_seconds = 30}};
+    struct coord_serve_opts *o = &a.o;
+    int rc =
+        coord_cli_parse_engine(&serve_cmd, argc, argv, &o->engine, &o->sched, serve_option, &a);
+    if (rc >= 0)
+        return rc;
+    if (!o->engine.model_path)
+        return bad_usage("-m MODEL.shlm is required");
+    if ((rc = coord_cli_check_kv(&serve_cmd, &o->engine)) >= 0)
+        return rc;
+    struct shardlm_err e = {{0}};
+    char *key, *tmpl;
+    if ((rc = serve_read_files(&a, &key, &tmpl, &e)))
+        return coord_cli_exit("serve", rc, &e);
+    o->chat_template = tmpl;
+    o->version = coord_cli_version;
+    o->api_key = key;
+    o->on_listen = print_listen;
+    o->on_ready = print_ready;
+    o->arg = o;
+    rc = serve_run(o, &e);
     free(key);
     free(tmpl);
     return coord_cli_exit("serve", rc, &e);

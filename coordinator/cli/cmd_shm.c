@@ -182,17 +182,21 @@ static int walk(const char *rundir, enum walk_mode mode, bool force)
     return 0;
 }
 
+/* The words after `shm`: a walk's mode, or the help. */
+#define SHM_HELP 3
+static const struct coord_cli_word shm_words[] = {{"list", WALK_LIST},     {"purge", WALK_PURGE},
+                                                  {"verify", WALK_VERIFY}, {"--help", SHM_HELP},
+                                                  {"-h", SHM_HELP},        {NULL, 0}};
+
 int coord_cmd_shm(int argc, char **argv)
 {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    int mode = argc >= 2 ? coord_cli_word(shm_words, argv[1]) : -1;
+    if (mode == SHM_HELP && argc == 2) {
         fputs(usage_shm, stdout);
         return 0;
     }
-    bool list = argc == 2 && !strcmp(argv[1], "list");
-    bool verify = argc == 2 && !strcmp(argv[1], "verify");
-    bool purge = argc >= 2 && argc <= 3 && !strcmp(argv[1], "purge");
-    bool force = purge && argc == 3 && !strcmp(argv[2], "--force");
-    if (!list && !verify && !(purge && (argc == 2 || force))) {
+    bool force = mode == WALK_PURGE && argc == 3 && !strcmp(argv[2], "--force");
+    if (mode < 0 || mode == SHM_HELP || argc > 3 || (argc == 3 && !force)) {
         fprintf(stderr, "shardlm shm: expected list, purge, purge --force or verify\n%s",
                 usage_shm);
         return 2;
@@ -204,5 +208,5 @@ int coord_cmd_shm(int argc, char **argv)
                 rc == -EPERM ? "not a private directory owned by this user" : strerror(-rc));
         return 1;
     }
-    return walk(rundir, purge ? WALK_PURGE : verify ? WALK_VERIFY : WALK_LIST, force);
+    return walk(rundir, (enum walk_mode)mode, force);
 }

@@ -10,23 +10,30 @@
 #include <string.h>
 #include <unistd.h>
 
-static void usage(FILE *f)
+/* The usage text, with a line per shape of coord_synth_shapes(). */
+static const char *usage(void)
 {
-    fprintf(f, "usage: shardlm synth --shape NAME -o FILE.gguf [--seed S]\n"
-               "\n"
-               "Writes a synthetic model (normal weights, std 0.02; norms 1.0) in GGUF F16 with a\n"
-               "byte-level BPE vocabulary. Shapes:\n");
-    size_t n;
+    static char text[8192];
+    if (text[0])
+        return text;
+    size_t n,
+        len = (size_t)snprintf(
+            text, sizeof(text),
+            "usage: shardlm synth --shape NAME -o FILE.gguf [--seed S]\n"
+            "\n"
+            "Writes a synthetic model (normal weights, std 0.02; norms 1.0) in GGUF F16 with a\n"
+            "byte-level BPE vocabulary. Shapes:\n");
     const struct coord_synth_shape *shapes = coord_synth_shapes(&n);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && len < sizeof(text); i++) {
         const struct coord_synth_shape *s = &shapes[i];
-        fprintf(f,
-                "  %-17s %s: hidden %u, %u layers, %u heads x %u, %u KV heads, FFN %u %s, "
-                "vocab %u%s\n",
-                s->name, s->arch, s->dim, s->layers, s->heads, s->head_dim, s->kv_heads, s->ffn,
-                s->gelu ? "GELU-tanh" : "SiLU", s->vocab,
-                s->head_gate ? ", per-head output gate" : "");
+        len += (size_t)snprintf(text + len, sizeof(text) - len,
+                                "  %-17s %s: hidden %u, %u layers, %u heads x %u, %u KV heads, "
+                                "FFN %u %s, vocab %u%s\n",
+                                s->name, s->arch, s->dim, s->layers, s->heads, s->head_dim,
+                                s->kv_heads, s->ffn, s->gelu ? "GELU-tanh" : "SiLU", s->vocab,
+                                s->head_gate ? ", per-head output gate" : "");
     }
+    return text;
 }
 
 static bool known_shape(const char *name)
@@ -71,19 +78,17 @@ int coord_cmd_synth(int argc, char **argv)
                                          {"seed", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+    static const struct coord_cli_path paths[] = {{'o', "-o"}, {0, 0}};
+    struct coord_cli_cmd cmd = {"synth", usage(), "o:h", opts, paths};
+    int c, rc;
+    while ((c = coord_cli_getopt(&cmd, argc, argv, &rc)) != -1) {
         switch (c) {
+        case COORD_CLI_EXIT:
+            return rc;
         case 's':
             shape = optarg;
             break;
         case 'o':
-            if (!*optarg) {
-                fprintf(stderr, "shardlm synth: -o '': expected a path (an empty one names no "
-                                "file)\n");
-                usage(stderr);
-                return 2;
-            }
             out = optarg;
             break;
         case 'S': {
@@ -95,24 +100,12 @@ int coord_cmd_synth(int argc, char **argv)
             }
             break;
         }
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
         }
     }
-    if (!shape || !out || optind != argc) {
-        fprintf(stderr, "shardlm synth: --shape and -o are required\n");
-        usage(stderr);
-        return 2;
-    }
-    if (!known_shape(shape)) {
-        fprintf(stderr, "shardlm synth: unknown shape '%s'\n", shape);
-        usage(stderr);
-        return 2;
-    }
+    if (!shape || !out || optind != argc)
+        return coord_usage_error("synth", cmd.usage, "--shape and -o are required");
+    if (!known_shape(shape))
+        return coord_usage_error("synth", cmd.usage, "unknown shape '%s'", shape);
     char stale[4200]; /* an interrupted synth's temporary file (it dies of the signal) */
     int n_stale = coord_out_clean_stale(out, stale, sizeof(stale));
     if (n_stale)
@@ -121,7 +114,7 @@ int coord_cmd_synth(int argc, char **argv)
                 n_stale, n_stale > 1 ? "s" : "", out, stale, n_stale > 1 ? ", ..." : "");
     struct shardlm_err e;
     struct synth_progress prog = {.tty = isatty(2), .last_ns = shardlm_now_ns()};
-    int rc = coord_synth(shape, out, seed, synth_progress, &prog, &e);
+    rc = coord_synth(shape, out, seed, synth_progress, &prog, &e);
     if (prog.started)
         fprintf(stderr, "\n");
     if (rc) {

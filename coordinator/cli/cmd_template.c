@@ -109,14 +109,16 @@ int coord_cmd_template(int argc, char **argv)
                                          {"eos-token", required_argument, 0, 'e'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    static const struct coord_cli_path paths[] = {{'t', "--chat-template"}, {0, 0}};
+    static const struct coord_cli_cmd cmd = {"template", usage, "h", opts, paths};
     const char *path = NULL, *bos = "", *eos = "";
-    int c;
+    int c, rc;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = coord_cli_getopt(&cmd, argc, argv, &rc)) != -1) {
         switch (c) {
+        case COORD_CLI_EXIT:
+            return rc;
         case 't':
-            if (!*optarg)
-                return coord_cli_empty_path("template", usage, "--chat-template");
             path = optarg;
             break;
         case 'b':
@@ -125,12 +127,6 @@ int coord_cmd_template(int argc, char **argv)
         case 'e':
             eos = optarg;
             break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            fputs(usage, stderr);
-            return 2;
         }
     }
     if (!path)

@@ -103,13 +103,15 @@ int coord_cmd_tokenize(int argc, char **argv)
     long vocab_size = 0;
     bool decode = false;
     unsigned flags = 0;
-    int c;
+    static const struct coord_cli_path paths[] = {{'t', "--tokenizer"}, {0, 0}};
+    static const struct coord_cli_cmd cmd = {"tokenize", usage, "h", opts, paths};
+    int c, rc;
     optind = 0; /* GNU: start afresh (the tests call this more than once) */
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = coord_cli_getopt(&cmd, argc, argv, &rc)) != -1) {
         switch (c) {
+        case COORD_CLI_EXIT:
+            return rc;
         case 't':
-            if (!*optarg)
-                return coord_cli_empty_path("tokenize", usage, "--tokenizer");
             path = optarg;
             break;
         case 'v':
@@ -131,12 +133,6 @@ int coord_cmd_tokenize(int argc, char **argv)
         case 'd':
             decode = true;
             break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            fputs(usage, stderr);
-            return 2;
         }
     }
     if (!path)
@@ -154,7 +150,7 @@ int coord_cmd_tokenize(int argc, char **argv)
             return bad_usage("--decode: '%s' is not a token id", argv[optind + i]);
     }
     struct shardlm_err e;
-    int rc = run(path, vocab_size, decode, flags, n_args, argv + optind, &e);
+    rc = run(path, vocab_size, decode, flags, n_args, argv + optind, &e);
     if (rc) {
         fprintf(stderr, "shardlm tokenize: %s\n", e.msg);
         return 1;

@@ -63,6 +63,16 @@ static const struct {
     {"serve", coord_cmd_serve},       {"template", coord_cmd_template},
 };
 
+/* The words that ask for the help or the version instead of a command. */
+enum { MAIN_HELP, MAIN_VERSION };
+static const struct coord_cli_word main_words[] = {{"--help", MAIN_HELP},
+                                                   {"-h", MAIN_HELP},
+                                                   {"help", MAIN_HELP},
+                                                   {"--version", MAIN_VERSION},
+                                                   {"-V", MAIN_VERSION},
+                                                   {"version", MAIN_VERSION},
+                                                   {NULL, 0}};
+
 /* The environment variables --help documents, checked before any command runs: one set wrong
  * (empty, or not a number) is an error, never silently the default. Returns 0 or exit code 2. */
 static int check_environment(void)
@@ -94,11 +104,11 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     coord_cli_version = coord_version;
-    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    switch (coord_cli_word(main_words, cmd)) {
+    case MAIN_HELP:
         fputs(usage_main, stdout);
         return 0;
-    }
-    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0 || strcmp(cmd, "version") == 0) {
+    case MAIN_VERSION:
         printf("shardlm %s\n", coord_version);
         return 0;
     }

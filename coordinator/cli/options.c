@@ -145,7 +145,6 @@ void coord_cli_log(void *ctx, enum coord_log_level level, const char *msg)
     fprintf(stderr, "%s%s\n", level == COORD_LOG_DEBUG ? "" : "shardlm: ", msg);
 }
 
-/* The end of an engine command's options: none may be left but the ones it takes. */
 int coord_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
 {
     va_list ap;
@@ -161,6 +160,64 @@ int coord_cli_empty_path(const char *cmd, const char *usage, const char *opt)
 {
     return coord_usage_error(cmd, usage, "%s '': expected a path (an empty one names no file)",
                              opt);
+}
+
+int coord_cli_getopt(const struct coord_cli_cmd *cmd, int argc, char **argv, int *exit_code)
+{
+    int c = getopt_long(argc, argv, cmd->shortopts, cmd->longopts, NULL);
+    if (c == 'h') {
+        fputs(cmd->usage, stdout);
+        *exit_code = 0;
+        return COORD_CLI_EXIT;
+    }
+    if (c == '?' && cmd->shortopts[0] != ':') {
+        fputs(cmd->usage, stderr);
+        *exit_code = 2;
+        return COORD_CLI_EXIT;
+    }
+    for (const struct coord_cli_path *p = cmd->paths; c > 0 && p && p->code; p++)
+        if (p->code == c && !*optarg) {
+            *exit_code = coord_cli_empty_path(cmd->name, cmd->usage, p->name);
+            return COORD_CLI_EXIT;
+        }
+    return c;
+}
+
+int coord_cli_parse_engine(const struct coord_cli_cmd *cmd, int argc, char **argv,
+                           struct coord_engine_opts *eo, struct coord_sched_opts *so,
+                           int (*own)(int c, void *arg), void *arg)
+{
+    int c, rc;
+    while ((c = coord_cli_getopt(cmd, argc, argv, &rc)) != -1) {
+        if (c == COORD_CLI_EXIT)
+            return rc;
+        char why[160];
+        int eo_rc = so ? coord_cli_run_option(c, eo, so, why, sizeof(why))
+                       : coord_cli_engine_option(c, eo, why, sizeof(why));
+        if (eo_rc < 0)
+            return coord_usage_error(cmd->name, cmd->usage, "%s", why);
+        if (!eo_rc && own && (rc = own(c, arg)) >= 0)
+            return rc;
+    }
+    if (optind != argc)
+        return coord_cli_extra_argument(cmd->name, cmd->usage, argv);
+    return -1;
+}
+
+int coord_cli_check_kv(const struct coord_cli_cmd *cmd, const struct coord_engine_opts *eo)
+{
+    if (eo->kv_blocks && eo->kv_mem)
+        return coord_usage_error(cmd->name, cmd->usage,
+                                 "--kv-tokens and --kv-mem both size the KV cache: give one");
+    return -1;
+}
+
+int coord_cli_word(const struct coord_cli_word *words, const char *name)
+{
+    for (const struct coord_cli_word *w = words; w->name; w++)
+        if (strcmp(w->name, name) == 0)
+            return w->value;
+    return -1;
 }
 
 int coord_cli_extra_argument(const char *cmd, const char *usage, char **argv)
