@@ -184,8 +184,9 @@ static size_t shard_bytes(const struct coord_model_file *f, int R, int r)
     return h.file_bytes;
 }
 
-/* Loads @path into @R memfd segments; returns the load's result, @e its error. */
-static int load(const char *path, int R, enum coord_io io, struct seg *segs, struct shardlm_err *e)
+/* Loads @path into @R memfd segments as @o says; returns the load's result, @e its error. */
+static int load(const char *path, int R, const struct coord_load_opts *o, struct seg *segs,
+                struct shardlm_err *e)
 {
     struct coord_model_file f;
     struct coord_load_dest dest[8];
@@ -198,7 +199,7 @@ static int load(const char *path, int R, enum coord_io io, struct seg *segs, str
         dest[r] = (struct coord_load_dest){r, &segs[r]};
     }
     if (!rc)
-        rc = coord_load_shards(&f, R, dest, R, io, NULL, NULL, &st, e);
+        rc = coord_load_shards(&f, R, dest, R, o, NULL, NULL, &st, e);
     if (!rc)
         assert_true(st.bytes > f.img.hdr->data_offset && st.bytes <= (uint64_t)f.st.st_size);
     coord_model_close(&f);
@@ -212,13 +213,12 @@ static void check_model(const char *name, const struct shlm_config *c, enum shlm
     size_t len;
     tu_path(path, sizeof(path), "%s/%s.shlm", dir, name);
     uint8_t *img = write_model(path, c, s, group, head_bits, &len);
-    coord_load_chunk = chunk;
     static const enum coord_io ios[] = {COORD_IO_DIRECT, COORD_IO_BUFFERED};
     for (int k = 0; k < 2; k++)
         for (int R = 1; R <= 3; R += 2) {
             struct seg segs[3] = {0};
             struct shardlm_err e;
-            int rc = load(path, R, ios[k], segs, &e);
+            int rc = load(path, R, &(struct coord_load_opts){.io = ios[k], .chunk = chunk}, segs, &e);
             if (rc)
                 fail_msg("%s: %s", name, e.msg);
             for (int r = 0; r < R; r++) {
@@ -226,7 +226,6 @@ static void check_model(const char *name, const struct shlm_config *c, enum shlm
                 seg_free(&segs[r]);
             }
         }
-    coord_load_chunk = COORD_LOAD_CHUNK;
     unlink(path);
     free(img);
 }
@@ -304,7 +303,8 @@ static void test_changed_while_loading(void **state)
         close(fd);
         struct coord_load_dest d = {0, &s};
         struct coord_load_stats st;
-        int rc = coord_load_shards(&f, 1, &d, 1, COORD_IO_BUFFERED, NULL, NULL, &st, &e);
+        int rc = coord_load_shards(&f, 1, &d, 1, &(struct coord_load_opts){.io = COORD_IO_BUFFERED},
+                                   NULL, NULL, &st, &e);
         assert_int_equal(rc, -EIO);
         if (!strstr(e.msg, want))
             fail_msg("change %d: '%s', wanted '%s'", change, e.msg, want);
@@ -338,8 +338,8 @@ static void test_full_tmpfs(void **state)
     tu_path(seg_path, sizeof(seg_path), "%s/w", mnt);
     int created = seg_create_on(&s, seg_path, shard_bytes(&f, 1, 0), -1, SEG_LAZY);
     int rc = created ? created
-                     : coord_load_shards(&f, 1, &(struct coord_load_dest){0, &s}, 1, COORD_IO_AUTO,
-                                         NULL, NULL, &(struct coord_load_stats){0}, &e);
+                     : coord_load_shards(&f, 1, &(struct coord_load_dest){0, &s}, 1, NULL, NULL,
+                                         NULL, &(struct coord_load_stats){0}, &e);
     if (!created)
         seg_free(&s); /* unlinks it */
     coord_model_close(&f);
@@ -368,8 +368,9 @@ static void test_cancelled(void **state)
         assert_int_equal(coord_model_open(&f, path, &e), 0);
         assert_int_equal(
             seg_create_on(&s, "test-load", shard_bytes(&f, 1, 0), -1, SEG_ANON | SEG_LAZY), 0);
-        int rc = coord_load_shards(&f, 1, &(struct coord_load_dest){0, &s}, 1, COORD_IO_BUFFERED,
-                                   NULL, &cancel, &(struct coord_load_stats){0}, &e);
+        int rc = coord_load_shards(&f, 1, &(struct coord_load_dest){0, &s}, 1,
+                                   &(struct coord_load_opts){.io = COORD_IO_BUFFERED}, NULL,
+                                   &cancel, &(struct coord_load_stats){0}, &e);
         seg_free(&s);
         coord_model_close(&f);
         assert_int_equal(rc, set ? -ECANCELED : 0);
@@ -425,7 +426,7 @@ static void test_inspect_dtype_names(void **state)
         expect_inspect_names(path, img, len);
         struct seg seg = {0};
         struct shardlm_err e;
-        if (load(path, 1, COORD_IO_BUFFERED, &seg, &e))
+        if (load(path, 1, &(struct coord_load_opts){.io = COORD_IO_BUFFERED}, &seg, &e))
             fail_msg("%s: %s", path, e.msg);
         size_t bytes = ((const struct shlm_header *)seg.base)->file_bytes;
         assert_int_equal(tu_write(seg_file, seg.base, bytes), 0);

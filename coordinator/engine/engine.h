@@ -39,14 +39,6 @@ struct coord_engine;
 /* Worker restarts a step may make by default: a worker that dies again and again fails it. */
 #define COORD_RESTARTS 3
 
-/* How the weights get into shared memory (load.h). */
-struct coord_load_opts {
-    bool no_persist; /* memfd segments that go with the processes, instead of persistent ones */
-    enum coord_io io;
-    bool stats;  /* the caller reports the load at the end (the engine keeps the figures anyway) */
-    bool verify; /* check a persistent segment's data against its checksums before using it */
-};
-
 /* Where the workers reach the coordinator (access.h). */
 struct coord_access_opts {
     const char *listen; /* NULL: ipc in the runtime directory; "tcp"; "tcp://HOST:PORT" */

@@ -457,6 +457,7 @@ struct load {
     int (*dst)[SHLM_MAX_TENSORS];      /* per rank: the index of each source tensor in its table */
     uint64_t cap, tail_max, stage_max; /* the largest read, scales region, staging area */
     int max_jobs;                      /* the most read jobs of one tensor */
+    size_t chunk;                      /* bytes of codes per read job (coord_load_opts) */
     int next;                          /* the next tensor (atomic) */
     int failed;                        /* set by the first lane that fails (atomic) */
     uint64_t done;                     /* bytes consumed (atomic) */
@@ -487,25 +488,23 @@ static int by_offset(const void *a, const void *b, void *arg)
     return x < y ? -1 : x > y;
 }
 
-size_t coord_load_chunk = COORD_LOAD_CHUNK;
-
-/* Rows of tensor @t per read job: about coord_load_chunk bytes, whole tile blocks. */
-static int job_rows(const struct shlm_tensor *t)
+/* Rows of tensor @t per read job: about @chunk bytes, whole tile blocks. */
+static int job_rows(const struct shlm_tensor *t, size_t chunk)
 {
-    int step = (int)(coord_load_chunk / kn_row_bytes((enum kn_dtype)t->dtype, (int)t->cols)) /
+    int step = (int)(chunk / kn_row_bytes((enum kn_dtype)t->dtype, (int)t->cols)) /
                KN_TILE_ROWS * KN_TILE_ROWS;
     return step < KN_TILE_ROWS ? KN_TILE_ROWS : step;
 }
 
 /* The read jobs of tensor @i: its scales region, then its code rows. */
-static int plan_jobs(const struct shlm_tensor *t, int i, struct job *jobs)
+static int plan_jobs(const struct shlm_tensor *t, int i, size_t chunk, struct job *jobs)
 {
     enum kn_dtype dt = (enum kn_dtype)t->dtype;
     uint64_t codes = kn_codes_bytes(dt, (int)t->rows, (int)t->cols), tail = t->bytes - codes;
     uint64_t rb = kn_row_bytes(dt, (int)t->cols);
-    int n = 0, step = job_rows(t);
-    for (uint64_t o = 0; o < tail; o += coord_load_chunk) {
-        uint64_t len = tail - o < coord_load_chunk ? tail - o : coord_load_chunk;
+    int n = 0, step = job_rows(t, chunk);
+    for (uint64_t o = 0; o < tail; o += chunk) {
+        uint64_t len = tail - o < chunk ? tail - o : chunk;
         if (jobs)
             jobs[n] = (struct job){i, true, 0, 0, t->offset + codes + o, len, o};
         n++;
@@ -584,7 +583,7 @@ static int load_tensor(struct lane *ln, int i, uint64_t *last)
 {
     struct load *L = ln->L;
     const struct shlm_tensor *t = &L->tensors[i];
-    int rc = 0, n = plan_jobs(t, i, ln->jobs);
+    int rc = 0, n = plan_jobs(t, i, L->chunk, ln->jobs);
     KN_ASSERT(n <= L->max_jobs);
     shlm_hash_init(&ln->hash);
     for (int r = 0; r < L->n; r++) {
@@ -700,12 +699,12 @@ static int prepare(struct load *L, int n_ranks, const struct coord_load_dest *de
         const struct shlm_tensor *t = &L->tensors[i];
         enum kn_dtype dt = (enum kn_dtype)t->dtype;
         uint64_t codes = kn_codes_bytes(dt, (int)t->rows, (int)t->cols);
-        uint64_t tail = t->bytes - codes, rows = (uint64_t)job_rows(t);
+        uint64_t tail = t->bytes - codes, rows = (uint64_t)job_rows(t, L->chunk);
         uint64_t job = rows * kn_row_bytes(dt, (int)t->cols) + 64; /* + the codes padding */
-        job = job > coord_load_chunk ? job : coord_load_chunk;
+        job = job > L->chunk ? job : L->chunk;
         L->cap = job + 2 * DIRECT_ALIGN > L->cap ? job + 2 * DIRECT_ALIGN : L->cap;
         L->tail_max = tail > L->tail_max ? tail : L->tail_max;
-        int jobs = plan_jobs(t, i, NULL);
+        int jobs = plan_jobs(t, i, L->chunk, NULL);
         L->max_jobs = jobs > L->max_jobs ? jobs : L->max_jobs;
     }
     L->cap = (L->cap + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
@@ -758,18 +757,23 @@ static void seal(struct load *L)
 }
 
 int coord_load_shards(struct coord_model_file *f, int n_ranks, const struct coord_load_dest *dest,
-                      int n, enum coord_io io, const struct coord_log *log,
+                      int n, const struct coord_load_opts *o, const struct coord_log *log,
                       const volatile sig_atomic_t *cancel, struct coord_load_stats *st,
                       struct shardlm_err *e)
 {
-    struct load L = {
-        .f = f, .n = n, .e = e, .t0 = shardlm_now_ns(), .log = log, .cancel = cancel};
+    struct load L = {.f = f,
+                     .n = n,
+                     .e = e,
+                     .t0 = shardlm_now_ns(),
+                     .log = log,
+                     .cancel = cancel,
+                     .chunk = o && o->chunk ? o->chunk : COORD_LOAD_CHUNK};
     struct lane lanes[MAX_LANES];
     pthread_t th[MAX_LANES];
     int rc, started = 0, ready = 0;
     memset(st, 0, sizeof(*st));
     L.src.fd = -1;
-    if ((rc = prepare(&L, n_ranks, dest, e)) || (rc = source_open(&L.src, f, io, e)))
+    if ((rc = prepare(&L, n_ranks, dest, e)) || (rc = source_open(&L.src, f, o ? o->io : COORD_IO_AUTO, e)))
         goto out;
     for (; ready < L.n_lanes; ready++)
         if (lane_init(&lanes[ready], &L, ready)) {

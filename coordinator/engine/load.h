@@ -25,8 +25,6 @@
 #define COORD_LOAD_DEPTH 4          /* read jobs in flight */
 #define COORD_LOAD_STEP 256         /* rows of a rank's tile staging area */
 #define COORD_HEAD_MAX (64u << 20)  /* header, table and tokenizer together */
-/* Bytes of codes per read job: COORD_LOAD_CHUNK; tests set odd sizes to get ragged chunks. */
-extern size_t coord_load_chunk;
 
 /* How the file is read. auto: buffered when most of the file is in the page cache already,
  * else O_DIRECT (buffered with POSIX_FADV_DONTNEED behind the read front where O_DIRECT is
@@ -34,6 +32,16 @@ extern size_t coord_load_chunk;
 enum coord_io { COORD_IO_AUTO = 0, COORD_IO_DIRECT, COORD_IO_BUFFERED };
 /* Returns 0 and sets *@out, or -EINVAL for a name that is not auto, direct or buffered. */
 int coord_io_parse(const char *name, enum coord_io *out);
+
+/* How the weights get into shared memory (the engine's options, coord_load_shards'). */
+struct coord_load_opts {
+    bool no_persist; /* memfd segments that go with the processes, instead of persistent ones */
+    enum coord_io io;
+    bool stats;   /* the caller reports the load at the end (the engine keeps the figures anyway) */
+    bool verify;  /* check a persistent segment's data against its checksums before using it */
+    size_t chunk; /* bytes of codes per read job; 0: COORD_LOAD_CHUNK (tests set odd sizes to get
+                   * ragged chunks) */
+};
 
 /* An opened model file: its header, table and tokenizer read and checked; the data not yet. */
 struct coord_model_file {
@@ -69,14 +77,14 @@ struct coord_load_stats {
     char io[96];        /* how it read: "io_uring O_DIRECT", "io_uring buffered", ... */
 };
 
-/* Streams @f into the weights segments of the @n ranks @dest of a group of @n_ranks, checking
- * every tensor's checksum; each segment's header is written last, so a segment is complete
+/* Streams @f into the weights segments of the @n ranks @dest of a group of @n_ranks, as @o's io
+ * and chunk say (NULL: the defaults), checking every tensor's checksum; each segment's header is written last, so a segment is complete
  * exactly when its header parses. A long load reports its progress to @log (COORD_LOG_INFO,
  * from the calling thread; NULL: none) and stops at the next tensor once @cancel is set (NULL:
  * never). Returns 0, -ECANCELED, or -errno with @e set (-EIO: a checksum mismatch, a short
  * read, the file changed while it was read). */
 int coord_load_shards(struct coord_model_file *f, int n_ranks, const struct coord_load_dest *dest,
-                      int n, enum coord_io io, const struct coord_log *log,
+                      int n, const struct coord_load_opts *o, const struct coord_log *log,
                       const volatile sig_atomic_t *cancel, struct coord_load_stats *st,
                       struct shardlm_err *e);
 

@@ -196,7 +196,7 @@ static int make_weights(struct coord_engine *g, const struct coord_engine_opts *
         }
         dest[n++] = (struct coord_load_dest){r, &cr->weights};
     }
-    if (n && (rc = coord_load_shards(&g->file, R, dest, n, o->load.io, &g->log, g->cancel,
+    if (n && (rc = coord_load_shards(&g->file, R, dest, n, &o->load, &g->log, g->cancel,
                                      &g->stats.load, e)))
         goto out;
     g->stats.load.ns = shardlm_now_ns() - t0; /* with the segments' allocation */
