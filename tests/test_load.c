@@ -218,7 +218,8 @@ static void check_model(const char *name, const struct shlm_config *c, enum shlm
         for (int R = 1; R <= 3; R += 2) {
             struct seg segs[3] = {0};
             struct shardlm_err e;
-            int rc = load(path, R, &(struct coord_load_opts){.io = ios[k], .chunk = chunk}, segs, &e);
+            int rc =
+                load(path, R, &(struct coord_load_opts){.io = ios[k], .chunk = chunk}, segs, &e);
             if (rc)
                 fail_msg("%s: %s", name, e.msg);
             for (int r = 0; r < R; r++) {

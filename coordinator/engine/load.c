@@ -773,7 +773,8 @@ int coord_load_shards(struct coord_model_file *f, int n_ranks, const struct coor
     int rc, started = 0, ready = 0;
     memset(st, 0, sizeof(*st));
     L.src.fd = -1;
-    if ((rc = prepare(&L, n_ranks, dest, e)) || (rc = source_open(&L.src, f, o ? o->io : COORD_IO_AUTO, e)))
+    if ((rc = prepare(&L, n_ranks, dest, e)) ||
+        (rc = source_open(&L.src, f, o ? o->io : COORD_IO_AUTO, e)))
         goto out;
     for (; ready < L.n_lanes; ready++)
         if (lane_init(&lanes[ready], &L, ready)) {
