@@ -126,6 +126,14 @@ static inline size_t kn_tile_block_bytes(enum kn_dtype dt, int cols, int group)
     return kn_tile_zeros_offset(cols, group) + zeros;
 }
 
+/* A parallel for that the caller hands in (kernels/ starts no threads of its own): @run calls
+ * fn(arg, i, n) once for every member i < n of @pool, the calling thread among them, and returns
+ * when all have finished. worker/pool.h's wrk_pool_par() makes one of the worker's pool. */
+struct kn_par {
+    void (*run)(void *pool, void (*fn)(void *arg, int i, int n), void *arg);
+    void *pool;
+};
+
 /* What the code knows about one weight format (kernels/kn_types.c), as ggml's type_traits[]:
  * one lookup instead of a switch on the dtype in every file. Block shape: (tile_rows, or 1 row
  * when 0) x (the tensor's group when grouped, else 1 element); a row-major row's codes are
@@ -141,9 +149,11 @@ struct kn_type_traits {
     enum kn_dtype canon; /* the file layout it is made from (itself for a file layout) */
     /* Row @r of @m dequantized into @out (m->cols floats). */
     void (*to_float)(const struct kn_mat *m, int r, float *out);
-    /* The canonical matrix (kn_mat_bytes() at @out) of the f32 rows @w (rows, cols); NULL for
-     * the device layouts, which kn_repack_tiles() makes. */
-    void (*from_float)(const float *w, int rows, int cols, int group, void *out);
+    /* The canonical matrix (kn_mat_bytes() at @out) of the f32 rows @w (rows, cols), its rows
+     * split over @par's members where that pays (NULL: the caller's thread; the result does not
+     * depend on it); NULL for the device layouts, which kn_repack_tiles() makes. */
+    void (*from_float)(const float *w, int rows, int cols, int group, void *out,
+                       const struct kn_par *par);
 };
 extern const struct kn_type_traits kn_type_traits[KN_DT_COUNT];
 
@@ -330,13 +340,10 @@ static inline float kn_bf16_to_f32(uint16_t b)
 }
 
 /* Quantizers: canonical layout of one matrix from f32 rows (rows, cols) into @out, which has
- * kn_mat_bytes() bytes. */
+ * kn_mat_bytes() bytes, on the caller's thread (kn_type_traits' from_float takes a pool). */
 void kn_quant_q8(const float *w, int rows, int cols, void *out);
 void kn_quant_w4a16(const float *w, int rows, int cols, int group, void *out);
 void kn_quant_w4a8(const float *w, int rows, int cols, int group, void *out);
-/* Threads the W4 quantizers split a matrix's rows over: 0 (default) = the online CPUs. The
- * result does not depend on it. */
-void kn_quant_threads(int n);
 /* One group's parameters: scale *s (fp16-exact, as stored) and zero point *z (symmetric: 8, codes
  * -8..7 around it; asymmetric: 0..15) minimising sum_i imp[i] * (w[i] - s * (q_i - z))^2 with q the
  * rounded, clamped codes, q_i = clamp(lrintf(w[i] * (1 / s)) + z, 0, 15) in float as kn_quant_w4
@@ -346,9 +353,12 @@ void kn_quant_threads(int n);
  * the group that gets the 8th level. A group of zeros gets s = 0. n <= KN_MAX_GROUP. */
 void kn_quant_group(const float *w, int n, bool asym, const float *imp, float *s, int *z);
 /* A W4 matrix (KN_DT_W4A8 layout when !asym, KN_DT_W4A16 when asym) with per-column importance
- * @imp (cols floats, NULL: uniform), i.e. group g of row r uses imp + g*group. */
+ * @imp (cols floats, NULL: uniform), i.e. group g of row r uses imp + g*group. Its rows are
+ * split over @par's members from KN_QUANT_PAR_MIN weights on (NULL: all on the caller's
+ * thread); the result does not depend on the split. */
+#define KN_QUANT_PAR_MIN (1 << 16) /* below it a fan-out costs more than it saves */
 void kn_quant_w4(const float *w, int rows, int cols, int group, bool asym, const float *imp,
-                 void *out);
+                 void *out, const struct kn_par *par);
 /* Packs given codes (rows x cols bytes, each 0..15, already including the zero point), per-group
  * scales (rows x ngroups floats, fp16-exact) and zero points (rows x ngroups, ignored when !asym)
  * into the W4 layout kn_quant_w4 writes. */

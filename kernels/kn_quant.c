@@ -8,14 +8,12 @@
  *  - W4A8 (symmetric, codes -8..7 around 8): the scale's sign is free, so the side of the group
  *    with the larger values can get the 8th level.
  *  - W4A16 (asymmetric, integer zero point 0..15).
- * Rows are independent: a matrix is split by rows over kn_quant_threads() threads, and the
- * result does not depend on how.
+ * Rows are independent: a matrix is split by rows over the members of the parallel for its
+ * caller hands in (the worker's pool), and the result does not depend on how.
  */
 #include "kn.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <unistd.h>
 #include <string.h>
 
 static void put_nibble(uint8_t *row, int i, int code)
@@ -711,19 +709,21 @@ static struct w4_parts w4_parts(void *out, int rows, int cols, int group)
     return p;
 }
 
-/* Rows [r0, r1) of a W4 matrix; rows are independent, so threads take disjoint ranges. */
+/* The rows of a W4 matrix; rows are independent, so members take disjoint ranges. */
 struct quant_job {
     const float *w, *imp;
-    int cols, group, r0, r1;
+    int rows, cols, group;
     bool asym;
     struct w4_parts out;
 };
 
-static void *quant_rows(void *arg)
+/* Member @t of @nt: rows [rows * t / nt, rows * (t + 1) / nt). */
+static void quant_rows(void *arg, int t, int nt)
 {
     const struct quant_job *j = arg;
     const struct w4_parts *o = &j->out;
-    for (int r = j->r0; r < j->r1; r++) {
+    int r0 = (int)((long)j->rows * t / nt), r1 = (int)((long)j->rows * (t + 1) / nt);
+    for (int r = r0; r < r1; r++) {
         const float *row = j->w + (size_t)r * (size_t)j->cols;
         uint8_t *codes = o->codes + (size_t)r * o->row_bytes;
         for (int g = 0; g < o->ngroups; g++) {
@@ -737,58 +737,27 @@ static void *quant_rows(void *arg)
                 o->zeros[(size_t)r * (size_t)o->ngroups + (size_t)g] = (uint8_t)z;
         }
     }
-    return NULL;
-}
-
-static int quant_nthreads = 0; /* kn_quant_threads(); 0: the online CPUs */
-
-void kn_quant_threads(int n) { __atomic_store_n(&quant_nthreads, n > 0 ? n : 0, __ATOMIC_RELAXED); }
-
-/* Threads for a matrix of @rows x @cols: one below 64K weights (a thread costs more than it
- * saves), else kn_quant_threads()' count, at most one per row and 64. */
-static int quant_threads_for(int rows, int cols)
-{
-    long nt = __atomic_load_n(&quant_nthreads, __ATOMIC_RELAXED);
-    if (nt == 0)
-        nt = sysconf(_SC_NPROCESSORS_ONLN);
-    if ((long)rows * cols < (1 << 16) || nt < 1)
-        nt = 1;
-    nt = nt > 64 ? 64 : nt;
-    return (int)(nt > rows ? rows : nt);
 }
 
 void kn_quant_w4(const float *w, int rows, int cols, int group, bool asym, const float *imp,
-                 void *out)
+                 void *out, const struct kn_par *par)
 {
-    struct w4_parts o = w4_parts(out, rows, cols, group);
-    memset(o.codes, 0, kn_codes_bytes(KN_DT_W4A8, rows, cols));
-    int nt = quant_threads_for(rows, cols);
-    struct quant_job jobs[64];
-    pthread_t th[64];
-    bool threaded[64] = {false};
-    for (int t = 0; t < nt; t++)
-        jobs[t] = (struct quant_job){
-            w,    imp, cols, group, (int)((long)rows * t / nt), (int)((long)rows * (t + 1) / nt),
-            asym, o};
-    for (int t = 1; t < nt; t++) /* a thread that cannot start leaves its rows to us */
-        threaded[t] = pthread_create(&th[t], NULL, quant_rows, &jobs[t]) == 0;
-    quant_rows(&jobs[0]);
-    for (int t = 1; t < nt; t++) {
-        if (threaded[t])
-            pthread_join(th[t], NULL);
-        else
-            quant_rows(&jobs[t]);
-    }
+    struct quant_job j = {w, imp, rows, cols, group, asym, w4_parts(out, rows, cols, group)};
+    memset(j.out.codes, 0, kn_codes_bytes(KN_DT_W4A8, rows, cols));
+    if (par && (long)rows * cols >= KN_QUANT_PAR_MIN)
+        par->run(par->pool, quant_rows, &j);
+    else
+        quant_rows(&j, 0, 1);
 }
 
 void kn_quant_w4a16(const float *w, int rows, int cols, int group, void *out)
 {
-    kn_quant_w4(w, rows, cols, group, true, NULL, out);
+    kn_quant_w4(w, rows, cols, group, true, NULL, out, NULL);
 }
 
 void kn_quant_w4a8(const float *w, int rows, int cols, int group, void *out)
 {
-    kn_quant_w4(w, rows, cols, group, false, NULL, out);
+    kn_quant_w4(w, rows, cols, group, false, NULL, out, NULL);
 }
 
 void kn_w4_pack(const uint8_t *codes, const float *scales, const uint8_t *zeros, int rows, int cols,

@@ -42,19 +42,34 @@ static void row_w4(const struct kn_mat *m, int r, float *out)
 
 /* ---- from-float: the quantizers of kn_quant.c under one signature ---- */
 
-static void from_f32(const float *w, int rows, int cols, int group, void *out)
+static void from_f32(const float *w, int rows, int cols, int group, void *out,
+                     const struct kn_par *par)
 {
     memcpy(out, w, (size_t)rows * (size_t)cols * sizeof(float));
 }
 
-static void from_bf16(const float *w, int rows, int cols, int group, void *out)
+static void from_bf16(const float *w, int rows, int cols, int group, void *out,
+                      const struct kn_par *par)
 {
     kn_quant_bf16(w, (size_t)rows * (size_t)cols, out);
 }
 
-static void from_q8(const float *w, int rows, int cols, int group, void *out)
+static void from_q8(const float *w, int rows, int cols, int group, void *out,
+                    const struct kn_par *par)
 {
     kn_quant_q8(w, rows, cols, out);
+}
+
+static void from_w4a16(const float *w, int rows, int cols, int group, void *out,
+                       const struct kn_par *par)
+{
+    kn_quant_w4(w, rows, cols, group, true, NULL, out, par);
+}
+
+static void from_w4a8(const float *w, int rows, int cols, int group, void *out,
+                      const struct kn_par *par)
+{
+    kn_quant_w4(w, rows, cols, group, false, NULL, out, par);
 }
 
 const struct kn_type_traits kn_type_traits[KN_DT_COUNT] = {
@@ -81,14 +96,14 @@ const struct kn_type_traits kn_type_traits[KN_DT_COUNT] = {
                      .zeros = true,
                      .canon = KN_DT_W4A16,
                      .to_float = row_w4,
-                     .from_float = kn_quant_w4a16},
+                     .from_float = from_w4a16},
     [KN_DT_W4A8] = {.name = "w4a8",
                     .bits = 4,
                     .scale_bytes = 2,
                     .grouped = true,
                     .canon = KN_DT_W4A8,
                     .to_float = row_w4,
-                    .from_float = kn_quant_w4a8},
+                    .from_float = from_w4a8},
     /* "t": the tile layouts of a weights segment (kn.h), made by kn_repack_tiles() */
     [KN_DT_W4A8_T] = {.name = "w4a8t",
                       .bits = 4,

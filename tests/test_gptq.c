@@ -173,10 +173,10 @@ static void check_against_textbook(int rows, int cols, int group, bool asym)
      * none */
     for (int i = 0; i < cols; i++)
         imp[i] = h[(size_t)i * cols + i];
-    kn_quant_w4(w, rows, cols, group, asym, imp, rtn);
+    kn_quant_w4(w, rows, cols, group, asym, imp, rtn, NULL);
     dequant(rtn, rows, cols, group, asym, plain);
     double lr = coord_gptq_loss(w, plain, rows, cols, h);
-    kn_quant_w4(w, rows, cols, group, asym, NULL, rtn);
+    kn_quant_w4(w, rows, cols, group, asym, NULL, rtn, NULL);
     dequant(rtn, rows, cols, group, asym, plain);
     double lp = coord_gptq_loss(w, plain, rows, cols, h);
     fprintf(stderr, "  imatrix rtn loss %.6g, plain rtn %.6g\n", lr, lp);

@@ -1135,6 +1135,8 @@ static void test_messages(void **state)
         {2, "unknown kernel table 'nope'", {"bench", "kernels", "--isa", "nope"}},
         /* a misspelt bench subcommand is not the model bench missing -m */
         {2, "unknown bench subcommand 'bogus'", {"bench", "bogus"}},
+        {2, "--threads '0': expected 1..1024", {"bench", "quant", "-t", "0"}},
+        {2, "unexpected argument 'x'", {"bench", "quant", "x"}},
         {1, "exists and is not a directory", {"keygen", "-o", model}},
         /* an empty path is refused wherever a path is taken (eval --ref "" read /greedy.tsv) */
         {2, "--ref '': expected a path", {"eval", "-m", model, "--ref", ""}},

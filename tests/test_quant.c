@@ -4,7 +4,8 @@
  * kn_quant_group must find the scale (and zero point) of least weighted squared error among all
  * it can store; the reference here tries every finite fp16 scale of either sign (and every zero
  * point) on groups of many shapes, with and without importance weights. Then the matrix
- * quantizer against the group one, kn_w4_pack against dequantization, and thread counts.
+ * quantizer against the group one, kn_w4_pack against dequantization, and pools of any size.
+ * (How fast the search is: `shardlm bench quant`.)
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,9 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "kn.h"
+#include "pool.h"
 #include "testutil.h"
 
 /* The search evaluates each scale's error as a - 2 u b + u^2 c in double from exact terms, the
@@ -312,7 +314,7 @@ static void test_matrix_is_groups(void **state)
             memset(a, 0xa5, bytes);
             memset(b, 0x5a, bytes);
             const float *ip = weighted ? imp : NULL;
-            kn_quant_w4(w, R, C, G, asym, ip, a);
+            kn_quant_w4(w, R, C, G, asym, ip, a, NULL);
             for (int r = 0; r < R; r++)
                 for (int g = 0; g < NG; g++) {
                     int k0 = g * G, n = C - k0 < G ? C - k0 : G, z;
@@ -380,7 +382,8 @@ static void test_pack_roundtrip(void **state)
         }
 }
 
-/* (f) the result does not depend on the thread count (rows split differently) */
+/* (f) the result does not depend on the pool it runs on (rows split differently, more members
+ * than rows), nor do the from_float entries, which take the pool too */
 static void test_threads(void **state)
 {
     (void)state;
@@ -393,47 +396,27 @@ static void test_threads(void **state)
     for (int asym = 0; asym < 2; asym++) {
         enum kn_dtype dt = asym ? KN_DT_W4A16 : KN_DT_W4A8;
         size_t bytes = kn_mat_bytes(dt, R, C, G);
-        uint8_t *one = xmalloc(bytes), *other = xmalloc(bytes);
-        static const int counts[] = {2, 3, 0};
-        kn_quant_threads(1);
-        kn_quant_w4(w, R, C, G, asym, asym ? imp : NULL, one);
+        uint8_t *one = xmalloc(bytes), *other = xmalloc(bytes), *plain = xmalloc(bytes);
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        const int counts[] = {1, 2, 3, cpus > 0 ? (int)cpus : 1, R + 5};
+        kn_quant_w4(w, R, C, G, asym, asym ? imp : NULL, one, NULL);
+        kn_type_traits[dt].from_float(w, R, C, G, plain, NULL);
         for (size_t i = 0; i < ARRAY_SIZE(counts); i++) {
+            struct wrk_pool *pool;
+            assert_int_equal(wrk_pool_init(&pool, counts[i], NULL), 0);
+            struct kn_par par = wrk_pool_par(pool);
             memset(other, 0xee, bytes);
-            kn_quant_threads(counts[i]);
-            kn_quant_w4(w, R, C, G, asym, asym ? imp : NULL, other);
+            kn_quant_w4(w, R, C, G, asym, asym ? imp : NULL, other, &par);
             assert_memory_equal(one, other, bytes);
+            memset(other, 0xee, bytes);
+            kn_type_traits[dt].from_float(w, R, C, G, other, &par);
+            assert_memory_equal(plain, other, bytes);
+            wrk_pool_free(pool);
         }
         free(one);
         free(other);
+        free(plain);
     }
-    kn_quant_threads(0);
-    free(w);
-}
-
-/* (g) how fast the search is (for the record; no bound: machines differ) */
-static void test_speed(void **state)
-{
-    (void)state;
-    enum { R = 64, C = 4096 };
-    float *w = xmalloc(sizeof(float) * R * C);
-    rng_seed(17);
-    for (int i = 0; i < R * C; i++)
-        w[i] = 0.02f * rng_normal();
-    kn_quant_threads(1);
-    for (int asym = 0; asym < 2; asym++) {
-        int group = asym ? 64 : 128;
-        void *buf = xmalloc(kn_mat_bytes(asym ? KN_DT_W4A16 : KN_DT_W4A8, R, C, group));
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        kn_quant_w4(w, R, C, group, asym, NULL, buf);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double us =
-            ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3);
-        print_message("[          ] %s g%d, normal weights, one thread: %.1f us per group\n",
-                      asym ? "w4a16" : "w4a8", group, us / (R * (C / group)));
-        free(buf);
-    }
-    kn_quant_threads(0);
     free(w);
 }
 
@@ -446,7 +429,6 @@ int main(void)
         cmocka_unit_test(test_matrix_is_groups),
         cmocka_unit_test(test_pack_roundtrip),
         cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_speed),
     };
     return cmocka_run_group_tests_name("quant", tests, NULL, NULL);
 }

@@ -131,6 +131,13 @@ void wrk_pool_free(struct wrk_pool *p)
 
 int wrk_pool_size(const struct wrk_pool *p) { return p->n; }
 
+static void par_run(void *pool, void (*fn)(void *, int, int), void *arg)
+{
+    wrk_pool_run(pool, fn, arg);
+}
+
+struct kn_par wrk_pool_par(struct wrk_pool *p) { return (struct kn_par){par_run, p}; }
+
 void wrk_pool_run(struct wrk_pool *p, void (*fn)(void *, int, int), void *arg)
 {
     if (p->n == 1) {

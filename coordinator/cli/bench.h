@@ -44,4 +44,10 @@ void coord_bench_text(char *buf, size_t n);
  * memory cannot be had. */
 double coord_read_bandwidth(int n_threads, const int *cpus, int reps);
 
+/* `shardlm bench quant [-t THREADS] [-r REPS]`: @argv[0] is "quant". The W4 quantizers' search
+ * on normal weights, one line per scheme
+ *   quant <scheme> group=<g> rows=<r> cols=<c> threads=<t> us_per_group=<x> reps=<n>
+ * Returns the exit code: 0, 1 on a failure, 2 on bad usage; --help prints the usage. */
+int coord_bench_quant(int argc, char **argv);
+
 #endif

@@ -331,6 +331,7 @@ static const struct {
     {"kernels", coord_bench_kernels},
     {"tokenizer", coord_bench_tokenizer},
     {"sampler", coord_bench_sampler},
+    {"quant", coord_bench_quant},
 };
 #define N_BENCH_KINDS (sizeof(bench_kinds) / sizeof(bench_kinds[0]))
 

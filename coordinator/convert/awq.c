@@ -42,16 +42,17 @@ struct coord_awq {
     long layer;          /* whose scales s[] hold; -1 none */
     float *s[AWQ_SITES]; /* per input column of each site (O: qd columns) */
     float *kv_s;         /* O's scale per KV channel (kvd): the rows of v divide by it */
+    const struct kn_par *par; /* the quantizer's threads */
 };
 
 int coord_awq_open(struct coord_awq **out, struct coord_calib *c, struct coord_source *src,
-                   int group, bool asym, struct shardlm_err *e)
+                   int group, bool asym, const struct kn_par *par, struct shardlm_err *e)
 {
     struct coord_awq *a = calloc(1, sizeof(*a));
     *out = NULL;
     if (!a)
         return shardlm_fail(e, -ENOMEM, "out of memory");
-    *a = (struct coord_awq){c, src, src->cfg, group, asym, -1, {0}, NULL};
+    *a = (struct coord_awq){c, src, src->cfg, group, asym, -1, {0}, NULL, par};
     const struct shlm_config *g = &a->cfg;
     int cols[AWQ_SITES] = {(int)g->dim, (int)(g->n_heads * g->head_dim), (int)g->dim,
                            (int)g->hidden_dim};
@@ -123,7 +124,7 @@ static double scaled_error(const struct coord_awq *a, const float *w, int rows, 
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)
             ws[(size_t)r * cols + c] = w[(size_t)r * cols + c] * s[c];
-    kn_quant_w4(ws, rows, cols, a->group, a->asym, imp, q);
+    kn_quant_w4(ws, rows, cols, a->group, a->asym, imp, q, a->par);
     struct kn_mat m;
     kn_mat_view(&m, dt, rows, cols, a->group, q);
     double err = 0.0;

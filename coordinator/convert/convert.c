@@ -33,12 +33,13 @@ static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
     return 0;
 }
 
-/* Encodes f32 rows into the tensor's format. */
-static void encode(const struct shlm_tensor_spec *s, const float *src, void *dst)
+/* Encodes f32 rows into the tensor's format, split over @par (NULL: this thread). */
+static void encode(const struct shlm_tensor_spec *s, const float *src, void *dst,
+                   const struct kn_par *par)
 {
     const struct kn_type_traits *tt = &kn_type_traits[s->dtype];
     KN_ASSERT(tt->from_float); /* NULL for the device layouts: never in a file */
-    tt->from_float(src, s->rows, s->cols, s->group, dst);
+    tt->from_float(src, s->rows, s->cols, s->group, dst, par);
 }
 
 /* The W4 group of @o's scheme (the scheme's default for 0), checked with the head bits; 0 for
@@ -110,8 +111,15 @@ struct convert_enc {
     /* GPTQ: the factorisation of the last input's Hessian (q, k and v share one) */
     struct coord_gptq_factor *factor;
     long factor_site;
-    struct wrk_pool *pool; /* GPTQ's threads */
+    struct wrk_pool *pool; /* the quantizer's and GPTQ's threads (NULL: this one) */
+    struct kn_par par;     /* the same for the kernels' quantizers */
 };
+
+/* The threads @c's tensors are quantized on: its pool, or NULL for this thread alone. */
+static const struct kn_par *enc_par(const struct convert_enc *c)
+{
+    return c->pool ? &c->par : NULL;
+}
 
 static bool is_w4(enum kn_dtype dt) { return dt == KN_DT_W4A8 || dt == KN_DT_W4A16; }
 
@@ -132,7 +140,7 @@ static int encode_calibrated(struct convert_enc *c, const struct shlm_tensor_spe
                    ? shardlm_fail(e, -ENOMEM, "out of memory for GPTQ of tensor %s", s->name)
                    : 0;
     if (!imat) {
-        encode(s, w, dst);
+        encode(s, w, dst, enc_par(c));
         return 0;
     }
     switch (c->o->method) {
@@ -158,12 +166,12 @@ static int encode_calibrated(struct convert_enc *c, const struct shlm_tensor_spe
             return shardlm_fail(e, -ENOMEM, "out of memory");
         for (int i = 0; i < s->cols; i++)
             imp[i] = col_scale ? imat[i] / (col_scale[i] * col_scale[i]) : imat[i];
-        kn_quant_w4(w, s->rows, s->cols, s->group, asym, imp, dst);
+        kn_quant_w4(w, s->rows, s->cols, s->group, asym, imp, dst, enc_par(c));
         free(imp);
         return 0;
     }
     default: /* imatrix */
-        kn_quant_w4(w, s->rows, s->cols, s->group, asym, imat, dst);
+        kn_quant_w4(w, s->rows, s->cols, s->group, asym, imat, dst, enc_par(c));
         return 0;
     }
 }
@@ -193,7 +201,7 @@ static int write_tensor(int fd, struct coord_source *src, const struct shlm_tens
     if (enc->calib && is_w4(spec->dtype))
         rc = encode_calibrated(enc, spec, f32, col_scale, buf, e);
     else
-        encode(spec, f32, buf);
+        encode(spec, f32, buf, enc_par(enc));
     if (rc)
         goto out_free;
     t->checksum = shlm_hash(buf, t->bytes);
@@ -253,14 +261,18 @@ static int check_method(const struct coord_convert_opts *o, struct shardlm_err *
     return 0;
 }
 
-/* GPTQ's threads: --threads, or the online CPUs. */
-static int gptq_pool(const struct coord_convert_opts *o, struct wrk_pool **pool,
-                     struct shardlm_err *e)
+/* The quantizer's and GPTQ's threads: --threads, or the online CPUs. */
+static int quant_pool(const struct coord_convert_opts *o, struct convert_enc *c,
+                      struct shardlm_err *e)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int n = o->threads > 0 ? o->threads : cpus > 0 ? (int)cpus : 1;
-    int rc = wrk_pool_init(pool, n, NULL);
-    return rc ? shardlm_fail(e, rc, "GPTQ threads: %s", strerror(-rc)) : 0;
+    int rc = wrk_pool_init(&c->pool, n, NULL);
+    if (rc)
+        return shardlm_fail(e, rc, "%s threads: %s",
+                            o->method == COORD_QUANT_GPTQ ? "GPTQ" : "quantizer", strerror(-rc));
+    c->par = wrk_pool_par(c->pool);
+    return 0;
 }
 
 /* The calibration @o's method needs, or none (*@calib NULL). */
@@ -290,7 +302,7 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
     struct coord_calib *calib = NULL;
     struct coord_awq *awq = NULL;
     struct coord_calib_opts co;
-    struct convert_enc enc = {o, NULL, NULL, NULL, -1, NULL};
+    struct convert_enc enc = {.o = o, .factor_site = -1};
     struct coord_convert_info scratch;
     int rc, group;
     const char *inputs[] = {o->checkpoint, o->tokenizer, o->calib};
@@ -307,7 +319,6 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
         rc = shardlm_fail(e, -EINVAL, "%s: %s", o->checkpoint, cerr.msg);
         goto out_src;
     }
-    kn_quant_threads(o->threads);
     if ((rc = plan_layout(&p, &src, o->scheme, group, o->head_bits, e)))
         goto out_free;
     /* the output first: a folder that refuses it fails now, not after a calibration */
@@ -321,10 +332,11 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
         rc = shardlm_fail(e, -errno, "%s: %s", o->out, strerror(errno));
         goto out_unlink;
     }
-    if ((rc = calibrate(o, &src, &calib, &co, e)))
+    if ((rc = quant_pool(o, &enc, e)) || (rc = calibrate(o, &src, &calib, &co, e)))
         goto out_unlink;
     if (o->method == COORD_QUANT_AWQ &&
-        (rc = coord_awq_open(&awq, calib, &src, group, o->scheme == SHLM_SCHEME_W4A16, e)))
+        (rc = coord_awq_open(&awq, calib, &src, group, o->scheme == SHLM_SCHEME_W4A16,
+                             enc_par(&enc), e)))
         goto out_unlink;
     *info = (struct coord_convert_info){.group = group,
                                         .n_tensors = p.n,
@@ -332,9 +344,8 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
                                         .calib_tokens = calib ? coord_calib_tokens(calib) : 0};
     if (o->progress)
         o->progress(o->progress_ctx, 0, p.n);
-    enc = (struct convert_enc){o, calib, awq, NULL, -1, NULL};
-    if (o->method == COORD_QUANT_GPTQ && (rc = gptq_pool(o, &enc.pool, e)))
-        goto out_unlink;
+    enc.calib = calib;
+    enc.awq = awq;
     for (int i = 0; i < p.n; i++) {
         if (o->cancel && *o->cancel) {
             rc = shardlm_fail(e, -ECANCELED, "%s: conversion stopped", o->out);
@@ -379,7 +390,7 @@ int coord_convert_image(struct coord_source *src, enum shlm_scheme scheme, void 
 {
     struct convert_plan p = {0};
     struct coord_convert_opts plain = {.scheme = scheme};
-    struct convert_enc enc = {&plain, NULL, NULL, NULL, -1, NULL};
+    struct convert_enc enc = {.o = &plain, .factor_site = -1};
     void *map = MAP_FAILED;
     *image = NULL;
     int rc = plan_layout(&p, src, scheme, 0, 8, e), fd = -1;

@@ -53,6 +53,7 @@ struct coord_calib;
 struct coord_source;
 struct shardlm_err;
 struct coord_awq;
+struct kn_par;
 
 /* AWQ (Lin et al. 2023) over the calibration @c of @src: for each layer's product inputs whose
  * scaling folds into the tensor before them - q/k/v (into attn_norm), gate/up (ffn_norm), down
@@ -60,9 +61,10 @@ struct coord_awq;
  * read it) - a per-channel scale s = rms(x)^a, a searched on a grid from 0 (no scaling) to 1 by
  * the output error of the scaled, rounded matrices on the calibration's sample rows. The
  * weights become W diag(s) and the tensor before takes 1 / s, so the model computes the same
- * function before rounding. Returns 0 or -ENOMEM with @e set. */
+ * function before rounding. The rounding runs on @par (NULL: the caller's thread; it stays the
+ * caller's and must outlive the result). Returns 0 or -ENOMEM with @e set. */
 int coord_awq_open(struct coord_awq **out, struct coord_calib *c, struct coord_source *src,
-                   int group, bool asym, struct shardlm_err *e);
+                   int group, bool asym, const struct kn_par *par, struct shardlm_err *e);
 void coord_awq_free(struct coord_awq *a);
 /* Applies AWQ's scales to tensor @name (@rows x @cols floats at @w, in place), searching its
  * layer's scales at the layer's first tensor; *@col_scale is the scale of each column (NULL when
