@@ -270,6 +270,10 @@ struct kn_ops {
      * online softmax over blocks of keys and do not touch it). hd <= KN_MAX_HEAD_DIM. */
     void (*attention)(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
                       int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch);
+    /* The calibration's Hessians (coordinator/convert/calib.c), one 8 x 16 tile of the Gram
+     * matrix of the @n rows of @x (@ld floats apart): h[(i0 + a) * cols + k0 + b] +=
+     * sum_r x[r][i0 + a] * x[r][k0 + b] for a < 8, b < 16 (kernels/arch/kn_gram.h). */
+    void (*gram_tile)(float *h, int cols, const float *x, int n, int ld, int i0, int k0);
 };
 
 extern const struct kn_ops kn_ops_ref;

@@ -236,31 +236,31 @@ static void test_singular(void **state)
     free(w), free(h), free(got), free(buf);
 }
 
-/* The Hessian's accumulation (each SIMD variant this CPU runs, the tiles' edges, threads)
- * against a plain double sum. */
+/* The Hessian's accumulation (each kernel table this CPU runs, the tiles' edges, threads)
+ * against a plain double sum; the tables with FMA give the same bits. */
 static void test_hessian_add(void **state)
 {
     static const int widths[] = {7, 16, 24, 100, 172, 301};
     struct wrk_pool *pool;
+    const struct kn_ops *all[8];
+    int n_ops = kn_ops_available(all, 8);
+    float *fma_h[sizeof(widths) / sizeof(widths[0])] = {0};
     assert_int_equal(wrk_pool_init(&pool, 3, NULL), 0);
-    for (int isa = 0; isa <= 2; isa++) {
-        if (coord_calib_hessian_force(isa) != isa) {
-            fprintf(stderr, "hessian: level %d (%s) not on this CPU, skipped\n", isa,
-                    isa == 2 ? "AVX-512" : "AVX2");
-            continue;
-        }
+    for (int t = 0; t < n_ops; t++) {
+        const struct kn_ops *ops = all[t];
         for (size_t w = 0; w < sizeof(widths) / sizeof(widths[0]); w++) {
             int cols = widths[w], n = 37, ld = cols + 5;
             float *x = malloc((size_t)n * ld * sizeof(float));
             float *h1 = calloc((size_t)cols * cols, sizeof(float)),
                   *h2 = calloc((size_t)cols * cols, sizeof(float));
+            rng = 40 + w; /* the same x for every table */
             for (int i = 0; i < n * ld; i++)
                 x[i] = gauss();
-            coord_calib_hessian_add(h1, x, n, ld, cols, NULL);
-            coord_calib_hessian_add(h1, x, n, ld, cols, NULL); /* it adds */
-            coord_calib_hessian_add(h2, x, 17, ld, cols, pool);
-            coord_calib_hessian_add(h2, x + (size_t)17 * ld, n - 17, ld, cols, pool);
-            coord_calib_hessian_add(h2, x, n, ld, cols, pool);
+            coord_calib_hessian_add(h1, x, n, ld, cols, ops, NULL);
+            coord_calib_hessian_add(h1, x, n, ld, cols, ops, NULL); /* it adds */
+            coord_calib_hessian_add(h2, x, 17, ld, cols, ops, pool);
+            coord_calib_hessian_add(h2, x + (size_t)17 * ld, n - 17, ld, cols, ops, pool);
+            coord_calib_hessian_add(h2, x, n, ld, cols, ops, pool);
             for (int i = 0; i < cols; i++)
                 for (int k = 0; k <= i; k++) {
                     double want = 0.0;
@@ -270,10 +270,21 @@ static void test_hessian_add(void **state)
                     assert_true(fabs(h1[(size_t)i * cols + k] - want) < tol);
                     assert_true(fabs(h2[(size_t)i * cols + k] - want) < tol);
                 }
-            free(x), free(h1), free(h2);
+            if (ops->isa == KN_ISA_REF) {
+                free(h1);
+            } else if (fma_h[w]) {
+                for (int i = 0; i < cols; i++) /* the lower triangle: the upper one is scratch */
+                    assert_memory_equal(h1 + (size_t)i * cols, fma_h[w] + (size_t)i * cols,
+                                        (size_t)(i + 1) * sizeof(float));
+                free(h1);
+            } else {
+                fma_h[w] = h1;
+            }
+            free(x), free(h2);
         }
     }
-    coord_calib_hessian_force(-1);
+    for (size_t w = 0; w < sizeof(widths) / sizeof(widths[0]); w++)
+        free(fma_h[w]);
     wrk_pool_free(pool);
 }
 

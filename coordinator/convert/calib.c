@@ -49,6 +49,7 @@ struct coord_calib {
     size_t image_size;
     struct shlm_model img;
     struct wrk_pool *pool;
+    const struct kn_ops *ops; /* of the forward and the Hessians, chosen once */
     struct wrk_model m;
     void *kv;
     float *logits;   /* (CALIB_CHUNK, vocab) when the head's input is collected */
@@ -329,54 +330,14 @@ static int tokens_from_model(struct coord_calib *c, long want, struct shardlm_er
 
 /* ---- the statistics ---- */
 
-/* The lower triangle of H += x^T x for @n rows of @x (@ld apart), split by rows of H. */
+/* The lower triangle of H += x^T x for @n rows of @x (@ld apart), split by rows of H; whole
+ * 8 x 16 tiles by the kernel table's gram_tile (kernels/arch/kn_gram.h). */
 struct hess_job {
     float *h;
     const float *x;
     int n, ld, cols;
     void (*tile)(float *h, int cols, const float *x, int n, int ld, int i0, int k0);
 };
-
-/* 16 floats; unaligned: rows of x and H start anywhere */
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
-
-/* H[i0 + a][k0 + b] += sum_r x[r][i0 + a] x[r][k0 + b] for a < 8, b < 16: eight rows of a
- * 16-wide tile held in registers while the chunk's rows go by (one vector load, eight
- * broadcasts per row). Compiled for AVX-512, AVX2 and the baseline below, chosen at run time by
- * the kernels' CPU probe (target_clones' ifunc resolvers run before ThreadSanitizer's runtime). */
-static inline __attribute__((always_inline)) void hess_tile_body(float *h, int cols, const float *x,
-                                                                 int n, int ld, int i0, int k0)
-{
-    v16 acc[8];
-    for (int a = 0; a < 8; a++)
-        memcpy(&acc[a], h + (size_t)(i0 + a) * cols + k0, sizeof(v16));
-    for (int r = 0; r < n; r++) {
-        const float *xr = x + (size_t)r * ld;
-        v16 v;
-        memcpy(&v, xr + k0, sizeof(v));
-        for (int a = 0; a < 8; a++)
-            acc[a] += xr[i0 + a] * v;
-    }
-    for (int a = 0; a < 8; a++)
-        memcpy(h + (size_t)(i0 + a) * cols + k0, &acc[a], sizeof(v16));
-}
-
-__attribute__((target("avx512f"))) static void hess_tile_avx512(float *h, int cols, const float *x,
-                                                                int n, int ld, int i0, int k0)
-{
-    hess_tile_body(h, cols, x, n, ld, i0, k0);
-}
-
-__attribute__((target("avx2,fma"))) static void hess_tile_avx2(float *h, int cols, const float *x,
-                                                               int n, int ld, int i0, int k0)
-{
-    hess_tile_body(h, cols, x, n, ld, i0, k0);
-}
-
-static void hess_tile_base(float *h, int cols, const float *x, int n, int ld, int i0, int k0)
-{
-    hess_tile_body(h, cols, x, n, ld, i0, k0);
-}
 
 /* The same for one element, for the edges the tiles leave. */
 static void hess_one(float *h, int cols, const float *x, int n, int ld, int i, int k)
@@ -414,27 +375,10 @@ static void hess_part(void *arg, int t, int nt)
             hess_one(j->h, cols, j->x, j->n, j->ld, i, k);
 }
 
-static int hess_isa_forced = -1;
-
-int coord_calib_hessian_force(int isa)
-{
-    struct kn_cpu cpu;
-    kn_cpu_probe(&cpu);
-    int top = cpu.avx512f ? 2 : cpu.avx2 && cpu.fma ? 1 : 0;
-    hess_isa_forced = isa;
-    return isa < 0 || isa > top ? top : isa;
-}
-
 void coord_calib_hessian_add(float *h, const float *x, int n, int ld, int cols,
-                             struct wrk_pool *pool)
+                             const struct kn_ops *ops, struct wrk_pool *pool)
 {
-    struct kn_cpu cpu;
-    kn_cpu_probe(&cpu);
-    int top = cpu.avx512f ? 2 : cpu.avx2 && cpu.fma ? 1 : 0, want = hess_isa_forced;
-    int isa = want >= 0 && want < top ? want : top;
-    struct hess_job j = {
-        h,  x,    n,
-        ld, cols, isa == 2 ? hess_tile_avx512 : isa == 1 ? hess_tile_avx2 : hess_tile_base};
+    struct hess_job j = {h, x, n, ld, cols, ops->gram_tile};
     if (pool)
         wrk_pool_run(pool, hess_part, &j);
     else
@@ -458,7 +402,7 @@ static void observe(void *ctx, uint32_t layer, enum wrk_site site, const float *
         }
     }
     if (st->h)
-        coord_calib_hessian_add(st->h, x, n, ld, cols, c->pool);
+        coord_calib_hessian_add(st->h, x, n, ld, cols, c->ops, c->pool);
 }
 
 /* Runs every calibration sequence through the forward once, collecting what the stats ask for. */
@@ -557,8 +501,11 @@ static int model_open(struct coord_calib *c, struct coord_source *src, struct sh
     int threads = c->o->threads > 0 ? c->o->threads : cpus > 0 ? (int)cpus : 1;
     if ((rc = wrk_pool_init(&c->pool, threads, NULL)))
         return shardlm_fail(e, rc, "calibration threads: %s", strerror(-rc));
-    const struct kn_ops *ops = kn_ops_select(NULL, NULL, 0);
-    if ((rc = wrk_model_init(&c->m, &c->img, ops, CALIB_CHUNK, c->pool, NULL)))
+    char why[256];
+    if (c->o->isa && !kn_ops_find(c->o->isa, why, sizeof(why)))
+        return shardlm_fail(e, -ENOTSUP, "calibration: %s", why);
+    c->ops = kn_ops_select(c->o->isa, NULL, 0);
+    if ((rc = wrk_model_init(&c->m, &c->img, c->ops, CALIB_CHUNK, c->pool, NULL)))
         return shardlm_fail(e, rc, "out of memory for the calibration forward");
     c->m.observe = observe;
     c->m.observe_ctx = c;

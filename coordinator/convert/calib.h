@@ -32,6 +32,9 @@ struct coord_calib_opts {
     bool head;        /* collect the LM head's input too (its logits cost a product per token) */
     bool samples;     /* keep COORD_CALIB_SAMPLES input rows per product, spread over the text */
     int threads;      /* forward threads (0: the online CPUs) */
+    /* The kernel table of the forward and the Hessians (kn_ops_find's names: ref, avx2, ...);
+     * NULL: the fastest this CPU runs. One it cannot run fails coord_calib_open (-ENOTSUP). */
+    const char *isa;
     /* When set and nonzero (a signal's number): stop with -ECANCELED, seen between forward
      * steps. NULL: never. */
     volatile sig_atomic_t *cancel;
@@ -71,14 +74,12 @@ void coord_calib_samples(const struct coord_calib *c, uint32_t layer, int site, 
 const double *coord_calib_sumsq(const struct coord_calib *c, uint32_t layer, int site, long *rows);
 
 /* The lower triangle of @h (cols x cols) += x^T x for the @n rows of @x, @ld floats apart (the
- * upper triangle is scratch), split over @pool's threads (NULL: the caller's). */
+ * upper triangle is scratch), by @ops' gram_tile, split over @pool's threads (NULL: the
+ * caller's). */
 struct wrk_pool;
+struct kn_ops;
 void coord_calib_hessian_add(float *h, const float *x, int n, int ld, int cols,
-                             struct wrk_pool *pool);
-/* For tests: the code coord_calib_hessian_add runs from now on - 0 the baseline, 1 AVX2, 2
- * AVX-512, -1 the best this CPU has (the default); a level the CPU lacks runs its best. Returns
- * the level that will run. */
-int coord_calib_hessian_force(int isa);
+                             const struct kn_ops *ops, struct wrk_pool *pool);
 
 /* The tokens the statistics came from (for the closing line). */
 long coord_calib_tokens(const struct coord_calib *c);

@@ -17,6 +17,7 @@
  * model of tests/amx_tile_model.c (Intel SDM vol. 2 semantics, the configuration included: an
  * instruction without one, or on a shape it does not allow, is recorded as a fault), so the
  * tests run this code on any AVX-512 CPU. */
+#include "../kn_gram.h"
 #include "../avx512/kn_avx512.h"
 #include "../ref/kn_ref.h"
 
@@ -313,6 +314,8 @@ static void kn_silu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.sil
 
 static void kn_gelu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.gelu_mul(a, b, n); }
 
+KN_GRAM_TILE(gram_tile)
+
 const struct kn_ops KN_OPS_AMX = {
     .name = KN_AMX_NAME,
     .isa = KN_ISA_AMX,
@@ -332,4 +335,5 @@ const struct kn_ops KN_OPS_AMX = {
     .silu_mul = kn_silu_mul_amx,
     .gelu_mul = kn_gelu_mul_amx,
     .attention = kn_attention_amx,
+    .gram_tile = gram_tile,
 };

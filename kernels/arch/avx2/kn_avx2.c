@@ -13,6 +13,7 @@
  *
  * Loads at the end of a row are masked (VPMASKMOV) or go through a zero-padded copy, so no
  * kernel reads past the matrix. */
+#include "../kn_gram.h"
 #include "../kn_prefetch.h"
 #include "../kn_rows.h"
 #include "../ref/kn_ref.h"
@@ -731,6 +732,8 @@ static void kn_attention_avx2(float *out, size_t out_stride, const float *q, siz
         att_lanes(out, out_stride, q, q_stride, nt * nh, nh, l0, pos0, kv, hd);
 }
 
+KN_GRAM_TILE(gram_tile)
+
 const struct kn_ops kn_ops_avx2 = {
     .name = "avx2",
     .isa = KN_ISA_AVX2,
@@ -746,4 +749,5 @@ const struct kn_ops kn_ops_avx2 = {
     .silu_mul = kn_silu_mul_avx2,
     .gelu_mul = kn_gelu_mul_avx2,
     .attention = kn_attention_avx2,
+    .gram_tile = gram_tile,
 };

@@ -17,6 +17,7 @@
  * No allocation and no CPU checks per call (kn_probe.c picks the table); the attention keeps
  * its 16-lane state in thread-local storage, off the stack.
  */
+#include "../kn_gram.h"
 #include "kn_avx512.h"
 #include "../kn_prefetch.h"
 #include "../kn_rows.h"
@@ -1225,6 +1226,8 @@ static void kn_softmax_avx512(float *x, int n)
 
 /* rope is the reference one: it needs sin/cos with the reference's accuracy and is a small part
  * of a token's time next to the matrix products. */
+KN_GRAM_TILE(gram_tile)
+
 const struct kn_ops kn_ops_avx512 = {
     .name = "avx512",
     .isa = KN_ISA_AVX512,
@@ -1244,4 +1247,5 @@ const struct kn_ops kn_ops_avx512 = {
     .silu_mul = kn_silu_mul_avx512,
     .gelu_mul = kn_gelu_mul_avx512,
     .attention = kn_attention_avx512,
+    .gram_tile = gram_tile,
 };

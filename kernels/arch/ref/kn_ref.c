@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* kernels/arch/ref/kn_ref.c: scalar reference for every operation. No intrinsics: this file defines
  * what each SIMD variant must compute, and the tests hold them to it. */
+#include "../kn_gram.h"
 #include "kn_ref.h"
 
 #include <math.h>
@@ -190,6 +191,8 @@ void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_st
         }
 }
 
+KN_GRAM_TILE(gram_tile)
+
 const struct kn_ops kn_ops_ref = {
     .name = "ref",
     .isa = KN_ISA_REF,
@@ -206,4 +209,5 @@ const struct kn_ops kn_ops_ref = {
     .silu_mul = kn_silu_mul_ref,
     .gelu_mul = kn_gelu_mul_ref,
     .attention = kn_attention_ref,
+    .gram_tile = gram_tile,
 };
