@@ -61,6 +61,12 @@ static void test_refused(void **state)
         {{E, R, C, "-x"}, "unknown option '-x'"},
         {{E, C, "--rank"}, "option '--rank' needs a value"},
         {{E, R, C, "stray"}, "unexpected argument 'stray'"},
+        /* the kernel table and the prefetch mode come on the command line, checked there */
+        {{E, R, C, "--isa", "sse9"}, "--isa 'sse9': unknown kernel table 'sse9'"},
+        {{E, R, C, "--isa", ""}, "--isa '': unknown kernel table ''"},
+        {{E, R, C, "--prefetch", "l3"}, "--prefetch 'l3': expected auto, hw, l1 or l2"},
+        {{E, R, C, "--prefetch", "L2"}, "--prefetch 'L2'"},
+        {{E, R, C, "--isa"}, "option '--isa' needs a value"},
     };
     struct tu_run *r = malloc(sizeof(*r));
     int wrong = 0;
@@ -88,6 +94,9 @@ static void test_accepted(void **state)
         {E, "--rank=63", "--coordinator-pid=2147483647", "--node", "-1"},
         {E, R, C, "--node", "0", "--cpus", "0", "--threads", "1", "--keys", "/nonexistent"},
         {E, R, C, "--cpus", "0-1", "--threads", "0"},
+        {E, R, C, "--isa", "ref", "--prefetch", "hw"},
+        {E, R, C, "--isa=ref", "--prefetch=auto"},
+        {E, R, C, "--prefetch", "l2"},
     };
     struct tu_run *r = malloc(sizeof(*r));
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -25,16 +25,20 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: shardlm-worker --endpoint ENDPOINT --rank R --coordinator-pid PID\n"
             "                      [--node N] [--cpus LIST] [--threads T] [--keys DIR]\n"
+            "                      [--isa ref|avx2|avx512|amx] [--prefetch auto|hw|l1|l2]\n"
             "Started by `shardlm`, not by hand: connects to the coordinator at ENDPOINT, pins\n"
             "itself to NUMA node N and the CPUs of LIST (one pool thread per CPU, the first T),\n"
             "maps the segments it is told to and runs its steps. Exits when the coordinator\n"
-            "does.\n");
+            "does. --isa: the kernel table (default: the fastest this CPU runs); --prefetch: the\n"
+            "decode GEMVs' software prefetch (default auto: timed per matrix shape).\n");
 }
 
 /* What the command line says, every value checked. */
 struct wrk_args {
     const char *endpoint, *keys, *cpus; /* cpus: the text of --cpus, NULL if not given */
     long rank, coord, node, threads;    /* node -1: none; threads 0: one per CPU */
+    const char *isa;                    /* the kernel table; NULL: the fastest here */
+    int prefetch;                       /* kn_pf_force's mode; -1: tuned */
     int n_cpus, cpu_list[SEG_MAX_CPUS]; /* --cpus parsed */
     bool help;
 };
@@ -74,6 +78,19 @@ static int args_option(struct wrk_args *a, int o, char **argv, struct shardlm_er
     case 'k':
         a->keys = optarg;
         return 0;
+    case 'i': {
+        char why[256];
+        a->isa = optarg;
+        return kn_ops_find(optarg, why, sizeof(why))
+                   ? 0
+                   : shardlm_fail(e, -EINVAL, "--isa '%s': %s", optarg, why);
+    }
+    case 'p':
+        a->prefetch = kn_pf_parse(optarg);
+        return a->prefetch >= -1
+                   ? 0
+                   : shardlm_fail(e, -EINVAL, "--prefetch '%s': expected auto, hw, l1 or l2",
+                                  optarg);
     case 'h':
         a->help = true;
         return 0;
@@ -96,9 +113,11 @@ static int args_parse(struct wrk_args *a, int argc, char **argv, struct shardlm_
                                          {"cpus", required_argument, 0, 'C'},
                                          {"threads", required_argument, 0, 't'},
                                          {"keys", required_argument, 0, 'k'},
+                                         {"isa", required_argument, 0, 'i'},
+                                         {"prefetch", required_argument, 0, 'p'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    *a = (struct wrk_args){.rank = -1, .node = -1};
+    *a = (struct wrk_args){.rank = -1, .node = -1, .prefetch = -1};
     int o, rc;
     opterr = 0; /* our own one-line messages */
     while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1)
@@ -131,8 +150,8 @@ static bool coordinator_watch(struct wrk *w)
     return true;
 }
 
-/* Pins this process to its node and CPUs, starts the thread pool and picks the kernel table.
- * Returns 0 or -errno with @e set. */
+/* Pins this process to its node and CPUs, starts the thread pool and picks the kernel table and
+ * the prefetch mode of its command line. Returns 0 or -errno with @e set. */
 static int place(struct wrk *w, const struct wrk_args *a, struct shardlm_err *e)
 {
     int n_threads = a->threads ? (int)a->threads : w->n_cpus ? w->n_cpus : 1;
@@ -142,17 +161,8 @@ static int place(struct wrk *w, const struct wrk_args *a, struct shardlm_err *e)
                             a->cpus ? a->cpus : "-", strerror(-rc));
     if ((rc = wrk_pool_init(&w->pool, n_threads, w->cpus)))
         return shardlm_fail(e, rc, "cannot start %d threads: %s", n_threads, strerror(-rc));
-    const char *isa = getenv("SHARDLM_ISA");
-    char isa_err[256];
-    w->ops = kn_ops_select(isa, isa_err, sizeof(isa_err));
-    if (*isa_err) /* the coordinator checks the same before it starts workers */
-        fprintf(stderr, "shardlm: SHARDLM_ISA=%s: %s; using ref\n", isa, isa_err);
-    const char *pf = getenv("SHARDLM_PREFETCH"); /* checked by the coordinator's CLI too */
-    int mode = pf && *pf ? kn_pf_parse(pf) : -1;
-    if (mode < -1)
-        fprintf(stderr, "shardlm: SHARDLM_PREFETCH=%s: expected auto, hw, l1 or l2; using auto\n",
-                pf);
-    kn_pf_force(mode);
+    w->ops = kn_ops_select(a->isa, NULL, 0); /* args_parse checked that it runs here */
+    kn_pf_force(a->prefetch);
     return 0;
 }
 

@@ -134,9 +134,10 @@ int coord_cli_engine_env(struct coord_engine_opts *o, struct shardlm_err *e)
         o->isa = NULL;
     if (o->isa && !kn_ops_find(o->isa, err, sizeof(err)))
         return shardlm_fail(e, -ENOTSUP, "SHARDLM_ISA=%s: %s", o->isa, err);
-    const char *pf = getenv("SHARDLM_PREFETCH"); /* the workers read it */
+    const char *pf = getenv("SHARDLM_PREFETCH"); /* on to the workers' command line */
     if (pf && *pf && kn_pf_parse(pf) < -1)
         return shardlm_fail(e, -EINVAL, "SHARDLM_PREFETCH=%s: expected auto, hw, l1 or l2", pf);
+    o->prefetch = pf && *pf ? pf : NULL;
     return 0;
 }
 

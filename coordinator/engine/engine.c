@@ -20,6 +20,9 @@ static int check_options(struct coord_engine *g, const struct coord_engine_opts 
     char err[256];
     if (o->isa && !kn_ops_find(o->isa, err, sizeof(err)))
         return shardlm_fail(e, -ENOTSUP, "%s", err);
+    if (o->prefetch && kn_pf_parse(o->prefetch) < -1)
+        return shardlm_fail(e, -EINVAL, "prefetch mode '%s': expected auto, hw, l1 or l2",
+                            o->prefetch);
     int rc = coord_rundir_path(g, o, e);
     if (rc || o->access.listen)
         return rc;

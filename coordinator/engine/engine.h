@@ -69,8 +69,11 @@ struct coord_engine_opts {
     /* The worker binary; NULL: shardlm-worker next to this process's executable. */
     const char *worker_path;
     /* The kernel table every worker must run (ref, avx2, avx512, amx): one this CPU cannot run
-     * fails the start; NULL: the fastest this CPU has. */
+     * fails the start; NULL: the fastest this CPU has. Passed on the workers' command line. */
     const char *isa;
+    /* The workers' software prefetch of the decode GEMVs (kn_pf_parse's names: auto, hw, l1,
+     * l2); another fails the start; NULL: auto. Passed on the workers' command line. */
+    const char *prefetch;
     /* Where the engine's messages go (log.h); NULL: nowhere. */
     coord_log_fn log;
     void *log_ctx;

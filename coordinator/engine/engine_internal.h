@@ -66,7 +66,8 @@ struct coord_engine {
     struct coord_curve *curve; /* CURVE server and its ZAP handler, with --keys */
     const char *keys;          /* passed on to the workers */
     char worker_path[PATH_MAX];
-    char **worker_env; /* the workers' environment: ours, SHARDLM_ISA as opts.isa says */
+    char worker_isa[16];     /* --isa of the workers (opts.isa), "" for none */
+    char worker_prefetch[8]; /* --prefetch of the workers (opts.prefetch), "" for none */
     uint64_t step_id;
     uint64_t last_wall_ns;
     struct coord_log log;
@@ -126,7 +127,7 @@ void coord_msg_attach(const struct coord_engine *g, proto_env *env, Shardlm__Att
 void coord_msg_heartbeat(proto_env *env, Shardlm__Heartbeat *hb, uint64_t seq);
 
 /* supervise.c: the worker processes. */
-/* Fills g->worker_path and g->worker_env from the options. */
+/* Fills g->worker_path, g->worker_isa and g->worker_prefetch from the options. */
 int coord_workers_prepare(struct coord_engine *g, const struct coord_engine_opts *o,
                           struct shardlm_err *e);
 /* fork + exec of rank @r's worker. */

@@ -18,8 +18,6 @@
 
 extern char **environ;
 
-#define ISA_VAR "SHARDLM_ISA="
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -56,27 +54,17 @@ static void worker_path(char *out, size_t len, const char *opt)
         snprintf(out, len, "%s", installed);
 }
 
-/* The workers inherit this process's environment, except that the kernel table they run
- * (SHARDLM_ISA, which kernels/ reads) is opts.isa's: set to it, or removed. */
+/* The workers inherit this process's environment; the kernel table and the prefetch mode they
+ * run are on their command line (opts.isa, opts.prefetch; checked by check_options). */
 int coord_workers_prepare(struct coord_engine *g, const struct coord_engine_opts *o,
                           struct shardlm_err *e)
 {
-    size_t n = 0, k = 0;
     worker_path(g->worker_path, sizeof(g->worker_path), o->worker_path);
-    while (environ && environ[n])
-        n++;
-    if (!(g->worker_env = calloc(n + 2, sizeof(*g->worker_env))))
-        return shardlm_fail(e, -ENOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        if (strncmp(environ[i], ISA_VAR, strlen(ISA_VAR)) == 0)
-            continue;
-        if (!(g->worker_env[k++] = strdup(environ[i])))
-            return shardlm_fail(e, -ENOMEM, "out of memory");
-    }
-    if (o->isa && asprintf(&g->worker_env[k], ISA_VAR "%s", o->isa) < 0) {
-        g->worker_env[k] = NULL;
-        return shardlm_fail(e, -ENOMEM, "out of memory");
-    }
+    if (snprintf(g->worker_isa, sizeof(g->worker_isa), "%s", o->isa ? o->isa : "") >=
+            (int)sizeof(g->worker_isa) ||
+        snprintf(g->worker_prefetch, sizeof(g->worker_prefetch), "%s",
+                 o->prefetch ? o->prefetch : "") >= (int)sizeof(g->worker_prefetch))
+        return shardlm_fail(e, -EINVAL, "kernel table or prefetch mode name too long");
     return 0;
 }
 
@@ -99,24 +87,21 @@ int coord_worker_spawn(struct coord_engine *g, int r, struct shardlm_err *e)
         return shardlm_fail(e, -errno, "fork: %s", strerror(errno));
     }
     if (child == 0) {
-        char *argv[] = {path,
-                        "--endpoint",
-                        g->endpoint,
-                        "--rank",
-                        rank,
-                        "--coordinator-pid",
-                        pid,
-                        "--node",
-                        node,
-                        "--cpus",
-                        cpus,
-                        "--threads",
-                        threads,
-                        g->keys ? "--keys" : NULL,
-                        (char *)g->keys,
-                        NULL};
+        char *argv[24] = {path,   "--endpoint", g->endpoint, "--rank", rank, "--coordinator-pid",
+                          pid,    "--node",     node,        "--cpus", cpus, "--threads",
+                          threads};
+        int n = 13;
+        const char *more[][2] = {{"--isa", g->worker_isa},
+                                 {"--prefetch", g->worker_prefetch},
+                                 {"--keys", g->keys ? g->keys : ""}};
+        for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++)
+            if (*more[i][1]) { /* "": not given */
+                argv[n++] = (char *)more[i][0];
+                argv[n++] = (char *)more[i][1];
+            }
+        argv[n] = NULL;
         close(pfd[0]);
-        execve(path, argv, g->worker_env);
+        execve(path, argv, environ);
         int err = errno;
         (void)!write(pfd[1], &err, sizeof(err));
         _exit(127);
@@ -425,8 +410,4 @@ void coord_workers_stop(struct coord_engine *g)
                 g->ranks[r].reaped = true;
             }
     }
-    for (size_t i = 0; g->worker_env && g->worker_env[i]; i++)
-        free(g->worker_env[i]);
-    free(g->worker_env);
-    g->worker_env = NULL;
 }
