@@ -238,6 +238,14 @@ typedef void kn_mm_fn(const struct kn_mat *w, const struct kn_act *x, int m, flo
  * activations of @w's width (and group). A broken invariant aborts. */
 void kn_mm_check(const struct kn_mat *w, const struct kn_act *x, int m, int n0, int n1);
 
+/* Scratch memory of one thread's GEMM calls, owned by the caller: @bytes at @buf, 64-byte
+ * aligned. Sized once (kn_gemm_scratch_bytes over every matrix and the largest M a caller runs):
+ * the kernels allocate nothing in the hot path. */
+struct kn_scratch {
+    void *buf;
+    size_t bytes;
+};
+
 /* The dispatch table. Matrix products compute output rows [n0, n1) so callers can split work.
  * gemm: M activations, y is (M, ldy) row-major. */
 struct kn_ops {
@@ -249,8 +257,12 @@ struct kn_ops {
     void (*act_prepare)(struct kn_act *a, const float *x);
     /* y[n] = sum_k W[n,k] x[k] for n in [n0, n1): kn_mm_check, then mm[w->dtype] */
     void (*gemv)(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
+    /* @scratch: the calling thread's, at least kn_gemm_scratch_bytes(this table, w, m) bytes
+     * (NULL when that is 0); a smaller one is a broken invariant (KN_ASSERT). */
     void (*gemm)(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy, int n0,
-                 int n1);
+                 int n1, const struct kn_scratch *scratch);
+    /* The scratch bytes gemm needs over @w for @m activations; NULL: none, ever. */
+    size_t (*gemm_scratch)(const struct kn_mat *w, int m);
     /* o = x * w / sqrt(mean(x^2) + eps) */
     void (*rmsnorm)(float *o, const float *x, const float *w, int n, float eps);
     /* Rotates @nheads heads of @head_dim at position @pos by pos * inv_freq[i] (head_dim / 2
@@ -283,6 +295,10 @@ extern const struct kn_ops kn_ops_avx512;
  * is the same code over a plain-C model of the tile instructions, linked into the tests only. */
 extern const struct kn_ops kn_ops_amx;
 extern const struct kn_ops kn_ops_amx_model;
+
+/* The scratch bytes @o's gemm needs over @w for @m activations (0 for a table that needs none).
+ * A caller sizes each thread's struct kn_scratch with the largest over its matrices and M. */
+size_t kn_gemm_scratch_bytes(const struct kn_ops *o, const struct kn_mat *w, int m);
 
 /* What this CPU and OS support (CPUID, then XGETBV). */
 struct kn_cpu {

@@ -290,3 +290,8 @@ void kn_rope_freqs(float *inv_freq, int head_dim, float theta, float factor, flo
         inv_freq[i / 2] = f;
     }
 }
+
+size_t kn_gemm_scratch_bytes(const struct kn_ops *o, const struct kn_mat *w, int m)
+{
+    return o->gemm_scratch ? o->gemm_scratch(w, m) : 0;
+}

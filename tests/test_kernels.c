@@ -230,6 +230,19 @@ static bool is_w4(enum kn_dtype dt) { return dt == KN_DT_W4A16 || dt == KN_DT_W4
 
 /* ---- gemv and gemm against the reference ---- */
 
+/* ops->gemm over a scratch of the size the table asks for this call (a caller sizes one per
+ * thread once, for its largest matrix and M); callable from the tests' own threads. */
+static void gemm_call(const struct kn_ops *ops, const struct kn_mat *w, const struct kn_act *x,
+                      int m, float *y, int ldy, int n0, int n1)
+{
+    size_t bytes = kn_gemm_scratch_bytes(ops, w, m);
+    struct kn_scratch s = {bytes ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL, bytes};
+    if (bytes && !s.buf)
+        abort();
+    ops->gemm(w, x, m, y, ldy, n0, n1, bytes ? &s : NULL);
+    free(s.buf);
+}
+
 static const int gemv_rows[] = {1, 3, 17, 64};
 static const int gemv_cols[] = {32, 64, 100, 172, 255, 256, 300};
 /* 32/64/128 as in the models; 48 (24-byte groups) and 256 (KN_MAX_GROUP) for the edges */
@@ -370,7 +383,7 @@ static void test_gemm(void **state)
                     int n0 = r[p][0], n1 = r[p][1];
                     for (size_t i = 0; i < (size_t)M * (size_t)ldy; i++)
                         y[i] = SENTINEL;
-                    ops->gemm(&a.m, x, M, y, ldy, n0, n1);
+                    gemm_call(ops, &a.m, x, M, y, ldy, n0, n1);
                     for (int i = 0; i < M; i++) {
                         char what[96];
                         snprintf(what, sizeof(what), "%s gemm %s M=%d (act %d) N=%d K=%d g=%d",
@@ -484,7 +497,7 @@ static void test_guard_page(void **state)
             for (int i = 0; i < 2; i++)
                 for (int n = 0; n < N; n++)
                     ym[i][n] = SENTINEL;
-            ops->gemm(&m, x, 2, &ym[0][0], 16, N - 1, N);
+            gemm_call(ops, &m, x, 2, &ym[0][0], 16, N - 1, N);
             for (int i = 0; i < 2; i++)
                 check_rows(what, &a.m, &x[i], ym[i], ymref[i], N - 1, N, TOL_DOT);
 
@@ -601,7 +614,7 @@ static void test_tiles_gemm(void **state)
                 if (M == 1)
                     ops->gemv(&t, x, y, n0, n1);
                 else
-                    ops->gemm(&t, x, M, y, ldy, n0, n1);
+                    gemm_call(ops, &t, x, M, y, ldy, n0, n1);
                 for (int i = 0; i < M; i++) {
                     char what[96];
                     snprintf(what, sizeof(what), "%s %s tiles M=%d (act %d) N=%d K=%d g=%d [%d,%d)",
@@ -719,6 +732,35 @@ static void test_prefetch_modes(void **state)
     assert_string_equal(kn_pf_name(kn_pf_parse("l1")), "l1");
 }
 
+/* The GEMM scratch a caller sizes once (kn_gemm_scratch_bytes): the AMX tables' tile GEMMs of
+ * 16 tokens and more need one, growing with M (the tokens' panel), and nothing else does; the
+ * kernels allocate none (the AMX table grew its own per thread and fell back to AVX-512 without
+ * a word when it could not). */
+static void test_gemm_scratch(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    static const enum kn_dtype dts[] = {KN_DT_W4A8, KN_DT_W4A16};
+    for (size_t d = 0; d < ARRAY_SIZE(dts); d++) {
+        struct wmat a;
+        struct kn_mat t = {0};
+        void *buf = NULL;
+        wmat_init(&a, dts[d], 40, 300, 64);
+        tile(&a.m, &t, &buf);
+        assert_int_equal(kn_gemm_scratch_bytes(ops, &a.m, 64), 0);
+        assert_int_equal(kn_gemm_scratch_bytes(ops, &t, 15), 0);
+        size_t s16 = kn_gemm_scratch_bytes(ops, &t, 16), s17 = kn_gemm_scratch_bytes(ops, &t, 17);
+        size_t elem = dts[d] == KN_DT_W4A16 ? 2 : 1, kpad = 320; /* 5 groups of 64 */
+        if (ops->isa == KN_ISA_AMX) {
+            assert_true(s16 >= (16 + KN_TILE_ROWS) * kpad * elem);
+            assert_true(s17 >= (32 + KN_TILE_ROWS) * kpad * elem && s17 > s16);
+        } else {
+            assert_true(s16 == 0 && s17 == 0 && !ops->gemm_scratch);
+        }
+        free(buf);
+        wmat_free(&a);
+    }
+}
+
 /* The tiled image ends at a PROT_NONE page: no load past the last block. */
 static void test_tiles_guard(void **state)
 {
@@ -742,7 +784,7 @@ static void test_tiles_guard(void **state)
         for (int i = 0; i < 3; i++)
             for (int n = 0; n < 32; n++)
                 y[i][n] = SENTINEL;
-        ops->gemm(&m, x, 3, &y[0][0], 32, 0, N);
+        gemm_call(ops, &m, x, 3, &y[0][0], 32, 0, N);
         for (int i = 0; i < 3; i++)
             check_rows("tiles guard", &a.m, &x[i], y[i], yref[i], 0, N, TOL_DOT);
         for (int i = 0; i < 3; i++)
@@ -1557,7 +1599,7 @@ static void *amx_run_thread(void *arg)
         if (s == 2)
             amx_model_release();
         amx_model_faults_clear();
-        r->ops->gemm(r->w, r->x, r->m, r->y[s], r->w->rows, 0, r->w->rows);
+        gemm_call(r->ops, r->w, r->x, r->m, r->y[s], r->w->rows, 0, r->w->rows);
         r->faults[s] = amx_model_faults(r->msg[s], sizeof(r->msg[s]));
         r->left_configured[s] = amx_model_configured();
     }
@@ -1694,6 +1736,7 @@ int main(void)
         PER_TABLE(test_guard_page, KN_ISA_REF, "guard_page_ref"),
         cmocka_unit_test(test_tiles_repack),
         PER_TABLE(test_tiles_gemm, KN_ISA_REF, "tiles_gemm_ref"),
+        PER_TABLE(test_gemm_scratch, KN_ISA_REF, "gemm_scratch_ref"),
         PER_TABLE(test_tiles_guard, KN_ISA_REF, "tiles_guard_ref"),
         PER_TABLE(test_rmsnorm, KN_ISA_REF, "rmsnorm_ref"),
         PER_TABLE(test_rope, KN_ISA_REF, "rope_ref"),
@@ -1714,6 +1757,7 @@ int main(void)
         PER_TABLE(test_gemm, KN_ISA_AVX512, "gemm_avx512"),
         PER_TABLE(test_guard_page, KN_ISA_AVX512, "guard_page_avx512"),
         PER_TABLE(test_tiles_gemm, KN_ISA_AVX512, "tiles_gemm_avx512"),
+        PER_TABLE(test_gemm_scratch, KN_ISA_AVX512, "gemm_scratch_avx512"),
         PER_TABLE(test_prefetch_modes, KN_ISA_AVX512, "prefetch_modes_avx512"),
         PER_TABLE(test_tiles_guard, KN_ISA_AVX512, "tiles_guard_avx512"),
         PER_TABLE(test_rmsnorm, KN_ISA_AVX512, "rmsnorm_avx512"),
@@ -1722,10 +1766,12 @@ int main(void)
         PER_TABLE(test_attention, KN_ISA_AVX512, "attention_avx512"),
         PER_TABLE(test_gemm, KN_ISA_AMX, "gemm_amx"),
         PER_TABLE(test_tiles_gemm, KN_ISA_AMX, "tiles_gemm_amx"),
+        PER_TABLE(test_gemm_scratch, KN_ISA_AMX, "gemm_scratch_amx"),
         PER_TABLE(test_prefetch_modes, KN_ISA_AMX, "prefetch_modes_amx"),
         PER_TABLE(test_tiles_guard, KN_ISA_AMX, "tiles_guard_amx"),
         PER_TABLE(test_gemm, SLOT_AMX_MODEL, "gemm_amx_model"),
         PER_TABLE(test_tiles_gemm, SLOT_AMX_MODEL, "tiles_gemm_amx_model"),
+        PER_TABLE(test_gemm_scratch, SLOT_AMX_MODEL, "gemm_scratch_amx_model"),
         PER_TABLE(test_prefetch_modes, SLOT_AMX_MODEL, "prefetch_modes_amx_model"),
         PER_TABLE(test_tiles_guard, SLOT_AMX_MODEL, "tiles_guard_amx_model"),
         PER_TABLE(test_amx_model_kernels, SLOT_AMX_MODEL, "amx_model_kernels"),

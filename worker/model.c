@@ -120,9 +120,32 @@ static void model_widths(struct wrk_model *m)
     m->down_cols = p->down_pad + m->ffn;
 }
 
+/* The GEMM scratch of each pool thread: the kernel table's need over every matrix for max_m
+ * tokens (kn_gemm_scratch_bytes; the AMX table's tile panels), so that no product allocates.
+ * Returns 0 or -ENOMEM. */
+static int gemm_scratch_alloc(struct wrk_model *m)
+{
+    size_t need = kn_gemm_scratch_bytes(m->ops, &m->head, m->max_m);
+    for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
+        const struct wrk_layer *L = &m->layers[l];
+        const struct kn_mat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
+            size_t b = kn_gemm_scratch_bytes(m->ops, mats[i], m->max_m);
+            need = b > need ? b : need;
+        }
+    }
+    m->gemm_scratch_bytes = (need + 63) / 64 * 64;
+    if (!need)
+        return 0;
+    size_t threads = (size_t)(m->pool ? wrk_pool_size(m->pool) : 1);
+    m->gemm_scratch = aligned_alloc(64, threads * m->gemm_scratch_bytes);
+    return m->gemm_scratch ? 0 : -ENOMEM;
+}
+
 /* The scratch of a chunk of m->max_m tokens (rows of activations, the prepared inputs of the
- * matrix products with the W4 tensors' @group, the reference attention's scores) and the RoPE
- * frequency table. Returns 0 or -ENOMEM, with what was allocated left for wrk_model_free(). */
+ * matrix products with the W4 tensors' @group, the reference attention's scores, the GEMMs'
+ * scratch) and the RoPE frequency table. Returns 0 or -ENOMEM, with what was allocated left for
+ * wrk_model_free(). */
 static int model_buffers(struct wrk_model *m, int group)
 {
     const struct shlm_config *c = &m->cfg;
@@ -154,7 +177,7 @@ static int model_buffers(struct wrk_model *m, int group)
         !m->hb2 || !m->scores || !m->pieces || !m->row_piece || !m->head_row || !m->head_dst ||
         acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
         acts_alloc(&m->a_o, max_m, m->o_cols, agroup) ||
-        acts_alloc(&m->a_down, max_m, m->down_cols, agroup))
+        acts_alloc(&m->a_down, max_m, m->down_cols, agroup) || gemm_scratch_alloc(m))
         return -ENOMEM;
     return 0;
 }
@@ -197,6 +220,7 @@ void wrk_model_free(struct wrk_model *m)
     free(m->hb);
     free(m->hb2);
     free(m->scores);
+    free(m->gemm_scratch);
     free(m->rope_freqs);
     free(m->pieces);
     free(m->row_piece);
@@ -339,6 +363,8 @@ struct gemm_set {
     struct gemm_job j[GEMM_MAX_SET];
     int first[GEMM_MAX_SET + 1]; /* chunk index of each job's first chunk; first[count]: total */
     _Atomic int next;            /* the next chunk to take */
+    uint8_t *scratch;            /* wrk_model.gemm_scratch: pool thread i's at i * scratch_bytes */
+    size_t scratch_bytes;
 };
 
 /* Rows per chunk of @w's product over @m activations on @threads threads, a decode chunk about
@@ -358,8 +384,10 @@ static int gemm_chunk_rows(const struct kn_mat *w, int m, int threads, size_t ch
 
 static void gemm_set_part(void *arg, int i, int n)
 {
-    (void)i, (void)n;
+    (void)n;
     struct gemm_set *s = arg;
+    struct kn_scratch sc = {s->scratch ? s->scratch + (size_t)i * s->scratch_bytes : NULL,
+                            s->scratch_bytes};
     int u, k = 0;
     while ((u = atomic_fetch_add_explicit(&s->next, 1, memory_order_relaxed)) <
            s->first[s->count]) {
@@ -367,7 +395,8 @@ static void gemm_set_part(void *arg, int i, int n)
             k++;
         const struct gemm_job *j = &s->j[k];
         int r0 = (u - s->first[k]) * j->chunk_rows, r1 = r0 + j->chunk_rows;
-        j->ops->gemm(j->w, j->x, j->m, j->y, j->ldy, r0, r1 < j->w->rows ? r1 : j->w->rows);
+        j->ops->gemm(j->w, j->x, j->m, j->y, j->ldy, r0, r1 < j->w->rows ? r1 : j->w->rows,
+                     s->scratch ? &sc : NULL);
     }
 }
 
@@ -384,6 +413,8 @@ static void gemm_set_run(const struct wrk_model *m, struct gemm_set *s)
         s->first[k + 1] = s->first[k] + (j->w->rows + j->chunk_rows - 1) / j->chunk_rows;
     }
     atomic_store_explicit(&s->next, 0, memory_order_relaxed);
+    s->scratch = m->gemm_scratch;
+    s->scratch_bytes = m->gemm_scratch_bytes;
     if (pooled)
         wrk_pool_run(m->pool, gemm_set_part, s);
     else

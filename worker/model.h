@@ -57,6 +57,10 @@ struct wrk_model {
     float *hb;        /* (M, down_cols): down_pad zeros, then silu(gate) * up of our units */
     float *hb2;       /* (M, ffn) up */
     float *scores;    /* (pool threads, seq_len): the reference attention's scratch */
+    /* (pool threads, gemm_scratch_bytes), 64-byte aligned: each thread's GEMM scratch, sized at
+     * init by the table's need over every matrix at max_m (NULL when it needs none) */
+    uint8_t *gemm_scratch;
+    size_t gemm_scratch_bytes;
     float *rope_freqs; /* (head_dim / 2) */
     struct kn_act *a_dim, *a_o, *a_down; /* (M) prepared inputs of q/k/v/gate/up, O, down */
     /* the chunk being run: its pieces (a sequence's consecutive tokens each), the piece of each

@@ -106,6 +106,7 @@ struct run {
     int n_mats, m;
     const struct kn_act *x;
     float *y;
+    const struct kn_scratch *scratch; /* the GEMM's (NULL: the table needs none) */
 };
 
 /* Output rows [n0, n1) of the product with @w. */
@@ -114,7 +115,7 @@ static void run_rows(const struct run *r, const struct kn_mat *w, int n0, int n1
     if (r->m == 1)
         r->ops->gemv(w, r->x, r->y, n0, n1);
     else
-        r->ops->gemm(w, r->x, r->m, r->y, w->rows, n0, n1);
+        r->ops->gemm(w, r->x, r->m, r->y, w->rows, n0, n1, r->scratch);
 }
 
 /* A product runs in blocks of rows of at most BLOCK_NS each, so that SIGINT or SIGTERM stops the
@@ -264,7 +265,13 @@ static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, 
         return rc;
     bool tuned = m == 1 && (dt == KN_DT_W4A8_T || dt == KN_DT_Q8) && ops->isa != KN_ISA_REF;
     int ways = tuned ? BENCH_WAYS : 1;
-    struct run r = {ops, b.mats, copies, m, b.x, b.y};
+    size_t sb = kn_gemm_scratch_bytes(ops, &b.mats[0], m);
+    struct kn_scratch scratch = {sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL, sb};
+    if (sb && !scratch.buf) {
+        bufs_free(&b);
+        return -ENOMEM;
+    }
+    struct run r = {ops, b.mats, copies, m, b.x, b.y, sb ? &scratch : NULL};
     double rate[BENCH_WAYS][16];
     kn_pf_reset(); /* "auto" tunes afresh: an earlier table's choice is not this one's */
     int block = block_rows(&r);
@@ -275,6 +282,7 @@ static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, 
                 block = 0;
         }
     kn_pf_force(-1);
+    free(scratch.buf);
     if (!block) {
         bufs_free(&b);
         return -ECANCELED;

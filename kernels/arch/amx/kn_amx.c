@@ -22,7 +22,6 @@
 #include "../ref/kn_ref.h"
 
 #include <immintrin.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -74,33 +73,25 @@ static const struct tile_config amx_cfg = {
 #define KN_AMX_NAME "amx"
 #endif
 
-/* Per-thread scratch, grown on demand and kept for the thread's life (pool threads live as
- * long as the worker): the A panel of all tokens (16-token tiles, kpad bytes a row) and one
- * block's B tiles. NULL when it cannot be had: the caller falls back to AVX-512. A thread that
- * exits frees its scratch through scratch_key's destructor (a test's threads, a pool torn down;
- * ASan reported the scratch of exited threads as leaks). */
-static _Thread_local uint8_t *scratch;
-static _Thread_local size_t scratch_bytes;
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static bool scratch_keyed;
-
-static void scratch_key_make(void) { scratch_keyed = pthread_key_create(&scratch_key, free) == 0; }
-
-static uint8_t *scratch_get(size_t bytes)
+/* Whether a GEMM over @w of @m tokens runs on the tile unit: the tile layouts from AMX_MIN_M
+ * tokens, with a group the tiles divide. */
+static bool amx_runs(const struct kn_mat *w, int m)
 {
-    if (bytes <= scratch_bytes)
-        return scratch;
-    uint8_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!p)
-        return NULL;
-    free(scratch);
-    scratch = p;
-    scratch_bytes = bytes;
-    pthread_once(&scratch_once, scratch_key_make);
-    if (scratch_keyed)
-        pthread_setspecific(scratch_key, p);
-    return p;
+    return m >= AMX_MIN_M && ((w->dtype == KN_DT_W4A8_T && w->group % 64 == 0) ||
+                              (w->dtype == KN_DT_W4A16_T && w->group % 32 == 0));
+}
+
+/* The scratch of a GEMM over @w for @m tokens (kn_ops.gemm_scratch; 0 when the AVX-512 table
+ * runs it): the A panel of all tokens (16-token tiles, kpad elements a row: int8 for W4A8, bf16
+ * for W4A16), one block's B tiles and one C tile, each part a multiple of 64 bytes. */
+static size_t amx_scratch_bytes(const struct kn_mat *w, int m)
+{
+    if (!amx_runs(w, m))
+        return 0;
+    size_t kpad = (size_t)kn_ngroups(w->cols, w->group) * (size_t)w->group;
+    size_t mpad = (size_t)(m + KN_AMX_TILE_ROWS - 1) / KN_AMX_TILE_ROWS * KN_AMX_TILE_ROWS;
+    size_t elem = w->dtype == KN_DT_W4A16_T ? 2 : 1; /* bf16 or int8 */
+    return mpad * kpad * elem + kpad * KN_TILE_ROWS * elem + sizeof(int32_t) * 256;
 }
 
 /* Unpacks block @blk's codes (kpad / 8 octets) into B tiles at @bt, 64 inputs (1 KiB) each. */
@@ -115,19 +106,16 @@ static void unpack_block(const uint8_t *blk, int kpad, uint8_t *bt)
     }
 }
 
-/* Returns false (nothing done) when the scratch cannot be allocated. Loads the tile
- * configuration after the last way out and releases it before returning. */
-static bool mm_w4a8t_amx(const struct kn_mat *w, const struct kn_act *x, int m, float *y,
-                         size_t ldy, int n0, int n1)
+/* Over @s (amx_scratch_bytes). Loads the tile configuration on entry and releases it before
+ * returning. */
+static void mm_w4a8t_amx(const struct kn_mat *w, const struct kn_act *x, int m, float *y,
+                         size_t ldy, int n0, int n1, uint8_t *s)
 {
     const int group = w->group, ng = kn_ngroups(w->cols, group), kpad = ng * group;
     const size_t bb = kn_tile_block_bytes(KN_DT_W4A8_T, w->cols, group),
                  so = kn_tile_scales_offset(w->cols, group);
     const int mpad = (m + KN_AMX_TILE_ROWS - 1) / KN_AMX_TILE_ROWS * KN_AMX_TILE_ROWS;
     const size_t panel = (size_t)mpad * (size_t)kpad, btiles = (size_t)kpad * KN_TILE_ROWS;
-    uint8_t *s = scratch_get(panel + btiles + sizeof(int32_t) * 256);
-    if (!s)
-        return false;
     int8_t *a_panel = (int8_t *)s;
     uint8_t *bt = s + panel;
     int32_t *c_tile = (int32_t *)(bt + btiles);
@@ -171,7 +159,6 @@ static bool mm_w4a8t_amx(const struct kn_mat *w, const struct kn_act *x, int m, 
         }
     }
     TILE_RELEASE();
-    return true;
 }
 
 /* ---- W4A16 tiles on AMX-BF16 ----
@@ -207,17 +194,14 @@ static void unpack_block_bf16(const uint8_t *blk, int cols, int group, int kpad,
     }
 }
 
-static bool mm_w4a16t_amx(const struct kn_mat *w, const struct kn_act *x, int m, float *y,
-                          size_t ldy, int n0, int n1)
+static void mm_w4a16t_amx(const struct kn_mat *w, const struct kn_act *x, int m, float *y,
+                          size_t ldy, int n0, int n1, uint8_t *s)
 {
     const int group = w->group, ng = kn_ngroups(w->cols, group), kpad = ng * group;
     const size_t bb = kn_tile_block_bytes(KN_DT_W4A16_T, w->cols, group);
     const size_t so = kn_tile_scales_offset(w->cols, group);
     const int mpad = (m + KN_AMX_TILE_ROWS - 1) / KN_AMX_TILE_ROWS * KN_AMX_TILE_ROWS;
     const size_t panel = (size_t)mpad * (size_t)kpad * 2, btiles = (size_t)kpad * KN_TILE_ROWS * 2;
-    uint8_t *s = scratch_get(panel + btiles + sizeof(float) * 256);
-    if (!s)
-        return false;
     uint16_t *a_panel = (uint16_t *)s;
     uint8_t *bt = s + panel;
     float *c_tile = (float *)(bt + btiles);
@@ -259,23 +243,6 @@ static bool mm_w4a16t_amx(const struct kn_mat *w, const struct kn_act *x, int m,
         }
     }
     TILE_RELEASE();
-    return true;
-}
-
-/* The tile layouts on the tile unit from AMX_MIN_M tokens (and a group the tiles divide), else,
- * or when the scratch cannot be had, the AVX-512 table's; every other format is AVX-512's. */
-static void mm_w4a8t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
-                     int n0, int n1)
-{
-    if (m < AMX_MIN_M || w->group % 64 || !mm_w4a8t_amx(w, x, m, y, ldy, n0, n1))
-        kn_ops_avx512.mm[w->dtype](w, x, m, y, ldy, n0, n1);
-}
-
-static void mm_w4a16t(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
-                      int n0, int n1)
-{
-    if (m < AMX_MIN_M || w->group % 32 || !mm_w4a16t_amx(w, x, m, y, ldy, n0, n1))
-        kn_ops_avx512.mm[w->dtype](w, x, m, y, ldy, n0, n1);
 }
 
 static void mm_avx512(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
@@ -284,11 +251,22 @@ static void mm_avx512(const struct kn_mat *w, const struct kn_act *x, int m, flo
     kn_ops_avx512.mm[w->dtype](w, x, m, y, ldy, n0, n1);
 }
 
+/* The tile layouts on the tile unit from AMX_MIN_M tokens (and a group the tiles divide), over
+ * the caller's scratch; everything else is the AVX-512 table's (KN_OPS_AMX.mm: those entries
+ * take no scratch). */
 static void kn_gemm_amx(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
-                        int n0, int n1)
+                        int n0, int n1, const struct kn_scratch *scratch)
 {
     kn_mm_check(w, x, m, n0, n1);
-    KN_OPS_AMX.mm[w->dtype](w, x, m, y, (size_t)ldy, n0, n1);
+    if (!amx_runs(w, m)) {
+        KN_OPS_AMX.mm[w->dtype](w, x, m, y, (size_t)ldy, n0, n1);
+        return;
+    }
+    KN_ASSERT(scratch && scratch->bytes >= amx_scratch_bytes(w, m));
+    if (w->dtype == KN_DT_W4A8_T)
+        mm_w4a8t_amx(w, x, m, y, (size_t)ldy, n0, n1, scratch->buf);
+    else
+        mm_w4a16t_amx(w, x, m, y, (size_t)ldy, n0, n1, scratch->buf);
 }
 
 static void kn_gemv_amx(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
@@ -324,11 +302,12 @@ const struct kn_ops KN_OPS_AMX = {
            [KN_DT_Q8] = mm_avx512,
            [KN_DT_W4A16] = mm_avx512,
            [KN_DT_W4A8] = mm_avx512,
-           [KN_DT_W4A8_T] = mm_w4a8t,
-           [KN_DT_W4A16_T] = mm_w4a16t},
+           [KN_DT_W4A8_T] = mm_avx512,
+           [KN_DT_W4A16_T] = mm_avx512},
     .act_prepare = kn_act_prepare_avx512,
     .gemv = kn_gemv_amx,
     .gemm = kn_gemm_amx,
+    .gemm_scratch = amx_scratch_bytes,
     .rmsnorm = kn_rmsnorm_amx,
     .rope = kn_rope_ref,
     .softmax = kn_softmax_amx,

@@ -446,7 +446,7 @@ static void mm_ref(const struct kn_mat *w, const struct kn_act *x, int m, float 
 }
 
 static void kn_gemm_avx2(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
-                         int n0, int n1)
+                         int n0, int n1, const struct kn_scratch *scratch)
 {
     kn_mm_check(w, x, m, n0, n1);
     kn_ops_avx2.mm[w->dtype](w, x, m, y, (size_t)ldy, n0, n1);

@@ -748,7 +748,7 @@ static void kn_gemv_avx512(const struct kn_mat *w, const struct kn_act *x, float
 
 /* y[i][n] = W[n,:] . x[i] for i < m, n in [n0, n1); y is (m, ldy). */
 static void kn_gemm_avx512(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
-                           int n0, int n1)
+                           int n0, int n1, const struct kn_scratch *scratch)
 {
     kn_mm_check(w, x, m, n0, n1);
     kn_ops_avx512.mm[w->dtype](w, x, m, y, (size_t)ldy, n0, n1);

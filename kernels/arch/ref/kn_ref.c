@@ -191,6 +191,13 @@ void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_st
         }
 }
 
+/* kn_gemm_ref as a table entry: no scratch */
+static void gemm_ref(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy,
+                     int n0, int n1, const struct kn_scratch *scratch)
+{
+    kn_gemm_ref(w, x, m, y, ldy, n0, n1);
+}
+
 KN_GRAM_TILE(gram_tile)
 
 const struct kn_ops kn_ops_ref = {
@@ -202,7 +209,7 @@ const struct kn_ops kn_ops_ref = {
            [KN_DT_W4A16_T] = mm_w4a16},
     .act_prepare = kn_act_prepare_scalar,
     .gemv = kn_gemv_ref,
-    .gemm = kn_gemm_ref,
+    .gemm = gemm_ref,
     .rmsnorm = kn_rmsnorm_ref,
     .rope = kn_rope_ref,
     .softmax = kn_softmax_ref,
