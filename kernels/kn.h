@@ -331,7 +331,8 @@ struct kn_pf_call {
 /* The mode of a GEMV call over @rows rows of @w on this thread; kn_pf_end after it. */
 int kn_pf_begin(struct kn_pf_call *c, const struct kn_mat *w, int rows);
 void kn_pf_end(struct kn_pf_call *c);
-/* Every call of every thread in @mode from now on (-1: tune again as above). */
+/* Every call of the calling thread in @mode from now on (-1: tune again as above); other threads
+ * keep theirs (a pool's owner sets each member's). */
 void kn_pf_force(int mode);
 /* "hw", "l1", "l2" -> the mode, "auto" -> -1, anything else -> -2; and back. */
 int kn_pf_parse(const char *name);

@@ -9,7 +9,6 @@
  * (docs/benchmarks.md). A call's mode never changes its results: only its speed. */
 #include "kn.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -40,7 +39,9 @@ static __thread struct {
     int n;
 } pf_tab;
 
-static atomic_int pf_forced = -1;
+/* This thread's forced mode (kn_pf_force), -1: tuned. Per thread as the tuner's state is: the
+ * owner of a thread (the worker, for each member of its pool) says what it runs. */
+static __thread int pf_forced = -1;
 
 static uint64_t now_ns(void)
 {
@@ -61,10 +62,7 @@ int kn_pf_parse(const char *name)
     return -2;
 }
 
-void kn_pf_force(int mode)
-{
-    atomic_store(&pf_forced, mode >= 0 && mode < KN_PF_COUNT ? mode : -1);
-}
+void kn_pf_force(int mode) { pf_forced = mode >= 0 && mode < KN_PF_COUNT ? mode : -1; }
 
 static struct pf_shape *pf_lookup(int dtype, int rows, int cols)
 {
@@ -89,7 +87,7 @@ static struct pf_shape *pf_find(int dtype, int rows, int cols)
 
 int kn_pf_begin(struct kn_pf_call *c, const struct kn_mat *w, int rows)
 {
-    int forced = atomic_load_explicit(&pf_forced, memory_order_relaxed);
+    int forced = pf_forced;
     c->shape = NULL;
     if (forced >= 0)
         return forced;

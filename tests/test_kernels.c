@@ -657,6 +657,17 @@ static void test_tiles_gemm(void **state)
             ops->name, worst_bf16, TOL_BF16_ACT);
 }
 
+/* Whether a call on this thread over @arg (a struct kn_mat) is timed by the tuner, not forced. */
+static void *pf_tuned_here(void *arg)
+{
+    struct kn_pf_call c;
+    kn_pf_begin(&c, arg, 16);
+    bool tuned = c.shape != NULL;
+    kn_pf_end(&c);
+    kn_pf_reset();
+    return tuned ? arg : NULL;
+}
+
 /* The decode GEMVs that tune their software prefetch (kernels/kn_prefetch.c): every mode gives
  * the same results, bit for bit, over whole matrices and parts of one; a thread settles on one
  * mode per format and shape after its timed calls and forgets it on kn_pf_reset; a forced mode
@@ -730,6 +741,21 @@ static void test_prefetch_modes(void **state)
     assert_int_equal(kn_pf_parse("l2"), KN_PF_L2);
     assert_int_equal(kn_pf_parse("L2"), -2);
     assert_string_equal(kn_pf_name(kn_pf_parse("l1")), "l1");
+    /* a forced mode is the forcing thread's (the worker forces each pool member's): another
+     * thread still tunes */
+    struct kn_mat d = {.dtype = KN_DT_Q8, .rows = 16, .cols = 4096};
+    struct kn_pf_call c;
+    void *other = NULL;
+    pthread_t th;
+    kn_pf_force(KN_PF_L1);
+    assert_int_equal(pthread_create(&th, NULL, pf_tuned_here, &d), 0);
+    assert_int_equal(pthread_join(th, &other), 0);
+    assert_ptr_equal(other, &d);
+    assert_int_equal(kn_pf_begin(&c, &d, 16), KN_PF_L1);
+    assert_null(c.shape);
+    kn_pf_end(&c);
+    kn_pf_force(-1);
+    assert_ptr_equal(pf_tuned_here(&d), &d);
 }
 
 /* The GEMM scratch a caller sizes once (kn_gemm_scratch_bytes): the AMX tables' tile GEMMs of

@@ -150,6 +150,13 @@ static bool coordinator_watch(struct wrk *w)
     return true;
 }
 
+/* Forces the prefetch mode *@arg on the calling pool member (kn_pf_force is per thread). */
+static void force_prefetch(void *arg, int i, int n)
+{
+    (void)i, (void)n;
+    kn_pf_force(*(const int *)arg);
+}
+
 /* Pins this process to its node and CPUs, starts the thread pool and picks the kernel table and
  * the prefetch mode of its command line. Returns 0 or -errno with @e set. */
 static int place(struct wrk *w, const struct wrk_args *a, struct shardlm_err *e)
@@ -162,7 +169,7 @@ static int place(struct wrk *w, const struct wrk_args *a, struct shardlm_err *e)
     if ((rc = wrk_pool_init(&w->pool, n_threads, w->cpus)))
         return shardlm_fail(e, rc, "cannot start %d threads: %s", n_threads, strerror(-rc));
     w->ops = kn_ops_select(a->isa, NULL, 0); /* args_parse checked that it runs here */
-    kn_pf_force(a->prefetch);
+    wrk_pool_run(w->pool, force_prefetch, (void *)&a->prefetch);
     return 0;
 }
 
