@@ -22,28 +22,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The runtime directory seg_set_rundir() named (rundir_is_set false: the default). Written once
- * by the CLI before any thread starts. */
-static char rundir_set[PATH_MAX];
-static bool rundir_is_set;
-
-int seg_set_rundir(const char *path)
+int seg_rundir_path(const char *path, char *out, size_t len)
 {
-    if (path && strlen(path) >= sizeof(rundir_set))
-        return -ENAMETOOLONG;
-    rundir_is_set = path != NULL;
-    snprintf(rundir_set, sizeof(rundir_set), "%s", path ? path : "");
-    return 0;
-}
-
-int seg_rundir_path(char *out, size_t len)
-{
-    if (rundir_is_set && !*rundir_set) { /* set to nothing: a mistake, not a wish for the default */
+    if (path && !*path) { /* set to nothing: a mistake, not a wish for the default */
         snprintf(out, len, "(empty SHARDLM_RUNTIME_DIR)");
         return -EINVAL;
     }
-    if (rundir_is_set)
-        snprintf(out, len, "%s", rundir_set);
+    if (path && strlen(path) >= PATH_MAX) {
+        snprintf(out, len, "(SHARDLM_RUNTIME_DIR of %zu bytes)", strlen(path));
+        return -ENAMETOOLONG;
+    }
+    if (path)
+        snprintf(out, len, "%s", path);
     else
         seg_rundir_default(out, len);
     return 0;
@@ -66,9 +56,9 @@ int seg_rundir_make(const char *path)
     return 0;
 }
 
-int seg_rundir(char *out, size_t len)
+int seg_rundir(const char *path, char *out, size_t len)
 {
-    int rc = seg_rundir_path(out, len);
+    int rc = seg_rundir_path(path, out, len);
     return rc ? rc : seg_rundir_make(out);
 }
 

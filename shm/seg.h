@@ -3,7 +3,7 @@
  * KV segments.
  *
  * Every segment is a file in the runtime directory, a private (0700) folder on tmpfs: the one
- * seg_set_rundir() names ($SHARDLM_RUNTIME_DIR for the CLI), else /dev/shm/shardlm-<uid>. Files
+ * its caller names ($SHARDLM_RUNTIME_DIR for the CLI), else /dev/shm/shardlm-<uid>. Files
  * are 0600 and named "<coordinator pid>.<what>", so the segments of a coordinator that died can be
  * told from live ones (seg_clean_stale). The coordinator creates and owns them and unlinks them on
  * exit; workers map them by path.
@@ -44,21 +44,19 @@ bool seg_is_weights_name(const char *name);
 #define SEG_RUN_EXCHANGE "exchange"
 #define SEG_RUN_KV_FMT "kv.r%d"
 
-/* Names the runtime directory of this process: @path (the CLI passes $SHARDLM_RUNTIME_DIR), or
- * NULL for the default /dev/shm/shardlm-<uid>. Call it before any thread uses segments; code below
- * the CLI never reads the environment. Returns 0, or -ENAMETOOLONG (nothing changed). */
-int seg_set_rundir(const char *path);
-/* Creates (0700) or checks the runtime directory and writes its path to @out.
- * Returns 0 or -errno (-EPERM if it exists but is not ours or not private). */
-int seg_rundir(char *out, size_t len);
+/* Creates (0700) or checks the runtime directory @path (the CLI passes $SHARDLM_RUNTIME_DIR; code
+ * below the CLI never reads the environment), or the default /dev/shm/shardlm-<uid> for NULL,
+ * and writes its path to @out. Returns 0 or -errno (-EPERM if it exists but is not ours or not
+ * private, -EINVAL for "", -ENAMETOOLONG for a path of PATH_MAX bytes or more). */
+int seg_rundir(const char *path, char *out, size_t len);
 /* The default runtime directory, /dev/shm/shardlm-<uid>, into @out. */
 void seg_rundir_default(char *out, size_t len);
 /* Creates @path (0700) or checks it: a directory owned by this user, closed to others. Returns 0
  * or -errno (-EPERM if it exists but is not ours or not private). */
 int seg_rundir_make(const char *path);
-/* The runtime directory's path alone (nothing created). Returns 0, or -EINVAL when it was set to
- * "" (an empty SHARDLM_RUNTIME_DIR). */
-int seg_rundir_path(char *out, size_t len);
+/* The runtime directory's path alone (nothing created): @path, or the default for NULL. Returns
+ * 0, -EINVAL for "" (an empty SHARDLM_RUNTIME_DIR), -ENAMETOOLONG as seg_rundir. */
+int seg_rundir_path(const char *path, char *out, size_t len);
 /* Path of the runtime file "<pid>.<what>". */
 void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *what);
 

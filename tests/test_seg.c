@@ -3,7 +3,7 @@
  * on segment memory under creations from several threads at once, cleaning the files of dead
  * coordinators, and the exchange and KV segment layouts.
  *
- * Every test runs with the runtime directory (seg_set_rundir) in its own temporary folder, so
+ * Every test runs with the runtime directory (seg_rundir's path) in its own temporary folder, so
  * nothing touches /dev/shm/shardlm-<uid>. The ENOSPC test mounts a 1 MiB tmpfs and skips without
  * mount permission (CAP_SYS_ADMIN): run it as root outside an unprivileged container. The
  * threaded limit test is the one ThreadSanitizer (SHARDLM_TSAN, in .ci/run) checks for races. */
@@ -35,7 +35,6 @@ static int setup(void **state)
     struct fixture *f = calloc(1, sizeof(*f));
     tu_mkdtemp(f->base, sizeof(f->base), "seg");
     tu_path(f->rundir, sizeof(f->rundir), "%s/run", f->base);
-    assert_int_equal(seg_set_rundir(f->rundir), 0);
     *state = f;
     return 0;
 }
@@ -43,7 +42,6 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    seg_set_rundir(NULL);
     tu_rmdir(f->base);
     free(f);
     return 0;
@@ -53,7 +51,7 @@ static int teardown(void **state)
 static const char *rundir(struct fixture *f)
 {
     char out[PATH_MAX];
-    assert_int_equal(seg_rundir(out, sizeof(out)), 0);
+    assert_int_equal(seg_rundir(f->rundir, out, sizeof(out)), 0);
     assert_string_equal(out, f->rundir);
     return f->rundir;
 }
@@ -94,26 +92,31 @@ static void test_rundir_refuses_shared(void **state)
     char out[PATH_MAX];
     assert_int_equal(mkdir(f->rundir, 0700), 0);
     assert_int_equal(chmod(f->rundir, 0755), 0);
-    assert_int_equal(seg_rundir(out, sizeof(out)), -EPERM);
+    assert_int_equal(seg_rundir(f->rundir, out, sizeof(out)), -EPERM);
     assert_int_equal(chmod(f->rundir, 0710), 0); /* group search only is still not private */
-    assert_int_equal(seg_rundir(out, sizeof(out)), -EPERM);
+    assert_int_equal(seg_rundir(f->rundir, out, sizeof(out)), -EPERM);
     assert_int_equal(chmod(f->rundir, 0700), 0);
-    assert_int_equal(seg_rundir(out, sizeof(out)), 0);
+    assert_int_equal(seg_rundir(f->rundir, out, sizeof(out)), 0);
     /* owned by someone else (only root can set that up; not in a user namespace without
      * uid 65534 mapped) */
     if (geteuid() == 0 && chown(f->rundir, 65534, 65534) == 0) {
-        assert_int_equal(seg_rundir(out, sizeof(out)), -EPERM);
+        assert_int_equal(seg_rundir(f->rundir, out, sizeof(out)), -EPERM);
         assert_int_equal(chown(f->rundir, getuid(), getgid()), 0);
     }
     /* a file, not a directory */
     assert_int_equal(rmdir(f->rundir), 0);
     assert_int_equal(tu_write(f->rundir, "x", 1), 0);
-    assert_int_equal(seg_rundir(out, sizeof(out)), -EPERM);
+    assert_int_equal(seg_rundir(f->rundir, out, sizeof(out)), -EPERM);
     /* a parent that does not exist */
     char deep[PATH_MAX];
     tu_path(deep, sizeof(deep), "%s/no/such", f->base);
-    assert_int_equal(seg_set_rundir(deep), 0);
-    assert_int_equal(seg_rundir(out, sizeof(out)), -ENOENT);
+    assert_int_equal(seg_rundir(deep, out, sizeof(out)), -ENOENT);
+    /* the caller names it, or NULL the default; "" is a mistake, not a wish for the default */
+    assert_int_equal(seg_rundir_path("", out, sizeof(out)), -EINVAL);
+    assert_int_equal(seg_rundir_path(NULL, out, sizeof(out)), 0);
+    char def[PATH_MAX];
+    seg_rundir_default(def, sizeof(def));
+    assert_string_equal(out, def);
 }
 
 static void test_create_map_free(void **state)
@@ -510,9 +513,8 @@ static void test_create_enospc(void **state)
         print_message("%s\n", why);
         skip();
     }
-    assert_int_equal(seg_set_rundir(mnt), 0);
     char out[PATH_MAX], path[PATH_MAX];
-    int rc = seg_rundir(out, sizeof(out));
+    int rc = seg_rundir(mnt, out, sizeof(out));
     seg_path(path, sizeof(path), mnt, getpid(), "big");
     struct seg s;
     int created = rc == 0 ? seg_create(&s, path, 4u << 20) : rc;

@@ -202,7 +202,7 @@ int coord_cmd_shm(int argc, char **argv)
         return 2;
     }
     char rundir[PATH_MAX];
-    int rc = seg_rundir(rundir, sizeof(rundir));
+    int rc = seg_rundir(getenv("SHARDLM_RUNTIME_DIR"), rundir, sizeof(rundir));
     if (rc) {
         fprintf(stderr, "shardlm shm: runtime directory %s: %s\n", rundir,
                 rc == -EPERM ? "not a private directory owned by this user" : strerror(-rc));

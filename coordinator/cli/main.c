@@ -88,7 +88,7 @@ static int check_environment(void)
         fprintf(stderr, "shardlm: SHARDLM_SHM_LIMIT='%s': expected a byte count >= 1\n", lim);
         return 2;
     }
-    if (seg_set_rundir(rd)) {
+    if (rd && strlen(rd) >= PATH_MAX) {
         fprintf(stderr, "shardlm: SHARDLM_RUNTIME_DIR is longer than %d bytes\n", PATH_MAX - 1);
         return 2;
     }
