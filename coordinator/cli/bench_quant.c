@@ -51,12 +51,11 @@ int coord_bench_quant(int argc, char **argv)
                                          {"reps", required_argument, 0, 'r'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    static const struct coord_cli_cmd cmd = {"bench quant", usage_bench_quant, ":t:r:h", opts,
+    static const struct coord_cli_cmd cmd = {"bench quant", usage_bench_quant, "t:r:h", opts,
                                              NULL};
     int reps = 3, threads = 1, c, rc;
     long v;
-    optind = 0; /* glibc: start afresh, whatever parsed argv before */
-    opterr = 0;
+    optind = 1;
     while ((c = coord_cli_getopt(&cmd, argc, argv, &rc)) != -1) {
         switch (c) {
         case COORD_CLI_EXIT:
@@ -74,12 +73,6 @@ int coord_bench_quant(int argc, char **argv)
                                          QB_MAX_REPS);
             reps = (int)v;
             break;
-        case ':':
-            return coord_usage_error("bench quant", usage_bench_quant, "option '%s' needs a value",
-                                     argv[optind - 1]);
-        default:
-            return coord_usage_error("bench quant", usage_bench_quant, "bad option '%s'",
-                                     argv[optind - 1]);
         }
     }
     if (optind != argc)
