@@ -67,32 +67,18 @@ void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *
     snprintf(out, len, "%s/%d.%s", rundir, (int)pid, what);
 }
 
-/* The bytes of segment memory this process may allocate (seg_set_limit; 0: no limit) and has
- * allocated (created whole, or reserved). Up to four load lanes (threads) reserve at once, so both
- * are atomic and a charge is one compare-and-swap: the limit holds exactly, whatever the
- * interleaving. Relaxed: they order nothing else. */
-static _Atomic uint64_t limit_bytes;
-static _Atomic uint64_t created_bytes;
-
-void seg_set_limit(uint64_t bytes)
+/* Counts @size more bytes against @b (NULL: nothing): 0, or -ENOSPC past its limit (nothing
+ * counted). Up to four load lanes (threads) reserve at once: one compare-and-swap, relaxed (the
+ * count orders nothing else). */
+static int charge(struct seg_budget *b, size_t size)
 {
-    atomic_store_explicit(&limit_bytes, bytes, memory_order_relaxed);
-}
-
-uint64_t seg_allocated_bytes(void)
-{
-    return atomic_load_explicit(&created_bytes, memory_order_relaxed);
-}
-
-/* Counts @size more bytes against the limit: 0, or -ENOSPC past it (nothing counted). */
-static int charge(size_t size)
-{
-    uint64_t limit = atomic_load_explicit(&limit_bytes, memory_order_relaxed);
-    uint64_t used = atomic_load_explicit(&created_bytes, memory_order_relaxed);
+    if (!b)
+        return 0;
+    uint64_t used = atomic_load_explicit(&b->used, memory_order_relaxed);
     do {
-        if (limit && (size > limit || used > limit - size))
+        if (b->limit && (size > b->limit || used > b->limit - size))
             return -ENOSPC;
-    } while (!atomic_compare_exchange_weak_explicit(&created_bytes, &used, used + size,
+    } while (!atomic_compare_exchange_weak_explicit(&b->used, &used, used + size,
                                                     memory_order_relaxed, memory_order_relaxed));
     return 0;
 }
@@ -109,14 +95,14 @@ static int populate(uint8_t *base, size_t off, size_t len)
     return err == EFAULT ? ENOSPC : err;
 }
 
-/* Allocates bytes [off, off + len) of the segment file @fd, charged against the limit: through
+/* Allocates bytes [off, off + len) of the segment file @fd, charged to @b: through
  * its mapping @base when *@huge (populate; a kernel without it clears *@huge and the segment goes
  * on with fallocate), else with fallocate. 0 or -errno. tmpfs gives up with EINTR whenever a
  * signal is pending (one the process handles, too): then it goes on. The fault site is
  * SHARDLM_FAULT_FALLOCATE either way. */
-static int allocate(int fd, uint8_t *base, bool *huge, size_t off, size_t len)
+static int allocate(struct seg_budget *b, int fd, uint8_t *base, bool *huge, size_t off, size_t len)
 {
-    int rc = charge(len);
+    int rc = charge(b, len);
     if (rc)
         return rc;
     /* the load's lanes reserve one segment's tensors at once: *huge is shared */
@@ -129,8 +115,8 @@ static int allocate(int fd, uint8_t *base, bool *huge, size_t off, size_t len)
     if (!h)
         while ((rc = shardlm_fallocate(fd, (off_t)off, (off_t)len)) == EINTR) /* not -1 */
             ;
-    if (rc)
-        atomic_fetch_sub_explicit(&created_bytes, len, memory_order_relaxed);
+    if (rc && b)
+        atomic_fetch_sub_explicit(&b->used, len, memory_order_relaxed);
     return -rc;
 }
 
@@ -162,7 +148,7 @@ static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
         }
     }
     if (!rc && !(flags & SEG_LAZY))
-        rc = allocate(fd, p, &s->huge, 0, size);
+        rc = allocate(s->budget, fd, p, &s->huge, 0, size);
     if (rc) {
         s->huge = false;
         munmap(p, size);
@@ -173,10 +159,12 @@ static int setup(struct seg *s, int fd, size_t size, int node, unsigned flags)
     return 0;
 }
 
-int seg_create_on(struct seg *s, const char *path, size_t size, int node, unsigned flags)
+int seg_create_in(struct seg *s, struct seg_budget *b, const char *path, size_t size, int node,
+                  unsigned flags)
 {
     memset(s, 0, sizeof(*s));
     s->fd = -1;
+    s->budget = b;
     int rc, fd;
     if (flags & SEG_ANON)
         fd = memfd_create(path, MFD_CLOEXEC);
@@ -202,6 +190,11 @@ int seg_create_on(struct seg *s, const char *path, size_t size, int node, unsign
     return 0;
 }
 
+int seg_create_on(struct seg *s, const char *path, size_t size, int node, unsigned flags)
+{
+    return seg_create_in(s, NULL, path, size, node, flags);
+}
+
 int seg_create(struct seg *s, const char *path, size_t size)
 {
     return seg_create_on(s, path, size, -1, 0);
@@ -210,7 +203,7 @@ int seg_create(struct seg *s, const char *path, size_t size)
 int seg_reserve(struct seg *s, size_t off, size_t len)
 {
     KN_ASSERT(s->fd >= 0 && off <= s->size && len <= s->size - off);
-    return allocate(s->fd, s->base, &s->huge, off, len);
+    return allocate(s->budget, s->fd, s->base, &s->huge, off, len);
 }
 
 long long seg_huge_bytes(struct seg *s)

@@ -17,6 +17,17 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* A cap on the bytes of segment memory the segments charged to it allocate (created whole or
+ * reserved; freeing gives none back): past @limit (0: no cap) creation and seg_reserve() fail
+ * with -ENOSPC, as on a full tmpfs (the engine's comes from SHARDLM_SHM_LIMIT, for tests where
+ * mounting a small tmpfs is impossible). Its owner zeroes it, sets @limit before any segment is
+ * charged to it and keeps it while they live. A charge is one compare-and-swap: the cap holds
+ * exactly whatever creations in other threads do. */
+struct seg_budget {
+    uint64_t limit;
+    _Atomic uint64_t used; /* bytes allocated so far */
+};
+
 struct seg {
     char path[PATH_MAX]; /* a memfd's is /proc/<pid>/fd/<fd>, which other processes can open */
     void *base;
@@ -25,6 +36,7 @@ struct seg {
     bool huge;  /* SEG_HUGE: MADV_HUGEPAGE, and seg_reserve() faults pages in through the map */
     int fd;     /* held open while it lives: a created segment's (seg_reserve), a mapped one's for
                  * its lock; -1 for none (0 when zeroed) */
+    struct seg_budget *budget; /* what its allocations are charged to; NULL: nothing */
 };
 
 /* Persistent weights segments, named "w-<model checksum>-l<layout>-r<rank>of<ranks>-n<node>
@@ -63,6 +75,10 @@ void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *
 /* Creates the segment @path (must not exist) of @size bytes, allocated now (so a full tmpfs
  * fails here with -ENOSPC, not later with SIGBUS), and maps it read-write.
  * Returns 0 or -errno; nothing is left behind on error. Release with seg_free(). */
+/* seg_create_on() with the segment's allocations (its creation, seg_reserve) charged to @b
+ * (NULL: nothing; seg_create_on charges nothing). */
+int seg_create_in(struct seg *s, struct seg_budget *b, const char *path, size_t size, int node,
+                  unsigned flags);
 int seg_create(struct seg *s, const char *path, size_t size);
 /* The same with the memory bound to NUMA node @node (mbind MPOL_BIND before the first page is
  * allocated; -1: no binding, or the kernel has no NUMA), and @flags: */
@@ -91,13 +107,6 @@ long long seg_huge_bytes(struct seg *s);
  * so that a segment under its final name is always complete; it then outlives this process
  * (seg_free() no longer unlinks it). -EEXIST: another process published one first. */
 int seg_publish(struct seg *s, const char *path);
-/* Caps the bytes of segment memory this process allocates (created whole or reserved; freeing
- * gives none back) at @bytes, 0 for no cap: past it creation and seg_reserve() fail with -ENOSPC,
- * as on a full tmpfs (the CLI passes SHARDLM_SHM_LIMIT, for tests where mounting a small tmpfs is
- * impossible). Safe against creations in other threads. */
-void seg_set_limit(uint64_t bytes);
-/* The bytes the cap counts: allocated by this process so far. */
-uint64_t seg_allocated_bytes(void);
 
 /* Maps the existing segment @path, which must be exactly @size bytes, and holds a shared lock on
  * it until seg_free(). Returns 0 or -errno (-EINVAL for a size mismatch; -ENOENT also when the

@@ -228,6 +228,7 @@ static void test_create_bad_size(void **state)
 
 struct limit_lane {
     pthread_t thread;
+    struct seg_budget *budget;
     const char *dir;
     int id;
     int reserved, created; /* pages reserved, segments of two pages created */
@@ -239,7 +240,8 @@ static void *limit_lane_run(void *arg)
     struct limit_lane *ln = arg;
     struct seg lazy, whole;
     char path[PATH_MAX], what[32];
-    if (seg_create_on(&lazy, "limit", (size_t)LIMIT_PAGES * LIMIT_PAGE, -1, SEG_ANON | SEG_LAZY)) {
+    if (seg_create_in(&lazy, ln->budget, "limit", (size_t)LIMIT_PAGES * LIMIT_PAGE, -1,
+                      SEG_ANON | SEG_LAZY)) {
         ln->unexpected = 1;
         return NULL;
     }
@@ -254,7 +256,7 @@ static void *limit_lane_run(void *arg)
         if (!full_c) {
             snprintf(what, sizeof(what), "t%d.%d", ln->id, p);
             seg_path(path, sizeof(path), ln->dir, getpid(), what);
-            int rc = seg_create(&whole, path, 2 * LIMIT_PAGE);
+            int rc = seg_create_in(&whole, ln->budget, path, 2 * LIMIT_PAGE, -1, 0);
             if (rc == 0)
                 seg_free(&whole); /* its bytes stay counted: freeing gives none back */
             ln->created += rc == 0;
@@ -270,11 +272,12 @@ static void test_limit_threads(void **state)
 {
     struct fixture *f = *state;
     const char *d = rundir(f);
-    uint64_t base = seg_allocated_bytes(), limit = base + (uint64_t)LIMIT_PAGES * LIMIT_PAGE;
-    seg_set_limit(limit);
+    uint64_t limit = (uint64_t)LIMIT_PAGES * LIMIT_PAGE;
+    static struct seg_budget budget;
+    budget = (struct seg_budget){.limit = limit};
     static struct limit_lane lanes[LIMIT_THREADS];
     for (int i = 0; i < LIMIT_THREADS; i++) {
-        lanes[i] = (struct limit_lane){.dir = d, .id = i};
+        lanes[i] = (struct limit_lane){.budget = &budget, .dir = d, .id = i};
         assert_int_equal(pthread_create(&lanes[i].thread, NULL, limit_lane_run, &lanes[i]), 0);
     }
     long pages = 0;
@@ -283,22 +286,23 @@ static void test_limit_threads(void **state)
         assert_int_equal(lanes[i].unexpected, 0);
         pages += lanes[i].reserved + 2L * lanes[i].created;
     }
-    seg_set_limit(0);
     /* the last page may be one a two-page creation could not take */
     assert_true(pages == LIMIT_PAGES || pages == LIMIT_PAGES - 1);
-    assert_int_equal(seg_allocated_bytes(), base + (uint64_t)pages * LIMIT_PAGE);
-    assert_true(seg_allocated_bytes() <= limit);
+    assert_int_equal(budget.used, (uint64_t)pages * LIMIT_PAGE);
+    assert_true(budget.used <= limit);
     assert_int_equal(tu_count_files(d), 0); /* every one created was freed */
     /* past the limit, a segment is refused whole and leaves no file */
-    seg_set_limit(seg_allocated_bytes() + LIMIT_PAGE);
+    budget.limit = budget.used + LIMIT_PAGE;
     struct seg s;
     char path[PATH_MAX];
     seg_path(path, sizeof(path), d, getpid(), "over");
-    assert_int_equal(seg_create(&s, path, 2 * LIMIT_PAGE), -ENOSPC);
+    assert_int_equal(seg_create_in(&s, &budget, path, 2 * LIMIT_PAGE, -1, 0), -ENOSPC);
     assert_int_equal(tu_count_files(d), 0);
-    assert_int_equal(seg_create(&s, path, LIMIT_PAGE), 0);
+    assert_int_equal(seg_create_in(&s, &budget, path, LIMIT_PAGE, -1, 0), 0);
     seg_free(&s);
-    seg_set_limit(0);
+    /* a budget is its segments' alone: one charged to nothing is not refused */
+    assert_int_equal(seg_create(&s, path, 2 * LIMIT_PAGE), 0);
+    seg_free(&s);
 }
 
 /* Our names, exactly: what the engine makes is recognised, anything near it is not. */

@@ -92,7 +92,6 @@ static int check_environment(void)
         fprintf(stderr, "shardlm: SHARDLM_RUNTIME_DIR is longer than %d bytes\n", PATH_MAX - 1);
         return 2;
     }
-    seg_set_limit(lim ? (uint64_t)v : 0);
     return 0;
 }
 

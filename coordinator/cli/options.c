@@ -129,6 +129,8 @@ int coord_cli_engine_env(struct coord_engine_opts *o, struct shardlm_err *e)
     o->cancel = &coord_stop_signal;
     o->worker_path = getenv("SHARDLM_WORKER");
     o->rundir = getenv("SHARDLM_RUNTIME_DIR"); /* main() refused an empty one */
+    const char *lim = getenv("SHARDLM_SHM_LIMIT"); /* main() refused one not a number >= 1 */
+    o->shm_limit = lim ? strtoull(lim, NULL, 10) : 0;
     o->isa = getenv("SHARDLM_ISA");
     if (o->isa && !*o->isa)
         o->isa = NULL;

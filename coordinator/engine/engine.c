@@ -61,6 +61,7 @@ static int open_model(struct coord_engine *g, const struct coord_engine_opts *o,
 static int start(struct coord_engine *g, const struct coord_engine_opts *o, struct shardlm_err *e)
 {
     int rc;
+    g->shm_budget.limit = o->shm_limit;
     if ((rc = check_options(g, o, e)) || (rc = open_model(g, o, e)) ||
         (rc = coord_segments_make(g, o, e)) || (rc = coord_link_open(g, &o->access, e)) ||
         (rc = coord_workers_prepare(g, o, e)))

@@ -66,6 +66,9 @@ struct coord_engine_opts {
     /* Where the segments and the socket live (created 0700 if missing; it must be private and
      * ours); NULL: /dev/shm/shardlm-<uid>. */
     const char *rundir;
+    /* Bytes of segment memory the engine may allocate (shm/seg.h's struct seg_budget: past it a
+     * segment fails as on a full tmpfs); 0: no cap. */
+    uint64_t shm_limit;
     /* The worker binary; NULL: shardlm-worker next to this process's executable. */
     const char *worker_path;
     /* The kernel table every worker must run (ref, avx2, avx512, amx): one this CPU cannot run

@@ -72,6 +72,7 @@ struct coord_engine {
     uint64_t last_wall_ns;
     struct coord_log log;
     const volatile sig_atomic_t *cancel;
+    struct seg_budget shm_budget; /* what the segments it creates are charged to (opts.shm_limit) */
 };
 
 /* segments.c: the runtime directory, the weights, KV and exchange segments. */

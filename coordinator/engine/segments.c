@@ -176,7 +176,7 @@ static int make_weights(struct coord_engine *g, const struct coord_engine_opts *
         int node = g->layout.ranks[r].node;
         if (o->load.no_persist) {
             snprintf(path, sizeof(path), "shardlm-weights-r%d", r);
-            rc = seg_create_on(&cr->weights, path, h[r].file_bytes, node,
+            rc = seg_create_in(&cr->weights, &g->shm_budget, path, h[r].file_bytes, node,
                                SEG_ANON | SEG_LAZY | SEG_HUGE);
         } else {
             persist_name(g, r, &h[r], name[r], sizeof(name[r]));
@@ -186,7 +186,8 @@ static int make_weights(struct coord_engine *g, const struct coord_engine_opts *
                 continue;
             }
             seg_path(path, sizeof(path), g->rundir, getpid(), name[r]);
-            rc = seg_create_on(&cr->weights, path, h[r].file_bytes, node, SEG_LAZY | SEG_HUGE);
+            rc = seg_create_in(&cr->weights, &g->shm_budget, path, h[r].file_bytes, node,
+                               SEG_LAZY | SEG_HUGE);
         }
         if (rc) {
             shardlm_fail(e, rc, "weights segment of rank %d (%llu bytes) in %s: %s", r,
@@ -224,7 +225,7 @@ static int run_segment(struct coord_engine *g, bool anon, struct seg *s, const c
         snprintf(path, sizeof(path), "shardlm-%s", what);
     else
         seg_path(path, sizeof(path), g->rundir, getpid(), what);
-    int rc = seg_create_on(s, path, size, node, flags | (anon ? SEG_ANON : 0));
+    int rc = seg_create_in(s, &g->shm_budget, path, size, node, flags | (anon ? SEG_ANON : 0));
     if (rc)
         return shardlm_fail(e, rc, "%s segment (%zu bytes) in %s: %s", what, size,
                             anon ? "a memfd" : g->rundir, strerror(-rc));
