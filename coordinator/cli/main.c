@@ -34,6 +34,7 @@ static const char usage_main[] =
     "  bench kernels [--isa NAME]  GEMV GB/s and GEMM GOP/s of each kernel, read bandwidth\n"
     "  bench tokenizer --tokenizer FILE [--mb N]  tokenizing speed (MB/s) on N MB of English\n"
     "  bench sampler [--vocab V] [--seqs S]  sampling cost per step of S sequences\n"
+    "  bench quant [-t THREADS]  the W4 quantizer's time per group, w4a8 and w4a16\n"
     "\n"
     "`shardlm <command> --help` describes each command's options; `shardlm --version` prints\n"
     "the version and the git commit of the build.\n"
