@@ -18,10 +18,9 @@ const struct coord_jinja_limits coord_jinja_default_limits = {
 #define TEMPLATE_MAX (1u << 20) /* bytes of a template's source */
 #define TEMPLATE_MEMORY (64u << 20)
 
-struct jv jv_undefined = {.t = JV_UNDEF, .undef = "a value is undefined"};
-struct jv jv_none = {.t = JV_NONE};
-struct jv jv_true = {.t = JV_BOOL, .b = true};
-struct jv jv_false = {.t = JV_BOOL, .b = false};
+const struct jv jinja_none = {.t = JV_NONE};
+const struct jv jinja_true = {.t = JV_BOOL, .b = true};
+const struct jv jinja_false = {.t = JV_BOOL, .b = false};
 
 /* ---- arena ---- */
 struct jchunk {
@@ -30,17 +29,17 @@ struct jchunk {
     _Alignas(16) unsigned char data[];
 };
 
-void *jalloc(struct jarena *a, size_t n, struct jfail *f)
+void *jinja_alloc(struct jarena *a, size_t n, struct jfail *f)
 {
     n = (n + 15) & ~(size_t)15;
     struct jchunk *h = a->head;
     if (!h || h->size - h->used < n) {
         size_t size = n > (60u << 10) ? n : (60u << 10);
         if (a->used + size + sizeof(*h) > a->limit)
-            jthrow(f, -E2BIG, "the template used more than %zu MiB of memory", a->limit >> 20);
+            jinja_throw(f, -E2BIG, "the template used more than %zu MiB of memory", a->limit >> 20);
         h = malloc(sizeof(*h) + size);
         if (!h)
-            jthrow(f, -ENOMEM, "out of memory");
+            jinja_throw(f, -ENOMEM, "out of memory");
         a->used += size + sizeof(*h);
         h->size = size;
         h->used = 0;
@@ -59,7 +58,7 @@ void *jalloc(struct jarena *a, size_t n, struct jfail *f)
     return p;
 }
 
-void jarena_free(struct jarena *a)
+void jinja_arena_free(struct jarena *a)
 {
     while (a->head) {
         struct jchunk *n = a->head->next;
@@ -69,7 +68,7 @@ void jarena_free(struct jarena *a)
     a->used = 0;
 }
 
-void jthrow(struct jfail *f, int rc, const char *fmt, ...)
+void jinja_throw(struct jfail *f, int rc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -101,7 +100,7 @@ void jthrow(struct jfail *f, int rc, const char *fmt, ...)
     longjmp(f->jb, 1);
 }
 
-void jerr(struct jctx *c, int line, const char *fmt, ...)
+void jinja_err(struct jctx *c, int line, const char *fmt, ...)
 {
     char m[200];
     va_list ap;
@@ -109,26 +108,26 @@ void jerr(struct jctx *c, int line, const char *fmt, ...)
     vsnprintf(m, sizeof(m), fmt, ap);
     va_end(ap);
     if (line > 0)
-        jthrow(c->fail, -EINVAL, "line %d: %s", line, m);
-    jthrow(c->fail, -EINVAL, "%s", m);
+        jinja_throw(c->fail, -EINVAL, "line %d: %s", line, m);
+    jinja_throw(c->fail, -EINVAL, "%s", m);
 }
 
-void jcharge(struct jctx *c, size_t n)
+void jinja_charge(struct jctx *c, size_t n)
 {
     c->steps += (long)(n > (size_t)c->lim->max_steps ? (size_t)c->lim->max_steps : n);
     if (c->steps > c->lim->max_steps)
-        jthrow(c->fail, -E2BIG, "the template took more than %ld steps", c->lim->max_steps);
+        jinja_throw(c->fail, -E2BIG, "the template took more than %ld steps", c->lim->max_steps);
 }
 
-void jdeeper(struct jctx *c, int line)
+void jinja_deeper(struct jctx *c, int line)
 {
     if (++c->vdepth > 256)
-        jthrow(c->fail, -E2BIG, "%s%.0d%sa value nested deeper than 256 (or holding itself)",
+        jinja_throw(c->fail, -E2BIG, "%s%.0d%sa value nested deeper than 256 (or holding itself)",
                line > 0 ? "line " : "", line > 0 ? line : 0, line > 0 ? ": " : "");
 }
 
 /* ---- UTF-8 and Python's whitespace ---- */
-size_t utf8_count(const char *s, size_t n)
+size_t jinja_utf8_count(const char *s, size_t n)
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
@@ -136,7 +135,7 @@ size_t utf8_count(const char *s, size_t n)
     return k;
 }
 
-bool py_isspace_at(const char *s, size_t n, size_t *w)
+bool jinja_isspace_at(const char *s, size_t n, size_t *w)
 {
     const unsigned char *u = (const unsigned char *)s;
     *w = 1;
@@ -168,16 +167,16 @@ bool py_isspace_at(const char *s, size_t n, size_t *w)
 /* ---- values ---- */
 static struct jv *newv(struct jctx *c, enum jv_type t)
 {
-    struct jv *v = jalloc(c->arena, sizeof(*v), c->fail);
+    struct jv *v = jinja_alloc(c->arena, sizeof(*v), c->fail);
     v->t = t;
     return v;
 }
 
-struct jv *jv_str(struct jctx *c, const char *s, size_t n)
+struct jv *jinja_str(struct jctx *c, const char *s, size_t n)
 {
-    jcharge(c, n / 64);
+    jinja_charge(c, n / 64);
     struct jv *v = newv(c, JV_STR);
-    char *d = jalloc(c->arena, n + 1, c->fail);
+    char *d = jinja_alloc(c->arena, n + 1, c->fail);
     if (n)
         memcpy(d, s, n);
     v->str.s = d;
@@ -185,37 +184,37 @@ struct jv *jv_str(struct jctx *c, const char *s, size_t n)
     return v;
 }
 
-struct jv *jv_int(struct jctx *c, int64_t i)
+struct jv *jinja_int(struct jctx *c, int64_t i)
 {
     struct jv *v = newv(c, JV_INT);
     v->i = i;
     return v;
 }
 
-struct jv *jv_float(struct jctx *c, double f)
+struct jv *jinja_float(struct jctx *c, double f)
 {
     struct jv *v = newv(c, JV_FLOAT);
     v->f = f;
     return v;
 }
 
-struct jv *jv_bool(bool b) { return b ? &jv_true : &jv_false; }
+struct jv *jinja_bool(bool b) { return jinja_shared(b ? &jinja_true : &jinja_false); }
 
-struct jv *jv_list(struct jctx *c, size_t n)
+struct jv *jinja_list(struct jctx *c, size_t n)
 {
-    jcharge(c, n);
+    jinja_charge(c, n);
     struct jv *v = newv(c, JV_LIST);
-    v->list.v = jalloc(c->arena, n * sizeof(*v->list.v) + 1, c->fail);
+    v->list.v = jinja_alloc(c->arena, n * sizeof(*v->list.v) + 1, c->fail);
     v->list.n = n;
     return v;
 }
 
-struct jv *jv_dict(struct jctx *c, size_t cap)
+struct jv *jinja_dict(struct jctx *c, size_t cap)
 {
     struct jv *v = newv(c, JV_DICT);
     v->dict.cap = cap ? cap : 4;
-    v->dict.k = jalloc(c->arena, v->dict.cap * sizeof(*v->dict.k), c->fail);
-    v->dict.v = jalloc(c->arena, v->dict.cap * sizeof(*v->dict.v), c->fail);
+    v->dict.k = jinja_alloc(c->arena, v->dict.cap * sizeof(*v->dict.k), c->fail);
+    v->dict.v = jinja_alloc(c->arena, v->dict.cap * sizeof(*v->dict.v), c->fail);
     return v;
 }
 
@@ -223,8 +222,8 @@ static void dict_append(struct jctx *c, struct jv *d, struct jv *k, struct jv *v
 {
     if (d->dict.n == d->dict.cap) {
         size_t cap = d->dict.cap * 2;
-        struct jv **nk = jalloc(c->arena, cap * sizeof(*nk), c->fail);
-        struct jv **nv = jalloc(c->arena, cap * sizeof(*nv), c->fail);
+        struct jv **nk = jinja_alloc(c->arena, cap * sizeof(*nk), c->fail);
+        struct jv **nv = jinja_alloc(c->arena, cap * sizeof(*nv), c->fail);
         memcpy(nk, d->dict.k, d->dict.n * sizeof(*nk));
         memcpy(nv, d->dict.v, d->dict.n * sizeof(*nv));
         d->dict.k = nk;
@@ -237,14 +236,14 @@ static void dict_append(struct jctx *c, struct jv *d, struct jv *k, struct jv *v
 
 static long dict_find(struct jctx *c, const struct jv *d, const struct jv *k)
 {
-    jcharge(c, d->dict.n);
+    jinja_charge(c, d->dict.n);
     for (size_t i = 0; i < d->dict.n; i++)
-        if (jv_equal(c, d->dict.k[i], k))
+        if (jinja_equal(c, d->dict.k[i], k))
             return (long)i;
     return -1;
 }
 
-void jv_dict_put(struct jctx *c, struct jv *d, struct jv *k, struct jv *v)
+void jinja_dict_put(struct jctx *c, struct jv *d, struct jv *k, struct jv *v)
 {
     long i = dict_find(c, d, k);
     if (i >= 0)
@@ -253,15 +252,15 @@ void jv_dict_put(struct jctx *c, struct jv *d, struct jv *k, struct jv *v)
         dict_append(c, d, k, v);
 }
 
-struct jv *jv_dict_get(struct jctx *c, const struct jv *d, const struct jv *k)
+struct jv *jinja_dict_get(struct jctx *c, const struct jv *d, const struct jv *k)
 {
     long i = dict_find(c, d, k);
     return i >= 0 ? d->dict.v[i] : NULL;
 }
 
-struct jv *jv_dict_gets(struct jctx *c, const struct jv *d, const char *k)
+struct jv *jinja_dict_gets(struct jctx *c, const struct jv *d, const char *k)
 {
-    jcharge(c, d->dict.n);
+    jinja_charge(c, d->dict.n);
     size_t n = strlen(k);
     for (size_t i = 0; i < d->dict.n; i++) {
         const struct jv *x = d->dict.k[i];
@@ -271,7 +270,7 @@ struct jv *jv_dict_gets(struct jctx *c, const struct jv *d, const char *k)
     return NULL;
 }
 
-struct jv *jv_undef(struct jctx *c, const char *fmt, ...)
+struct jv *jinja_undef(struct jctx *c, const char *fmt, ...)
 {
     char m[160];
     va_list ap;
@@ -280,48 +279,48 @@ struct jv *jv_undef(struct jctx *c, const char *fmt, ...)
     va_end(ap);
     struct jv *v = newv(c, JV_UNDEF);
     size_t n = strlen(m);
-    char *d = jalloc(c->arena, n + 1, c->fail);
+    char *d = jinja_alloc(c->arena, n + 1, c->fail);
     memcpy(d, m, n);
     v->undef = d;
     return v;
 }
 
-struct jv *jv_from_json(struct jctx *c, json_t *j, int depth)
+struct jv *jinja_from_json(struct jctx *c, json_t *j, int depth)
 {
     if (depth > 256)
-        jthrow(c->fail, -E2BIG, "the variables nest deeper than 256");
-    jcharge(c, 1);
+        jinja_throw(c->fail, -E2BIG, "the variables nest deeper than 256");
+    jinja_charge(c, 1);
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
-        struct jv *d = jv_dict(c, json_object_size(j));
+        struct jv *d = jinja_dict(c, json_object_size(j));
         const char *k;
         json_t *v;
         json_object_foreach(j, k, v)
-            dict_append(c, d, jv_str(c, k, strlen(k)), jv_from_json(c, v, depth + 1));
+            dict_append(c, d, jinja_str(c, k, strlen(k)), jinja_from_json(c, v, depth + 1));
         return d;
     }
     case JSON_ARRAY: {
-        struct jv *l = jv_list(c, json_array_size(j));
+        struct jv *l = jinja_list(c, json_array_size(j));
         for (size_t i = 0; i < l->list.n; i++)
-            l->list.v[i] = jv_from_json(c, json_array_get(j, i), depth + 1);
+            l->list.v[i] = jinja_from_json(c, json_array_get(j, i), depth + 1);
         return l;
     }
     case JSON_STRING:
-        return jv_str(c, json_string_value(j), json_string_length(j));
+        return jinja_str(c, json_string_value(j), json_string_length(j));
     case JSON_INTEGER:
-        return jv_int(c, json_integer_value(j));
+        return jinja_int(c, json_integer_value(j));
     case JSON_REAL:
-        return jv_float(c, json_real_value(j));
+        return jinja_float(c, json_real_value(j));
     case JSON_TRUE:
-        return &jv_true;
+        return jinja_shared(&jinja_true);
     case JSON_FALSE:
-        return &jv_false;
+        return jinja_shared(&jinja_false);
     default:
-        return &jv_none;
+        return jinja_shared(&jinja_none);
     }
 }
 
-bool jv_truthy(const struct jv *v)
+bool jinja_truthy(const struct jv *v)
 {
     switch (v->t) {
     case JV_UNDEF:
@@ -344,7 +343,7 @@ bool jv_truthy(const struct jv *v)
     }
 }
 
-const char *jv_type_name(const struct jv *v)
+const char *jinja_type_name(const struct jv *v)
 {
     switch (v->t) {
     case JV_UNDEF:
@@ -384,9 +383,9 @@ static double num_f(const struct jv *v)
 }
 static int64_t num_i(const struct jv *v) { return v->t == JV_INT ? v->i : v->b; }
 
-bool jv_equal(struct jctx *c, const struct jv *a, const struct jv *b)
+bool jinja_equal(struct jctx *c, const struct jv *a, const struct jv *b)
 {
-    jcharge(c, 1);
+    jinja_charge(c, 1);
     if (is_num(a) && is_num(b)) {
         if (a->t == JV_FLOAT || b->t == JV_FLOAT)
             return num_f(a) == num_f(b);
@@ -399,15 +398,15 @@ bool jv_equal(struct jctx *c, const struct jv *a, const struct jv *b)
     case JV_NONE:
         return true;
     case JV_STR:
-        jcharge(c, a->str.n / 64);
+        jinja_charge(c, a->str.n / 64);
         return a->str.n == b->str.n && !memcmp(a->str.s, b->str.s, a->str.n);
     case JV_LIST: {
         if (a->tuple != b->tuple || a->list.n != b->list.n)
             return false;
         bool eq = true;
-        jdeeper(c, 0);
+        jinja_deeper(c, 0);
         for (size_t i = 0; i < a->list.n && eq; i++)
-            eq = jv_equal(c, a->list.v[i], b->list.v[i]);
+            eq = jinja_equal(c, a->list.v[i], b->list.v[i]);
         c->vdepth--;
         return eq;
     }
@@ -415,10 +414,10 @@ bool jv_equal(struct jctx *c, const struct jv *a, const struct jv *b)
         if (a->dict.n != b->dict.n)
             return false;
         bool eq = true;
-        jdeeper(c, 0);
+        jinja_deeper(c, 0);
         for (size_t i = 0; i < a->dict.n && eq; i++) {
-            struct jv *o = jv_dict_get(c, b, a->dict.k[i]);
-            eq = o && jv_equal(c, a->dict.v[i], o);
+            struct jv *o = jinja_dict_get(c, b, a->dict.k[i]);
+            eq = o && jinja_equal(c, a->dict.v[i], o);
         }
         c->vdepth--;
         return eq;
@@ -430,9 +429,9 @@ bool jv_equal(struct jctx *c, const struct jv *a, const struct jv *b)
     }
 }
 
-int jv_compare(struct jctx *c, const struct jv *a, const struct jv *b, int line)
+int jinja_compare(struct jctx *c, const struct jv *a, const struct jv *b, int line)
 {
-    jcharge(c, 1);
+    jinja_charge(c, 1);
     if (is_num(a) && is_num(b)) {
         if (a->t == JV_FLOAT || b->t == JV_FLOAT) {
             double x = num_f(a), y = num_f(b);
@@ -448,41 +447,41 @@ int jv_compare(struct jctx *c, const struct jv *a, const struct jv *b, int line)
     }
     if (a->t == JV_LIST && b->t == JV_LIST && a->tuple == b->tuple) {
         int r = 0;
-        jdeeper(c, line);
+        jinja_deeper(c, line);
         for (size_t i = 0; i < a->list.n && i < b->list.n && !r; i++)
-            if (!jv_equal(c, a->list.v[i], b->list.v[i]))
-                r = jv_compare(c, a->list.v[i], b->list.v[i], line);
+            if (!jinja_equal(c, a->list.v[i], b->list.v[i]))
+                r = jinja_compare(c, a->list.v[i], b->list.v[i], line);
         c->vdepth--;
         return r ? r : a->list.n < b->list.n ? -1 : a->list.n > b->list.n;
     }
     if (a->t == JV_UNDEF || b->t == JV_UNDEF)
-        jerr(c, line, "%s", (a->t == JV_UNDEF ? a : b)->undef);
-    jerr(c, line, "'<' not supported between instances of '%s' and '%s'", jv_type_name(a),
-         jv_type_name(b));
+        jinja_err(c, line, "%s", (a->t == JV_UNDEF ? a : b)->undef);
+    jinja_err(c, line, "'<' not supported between instances of '%s' and '%s'", jinja_type_name(a),
+         jinja_type_name(b));
 }
 
 /* ---- str() and repr() ---- */
-void jbuf_put(struct jctx *c, struct jbuf *b, const char *s, size_t n)
+void jinja_buf_put(struct jctx *c, struct jbuf *b, const char *s, size_t n)
 {
     if (b->n + n > c->lim->max_output) /* every text built, not only the rendering */
-        jthrow(c->fail, -E2BIG, "the template's output passed %zu bytes", c->lim->max_output);
+        jinja_throw(c->fail, -E2BIG, "the template's output passed %zu bytes", c->lim->max_output);
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 256;
         while (cap < b->n + n + 1)
             cap *= 2;
-        char *ns = jalloc(c->arena, cap, c->fail);
+        char *ns = jinja_alloc(c->arena, cap, c->fail);
         if (b->n)
             memcpy(ns, b->s, b->n);
         b->s = ns;
         b->cap = cap;
     }
-    jcharge(c, n / 64);
+    jinja_charge(c, n / 64);
     memcpy(b->s + b->n, s, n);
     b->n += n;
     b->s[b->n] = 0;
 }
 
-static void put_s(struct jctx *c, struct jbuf *b, const char *s) { jbuf_put(c, b, s, strlen(s)); }
+static void put_s(struct jctx *c, struct jbuf *b, const char *s) { jinja_buf_put(c, b, s, strlen(s)); }
 
 /* Python's repr() of a float: the shortest digits that read back to it, positional between
  * 1e-4 and 1e16, else d.ddde+XX. */
@@ -567,7 +566,7 @@ static void str_repr(struct jctx *c, struct jbuf *b, const char *s, size_t n)
 {
     bool sq = memchr(s, '\'', n) != NULL, dq = memchr(s, '"', n) != NULL;
     char q = sq && !dq ? '"' : '\'';
-    jbuf_put(c, b, &q, 1);
+    jinja_buf_put(c, b, &q, 1);
     for (size_t i = 0; i < n;) {
         unsigned char ch = (unsigned char)s[i];
         unsigned u = ch;
@@ -584,30 +583,30 @@ static void str_repr(struct jctx *c, struct jbuf *b, const char *s, size_t n)
         if (ch == '\\' || ch == (unsigned char)q) {
             esc[0] = '\\';
             esc[1] = (char)ch;
-            jbuf_put(c, b, esc, 2);
+            jinja_buf_put(c, b, esc, 2);
         } else if (ch == '\n' || ch == '\r' || ch == '\t') {
             esc[0] = '\\';
             esc[1] = ch == '\n' ? 'n' : ch == '\r' ? 'r' : 't';
-            jbuf_put(c, b, esc, 2);
+            jinja_buf_put(c, b, esc, 2);
         } else if (!py_printable(u)) {
             int m = snprintf(esc, sizeof(esc),
                              u < 0x100     ? "\\x%02x"
                              : u < 0x10000 ? "\\u%04x"
                                            : "\\U%08x",
                              u);
-            jbuf_put(c, b, esc, (size_t)m);
+            jinja_buf_put(c, b, esc, (size_t)m);
         } else {
-            jbuf_put(c, b, s + i, w);
+            jinja_buf_put(c, b, s + i, w);
         }
         i += w;
     }
-    jbuf_put(c, b, &q, 1);
+    jinja_buf_put(c, b, &q, 1);
 }
 
-void jv_str_into(struct jctx *c, struct jbuf *b, const struct jv *v, bool repr, int line)
+void jinja_str_into(struct jctx *c, struct jbuf *b, const struct jv *v, bool repr, int line)
 {
     char num[48];
-    jcharge(c, 1);
+    jinja_charge(c, 1);
     switch (v->t) {
     case JV_UNDEF:
         if (repr)
@@ -631,29 +630,29 @@ void jv_str_into(struct jctx *c, struct jbuf *b, const struct jv *v, bool repr, 
         if (repr)
             str_repr(c, b, v->str.s, v->str.n);
         else
-            jbuf_put(c, b, v->str.s, v->str.n);
+            jinja_buf_put(c, b, v->str.s, v->str.n);
         return;
     case JV_LIST:
-        jdeeper(c, line);
+        jinja_deeper(c, line);
         put_s(c, b, v->tuple ? "(" : "[");
         for (size_t i = 0; i < v->list.n; i++) {
             if (i)
                 put_s(c, b, ", ");
-            jv_str_into(c, b, v->list.v[i], true, line);
+            jinja_str_into(c, b, v->list.v[i], true, line);
         }
         put_s(c, b, v->tuple ? (v->list.n == 1 ? ",)" : ")") : "]");
         c->vdepth--;
         return;
     case JV_DICT:
     case JV_NS:
-        jdeeper(c, line);
+        jinja_deeper(c, line);
         put_s(c, b, v->t == JV_NS ? "<Namespace {" : "{");
         for (size_t i = 0; i < v->dict.n; i++) {
             if (i)
                 put_s(c, b, ", ");
-            jv_str_into(c, b, v->dict.k[i], true, line);
+            jinja_str_into(c, b, v->dict.k[i], true, line);
             put_s(c, b, ": ");
-            jv_str_into(c, b, v->dict.v[i], true, line);
+            jinja_str_into(c, b, v->dict.v[i], true, line);
         }
         put_s(c, b, v->t == JV_NS ? "}>" : "}");
         c->vdepth--;
@@ -674,12 +673,12 @@ void jv_str_into(struct jctx *c, struct jbuf *b, const struct jv *v, bool repr, 
     }
 }
 
-struct jv *jv_to_str(struct jctx *c, struct jv *v, int line)
+struct jv *jinja_to_str(struct jctx *c, struct jv *v, int line)
 {
     if (v->t == JV_STR)
         return v;
     struct jbuf b = {0};
-    jv_str_into(c, &b, v, false, line);
+    jinja_str_into(c, &b, v, false, line);
     struct jv *s = newv(c, JV_STR);
     s->str.s = b.s ? b.s : "";
     s->str.n = b.n;
@@ -691,29 +690,29 @@ static struct jv *loop_attr(struct jctx *c, struct jv *l, const char *name);
 
 static _Noreturn void undefined_error(struct jctx *c, const struct jv *v, int line)
 {
-    jerr(c, line, "%s", v->undef);
+    jinja_err(c, line, "%s", v->undef);
 }
 
-struct jv *jv_getattr(struct jctx *c, struct jv *o, const char *name, int line)
+struct jv *jinja_getattr(struct jctx *c, struct jv *o, const char *name, int line)
 {
     if (o->t == JV_UNDEF)
         undefined_error(c, o, line);
     if (o->t == JV_LOOP)
         return loop_attr(c, o, name);
     if (o->t == JV_NS) {
-        struct jv *v = jv_dict_gets(c, o, name);
-        return v ? v : jv_undef(c, "'Namespace' has no attribute '%s'", name);
+        struct jv *v = jinja_dict_gets(c, o, name);
+        return v ? v : jinja_undef(c, "'Namespace' has no attribute '%s'", name);
     }
-    struct jv *m = jlib_method(c, o, name);
+    struct jv *m = jinja_method(c, o, name);
     if (m)
         return m;
     if (o->t == JV_DICT) {
-        struct jv *v = jv_dict_gets(c, o, name);
-        return v ? v : jv_undef(c, "'dict object' has no attribute '%s'", name);
+        struct jv *v = jinja_dict_gets(c, o, name);
+        return v ? v : jinja_undef(c, "'dict object' has no attribute '%s'", name);
     }
     if (o->t == JV_NONE)
-        return jv_undef(c, "'None' has no attribute '%s'", name);
-    return jv_undef(c, "'%s object' has no attribute '%s'", jv_type_name(o), name);
+        return jinja_undef(c, "'None' has no attribute '%s'", name);
+    return jinja_undef(c, "'%s object' has no attribute '%s'", jinja_type_name(o), name);
 }
 
 /* Python's index @i into @n items (negative from the end); false when outside. */
@@ -740,31 +739,31 @@ static size_t utf8_offset(const char *s, size_t n, size_t k)
     return i;
 }
 
-struct jv *jv_getitem(struct jctx *c, struct jv *o, struct jv *k, int line)
+struct jv *jinja_getitem(struct jctx *c, struct jv *o, struct jv *k, int line)
 {
     if (o->t == JV_UNDEF)
         undefined_error(c, o, line);
     if (o->t == JV_DICT || o->t == JV_NS) {
-        struct jv *v = jv_dict_get(c, o, k);
+        struct jv *v = jinja_dict_get(c, o, k);
         if (v)
             return v;
     } else if ((o->t == JV_LIST || o->t == JV_STR) && (k->t == JV_INT || k->t == JV_BOOL)) {
-        size_t n = o->t == JV_LIST ? o->list.n : utf8_count(o->str.s, o->str.n), i;
-        jcharge(c, o->t == JV_STR ? o->str.n / 64 : 0);
+        size_t n = o->t == JV_LIST ? o->list.n : jinja_utf8_count(o->str.s, o->str.n), i;
+        jinja_charge(c, o->t == JV_STR ? o->str.n / 64 : 0);
         if (!index_of(num_i(k), n, &i))
-            return jv_undef(c, "%s object has no element %lld", jv_type_name(o),
+            return jinja_undef(c, "%s object has no element %lld", jinja_type_name(o),
                             (long long)num_i(k));
         if (o->t == JV_LIST)
             return o->list.v[i];
         size_t a = utf8_offset(o->str.s, o->str.n, i);
         size_t b = utf8_offset(o->str.s + a, o->str.n - a, 1);
-        return jv_str(c, o->str.s + a, b);
+        return jinja_str(c, o->str.s + a, b);
     }
     if (k->t == JV_STR && o->t != JV_NS)
-        return jv_getattr(c, o, k->str.s, line);
+        return jinja_getattr(c, o, k->str.s, line);
     if (k->t == JV_UNDEF)
         undefined_error(c, k, line);
-    return jv_undef(c, "'%s object' has no element of that key", jv_type_name(o));
+    return jinja_undef(c, "'%s object' has no element of that key", jinja_type_name(o));
 }
 
 /* o[a:b:s] */
@@ -773,18 +772,18 @@ static struct jv *slice(struct jctx *c, struct jv *o, struct jv *parts[3], int l
     if (o->t == JV_UNDEF)
         undefined_error(c, o, line);
     if (o->t != JV_LIST && o->t != JV_STR)
-        jerr(c, line, "'%s' object is not subscriptable", jv_type_name(o));
+        jinja_err(c, line, "'%s' object is not subscriptable", jinja_type_name(o));
     int64_t v[3];
     for (int i = 0; i < 3; i++) {
         struct jv *p = parts[i];
         if (p && p->t != JV_NONE && p->t != JV_INT && p->t != JV_BOOL)
-            jerr(c, line, "slice indices must be integers or None");
+            jinja_err(c, line, "slice indices must be integers or None");
         v[i] = p && p->t != JV_NONE ? num_i(p) : INT64_MIN;
     }
     int64_t step = v[2] == INT64_MIN ? 1 : v[2];
     if (step == 0)
-        jerr(c, line, "slice step cannot be zero");
-    int64_t n = o->t == JV_LIST ? (int64_t)o->list.n : (int64_t)utf8_count(o->str.s, o->str.n);
+        jinja_err(c, line, "slice step cannot be zero");
+    int64_t n = o->t == JV_LIST ? (int64_t)o->list.n : (int64_t)jinja_utf8_count(o->str.s, o->str.n);
     /* Python's PySlice_AdjustIndices */
     int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? n - 1 : n, start, stop;
     start = v[0] == INT64_MIN ? (step < 0 ? hi : lo) : v[0];
@@ -807,15 +806,15 @@ static struct jv *slice(struct jctx *c, struct jv *o, struct jv *parts[3], int l
     else if (step < 0 && stop < start)
         count = (size_t)((start - stop - 1) / (-step) + 1);
     if (o->t == JV_LIST) {
-        struct jv *r = jv_list(c, count);
+        struct jv *r = jinja_list(c, count);
         r->tuple = o->tuple;
         for (size_t i = 0; i < count; i++)
             r->list.v[i] = o->list.v[start + (int64_t)i * step];
         return r;
     }
     /* code point offsets of the string, then the picked characters */
-    jcharge(c, o->str.n / 16);
-    size_t *off = jalloc(c->arena, ((size_t)n + 1) * sizeof(size_t), c->fail);
+    jinja_charge(c, o->str.n / 16);
+    size_t *off = jinja_alloc(c->arena, ((size_t)n + 1) * sizeof(size_t), c->fail);
     size_t k = 0;
     for (size_t i = 0; i < o->str.n; i++)
         if (((unsigned char)o->str.s[i] & 0xc0) != 0x80)
@@ -823,19 +822,19 @@ static struct jv *slice(struct jctx *c, struct jv *o, struct jv *parts[3], int l
     off[k] = o->str.n;
     struct jbuf b = {0};
     if (step == 1 && count)
-        jbuf_put(c, &b, o->str.s + off[start], off[start + (int64_t)count] - off[start]);
+        jinja_buf_put(c, &b, o->str.s + off[start], off[start + (int64_t)count] - off[start]);
     else
         for (size_t i = 0; i < count; i++) {
             int64_t j = start + (int64_t)i * step;
-            jbuf_put(c, &b, o->str.s + off[j], off[j + 1] - off[j]);
+            jinja_buf_put(c, &b, o->str.s + off[j], off[j + 1] - off[j]);
         }
-    return jv_str(c, b.s ? b.s : "", b.n);
+    return jinja_str(c, b.s ? b.s : "", b.n);
 }
 
 static struct jv *call_macro(struct jctx *c, struct jv *m, struct jv **args, const char **kw, int n,
                              int line);
 
-struct jv *jv_call(struct jctx *c, struct jv *f, struct jv **args, const char **kw, int n, int line)
+struct jv *jinja_call(struct jctx *c, struct jv *f, struct jv **args, const char **kw, int n, int line)
 {
     if (f->t == JV_FUNC)
         return f->func.fn(c, f->func.self, args, kw, n, line);
@@ -843,40 +842,40 @@ struct jv *jv_call(struct jctx *c, struct jv *f, struct jv **args, const char **
         return call_macro(c, f, args, kw, n, line);
     if (f->t == JV_UNDEF)
         undefined_error(c, f, line);
-    jerr(c, line, "'%s' object is not callable", jv_type_name(f));
+    jinja_err(c, line, "'%s' object is not callable", jinja_type_name(f));
 }
 
-struct jv *jv_iter_list(struct jctx *c, struct jv *v, int line)
+struct jv *jinja_iter_list(struct jctx *c, struct jv *v, int line)
 {
     switch (v->t) {
     case JV_LIST:
         return v;
     case JV_UNDEF:
-        return jv_list(c, 0);
+        return jinja_list(c, 0);
     case JV_DICT: {
-        struct jv *l = jv_list(c, v->dict.n);
+        struct jv *l = jinja_list(c, v->dict.n);
         memcpy(l->list.v, v->dict.k, v->dict.n * sizeof(*l->list.v));
         return l;
     }
     case JV_STR: {
-        size_t n = utf8_count(v->str.s, v->str.n), k = 0;
-        struct jv *l = jv_list(c, n);
+        size_t n = jinja_utf8_count(v->str.s, v->str.n), k = 0;
+        struct jv *l = jinja_list(c, n);
         for (size_t i = 0; i < v->str.n; k++) {
             size_t w = utf8_offset(v->str.s + i, v->str.n - i, 1);
-            l->list.v[k] = jv_str(c, v->str.s + i, w);
+            l->list.v[k] = jinja_str(c, v->str.s + i, w);
             i += w;
         }
         return l;
     }
     default:
-        jerr(c, line, "'%s' object is not iterable", jv_type_name(v));
+        jinja_err(c, line, "'%s' object is not iterable", jinja_type_name(v));
     }
 }
 
 /* ---- scopes ---- */
 static struct jscope *scope_new(struct jctx *c, struct jscope *parent)
 {
-    struct jscope *s = jalloc(c->arena, sizeof(*s), c->fail);
+    struct jscope *s = jinja_alloc(c->arena, sizeof(*s), c->fail);
     s->parent = parent;
     return s;
 }
@@ -890,8 +889,8 @@ static void scope_set(struct jctx *c, struct jscope *s, const char *name, struct
         }
     if (s->n == s->cap) {
         int cap = s->cap ? s->cap * 2 : 2;
-        const char **nn = jalloc(c->arena, (size_t)cap * sizeof(*nn), c->fail);
-        struct jv **nv = jalloc(c->arena, (size_t)cap * sizeof(*nv), c->fail);
+        const char **nn = jinja_alloc(c->arena, (size_t)cap * sizeof(*nn), c->fail);
+        struct jv **nv = jinja_alloc(c->arena, (size_t)cap * sizeof(*nv), c->fail);
         if (s->n) {
             memcpy(nn, s->names, (size_t)s->n * sizeof(*nn));
             memcpy(nv, s->vals, (size_t)s->n * sizeof(*nv));
@@ -900,7 +899,7 @@ static void scope_set(struct jctx *c, struct jscope *s, const char *name, struct
         s->vals = nv;
         s->cap = cap;
     }
-    jcharge(c, (size_t)s->n);
+    jinja_charge(c, (size_t)s->n);
     s->names[s->n] = name;
     s->vals[s->n++] = v;
 }
@@ -908,7 +907,7 @@ static void scope_set(struct jctx *c, struct jscope *s, const char *name, struct
 static struct jv *scope_get(struct jctx *c, struct jscope *s, const char *name)
 {
     for (; s; s = s->parent) {
-        jcharge(c, (size_t)s->n / 8);
+        jinja_charge(c, (size_t)s->n / 8);
         for (int i = s->n - 1; i >= 0; i--)
             if (!strcmp(s->names[i], name))
                 return s->vals[i];
@@ -923,9 +922,9 @@ static struct jv *arith(struct jctx *c, int op, struct jv *a, struct jv *b, int 
 {
     if (op == '~') {
         struct jbuf s = {0};
-        jv_str_into(c, &s, a, false, line);
-        jv_str_into(c, &s, b, false, line);
-        struct jv *r = jv_str(c, "", 0);
+        jinja_str_into(c, &s, a, false, line);
+        jinja_str_into(c, &s, b, false, line);
+        struct jv *r = jinja_str(c, "", 0);
         r->str.s = s.s ? s.s : "";
         r->str.n = s.n;
         return r;
@@ -951,7 +950,7 @@ static struct jv *arith(struct jctx *c, int op, struct jv *a, struct jv *b, int 
             case 'f':
             case '%':
                 if (!y)
-                    jerr(c, line, "integer division or modulo by zero");
+                    jinja_err(c, line, "integer division or modulo by zero");
                 if (x == INT64_MIN && y == -1) {
                     ovf = op == 'f';
                     break;
@@ -962,7 +961,7 @@ static struct jv *arith(struct jctx *c, int op, struct jv *a, struct jv *b, int 
                 break;
             case 'p':
                 if (y < 0)
-                    return jv_float(c, pow((double)x, (double)y));
+                    return jinja_float(c, pow((double)x, (double)y));
                 r = 1;
                 for (int64_t i = 0; i < y && !ovf; i++) {
                     ovf = __builtin_mul_overflow(r, x, &r);
@@ -976,8 +975,8 @@ static struct jv *arith(struct jctx *c, int op, struct jv *a, struct jv *b, int 
                 break;
             }
             if (ovf)
-                jerr(c, line, "an integer past 64 bits");
-            return jv_int(c, r);
+                jinja_err(c, line, "an integer past 64 bits");
+            return jinja_int(c, r);
         }
         double x = num_f(a), y = num_f(b), r = 0;
         switch (op) {
@@ -994,7 +993,7 @@ static struct jv *arith(struct jctx *c, int op, struct jv *a, struct jv *b, int 
         case 'f':
         case '%':
             if (y == 0)
-                jerr(c, line, "float division by zero");
+                jinja_err(c, line, "float division by zero");
             r = op == '/' ? x / y : op == 'f' ? floor(x / y) : fmod(x, y);
             if (op == '%' && r != 0 && ((r < 0) != (y < 0)))
                 r += y;
@@ -1003,19 +1002,19 @@ static struct jv *arith(struct jctx *c, int op, struct jv *a, struct jv *b, int 
             r = pow(x, y);
             break;
         }
-        return jv_float(c, r);
+        return jinja_float(c, r);
     }
     if (op == '+' && a->t == JV_STR && b->t == JV_STR) {
         struct jbuf s = {0};
-        jbuf_put(c, &s, a->str.s, a->str.n);
-        jbuf_put(c, &s, b->str.s, b->str.n);
-        struct jv *r = jv_str(c, "", 0);
+        jinja_buf_put(c, &s, a->str.s, a->str.n);
+        jinja_buf_put(c, &s, b->str.s, b->str.n);
+        struct jv *r = jinja_str(c, "", 0);
         r->str.s = s.s ? s.s : "";
         r->str.n = s.n;
         return r;
     }
     if (op == '+' && a->t == JV_LIST && b->t == JV_LIST && a->tuple == b->tuple) {
-        struct jv *r = jv_list(c, a->list.n + b->list.n);
+        struct jv *r = jinja_list(c, a->list.n + b->list.n);
         r->tuple = a->tuple;
         memcpy(r->list.v, a->list.v, a->list.n * sizeof(*r->list.v));
         memcpy(r->list.v + a->list.n, b->list.v, b->list.n * sizeof(*r->list.v));
@@ -1029,28 +1028,28 @@ static struct jv *arith(struct jctx *c, int op, struct jv *a, struct jv *b, int 
         if (!unit) /* nothing repeated any number of times */
             k = 0;
         if (unit && (uint64_t)k > c->lim->max_output / unit)
-            jthrow(c->fail, -E2BIG, "line %d: a repetition past the output limit", line);
+            jinja_throw(c->fail, -E2BIG, "line %d: a repetition past the output limit", line);
         if (a->t == JV_STR) {
             struct jbuf s = {0};
             for (int64_t i = 0; i < k; i++)
-                jbuf_put(c, &s, a->str.s, a->str.n);
-            struct jv *r = jv_str(c, "", 0);
+                jinja_buf_put(c, &s, a->str.s, a->str.n);
+            struct jv *r = jinja_str(c, "", 0);
             r->str.s = s.s ? s.s : "";
             r->str.n = s.n;
             return r;
         }
-        struct jv *r = jv_list(c, unit * (size_t)k);
+        struct jv *r = jinja_list(c, unit * (size_t)k);
         r->tuple = a->tuple;
         for (int64_t i = 0; i < k; i++)
             memcpy(r->list.v + (size_t)i * unit, a->list.v, unit * sizeof(*r->list.v));
         return r;
     }
     if (op == '+' && a->t == JV_STR)
-        jerr(c, line, "can only concatenate str (not \"%s\") to str", jv_type_name(b));
+        jinja_err(c, line, "can only concatenate str (not \"%s\") to str", jinja_type_name(b));
     static const char *const names[] = {['+'] = "+",  ['-'] = "-", ['*'] = "*", ['/'] = "/",
                                         ['f'] = "//", ['%'] = "%", ['p'] = "**"};
-    jerr(c, line, "unsupported operand type(s) for %s: '%s' and '%s'", names[op], jv_type_name(a),
-         jv_type_name(b));
+    jinja_err(c, line, "unsupported operand type(s) for %s: '%s' and '%s'", names[op], jinja_type_name(a),
+         jinja_type_name(b));
 }
 
 static bool contains(struct jctx *c, struct jv *hay, struct jv *needle, int line)
@@ -1058,28 +1057,28 @@ static bool contains(struct jctx *c, struct jv *hay, struct jv *needle, int line
     switch (hay->t) {
     case JV_STR:
         if (needle->t != JV_STR)
-            jerr(c, line, "'in <string>' requires string as left operand, not %s",
-                 jv_type_name(needle));
-        jcharge(c, hay->str.n / 16);
+            jinja_err(c, line, "'in <string>' requires string as left operand, not %s",
+                 jinja_type_name(needle));
+        jinja_charge(c, hay->str.n / 16);
         return needle->str.n == 0 ||
                memmem(hay->str.s, hay->str.n, needle->str.s, needle->str.n) != NULL;
     case JV_LIST:
         for (size_t i = 0; i < hay->list.n; i++)
-            if (jv_equal(c, hay->list.v[i], needle))
+            if (jinja_equal(c, hay->list.v[i], needle))
                 return true;
         return false;
     case JV_DICT:
-        return jv_dict_get(c, hay, needle) != NULL;
+        return jinja_dict_get(c, hay, needle) != NULL;
     case JV_UNDEF:
         return false;
     default:
-        jerr(c, line, "argument of type '%s' is not iterable", jv_type_name(hay));
+        jinja_err(c, line, "argument of type '%s' is not iterable", jinja_type_name(hay));
     }
 }
 
 static struct jv *eval_args(struct jctx *c, const struct jx *x, struct jscope *sc, struct jv ***out)
 {
-    *out = jalloc(c->arena, (size_t)x->nargs * sizeof(**out) + 1, c->fail);
+    *out = jinja_alloc(c->arena, (size_t)x->nargs * sizeof(**out) + 1, c->fail);
     for (int i = 0; i < x->nargs; i++)
         (*out)[i] = ev(c, x->args[i], sc);
     return NULL;
@@ -1094,26 +1093,26 @@ static struct jv *eval_filter(struct jctx *c, const struct jx *x, struct jscope 
                                              : ev(c, x->a, sc);
     struct jv **args;
     eval_args(c, x, sc, &args);
-    return jlib_filter(c, x->name, v, args, x->kw, x->nargs, x->line);
+    return jinja_filter(c, x->name, v, args, x->kw, x->nargs, x->line);
 }
 
 static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
 {
-    jcharge(c, 1);
+    jinja_charge(c, 1);
     switch (x->kind) {
     case JX_LIT:
         return x->lit;
     case JX_NAME: {
         struct jv *v = scope_get(c, sc, x->name);
         if (!v)
-            v = jlib_global(x->name);
-        return v ? v : jv_undef(c, "'%s' is undefined", x->name);
+            v = jinja_global(x->name);
+        return v ? v : jinja_undef(c, "'%s' is undefined", x->name);
     }
     case JX_ATTR:
-        return jv_getattr(c, ev(c, x->a, sc), x->name, x->line);
+        return jinja_getattr(c, ev(c, x->a, sc), x->name, x->line);
     case JX_ITEM: {
         struct jv *o = ev(c, x->a, sc);
-        return jv_getitem(c, o, ev(c, x->b, sc), x->line);
+        return jinja_getitem(c, o, ev(c, x->b, sc), x->line);
     }
     case JX_SLICE: {
         struct jv *o = ev(c, x->a, sc), *parts[3];
@@ -1124,31 +1123,31 @@ static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
     case JX_CALL: {
         struct jv *f = ev(c, x->a, sc), **args;
         eval_args(c, x, sc, &args);
-        return jv_call(c, f, args, x->kw, x->nargs, x->line);
+        return jinja_call(c, f, args, x->kw, x->nargs, x->line);
     }
     case JX_FILTER:
         return eval_filter(c, x, sc, NULL);
     case JX_TEST: {
         struct jv *v = ev(c, x->a, sc), **args;
         eval_args(c, x, sc, &args);
-        bool r = jlib_test(c, x->name, v, args, x->nargs, x->line);
-        return jv_bool(x->op ? !r : r);
+        bool r = jinja_test(c, x->name, v, args, x->nargs, x->line);
+        return jinja_bool(x->op ? !r : r);
     }
     case JX_UNARY: {
         struct jv *v = ev(c, x->a, sc);
         if (x->op == 'n')
-            return jv_bool(!jv_truthy(v));
+            return jinja_bool(!jinja_truthy(v));
         if (v->t == JV_UNDEF)
             undefined_error(c, v, x->line);
         if (!is_num(v))
-            jerr(c, x->line, "bad operand type for unary %c: '%s'", x->op, jv_type_name(v));
+            jinja_err(c, x->line, "bad operand type for unary %c: '%s'", x->op, jinja_type_name(v));
         if (x->op == '+')
-            return v->t == JV_BOOL ? jv_int(c, v->b) : v;
+            return v->t == JV_BOOL ? jinja_int(c, v->b) : v;
         if (v->t == JV_FLOAT)
-            return jv_float(c, -v->f);
+            return jinja_float(c, -v->f);
         if (num_i(v) == INT64_MIN)
-            jerr(c, x->line, "an integer past 64 bits");
-        return jv_int(c, -num_i(v));
+            jinja_err(c, x->line, "an integer past 64 bits");
+        return jinja_int(c, -num_i(v));
     }
     case JX_BINARY: {
         struct jv *a = ev(c, x->a, sc);
@@ -1156,11 +1155,11 @@ static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
     }
     case JX_AND: {
         struct jv *a = ev(c, x->a, sc);
-        return jv_truthy(a) ? ev(c, x->b, sc) : a;
+        return jinja_truthy(a) ? ev(c, x->b, sc) : a;
     }
     case JX_OR: {
         struct jv *a = ev(c, x->a, sc);
-        return jv_truthy(a) ? a : ev(c, x->b, sc);
+        return jinja_truthy(a) ? a : ev(c, x->b, sc);
     }
     case JX_COMPARE: {
         struct jv *l = ev(c, x->args[0], sc);
@@ -1169,22 +1168,22 @@ static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
             bool ok;
             switch (x->ops[i]) {
             case JCMP_EQ:
-                ok = jv_equal(c, l, r);
+                ok = jinja_equal(c, l, r);
                 break;
             case JCMP_NE:
-                ok = !jv_equal(c, l, r);
+                ok = !jinja_equal(c, l, r);
                 break;
             case JCMP_LT:
-                ok = jv_compare(c, l, r, x->line) < 0;
+                ok = jinja_compare(c, l, r, x->line) < 0;
                 break;
             case JCMP_LE:
-                ok = jv_compare(c, l, r, x->line) <= 0;
+                ok = jinja_compare(c, l, r, x->line) <= 0;
                 break;
             case JCMP_GT:
-                ok = jv_compare(c, l, r, x->line) > 0;
+                ok = jinja_compare(c, l, r, x->line) > 0;
                 break;
             case JCMP_GE:
-                ok = jv_compare(c, l, r, x->line) >= 0;
+                ok = jinja_compare(c, l, r, x->line) >= 0;
                 break;
             case JCMP_IN:
                 ok = contains(c, r, l, x->line);
@@ -1194,37 +1193,37 @@ static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
                 break;
             }
             if (!ok)
-                return &jv_false;
+                return jinja_shared(&jinja_false);
             l = r;
         }
-        return &jv_true;
+        return jinja_shared(&jinja_true);
     }
     case JX_COND:
-        if (jv_truthy(ev(c, x->a, sc)))
+        if (jinja_truthy(ev(c, x->a, sc)))
             return ev(c, x->b, sc);
-        return x->c ? ev(c, x->c, sc) : jv_undef(c, "the if expression was false and had no else");
+        return x->c ? ev(c, x->c, sc) : jinja_undef(c, "the if expression was false and had no else");
     case JX_LIST:
     case JX_TUPLE: {
-        struct jv *l = jv_list(c, (size_t)x->nargs);
+        struct jv *l = jinja_list(c, (size_t)x->nargs);
         l->tuple = x->kind == JX_TUPLE;
         for (int i = 0; i < x->nargs; i++)
             l->list.v[i] = ev(c, x->args[i], sc);
         return l;
     }
     case JX_DICT: {
-        struct jv *d = jv_dict(c, (size_t)x->nargs / 2);
+        struct jv *d = jinja_dict(c, (size_t)x->nargs / 2);
         for (int i = 0; i + 1 < x->nargs; i += 2) {
             struct jv *k = ev(c, x->args[i], sc);
             if (k->t == JV_LIST && !k->tuple)
-                jerr(c, x->line, "unhashable type: 'list'");
+                jinja_err(c, x->line, "unhashable type: 'list'");
             if (k->t == JV_DICT || k->t == JV_NS)
-                jerr(c, x->line, "unhashable type: 'dict'");
-            jv_dict_put(c, d, k, ev(c, x->args[i + 1], sc));
+                jinja_err(c, x->line, "unhashable type: 'dict'");
+            jinja_dict_put(c, d, k, ev(c, x->args[i + 1], sc));
         }
         return d;
     }
     }
-    jerr(c, x->line, "an unknown expression");
+    jinja_err(c, x->line, "an unknown expression");
 }
 
 /* ---- statements ---- */
@@ -1239,9 +1238,9 @@ static void assign(struct jctx *c, const struct js *s, struct jscope *sc, struct
         scope_set(c, sc, s->targets[0], v);
         return;
     }
-    struct jv *items = jv_iter_list(c, v, s->line);
+    struct jv *items = jinja_iter_list(c, v, s->line);
     if (items->list.n != (size_t)s->ntargets)
-        jerr(c, s->line, "cannot unpack %zu values into %d names", items->list.n, s->ntargets);
+        jinja_err(c, s->line, "cannot unpack %zu values into %d names", items->list.n, s->ntargets);
     for (int i = 0; i < s->ntargets; i++)
         scope_set(c, sc, s->targets[i], items->list.v[i]);
 }
@@ -1251,15 +1250,15 @@ static struct jv *loop_cycle(struct jctx *c, struct jv *self, struct jv **args, 
 {
     (void)kw;
     if (!n)
-        jerr(c, line, "no items for cycling given");
+        jinja_err(c, line, "no items for cycling given");
     return args[self->loop.i % (size_t)n];
 }
 
 /* loop.@name */
 static struct jv *loop_attr(struct jctx *c, struct jv *l, const char *name)
 {
-    static struct jv no_prev = {.t = JV_UNDEF, .undef = "there is no previous item"};
-    static struct jv no_next = {.t = JV_UNDEF, .undef = "there is no next item"};
+    static const struct jv no_prev = {.t = JV_UNDEF, .undef = "there is no previous item"};
+    static const struct jv no_next = {.t = JV_UNDEF, .undef = "there is no next item"};
     size_t i = l->loop.i, n = l->loop.items->list.n;
     static const char *const ints[] = {"index",  "index0", "revindex", "revindex0",
                                        "length", "depth",  "depth0"};
@@ -1267,15 +1266,15 @@ static struct jv *loop_attr(struct jctx *c, struct jv *l, const char *name)
         (int64_t)i + 1, (int64_t)i, (int64_t)(n - i), (int64_t)(n - i - 1), (int64_t)n, 1, 0};
     for (int k = 0; k < 7; k++)
         if (!strcmp(name, ints[k]))
-            return jv_int(c, vals[k]);
+            return jinja_int(c, vals[k]);
     if (!strcmp(name, "first"))
-        return jv_bool(i == 0);
+        return jinja_bool(i == 0);
     if (!strcmp(name, "last"))
-        return jv_bool(i + 1 == n);
+        return jinja_bool(i + 1 == n);
     if (!strcmp(name, "previtem"))
-        return i ? l->loop.items->list.v[i - 1] : &no_prev;
+        return i ? l->loop.items->list.v[i - 1] : jinja_shared(&no_prev);
     if (!strcmp(name, "nextitem"))
-        return i + 1 < n ? l->loop.items->list.v[i + 1] : &no_next;
+        return i + 1 < n ? l->loop.items->list.v[i + 1] : jinja_shared(&no_next);
     if (!strcmp(name, "cycle")) {
         struct jv *f = newv(c, JV_FUNC);
         f->func.fn = loop_cycle;
@@ -1283,19 +1282,19 @@ static struct jv *loop_attr(struct jctx *c, struct jv *l, const char *name)
         f->func.name = "cycle";
         return f;
     }
-    return jv_undef(c, "'LoopContext' has no attribute '%s'", name);
+    return jinja_undef(c, "'LoopContext' has no attribute '%s'", name);
 }
 
 static int exec_for(struct jctx *c, struct jbuf *out, const struct js *s, struct jscope *sc)
 {
-    struct jv *items = jv_iter_list(c, ev(c, s->expr, sc), s->line);
+    struct jv *items = jinja_iter_list(c, ev(c, s->expr, sc), s->line);
     if (s->cond) { /* the filter sees the targets, not loop */
-        struct jv *kept = jv_list(c, items->list.n);
+        struct jv *kept = jinja_list(c, items->list.n);
         size_t k = 0;
         for (size_t i = 0; i < items->list.n; i++) {
             struct jscope *f = scope_new(c, sc);
             assign(c, s, f, items->list.v[i]);
-            if (jv_truthy(ev(c, s->cond, f)))
+            if (jinja_truthy(ev(c, s->cond, f)))
                 kept->list.v[k++] = items->list.v[i];
         }
         kept->list.n = k;
@@ -1304,7 +1303,7 @@ static int exec_for(struct jctx *c, struct jbuf *out, const struct js *s, struct
     bool completed = false;
     size_t n = items->list.n;
     for (size_t i = 0; i < n; i++) {
-        jcharge(c, 1);
+        jinja_charge(c, 1);
         struct jscope *body = scope_new(c, sc);
         assign(c, s, body, items->list.v[i]);
         struct jv *loop = newv(c, JV_LOOP);
@@ -1327,7 +1326,7 @@ static struct jv *render_to_string(struct jctx *c, const struct js *body, struct
 {
     struct jbuf b = {0};
     exec_body(c, &b, body, sc);
-    struct jv *r = jv_str(c, "", 0);
+    struct jv *r = jinja_str(c, "", 0);
     r->str.s = b.s ? b.s : "";
     r->str.n = b.n;
     return r;
@@ -1338,15 +1337,15 @@ static struct jv *call_macro(struct jctx *c, struct jv *m, struct jv **args, con
 {
     const struct js *d = m->macro.def;
     if (++c->depth > c->lim->max_depth)
-        jthrow(c->fail, -E2BIG, "line %d: macro calls nested deeper than %d", line,
+        jinja_throw(c->fail, -E2BIG, "line %d: macro calls nested deeper than %d", line,
                c->lim->max_depth);
     struct jscope *sc = scope_new(c, m->macro.closure);
-    struct jv **bound = jalloc(c->arena, (size_t)d->ntargets * sizeof(*bound) + 1, c->fail);
+    struct jv **bound = jinja_alloc(c->arena, (size_t)d->ntargets * sizeof(*bound) + 1, c->fail);
     int pos = 0;
     for (int i = 0; i < n; i++) {
         if (!kw[i]) {
             if (pos >= d->ntargets)
-                jerr(c, line, "macro '%s' takes not more than %d argument(s)", d->name,
+                jinja_err(c, line, "macro '%s' takes not more than %d argument(s)", d->name,
                      d->ntargets);
             bound[pos++] = args[i];
             continue;
@@ -1355,14 +1354,14 @@ static struct jv *call_macro(struct jctx *c, struct jv *m, struct jv **args, con
         while (k < d->ntargets && strcmp(d->targets[k], kw[i]))
             k++;
         if (k == d->ntargets)
-            jerr(c, line, "macro '%s' has no argument '%s'", d->name, kw[i]);
+            jinja_err(c, line, "macro '%s' has no argument '%s'", d->name, kw[i]);
         bound[k] = args[i];
     }
     for (int i = 0; i < d->ntargets; i++) {
         struct jv *v = bound[i];
         if (!v)
             v = d->defaults[i] ? ev(c, d->defaults[i], sc)
-                               : jv_undef(c, "parameter '%s' was not provided", d->targets[i]);
+                               : jinja_undef(c, "parameter '%s' was not provided", d->targets[i]);
         scope_set(c, sc, d->targets[i], v);
     }
     struct jv *r = render_to_string(c, d->body, sc);
@@ -1373,16 +1372,16 @@ static struct jv *call_macro(struct jctx *c, struct jv *m, struct jv **args, con
 static int exec_body(struct jctx *c, struct jbuf *out, const struct js *s, struct jscope *sc)
 {
     for (; s; s = s->next) {
-        jcharge(c, 1);
+        jinja_charge(c, 1);
         switch (s->kind) {
         case JS_TEXT:
-            jbuf_put(c, out, s->text, s->len);
+            jinja_buf_put(c, out, s->text, s->len);
             break;
         case JS_OUTPUT:
-            jv_str_into(c, out, ev(c, s->expr, sc), false, s->line);
+            jinja_str_into(c, out, ev(c, s->expr, sc), false, s->line);
             break;
         case JS_IF: {
-            const struct js *b = jv_truthy(ev(c, s->expr, sc)) ? s->body : s->orelse;
+            const struct js *b = jinja_truthy(ev(c, s->expr, sc)) ? s->body : s->orelse;
             if (b) {
                 int f = exec_body(c, out, b, sc);
                 if (f != FLOW_NEXT)
@@ -1404,8 +1403,8 @@ static int exec_body(struct jctx *c, struct jbuf *out, const struct js *s, struc
             }
             struct jv *ns = scope_get(c, sc, s->targets[0]);
             if (!ns || ns->t != JV_NS)
-                jerr(c, s->line, "cannot assign attribute on non-namespace object");
-            jv_dict_put(c, ns, jv_str(c, s->attr, strlen(s->attr)), v);
+                jinja_err(c, s->line, "cannot assign attribute on non-namespace object");
+            jinja_dict_put(c, ns, jinja_str(c, s->attr, strlen(s->attr)), v);
             break;
         }
         case JS_SETBLOCK: {
@@ -1424,7 +1423,7 @@ static int exec_body(struct jctx *c, struct jbuf *out, const struct js *s, struc
         }
         case JS_FILTER: {
             struct jv *v = eval_filter(c, s->filter, sc, render_to_string(c, s->body, sc));
-            jv_str_into(c, out, v, false, s->line);
+            jinja_str_into(c, out, v, false, s->line);
             break;
         }
         case JS_BREAK:
@@ -1487,15 +1486,15 @@ int coord_jinja_parse(const char *src, size_t len, struct coord_jinja **out, cha
     if (setjmp(f->jb)) {
         snprintf(err, elen, "%s", f->msg);
         int rc = f->rc;
-        jarena_free(&t->arena);
+        jinja_arena_free(&t->arena);
         free(t);
         free(f);
         return rc;
     }
     if (memchr(src, 0, len))
-        jthrow(f, -EINVAL, "the template holds a NUL byte");
+        jinja_throw(f, -EINVAL, "the template holds a NUL byte");
     if (!utf8_valid(src, len))
-        jthrow(f, -EINVAL, "the template is not UTF-8 text");
+        jinja_throw(f, -EINVAL, "the template is not UTF-8 text");
     t->body = jinja_parse(src, len, &t->arena, f, PARSE_DEPTH);
     free(f);
     *out = t;
@@ -1506,7 +1505,7 @@ void coord_jinja_free(struct coord_jinja *t)
 {
     if (!t)
         return;
-    jarena_free(&t->arena);
+    jinja_arena_free(&t->arena);
     free(t);
 }
 
@@ -1533,7 +1532,7 @@ int coord_jinja_render(const struct coord_jinja *t, json_t *vars,
         .fail = &st->f, .arena = &st->arena, .lim = lim ? lim : &coord_jinja_default_limits};
     if (setjmp(st->f.jb)) {
         snprintf(err, elen, "%s", st->f.msg);
-        jarena_free(&st->arena);
+        jinja_arena_free(&st->arena);
         int rc = st->f.rc;
         free(st);
         return rc;
@@ -1546,22 +1545,22 @@ int coord_jinja_render(const struct coord_jinja *t, json_t *vars,
         json_object_foreach(vars, k, v)
         {
             size_t n = strlen(k);
-            char *name = jalloc(&st->arena, n + 1, &st->f);
+            char *name = jinja_alloc(&st->arena, n + 1, &st->f);
             memcpy(name, k, n);
-            scope_set(c, c->globals, name, jv_from_json(c, v, 0));
+            scope_set(c, c->globals, name, jinja_from_json(c, v, 0));
         }
     }
     struct jbuf b = {0};
     exec_body(c, &b, t->body, scope_new(c, c->globals));
     char *r = malloc(b.n + 1);
     if (!r)
-        jthrow(&st->f, -ENOMEM, "out of memory");
+        jinja_throw(&st->f, -ENOMEM, "out of memory");
     if (b.n)
         memcpy(r, b.s, b.n);
     r[b.n] = 0;
     *out = r;
     *olen = b.n;
-    jarena_free(&st->arena);
+    jinja_arena_free(&st->arena);
     free(st);
     return 0;
 }

@@ -27,9 +27,9 @@ struct jfail {
     char msg[256];
 };
 /* @n bytes (zeroed, 16-aligned) from @a; past its limit or out of memory, fails through @f. */
-void *jalloc(struct jarena *a, size_t n, struct jfail *f);
-void jarena_free(struct jarena *a);
-_Noreturn void jthrow(struct jfail *f, int rc, const char *fmt, ...)
+void *jinja_alloc(struct jarena *a, size_t n, struct jfail *f);
+void jinja_arena_free(struct jarena *a);
+_Noreturn void jinja_throw(struct jfail *f, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* ---- syntax tree ---- */
@@ -177,54 +177,59 @@ struct jctx {
 struct js *jinja_parse(const char *src, size_t len, struct jarena *a, struct jfail *f, int depth);
 
 /* jinja_eval.c */
-extern struct jv jv_undefined, jv_none, jv_true, jv_false;
-_Noreturn void jerr(struct jctx *c, int line, const char *fmt, ...)
+/* None, True and False, shared by every render on every thread: const (in read-only memory, so
+ * a write would fault instead of changing another render's value) and never written - the
+ * interpreter fills in only values it has just made. jinja_shared() hands one out as the plain
+ * struct jv * that values travel as. */
+extern const struct jv jinja_none, jinja_true, jinja_false;
+static inline struct jv *jinja_shared(const struct jv *v) { return (struct jv *)v; }
+_Noreturn void jinja_err(struct jctx *c, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void jcharge(struct jctx *c, size_t n);                     /* n steps */
+void jinja_charge(struct jctx *c, size_t n);                     /* n steps */
 /* Entering one more level of a nested value (print, compare): fails past 256. Leave with
  * c->vdepth--. */
-void jdeeper(struct jctx *c, int line);
-struct jv *jv_str(struct jctx *c, const char *s, size_t n); /* copies */
-struct jv *jv_int(struct jctx *c, int64_t i);
-struct jv *jv_float(struct jctx *c, double f);
-struct jv *jv_bool(bool b);
-struct jv *jv_list(struct jctx *c, size_t n); /* n slots to fill */
-struct jv *jv_dict(struct jctx *c, size_t cap);
-void jv_dict_put(struct jctx *c, struct jv *d, struct jv *k, struct jv *v);
-struct jv *jv_dict_get(struct jctx *c, const struct jv *d, const struct jv *k);
-struct jv *jv_dict_gets(struct jctx *c, const struct jv *d, const char *k);
-struct jv *jv_undef(struct jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-struct jv *jv_from_json(struct jctx *c, json_t *j, int depth);
-bool jv_truthy(const struct jv *v);
-bool jv_equal(struct jctx *c, const struct jv *a, const struct jv *b);
-int jv_compare(struct jctx *c, const struct jv *a, const struct jv *b, int line); /* <0, 0, >0 */
-const char *jv_type_name(const struct jv *v);
+void jinja_deeper(struct jctx *c, int line);
+struct jv *jinja_str(struct jctx *c, const char *s, size_t n); /* copies */
+struct jv *jinja_int(struct jctx *c, int64_t i);
+struct jv *jinja_float(struct jctx *c, double f);
+struct jv *jinja_bool(bool b);
+struct jv *jinja_list(struct jctx *c, size_t n); /* n slots to fill */
+struct jv *jinja_dict(struct jctx *c, size_t cap);
+void jinja_dict_put(struct jctx *c, struct jv *d, struct jv *k, struct jv *v);
+struct jv *jinja_dict_get(struct jctx *c, const struct jv *d, const struct jv *k);
+struct jv *jinja_dict_gets(struct jctx *c, const struct jv *d, const char *k);
+struct jv *jinja_undef(struct jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+struct jv *jinja_from_json(struct jctx *c, json_t *j, int depth);
+bool jinja_truthy(const struct jv *v);
+bool jinja_equal(struct jctx *c, const struct jv *a, const struct jv *b);
+int jinja_compare(struct jctx *c, const struct jv *a, const struct jv *b, int line); /* <0, 0, >0 */
+const char *jinja_type_name(const struct jv *v);
 /* str() and repr() of @v, appended to a growing buffer */
 struct jbuf {
     char *s;
     size_t n, cap;
 };
-void jbuf_put(struct jctx *c, struct jbuf *b, const char *s, size_t n);
-void jv_str_into(struct jctx *c, struct jbuf *b, const struct jv *v, bool repr, int line);
-struct jv *jv_to_str(struct jctx *c, struct jv *v, int line); /* str(v) as a JV_STR */
-struct jv *jv_getattr(struct jctx *c, struct jv *o, const char *name, int line);
-struct jv *jv_getitem(struct jctx *c, struct jv *o, struct jv *k, int line);
-struct jv *jv_call(struct jctx *c, struct jv *f, struct jv **args, const char **kw, int n,
+void jinja_buf_put(struct jctx *c, struct jbuf *b, const char *s, size_t n);
+void jinja_str_into(struct jctx *c, struct jbuf *b, const struct jv *v, bool repr, int line);
+struct jv *jinja_to_str(struct jctx *c, struct jv *v, int line); /* str(v) as a JV_STR */
+struct jv *jinja_getattr(struct jctx *c, struct jv *o, const char *name, int line);
+struct jv *jinja_getitem(struct jctx *c, struct jv *o, struct jv *k, int line);
+struct jv *jinja_call(struct jctx *c, struct jv *f, struct jv **args, const char **kw, int n,
                    int line);
 /* the items of an iterable (str: its characters, dict: its keys, undefined: none) */
-struct jv *jv_iter_list(struct jctx *c, struct jv *v, int line);
-size_t utf8_count(const char *s, size_t n);
-bool py_isspace_at(const char *s, size_t n, size_t *w); /* Python's str.isspace() of one char */
+struct jv *jinja_iter_list(struct jctx *c, struct jv *v, int line);
+size_t jinja_utf8_count(const char *s, size_t n);
+bool jinja_isspace_at(const char *s, size_t n, size_t *w); /* Python's str.isspace() of one char */
 
 /* jinja_lib.c */
-struct jv *jlib_filter(struct jctx *c, const char *name, struct jv *v, struct jv **args,
+struct jv *jinja_filter(struct jctx *c, const char *name, struct jv *v, struct jv **args,
                        const char **kw, int n, int line);
-bool jlib_test(struct jctx *c, const char *name, struct jv *v, struct jv **args, int n, int line);
-struct jv *jlib_method(struct jctx *c, struct jv *o, const char *name); /* NULL: none */
-struct jv *jlib_global(const char *name);                               /* NULL: none */
-void jlib_tojson(struct jctx *c, struct jbuf *b, const struct jv *v, int indent, int level,
+bool jinja_test(struct jctx *c, const char *name, struct jv *v, struct jv **args, int n, int line);
+struct jv *jinja_method(struct jctx *c, struct jv *o, const char *name); /* NULL: none */
+struct jv *jinja_global(const char *name);                               /* NULL: none */
+void jinja_tojson(struct jctx *c, struct jbuf *b, const struct jv *v, int indent, int level,
                  const char *item_sep, const char *key_sep, bool sort_keys, bool ascii, int line);
 /* @v's text Python's str.strip(chars) way: @how 1 left, 2 right, 3 both; chars NULL: spaces */
-struct jv *jlib_strip(struct jctx *c, struct jv *v, const struct jv *chars, int how);
+struct jv *jinja_strip(struct jctx *c, struct jv *v, const struct jv *chars, int how);
 
 #endif

@@ -43,12 +43,12 @@ struct jparse {
 
 static _Noreturn void perr(struct jparse *p, int line, const char *what)
 {
-    jthrow(p->f, -EINVAL, "line %d: %s", line, what);
+    jinja_throw(p->f, -EINVAL, "line %d: %s", line, what);
 }
 
 static char *pdup(struct jparse *p, const char *s, size_t n)
 {
-    char *d = jalloc(p->a, n + 1, p->f);
+    char *d = jinja_alloc(p->a, n + 1, p->f);
     memcpy(d, s, n);
     return d;
 }
@@ -57,7 +57,7 @@ static void emit(struct jparse *p, enum jt t, int line, const char *s, size_t n)
 {
     if (p->ntok == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 256;
-        struct jtok *nt = jalloc(p->a, cap * sizeof(*nt), p->f);
+        struct jtok *nt = jinja_alloc(p->a, cap * sizeof(*nt), p->f);
         if (p->ntok)
             memcpy(nt, p->toks, p->ntok * sizeof(*nt));
         p->toks = nt;
@@ -85,7 +85,7 @@ static size_t rstrip_len(const char *s, size_t n)
         while (i > 0 && ((unsigned char)s[i - 1] & 0xc0) == 0x80 && n - i < 3)
             i--;
         i = i > 0 ? i - 1 : 0;
-        if (!py_isspace_at(s + i, n - i, &w) || i + w != n)
+        if (!jinja_isspace_at(s + i, n - i, &w) || i + w != n)
             return n;
         n = i;
     }
@@ -95,7 +95,7 @@ static size_t rstrip_len(const char *s, size_t n)
 static size_t span_space(const char *s, size_t n)
 {
     size_t i = 0, w;
-    while (i < n && py_isspace_at(s + i, n - i, &w))
+    while (i < n && jinja_isspace_at(s + i, n - i, &w))
         i += w;
     return i;
 }
@@ -155,7 +155,7 @@ static void put_utf8(char **o, unsigned v)
  * (\x41 -> 1, \u0800 -> 3, \U0010ffff -> 4), so @n + 1 bytes hold the result. */
 static void decode_string(struct jparse *p, const char *s, size_t n, int line)
 {
-    char *d = jalloc(p->a, n + 1, p->f), *o = d;
+    char *d = jinja_alloc(p->a, n + 1, p->f), *o = d;
     for (size_t i = 0; i < n; i++) {
         if (s[i] != '\\' || i + 1 == n) {
             *o++ = s[i];
@@ -315,7 +315,7 @@ static size_t lex_tag(struct jparse *p, size_t pos, bool block, int *line, bool 
                 perr(p, *line, "a character Jinja does not know in a tag");
             if (k == 1 && strchr("([{", ch)) {
                 if (sp == (int)sizeof(stack))
-                    jthrow(p->f, -E2BIG, "line %d: brackets nested too deep", *line);
+                    jinja_throw(p->f, -E2BIG, "line %d: brackets nested too deep", *line);
                 stack[sp++] = ch == '(' ? ')' : ch == '[' ? ']' : '}';
             } else if (k == 1 && strchr(")]}", ch)) {
                 if (!sp || stack[sp - 1] != (char)ch)
@@ -331,7 +331,7 @@ static size_t lex_tag(struct jparse *p, size_t pos, bool block, int *line, bool 
 /* Normalizes newlines, drops the last one (Jinja2's keep_trailing_newline false) and lexes. */
 static void lex(struct jparse *p, const char *src, size_t len)
 {
-    char *s = jalloc(p->a, len + 1, p->f);
+    char *s = jinja_alloc(p->a, len + 1, p->f);
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
         if (src[i] == '\r') {
@@ -486,7 +486,7 @@ static bool skip_name(struct jparse *p, const char *name)
 static void expect_op(struct jparse *p, const char *op)
 {
     if (!skip_op(p, op))
-        jthrow(p->f, -EINVAL, "line %d: expected '%s'", peek(p)->line, op);
+        jinja_throw(p->f, -EINVAL, "line %d: expected '%s'", peek(p)->line, op);
 }
 static const char *expect_name(struct jparse *p)
 {
@@ -504,7 +504,7 @@ static void expect_end(struct jparse *p)
 
 static struct jx *node(struct jparse *p, enum jx_kind k, int line)
 {
-    struct jx *x = jalloc(p->a, sizeof(*x), p->f);
+    struct jx *x = jinja_alloc(p->a, sizeof(*x), p->f);
     x->kind = k;
     x->line = line;
     return x;
@@ -513,7 +513,7 @@ static struct jx *node(struct jparse *p, enum jx_kind k, int line)
 static void enter(struct jparse *p, int line)
 {
     if (++p->depth > p->max_depth)
-        jthrow(p->f, -E2BIG, "line %d: nested deeper than %d", line, p->max_depth);
+        jinja_throw(p->f, -E2BIG, "line %d: nested deeper than %d", line, p->max_depth);
 }
 
 /* A left-leaning chain (a + b + c ...) nests one level per operator: each counts against the
@@ -552,8 +552,8 @@ static void parse_args(struct jparse *p, struct jx *x)
         args[n++] = parse_expr(p);
     }
     x->nargs = n;
-    x->args = jalloc(p->a, (size_t)n * sizeof(*x->args) + 1, p->f);
-    x->kw = jalloc(p->a, (size_t)n * sizeof(*x->kw) + 1, p->f);
+    x->args = jinja_alloc(p->a, (size_t)n * sizeof(*x->args) + 1, p->f);
+    x->kw = jinja_alloc(p->a, (size_t)n * sizeof(*x->kw) + 1, p->f);
     memcpy(x->args, args, (size_t)n * sizeof(*args));
     memcpy(x->kw, kw, (size_t)n * sizeof(*kw));
 }
@@ -567,7 +567,7 @@ static struct jx *lit(struct jparse *p, struct jv *v, int line)
 
 static struct jv *const_value(struct jparse *p, enum jv_type t)
 {
-    struct jv *v = jalloc(p->a, sizeof(*v), p->f);
+    struct jv *v = jinja_alloc(p->a, sizeof(*v), p->f);
     v->t = t;
     return v;
 }
@@ -577,7 +577,7 @@ static struct jx *parse_items(struct jparse *p, enum jx_kind kind, const char *c
 {
     struct jx *x = node(p, kind, line);
     int cap = 8;
-    x->args = jalloc(p->a, (size_t)cap * sizeof(*x->args), p->f);
+    x->args = jinja_alloc(p->a, (size_t)cap * sizeof(*x->args), p->f);
     while (!skip_op(p, close)) {
         if (x->nargs) {
             expect_op(p, ",");
@@ -585,7 +585,7 @@ static struct jx *parse_items(struct jparse *p, enum jx_kind kind, const char *c
                 break;
         }
         if (x->nargs + 2 > cap) {
-            struct jx **na = jalloc(p->a, (size_t)cap * 2 * sizeof(*na), p->f);
+            struct jx **na = jinja_alloc(p->a, (size_t)cap * 2 * sizeof(*na), p->f);
             memcpy(na, x->args, (size_t)x->nargs * sizeof(*na));
             x->args = na;
             cap *= 2;
@@ -605,11 +605,11 @@ static struct jx *parse_primary(struct jparse *p)
     switch (t->t) {
     case JT_NAME: {
         if (!strcmp(t->s, "true") || !strcmp(t->s, "True"))
-            return lit(p, &jv_true, t->line);
+            return lit(p, jinja_shared(&jinja_true), t->line);
         if (!strcmp(t->s, "false") || !strcmp(t->s, "False"))
-            return lit(p, &jv_false, t->line);
+            return lit(p, jinja_shared(&jinja_false), t->line);
         if (!strcmp(t->s, "none") || !strcmp(t->s, "None"))
-            return lit(p, &jv_none, t->line);
+            return lit(p, jinja_shared(&jinja_none), t->line);
         struct jx *x = node(p, JX_NAME, t->line);
         x->name = t->s;
         return x;
@@ -620,7 +620,7 @@ static struct jx *parse_primary(struct jparse *p)
         const char *s = t->s;
         while (peek(p)->t == JT_STRING) {
             struct jtok *u = next(p);
-            char *j = jalloc(p->a, n + u->n + 1, p->f);
+            char *j = jinja_alloc(p->a, n + u->n + 1, p->f);
             memcpy(j, s, n);
             memcpy(j + n, u->s, u->n);
             s = j;
@@ -650,7 +650,7 @@ static struct jx *parse_primary(struct jparse *p)
                 return e;
             expect_op(p, ",");
             struct jx *tup = parse_items(p, JX_TUPLE, ")", t->line);
-            struct jx **na = jalloc(p->a, (size_t)(tup->nargs + 1) * sizeof(*na), p->f);
+            struct jx **na = jinja_alloc(p->a, (size_t)(tup->nargs + 1) * sizeof(*na), p->f);
             na[0] = e;
             memcpy(na + 1, tup->args, (size_t)tup->nargs * sizeof(*na));
             tup->args = na;
@@ -665,7 +665,7 @@ static struct jx *parse_primary(struct jparse *p)
     default:
         break;
     }
-    jthrow(p->f, -EINVAL, "line %d: unexpected %s", t->line,
+    jinja_throw(p->f, -EINVAL, "line %d: unexpected %s", t->line,
            t->t == JT_EOF                               ? "end of template"
            : t->t == JT_VAR_END || t->t == JT_BLOCK_END ? "end of tag"
            : t->t == JT_OP                              ? t->s
@@ -701,7 +701,7 @@ static struct jx *parse_subscript(struct jparse *p, struct jx *obj, int line)
         return x;
     }
     x->nargs = 3;
-    x->args = jalloc(p->a, 3 * sizeof(*x->args), p->f);
+    x->args = jinja_alloc(p->a, 3 * sizeof(*x->args), p->f);
     memcpy(x->args, parts, sizeof(parts));
     return x;
 }
@@ -754,7 +754,7 @@ static const char *dotted_name(struct jparse *p)
         p->pos++;
         const char *m = next(p)->s;
         size_t a = strlen(n), b = strlen(m);
-        char *j = jalloc(p->a, a + b + 2, p->f);
+        char *j = jinja_alloc(p->a, a + b + 2, p->f);
         memcpy(j, n, a);
         j[a] = '.';
         memcpy(j + a + 1, m, b);
@@ -798,8 +798,8 @@ static struct jx *parse_filter_expr(struct jparse *p, struct jx *x)
                 if (is_name(u, "is"))
                     perr(p, u->line, "you cannot chain multiple tests with is");
                 e->nargs = 1;
-                e->args = jalloc(p->a, sizeof(*e->args), p->f);
-                e->kw = jalloc(p->a, sizeof(*e->kw), p->f);
+                e->args = jinja_alloc(p->a, sizeof(*e->args), p->f);
+                e->kw = jinja_alloc(p->a, sizeof(*e->kw), p->f);
                 e->args[0] = parse_postfix(p, parse_primary(p));
             }
             x = e;
@@ -940,8 +940,8 @@ static struct jx *parse_compare(struct jparse *p)
         return first;
     struct jx *x = node(p, JX_COMPARE, first->line);
     x->nargs = n + 1;
-    x->args = jalloc(p->a, (size_t)(n + 1) * sizeof(*x->args), p->f);
-    x->ops = jalloc(p->a, (size_t)n * sizeof(int), p->f);
+    x->args = jinja_alloc(p->a, (size_t)(n + 1) * sizeof(*x->args), p->f);
+    x->ops = jinja_alloc(p->a, (size_t)n * sizeof(int), p->f);
     memcpy(x->args, args, (size_t)(n + 1) * sizeof(*args));
     memcpy(x->ops, ops, (size_t)n * sizeof(int));
     return x;
@@ -1024,7 +1024,7 @@ static struct jx *parse_tuple(struct jparse *p)
         items[n++] = parse_expr(p);
     }
     x->nargs = n;
-    x->args = jalloc(p->a, (size_t)n * sizeof(*x->args), p->f);
+    x->args = jinja_alloc(p->a, (size_t)n * sizeof(*x->args), p->f);
     memcpy(x->args, items, (size_t)n * sizeof(*items));
     return x;
 }
@@ -1045,13 +1045,13 @@ static void parse_targets(struct jparse *p, struct js *s)
     if (paren)
         expect_op(p, ")");
     s->ntargets = n;
-    s->targets = jalloc(p->a, (size_t)n * sizeof(*s->targets), p->f);
+    s->targets = jinja_alloc(p->a, (size_t)n * sizeof(*s->targets), p->f);
     memcpy(s->targets, names, (size_t)n * sizeof(*names));
 }
 
 static struct js *stmt(struct jparse *p, enum js_kind k, int line)
 {
-    struct js *s = jalloc(p->a, sizeof(*s), p->f);
+    struct js *s = jinja_alloc(p->a, sizeof(*s), p->f);
     s->kind = k;
     s->line = line;
     return s;
@@ -1115,7 +1115,7 @@ static struct js *parse_statement(struct jparse *p)
                 items[n++] = parse_or(p);
             }
             tup->nargs = n;
-            tup->args = jalloc(p->a, (size_t)n * sizeof(*items), p->f);
+            tup->args = jinja_alloc(p->a, (size_t)n * sizeof(*items), p->f);
             memcpy(tup->args, items, (size_t)n * sizeof(*items));
             s->expr = tup;
         }
@@ -1137,7 +1137,7 @@ static struct js *parse_statement(struct jparse *p)
         if (peek(p)->t == JT_NAME && is_op(peek2(p), ".")) {
             s = stmt(p, JS_SET, line);
             s->ntargets = 1;
-            s->targets = jalloc(p->a, sizeof(*s->targets), p->f);
+            s->targets = jinja_alloc(p->a, sizeof(*s->targets), p->f);
             s->targets[0] = next(p)->s;
             p->pos++;
             s->attr = expect_name(p);
@@ -1182,8 +1182,8 @@ static struct js *parse_statement(struct jparse *p)
             n++;
         }
         s->ntargets = n;
-        s->targets = jalloc(p->a, (size_t)n * sizeof(*names) + 1, p->f);
-        s->defaults = jalloc(p->a, (size_t)n * sizeof(*defs) + 1, p->f);
+        s->targets = jinja_alloc(p->a, (size_t)n * sizeof(*names) + 1, p->f);
+        s->defaults = jinja_alloc(p->a, (size_t)n * sizeof(*defs) + 1, p->f);
         memcpy(s->targets, names, (size_t)n * sizeof(*names));
         memcpy(s->defaults, defs, (size_t)n * sizeof(*defs));
         expect_end(p);
@@ -1207,7 +1207,7 @@ static struct js *parse_statement(struct jparse *p)
         s = stmt(p, w[0] == 'b' ? JS_BREAK : JS_CONTINUE, line);
         expect_end(p);
     } else {
-        jthrow(p->f, -EINVAL, "line %d: unknown or unsupported tag '%s'", line, w);
+        jinja_throw(p->f, -EINVAL, "line %d: unknown or unsupported tag '%s'", line, w);
     }
     p->depth--;
     return s;
@@ -1222,7 +1222,7 @@ static struct js *parse_body(struct jparse *p, const char *const *ends, int nend
         struct js *s;
         if (t->t == JT_EOF) {
             if (nends)
-                jthrow(p->f, -EINVAL, "line %d: the template ends before {%% %s %%}", t->line,
+                jinja_throw(p->f, -EINVAL, "line %d: the template ends before {%% %s %%}", t->line,
                        ends[nends - 1]);
             return head;
         } else if (t->t == JT_DATA) {
@@ -1245,7 +1245,7 @@ static struct js *parse_body(struct jparse *p, const char *const *ends, int nend
                 }
             if (u->t == JT_NAME &&
                 (!strncmp(u->s, "end", 3) || !strcmp(u->s, "elif") || !strcmp(u->s, "else")))
-                jthrow(p->f, -EINVAL, "line %d: unexpected {%% %s %%}", u->line, u->s);
+                jinja_throw(p->f, -EINVAL, "line %d: unexpected {%% %s %%}", u->line, u->s);
             p->pos++;
             s = parse_statement(p);
         } else {
