@@ -422,8 +422,11 @@ bool jinja_equal(struct jctx *c, const struct jv *a, const struct jv *b)
         c->vdepth--;
         return eq;
     }
-    case JV_FUNC:
-        return a->func.fn == b->func.fn && a->func.self == b->func.self;
+    case JV_FUNC: /* the same function on the same object; a str's method bound twice is two
+                   * objects, as it always was here */
+        return a == b || (a->func.fn == b->func.fn && a->func.method == b->func.method &&
+                          a->func.self == b->func.self &&
+                          !(a->func.method && a->func.self->t == JV_STR));
     default:
         return a == b;
     }
@@ -836,6 +839,8 @@ static struct jv *call_macro(struct jctx *c, struct jv *m, struct jv **args, con
 
 struct jv *jinja_call(struct jctx *c, struct jv *f, struct jv **args, const char **kw, int n, int line)
 {
+    if (f->t == JV_FUNC && f->func.method)
+        return jinja_call_method(c, f, args, kw, n, line);
     if (f->t == JV_FUNC)
         return f->func.fn(c, f->func.self, args, kw, n, line);
     if (f->t == JV_MACRO)

@@ -116,6 +116,7 @@ enum jv_type {
     JV_LOOP
 };
 struct jctx;
+struct jinja_fn;
 typedef struct jv *(*jfunc)(struct jctx *c, struct jv *self, struct jv **args, const char **kw,
                             int n, int line);
 struct jv {
@@ -142,9 +143,10 @@ struct jv {
             struct jscope *closure;
         } macro;
         struct {
-            jfunc fn;
+            jfunc fn;        /* NULL for a method: see method */
             struct jv *self; /* a bound method's object */
             const char *name;
+            const struct jinja_fn *method; /* a bound method's entry, or NULL */
         } func;
         struct { /* a for loop's `loop`: its attributes are computed when read */
             const struct jv *items;
@@ -221,15 +223,75 @@ struct jv *jinja_iter_list(struct jctx *c, struct jv *v, int line);
 size_t jinja_utf8_count(const char *s, size_t n);
 bool jinja_isspace_at(const char *s, size_t n, size_t *w); /* Python's str.isspace() of one char */
 
-/* jinja_lib.c */
+/* ---- the library: filters, tests and methods as tables ---- */
+/* A filter, a test or a method: its name, the positional arguments it needs (fewer fail with
+ * @too_few, a format that takes the name; NULL where min_args is 0) and its function. A shared
+ * function tells the names it serves apart by @name. */
+typedef struct jv *(*jinja_filter_fn)(struct jctx *c, const char *name, struct jv *v,
+                                      struct jv **args, const char **kw, int n, int line);
+typedef bool (*jinja_test_fn)(struct jctx *c, const char *name, struct jv *v, struct jv **args,
+                              int n, int line);
+typedef struct jv *(*jinja_method_fn)(struct jctx *c, const char *name, struct jv *self,
+                                      struct jv **args, const char **kw, int n, int line);
+struct jinja_fn {
+    const char *name;
+    int min_args;
+    const char *too_few;
+    union {
+        jinja_filter_fn filter;
+        jinja_test_fn test;
+        jinja_method_fn method;
+    };
+};
+/* jinja_filters.c, jinja_tests.c, jinja_methods.c: each table's entries, sorted by name */
+extern const struct jinja_fn jinja_filters[], jinja_tests[], jinja_str_methods[],
+    jinja_dict_methods[], jinja_list_methods[];
+extern const size_t jinja_nfilters, jinja_ntests, jinja_nstr_methods, jinja_ndict_methods,
+    jinja_nlist_methods;
+/* The entry named @name of @table (@n entries, sorted by name), or NULL. */
+const struct jinja_fn *jinja_lookup(const struct jinja_fn *table, size_t n, const char *name);
+/* Fails with @f's too_few message when the @n arguments of a call (@kw: each one's keyword,
+ * NULL for a positional one; @kw NULL: all positional) hold fewer positional ones than @f
+ * needs. */
+void jinja_check_arity(struct jctx *c, const struct jinja_fn *f, const char **kw, int n, int line);
+
+/* jinja_filters.c: filter @name applied to @v */
 struct jv *jinja_filter(struct jctx *c, const char *name, struct jv *v, struct jv **args,
-                       const char **kw, int n, int line);
+                        const char **kw, int n, int line);
+/* jinja_tests.c: `v is name(args)` */
 bool jinja_test(struct jctx *c, const char *name, struct jv *v, struct jv **args, int n, int line);
-struct jv *jinja_method(struct jctx *c, struct jv *o, const char *name); /* NULL: none */
-struct jv *jinja_global(const char *name);                               /* NULL: none */
-void jinja_tojson(struct jctx *c, struct jbuf *b, const struct jv *v, int indent, int level,
-                 const char *item_sep, const char *key_sep, bool sort_keys, bool ascii, int line);
+/* jinja_methods.c: @o's method @name bound to it (a JV_FUNC whose func.method is the entry);
+ * NULL: none. Calling it: jinja_call_method(). */
+struct jv *jinja_method(struct jctx *c, struct jv *o, const char *name);
+struct jv *jinja_call_method(struct jctx *c, const struct jv *f, struct jv **args, const char **kw,
+                             int n, int line);
+struct jv *jinja_global(const char *name); /* NULL: none */
+
+/* jinja_text.c: what filters and methods share */
+/* argument @pos (-1: none) or keyword @name (NULL: none) of a call, or NULL */
+struct jv *jinja_arg(struct jv **args, const char **kw, int n, int pos, const char *name);
+/* @v when it is a str (an undefined fails with its own message; else "@what: expected a string")
+ */
+struct jv *jinja_need_str(struct jctx *c, struct jv *v, const char *what, int line);
+/* @v as an integer (bool: 0 or 1), else fails "@what: expected an integer" */
+int64_t jinja_need_int(struct jctx *c, struct jv *v, const char *what, int line);
+/* the text of @b as a str value (taking its buffer) */
+struct jv *jinja_mkstr(struct jctx *c, struct jbuf *b);
+/* width in bytes of the UTF-8 character at @s */
+size_t jinja_char_width(const char *s, size_t n);
 /* @v's text Python's str.strip(chars) way: @how 1 left, 2 right, 3 both; chars NULL: spaces */
 struct jv *jinja_strip(struct jctx *c, struct jv *v, const struct jv *chars, int how);
+enum jinja_case { JINJA_CASE_LOWER, JINJA_CASE_UPPER, JINJA_CASE_TITLE, JINJA_CASE_CAPITALIZE };
+/* @v's text with ASCII letters mapped */
+struct jv *jinja_case_map(struct jctx *c, struct jv *v, enum jinja_case mode);
+/* str.split(sep, max) (@right: rsplit) */
+struct jv *jinja_split(struct jctx *c, struct jv *s, struct jv *sep, int64_t max, bool right,
+                       int line);
+/* str.replace(old, new, count) (count -1: all) */
+struct jv *jinja_replace(struct jctx *c, struct jv *s, struct jv *old, struct jv *new,
+                         int64_t count, int line);
+/* json.dumps(v) appended to @b */
+void jinja_tojson(struct jctx *c, struct jbuf *b, const struct jv *v, int indent, int level,
+                  const char *item_sep, const char *key_sep, bool sort_keys, bool ascii, int line);
 
 #endif
