@@ -921,140 +921,168 @@ static struct jv *scope_get(struct jctx *c, struct jscope *s, const char *name)
 }
 
 /* ---- expressions ---- */
+const char *const jinja_op_names[] = {
+    [JINJA_OP_ADD] = "+", [JINJA_OP_SUB] = "-",       [JINJA_OP_MUL] = "*",     [JINJA_OP_DIV] = "/",
+    [JINJA_OP_FLOORDIV] = "//", [JINJA_OP_MOD] = "%", [JINJA_OP_POW] = "**",   [JINJA_OP_CONCAT] = "~",
+    [JINJA_OP_NEG] = "-", [JINJA_OP_POS] = "+",       [JINJA_OP_NOT] = "not",
+};
 static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc);
 
-static struct jv *arith(struct jctx *c, int op, struct jv *a, struct jv *b, int line)
+/* a str value holding @b's text */
+static struct jv *buf_str(struct jctx *c, struct jbuf *b)
 {
-    if (op == '~') {
+    struct jv *r = jinja_str(c, "", 0);
+    r->str.s = b->s ? b->s : "";
+    r->str.n = b->n;
+    return r;
+}
+
+/* @op of two integers (bools as 0 / 1), Python's way: floor division and a modulo with the
+ * divisor's sign; past 64 bits fails */
+static struct jv *arith_int(struct jctx *c, enum jinja_op op, int64_t x, int64_t y, int line)
+{
+    int64_t r = 0;
+    bool ovf = false;
+    switch (op) {
+    case JINJA_OP_ADD:
+        ovf = __builtin_add_overflow(x, y, &r);
+        break;
+    case JINJA_OP_SUB:
+        ovf = __builtin_sub_overflow(x, y, &r);
+        break;
+    case JINJA_OP_MUL:
+        ovf = __builtin_mul_overflow(x, y, &r);
+        break;
+    case JINJA_OP_FLOORDIV:
+    case JINJA_OP_MOD:
+        if (!y)
+            jinja_err(c, line, "integer division or modulo by zero");
+        if (x == INT64_MIN && y == -1) {
+            ovf = op == JINJA_OP_FLOORDIV;
+            break;
+        }
+        r = op == JINJA_OP_FLOORDIV ? x / y - ((x % y != 0) && ((x < 0) != (y < 0))) : x % y;
+        if (op == JINJA_OP_MOD && r != 0 && ((r < 0) != (y < 0)))
+            r += y;
+        break;
+    case JINJA_OP_POW:
+        if (y < 0)
+            return jinja_float(c, pow((double)x, (double)y));
+        r = 1;
+        for (int64_t i = 0; i < y && !ovf; i++) {
+            ovf = __builtin_mul_overflow(r, x, &r);
+            if (r == 0 || r == 1)
+                break;
+            if (r == -1 && x == -1) {
+                r = (y % 2) ? -1 : 1;
+                break;
+            }
+        }
+        break;
+    default: /* / is a float's; the others are not binary */
+        break;
+    }
+    if (ovf)
+        jinja_err(c, line, "an integer past 64 bits");
+    return jinja_int(c, r);
+}
+
+/* @op of two numbers, one of them a float (or the operator /) */
+static struct jv *arith_float(struct jctx *c, enum jinja_op op, double x, double y, int line)
+{
+    double r = 0;
+    switch (op) {
+    case JINJA_OP_ADD:
+        r = x + y;
+        break;
+    case JINJA_OP_SUB:
+        r = x - y;
+        break;
+    case JINJA_OP_MUL:
+        r = x * y;
+        break;
+    case JINJA_OP_DIV:
+    case JINJA_OP_FLOORDIV:
+    case JINJA_OP_MOD:
+        if (y == 0)
+            jinja_err(c, line, "float division by zero");
+        r = op == JINJA_OP_DIV ? x / y : op == JINJA_OP_FLOORDIV ? floor(x / y) : fmod(x, y);
+        if (op == JINJA_OP_MOD && r != 0 && ((r < 0) != (y < 0)))
+            r += y;
+        break;
+    case JINJA_OP_POW:
+        r = pow(x, y);
+        break;
+    default:
+        break;
+    }
+    return jinja_float(c, r);
+}
+
+/* str or list @a repeated @b times (an int or a bool) */
+static struct jv *repeat(struct jctx *c, struct jv *a, struct jv *b, int line)
+{
+    int64_t k = num_i(b) < 0 ? 0 : num_i(b);
+    size_t unit = a->t == JV_STR ? a->str.n : a->list.n;
+    if (!unit) /* nothing repeated any number of times */
+        k = 0;
+    if (unit && (uint64_t)k > c->lim->max_output / unit)
+        jinja_throw(c->fail, -E2BIG, "line %d: a repetition past the output limit", line);
+    if (a->t == JV_STR) {
+        struct jbuf s = {0};
+        for (int64_t i = 0; i < k; i++)
+            jinja_buf_put(c, &s, a->str.s, a->str.n);
+        return buf_str(c, &s);
+    }
+    struct jv *r = jinja_list(c, unit * (size_t)k);
+    r->tuple = a->tuple;
+    for (int64_t i = 0; i < k; i++)
+        memcpy(r->list.v + (size_t)i * unit, a->list.v, unit * sizeof(*r->list.v));
+    return r;
+}
+
+/* a @op b for a binary operator: numbers, ~ of anything, + of two strs or two lists (tuples),
+ * * of a str or list and an int */
+static struct jv *arith(struct jctx *c, enum jinja_op op, struct jv *a, struct jv *b, int line)
+{
+    if (op == JINJA_OP_CONCAT) {
         struct jbuf s = {0};
         jinja_str_into(c, &s, a, false, line);
         jinja_str_into(c, &s, b, false, line);
-        struct jv *r = jinja_str(c, "", 0);
-        r->str.s = s.s ? s.s : "";
-        r->str.n = s.n;
-        return r;
+        return buf_str(c, &s);
     }
     if (a->t == JV_UNDEF)
         undefined_error(c, a, line);
     if (b->t == JV_UNDEF)
         undefined_error(c, b, line);
     if (is_num(a) && is_num(b)) {
-        if (a->t != JV_FLOAT && b->t != JV_FLOAT && op != '/') {
-            int64_t x = num_i(a), y = num_i(b), r = 0;
-            bool ovf = false;
-            switch (op) {
-            case '+':
-                ovf = __builtin_add_overflow(x, y, &r);
-                break;
-            case '-':
-                ovf = __builtin_sub_overflow(x, y, &r);
-                break;
-            case '*':
-                ovf = __builtin_mul_overflow(x, y, &r);
-                break;
-            case 'f':
-            case '%':
-                if (!y)
-                    jinja_err(c, line, "integer division or modulo by zero");
-                if (x == INT64_MIN && y == -1) {
-                    ovf = op == 'f';
-                    break;
-                }
-                r = op == 'f' ? x / y - ((x % y != 0) && ((x < 0) != (y < 0))) : x % y;
-                if (op == '%' && r != 0 && ((r < 0) != (y < 0)))
-                    r += y;
-                break;
-            case 'p':
-                if (y < 0)
-                    return jinja_float(c, pow((double)x, (double)y));
-                r = 1;
-                for (int64_t i = 0; i < y && !ovf; i++) {
-                    ovf = __builtin_mul_overflow(r, x, &r);
-                    if (r == 0 || r == 1)
-                        break;
-                    if (r == -1 && x == -1) {
-                        r = (y % 2) ? -1 : 1;
-                        break;
-                    }
-                }
-                break;
-            }
-            if (ovf)
-                jinja_err(c, line, "an integer past 64 bits");
-            return jinja_int(c, r);
-        }
-        double x = num_f(a), y = num_f(b), r = 0;
-        switch (op) {
-        case '+':
-            r = x + y;
-            break;
-        case '-':
-            r = x - y;
-            break;
-        case '*':
-            r = x * y;
-            break;
-        case '/':
-        case 'f':
-        case '%':
-            if (y == 0)
-                jinja_err(c, line, "float division by zero");
-            r = op == '/' ? x / y : op == 'f' ? floor(x / y) : fmod(x, y);
-            if (op == '%' && r != 0 && ((r < 0) != (y < 0)))
-                r += y;
-            break;
-        case 'p':
-            r = pow(x, y);
-            break;
-        }
-        return jinja_float(c, r);
+        if (a->t != JV_FLOAT && b->t != JV_FLOAT && op != JINJA_OP_DIV)
+            return arith_int(c, op, num_i(a), num_i(b), line);
+        return arith_float(c, op, num_f(a), num_f(b), line);
     }
-    if (op == '+' && a->t == JV_STR && b->t == JV_STR) {
+    if (op == JINJA_OP_ADD && a->t == JV_STR && b->t == JV_STR) {
         struct jbuf s = {0};
         jinja_buf_put(c, &s, a->str.s, a->str.n);
         jinja_buf_put(c, &s, b->str.s, b->str.n);
-        struct jv *r = jinja_str(c, "", 0);
-        r->str.s = s.s ? s.s : "";
-        r->str.n = s.n;
-        return r;
+        return buf_str(c, &s);
     }
-    if (op == '+' && a->t == JV_LIST && b->t == JV_LIST && a->tuple == b->tuple) {
+    if (op == JINJA_OP_ADD && a->t == JV_LIST && b->t == JV_LIST && a->tuple == b->tuple) {
         struct jv *r = jinja_list(c, a->list.n + b->list.n);
         r->tuple = a->tuple;
         memcpy(r->list.v, a->list.v, a->list.n * sizeof(*r->list.v));
         memcpy(r->list.v + a->list.n, b->list.v, b->list.n * sizeof(*r->list.v));
         return r;
     }
-    if (op == '*' && (a->t == JV_INT || a->t == JV_BOOL) && (b->t == JV_STR || b->t == JV_LIST))
-        return arith(c, op, b, a, line);
-    if (op == '*' && (b->t == JV_INT || b->t == JV_BOOL) && (a->t == JV_STR || a->t == JV_LIST)) {
-        int64_t k = num_i(b) < 0 ? 0 : num_i(b);
-        size_t unit = a->t == JV_STR ? a->str.n : a->list.n;
-        if (!unit) /* nothing repeated any number of times */
-            k = 0;
-        if (unit && (uint64_t)k > c->lim->max_output / unit)
-            jinja_throw(c->fail, -E2BIG, "line %d: a repetition past the output limit", line);
-        if (a->t == JV_STR) {
-            struct jbuf s = {0};
-            for (int64_t i = 0; i < k; i++)
-                jinja_buf_put(c, &s, a->str.s, a->str.n);
-            struct jv *r = jinja_str(c, "", 0);
-            r->str.s = s.s ? s.s : "";
-            r->str.n = s.n;
-            return r;
-        }
-        struct jv *r = jinja_list(c, unit * (size_t)k);
-        r->tuple = a->tuple;
-        for (int64_t i = 0; i < k; i++)
-            memcpy(r->list.v + (size_t)i * unit, a->list.v, unit * sizeof(*r->list.v));
-        return r;
-    }
-    if (op == '+' && a->t == JV_STR)
+    if (op == JINJA_OP_MUL && (a->t == JV_INT || a->t == JV_BOOL) &&
+        (b->t == JV_STR || b->t == JV_LIST))
+        return repeat(c, b, a, line);
+    if (op == JINJA_OP_MUL && (b->t == JV_INT || b->t == JV_BOOL) &&
+        (a->t == JV_STR || a->t == JV_LIST))
+        return repeat(c, a, b, line);
+    if (op == JINJA_OP_ADD && a->t == JV_STR)
         jinja_err(c, line, "can only concatenate str (not \"%s\") to str", jinja_type_name(b));
-    static const char *const names[] = {['+'] = "+",  ['-'] = "-", ['*'] = "*", ['/'] = "/",
-                                        ['f'] = "//", ['%'] = "%", ['p'] = "**"};
-    jinja_err(c, line, "unsupported operand type(s) for %s: '%s' and '%s'", names[op], jinja_type_name(a),
-         jinja_type_name(b));
+    jinja_err(c, line, "unsupported operand type(s) for %s: '%s' and '%s'", jinja_op_names[op],
+              jinja_type_name(a), jinja_type_name(b));
 }
 
 static bool contains(struct jctx *c, struct jv *hay, struct jv *needle, int line)
@@ -1136,17 +1164,18 @@ static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
         struct jv *v = ev(c, x->a, sc), **args;
         eval_args(c, x, sc, &args);
         bool r = jinja_test(c, x->name, v, args, x->nargs, x->line);
-        return jinja_bool(x->op ? !r : r);
+        return jinja_bool(x->negated ? !r : r);
     }
     case JX_UNARY: {
         struct jv *v = ev(c, x->a, sc);
-        if (x->op == 'n')
+        if (x->op == JINJA_OP_NOT)
             return jinja_bool(!jinja_truthy(v));
         if (v->t == JV_UNDEF)
             undefined_error(c, v, x->line);
         if (!is_num(v))
-            jinja_err(c, x->line, "bad operand type for unary %c: '%s'", x->op, jinja_type_name(v));
-        if (x->op == '+')
+            jinja_err(c, x->line, "bad operand type for unary %s: '%s'", jinja_op_names[x->op],
+                      jinja_type_name(v));
+        if (x->op == JINJA_OP_POS)
             return v->t == JV_BOOL ? jinja_int(c, v->b) : v;
         if (v->t == JV_FLOAT)
             return jinja_float(c, -v->f);
@@ -1172,25 +1201,25 @@ static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
             struct jv *r = ev(c, x->args[i + 1], sc);
             bool ok;
             switch (x->ops[i]) {
-            case JCMP_EQ:
+            case JINJA_CMP_EQ:
                 ok = jinja_equal(c, l, r);
                 break;
-            case JCMP_NE:
+            case JINJA_CMP_NE:
                 ok = !jinja_equal(c, l, r);
                 break;
-            case JCMP_LT:
+            case JINJA_CMP_LT:
                 ok = jinja_compare(c, l, r, x->line) < 0;
                 break;
-            case JCMP_LE:
+            case JINJA_CMP_LE:
                 ok = jinja_compare(c, l, r, x->line) <= 0;
                 break;
-            case JCMP_GT:
+            case JINJA_CMP_GT:
                 ok = jinja_compare(c, l, r, x->line) > 0;
                 break;
-            case JCMP_GE:
+            case JINJA_CMP_GE:
                 ok = jinja_compare(c, l, r, x->line) >= 0;
                 break;
-            case JCMP_IN:
+            case JINJA_CMP_IN:
                 ok = contains(c, r, l, x->line);
                 break;
             default:

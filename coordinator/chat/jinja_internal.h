@@ -41,9 +41,9 @@ enum jx_kind {
     JX_SLICE,   /* a[args[0]:args[1]:args[2]] (NULL: omitted) */
     JX_CALL,    /* a(args, kw=...) */
     JX_FILTER,  /* a | name(args) - a is NULL inside a filter block */
-    JX_TEST,    /* a is [not] name(args) (op: negated) */
-    JX_UNARY,   /* op a: '-', '+', 'n' (not) */
-    JX_BINARY,  /* a op b: + - * / f(//) % p(**) ~ */
+    JX_TEST,    /* a is [not] name(args) */
+    JX_UNARY,   /* op a: -, +, not */
+    JX_BINARY,  /* a op b: + - * / // % ** ~ */
     JX_AND,     /* a and b */
     JX_OR,      /* a or b */
     JX_COMPARE, /* args[0] ops[0] args[1] ops[1] args[2] ... */
@@ -52,20 +52,46 @@ enum jx_kind {
     JX_TUPLE,   /* (args) */
     JX_DICT,    /* {args[0]: args[1], ...} */
 };
+/* operators of JX_BINARY and JX_UNARY; jinja_op_names[op] is each one's Python spelling */
+enum jinja_op {
+    JINJA_OP_ADD,      /* a + b */
+    JINJA_OP_SUB,      /* a - b */
+    JINJA_OP_MUL,      /* a * b */
+    JINJA_OP_DIV,      /* a / b */
+    JINJA_OP_FLOORDIV, /* a // b */
+    JINJA_OP_MOD,      /* a % b */
+    JINJA_OP_POW,      /* a ** b */
+    JINJA_OP_CONCAT,   /* a ~ b */
+    JINJA_OP_NEG,      /* -a */
+    JINJA_OP_POS,      /* +a */
+    JINJA_OP_NOT,      /* not a */
+};
+extern const char *const jinja_op_names[];
 /* comparison operators of JX_COMPARE */
-enum { JCMP_EQ, JCMP_NE, JCMP_LT, JCMP_LE, JCMP_GT, JCMP_GE, JCMP_IN, JCMP_NOTIN };
+enum jinja_cmp {
+    JINJA_CMP_EQ,
+    JINJA_CMP_NE,
+    JINJA_CMP_LT,
+    JINJA_CMP_LE,
+    JINJA_CMP_GT,
+    JINJA_CMP_GE,
+    JINJA_CMP_IN,
+    JINJA_CMP_NOTIN
+};
 
 struct jv;
 struct jx {
     enum jx_kind kind;
-    int line, op;
+    int line;
+    enum jinja_op op; /* JX_UNARY, JX_BINARY */
+    bool negated;     /* JX_TEST: is not */
     struct jv *lit;
     const char *name;
     struct jx *a, *b, *c;
     struct jx **args;
     const char **kw; /* (nargs) keyword of each argument, NULL for positional ones */
     int nargs;
-    int *ops; /* JX_COMPARE: (nargs - 1) */
+    enum jinja_cmp *ops; /* JX_COMPARE: (nargs - 1) */
 };
 
 enum js_kind {

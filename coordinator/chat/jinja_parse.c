@@ -786,7 +786,7 @@ static struct jx *parse_filter_expr(struct jparse *p, struct jx *x)
         } else if (is_name(t, "is")) {
             p->pos++;
             struct jx *e = node(p, JX_TEST, t->line);
-            e->op = skip_name(p, "not");
+            e->negated = skip_name(p, "not");
             e->a = x;
             e->name = dotted_name(p);
             struct jtok *u = peek(p);
@@ -824,7 +824,7 @@ static struct jx *parse_unary(struct jparse *p, bool filters)
     if (is_op(t, "-") || is_op(t, "+")) {
         p->pos++;
         x = node(p, JX_UNARY, t->line);
-        x->op = t->s[0];
+        x->op = t->s[0] == '-' ? JINJA_OP_NEG : JINJA_OP_POS;
         x->a = parse_unary(p, false);
     } else {
         x = parse_postfix(p, parse_primary(p));
@@ -835,7 +835,7 @@ static struct jx *parse_unary(struct jparse *p, bool filters)
     return x;
 }
 
-static struct jx *binary(struct jparse *p, struct jx *l, int op, struct jx *r, int line)
+static struct jx *binary(struct jparse *p, struct jx *l, enum jinja_op op, struct jx *r, int line)
 {
     struct jx *x = node(p, JX_BINARY, line);
     x->op = op;
@@ -851,7 +851,7 @@ static struct jx *parse_pow(struct jparse *p)
     while (is_op(peek(p), "**")) {
         int line = next(p)->line;
         chain(p, &n, line);
-        l = binary(p, l, 'p', parse_unary(p, true), line);
+        l = binary(p, l, JINJA_OP_POW, parse_unary(p, true), line);
     }
     p->depth -= n;
     return l;
@@ -863,18 +863,18 @@ static struct jx *parse_math2(struct jparse *p)
     int n = 0;
     for (;;) {
         struct jtok *t = peek(p);
-        int op = is_op(t, "*")    ? '*'
-                 : is_op(t, "/")  ? '/'
-                 : is_op(t, "//") ? 'f'
-                 : is_op(t, "%")  ? '%'
-                                  : 0;
-        if (!op) {
+        int op = is_op(t, "*")    ? JINJA_OP_MUL
+                 : is_op(t, "/")  ? JINJA_OP_DIV
+                 : is_op(t, "//") ? JINJA_OP_FLOORDIV
+                 : is_op(t, "%")  ? JINJA_OP_MOD
+                                  : -1;
+        if (op < 0) {
             p->depth -= n;
             return l;
         }
         p->pos++;
         chain(p, &n, t->line);
-        l = binary(p, l, op, parse_pow(p), t->line);
+        l = binary(p, l, (enum jinja_op)op, parse_pow(p), t->line);
     }
 }
 
@@ -885,7 +885,7 @@ static struct jx *parse_concat(struct jparse *p)
     while (is_op(peek(p), "~")) {
         int line = next(p)->line;
         chain(p, &n, line);
-        l = binary(p, l, '~', parse_math2(p), line);
+        l = binary(p, l, JINJA_OP_CONCAT, parse_math2(p), line);
     }
     p->depth -= n;
     return l;
@@ -897,14 +897,14 @@ static struct jx *parse_math1(struct jparse *p)
     int n = 0;
     for (;;) {
         struct jtok *t = peek(p);
-        int op = is_op(t, "+") ? '+' : is_op(t, "-") ? '-' : 0;
-        if (!op) {
+        int op = is_op(t, "+") ? JINJA_OP_ADD : is_op(t, "-") ? JINJA_OP_SUB : -1;
+        if (op < 0) {
             p->depth -= n;
             return l;
         }
         p->pos++;
         chain(p, &n, t->line);
-        l = binary(p, l, op, parse_concat(p), t->line);
+        l = binary(p, l, (enum jinja_op)op, parse_concat(p), t->line);
     }
 }
 
@@ -912,20 +912,21 @@ static struct jx *parse_compare(struct jparse *p)
 {
     struct jx *first = parse_math1(p);
     struct jx *args[33];
-    int ops[32], n = 0;
+    enum jinja_cmp ops[32];
+    int n = 0;
     args[0] = first;
     for (;;) {
         struct jtok *t = peek(p);
-        int op = is_op(t, "==")     ? JCMP_EQ
-                 : is_op(t, "!=")   ? JCMP_NE
-                 : is_op(t, "<")    ? JCMP_LT
-                 : is_op(t, "<=")   ? JCMP_LE
-                 : is_op(t, ">")    ? JCMP_GT
-                 : is_op(t, ">=")   ? JCMP_GE
-                 : is_name(t, "in") ? JCMP_IN
+        int op = is_op(t, "==")     ? JINJA_CMP_EQ
+                 : is_op(t, "!=")   ? JINJA_CMP_NE
+                 : is_op(t, "<")    ? JINJA_CMP_LT
+                 : is_op(t, "<=")   ? JINJA_CMP_LE
+                 : is_op(t, ">")    ? JINJA_CMP_GT
+                 : is_op(t, ">=")   ? JINJA_CMP_GE
+                 : is_name(t, "in") ? JINJA_CMP_IN
                                     : -1;
         if (op < 0 && is_name(t, "not") && is_name(peek2(p), "in")) {
-            op = JCMP_NOTIN;
+            op = JINJA_CMP_NOTIN;
             p->pos++;
         }
         if (op < 0)
@@ -933,7 +934,7 @@ static struct jx *parse_compare(struct jparse *p)
         if (n == 32)
             perr(p, t->line, "a comparison chain longer than 32");
         p->pos++;
-        ops[n++] = op;
+        ops[n++] = (enum jinja_cmp)op;
         args[n] = parse_math1(p);
     }
     if (!n)
@@ -941,9 +942,9 @@ static struct jx *parse_compare(struct jparse *p)
     struct jx *x = node(p, JX_COMPARE, first->line);
     x->nargs = n + 1;
     x->args = jinja_alloc(p->a, (size_t)(n + 1) * sizeof(*x->args), p->f);
-    x->ops = jinja_alloc(p->a, (size_t)n * sizeof(int), p->f);
+    x->ops = jinja_alloc(p->a, (size_t)n * sizeof(*x->ops), p->f);
     memcpy(x->args, args, (size_t)(n + 1) * sizeof(*args));
-    memcpy(x->ops, ops, (size_t)n * sizeof(int));
+    memcpy(x->ops, ops, (size_t)n * sizeof(*ops));
     return x;
 }
 
@@ -954,7 +955,7 @@ static struct jx *parse_not(struct jparse *p)
         p->pos++;
         enter(p, t->line);
         struct jx *x = node(p, JX_UNARY, t->line);
-        x->op = 'n';
+        x->op = JINJA_OP_NOT;
         x->a = parse_not(p);
         p->depth--;
         return x;
