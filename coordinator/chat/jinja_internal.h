@@ -205,6 +205,12 @@ struct jctx {
 struct js *jinja_parse(const char *src, size_t len, struct jarena *a, struct jfail *f, int depth);
 
 /* jinja_eval.c */
+/* calls macro @m / reads loop.@name */
+struct jv *jinja_call_macro(struct jctx *c, struct jv *m, struct jv **args, const char **kw, int n,
+                            int line);
+struct jv *jinja_loop_attr(struct jctx *c, struct jv *l, const char *name);
+
+/* jinja_value.c */
 /* None, True and False, shared by every render on every thread: const (in read-only memory, so
  * a write would fault instead of changing another render's value) and never written - the
  * interpreter fills in only values it has just made. jinja_shared() hands one out as the plain
@@ -246,6 +252,20 @@ struct jv *jinja_call(struct jctx *c, struct jv *f, struct jv **args, const char
                    int line);
 /* the items of an iterable (str: its characters, dict: its keys, undefined: none) */
 struct jv *jinja_iter_list(struct jctx *c, struct jv *v, int line);
+/* o[parts[0]:parts[1]:parts[2]] (NULL: omitted) */
+struct jv *jinja_slice(struct jctx *c, struct jv *o, struct jv *parts[3], int line);
+struct jv *jinja_new(struct jctx *c, enum jv_type t); /* a zeroed value of type @t */
+/* fails with the message an undefined value carries */
+_Noreturn void jinja_undefined_error(struct jctx *c, const struct jv *v, int line);
+static inline bool jinja_is_num(const struct jv *v)
+{
+    return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL;
+}
+static inline double jinja_num_f(const struct jv *v)
+{
+    return v->t == JV_FLOAT ? v->f : v->t == JV_INT ? (double)v->i : v->b;
+}
+static inline int64_t jinja_num_i(const struct jv *v) { return v->t == JV_INT ? v->i : v->b; }
 size_t jinja_utf8_count(const char *s, size_t n);
 bool jinja_isspace_at(const char *s, size_t n, size_t *w); /* Python's str.isspace() of one char */
 
