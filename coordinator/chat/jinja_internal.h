@@ -201,6 +201,45 @@ struct jctx {
     struct jscope *globals;
 };
 
+/* ---- tokens (jinja_lex.c) ---- */
+enum jt {
+    JT_EOF,
+    JT_DATA,
+    JT_VAR_BEGIN,
+    JT_VAR_END,
+    JT_BLOCK_BEGIN,
+    JT_BLOCK_END,
+    JT_NAME,
+    JT_STRING,
+    JT_INT,
+    JT_FLOAT,
+    JT_OP
+};
+
+struct jtok {
+    enum jt t;
+    int line;
+    const char *s; /* DATA, NAME, OP, STRING (decoded): NUL-terminated */
+    size_t n;
+    int64_t i;
+    double f;
+};
+
+struct jparse {
+    struct jarena *a;
+    struct jfail *f;
+    const char *src;
+    size_t len;
+    struct jtok *toks;
+    size_t ntok, cap, pos;
+    int depth, max_depth;
+};
+
+/* Appends the tokens of @src (@len bytes) to @p, the last one JT_EOF; fails through p->f. */
+void jinja_lex(struct jparse *p, const char *src, size_t len);
+/* Fails through p->f with "line @line: @what". */
+_Noreturn void jinja_perr(struct jparse *p, int line, const char *what);
+
 /* jinja_parse.c */
 struct js *jinja_parse(const char *src, size_t len, struct jarena *a, struct jfail *f, int depth);
 
