@@ -260,6 +260,80 @@ static struct jv *eval_filter(struct jctx *c, const struct jx *x, struct jscope 
     return jinja_filter(c, x->name, v, args, x->kw, x->nargs, x->line);
 }
 
+/* -v, +v, not v */
+static struct jv *unary(struct jctx *c, enum jinja_op op, struct jv *v, int line)
+{
+    if (op == JINJA_OP_NOT)
+        return jinja_bool(!jinja_truthy(v));
+    if (v->t == JV_UNDEF)
+        jinja_undefined_error(c, v, line);
+    if (!jinja_is_num(v))
+        jinja_err(c, line, "bad operand type for unary %s: '%s'", jinja_op_names[op],
+                  jinja_type_name(v));
+    if (op == JINJA_OP_POS)
+        return v->t == JV_BOOL ? jinja_int(c, v->b) : v;
+    if (v->t == JV_FLOAT)
+        return jinja_float(c, -v->f);
+    if (jinja_num_i(v) == INT64_MIN)
+        jinja_err(c, line, "an integer past 64 bits");
+    return jinja_int(c, -jinja_num_i(v));
+}
+
+/* a op b op c ...: each comparison in turn, stopping at the first false one */
+static struct jv *compare_chain(struct jctx *c, const struct jx *x, struct jscope *sc)
+{
+    struct jv *l = ev(c, x->args[0], sc);
+    for (int i = 0; i < x->nargs - 1; i++) {
+        struct jv *r = ev(c, x->args[i + 1], sc);
+        bool ok;
+        switch (x->ops[i]) {
+        case JINJA_CMP_EQ:
+            ok = jinja_equal(c, l, r);
+            break;
+        case JINJA_CMP_NE:
+            ok = !jinja_equal(c, l, r);
+            break;
+        case JINJA_CMP_LT:
+            ok = jinja_compare(c, l, r, x->line) < 0;
+            break;
+        case JINJA_CMP_LE:
+            ok = jinja_compare(c, l, r, x->line) <= 0;
+            break;
+        case JINJA_CMP_GT:
+            ok = jinja_compare(c, l, r, x->line) > 0;
+            break;
+        case JINJA_CMP_GE:
+            ok = jinja_compare(c, l, r, x->line) >= 0;
+            break;
+        case JINJA_CMP_IN:
+            ok = contains(c, r, l, x->line);
+            break;
+        default:
+            ok = !contains(c, r, l, x->line);
+            break;
+        }
+        if (!ok)
+            return jinja_shared(&jinja_false);
+        l = r;
+    }
+    return jinja_shared(&jinja_true);
+}
+
+/* {k: v, ...}: keys must be hashable */
+static struct jv *dict_display(struct jctx *c, const struct jx *x, struct jscope *sc)
+{
+    struct jv *d = jinja_dict(c, (size_t)x->nargs / 2);
+    for (int i = 0; i + 1 < x->nargs; i += 2) {
+        struct jv *k = ev(c, x->args[i], sc);
+        if (k->t == JV_LIST && !k->tuple)
+            jinja_err(c, x->line, "unhashable type: 'list'");
+        if (k->t == JV_DICT || k->t == JV_NS)
+            jinja_err(c, x->line, "unhashable type: 'dict'");
+        jinja_dict_put(c, d, k, ev(c, x->args[i + 1], sc));
+    }
+    return d;
+}
+
 static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
 {
     jinja_charge(c, 1);
@@ -297,23 +371,8 @@ static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
         bool r = jinja_test(c, x->name, v, args, x->nargs, x->line);
         return jinja_bool(x->negated ? !r : r);
     }
-    case JX_UNARY: {
-        struct jv *v = ev(c, x->a, sc);
-        if (x->op == JINJA_OP_NOT)
-            return jinja_bool(!jinja_truthy(v));
-        if (v->t == JV_UNDEF)
-            jinja_undefined_error(c, v, x->line);
-        if (!jinja_is_num(v))
-            jinja_err(c, x->line, "bad operand type for unary %s: '%s'", jinja_op_names[x->op],
-                      jinja_type_name(v));
-        if (x->op == JINJA_OP_POS)
-            return v->t == JV_BOOL ? jinja_int(c, v->b) : v;
-        if (v->t == JV_FLOAT)
-            return jinja_float(c, -v->f);
-        if (jinja_num_i(v) == INT64_MIN)
-            jinja_err(c, x->line, "an integer past 64 bits");
-        return jinja_int(c, -jinja_num_i(v));
-    }
+    case JX_UNARY:
+        return unary(c, x->op, ev(c, x->a, sc), x->line);
     case JX_BINARY: {
         struct jv *a = ev(c, x->a, sc);
         return arith(c, x->op, a, ev(c, x->b, sc), x->line);
@@ -326,43 +385,8 @@ static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
         struct jv *a = ev(c, x->a, sc);
         return jinja_truthy(a) ? a : ev(c, x->b, sc);
     }
-    case JX_COMPARE: {
-        struct jv *l = ev(c, x->args[0], sc);
-        for (int i = 0; i < x->nargs - 1; i++) {
-            struct jv *r = ev(c, x->args[i + 1], sc);
-            bool ok;
-            switch (x->ops[i]) {
-            case JINJA_CMP_EQ:
-                ok = jinja_equal(c, l, r);
-                break;
-            case JINJA_CMP_NE:
-                ok = !jinja_equal(c, l, r);
-                break;
-            case JINJA_CMP_LT:
-                ok = jinja_compare(c, l, r, x->line) < 0;
-                break;
-            case JINJA_CMP_LE:
-                ok = jinja_compare(c, l, r, x->line) <= 0;
-                break;
-            case JINJA_CMP_GT:
-                ok = jinja_compare(c, l, r, x->line) > 0;
-                break;
-            case JINJA_CMP_GE:
-                ok = jinja_compare(c, l, r, x->line) >= 0;
-                break;
-            case JINJA_CMP_IN:
-                ok = contains(c, r, l, x->line);
-                break;
-            default:
-                ok = !contains(c, r, l, x->line);
-                break;
-            }
-            if (!ok)
-                return jinja_shared(&jinja_false);
-            l = r;
-        }
-        return jinja_shared(&jinja_true);
-    }
+    case JX_COMPARE:
+        return compare_chain(c, x, sc);
     case JX_COND:
         if (jinja_truthy(ev(c, x->a, sc)))
             return ev(c, x->b, sc);
@@ -375,18 +399,8 @@ static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
             l->list.v[i] = ev(c, x->args[i], sc);
         return l;
     }
-    case JX_DICT: {
-        struct jv *d = jinja_dict(c, (size_t)x->nargs / 2);
-        for (int i = 0; i + 1 < x->nargs; i += 2) {
-            struct jv *k = ev(c, x->args[i], sc);
-            if (k->t == JV_LIST && !k->tuple)
-                jinja_err(c, x->line, "unhashable type: 'list'");
-            if (k->t == JV_DICT || k->t == JV_NS)
-                jinja_err(c, x->line, "unhashable type: 'dict'");
-            jinja_dict_put(c, d, k, ev(c, x->args[i + 1], sc));
-        }
-        return d;
-    }
+    case JX_DICT:
+        return dict_display(c, x, sc);
     }
     jinja_err(c, x->line, "an unknown expression");
 }

@@ -618,6 +618,187 @@ static struct js *stmt(struct jparse *p, enum js_kind k, int line)
 
 static struct js *parse_body(struct jparse *p, const char *const *ends, int nends);
 
+/* {% if %} ... {% elif %} ... {% else %} ... {% endif %} */
+static struct js *parse_if(struct jparse *p, int line)
+{
+    struct js *s = stmt(p, JS_IF, line);
+    s->expr = parse_tuple(p);
+    expect_end(p);
+    static const char *const ends[] = {"elif", "else", "endif"};
+    s->body = parse_body(p, ends, 3);
+    struct js *cur = s;
+    for (;;) {
+        struct jtok *e = next(p);
+        if (!strcmp(e->s, "elif")) {
+            struct js *el = stmt(p, JS_IF, e->line);
+            el->expr = parse_tuple(p);
+            expect_end(p);
+            el->body = parse_body(p, ends, 3);
+            cur->orelse = el;
+            cur = el;
+        } else if (!strcmp(e->s, "else")) {
+            expect_end(p);
+            static const char *const ends2[] = {"endif"};
+            cur->orelse = parse_body(p, ends2, 1);
+            next(p);
+            expect_end(p);
+            break;
+        } else {
+            expect_end(p);
+            break;
+        }
+    }
+    return s;
+}
+
+/* {% for targets in items [if cond] %} ... [{% else %} ...] {% endfor %} */
+static struct js *parse_for(struct jparse *p, int line)
+{
+    struct js *s = stmt(p, JS_FOR, line);
+    parse_targets(p, s);
+    if (!skip_name(p, "in"))
+        jinja_perr(p, line, "for: expected 'in'");
+    /* the iterable stops before 'if' (the filter) and 'recursive' */
+    s->expr = parse_or(p);
+    if (is_op(peek(p), ",")) {
+        struct jx *tup = node(p, JX_TUPLE, line);
+        struct jx *items[64];
+        int n = 0;
+        items[n++] = s->expr;
+        while (skip_op(p, ",") && peek(p)->t != JT_BLOCK_END && !is_name(peek(p), "if")) {
+            if (n == 64)
+                jinja_perr(p, line, "a tuple of more than 64 items");
+            items[n++] = parse_or(p);
+        }
+        tup->nargs = n;
+        tup->args = jinja_alloc(p->a, (size_t)n * sizeof(*items), p->f);
+        memcpy(tup->args, items, (size_t)n * sizeof(*items));
+        s->expr = tup;
+    }
+    if (skip_name(p, "if"))
+        s->cond = parse_expr(p);
+    if (is_name(peek(p), "recursive"))
+        jinja_perr(p, line, "recursive for loops are not supported");
+    expect_end(p);
+    static const char *const ends[] = {"else", "endfor"};
+    s->body = parse_body(p, ends, 2);
+    if (!strcmp(next(p)->s, "else")) {
+        expect_end(p);
+        static const char *const ends2[] = {"endfor"};
+        s->orelse = parse_body(p, ends2, 1);
+        next(p);
+    }
+    expect_end(p);
+    return s;
+}
+
+/* {% set targets = expr %}, {% set ns.attr = expr %} or {% set name [| filters] %} ... {% endset %} */
+static struct js *parse_set(struct jparse *p, int line)
+{
+    struct js *s = stmt(p, JS_SET, line);
+    if (peek(p)->t == JT_NAME && is_op(peek2(p), ".")) {
+        s->ntargets = 1;
+        s->targets = jinja_alloc(p->a, sizeof(*s->targets), p->f);
+        s->targets[0] = next(p)->s;
+        p->pos++;
+        s->attr = expect_name(p);
+        expect_op(p, "=");
+        s->expr = parse_tuple(p);
+        expect_end(p);
+    } else {
+        parse_targets(p, s);
+        if (skip_op(p, "=")) {
+            s->expr = parse_tuple(p);
+            expect_end(p);
+        } else {
+            s->kind = JS_SETBLOCK;
+            if (s->ntargets != 1)
+                jinja_perr(p, line, "a set block assigns one name");
+            while (skip_op(p, "|"))
+                s->filter = parse_filter(p, s->filter, line);
+            expect_end(p);
+            static const char *const ends[] = {"endset"};
+            s->body = parse_body(p, ends, 1);
+            next(p);
+            expect_end(p);
+        }
+    }
+    return s;
+}
+
+/* {% macro name(params = defaults) %} ... {% endmacro [name] %} */
+static struct js *parse_macro(struct jparse *p, int line)
+{
+    struct js *s = stmt(p, JS_MACRO, line);
+    s->name = expect_name(p);
+    expect_op(p, "(");
+    const char *names[32];
+    struct jx *defs[32];
+    int n = 0;
+    while (!skip_op(p, ")")) {
+        if (n)
+            expect_op(p, ",");
+        if (skip_op(p, ")"))
+            break;
+        if (n == 32)
+            jinja_perr(p, line, "a macro of more than 32 parameters");
+        names[n] = expect_name(p);
+        defs[n] = skip_op(p, "=") ? parse_expr(p) : NULL;
+        n++;
+    }
+    s->ntargets = n;
+    s->targets = jinja_alloc(p->a, (size_t)n * sizeof(*names) + 1, p->f);
+    s->defaults = jinja_alloc(p->a, (size_t)n * sizeof(*defs) + 1, p->f);
+    memcpy(s->targets, names, (size_t)n * sizeof(*names));
+    memcpy(s->defaults, defs, (size_t)n * sizeof(*defs));
+    expect_end(p);
+    static const char *const ends[] = {"endmacro"};
+    s->body = parse_body(p, ends, 1);
+    next(p);
+    if (peek(p)->t == JT_NAME && !strcmp(peek(p)->s, s->name))
+        p->pos++;
+    expect_end(p);
+    return s;
+}
+
+/* {% filter f | g %} ... {% endfilter %} */
+static struct js *parse_filter_block(struct jparse *p, int line)
+{
+    struct js *s = stmt(p, JS_FILTER, line);
+    do
+        s->filter = parse_filter(p, s->filter, line);
+    while (skip_op(p, "|"));
+    expect_end(p);
+    static const char *const ends[] = {"endfilter"};
+    s->body = parse_body(p, ends, 1);
+    next(p);
+    expect_end(p);
+    return s;
+}
+
+static struct js *parse_break(struct jparse *p, int line)
+{
+    struct js *s = stmt(p, JS_BREAK, line);
+    expect_end(p);
+    return s;
+}
+
+static struct js *parse_continue(struct jparse *p, int line)
+{
+    struct js *s = stmt(p, JS_CONTINUE, line);
+    expect_end(p);
+    return s;
+}
+
+/* the tags and their parsers */
+static const struct {
+    const char *name;
+    struct js *(*parse)(struct jparse *p, int line);
+} tags[] = {
+    {"if", parse_if},       {"for", parse_for},       {"set", parse_set},         {"macro", parse_macro},
+    {"filter", parse_filter_block}, {"break", parse_break}, {"continue", parse_continue},
+};
+
 /* After "{%": the tag's name is at the cursor. */
 static struct js *parse_statement(struct jparse *p)
 {
@@ -626,148 +807,13 @@ static struct js *parse_statement(struct jparse *p)
         jinja_perr(p, t->line, "expected a tag name after {%");
     const char *w = t->s;
     int line = t->line;
-    struct js *s;
+    struct js *s = NULL;
     enter(p, line);
-    if (!strcmp(w, "if")) {
-        s = stmt(p, JS_IF, line);
-        s->expr = parse_tuple(p);
-        expect_end(p);
-        static const char *const ends[] = {"elif", "else", "endif"};
-        s->body = parse_body(p, ends, 3);
-        struct js *cur = s;
-        for (;;) {
-            struct jtok *e = next(p);
-            if (!strcmp(e->s, "elif")) {
-                struct js *el = stmt(p, JS_IF, e->line);
-                el->expr = parse_tuple(p);
-                expect_end(p);
-                el->body = parse_body(p, ends, 3);
-                cur->orelse = el;
-                cur = el;
-            } else if (!strcmp(e->s, "else")) {
-                expect_end(p);
-                static const char *const ends2[] = {"endif"};
-                cur->orelse = parse_body(p, ends2, 1);
-                next(p);
-                expect_end(p);
-                break;
-            } else {
-                expect_end(p);
-                break;
-            }
-        }
-    } else if (!strcmp(w, "for")) {
-        s = stmt(p, JS_FOR, line);
-        parse_targets(p, s);
-        if (!skip_name(p, "in"))
-            jinja_perr(p, line, "for: expected 'in'");
-        /* the iterable stops before 'if' (the filter) and 'recursive' */
-        s->expr = parse_or(p);
-        if (is_op(peek(p), ",")) {
-            struct jx *tup = node(p, JX_TUPLE, line);
-            struct jx *items[64];
-            int n = 0;
-            items[n++] = s->expr;
-            while (skip_op(p, ",") && peek(p)->t != JT_BLOCK_END && !is_name(peek(p), "if")) {
-                if (n == 64)
-                    jinja_perr(p, line, "a tuple of more than 64 items");
-                items[n++] = parse_or(p);
-            }
-            tup->nargs = n;
-            tup->args = jinja_alloc(p->a, (size_t)n * sizeof(*items), p->f);
-            memcpy(tup->args, items, (size_t)n * sizeof(*items));
-            s->expr = tup;
-        }
-        if (skip_name(p, "if"))
-            s->cond = parse_expr(p);
-        if (is_name(peek(p), "recursive"))
-            jinja_perr(p, line, "recursive for loops are not supported");
-        expect_end(p);
-        static const char *const ends[] = {"else", "endfor"};
-        s->body = parse_body(p, ends, 2);
-        if (!strcmp(next(p)->s, "else")) {
-            expect_end(p);
-            static const char *const ends2[] = {"endfor"};
-            s->orelse = parse_body(p, ends2, 1);
-            next(p);
-        }
-        expect_end(p);
-    } else if (!strcmp(w, "set")) {
-        if (peek(p)->t == JT_NAME && is_op(peek2(p), ".")) {
-            s = stmt(p, JS_SET, line);
-            s->ntargets = 1;
-            s->targets = jinja_alloc(p->a, sizeof(*s->targets), p->f);
-            s->targets[0] = next(p)->s;
-            p->pos++;
-            s->attr = expect_name(p);
-            expect_op(p, "=");
-            s->expr = parse_tuple(p);
-            expect_end(p);
-        } else {
-            s = stmt(p, JS_SET, line);
-            parse_targets(p, s);
-            if (skip_op(p, "=")) {
-                s->expr = parse_tuple(p);
-                expect_end(p);
-            } else {
-                s->kind = JS_SETBLOCK;
-                if (s->ntargets != 1)
-                    jinja_perr(p, line, "a set block assigns one name");
-                while (skip_op(p, "|"))
-                    s->filter = parse_filter(p, s->filter, line);
-                expect_end(p);
-                static const char *const ends[] = {"endset"};
-                s->body = parse_body(p, ends, 1);
-                next(p);
-                expect_end(p);
-            }
-        }
-    } else if (!strcmp(w, "macro")) {
-        s = stmt(p, JS_MACRO, line);
-        s->name = expect_name(p);
-        expect_op(p, "(");
-        const char *names[32];
-        struct jx *defs[32];
-        int n = 0;
-        while (!skip_op(p, ")")) {
-            if (n)
-                expect_op(p, ",");
-            if (skip_op(p, ")"))
-                break;
-            if (n == 32)
-                jinja_perr(p, line, "a macro of more than 32 parameters");
-            names[n] = expect_name(p);
-            defs[n] = skip_op(p, "=") ? parse_expr(p) : NULL;
-            n++;
-        }
-        s->ntargets = n;
-        s->targets = jinja_alloc(p->a, (size_t)n * sizeof(*names) + 1, p->f);
-        s->defaults = jinja_alloc(p->a, (size_t)n * sizeof(*defs) + 1, p->f);
-        memcpy(s->targets, names, (size_t)n * sizeof(*names));
-        memcpy(s->defaults, defs, (size_t)n * sizeof(*defs));
-        expect_end(p);
-        static const char *const ends[] = {"endmacro"};
-        s->body = parse_body(p, ends, 1);
-        next(p);
-        if (peek(p)->t == JT_NAME && !strcmp(peek(p)->s, s->name))
-            p->pos++;
-        expect_end(p);
-    } else if (!strcmp(w, "filter")) {
-        s = stmt(p, JS_FILTER, line);
-        do
-            s->filter = parse_filter(p, s->filter, line);
-        while (skip_op(p, "|"));
-        expect_end(p);
-        static const char *const ends[] = {"endfilter"};
-        s->body = parse_body(p, ends, 1);
-        next(p);
-        expect_end(p);
-    } else if (!strcmp(w, "break") || !strcmp(w, "continue")) {
-        s = stmt(p, w[0] == 'b' ? JS_BREAK : JS_CONTINUE, line);
-        expect_end(p);
-    } else {
+    for (size_t i = 0; i < sizeof(tags) / sizeof(*tags) && !s; i++)
+        if (!strcmp(w, tags[i].name))
+            s = tags[i].parse(p, line);
+    if (!s)
         jinja_throw(p->f, -EINVAL, "line %d: unknown or unsupported tag '%s'", line, w);
-    }
     p->depth--;
     return s;
 }
