@@ -62,9 +62,10 @@ static struct jv *scope_get(struct jctx *c, struct jscope *s, const char *name)
 
 /* ---- expressions ---- */
 const char *const jinja_op_names[] = {
-    [JINJA_OP_ADD] = "+", [JINJA_OP_SUB] = "-",       [JINJA_OP_MUL] = "*",     [JINJA_OP_DIV] = "/",
-    [JINJA_OP_FLOORDIV] = "//", [JINJA_OP_MOD] = "%", [JINJA_OP_POW] = "**",   [JINJA_OP_CONCAT] = "~",
-    [JINJA_OP_NEG] = "-", [JINJA_OP_POS] = "+",       [JINJA_OP_NOT] = "not",
+    [JINJA_OP_ADD] = "+",  [JINJA_OP_SUB] = "-",       [JINJA_OP_MUL] = "*",
+    [JINJA_OP_DIV] = "/",  [JINJA_OP_FLOORDIV] = "//", [JINJA_OP_MOD] = "%",
+    [JINJA_OP_POW] = "**", [JINJA_OP_CONCAT] = "~",    [JINJA_OP_NEG] = "-",
+    [JINJA_OP_POS] = "+",  [JINJA_OP_NOT] = "not",
 };
 static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc);
 
@@ -222,7 +223,7 @@ static bool contains(struct jctx *c, struct jv *hay, struct jv *needle, int line
     case JV_STR:
         if (needle->t != JV_STR)
             jinja_err(c, line, "'in <string>' requires string as left operand, not %s",
-                 jinja_type_name(needle));
+                      jinja_type_name(needle));
         jinja_charge(c, hay->str.n / 16);
         return needle->str.n == 0 ||
                memmem(hay->str.s, hay->str.n, needle->str.s, needle->str.n) != NULL;
@@ -390,7 +391,8 @@ static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
     case JX_COND:
         if (jinja_truthy(ev(c, x->a, sc)))
             return ev(c, x->b, sc);
-        return x->c ? ev(c, x->c, sc) : jinja_undef(c, "the if expression was false and had no else");
+        return x->c ? ev(c, x->c, sc)
+                    : jinja_undef(c, "the if expression was false and had no else");
     case JX_LIST:
     case JX_TUPLE: {
         struct jv *l = jinja_list(c, (size_t)x->nargs);
@@ -517,7 +519,7 @@ struct jv *jinja_call_macro(struct jctx *c, struct jv *m, struct jv **args, cons
     const struct js *d = m->macro.def;
     if (++c->depth > c->lim->max_depth)
         jinja_throw(c->fail, -E2BIG, "line %d: macro calls nested deeper than %d", line,
-               c->lim->max_depth);
+                    c->lim->max_depth);
     struct jscope *sc = scope_new(c, m->macro.closure);
     struct jv **bound = jinja_alloc(c->arena, (size_t)d->ntargets * sizeof(*bound) + 1, c->fail);
     int pos = 0;
@@ -525,7 +527,7 @@ struct jv *jinja_call_macro(struct jctx *c, struct jv *m, struct jv **args, cons
         if (!kw[i]) {
             if (pos >= d->ntargets)
                 jinja_err(c, line, "macro '%s' takes not more than %d argument(s)", d->name,
-                     d->ntargets);
+                          d->ntargets);
             bound[pos++] = args[i];
             continue;
         }

@@ -106,7 +106,8 @@ static bool flag(struct jv *v) { return v && jinja_truthy(v); }
 /* default / d */
 static struct jv *f_default(ARGS)
 {
-    struct jv *d = jinja_arg(args, kw, n, 0, "default_value"), *b = jinja_arg(args, kw, n, 1, "boolean");
+    struct jv *d = jinja_arg(args, kw, n, 0, "default_value"),
+              *b = jinja_arg(args, kw, n, 1, "boolean");
     if (v->t == JV_UNDEF || (flag(b) && !jinja_truthy(v)))
         return d ? d : jinja_str(c, "", 0);
     return v;
@@ -134,7 +135,8 @@ static struct jv *f_tojson(ARGS)
 {
     /* Hugging Face's tojson(x, ensure_ascii=False, indent=None, separators=None,
      * sort_keys=False): its positions too */
-    struct jv *ind = jinja_arg(args, kw, n, 1, "indent"), *sk = jinja_arg(args, kw, n, 3, "sort_keys");
+    struct jv *ind = jinja_arg(args, kw, n, 1, "indent"),
+              *sk = jinja_arg(args, kw, n, 3, "sort_keys");
     struct jv *asc = jinja_arg(args, kw, n, 0, "ensure_ascii"),
               *sep = jinja_arg(args, kw, n, 2, "separators");
     int indent = -1;
@@ -162,15 +164,9 @@ static struct jv *f_trim(ARGS)
     return jinja_strip(c, s, ch && ch->t != JV_NONE ? ch : NULL, 3);
 }
 
-static struct jv *f_string(ARGS)
-{
-    return jinja_to_str(c, v, line);
-}
+static struct jv *f_string(ARGS) { return jinja_to_str(c, v, line); }
 
-static struct jv *f_safe(ARGS)
-{
-    return v;
-}
+static struct jv *f_safe(ARGS) { return v; }
 
 static struct jv *f_list(ARGS)
 {
@@ -206,7 +202,8 @@ static struct jv *f_replace(ARGS)
     if (!old || !a1)
         jinja_err(c, line, "replace: expected old and new strings");
     return jinja_replace(c, s, old, a1,
-                   cnt && cnt->t != JV_NONE ? jinja_need_int(c, cnt, "replace", line) : -1, line);
+                         cnt && cnt->t != JV_NONE ? jinja_need_int(c, cnt, "replace", line) : -1,
+                         line);
 }
 
 static struct jv *f_join(ARGS)
@@ -267,7 +264,8 @@ static struct jv *f_map(ARGS)
 {
     struct jv *a0 = jinja_arg(args, kw, n, 0, NULL);
     struct jv *items = jinja_iter_list(c, v, line), *r = jinja_list(c, items->list.n);
-    struct jv *attr = jinja_arg(args, kw, n, -1, "attribute"), *def = jinja_arg(args, kw, n, -1, "default");
+    struct jv *attr = jinja_arg(args, kw, n, -1, "attribute"),
+              *def = jinja_arg(args, kw, n, -1, "default");
     for (size_t i = 0; i < items->list.n; i++) {
         struct jv *x = items->list.v[i];
         if (attr) {
@@ -288,8 +286,8 @@ static struct jv *f_map(ARGS)
 static struct jv *f_sort(ARGS)
 {
     return sorted(c, v, flag(jinja_arg(args, kw, n, 0, "reverse")),
-                  flag(jinja_arg(args, kw, n, 1, "case_sensitive")), jinja_arg(args, kw, n, 2, "attribute"),
-                  line);
+                  flag(jinja_arg(args, kw, n, 1, "case_sensitive")),
+                  jinja_arg(args, kw, n, 2, "attribute"), line);
 }
 
 static struct jv *f_dictsort(ARGS)
@@ -331,7 +329,7 @@ static struct jv *f_min(ARGS)
     struct jv *attr = jinja_arg(args, kw, n, 1, "attribute"), *best = items->list.v[0];
     for (size_t i = 1; i < items->list.n; i++) {
         int o = jinja_compare(c, sort_key(c, items->list.v[i], attr, cs, line),
-                           sort_key(c, best, attr, cs, line), line);
+                              sort_key(c, best, attr, cs, line), line);
         if (name[1] == 'i' ? o < 0 : o > 0)
             best = items->list.v[i];
     }
@@ -351,9 +349,8 @@ static struct jv *f_sum(ARGS)
             jinja_err(c, line, "sum: expected numbers");
         if (acc->t == JV_FLOAT || x->t == JV_FLOAT)
             acc = jinja_float(
-                c,
-                (acc->t == JV_FLOAT ? acc->f : (double)(acc->t == JV_INT ? acc->i : acc->b)) +
-                    (x->t == JV_FLOAT ? x->f : (double)(x->t == JV_INT ? x->i : x->b)));
+                c, (acc->t == JV_FLOAT ? acc->f : (double)(acc->t == JV_INT ? acc->i : acc->b)) +
+                       (x->t == JV_FLOAT ? x->f : (double)(x->t == JV_INT ? x->i : x->b)));
         else {
             int64_t r;
             if (__builtin_add_overflow(acc->t == JV_INT ? acc->i : acc->b,
@@ -417,7 +414,8 @@ static struct jv *f_float(ARGS)
 
 static struct jv *f_round(ARGS)
 {
-    struct jv *pr = jinja_arg(args, kw, n, 0, "precision"), *m = jinja_arg(args, kw, n, 1, "method");
+    struct jv *pr = jinja_arg(args, kw, n, 0, "precision"),
+              *m = jinja_arg(args, kw, n, 1, "method");
     int64_t p = pr ? jinja_need_int(c, pr, "round", line) : 0;
     const char *how = m ? jinja_need_str(c, m, "round", line)->str.s : "common";
     if (v->t != JV_FLOAT && !strcmp(how, "common") && p >= 0) /* round(int) is that int */
@@ -477,7 +475,8 @@ static struct jv *f_escape(ARGS)
 static struct jv *f_indent(ARGS)
 {
     struct jv *s = jinja_to_str(c, v, line), *w = jinja_arg(args, kw, n, 0, "width");
-    bool first = flag(jinja_arg(args, kw, n, 1, "first")), blank = flag(jinja_arg(args, kw, n, 2, "blank"));
+    bool first = flag(jinja_arg(args, kw, n, 1, "first")),
+         blank = flag(jinja_arg(args, kw, n, 2, "blank"));
     struct jv *ind = w && w->t == JV_STR ? w : NULL;
     struct jbuf pad = {0};
     if (ind) {
@@ -519,18 +518,17 @@ static struct jv *f_wordcount(ARGS)
             for (size_t k = 1; k < w; k++)
                 u = u << 6 | ((unsigned char)s->str.s[i + k] & 63);
         }
-        bool word = u < 0x80 ? (ch == '_' || ((ch | 32) >= 'a' && (ch | 32) <= 'z') ||
-                                (ch >= '0' && ch <= '9'))
-                             : !(u <= 0xbf || (u >= 0x2000 && u <= 0x2bff) ||
-                                 (u >= 0x3000 && u <= 0x303f) || (u >= 0xfe00 && u <= 0xfe6f) ||
-                                 (u >= 0x1f000 && u <= 0x1faff));
+        bool word =
+            u < 0x80
+                ? (ch == '_' || ((ch | 32) >= 'a' && (ch | 32) <= 'z') || (ch >= '0' && ch <= '9'))
+                : !(u <= 0xbf || (u >= 0x2000 && u <= 0x2bff) || (u >= 0x3000 && u <= 0x303f) ||
+                    (u >= 0xfe00 && u <= 0xfe6f) || (u >= 0x1f000 && u <= 0x1faff));
         words += word && !in;
         in = word;
         i += w;
     }
     return jinja_int(c, words);
 }
-
 
 /* sorted by name */
 const struct jinja_fn jinja_filters[] = {

@@ -258,7 +258,7 @@ extern const struct jv jinja_none, jinja_true, jinja_false;
 static inline struct jv *jinja_shared(const struct jv *v) { return (struct jv *)v; }
 _Noreturn void jinja_err(struct jctx *c, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void jinja_charge(struct jctx *c, size_t n);                     /* n steps */
+void jinja_charge(struct jctx *c, size_t n); /* n steps */
 /* Entering one more level of a nested value (print, compare): fails past 256. Leave with
  * c->vdepth--. */
 void jinja_deeper(struct jctx *c, int line);
@@ -288,7 +288,7 @@ struct jv *jinja_to_str(struct jctx *c, struct jv *v, int line); /* str(v) as a 
 struct jv *jinja_getattr(struct jctx *c, struct jv *o, const char *name, int line);
 struct jv *jinja_getitem(struct jctx *c, struct jv *o, struct jv *k, int line);
 struct jv *jinja_call(struct jctx *c, struct jv *f, struct jv **args, const char **kw, int n,
-                   int line);
+                      int line);
 /* the items of an iterable (str: its characters, dict: its keys, undefined: none) */
 struct jv *jinja_iter_list(struct jctx *c, struct jv *v, int line);
 /* o[parts[0]:parts[1]:parts[2]] (NULL: omitted) */

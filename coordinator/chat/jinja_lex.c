@@ -171,13 +171,91 @@ static void decode_string(struct jparse *p, const char *s, size_t n, int line)
     k->n = (size_t)(o - d);
 }
 
+#define LEX_BRACKETS 64 /* brackets open at once in a tag */
+
+/* The number literal at @c (@r bytes left): emits its token, returns its length. */
+static size_t lex_number(struct jparse *p, const char *c, size_t r, int line)
+{
+    /* the literal's extent first (Python's forms, '_' between digits), then its
+     * characters without the underscores */
+    size_t k = 0, start = 0;
+    bool flt = false;
+    int base = 10;
+    if (r > 2 && c[0] == '0' && c[1] && strchr("xXoObB", c[1])) {
+        base = (c[1] | 32) == 'x' ? 16 : (c[1] | 32) == 'o' ? 8 : 2;
+        k = start = 2;
+        while (k < r && (c[k] == '_' || is_base_digit(c[k], base)))
+            k++;
+    } else {
+        k = digits_end(c, r, 0);
+        if (k + 1 < r && c[k] == '.' && is_digit(c[k + 1])) {
+            flt = true;
+            k = digits_end(c, r, k + 1);
+        }
+        size_t q = k + 1;
+        if (k < r && (c[k] | 32) == 'e' && q < r && (c[q] == '+' || c[q] == '-'))
+            q++;
+        if (k < r && (c[k] | 32) == 'e' && q < r && is_digit(c[q])) {
+            flt = true;
+            k = digits_end(c, r, q);
+        }
+    }
+    char num[256];
+    size_t m = 0;
+    if (k >= sizeof(num))
+        jinja_perr(p, line, "a number literal longer than 255 characters");
+    for (size_t z = start; z < k; z++)
+        if (c[z] != '_')
+            num[m++] = c[z];
+    num[m] = 0;
+    emit(p, flt ? JT_FLOAT : JT_INT, line, c, k);
+    struct jtok *t = &p->toks[p->ntok - 1];
+    errno = 0;
+    if (flt) {
+        t->f = strtod(num, NULL);
+    } else {
+        unsigned long long v = m ? strtoull(num, NULL, base) : 0;
+        if (errno || v > INT64_MAX)
+            jinja_perr(p, line, "an integer literal past 64 bits");
+        t->i = (int64_t)v;
+    }
+    return k;
+}
+
+/* The operator at @c (@r bytes left), brackets kept balanced on @stack (*@sp deep): emits its
+ * token, returns its length. */
+static size_t lex_op(struct jparse *p, const char *c, size_t r, int line, char *stack, int *sp)
+{
+    unsigned char ch = (unsigned char)*c;
+    static const char *const ops2[] = {"//", "**", "==", "!=", ">=", "<="};
+    size_t k = 0;
+    for (size_t i = 0; i < sizeof(ops2) / sizeof(*ops2); i++)
+        if (starts(c, r, ops2[i]))
+            k = 2;
+    if (!k && ch && strchr("+-/*%~[](){}><=.:|,;", ch))
+        k = 1;
+    if (!k)
+        jinja_perr(p, line, "a character Jinja does not know in a tag");
+    if (k == 1 && strchr("([{", ch)) {
+        if (*sp == LEX_BRACKETS)
+            jinja_throw(p->f, -E2BIG, "line %d: brackets nested too deep", line);
+        stack[(*sp)++] = ch == '(' ? ')' : ch == '[' ? ']' : '}';
+    } else if (k == 1 && strchr(")]}", ch)) {
+        if (!*sp || stack[*sp - 1] != (char)ch)
+            jinja_perr(p, line, "an unbalanced bracket");
+        (*sp)--;
+    }
+    emit(p, JT_OP, line, c, k);
+    return k;
+}
+
 /* The tokens inside a tag from @pos, through its end (%} or }}): returns the position after it.
  * @line is updated; @nl_end says whether the end consumed ended with a newline. */
 static size_t lex_tag(struct jparse *p, size_t pos, bool block, int *line, bool *nl_end)
 {
     const char *s = p->src;
     size_t n = p->len;
-    char stack[64];
+    char stack[LEX_BRACKETS]; /* the closing brackets awaited */
     int sp = 0;
     const char end = block ? '%' : '}';
     for (;;) {
@@ -215,50 +293,7 @@ static size_t lex_tag(struct jparse *p, size_t pos, bool block, int *line, bool 
             emit(p, JT_NAME, *line, c, k);
             pos += k;
         } else if (ch >= '0' && ch <= '9') {
-            /* the literal's extent first (Python's forms, '_' between digits), then its
-             * characters without the underscores */
-            size_t k = 0, start = 0;
-            bool flt = false;
-            int base = 10;
-            if (r > 2 && c[0] == '0' && c[1] && strchr("xXoObB", c[1])) {
-                base = (c[1] | 32) == 'x' ? 16 : (c[1] | 32) == 'o' ? 8 : 2;
-                k = start = 2;
-                while (k < r && (c[k] == '_' || is_base_digit(c[k], base)))
-                    k++;
-            } else {
-                k = digits_end(c, r, 0);
-                if (k + 1 < r && c[k] == '.' && is_digit(c[k + 1])) {
-                    flt = true;
-                    k = digits_end(c, r, k + 1);
-                }
-                size_t q = k + 1;
-                if (k < r && (c[k] | 32) == 'e' && q < r && (c[q] == '+' || c[q] == '-'))
-                    q++;
-                if (k < r && (c[k] | 32) == 'e' && q < r && is_digit(c[q])) {
-                    flt = true;
-                    k = digits_end(c, r, q);
-                }
-            }
-            char num[256];
-            size_t m = 0;
-            if (k >= sizeof(num))
-                jinja_perr(p, *line, "a number literal longer than 255 characters");
-            for (size_t z = start; z < k; z++)
-                if (c[z] != '_')
-                    num[m++] = c[z];
-            num[m] = 0;
-            emit(p, flt ? JT_FLOAT : JT_INT, *line, c, k);
-            struct jtok *t = &p->toks[p->ntok - 1];
-            errno = 0;
-            if (flt) {
-                t->f = strtod(num, NULL);
-            } else {
-                unsigned long long v = m ? strtoull(num, NULL, base) : 0;
-                if (errno || v > INT64_MAX)
-                    jinja_perr(p, *line, "an integer literal past 64 bits");
-                t->i = (int64_t)v;
-            }
-            pos += k;
+            pos += lex_number(p, c, r, *line);
         } else if (ch == '\'' || ch == '"') {
             size_t k = 1;
             while (k < r && c[k] != (char)ch)
@@ -270,32 +305,14 @@ static size_t lex_tag(struct jparse *p, size_t pos, bool block, int *line, bool 
             *line += count_nl(c, k);
             pos += k + 1;
         } else {
-            static const char *ops2[] = {"//", "**", "==", "!=", ">=", "<="};
-            size_t k = 0;
-            for (size_t i = 0; i < sizeof(ops2) / sizeof(*ops2); i++)
-                if (starts(c, r, ops2[i]))
-                    k = 2;
-            if (!k && ch && strchr("+-/*%~[](){}><=.:|,;", ch))
-                k = 1;
-            if (!k)
-                jinja_perr(p, *line, "a character Jinja does not know in a tag");
-            if (k == 1 && strchr("([{", ch)) {
-                if (sp == (int)sizeof(stack))
-                    jinja_throw(p->f, -E2BIG, "line %d: brackets nested too deep", *line);
-                stack[sp++] = ch == '(' ? ')' : ch == '[' ? ']' : '}';
-            } else if (k == 1 && strchr(")]}", ch)) {
-                if (!sp || stack[sp - 1] != (char)ch)
-                    jinja_perr(p, *line, "an unbalanced bracket");
-                sp--;
-            }
-            emit(p, JT_OP, *line, c, k);
-            pos += k;
+            pos += lex_op(p, c, r, *line, stack, &sp);
         }
     }
 }
 
-/* Normalizes newlines, drops the last one (Jinja2's keep_trailing_newline false) and lexes. */
-void jinja_lex(struct jparse *p, const char *src, size_t len)
+/* @src into p->src with newlines normalized and the last one dropped (Jinja2's
+ * keep_trailing_newline false) */
+static void normalize_newlines(struct jparse *p, const char *src, size_t len)
 {
     char *s = jinja_alloc(p->a, len + 1, p->f);
     size_t n = 0;
@@ -313,7 +330,81 @@ void jinja_lex(struct jparse *p, const char *src, size_t len)
     s[n] = 0;
     p->src = s;
     p->len = n;
+}
 
+/* A comment from @pos (after its {#): returns the position after it, its whitespace control
+ * applied. @line is updated; @nl_end says whether it ended with a newline. */
+static size_t lex_comment(struct jparse *p, size_t pos, int *line, bool *nl_end)
+{
+    const char *s = p->src;
+    size_t n = p->len;
+    const char *e = strstr(s + pos, "#}");
+    if (!e)
+        jinja_perr(p, *line, "a comment without its #}");
+    size_t ep = (size_t)(e - s), end = ep + 2;
+    if (ep > pos && s[ep - 1] == '-')
+        end += span_space(s + end, n - end);
+    else if (!(ep > pos && s[ep - 1] == '+') && end < n && s[end] == '\n')
+        end++;
+    *line += count_nl(s + pos, end - pos);
+    *nl_end = s[end - 1] == '\n';
+    return end;
+}
+
+/* {% raw %} ... {% endraw %} from @pos (after its {%), "raw" at @q: the text between as it is.
+ * Returns the position after the endraw tag; @line and @nl_end as lex_comment's. */
+static size_t lex_raw(struct jparse *p, size_t pos, size_t q, int *line, bool *nl_end)
+{
+    const char *s = p->src;
+    size_t n = p->len;
+    q += 3;
+    q += span_space(s + q, n - q);
+    if (starts(s + q, n - q, "-%}"))
+        q += 3 + span_space(s + q + 3, n - q - 3);
+    else if (starts(s + q, n - q, "%}"))
+        q += 2;
+    else
+        jinja_perr(p, *line, "raw: a tag without its %}");
+    size_t b = q;
+    for (;;) {
+        const char *e = strstr(s + q, "{%");
+        if (!e)
+            jinja_perr(p, *line, "raw without endraw");
+        size_t t = (size_t)(e - s) + 2;
+        char m2 = t < n && (s[t] == '-' || s[t] == '+') ? s[t] : 0;
+        size_t u = t + (m2 ? 1 : 0);
+        u += span_space(s + u, n - u);
+        if (!starts(s + u, n - u, "endraw")) {
+            q = t;
+            continue;
+        }
+        u += 6;
+        u += span_space(s + u, n - u);
+        size_t tl2 = (size_t)(e - s) - b;
+        if (m2 == '-')
+            tl2 = rstrip_len(s + b, tl2);
+        if (starts(s + u, n - u, "-%}"))
+            u += 3 + span_space(s + u + 3, n - u - 3);
+        else if (starts(s + u, n - u, "+%}"))
+            u += 3;
+        else if (starts(s + u, n - u, "%}"))
+            u += 2 + (u + 2 < n && s[u + 2] == '\n');
+        else
+            jinja_perr(p, *line, "endraw: a tag without its %}");
+        if (tl2)
+            emit(p, JT_DATA, *line, s + b, tl2);
+        *line += count_nl(s + pos, u - pos);
+        *nl_end = s[u - 1] == '\n';
+        return u;
+    }
+}
+
+/* Normalizes newlines, drops the last one and lexes. */
+void jinja_lex(struct jparse *p, const char *src, size_t len)
+{
+    normalize_newlines(p, src, len);
+    const char *s = p->src;
+    size_t n = p->len;
     size_t pos = 0;
     int line = 1;
     bool line_starting = true;
@@ -344,62 +435,11 @@ void jinja_lex(struct jparse *p, const char *src, size_t len)
         pos = k + 2 + (mod ? 1 : 0);
         bool nl = false;
         if (kind == '#') {
-            const char *e = strstr(s + pos, "#}");
-            if (!e)
-                jinja_perr(p, line, "a comment without its #}");
-            size_t ep = (size_t)(e - s), end = ep + 2;
-            if (ep > pos && s[ep - 1] == '-')
-                end += span_space(s + end, n - end);
-            else if (!(ep > pos && s[ep - 1] == '+') && end < n && s[end] == '\n')
-                end++;
-            line += count_nl(s + pos, end - pos);
-            nl = s[end - 1] == '\n';
-            pos = end;
+            pos = lex_comment(p, pos, &line, &nl);
         } else if (kind == '%') {
             size_t q = pos + span_space(s + pos, n - pos);
             if (starts(s + q, n - q, "raw") && !(q + 3 < n && is_name_char(s[q + 3], false))) {
-                /* {% raw %} ... {% endraw %}: the text between, as it is */
-                q += 3;
-                q += span_space(s + q, n - q);
-                if (starts(s + q, n - q, "-%}"))
-                    q += 3 + span_space(s + q + 3, n - q - 3);
-                else if (starts(s + q, n - q, "%}"))
-                    q += 2;
-                else
-                    jinja_perr(p, line, "raw: a tag without its %}");
-                size_t b = q;
-                for (;;) {
-                    const char *e = strstr(s + q, "{%");
-                    if (!e)
-                        jinja_perr(p, line, "raw without endraw");
-                    size_t t = (size_t)(e - s) + 2;
-                    char m2 = t < n && (s[t] == '-' || s[t] == '+') ? s[t] : 0;
-                    size_t u = t + (m2 ? 1 : 0);
-                    u += span_space(s + u, n - u);
-                    if (!starts(s + u, n - u, "endraw")) {
-                        q = t;
-                        continue;
-                    }
-                    u += 6;
-                    u += span_space(s + u, n - u);
-                    size_t tl2 = (size_t)(e - s) - b;
-                    if (m2 == '-')
-                        tl2 = rstrip_len(s + b, tl2);
-                    if (starts(s + u, n - u, "-%}"))
-                        u += 3 + span_space(s + u + 3, n - u - 3);
-                    else if (starts(s + u, n - u, "+%}"))
-                        u += 3;
-                    else if (starts(s + u, n - u, "%}"))
-                        u += 2 + (u + 2 < n && s[u + 2] == '\n');
-                    else
-                        jinja_perr(p, line, "endraw: a tag without its %}");
-                    if (tl2)
-                        emit(p, JT_DATA, line, s + b, tl2);
-                    line += count_nl(s + pos, u - pos);
-                    nl = s[u - 1] == '\n';
-                    pos = u;
-                    break;
-                }
+                pos = lex_raw(p, pos, q, &line, &nl);
             } else {
                 emit(p, JT_BLOCK_BEGIN, line, NULL, 0);
                 pos = lex_tag(p, pos, true, &line, &nl);

@@ -78,7 +78,8 @@ static struct jv *m_find(ARGS)
     jinja_charge(c, len / 16);
     size_t nl = a0->str.n;
     if (!nl) /* the empty string: found at 0 (find), at the end (rfind), between chars */
-        return jinja_int(c, name[0] == 'f' ? 0 : (int64_t)jinja_utf8_count(s, len) + (name[0] == 'c'));
+        return jinja_int(c,
+                         name[0] == 'f' ? 0 : (int64_t)jinja_utf8_count(s, len) + (name[0] == 'c'));
     /* memmem is linear; positions are counted in characters as the search moves on */
     int64_t found = -1, cnt = 0, chars = 0;
     size_t at = 0;
@@ -315,7 +316,7 @@ struct jv *jinja_call_method(struct jctx *c, const struct jv *f, struct jv **arg
 
 /* ---- globals ---- */
 static struct jv *g_raise(struct jctx *c, struct jv *self, struct jv **args, const char **kw, int n,
-                   int line)
+                          int line)
 {
     struct jv *m = jinja_arg(args, kw, n, 0, NULL);
     struct jbuf b = {0};
@@ -324,8 +325,8 @@ static struct jv *g_raise(struct jctx *c, struct jv *self, struct jv **args, con
     jinja_throw(c->fail, -EINVAL, "%s", b.s ? b.s : "");
 }
 
-static struct jv *g_strftime(struct jctx *c, struct jv *self, struct jv **args, const char **kw, int n,
-                   int line)
+static struct jv *g_strftime(struct jctx *c, struct jv *self, struct jv **args, const char **kw,
+                             int n, int line)
 {
     struct jv *f = jinja_arg(args, kw, n, 0, NULL);
     if (!f)
@@ -341,8 +342,8 @@ static struct jv *g_strftime(struct jctx *c, struct jv *self, struct jv **args, 
     return jinja_str(c, out, k);
 }
 
-static struct jv *g_namespace(struct jctx *c, struct jv *self, struct jv **args, const char **kw, int n,
-                   int line)
+static struct jv *g_namespace(struct jctx *c, struct jv *self, struct jv **args, const char **kw,
+                              int n, int line)
 {
     struct jv *ns = jinja_dict(c, (size_t)n + 4);
     ns->t = JV_NS;
@@ -360,7 +361,7 @@ static struct jv *g_namespace(struct jctx *c, struct jv *self, struct jv **args,
 }
 
 static struct jv *g_dict(struct jctx *c, struct jv *self, struct jv **args, const char **kw, int n,
-                   int line)
+                         int line)
 {
     struct jv *d = jinja_dict(c, (size_t)n + 1);
     for (int i = 0; i < n; i++) {
@@ -372,7 +373,7 @@ static struct jv *g_dict(struct jctx *c, struct jv *self, struct jv **args, cons
 }
 
 static struct jv *g_range(struct jctx *c, struct jv *self, struct jv **args, const char **kw, int n,
-                   int line)
+                          int line)
 {
     int64_t v[3] = {0, 0, 1};
     if (n < 1 || n > 3)
@@ -390,7 +391,6 @@ static struct jv *g_range(struct jctx *c, struct jv *self, struct jv **args, con
         l->list.v[i] = jinja_int(c, v[0] + i * v[2]);
     return l;
 }
-
 
 struct jv *jinja_global(const char *name)
 {

@@ -224,10 +224,10 @@ static struct jx *parse_primary(struct jparse *p)
         break;
     }
     jinja_throw(p->f, -EINVAL, "line %d: unexpected %s", t->line,
-           t->t == JT_EOF                               ? "end of template"
-           : t->t == JT_VAR_END || t->t == JT_BLOCK_END ? "end of tag"
-           : t->t == JT_OP                              ? t->s
-                                                        : "token");
+                t->t == JT_EOF                               ? "end of template"
+                : t->t == JT_VAR_END || t->t == JT_BLOCK_END ? "end of tag"
+                : t->t == JT_OP                              ? t->s
+                                                             : "token");
 }
 
 /* a[...] after its '[' */
@@ -692,7 +692,8 @@ static struct js *parse_for(struct jparse *p, int line)
     return s;
 }
 
-/* {% set targets = expr %}, {% set ns.attr = expr %} or {% set name [| filters] %} ... {% endset %} */
+/* {% set targets = expr %}, {% set ns.attr = expr %} or {% set name [| filters] %} ... {% endset %}
+ */
 static struct js *parse_set(struct jparse *p, int line)
 {
     struct js *s = stmt(p, JS_SET, line);
@@ -795,8 +796,13 @@ static const struct {
     const char *name;
     struct js *(*parse)(struct jparse *p, int line);
 } tags[] = {
-    {"if", parse_if},       {"for", parse_for},       {"set", parse_set},         {"macro", parse_macro},
-    {"filter", parse_filter_block}, {"break", parse_break}, {"continue", parse_continue},
+    {"if", parse_if},
+    {"for", parse_for},
+    {"set", parse_set},
+    {"macro", parse_macro},
+    {"filter", parse_filter_block},
+    {"break", parse_break},
+    {"continue", parse_continue},
 };
 
 /* After "{%": the tag's name is at the cursor. */
@@ -828,7 +834,7 @@ static struct js *parse_body(struct jparse *p, const char *const *ends, int nend
         if (t->t == JT_EOF) {
             if (nends)
                 jinja_throw(p->f, -EINVAL, "line %d: the template ends before {%% %s %%}", t->line,
-                       ends[nends - 1]);
+                            ends[nends - 1]);
             return head;
         } else if (t->t == JT_DATA) {
             p->pos++;

@@ -140,7 +140,7 @@ static void parts_add(struct jctx *c, struct parts *l, const char *s, size_t n)
 }
 
 struct jv *jinja_split(struct jctx *c, struct jv *s, struct jv *sep, int64_t max, bool right,
-                        int line)
+                       int line)
 {
     struct parts all = {0}; /* in the arena: a split may be deep inside macro calls */
     const char *p = s->str.s;
@@ -207,7 +207,7 @@ struct jv *jinja_split(struct jctx *c, struct jv *s, struct jv *sep, int64_t max
 }
 
 struct jv *jinja_replace(struct jctx *c, struct jv *s, struct jv *old, struct jv *new,
-                          int64_t count, int line)
+                         int64_t count, int line)
 {
     jinja_need_str(c, old, "replace", line);
     jinja_need_str(c, new, "replace", line);
@@ -296,8 +296,60 @@ static void json_newline(struct jctx *c, struct jbuf *b, int indent, int level)
         jinja_buf_put(c, b, " ", 1);
 }
 
+/* a dict as json.dumps writes it: keys as strings (numbers, bools and None converted), sorted
+ * (stably) with @sort_keys */
+static void json_dict(struct jctx *c, struct jbuf *b, const struct jv *v, int indent, int level,
+                      const char *item_sep, const char *key_sep, bool sort_keys, bool ascii,
+                      int line)
+{
+    if (!v->dict.n) {
+        jinja_buf_put(c, b, "{}", 2);
+        return;
+    }
+    size_t n = v->dict.n, *order = jinja_alloc(c->arena, n * sizeof(size_t), c->fail);
+    struct jv **keys = jinja_alloc(c->arena, n * sizeof(*keys), c->fail);
+    for (size_t i = 0; i < n; i++) {
+        struct jv *k = v->dict.k[i];
+        order[i] = i;
+        if (k->t == JV_STR)
+            keys[i] = k;
+        else if (k->t == JV_INT || k->t == JV_FLOAT)
+            keys[i] = jinja_to_str(c, k, line);
+        else if (k->t == JV_BOOL)
+            keys[i] = jinja_str(c, k->b ? "true" : "false", k->b ? 4 : 5);
+        else if (k->t == JV_NONE)
+            keys[i] = jinja_str(c, "null", 4);
+        else
+            jinja_err(c, line, "keys must be str, int, float, bool or None, not %s",
+                      jinja_type_name(k));
+    }
+    if (sort_keys) /* insertion sort: stable, and dicts of templates are small */
+        for (size_t i = 1; i < n; i++)
+            for (size_t j = i;
+                 j > 0 && jinja_compare(c, keys[order[j - 1]], keys[order[j]], line) > 0; j--) {
+                size_t t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
+            }
+    jinja_buf_put(c, b, "{", 1);
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            jinja_buf_put(c, b, item_sep, strlen(item_sep));
+        if (indent >= 0)
+            json_newline(c, b, indent, level + 1);
+        json_put_string(c, b, keys[order[i]]->str.s, keys[order[i]]->str.n, ascii);
+        jinja_buf_put(c, b, key_sep, strlen(key_sep));
+        jinja_tojson(c, b, v->dict.v[order[i]], indent, level + 1, item_sep, key_sep, sort_keys,
+                     ascii, line);
+    }
+    if (indent >= 0)
+        json_newline(c, b, indent, level);
+    jinja_buf_put(c, b, "}", 1);
+    return;
+}
+
 void jinja_tojson(struct jctx *c, struct jbuf *b, const struct jv *v, int indent, int level,
-                 const char *item_sep, const char *key_sep, bool sort_keys, bool ascii, int line)
+                  const char *item_sep, const char *key_sep, bool sort_keys, bool ascii, int line)
 {
     jinja_charge(c, 1);
     if (level > 256)
@@ -340,58 +392,15 @@ void jinja_tojson(struct jctx *c, struct jbuf *b, const struct jv *v, int indent
             if (indent >= 0)
                 json_newline(c, b, indent, level + 1);
             jinja_tojson(c, b, v->list.v[i], indent, level + 1, item_sep, key_sep, sort_keys, ascii,
-                        line);
+                         line);
         }
         if (indent >= 0)
             json_newline(c, b, indent, level);
         jinja_buf_put(c, b, "]", 1);
         return;
-    case JV_DICT: {
-        if (!v->dict.n) {
-            jinja_buf_put(c, b, "{}", 2);
-            return;
-        }
-        size_t n = v->dict.n, *order = jinja_alloc(c->arena, n * sizeof(size_t), c->fail);
-        struct jv **keys = jinja_alloc(c->arena, n * sizeof(*keys), c->fail);
-        for (size_t i = 0; i < n; i++) {
-            struct jv *k = v->dict.k[i];
-            order[i] = i;
-            if (k->t == JV_STR)
-                keys[i] = k;
-            else if (k->t == JV_INT || k->t == JV_FLOAT)
-                keys[i] = jinja_to_str(c, k, line);
-            else if (k->t == JV_BOOL)
-                keys[i] = jinja_str(c, k->b ? "true" : "false", k->b ? 4 : 5);
-            else if (k->t == JV_NONE)
-                keys[i] = jinja_str(c, "null", 4);
-            else
-                jinja_err(c, line, "keys must be str, int, float, bool or None, not %s",
-                     jinja_type_name(k));
-        }
-        if (sort_keys) /* insertion sort: stable, and dicts of templates are small */
-            for (size_t i = 1; i < n; i++)
-                for (size_t j = i;
-                     j > 0 && jinja_compare(c, keys[order[j - 1]], keys[order[j]], line) > 0; j--) {
-                    size_t t = order[j];
-                    order[j] = order[j - 1];
-                    order[j - 1] = t;
-                }
-        jinja_buf_put(c, b, "{", 1);
-        for (size_t i = 0; i < n; i++) {
-            if (i)
-                jinja_buf_put(c, b, item_sep, strlen(item_sep));
-            if (indent >= 0)
-                json_newline(c, b, indent, level + 1);
-            json_put_string(c, b, keys[order[i]]->str.s, keys[order[i]]->str.n, ascii);
-            jinja_buf_put(c, b, key_sep, strlen(key_sep));
-            jinja_tojson(c, b, v->dict.v[order[i]], indent, level + 1, item_sep, key_sep, sort_keys,
-                        ascii, line);
-        }
-        if (indent >= 0)
-            json_newline(c, b, indent, level);
-        jinja_buf_put(c, b, "}", 1);
+    case JV_DICT:
+        json_dict(c, b, v, indent, level, item_sep, key_sep, sort_keys, ascii, line);
         return;
-    }
     default:
         jinja_err(c, line, "Object of type %s is not JSON serializable", jinja_type_name(v));
     }

@@ -115,7 +115,7 @@ void jinja_deeper(struct jctx *c, int line)
 {
     if (++c->vdepth > 256)
         jinja_throw(c->fail, -E2BIG, "%s%.0d%sa value nested deeper than 256 (or holding itself)",
-               line > 0 ? "line " : "", line > 0 ? line : 0, line > 0 ? ": " : "");
+                    line > 0 ? "line " : "", line > 0 ? line : 0, line > 0 ? ": " : "");
 }
 
 /* ---- UTF-8 and Python's whitespace ---- */
@@ -406,9 +406,9 @@ bool jinja_equal(struct jctx *c, const struct jv *a, const struct jv *b)
     }
     case JV_FUNC: /* the same function on the same object; a str's method bound twice is two
                    * objects, as it always was here */
-        return a == b || (a->func.fn == b->func.fn && a->func.method == b->func.method &&
-                          a->func.self == b->func.self &&
-                          !(a->func.method && a->func.self->t == JV_STR));
+        return a == b ||
+               (a->func.fn == b->func.fn && a->func.method == b->func.method &&
+                a->func.self == b->func.self && !(a->func.method && a->func.self->t == JV_STR));
     default:
         return a == b;
     }
@@ -442,7 +442,7 @@ int jinja_compare(struct jctx *c, const struct jv *a, const struct jv *b, int li
     if (a->t == JV_UNDEF || b->t == JV_UNDEF)
         jinja_err(c, line, "%s", (a->t == JV_UNDEF ? a : b)->undef);
     jinja_err(c, line, "'<' not supported between instances of '%s' and '%s'", jinja_type_name(a),
-         jinja_type_name(b));
+              jinja_type_name(b));
 }
 
 /* ---- str() and repr() ---- */
@@ -466,7 +466,10 @@ void jinja_buf_put(struct jctx *c, struct jbuf *b, const char *s, size_t n)
     b->s[b->n] = 0;
 }
 
-static void put_s(struct jctx *c, struct jbuf *b, const char *s) { jinja_buf_put(c, b, s, strlen(s)); }
+static void put_s(struct jctx *c, struct jbuf *b, const char *s)
+{
+    jinja_buf_put(c, b, s, strlen(s));
+}
 
 /* Python's repr() of a float: the shortest digits that read back to it, positional between
  * 1e-4 and 1e16, else d.ddde+XX. */
@@ -735,7 +738,7 @@ struct jv *jinja_getitem(struct jctx *c, struct jv *o, struct jv *k, int line)
         jinja_charge(c, o->t == JV_STR ? o->str.n / 64 : 0);
         if (!index_of(jinja_num_i(k), n, &i))
             return jinja_undef(c, "%s object has no element %lld", jinja_type_name(o),
-                            (long long)jinja_num_i(k));
+                               (long long)jinja_num_i(k));
         if (o->t == JV_LIST)
             return o->list.v[i];
         size_t a = utf8_offset(o->str.s, o->str.n, i);
@@ -766,7 +769,8 @@ struct jv *jinja_slice(struct jctx *c, struct jv *o, struct jv *parts[3], int li
     int64_t step = v[2] == INT64_MIN ? 1 : v[2];
     if (step == 0)
         jinja_err(c, line, "slice step cannot be zero");
-    int64_t n = o->t == JV_LIST ? (int64_t)o->list.n : (int64_t)jinja_utf8_count(o->str.s, o->str.n);
+    int64_t n =
+        o->t == JV_LIST ? (int64_t)o->list.n : (int64_t)jinja_utf8_count(o->str.s, o->str.n);
     /* Python's PySlice_AdjustIndices */
     int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? n - 1 : n, start, stop;
     start = v[0] == INT64_MIN ? (step < 0 ? hi : lo) : v[0];
@@ -814,7 +818,8 @@ struct jv *jinja_slice(struct jctx *c, struct jv *o, struct jv *parts[3], int li
     return jinja_str(c, b.s ? b.s : "", b.n);
 }
 
-struct jv *jinja_call(struct jctx *c, struct jv *f, struct jv **args, const char **kw, int n, int line)
+struct jv *jinja_call(struct jctx *c, struct jv *f, struct jv **args, const char **kw, int n,
+                      int line)
 {
     if (f->t == JV_FUNC && f->func.method)
         return jinja_call_method(c, f, args, kw, n, line);
@@ -853,4 +858,3 @@ struct jv *jinja_iter_list(struct jctx *c, struct jv *v, int line)
         jinja_err(c, line, "'%s' object is not iterable", jinja_type_name(v));
     }
 }
-
