@@ -3,6 +3,7 @@
  * Python's), scopes as Jinja2 keeps them (a for loop's body and a macro have their own; if does
  * not), the statements, and the API (coord_jinja_parse / render). */
 #include "jinja_internal.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <math.h>
@@ -618,33 +619,6 @@ static int exec_body(struct jctx *c, struct jbuf *out, const struct js *s, struc
 
 /* ---- the API ---- */
 
-/* Whether @s (@n bytes) is well-formed UTF-8 (no overlongs, surrogates or code points past
- * U+10FFFF). */
-static bool utf8_valid(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned ch = u[i];
-        size_t w = ch < 0x80                 ? 1
-                   : ch >= 0xc2 && ch < 0xe0 ? 2
-                   : ch >= 0xe0 && ch < 0xf0 ? 3
-                   : ch >= 0xf0 && ch < 0xf5 ? 4
-                                             : 0;
-        if (!w || i + w > n)
-            return false;
-        unsigned cp = w == 1 ? ch : ch & (0x7f >> w);
-        for (size_t k = 1; k < w; k++) {
-            if ((u[i + k] & 0xc0) != 0x80)
-                return false;
-            cp = cp << 6 | (u[i + k] & 63);
-        }
-        if ((w == 3 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) ||
-            (w == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-            return false;
-        i += w;
-    }
-    return true;
-}
 int coord_jinja_parse(const char *src, size_t len, struct coord_jinja **out, char *err, size_t elen)
 {
     *out = NULL;
@@ -674,7 +648,7 @@ int coord_jinja_parse(const char *src, size_t len, struct coord_jinja **out, cha
     }
     if (memchr(src, 0, len))
         jinja_throw(f, -EINVAL, "the template holds a NUL byte");
-    if (!utf8_valid(src, len))
+    if (!coord_utf8_valid(src, len, NULL))
         jinja_throw(f, -EINVAL, "the template is not UTF-8 text");
     t->body = jinja_parse(src, len, &t->arena, f, PARSE_DEPTH);
     free(f);
