@@ -188,11 +188,7 @@ static struct jv *f_items(ARGS)
 static struct jv *f_case(ARGS)
 {
     struct jv *s = jinja_to_str(c, v, line);
-    return jinja_case_map(c, s,
-                          name[0] == 'l'   ? JINJA_CASE_LOWER
-                          : name[0] == 'u' ? JINJA_CASE_UPPER
-                          : name[0] == 't' ? JINJA_CASE_TITLE
-                                           : JINJA_CASE_CAPITALIZE);
+    return jinja_case_map(c, s, jinja_case_of(name));
 }
 
 static struct jv *f_replace(ARGS)

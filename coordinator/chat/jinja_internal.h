@@ -367,6 +367,8 @@ size_t jinja_char_width(const char *s, size_t n);
 /* @v's text Python's str.strip(chars) way: @how 1 left, 2 right, 3 both; chars NULL: spaces */
 struct jv *jinja_strip(struct jctx *c, struct jv *v, const struct jv *chars, int how);
 enum jinja_case { JINJA_CASE_LOWER, JINJA_CASE_UPPER, JINJA_CASE_TITLE, JINJA_CASE_CAPITALIZE };
+/* the mapping of the filter or method @name: lower, upper, title or capitalize */
+enum jinja_case jinja_case_of(const char *name);
 /* @v's text with ASCII letters mapped */
 struct jv *jinja_case_map(struct jctx *c, struct jv *v, enum jinja_case mode);
 /* str.split(sep, max) (@right: rsplit) */

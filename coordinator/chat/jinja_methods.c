@@ -59,14 +59,7 @@ static struct jv *m_replace(ARGS)
 }
 
 /* lower / upper / title / capitalize */
-static struct jv *m_case(ARGS)
-{
-    return jinja_case_map(c, self,
-                          name[0] == 'l'   ? JINJA_CASE_LOWER
-                          : name[0] == 'u' ? JINJA_CASE_UPPER
-                          : name[0] == 't' ? JINJA_CASE_TITLE
-                                           : JINJA_CASE_CAPITALIZE);
-}
+static struct jv *m_case(ARGS) { return jinja_case_map(c, self, jinja_case_of(name)); }
 
 /* find / rfind / count: positions counted in characters */
 static struct jv *m_find(ARGS)

@@ -618,6 +618,16 @@ static struct js *stmt(struct jparse *p, enum js_kind k, int line)
 
 static struct js *parse_body(struct jparse *p, const char *const *ends, int nends);
 
+/* The statements up to the tag {% @end %}, that tag consumed. */
+static struct js *parse_body_to(struct jparse *p, const char *end)
+{
+    const char *const ends[] = {end};
+    struct js *body = parse_body(p, ends, 1);
+    next(p);
+    expect_end(p);
+    return body;
+}
+
 /* {% if %} ... {% elif %} ... {% else %} ... {% endif %} */
 static struct js *parse_if(struct jparse *p, int line)
 {
@@ -638,10 +648,7 @@ static struct js *parse_if(struct jparse *p, int line)
             cur = el;
         } else if (!strcmp(e->s, "else")) {
             expect_end(p);
-            static const char *const ends2[] = {"endif"};
-            cur->orelse = parse_body(p, ends2, 1);
-            next(p);
-            expect_end(p);
+            cur->orelse = parse_body_to(p, "endif");
             break;
         } else {
             expect_end(p);
@@ -718,10 +725,7 @@ static struct js *parse_set(struct jparse *p, int line)
             while (skip_op(p, "|"))
                 s->filter = parse_filter(p, s->filter, line);
             expect_end(p);
-            static const char *const ends[] = {"endset"};
-            s->body = parse_body(p, ends, 1);
-            next(p);
-            expect_end(p);
+            s->body = parse_body_to(p, "endset");
         }
     }
     return s;
@@ -770,10 +774,7 @@ static struct js *parse_filter_block(struct jparse *p, int line)
         s->filter = parse_filter(p, s->filter, line);
     while (skip_op(p, "|"));
     expect_end(p);
-    static const char *const ends[] = {"endfilter"};
-    s->body = parse_body(p, ends, 1);
-    next(p);
-    expect_end(p);
+    s->body = parse_body_to(p, "endfilter");
     return s;
 }
 

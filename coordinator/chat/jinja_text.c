@@ -100,6 +100,14 @@ struct jv *jinja_strip(struct jctx *c, struct jv *v, const struct jv *chars, int
     return jinja_str(c, s + a, b - a);
 }
 
+enum jinja_case jinja_case_of(const char *name)
+{
+    return name[0] == 'l'   ? JINJA_CASE_LOWER
+           : name[0] == 'u' ? JINJA_CASE_UPPER
+           : name[0] == 't' ? JINJA_CASE_TITLE
+                            : JINJA_CASE_CAPITALIZE;
+}
+
 struct jv *jinja_case_map(struct jctx *c, struct jv *v, enum jinja_case mode)
 {
     struct jv *r = jinja_str(c, v->str.s, v->str.n);
