@@ -12,6 +12,8 @@
     struct jctx *c, const char *name, struct jv *v, struct jv **args, const char **kw, int n,      \
         int line
 
+/* The item of @v that an attribute= argument names: an integer, or a dotted path (a.b.0) whose
+ * integer parts are indexes; an undefined stays undefined. */
 static struct jv *attr_path(struct jctx *c, struct jv *v, struct jv *attr, int line)
 {
     if (attr->t == JV_INT)
