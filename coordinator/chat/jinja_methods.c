@@ -388,11 +388,11 @@ static struct jv *g_range(struct jctx *c, struct jv *self, struct jv **args, con
 struct jv *jinja_global(const char *name)
 {
     static const struct jv globals[] = {
-        {.t = JV_FUNC, .func = {g_raise, NULL, "raise_exception"}},
-        {.t = JV_FUNC, .func = {g_strftime, NULL, "strftime_now"}},
-        {.t = JV_FUNC, .func = {g_namespace, NULL, "namespace"}},
-        {.t = JV_FUNC, .func = {g_dict, NULL, "dict"}},
-        {.t = JV_FUNC, .func = {g_range, NULL, "range"}},
+        {.t = JV_FUNC, .func = {.fn = g_raise, .name = "raise_exception"}},
+        {.t = JV_FUNC, .func = {.fn = g_strftime, .name = "strftime_now"}},
+        {.t = JV_FUNC, .func = {.fn = g_namespace, .name = "namespace"}},
+        {.t = JV_FUNC, .func = {.fn = g_dict, .name = "dict"}},
+        {.t = JV_FUNC, .func = {.fn = g_range, .name = "range"}},
     };
     for (size_t i = 0; i < sizeof(globals) / sizeof(*globals); i++)
         if (!strcmp(globals[i].func.name, name))
