@@ -54,7 +54,8 @@ static void test_utf8(void **state)
     for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
         size_t bad = 12345;
         bool ok = coord_utf8_valid(cases[i].s, cases[i].n, &bad);
-        if (ok != (cases[i].bad < 0) || bad != (cases[i].bad < 0 ? cases[i].n : (size_t)cases[i].bad))
+        if (ok != (cases[i].bad < 0) ||
+            bad != (cases[i].bad < 0 ? cases[i].n : (size_t)cases[i].bad))
             fail_msg("case %zu: valid %d, bad %zu", i, ok, bad);
         assert_int_equal(coord_utf8_valid(cases[i].s, cases[i].n, NULL), ok);
     }
