@@ -16,6 +16,7 @@
 
 #include "chat.h"
 #include "jinja.h"
+#include "jinja_internal.h"
 
 /* Renders @src with the JSON object @vars; returns the rc, the output (or the error) in @out. */
 static int render(const char *src, const char *vars, const struct coord_jinja_limits *lim,
@@ -229,12 +230,60 @@ static void test_chat_messages(void **state)
     coord_chat_tmpl_free(&t);
 }
 
+/* The tables of filters, tests and methods: sorted by name (the lookup is a binary search), each
+ * entry found under its name, a message wherever arguments are required; and the one arity
+ * check's messages, as they were before the tables. */
+static void test_tables(void **state)
+{
+    (void)state;
+    static const struct {
+        const struct jinja_fn *t;
+        const size_t *n;
+    } tables[] = {{jinja_filters, &jinja_nfilters},
+                  {jinja_tests, &jinja_ntests},
+                  {jinja_str_methods, &jinja_nstr_methods},
+                  {jinja_dict_methods, &jinja_ndict_methods},
+                  {jinja_list_methods, &jinja_nlist_methods}};
+    for (size_t k = 0; k < sizeof(tables) / sizeof(*tables); k++) {
+        const struct jinja_fn *t = tables[k].t;
+        for (size_t i = 0; i < *tables[k].n; i++) {
+            if (i)
+                assert_true(strcmp(t[i - 1].name, t[i].name) < 0);
+            assert_ptr_equal(jinja_lookup(t, *tables[k].n, t[i].name), &t[i]);
+            assert_true((t[i].min_args > 0) == (t[i].too_few != NULL));
+        }
+        assert_null(jinja_lookup(t, *tables[k].n, "no such name"));
+    }
+    static const char *const cases[][2] = {
+        {"{{ 'a'.startswith() }}", "line 1: startswith() takes at least 1 argument"},
+        {"{{ 'a'.find(sub='a') }}", "line 1: find() takes at least 1 argument"},
+        {"{{ 'a'.replace('a') }}", "line 1: replace() takes at least 2 arguments"},
+        {"{{ ','.join() }}", "line 1: join() takes exactly one argument"},
+        {"{{ {}.get() }}", "line 1: get expected at least 1 argument"},
+        {"{{ 1 is eq }}", "line 1: test eq: expected a value to compare with"},
+        {"{{ 1 is in }}", "line 1: test in: expected a container"},
+        {"{{ 1 | attr }}", "line 1: attr: expected a name"},
+        {"{{ 1 | nosuch }}", "line 1: no filter named 'nosuch'"},
+        {"{{ 1 is nosuch }}", "line 1: no test named 'nosuch'"},
+        {"{{ 'a'.upper == 'a'.upper }} {{ {}.keys == {}.keys }}", "False False"},
+        {"{% set d = {} %}{{ d.keys == d.keys }} {{ d.keys == d.items }}", "True False"},
+        {"{{ (2 ** 3 // 3 % 2 - -1 + +1) ~ (not 0) }}", "2True"},
+        {"{{ -'a' }}", "line 1: bad operand type for unary -: 'str'"},
+        {"{{ [] // 2 }}", "line 1: unsupported operand type(s) for //: 'list' and 'int'"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        char out[300];
+        render(cases[i][0], NULL, NULL, out, sizeof(out));
+        assert_string_equal(out, cases[i][1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_python_values), cmocka_unit_test(test_whitespace),
         cmocka_unit_test(test_errors),        cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_chat_messages),
+        cmocka_unit_test(test_chat_messages), cmocka_unit_test(test_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,9 +15,11 @@
  *
  * A template cannot take more than its limits: output bytes, memory, evaluation steps (each
  * node, loop iteration, and byte or element an operation touches) and nesting depth; passing
- * one ends the render with an error. The files: jinja_parse.c (lexer and parser), jinja_eval.c
- * (statements, expressions, values), jinja_lib.c (filters, tests, methods, globals, tojson);
- * jinja_internal.h is what they share. */
+ * one ends the render with an error. The files: jinja_lex.c (lexer), jinja_parse.c (parser),
+ * jinja_eval.c (expressions, statements, the API), jinja_value.c (the arena, values),
+ * jinja_filters.c, jinja_tests.c and jinja_methods.c (tables of filters, tests and methods,
+ * and the globals), jinja_text.c (their string helpers, tojson); jinja_internal.h is what they
+ * share. */
 #ifndef SHARDLM_COORD_JINJA_H
 #define SHARDLM_COORD_JINJA_H
 

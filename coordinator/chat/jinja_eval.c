@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* coordinator/chat/jinja_eval.c: rendering a parsed template - the arena, values with Python's
- * semantics (truth, equality, order, arithmetic, str() and repr()), scopes as Jinja2 keeps them
- * (a for loop's body and a macro have their own; if does not) and the statements. */
+/* coordinator/chat/jinja_eval.c: rendering a parsed template - expressions (arithmetic as
+ * Python's), scopes as Jinja2 keeps them (a for loop's body and a macro have their own; if does
+ * not), the statements, and the API (coord_jinja_parse / render). */
 #include "jinja_internal.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,865 +18,10 @@ const struct coord_jinja_limits coord_jinja_default_limits = {
 #define TEMPLATE_MAX (1u << 20) /* bytes of a template's source */
 #define TEMPLATE_MEMORY (64u << 20)
 
-struct jv jv_undefined = {.t = JV_UNDEF, .undef = "a value is undefined"};
-struct jv jv_none = {.t = JV_NONE};
-struct jv jv_true = {.t = JV_BOOL, .b = true};
-struct jv jv_false = {.t = JV_BOOL, .b = false};
-
-/* ---- arena ---- */
-struct jchunk {
-    struct jchunk *next;
-    size_t size, used;
-    _Alignas(16) unsigned char data[];
-};
-
-void *jalloc(struct jarena *a, size_t n, struct jfail *f)
-{
-    n = (n + 15) & ~(size_t)15;
-    struct jchunk *h = a->head;
-    if (!h || h->size - h->used < n) {
-        size_t size = n > (60u << 10) ? n : (60u << 10);
-        if (a->used + size + sizeof(*h) > a->limit)
-            jthrow(f, -E2BIG, "the template used more than %zu MiB of memory", a->limit >> 20);
-        h = malloc(sizeof(*h) + size);
-        if (!h)
-            jthrow(f, -ENOMEM, "out of memory");
-        a->used += size + sizeof(*h);
-        h->size = size;
-        h->used = 0;
-        /* a big block goes behind the current one, which keeps its free space */
-        if (a->head && n == size) {
-            h->next = a->head->next;
-            a->head->next = h;
-        } else {
-            h->next = a->head;
-            a->head = h;
-        }
-    }
-    void *p = h->data + h->used;
-    h->used += n;
-    memset(p, 0, n);
-    return p;
-}
-
-void jarena_free(struct jarena *a)
-{
-    while (a->head) {
-        struct jchunk *n = a->head->next;
-        free(a->head);
-        a->head = n;
-    }
-    a->used = 0;
-}
-
-void jthrow(struct jfail *f, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(f->msg, sizeof(f->msg), fmt, ap);
-    va_end(ap);
-    /* one line (a raise_exception message may hold newlines, from the request too), cut on a
-     * character's boundary */
-    char *o = f->msg; /* line breaks as Python's " ".join(msg.splitlines()) joins them */
-    for (const char *m = f->msg; *m; m++) {
-        if (*m != '\n' && *m != '\r') {
-            *o++ = *m;
-            continue;
-        }
-        if (*m == '\r' && m[1] == '\n')
-            m++;
-        if (m[1])
-            *o++ = ' ';
-    }
-    *o = 0;
-    if (n >= (int)sizeof(f->msg)) {
-        size_t k = strlen(f->msg);
-        while (k && ((unsigned char)f->msg[k - 1] & 0xc0) == 0x80)
-            k--;
-        if (k && (unsigned char)f->msg[k - 1] >= 0xc0)
-            k--;
-        f->msg[k] = 0;
-    }
-    f->rc = rc;
-    longjmp(f->jb, 1);
-}
-
-void jerr(struct jctx *c, int line, const char *fmt, ...)
-{
-    char m[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m, sizeof(m), fmt, ap);
-    va_end(ap);
-    if (line > 0)
-        jthrow(c->fail, -EINVAL, "line %d: %s", line, m);
-    jthrow(c->fail, -EINVAL, "%s", m);
-}
-
-void jcharge(struct jctx *c, size_t n)
-{
-    c->steps += (long)(n > (size_t)c->lim->max_steps ? (size_t)c->lim->max_steps : n);
-    if (c->steps > c->lim->max_steps)
-        jthrow(c->fail, -E2BIG, "the template took more than %ld steps", c->lim->max_steps);
-}
-
-void jdeeper(struct jctx *c, int line)
-{
-    if (++c->vdepth > 256)
-        jthrow(c->fail, -E2BIG, "%s%.0d%sa value nested deeper than 256 (or holding itself)",
-               line > 0 ? "line " : "", line > 0 ? line : 0, line > 0 ? ": " : "");
-}
-
-/* ---- UTF-8 and Python's whitespace ---- */
-size_t utf8_count(const char *s, size_t n)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += ((unsigned char)s[i] & 0xc0) != 0x80;
-    return k;
-}
-
-bool py_isspace_at(const char *s, size_t n, size_t *w)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    *w = 1;
-    if (!n)
-        return false;
-    if (u[0] < 0x80)
-        return u[0] == ' ' || (u[0] >= 9 && u[0] <= 13) || (u[0] >= 0x1c && u[0] <= 0x1f);
-    if (n >= 2 && u[0] == 0xc2 && (u[1] == 0x85 || u[1] == 0xa0)) {
-        *w = 2;
-        return true;
-    }
-    if (n >= 3 && u[0] == 0xe1 && u[1] == 0x9a && u[2] == 0x80) { /* U+1680 */
-        *w = 3;
-        return true;
-    }
-    if (n >= 3 && u[0] == 0xe2 && u[1] == 0x80 &&
-        (u[2] <= 0x8a || u[2] == 0xa8 || u[2] == 0xa9 || u[2] == 0xaf)) {
-        *w = 3; /* U+2000..200A, 2028, 2029, 202F */
-        return true;
-    }
-    if (n >= 3 && ((u[0] == 0xe2 && u[1] == 0x81 && u[2] == 0x9f) ||  /* U+205F */
-                   (u[0] == 0xe3 && u[1] == 0x80 && u[2] == 0x80))) { /* U+3000 */
-        *w = 3;
-        return true;
-    }
-    return false;
-}
-
-/* ---- values ---- */
-static struct jv *newv(struct jctx *c, enum jv_type t)
-{
-    struct jv *v = jalloc(c->arena, sizeof(*v), c->fail);
-    v->t = t;
-    return v;
-}
-
-struct jv *jv_str(struct jctx *c, const char *s, size_t n)
-{
-    jcharge(c, n / 64);
-    struct jv *v = newv(c, JV_STR);
-    char *d = jalloc(c->arena, n + 1, c->fail);
-    if (n)
-        memcpy(d, s, n);
-    v->str.s = d;
-    v->str.n = n;
-    return v;
-}
-
-struct jv *jv_int(struct jctx *c, int64_t i)
-{
-    struct jv *v = newv(c, JV_INT);
-    v->i = i;
-    return v;
-}
-
-struct jv *jv_float(struct jctx *c, double f)
-{
-    struct jv *v = newv(c, JV_FLOAT);
-    v->f = f;
-    return v;
-}
-
-struct jv *jv_bool(bool b) { return b ? &jv_true : &jv_false; }
-
-struct jv *jv_list(struct jctx *c, size_t n)
-{
-    jcharge(c, n);
-    struct jv *v = newv(c, JV_LIST);
-    v->list.v = jalloc(c->arena, n * sizeof(*v->list.v) + 1, c->fail);
-    v->list.n = n;
-    return v;
-}
-
-struct jv *jv_dict(struct jctx *c, size_t cap)
-{
-    struct jv *v = newv(c, JV_DICT);
-    v->dict.cap = cap ? cap : 4;
-    v->dict.k = jalloc(c->arena, v->dict.cap * sizeof(*v->dict.k), c->fail);
-    v->dict.v = jalloc(c->arena, v->dict.cap * sizeof(*v->dict.v), c->fail);
-    return v;
-}
-
-static void dict_append(struct jctx *c, struct jv *d, struct jv *k, struct jv *v)
-{
-    if (d->dict.n == d->dict.cap) {
-        size_t cap = d->dict.cap * 2;
-        struct jv **nk = jalloc(c->arena, cap * sizeof(*nk), c->fail);
-        struct jv **nv = jalloc(c->arena, cap * sizeof(*nv), c->fail);
-        memcpy(nk, d->dict.k, d->dict.n * sizeof(*nk));
-        memcpy(nv, d->dict.v, d->dict.n * sizeof(*nv));
-        d->dict.k = nk;
-        d->dict.v = nv;
-        d->dict.cap = cap;
-    }
-    d->dict.k[d->dict.n] = k;
-    d->dict.v[d->dict.n++] = v;
-}
-
-static long dict_find(struct jctx *c, const struct jv *d, const struct jv *k)
-{
-    jcharge(c, d->dict.n);
-    for (size_t i = 0; i < d->dict.n; i++)
-        if (jv_equal(c, d->dict.k[i], k))
-            return (long)i;
-    return -1;
-}
-
-void jv_dict_put(struct jctx *c, struct jv *d, struct jv *k, struct jv *v)
-{
-    long i = dict_find(c, d, k);
-    if (i >= 0)
-        d->dict.v[i] = v;
-    else
-        dict_append(c, d, k, v);
-}
-
-struct jv *jv_dict_get(struct jctx *c, const struct jv *d, const struct jv *k)
-{
-    long i = dict_find(c, d, k);
-    return i >= 0 ? d->dict.v[i] : NULL;
-}
-
-struct jv *jv_dict_gets(struct jctx *c, const struct jv *d, const char *k)
-{
-    jcharge(c, d->dict.n);
-    size_t n = strlen(k);
-    for (size_t i = 0; i < d->dict.n; i++) {
-        const struct jv *x = d->dict.k[i];
-        if (x->t == JV_STR && x->str.n == n && !memcmp(x->str.s, k, n))
-            return d->dict.v[i];
-    }
-    return NULL;
-}
-
-struct jv *jv_undef(struct jctx *c, const char *fmt, ...)
-{
-    char m[160];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m, sizeof(m), fmt, ap);
-    va_end(ap);
-    struct jv *v = newv(c, JV_UNDEF);
-    size_t n = strlen(m);
-    char *d = jalloc(c->arena, n + 1, c->fail);
-    memcpy(d, m, n);
-    v->undef = d;
-    return v;
-}
-
-struct jv *jv_from_json(struct jctx *c, json_t *j, int depth)
-{
-    if (depth > 256)
-        jthrow(c->fail, -E2BIG, "the variables nest deeper than 256");
-    jcharge(c, 1);
-    switch (json_typeof(j)) {
-    case JSON_OBJECT: {
-        struct jv *d = jv_dict(c, json_object_size(j));
-        const char *k;
-        json_t *v;
-        json_object_foreach(j, k, v)
-            dict_append(c, d, jv_str(c, k, strlen(k)), jv_from_json(c, v, depth + 1));
-        return d;
-    }
-    case JSON_ARRAY: {
-        struct jv *l = jv_list(c, json_array_size(j));
-        for (size_t i = 0; i < l->list.n; i++)
-            l->list.v[i] = jv_from_json(c, json_array_get(j, i), depth + 1);
-        return l;
-    }
-    case JSON_STRING:
-        return jv_str(c, json_string_value(j), json_string_length(j));
-    case JSON_INTEGER:
-        return jv_int(c, json_integer_value(j));
-    case JSON_REAL:
-        return jv_float(c, json_real_value(j));
-    case JSON_TRUE:
-        return &jv_true;
-    case JSON_FALSE:
-        return &jv_false;
-    default:
-        return &jv_none;
-    }
-}
-
-bool jv_truthy(const struct jv *v)
-{
-    switch (v->t) {
-    case JV_UNDEF:
-    case JV_NONE:
-        return false;
-    case JV_BOOL:
-        return v->b;
-    case JV_INT:
-        return v->i != 0;
-    case JV_FLOAT:
-        return v->f != 0;
-    case JV_STR:
-        return v->str.n > 0;
-    case JV_LIST:
-        return v->list.n > 0;
-    case JV_DICT:
-        return v->dict.n > 0;
-    default:
-        return true;
-    }
-}
-
-const char *jv_type_name(const struct jv *v)
-{
-    switch (v->t) {
-    case JV_UNDEF:
-        return "Undefined";
-    case JV_NONE:
-        return "NoneType";
-    case JV_BOOL:
-        return "bool";
-    case JV_INT:
-        return "int";
-    case JV_FLOAT:
-        return "float";
-    case JV_STR:
-        return "str";
-    case JV_LIST:
-        return v->tuple ? "tuple" : "list";
-    case JV_DICT:
-        return "dict";
-    case JV_NS:
-        return "Namespace";
-    case JV_MACRO:
-        return "Macro";
-    case JV_LOOP:
-        return "LoopContext";
-    default:
-        return "builtin_function_or_method";
-    }
-}
-
-static bool is_num(const struct jv *v)
-{
-    return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL;
-}
-static double num_f(const struct jv *v)
-{
-    return v->t == JV_FLOAT ? v->f : v->t == JV_INT ? (double)v->i : v->b;
-}
-static int64_t num_i(const struct jv *v) { return v->t == JV_INT ? v->i : v->b; }
-
-bool jv_equal(struct jctx *c, const struct jv *a, const struct jv *b)
-{
-    jcharge(c, 1);
-    if (is_num(a) && is_num(b)) {
-        if (a->t == JV_FLOAT || b->t == JV_FLOAT)
-            return num_f(a) == num_f(b);
-        return num_i(a) == num_i(b);
-    }
-    if (a->t != b->t)
-        return false;
-    switch (a->t) {
-    case JV_UNDEF:
-    case JV_NONE:
-        return true;
-    case JV_STR:
-        jcharge(c, a->str.n / 64);
-        return a->str.n == b->str.n && !memcmp(a->str.s, b->str.s, a->str.n);
-    case JV_LIST: {
-        if (a->tuple != b->tuple || a->list.n != b->list.n)
-            return false;
-        bool eq = true;
-        jdeeper(c, 0);
-        for (size_t i = 0; i < a->list.n && eq; i++)
-            eq = jv_equal(c, a->list.v[i], b->list.v[i]);
-        c->vdepth--;
-        return eq;
-    }
-    case JV_DICT: {
-        if (a->dict.n != b->dict.n)
-            return false;
-        bool eq = true;
-        jdeeper(c, 0);
-        for (size_t i = 0; i < a->dict.n && eq; i++) {
-            struct jv *o = jv_dict_get(c, b, a->dict.k[i]);
-            eq = o && jv_equal(c, a->dict.v[i], o);
-        }
-        c->vdepth--;
-        return eq;
-    }
-    case JV_FUNC:
-        return a->func.fn == b->func.fn && a->func.self == b->func.self;
-    default:
-        return a == b;
-    }
-}
-
-int jv_compare(struct jctx *c, const struct jv *a, const struct jv *b, int line)
-{
-    jcharge(c, 1);
-    if (is_num(a) && is_num(b)) {
-        if (a->t == JV_FLOAT || b->t == JV_FLOAT) {
-            double x = num_f(a), y = num_f(b);
-            return x < y ? -1 : x > y;
-        }
-        int64_t x = num_i(a), y = num_i(b);
-        return x < y ? -1 : x > y;
-    }
-    if (a->t == JV_STR && b->t == JV_STR) {
-        size_t n = a->str.n < b->str.n ? a->str.n : b->str.n;
-        int r = memcmp(a->str.s, b->str.s, n);
-        return r ? r : a->str.n < b->str.n ? -1 : a->str.n > b->str.n;
-    }
-    if (a->t == JV_LIST && b->t == JV_LIST && a->tuple == b->tuple) {
-        int r = 0;
-        jdeeper(c, line);
-        for (size_t i = 0; i < a->list.n && i < b->list.n && !r; i++)
-            if (!jv_equal(c, a->list.v[i], b->list.v[i]))
-                r = jv_compare(c, a->list.v[i], b->list.v[i], line);
-        c->vdepth--;
-        return r ? r : a->list.n < b->list.n ? -1 : a->list.n > b->list.n;
-    }
-    if (a->t == JV_UNDEF || b->t == JV_UNDEF)
-        jerr(c, line, "%s", (a->t == JV_UNDEF ? a : b)->undef);
-    jerr(c, line, "'<' not supported between instances of '%s' and '%s'", jv_type_name(a),
-         jv_type_name(b));
-}
-
-/* ---- str() and repr() ---- */
-void jbuf_put(struct jctx *c, struct jbuf *b, const char *s, size_t n)
-{
-    if (b->n + n > c->lim->max_output) /* every text built, not only the rendering */
-        jthrow(c->fail, -E2BIG, "the template's output passed %zu bytes", c->lim->max_output);
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *ns = jalloc(c->arena, cap, c->fail);
-        if (b->n)
-            memcpy(ns, b->s, b->n);
-        b->s = ns;
-        b->cap = cap;
-    }
-    jcharge(c, n / 64);
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void put_s(struct jctx *c, struct jbuf *b, const char *s) { jbuf_put(c, b, s, strlen(s)); }
-
-/* Python's repr() of a float: the shortest digits that read back to it, positional between
- * 1e-4 and 1e16, else d.ddde+XX. */
-static void float_repr(double f, char *out, size_t len)
-{
-    if (isnan(f)) {
-        snprintf(out, len, "nan");
-        return;
-    }
-    if (isinf(f)) {
-        snprintf(out, len, f < 0 ? "-inf" : "inf");
-        return;
-    }
-    char e[40];
-    int p;
-    for (p = 1; p <= 17; p++) {
-        snprintf(e, sizeof(e), "%.*e", p - 1, f);
-        if (strtod(e, NULL) == f)
-            break;
-    }
-    /* e: [-]d[.ddd]e[+-]XX */
-    char digits[24];
-    int nd = 0, exp10;
-    const char *q = e;
-    bool neg = *q == '-';
-    if (neg)
-        q++;
-    for (; *q && *q != 'e'; q++)
-        if (*q != '.')
-            digits[nd++] = *q;
-    exp10 = atoi(q + 1);
-    while (nd > 1 && digits[nd - 1] == '0')
-        nd--;
-    digits[nd] = 0;
-    char *o = out;
-    if (neg)
-        *o++ = '-';
-    if (exp10 >= 16 || exp10 < -4) {
-        *o++ = digits[0];
-        if (nd > 1) {
-            *o++ = '.';
-            memcpy(o, digits + 1, (size_t)nd - 1);
-            o += nd - 1;
-        }
-        snprintf(o, len - (size_t)(o - out), "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
-        return;
-    }
-    if (exp10 < 0) {
-        *o++ = '0';
-        *o++ = '.';
-        for (int i = -1; i > exp10; i--)
-            *o++ = '0';
-        memcpy(o, digits, (size_t)nd);
-        o += nd;
-    } else {
-        for (int i = 0; i <= exp10; i++)
-            *o++ = i < nd ? digits[i] : '0';
-        *o++ = '.';
-        if (nd > exp10 + 1) {
-            memcpy(o, digits + exp10 + 1, (size_t)(nd - exp10 - 1));
-            o += nd - exp10 - 1;
-        } else {
-            *o++ = '0';
-        }
-    }
-    *o = 0;
-}
-
-/* Whether Python prints code point @u as it is in a repr (str.isprintable()), roughly: not a
- * control, separator (but space) or format character. */
-static bool py_printable(unsigned u)
-{
-    if (u < 0x20 || (u >= 0x7f && u <= 0xa0) || u == 0xad)
-        return false;
-    if (u == 0x1680 || (u >= 0x2000 && u <= 0x200f) || (u >= 0x2028 && u <= 0x202f) ||
-        (u >= 0x205f && u <= 0x2064) || u == 0x3000 || u == 0xfeff || (u >= 0xfff9 && u <= 0xfffb))
-        return false;
-    return true;
-}
-
-static void str_repr(struct jctx *c, struct jbuf *b, const char *s, size_t n)
-{
-    bool sq = memchr(s, '\'', n) != NULL, dq = memchr(s, '"', n) != NULL;
-    char q = sq && !dq ? '"' : '\'';
-    jbuf_put(c, b, &q, 1);
-    for (size_t i = 0; i < n;) {
-        unsigned char ch = (unsigned char)s[i];
-        unsigned u = ch;
-        size_t w = 1;
-        if (ch >= 0xc0) {
-            w = ch >= 0xf0 ? 4 : ch >= 0xe0 ? 3 : 2;
-            if (i + w > n)
-                w = n - i;
-            u = ch & (ch >= 0xf0 ? 7 : ch >= 0xe0 ? 15 : 31);
-            for (size_t k = 1; k < w; k++)
-                u = u << 6 | ((unsigned char)s[i + k] & 63);
-        }
-        char esc[12];
-        if (ch == '\\' || ch == (unsigned char)q) {
-            esc[0] = '\\';
-            esc[1] = (char)ch;
-            jbuf_put(c, b, esc, 2);
-        } else if (ch == '\n' || ch == '\r' || ch == '\t') {
-            esc[0] = '\\';
-            esc[1] = ch == '\n' ? 'n' : ch == '\r' ? 'r' : 't';
-            jbuf_put(c, b, esc, 2);
-        } else if (!py_printable(u)) {
-            int m = snprintf(esc, sizeof(esc),
-                             u < 0x100     ? "\\x%02x"
-                             : u < 0x10000 ? "\\u%04x"
-                                           : "\\U%08x",
-                             u);
-            jbuf_put(c, b, esc, (size_t)m);
-        } else {
-            jbuf_put(c, b, s + i, w);
-        }
-        i += w;
-    }
-    jbuf_put(c, b, &q, 1);
-}
-
-void jv_str_into(struct jctx *c, struct jbuf *b, const struct jv *v, bool repr, int line)
-{
-    char num[48];
-    jcharge(c, 1);
-    switch (v->t) {
-    case JV_UNDEF:
-        if (repr)
-            put_s(c, b, "Undefined");
-        return;
-    case JV_NONE:
-        put_s(c, b, "None");
-        return;
-    case JV_BOOL:
-        put_s(c, b, v->b ? "True" : "False");
-        return;
-    case JV_INT:
-        snprintf(num, sizeof(num), "%lld", (long long)v->i);
-        put_s(c, b, num);
-        return;
-    case JV_FLOAT:
-        float_repr(v->f, num, sizeof(num));
-        put_s(c, b, num);
-        return;
-    case JV_STR:
-        if (repr)
-            str_repr(c, b, v->str.s, v->str.n);
-        else
-            jbuf_put(c, b, v->str.s, v->str.n);
-        return;
-    case JV_LIST:
-        jdeeper(c, line);
-        put_s(c, b, v->tuple ? "(" : "[");
-        for (size_t i = 0; i < v->list.n; i++) {
-            if (i)
-                put_s(c, b, ", ");
-            jv_str_into(c, b, v->list.v[i], true, line);
-        }
-        put_s(c, b, v->tuple ? (v->list.n == 1 ? ",)" : ")") : "]");
-        c->vdepth--;
-        return;
-    case JV_DICT:
-    case JV_NS:
-        jdeeper(c, line);
-        put_s(c, b, v->t == JV_NS ? "<Namespace {" : "{");
-        for (size_t i = 0; i < v->dict.n; i++) {
-            if (i)
-                put_s(c, b, ", ");
-            jv_str_into(c, b, v->dict.k[i], true, line);
-            put_s(c, b, ": ");
-            jv_str_into(c, b, v->dict.v[i], true, line);
-        }
-        put_s(c, b, v->t == JV_NS ? "}>" : "}");
-        c->vdepth--;
-        return;
-    case JV_LOOP:
-        put_s(c, b, "<LoopContext>");
-        return;
-    case JV_MACRO:
-        put_s(c, b, "<Macro '");
-        put_s(c, b, v->macro.def->name);
-        put_s(c, b, "'>");
-        return;
-    default:
-        put_s(c, b, "<built-in method ");
-        put_s(c, b, v->func.name);
-        put_s(c, b, ">");
-        return;
-    }
-}
-
-struct jv *jv_to_str(struct jctx *c, struct jv *v, int line)
-{
-    if (v->t == JV_STR)
-        return v;
-    struct jbuf b = {0};
-    jv_str_into(c, &b, v, false, line);
-    struct jv *s = newv(c, JV_STR);
-    s->str.s = b.s ? b.s : "";
-    s->str.n = b.n;
-    return s;
-}
-
-/* ---- attribute, item, call ---- */
-static struct jv *loop_attr(struct jctx *c, struct jv *l, const char *name);
-
-static _Noreturn void undefined_error(struct jctx *c, const struct jv *v, int line)
-{
-    jerr(c, line, "%s", v->undef);
-}
-
-struct jv *jv_getattr(struct jctx *c, struct jv *o, const char *name, int line)
-{
-    if (o->t == JV_UNDEF)
-        undefined_error(c, o, line);
-    if (o->t == JV_LOOP)
-        return loop_attr(c, o, name);
-    if (o->t == JV_NS) {
-        struct jv *v = jv_dict_gets(c, o, name);
-        return v ? v : jv_undef(c, "'Namespace' has no attribute '%s'", name);
-    }
-    struct jv *m = jlib_method(c, o, name);
-    if (m)
-        return m;
-    if (o->t == JV_DICT) {
-        struct jv *v = jv_dict_gets(c, o, name);
-        return v ? v : jv_undef(c, "'dict object' has no attribute '%s'", name);
-    }
-    if (o->t == JV_NONE)
-        return jv_undef(c, "'None' has no attribute '%s'", name);
-    return jv_undef(c, "'%s object' has no attribute '%s'", jv_type_name(o), name);
-}
-
-/* Python's index @i into @n items (negative from the end); false when outside. */
-static bool index_of(int64_t i, size_t n, size_t *out)
-{
-    if (i < 0)
-        i += (int64_t)n;
-    if (i < 0 || (uint64_t)i >= n)
-        return false;
-    *out = (size_t)i;
-    return true;
-}
-
-/* byte offset of code point @k of @s */
-static size_t utf8_offset(const char *s, size_t n, size_t k)
-{
-    size_t i = 0;
-    while (i < n && k) {
-        i++;
-        while (i < n && ((unsigned char)s[i] & 0xc0) == 0x80)
-            i++;
-        k--;
-    }
-    return i;
-}
-
-struct jv *jv_getitem(struct jctx *c, struct jv *o, struct jv *k, int line)
-{
-    if (o->t == JV_UNDEF)
-        undefined_error(c, o, line);
-    if (o->t == JV_DICT || o->t == JV_NS) {
-        struct jv *v = jv_dict_get(c, o, k);
-        if (v)
-            return v;
-    } else if ((o->t == JV_LIST || o->t == JV_STR) && (k->t == JV_INT || k->t == JV_BOOL)) {
-        size_t n = o->t == JV_LIST ? o->list.n : utf8_count(o->str.s, o->str.n), i;
-        jcharge(c, o->t == JV_STR ? o->str.n / 64 : 0);
-        if (!index_of(num_i(k), n, &i))
-            return jv_undef(c, "%s object has no element %lld", jv_type_name(o),
-                            (long long)num_i(k));
-        if (o->t == JV_LIST)
-            return o->list.v[i];
-        size_t a = utf8_offset(o->str.s, o->str.n, i);
-        size_t b = utf8_offset(o->str.s + a, o->str.n - a, 1);
-        return jv_str(c, o->str.s + a, b);
-    }
-    if (k->t == JV_STR && o->t != JV_NS)
-        return jv_getattr(c, o, k->str.s, line);
-    if (k->t == JV_UNDEF)
-        undefined_error(c, k, line);
-    return jv_undef(c, "'%s object' has no element of that key", jv_type_name(o));
-}
-
-/* o[a:b:s] */
-static struct jv *slice(struct jctx *c, struct jv *o, struct jv *parts[3], int line)
-{
-    if (o->t == JV_UNDEF)
-        undefined_error(c, o, line);
-    if (o->t != JV_LIST && o->t != JV_STR)
-        jerr(c, line, "'%s' object is not subscriptable", jv_type_name(o));
-    int64_t v[3];
-    for (int i = 0; i < 3; i++) {
-        struct jv *p = parts[i];
-        if (p && p->t != JV_NONE && p->t != JV_INT && p->t != JV_BOOL)
-            jerr(c, line, "slice indices must be integers or None");
-        v[i] = p && p->t != JV_NONE ? num_i(p) : INT64_MIN;
-    }
-    int64_t step = v[2] == INT64_MIN ? 1 : v[2];
-    if (step == 0)
-        jerr(c, line, "slice step cannot be zero");
-    int64_t n = o->t == JV_LIST ? (int64_t)o->list.n : (int64_t)utf8_count(o->str.s, o->str.n);
-    /* Python's PySlice_AdjustIndices */
-    int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? n - 1 : n, start, stop;
-    start = v[0] == INT64_MIN ? (step < 0 ? hi : lo) : v[0];
-    stop = v[1] == INT64_MIN ? (step < 0 ? lo : hi) : v[1];
-    if (v[0] != INT64_MIN) {
-        if (start < 0)
-            start = start + n < lo ? lo : start + n;
-        else if (start > hi)
-            start = hi;
-    }
-    if (v[1] != INT64_MIN) {
-        if (stop < 0)
-            stop = stop + n < lo ? lo : stop + n;
-        else if (stop > hi)
-            stop = hi;
-    }
-    size_t count = 0;
-    if (step > 0 && start < stop)
-        count = (size_t)((stop - start - 1) / step + 1);
-    else if (step < 0 && stop < start)
-        count = (size_t)((start - stop - 1) / (-step) + 1);
-    if (o->t == JV_LIST) {
-        struct jv *r = jv_list(c, count);
-        r->tuple = o->tuple;
-        for (size_t i = 0; i < count; i++)
-            r->list.v[i] = o->list.v[start + (int64_t)i * step];
-        return r;
-    }
-    /* code point offsets of the string, then the picked characters */
-    jcharge(c, o->str.n / 16);
-    size_t *off = jalloc(c->arena, ((size_t)n + 1) * sizeof(size_t), c->fail);
-    size_t k = 0;
-    for (size_t i = 0; i < o->str.n; i++)
-        if (((unsigned char)o->str.s[i] & 0xc0) != 0x80)
-            off[k++] = i;
-    off[k] = o->str.n;
-    struct jbuf b = {0};
-    if (step == 1 && count)
-        jbuf_put(c, &b, o->str.s + off[start], off[start + (int64_t)count] - off[start]);
-    else
-        for (size_t i = 0; i < count; i++) {
-            int64_t j = start + (int64_t)i * step;
-            jbuf_put(c, &b, o->str.s + off[j], off[j + 1] - off[j]);
-        }
-    return jv_str(c, b.s ? b.s : "", b.n);
-}
-
-static struct jv *call_macro(struct jctx *c, struct jv *m, struct jv **args, const char **kw, int n,
-                             int line);
-
-struct jv *jv_call(struct jctx *c, struct jv *f, struct jv **args, const char **kw, int n, int line)
-{
-    if (f->t == JV_FUNC)
-        return f->func.fn(c, f->func.self, args, kw, n, line);
-    if (f->t == JV_MACRO)
-        return call_macro(c, f, args, kw, n, line);
-    if (f->t == JV_UNDEF)
-        undefined_error(c, f, line);
-    jerr(c, line, "'%s' object is not callable", jv_type_name(f));
-}
-
-struct jv *jv_iter_list(struct jctx *c, struct jv *v, int line)
-{
-    switch (v->t) {
-    case JV_LIST:
-        return v;
-    case JV_UNDEF:
-        return jv_list(c, 0);
-    case JV_DICT: {
-        struct jv *l = jv_list(c, v->dict.n);
-        memcpy(l->list.v, v->dict.k, v->dict.n * sizeof(*l->list.v));
-        return l;
-    }
-    case JV_STR: {
-        size_t n = utf8_count(v->str.s, v->str.n), k = 0;
-        struct jv *l = jv_list(c, n);
-        for (size_t i = 0; i < v->str.n; k++) {
-            size_t w = utf8_offset(v->str.s + i, v->str.n - i, 1);
-            l->list.v[k] = jv_str(c, v->str.s + i, w);
-            i += w;
-        }
-        return l;
-    }
-    default:
-        jerr(c, line, "'%s' object is not iterable", jv_type_name(v));
-    }
-}
-
 /* ---- scopes ---- */
 static struct jscope *scope_new(struct jctx *c, struct jscope *parent)
 {
-    struct jscope *s = jalloc(c->arena, sizeof(*s), c->fail);
+    struct jscope *s = jinja_alloc(c->arena, sizeof(*s), c->fail);
     s->parent = parent;
     return s;
 }
@@ -890,8 +35,8 @@ static void scope_set(struct jctx *c, struct jscope *s, const char *name, struct
         }
     if (s->n == s->cap) {
         int cap = s->cap ? s->cap * 2 : 2;
-        const char **nn = jalloc(c->arena, (size_t)cap * sizeof(*nn), c->fail);
-        struct jv **nv = jalloc(c->arena, (size_t)cap * sizeof(*nv), c->fail);
+        const char **nn = jinja_alloc(c->arena, (size_t)cap * sizeof(*nn), c->fail);
+        struct jv **nv = jinja_alloc(c->arena, (size_t)cap * sizeof(*nv), c->fail);
         if (s->n) {
             memcpy(nn, s->names, (size_t)s->n * sizeof(*nn));
             memcpy(nv, s->vals, (size_t)s->n * sizeof(*nv));
@@ -900,7 +45,7 @@ static void scope_set(struct jctx *c, struct jscope *s, const char *name, struct
         s->vals = nv;
         s->cap = cap;
     }
-    jcharge(c, (size_t)s->n);
+    jinja_charge(c, (size_t)s->n);
     s->names[s->n] = name;
     s->vals[s->n++] = v;
 }
@@ -908,7 +53,7 @@ static void scope_set(struct jctx *c, struct jscope *s, const char *name, struct
 static struct jv *scope_get(struct jctx *c, struct jscope *s, const char *name)
 {
     for (; s; s = s->parent) {
-        jcharge(c, (size_t)s->n / 8);
+        jinja_charge(c, (size_t)s->n / 8);
         for (int i = s->n - 1; i >= 0; i--)
             if (!strcmp(s->names[i], name))
                 return s->vals[i];
@@ -917,140 +62,160 @@ static struct jv *scope_get(struct jctx *c, struct jscope *s, const char *name)
 }
 
 /* ---- expressions ---- */
+const char *const jinja_op_names[] = {
+    [JINJA_OP_ADD] = "+",  [JINJA_OP_SUB] = "-",       [JINJA_OP_MUL] = "*",
+    [JINJA_OP_DIV] = "/",  [JINJA_OP_FLOORDIV] = "//", [JINJA_OP_MOD] = "%",
+    [JINJA_OP_POW] = "**", [JINJA_OP_CONCAT] = "~",    [JINJA_OP_NEG] = "-",
+    [JINJA_OP_POS] = "+",  [JINJA_OP_NOT] = "not",
+};
 static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc);
 
-static struct jv *arith(struct jctx *c, int op, struct jv *a, struct jv *b, int line)
+/* @op of two integers (bools as 0 / 1), Python's way: floor division and a modulo with the
+ * divisor's sign; past 64 bits fails */
+static struct jv *arith_int(struct jctx *c, enum jinja_op op, int64_t x, int64_t y, int line)
 {
-    if (op == '~') {
-        struct jbuf s = {0};
-        jv_str_into(c, &s, a, false, line);
-        jv_str_into(c, &s, b, false, line);
-        struct jv *r = jv_str(c, "", 0);
-        r->str.s = s.s ? s.s : "";
-        r->str.n = s.n;
-        return r;
-    }
-    if (a->t == JV_UNDEF)
-        undefined_error(c, a, line);
-    if (b->t == JV_UNDEF)
-        undefined_error(c, b, line);
-    if (is_num(a) && is_num(b)) {
-        if (a->t != JV_FLOAT && b->t != JV_FLOAT && op != '/') {
-            int64_t x = num_i(a), y = num_i(b), r = 0;
-            bool ovf = false;
-            switch (op) {
-            case '+':
-                ovf = __builtin_add_overflow(x, y, &r);
+    int64_t r = 0;
+    bool ovf = false;
+    switch (op) {
+    case JINJA_OP_ADD:
+        ovf = __builtin_add_overflow(x, y, &r);
+        break;
+    case JINJA_OP_SUB:
+        ovf = __builtin_sub_overflow(x, y, &r);
+        break;
+    case JINJA_OP_MUL:
+        ovf = __builtin_mul_overflow(x, y, &r);
+        break;
+    case JINJA_OP_FLOORDIV:
+    case JINJA_OP_MOD:
+        if (!y)
+            jinja_err(c, line, "integer division or modulo by zero");
+        if (x == INT64_MIN && y == -1) {
+            ovf = op == JINJA_OP_FLOORDIV;
+            break;
+        }
+        r = op == JINJA_OP_FLOORDIV ? x / y - ((x % y != 0) && ((x < 0) != (y < 0))) : x % y;
+        if (op == JINJA_OP_MOD && r != 0 && ((r < 0) != (y < 0)))
+            r += y;
+        break;
+    case JINJA_OP_POW:
+        if (y < 0)
+            return jinja_float(c, pow((double)x, (double)y));
+        r = 1;
+        for (int64_t i = 0; i < y && !ovf; i++) {
+            ovf = __builtin_mul_overflow(r, x, &r);
+            if (r == 0 || r == 1)
                 break;
-            case '-':
-                ovf = __builtin_sub_overflow(x, y, &r);
-                break;
-            case '*':
-                ovf = __builtin_mul_overflow(x, y, &r);
-                break;
-            case 'f':
-            case '%':
-                if (!y)
-                    jerr(c, line, "integer division or modulo by zero");
-                if (x == INT64_MIN && y == -1) {
-                    ovf = op == 'f';
-                    break;
-                }
-                r = op == 'f' ? x / y - ((x % y != 0) && ((x < 0) != (y < 0))) : x % y;
-                if (op == '%' && r != 0 && ((r < 0) != (y < 0)))
-                    r += y;
-                break;
-            case 'p':
-                if (y < 0)
-                    return jv_float(c, pow((double)x, (double)y));
-                r = 1;
-                for (int64_t i = 0; i < y && !ovf; i++) {
-                    ovf = __builtin_mul_overflow(r, x, &r);
-                    if (r == 0 || r == 1)
-                        break;
-                    if (r == -1 && x == -1) {
-                        r = (y % 2) ? -1 : 1;
-                        break;
-                    }
-                }
+            if (r == -1 && x == -1) {
+                r = (y % 2) ? -1 : 1;
                 break;
             }
-            if (ovf)
-                jerr(c, line, "an integer past 64 bits");
-            return jv_int(c, r);
         }
-        double x = num_f(a), y = num_f(b), r = 0;
-        switch (op) {
-        case '+':
-            r = x + y;
-            break;
-        case '-':
-            r = x - y;
-            break;
-        case '*':
-            r = x * y;
-            break;
-        case '/':
-        case 'f':
-        case '%':
-            if (y == 0)
-                jerr(c, line, "float division by zero");
-            r = op == '/' ? x / y : op == 'f' ? floor(x / y) : fmod(x, y);
-            if (op == '%' && r != 0 && ((r < 0) != (y < 0)))
-                r += y;
-            break;
-        case 'p':
-            r = pow(x, y);
-            break;
-        }
-        return jv_float(c, r);
+        break;
+    default: /* / is a float's; the others are not binary */
+        break;
     }
-    if (op == '+' && a->t == JV_STR && b->t == JV_STR) {
+    if (ovf)
+        jinja_err(c, line, "an integer past 64 bits");
+    return jinja_int(c, r);
+}
+
+/* @op of two numbers, one of them a float (or the operator /) */
+static struct jv *arith_float(struct jctx *c, enum jinja_op op, double x, double y, int line)
+{
+    double r = 0;
+    switch (op) {
+    case JINJA_OP_ADD:
+        r = x + y;
+        break;
+    case JINJA_OP_SUB:
+        r = x - y;
+        break;
+    case JINJA_OP_MUL:
+        r = x * y;
+        break;
+    case JINJA_OP_DIV:
+    case JINJA_OP_FLOORDIV:
+    case JINJA_OP_MOD:
+        if (y == 0)
+            jinja_err(c, line, "float division by zero");
+        r = op == JINJA_OP_DIV ? x / y : op == JINJA_OP_FLOORDIV ? floor(x / y) : fmod(x, y);
+        if (op == JINJA_OP_MOD && r != 0 && ((r < 0) != (y < 0)))
+            r += y;
+        break;
+    case JINJA_OP_POW:
+        r = pow(x, y);
+        break;
+    default:
+        break;
+    }
+    return jinja_float(c, r);
+}
+
+/* str or list @a repeated @b times (an int or a bool) */
+static struct jv *repeat(struct jctx *c, struct jv *a, struct jv *b, int line)
+{
+    int64_t k = jinja_num_i(b) < 0 ? 0 : jinja_num_i(b);
+    size_t unit = a->t == JV_STR ? a->str.n : a->list.n;
+    if (!unit) /* nothing repeated any number of times */
+        k = 0;
+    if (unit && (uint64_t)k > c->lim->max_output / unit)
+        jinja_throw(c->fail, -E2BIG, "line %d: a repetition past the output limit", line);
+    if (a->t == JV_STR) {
         struct jbuf s = {0};
-        jbuf_put(c, &s, a->str.s, a->str.n);
-        jbuf_put(c, &s, b->str.s, b->str.n);
-        struct jv *r = jv_str(c, "", 0);
-        r->str.s = s.s ? s.s : "";
-        r->str.n = s.n;
-        return r;
+        for (int64_t i = 0; i < k; i++)
+            jinja_buf_put(c, &s, a->str.s, a->str.n);
+        return jinja_mkstr(c, &s);
     }
-    if (op == '+' && a->t == JV_LIST && b->t == JV_LIST && a->tuple == b->tuple) {
-        struct jv *r = jv_list(c, a->list.n + b->list.n);
+    struct jv *r = jinja_list(c, unit * (size_t)k);
+    r->tuple = a->tuple;
+    for (int64_t i = 0; i < k; i++)
+        memcpy(r->list.v + (size_t)i * unit, a->list.v, unit * sizeof(*r->list.v));
+    return r;
+}
+
+/* a @op b for a binary operator: numbers, ~ of anything, + of two strs or two lists (tuples),
+ * * of a str or list and an int */
+static struct jv *arith(struct jctx *c, enum jinja_op op, struct jv *a, struct jv *b, int line)
+{
+    if (op == JINJA_OP_CONCAT) {
+        struct jbuf s = {0};
+        jinja_str_into(c, &s, a, false, line);
+        jinja_str_into(c, &s, b, false, line);
+        return jinja_mkstr(c, &s);
+    }
+    if (a->t == JV_UNDEF)
+        jinja_undefined_error(c, a, line);
+    if (b->t == JV_UNDEF)
+        jinja_undefined_error(c, b, line);
+    if (jinja_is_num(a) && jinja_is_num(b)) {
+        if (a->t != JV_FLOAT && b->t != JV_FLOAT && op != JINJA_OP_DIV)
+            return arith_int(c, op, jinja_num_i(a), jinja_num_i(b), line);
+        return arith_float(c, op, jinja_num_f(a), jinja_num_f(b), line);
+    }
+    if (op == JINJA_OP_ADD && a->t == JV_STR && b->t == JV_STR) {
+        struct jbuf s = {0};
+        jinja_buf_put(c, &s, a->str.s, a->str.n);
+        jinja_buf_put(c, &s, b->str.s, b->str.n);
+        return jinja_mkstr(c, &s);
+    }
+    if (op == JINJA_OP_ADD && a->t == JV_LIST && b->t == JV_LIST && a->tuple == b->tuple) {
+        struct jv *r = jinja_list(c, a->list.n + b->list.n);
         r->tuple = a->tuple;
         memcpy(r->list.v, a->list.v, a->list.n * sizeof(*r->list.v));
         memcpy(r->list.v + a->list.n, b->list.v, b->list.n * sizeof(*r->list.v));
         return r;
     }
-    if (op == '*' && (a->t == JV_INT || a->t == JV_BOOL) && (b->t == JV_STR || b->t == JV_LIST))
-        return arith(c, op, b, a, line);
-    if (op == '*' && (b->t == JV_INT || b->t == JV_BOOL) && (a->t == JV_STR || a->t == JV_LIST)) {
-        int64_t k = num_i(b) < 0 ? 0 : num_i(b);
-        size_t unit = a->t == JV_STR ? a->str.n : a->list.n;
-        if (!unit) /* nothing repeated any number of times */
-            k = 0;
-        if (unit && (uint64_t)k > c->lim->max_output / unit)
-            jthrow(c->fail, -E2BIG, "line %d: a repetition past the output limit", line);
-        if (a->t == JV_STR) {
-            struct jbuf s = {0};
-            for (int64_t i = 0; i < k; i++)
-                jbuf_put(c, &s, a->str.s, a->str.n);
-            struct jv *r = jv_str(c, "", 0);
-            r->str.s = s.s ? s.s : "";
-            r->str.n = s.n;
-            return r;
-        }
-        struct jv *r = jv_list(c, unit * (size_t)k);
-        r->tuple = a->tuple;
-        for (int64_t i = 0; i < k; i++)
-            memcpy(r->list.v + (size_t)i * unit, a->list.v, unit * sizeof(*r->list.v));
-        return r;
-    }
-    if (op == '+' && a->t == JV_STR)
-        jerr(c, line, "can only concatenate str (not \"%s\") to str", jv_type_name(b));
-    static const char *const names[] = {['+'] = "+",  ['-'] = "-", ['*'] = "*", ['/'] = "/",
-                                        ['f'] = "//", ['%'] = "%", ['p'] = "**"};
-    jerr(c, line, "unsupported operand type(s) for %s: '%s' and '%s'", names[op], jv_type_name(a),
-         jv_type_name(b));
+    if (op == JINJA_OP_MUL && (a->t == JV_INT || a->t == JV_BOOL) &&
+        (b->t == JV_STR || b->t == JV_LIST))
+        return repeat(c, b, a, line);
+    if (op == JINJA_OP_MUL && (b->t == JV_INT || b->t == JV_BOOL) &&
+        (a->t == JV_STR || a->t == JV_LIST))
+        return repeat(c, a, b, line);
+    if (op == JINJA_OP_ADD && a->t == JV_STR)
+        jinja_err(c, line, "can only concatenate str (not \"%s\") to str", jinja_type_name(b));
+    jinja_err(c, line, "unsupported operand type(s) for %s: '%s' and '%s'", jinja_op_names[op],
+              jinja_type_name(a), jinja_type_name(b));
 }
 
 static bool contains(struct jctx *c, struct jv *hay, struct jv *needle, int line)
@@ -1058,28 +223,28 @@ static bool contains(struct jctx *c, struct jv *hay, struct jv *needle, int line
     switch (hay->t) {
     case JV_STR:
         if (needle->t != JV_STR)
-            jerr(c, line, "'in <string>' requires string as left operand, not %s",
-                 jv_type_name(needle));
-        jcharge(c, hay->str.n / 16);
+            jinja_err(c, line, "'in <string>' requires string as left operand, not %s",
+                      jinja_type_name(needle));
+        jinja_charge(c, hay->str.n / 16);
         return needle->str.n == 0 ||
                memmem(hay->str.s, hay->str.n, needle->str.s, needle->str.n) != NULL;
     case JV_LIST:
         for (size_t i = 0; i < hay->list.n; i++)
-            if (jv_equal(c, hay->list.v[i], needle))
+            if (jinja_equal(c, hay->list.v[i], needle))
                 return true;
         return false;
     case JV_DICT:
-        return jv_dict_get(c, hay, needle) != NULL;
+        return jinja_dict_get(c, hay, needle) != NULL;
     case JV_UNDEF:
         return false;
     default:
-        jerr(c, line, "argument of type '%s' is not iterable", jv_type_name(hay));
+        jinja_err(c, line, "argument of type '%s' is not iterable", jinja_type_name(hay));
     }
 }
 
 static struct jv *eval_args(struct jctx *c, const struct jx *x, struct jscope *sc, struct jv ***out)
 {
-    *out = jalloc(c->arena, (size_t)x->nargs * sizeof(**out) + 1, c->fail);
+    *out = jinja_alloc(c->arena, (size_t)x->nargs * sizeof(**out) + 1, c->fail);
     for (int i = 0; i < x->nargs; i++)
         (*out)[i] = ev(c, x->args[i], sc);
     return NULL;
@@ -1094,137 +259,153 @@ static struct jv *eval_filter(struct jctx *c, const struct jx *x, struct jscope 
                                              : ev(c, x->a, sc);
     struct jv **args;
     eval_args(c, x, sc, &args);
-    return jlib_filter(c, x->name, v, args, x->kw, x->nargs, x->line);
+    return jinja_filter(c, x->name, v, args, x->kw, x->nargs, x->line);
+}
+
+/* -v, +v, not v */
+static struct jv *unary(struct jctx *c, enum jinja_op op, struct jv *v, int line)
+{
+    if (op == JINJA_OP_NOT)
+        return jinja_bool(!jinja_truthy(v));
+    if (v->t == JV_UNDEF)
+        jinja_undefined_error(c, v, line);
+    if (!jinja_is_num(v))
+        jinja_err(c, line, "bad operand type for unary %s: '%s'", jinja_op_names[op],
+                  jinja_type_name(v));
+    if (op == JINJA_OP_POS)
+        return v->t == JV_BOOL ? jinja_int(c, v->b) : v;
+    if (v->t == JV_FLOAT)
+        return jinja_float(c, -v->f);
+    if (jinja_num_i(v) == INT64_MIN)
+        jinja_err(c, line, "an integer past 64 bits");
+    return jinja_int(c, -jinja_num_i(v));
+}
+
+/* a op b op c ...: each comparison in turn, stopping at the first false one */
+static struct jv *compare_chain(struct jctx *c, const struct jx *x, struct jscope *sc)
+{
+    struct jv *l = ev(c, x->args[0], sc);
+    for (int i = 0; i < x->nargs - 1; i++) {
+        struct jv *r = ev(c, x->args[i + 1], sc);
+        bool ok;
+        switch (x->ops[i]) {
+        case JINJA_CMP_EQ:
+            ok = jinja_equal(c, l, r);
+            break;
+        case JINJA_CMP_NE:
+            ok = !jinja_equal(c, l, r);
+            break;
+        case JINJA_CMP_LT:
+            ok = jinja_compare(c, l, r, x->line) < 0;
+            break;
+        case JINJA_CMP_LE:
+            ok = jinja_compare(c, l, r, x->line) <= 0;
+            break;
+        case JINJA_CMP_GT:
+            ok = jinja_compare(c, l, r, x->line) > 0;
+            break;
+        case JINJA_CMP_GE:
+            ok = jinja_compare(c, l, r, x->line) >= 0;
+            break;
+        case JINJA_CMP_IN:
+            ok = contains(c, r, l, x->line);
+            break;
+        default:
+            ok = !contains(c, r, l, x->line);
+            break;
+        }
+        if (!ok)
+            return jinja_shared(&jinja_false);
+        l = r;
+    }
+    return jinja_shared(&jinja_true);
+}
+
+/* {k: v, ...}: keys must be hashable */
+static struct jv *dict_display(struct jctx *c, const struct jx *x, struct jscope *sc)
+{
+    struct jv *d = jinja_dict(c, (size_t)x->nargs / 2);
+    for (int i = 0; i + 1 < x->nargs; i += 2) {
+        struct jv *k = ev(c, x->args[i], sc);
+        if (k->t == JV_LIST && !k->tuple)
+            jinja_err(c, x->line, "unhashable type: 'list'");
+        if (k->t == JV_DICT || k->t == JV_NS)
+            jinja_err(c, x->line, "unhashable type: 'dict'");
+        jinja_dict_put(c, d, k, ev(c, x->args[i + 1], sc));
+    }
+    return d;
 }
 
 static struct jv *ev(struct jctx *c, const struct jx *x, struct jscope *sc)
 {
-    jcharge(c, 1);
+    jinja_charge(c, 1);
     switch (x->kind) {
     case JX_LIT:
         return x->lit;
     case JX_NAME: {
         struct jv *v = scope_get(c, sc, x->name);
         if (!v)
-            v = jlib_global(x->name);
-        return v ? v : jv_undef(c, "'%s' is undefined", x->name);
+            v = jinja_global(x->name);
+        return v ? v : jinja_undef(c, "'%s' is undefined", x->name);
     }
     case JX_ATTR:
-        return jv_getattr(c, ev(c, x->a, sc), x->name, x->line);
+        return jinja_getattr(c, ev(c, x->a, sc), x->name, x->line);
     case JX_ITEM: {
         struct jv *o = ev(c, x->a, sc);
-        return jv_getitem(c, o, ev(c, x->b, sc), x->line);
+        return jinja_getitem(c, o, ev(c, x->b, sc), x->line);
     }
     case JX_SLICE: {
         struct jv *o = ev(c, x->a, sc), *parts[3];
         for (int i = 0; i < 3; i++)
             parts[i] = x->args[i] ? ev(c, x->args[i], sc) : NULL;
-        return slice(c, o, parts, x->line);
+        return jinja_slice(c, o, parts, x->line);
     }
     case JX_CALL: {
         struct jv *f = ev(c, x->a, sc), **args;
         eval_args(c, x, sc, &args);
-        return jv_call(c, f, args, x->kw, x->nargs, x->line);
+        return jinja_call(c, f, args, x->kw, x->nargs, x->line);
     }
     case JX_FILTER:
         return eval_filter(c, x, sc, NULL);
     case JX_TEST: {
         struct jv *v = ev(c, x->a, sc), **args;
         eval_args(c, x, sc, &args);
-        bool r = jlib_test(c, x->name, v, args, x->nargs, x->line);
-        return jv_bool(x->op ? !r : r);
+        bool r = jinja_test(c, x->name, v, args, x->nargs, x->line);
+        return jinja_bool(x->negated ? !r : r);
     }
-    case JX_UNARY: {
-        struct jv *v = ev(c, x->a, sc);
-        if (x->op == 'n')
-            return jv_bool(!jv_truthy(v));
-        if (v->t == JV_UNDEF)
-            undefined_error(c, v, x->line);
-        if (!is_num(v))
-            jerr(c, x->line, "bad operand type for unary %c: '%s'", x->op, jv_type_name(v));
-        if (x->op == '+')
-            return v->t == JV_BOOL ? jv_int(c, v->b) : v;
-        if (v->t == JV_FLOAT)
-            return jv_float(c, -v->f);
-        if (num_i(v) == INT64_MIN)
-            jerr(c, x->line, "an integer past 64 bits");
-        return jv_int(c, -num_i(v));
-    }
+    case JX_UNARY:
+        return unary(c, x->op, ev(c, x->a, sc), x->line);
     case JX_BINARY: {
         struct jv *a = ev(c, x->a, sc);
         return arith(c, x->op, a, ev(c, x->b, sc), x->line);
     }
     case JX_AND: {
         struct jv *a = ev(c, x->a, sc);
-        return jv_truthy(a) ? ev(c, x->b, sc) : a;
+        return jinja_truthy(a) ? ev(c, x->b, sc) : a;
     }
     case JX_OR: {
         struct jv *a = ev(c, x->a, sc);
-        return jv_truthy(a) ? a : ev(c, x->b, sc);
+        return jinja_truthy(a) ? a : ev(c, x->b, sc);
     }
-    case JX_COMPARE: {
-        struct jv *l = ev(c, x->args[0], sc);
-        for (int i = 0; i < x->nargs - 1; i++) {
-            struct jv *r = ev(c, x->args[i + 1], sc);
-            bool ok;
-            switch (x->ops[i]) {
-            case JCMP_EQ:
-                ok = jv_equal(c, l, r);
-                break;
-            case JCMP_NE:
-                ok = !jv_equal(c, l, r);
-                break;
-            case JCMP_LT:
-                ok = jv_compare(c, l, r, x->line) < 0;
-                break;
-            case JCMP_LE:
-                ok = jv_compare(c, l, r, x->line) <= 0;
-                break;
-            case JCMP_GT:
-                ok = jv_compare(c, l, r, x->line) > 0;
-                break;
-            case JCMP_GE:
-                ok = jv_compare(c, l, r, x->line) >= 0;
-                break;
-            case JCMP_IN:
-                ok = contains(c, r, l, x->line);
-                break;
-            default:
-                ok = !contains(c, r, l, x->line);
-                break;
-            }
-            if (!ok)
-                return &jv_false;
-            l = r;
-        }
-        return &jv_true;
-    }
+    case JX_COMPARE:
+        return compare_chain(c, x, sc);
     case JX_COND:
-        if (jv_truthy(ev(c, x->a, sc)))
+        if (jinja_truthy(ev(c, x->a, sc)))
             return ev(c, x->b, sc);
-        return x->c ? ev(c, x->c, sc) : jv_undef(c, "the if expression was false and had no else");
+        return x->c ? ev(c, x->c, sc)
+                    : jinja_undef(c, "the if expression was false and had no else");
     case JX_LIST:
     case JX_TUPLE: {
-        struct jv *l = jv_list(c, (size_t)x->nargs);
+        struct jv *l = jinja_list(c, (size_t)x->nargs);
         l->tuple = x->kind == JX_TUPLE;
         for (int i = 0; i < x->nargs; i++)
             l->list.v[i] = ev(c, x->args[i], sc);
         return l;
     }
-    case JX_DICT: {
-        struct jv *d = jv_dict(c, (size_t)x->nargs / 2);
-        for (int i = 0; i + 1 < x->nargs; i += 2) {
-            struct jv *k = ev(c, x->args[i], sc);
-            if (k->t == JV_LIST && !k->tuple)
-                jerr(c, x->line, "unhashable type: 'list'");
-            if (k->t == JV_DICT || k->t == JV_NS)
-                jerr(c, x->line, "unhashable type: 'dict'");
-            jv_dict_put(c, d, k, ev(c, x->args[i + 1], sc));
-        }
-        return d;
+    case JX_DICT:
+        return dict_display(c, x, sc);
     }
-    }
-    jerr(c, x->line, "an unknown expression");
+    jinja_err(c, x->line, "an unknown expression");
 }
 
 /* ---- statements ---- */
@@ -1239,9 +420,9 @@ static void assign(struct jctx *c, const struct js *s, struct jscope *sc, struct
         scope_set(c, sc, s->targets[0], v);
         return;
     }
-    struct jv *items = jv_iter_list(c, v, s->line);
+    struct jv *items = jinja_iter_list(c, v, s->line);
     if (items->list.n != (size_t)s->ntargets)
-        jerr(c, s->line, "cannot unpack %zu values into %d names", items->list.n, s->ntargets);
+        jinja_err(c, s->line, "cannot unpack %zu values into %d names", items->list.n, s->ntargets);
     for (int i = 0; i < s->ntargets; i++)
         scope_set(c, sc, s->targets[i], items->list.v[i]);
 }
@@ -1251,15 +432,15 @@ static struct jv *loop_cycle(struct jctx *c, struct jv *self, struct jv **args, 
 {
     (void)kw;
     if (!n)
-        jerr(c, line, "no items for cycling given");
+        jinja_err(c, line, "no items for cycling given");
     return args[self->loop.i % (size_t)n];
 }
 
 /* loop.@name */
-static struct jv *loop_attr(struct jctx *c, struct jv *l, const char *name)
+struct jv *jinja_loop_attr(struct jctx *c, struct jv *l, const char *name)
 {
-    static struct jv no_prev = {.t = JV_UNDEF, .undef = "there is no previous item"};
-    static struct jv no_next = {.t = JV_UNDEF, .undef = "there is no next item"};
+    static const struct jv no_prev = {.t = JV_UNDEF, .undef = "there is no previous item"};
+    static const struct jv no_next = {.t = JV_UNDEF, .undef = "there is no next item"};
     size_t i = l->loop.i, n = l->loop.items->list.n;
     static const char *const ints[] = {"index",  "index0", "revindex", "revindex0",
                                        "length", "depth",  "depth0"};
@@ -1267,35 +448,35 @@ static struct jv *loop_attr(struct jctx *c, struct jv *l, const char *name)
         (int64_t)i + 1, (int64_t)i, (int64_t)(n - i), (int64_t)(n - i - 1), (int64_t)n, 1, 0};
     for (int k = 0; k < 7; k++)
         if (!strcmp(name, ints[k]))
-            return jv_int(c, vals[k]);
+            return jinja_int(c, vals[k]);
     if (!strcmp(name, "first"))
-        return jv_bool(i == 0);
+        return jinja_bool(i == 0);
     if (!strcmp(name, "last"))
-        return jv_bool(i + 1 == n);
+        return jinja_bool(i + 1 == n);
     if (!strcmp(name, "previtem"))
-        return i ? l->loop.items->list.v[i - 1] : &no_prev;
+        return i ? l->loop.items->list.v[i - 1] : jinja_shared(&no_prev);
     if (!strcmp(name, "nextitem"))
-        return i + 1 < n ? l->loop.items->list.v[i + 1] : &no_next;
+        return i + 1 < n ? l->loop.items->list.v[i + 1] : jinja_shared(&no_next);
     if (!strcmp(name, "cycle")) {
-        struct jv *f = newv(c, JV_FUNC);
+        struct jv *f = jinja_new(c, JV_FUNC);
         f->func.fn = loop_cycle;
         f->func.self = l;
         f->func.name = "cycle";
         return f;
     }
-    return jv_undef(c, "'LoopContext' has no attribute '%s'", name);
+    return jinja_undef(c, "'LoopContext' has no attribute '%s'", name);
 }
 
 static int exec_for(struct jctx *c, struct jbuf *out, const struct js *s, struct jscope *sc)
 {
-    struct jv *items = jv_iter_list(c, ev(c, s->expr, sc), s->line);
+    struct jv *items = jinja_iter_list(c, ev(c, s->expr, sc), s->line);
     if (s->cond) { /* the filter sees the targets, not loop */
-        struct jv *kept = jv_list(c, items->list.n);
+        struct jv *kept = jinja_list(c, items->list.n);
         size_t k = 0;
         for (size_t i = 0; i < items->list.n; i++) {
             struct jscope *f = scope_new(c, sc);
             assign(c, s, f, items->list.v[i]);
-            if (jv_truthy(ev(c, s->cond, f)))
+            if (jinja_truthy(ev(c, s->cond, f)))
                 kept->list.v[k++] = items->list.v[i];
         }
         kept->list.n = k;
@@ -1304,10 +485,10 @@ static int exec_for(struct jctx *c, struct jbuf *out, const struct js *s, struct
     bool completed = false;
     size_t n = items->list.n;
     for (size_t i = 0; i < n; i++) {
-        jcharge(c, 1);
+        jinja_charge(c, 1);
         struct jscope *body = scope_new(c, sc);
         assign(c, s, body, items->list.v[i]);
-        struct jv *loop = newv(c, JV_LOOP);
+        struct jv *loop = jinja_new(c, JV_LOOP);
         loop->loop.items = items;
         loop->loop.i = i;
         scope_set(c, body, "loop", loop);
@@ -1327,27 +508,27 @@ static struct jv *render_to_string(struct jctx *c, const struct js *body, struct
 {
     struct jbuf b = {0};
     exec_body(c, &b, body, sc);
-    struct jv *r = jv_str(c, "", 0);
+    struct jv *r = jinja_str(c, "", 0);
     r->str.s = b.s ? b.s : "";
     r->str.n = b.n;
     return r;
 }
 
-static struct jv *call_macro(struct jctx *c, struct jv *m, struct jv **args, const char **kw, int n,
-                             int line)
+struct jv *jinja_call_macro(struct jctx *c, struct jv *m, struct jv **args, const char **kw, int n,
+                            int line)
 {
     const struct js *d = m->macro.def;
     if (++c->depth > c->lim->max_depth)
-        jthrow(c->fail, -E2BIG, "line %d: macro calls nested deeper than %d", line,
-               c->lim->max_depth);
+        jinja_throw(c->fail, -E2BIG, "line %d: macro calls nested deeper than %d", line,
+                    c->lim->max_depth);
     struct jscope *sc = scope_new(c, m->macro.closure);
-    struct jv **bound = jalloc(c->arena, (size_t)d->ntargets * sizeof(*bound) + 1, c->fail);
+    struct jv **bound = jinja_alloc(c->arena, (size_t)d->ntargets * sizeof(*bound) + 1, c->fail);
     int pos = 0;
     for (int i = 0; i < n; i++) {
         if (!kw[i]) {
             if (pos >= d->ntargets)
-                jerr(c, line, "macro '%s' takes not more than %d argument(s)", d->name,
-                     d->ntargets);
+                jinja_err(c, line, "macro '%s' takes not more than %d argument(s)", d->name,
+                          d->ntargets);
             bound[pos++] = args[i];
             continue;
         }
@@ -1355,14 +536,14 @@ static struct jv *call_macro(struct jctx *c, struct jv *m, struct jv **args, con
         while (k < d->ntargets && strcmp(d->targets[k], kw[i]))
             k++;
         if (k == d->ntargets)
-            jerr(c, line, "macro '%s' has no argument '%s'", d->name, kw[i]);
+            jinja_err(c, line, "macro '%s' has no argument '%s'", d->name, kw[i]);
         bound[k] = args[i];
     }
     for (int i = 0; i < d->ntargets; i++) {
         struct jv *v = bound[i];
         if (!v)
             v = d->defaults[i] ? ev(c, d->defaults[i], sc)
-                               : jv_undef(c, "parameter '%s' was not provided", d->targets[i]);
+                               : jinja_undef(c, "parameter '%s' was not provided", d->targets[i]);
         scope_set(c, sc, d->targets[i], v);
     }
     struct jv *r = render_to_string(c, d->body, sc);
@@ -1373,16 +554,16 @@ static struct jv *call_macro(struct jctx *c, struct jv *m, struct jv **args, con
 static int exec_body(struct jctx *c, struct jbuf *out, const struct js *s, struct jscope *sc)
 {
     for (; s; s = s->next) {
-        jcharge(c, 1);
+        jinja_charge(c, 1);
         switch (s->kind) {
         case JS_TEXT:
-            jbuf_put(c, out, s->text, s->len);
+            jinja_buf_put(c, out, s->text, s->len);
             break;
         case JS_OUTPUT:
-            jv_str_into(c, out, ev(c, s->expr, sc), false, s->line);
+            jinja_str_into(c, out, ev(c, s->expr, sc), false, s->line);
             break;
         case JS_IF: {
-            const struct js *b = jv_truthy(ev(c, s->expr, sc)) ? s->body : s->orelse;
+            const struct js *b = jinja_truthy(ev(c, s->expr, sc)) ? s->body : s->orelse;
             if (b) {
                 int f = exec_body(c, out, b, sc);
                 if (f != FLOW_NEXT)
@@ -1404,8 +585,8 @@ static int exec_body(struct jctx *c, struct jbuf *out, const struct js *s, struc
             }
             struct jv *ns = scope_get(c, sc, s->targets[0]);
             if (!ns || ns->t != JV_NS)
-                jerr(c, s->line, "cannot assign attribute on non-namespace object");
-            jv_dict_put(c, ns, jv_str(c, s->attr, strlen(s->attr)), v);
+                jinja_err(c, s->line, "cannot assign attribute on non-namespace object");
+            jinja_dict_put(c, ns, jinja_str(c, s->attr, strlen(s->attr)), v);
             break;
         }
         case JS_SETBLOCK: {
@@ -1416,7 +597,7 @@ static int exec_body(struct jctx *c, struct jbuf *out, const struct js *s, struc
             break;
         }
         case JS_MACRO: {
-            struct jv *m = newv(c, JV_MACRO);
+            struct jv *m = jinja_new(c, JV_MACRO);
             m->macro.def = s;
             m->macro.closure = sc;
             scope_set(c, sc, s->name, m);
@@ -1424,7 +605,7 @@ static int exec_body(struct jctx *c, struct jbuf *out, const struct js *s, struc
         }
         case JS_FILTER: {
             struct jv *v = eval_filter(c, s->filter, sc, render_to_string(c, s->body, sc));
-            jv_str_into(c, out, v, false, s->line);
+            jinja_str_into(c, out, v, false, s->line);
             break;
         }
         case JS_BREAK:
@@ -1438,33 +619,6 @@ static int exec_body(struct jctx *c, struct jbuf *out, const struct js *s, struc
 
 /* ---- the API ---- */
 
-/* Whether @s (@n bytes) is well-formed UTF-8 (no overlongs, surrogates or code points past
- * U+10FFFF). */
-static bool utf8_valid(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned ch = u[i];
-        size_t w = ch < 0x80                 ? 1
-                   : ch >= 0xc2 && ch < 0xe0 ? 2
-                   : ch >= 0xe0 && ch < 0xf0 ? 3
-                   : ch >= 0xf0 && ch < 0xf5 ? 4
-                                             : 0;
-        if (!w || i + w > n)
-            return false;
-        unsigned cp = w == 1 ? ch : ch & (0x7f >> w);
-        for (size_t k = 1; k < w; k++) {
-            if ((u[i + k] & 0xc0) != 0x80)
-                return false;
-            cp = cp << 6 | (u[i + k] & 63);
-        }
-        if ((w == 3 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) ||
-            (w == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-            return false;
-        i += w;
-    }
-    return true;
-}
 int coord_jinja_parse(const char *src, size_t len, struct coord_jinja **out, char *err, size_t elen)
 {
     *out = NULL;
@@ -1487,15 +641,15 @@ int coord_jinja_parse(const char *src, size_t len, struct coord_jinja **out, cha
     if (setjmp(f->jb)) {
         snprintf(err, elen, "%s", f->msg);
         int rc = f->rc;
-        jarena_free(&t->arena);
+        jinja_arena_free(&t->arena);
         free(t);
         free(f);
         return rc;
     }
     if (memchr(src, 0, len))
-        jthrow(f, -EINVAL, "the template holds a NUL byte");
-    if (!utf8_valid(src, len))
-        jthrow(f, -EINVAL, "the template is not UTF-8 text");
+        jinja_throw(f, -EINVAL, "the template holds a NUL byte");
+    if (!coord_utf8_valid(src, len, NULL))
+        jinja_throw(f, -EINVAL, "the template is not UTF-8 text");
     t->body = jinja_parse(src, len, &t->arena, f, PARSE_DEPTH);
     free(f);
     *out = t;
@@ -1506,7 +660,7 @@ void coord_jinja_free(struct coord_jinja *t)
 {
     if (!t)
         return;
-    jarena_free(&t->arena);
+    jinja_arena_free(&t->arena);
     free(t);
 }
 
@@ -1533,7 +687,7 @@ int coord_jinja_render(const struct coord_jinja *t, json_t *vars,
         .fail = &st->f, .arena = &st->arena, .lim = lim ? lim : &coord_jinja_default_limits};
     if (setjmp(st->f.jb)) {
         snprintf(err, elen, "%s", st->f.msg);
-        jarena_free(&st->arena);
+        jinja_arena_free(&st->arena);
         int rc = st->f.rc;
         free(st);
         return rc;
@@ -1546,22 +700,22 @@ int coord_jinja_render(const struct coord_jinja *t, json_t *vars,
         json_object_foreach(vars, k, v)
         {
             size_t n = strlen(k);
-            char *name = jalloc(&st->arena, n + 1, &st->f);
+            char *name = jinja_alloc(&st->arena, n + 1, &st->f);
             memcpy(name, k, n);
-            scope_set(c, c->globals, name, jv_from_json(c, v, 0));
+            scope_set(c, c->globals, name, jinja_from_json(c, v, 0));
         }
     }
     struct jbuf b = {0};
     exec_body(c, &b, t->body, scope_new(c, c->globals));
     char *r = malloc(b.n + 1);
     if (!r)
-        jthrow(&st->f, -ENOMEM, "out of memory");
+        jinja_throw(&st->f, -ENOMEM, "out of memory");
     if (b.n)
         memcpy(r, b.s, b.n);
     r[b.n] = 0;
     *out = r;
     *olen = b.n;
-    jarena_free(&st->arena);
+    jinja_arena_free(&st->arena);
     free(st);
     return 0;
 }

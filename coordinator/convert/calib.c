@@ -17,6 +17,7 @@
 #include "pool.h"
 #include "seg.h"
 #include "tokenizer.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -76,37 +77,6 @@ static struct site_stats *stats_of(struct coord_calib *c, uint32_t layer, enum w
 
 /* ---- the text ---- */
 
-/* Whether @s (@n bytes) is UTF-8; else the offset of the first bad byte in *@bad. */
-static bool utf8_valid(const unsigned char *s, size_t n, size_t *bad)
-{
-    for (size_t i = 0; i < n;) {
-        unsigned char b = s[i];
-        int len = b < 0x80             ? 1
-                  : (b & 0xe0) == 0xc0 ? 2
-                  : (b & 0xf0) == 0xe0 ? 3
-                  : (b & 0xf8) == 0xf0 ? 4
-                                       : 0;
-        uint32_t cp = len == 1 ? b : len == 2 ? b & 0x1f : len == 3 ? b & 0x0f : b & 0x07;
-        if (!len || i + (size_t)len > n)
-            goto fail;
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                goto fail;
-            cp = cp << 6 | (s[i + k] & 0x3f);
-        }
-        /* overlong forms, surrogates, past U+10FFFF */
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff || (b == 0 && len == 1))
-            goto fail;
-        i += (size_t)len;
-        continue;
-    fail:
-        *bad = i;
-        return false;
-    }
-    return true;
-}
-
 int coord_calib_read_text(const char *path, char **text, size_t *len, struct shardlm_err *e)
 {
     *text = NULL;
@@ -142,9 +112,14 @@ int coord_calib_read_text(const char *path, char **text, size_t *len, struct sha
             got += (size_t)r;
     }
     close(fd);
-    size_t bad;
-    if (!rc && !utf8_valid((unsigned char *)buf, got, &bad))
+    /* UTF-8 without NUL bytes; the offset of the first byte that is not */
+    size_t bad = 0;
+    const char *nul = rc ? NULL : memchr(buf, 0, got);
+    if (!rc && (!coord_utf8_valid(buf, got, &bad) || nul)) {
+        if (nul && (size_t)(nul - buf) < bad)
+            bad = (size_t)(nul - buf);
         rc = shardlm_fail(e, -EINVAL, "--calib %s: not UTF-8 text (byte %zu)", path, bad);
+    }
     if (rc) {
         free(buf);
         return rc;

@@ -2,6 +2,7 @@
 /* coordinator/tok/decode.c: ids to text: the decoded text of each token (built once), a token's
  * text after the one before it, and UTF-8 output streamed piece by piece. */
 #include "tok_internal.h"
+#include "utf8.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -149,7 +150,7 @@ size_t coord_utf8_feed(struct coord_utf8 *u, const char *in, size_t n, char *out
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)in[i];
-        if (u->n && !tok_utf8_follows(u->held[0], u->n, c)) { /* cut short: c starts afresh */
+        if (u->n && !coord_utf8_follows(u->held[0], u->n, c)) { /* cut short: c starts afresh */
             memcpy(out + o, REPLACEMENT, 3);
             o += 3;
             u->n = 0;
@@ -163,7 +164,7 @@ size_t coord_utf8_feed(struct coord_utf8 *u, const char *in, size_t n, char *out
             }
             continue;
         }
-        size_t need = tok_utf8_need(c);
+        size_t need = coord_utf8_need(c);
         if (need == 1) {
             out[o++] = (char)c;
         } else if (need == 0) {
@@ -187,14 +188,4 @@ size_t coord_utf8_flush(struct coord_utf8 *u, char *out)
     return 3;
 }
 
-bool coord_tok_utf8_valid(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        size_t l = tok_utf8_valid(u + i, n - i);
-        if (!l)
-            return false;
-        i += l;
-    }
-    return true;
-}
+bool coord_tok_utf8_valid(const char *s, size_t n) { return coord_utf8_valid(s, n, NULL); }

@@ -3,6 +3,7 @@
  * the merger (SPM by score, BPE by rank, llama2.c's run.c rules) over a word cache, and
  * coord_tok_encode_ex(). */
 #include "tok_internal.h"
+#include "utf8.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <ctype.h>
@@ -544,13 +545,13 @@ static int re_split(const struct coord_tok *t, const pcre2_code *re, pcre2_match
     size_t i = off, end = off + len;
     while (i < end) {
         size_t a = i, l;
-        while (i < end && (l = tok_utf8_valid(u + i, end - i)))
+        while (i < end && (l = coord_utf8_char(u + i, end - i)))
             i += l;
         int rc;
         if (i > a && (rc = re_split_valid(t, re, md, s, a, i - a, out, w, e)))
             return rc;
         a = i;
-        while (i < end && !tok_utf8_valid(u + i, end - i))
+        while (i < end && !coord_utf8_char(u + i, end - i))
             i++;
         if (i > a && svec_push(out, a, i - a))
             return -ENOMEM;

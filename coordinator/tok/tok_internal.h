@@ -211,38 +211,4 @@ static inline size_t tok_get_utf8(const char *s, size_t n, uint32_t *cp)
     return l;
 }
 
-/* The bytes of the well-formed UTF-8 character (RFC 3629) that @c starts, or 0: a
- * continuation byte, or a lead byte of an overlong form (C0, C1) or past U+10FFFF. */
-static inline size_t tok_utf8_need(unsigned char c)
-{
-    return c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-         : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-}
-
-/* Whether @c may follow the lead byte @lead at place @i (1..3) of a well-formed character: a
- * continuation byte, in the narrower range the second byte has after E0 and F0 (no overlong
- * forms), ED (no surrogates) and F4 (nothing past U+10FFFF). */
-static inline bool tok_utf8_follows(unsigned char lead, size_t i, unsigned char c)
-{
-    if ((c & 0xC0) != 0x80)
-        return false;
-    if (i != 1)
-        return true;
-    return !((lead == 0xE0 && c < 0xA0) || (lead == 0xED && c > 0x9F) ||
-             (lead == 0xF0 && c < 0x90) || (lead == 0xF4 && c > 0x8F));
-}
-
-/* The bytes of the well-formed UTF-8 character at @s (RFC 3629: no overlong forms, surrogates
- * or code points past U+10FFFF), or 0. */
-static inline size_t tok_utf8_valid(const unsigned char *s, size_t n)
-{
-    size_t l = tok_utf8_need(s[0]);
-    if (!l || l > n)
-        return 0;
-    for (size_t i = 1; i < l; i++)
-        if (!tok_utf8_follows(s[0], i, s[i]))
-            return 0;
-    return l;
-}
-
 #endif

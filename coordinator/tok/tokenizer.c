@@ -17,6 +17,7 @@
 #include "gguf.h"
 #include "shlm.h"
 #include "sniff.h"
+#include "utf8.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <errno.h>
@@ -92,7 +93,7 @@ int coord_tok_set_chat_template(struct coord_tok *t, const char *s, size_t n, co
     if (n > COORD_TOK_MAX_TEMPLATE)
         return shardlm_fail(e, -EINVAL, "%s: the chat template has %zu bytes, more than %u", what,
                             n, COORD_TOK_MAX_TEMPLATE);
-    if (memchr(s, 0, n) || !coord_tok_utf8_valid(s, n))
+    if (memchr(s, 0, n) || !coord_utf8_valid(s, n, NULL))
         return shardlm_fail(e, -EINVAL, "%s: the chat template is not UTF-8 text", what);
     char *c = malloc(n + 1);
     if (!c)
