@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "tokenizer.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -223,7 +224,7 @@ static int load_prompts(struct coord_engine *eng, void *arg, struct shardlm_err 
             snprintf(who, sizeof(who), "prompt %d: ", i + 1);
         it->prompt = list[i];
         it->prompt_len = strlen(list[i]);
-        if (!coord_tok_utf8_valid(it->prompt, it->prompt_len)) {
+        if (!coord_utf8_valid(it->prompt, it->prompt_len, NULL)) {
             free(list);
             return shardlm_fail(e, -EILSEQ, "%snot valid UTF-8", who);
         }

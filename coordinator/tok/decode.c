@@ -187,5 +187,3 @@ size_t coord_utf8_flush(struct coord_utf8 *u, char *out)
     memcpy(out, REPLACEMENT, 3);
     return 3;
 }
-
-bool coord_tok_utf8_valid(const char *s, size_t n) { return coord_utf8_valid(s, n, NULL); }

@@ -399,7 +399,8 @@ static int llama2c_push(struct merger *m, int32_t id, char **buf, size_t *cap, s
         *buf = nb;
         *cap = c;
     }
-    memcpy(*buf + off, t->vocab[id], l);
+    if (l) /* an empty piece into a buffer not yet allocated: memcpy's NULL is undefined */
+        memcpy(*buf + off, t->vocab[id], l);
     m->s = *buf;
     if (m->n)
         m->sym[m->n - 1].next = m->n;

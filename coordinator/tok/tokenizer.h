@@ -197,8 +197,6 @@ const char *coord_tok_decode(const struct coord_tok *t, int prev, int token, siz
 /* Whether a decoded piece is worth printing (llama2.c safe_printf: a lone ASCII control byte
  * is not; a lone byte past ASCII is, as a part of a character: see coord_utf8_feed()). */
 bool coord_tok_printable(const char *piece, size_t len);
-/* Whether @s (n bytes) is well-formed UTF-8 (RFC 3629): coord_utf8_valid() (util/utf8.h). */
-bool coord_tok_utf8_valid(const char *s, size_t n);
 
 /* Text streamed piece by piece (llama.cpp's rule): a UTF-8 character split over pieces (byte
  * tokens) is held back until it is whole; ill-formed bytes print as U+FFFD (EF BF BD), one for
