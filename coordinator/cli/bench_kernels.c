@@ -265,7 +265,7 @@ static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, 
         return rc;
     bool tuned = m == 1 && (dt == KN_DT_W4A8_T || dt == KN_DT_Q8) && ops->isa != KN_ISA_REF;
     int ways = tuned ? BENCH_WAYS : 1;
-    size_t sb = kn_gemm_scratch_bytes(ops, &b.mats[0], m);
+    size_t sb = kn_gemm_scratch_bytes(ops, &b.mats[0], m); /* the copies share one shape */
     struct kn_scratch scratch = {sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL, sb};
     if (sb && !scratch.buf) {
         bufs_free(&b);

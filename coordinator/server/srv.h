@@ -131,7 +131,7 @@ struct srv {
     int context;
     pthread_mutex_t mu;
     pthread_cond_t wake;  /* the scheduler's thread: something was queued */
-    enum srv_state state; /* read with srv_state_get() off the lock */
+    enum srv_state state; /* under mu; srv_state_get() takes mu to read it */
     char lost[300];       /* SRV_LOST: why the engine is gone */
     struct sreq *pending, **pending_tail, *cancels, *all;
     uint32_t open;  /* queued or in the scheduler, not finished */
