@@ -5,6 +5,7 @@
 #define SHARDLM_COORD_BENCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* `shardlm bench ...`: @argv[0] is "bench". Runs the benchmark @argv[1] names (a row of
  * cmd_bench.c's bench_kinds: allreduce, kernels, tokenizer, sampler), else the model benchmark. Returns the exit code. */
@@ -38,6 +39,10 @@ int coord_bench_sampler(int argc, char **argv);
 /* Fills @buf with @n bytes of English text (ASCII: varied sentences in paragraphs, the same
  * every time) and a NUL after them (@n + 1 bytes in all). */
 void coord_bench_text(char *buf, size_t n);
+
+/* A standard normal deviate (xorshift64*, Box-Muller) from the state @s (nonzero), which it
+ * advances: the same sequence for the same seed. */
+float coord_bench_normal(uint64_t *s);
 
 /* Median over @reps (<= 16) passes of the read bandwidth in GB/s of @n_threads threads (pinned
  * to @cpus when not NULL), each summing its slice of 1 GiB of arrays in 4 streams; 0 when the

@@ -10,7 +10,6 @@
 #include "util.h"
 
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,20 +28,12 @@ static const char usage_bench_quant[] =
 #define QB_COLS 4096
 #define QB_MAX_REPS 100
 
-/* Normal weights of standard deviation @sd from a fixed seed (xorshift64, Box-Muller). */
+/* Normal weights of standard deviation @sd from a fixed seed. */
 static void normal_weights(float *w, size_t n, float sd)
 {
     uint64_t s = 0x9e3779b97f4a7c15ull;
-    for (size_t i = 0; i < n; i++) {
-        double u[2];
-        for (int k = 0; k < 2; k++) {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            u[k] = ((double)(s >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
-        }
-        w[i] = sd * (float)(sqrt(-2.0 * log(u[0])) * cos(2.0 * M_PI * u[1]));
-    }
+    for (size_t i = 0; i < n; i++)
+        w[i] = sd * coord_bench_normal(&s);
 }
 
 int coord_bench_quant(int argc, char **argv)

@@ -26,8 +26,7 @@ static const char usage_bench_sampler[] =
     "  --seqs S        sequences per step (default 16)\n"
     "  -r, --reps R    steps per setting (default 20)\n";
 
-/* A normal deviate (Box-Muller) from the xorshift state @s. */
-static float normal(uint64_t *s)
+float coord_bench_normal(uint64_t *s)
 {
     double u[2];
     for (int i = 0; i < 2; i++) {
@@ -171,7 +170,7 @@ int coord_bench_sampler(int argc, char **argv)
     }
     uint64_t rng = 0x5eed;
     for (size_t i = 0; i < n; i++)
-        logits[i] = 3.0f * normal(&rng);
+        logits[i] = 3.0f * coord_bench_normal(&rng);
     rc = 0;
     for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]) && !rc; m++)
         rc = sampler_mode(&a, &modes[m], logits, work, ms);
