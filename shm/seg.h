@@ -75,10 +75,6 @@ void seg_path(char *out, size_t len, const char *rundir, pid_t pid, const char *
 /* Creates the segment @path (must not exist) of @size bytes, allocated now (so a full tmpfs
  * fails here with -ENOSPC, not later with SIGBUS), and maps it read-write.
  * Returns 0 or -errno; nothing is left behind on error. Release with seg_free(). */
-/* seg_create_on() with the segment's allocations (its creation, seg_reserve) charged to @b
- * (NULL: nothing; seg_create_on charges nothing). */
-int seg_create_in(struct seg *s, struct seg_budget *b, const char *path, size_t size, int node,
-                  unsigned flags);
 int seg_create(struct seg *s, const char *path, size_t size);
 /* The same with the memory bound to NUMA node @node (mbind MPOL_BIND before the first page is
  * allocated; -1: no binding, or the kernel has no NUMA), and @flags: */
@@ -91,6 +87,10 @@ int seg_create(struct seg *s, const char *path, size_t size);
     4u /* ask for 2 MiB pages (MADV_HUGEPAGE): a tmpfs mounted huge=within_size, always or      \
         * advise, or for a memfd shmem_enabled set so, then gives them; else 4 KiB pages */
 int seg_create_on(struct seg *s, const char *path, size_t size, int node, unsigned flags);
+/* seg_create_on() with the segment's allocations (its creation, seg_reserve) charged to @b
+ * (NULL: nothing; seg_create_on charges nothing). */
+int seg_create_in(struct seg *s, struct seg_budget *b, const char *path, size_t size, int node,
+                  unsigned flags);
 /* Allocates the bytes [off, off + len) of a segment this process created (SEG_LAZY): 0, or
  * -ENOSPC when the tmpfs is full - the error a touch of those pages would turn into SIGBUS.
  * A SEG_HUGE segment's pages are faulted in through its mapping (MADV_POPULATE_WRITE), so that a

@@ -122,8 +122,6 @@ struct jv *jinja_case_map(struct jctx *c, struct jv *v, enum jinja_case mode)
             s[i] = up ? (char)(ch & ~32) : (char)(ch | 32);
         /* title(): a word starts after any character that is not a letter */
         start = !alpha && !((unsigned char)ch >= 0x80);
-        if ((unsigned char)ch >= 0x80)
-            start = false;
     }
     return r;
 }

@@ -87,7 +87,7 @@ int coord_bench_quant(int argc, char **argv)
         double us[QB_MAX_REPS];
         for (int r = 0; r < reps; r++) {
             uint64_t t0 = shardlm_now_ns();
-            kn_quant_w4(w, QB_ROWS, QB_COLS, group, asym, NULL, buf, threads > 1 ? &par : NULL);
+            kn_quant_w4(w, QB_ROWS, QB_COLS, group, asym, NULL, buf, &par);
             us[r] = (double)(shardlm_now_ns() - t0) / 1e3 / (QB_ROWS * (QB_COLS / group));
         }
         printf("quant %s group=%d rows=%d cols=%d threads=%d us_per_group=%.2f reps=%d\n",

@@ -476,10 +476,7 @@ static int model_open(struct coord_calib *c, struct coord_source *src, struct sh
     int threads = c->o->threads > 0 ? c->o->threads : cpus > 0 ? (int)cpus : 1;
     if ((rc = wrk_pool_init(&c->pool, threads, NULL)))
         return shardlm_fail(e, rc, "calibration threads: %s", strerror(-rc));
-    char why[256];
-    if (c->o->isa && !kn_ops_find(c->o->isa, why, sizeof(why)))
-        return shardlm_fail(e, -ENOTSUP, "calibration: %s", why);
-    c->ops = kn_ops_select(c->o->isa, NULL, 0);
+    c->ops = kn_ops_select(NULL, NULL, 0); /* the forward's and the Hessians' table: the fastest */
     if ((rc = wrk_model_init(&c->m, &c->img, c->ops, CALIB_CHUNK, c->pool, NULL)))
         return shardlm_fail(e, rc, "out of memory for the calibration forward");
     c->m.observe = observe;

@@ -32,9 +32,6 @@ struct coord_calib_opts {
     bool head;        /* collect the LM head's input too (its logits cost a product per token) */
     bool samples;     /* keep COORD_CALIB_SAMPLES input rows per product, spread over the text */
     int threads;      /* forward threads (0: the online CPUs) */
-    /* The kernel table of the forward and the Hessians (kn_ops_find's names: ref, avx2, ...);
-     * NULL: the fastest this CPU runs. One it cannot run fails coord_calib_open (-ENOTSUP). */
-    const char *isa;
     /* When set and nonzero (a signal's number): stop with -ECANCELED, seen between forward
      * steps. NULL: never. */
     volatile sig_atomic_t *cancel;

@@ -66,8 +66,8 @@ struct coord_engine {
     struct coord_curve *curve; /* CURVE server and its ZAP handler, with --keys */
     const char *keys;          /* passed on to the workers */
     char worker_path[PATH_MAX];
-    char worker_isa[16];     /* --isa of the workers (opts.isa), "" for none */
-    char worker_prefetch[8]; /* --prefetch of the workers (opts.prefetch), "" for none */
+    const char *worker_isa;      /* --isa of the workers (opts.isa, checked), NULL for none */
+    const char *worker_prefetch; /* --prefetch of the workers (opts.prefetch), NULL for none */
     uint64_t step_id;
     uint64_t last_wall_ns;
     struct coord_log log;

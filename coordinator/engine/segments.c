@@ -16,12 +16,12 @@
 int coord_rundir_path(struct coord_engine *g, const struct coord_engine_opts *o,
                       struct shardlm_err *e)
 {
-    if (o->rundir && !*o->rundir)
-        return shardlm_fail(e, -EINVAL, "the runtime directory is an empty path");
-    if (o->rundir)
-        snprintf(g->rundir, sizeof(g->rundir), "%s", o->rundir);
-    else
-        seg_rundir_default(g->rundir, sizeof(g->rundir));
+    int rc = seg_rundir_path(o->rundir, g->rundir, sizeof(g->rundir));
+    if (rc == -EINVAL)
+        return shardlm_fail(e, rc, "the runtime directory is an empty path");
+    if (rc)
+        return shardlm_fail(e, rc, "the runtime directory is a path of %zu bytes (at most %d)",
+                            strlen(o->rundir), PATH_MAX - 1);
     return 0;
 }
 

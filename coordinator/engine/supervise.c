@@ -60,11 +60,8 @@ int coord_workers_prepare(struct coord_engine *g, const struct coord_engine_opts
                           struct shardlm_err *e)
 {
     worker_path(g->worker_path, sizeof(g->worker_path), o->worker_path);
-    if (snprintf(g->worker_isa, sizeof(g->worker_isa), "%s", o->isa ? o->isa : "") >=
-            (int)sizeof(g->worker_isa) ||
-        snprintf(g->worker_prefetch, sizeof(g->worker_prefetch), "%s",
-                 o->prefetch ? o->prefetch : "") >= (int)sizeof(g->worker_prefetch))
-        return shardlm_fail(e, -EINVAL, "kernel table or prefetch mode name too long");
+    g->worker_isa = o->isa;
+    g->worker_prefetch = o->prefetch;
     return 0;
 }
 
@@ -91,11 +88,10 @@ int coord_worker_spawn(struct coord_engine *g, int r, struct shardlm_err *e)
                           pid,    "--node",     node,        "--cpus", cpus, "--threads",
                           threads};
         int n = 13;
-        const char *more[][2] = {{"--isa", g->worker_isa},
-                                 {"--prefetch", g->worker_prefetch},
-                                 {"--keys", g->keys ? g->keys : ""}};
+        const char *more[][2] = {
+            {"--isa", g->worker_isa}, {"--prefetch", g->worker_prefetch}, {"--keys", g->keys}};
         for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++)
-            if (*more[i][1]) { /* "": not given */
+            if (more[i][1]) { /* NULL: not given */
                 argv[n++] = (char *)more[i][0];
                 argv[n++] = (char *)more[i][1];
             }

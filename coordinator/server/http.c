@@ -70,10 +70,9 @@ static json_t *error_json(unsigned status, const char *type, const char *code, c
 }
 
 /* An error that ends the connection: its request's framing cannot be trusted. */
-static enum MHD_Result send_error_close(struct MHD_Connection *c, struct srv_conn *cn,
-                                        unsigned status, const char *msg)
+static enum MHD_Result send_error_close(struct MHD_Connection *c, unsigned status,
+                                        const char *msg)
 {
-    cn->closing = true;
     return queue_json(c, status, error_json(status, "invalid_request_error", NULL, msg), true,
                       NULL);
 }
@@ -198,7 +197,7 @@ static enum MHD_Result conn_begin(struct MHD_Connection *c, const char *version,
     cn->http11 = strcmp(version, MHD_HTTP_VERSION_1_0) != 0;
     const char *why = framing_error(c);
     if (why) /* answered before the body is read; the connection closes after it */
-        return send_error_close(c, cn, 400, why);
+        return send_error_close(c, 400, why);
     return MHD_YES;
 }
 
@@ -416,17 +415,17 @@ static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, struct srv
     if (!strncmp(url, "/v1/", 4))
         url += 3;
     const struct route *rt = route_find(url);
-    if (rt && !rt->key)
-        return route_takes(rt, method) ? rt->fn(s, c, cn, url) : not_allowed(c, rt, method, url);
-    if (!authorized(s, c))
-        return srv_send_error(c, 401, "invalid_request_error", "invalid_api_key",
-                              "a missing or wrong API key (Authorization: Bearer KEY)");
-    if (cn->too_big)
-        return srv_send_error(c, 413, "invalid_request_error", NULL,
-                              "the request body is larger than %u bytes", SRV_BODY_MAX);
-    if (!rt)
-        return srv_send_error(c, 404, "invalid_request_error", NULL, "no such endpoint: %s %s",
-                              method, url);
+    if (!rt || rt->key) {
+        if (!authorized(s, c))
+            return srv_send_error(c, 401, "invalid_request_error", "invalid_api_key",
+                                  "a missing or wrong API key (Authorization: Bearer KEY)");
+        if (cn->too_big)
+            return srv_send_error(c, 413, "invalid_request_error", NULL,
+                                  "the request body is larger than %u bytes", SRV_BODY_MAX);
+        if (!rt)
+            return srv_send_error(c, 404, "invalid_request_error", NULL,
+                                  "no such endpoint: %s %s", method, url);
+    }
     return route_takes(rt, method) ? rt->fn(s, c, cn, url) : not_allowed(c, rt, method, url);
 }
 

@@ -23,7 +23,7 @@ enum srv_state srv_state_get(struct srv *s, char *lost)
 {
     pthread_mutex_lock(&s->mu);
     enum srv_state st = s->state;
-    if (lost) /* srv_engine_lost() writes it under the lock */
+    if (lost) /* serve.c's engine_lost() writes it under the lock */
         memcpy(lost, s->lost, sizeof(s->lost));
     pthread_mutex_unlock(&s->mu);
     return st;

@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,13 +161,13 @@ static const char *parse_prompt(json_t *j, int vocab, int context, struct coord_
     return NULL;
 }
 
-/* The number fields of a request within their ranges, with their defaults: max_tokens (or
- * max_completion_tokens) and the sampling parameters, seed aside. */
+/* The sampling parameters of a request within their ranges, with their defaults (max_tokens and
+ * the seed are parsed apart). */
 static const struct {
     const char *name;
     double lo, hi, dflt;
     bool integer;
-    size_t off; /* into struct coord_sampling, or SIZE_MAX: max_tokens */
+    size_t off; /* into struct coord_sampling */
 } number_fields[] = {
     {"temperature", 0, 2, 1.0, false, offsetof(struct coord_sampling, temp)},
     {"top_p", 1e-6, 1, 1.0, false, offsetof(struct coord_sampling, top_p)},

@@ -231,7 +231,6 @@ struct srv_conn {
     size_t len;
     bool too_big;
     bool http11;  /* HTTP/1.1 (a 1xx may go before the answer), not 1.0 */
-    bool closing; /* its answer ends the connection */
 };
 
 /* Starts libmicrohttpd (a thread per connection, no listening socket of its own), the gate
