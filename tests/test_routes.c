@@ -248,23 +248,12 @@ static void drive(pid_t pid, void *arg)
     *ok = failures == 0;
 }
 
-/* A port no socket holds right now. */
-static int unused_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 static void test_routes(void **state)
 {
     struct tu_run *r = malloc(sizeof(*r));
     char p[16];
-    port = unused_port();
+    port = tu_free_port();
+    assert_true(port > 0);
     snprintf(p, sizeof(p), "%d", port);
     char *args[] = {"serve", "-m", model, "--port", p, "--api-key-file", keyfile, NULL};
     bool ok = false;

@@ -52,18 +52,6 @@ static int make_files(void)
 
 static pid_t server; /* the running server (start_server) */
 
-/* A port no socket holds right now. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static int port;
 
 static int connect_server(void)
@@ -474,7 +462,8 @@ static void *run_server(void *arg)
 static int start_server(void **state)
 {
     srv_run = malloc(sizeof(*srv_run));
-    port = free_port();
+    port = tu_free_port();
+    assert_true(port > 0);
     if (!srv_run || pthread_create(&srv_thread, NULL, run_server, NULL))
         return -1;
     pthread_mutex_lock(&srv_mu);

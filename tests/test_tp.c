@@ -221,11 +221,6 @@ static void test_verbose_layout_lines(void **state)
     free(r);
 }
 
-struct kill_arg {
-    int rc;
-    struct timeval when;
-};
-
 /* Whether all @n workers of our runtime directory have mapped their weights (attached). */
 static bool workers_attached(int n)
 {
@@ -237,17 +232,23 @@ static bool workers_attached(int n)
     return system(cmd) == 0;
 }
 
-/* Kills rank 1 300 ms into the generation: once both workers attached (not after a fixed time
- * from the start, which a loaded host makes longer). */
-static void kill_rank1_later(pid_t pid, void *arg)
+struct kill_random {
+    int rank, n_ranks, delay_ms, rc;
+    struct timeval when; /* of the kill */
+};
+
+/* Kills rank k->rank k->delay_ms after every worker attached (a kill during the start would
+ * fail the start, which is not what these tests are about; not after a fixed time from the
+ * start either, which a loaded host makes longer). */
+static void kill_rank_later(pid_t pid, void *arg)
 {
-    struct kill_arg *k = arg;
+    struct kill_random *k = arg;
     char cmd[4400];
-    for (int i = 0; i < 1000 && !workers_attached(2); i++)
+    for (int i = 0; i < 1000 && !workers_attached(k->n_ranks); i++)
         usleep(10 * 1000);
-    usleep(300 * 1000);
-    tu_path(cmd, sizeof(cmd),
-            "pkill -9 -f '[s]hardlm-worker --endpoint ipc://%s/[^ ]* --rank 1 '", rundir);
+    usleep((useconds_t)k->delay_ms * 1000);
+    tu_path(cmd, sizeof(cmd), "pkill -9 -f '[s]hardlm-worker --endpoint ipc://%s/[^ ]* --rank %d '",
+            rundir, k->rank);
     k->rc = system(cmd);
     gettimeofday(&k->when, NULL);
 }
@@ -263,8 +264,8 @@ static void test_worker_dies_in_a_step(void **state)
     char *args[] = {"generate", "-m", model,    "-p",        "Once upon a time", "-n", "400",
                     "--temp",   "0",  "--cpus", cpus_map[1], "--restarts",       "0",  NULL};
     char *env[] = {"SHARDLM_FAULT=step_delay_ms=20", NULL};
-    struct kill_arg k = {.rc = -1};
-    run(r, args, env, kill_rank1_later, &k);
+    struct kill_random k = {.rank = 1, .n_ranks = 2, .delay_ms = 300, .rc = -1};
+    run(r, args, env, kill_rank_later, &k);
     struct timeval end;
     gettimeofday(&end, NULL);
     double after = (double)(end.tv_sec - k.when.tv_sec) + (end.tv_usec - k.when.tv_usec) / 1e6;
@@ -280,23 +281,6 @@ static void test_worker_dies_in_a_step(void **state)
     free(r);
 }
 
-struct kill_random {
-    int rank, n_ranks, delay_ms, rc;
-};
-
-/* Kills rank k->rank k->delay_ms after every worker attached (a kill during the start would
- * fail the start, which is not what this test is about). */
-static void kill_rank_later(pid_t pid, void *arg)
-{
-    struct kill_random *k = arg;
-    char cmd[4400];
-    for (int i = 0; i < 1000 && !workers_attached(k->n_ranks); i++)
-        usleep(10 * 1000);
-    usleep((useconds_t)k->delay_ms * 1000);
-    tu_path(cmd, sizeof(cmd), "pkill -9 -f '[s]hardlm-worker --endpoint ipc://%s/[^ ]* --rank %d '",
-            rundir, k->rank);
-    k->rc = system(cmd);
-}
 
 static int cmp_double(const void *a, const void *b)
 {

@@ -76,6 +76,13 @@ static void test_utf8(void **state)
         if (got != (surrogate ? 0 : l))
             fail_msg("U+%04X: %zu bytes", cp, got);
     }
+    for (unsigned p = 0; p < 0x10000; p++) { /* RFC 3629's table for two bytes */
+        unsigned char b[2] = {(unsigned char)(p >> 8), (unsigned char)p};
+        bool cont = b[1] >= 0x80 && b[1] <= 0xbf;
+        bool want = (b[0] < 0x80 && b[1] < 0x80) || (b[0] >= 0xc2 && b[0] <= 0xdf && cont);
+        if (coord_utf8_valid((const char *)b, 2, NULL) != want)
+            fail_msg("%02X %02X: valid %d", b[0], b[1], !want);
+    }
 }
 
 int main(void)

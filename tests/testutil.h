@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -55,6 +57,20 @@ static inline const char *tu_env(const char *name, const char *fallback)
 /* The test data (golden outputs, tokenizers, chat templates: tests/data, see its README.md):
  * SHARDLM_TEST_DATA from the environment, else the CMake cache variable SHARDLM_TEST_DATA, which
  * ctest passes as SHARDLM_TEST_DATA_DEFAULT; the source tree; the shardlm binary */
+/* A loopback TCP port no socket holds right now (the kernel's pick for port 0), or -1. */
+static inline int tu_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
 static inline const char *tu_data(void)
 {
     return tu_env("SHARDLM_TEST_DATA", tu_env("SHARDLM_TEST_DATA_DEFAULT", "tests/data"));
