@@ -26,6 +26,17 @@ static json_t *usage_json(const struct sreq *p)
                      "cached_tokens", p->cached_tokens);
 }
 
+/* The object around @choices (an array; NULL after a failed allocation) of the kind @object,
+ * with the usage when @usage. */
+static json_t *envelope(const struct sreq *p, const char *object, json_t *choices, bool usage)
+{
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", p->id, "object", object, "created",
+                          (json_int_t)p->created, "model", p->s->model, "choices", choices);
+    if (o && usage)
+        json_object_set_new(o, "usage", usage_json(p));
+    return o;
+}
+
 /* One text_completion object: a chunk of @text (stream), or the whole result with usage. */
 static json_t *completion_json(const struct sreq *p, const char *text, size_t n,
                                enum coord_finish f, bool usage, json_t *lp)
@@ -33,12 +44,7 @@ static json_t *completion_json(const struct sreq *p, const char *text, size_t n,
     json_t *choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "text", srv_text_json(text, n),
                                "logprobs", lp ? lp : json_null(), "finish_reason",
                                f ? json_string(coord_finish_name(f)) : json_null());
-    json_t *o =
-        json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", p->id, "object", "text_completion", "created",
-                  (json_int_t)p->created, "model", p->s->model, "choices", choice);
-    if (o && usage)
-        json_object_set_new(o, "usage", usage_json(p));
-    return o;
+    return envelope(p, "text_completion", json_pack("[o]", choice), usage);
 }
 
 /* One chat.completion(.chunk) object: a delta of @text (stream; with the role when @role), or
@@ -55,12 +61,8 @@ static json_t *chat_json(const struct sreq *p, const char *text, size_t n, enum 
     json_t *choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, stream ? "delta" : "message", msg,
                                "logprobs", lp ? lp : json_null(), "finish_reason",
                                f ? json_string(coord_finish_name(f)) : json_null());
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", p->id, "object",
-                          stream ? "chat.completion.chunk" : "chat.completion", "created",
-                          (json_int_t)p->created, "model", p->s->model, "choices", choice);
-    if (o && usage)
-        json_object_set_new(o, "usage", usage_json(p));
-    return o;
+    return envelope(p, stream ? "chat.completion.chunk" : "chat.completion",
+                    json_pack("[o]", choice), usage);
 }
 
 /* A chunk or the whole response, as the request's kind writes it. */
@@ -169,12 +171,8 @@ static bool stream_end(struct sreq *p, const struct coord_event *ev)
 {
     bool ok = sse_put(p, response_json(p, "", 0, ev->finish, false, NULL));
     if (ok && p->q.include_usage) {
-        json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", p->id, "object",
-                              p->q.chat ? "chat.completion.chunk" : "text_completion", "created",
-                              (json_int_t)p->created, "model", p->s->model, "choices");
-        if (u)
-            json_object_set_new(u, "usage", usage_json(p));
-        ok = sse_put(p, u);
+        ok = sse_put(p, envelope(p, p->q.chat ? "chat.completion.chunk" : "text_completion",
+                                 json_array(), true));
     }
     return ok && sreq_out_put(p, "data: [DONE]\n\n", 14);
 }
@@ -437,14 +435,18 @@ enum MHD_Result srv_chat_completions(struct srv *s, struct MHD_Connection *c, st
 
 /* ---- the model ---- */
 
+/* The loaded model as /models lists it. */
+static json_t *model_json(const struct srv *s)
+{
+    return json_pack("{s:s,s:s,s:I,s:s}", "id", s->model, "object", "model", "created",
+                     (json_int_t)0, "owned_by", "shardlm");
+}
+
 /* GET /v1/models: the loaded model. */
 enum MHD_Result srv_models(struct srv *s, struct MHD_Connection *c, struct srv_conn *cn,
                            const char *url)
 {
-    return srv_send_json(c, 200,
-                         json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}", "object", "list", "data", "id",
-                                   s->model, "object", "model", "created", (json_int_t)0,
-                                   "owned_by", "shardlm"));
+    return srv_send_json(c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(s)));
 }
 
 /* GET /v1/models/NAME: the loaded model by its name. */
@@ -455,9 +457,7 @@ enum MHD_Result srv_model(struct srv *s, struct MHD_Connection *c, struct srv_co
     return strcmp(name, s->model)
                ? srv_send_error(c, 404, "invalid_request_error", "model_not_found",
                                 "no model named '%.200s' (this server has '%s')", name, s->model)
-               : srv_send_json(c, 200,
-                               json_pack("{s:s,s:s,s:I,s:s}", "id", s->model, "object", "model",
-                                         "created", (json_int_t)0, "owned_by", "shardlm"));
+               : srv_send_json(c, 200, model_json(s));
 }
 
 /* ---- /tokenize, /detokenize, /apply-template ---- */
