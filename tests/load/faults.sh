@@ -168,7 +168,7 @@ if [ ! -s "$WORK/load1.json" ]; then
 else
     L=$WORK/load1.json
     check load-no-errors "$([ "$(jget "$L" j.errors)" = 0 ] && echo 1)" \
-        "$(jget "$L" '`${j.requests} requests: ok ${j.ok}, 429 ${j.status_429}, errors ${j.errors}; ${j.tokens_per_s} tokens/s; TTFT p50/p99 ${j.ttft_ms_p50}/${j.ttft_ms_p99} ms; ITL p50/p99 ${j.itl_ms_p50}/${j.itl_ms_p99} ms`')"
+        "$(jget "$L" '`${j.requests} requests: ok ${j.ok}, 429 ${j.status_429}, errors ${j.errors} (sent again after a kept-alive socket closed under them: ${j.stale_socket_retries}); ${j.tokens_per_s} tokens/s; TTFT p50/p99 ${j.ttft_ms_p50}/${j.ttft_ms_p99} ms; ITL p50/p99 ${j.itl_ms_p50}/${j.itl_ms_p99} ms`')"
     if [ "$(jget "$L" j.errors)" != 0 ]; then jget "$L" 'j.error_list.join("\n")' | head -n 10; fi
     check load-429s "$([ "$(jget "$L" j.status_429)" -gt 0 ] && echo 1)" \
         "$(jget "$L" j.status_429) requests refused with 429 (64 clients over --max-seqs 16 + --max-waiting 40)"

@@ -244,6 +244,12 @@ function oneRequest(o, agent, body, reqTimeoutMs) {
             if (o.drainOk && !rec.status && ['ECONNREFUSED', 'ECONNRESET', 'EPIPE'].includes(code)) {
                 rec.drained = true;
                 finish();
+            } else if (!rec.status && req.reusedSocket && ['ECONNRESET', 'EPIPE'].includes(code)) {
+                // a kept-alive socket the server closed as the request went out (its idle
+                // deadline): HTTP's own race, which Node's docs say to retry; the caller sends it
+                // again once, on a new socket if need be, and counts it
+                rec.staleSocket = true;
+                finish(`request failed: ${code} on a reused socket`);
             } else {
                 finish(rec.status ? `stream broken: ${code}` : `request failed: ${code}`);
             }
@@ -268,7 +274,7 @@ async function main() {
     const sampler = o.pid ? setInterval(() => samples.push(sample(o.pid, t0)), o.sampleMs) : null;
 
     const recs = [];
-    let next = 0, ok = 0, n429 = 0, errors = 0, drained = 0, genTokens = 0;
+    let next = 0, ok = 0, n429 = 0, errors = 0, drained = 0, genTokens = 0, staleRetries = 0;
     const errorList = [];
     const progress = (!o.quiet && !o.json && process.stderr.isTTY) ? setInterval(() => {
         process.stderr.write(`\rloadgen: ${recs.length}/${o.requests} ok ${ok} 429 ${n429} errors ${errors}   `);
@@ -284,7 +290,11 @@ async function main() {
                 temperature: o.temperature, seed: i, stream: true,
                 stream_options: { include_usage: true },
             });
-            const r = await oneRequest(o, agent, body, o.timeout * 1000);
+            let r = await oneRequest(o, agent, body, o.timeout * 1000);
+            if (r.staleSocket) {
+                staleRetries++;
+                r = await oneRequest(o, agent, body, o.timeout * 1000);
+            }
             r.index = i;
             recs.push(r);
             if (r.error) {
@@ -346,6 +356,7 @@ async function main() {
         itl_ms_p50: r3(percentile(itl, 0.5)), itl_ms_p99: r3(percentile(itl, 0.99)),
         itl_ms_max: r3(itl.length ? itl[itl.length - 1] : null),
         max_stall_s: r3(maxStall === null ? null : maxStall / 1000), mem, error_list: errorList,
+        stale_socket_retries: staleRetries,
     };
     if (o.json) {
         process.stdout.write(JSON.stringify(out) + '\n');
