@@ -245,7 +245,7 @@ function oneRequest(o, agent, body, reqTimeoutMs) {
                 rec.drained = true;
                 finish();
             } else if (!rec.status && req.reusedSocket && ['ECONNRESET', 'EPIPE'].includes(code)) {
-                // a kept-alive socket the server closed as the request went out (its idle
+                // a kept-alive socket the server closed as the request went out (e.g. at its idle
                 // deadline): HTTP's own race, which Node's docs say to retry; the caller sends it
                 // again once, on a new socket if need be, and counts it
                 rec.staleSocket = true;
