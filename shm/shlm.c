@@ -4,8 +4,10 @@
 #include "shlm.h"
 
 #include "plan.h"
+#include "tensors.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -112,7 +114,8 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
     CHECK(c->rope_neox <= 1, "rope_neox", "0 or 1");
     CHECK(c->act <= SHLM_ACT_GELU_TANH, "act", "0 (silu) or 1 (gelu-tanh)");
     CHECK(c->tied_embd <= 1, "tied_embd", "0 or 1");
-    CHECK(c->rope_scaling <= SHLM_ROPE_LLAMA3, "rope_scaling", "0 (none) or 1 (llama3)");
+    CHECK(c->rope_scaling <= SHLM_ROPE_LLAMA3, "rope_scaling",
+          "0 (none) or 1 (llama3) (2 yarn, 3 longrope: not implemented yet)");
     CHECK(c->rope_scaling != SHLM_ROPE_LLAMA3 ||
               (isfinite(c->rope_factor) && c->rope_factor >= 1.0f && c->rope_factor <= 1024.0f &&
                isfinite(c->rope_low_freq_factor) && c->rope_low_freq_factor > 0.0f &&
@@ -124,47 +127,83 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
     CHECK(c->embd_scale == 0.0f || (isfinite(c->embd_scale) && c->embd_scale > 0.0f &&
                                     c->embd_scale < 65536.0f),
           "embd_scale", "0 (none) or a positive number");
+    CHECK(!(c->flags & ~(uint32_t)SHLM_CF_IMPLEMENTED), "flags",
+          "1 (qk-norm) or 0 (post-norms: not implemented yet)");
+    CHECK(c->family < SHLM_FAMILY_COUNT, "family", "an architecture of tensors.h");
 #undef CHECK
     return 0;
 }
 
-static void spec(struct shlm_tensor_spec *s, const char *name, enum kn_dtype dt, int rows, int cols,
-                 int group)
+int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e)
 {
-    snprintf(s->name, sizeof(s->name), "%s", name);
-    s->dtype = dt;
-    s->rows = rows;
-    s->cols = cols;
-    s->group = kn_is_w4(dt) ? group : 0;
+    /* every field: none is implemented yet (kernels/ and worker/model.c add them) */
+    static const struct {
+        const char *name;
+        size_t off;
+        bool real;
+    } fields[] = {
+#define FIELD(f, real) {#f, offsetof(struct shlm_config_ext, f), real}
+        FIELD(attn_softcap, true),   FIELD(final_softcap, true),   FIELD(query_scale, true),
+        FIELD(window, false),        FIELD(window_pattern, false), FIELD(rope_theta_local, true),
+        FIELD(resid_mult, true),     FIELD(logit_scale, true),     FIELD(nope_interval, false),
+        FIELD(yarn_beta_fast, true), FIELD(yarn_beta_slow, true),  FIELD(rope_attn_factor, true),
+#undef FIELD
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        uint32_t w;
+        memcpy(&w, (const uint8_t *)x + fields[i].off, 4);
+        if (!w)
+            continue;
+        float f;
+        memcpy(&f, &w, 4);
+        return fields[i].real ? shardlm_fail(e, -EINVAL,
+                                             "config field %s is %g: not implemented yet "
+                                             "(expected 0)",
+                                             fields[i].name, (double)f)
+                              : shardlm_fail(e, -EINVAL,
+                                             "config field %s is %u: not implemented yet "
+                                             "(expected 0)",
+                                             fields[i].name, w);
+    }
+    for (size_t i = 0; i < sizeof(x->reserved) / sizeof(x->reserved[0]); i++)
+        if (x->reserved[i])
+            return shardlm_fail(e, -EINVAL,
+                                "config field reserved[%zu] is %u: made by a newer shardlm "
+                                "(expected 0)",
+                                i, x->reserved[i]);
+    return 0;
 }
 
 int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int group,
                           int head_bits, const struct seg_plan *plan,
                           struct shlm_tensor_spec *out, int max)
 {
-    enum kn_dtype mat, head;
+    enum kn_dtype dt[3]; /* by enum shlm_dtc: matrices, embedding/head, f32 */
     switch (s) {
     case SHLM_SCHEME_F32:
-        mat = head = KN_DT_F32;
+        dt[SHLM_DTC_MAT] = dt[SHLM_DTC_HEAD] = KN_DT_F32;
         break;
     case SHLM_SCHEME_BF16:
-        mat = head = KN_DT_BF16;
+        dt[SHLM_DTC_MAT] = dt[SHLM_DTC_HEAD] = KN_DT_BF16;
         break;
     case SHLM_SCHEME_W4A16:
     case SHLM_SCHEME_W4A8:
-        mat = s == SHLM_SCHEME_W4A16 ? KN_DT_W4A16 : KN_DT_W4A8;
+        dt[SHLM_DTC_MAT] = s == SHLM_SCHEME_W4A16 ? KN_DT_W4A16 : KN_DT_W4A8;
         if (group < 32 || group > KN_MAX_GROUP || group % 32)
             return -EINVAL;
         if (head_bits != 8 && head_bits != 4)
             return -EINVAL;
-        head = head_bits == 8 ? KN_DT_Q8 : mat;
+        dt[SHLM_DTC_HEAD] = head_bits == 8 ? KN_DT_Q8 : dt[SHLM_DTC_MAT];
         break;
     default:
         return -EINVAL;
     }
-    int need = 3 + (9 + 3 * (int)c->qkv_bias + (int)c->head_gate) * (int)c->n_layers +
-               (c->tied_embd ? 0 : 1);
-    if (need > max)
+    dt[SHLM_DTC_F32] = KN_DT_F32;
+    int global = 0, per_layer = 0;
+    for (int k = 0; k < SHLM_KIND_COUNT; k++)
+        if (shlm_kind_present(c, (enum shlm_kind)k))
+            *(shlm_kinds[k].layer ? &per_layer : &global) += 1;
+    if ((long)global + (long)per_layer * c->n_layers > max)
         return -EINVAL;
     /* the whole model is the plan of one rank */
     struct seg_plan whole;
@@ -173,37 +212,32 @@ int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int g
             return -EINVAL;
         plan = &whole;
     }
-    int n = 0, d = (int)c->dim, hd = (int)c->head_dim;
-    int q = (plan->q1 - plan->q0) * hd, kv = (plan->kv1 - plan->kv0) * hd;
-    int f = plan->f1 - plan->f0, v = plan->v1 - plan->v0;
-    spec(&out[n++], "tok_embd", head, (int)c->vocab_size, d, group);
-    if (!c->tied_embd)
-        spec(&out[n++], "output", head, v, d, group);
-    spec(&out[n++], "output_norm", KN_DT_F32, 1, d, 0);
-    for (int l = 0; l < (int)c->n_layers; l++) {
-        char nm[SHLM_NAME_MAX];
-#define LAYER(suffix, dt, r, cl)                                                                   \
-    snprintf(nm, sizeof(nm), "blk.%d." suffix, l);                                                 \
-    spec(&out[n++], nm, dt, r, cl, group)
-        LAYER("attn_norm", KN_DT_F32, 1, d);
-        LAYER("attn_q", mat, q, d);
-        LAYER("attn_k", mat, kv, d);
-        LAYER("attn_v", mat, kv, d);
-        if (c->qkv_bias) {
-            LAYER("attn_q_bias", KN_DT_F32, 1, q);
-            LAYER("attn_k_bias", KN_DT_F32, 1, kv);
-            LAYER("attn_v_bias", KN_DT_F32, 1, kv);
+    int n = 0;
+    /* the global kinds, then each layer's (pass 0: globals; pass l + 1: layer l) */
+    for (uint32_t pass = 0; pass <= c->n_layers; pass++)
+        for (int k = 0; k < SHLM_KIND_COUNT; k++) {
+            const struct shlm_kind_traits *t = &shlm_kinds[k];
+            if (t->layer != (pass > 0) || !t->has(c))
+                continue;
+            uint32_t l = pass ? pass - 1 : 0;
+            struct shlm_tensor_spec *o = &out[n++];
+            shlm_kind_name((enum shlm_kind)k, l, o->name, sizeof(o->name));
+            o->kind = k;
+            o->layer = l;
+            o->dtype = dt[t->dtc];
+            o->group = kn_is_w4(o->dtype) ? group : 0;
+            o->rows = shlm_dim_size(c, t->rows);
+            o->cols = shlm_dim_size(c, t->cols);
+            /* a rank's part of the split size, behind its pad */
+            int lo, hi, pad;
+            if (t->split == SHLM_SPLIT_ROWS) {
+                shlm_dim_part(c, plan, t->rows, &lo, &hi, &pad);
+                o->rows = hi - lo;
+            } else if (t->split != SHLM_SPLIT_NONE) {
+                shlm_dim_part(c, plan, t->cols, &lo, &hi, &pad);
+                o->cols = (t->split == SHLM_SPLIT_COLS_PADDED ? pad : 0) + hi - lo;
+            }
         }
-        if (c->head_gate) { /* tiny (heads x dim): f32, like the norms */
-            LAYER("attn_gate", KN_DT_F32, plan->q1 - plan->q0, d);
-        }
-        LAYER("attn_o", mat, d, plan->o_pad + q);
-        LAYER("ffn_norm", KN_DT_F32, 1, d);
-        LAYER("ffn_gate", mat, f, d);
-        LAYER("ffn_up", mat, f, d);
-        LAYER("ffn_down", mat, d, plan->down_pad + f);
-#undef LAYER
-    }
     return n;
 }
 
@@ -255,6 +289,13 @@ const struct shlm_tensor *shlm_find(const struct shlm_model *m, const char *name
         if (strncmp(m->tensors[i].name, name, SHLM_NAME_MAX) == 0)
             return &m->tensors[i];
     return NULL;
+}
+
+const struct shlm_tensor *shlm_find_kind(const struct shlm_model *m, int kind, uint32_t layer)
+{
+    char name[SHLM_NAME_MAX];
+    shlm_kind_name((enum shlm_kind)kind, layer, name, sizeof(name));
+    return shlm_find(m, name);
 }
 
 void shlm_view(const struct shlm_model *m, const struct shlm_tensor *t, struct kn_mat *v)
@@ -330,7 +371,7 @@ static int parse(struct shlm_model *m, const void *buf, size_t avail, size_t siz
         return shardlm_fail(e, -EINVAL, "%s: header checksum mismatch (corrupt header or table)",
                             what);
     struct shardlm_err cerr;
-    if (shlm_config_check(&h->cfg, &cerr))
+    if (shlm_config_check(&h->cfg, &cerr) || shlm_config_ext_check(&h->cfgx, &cerr))
         return shardlm_fail(e, -EINVAL, "%s: %s", what, cerr.msg);
     if (h->scheme > SHLM_SCHEME_W4A8)
         return shardlm_fail(e, -EINVAL, "%s: header field scheme is %u, expected 0..3", what,

@@ -33,7 +33,23 @@ enum shlm_scheme {
     SHLM_SCHEME_W4A8 = 3
 };
 enum shlm_tok_kind { SHLM_TOK_LLAMA2C = 1, SHLM_TOK_BLOB = 2 /* coord_tok_save() */ };
-enum shlm_rope_scaling { SHLM_ROPE_NONE = 0, SHLM_ROPE_LLAMA3 = 1 };
+/* RoPE frequency scaling: llama3 (low/high frequency factors, shlm_config), YaRN (factor and
+ * orig_ctx in shlm_config, the rest in shlm_config_ext), LongRoPE (per-frequency short/long factors
+ * as tensors, as GGUF's rope_factors_short/long; not implemented yet: refused) */
+enum shlm_rope_scaling {
+    SHLM_ROPE_NONE = 0,
+    SHLM_ROPE_LLAMA3 = 1,
+    SHLM_ROPE_YARN = 2,
+    SHLM_ROPE_LONGROPE = 3
+};
+/* shlm_config.flags: optional tensors and forward features (0 in files made before them) */
+enum shlm_cfg_flag {
+    SHLM_CF_QK_NORM = 1u << 0,    /* per-head RMSNorm of q and k over head_dim before RoPE */
+    SHLM_CF_POST_NORMS = 1u << 1, /* RMSNorm of the attention and FFN outputs before the residual
+                                   * adds (Gemma 2/3): not implemented yet */
+};
+/* The flags the runtime implements; a config with another is refused (shlm_config_check). */
+#define SHLM_CF_IMPLEMENTED SHLM_CF_QK_NORM
 /* How the int4 matrices of a weights segment are laid out (a file is always canonical). */
 enum shlm_layout { SHLM_LAYOUT_CANONICAL = 0, SHLM_LAYOUT_TILES = 1 /* KN_DT_W4A8/16_T */ };
 
@@ -49,9 +65,33 @@ struct shlm_config {
     uint32_t rope_orig_ctx;                                         /* llama3 scaling */
     uint32_t qkv_bias;  /* attn_q/k/v have bias vectors (Qwen2) */
     uint32_t head_gate; /* attn_gate: sigmoid(gate . x) scales each head's output */
-    float embd_scale;   /* embedding rows are multiplied by this (Gemma: sqrt(dim)); 0 means 1 */
-    uint32_t reserved[2];
+    float embd_scale;   /* embedding rows are multiplied by this (Gemma: sqrt(dim), Granite:
+                         * embedding_multiplier); 0 means 1 */
+    uint32_t flags;     /* enum shlm_cfg_flag (reserved, 0, in files made before it) */
+    uint32_t family;    /* enum shlm_family (tensors.h): the architecture it was imported as, for
+                         * messages; 0 in files made before it. The forward never reads it. */
 };
+
+/* What the newer architectures add to the config, in the header's formerly reserved bytes: zero
+ * in files made before it, and every field's zero is the plain behaviour. A field the runtime
+ * does not implement yet must be zero (shlm_config_ext_check): importers refuse such models. */
+struct shlm_config_ext {
+    float attn_softcap;      /* scores = c * tanh(scores / c) (Gemma 2); 0: none */
+    float final_softcap;     /* logits = c * tanh(logits / c) (Gemma 2); 0: none */
+    float query_scale;       /* scores times this (Gemma query_pre_attn_scalar^-1/2, Granite
+                              * attention_multiplier); 0: 1 / sqrt(head_dim) */
+    uint32_t window;         /* windowed layers attend to the last @window positions; 0: none */
+    uint32_t window_pattern; /* of every n layers the last is global, the others windowed
+                              * (Gemma 2: 2, Gemma 3: 6); 0 with a window: every layer windowed */
+    float rope_theta_local;  /* the RoPE base of windowed layers (Gemma 3); 0: rope_theta */
+    float resid_mult;        /* each block's output times this before the add (Granite); 0: 1 */
+    float logit_scale;       /* logits divided by this (Granite logits_scaling); 0: 1 */
+    uint32_t nope_interval;  /* every n-th layer (n - 1, 2n - 1, ...) has no RoPE (SmolLM3); 0 */
+    float yarn_beta_fast, yarn_beta_slow; /* YaRN ramp (rope_scaling SHLM_ROPE_YARN) */
+    float rope_attn_factor; /* YaRN/LongRoPE magnitude scale of q.k; 0: the scaling's own */
+    uint32_t reserved[20];
+};
+_Static_assert(sizeof(struct shlm_config_ext) == 128, "shlm_config_ext layout");
 
 struct shlm_header {
     char magic[8];
@@ -69,7 +109,8 @@ struct shlm_header {
     uint32_t reserved1;
     uint64_t source_checksum; /* a weights segment: the header checksum of the file it came from */
     uint64_t tok_checksum;    /* shlm_hash of the tokenizer bytes; 0 in files made before it */
-    uint8_t reserved[288];
+    struct shlm_config_ext cfgx; /* zero in files made before it */
+    uint8_t reserved[160];
     uint64_t checksum; /* shlm_hash of the header (this field zero) and the tensor table */
 };
 _Static_assert(sizeof(struct shlm_config) == 96, "shlm_config layout");
@@ -131,6 +172,8 @@ int shlm_parse_head(struct shlm_model *m, const void *head, size_t avail, size_t
 int shlm_verify_data(const struct shlm_model *m, const char *what, struct shardlm_err *e);
 /* The tensor called @name, or NULL. */
 const struct shlm_tensor *shlm_find(const struct shlm_model *m, const char *name);
+/* The tensor of kind @kind (enum shlm_kind) of @layer (0 for a global kind), or NULL. */
+const struct shlm_tensor *shlm_find_kind(const struct shlm_model *m, int kind, uint32_t layer);
 /* Fills @v with the view of tensor @t. */
 void shlm_view(const struct shlm_model *m, const struct shlm_tensor *t, struct kn_mat *v);
 
@@ -140,6 +183,8 @@ struct shlm_tensor_spec {
     char name[SHLM_NAME_MAX];
     enum kn_dtype dtype;
     int rows, cols, group;
+    int kind;       /* enum shlm_kind (tensors.h) */
+    uint32_t layer; /* of a per-layer kind, else 0 */
 };
 struct seg_plan;
 /* With @plan (not NULL) the shapes are those of that rank's shard (see plan.h). */
@@ -155,7 +200,11 @@ void shlm_layout(struct shlm_header *h, struct shlm_tensor *table,
                  const struct shlm_tensor_spec *specs, int n, uint64_t tok_bytes);
 /* Computes the header checksum over the header and @table. */
 void shlm_seal(struct shlm_header *h, const struct shlm_tensor *table);
-/* Checks the config for sizes that are zero, inconsistent or absurd. 0 or -EINVAL + @e. */
+/* Checks the config for sizes that are zero, inconsistent or absurd, and flags the runtime does
+ * not implement. 0 or -EINVAL + @e. */
 int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e);
+/* Checks @x for fields the runtime does not implement yet (each must be 0): 0 or -EINVAL + @e
+ * naming the field and its value. */
+int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e);
 
 #endif

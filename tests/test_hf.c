@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* coordinator/format/{safetensors,hf_config}.c + coordinator/convert/source_hf.c: tiny Hugging
  * Face directories written here (llama in one file, llama in two shards with llama3 RoPE
- * scaling, qwen2 with biases, gemma with head_dim != hidden / heads), read back exactly through
+ * scaling, qwen2 with biases, gemma with head_dim != hidden / heads, qwen3 with q/k norms, also
+ * written as a GGUF), read back exactly through
  * coord_source_hf, then converted with `shardlm convert` and compared by `shardlm eval` (one and
  * two workers) with a reference forward written here the way transformers computes these
  * architectures; every corruption of the safetensors, the index, config.json and the tokenizer
@@ -15,11 +16,13 @@
 #include <math.h>
 #include <sys/stat.h>
 
+#include "gguf_write.h"
 #include "hf_config.h"
 #include "kn.h"
 #include "safetensors.h"
 #include "shlm.h"
 #include "source.h"
+#include "tensors.h"
 #include "testutil.h"
 #include "tokenizer.h"
 
@@ -128,7 +131,7 @@ static void rm_file(const char *name)
 
 /* ---- a tiny model ---- */
 
-enum fam { LLAMA, QWEN2, GEMMA };
+enum fam { LLAMA, QWEN2, GEMMA, QWEN3 };
 
 struct tiny {
     enum fam fam;
@@ -189,6 +192,10 @@ static void tiny_tensors(struct tiny *m)
             L("self_attn.k_proj.bias", 0, kv);
             L("self_attn.v_proj.bias", 0, kv);
         }
+        if (m->fam == QWEN3) {
+            L("self_attn.q_norm.weight", 0, m->head_dim);
+            L("self_attn.k_norm.weight", 0, m->head_dim);
+        }
         L("self_attn.o_proj.weight", m->dim, q);
         L("post_attention_layernorm.weight", 0, m->dim);
         L("mlp.gate_proj.weight", m->hidden, m->dim);
@@ -228,7 +235,10 @@ static const char tokenizer_json[] =
 
 static const char *arch_name(enum fam f)
 {
-    return f == QWEN2 ? "Qwen2ForCausalLM" : f == GEMMA ? "GemmaForCausalLM" : "LlamaForCausalLM";
+    return f == QWEN2   ? "Qwen2ForCausalLM"
+           : f == GEMMA ? "GemmaForCausalLM"
+           : f == QWEN3 ? "Qwen3ForCausalLM"
+                        : "LlamaForCausalLM";
 }
 
 static void write_config(const struct tiny *m, const char *extra)
@@ -301,12 +311,13 @@ static const struct wt *find_wt(const struct tiny *m, const char *name)
 static void hf_of(const char *ours, char *out, size_t len, bool *norm)
 {
     static const char *const map[][2] = {
-        {"attn_norm", "input_layernorm.weight"}, {"ffn_norm", "post_attention_layernorm.weight"},
-        {"attn_q", "self_attn.q_proj.weight"},   {"attn_k", "self_attn.k_proj.weight"},
-        {"attn_v", "self_attn.v_proj.weight"},   {"attn_q_bias", "self_attn.q_proj.bias"},
-        {"attn_k_bias", "self_attn.k_proj.bias"}, {"attn_v_bias", "self_attn.v_proj.bias"},
-        {"attn_o", "self_attn.o_proj.weight"},   {"ffn_gate", "mlp.gate_proj.weight"},
-        {"ffn_up", "mlp.up_proj.weight"},        {"ffn_down", "mlp.down_proj.weight"},
+        {"attn_norm", "input_layernorm.weight"},    {"ffn_norm", "post_attention_layernorm.weight"},
+        {"attn_q", "self_attn.q_proj.weight"},      {"attn_k", "self_attn.k_proj.weight"},
+        {"attn_v", "self_attn.v_proj.weight"},      {"attn_q_bias", "self_attn.q_proj.bias"},
+        {"attn_k_bias", "self_attn.k_proj.bias"},   {"attn_v_bias", "self_attn.v_proj.bias"},
+        {"attn_q_norm", "self_attn.q_norm.weight"}, {"attn_k_norm", "self_attn.k_norm.weight"},
+        {"attn_o", "self_attn.o_proj.weight"},      {"ffn_gate", "mlp.gate_proj.weight"},
+        {"ffn_up", "mlp.up_proj.weight"},           {"ffn_down", "mlp.down_proj.weight"},
     };
     *norm = false;
     if (!strcmp(ours, "tok_embd")) {
@@ -359,6 +370,11 @@ static void check_tiny(const struct tiny *m)
     assert_int_equal(c->tied_embd, m->tied);
     assert_int_equal(c->qkv_bias, m->fam == QWEN2);
     assert_int_equal(c->head_gate, 0);
+    assert_int_equal(c->flags, m->fam == QWEN3 ? SHLM_CF_QK_NORM : 0);
+    assert_int_equal(c->family, m->fam == QWEN2   ? SHLM_FAMILY_QWEN2
+                                : m->fam == GEMMA ? SHLM_FAMILY_GEMMA
+                                : m->fam == QWEN3 ? SHLM_FAMILY_QWEN3
+                                                  : SHLM_FAMILY_LLAMA);
     assert_int_equal(c->act, m->fam == GEMMA ? SHLM_ACT_GELU_TANH : SHLM_ACT_SILU);
     assert_true(c->embd_scale == (m->fam == GEMMA ? sqrtf((float)m->dim) : 0.0f));
     assert_int_equal(s.bos_id, 0);
@@ -417,6 +433,8 @@ static void check_tiny(const struct tiny *m)
     if (m->fam != QWEN2)
         assert_int_equal(s.read(&s, "blk.0.attn_q_bias", 1, m->heads * m->head_dim, &one, &e),
                          -ENOENT);
+    if (m->fam != QWEN3)
+        assert_int_equal(s.read(&s, "blk.0.attn_q_norm", 1, m->head_dim, &one, &e), -ENOENT);
     free(specs);
     coord_source_close(&s);
 }
@@ -461,9 +479,10 @@ static void ref_rmsnorm(float *o, const float *x, const float *w, int n, bool ge
 }
 
 /* logits (n, vocab) of tokens 0..n-1 as transformers computes them for LlamaForCausalLM,
- * Qwen2ForCausalLM and GemmaForCausalLM: NeoX-halves RoPE (llama3 frequency scaling as in
- * _compute_llama3_parameters), q/k/v biases (qwen2), sqrt(hidden) embedding scale, (1 + w)
- * norms and GELU-tanh (gemma). */
+ * Qwen2ForCausalLM, GemmaForCausalLM and Qwen3ForCausalLM: NeoX-halves RoPE (llama3 frequency
+ * scaling as in _compute_llama3_parameters), q/k/v biases (qwen2), sqrt(hidden) embedding
+ * scale, (1 + w) norms and GELU-tanh (gemma), each head's q and k RMSNorm-ed over head_dim
+ * before RoPE (qwen3's q_norm / k_norm). */
 static void ref_forward(const struct tiny *m, const int32_t *tok, int n, float *logits)
 {
     bool gemma = m->fam == GEMMA;
@@ -501,6 +520,8 @@ static void ref_forward(const struct tiny *m, const int32_t *tok, int n, float *
             float *bq = ref_w(m, "model.layers.%d.self_attn.q_proj.bias", l);
             float *bk = ref_w(m, "model.layers.%d.self_attn.k_proj.bias", l);
             float *bv = ref_w(m, "model.layers.%d.self_attn.v_proj.bias", l);
+            float *qn = ref_w(m, "model.layers.%d.self_attn.q_norm.weight", l);
+            float *kn = ref_w(m, "model.layers.%d.self_attn.k_norm.weight", l);
             float *wo = ref_w(m, "model.layers.%d.self_attn.o_proj.weight", l);
             float *fn = ref_w(m, "model.layers.%d.post_attention_layernorm.weight", l);
             float *wg = ref_w(m, "model.layers.%d.mlp.gate_proj.weight", l);
@@ -510,6 +531,10 @@ static void ref_forward(const struct tiny *m, const int32_t *tok, int n, float *
             ref_matvec(wq, bq, xb, q, Q, D);
             ref_matvec(wk, bk, xb, k, KV, D);
             ref_matvec(wv, bv, xb, v, KV, D);
+            for (int h = 0; qn && h < m->heads; h++)
+                ref_rmsnorm(q + h * hd, q + h * hd, qn, hd, false);
+            for (int h = 0; kn && h < m->kv; h++)
+                ref_rmsnorm(k + h * hd, k + h * hd, kn, hd, false);
             /* rotate_half: element i pairs with i + hd/2 */
             for (int pass = 0; pass < 2; pass++) {
                 float *vec = pass ? k : q;
@@ -559,6 +584,7 @@ static void ref_forward(const struct tiny *m, const int32_t *tok, int n, float *
             for (int i = 0; i < D; i++)
                 x[i] += o[i];
             free(an), free(wq), free(wk), free(wv), free(bq), free(bk), free(bv), free(wo);
+            free(qn), free(kn);
             free(fn), free(wg), free(wu), free(wd);
         }
         ref_rmsnorm(xb, x, onorm, D, gemma);
@@ -580,9 +606,10 @@ static int run(char *const argv[], struct tu_run *r)
     return r->status;
 }
 
-/* Converts the directory with `shardlm convert` (f32) and checks `shardlm eval` against
- * ref_forward() at one and two workers. Skipped where the binary is not built (by hand). */
-static void eval_tiny(const struct tiny *m)
+/* Converts @src (the directory, or a GGUF of the same weights) with `shardlm convert` (f32) and
+ * checks `shardlm eval` against ref_forward() at one and two workers (tensor parallel, R = 2).
+ * Skipped where the binary is not built (by hand). */
+static void eval_source(const struct tiny *m, const char *src)
 {
     if (access(tu_bin(), X_OK) != 0) {
         fprintf(stderr, "end-to-end part skipped: %s is not there (run under ctest)\n", tu_bin());
@@ -592,7 +619,8 @@ static void eval_tiny(const struct tiny *m)
     char shlm[4300], ref[4300], path[4400];
     tu_path(shlm, sizeof(shlm), "%s/m.shlm", dir);
     tu_path(ref, sizeof(ref), "%s/ref", dir);
-    char *conv[] = {(char *)tu_bin(), "convert", dir, "--scheme", "f32", "-o", shlm, "-q", NULL};
+    char *conv[] = {
+        (char *)tu_bin(), "convert", (char *)src, "--scheme", "f32", "-o", shlm, "-q", NULL};
     assert_int_equal(run(conv, r), 0);
 
     enum { N = 40 };
@@ -620,13 +648,97 @@ static void eval_tiny(const struct tiny *m)
         char *last = strstr(r->out, "overall ");
         assert_non_null(last);
         assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", &kld, &top1, &ppl), 3);
-        fprintf(stderr, "%s%s: %d worker(s): kld %.3g top1 %.4f against the reference forward\n",
-                arch_name(m->fam), m->llama3 ? " (llama3 rope)" : "", workers, kld, top1);
+        fprintf(stderr, "%s%s%s: %d worker(s): kld %.3g top1 %.4f against the reference forward\n",
+                arch_name(m->fam), m->llama3 ? " (llama3 rope)" : "", src == dir ? "" : " (GGUF)",
+                workers, kld, top1);
         assert_true(kld < 1e-6);
         assert_true(top1 == 1.0);
     }
     unlink(shlm);
     free(r);
+}
+
+static void eval_tiny(const struct tiny *m) { eval_source(m, dir); }
+
+/* The GGUF name of HF tensor @hf, as llama.cpp's convert_hf_to_gguf.py names it. */
+static void gguf_of(const char *hf, char *out, size_t len)
+{
+    static const char *const map[][2] = {
+        {"input_layernorm.weight", "attn_norm.weight"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},
+        {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},
+        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+        {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"post_attention_layernorm.weight", "ffn_norm.weight"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"},
+        {"mlp.up_proj.weight", "ffn_up.weight"},
+        {"mlp.down_proj.weight", "ffn_down.weight"},
+    };
+    int l, at = 0;
+    if (!strcmp(hf, "model.embed_tokens.weight"))
+        snprintf(out, len, "token_embd.weight");
+    else if (!strcmp(hf, "model.norm.weight"))
+        snprintf(out, len, "output_norm.weight");
+    else if (!strcmp(hf, "lm_head.weight"))
+        snprintf(out, len, "output.weight");
+    else {
+        assert_int_equal(sscanf(hf, "model.layers.%d.%n", &l, &at), 1);
+        for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+            if (!strcmp(hf + at, map[i][0])) {
+                snprintf(out, len, "blk.%d.%s", l, map[i][1]);
+                return;
+            }
+        fail_msg("no GGUF name for %s", hf);
+    }
+}
+
+/* The tiny model's weights (as stored, rounded) as a GGUF of architecture @arch, with a
+ * SentencePiece vocabulary of m->vocab tokens, into @path. */
+static void write_gguf(const struct tiny *m, const char *arch, const char *path)
+{
+    struct gguf_writer *w;
+    struct shardlm_err e;
+    char k[96];
+    assert_int_equal(gguf_writer_open(&w, path, &e), 0);
+    gguf_w_str(w, "general.architecture", arch);
+#define KEY(suffix) (snprintf(k, sizeof(k), "%s." suffix, arch), k)
+    gguf_w_u32(w, KEY("context_length"), 128);
+    gguf_w_u32(w, KEY("embedding_length"), (uint32_t)m->dim);
+    gguf_w_u32(w, KEY("block_count"), (uint32_t)m->layers);
+    gguf_w_u32(w, KEY("feed_forward_length"), (uint32_t)m->hidden);
+    gguf_w_u32(w, KEY("attention.head_count"), (uint32_t)m->heads);
+    gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t)m->kv);
+    gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)m->head_dim);
+    gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)m->head_dim);
+    gguf_w_f32(w, KEY("rope.freq_base"), 500000.0f);
+    gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+#undef KEY
+    char **tok = calloc((size_t)m->vocab, sizeof(char *));
+    for (int i = 0; i < m->vocab; i++) {
+        tok[i] = malloc(16);
+        snprintf(tok[i], 16, i == 0 ? "<s>" : i == 1 ? "</s>" : "t%d", i);
+    }
+    gguf_w_str(w, "tokenizer.ggml.model", "llama");
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, (uint64_t)m->vocab);
+    gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 0);
+    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 1);
+    for (int i = 0; i < m->vocab; i++)
+        free(tok[i]);
+    free(tok);
+    for (int i = 0; i < m->n; i++) {
+        char name[96];
+        gguf_of(m->t[i].name, name, sizeof(name));
+        gguf_w_tensor(w, name, GGML_F32, m->t[i].shape[m->t[i].n_dims - 1],
+                      m->t[i].n_dims == 1 ? 0 : m->t[i].shape[0]);
+    }
+    for (int i = 0; i < m->n; i++) {
+        float *v = ref_w(m, m->t[i].name, 0);
+        gguf_w_tensor_rows(w, v, m->t[i].n_dims == 1 ? 1 : m->t[i].shape[0]);
+        free(v);
+    }
+    assert_int_equal(gguf_writer_close(w, &e), 0);
 }
 
 static struct tiny llama(void)
@@ -690,6 +802,40 @@ static void test_gemma(void **state)
     write_tiny(&m, ", \"hidden_act\": \"gelu\", \"hidden_activation\": \"gelu_pytorch_tanh\"");
     check_tiny(&m);
     eval_tiny(&m);
+    tiny_free(&m);
+}
+
+/* Qwen3: each head's q and k RMSNorm-ed over head_dim before RoPE (q_norm / k_norm), no biases,
+ * head_dim 16 with 4 heads over hidden 32; the same weights from the HF folder and from a GGUF
+ * (architecture "qwen3"), at one and two ranks. */
+static void test_qwen3(void **state)
+{
+    struct tiny m = llama();
+    m.fam = QWEN3;
+    m.tied = true;
+    m.head_dim = 16;
+    m.head_dim_field = true;
+    write_tiny(&m, ", \"attention_bias\": false, \"use_sliding_window\": false,"
+                   " \"sliding_window\": null, \"max_window_layers\": 28,"
+                   " \"hidden_act\": \"silu\", \"rope_scaling\": null");
+    check_tiny(&m);
+    eval_tiny(&m);
+    char gguf[4300];
+    tu_path(gguf, sizeof(gguf), "%s/qwen3.gguf", dir);
+    write_gguf(&m, "qwen3", gguf);
+    struct coord_source s;
+    struct shardlm_err e;
+    int rc = coord_source_open(&s, gguf, NULL, 0, &e);
+    if (rc)
+        fail_msg("%s", e.msg);
+    assert_int_equal(s.cfg.flags, SHLM_CF_QK_NORM);
+    assert_int_equal(s.cfg.family, SHLM_FAMILY_QWEN3);
+    assert_int_equal(s.cfg.rope_neox, 1);
+    assert_int_equal(s.cfg.qkv_bias, 0);
+    assert_int_equal(s.cfg.head_dim, 16);
+    coord_source_close(&s);
+    eval_source(&m, gguf);
+    unlink(gguf);
     tiny_free(&m);
 }
 
@@ -1193,7 +1339,7 @@ static void test_config(void **state)
     struct coord_hf_config hc;
     struct shardlm_err e;
     assert_int_equal(cfg_parse(&hc, "", &e), 0);
-    assert_int_equal(hc.family, COORD_HF_LLAMA);
+    assert_int_equal(hc.cfg.family, SHLM_FAMILY_LLAMA);
     assert_int_equal(hc.cfg.head_dim, 8);
     assert_true(hc.cfg.rope_theta == 10000.0f);
     assert_int_equal(hc.cfg.tied_embd, 0);
@@ -1331,7 +1477,7 @@ static void test_config(void **state)
                     " \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-6,"
                     " \"hidden_act\": \"gelu\"}";
     assert_int_equal(coord_hf_config_parse(&hc, g, strlen(g), "g", &e2), 0);
-    assert_int_equal(hc.family, COORD_HF_GEMMA);
+    assert_int_equal(hc.cfg.family, SHLM_FAMILY_GEMMA);
     assert_int_equal(hc.cfg.tied_embd, 1);
     assert_int_equal(hc.cfg.head_dim, 32);
     assert_int_equal(hc.cfg.act, SHLM_ACT_GELU_TANH);
@@ -1356,6 +1502,7 @@ int main(void)
         cmocka_unit_test(test_llama_sharded),
         cmocka_unit_test(test_qwen2),
         cmocka_unit_test(test_gemma),
+        cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_safetensors_valid_and_truncated),
         cmocka_unit_test(test_safetensors_hostile),
         cmocka_unit_test(test_dir_hostile),

@@ -11,7 +11,9 @@
 
 #include "convert.h"
 #include "llama2c.h"
+#include "plan.h"
 #include "shlm.h"
+#include "tensors.h"
 #include "testutil.h"
 
 static char dir[4096];
@@ -166,6 +168,23 @@ static void test_corruptions(void **state)
     h->scheme = 9;
     reseal(b);
     expect_refused(b, len, "scheme");
+    /* what the newer architectures add: unimplemented flags and fields refused by name; q/k norms
+     * are implemented, so their tensors are then missing */
+#define EDIT(stmt, needle)                                                                         \
+    do {                                                                                           \
+        memcpy(b, good, len);                                                                      \
+        stmt;                                                                                      \
+        reseal(b);                                                                                 \
+        expect_refused(b, len, needle);                                                            \
+    } while (0)
+    EDIT(h->cfg.flags = SHLM_CF_POST_NORMS, "config field flags");
+    EDIT(h->cfg.flags = SHLM_CF_QK_NORM, "the config needs");
+    EDIT(h->cfg.family = SHLM_FAMILY_COUNT, "config field family");
+    EDIT(h->cfg.rope_scaling = SHLM_ROPE_YARN, "config field rope_scaling");
+    EDIT(h->cfgx.attn_softcap = 50.0f, "config field attn_softcap is 50: not implemented");
+    EDIT(h->cfgx.window = 4096, "config field window is 4096");
+    EDIT(h->cfgx.reserved[3] = 1, "reserved[3]");
+#undef EDIT
     memcpy(b, good, len);
     h->tok_bytes = len;
     reseal(b);
@@ -266,6 +285,115 @@ static void test_untied_classifier(void **state)
 
 /* The hashes' values, which files already made carry: shlm_fnv1a() is FNV-1a 64 (the
  * reference's test vectors), shlm_hash() as it was when they were written, whole or in pieces. */
+/* The tensor table: names that parse back to their kind, the file order of the architectures
+ * made before it, the shapes and splits of the optional kinds, the architecture rows. */
+static void test_tensor_table(void **state)
+{
+    for (int k = 0; k < SHLM_KIND_COUNT; k++) {
+        char nm[SHLM_NAME_MAX], g[96];
+        enum shlm_kind kind;
+        uint32_t l;
+        shlm_kind_name((enum shlm_kind)k, 3, nm, sizeof(nm));
+        assert_true(shlm_kind_parse(nm, 4, &kind, &l));
+        assert_int_equal(kind, k);
+        assert_int_equal(l, shlm_kinds[k].layer ? 3 : 0);
+        assert_int_equal(shlm_kinds[k].layer, k >= SHLM_KIND_FIRST_LAYER);
+        if (shlm_kinds[k].layer)
+            assert_false(shlm_kind_parse(nm, 3, &kind, &l)); /* layer 3 of 3 */
+        shlm_kind_gguf_name((enum shlm_kind)k, 3, g, sizeof(g));
+        assert_non_null(strstr(g, shlm_kinds[k].layer ? "blk.3." : ""));
+    }
+    enum shlm_kind kind;
+    uint32_t l;
+    static const char *const bad[] = {"blk.07.attn_q", "blk..attn_q", "blk.0.nonsense",
+                                      "output_x",      "blk.0",       "attn_q"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (shlm_kind_parse(bad[i], 8, &kind, &l))
+            fail_msg("%s parsed", bad[i]);
+
+    /* every kind an architecture made before the table has, in the order its files hold them */
+    struct shlm_config c = {.arch = SHLM_ARCH_LLAMA,
+                            .dim = 64,
+                            .hidden_dim = 96,
+                            .n_layers = 2,
+                            .n_heads = 4,
+                            .n_kv_heads = 2,
+                            .head_dim = 8,
+                            .vocab_size = 100,
+                            .seq_len = 64,
+                            .norm_eps = 1e-5f,
+                            .rope_theta = 1e4f,
+                            .qkv_bias = 1,
+                            .head_gate = 1};
+    static const char *const order[] = {"tok_embd",          "output",
+                                        "output_norm",       "blk.0.attn_norm",
+                                        "blk.0.attn_q",      "blk.0.attn_k",
+                                        "blk.0.attn_v",      "blk.0.attn_q_bias",
+                                        "blk.0.attn_k_bias", "blk.0.attn_v_bias",
+                                        "blk.0.attn_gate",   "blk.0.attn_o",
+                                        "blk.0.ffn_norm",    "blk.0.ffn_gate",
+                                        "blk.0.ffn_up",      "blk.0.ffn_down",
+                                        "blk.1.attn_norm"};
+    struct shlm_tensor_spec sp[64];
+    int n = shlm_expected_tensors(&c, SHLM_SCHEME_W4A8, 64, 8, NULL, sp, 64);
+    assert_int_equal(n, 3 + 2 * 13);
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++)
+        assert_string_equal(sp[i].name, order[i]);
+    assert_int_equal(sp[0].dtype, KN_DT_Q8);
+    assert_int_equal(sp[4].dtype, KN_DT_W4A8);
+    assert_int_equal(sp[10].rows, 4); /* the head gate: heads x dim, f32 */
+    assert_int_equal(sp[10].dtype, KN_DT_F32);
+    assert_int_equal(shlm_expected_tensors(&c, SHLM_SCHEME_F32, 0, 8, NULL, sp, n - 1), -EINVAL);
+
+    /* q/k norms: (1, head_dim) f32 after the biases, replicated over the ranks */
+    c.qkv_bias = c.head_gate = 0;
+    c.flags = SHLM_CF_QK_NORM;
+    c.tied_embd = 1;
+    n = shlm_expected_tensors(&c, SHLM_SCHEME_BF16, 0, 8, NULL, sp, 64);
+    assert_int_equal(n, 2 + 2 * 11);
+    assert_string_equal(sp[2].name, "blk.0.attn_norm");
+    assert_string_equal(sp[6].name, "blk.0.attn_q_norm");
+    assert_string_equal(sp[7].name, "blk.0.attn_k_norm");
+    assert_string_equal(sp[8].name, "blk.0.attn_o");
+    assert_int_equal(sp[6].kind, SHLM_KIND_ATTN_Q_NORM);
+    assert_int_equal(sp[7].layer, 0);
+    assert_string_equal(sp[2 + 11 + 4].name, "blk.1.attn_q_norm");
+    assert_int_equal(sp[2 + 11 + 4].layer, 1);
+    assert_int_equal(sp[6].rows, 1);
+    assert_int_equal(sp[6].cols, 8);
+    assert_int_equal(sp[6].dtype, KN_DT_F32);
+    assert_int_equal(sp[3].dtype, KN_DT_BF16);
+    struct seg_plan p;
+    assert_int_equal(seg_plan_make(&p, &c, 64, 2, 1), 0);
+    n = shlm_expected_tensors(&c, SHLM_SCHEME_W4A16, 64, 4, &p, sp, 64);
+    assert_int_equal(n, 2 + 2 * 11);
+    assert_int_equal(sp[3].rows, 2 * 8);        /* our two query heads */
+    assert_int_equal(sp[4].rows, 8);            /* our KV head */
+    assert_int_equal(sp[6].cols, 8);            /* the q norm, whole */
+    assert_int_equal(sp[8].cols, p.o_pad + 16); /* O: our heads' columns behind the pad */
+    assert_int_equal(p.o_pad, 16);
+    assert_int_equal(sp[12].cols, p.down_pad + 48); /* down */
+    assert_int_equal(sp[0].rows, 100);              /* the embedding, whole */
+
+    /* architectures: qwen3 has q/k norms; the refused ones say why; names are unique */
+    const struct shlm_arch_traits *a = shlm_arch_gguf("qwen3", 5);
+    assert_non_null(a);
+    assert_ptr_equal(a, shlm_arch_hf("Qwen3ForCausalLM"));
+    assert_int_equal(a->flags, SHLM_CF_QK_NORM);
+    assert_null(a->refused);
+    assert_non_null(shlm_arch_hf("Gemma2ForCausalLM")->refused);
+    assert_null(shlm_arch_gguf("qwen", 4));
+    for (int i = 0; i < SHLM_FAMILY_COUNT; i++)
+        for (int j = 0; j < i; j++) {
+            const struct shlm_arch_traits *x = &shlm_archs[i], *y = &shlm_archs[j];
+            assert_false(x->gguf && y->gguf && !strcmp(x->gguf, y->gguf));
+            assert_false(x->hf && y->hf && !strcmp(x->hf, y->hf));
+        }
+    char names[256];
+    shlm_arch_list(false, names, sizeof(names));
+    assert_string_equal(names, "llama, qwen2, gemma, spark, qwen3");
+}
+
 static void test_hash_values(void **state)
 {
     assert_true(shlm_fnv1a(SHLM_FNV_OFFSET, "", 0) == 0xcbf29ce484222325ull);
@@ -293,10 +421,9 @@ static void test_hash_values(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_every_scheme),
-        cmocka_unit_test(test_corruptions),
-        cmocka_unit_test(test_untied_classifier),
-        cmocka_unit_test(test_hash_values),
+        cmocka_unit_test(test_roundtrip_every_scheme), cmocka_unit_test(test_corruptions),
+        cmocka_unit_test(test_untied_classifier),      cmocka_unit_test(test_hash_values),
+        cmocka_unit_test(test_tensor_table),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

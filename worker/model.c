@@ -11,17 +11,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void view(const struct shlm_model *img, const char *name, struct kn_mat *out)
+/* The view of the tensor of @kind (of @layer) in @img. shlm_parse() checked that every tensor
+ * the config has is present. */
+static void view(const struct shlm_model *img, enum shlm_kind kind, uint32_t layer,
+                 struct kn_mat *out)
 {
-    const struct shlm_tensor *t = shlm_find(img, name);
-    KN_ASSERT(t); /* shlm_parse() checked that every expected tensor is present */
+    const struct shlm_tensor *t = shlm_find_kind(img, kind, layer);
+    KN_ASSERT(t);
     shlm_view(img, t, out);
 }
 
-static const float *vec(const struct shlm_model *img, const char *name)
+static const float *vec(const struct shlm_model *img, enum shlm_kind kind, uint32_t layer)
 {
     struct kn_mat v;
-    view(img, name, &v);
+    view(img, kind, layer, &v);
     KN_ASSERT(v.dtype == KN_DT_F32);
     return v.codes;
 }
@@ -53,38 +56,71 @@ static void acts_free(struct kn_act *a, int n)
  * (DESIGN.md: a 2048x8 projection, 0.444 ms as a plain loop vs 1.155 ms as a pooled GEMM). */
 #define PAR_MIN_WORK (1 << 16)
 
-/* The tensors of layer @l of @img into @L: views of its seven matrices and two norms, and of its
- * q/k/v biases and head gate where the config has them. Cannot fail: shlm_parse() checked that
- * every expected tensor is present. */
+/* The tensors of layer @l of @img into @L: views of its seven matrices and two norms, and of the
+ * optional kinds (q/k/v biases, q/k norms, head gate) the config has. Cannot fail: shlm_parse()
+ * checked that every expected tensor is present. */
 static void layer_views(const struct shlm_model *img, const struct shlm_config *c, uint32_t l,
                         struct wrk_layer *L)
 {
-    char nm[SHLM_NAME_MAX];
-#define MAT(field, suffix)                                                                         \
-    snprintf(nm, sizeof(nm), "blk.%u." suffix, l);                                                 \
-    view(img, nm, &L->field)
-    MAT(q, "attn_q");
-    MAT(k, "attn_k");
-    MAT(v, "attn_v");
-    MAT(o, "attn_o");
-    MAT(gate, "ffn_gate");
-    MAT(up, "ffn_up");
-    MAT(down, "ffn_down");
-#undef MAT
-#define VEC(field, suffix)                                                                         \
-    snprintf(nm, sizeof(nm), "blk.%u." suffix, l);                                                 \
-    L->field = vec(img, nm)
-    VEC(attn_norm, "attn_norm");
-    VEC(ffn_norm, "ffn_norm");
-    if (c->qkv_bias) {
-        VEC(q_bias, "attn_q_bias");
-        VEC(k_bias, "attn_k_bias");
-        VEC(v_bias, "attn_v_bias");
+    for (int k = SHLM_KIND_FIRST_LAYER; k < SHLM_KIND_COUNT; k++) {
+        if (!shlm_kind_present(c, (enum shlm_kind)k))
+            continue;
+        struct kn_mat *mat = NULL;
+        const float **v = NULL;
+        switch ((enum shlm_kind)k) {
+        case SHLM_KIND_ATTN_Q:
+            mat = &L->q;
+            break;
+        case SHLM_KIND_ATTN_K:
+            mat = &L->k;
+            break;
+        case SHLM_KIND_ATTN_V:
+            mat = &L->v;
+            break;
+        case SHLM_KIND_ATTN_O:
+            mat = &L->o;
+            break;
+        case SHLM_KIND_FFN_GATE:
+            mat = &L->gate;
+            break;
+        case SHLM_KIND_FFN_UP:
+            mat = &L->up;
+            break;
+        case SHLM_KIND_FFN_DOWN:
+            mat = &L->down;
+            break;
+        case SHLM_KIND_ATTN_NORM:
+            v = &L->attn_norm;
+            break;
+        case SHLM_KIND_FFN_NORM:
+            v = &L->ffn_norm;
+            break;
+        case SHLM_KIND_ATTN_Q_BIAS:
+            v = &L->q_bias;
+            break;
+        case SHLM_KIND_ATTN_K_BIAS:
+            v = &L->k_bias;
+            break;
+        case SHLM_KIND_ATTN_V_BIAS:
+            v = &L->v_bias;
+            break;
+        case SHLM_KIND_ATTN_Q_NORM:
+            v = &L->q_norm;
+            break;
+        case SHLM_KIND_ATTN_K_NORM:
+            v = &L->k_norm;
+            break;
+        case SHLM_KIND_ATTN_GATE:
+            v = &L->head_gate;
+            break;
+        default: /* shlm_config_check() refuses the flags of the kinds the forward lacks */
+            KN_ASSERT(!"a tensor kind the forward does not read");
+        }
+        if (mat)
+            view(img, (enum shlm_kind)k, l, mat);
+        else
+            *v = vec(img, (enum shlm_kind)k, l);
     }
-    if (c->head_gate) {
-        VEC(head_gate, "attn_gate");
-    }
-#undef VEC
 }
 
 /* Views into @img of the weights: the embedding, the LM head (this rank's rows of the embedding
@@ -93,12 +129,12 @@ static void layer_views(const struct shlm_model *img, const struct shlm_config *
 static int model_views(struct wrk_model *m, const struct shlm_model *img)
 {
     const struct shlm_config *c = &m->cfg;
-    view(img, "tok_embd", &m->embd);
+    view(img, SHLM_KIND_TOK_EMBD, 0, &m->embd);
     if (c->tied_embd)
         kn_mat_rows(&m->embd, m->plan.v0, m->plan.v1, &m->head);
     else
-        view(img, "output", &m->head);
-    m->out_norm = vec(img, "output_norm");
+        view(img, SHLM_KIND_OUTPUT, 0, &m->head);
+    m->out_norm = vec(img, SHLM_KIND_OUTPUT_NORM, 0);
     m->layers = calloc(c->n_layers, sizeof(*m->layers));
     if (!m->layers)
         return -ENOMEM;
@@ -190,6 +226,7 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     const struct shlm_config *c = &h->cfg;
     int group = h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0;
     m->cfg = *c;
+    m->cfgx = h->cfgx;
     m->ops = ops;
     m->pool = pool;
     m->ar = ar && ar->n_ranks > 1 ? ar : NULL;
@@ -296,7 +333,8 @@ static inline size_t kv_head_rows(const struct wrk_model *m)
     return (size_t)SEG_KV_BLOCK * m->cfg.head_dim;
 }
 
-/* biases, RoPE on q and k, k and v appended to the KV cache of row i's sequence at its position */
+/* biases, the per-head q/k norms, RoPE on q and k, k and v appended to the KV cache of row i's
+ * sequence at its position */
 static void row_rope_kv(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
@@ -314,6 +352,12 @@ static void row_rope_kv(const struct row_job *j, int i)
         add_rows(qi, L->q_bias, qd);
         add_rows(ki, L->k_bias, kvd);
         add_rows(vi, L->v_bias, kvd);
+    }
+    if (L->q_norm) { /* RMSNorm of each head's q and k over head_dim, before RoPE (Qwen3) */
+        for (int h = 0; h < nq; h++)
+            m->ops->rmsnorm(qi + (size_t)h * hd, qi + (size_t)h * hd, L->q_norm, hd, c->norm_eps);
+        for (int h = 0; h < nkv; h++)
+            m->ops->rmsnorm(ki + (size_t)h * hd, ki + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
     }
     m->ops->rope(qi, nq, hd, pos, m->rope_freqs, c->rope_neox);
     m->ops->rope(ki, nkv, hd, pos, m->rope_freqs, c->rope_neox);

@@ -8,6 +8,7 @@
 #include "plan.h"
 #include "pool.h"
 #include "shlm.h"
+#include "tensors.h"
 
 #include <stdbool.h>
 
@@ -15,21 +16,25 @@ struct wrk_layer {
     const float *attn_norm, *ffn_norm;  /* (dim) */
     const float *q_bias, *k_bias, *v_bias; /* (qd), (kvd), (kvd) or NULL */
     const float *head_gate;             /* (our heads, dim) or NULL */
+    const float *q_norm, *k_norm;       /* (head_dim) or NULL: per-head RMSNorm of q and k */
     struct kn_mat q, k, v, o, gate, up, down;
 };
 
-/* The inputs of a layer's matrix products, as wrk_model.observe sees them. */
+/* The inputs of a layer's matrix products, as wrk_model.observe sees them: the sites of the
+ * tensor table (shlm_kinds[].site), whose values they are. */
 enum wrk_site {
-    WRK_SITE_QKV,     /* attention norm output: the input of q, k and v */
-    WRK_SITE_O,       /* attention output: the input of O */
-    WRK_SITE_GATE_UP, /* FFN norm output: the input of gate and up */
-    WRK_SITE_DOWN,    /* act(gate) * up: the input of down */
-    WRK_SITE_HEAD,    /* output norm output: the input of the LM head (layer: n_layers) */
-    WRK_SITES
+    WRK_SITE_QKV = SHLM_SITE_QKV,         /* attention norm output: the input of q, k and v */
+    WRK_SITE_O = SHLM_SITE_O,             /* attention output: the input of O */
+    WRK_SITE_GATE_UP = SHLM_SITE_GATE_UP, /* FFN norm output: the input of gate and up */
+    WRK_SITE_DOWN = SHLM_SITE_DOWN,       /* act(gate) * up: the input of down */
+    WRK_SITE_HEAD = SHLM_SITE_HEAD,       /* output norm output: the input of the LM head (layer:
+                                           * n_layers) */
+    WRK_SITES = SHLM_SITES
 };
 
 struct wrk_model {
     struct shlm_config cfg;
+    struct shlm_config_ext cfgx; /* the newer architectures' fields (none implemented yet) */
     struct seg_plan plan;     /* this rank's slice of every matrix */
     const struct kn_ops *ops;
     struct wrk_pool *pool;    /* splits matrix rows; not owned */

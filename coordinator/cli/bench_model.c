@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "kn.h"
 #include "scheduler.h"
+#include "tensors.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -82,7 +83,7 @@ static uint64_t decode_bytes(const struct shlm_model *m, uint64_t *params)
     for (uint32_t i = 0; i < m->hdr->n_tensors; i++) {
         const struct shlm_tensor *t = &m->tensors[i];
         *params += (uint64_t)t->rows * t->cols;
-        if (strcmp(t->name, "tok_embd") == 0 && !m->hdr->cfg.tied_embd)
+        if (t == shlm_find_kind(m, SHLM_KIND_TOK_EMBD, 0) && !m->hdr->cfg.tied_embd)
             bytes += t->bytes / t->rows;
         else
             bytes += t->bytes;

@@ -20,8 +20,9 @@
 
 static void print_config(const struct shlm_config *c)
 {
-    printf("architecture: llama-family%s%s%s\n", c->qkv_bias ? " +qkv-bias" : "",
-           c->head_gate ? " +head-gate" : "", c->embd_scale > 0 ? " +embedding-scale" : "");
+    printf("architecture: llama-family%s%s%s%s\n", c->qkv_bias ? " +qkv-bias" : "",
+           c->head_gate ? " +head-gate" : "", c->embd_scale > 0 ? " +embedding-scale" : "",
+           c->flags & SHLM_CF_QK_NORM ? " +qk-norm" : "");
     printf("config: dim %u, hidden %u, layers %u, heads %u x %u, kv heads %u, vocab %u, "
            "context %u\n", c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->head_dim,
            c->n_kv_heads, c->vocab_size, c->seq_len);

@@ -21,17 +21,13 @@
 
 #define AWQ_GRID 10 /* a = 0, 0.1, ..., 1 */
 
-/* The products that read each foldable input, and the tensor the scale folds into. */
+/* The foldable inputs: the products that read each are the quantized kinds of the tensor table
+ * whose site it is; the scale folds into the kinds that feed it (shlm_kinds[].feeds). */
 static const struct awq_site {
     enum wrk_site site;
-    const char *mats[3];
-} awq_sites[] = {
-    {WRK_SITE_QKV, {"attn_q", "attn_k", "attn_v"}},
-    {WRK_SITE_O, {"attn_o"}},
-    {WRK_SITE_GATE_UP, {"ffn_gate", "ffn_up"}},
-    {WRK_SITE_DOWN, {"ffn_down"}},
-};
+} awq_sites[] = {{WRK_SITE_QKV}, {WRK_SITE_O}, {WRK_SITE_GATE_UP}, {WRK_SITE_DOWN}};
 #define AWQ_SITES 4
+#define AWQ_MATS 3 /* products per site at most (q, k, v) */
 
 struct coord_awq {
     struct coord_calib *calib;
@@ -148,13 +144,20 @@ static int search_site(struct coord_awq *a, uint32_t l, const struct awq_site *s
                        struct shardlm_err *e)
 {
     const struct shlm_config *g = &a->cfg;
-    int cols = k == 0 || k == 2 ? (int)g->dim
-               : k == 1         ? (int)(g->n_heads * g->head_dim)
-                                : (int)g->hidden_dim;
+    /* the site's products: kind, rows; their columns are the site's width */
+    enum shlm_kind kinds[AWQ_MATS];
+    int nk = 0, cols = 0;
+    for (int t = SHLM_KIND_FIRST_LAYER; t < SHLM_KIND_COUNT; t++)
+        if (shlm_kinds[t].site == (enum shlm_site)st->site && shlm_kinds[t].dtc == SHLM_DTC_MAT &&
+            shlm_kind_present(g, (enum shlm_kind)t)) {
+            KN_ASSERT(nk < AWQ_MATS);
+            kinds[nk++] = (enum shlm_kind)t;
+            cols = shlm_dim_size(g, shlm_kinds[t].cols);
+        }
     const float *x;
-    int nx, nm = 0, rows[3] = {0}, rc = 0;
+    int nx, nm = 0, rows[AWQ_MATS] = {0}, rc = 0;
     coord_calib_samples(a->calib, l, st->site, cols, &x, &nx);
-    float *w[3] = {0}, *rms = malloc((size_t)cols * sizeof(float)),
+    float *w[AWQ_MATS] = {0}, *rms = malloc((size_t)cols * sizeof(float)),
           *imp0 = malloc((size_t)cols * sizeof(float)), *s = malloc((size_t)cols * sizeof(float)),
           *imp = malloc((size_t)cols * sizeof(float)), *row = malloc((size_t)cols * sizeof(float));
     float *ws = NULL;
@@ -162,14 +165,10 @@ static int search_site(struct coord_awq *a, uint32_t l, const struct awq_site *s
     size_t most = 0;
     if (!rms || !imp0 || !s || !imp || !row)
         goto oom;
-    for (; nm < 3 && st->mats[nm]; nm++) {
-        char name[64];
-        snprintf(name, sizeof(name), "blk.%u.%s", l, st->mats[nm]);
-        rows[nm] = !strcmp(st->mats[nm], "attn_q")   ? (int)(g->n_heads * g->head_dim)
-                   : !strcmp(st->mats[nm], "attn_k") ? (int)(g->n_kv_heads * g->head_dim)
-                   : !strcmp(st->mats[nm], "attn_v") ? (int)(g->n_kv_heads * g->head_dim)
-                   : k == 2                          ? (int)g->hidden_dim
-                                                     : (int)g->dim;
+    for (; nm < nk; nm++) {
+        char name[SHLM_NAME_MAX];
+        shlm_kind_name(kinds[nm], l, name, sizeof(name));
+        rows[nm] = shlm_dim_size(g, shlm_kinds[kinds[nm]].rows);
         size_t n = (size_t)rows[nm] * cols;
         most = n > most ? n : most;
         if (!(w[nm] = malloc(n * sizeof(float))))
@@ -200,7 +199,7 @@ static int search_site(struct coord_awq *a, uint32_t l, const struct awq_site *s
 oom:
     rc = shardlm_fail(e, -ENOMEM, "out of memory for AWQ of layer %u", l);
 out:
-    for (int m = 0; m < 3; m++)
+    for (int m = 0; m < AWQ_MATS; m++)
         free(w[m]);
     free(rms);
     free(imp0);
@@ -246,34 +245,25 @@ int coord_awq_apply(struct coord_awq *a, const char *name, float *w, int rows, i
                     const float **col_scale, struct shardlm_err *e)
 {
     *col_scale = NULL;
-    unsigned l;
-    int end = 0, rc;
-    if (sscanf(name, "blk.%u.%n", &l, &end) != 1 || !end || l >= a->cfg.n_layers)
+    enum shlm_kind kind;
+    uint32_t l;
+    int rc;
+    if (!shlm_kind_parse(name, a->cfg.n_layers, &kind, &l) || !shlm_kinds[kind].layer)
         return 0;
     if ((long)l != a->layer && (rc = awq_layer(a, l, e)))
         return rc;
-    const char *t = name + end;
-    float **s = a->s;
-    if (!strcmp(t, "attn_norm")) {
-        unscale_rows(w, cols, 1, s[0]); /* a (1, dim) vector: element c by s[c] */
-    } else if (!strcmp(t, "ffn_norm")) {
-        unscale_rows(w, cols, 1, s[2]);
-    } else if (!strcmp(t, "attn_q") || !strcmp(t, "attn_k") || !strcmp(t, "attn_gate")) {
-        scale_cols(w, rows, cols, *col_scale = s[0]);
-    } else if (!strcmp(t, "attn_v")) {
-        scale_cols(w, rows, cols, *col_scale = s[0]);
-        unscale_rows(w, rows, cols, a->kv_s);
-    } else if (!strcmp(t, "attn_v_bias")) {
-        unscale_rows(w, cols, 1, a->kv_s);
-    } else if (!strcmp(t, "attn_o")) {
-        scale_cols(w, rows, cols, *col_scale = s[1]);
-    } else if (!strcmp(t, "ffn_gate")) {
-        scale_cols(w, rows, cols, *col_scale = s[2]);
-    } else if (!strcmp(t, "ffn_up")) {
-        scale_cols(w, rows, cols, *col_scale = s[2]);
-        unscale_rows(w, rows, cols, s[3]);
-    } else if (!strcmp(t, "ffn_down")) {
-        scale_cols(w, rows, cols, *col_scale = s[3]);
+    /* a product's columns times its input's scale; the rows (a vector's elements) of what feeds
+     * a scaled input divided by it: O's input per KV channel (through attention, from v) */
+    const struct shlm_kind_traits *t = &shlm_kinds[kind];
+    bool vector = t->rows == SHLM_DIM_ONE;
+    if (t->site >= 0 && t->site < AWQ_SITES && !vector)
+        scale_cols(w, rows, cols, *col_scale = a->s[t->site]);
+    if (t->feeds >= 0 && t->feeds < AWQ_SITES) {
+        const float *d = t->feeds == SHLM_SITE_O ? a->kv_s : a->s[t->feeds];
+        if (vector) /* a (1, n) vector: element c by d[c] */
+            unscale_rows(w, cols, 1, d);
+        else
+            unscale_rows(w, rows, cols, d);
     }
     return 0;
 }

@@ -614,33 +614,24 @@ const double *coord_calib_sumsq(const struct coord_calib *c, uint32_t layer, int
     return st->cols ? st->sumsq : NULL;
 }
 
-/* The layer and site whose input tensor @name multiplies; false for other tensors. */
+/* The layer and site whose input tensor @name multiplies, from its kind's row of the tensor table;
+ * false for other tensors (the embedding lookup, the f32 vectors and the head gate, which are not
+ * quantized). */
 static bool site_of(const struct shlm_config *g, const char *name, uint32_t *layer,
                     enum wrk_site *site)
 {
-    unsigned l;
-    int end = 0;
-    if (!strcmp(name, "output") || (g->tied_embd && !strcmp(name, "tok_embd"))) {
-        *layer = g->n_layers;
-        *site = WRK_SITE_HEAD;
-        return true;
-    }
-    if (sscanf(name, "blk.%u.%n", &l, &end) != 1 || !end || l >= g->n_layers)
+    enum shlm_kind k;
+    uint32_t l;
+    if (!shlm_kind_parse(name, g->n_layers, &k, &l))
         return false;
-    static const struct {
-        const char *suffix;
-        enum wrk_site site;
-    } map[] = {{"attn_q", WRK_SITE_QKV},       {"attn_k", WRK_SITE_QKV},
-               {"attn_v", WRK_SITE_QKV},       {"attn_o", WRK_SITE_O},
-               {"ffn_gate", WRK_SITE_GATE_UP}, {"ffn_up", WRK_SITE_GATE_UP},
-               {"ffn_down", WRK_SITE_DOWN}};
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-        if (!strcmp(name + end, map[i].suffix)) {
-            *layer = l;
-            *site = map[i].site;
-            return true;
-        }
-    return false;
+    const struct shlm_kind_traits *t = &shlm_kinds[k];
+    /* a tied embedding is the LM head */
+    enum shlm_site s = k == SHLM_KIND_TOK_EMBD && g->tied_embd ? SHLM_SITE_HEAD : t->site;
+    if (s == SHLM_SITE_NONE || t->dtc == SHLM_DTC_F32)
+        return false;
+    *layer = s == SHLM_SITE_HEAD ? g->n_layers : l;
+    *site = (enum wrk_site)s;
+    return true;
 }
 
 long coord_calib_site(const struct coord_calib *c, const char *name)

@@ -93,6 +93,7 @@ static int plan_layout(struct convert_plan *p, const struct coord_source *src,
     struct shlm_header *h = p->h;
     shlm_layout(h, p->table, p->specs, p->n, src->tok_len);
     h->cfg = src->cfg;
+    h->cfgx = src->cfgx;
     h->scheme = scheme;
     h->group = (uint32_t)group;
     h->head_bits = group ? (uint32_t)head_bits : 0;

@@ -13,6 +13,7 @@
 
 struct coord_source {
     struct shlm_config cfg;
+    struct shlm_config_ext cfgx; /* what newer architectures add; zero where they add nothing */
     const char *path;
     /* tokenizer to store in the .shlm: kind (enum shlm_tok_kind) and bytes (owned) */
     uint32_t tok_kind;

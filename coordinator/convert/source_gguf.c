@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* coordinator/convert/source_gguf.c: the GGUF model source - llama, qwen2, gemma and spark
- * architectures; tensors F32, F16, BF16, Q8_0 and Q4_0 are dequantized as they are read. */
+/* coordinator/convert/source_gguf.c: the GGUF model source - the architectures of shm/tensors.h's
+ * table (llama, qwen2, gemma, spark, qwen3); tensors F32, F16, BF16, Q8_0 and Q4_0 are dequantized
+ * as they are read. */
 #include "source.h"
 
 #include "gguf.h"
+#include "tensors.h"
 #include "tokenizer.h"
 
 #include <errno.h>
@@ -25,34 +27,16 @@ static const char *akey(const struct gguf_source *g, const char *key)
     return buf;
 }
 
-/* Our tensor name -> the GGUF one (llama.cpp naming). */
-static void gguf_name(const char *name, char *out, size_t len)
+/* Our tensor name -> the GGUF one (llama.cpp naming, the tensor table's), or false for a name
+ * that is no tensor of a model of @c. */
+static bool gguf_name(const struct shlm_config *c, const char *name, char *out, size_t len)
 {
-    static const struct { const char *ours, *theirs; } map[] = {
-        {"tok_embd", "token_embd.weight"},      {"output", "output.weight"},
-        {"output_norm", "output_norm.weight"},  {"attn_norm", "attn_norm.weight"},
-        {"attn_q", "attn_q.weight"},            {"attn_k", "attn_k.weight"},
-        {"attn_v", "attn_v.weight"},            {"attn_o", "attn_output.weight"},
-        {"attn_q_bias", "attn_q.bias"},         {"attn_k_bias", "attn_k.bias"},
-        {"attn_v_bias", "attn_v.bias"},         {"attn_gate", "attn_gate.weight"},
-        {"ffn_norm", "ffn_norm.weight"},        {"ffn_gate", "ffn_gate.weight"},
-        {"ffn_up", "ffn_up.weight"},            {"ffn_down", "ffn_down.weight"},
-    };
-    unsigned l;
-    char part[64];
-    const char *key = name;
-    bool layer = sscanf(name, "blk.%u.%63s", &l, part) == 2;
-    if (layer)
-        key = part;
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-        if (strcmp(map[i].ours, key) == 0) {
-            if (layer)
-                snprintf(out, len, "blk.%u.%s", l, map[i].theirs);
-            else
-                snprintf(out, len, "%s", map[i].theirs);
-            return;
-        }
-    snprintf(out, len, "%s", name);
+    enum shlm_kind k;
+    uint32_t l;
+    if (!shlm_kind_parse(name, c->n_layers, &k, &l))
+        return false;
+    shlm_kind_gguf_name(k, l, out, len);
+    return true;
 }
 
 static int gguf_src_read(struct coord_source *s, const char *name, int rows, int cols, float *out,
@@ -60,7 +44,8 @@ static int gguf_src_read(struct coord_source *s, const char *name, int rows, int
 {
     struct gguf_source *g = s->impl;
     char gname[128];
-    gguf_name(name, gname, sizeof(gname));
+    if (!gguf_name(&s->cfg, name, gname, sizeof(gname)))
+        return -ENOENT;
     const struct gguf_tensor *t = gguf_tensor(&g->f, gname);
     if (!t)
         return -ENOENT;
@@ -80,19 +65,6 @@ static void gguf_src_close(struct coord_source *s)
     gguf_close(&g->f);
     free(g);
 }
-
-/* The architectures this source reads, and what each fixes: llama.cpp permutes llama's Q/K for
- * interleaved pairs (qwen2, gemma and spark use NeoX halves); gemma and spark gate with
- * gelu-tanh; gemma scales the embedding by sqrt(dim). */
-static const struct gguf_arch {
-    const char *name;
-    bool rope_neox, gelu, embd_scale;
-} gguf_archs[] = {
-    {"llama", false, false, false},
-    {"qwen2", true, false, false},
-    {"gemma", true, true, true},
-    {"spark", true, true, false},
-};
 
 /* Setting @key (already prefixed) as a struct coord_val and its label "<path>: metadata <key>"
  * (@label, 512 bytes). */
@@ -131,28 +103,29 @@ static int arch_real(const struct gguf_source *g, const char *path, const char *
     return coord_val_real(&v, label, lo, hi, out, e);
 }
 
-/* general.architecture into g->arch: one of gguf_archs[] (*@arch). */
-static int read_arch(struct gguf_source *g, const char *path, const struct gguf_arch **arch,
+/* general.architecture into g->arch: a supported row of the architecture table (*@arch). */
+static int read_arch(struct gguf_source *g, const char *path, const struct shlm_arch_traits **arch,
                      struct shardlm_err *e)
 {
     struct coord_val v;
-    char label[512], shown[100];
+    char label[512], shown[100], names[256];
     setting(g, path, "general.architecture", &v, label);
     if (v.kind == COORD_VAL_ABSENT)
         return shardlm_fail(e, -EINVAL, "%s is missing", label);
     if (v.kind != COORD_VAL_STR)
         return shardlm_fail(e, -EINVAL, "%s is of type %s, expected a string", label, v.type);
-    struct gguf_str a = {v.str, v.len};
-    for (size_t i = 0; i < sizeof(gguf_archs) / sizeof(gguf_archs[0]); i++)
-        if (gguf_str_eq(a, gguf_archs[i].name)) {
-            snprintf(g->arch, sizeof(g->arch), "%s", gguf_archs[i].name);
-            *arch = &gguf_archs[i];
-            return 0;
-        }
-    return shardlm_fail(e, -EINVAL,
-                        "%s is \"%s\" (%zu bytes): not a supported architecture (llama, qwen2, "
-                        "gemma, spark)",
-                        label, coord_escape(shown, sizeof(shown), v.str, v.len), v.len);
+    const struct shlm_arch_traits *a = shlm_arch_gguf(v.str, v.len);
+    if (a && a->refused)
+        return shardlm_fail(e, -EINVAL, "%s is \"%s\": not supported (%s)", label, a->gguf,
+                            a->refused);
+    if (a) {
+        snprintf(g->arch, sizeof(g->arch), "%s", a->gguf);
+        *arch = a;
+        return 0;
+    }
+    shlm_arch_list(false, names, sizeof(names));
+    return shardlm_fail(e, -EINVAL, "%s is \"%s\" (%zu bytes): not a supported architecture (%s)",
+                        label, coord_escape(shown, sizeof(shown), v.str, v.len), v.len, names);
 }
 
 /* The sizes in <arch>.* metadata (required ones refused when missing, the others defaulted),
@@ -196,23 +169,26 @@ static int check_unsupported(const struct gguf_source *g, const struct shlm_conf
     return 0;
 }
 
-/* What the architecture and the tensors present tell: RoPE style, activation, tied output,
- * biases, head gate, embedding scale, and the vocabulary (token_embd.weight's rows). */
-static int read_features(struct gguf_source *g, const struct gguf_arch *arch, struct shlm_config *c,
-                         const char *path, struct shardlm_err *e)
+/* What the architecture's row and the tensors present tell: RoPE style, activation, q/k norms,
+ * embedding scale; tied output, biases, head gate; and the vocabulary (token_embd.weight's
+ * rows). */
+static int read_features(struct gguf_source *g, const struct shlm_arch_traits *arch,
+                         struct shlm_config *c, const char *path, struct shardlm_err *e)
 {
     if (gguf_tensor(&g->f, "rope_freqs.weight"))
         return shardlm_fail(e, -EINVAL,
                             "%s: tensor rope_freqs.weight (per-frequency RoPE "
                             "factors, Llama 3.1 style) is not supported yet",
                             path);
-    c->rope_neox = arch->rope_neox;
-    c->act = arch->gelu ? SHLM_ACT_GELU_TANH : SHLM_ACT_SILU;
-    c->tied_embd = gguf_tensor(&g->f, "output.weight") == NULL;
-    c->qkv_bias = gguf_tensor(&g->f, "blk.0.attn_q.bias") != NULL;
-    c->head_gate = gguf_tensor(&g->f, "blk.0.attn_gate.weight") != NULL;
     /* llama.cpp's converter already added 1 to gemma's RMSNorm weights: used as they are */
-    c->embd_scale = arch->embd_scale ? sqrtf((float)c->dim) : 0.0f;
+    shlm_arch_apply(arch, false, c);
+    char name[64];
+    shlm_kind_gguf_name(SHLM_KIND_OUTPUT, 0, name, sizeof(name));
+    c->tied_embd = gguf_tensor(&g->f, name) == NULL;
+    shlm_kind_gguf_name(SHLM_KIND_ATTN_Q_BIAS, 0, name, sizeof(name));
+    c->qkv_bias = gguf_tensor(&g->f, name) != NULL;
+    shlm_kind_gguf_name(SHLM_KIND_ATTN_GATE, 0, name, sizeof(name));
+    c->head_gate = gguf_tensor(&g->f, name) != NULL;
     const struct gguf_tensor *emb = gguf_tensor(&g->f, "token_embd.weight");
     if (!emb || emb->n_dims != 2)
         return shardlm_fail(e, -EINVAL, "%s: tensor token_embd.weight is missing or not 2-D", path);
@@ -275,7 +251,7 @@ int coord_source_gguf(struct coord_source *s, const char *path, const char *toke
     s->read = gguf_src_read;
     s->close = gguf_src_close;
     s->cfg.arch = SHLM_ARCH_LLAMA;
-    const struct gguf_arch *arch = NULL;
+    const struct shlm_arch_traits *arch = NULL;
     if ((rc = read_arch(g, path, &arch, e)) || (rc = read_shape(g, &s->cfg, path, e)) ||
         (rc = check_unsupported(g, &s->cfg, path, e)) ||
         (rc = read_features(g, arch, &s->cfg, path, e)) ||

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source_hf.c: the Hugging Face model source - a directory with config.json
  * (format/hf_config.c), safetensors (one file or shards behind model.safetensors.index.json) and
- * tokenizer.json. Llama, Qwen2 and Gemma (1) architectures; tensors F32, F16 and BF16.
+ * tokenizer.json. The architectures of shm/tensors.h's table (Llama, Qwen2, Gemma 1, Qwen3);
+ * tensors F32, F16 and BF16.
  *
  * HF checkpoints rotate NeoX-style (rotate_half over the two halves of each head), so q/k are
  * used as they are with rope_neox = 1. HF Linear weights are (out, in): our (rows, cols). */
@@ -9,6 +10,7 @@
 
 #include "hf_config.h"
 #include "safetensors.h"
+#include "tensors.h"
 #include "tokenizer.h"
 
 #include <errno.h>
@@ -23,74 +25,22 @@
 
 struct hf_source {
     struct st_set set;
-    enum coord_hf_family family;
-    uint32_t n_layers;
-    bool tied;
+    struct shlm_config cfg;
+    enum shlm_norm_style norm; /* the architecture's */
 };
 
-/* "blk.N.rest" -> N and rest; false for any other form. */
-static bool split_layer(const char *name, unsigned *layer, const char **rest)
+/* Our tensor @name -> the HF one in @out (the tensor table's). Returns 0 or -ENOENT (no such
+ * tensor in an HF checkpoint of this config); *@norm says whether it is an RMSNorm weight. */
+static int hf_name(const struct hf_source *h, const char *name, char *out, size_t len, bool *norm)
 {
-    if (strncmp(name, "blk.", 4) != 0)
-        return false;
-    const char *p = name + 4;
-    unsigned l = 0;
-    int digits = 0;
-    for (; *p >= '0' && *p <= '9' && digits < 5; p++, digits++)
-        l = l * 10 + (unsigned)(*p - '0');
-    if (digits == 0 || *p != '.' || (digits > 1 && name[4] == '0'))
-        return false;
-    *layer = l;
-    *rest = p + 1;
-    return true;
-}
-
-/* Our tensor @name -> the HF one in @out. Returns 0 or -ENOENT (no such tensor in an HF
- * checkpoint of this config); *@norm says whether it is an RMSNorm weight. */
-static int hf_name(const struct hf_source *h, const char *name, char *out, size_t len,
-                   bool *norm)
-{
-    static const struct { const char *ours, *theirs; bool norm; } layer_map[] = {
-        {"attn_norm", "input_layernorm.weight", true},
-        {"ffn_norm", "post_attention_layernorm.weight", true},
-        {"attn_q", "self_attn.q_proj.weight", false},
-        {"attn_k", "self_attn.k_proj.weight", false},
-        {"attn_v", "self_attn.v_proj.weight", false},
-        {"attn_q_bias", "self_attn.q_proj.bias", false},
-        {"attn_k_bias", "self_attn.k_proj.bias", false},
-        {"attn_v_bias", "self_attn.v_proj.bias", false},
-        {"attn_o", "self_attn.o_proj.weight", false},
-        {"ffn_gate", "mlp.gate_proj.weight", false},
-        {"ffn_up", "mlp.up_proj.weight", false},
-        {"ffn_down", "mlp.down_proj.weight", false},
-    };
+    enum shlm_kind k;
+    uint32_t l;
     *norm = false;
-    if (!strcmp(name, "tok_embd")) {
-        snprintf(out, len, "model.embed_tokens.weight");
-        return 0;
-    }
-    if (!strcmp(name, "output")) {
-        if (h->tied)
-            return -ENOENT;
-        snprintf(out, len, "lm_head.weight");
-        return 0;
-    }
-    if (!strcmp(name, "output_norm")) {
-        snprintf(out, len, "model.norm.weight");
-        *norm = true;
-        return 0;
-    }
-    unsigned l;
-    const char *rest;
-    if (!split_layer(name, &l, &rest) || l >= h->n_layers)
+    if (!shlm_kind_parse(name, h->cfg.n_layers, &k, &l) || !shlm_kind_present(&h->cfg, k) ||
+        !shlm_kind_hf_name(&h->cfg, k, l, out, len))
         return -ENOENT;
-    for (size_t i = 0; i < sizeof(layer_map) / sizeof(layer_map[0]); i++)
-        if (!strcmp(rest, layer_map[i].ours)) {
-            snprintf(out, len, "model.layers.%u.%s", l, layer_map[i].theirs);
-            *norm = layer_map[i].norm;
-            return 0;
-        }
-    return -ENOENT;
+    *norm = shlm_kinds[k].norm;
+    return 0;
 }
 
 /* Finds @hf and checks its dtype and that it is @rows x @cols (a 1-D [n] is 1 x n). */
@@ -143,7 +93,7 @@ static int hf_read(struct coord_source *s, const char *name, int rows, int cols,
                            e)))
         return rc;
     /* Gemma's RMSNorm multiplies by (1 + w) */
-    if (norm && h->family == COORD_HF_GEMMA)
+    if (norm && h->norm == SHLM_NORM_ONE_PLUS)
         for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++)
             out[i] += 1.0f;
     return coord_source_check_finite(out, rows, cols, h->set.paths[file], hf, e);
@@ -177,7 +127,7 @@ static int check_tensors(struct hf_source *h, const struct shlm_config *c, const
         if (!find_checked(h, hf, specs[i].rows, specs[i].cols, &file, &rc, e) && rc == -ENOENT)
             rc =
                 shardlm_fail(e, -EINVAL, "%s: tensor %s is missing from the safetensors%s", dir, hf,
-                             strcmp(specs[i].name, "output") == 0
+                             specs[i].kind == SHLM_KIND_OUTPUT
                                  ? " (config.json field tie_word_embeddings is false)"
                                  : "");
     }
@@ -351,9 +301,8 @@ int coord_source_hf(struct coord_source *s, const char *dir, const char *tokeniz
     struct hf_source *h = calloc(1, sizeof(*h));
     if (!h)
         return shardlm_fail(e, -ENOMEM, "out of memory");
-    h->family = hc.family;
-    h->n_layers = hc.cfg.n_layers;
-    h->tied = hc.cfg.tied_embd;
+    h->cfg = hc.cfg;
+    h->norm = hc.arch->norm;
     if ((rc = st_set_open(&h->set, dir, e))) {
         free(h);
         return rc;

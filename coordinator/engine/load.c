@@ -4,6 +4,7 @@
 
 #include "fault.h"
 #include "plan.h"
+#include "tensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -127,34 +128,28 @@ struct slice {
 };
 
 static struct slice shard_slice(const struct shlm_tensor *src, const struct shlm_tensor *dst,
-                                const struct seg_plan *p, int hd)
+                                const struct shlm_config *c, const struct seg_plan *p)
 {
-    const char *part = strrchr(src->name, '.');
-    part = part ? part + 1 : src->name;
     struct slice s = {0, (int)src->rows, 0, (int)src->cols, 0};
-    int first = -1; /* the first source row of a row slice */
-    if (!strcmp(part, "attn_q"))
-        first = p->q0 * hd;
-    else if (!strcmp(part, "attn_k") || !strcmp(part, "attn_v"))
-        first = p->kv0 * hd;
-    else if (!strcmp(part, "ffn_gate") || !strcmp(part, "ffn_up"))
-        first = p->f0;
-    else if (!strcmp(part, "attn_gate")) /* (heads, dim): our heads' rows */
-        first = p->q0;
-    else if (!strcmp(part, "output"))
-        first = p->v0;
-    else if (!strcmp(part, "attn_o"))
-        s = (struct slice){0, s.r1, p->q0 * hd, p->q1 * hd, p->o_pad};
-    else if (!strcmp(part, "ffn_down"))
-        s = (struct slice){0, s.r1, p->f0, p->f1, p->down_pad};
-    else if (!strcmp(part, "attn_q_bias")) /* (1, q_dim): our heads' columns */
-        s = (struct slice){0, s.r1, p->q0 * hd, p->q1 * hd, 0};
-    else if (!strcmp(part, "attn_k_bias") || !strcmp(part, "attn_v_bias"))
-        s = (struct slice){0, s.r1, p->kv0 * hd, p->kv1 * hd, 0};
-    /* else replicated: embedding, norms */
-    if (first >= 0) {
-        s.r0 = first;
-        s.r1 = first + (int)dst->rows;
+    enum shlm_kind kind;
+    uint32_t layer;
+    bool known = shlm_kind_parse(src->name, c->n_layers, &kind, &layer);
+    KN_ASSERT(known); /* shlm_parse() checked every name against the config's tensors */
+    const struct shlm_kind_traits *k = &shlm_kinds[kind];
+    int lo, hi, pad;
+    switch (k->split) {
+    case SHLM_SPLIT_NONE: /* replicated: embedding, norms */
+        break;
+    case SHLM_SPLIT_ROWS: /* our heads', KV heads', FFN units' or vocabulary rows */
+        shlm_dim_part(c, p, k->rows, &lo, &hi, &pad);
+        s.r0 = lo;
+        s.r1 = lo + (int)dst->rows;
+        break;
+    case SHLM_SPLIT_COLS:        /* a vector's columns of our heads */
+    case SHLM_SPLIT_COLS_PADDED: /* O's and down's input columns behind their pad */
+        shlm_dim_part(c, p, k->cols, &lo, &hi, &pad);
+        s = (struct slice){0, s.r1, lo, hi, k->split == SHLM_SPLIT_COLS_PADDED ? pad : 0};
+        break;
     }
     KN_ASSERT(s.r1 - s.r0 == (int)dst->rows && (int)dst->cols == s.pad + s.c1 - s.c0);
     return s;
@@ -537,7 +532,7 @@ static int consume(struct lane *ln, const struct job *j, const uint8_t *data)
     for (int r = 0; r < L->n; r++) {
         struct rank_dest *rd = &L->ranks[r];
         const struct shlm_tensor *d = &rd->table[L->dst[r][j->t]];
-        struct slice s = shard_slice(t, d, &rd->plan, (int)L->f->img.hdr->cfg.head_dim);
+        struct slice s = shard_slice(t, d, &L->f->img.hdr->cfg, &rd->plan);
         deliver(&ln->stages[r], rd->d->seg->base, d, &s, &c, j->r0, j->r1);
     }
     if (j->r1 < rows)

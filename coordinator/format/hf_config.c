@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* coordinator/format/hf_config.c: the config.json parser of Hugging Face checkpoints (Llama,
- * Qwen2, Gemma 1): every field type-checked and range-checked, features the runtime lacks
- * refused by name. */
+/* coordinator/format/hf_config.c: the config.json parser of Hugging Face checkpoints (the
+ * architectures of shm/tensors.h's table): every field type-checked and range-checked, features the
+ * runtime lacks refused by name. */
 #include "hf_config.h"
 
 #include "model_keys.h"
@@ -101,15 +101,15 @@ static int cfg_token(const json_t *root, const char *key, uint32_t vocab, int64_
     return 0;
 }
 
-static int cfg_act(const json_t *root, enum coord_hf_family fam, uint32_t *act, const char *what,
-                   struct shardlm_err *e)
+static int cfg_act(const json_t *root, const struct shlm_arch_traits *a, uint32_t *act,
+                   const char *what, struct shardlm_err *e)
 {
-    /* Gemma: hidden_activation; when it is absent transformers uses gelu_pytorch_tanh whatever
-     * hidden_act says. The others: hidden_act, silu by default. */
-    const char *key = fam == COORD_HF_GEMMA ? "hidden_activation" : "hidden_act";
+    /* The row's key and default: Gemma's hidden_activation (when it is absent transformers uses
+     * gelu_pytorch_tanh whatever hidden_act says), the others' hidden_act, silu by default. */
+    const char *key = a->hf_act_key;
     const json_t *v = field(root, key);
     if (!v) {
-        *act = fam == COORD_HF_GEMMA ? SHLM_ACT_GELU_TANH : SHLM_ACT_SILU;
+        *act = a->act;
         return 0;
     }
     const char *s = json_string_value(v);
@@ -118,7 +118,7 @@ static int cfg_act(const json_t *root, enum coord_hf_family fam, uint32_t *act, 
     if (!strcmp(s, "silu") || !strcmp(s, "swish"))
         *act = SHLM_ACT_SILU;
     else if (!strcmp(s, "gelu_pytorch_tanh") || !strcmp(s, "gelu_new") ||
-             (fam == COORD_HF_GEMMA && !strcmp(s, "gelu")))
+             (a->act == SHLM_ACT_GELU_TANH && !strcmp(s, "gelu")))
         *act = SHLM_ACT_GELU_TANH;
     else {
         char shown[100];
@@ -176,33 +176,26 @@ static int cfg_rope_scaling(const json_t *root, struct shlm_config *c, const cha
     return 0;
 }
 
-/* architectures[0]: the family, or an error naming what is not supported. */
-static int cfg_family(const json_t *root, enum coord_hf_family *fam, const char *what,
+/* architectures[0]: a supported row of the architecture table, or an error naming what is not
+ * supported. */
+static int cfg_family(const json_t *root, const struct shlm_arch_traits **out, const char *what,
                       struct shardlm_err *e)
 {
     const json_t *archs = field(root, "architectures");
     const char *arch = json_is_array(archs) ? json_string_value(json_array_get(archs, 0)) : NULL;
     if (!arch)
         return shardlm_fail(e, -EINVAL, "%s: field architectures: expected a list of names", what);
-    if (!strcmp(arch, "LlamaForCausalLM"))
-        *fam = COORD_HF_LLAMA;
-    else if (!strcmp(arch, "Qwen2ForCausalLM"))
-        *fam = COORD_HF_QWEN2;
-    else if (!strcmp(arch, "GemmaForCausalLM"))
-        *fam = COORD_HF_GEMMA;
-    else if (!strcmp(arch, "Gemma2ForCausalLM"))
-        return shardlm_fail(e, -EINVAL,
-                            "%s: field architectures[0] is Gemma2ForCausalLM: not "
-                            "supported (extra pre/post norms, logit soft-capping, sliding-window "
-                            "layers)",
-                            what);
-    else {
-        char shown[100];
-        return shardlm_fail(e, -EINVAL,
-                            "%s: field architectures[0] is \"%s\", expected "
-                            "LlamaForCausalLM, Qwen2ForCausalLM or GemmaForCausalLM",
-                            what, coord_escape_str(shown, sizeof(shown), arch));
+    const struct shlm_arch_traits *a = shlm_arch_hf(arch);
+    if (a && a->refused)
+        return shardlm_fail(e, -EINVAL, "%s: field architectures[0] is %s: not supported (%s)",
+                            what, a->hf, a->refused);
+    if (!a) {
+        char shown[100], names[512];
+        shlm_arch_list(true, names, sizeof(names));
+        return shardlm_fail(e, -EINVAL, "%s: field architectures[0] is \"%s\", expected one of %s",
+                            what, coord_escape_str(shown, sizeof(shown), arch), names);
     }
+    *out = a;
     return 0;
 }
 
@@ -277,14 +270,14 @@ static void json_val(const json_t *j, struct coord_val *v)
     }
 }
 
-/* tie_word_embeddings (true by default for Gemma), and the features these families can switch on
- * that the runtime does not have, refused by name. */
-static int cfg_features(const json_t *root, bool gemma, struct shlm_config *c, const char *what,
-                        struct shardlm_err *e)
+/* tie_word_embeddings (the row's default: true for Gemma), and the features these families can
+ * switch on that the runtime does not have, refused by name. */
+static int cfg_features(const json_t *root, bool tied_default, struct shlm_config *c,
+                        const char *what, struct shardlm_err *e)
 {
     bool tied = false;
     int rc;
-    if ((rc = cfg_bool(root, "", "tie_word_embeddings", gemma, &tied, what, e)))
+    if ((rc = cfg_bool(root, "", "tie_word_embeddings", tied_default, &tied, what, e)))
         return rc;
     c->tied_embd = tied;
     /* the settings of coord_unsupported_keys[] config.json can carry: absent or neutral */
@@ -314,8 +307,8 @@ static int cfg_special_tokens(const json_t *root, struct coord_hf_config *hc, co
     return 0;
 }
 
-/* The whole config in the order its checks report: family, shape, heads, features, activation,
- * rope scaling, special tokens; then what the family fixes and the runtime's own check. */
+/* The whole config in the order its checks report: family, shape, heads, (what the family's row
+ * fixes), features, activation, rope scaling, special tokens; then the runtime's own check. */
 static int parse_config(struct coord_hf_config *hc, const json_t *root, const char *what,
                         struct shardlm_err *e)
 {
@@ -323,22 +316,19 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
     if (!json_is_object(root))
         return shardlm_fail(e, -EINVAL, "%s: expected a JSON object", what);
     int rc;
-    if ((rc = cfg_family(root, &hc->family, what, e)))
+    if ((rc = cfg_family(root, &hc->arch, what, e)))
         return rc;
-    bool gemma = hc->family == COORD_HF_GEMMA;
+    const struct shlm_arch_traits *a = hc->arch;
     c->arch = SHLM_ARCH_LLAMA;
-    if ((rc = cfg_shape(root, c, what, e)) || (rc = cfg_heads(root, c, what, e)) ||
-        (rc = cfg_features(root, gemma, c, what, e)) ||
-        (rc = cfg_act(root, hc->family, &c->act, what, e)) ||
-        (rc = cfg_rope_scaling(root, c, what, e)) ||
+    if ((rc = cfg_shape(root, c, what, e)) || (rc = cfg_heads(root, c, what, e)))
+        return rc;
+    /* NeoX RoPE, biases, q/k norms; Gemma scales embeddings by sqrt(hidden_size) (transformers
+     * rounds it to the activation dtype; the runtime multiplies in f32) */
+    shlm_arch_apply(a, true, c);
+    if ((rc = cfg_features(root, a->hf_tied_default, c, what, e)) ||
+        (rc = cfg_act(root, a, &c->act, what, e)) || (rc = cfg_rope_scaling(root, c, what, e)) ||
         (rc = cfg_special_tokens(root, hc, what, e)))
         return rc;
-    c->rope_neox = 1;
-    c->qkv_bias = hc->family == COORD_HF_QWEN2;
-    c->head_gate = 0;
-    /* Gemma scales embeddings by sqrt(hidden_size) (transformers rounds it to the activation
-     * dtype; the runtime multiplies in f32) */
-    c->embd_scale = gemma ? sqrtf((float)c->dim) : 0.0f;
     struct shardlm_err cerr;
     if (shlm_config_check(c, &cerr))
         return shardlm_fail(e, -EINVAL, "%s: %s", what, cerr.msg);

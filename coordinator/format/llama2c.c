@@ -3,6 +3,8 @@
  * mapped in place); a file that is no model at all is told so here, llama2.c having no magic. */
 #include "llama2c.h"
 
+#include "tensors.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -56,8 +58,7 @@ static int header_config(const int32_t h[7], struct shlm_config *c, const char *
     c->seq_len = (uint32_t)h[6];
     c->norm_eps = 1e-5f;
     c->rope_theta = 10000.0f;
-    c->rope_neox = 0;
-    c->act = SHLM_ACT_SILU;
+    shlm_arch_apply(&shlm_archs[SHLM_FAMILY_LLAMA2C], false, c); /* interleaved RoPE, SiLU */
     if (c->dim % c->n_heads)
         return shardlm_fail(e, -EINVAL, "%s: header field n_heads %u does not divide dim %u", path,
                             c->n_heads, c->dim);
@@ -157,34 +158,28 @@ void coord_llama2c_close(struct coord_llama2c *ck)
 const float *coord_llama2c_tensor(const struct coord_llama2c *ck, const char *name)
 {
     const struct shlm_config *c = &ck->cfg;
-    size_t d = c->dim, hid = c->hidden_dim, kv = (size_t)c->n_kv_heads * c->head_dim;
-    if (strcmp(name, "tok_embd") == 0)
-        return ck->embd;
-    if (strcmp(name, "output") == 0)
-        return ck->wcls;
-    if (strcmp(name, "output_norm") == 0)
-        return ck->rms_final;
-    unsigned l;
-    char part[SHLM_NAME_MAX];
-    if (sscanf(name, "blk.%u.%47s", &l, part) != 2 || l >= c->n_layers)
+    enum shlm_kind k;
+    uint32_t l;
+    if (!shlm_kind_parse(name, c->n_layers, &k, &l))
         return NULL;
-    if (strcmp(part, "attn_norm") == 0)
-        return ck->rms_att + l * d;
-    if (strcmp(part, "ffn_norm") == 0)
-        return ck->rms_ffn + l * d;
-    if (strcmp(part, "attn_q") == 0)
-        return ck->wq + l * d * d;
-    if (strcmp(part, "attn_k") == 0)
-        return ck->wk + l * d * kv;
-    if (strcmp(part, "attn_v") == 0)
-        return ck->wv + l * d * kv;
-    if (strcmp(part, "attn_o") == 0)
-        return ck->wo + l * d * d;
-    if (strcmp(part, "ffn_gate") == 0)
-        return ck->w1 + l * d * hid;
-    if (strcmp(part, "ffn_down") == 0)
-        return ck->w2 + l * hid * d;
-    if (strcmp(part, "ffn_up") == 0)
-        return ck->w3 + l * d * hid;
-    return NULL;
+    /* the kind's slot, then its layer's matrix within it */
+    const struct shlm_kind_traits *t = &shlm_kinds[k];
+    const float *const slots[SHLM_L2C_COUNT] = {
+        [SHLM_L2C_EMBD] = ck->embd,
+        [SHLM_L2C_RMS_ATT] = ck->rms_att,
+        [SHLM_L2C_WQ] = ck->wq,
+        [SHLM_L2C_WK] = ck->wk,
+        [SHLM_L2C_WV] = ck->wv,
+        [SHLM_L2C_WO] = ck->wo,
+        [SHLM_L2C_RMS_FFN] = ck->rms_ffn,
+        [SHLM_L2C_W1] = ck->w1,
+        [SHLM_L2C_W2] = ck->w2,
+        [SHLM_L2C_W3] = ck->w3,
+        [SHLM_L2C_RMS_FINAL] = ck->rms_final,
+        [SHLM_L2C_WCLS] = ck->wcls,
+    };
+    const float *base = slots[t->l2c];
+    if (!base)
+        return NULL;
+    return base + (size_t)l * (size_t)shlm_dim_size(c, t->rows) * (size_t)shlm_dim_size(c, t->cols);
 }

@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (hc.bos_id >= (int64_t)hc.cfg.vocab_size || hc.eos_id >= (int64_t)hc.cfg.vocab_size ||
             hc.bos_id < -1 || hc.eos_id < -1)
             __builtin_trap();
-        if (hc.cfg.rope_neox != 1 || hc.cfg.qkv_bias != (hc.family == COORD_HF_QWEN2))
+        if (hc.cfg.rope_neox != 1 || hc.cfg.qkv_bias != hc.arch->qkv_bias)
             __builtin_trap();
     } else if (!memchr(e.msg, 0, sizeof(e.msg)) || strncmp(e.msg, "fuzz", 4) != 0) {
         __builtin_trap(); /* every refusal names the input */

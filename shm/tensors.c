@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: MIT */
+/* shm/tensors.c: the tables of tensor kinds and architectures (see tensors.h). */
+#include "tensors.h"
+
+#include "plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static bool always(const struct shlm_config *c)
+{
+    (void)c;
+    return true;
+}
+static bool untied(const struct shlm_config *c) { return !c->tied_embd; }
+static bool qkv_bias(const struct shlm_config *c) { return c->qkv_bias; }
+static bool qk_norm(const struct shlm_config *c) { return c->flags & SHLM_CF_QK_NORM; }
+static bool head_gate(const struct shlm_config *c) { return c->head_gate; }
+static bool post_norms(const struct shlm_config *c) { return c->flags & SHLM_CF_POST_NORMS; }
+
+#define NONE SHLM_SITE_NONE
+#define QKV SHLM_SITE_QKV
+#define O SHLM_SITE_O
+#define GU SHLM_SITE_GATE_UP
+#define DOWN SHLM_SITE_DOWN
+#define HEAD SHLM_SITE_HEAD
+#define D(x) SHLM_DIM_##x
+#define S(x) SHLM_SPLIT_##x
+#define T(x) SHLM_DTC_##x
+#define L2C(x) SHLM_L2C_##x
+
+const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
+    /* clang-format off */
+    /* name, gguf, hf; llama2.c slot, layer, norm, rows, cols, split, dtype, site, feeds, has */
+    [SHLM_KIND_TOK_EMBD] = {"tok_embd", "token_embd.weight", "model.embed_tokens.weight",
+        L2C(EMBD), false, false, D(VOCAB), D(MODEL), S(NONE), T(HEAD), NONE, NONE, always},
+    [SHLM_KIND_OUTPUT] = {"output", "output.weight", "lm_head.weight",
+        L2C(WCLS), false, false, D(VOCAB), D(MODEL), S(ROWS), T(HEAD), HEAD, NONE, untied},
+    [SHLM_KIND_OUTPUT_NORM] = {"output_norm", "output_norm.weight", "model.norm.weight",
+        L2C(RMS_FINAL), false, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, HEAD, always},
+    [SHLM_KIND_ATTN_NORM] = {"attn_norm", "attn_norm.weight", "input_layernorm.weight",
+        L2C(RMS_ATT), true, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, QKV, always},
+    [SHLM_KIND_ATTN_Q] = {"attn_q", "attn_q.weight", "self_attn.q_proj.weight",
+        L2C(WQ), true, false, D(Q), D(MODEL), S(ROWS), T(MAT), QKV, NONE, always},
+    [SHLM_KIND_ATTN_K] = {"attn_k", "attn_k.weight", "self_attn.k_proj.weight",
+        L2C(WK), true, false, D(KV), D(MODEL), S(ROWS), T(MAT), QKV, NONE, always},
+    [SHLM_KIND_ATTN_V] = {"attn_v", "attn_v.weight", "self_attn.v_proj.weight",
+        L2C(WV), true, false, D(KV), D(MODEL), S(ROWS), T(MAT), QKV, O, always},
+    [SHLM_KIND_ATTN_Q_BIAS] = {"attn_q_bias", "attn_q.bias", "self_attn.q_proj.bias",
+        L2C(NONE), true, false, D(ONE), D(Q), S(COLS), T(F32), NONE, NONE, qkv_bias},
+    [SHLM_KIND_ATTN_K_BIAS] = {"attn_k_bias", "attn_k.bias", "self_attn.k_proj.bias",
+        L2C(NONE), true, false, D(ONE), D(KV), S(COLS), T(F32), NONE, NONE, qkv_bias},
+    [SHLM_KIND_ATTN_V_BIAS] = {"attn_v_bias", "attn_v.bias", "self_attn.v_proj.bias",
+        L2C(NONE), true, false, D(ONE), D(KV), S(COLS), T(F32), NONE, O, qkv_bias},
+    [SHLM_KIND_ATTN_Q_NORM] = {"attn_q_norm", "attn_q_norm.weight", "self_attn.q_norm.weight",
+        L2C(NONE), true, true, D(ONE), D(HEAD), S(NONE), T(F32), NONE, NONE, qk_norm},
+    [SHLM_KIND_ATTN_K_NORM] = {"attn_k_norm", "attn_k_norm.weight", "self_attn.k_norm.weight",
+        L2C(NONE), true, true, D(ONE), D(HEAD), S(NONE), T(F32), NONE, NONE, qk_norm},
+    /* tiny (heads x dim): f32, like the norms */
+    [SHLM_KIND_ATTN_GATE] = {"attn_gate", "attn_gate.weight", NULL,
+        L2C(NONE), true, false, D(HEADS), D(MODEL), S(ROWS), T(F32), QKV, NONE, head_gate},
+    [SHLM_KIND_ATTN_O] = {"attn_o", "attn_output.weight", "self_attn.o_proj.weight",
+        L2C(WO), true, false, D(MODEL), D(Q), S(COLS_PADDED), T(MAT), O, NONE, always},
+    [SHLM_KIND_ATTN_POST_NORM] = {"attn_post_norm", "post_attention_norm.weight",
+        "post_attention_layernorm.weight",
+        L2C(NONE), true, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, NONE, post_norms},
+    /* Gemma 2/3 call it pre_feedforward_layernorm (shlm_kind_hf_name) */
+    [SHLM_KIND_FFN_NORM] = {"ffn_norm", "ffn_norm.weight", "post_attention_layernorm.weight",
+        L2C(RMS_FFN), true, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, GU, always},
+    [SHLM_KIND_FFN_GATE] = {"ffn_gate", "ffn_gate.weight", "mlp.gate_proj.weight",
+        L2C(W1), true, false, D(FFN), D(MODEL), S(ROWS), T(MAT), GU, NONE, always},
+    [SHLM_KIND_FFN_UP] = {"ffn_up", "ffn_up.weight", "mlp.up_proj.weight",
+        L2C(W3), true, false, D(FFN), D(MODEL), S(ROWS), T(MAT), GU, DOWN, always},
+    [SHLM_KIND_FFN_DOWN] = {"ffn_down", "ffn_down.weight", "mlp.down_proj.weight",
+        L2C(W2), true, false, D(MODEL), D(FFN), S(COLS_PADDED), T(MAT), DOWN, NONE, always},
+    [SHLM_KIND_FFN_POST_NORM] = {"ffn_post_norm", "post_ffw_norm.weight",
+        "post_feedforward_layernorm.weight",
+        L2C(NONE), true, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, NONE, post_norms},
+    /* clang-format on */
+};
+
+#undef NONE
+#undef QKV
+#undef O
+#undef GU
+#undef DOWN
+#undef HEAD
+#undef D
+#undef S
+#undef T
+#undef L2C
+
+bool shlm_kind_present(const struct shlm_config *c, enum shlm_kind kind)
+{
+    return shlm_kinds[kind].has(c);
+}
+
+void shlm_kind_name(enum shlm_kind kind, uint32_t layer, char *out, size_t len)
+{
+    const struct shlm_kind_traits *k = &shlm_kinds[kind];
+    if (k->layer)
+        snprintf(out, len, "blk.%u.%s", layer, k->name);
+    else
+        snprintf(out, len, "%s", k->name);
+}
+
+void shlm_kind_gguf_name(enum shlm_kind kind, uint32_t layer, char *out, size_t len)
+{
+    const struct shlm_kind_traits *k = &shlm_kinds[kind];
+    if (k->layer)
+        snprintf(out, len, "blk.%u.%s", layer, k->gguf);
+    else
+        snprintf(out, len, "%s", k->gguf);
+}
+
+bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer, char *out,
+                       size_t len)
+{
+    const struct shlm_kind_traits *k = &shlm_kinds[kind];
+    /* with post-norms post_attention_layernorm is the attention's post-norm (tensors.h) */
+    const char *hf = kind == SHLM_KIND_FFN_NORM && (c->flags & SHLM_CF_POST_NORMS)
+                         ? "pre_feedforward_layernorm.weight"
+                         : k->hf;
+    if (!hf)
+        return false;
+    if (k->layer)
+        snprintf(out, len, "model.layers.%u.%s", layer, hf);
+    else
+        snprintf(out, len, "%s", hf);
+    return true;
+}
+
+bool shlm_kind_parse(const char *name, uint32_t n_layers, enum shlm_kind *kind, uint32_t *layer)
+{
+    const char *rest = name;
+    uint32_t l = 0;
+    bool in_layer = strncmp(name, "blk.", 4) == 0;
+    if (in_layer) {
+        const char *p = name + 4;
+        int digits = 0;
+        for (; *p >= '0' && *p <= '9' && digits < 5; p++, digits++)
+            l = l * 10 + (uint32_t)(*p - '0');
+        if (digits == 0 || *p != '.' || (digits > 1 && name[4] == '0') || l >= n_layers)
+            return false;
+        rest = p + 1;
+    }
+    for (int i = 0; i < SHLM_KIND_COUNT; i++)
+        if (shlm_kinds[i].layer == in_layer && strcmp(shlm_kinds[i].name, rest) == 0) {
+            *kind = (enum shlm_kind)i;
+            *layer = l;
+            return true;
+        }
+    return false;
+}
+
+int shlm_dim_size(const struct shlm_config *c, enum shlm_dim d)
+{
+    switch (d) {
+    case SHLM_DIM_ONE:
+        return 1;
+    case SHLM_DIM_MODEL:
+        return (int)c->dim;
+    case SHLM_DIM_Q:
+        return (int)(c->n_heads * c->head_dim);
+    case SHLM_DIM_KV:
+        return (int)(c->n_kv_heads * c->head_dim);
+    case SHLM_DIM_HEADS:
+        return (int)c->n_heads;
+    case SHLM_DIM_HEAD:
+        return (int)c->head_dim;
+    case SHLM_DIM_FFN:
+        return (int)c->hidden_dim;
+    case SHLM_DIM_VOCAB:
+        return (int)c->vocab_size;
+    }
+    return 0;
+}
+
+void shlm_dim_part(const struct shlm_config *c, const struct seg_plan *p, enum shlm_dim d, int *lo,
+                   int *hi, int *pad)
+{
+    int hd = (int)c->head_dim;
+    *pad = 0;
+    switch (d) {
+    case SHLM_DIM_Q:
+        *lo = p->q0 * hd;
+        *hi = p->q1 * hd;
+        *pad = p->o_pad;
+        return;
+    case SHLM_DIM_KV:
+        *lo = p->kv0 * hd;
+        *hi = p->kv1 * hd;
+        return;
+    case SHLM_DIM_HEADS:
+        *lo = p->q0;
+        *hi = p->q1;
+        return;
+    case SHLM_DIM_FFN:
+        *lo = p->f0;
+        *hi = p->f1;
+        *pad = p->down_pad;
+        return;
+    case SHLM_DIM_VOCAB:
+        *lo = p->v0;
+        *hi = p->v1;
+        return;
+    default:
+        *lo = 0;
+        *hi = shlm_dim_size(c, d);
+    }
+}
+
+/* ---- architectures ---- */
+
+#define F(x) SHLM_FAMILY_##x
+const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
+    [F(UNKNOWN)] = {.name = "llama-family", .refused = "no architecture"},
+    [F(LLAMA2C)] = {.name = "llama2.c", .act = SHLM_ACT_SILU},
+    [F(LLAMA)] = {.name = "llama",
+                  .gguf = "llama",
+                  .hf = "LlamaForCausalLM",
+                  .act = SHLM_ACT_SILU,
+                  .hf_act_key = "hidden_act"},
+    [F(QWEN2)] = {.name = "qwen2",
+                  .gguf = "qwen2",
+                  .hf = "Qwen2ForCausalLM",
+                  .act = SHLM_ACT_SILU,
+                  .hf_act_key = "hidden_act",
+                  .gguf_rope_neox = true,
+                  .qkv_bias = true},
+    [F(GEMMA)] = {.name = "gemma",
+                  .gguf = "gemma",
+                  .hf = "GemmaForCausalLM",
+                  .norm = SHLM_NORM_ONE_PLUS,
+                  .act = SHLM_ACT_GELU_TANH,
+                  .hf_act_key = "hidden_activation",
+                  .gguf_rope_neox = true,
+                  .embd_sqrt_dim = true,
+                  .hf_tied_default = true},
+    /* ours: head_dim != dim / heads, GELU-tanh, per-head output gate (a GGUF says by its
+     * tensors) */
+    [F(SPARK)] = {.name = "spark",
+                  .gguf = "spark",
+                  .act = SHLM_ACT_GELU_TANH,
+                  .gguf_rope_neox = true},
+    [F(QWEN3)] = {.name = "qwen3",
+                  .gguf = "qwen3",
+                  .hf = "Qwen3ForCausalLM",
+                  .act = SHLM_ACT_SILU,
+                  .hf_act_key = "hidden_act",
+                  .gguf_rope_neox = true,
+                  .flags = SHLM_CF_QK_NORM},
+    /* known, not run yet: refused with what they need */
+    [F(GEMMA2)] = {.name = "gemma2",
+                   .gguf = "gemma2",
+                   .hf = "Gemma2ForCausalLM",
+                   .refused = "extra pre/post norms, logit soft-capping, sliding-window layers",
+                   .norm = SHLM_NORM_ONE_PLUS,
+                   .act = SHLM_ACT_GELU_TANH,
+                   .hf_act_key = "hidden_activation",
+                   .gguf_rope_neox = true,
+                   .flags = SHLM_CF_POST_NORMS,
+                   .embd_sqrt_dim = true,
+                   .hf_tied_default = true,
+                   .attn = SHLM_ATTN_WINDOW_PATTERN,
+                   .window_pattern = 2},
+    [F(GEMMA3)] = {.name = "gemma3",
+                   .gguf = "gemma3",
+                   .hf = "Gemma3ForCausalLM",
+                   .refused = "pre/post norms, q/k norms, 5 local : 1 global layers with their own "
+                              "RoPE bases",
+                   .norm = SHLM_NORM_ONE_PLUS,
+                   .act = SHLM_ACT_GELU_TANH,
+                   .hf_act_key = "hidden_activation",
+                   .gguf_rope_neox = true,
+                   .flags = SHLM_CF_POST_NORMS | SHLM_CF_QK_NORM,
+                   .embd_sqrt_dim = true,
+                   .hf_tied_default = true,
+                   .attn = SHLM_ATTN_WINDOW_PATTERN,
+                   .window_pattern = 6},
+    [F(PHI3)] = {.name = "phi3",
+                 .gguf = "phi3",
+                 .hf = "Phi3ForCausalLM",
+                 .refused = "fused qkv and gate_up projections, LongRoPE",
+                 .act = SHLM_ACT_SILU,
+                 .hf_act_key = "hidden_act",
+                 .gguf_rope_neox = true},
+    [F(GRANITE)] = {.name = "granite",
+                    .gguf = "granite",
+                    .hf = "GraniteForCausalLM",
+                    .refused = "embedding, residual, attention and logit multipliers",
+                    .act = SHLM_ACT_SILU,
+                    .hf_act_key = "hidden_act"},
+    [F(SMOLLM3)] = {.name = "smollm3",
+                    .gguf = "smollm3",
+                    .hf = "SmolLM3ForCausalLM",
+                    .refused = "layers without RoPE",
+                    .act = SHLM_ACT_SILU,
+                    .hf_act_key = "hidden_act"},
+    [F(MISTRAL)] = {.name = "mistral",
+                    .hf = "MistralForCausalLM",
+                    .refused = "sliding-window attention",
+                    .act = SHLM_ACT_SILU,
+                    .hf_act_key = "hidden_act",
+                    .attn = SHLM_ATTN_WINDOW_CONFIG},
+};
+#undef F
+
+const struct shlm_arch_traits *shlm_arch_gguf(const char *name, size_t len)
+{
+    for (int i = 0; i < SHLM_FAMILY_COUNT; i++) {
+        const char *g = shlm_archs[i].gguf;
+        if (g && strlen(g) == len && memcmp(g, name, len) == 0)
+            return &shlm_archs[i];
+    }
+    return NULL;
+}
+
+const struct shlm_arch_traits *shlm_arch_hf(const char *name)
+{
+    for (int i = 0; i < SHLM_FAMILY_COUNT; i++)
+        if (shlm_archs[i].hf && strcmp(shlm_archs[i].hf, name) == 0)
+            return &shlm_archs[i];
+    return NULL;
+}
+
+void shlm_arch_list(bool hf, char *out, size_t len)
+{
+    size_t n = 0;
+    out[0] = 0;
+    for (int i = 0; i < SHLM_FAMILY_COUNT && n < len; i++) {
+        const char *nm = hf ? shlm_archs[i].hf : shlm_archs[i].gguf;
+        if (nm && !shlm_archs[i].refused)
+            n += (size_t)snprintf(out + n, len - n, "%s%s", n ? ", " : "", nm);
+    }
+}
+
+void shlm_arch_apply(const struct shlm_arch_traits *a, bool hf, struct shlm_config *c)
+{
+    c->family = (uint32_t)(a - shlm_archs);
+    c->rope_neox = hf || a->gguf_rope_neox;
+    c->act = a->act;
+    c->qkv_bias = a->qkv_bias;
+    c->flags = a->flags;
+    c->embd_scale = a->embd_sqrt_dim ? sqrtf((float)c->dim) : 0.0f;
+}

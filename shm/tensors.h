@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/* shm/tensors.h: the one table of tensor kinds and the one table of architectures.
+ *
+ * Every tensor of a model has a kind; its row in shlm_kinds[] says everything the code needs to
+ * know about it: its names in .shlm files, GGUF files, Hugging Face checkpoints and llama2.c
+ * checkpoints, its shape from the config, how tensor parallelism splits it, which input of the
+ * forward it multiplies (calibration, AWQ folding), which formats it may take, and whether a
+ * config has it. A tensor's kind is resolved once, where it is imported or laid out; the
+ * converter, the loader, the worker and the quantizer then switch on the kind. (ggml's type
+ * traits, llama.cpp's LLM_TENSOR_NAMES and LLM_TENSOR_INFOS.)
+ *
+ * shlm_archs[] holds one row per architecture: its names in GGUF and Hugging Face configs and
+ * what it fixes (norm style, activation, RoPE style, biases, q/k norms, embedding scale, tied
+ * default). Importers fill a config from the row; the forward reads only the config. */
+#ifndef SHARDLM_SHLM_TENSORS_H
+#define SHARDLM_SHLM_TENSORS_H
+
+#include "shlm.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The kinds, global ones first, then one layer's in the order a file holds them (the order
+ * shlm_expected_tensors() lays them out; files made before this table have the same order). */
+enum shlm_kind {
+    SHLM_KIND_TOK_EMBD,
+    SHLM_KIND_OUTPUT,
+    SHLM_KIND_OUTPUT_NORM,
+    SHLM_KIND_ATTN_NORM, /* the first per-layer kind */
+    SHLM_KIND_ATTN_Q,
+    SHLM_KIND_ATTN_K,
+    SHLM_KIND_ATTN_V,
+    SHLM_KIND_ATTN_Q_BIAS,
+    SHLM_KIND_ATTN_K_BIAS,
+    SHLM_KIND_ATTN_V_BIAS,
+    SHLM_KIND_ATTN_Q_NORM, /* per-head RMSNorm of q over head_dim (Qwen3, Gemma 3) */
+    SHLM_KIND_ATTN_K_NORM,
+    SHLM_KIND_ATTN_GATE,
+    SHLM_KIND_ATTN_O,
+    SHLM_KIND_ATTN_POST_NORM, /* RMSNorm of O's output before the residual add (Gemma 2/3) */
+    SHLM_KIND_FFN_NORM,
+    SHLM_KIND_FFN_GATE,
+    SHLM_KIND_FFN_UP,
+    SHLM_KIND_FFN_DOWN,
+    SHLM_KIND_FFN_POST_NORM, /* RMSNorm of down's output before the residual add (Gemma 2/3) */
+    SHLM_KIND_COUNT
+};
+#define SHLM_KIND_FIRST_LAYER SHLM_KIND_ATTN_NORM
+
+/* A size of the config a tensor's rows or columns are. */
+enum shlm_dim {
+    SHLM_DIM_ONE,   /* 1: the single row of a vector */
+    SHLM_DIM_MODEL, /* dim */
+    SHLM_DIM_Q,     /* n_heads * head_dim */
+    SHLM_DIM_KV,    /* n_kv_heads * head_dim */
+    SHLM_DIM_HEADS, /* n_heads */
+    SHLM_DIM_HEAD,  /* head_dim */
+    SHLM_DIM_FFN,   /* hidden_dim */
+    SHLM_DIM_VOCAB, /* vocab_size */
+};
+
+/* How tensor parallelism splits a tensor (plan.h): a rank holds the part of the split size that
+ * its plan gives it (its query heads, KV heads, FFN units or vocabulary rows). */
+enum shlm_split {
+    SHLM_SPLIT_NONE,        /* replicated: the embedding, norms */
+    SHLM_SPLIT_ROWS,        /* the rows: output units (q/k/v, gate/up, the LM head) */
+    SHLM_SPLIT_COLS,        /* the columns of a (1, n) vector (q/k/v biases) */
+    SHLM_SPLIT_COLS_PADDED, /* input columns behind the plan's zero pad (O: o_pad, down:
+                             * down_pad): partial sums the all-reduce adds */
+};
+
+/* The formats a tensor may take in a scheme. */
+enum shlm_dtc {
+    SHLM_DTC_MAT,  /* the scheme's matrix format (f32, bf16, w4a16, w4a8) */
+    SHLM_DTC_HEAD, /* the embedding / LM head: the scheme's, or q8 with --head-bits 8 */
+    SHLM_DTC_F32,  /* always f32: norms, biases, the head gate */
+};
+
+/* The inputs of the forward's matrix products (worker/model.h's wrk_site uses these values). */
+enum shlm_site {
+    SHLM_SITE_NONE = -1,
+    SHLM_SITE_QKV,     /* attention norm output: the input of q, k, v (and the head gate) */
+    SHLM_SITE_O,       /* attention output: the input of O */
+    SHLM_SITE_GATE_UP, /* FFN norm output: the input of gate and up */
+    SHLM_SITE_DOWN,    /* act(gate) * up: the input of down */
+    SHLM_SITE_HEAD,    /* output norm output: the input of the LM head */
+    SHLM_SITES
+};
+
+/* The slots of a llama2.c checkpoint, in the order the file stores them. */
+enum shlm_l2c {
+    SHLM_L2C_NONE,
+    SHLM_L2C_EMBD,
+    SHLM_L2C_RMS_ATT,
+    SHLM_L2C_WQ,
+    SHLM_L2C_WK,
+    SHLM_L2C_WV,
+    SHLM_L2C_WO,
+    SHLM_L2C_RMS_FFN,
+    SHLM_L2C_W1,
+    SHLM_L2C_W2,
+    SHLM_L2C_W3,
+    SHLM_L2C_RMS_FINAL,
+    SHLM_L2C_WCLS,
+    SHLM_L2C_COUNT
+};
+
+struct shlm_kind_traits {
+    const char *name; /* in .shlm files; a layer's kind under "blk.%u." */
+    const char *gguf; /* llama.cpp's name; a layer's under "blk.%u." */
+    const char *hf;   /* transformers' name; a layer's under "model.layers.%u."; NULL: none */
+    enum shlm_l2c l2c;
+    bool layer; /* one per layer */
+    bool norm;  /* an RMSNorm weight: (1 + w) in architectures whose norms are so */
+    enum shlm_dim rows, cols;
+    enum shlm_split split;
+    enum shlm_dtc dtc;
+    /* the input whose columns it multiplies (calibration statistics; AWQ scales its columns by
+     * that input's scale); SHLM_SITE_NONE for the embedding lookup and the norms */
+    enum shlm_site site;
+    /* the input its output rows are (AWQ divides them by that input's scale: a norm's output is
+     * QKV's or GATE_UP's input, v's (through attention) O's, up's down's); SHLM_SITE_NONE */
+    enum shlm_site feeds;
+    bool (*has)(const struct shlm_config *c); /* whether a model of @c has it */
+};
+
+extern const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT];
+
+/* Whether a model of config @c has tensors of @kind. */
+bool shlm_kind_present(const struct shlm_config *c, enum shlm_kind kind);
+/* The .shlm name of @kind (of @layer for a per-layer kind) into @out. */
+void shlm_kind_name(enum shlm_kind kind, uint32_t layer, char *out, size_t len);
+/* The GGUF name ("blk.3.attn_q.weight"), or the Hugging Face one in a model of config @c
+ * ("model.layers.3.self_attn.q_proj.weight"; false where the kind has none) into @out. */
+void shlm_kind_gguf_name(enum shlm_kind kind, uint32_t layer, char *out, size_t len);
+bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer, char *out,
+                       size_t len);
+/* The kind and layer of the .shlm name @name in a model of @n_layers layers: true, or false for
+ * a name that is no tensor of a model. */
+bool shlm_kind_parse(const char *name, uint32_t n_layers, enum shlm_kind *kind, uint32_t *layer);
+/* The size @d in config @c. */
+int shlm_dim_size(const struct shlm_config *c, enum shlm_dim d);
+/* The part [*lo, *hi) of size @d that a rank of plan @p holds (the whole size where @d is not
+ * split), and the zero columns in front of it where its split is padded (o_pad for the query
+ * width, down_pad for the FFN width; 0 otherwise). */
+struct seg_plan;
+void shlm_dim_part(const struct shlm_config *c, const struct seg_plan *p, enum shlm_dim d, int *lo,
+                   int *hi, int *pad);
+
+/* ---- architectures ---- */
+
+enum shlm_family {
+    SHLM_FAMILY_UNKNOWN, /* a file made before this table */
+    SHLM_FAMILY_LLAMA2C,
+    SHLM_FAMILY_LLAMA,
+    SHLM_FAMILY_QWEN2,
+    SHLM_FAMILY_GEMMA,
+    SHLM_FAMILY_SPARK,
+    SHLM_FAMILY_QWEN3,
+    SHLM_FAMILY_GEMMA2,
+    SHLM_FAMILY_GEMMA3,
+    SHLM_FAMILY_PHI3,
+    SHLM_FAMILY_GRANITE,
+    SHLM_FAMILY_SMOLLM3,
+    SHLM_FAMILY_MISTRAL,
+    SHLM_FAMILY_COUNT
+};
+
+/* How an architecture's RMSNorm weights multiply. */
+enum shlm_norm_style {
+    SHLM_NORM_W,        /* x * w */
+    SHLM_NORM_ONE_PLUS, /* x * (1 + w): Hugging Face stores w, 1 is added at import; llama.cpp's
+                         * converter has already added it in a GGUF */
+};
+
+/* Which layers attend within a sliding window (shlm_config_ext.window). */
+enum shlm_attn_layers {
+    SHLM_ATTN_GLOBAL,         /* every layer attends to every position */
+    SHLM_ATTN_WINDOW_CONFIG,  /* every layer windowed where the config has a window (Mistral) */
+    SHLM_ATTN_WINDOW_PATTERN, /* of every window_pattern layers the last is global (Gemma 2/3) */
+};
+
+struct shlm_arch_traits {
+    const char *name; /* for messages and inspect */
+    const char *gguf; /* general.architecture; NULL: not read from GGUF */
+    const char *hf;   /* config.json architectures[0]; NULL: not read from Hugging Face */
+    /* NULL: supported; else what the runtime lacks, for the one-line refusal */
+    const char *refused;
+    enum shlm_norm_style norm;
+    enum shlm_act act;
+    const char *hf_act_key; /* the config.json field naming the activation */
+    bool gguf_rope_neox;    /* GGUF q/k rotate NeoX halves (llama.cpp permutes llama's for
+                             * interleaved pairs); Hugging Face checkpoints are NeoX in every one */
+    bool qkv_bias;          /* q/k/v biases (Hugging Face; a GGUF says by its tensors) */
+    uint32_t flags;         /* SHLM_CF_*: the optional tensors and features it always has */
+    bool embd_sqrt_dim;     /* embeddings scaled by sqrt(dim) */
+    bool hf_tied_default;   /* tie_word_embeddings when config.json leaves it out */
+    enum shlm_attn_layers attn;
+    unsigned window_pattern; /* SHLM_ATTN_WINDOW_PATTERN's period */
+};
+
+extern const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT];
+
+/* The row of a GGUF general.architecture (@len bytes, not NUL-terminated) or of a config.json
+ * architectures[0], or NULL (unknown: refused by the importer with the names it knows). */
+const struct shlm_arch_traits *shlm_arch_gguf(const char *name, size_t len);
+const struct shlm_arch_traits *shlm_arch_hf(const char *name);
+/* The supported names of one format ("llama, qwen2, ...") into @out, for messages. */
+void shlm_arch_list(bool hf, char *out, size_t len);
+/* Fills what @a fixes into @c: family, RoPE style (@hf: a Hugging Face checkpoint), activation,
+ * biases, flags, embedding scale (from c->dim, which is set before). */
+void shlm_arch_apply(const struct shlm_arch_traits *a, bool hf, struct shlm_config *c);
+
+#endif
