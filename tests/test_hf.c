@@ -835,6 +835,28 @@ static void test_qwen3(void **state)
     assert_int_equal(s.cfg.head_dim, 16);
     coord_source_close(&s);
     eval_source(&m, gguf);
+    /* calibrated int4 (AWQ's scales fold into the norms around q/k/v, not into the q/k norms),
+     * at two ranks, against the same reference */
+    if (access(tu_bin(), X_OK) == 0) {
+        struct tu_run *r = malloc(sizeof(*r));
+        char q4[4300], ref[4300];
+        tu_path(q4, sizeof(q4), "%s/q4.shlm", dir);
+        tu_path(ref, sizeof(ref), "%s/ref", dir);
+        char *conv[] = {(char *)tu_bin(), "convert", gguf,       "--scheme", "w4a16",
+                        "--group",        "32",      "--method", "awq",      "--calib",
+                        "self",           "-o",      q4,         "-q",       NULL};
+        assert_int_equal(run(conv, r), 0);
+        char *ev[] = {(char *)tu_bin(), "eval", "-m", q4, "--ref", ref, "--cpus", "0:0", NULL};
+        assert_int_equal(run(ev, r), 0);
+        double kld, top1, ppl;
+        char *last = strstr(r->out, "overall ");
+        assert_non_null(last);
+        assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", &kld, &top1, &ppl), 3);
+        fprintf(stderr, "Qwen3 (GGUF) w4a16 g32 awq: 2 workers: kld %.3g top1 %.4f\n", kld, top1);
+        assert_true(kld < 0.05);
+        unlink(q4);
+        free(r);
+    }
     unlink(gguf);
     tiny_free(&m);
 }

@@ -185,6 +185,13 @@ static void test_corruptions(void **state)
     EDIT(h->cfgx.window = 4096, "config field window is 4096");
     EDIT(h->cfgx.reserved[3] = 1, "reserved[3]");
 #undef EDIT
+    /* a file made before the tables (no family, no flags, no extension) loads */
+    memcpy(b, good, len);
+    h->cfg.family = 0;
+    reseal(b);
+    struct shlm_model old;
+    struct shardlm_err oerr;
+    assert_int_equal(shlm_parse(&old, b, len, "x.shlm", &oerr), 0);
     memcpy(b, good, len);
     h->tok_bytes = len;
     reseal(b);
