@@ -128,7 +128,7 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
                                     c->embd_scale < 65536.0f),
           "embd_scale", "0 (none) or a positive number");
     CHECK(!(c->flags & ~(uint32_t)SHLM_CF_IMPLEMENTED), "flags",
-          "1 (qk-norm) or 0 (post-norms: not implemented yet)");
+          "0 or 1 (qk-norm); 2 (post-norms) is not implemented yet");
     CHECK(c->family < SHLM_FAMILY_COUNT, "family", "an architecture of tensors.h");
 #undef CHECK
     return 0;

@@ -168,14 +168,14 @@ enum shlm_family {
 };
 
 /* How an architecture's RMSNorm weights multiply. */
-enum shlm_norm_style {
+enum shlm_norm {
     SHLM_NORM_W,        /* x * w */
     SHLM_NORM_ONE_PLUS, /* x * (1 + w): Hugging Face stores w, 1 is added at import; llama.cpp's
                          * converter has already added it in a GGUF */
 };
 
 /* Which layers attend within a sliding window (shlm_config_ext.window). */
-enum shlm_attn_layers {
+enum shlm_attn {
     SHLM_ATTN_GLOBAL,         /* every layer attends to every position */
     SHLM_ATTN_WINDOW_CONFIG,  /* every layer windowed where the config has a window (Mistral) */
     SHLM_ATTN_WINDOW_PATTERN, /* of every window_pattern layers the last is global (Gemma 2/3) */
@@ -187,7 +187,7 @@ struct shlm_arch_traits {
     const char *hf;   /* config.json architectures[0]; NULL: not read from Hugging Face */
     /* NULL: supported; else what the runtime lacks, for the one-line refusal */
     const char *refused;
-    enum shlm_norm_style norm;
+    enum shlm_norm norm;
     enum shlm_act act;
     const char *hf_act_key; /* the config.json field naming the activation */
     bool gguf_rope_neox;    /* GGUF q/k rotate NeoX halves (llama.cpp permutes llama's for
@@ -196,7 +196,7 @@ struct shlm_arch_traits {
     uint32_t flags;         /* SHLM_CF_*: the optional tensors and features it always has */
     bool embd_sqrt_dim;     /* embeddings scaled by sqrt(dim) */
     bool hf_tied_default;   /* tie_word_embeddings when config.json leaves it out */
-    enum shlm_attn_layers attn;
+    enum shlm_attn attn;
     unsigned window_pattern; /* SHLM_ATTN_WINDOW_PATTERN's period */
 };
 

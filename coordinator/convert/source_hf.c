@@ -26,7 +26,7 @@
 struct hf_source {
     struct st_set set;
     struct shlm_config cfg;
-    enum shlm_norm_style norm; /* the architecture's */
+    enum shlm_norm norm; /* the architecture's */
 };
 
 /* Our tensor @name -> the HF one in @out (the tensor table's). Returns 0 or -ENOENT (no such
