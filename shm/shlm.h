@@ -35,7 +35,8 @@ enum shlm_scheme {
 enum shlm_tok_kind { SHLM_TOK_LLAMA2C = 1, SHLM_TOK_BLOB = 2 /* coord_tok_save() */ };
 /* RoPE frequency scaling: llama3 (low/high frequency factors, shlm_config), YaRN (factor and
  * orig_ctx in shlm_config, the rest in shlm_config_ext), LongRoPE (per-frequency short/long factors
- * as tensors, as GGUF's rope_factors_short/long; not implemented yet: refused) */
+ * as the tensors SHLM_KIND_ROPE_FACTORS_SHORT/LONG, as GGUF's rope_factors_short/long). YaRN and
+ * LongRoPE are not implemented yet: refused. */
 enum shlm_rope_scaling {
     SHLM_ROPE_NONE = 0,
     SHLM_ROPE_LLAMA3 = 1,

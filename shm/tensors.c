@@ -18,6 +18,7 @@ static bool qkv_bias(const struct shlm_config *c) { return c->qkv_bias; }
 static bool qk_norm(const struct shlm_config *c) { return c->flags & SHLM_CF_QK_NORM; }
 static bool head_gate(const struct shlm_config *c) { return c->head_gate; }
 static bool post_norms(const struct shlm_config *c) { return c->flags & SHLM_CF_POST_NORMS; }
+static bool longrope(const struct shlm_config *c) { return c->rope_scaling == SHLM_ROPE_LONGROPE; }
 
 #define NONE SHLM_SITE_NONE
 #define QKV SHLM_SITE_QKV
@@ -39,6 +40,11 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
         L2C(WCLS), false, false, D(VOCAB), D(MODEL), S(ROWS), T(HEAD), HEAD, NONE, untied},
     [SHLM_KIND_OUTPUT_NORM] = {"output_norm", "output_norm.weight", "model.norm.weight",
         L2C(RMS_FINAL), false, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, HEAD, always},
+    /* config.json holds them as rope_scaling.short_factor / long_factor, not as tensors */
+    [SHLM_KIND_ROPE_FACTORS_SHORT] = {"rope_factors_short", "rope_factors_short.weight", NULL,
+        L2C(NONE), false, false, D(ONE), D(ROPE), S(NONE), T(F32), NONE, NONE, longrope},
+    [SHLM_KIND_ROPE_FACTORS_LONG] = {"rope_factors_long", "rope_factors_long.weight", NULL,
+        L2C(NONE), false, false, D(ONE), D(ROPE), S(NONE), T(F32), NONE, NONE, longrope},
     [SHLM_KIND_ATTN_NORM] = {"attn_norm", "attn_norm.weight", "input_layernorm.weight",
         L2C(RMS_ATT), true, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, QKV, always},
     [SHLM_KIND_ATTN_Q] = {"attn_q", "attn_q.weight", "self_attn.q_proj.weight",
@@ -169,6 +175,8 @@ int shlm_dim_size(const struct shlm_config *c, enum shlm_dim d)
         return (int)c->n_heads;
     case SHLM_DIM_HEAD:
         return (int)c->head_dim;
+    case SHLM_DIM_ROPE:
+        return (int)c->head_dim / 2;
     case SHLM_DIM_FFN:
         return (int)c->hidden_dim;
     case SHLM_DIM_VOCAB:

@@ -27,6 +27,9 @@ enum shlm_kind {
     SHLM_KIND_TOK_EMBD,
     SHLM_KIND_OUTPUT,
     SHLM_KIND_OUTPUT_NORM,
+    SHLM_KIND_ROPE_FACTORS_SHORT, /* LongRoPE's per-frequency factors (Phi-3), as GGUF stores them
+                                   */
+    SHLM_KIND_ROPE_FACTORS_LONG,
     SHLM_KIND_ATTN_NORM, /* the first per-layer kind */
     SHLM_KIND_ATTN_Q,
     SHLM_KIND_ATTN_K,
@@ -56,6 +59,7 @@ enum shlm_dim {
     SHLM_DIM_KV,    /* n_kv_heads * head_dim */
     SHLM_DIM_HEADS, /* n_heads */
     SHLM_DIM_HEAD,  /* head_dim */
+    SHLM_DIM_ROPE,  /* head_dim / 2: RoPE's frequencies */
     SHLM_DIM_FFN,   /* hidden_dim */
     SHLM_DIM_VOCAB, /* vocab_size */
 };
@@ -74,7 +78,7 @@ enum shlm_split {
 enum shlm_dtc {
     SHLM_DTC_MAT,  /* the scheme's matrix format (f32, bf16, w4a16, w4a8) */
     SHLM_DTC_HEAD, /* the embedding / LM head: the scheme's, or q8 with --head-bits 8 */
-    SHLM_DTC_F32,  /* always f32: norms, biases, the head gate */
+    SHLM_DTC_F32,  /* always f32: norms, biases, the head gate, RoPE factors */
 };
 
 /* The inputs of the forward's matrix products (worker/model.h's wrk_site uses these values). */

@@ -382,6 +382,16 @@ static void test_tensor_table(void **state)
     assert_int_equal(sp[12].cols, p.down_pad + 48); /* down */
     assert_int_equal(sp[0].rows, 100);              /* the embedding, whole */
 
+    /* LongRoPE's factors: global (1, head_dim / 2) f32 tensors after the output norm */
+    c.rope_scaling = SHLM_ROPE_LONGROPE;
+    n = shlm_expected_tensors(&c, SHLM_SCHEME_F32, 0, 8, NULL, sp, 64);
+    assert_int_equal(n, 4 + 2 * 11);
+    assert_string_equal(sp[2].name, "rope_factors_short");
+    assert_string_equal(sp[3].name, "rope_factors_long");
+    assert_int_equal(sp[3].cols, 4);
+    assert_string_equal(sp[4].name, "blk.0.attn_norm");
+    c.rope_scaling = SHLM_ROPE_NONE;
+
     /* architectures: qwen3 has q/k norms; the refused ones say why; names are unique */
     const struct shlm_arch_traits *a = shlm_arch_gguf("qwen3", 5);
     assert_non_null(a);
