@@ -319,19 +319,11 @@ static void test_tensor_table(void **state)
             fail_msg("%s parsed", bad[i]);
 
     /* every kind an architecture made before the table has, in the order its files hold them */
-    struct shlm_config c = {.arch = SHLM_ARCH_LLAMA,
-                            .dim = 64,
-                            .hidden_dim = 96,
-                            .n_layers = 2,
-                            .n_heads = 4,
-                            .n_kv_heads = 2,
-                            .head_dim = 8,
-                            .vocab_size = 100,
-                            .seq_len = 64,
-                            .norm_eps = 1e-5f,
-                            .rope_theta = 1e4f,
-                            .qkv_bias = 1,
-                            .head_gate = 1};
+    /* clang-format off */
+    struct shlm_config c = {.arch = SHLM_ARCH_LLAMA, .dim = 64, .hidden_dim = 96, .n_layers = 2,
+        .n_heads = 4, .n_kv_heads = 2, .head_dim = 8, .vocab_size = 100, .seq_len = 64,
+        .norm_eps = 1e-5f, .rope_theta = 1e4f, .qkv_bias = 1, .head_gate = 1};
+    /* clang-format on */
     static const char *const order[] = {"tok_embd",          "output",
                                         "output_norm",       "blk.0.attn_norm",
                                         "blk.0.attn_q",      "blk.0.attn_k",
