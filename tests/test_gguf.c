@@ -1336,12 +1336,12 @@ static void test_source_weights(void **state)
         struct shardlm_err e;
         assert_int_equal(open_source(path, &s, &e), 0);
         e.msg[0] = 0;
-        assert_int_equal(s.read(&s, "output_norm", 1, 64, row, &e), -EINVAL);
+        assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT_NORM, 0, 1, 64, row, &e), -EINVAL);
         assert_one_line_error(-EINVAL, &e);
         if (!strstr(e.msg, "output_norm.weight") || !strstr(e.msg, "element 5") ||
             !strstr(e.msg, shown[i]))
             fail_msg("%s: %s", shown[i], e.msg);
-        assert_int_equal(s.read(&s, "blk.0.attn_norm", 1, 64, row, &e), 0);
+        assert_int_equal(s.read(&s, SHLM_KIND_ATTN_NORM, 0, 1, 64, row, &e), 0);
         coord_source_close(&s);
     }
     /* the largest allowed magnitude passes */
@@ -1349,7 +1349,7 @@ static void test_source_weights(void **state)
     struct coord_source s;
     struct shardlm_err e;
     assert_int_equal(open_source(path, &s, &e), 0);
-    assert_int_equal(s.read(&s, "output_norm", 1, 64, row, &e), 0);
+    assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT_NORM, 0, 1, 64, row, &e), 0);
     assert_true(row[5] == -65504.0f);
     coord_source_close(&s);
     free(b);

@@ -407,7 +407,8 @@ static void check_tiny(const struct tiny *m)
         size_t cnt = (size_t)specs[i].rows * (size_t)specs[i].cols;
         assert_int_equal(cnt, wt_elems(w));
         float *out = malloc(cnt * sizeof(float));
-        rc = s.read(&s, specs[i].name, specs[i].rows, specs[i].cols, out, &e);
+        enum shlm_kind kind = (enum shlm_kind)specs[i].kind;
+        rc = s.read(&s, kind, specs[i].layer, specs[i].rows, specs[i].cols, out, &e);
         if (rc)
             fprintf(stderr, "read %s: %s\n", specs[i].name, e.msg);
         assert_int_equal(rc, 0);
@@ -419,22 +420,23 @@ static void check_tiny(const struct tiny *m)
         }
         /* a wrong shape is refused, naming the tensor */
         e.msg[0] = 0;
-        rc = s.read(&s, specs[i].name, specs[i].cols, specs[i].rows + 1, out, &e);
+        rc = s.read(&s, kind, specs[i].layer, specs[i].cols, specs[i].rows + 1, out, &e);
         assert_int_equal(rc, -EINVAL);
         assert_non_null(strstr(e.msg, hf));
         free(out);
     }
     float one;
-    assert_int_equal(s.read(&s, "blk.99.attn_q", 1, 1, &one, &e), -ENOENT);
-    assert_int_equal(s.read(&s, "blk.0.attn_gate", 1, 1, &one, &e), -ENOENT);
-    assert_int_equal(s.read(&s, "nonsense", 1, 1, &one, &e), -ENOENT);
+    assert_int_equal(s.read(&s, SHLM_KIND_ATTN_Q, 99, 1, 1, &one, &e), -ENOENT);
+    assert_int_equal(s.read(&s, SHLM_KIND_ATTN_GATE, 0, 1, 1, &one, &e), -ENOENT);
+    assert_int_equal(s.read(&s, SHLM_KIND_COUNT, 0, 1, 1, &one, &e), -ENOENT);
+    assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT_NORM, 1, 1, m->dim, &one, &e), -ENOENT);
     if (m->tied)
-        assert_int_equal(s.read(&s, "output", m->vocab, m->dim, &one, &e), -ENOENT);
+        assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT, 0, m->vocab, m->dim, &one, &e), -ENOENT);
     if (m->fam != QWEN2)
-        assert_int_equal(s.read(&s, "blk.0.attn_q_bias", 1, m->heads * m->head_dim, &one, &e),
+        assert_int_equal(s.read(&s, SHLM_KIND_ATTN_Q_BIAS, 0, 1, m->heads * m->head_dim, &one, &e),
                          -ENOENT);
     if (m->fam != QWEN3)
-        assert_int_equal(s.read(&s, "blk.0.attn_q_norm", 1, m->head_dim, &one, &e), -ENOENT);
+        assert_int_equal(s.read(&s, SHLM_KIND_ATTN_Q_NORM, 0, 1, m->head_dim, &one, &e), -ENOENT);
     free(specs);
     coord_source_close(&s);
 }
@@ -1240,14 +1242,16 @@ static void test_dir_hostile(void **state)
 static void test_dir_weights(void **state)
 {
     static const struct {
-        const char *tensor, *ours;
+        const char *tensor;
+        enum shlm_kind kind;
+        uint32_t layer;
         int rows, at;
         float v;
         const char *shown;
     } cases[] = {
-        {"model.norm.weight", "output_norm", 0, 3, NAN, "nan"},
-        {"model.embed_tokens.weight", "tok_embd", 40, 7, INFINITY, "inf"},
-        {"model.layers.1.input_layernorm.weight", "blk.1.attn_norm", 0, 0, 3e38f, "e+38"},
+        {"model.norm.weight", SHLM_KIND_OUTPUT_NORM, 0, 0, 3, NAN, "nan"},
+        {"model.embed_tokens.weight", SHLM_KIND_TOK_EMBD, 0, 40, 7, INFINITY, "inf"},
+        {"model.layers.1.input_layernorm.weight", SHLM_KIND_ATTN_NORM, 1, 0, 0, 3e38f, "e+38"},
     };
     float *row = malloc(40 * 32 * sizeof(float));
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1265,7 +1269,7 @@ static void test_dir_weights(void **state)
         struct shardlm_err e = {""};
         assert_int_equal(coord_source_hf(&s, dir, NULL, &e), 0);
         int rows = cases[i].rows ? cases[i].rows : 1;
-        assert_int_equal(s.read(&s, cases[i].ours, rows, 32, row, &e), -EINVAL);
+        assert_int_equal(s.read(&s, cases[i].kind, cases[i].layer, rows, 32, row, &e), -EINVAL);
         char at[64];
         snprintf(at, sizeof(at), "element %d ", cases[i].at);
         if (!strstr(e.msg, cases[i].tensor) || !strstr(e.msg, at) ||

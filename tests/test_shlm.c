@@ -90,7 +90,7 @@ static void test_roundtrip_every_scheme(void **state)
         /* dequantized rows stay close to the source: ragged groups (cols 172) included */
         struct kn_mat v;
         shlm_view(&m, up, &v);
-        const float *src = coord_llama2c_tensor(&ck, "blk.2.ffn_up");
+        const float *src = coord_llama2c_tensor(&ck, SHLM_KIND_FFN_UP, 2);
         float row[64], err2 = 0, ref2 = 0;
         for (int r = 0; r < v.rows; r++) {
             kn_mat_row(&v, r, row);
@@ -269,7 +269,7 @@ static void test_untied_classifier(void **state)
     assert_int_equal(coord_llama2c_open(&l, path, &e), 0);
     assert_false(l.cfg.tied_embd);
     assert_int_equal(l.cfg.vocab_size, 512);
-    assert_true(coord_llama2c_tensor(&l, "output")[5] == 2.0f * src[5]);
+    assert_true(coord_llama2c_tensor(&l, SHLM_KIND_OUTPUT, 0)[5] == 2.0f * src[5]);
     coord_llama2c_close(&l);
 
     convert_to(path, out, SHLM_SCHEME_F32, 0, 8);

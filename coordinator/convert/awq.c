@@ -166,14 +166,12 @@ static int search_site(struct coord_awq *a, uint32_t l, const struct awq_site *s
     if (!rms || !imp0 || !s || !imp || !row)
         goto oom;
     for (; nm < nk; nm++) {
-        char name[SHLM_NAME_MAX];
-        shlm_kind_name(kinds[nm], l, name, sizeof(name));
         rows[nm] = shlm_dim_size(g, shlm_kinds[kinds[nm]].rows);
         size_t n = (size_t)rows[nm] * cols;
         most = n > most ? n : most;
         if (!(w[nm] = malloc(n * sizeof(float))))
             goto oom;
-        if ((rc = a->src->read(a->src, name, rows[nm], cols, w[nm], e)))
+        if ((rc = a->src->read(a->src, kinds[nm], l, rows[nm], cols, w[nm], e)))
             goto out;
     }
     if (!(ws = malloc(most * sizeof(float))) ||
@@ -241,14 +239,12 @@ static void unscale_rows(float *w, int rows, int cols, const float *s)
             w[(size_t)r * cols + c] /= s[r];
 }
 
-int coord_awq_apply(struct coord_awq *a, const char *name, float *w, int rows, int cols,
+int coord_awq_apply(struct coord_awq *a, int kind, uint32_t l, float *w, int rows, int cols,
                     const float **col_scale, struct shardlm_err *e)
 {
     *col_scale = NULL;
-    enum shlm_kind kind;
-    uint32_t l;
     int rc;
-    if (!shlm_kind_parse(name, a->cfg.n_layers, &kind, &l) || !shlm_kinds[kind].layer)
+    if ((unsigned)kind >= SHLM_KIND_COUNT || !shlm_kinds[kind].layer || l >= a->cfg.n_layers)
         return 0;
     if ((long)l != a->layer && (rc = awq_layer(a, l, e)))
         return rc;

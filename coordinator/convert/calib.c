@@ -614,15 +614,13 @@ const double *coord_calib_sumsq(const struct coord_calib *c, uint32_t layer, int
     return st->cols ? st->sumsq : NULL;
 }
 
-/* The layer and site whose input tensor @name multiplies, from its kind's row of the tensor table;
- * false for other tensors (the embedding lookup, the f32 vectors and the head gate, which are not
- * quantized). */
-static bool site_of(const struct shlm_config *g, const char *name, uint32_t *layer,
+/* The layer and site whose input the tensor of kind @k of layer @l multiplies, from its kind's row
+ * of the tensor table; false for other tensors (the embedding lookup, the f32 vectors and the
+ * head gate, which are not quantized). */
+static bool site_of(const struct shlm_config *g, int k, uint32_t l, uint32_t *layer,
                     enum wrk_site *site)
 {
-    enum shlm_kind k;
-    uint32_t l;
-    if (!shlm_kind_parse(name, g->n_layers, &k, &l))
+    if ((unsigned)k >= SHLM_KIND_COUNT)
         return false;
     const struct shlm_kind_traits *t = &shlm_kinds[k];
     /* a tied embedding is the LM head */
@@ -634,20 +632,20 @@ static bool site_of(const struct shlm_config *g, const char *name, uint32_t *lay
     return true;
 }
 
-long coord_calib_site(const struct coord_calib *c, const char *name)
+long coord_calib_site(const struct coord_calib *c, int kind, uint32_t layer)
 {
     uint32_t l;
     enum wrk_site k;
-    return site_of(&c->cfg, name, &l, &k) ? (long)l * WRK_SITES + k : -1;
+    return site_of(&c->cfg, kind, layer, &l, &k) ? (long)l * WRK_SITES + k : -1;
 }
 
-int coord_calib_stats(struct coord_calib *c, const char *name, int cols, const float **imatrix,
-                      const float **hessian, struct shardlm_err *e)
+int coord_calib_stats(struct coord_calib *c, int kind, uint32_t layer, int cols,
+                      const float **imatrix, const float **hessian, struct shardlm_err *e)
 {
     *imatrix = *hessian = NULL;
     uint32_t l;
     enum wrk_site k;
-    if (!site_of(&c->cfg, name, &l, &k))
+    if (!site_of(&c->cfg, kind, layer, &l, &k))
         return 0;
     struct site_stats *st = stats_of(c, l, k);
     if (!st->cols) /* the head, not collected */

@@ -51,16 +51,16 @@ int coord_calib_open(struct coord_calib **out, struct coord_source *src,
                      const struct coord_calib_opts *o, struct shardlm_err *e);
 void coord_calib_free(struct coord_calib *c);
 
-/* The statistics of the input of tensor @name (.shlm naming) of @cols columns: *@imatrix the
- * per-column mean square (cols floats), *@hessian (when the calibration collects them, else
- * NULL) the mean of x x^T (cols x cols, symmetric). Both NULL when @name is no linear layer's
- * weight. The pointers hold until the next call. Returns 0 or -errno with @e set (a pass that
- * ran out of memory). */
-int coord_calib_stats(struct coord_calib *c, const char *name, int cols, const float **imatrix,
-                      const float **hessian, struct shardlm_err *e);
-/* Which product input @name reads (tensors that read the same input, as q, k and v do, have the
- * same key), or -1 when it is no linear layer's weight. */
-long coord_calib_site(const struct coord_calib *c, const char *name);
+/* The statistics of the input of the tensor of @kind (enum shlm_kind) of @layer, of @cols
+ * columns: *@imatrix the per-column mean square (cols floats), *@hessian (when the calibration
+ * collects them, else NULL) the mean of x x^T (cols x cols, symmetric). Both NULL when the tensor
+ * is no quantized linear layer's weight (its kind's site in the tensor table). The pointers hold
+ * until the next call. Returns 0 or -errno with @e set (a pass that ran out of memory). */
+int coord_calib_stats(struct coord_calib *c, int kind, uint32_t layer, int cols,
+                      const float **imatrix, const float **hessian, struct shardlm_err *e);
+/* Which product input the tensor of @kind of @layer reads (tensors that read the same input, as
+ * q, k and v do, have the same key), or -1 when it is no quantized linear layer's weight. */
+long coord_calib_site(const struct coord_calib *c, int kind, uint32_t layer);
 
 /* The input rows kept of layer @layer's product input @site (enum wrk_site): *@n rows of @cols
  * floats at *@x (NULL, 0 when no samples were kept). */

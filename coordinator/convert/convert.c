@@ -131,10 +131,10 @@ static int encode_calibrated(struct convert_enc *c, const struct shlm_tensor_spe
                              struct shardlm_err *e)
 {
     const float *imat, *h;
-    long site = coord_calib_site(c->calib, s->name);
+    long site = coord_calib_site(c->calib, s->kind, s->layer);
     bool asym = s->dtype == KN_DT_W4A16, factored = c->factor && site == c->factor_site;
     int rc = 0;
-    if (!factored && (rc = coord_calib_stats(c->calib, s->name, s->cols, &imat, &h, e)))
+    if (!factored && (rc = coord_calib_stats(c->calib, s->kind, s->layer, s->cols, &imat, &h, e)))
         return rc;
     if (factored) /* GPTQ's factorisation of this input is at hand: no Hessian to copy */
         return coord_gptq_apply(c->factor, w, s->rows, s->group, asym, c->pool, dst)
@@ -190,14 +190,15 @@ static int write_tensor(int fd, struct coord_source *src, const struct shlm_tens
         rc = shardlm_fail(e, -ENOMEM, "out of memory for tensor %s", t->name);
         goto out_free;
     }
-    rc = src->read(src, t->name, (int)t->rows, (int)t->cols, f32, e);
+    rc =
+        src->read(src, (enum shlm_kind)spec->kind, spec->layer, (int)t->rows, (int)t->cols, f32, e);
     if (rc == -ENOENT)
         shardlm_fail(e, rc, "%s: tensor %s is missing", src->path, t->name);
     if (rc)
         goto out_free;
     const float *col_scale = NULL;
-    if (enc->awq &&
-        (rc = coord_awq_apply(enc->awq, t->name, f32, (int)t->rows, (int)t->cols, &col_scale, e)))
+    if (enc->awq && (rc = coord_awq_apply(enc->awq, spec->kind, spec->layer, f32, (int)t->rows,
+                                          (int)t->cols, &col_scale, e)))
         goto out_free;
     if (enc->calib && is_w4(spec->dtype))
         rc = encode_calibrated(enc, spec, f32, col_scale, buf, e);

@@ -6,6 +6,7 @@
 #define SHARDLM_COORD_QUANT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 enum coord_quant_method {
     COORD_QUANT_RTN,     /* each group's scale searched, codes rounded to nearest */
@@ -66,11 +67,11 @@ struct kn_par;
 int coord_awq_open(struct coord_awq **out, struct coord_calib *c, struct coord_source *src,
                    int group, bool asym, const struct kn_par *par, struct shardlm_err *e);
 void coord_awq_free(struct coord_awq *a);
-/* Applies AWQ's scales to tensor @name (@rows x @cols floats at @w, in place), searching its
- * layer's scales at the layer's first tensor; *@col_scale is the scale of each column (NULL when
- * the columns are not scaled), by which the tensor's importance divides twice. Returns 0 or
- * -errno with @e set. */
-int coord_awq_apply(struct coord_awq *a, const char *name, float *w, int rows, int cols,
+/* Applies AWQ's scales to the tensor of @kind (enum shlm_kind) of @layer (@rows x @cols floats at
+ * @w, in place), searching its layer's scales at the layer's first tensor; *@col_scale is the
+ * scale of each column (NULL when the columns are not scaled), by which the tensor's importance
+ * divides twice. Returns 0 or -errno with @e set. */
+int coord_awq_apply(struct coord_awq *a, int kind, uint32_t layer, float *w, int rows, int cols,
                     const float **col_scale, struct shardlm_err *e);
 
 #endif

@@ -71,12 +71,14 @@ int coord_source_check_finite(const float *w, int rows, int cols, const char *pa
     return 0;
 }
 
-static int llama2c_read(struct coord_source *s, const char *name, int rows, int cols, float *out,
-                        struct shardlm_err *e)
+static int llama2c_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, int rows,
+                        int cols, float *out, struct shardlm_err *e)
 {
-    const float *src = coord_llama2c_tensor(s->impl, name);
+    const float *src = coord_llama2c_tensor(s->impl, kind, layer);
     if (!src)
         return -ENOENT;
+    char name[SHLM_NAME_MAX];
+    shlm_kind_name(kind, layer, name, sizeof(name));
     memcpy(out, src, (size_t)rows * (size_t)cols * sizeof(float));
     return coord_source_check_finite(out, rows, cols, s->path, name, e);
 }

@@ -6,6 +6,7 @@
 #define SHARDLM_COORD_SOURCE_H
 
 #include "shlm.h"
+#include "tensors.h"
 #include "util.h"
 
 #include <stddef.h>
@@ -20,12 +21,12 @@ struct coord_source {
     uint8_t *tok;
     size_t tok_len;
     uint32_t bos_id, eos_id;
-    /* Reads tensor @name (.shlm naming: "tok_embd", "blk.3.attn_q", "blk.0.attn_q_bias", ...) of
-     * @rows x @cols into @out as float32, row-major (out, in). Returns 0, -ENOENT when the
-     * source has no such tensor, or -errno with @e naming the file and tensor (shape mismatch
-     * included). */
-    int (*read)(struct coord_source *s, const char *name, int rows, int cols, float *out,
-                struct shardlm_err *e);
+    /* Reads the tensor of @kind of @layer (0 for a global kind) of @rows x @cols into @out as
+     * float32, row-major (out, in). Returns 0, -ENOENT when the source has no such tensor (a
+     * kind its config lacks, a layer past n_layers), or -errno with @e naming the file and
+     * tensor (shape mismatch included). */
+    int (*read)(struct coord_source *s, enum shlm_kind kind, uint32_t layer, int rows, int cols,
+                float *out, struct shardlm_err *e);
     void (*close)(struct coord_source *s);
     void *impl;
 };

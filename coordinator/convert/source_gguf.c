@@ -27,25 +27,15 @@ static const char *akey(const struct gguf_source *g, const char *key)
     return buf;
 }
 
-/* Our tensor name -> the GGUF one (llama.cpp naming, the tensor table's), or false for a name
- * that is no tensor of a model of @c. */
-static bool gguf_name(const struct shlm_config *c, const char *name, char *out, size_t len)
-{
-    enum shlm_kind k;
-    uint32_t l;
-    if (!shlm_kind_parse(name, c->n_layers, &k, &l))
-        return false;
-    shlm_kind_gguf_name(k, l, out, len);
-    return true;
-}
-
-static int gguf_src_read(struct coord_source *s, const char *name, int rows, int cols, float *out,
-                         struct shardlm_err *e)
+static int gguf_src_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, int rows,
+                         int cols, float *out, struct shardlm_err *e)
 {
     struct gguf_source *g = s->impl;
     char gname[128];
-    if (!gguf_name(&s->cfg, name, gname, sizeof(gname)))
+    if ((unsigned)kind >= SHLM_KIND_COUNT ||
+        layer >= (shlm_kinds[kind].layer ? s->cfg.n_layers : 1))
         return -ENOENT;
+    shlm_kind_gguf_name(kind, layer, gname, sizeof(gname)); /* llama.cpp's naming */
     const struct gguf_tensor *t = gguf_tensor(&g->f, gname);
     if (!t)
         return -ENOENT;

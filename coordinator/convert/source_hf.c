@@ -29,15 +29,15 @@ struct hf_source {
     enum shlm_norm norm; /* the architecture's */
 };
 
-/* Our tensor @name -> the HF one in @out (the tensor table's). Returns 0 or -ENOENT (no such
- * tensor in an HF checkpoint of this config); *@norm says whether it is an RMSNorm weight. */
-static int hf_name(const struct hf_source *h, const char *name, char *out, size_t len, bool *norm)
+/* The HF name of the tensor of kind @k of layer @l in @out (the tensor table's). Returns 0 or
+ * -ENOENT (no such tensor in an HF checkpoint of this config); *@norm says whether it is an
+ * RMSNorm weight. */
+static int hf_name(const struct hf_source *h, enum shlm_kind k, uint32_t l, char *out, size_t len,
+                   bool *norm)
 {
-    enum shlm_kind k;
-    uint32_t l;
     *norm = false;
-    if (!shlm_kind_parse(name, h->cfg.n_layers, &k, &l) || !shlm_kind_present(&h->cfg, k) ||
-        !shlm_kind_hf_name(&h->cfg, k, l, out, len))
+    if ((unsigned)k >= SHLM_KIND_COUNT || l >= (shlm_kinds[k].layer ? h->cfg.n_layers : 1) ||
+        !shlm_kind_present(&h->cfg, k) || !shlm_kind_hf_name(&h->cfg, k, l, out, len))
         return -ENOENT;
     *norm = shlm_kinds[k].norm;
     return 0;
@@ -77,13 +77,13 @@ static const struct st_tensor *find_checked(const struct hf_source *h, const cha
     return t;
 }
 
-static int hf_read(struct coord_source *s, const char *name, int rows, int cols, float *out,
-                   struct shardlm_err *e)
+static int hf_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, int rows, int cols,
+                   float *out, struct shardlm_err *e)
 {
     struct hf_source *h = s->impl;
     char hf[SHLM_NAME_MAX + 64];
     bool norm;
-    if (hf_name(h, name, hf, sizeof(hf), &norm))
+    if (hf_name(h, kind, layer, hf, sizeof(hf), &norm))
         return -ENOENT;
     int file, rc;
     const struct st_tensor *t = find_checked(h, hf, rows, cols, &file, &rc, e);
@@ -119,7 +119,7 @@ static int check_tensors(struct hf_source *h, const struct shlm_config *c, const
         char hf[SHLM_NAME_MAX + 64];
         bool norm;
         int file;
-        if (hf_name(h, specs[i].name, hf, sizeof(hf), &norm)) {
+        if (hf_name(h, (enum shlm_kind)specs[i].kind, specs[i].layer, hf, sizeof(hf), &norm)) {
             rc = shardlm_fail(e, -EINVAL, "%s: tensor %s has no Hugging Face counterpart", dir,
                               specs[i].name);
             break;

@@ -127,14 +127,11 @@ struct slice {
     int r0, r1, c0, c1, pad;
 };
 
-static struct slice shard_slice(const struct shlm_tensor *src, const struct shlm_tensor *dst,
-                                const struct shlm_config *c, const struct seg_plan *p)
+static struct slice shard_slice(const struct shlm_tensor *src, enum shlm_kind kind,
+                                const struct shlm_tensor *dst, const struct shlm_config *c,
+                                const struct seg_plan *p)
 {
     struct slice s = {0, (int)src->rows, 0, (int)src->cols, 0};
-    enum shlm_kind kind;
-    uint32_t layer;
-    bool known = shlm_kind_parse(src->name, c->n_layers, &kind, &layer);
-    KN_ASSERT(known); /* shlm_parse() checked every name against the config's tensors */
     const struct shlm_kind_traits *k = &shlm_kinds[kind];
     int lo, hi, pad;
     switch (k->split) {
@@ -446,6 +443,7 @@ struct load {
     struct source src;
     const struct shlm_tensor *tensors; /* the file's table */
     int *order;                        /* source tensors by offset */
+    enum shlm_kind *kind;              /* each source tensor's, resolved from its name once */
     int n_src, n_lanes;
     struct rank_dest *ranks;
     int n;
@@ -532,7 +530,7 @@ static int consume(struct lane *ln, const struct job *j, const uint8_t *data)
     for (int r = 0; r < L->n; r++) {
         struct rank_dest *rd = &L->ranks[r];
         const struct shlm_tensor *d = &rd->table[L->dst[r][j->t]];
-        struct slice s = shard_slice(t, d, &L->f->img.hdr->cfg, &rd->plan);
+        struct slice s = shard_slice(t, L->kind[j->t], d, &L->f->img.hdr->cfg, &rd->plan);
         deliver(&ln->stages[r], rd->d->seg->base, d, &s, &c, j->r0, j->r1);
     }
     if (j->r1 < rows)
@@ -683,12 +681,17 @@ static int prepare(struct load *L, int n_ranks, const struct coord_load_dest *de
     L->tensors = L->f->img.tensors;
     L->n_src = (int)fh->n_tensors;
     L->order = calloc((size_t)L->n_src, sizeof(*L->order));
+    L->kind = calloc((size_t)L->n_src, sizeof(*L->kind));
     L->ranks = calloc((size_t)L->n, sizeof(*L->ranks));
     L->dst = calloc((size_t)L->n, sizeof(*L->dst));
-    if (!L->order || !L->ranks || !L->dst)
+    if (!L->order || !L->kind || !L->ranks || !L->dst)
         return shardlm_fail(e, -ENOMEM, "out of memory");
-    for (int i = 0; i < L->n_src; i++)
+    for (int i = 0; i < L->n_src; i++) {
+        uint32_t layer;
+        bool known = shlm_kind_parse(L->tensors[i].name, fh->cfg.n_layers, &L->kind[i], &layer);
+        KN_ASSERT(known); /* shlm_parse() checked every name against the config's tensors */
         L->order[i] = i;
+    }
     qsort_r(L->order, (size_t)L->n_src, sizeof(int), by_offset, (void *)L->tensors);
     for (int i = 0; i < L->n_src; i++) {
         const struct shlm_tensor *t = &L->tensors[i];
@@ -810,5 +813,6 @@ out:
     free(L.ranks);
     free(L.dst);
     free(L.order);
+    free(L.kind);
     return rc;
 }

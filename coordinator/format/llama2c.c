@@ -3,8 +3,6 @@
  * mapped in place); a file that is no model at all is told so here, llama2.c having no magic. */
 #include "llama2c.h"
 
-#include "tensors.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -155,12 +153,10 @@ void coord_llama2c_close(struct coord_llama2c *ck)
     memset(ck, 0, sizeof(*ck));
 }
 
-const float *coord_llama2c_tensor(const struct coord_llama2c *ck, const char *name)
+const float *coord_llama2c_tensor(const struct coord_llama2c *ck, enum shlm_kind k, uint32_t l)
 {
     const struct shlm_config *c = &ck->cfg;
-    enum shlm_kind k;
-    uint32_t l;
-    if (!shlm_kind_parse(name, c->n_layers, &k, &l))
+    if ((unsigned)k >= SHLM_KIND_COUNT || l >= (shlm_kinds[k].layer ? c->n_layers : 1))
         return NULL;
     /* the kind's slot, then its layer's matrix within it */
     const struct shlm_kind_traits *t = &shlm_kinds[k];

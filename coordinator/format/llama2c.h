@@ -7,6 +7,7 @@
 #define SHARDLM_COORD_LLAMA2C_H
 
 #include "shlm.h"
+#include "tensors.h"
 #include "util.h"
 
 #include <stddef.h>
@@ -24,7 +25,9 @@ struct coord_llama2c {
  * Returns 0 or -errno with @e set. Release with coord_llama2c_close(). */
 int coord_llama2c_open(struct coord_llama2c *ck, const char *path, struct shardlm_err *e);
 void coord_llama2c_close(struct coord_llama2c *ck);
-/* The f32 data of the .shlm tensor @name ("tok_embd", "blk.3.ffn_up", ...), or NULL. */
-const float *coord_llama2c_tensor(const struct coord_llama2c *ck, const char *name);
+/* The f32 data of the tensor of @kind of @layer (0 for a global kind), or NULL where a llama2.c
+ * checkpoint has none. */
+const float *coord_llama2c_tensor(const struct coord_llama2c *ck, enum shlm_kind kind,
+                                  uint32_t layer);
 
 #endif
