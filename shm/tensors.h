@@ -120,8 +120,9 @@ struct shlm_kind_traits {
     enum shlm_dim rows, cols;
     enum shlm_split split;
     enum shlm_dtc dtc;
-    /* the input whose columns it multiplies (calibration statistics; AWQ scales its columns by
-     * that input's scale); SHLM_SITE_NONE for the embedding lookup and the norms */
+    /* the input whose columns it multiplies (calibration statistics where it is quantized, i.e.
+     * not SHLM_DTC_F32; AWQ scales its columns by that input's scale, the head gate's too);
+     * SHLM_SITE_NONE for the embedding lookup and the (1, n) vectors */
     enum shlm_site site;
     /* the input its output rows are (AWQ divides them by that input's scale: a norm's output is
      * QKV's or GATE_UP's input, v's (through attention) O's, up's down's); SHLM_SITE_NONE */
@@ -141,7 +142,8 @@ void shlm_kind_gguf_name(enum shlm_kind kind, uint32_t layer, char *out, size_t 
 bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer, char *out,
                        size_t len);
 /* The kind and layer of the .shlm name @name in a model of @n_layers layers: true, or false for
- * a name that is no tensor of a model. */
+ * a name that is no tensor of a model. A file keeps its tensors' names; the loader resolves them
+ * here, once per tensor. */
 bool shlm_kind_parse(const char *name, uint32_t n_layers, enum shlm_kind *kind, uint32_t *layer);
 /* The size @d in config @c. */
 int shlm_dim_size(const struct shlm_config *c, enum shlm_dim d);
