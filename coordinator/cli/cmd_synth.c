@@ -3,6 +3,7 @@
  * with its layer counter on stderr. */
 #include "cli.h"
 #include "synth.h"
+#include "synth_tok.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -19,10 +20,12 @@ static const char *usage(void)
     size_t n,
         len = (size_t)snprintf(
             text, sizeof(text),
-            "usage: shardlm synth --shape NAME -o FILE.gguf [--seed S]\n"
+            "usage: shardlm synth --shape NAME -o FILE.gguf [--seed S] [--tokenizer DIR]\n"
             "\n"
             "Writes a synthetic model (normal weights, std 0.02; norms 1.0) in GGUF F16 with a\n"
-            "byte-level BPE vocabulary. Shapes:\n");
+            "byte-level BPE vocabulary, or with --tokenizer the tokenizer of DIR/tokenizer.json\n"
+            "and DIR/tokenizer_config.json (vocabulary, merges, special tokens, chat template),\n"
+            "whose size replaces the shape's vocab. Shapes:\n");
     const struct coord_synth_shape *shapes = coord_synth_shapes(&n);
     for (size_t i = 0; i < n && len < sizeof(text); i++) {
         const struct coord_synth_shape *s = &shapes[i];
@@ -72,13 +75,14 @@ static void synth_progress(void *ctx, int done, int total)
 
 int coord_cmd_synth(int argc, char **argv)
 {
-    const char *shape = NULL, *out = NULL;
+    const char *shape = NULL, *out = NULL, *tokdir = NULL;
     uint64_t seed = 1;
     static const struct option opts[] = {{"shape", required_argument, 0, 's'},
                                          {"seed", required_argument, 0, 'S'},
+                                         {"tokenizer", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    static const struct coord_cli_path paths[] = {{'o', "-o"}, {0, 0}};
+    static const struct coord_cli_path paths[] = {{'o', "-o"}, {'t', "--tokenizer"}, {0, 0}};
     struct coord_cli_cmd cmd = {"synth", usage(), "o:h", opts, paths};
     int c, rc;
     while ((c = coord_cli_getopt(&cmd, argc, argv, &rc)) != -1) {
@@ -90,6 +94,9 @@ int coord_cmd_synth(int argc, char **argv)
             break;
         case 'o':
             out = optarg;
+            break;
+        case 't':
+            tokdir = optarg;
             break;
         case 'S': {
             char *end;
@@ -113,8 +120,15 @@ int coord_cmd_synth(int argc, char **argv)
                 "shardlm synth: removed %d temporary file%s of %s left by a stopped synth (%s%s)\n",
                 n_stale, n_stale > 1 ? "s" : "", out, stale, n_stale > 1 ? ", ..." : "");
     struct shardlm_err e;
+    struct coord_synth_tok tok;
+    if (tokdir && coord_synth_tok_load(&tok, tokdir, &e)) {
+        fprintf(stderr, "shardlm synth: %s\n", e.msg);
+        return 1;
+    }
     struct synth_progress prog = {.tty = isatty(2), .last_ns = shardlm_now_ns()};
-    rc = coord_synth(shape, out, seed, synth_progress, &prog, &e);
+    rc = coord_synth_with_tok(shape, out, seed, tokdir ? &tok : NULL, synth_progress, &prog, &e);
+    if (tokdir)
+        coord_synth_tok_free(&tok);
     if (prog.started)
         fprintf(stderr, "\n");
     if (rc) {

@@ -6,6 +6,7 @@
 #include "synth.h"
 
 #include "gguf_write.h"
+#include "synth_tok.h"
 
 #include <errno.h>
 #include <math.h>
@@ -239,19 +240,33 @@ int coord_synth(const char *shape, const char *out, uint64_t seed,
                 void (*progress)(void *ctx, int done, int total), void *ctx,
                 struct shardlm_err *e)
 {
+    return coord_synth_with_tok(shape, out, seed, NULL, progress, ctx, e);
+}
+
+int coord_synth_with_tok(const char *shape, const char *out, uint64_t seed,
+                         const struct coord_synth_tok *tok,
+                         void (*progress)(void *ctx, int done, int total), void *ctx,
+                         struct shardlm_err *e)
+{
     const struct coord_synth_shape *s = NULL;
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]) && !s; i++)
         if (strcmp(shapes[i].name, shape) == 0)
             s = &shapes[i];
     if (!s)
         return shardlm_fail(e, -EINVAL, "unknown shape '%s'", shape);
+    struct coord_synth_shape sized; /* a real tokenizer's vocabulary sizes the rows */
+    if (tok) {
+        sized = *s;
+        sized.vocab = tok->vocab;
+        s = &sized;
+    }
     struct gguf_writer *w;
     int rc = gguf_writer_open(&w, out, e);
     if (rc)
         return rc;
     uint64_t rng = seed ? seed : 0x9e3779b97f4a7c15ull;
     write_metadata(w, s);
-    if ((rc = write_vocab(w, s->vocab))) {
+    if ((rc = tok ? coord_synth_tok_gguf(w, tok) : write_vocab(w, s->vocab))) {
         shardlm_fail(e, rc, "out of memory");
         goto out_abort;
     }

@@ -28,4 +28,12 @@ const struct coord_synth_shape *coord_synth_shapes(size_t *n);
 int coord_synth(const char *shape, const char *out, uint64_t seed,
                 void (*progress)(void *ctx, int done, int total), void *ctx, struct shardlm_err *e);
 
+struct coord_synth_tok;
+/* coord_synth() with the real tokenizer @tok (synth_tok.h; NULL: the byte-level one made up
+ * here), whose vocabulary sizes the embedding and output rows. */
+int coord_synth_with_tok(const char *shape, const char *out, uint64_t seed,
+                         const struct coord_synth_tok *tok,
+                         void (*progress)(void *ctx, int done, int total), void *ctx,
+                         struct shardlm_err *e);
+
 #endif
