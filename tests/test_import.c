@@ -4,7 +4,8 @@
  * here from the GGUF weights (plain loops, no shardlm kernels): llama (interleaved RoPE, GQA,
  * SiLU, tied) and spark (head_dim != dim / heads, GELU-tanh, per-head output gate), at one and
  * two workers. Also what synth and convert report: their progress callbacks (the library prints
- * nothing) and the exact lines the CLI prints from them. */
+ * nothing) and the exact lines the CLI prints from them; synth with a tokenizer.json of its own
+ * (synth_tok.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,7 +22,9 @@
 #include "fault.h"
 #include "gguf.h"
 #include "synth.h"
+#include "synth_tok.h"
 #include "testutil.h"
+#include "tokenizer.h"
 
 static char dir[4096];
 
@@ -468,6 +471,91 @@ static void test_output_errors(void **state)
     assert_int_equal(access(shlm, F_OK), 0);
 }
 
+/* A small byte-level tokenizer.json (a hole at id 4, an added special token) and its
+ * tokenizer_config.json: synth --tokenizer writes them into the GGUF (the same ids, EOS and
+ * template back; no BOS, as the config says; the hole named [PAD4]) and copies them byte for
+ * byte into a folder; a missing file, an unknown token and a pre-tokenizer no GGUF names fail
+ * with the file and the field. */
+static void test_synth_tokenizer(void **state)
+{
+    static const char json[] =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2,"
+        " \"\\u0120\": 3}, \"merges\": [\"a b\"]},"
+        " \"added_tokens\": [{\"id\": 5, \"content\": \"<|im_end|>\", \"special\": true}],"
+        " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}}";
+    static const char config[] = "{\"bos_token\": null, \"eos_token\": \"<|im_end|>\","
+                                 " \"model_max_length\": 1000000000000000019884624838656,"
+                                 " \"chat_template\": \"{{ messages[0].content }}\"}";
+    char tk[4300], p[4400], gguf[4300], hf[4300];
+    struct shardlm_err e;
+    tu_path(tk, sizeof(tk), "%s/tk", dir);
+    tu_path(hf, sizeof(hf), "%s/hf", dir);
+    tu_path(gguf, sizeof(gguf), "%s/tk.gguf", dir);
+    assert_int_equal(mkdir(tk, 0700), 0);
+    assert_int_equal(mkdir(hf, 0700), 0);
+    struct coord_synth_tok st;
+    assert_int_equal(coord_synth_tok_load(&st, tk, &e), -ENOENT);
+    assert_non_null(strstr(e.msg, "tk/tokenizer.json"));
+    tu_path(p, sizeof(p), "%s/tokenizer.json", tk);
+    assert_int_equal(tu_write(p, json, strlen(json)), 0);
+    tu_path(p, sizeof(p), "%s/tokenizer_config.json", tk);
+    assert_int_equal(tu_write(p, config, strlen(config)), 0);
+    assert_int_equal(coord_synth_tok_load(&st, tk, &e), 0);
+    assert_int_equal(st.vocab, 6);
+    assert_int_equal(st.bos, -1);
+    assert_int_equal(st.eos, 5);
+    assert_string_equal(st.pre, "gpt2");
+    assert_int_equal(coord_synth_with_tok("tiny", gguf, 1, &st, NULL, NULL, &e), 0);
+
+    size_t n = 0;
+    char *img = tu_slurp(gguf, &n);
+    assert_non_null(img);
+    struct coord_tok t;
+    assert_int_equal(coord_tok_from_image(&t, (const uint8_t *)img, n, 0, gguf, &e), 0);
+    free(img);
+    assert_int_equal(t.vocab_size, 6);
+    assert_int_equal(t.bos_id, -1);
+    assert_int_equal(t.eos_id, 5);
+    assert_string_equal(t.vocab[4], "[PAD4]");
+    assert_string_equal(t.chat_template, "{{ messages[0].content }}");
+    int32_t want[16], got[16];
+    const char *text = "ab a<|im_end|>b";
+    unsigned fl = COORD_TOK_ENC_PARSE_SPECIAL;
+    int nw = coord_tok_encode_ex(&st.tok, text, strlen(text), fl, want, 16);
+    assert_int_equal(nw, 5); /* ab, Ġ, a, <|im_end|>, b */
+    assert_int_equal(coord_tok_encode_ex(&t, text, strlen(text), fl, got, 16), nw);
+    assert_memory_equal(got, want, sizeof(int32_t) * (size_t)nw);
+    coord_tok_free(&t);
+
+    assert_int_equal(coord_synth_tok_hf(&st, hf, &e), 0);
+    const char *files[] = {"tokenizer.json", "tokenizer_config.json"};
+    const char *bytes[] = {json, config};
+    for (int i = 0; i < 2; i++) {
+        tu_path(p, sizeof(p), "%s/%s", hf, files[i]);
+        char *b = tu_slurp(p, &n);
+        assert_non_null(b);
+        assert_int_equal(n, strlen(bytes[i]));
+        assert_memory_equal(b, bytes[i], n);
+        free(b);
+    }
+    coord_synth_tok_free(&st);
+
+    static const char bad_config[] = "{\"bos_token\": \"<nope>\"}";
+    tu_path(p, sizeof(p), "%s/tokenizer_config.json", tk);
+    assert_int_equal(tu_write(p, bad_config, strlen(bad_config)), 0);
+    assert_int_equal(coord_synth_tok_load(&st, tk, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "tokenizer_config.json: bos_token '<nope>' is no token"));
+    static const char split[] =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+        " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": ["
+        "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a+\"}, \"behavior\": \"Isolated\"},"
+        "{\"type\": \"ByteLevel\", \"use_regex\": false}]}}";
+    tu_path(p, sizeof(p), "%s/tokenizer.json", tk);
+    assert_int_equal(tu_write(p, split, strlen(split)), 0);
+    assert_int_equal(coord_synth_tok_load(&st, tk, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "tokenizer.json: pre_tokenizer: its Split regexes are none"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -477,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_output_errors),
         cmocka_unit_test(test_tiny_llama),
         cmocka_unit_test(test_tiny_spark),
+        cmocka_unit_test(test_synth_tokenizer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
