@@ -19,7 +19,7 @@
 // lands. Needs node, `npm ci --prefix tests/tokenizers` and `--prefix tests/openai`, python3 with
 // jinja2 (deploy/bootstrap.sh installs them): without them the test fails, it does not skip.
 // One line per check (`ok - name` / `not ok - name: why`), then a summary; exit 0 when all
-// passed, 1 otherwise, 2 on a usage error. About 10 s.
+// passed, 1 otherwise, 2 on a usage error. About 12 s.
 
 import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -28,6 +28,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { expect, listeningPort, report, show, tally } from '../script_lib.mjs';
 
 const SHAPE = process.env.SHARDLM_CHAT_SHAPE || 'tiny';
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -57,22 +58,6 @@ if (process.argv.length !== 3) {
 }
 const BIN = path.resolve(process.argv[2]);
 
-let passed = 0;
-let failed = 0;
-function report(name, why) {
-    if (why === undefined) {
-        passed++;
-        console.log(`ok - ${name}`);
-    } else {
-        failed++;
-        console.log(`not ok - ${name}: ${String(why).replace(/\s+/g, ' ')}`);
-    }
-}
-function expect(cond, why) {
-    if (!cond)
-        throw new Error(why);
-}
-const show = (v) => JSON.stringify(v);
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sl-chat-'));
 const rundir = fs.existsSync('/dev/shm') ? fs.mkdtempSync('/dev/shm/sl-chat-test-')
@@ -91,10 +76,10 @@ async function finish() {
     }
     fs.rmSync(tmp, { recursive: true, force: true });
     fs.rmSync(rundir, { recursive: true, force: true });
-    if (failed && serverLog)
+    if (tally.failed && serverLog)
         console.log(`# server output:\n${serverLog.trimEnd().replace(/^/gm, '#   ')}`);
-    console.log(`# passed ${passed}, failed ${failed}`);
-    process.exit(failed ? 1 : 0);
+    console.log(`# passed ${tally.passed}, failed ${tally.failed}`);
+    process.exit(tally.failed ? 1 : 0);
 }
 setTimeout(() => {
     report('deadline', `the run took over ${DEADLINE_MS / 1000} s`);
@@ -141,21 +126,9 @@ function jinja2(env_, tpl, req) {
 }
 
 function startServer(model) {
-    return new Promise((resolve, reject) => {
-        server = spawn(BIN, ['serve', '-m', model, '--port', '0', '--workers', '1', '--threads', '1'],
-                       { env, stdio: ['ignore', 'pipe', 'pipe'] });
-        let line = '';
-        server.stdout.on('data', (d) => (serverLog += d));
-        server.stderr.on('data', (d) => {
-            serverLog += d;
-            line += d;
-            const m = /shardlm: listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(line);
-            if (m)
-                resolve(Number(m[1]));
-        });
-        server.on('error', reject);
-        server.on('exit', (code, sig) => reject(new Error(`the server exited (${code ?? sig})`)));
-    });
+    server = spawn(BIN, ['serve', '-m', model, '--port', '0', '--workers', '1', '--threads', '1'],
+                   { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    return listeningPort(server, (d) => (serverLog += d));
 }
 
 async function post(base, route, body) {
