@@ -145,8 +145,9 @@ static int encode_calibrated(struct convert_enc *c, const struct shlm_tensor_spe
     }
     switch (c->o->method) {
     case COORD_QUANT_GPTQ: {
-        struct coord_gptq_opts g = {c->o->damp > 0.0f ? c->o->damp : COORD_GPTQ_DAMP,
-                                    !c->o->no_act_order};
+        struct coord_gptq_opts g = {
+            c->o->damp > 0.0f ? c->o->damp : coord_gptq_damp(s->cols, coord_calib_tokens(c->calib)),
+            !c->o->no_act_order};
         coord_gptq_factor_free(c->factor);
         c->factor = NULL;
         if (!(rc = coord_gptq_factor(h, s->cols, &g, c->pool, &c->factor))) {

@@ -45,6 +45,12 @@ const char *coord_quant_method_name(enum coord_quant_method m)
     return (unsigned)m < 4 ? method_names[m] : "?";
 }
 
+float coord_gptq_damp(int cols, long tokens)
+{
+    double d = tokens > 0 ? (double)cols / (double)tokens : 1.0;
+    return d < COORD_GPTQ_DAMP ? COORD_GPTQ_DAMP : d > 1.0 ? 1.0f : (float)d;
+}
+
 /* a[i][j] for an n x n row-major matrix */
 #define AT(a, n, i, j) ((a)[(size_t)(i) * (size_t)(n) + (size_t)(j)])
 
