@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test_gptq.c: GPTQ (coordinator/convert/gptq.c) against a slow textbook implementation on
  * small matrices, its error against round-to-nearest, singular Hessians; the calibration text's
- * checks. */
+ * checks; --method auto's held-out slice and choice (coordinator/convert/auto.c) on stories260K. */
 #include "calib.h"
+#include "convert.h"
 #include "kn.h"
 #include "pool.h"
 #include "quant.h"
@@ -14,6 +15,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <cmocka.h>
 
 static uint64_t rng = 12345;
@@ -291,8 +293,8 @@ static void test_hessian_add(void **state)
 static void test_method_names(void **state)
 {
     enum coord_quant_method m;
-    const char *names[] = {"rtn", "imatrix", "gptq", "awq"};
-    for (int i = 0; i < 4; i++) {
+    const char *names[] = {"rtn", "imatrix", "gptq", "awq", "auto"};
+    for (int i = 0; i < 5; i++) {
         assert_int_equal(coord_quant_method_parse(names[i], &m), 0);
         assert_string_equal(coord_quant_method_name(m), names[i]);
     }
@@ -337,13 +339,136 @@ static void test_calib_text(void **state)
     tu_rmdir(dir);
 }
 
+/* Writes the calibration text @path: stories.txt, then @tail four times (past the held-out cut
+ * at the token counts test_heldout asks for). */
+static void calib_text(const char *path, const char *tail)
+{
+    char src[4200];
+    size_t n = 0;
+    snprintf(src, sizeof(src), "%s/calib/stories.txt", tu_data());
+    char *text = tu_slurp(src, &n);
+    assert_non_null(text);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite(text, 1, n, f);
+    for (int i = 0; i < 4; i++)
+        fprintf(f, "%s\n", tail);
+    fclose(f);
+    free(text);
+}
+
+/* The images of stories260K at w4a16 g64 by each method but auto, fitted on @c, as hashes. */
+static void fit_all(struct coord_source *src, struct coord_calib *c, uint64_t *hash)
+{
+    struct coord_convert_opts o = {.scheme = SHLM_SCHEME_W4A16, .head_bits = 8};
+    struct shardlm_err e;
+    for (int m = 0; m < COORD_QUANT_AUTO; m++) {
+        void *img;
+        size_t size;
+        assert_int_equal(coord_convert_image_by(src, &o, 64, (enum coord_quant_method)m, c, NULL,
+                                                &img, &size, &e),
+                         0);
+        hash[m] = shlm_hash(img, size);
+        munmap(img, size);
+    }
+}
+
+/* --method auto's held-out slice: the last eighth of the tokens, never in the statistics - a
+ * calibration whose held-out text differs fits every method to the same bytes, and those are the
+ * bytes of a calibration on the fit tokens alone; coord_auto keeps the candidate of the lowest
+ * held-out KLD (so never above rtn's), and its image is that method's. */
+static void test_heldout(void **state)
+{
+    char dir[4096], a_txt[4200], b_txt[4200], ck[4200], tok[4200];
+    tu_mkdtemp(dir, sizeof(dir), "heldout");
+    snprintf(a_txt, sizeof(a_txt), "%s/a.txt", dir);
+    snprintf(b_txt, sizeof(b_txt), "%s/b.txt", dir);
+    calib_text(a_txt, "The cat sat on the mat and looked at the big red sun in the sky all day.");
+    calib_text(b_txt, "A dog ran to the park, where a girl threw a ball for him again and again.");
+    tu_path(ck, sizeof(ck), "%s/models/stories260K/stories260K.bin", tu_src());
+    tu_path(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", tu_src());
+    struct coord_source src;
+    struct shardlm_err e;
+    assert_int_equal(coord_source_open(&src, ck, tok, 0, &e), 0);
+    /* 1600 tokens in sequences of 512 (a BOS and 511 of the text): 200 held out, the 1400
+     * before them in the fit, all of them from stories.txt (1496 tokens) */
+    struct coord_calib_opts co = {.text = a_txt,
+                                  .tokens = 1600,
+                                  .hessians = true,
+                                  .samples = true,
+                                  .holdout = true,
+                                  .threads = 1};
+    struct coord_calib *ca, *cb, *cf;
+    assert_int_equal(coord_calib_open(&ca, &src, &co, &e), 0);
+    co.text = b_txt;
+    assert_int_equal(coord_calib_open(&cb, &src, &co, &e), 0);
+    co = (struct coord_calib_opts){
+        .text = a_txt, .tokens = 1400, .hessians = true, .samples = true, .threads = 1};
+    assert_int_equal(coord_calib_open(&cf, &src, &co, &e), 0);
+    assert_int_equal(coord_calib_tokens(ca), 1400);
+    assert_int_equal(coord_calib_tokens(cf), 1400);
+    const int32_t *ta, *tb;
+    const int *la, *lb;
+    int na, nb;
+    coord_calib_heldout(ca, &ta, &la, &na);
+    coord_calib_heldout(cb, &tb, &lb, &nb);
+    /* sequences of 512, 512, 512 and 64 tokens: the last whole, and of the third its last 136
+     * after a BOS */
+    assert_int_equal(na, 2);
+    assert_int_equal(nb, 2);
+    assert_int_equal(la[0], 137);
+    assert_int_equal(la[1], 64);
+    assert_int_equal(ta[0], 1);
+    assert_int_equal(ta[137], 1);
+    assert_true(memcmp(ta, tb, 201 * sizeof(*ta)) != 0); /* the held-out texts differ */
+    uint64_t ha[COORD_QUANT_AUTO], hb[COORD_QUANT_AUTO], hf[COORD_QUANT_AUTO];
+    fit_all(&src, ca, ha);
+    fit_all(&src, cb, hb);
+    fit_all(&src, cf, hf);
+    for (int m = 0; m < COORD_QUANT_AUTO; m++) {
+        assert_true(ha[m] == hb[m]);
+        assert_true(ha[m] == hf[m]);
+        for (int k = 0; k < m; k++) /* the methods are told apart */
+            assert_true(ha[m] != ha[k]);
+    }
+    /* the choice: the lowest held-out KLD, rtn unless strictly lower; the image is its own */
+    struct coord_convert_opts o = {.scheme = SHLM_SCHEME_W4A16, .head_bits = 8};
+    struct coord_auto_report r;
+    void *img;
+    size_t size;
+    assert_int_equal(coord_auto(&src, &o, 64, ca, NULL, &img, &size, &r, &e), 0);
+    assert_int_equal(r.heldout_tokens, 201);
+    for (int m = 0; m < COORD_QUANT_AUTO; m++) {
+        assert_true(r.kld[m] > 0.0 && r.kld[m] < 1.0);
+        assert_true(r.kld[r.chosen] <= r.kld[m]);
+    }
+    assert_true(r.kld[r.chosen] <= r.kld[COORD_QUANT_RTN]);
+    assert_true(shlm_hash(img, size) == ha[r.chosen]);
+    munmap(img, size);
+    /* the held-out KLDs are the slice's: another slice, other figures */
+    struct coord_auto_report rb;
+    assert_int_equal(coord_auto(&src, &o, 64, cb, NULL, &img, &size, &rb, &e), 0);
+    munmap(img, size);
+    assert_true(rb.kld[COORD_QUANT_RTN] != r.kld[COORD_QUANT_RTN]);
+    coord_calib_free(ca);
+    coord_calib_free(cb);
+    coord_calib_free(cf);
+    /* a calibration too short to hold 16 tokens out is refused, in one line */
+    co = (struct coord_calib_opts){.text = a_txt, .tokens = 100, .holdout = true, .threads = 1};
+    assert_int_equal(coord_calib_open(&ca, &src, &co, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "too few to hold 16 of them out"));
+    assert_null(strchr(e.msg, '\n'));
+    coord_source_close(&src);
+    tu_rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_textbook_sym), cmocka_unit_test(test_textbook_asym),
         cmocka_unit_test(test_short_group),  cmocka_unit_test(test_singular),
         cmocka_unit_test(test_hessian_add),  cmocka_unit_test(test_method_names),
-        cmocka_unit_test(test_calib_text),
+        cmocka_unit_test(test_calib_text),   cmocka_unit_test(test_heldout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

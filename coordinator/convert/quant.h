@@ -12,9 +12,11 @@ enum coord_quant_method {
     COORD_QUANT_IMATRIX, /* the search weighs each column by its input's mean square */
     COORD_QUANT_GPTQ,    /* static group scales, codes by GPTQ's error feedback */
     COORD_QUANT_AWQ,     /* per-channel input scaling folded into the norm before, then imatrix */
+    COORD_QUANT_AUTO,    /* each of the above fitted, the lowest KLD on held-out text kept */
+    COORD_QUANT_METHODS
 };
 
-/* "rtn", "imatrix", "gptq", "awq" -> 0 and *@m; -1 for anything else. */
+/* "rtn", "imatrix", "gptq", "awq", "auto" -> 0 and *@m; -1 for anything else. */
 int coord_quant_method_parse(const char *name, enum coord_quant_method *m);
 const char *coord_quant_method_name(enum coord_quant_method m);
 
