@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <cmocka.h>
 
 static uint64_t rng = 12345;
@@ -373,6 +374,106 @@ static void fit_all(struct coord_source *src, struct coord_calib *c, uint64_t *h
     }
 }
 
+/* Writes the model image @img (@size bytes) to @path. */
+static void image_save(const char *path, void *img, size_t size)
+{
+    assert_int_equal(tu_write(path, img, size), 0);
+    munmap(img, size);
+}
+
+/* `shardlm eval -m @model --ref @ref [--save @save]` in @dir's runtime folder: the overall mean
+ * KLD. */
+static double eval_kld(const char *dir, const char *model, const char *ref, const char *save)
+{
+    char env[4200];
+    tu_path(env, sizeof(env), "SHARDLM_RUNTIME_DIR=%s/run", dir);
+    char *args[] = {"eval",
+                    "-m",
+                    (char *)model,
+                    "--ref",
+                    (char *)ref,
+                    "--no-persist",
+                    "--threads",
+                    "1",
+                    "--workers",
+                    "1",
+                    save ? "--save" : NULL,
+                    (char *)save,
+                    NULL};
+    struct tu_run *r = malloc(sizeof(*r));
+    tu_run_shardlm(r, env, args, NULL, 120, NULL, NULL);
+    if (r->status)
+        fprintf(stderr, "eval %s: %d: %s\n", model, r->status, r->err);
+    assert_int_equal(r->status, 0);
+    const char *o = strstr(r->out, "overall kld=");
+    assert_non_null(o);
+    double k = strtod(o + strlen("overall kld="), NULL);
+    free(r);
+    return k;
+}
+
+/* The held-out KLDs of @r against `shardlm eval` of each method's image fitted on @c (the
+ * engine's workers, their kernels' layouts), over the held-out sequences of @c as a reference
+ * folder whose logits are the source's in f32 (eval --save of the f32 file). */
+static void check_klds_by_eval(const char *dir, struct coord_source *src, struct coord_calib *c,
+                               const struct coord_auto_report *r)
+{
+    char path[4400], ref0[4096], ref1[4096], run[4096], line[65536];
+    const int32_t *tok;
+    const int *len;
+    int n, vocab = (int)src->cfg.vocab_size;
+    struct shardlm_err e;
+    coord_calib_heldout(c, &tok, &len, &n);
+    tu_path(ref0, sizeof(ref0), "%s/ref0", dir);
+    tu_path(ref1, sizeof(ref1), "%s/ref1", dir);
+    tu_path(run, sizeof(run), "%s/run", dir);
+    assert_int_equal(mkdir(ref0, 0700), 0);
+    assert_int_equal(mkdir(run, 0700), 0);
+    tu_path(path, sizeof(path), "%s/greedy.tsv", ref0);
+    FILE *tsv = fopen(path, "w");
+    assert_non_null(tsv);
+    for (int q = 0, at = 0; q < n; at += len[q++]) {
+        /* a line per held-out sequence: its BOS as the prompt, the rest as the continuation;
+         * logits that are not the model's (eval --save writes the model's) */
+        size_t k = (size_t)snprintf(line, sizeof(line), "h%d\t%d\t", q, tok[at]);
+        for (int i = 1; i < len[q]; i++)
+            k +=
+                (size_t)snprintf(line + k, sizeof(line) - k, "%s%d", i > 1 ? " " : "", tok[at + i]);
+        fprintf(tsv, "%s\th%d.txt\th%d.logits.f32\n", line, q, q);
+        float *lg = malloc((size_t)len[q] * vocab * sizeof(float));
+        for (size_t i = 0; i < (size_t)len[q] * vocab; i++)
+            lg[i] = (float)(i % 7);
+        tu_path(path, sizeof(path), "%s/h%d.logits.f32", ref0, q);
+        assert_int_equal(tu_write(path, lg, (size_t)len[q] * vocab * sizeof(float)), 0);
+        tu_path(path, sizeof(path), "%s/h%d.txt", ref0, q);
+        assert_int_equal(tu_write(path, "-\n", 2), 0);
+        free(lg);
+    }
+    fclose(tsv);
+    void *img;
+    size_t size;
+    tu_path(path, sizeof(path), "%s/f32.shlm", dir);
+    assert_int_equal(coord_convert_image(src, SHLM_SCHEME_F32, &img, &size, &e), 0);
+    image_save(path, img, size);
+    eval_kld(dir, path, ref0, ref1);
+    assert_true(eval_kld(dir, path, ref1, NULL) < 1e-9); /* the reference is the f32 model's */
+    struct coord_convert_opts o = {.scheme = SHLM_SCHEME_W4A16, .head_bits = 8};
+    for (int m = 0; m < COORD_QUANT_AUTO; m++) {
+        tu_path(path, sizeof(path), "%s/m%d.shlm", dir, m);
+        assert_int_equal(coord_convert_image_by(src, &o, 64, (enum coord_quant_method)m, c, NULL,
+                                                &img, &size, &e),
+                         0);
+        image_save(path, img, size);
+        double k = eval_kld(dir, path, ref1, NULL);
+        printf("held-out kld %s: auto %.6g, eval %.6g\n",
+               coord_quant_method_name((enum coord_quant_method)m), r->kld[m], k);
+        assert_true(fabs(k - r->kld[m]) <= 1e-3 * k);
+    }
+    tu_rmdir(run);
+    tu_rmdir(ref0);
+    tu_rmdir(ref1);
+}
+
 /* --method auto's held-out slice: the last eighth of the tokens, never in the statistics - a
  * calibration whose held-out text differs fits every method to the same bytes, and those are the
  * bytes of a calibration on the fit tokens alone; coord_auto keeps the candidate of the lowest
@@ -445,6 +546,7 @@ static void test_heldout(void **state)
     assert_true(r.kld[r.chosen] <= r.kld[COORD_QUANT_RTN]);
     assert_true(shlm_hash(img, size) == ha[r.chosen]);
     munmap(img, size);
+    check_klds_by_eval(dir, &src, ca, &r);
     /* the held-out KLDs are the slice's: another slice, other figures */
     struct coord_auto_report rb;
     assert_int_equal(coord_auto(&src, &o, 64, cb, NULL, &img, &size, &rb, &e), 0);
