@@ -97,7 +97,9 @@ static void test_deterministic(void **state)
 /* The HF name of GGUF tensor @g of shape @s (the writer's table, restated). */
 static bool hf_name(const struct coord_synth_shape *s, const char *g, char *out, size_t len)
 {
-    static const struct { const char *gguf, *hf, *gemma_hf; } names[] = {
+    static const struct {
+        const char *gguf, *hf, *gemma_hf;
+    } names[] = {
         {"attn_norm", "input_layernorm", NULL},
         {"attn_q", "self_attn.q_proj", NULL},
         {"attn_k", "self_attn.k_proj", NULL},
@@ -188,7 +190,8 @@ static void test_gguf_and_hf_agree(void **state)
             uint64_t rows = gguf_tensor_rows(gt), cols = gt->dims[0];
             assert_int_equal(st_tensor_rows(ht), rows);
             assert_int_equal(ht->shape[ht->n_dims - 1], cols);
-            float *a = malloc(rows * cols * sizeof(float)), *b = malloc(rows * cols * sizeof(float));
+            float *a = malloc(rows * cols * sizeof(float)),
+                  *b = malloc(rows * cols * sizeof(float));
             assert_non_null(a);
             assert_non_null(b);
             assert_int_equal(gguf_read_rows(&g, gt, 0, rows, a, &e), 0);
@@ -224,8 +227,8 @@ static void test_gguf_and_hf_agree(void **state)
         json_t *c = json_load_file(cfgp, 0, &je);
         assert_non_null(c);
         assert_string_equal(json_string_value(json_object_get(c, "model_type")), s->hf_type);
-        assert_string_equal(json_string_value(json_array_get(json_object_get(c, "architectures"), 0)),
-                            s->hf_class);
+        assert_string_equal(
+            json_string_value(json_array_get(json_object_get(c, "architectures"), 0)), s->hf_class);
         assert_int_equal(json_integer_value(json_object_get(c, "num_hidden_layers")), s->layers);
         assert_int_equal(json_integer_value(json_object_get(c, "num_key_value_heads")),
                          s->kv_heads);

@@ -54,7 +54,8 @@ static const char *usage(void)
     size_t n,
         len = (size_t)snprintf(
             text, sizeof(text),
-            "usage: shardlm synth --shape NAME (-o FILE.gguf | --hf DIR) [--type f16|f32] [--seed S]\n"
+            "usage: shardlm synth --shape NAME (-o FILE.gguf | --hf DIR) [--type f16|f32]\n"
+            "                     [--seed S]\n"
             "\n"
             "Writes a synthetic model (seeded normal weights) in GGUF (F16 matrices, or F32 with\n"
             "--type f32) with a byte-level BPE vocabulary, or with --hf the same model as a\n"
@@ -74,7 +75,6 @@ static const char *usage(void)
     }
     return text;
 }
-
 
 /* The layer counter on stderr: "\rshardlm synth: layer l/n" after each layer on a terminal; in a
  * log (not a terminal) one line per layer every 5 s and the last one, as convert's. */
@@ -105,12 +105,10 @@ int coord_cmd_synth(int argc, char **argv)
     const char *shape = NULL, *out = NULL, *hf = NULL;
     bool f32 = false;
     uint64_t seed = 1;
-    static const struct option opts[] = {{"shape", required_argument, 0, 's'},
-                                         {"hf", required_argument, 0, 'H'},
-                                         {"type", required_argument, 0, 't'},
-                                         {"seed", required_argument, 0, 'S'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"shape", required_argument, 0, 's'}, {"hf", required_argument, 0, 'H'},
+        {"type", required_argument, 0, 't'},  {"seed", required_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     static const struct coord_cli_path paths[] = {{'o', "-o"}, {'H', "--hf"}, {0, 0}};
     struct coord_cli_cmd cmd = {"synth", usage(), "o:h", opts, paths};
     int c, rc;
@@ -129,8 +127,8 @@ int coord_cmd_synth(int argc, char **argv)
             break;
         case 't':
             if (strcmp(optarg, "f16") && strcmp(optarg, "f32"))
-                return coord_usage_error("synth", cmd.usage,
-                                         "--type '%s': expected f16 or f32", optarg);
+                return coord_usage_error("synth", cmd.usage, "--type '%s': expected f16 or f32",
+                                         optarg);
             f32 = strcmp(optarg, "f32") == 0;
             break;
         case 'S': {
@@ -164,8 +162,13 @@ int coord_cmd_synth(int argc, char **argv)
                 n_stale, n_stale > 1 ? "s" : "", out, stale, n_stale > 1 ? ", ..." : "");
     struct shardlm_err e;
     struct synth_progress prog = {.tty = isatty(2), .last_ns = shardlm_now_ns()};
-    struct coord_synth_opts o = {.shape = shape, .out = out, .hf = hf != NULL, .f32 = f32,
-                                 .seed = seed, .progress = synth_progress, .progress_ctx = &prog};
+    struct coord_synth_opts o = {.shape = shape,
+                                 .out = out,
+                                 .hf = hf != NULL,
+                                 .f32 = f32,
+                                 .seed = seed,
+                                 .progress = synth_progress,
+                                 .progress_ctx = &prog};
     rc = coord_synth_write(&o, &e);
     if (prog.started)
         fprintf(stderr, "\n");

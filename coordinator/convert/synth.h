@@ -30,16 +30,16 @@ struct coord_synth_shape {
     float eps;                      /* RMSNorm epsilon (0: 1e-5) */
     bool untied;                    /* an output head of its own (else tied to the embeddings) */
     bool qk_norm;                   /* per-head RMSNorm of q and k (Qwen3, Gemma 3) */
-    bool gemma;       /* (1 + w) norms, embeddings x sqrt(dim), pre/post norms (Gemma 2, 3) */
-    bool fused;       /* attn_qkv and ffn_up holding gate + up (Phi-3) */
-    bool llama_rope;  /* GGUF q/k rows permuted for interleaved RoPE (llama.cpp's converter) */
-    uint32_t window;  /* sliding window in tokens, 0: none */
+    bool gemma;      /* (1 + w) norms, embeddings x sqrt(dim), pre/post norms (Gemma 2, 3) */
+    bool fused;      /* attn_qkv and ffn_up holding gate + up (Phi-3) */
+    bool llama_rope; /* GGUF q/k rows permuted for interleaved RoPE (llama.cpp's converter) */
+    uint32_t window; /* sliding window in tokens, 0: none */
     uint32_t window_pattern; /* window on every layer (0), on even layers (2: Gemma 2), on layers
                                 l with (l + 1) % 6 != 0 (6: Gemma 3) */
     uint32_t no_rope_every;  /* SmolLM3: layers l with (l + 1) % n == 0 have no RoPE; 0: none */
     float theta_local;       /* Gemma 3: the local layers' RoPE base */
     float attn_softcap, final_softcap; /* Gemma 2: tanh caps, 0: none */
-    float query_scalar; /* Gemma: query_pre_attn_scalar (scores x its -1/2) */
+    float query_scalar;                /* Gemma: query_pre_attn_scalar (scores x its -1/2) */
     float emb_mult, res_mult, attn_mult, logit_scale; /* Granite; 0: none */
     enum coord_synth_rope rope;
     float rope_factor, rope_low, rope_high; /* Llama 3.1: factor, low/high_freq_factor */

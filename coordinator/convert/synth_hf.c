@@ -47,7 +47,8 @@ static int write_text(const char *dir, const char *name, const char *text, size_
 /* Writes JSON @j (taking it) to @dir/@name, indented. Returns 0 or -errno. */
 static int write_json(const char *dir, const char *name, json_t *j, struct shardlm_err *e)
 {
-    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
+    char *text =
+        j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
     if (!text)
         return shardlm_fail(e, -ENOMEM, "out of memory");
@@ -114,8 +115,8 @@ static json_t *config(const struct synth_model *m)
         layer_types = json_array();
         for (uint32_t l = 0; l < s->layers; l++) {
             bool local = s->window_pattern == 2 ? l % 2 == 0 : (l + 1) % s->window_pattern != 0;
-            json_array_append_new(layer_types, json_string(local ? "sliding_attention"
-                                                                 : "full_attention"));
+            json_array_append_new(layer_types,
+                                  json_string(local ? "sliding_attention" : "full_attention"));
         }
     }
     if (s->gemma) {
@@ -157,9 +158,8 @@ static json_t *config(const struct synth_model *m)
         json_object_set_new(c, "rope_scaling",
                             json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor",
                                       (double)s->rope_factor, "low_freq_factor",
-                                      (double)s->rope_low, "high_freq_factor",
-                                      (double)s->rope_high, "original_max_position_embeddings",
-                                      (int)s->rope_orig_ctx));
+                                      (double)s->rope_low, "high_freq_factor", (double)s->rope_high,
+                                      "original_max_position_embeddings", (int)s->rope_orig_ctx));
         /* llama.cpp's converter reads it at the top level (default 8192) */
         json_object_set_new(c, "original_max_position_embeddings", json_integer(s->rope_orig_ctx));
     }
@@ -181,10 +181,9 @@ static json_t *tokenizer(const struct synth_vocab *v)
     json_t *t = json_object(), *added = json_array(), *vocab = json_object(),
            *merges = json_array();
     for (uint32_t id = v->bos; id <= v->eos; id++)
-        json_array_append_new(
-            added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", (int)id, "content",
-                             v->tok[id], "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized",
-                             0, "special", 1));
+        json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", (int)id,
+                                               "content", v->tok[id], "single_word", 0, "lstrip", 0,
+                                               "rstrip", 0, "normalized", 0, "special", 1));
     for (uint32_t id = 0; id < v->n; id++)
         json_object_set_new(vocab, v->tok[id], json_integer(id));
     for (uint32_t k = 0; k < v->n_merges; k++)
@@ -203,10 +202,10 @@ static json_t *tokenizer(const struct synth_vocab *v)
         json_pack("{s:s, s:[{s:{s:s, s:i}}, {s:{s:s, s:i}}], s:[{s:{s:s, s:i}}, {s:{s:s, s:i}}, "
                   "{s:{s:s, s:i}}, {s:{s:s, s:i}}], s:{s:{s:s, s:[i], s:[s]}}}",
                   "type", "TemplateProcessing", "single", "SpecialToken", "id", bos, "type_id", 0,
-                  "Sequence", "id", "A", "type_id", 0, "pair", "SpecialToken", "id", bos,
-                  "type_id", 0, "Sequence", "id", "A", "type_id", 0, "SpecialToken", "id", bos,
-                  "type_id", 1, "Sequence", "id", "B", "type_id", 1, "special_tokens", bos, "id",
-                  bos, "ids", (int)v->bos, "tokens", bos));
+                  "Sequence", "id", "A", "type_id", 0, "pair", "SpecialToken", "id", bos, "type_id",
+                  0, "Sequence", "id", "A", "type_id", 0, "SpecialToken", "id", bos, "type_id", 1,
+                  "Sequence", "id", "B", "type_id", 1, "special_tokens", bos, "id", bos, "ids",
+                  (int)v->bos, "tokens", bos));
     json_object_set_new(t, "decoder",
                         json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space",
                                   0, "trim_offsets", 1, "use_regex", 1));
@@ -221,10 +220,10 @@ static json_t *tokenizer(const struct synth_vocab *v)
 static json_t *tokenizer_config(const struct synth_model *m, const struct synth_vocab *v)
 {
     return json_pack("{s:b, s:b, s:s, s:s, s:s, s:i, s:s, s:b}", "add_bos_token", 1,
-                     "add_eos_token", 0, "bos_token", v->tok[v->bos], "eos_token",
-                     v->tok[v->eos], "chat_template", COORD_SYNTH_CHAT_TEMPLATE,
-                     "model_max_length", (int)m->s->ctx, "tokenizer_class",
-                     "PreTrainedTokenizerFast", "clean_up_tokenization_spaces", 0);
+                     "add_eos_token", 0, "bos_token", v->tok[v->bos], "eos_token", v->tok[v->eos],
+                     "chat_template", COORD_SYNTH_CHAT_TEMPLATE, "model_max_length", (int)m->s->ctx,
+                     "tokenizer_class", "PreTrainedTokenizerFast", "clean_up_tokenization_spaces",
+                     0);
 }
 
 /* model.safetensors: the header (tensors in draw order, contiguous), then the data. */
@@ -245,8 +244,8 @@ static int write_safetensors(const struct synth_model *m, const char *dir,
         json_t *shape = t->rows ? json_pack("[I, I]", (json_int_t)t->rows, (json_int_t)t->cols)
                                 : json_pack("[I]", (json_int_t)t->cols);
         json_object_set_new(h, t->hf,
-                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", f16 ? "F16" : "F32",
-                                      "shape", shape, "data_offsets", (json_int_t)off,
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", f16 ? "F16" : "F32", "shape",
+                                      shape, "data_offsets", (json_int_t)off,
                                       (json_int_t)(off + bytes)));
         off += bytes;
         uint64_t b = synth_block_rows(t) * t->cols;
