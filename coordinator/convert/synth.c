@@ -33,7 +33,7 @@ static const struct coord_synth_shape shapes[] = {
     /* Qwen3: q/k RMSNorm per head, head_dim != dim / heads, tied */
     {"tiny-qwen3", "qwen3", 64, 4, 4, 32, 2, 192, 512, 4096, 1000000.0f, false, false,
      .hf_class = "Qwen3ForCausalLM", .hf_type = "qwen3", .eps = 1e-6f, .qk_norm = true,
-     TINY_WEIGHTS, .out_norm = 1.0f},
+     TINY_WEIGHTS, .out_norm = 0.4f},
     /* Gemma 2: 26 layers (ik takes the 2B's query scaling from the layer count), window on even
      * layers, attention and final soft-caps, (1 + w) pre/post norms, GELU-tanh */
     {"tiny-gemma2",
@@ -56,10 +56,10 @@ static const struct coord_synth_shape shapes[] = {
      .window = 32,
      .window_pattern = 2,
      .attn_softcap = 3.0f,
-     .final_softcap = 8.0f,
+     .final_softcap = 10.0f,
      .query_scalar = 32.0f,
      TINY_WEIGHTS,
-     .out_norm = 1.0f},
+     .out_norm = 0.7f},
     /* Gemma 3: 5 local (base 10000) : 1 global (base 1e6) layers, q/k norms */
     {"tiny-gemma3",
      "gemma3",
@@ -84,7 +84,7 @@ static const struct coord_synth_shape shapes[] = {
      .theta_local = 10000.0f,
      .query_scalar = 32.0f,
      TINY_WEIGHTS,
-     .out_norm = 1.0f},
+     .out_norm = 0.35f},
     /* Phi-3.5: fused qkv and gate_up, LongRoPE (original context 256 of 4096), a window */
     {"tiny-phi3",
      "phi3",
@@ -153,7 +153,7 @@ static const struct coord_synth_shape shapes[] = {
      .llama_rope = true,
      .no_rope_every = 4,
      TINY_WEIGHTS,
-     .out_norm = 1.0f},
+     .out_norm = 0.4f},
     /* Mistral Nemo: head_dim != dim / heads, untied (ik's llama has no sliding window: none) */
     {"tiny-mistral",
      "llama",
@@ -487,7 +487,7 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s)
     add(m, -1, "token_embd", "model.embed_tokens.weight", d, s->vocab, 0, emb, true);
     add_norm(m, -1, "output_norm", "model.norm.weight", d, out_norm);
     if (s->untied)
-        add(m, -1, "output", "lm_head.weight", d, s->vocab, 0, w, true);
+        add(m, -1, "output", "lm_head.weight", d, s->vocab, 0, emb, true);
     if (s->rope == COORD_SYNTH_ROPE_LLAMA3)
         add(m, -1, "rope_freqs", NULL, s->head_dim / 2, 0, 0, 0, false)->fixed = m->rope_long;
     if (s->rope == COORD_SYNTH_ROPE_LONGROPE) {
@@ -539,7 +539,13 @@ static void write_metadata(struct gguf_writer *w, const struct synth_model *m)
     char k[96];
 #define KEY(suffix) (snprintf(k, sizeof(k), "%s." suffix, s->arch), k)
     gguf_w_str(w, "general.architecture", s->arch);
-    gguf_w_str(w, "general.name", s->name);
+    /* ik_llama.cpp gives a model named "*phi3*" Phi-3's token attributes, which need its "</s>"
+     * token (our vocabulary has none): "tiny-phi3" is named "tiny-phi 3" */
+    char name[64];
+    const char *phi = strstr(s->name, "phi3");
+    if (phi)
+        snprintf(name, sizeof(name), "%.*sphi 3%s", (int)(phi - s->name), s->name, phi + 4);
+    gguf_w_str(w, "general.name", phi ? name : s->name);
     gguf_w_u32(w, "general.file_type", m->f32 ? 0 : 1); /* all F32, mostly F16 */
     gguf_w_u32(w, KEY("context_length"), s->ctx);
     gguf_w_u32(w, KEY("embedding_length"), s->dim);

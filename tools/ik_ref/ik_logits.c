@@ -65,9 +65,11 @@ int main(int argc, char **argv)
     cp.n_batch = cp.n_ubatch = 512;
     cp.n_seq_max = 1;
     cp.n_threads = cp.n_threads_batch = threads;
-    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    cp.type_k = GGML_TYPE_F32;
+    cp.type_v = GGML_TYPE_F16; /* ik: a V cache other than F16/BF16 needs flash attention, whose
+                                 CPU kernels take no F32 K/V */
     cp.flash_attn = false;
-    struct llama_context *ctx = llama_new_context_with_model(model, cp);
+    struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) {
         fprintf(stderr, "ik_logits: %s: no context\n", argv[1]);
         return 1;
