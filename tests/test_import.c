@@ -175,6 +175,15 @@ static int run(char *const argv[], struct tu_run *r)
     return r->status;
 }
 
+/* The kld and top1 of eval's last line ("overall kld=... top1=... ppl=..."). */
+static void eval_overall(const struct tu_run *r, double *kld, double *top1)
+{
+    double ppl;
+    const char *last = strstr(r->out, "overall ");
+    assert_non_null(last);
+    assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", kld, top1, &ppl), 3);
+}
+
 static void check_shape(const char *shape, bool gelu, bool gate)
 {
     struct tu_run *r = malloc(sizeof(*r));
@@ -244,10 +253,8 @@ static void check_shape(const char *shape, bool gelu, bool gate)
         snprintf(cpus, sizeof(cpus), workers == 1 ? "0" : "0:0");
         char *ev[] = {(char *)tu_bin(), "eval", "-m", shlm, "--ref", ref, "--cpus", cpus, NULL};
         assert_int_equal(run(ev, r), 0);
-        double kld, top1, ppl;
-        char *last = strstr(r->out, "overall ");
-        assert_non_null(last);
-        assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", &kld, &top1, &ppl), 3);
+        double kld, top1;
+        eval_overall(r, &kld, &top1);
         fprintf(stderr, "%s: %d worker(s): kld %.3g top1 %.4f against the reference forward\n",
                 shape, workers, kld, top1);
         assert_true(kld < 1e-6);
@@ -271,10 +278,8 @@ static void check_shape(const char *shape, bool gelu, bool gate)
     assert_int_equal(tu_write(path, line, strlen(line)), 0);
     char *ev16[] = {(char *)tu_bin(), "eval", "-m", shlm, "--ref", ref16, "--save", save16, NULL};
     assert_int_equal(run(ev16, r), 0);
-    double kld, top1, ppl;
-    char *last = strstr(r->out, "overall ");
-    assert_non_null(last);
-    assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", &kld, &top1, &ppl), 3);
+    double kld, top1;
+    eval_overall(r, &kld, &top1);
     assert_true(kld < 1e-5);
     assert_true(top1 == 1.0);
     tu_path(path, sizeof(path), "%s/ref.logits.f16", save16);
