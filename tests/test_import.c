@@ -21,6 +21,7 @@
 #include "convert.h"
 #include "fault.h"
 #include "gguf.h"
+#include "kn.h"
 #include "synth.h"
 #include "synth_tok.h"
 #include "testutil.h"
@@ -177,6 +178,15 @@ static int run(char *const argv[], struct tu_run *r)
     return r->status;
 }
 
+/* The kld and top1 of eval's last line ("overall kld=... top1=... ppl=..."). */
+static void eval_overall(const struct tu_run *r, double *kld, double *top1)
+{
+    double ppl;
+    const char *last = strstr(r->out, "overall ");
+    assert_non_null(last);
+    assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", kld, top1, &ppl), 3);
+}
+
 static void check_shape(const char *shape, bool gelu, bool gate)
 {
     struct tu_run *r = malloc(sizeof(*r));
@@ -240,22 +250,53 @@ static void check_shape(const char *shape, bool gelu, bool gate)
     tu_path(path, sizeof(path), "%s/greedy.tsv", ref);
     assert_int_equal(tu_write(path, line, strlen(line)), 0);
     gguf_close(&m.f);
-    free(logits);
 
     for (int workers = 1; workers <= 2; workers++) {
         char cpus[16];
         snprintf(cpus, sizeof(cpus), workers == 1 ? "0" : "0:0");
         char *ev[] = {(char *)tu_bin(), "eval", "-m", shlm, "--ref", ref, "--cpus", cpus, NULL};
         assert_int_equal(run(ev, r), 0);
-        double kld, top1, ppl;
-        char *last = strstr(r->out, "overall ");
-        assert_non_null(last);
-        assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", &kld, &top1, &ppl), 3);
+        double kld, top1;
+        eval_overall(r, &kld, &top1);
         fprintf(stderr, "%s: %d worker(s): kld %.3g top1 %.4f against the reference forward\n",
                 shape, workers, kld, top1);
         assert_true(kld < 1e-6);
         assert_true(top1 == 1.0);
     }
+
+    /* the same reference as float16 (a .logits.f16 file): within its rounding; --save writes
+     * this model's logits in float16 under that name too, the reference's bytes again */
+    char ref16[4300], save16[4300];
+    tu_path(ref16, sizeof(ref16), "%s/%s-ref16", dir, shape);
+    tu_path(save16, sizeof(save16), "%s/%s-save16", dir, shape);
+    mkdir(ref16, 0755);
+    uint16_t *h = malloc((size_t)N * m.vocab * sizeof(uint16_t));
+    for (size_t i = 0; i < (size_t)N * m.vocab; i++)
+        h[i] = kn_f32_to_f16(logits[i]);
+    tu_path(path, sizeof(path), "%s/ref.logits.f16", ref16);
+    assert_int_equal(tu_write(path, h, (size_t)N * m.vocab * sizeof(uint16_t)), 0);
+    char *tab = strrchr(line, '\t');
+    strcpy(tab, "\tref.logits.f16\n");
+    tu_path(path, sizeof(path), "%s/greedy.tsv", ref16);
+    assert_int_equal(tu_write(path, line, strlen(line)), 0);
+    char *ev16[] = {(char *)tu_bin(), "eval", "-m", shlm, "--ref", ref16, "--save", save16, NULL};
+    assert_int_equal(run(ev16, r), 0);
+    double kld, top1;
+    eval_overall(r, &kld, &top1);
+    assert_true(kld < 1e-5);
+    assert_true(top1 == 1.0);
+    tu_path(path, sizeof(path), "%s/ref.logits.f16", save16);
+    size_t saved_len;
+    uint16_t *saved = (uint16_t *)tu_slurp(path, &saved_len);
+    assert_non_null(saved);
+    assert_int_equal(saved_len, (size_t)N * m.vocab * sizeof(uint16_t));
+    int differ = 0; /* this model's logits round as the reference's, but for a last-bit tie */
+    for (size_t i = 0; i < (size_t)N * m.vocab; i++)
+        differ += saved[i] != h[i];
+    assert_true(differ < N * m.vocab / 100);
+    free(saved);
+    free(h);
+    free(logits);
     free(r);
 }
 
@@ -473,9 +514,9 @@ static void test_output_errors(void **state)
 
 /* A small byte-level tokenizer.json (a hole at id 4, an added special token) and its
  * tokenizer_config.json: synth --tokenizer writes them into the GGUF (the same ids, EOS and
- * template back; no BOS, as the config says; the hole named [PAD4]) and copies them byte for
- * byte into a folder; a missing file, an unknown token and a pre-tokenizer no GGUF names fail
- * with the file and the field. */
+ * template back; no BOS, as the config says; the hole named [PAD4]) and synth --hf copies them
+ * byte for byte into the folder; a missing file, an unknown token and a pre-tokenizer no GGUF
+ * names fail with the file and the field. */
 static void test_synth_tokenizer(void **state)
 {
     static const char json[] =
@@ -505,7 +546,8 @@ static void test_synth_tokenizer(void **state)
     assert_int_equal(st.bos, -1);
     assert_int_equal(st.eos, 5);
     assert_string_equal(st.pre, "gpt2");
-    assert_int_equal(coord_synth_with_tok("tiny", gguf, 1, &st, NULL, NULL, &e), 0);
+    struct coord_synth_opts o = {.shape = "tiny", .out = gguf, .seed = 1, .tok = &st};
+    assert_int_equal(coord_synth_write(&o, &e), 0);
 
     size_t n = 0;
     char *img = tu_slurp(gguf, &n);
@@ -527,7 +569,8 @@ static void test_synth_tokenizer(void **state)
     assert_memory_equal(got, want, sizeof(int32_t) * (size_t)nw);
     coord_tok_free(&t);
 
-    assert_int_equal(coord_synth_tok_hf(&st, hf, &e), 0);
+    struct coord_synth_opts oh = {.shape = "tiny-qwen3", .out = hf, .hf = true, .tok = &st};
+    assert_int_equal(coord_synth_write(&oh, &e), 0);
     const char *files[] = {"tokenizer.json", "tokenizer_config.json"};
     const char *bytes[] = {json, config};
     for (int i = 0; i < 2; i++) {
