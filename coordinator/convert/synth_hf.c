@@ -17,9 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Writes @text (@len bytes) to @dir/@name atomically. Returns 0 or -errno with @e set. */
-static int write_text(const char *dir, const char *name, const char *text, size_t len,
-                      struct shardlm_err *e)
+int synth_write_text(const char *dir, const char *name, const char *text, size_t len,
+                     struct shardlm_err *e)
 {
     char path[4200], tmp[4300];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
@@ -37,8 +36,10 @@ static int write_text(const char *dir, const char *name, const char *text, size_
         }
         done += (size_t)n;
     }
-    if (fsync(fd) < 0 || close(fd) < 0) {
-        int err = -errno;
+    int err = fsync(fd) < 0 ? -errno : 0; /* (closed either way) */
+    if (close(fd) < 0 && !err)
+        err = -errno;
+    if (err) {
         unlink(tmp);
         return shardlm_fail(e, err, "%s: %s", tmp, strerror(-err));
     }
@@ -60,7 +61,7 @@ static int write_json(const char *dir, const char *name, json_t *j, struct shard
         return shardlm_fail(e, -ENOMEM, "out of memory");
     }
     nl[len++] = '\n';
-    int rc = write_text(dir, name, nl, len, e);
+    int rc = synth_write_text(dir, name, nl, len, e);
     free(nl);
     return rc;
 }

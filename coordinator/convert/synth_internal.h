@@ -51,6 +51,11 @@ uint64_t synth_block_rows(const struct synth_tensor *t);
     "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content | trim }}\n"                 \
     "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
 
+/* Writes @text (@len bytes) to @dir/@name atomically (synth_hf.c). Returns 0 or -errno with @e
+ * set. */
+int synth_write_text(const char *dir, const char *name, const char *text, size_t len,
+                     struct shardlm_err *e);
+
 /* The HF folder writer (synth_hf.c). Returns 0 or -errno with @e set. */
 int synth_write_hf(const struct synth_model *m, const char *dir,
                    void (*progress)(void *ctx, int done, int total), void *ctx,

@@ -8,13 +8,13 @@
 #include "synth_tok.h"
 
 #include "gguf_write.h"
+#include "synth_internal.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define SYNTH_TOK_MAX_FILE (1u << 30)
 
@@ -226,39 +226,11 @@ out:
     return rc;
 }
 
-/* Writes @len bytes of @buf to @dir/@name whole (a temporary file renamed over it). */
-static int write_file(const char *dir, const char *name, const uint8_t *buf, size_t len,
-                      struct shardlm_err *e)
-{
-    char path[4200], tmp[4300];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    int fd = coord_out_open(path, tmp, sizeof(tmp), e);
-    if (fd < 0)
-        return fd;
-    for (size_t o = 0; o < len;) {
-        ssize_t k = write(fd, buf + o, len - o);
-        if (k < 0) {
-            int err = -errno;
-            close(fd);
-            unlink(tmp);
-            return shardlm_fail(e, err, "%s: %s", path, strerror(-err));
-        }
-        o += (size_t)k;
-    }
-    int err = fsync(fd) < 0 ? -errno : 0;
-    if (close(fd) < 0 && !err)
-        err = -errno;
-    if (err) {
-        unlink(tmp);
-        return shardlm_fail(e, err, "%s: %s", path, strerror(-err));
-    }
-    return coord_out_commit(tmp, path, e);
-}
-
 int coord_synth_tok_hf(const struct coord_synth_tok *st, const char *dir, struct shardlm_err *e)
 {
-    int rc = write_file(dir, "tokenizer.json", st->json, st->json_len, e);
+    int rc = synth_write_text(dir, "tokenizer.json", (const char *)st->json, st->json_len, e);
     if (!rc && st->config)
-        rc = write_file(dir, "tokenizer_config.json", st->config, st->config_len, e);
+        rc = synth_write_text(dir, "tokenizer_config.json", (const char *)st->config,
+                              st->config_len, e);
     return rc;
 }
