@@ -13,7 +13,11 @@
 // Every text of texts.mjs is encoded with special tokens parsed in the text (as Hugging Face
 // does) through `shardlm tokenize --special --jsonl`: the ids must equal the reference's, and
 // their decoding (special tokens skipped) the reference's decoding. For the GGUF also: its
-// vocabulary (token_embd rows) is the tokenizer's, its chat template the package's.
+// vocabulary (token_embd rows) is the tokenizer's, its chat template the package's. And each
+// package's chat template that tests/data/chat-templates lacks (Gemma 3's, DeepSeek V3's)
+// renders every conversation of tests/data/chat through `shardlm template` as Jinja2 does
+// (tests/tools/jinja_render.py, as test_chat_templates runs it; python3 with jinja2 needed), or
+// both refuse it.
 //
 //   node tests/tokenizers/test.mjs SHARDLM_BINARY [MODEL...]
 //
@@ -94,6 +98,41 @@ function compare(p, ts, got) {
     return diffs;
 }
 
+const DATA = process.env.SHARDLM_TEST_DATA || process.env.SHARDLM_TEST_DATA_DEFAULT ||
+             path.join(HERE, '..', 'data');
+
+// the file of tests/data/chat-templates that holds @text, which test_chat_templates renders
+// already, or undefined
+function knownTemplate(text) {
+    const dir = path.join(DATA, 'chat-templates');
+    return fs.readdirSync(dir).find((f) => fs.readFileSync(path.join(dir, f), 'utf8') === text);
+}
+
+// each conversation of tests/data/chat rendered with chat template @tpl through `shardlm
+// template` and jinja_render.py: the conversations where they differ
+async function templates(tpl, bos, eos) {
+    const data = DATA;
+    const chats = fs.readdirSync(path.join(data, 'chat')).filter((f) => f.endsWith('.json'));
+    const render = (cmd, args, input) => new Promise((resolve) => {
+        const child = execFile(cmd, args, { maxBuffer: 1 << 24 },
+            (err, stdout) => resolve(err ? null : stdout));
+        child.stdin.end(input);
+    });
+    const diffs = [];
+    for (const c of chats) {
+        const req = fs.readFileSync(path.join(data, 'chat', c));
+        const [ref, got] = await Promise.all([
+            render(process.env.PYTHON || 'python3',
+                   [path.join(HERE, '..', 'tools', 'jinja_render.py'), tpl, bos, eos], req),
+            render(BIN, ['template', '--chat-template', tpl, '--bos-token', bos, '--eos-token', eos],
+                   req)]);
+        if (ref !== got)
+            diffs.push(`${c}: ${ref === null ? 'Jinja2 refused' : JSON.stringify(ref.slice(0, 200))}` +
+                       `, shardlm ${got === null ? 'refused' : JSON.stringify(got.slice(0, 200))}`);
+    }
+    return chats.length ? diffs : ['no tests/data/chat/*.json'];
+}
+
 async function check(name, fn) {
     try {
         const diffs = await fn();
@@ -135,6 +174,17 @@ try {
         await check(`${model} hf: ${ts.length} texts encode and decode as the reference`,
             async () => compare(p, ts, await shardlm(path.join(hf, 'tokenizer.json'), ts)));
         fs.rmSync(hf, { recursive: true, force: true });
+        const known = typeof p.config.chat_template === 'string' &&
+                      knownTemplate(p.config.chat_template);
+        if (known)
+            report(`${model} chat template: tests/data/chat-templates/${known} (test_chat_templates)`);
+        else if (typeof p.config.chat_template === 'string') {
+            const tpl = path.join(tmp, `${model}.jinja`);
+            fs.writeFileSync(tpl, p.config.chat_template);
+            const token = (t) => (typeof t === 'object' && t ? t.content : t) ?? '';
+            await check(`${model} chat template: tests/data/chat rendered as Jinja2 renders it`,
+                () => templates(tpl, token(p.config.bos_token), token(p.config.eos_token)));
+        }
         const gguf = path.join(tmp, `${model}.gguf`);
         await check(`${model} gguf: synth --tokenizer`, async () => {
             await run(BIN, ['synth', '--shape', 'tiny', '--tokenizer', p.dir, '-o', gguf]);
