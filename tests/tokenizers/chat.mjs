@@ -5,7 +5,7 @@
 // tokenizer_config.json), `shardlm convert` makes it a .shlm (f32), `shardlm serve` serves it, and
 // the official openai client (tests/openai's, pinned there) sends chat requests. For each
 // conversation (system, several turns, an assistant turn with its reasoning, enable_thinking
-// false and true, CJK and emoji):
+// false and true, CJK and emoji; one without the generation prompt, for the first two checks):
 //   - POST /apply-template renders exactly what Jinja2 renders (tests/tools/jinja_render.py,
 //     Python's Jinja2 set up as Hugging Face transformers sets it up);
 //   - POST /tokenize of that text with parse_special (as the server reads a rendered prompt)
@@ -50,6 +50,9 @@ const CONVERSATIONS = [
                  { role: 'assistant', content: '<think>\nThe user greets.\n</think>\n\n你好！' },
                  { role: 'user', content: 'こんにちは、元気？ 👍🏽' }],
       kwargs: { enable_thinking: true } },
+    { name: 'assistant last, no generation prompt (the prompt only)', generation: false,
+      messages: [{ role: 'user', content: 'Count: 1 2 3' },
+                 { role: 'assistant', content: '<think>\nEasy.\n</think>\n\n4 5 6' }] },
 ];
 
 if (process.argv.length !== 3) {
@@ -166,7 +169,7 @@ try {
 const client = new ctx.OpenAI({ baseURL: `${base}/v1`, apiKey: 'none', maxRetries: 0 });
 
 for (const c of CONVERSATIONS) {
-    const req = { messages: c.messages, add_generation_prompt: true,
+    const req = { messages: c.messages, add_generation_prompt: c.generation ?? true,
                   ...(c.kwargs ? { chat_template_kwargs: c.kwargs } : {}) };
     let want = null;
     try {
@@ -181,6 +184,8 @@ for (const c of CONVERSATIONS) {
         report(`${c.name}: the prompt`, e.message);
         continue;
     }
+    if (c.generation === false) /* the client always asks for the generation prompt */
+        continue;
     try {
         const params = { model: 'qwen3-tok', messages: c.messages, max_tokens: 4, temperature: 0,
                          ...(c.kwargs ? { chat_template_kwargs: c.kwargs } : {}) };
