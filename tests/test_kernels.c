@@ -1017,6 +1017,41 @@ static void test_rope_scaling(void **state)
     kn_rope_freqs(plain, HD, 10000.0f, NULL);
     for (int i = 0; i < NF; i++)
         assert_true(f[i] == plain[i] / ff[i]);
+    /* ik_llama.cpp's numbers: (cos, sin) times the magnitude of pair i, from its ggml_rope_ext
+     * on pairs (1, 0) at position 100 (head 128, NORM mode), run once against its libggml: YaRN
+     * with freq_scale 1/4, ext_factor 1, beta 32 and 1 over 32768; LongRoPE with the factors
+     * above as its rope_freqs tensor and attn_factor sqrt(17/12). */
+    static const struct {
+        int i;
+        float c, s;
+    } ik_yarn[] = {{0, 9.81861651e-01f, -5.76562822e-01f}, {10, 5.97320974e-01f, -9.69373345e-01f},
+                   {23, 8.72461617e-01f, 7.31633604e-01f}, {31, 1.13496077e+00f, 9.13290232e-02f},
+                   {40, 1.13861811e+00f, 5.06197941e-03f}, {63, 1.13862944e+00f, 3.53241267e-05f}},
+      ik_longrope[] = {
+          {0, 1.02636468e+00f, -6.02695644e-01f}, {10, 3.89164597e-01f, -1.12481880e+00f},
+          {23, 1.10356164e+00f, 4.45890278e-01f}, {31, 1.18513811e+00f, 1.10064417e-01f},
+          {40, 1.18999958e+00f, 2.38203648e-02f}, {63, 1.19023788e+00f, 5.65392314e-04f}};
+    float v[HD];
+    for (int pass = 0; pass < 2; pass++) {
+        float ms =
+            pass ? kn_rope_freqs(f, HD, 10000.0f, &lr)
+                 : kn_rope_freqs(f, HD, 1e6f,
+                                 &(struct kn_rope_scale){
+                                     .type = KN_ROPE_YARN, .factor = 4.0f, .orig_ctx = 32768});
+        for (int i = 0; i < HD; i++)
+            v[i] = i % 2 ? 0.0f : 1.0f;
+        kn_rope_ref(v, 1, HD, 100, f, ms, false);
+        for (int k = 0; k < 6; k++) {
+            int i = pass ? ik_longrope[k].i : ik_yarn[k].i;
+            float c = pass ? ik_longrope[k].c : ik_yarn[k].c,
+                  sn = pass ? ik_longrope[k].s : ik_yarn[k].s;
+            if (!(fabsf(v[2 * i] - c) <= 2e-5f && fabsf(v[2 * i + 1] - sn) <= 2e-5f)) {
+                print_error("%s pair %d: (%.8g, %.8g), ik (%.8g, %.8g)\n",
+                            pass ? "longrope" : "yarn", i, v[2 * i], v[2 * i + 1], c, sn);
+                fail();
+            }
+        }
+    }
     /* factors of 1 change nothing, bit for bit */
     for (int i = 0; i < NF; i++)
         ff[i] = 1.0f;
