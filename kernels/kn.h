@@ -285,6 +285,9 @@ struct kn_ops {
     void (*silu_mul)(float *a, const float *b, int n);
     /* a[i] = gelu_tanh(a[i]) * b[i] */
     void (*gelu_mul)(float *a, const float *b, int n);
+    /* x[i] = cap * tanh(x[i] / cap), cap > 0: the final logits' soft-cap (Gemma 2; attention's
+     * is struct kn_att's) */
+    void (*softcap)(float *x, int n, float cap);
     /* Causal attention of a tile of queries that share one KV head: tokens i < nt at positions
      * pos0 + i times query heads j < nh, nt * nh <= KN_ATT_TILE. Query (i, j) is the @hd floats
      * at q + i * q_stride + j * hd, its output goes to out + i * out_stride + j * hd; it reads

@@ -933,6 +933,48 @@ static void test_softmax_silu(void **state)
     }
 }
 
+/* The final logits' soft-cap against cap * tanh(x / cap) in double (the reference) and the
+ * reference (each table), on ragged lengths, with logits well past the cap (where it bites) and
+ * near 0 (where tanh(x) ~ x). */
+static void test_softcap(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    static const int ns[] = {1, 7, 16, 33, 1000};
+    static const float caps[] = {30.0f, 5.0f};
+    float x[1000], xref[1000], orig[1000];
+    rng_seed(13);
+    for (size_t t = 0; t < ARRAY_SIZE(ns); t++)
+        for (size_t ci = 0; ci < ARRAY_SIZE(caps); ci++) {
+            int n = ns[t];
+            float cap = caps[ci];
+            fill_normal(orig, (size_t)n, 20.0f);
+            if (n == 1000) /* a sweep of -3 cap .. 3 cap, across the vector tanh's two ranges */
+                for (int i = 0; i < n; i++)
+                    orig[i] = (float)(i - 500) * cap * 0.006f;
+            orig[0] = 1e-3f;
+            memcpy(x, orig, (size_t)n * sizeof(float));
+            memcpy(xref, orig, (size_t)n * sizeof(float));
+            kn_softcap_ref(xref, n, cap);
+            ops->softcap(x, n, cap);
+            for (int i = 0; i < n; i++) {
+                double want = cap * tanh((double)orig[i] / cap);
+                /* tanh within 1e-6 of 1 (the vector one's bound: 6e-7 relative) */
+                assert_true(fabs(xref[i] - want) <= 1e-6 * cap);
+                if (!(fabs(x[i] - want) <= 1e-6 * cap)) {
+                    print_error("%s softcap(%.9g) = %.9g, want %.9g (cap %g)\n", ops->name, orig[i],
+                                x[i], want, cap);
+                    fail();
+                }
+                assert_true(fabsf(x[i]) <= cap);
+            }
+            double e = rel_err_vec(x, xref, n);
+            if (!(e <= TOL_SMALL)) {
+                print_error("%s softcap n=%d cap=%g: error %.3g\n", ops->name, n, cap, e);
+                fail();
+            }
+        }
+}
+
 /* Values checked by hand: GELU-tanh, and the llama3 RoPE rescaling (Llama 3.1: theta 500000,
  * factor 8, low 1, high 4 over 8192 positions): short wavelengths keep their frequency, long ones
  * are divided by the factor, the band between is blended. */
@@ -2021,6 +2063,7 @@ int main(void)
         PER_TABLE(test_rmsnorm, KN_ISA_REF, "rmsnorm_ref"),
         PER_TABLE(test_rope, KN_ISA_REF, "rope_ref"),
         PER_TABLE(test_softmax_silu, KN_ISA_REF, "softmax_silu_ref"),
+        PER_TABLE(test_softcap, KN_ISA_REF, "softcap_ref"),
         cmocka_unit_test(test_gelu_and_rope_freqs),
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_attention_ref_formula),
@@ -2035,6 +2078,7 @@ int main(void)
         PER_TABLE(test_rmsnorm, KN_ISA_AVX2, "rmsnorm_avx2"),
         PER_TABLE(test_rope, KN_ISA_AVX2, "rope_avx2"),
         PER_TABLE(test_softmax_silu, KN_ISA_AVX2, "softmax_silu_avx2"),
+        PER_TABLE(test_softcap, KN_ISA_AVX2, "softcap_avx2"),
         PER_TABLE(test_attention, KN_ISA_AVX2, "attention_avx2"),
         PER_TABLE(test_attention_opts, KN_ISA_AVX2, "attention_opts_avx2"),
         PER_TABLE(test_gemv, KN_ISA_AVX512, "gemv_avx512"),
@@ -2047,16 +2091,19 @@ int main(void)
         PER_TABLE(test_rmsnorm, KN_ISA_AVX512, "rmsnorm_avx512"),
         PER_TABLE(test_rope, KN_ISA_AVX512, "rope_avx512"),
         PER_TABLE(test_softmax_silu, KN_ISA_AVX512, "softmax_silu_avx512"),
+        PER_TABLE(test_softcap, KN_ISA_AVX512, "softcap_avx512"),
         PER_TABLE(test_attention, KN_ISA_AVX512, "attention_avx512"),
         PER_TABLE(test_attention_opts, KN_ISA_AVX512, "attention_opts_avx512"),
         PER_TABLE(test_gemm, KN_ISA_AMX, "gemm_amx"),
         PER_TABLE(test_attention_opts, KN_ISA_AMX, "attention_opts_amx"),
+        PER_TABLE(test_softcap, KN_ISA_AMX, "softcap_amx"),
         PER_TABLE(test_tiles_gemm, KN_ISA_AMX, "tiles_gemm_amx"),
         PER_TABLE(test_gemm_scratch, KN_ISA_AMX, "gemm_scratch_amx"),
         PER_TABLE(test_prefetch_modes, KN_ISA_AMX, "prefetch_modes_amx"),
         PER_TABLE(test_tiles_guard, KN_ISA_AMX, "tiles_guard_amx"),
         PER_TABLE(test_gemm, SLOT_AMX_MODEL, "gemm_amx_model"),
         PER_TABLE(test_attention_opts, SLOT_AMX_MODEL, "attention_opts_amx_model"),
+        PER_TABLE(test_softcap, SLOT_AMX_MODEL, "softcap_amx_model"),
         PER_TABLE(test_tiles_gemm, SLOT_AMX_MODEL, "tiles_gemm_amx_model"),
         PER_TABLE(test_gemm_scratch, SLOT_AMX_MODEL, "gemm_scratch_amx_model"),
         PER_TABLE(test_prefetch_modes, SLOT_AMX_MODEL, "prefetch_modes_amx_model"),

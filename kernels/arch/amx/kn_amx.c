@@ -293,6 +293,8 @@ static void kn_silu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.sil
 
 static void kn_gelu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.gelu_mul(a, b, n); }
 
+static void kn_softcap_amx(float *x, int n, float cap) { kn_ops_avx512.softcap(x, n, cap); }
+
 KN_GRAM_TILE(gram_tile)
 
 const struct kn_ops KN_OPS_AMX = {
@@ -314,6 +316,7 @@ const struct kn_ops KN_OPS_AMX = {
     .softmax = kn_softmax_amx,
     .silu_mul = kn_silu_mul_amx,
     .gelu_mul = kn_gelu_mul_amx,
+    .softcap = kn_softcap_amx,
     .attention = kn_attention_amx,
     .gram_tile = gram_tile,
 };

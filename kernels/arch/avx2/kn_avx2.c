@@ -707,6 +707,17 @@ static int att_first(const struct kn_att *opt, int pos)
     return opt->window && pos >= opt->window ? pos - opt->window + 1 : 0;
 }
 
+/* x[i] = cap * tanh(x[i] / cap), 8 lanes at a time (tanh_ps), a scalar tail. */
+static void kn_softcap_avx2(float *x, int n, float cap)
+{
+    __m256 c = _mm256_set1_ps(cap), inv = _mm256_set1_ps(1.0f / cap);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i,
+                         _mm256_mul_ps(c, tanh_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv))));
+    kn_softcap_ref(x + i, n - i, cap);
+}
+
 /* Up to 8 queries (lanes l0 .. l0 + 7 of the tile) over all their keys. */
 static void att_lanes(float *out, size_t out_stride, const float *q, size_t q_stride, int nl,
                       int nh, int l0, int pos0, const struct kn_kv *kv, int hd,
@@ -783,8 +794,12 @@ KN_GRAM_TILE(gram_tile)
 const struct kn_ops kn_ops_avx2 = {
     .name = "avx2",
     .isa = KN_ISA_AVX2,
-    .mm = {[KN_DT_F32] = mm_f32, [KN_DT_BF16] = mm_bf16, [KN_DT_Q8] = mm_q8,
-           [KN_DT_W4A16] = mm_w4a16, [KN_DT_W4A8] = mm_ref, [KN_DT_W4A8_T] = mm_w4a8t,
+    .mm = {[KN_DT_F32] = mm_f32,
+           [KN_DT_BF16] = mm_bf16,
+           [KN_DT_Q8] = mm_q8,
+           [KN_DT_W4A16] = mm_w4a16,
+           [KN_DT_W4A8] = mm_ref,
+           [KN_DT_W4A8_T] = mm_w4a8t,
            [KN_DT_W4A16_T] = mm_w4a16t},
     .act_prepare = kn_act_prepare_avx2,
     .gemv = kn_gemv_avx2,
@@ -794,6 +809,7 @@ const struct kn_ops kn_ops_avx2 = {
     .softmax = kn_softmax_ref,
     .silu_mul = kn_silu_mul_avx2,
     .gelu_mul = kn_gelu_mul_avx2,
+    .softcap = kn_softcap_avx2,
     .attention = kn_attention_avx2,
     .gram_tile = gram_tile,
 };

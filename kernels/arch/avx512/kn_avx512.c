@@ -1268,6 +1268,16 @@ static void kn_gelu_mul_avx512(float *a, const float *b, int n)
     }
 }
 
+/* x[i] = cap * tanh(x[i] / cap), 16 lanes at a time (tanh_ps). */
+static void kn_softcap_avx512(float *x, int n, float cap)
+{
+    float inv = 1.0f / cap;
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = mask16(n - i);
+        _mm512_mask_storeu_ps(x + i, m, softcap_ps(_mm512_maskz_loadu_ps(m, x + i), cap, inv));
+    }
+}
+
 /* Softmax of n values in place: the max in 16 lanes, e^(x - max) by exp_neg summed in 16 lanes,
  * then one scale. The sampler's over a 128k vocabulary (per sequence and step) was 1 ms with
  * the reference's expf. */
@@ -1315,6 +1325,7 @@ const struct kn_ops kn_ops_avx512 = {
     .softmax = kn_softmax_avx512,
     .silu_mul = kn_silu_mul_avx512,
     .gelu_mul = kn_gelu_mul_avx512,
+    .softcap = kn_softcap_avx512,
     .attention = kn_attention_avx512,
     .gram_tile = gram_tile,
 };

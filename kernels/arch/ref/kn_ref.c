@@ -169,6 +169,12 @@ void kn_gelu_mul_ref(float *a, const float *b, int n)
     }
 }
 
+void kn_softcap_ref(float *x, int n, float cap)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
 void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
                       int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch,
                       const struct kn_att *opt)
@@ -216,8 +222,12 @@ const struct kn_ops kn_ops_ref = {
     .name = "ref",
     .isa = KN_ISA_REF,
     /* the int4 references read elements through kn_w4_code(): one for both layouts */
-    .mm = {[KN_DT_F32] = mm_f32, [KN_DT_BF16] = mm_bf16, [KN_DT_Q8] = mm_q8,
-           [KN_DT_W4A16] = mm_w4a16, [KN_DT_W4A8] = mm_w4a8, [KN_DT_W4A8_T] = mm_w4a8,
+    .mm = {[KN_DT_F32] = mm_f32,
+           [KN_DT_BF16] = mm_bf16,
+           [KN_DT_Q8] = mm_q8,
+           [KN_DT_W4A16] = mm_w4a16,
+           [KN_DT_W4A8] = mm_w4a8,
+           [KN_DT_W4A8_T] = mm_w4a8,
            [KN_DT_W4A16_T] = mm_w4a16},
     .act_prepare = kn_act_prepare_scalar,
     .gemv = kn_gemv_ref,
@@ -227,6 +237,7 @@ const struct kn_ops kn_ops_ref = {
     .softmax = kn_softmax_ref,
     .silu_mul = kn_silu_mul_ref,
     .gelu_mul = kn_gelu_mul_ref,
+    .softcap = kn_softcap_ref,
     .attention = kn_attention_ref,
     .gram_tile = gram_tile,
 };
