@@ -1202,41 +1202,64 @@ static void att_cache_free(struct att_cache *c)
     free(c->one);
 }
 
+/* Each table's attention against the reference: decode, prefill tiles and GQA tiles over a
+ * paged cache, with no options (then also: the reference reads through the block table, and
+ * all-zero options are none, bit for bit) and with options: windows shorter than the context,
+ * crossing cache blocks and SIMD key blocks, and longer than it (then the same bits as none);
+ * soft-capping that bites; a custom scale. Blocks wholly before the earliest query's window
+ * hold NaN: a table that read them would fail. */
 static void test_attention(void **state)
 {
     const struct kn_ops *ops = table_or_skip(state);
     static const int hds[] = {8, 64, 100, 128};
-    static const int tiles[][2] = {{1, 1}, {1, 4}, {4, 4}, {16, 1}, {3, 5}, {8, 2}, {2, 8}};
-    static const int pos0s[] = {0, 5, 15, 16, 40};
+    static const int tiles[][2] = {{1, 1}, {1, 4}, {1, 8}, {4, 4}, {16, 1}, {3, 5}, {8, 2}, {2, 8}};
+    static const int pos0s[] = {0, 5, 15, 16, 31, 40};
+    static const int windows[] = {0, 1, 7, 16, 17, 30, 100};
+    static const float caps[] = {0.0f, 2.5f}, scales[] = {0.0f, 0.3f};
     struct att_cache c;
     float scratch[ATT_MAXT];
     att_cache_init(&c);
-    double worst = 0.0;
+    double worst = 0.0, worst_opt = 0.0;
     rng_seed(7);
     for (size_t hi = 0; hi < ARRAY_SIZE(hds); hi++)
         for (size_t ti = 0; ti < ARRAY_SIZE(tiles); ti++)
-            for (size_t pi = 0; pi < ARRAY_SIZE(pos0s); pi++) {
-                int hd = hds[hi], nt = tiles[ti][0], nh = tiles[ti][1], pos0 = pos0s[pi];
-                att_cache_fill(&c, pos0 + nt, 0);
-                /* the reference reads through the table: the same sums in the same order */
-                kn_attention_ref(c.one, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.linear, hd, scratch,
-                                 NULL);
-                kn_attention_ref(c.out, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.paged, hd, scratch,
-                                 NULL);
-                for (int i = 0; i < nt; i++)
-                    assert_memory_equal(c.out + (size_t)i * ATT_QS, c.one + (size_t)i * ATT_QS,
-                                        (size_t)(nh * hd) * sizeof(float));
-                worst = fmax(worst, att_check(ops, &c.paged, c.q, hd, nt, nh, pos0, NULL, c.out,
-                                              c.oref, c.one, scratch));
-                /* all-zero options are no options, bit for bit */
-                ops->attention(c.oref, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.paged, hd, scratch,
-                               NULL);
-                ops->attention(c.one, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.paged, hd, scratch,
-                               &(struct kn_att){0});
-                for (int i = 0; i < nt; i++)
-                    assert_memory_equal(c.oref + (size_t)i * ATT_QS, c.one + (size_t)i * ATT_QS,
-                                        (size_t)(nh * hd) * sizeof(float));
-            }
+            for (size_t pi = 0; pi < ARRAY_SIZE(pos0s); pi++)
+                for (size_t wi = 0; wi < ARRAY_SIZE(windows); wi++) {
+                    int hd = hds[hi], nt = tiles[ti][0], nh = tiles[ti][1], pos0 = pos0s[pi];
+                    int w = windows[wi], first = w && pos0 >= w ? pos0 - w + 1 : 0;
+                    size_t n = (size_t)(nh * hd) * sizeof(float); /* a token's outputs */
+                    att_cache_fill(&c, pos0 + nt, first);
+                    for (size_t ci = 0; ci < ARRAY_SIZE(caps); ci++)
+                        for (size_t si = 0; si < ARRAY_SIZE(scales); si++) {
+                            struct kn_att o = {
+                                .scale = scales[si], .softcap = caps[ci], .window = w};
+                            bool none = !w && !caps[ci] && !scales[si];
+                            double e = att_check(ops, &c.paged, c.q, hd, nt, nh, pos0,
+                                                 none ? NULL : &o, c.out, c.oref, c.one, scratch);
+                            if (none)
+                                worst = fmax(worst, e);
+                            else
+                                worst_opt = fmax(worst_opt, e);
+                        }
+                    if (!w) {
+                        /* the reference reads through the table: the same sums, same order */
+                        kn_attention_ref(c.one, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.linear, hd,
+                                         scratch, NULL);
+                        kn_attention_ref(c.out, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.paged, hd,
+                                         scratch, NULL);
+                        for (int i = 0; i < nt; i++)
+                            assert_memory_equal(c.out + i * ATT_QS, c.one + i * ATT_QS, n);
+                    }
+                    if (w && w < pos0 + nt)
+                        continue;
+                    /* all-zero options, and a window longer than the context, are none */
+                    ops->attention(c.out, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.paged, hd, scratch,
+                                   &(struct kn_att){.window = w});
+                    ops->attention(c.one, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.paged, hd, scratch,
+                                   NULL);
+                    for (int i = 0; i < nt; i++)
+                        assert_memory_equal(c.out + i * ATT_QS, c.one + i * ATT_QS, n);
+                }
     /* position 0 attends to one key: the output is its value row */
     struct kn_kv first = {c.kc, c.vc, c.perm, c.paged.block_stride, ATT_KVS};
     ops->attention(c.out, ATT_QS, c.q, ATT_QS, 1, 4, 0, &first, 64, scratch, NULL);
@@ -1244,55 +1267,9 @@ static void test_attention(void **state)
         for (int d = 0; d < 64; d++)
             assert_float_equal(c.out[j * 64 + d],
                                c.vc[c.perm[0] * c.paged.block_stride + (size_t)d], 1e-6);
-    print_message("[          ] %s attention: worst error %.2g (tolerance %.1g)\n", ops->name,
-                  worst, TOL_SMALL);
-    att_cache_free(&c);
-}
-
-/* Attention's options against the reference: windows shorter than the context, crossing cache
- * blocks and SIMD key blocks, and longer than it (then the same bits as none); soft-capping
- * that bites; a custom scale; decode, prefill tiles and GQA tiles. Blocks wholly before the
- * earliest query's window hold NaN: a table that read them would fail. */
-static void test_attention_opts(void **state)
-{
-    const struct kn_ops *ops = table_or_skip(state);
-    static const int hds[] = {8, 64, 100};
-    static const int tiles[][2] = {{1, 1}, {1, 4}, {1, 8}, {4, 4}, {16, 1}, {3, 5}, {2, 8}};
-    static const int pos0s[] = {0, 5, 16, 31, 40};
-    static const int windows[] = {0, 1, 7, 16, 17, 30, 100};
-    static const float caps[] = {0.0f, 2.5f}, scales[] = {0.0f, 0.3f};
-    struct att_cache c;
-    float scratch[ATT_MAXT];
-    att_cache_init(&c);
-    double worst = 0.0;
-    rng_seed(11);
-    for (size_t hi = 0; hi < ARRAY_SIZE(hds); hi++)
-        for (size_t ti = 0; ti < ARRAY_SIZE(tiles); ti++)
-            for (size_t pi = 0; pi < ARRAY_SIZE(pos0s); pi++)
-                for (size_t wi = 0; wi < ARRAY_SIZE(windows); wi++) {
-                    int hd = hds[hi], nt = tiles[ti][0], nh = tiles[ti][1], pos0 = pos0s[pi];
-                    int w = windows[wi], first = w && pos0 >= w ? pos0 - w + 1 : 0;
-                    att_cache_fill(&c, pos0 + nt, first);
-                    for (size_t ci = 0; ci < ARRAY_SIZE(caps); ci++)
-                        for (size_t si = 0; si < ARRAY_SIZE(scales); si++) {
-                            struct kn_att o = {
-                                .scale = scales[si], .softcap = caps[ci], .window = w};
-                            worst = fmax(worst, att_check(ops, &c.paged, c.q, hd, nt, nh, pos0, &o,
-                                                          c.out, c.oref, c.one, scratch));
-                        }
-                    if (w < pos0 + nt)
-                        continue;
-                    /* a window longer than the context is none */
-                    ops->attention(c.out, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.paged, hd, scratch,
-                                   &(struct kn_att){.window = w});
-                    ops->attention(c.one, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.paged, hd, scratch,
-                                   NULL);
-                    for (int i = 0; i < nt; i++)
-                        assert_memory_equal(c.out + (size_t)i * ATT_QS, c.one + (size_t)i * ATT_QS,
-                                            (size_t)(nh * hd) * sizeof(float));
-                }
-    print_message("[          ] %s attention options: worst error %.2g (tolerance %.1g)\n",
-                  ops->name, worst, TOL_SMALL);
+    print_message("[          ] %s attention: worst error %.2g, with options %.2g (tolerance "
+                  "%.1g)\n",
+                  ops->name, worst, worst_opt, TOL_SMALL);
     att_cache_free(&c);
 }
 
@@ -2068,7 +2045,6 @@ int main(void)
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_attention_ref_formula),
         PER_TABLE(test_attention, KN_ISA_REF, "attention_ref"),
-        PER_TABLE(test_attention_opts, KN_ISA_REF, "attention_opts_ref"),
         PER_TABLE(test_gemv, KN_ISA_AVX2, "gemv_avx2"),
         PER_TABLE(test_gemm, KN_ISA_AVX2, "gemm_avx2"),
         PER_TABLE(test_guard_page, KN_ISA_AVX2, "guard_page_avx2"),
@@ -2080,7 +2056,6 @@ int main(void)
         PER_TABLE(test_softmax_silu, KN_ISA_AVX2, "softmax_silu_avx2"),
         PER_TABLE(test_softcap, KN_ISA_AVX2, "softcap_avx2"),
         PER_TABLE(test_attention, KN_ISA_AVX2, "attention_avx2"),
-        PER_TABLE(test_attention_opts, KN_ISA_AVX2, "attention_opts_avx2"),
         PER_TABLE(test_gemv, KN_ISA_AVX512, "gemv_avx512"),
         PER_TABLE(test_gemm, KN_ISA_AVX512, "gemm_avx512"),
         PER_TABLE(test_guard_page, KN_ISA_AVX512, "guard_page_avx512"),
@@ -2093,16 +2068,15 @@ int main(void)
         PER_TABLE(test_softmax_silu, KN_ISA_AVX512, "softmax_silu_avx512"),
         PER_TABLE(test_softcap, KN_ISA_AVX512, "softcap_avx512"),
         PER_TABLE(test_attention, KN_ISA_AVX512, "attention_avx512"),
-        PER_TABLE(test_attention_opts, KN_ISA_AVX512, "attention_opts_avx512"),
         PER_TABLE(test_gemm, KN_ISA_AMX, "gemm_amx"),
-        PER_TABLE(test_attention_opts, KN_ISA_AMX, "attention_opts_amx"),
+        PER_TABLE(test_attention, KN_ISA_AMX, "attention_amx"),
         PER_TABLE(test_softcap, KN_ISA_AMX, "softcap_amx"),
         PER_TABLE(test_tiles_gemm, KN_ISA_AMX, "tiles_gemm_amx"),
         PER_TABLE(test_gemm_scratch, KN_ISA_AMX, "gemm_scratch_amx"),
         PER_TABLE(test_prefetch_modes, KN_ISA_AMX, "prefetch_modes_amx"),
         PER_TABLE(test_tiles_guard, KN_ISA_AMX, "tiles_guard_amx"),
         PER_TABLE(test_gemm, SLOT_AMX_MODEL, "gemm_amx_model"),
-        PER_TABLE(test_attention_opts, SLOT_AMX_MODEL, "attention_opts_amx_model"),
+        PER_TABLE(test_attention, SLOT_AMX_MODEL, "attention_amx_model"),
         PER_TABLE(test_softcap, SLOT_AMX_MODEL, "softcap_amx_model"),
         PER_TABLE(test_tiles_gemm, SLOT_AMX_MODEL, "tiles_gemm_amx_model"),
         PER_TABLE(test_gemm_scratch, SLOT_AMX_MODEL, "gemm_scratch_amx_model"),
