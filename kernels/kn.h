@@ -381,7 +381,8 @@ struct kn_rope_scale {
      * LongRoPE's short or long factors (Phi-3.5), GGUF's rope_freqs tensor */
     const float *freq_factors;
     /* multiplies cos and sin (0: 1); LongRoPE's is kn_rope_longrope_attn(); a YARN type's
-     * magnitude multiplies it (as ggml's attn_factor) */
+     * magnitude multiplies it (as ggml's attn_factor: a config's explicit YaRN
+     * attention_factor a, which replaces 0.1 ln(factor) + 1, is a / (0.1 ln(factor) + 1)) */
     float attn_factor;
 };
 /* RoPE frequencies: inv_freq[i] = 1 / theta^(2i / head_dim) / freq_factors[i], i < head_dim / 2,
