@@ -10,14 +10,15 @@ SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 
 PACKAGES=(build-essential cmake pkg-config procps libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
           libnuma-dev liburing-dev libcmocka-dev libjansson-dev libpcre2-dev libmicrohttpd-dev
+          libicu-dev
           python3-jinja2 curl iproute2 chromium
           help2man dpkg-dev lintian systemd strace haproxy)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# node and npm run the server's client tests (tests/openai, tests/web): Debian's, unless the
-# machine has its own
+# node and npm run the server's client tests (tests/openai, tests/web) and the real tokenizers'
+# test (tests/tokenizers): Debian's, unless the machine has its own
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -30,7 +31,7 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 
 # the npm packages the server's client tests use, as each package-lock.json pins them
-for d in tests/openai tests/web; do
+for d in tests/openai tests/web tests/tokenizers; do
   lock="$d/package-lock.json"
   if [ -f "$lock" ] && [ "$lock" -nt "$d/node_modules/.package-lock.json" ]; then
     echo "bootstrap: npm ci --prefix $d" >&2

@@ -75,6 +75,15 @@ struct kn_kv {
     size_t block_stride, row_stride;
 };
 
+/* Attention's options; all zero (or a NULL pointer) is plain causal attention scaled by
+ * 1 / sqrt(hd), bit for bit as before the options existed. */
+struct kn_att {
+    float scale;   /* score = scale * q.k; 0: 1 / sqrt(hd) (Gemma 2: query_pre_attn_scalar^-0.5) */
+    float softcap; /* 0: none; else score = softcap * tanh(score / softcap) (Gemma 2) */
+    int window;    /* 0: none; else the query at position p reads keys t with p - t < window
+                    * (sliding-window layers: Gemma 2/3, Mistral) */
+};
+
 static inline size_t kn_kv_off(const struct kn_kv *c, int t)
 {
     return (size_t)c->blocks[t / KN_KV_BLOCK] * c->block_stride +
@@ -266,22 +275,30 @@ struct kn_ops {
     /* o = x * w / sqrt(mean(x^2) + eps) */
     void (*rmsnorm)(float *o, const float *x, const float *w, int n, float eps);
     /* Rotates @nheads heads of @head_dim at position @pos by pos * inv_freq[i] (head_dim / 2
-     * frequencies, kn_rope_freqs); interleaved pairs (llama2.c, GGUF llama) or NeoX halves. */
-    void (*rope)(float *v, int nheads, int head_dim, int pos, const float *inv_freq, bool neox);
+     * frequencies, kn_rope_freqs), cos and sin times @mscale (kn_rope_freqs' magnitude; 1:
+     * a plain rotation, bit for bit); interleaved pairs (llama2.c, GGUF llama) or NeoX halves. */
+    void (*rope)(float *v, int nheads, int head_dim, int pos, const float *inv_freq, float mscale,
+                 bool neox);
     /* In-place softmax over n values. */
     void (*softmax)(float *x, int n);
     /* a[i] = silu(a[i]) * b[i] */
     void (*silu_mul)(float *a, const float *b, int n);
     /* a[i] = gelu_tanh(a[i]) * b[i] */
     void (*gelu_mul)(float *a, const float *b, int n);
+    /* x[i] = cap * tanh(x[i] / cap), cap > 0: the final logits' soft-cap (Gemma 2; attention's
+     * is struct kn_att's) */
+    void (*softcap)(float *x, int n, float cap);
     /* Causal attention of a tile of queries that share one KV head: tokens i < nt at positions
      * pos0 + i times query heads j < nh, nt * nh <= KN_ATT_TILE. Query (i, j) is the @hd floats
      * at q + i * q_stride + j * hd, its output goes to out + i * out_stride + j * hd; it reads
-     * the key and value rows t = 0 .. pos0 + i of @kv. Scores are scaled by
-     * 1 / sqrt(hd). @scratch holds pos0 + nt floats (the reference's scores; SIMD tables run an
-     * online softmax over blocks of keys and do not touch it). hd <= KN_MAX_HEAD_DIM. */
+     * the key and value rows t = 0 .. pos0 + i of @kv (with @opt's window, only those with
+     * pos0 + i - t < window: rows and cache blocks before are never read). Scores are scaled by
+     * @opt's scale, then soft-capped if it says so (struct kn_att; NULL: all defaults).
+     * @scratch holds pos0 + nt floats (the reference's scores; SIMD tables run an online softmax
+     * over blocks of keys and do not touch it). hd <= KN_MAX_HEAD_DIM. */
     void (*attention)(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
-                      int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch);
+                      int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch,
+                      const struct kn_att *opt);
     /* The calibration's Hessians (coordinator/convert/calib.c), one 8 x 16 tile of the Gram
      * matrix of the @n rows of @x (@ld floats apart): h[(i0 + a) * cols + k0 + b] +=
      * sum_r x[r][i0 + a] * x[r][k0 + b] for a < 8, b < 16 (kernels/arch/kn_gram.h). */
@@ -345,10 +362,36 @@ void kn_pf_reset(void);
 /* The mode kept for the median call times @med[KN_PF_COUNT] of a shape (the tuner's rule). */
 int kn_pf_decide(const uint32_t *med);
 
-/* RoPE frequencies: inv_freq[i] = 1 / theta^(2i / head_dim), i < head_dim / 2; with
- * @factor > 0 rescaled the llama3 way (low/high frequency factors over @orig_ctx positions). */
-void kn_rope_freqs(float *inv_freq, int head_dim, float theta, float factor, float low,
-                   float high, int orig_ctx);
+/* How a model rescales its RoPE frequencies (Hugging Face config.json's rope_scaling; GGUF's
+ * rope.scaling.* and rope_freqs). All zero: plain RoPE. */
+enum kn_rope_type {
+    KN_ROPE_PLAIN = 0,
+    KN_ROPE_LLAMA3, /* Llama 3.1: long wavelengths slowed by factor, short kept, a blend between */
+    KN_ROPE_YARN,   /* YaRN (Qwen2.5): interpolated and extrapolated frequencies mixed by a ramp
+                     * over the rotations beta_slow .. beta_fast in orig_ctx positions, cos/sin
+                     * times 0.1 ln(factor) + 1 */
+};
+struct kn_rope_scale {
+    enum kn_rope_type type;
+    float factor;               /* LLAMA3, YARN: the context extension factor, >= 1 */
+    int orig_ctx;               /* LLAMA3, YARN: original_max_position_embeddings */
+    float low, high;            /* LLAMA3: low_freq_factor < high_freq_factor */
+    float beta_fast, beta_slow; /* YARN: 0 means 32 and 1, the papers' and configs' defaults */
+    /* NULL, or head_dim / 2 divisors of the base frequencies, before the type's rescaling:
+     * LongRoPE's short or long factors (Phi-3.5), GGUF's rope_freqs tensor */
+    const float *freq_factors;
+    /* multiplies cos and sin (0: 1); LongRoPE's is kn_rope_longrope_attn(); a YARN type's
+     * magnitude multiplies it (as ggml's attn_factor: a config's explicit YaRN
+     * attention_factor a, which replaces 0.1 ln(factor) + 1, is a / (0.1 ln(factor) + 1)) */
+    float attn_factor;
+};
+/* RoPE frequencies: inv_freq[i] = 1 / theta^(2i / head_dim) / freq_factors[i], i < head_dim / 2,
+ * then rescaled as @s's type says (@s NULL: plain). Returns the magnitude of cos and sin that
+ * ops->rope takes (1 unless @s has an attention factor or YaRN). */
+float kn_rope_freqs(float *inv_freq, int head_dim, float theta, const struct kn_rope_scale *s);
+/* LongRoPE's attention factor: sqrt(1 + ln(factor) / ln(orig_ctx)) for a context of @factor
+ * times the original @orig_ctx positions, 1 for factor <= 1. */
+float kn_rope_longrope_attn(float factor, int orig_ctx);
 
 /* fp16 / bf16 helpers (round to nearest even). */
 uint16_t kn_f32_to_f16(float f);

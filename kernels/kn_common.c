@@ -270,25 +270,62 @@ int kn_w4_zero(const struct kn_mat *m, int r, int g)
                             (size_t)(r % KN_TILE_ROWS)];
 }
 
-void kn_rope_freqs(float *inv_freq, int head_dim, float theta, float factor, float low,
-                   float high, int orig_ctx)
+/* YaRN's ramp bound: the pair index whose wavelength turns @rot times in @orig_ctx positions,
+ * head_dim * ln(orig_ctx / (2 pi rot)) / (2 ln theta) (the YaRN paper's eq. 19; ggml's
+ * ggml_rope_yarn_corr_dim) */
+static float yarn_corr_dim(int head_dim, int orig_ctx, float rot, float theta)
 {
+    return (float)head_dim * logf((float)orig_ctx / (rot * 2.0f * 3.14159265358979f)) /
+           (2.0f * logf(theta));
+}
+
+float kn_rope_freqs(float *inv_freq, int head_dim, float theta, const struct kn_rope_scale *s)
+{
+    static const struct kn_rope_scale plain;
+    if (!s)
+        s = &plain;
+    float mscale = s->attn_factor > 0.0f ? s->attn_factor : 1.0f;
+    float ylo = 0.0f, yhi = 0.0f;
+    if (s->type == KN_ROPE_YARN) {
+        float fast = s->beta_fast > 0.0f ? s->beta_fast : 32.0f;
+        float slow = s->beta_slow > 0.0f ? s->beta_slow : 1.0f;
+        ylo = fmaxf(0.0f, floorf(yarn_corr_dim(head_dim, s->orig_ctx, fast, theta)));
+        yhi =
+            fminf((float)(head_dim - 1), ceilf(yarn_corr_dim(head_dim, s->orig_ctx, slow, theta)));
+        mscale *= 1.0f + 0.1f * logf(s->factor);
+    }
     for (int i = 0; i < head_dim; i += 2) {
         /* the expression of llama2.c's run.c, so f32 logits stay bit-identical to it */
         float f = 1.0f / powf(theta, (float)i / (float)head_dim);
-        if (factor > 0.0f) {
-            /* llama3: long wavelengths slowed by factor, short ones kept, a blend between */
+        if (s->freq_factors)
+            f /= s->freq_factors[i / 2];
+        if (s->type == KN_ROPE_LLAMA3) {
+            /* long wavelengths slowed by factor, short ones kept, a blend between */
             float wavelen = 2.0f * 3.14159265358979f / f;
-            float lo_wl = (float)orig_ctx / low, hi_wl = (float)orig_ctx / high;
+            float lo_wl = (float)s->orig_ctx / s->low, hi_wl = (float)s->orig_ctx / s->high;
             if (wavelen > lo_wl) {
-                f /= factor;
+                f /= s->factor;
             } else if (wavelen >= hi_wl) {
-                float smooth = ((float)orig_ctx / wavelen - low) / (high - low);
-                f = (1.0f - smooth) * f / factor + smooth * f;
+                float smooth = ((float)s->orig_ctx / wavelen - s->low) / (s->high - s->low);
+                f = (1.0f - smooth) * f / s->factor + smooth * f;
             }
+        } else if (s->type == KN_ROPE_YARN) {
+            /* extrapolated (as trained) below pair ylo, interpolated (divided by factor) past
+             * yhi, a linear mix between */
+            float y = ((float)(i / 2) - ylo) / fmaxf(0.001f, yhi - ylo);
+            float ext = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+            f = f / s->factor * (1.0f - ext) + f * ext;
         }
         inv_freq[i / 2] = f;
     }
+    return mscale;
+}
+
+float kn_rope_longrope_attn(float factor, int orig_ctx)
+{
+    if (factor <= 1.0f)
+        return 1.0f;
+    return sqrtf(1.0f + logf(factor) / logf((float)orig_ctx));
 }
 
 size_t kn_gemm_scratch_bytes(const struct kn_ops *o, const struct kn_mat *w, int m)

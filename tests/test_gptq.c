@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test_gptq.c: GPTQ (coordinator/convert/gptq.c) against a slow textbook implementation on
  * small matrices, its error against round-to-nearest, singular Hessians; the calibration text's
- * checks. */
+ * checks; --method auto's held-out slice and choice (coordinator/convert/auto.c) on stories260K. */
 #include "calib.h"
+#include "convert.h"
 #include "kn.h"
 #include "pool.h"
 #include "quant.h"
@@ -14,6 +15,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <cmocka.h>
 
 static uint64_t rng = 12345;
@@ -291,8 +294,8 @@ static void test_hessian_add(void **state)
 static void test_method_names(void **state)
 {
     enum coord_quant_method m;
-    const char *names[] = {"rtn", "imatrix", "gptq", "awq"};
-    for (int i = 0; i < 4; i++) {
+    const char *names[] = {"rtn", "imatrix", "gptq", "awq", "auto"};
+    for (int i = 0; i < 5; i++) {
         assert_int_equal(coord_quant_method_parse(names[i], &m), 0);
         assert_string_equal(coord_quant_method_name(m), names[i]);
     }
@@ -337,13 +340,237 @@ static void test_calib_text(void **state)
     tu_rmdir(dir);
 }
 
+/* Writes the calibration text @path: stories.txt, then @tail four times (past the held-out cut
+ * at the token counts test_heldout asks for). */
+static void calib_text(const char *path, const char *tail)
+{
+    char src[4200];
+    size_t n = 0;
+    snprintf(src, sizeof(src), "%s/calib/stories.txt", tu_data());
+    char *text = tu_slurp(src, &n);
+    assert_non_null(text);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite(text, 1, n, f);
+    for (int i = 0; i < 4; i++)
+        fprintf(f, "%s\n", tail);
+    fclose(f);
+    free(text);
+}
+
+/* The images of stories260K at w4a16 g64 by each method but auto, fitted on @c, as hashes. */
+static void fit_all(struct coord_source *src, struct coord_calib *c, uint64_t *hash)
+{
+    struct coord_convert_opts o = {.scheme = SHLM_SCHEME_W4A16, .head_bits = 8};
+    struct shardlm_err e;
+    for (int m = 0; m < COORD_QUANT_AUTO; m++) {
+        void *img;
+        size_t size;
+        assert_int_equal(coord_convert_image_by(src, &o, 64, (enum coord_quant_method)m, c, NULL,
+                                                &img, &size, &e),
+                         0);
+        hash[m] = shlm_hash(img, size);
+        munmap(img, size);
+    }
+}
+
+/* Writes the model image @img (@size bytes) to @path. */
+static void image_save(const char *path, void *img, size_t size)
+{
+    assert_int_equal(tu_write(path, img, size), 0);
+    munmap(img, size);
+}
+
+/* `shardlm eval -m @model --ref @ref [--save @save]` in @dir's runtime folder: the overall mean
+ * KLD. */
+static double eval_kld(const char *dir, const char *model, const char *ref, const char *save)
+{
+    char env[4200];
+    tu_path(env, sizeof(env), "SHARDLM_RUNTIME_DIR=%s/run", dir);
+    char *args[] = {"eval",
+                    "-m",
+                    (char *)model,
+                    "--ref",
+                    (char *)ref,
+                    "--no-persist",
+                    "--threads",
+                    "1",
+                    "--workers",
+                    "1",
+                    save ? "--save" : NULL,
+                    (char *)save,
+                    NULL};
+    struct tu_run *r = malloc(sizeof(*r));
+    tu_run_shardlm(r, env, args, NULL, 120, NULL, NULL);
+    if (r->status)
+        fprintf(stderr, "eval %s: %d: %s\n", model, r->status, r->err);
+    assert_int_equal(r->status, 0);
+    const char *o = strstr(r->out, "overall kld=");
+    assert_non_null(o);
+    double k = strtod(o + strlen("overall kld="), NULL);
+    free(r);
+    return k;
+}
+
+/* The held-out KLDs of @r against `shardlm eval` of each method's image fitted on @c (the
+ * engine's workers, their kernels' layouts), over the held-out sequences of @c as a reference
+ * folder whose logits are the source's in f32 (eval --save of the f32 file). */
+static void check_klds_by_eval(const char *dir, struct coord_source *src, struct coord_calib *c,
+                               const struct coord_auto_report *r)
+{
+    char path[4400], ref0[4096], ref1[4096], run[4096], line[65536];
+    const int32_t *tok;
+    const int *len;
+    int n, vocab = (int)src->cfg.vocab_size;
+    struct shardlm_err e;
+    coord_calib_heldout(c, &tok, &len, &n);
+    tu_path(ref0, sizeof(ref0), "%s/ref0", dir);
+    tu_path(ref1, sizeof(ref1), "%s/ref1", dir);
+    tu_path(run, sizeof(run), "%s/run", dir);
+    assert_int_equal(mkdir(ref0, 0700), 0);
+    assert_int_equal(mkdir(run, 0700), 0);
+    tu_path(path, sizeof(path), "%s/greedy.tsv", ref0);
+    FILE *tsv = fopen(path, "w");
+    assert_non_null(tsv);
+    for (int q = 0, at = 0; q < n; at += len[q++]) {
+        /* a line per held-out sequence: its BOS as the prompt, the rest as the continuation;
+         * logits that are not the model's (eval --save writes the model's) */
+        size_t k = (size_t)snprintf(line, sizeof(line), "h%d\t%d\t", q, tok[at]);
+        for (int i = 1; i < len[q]; i++)
+            k +=
+                (size_t)snprintf(line + k, sizeof(line) - k, "%s%d", i > 1 ? " " : "", tok[at + i]);
+        fprintf(tsv, "%s\th%d.txt\th%d.logits.f32\n", line, q, q);
+        float *lg = malloc((size_t)len[q] * vocab * sizeof(float));
+        for (size_t i = 0; i < (size_t)len[q] * vocab; i++)
+            lg[i] = (float)(i % 7);
+        tu_path(path, sizeof(path), "%s/h%d.logits.f32", ref0, q);
+        assert_int_equal(tu_write(path, lg, (size_t)len[q] * vocab * sizeof(float)), 0);
+        tu_path(path, sizeof(path), "%s/h%d.txt", ref0, q);
+        assert_int_equal(tu_write(path, "-\n", 2), 0);
+        free(lg);
+    }
+    fclose(tsv);
+    void *img;
+    size_t size;
+    tu_path(path, sizeof(path), "%s/f32.shlm", dir);
+    assert_int_equal(coord_convert_image(src, SHLM_SCHEME_F32, &img, &size, &e), 0);
+    image_save(path, img, size);
+    eval_kld(dir, path, ref0, ref1);
+    assert_true(eval_kld(dir, path, ref1, NULL) < 1e-9); /* the reference is the f32 model's */
+    struct coord_convert_opts o = {.scheme = SHLM_SCHEME_W4A16, .head_bits = 8};
+    for (int m = 0; m < COORD_QUANT_AUTO; m++) {
+        tu_path(path, sizeof(path), "%s/m%d.shlm", dir, m);
+        assert_int_equal(coord_convert_image_by(src, &o, 64, (enum coord_quant_method)m, c, NULL,
+                                                &img, &size, &e),
+                         0);
+        image_save(path, img, size);
+        double k = eval_kld(dir, path, ref1, NULL);
+        printf("held-out kld %s: auto %.6g, eval %.6g\n",
+               coord_quant_method_name((enum coord_quant_method)m), r->kld[m], k);
+        assert_true(fabs(k - r->kld[m]) <= 1e-3 * k);
+    }
+    tu_rmdir(run);
+    tu_rmdir(ref0);
+    tu_rmdir(ref1);
+}
+
+/* --method auto's held-out slice: the last eighth of the tokens, never in the statistics - a
+ * calibration whose held-out text differs fits every method to the same bytes, and those are the
+ * bytes of a calibration on the fit tokens alone; coord_auto keeps the candidate of the lowest
+ * held-out KLD (so never above rtn's), and its image is that method's. */
+static void test_heldout(void **state)
+{
+    char dir[4096], a_txt[4200], b_txt[4200], ck[4200], tok[4200];
+    tu_mkdtemp(dir, sizeof(dir), "heldout");
+    snprintf(a_txt, sizeof(a_txt), "%s/a.txt", dir);
+    snprintf(b_txt, sizeof(b_txt), "%s/b.txt", dir);
+    calib_text(a_txt, "The cat sat on the mat and looked at the big red sun in the sky all day.");
+    calib_text(b_txt, "A dog ran to the park, where a girl threw a ball for him again and again.");
+    tu_path(ck, sizeof(ck), "%s/models/stories260K/stories260K.bin", tu_src());
+    tu_path(tok, sizeof(tok), "%s/models/stories260K/tok512.bin", tu_src());
+    struct coord_source src;
+    struct shardlm_err e;
+    assert_int_equal(coord_source_open(&src, ck, tok, 0, &e), 0);
+    /* 1600 tokens in sequences of 512 (a BOS and 511 of the text): 200 held out, the 1400
+     * before them in the fit, all of them from stories.txt (1496 tokens) */
+    struct coord_calib_opts co = {.text = a_txt,
+                                  .tokens = 1600,
+                                  .hessians = true,
+                                  .samples = true,
+                                  .holdout = true,
+                                  .threads = 1};
+    struct coord_calib *ca, *cb, *cf;
+    assert_int_equal(coord_calib_open(&ca, &src, &co, &e), 0);
+    co.text = b_txt;
+    assert_int_equal(coord_calib_open(&cb, &src, &co, &e), 0);
+    co = (struct coord_calib_opts){
+        .text = a_txt, .tokens = 1400, .hessians = true, .samples = true, .threads = 1};
+    assert_int_equal(coord_calib_open(&cf, &src, &co, &e), 0);
+    assert_int_equal(coord_calib_tokens(ca), 1400);
+    assert_int_equal(coord_calib_tokens(cf), 1400);
+    const int32_t *ta, *tb;
+    const int *la, *lb;
+    int na, nb;
+    coord_calib_heldout(ca, &ta, &la, &na);
+    coord_calib_heldout(cb, &tb, &lb, &nb);
+    /* sequences of 512, 512, 512 and 64 tokens: the last whole, and of the third its last 136
+     * after a BOS */
+    assert_int_equal(na, 2);
+    assert_int_equal(nb, 2);
+    assert_int_equal(la[0], 137);
+    assert_int_equal(la[1], 64);
+    assert_int_equal(ta[0], 1);
+    assert_int_equal(ta[137], 1);
+    assert_true(memcmp(ta, tb, 201 * sizeof(*ta)) != 0); /* the held-out texts differ */
+    uint64_t ha[COORD_QUANT_AUTO], hb[COORD_QUANT_AUTO], hf[COORD_QUANT_AUTO];
+    fit_all(&src, ca, ha);
+    fit_all(&src, cb, hb);
+    fit_all(&src, cf, hf);
+    for (int m = 0; m < COORD_QUANT_AUTO; m++) {
+        assert_true(ha[m] == hb[m]);
+        assert_true(ha[m] == hf[m]);
+        for (int k = 0; k < m; k++) /* the methods are told apart */
+            assert_true(ha[m] != ha[k]);
+    }
+    /* the choice: the lowest held-out KLD, rtn unless strictly lower; the image is its own */
+    struct coord_convert_opts o = {.scheme = SHLM_SCHEME_W4A16, .head_bits = 8};
+    struct coord_auto_report r;
+    void *img;
+    size_t size;
+    assert_int_equal(coord_auto(&src, &o, 64, ca, NULL, &img, &size, &r, &e), 0);
+    assert_int_equal(r.heldout_tokens, 201);
+    for (int m = 0; m < COORD_QUANT_AUTO; m++) {
+        assert_true(r.kld[m] > 0.0 && r.kld[m] < 1.0);
+        assert_true(r.kld[r.chosen] <= r.kld[m]);
+    }
+    assert_true(r.kld[r.chosen] <= r.kld[COORD_QUANT_RTN]);
+    assert_true(shlm_hash(img, size) == ha[r.chosen]);
+    munmap(img, size);
+    check_klds_by_eval(dir, &src, ca, &r);
+    /* the held-out KLDs are the slice's: another slice, other figures */
+    struct coord_auto_report rb;
+    assert_int_equal(coord_auto(&src, &o, 64, cb, NULL, &img, &size, &rb, &e), 0);
+    munmap(img, size);
+    assert_true(rb.kld[COORD_QUANT_RTN] != r.kld[COORD_QUANT_RTN]);
+    coord_calib_free(ca);
+    coord_calib_free(cb);
+    coord_calib_free(cf);
+    /* a calibration too short to hold 16 tokens out is refused, in one line */
+    co = (struct coord_calib_opts){.text = a_txt, .tokens = 100, .holdout = true, .threads = 1};
+    assert_int_equal(coord_calib_open(&ca, &src, &co, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "too few to hold 16 of them out"));
+    assert_null(strchr(e.msg, '\n'));
+    coord_source_close(&src);
+    tu_rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_textbook_sym), cmocka_unit_test(test_textbook_asym),
         cmocka_unit_test(test_short_group),  cmocka_unit_test(test_singular),
         cmocka_unit_test(test_hessian_add),  cmocka_unit_test(test_method_names),
-        cmocka_unit_test(test_calib_text),
+        cmocka_unit_test(test_calib_text),   cmocka_unit_test(test_heldout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

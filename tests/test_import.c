@@ -4,7 +4,8 @@
  * here from the GGUF weights (plain loops, no shardlm kernels): llama (interleaved RoPE, GQA,
  * SiLU, tied) and spark (head_dim != dim / heads, GELU-tanh, per-head output gate), at one and
  * two workers. Also what synth and convert report: their progress callbacks (the library prints
- * nothing) and the exact lines the CLI prints from them. */
+ * nothing) and the exact lines the CLI prints from them; synth with a tokenizer.json of its own
+ * (synth_tok.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,8 +21,11 @@
 #include "convert.h"
 #include "fault.h"
 #include "gguf.h"
+#include "kn.h"
 #include "synth.h"
+#include "synth_tok.h"
 #include "testutil.h"
+#include "tokenizer.h"
 
 static char dir[4096];
 
@@ -174,6 +178,15 @@ static int run(char *const argv[], struct tu_run *r)
     return r->status;
 }
 
+/* The kld and top1 of eval's last line ("overall kld=... top1=... ppl=..."). */
+static void eval_overall(const struct tu_run *r, double *kld, double *top1)
+{
+    double ppl;
+    const char *last = strstr(r->out, "overall ");
+    assert_non_null(last);
+    assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", kld, top1, &ppl), 3);
+}
+
 static void check_shape(const char *shape, bool gelu, bool gate)
 {
     struct tu_run *r = malloc(sizeof(*r));
@@ -237,22 +250,53 @@ static void check_shape(const char *shape, bool gelu, bool gate)
     tu_path(path, sizeof(path), "%s/greedy.tsv", ref);
     assert_int_equal(tu_write(path, line, strlen(line)), 0);
     gguf_close(&m.f);
-    free(logits);
 
     for (int workers = 1; workers <= 2; workers++) {
         char cpus[16];
         snprintf(cpus, sizeof(cpus), workers == 1 ? "0" : "0:0");
         char *ev[] = {(char *)tu_bin(), "eval", "-m", shlm, "--ref", ref, "--cpus", cpus, NULL};
         assert_int_equal(run(ev, r), 0);
-        double kld, top1, ppl;
-        char *last = strstr(r->out, "overall ");
-        assert_non_null(last);
-        assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", &kld, &top1, &ppl), 3);
+        double kld, top1;
+        eval_overall(r, &kld, &top1);
         fprintf(stderr, "%s: %d worker(s): kld %.3g top1 %.4f against the reference forward\n",
                 shape, workers, kld, top1);
         assert_true(kld < 1e-6);
         assert_true(top1 == 1.0);
     }
+
+    /* the same reference as float16 (a .logits.f16 file): within its rounding; --save writes
+     * this model's logits in float16 under that name too, the reference's bytes again */
+    char ref16[4300], save16[4300];
+    tu_path(ref16, sizeof(ref16), "%s/%s-ref16", dir, shape);
+    tu_path(save16, sizeof(save16), "%s/%s-save16", dir, shape);
+    mkdir(ref16, 0755);
+    uint16_t *h = malloc((size_t)N * m.vocab * sizeof(uint16_t));
+    for (size_t i = 0; i < (size_t)N * m.vocab; i++)
+        h[i] = kn_f32_to_f16(logits[i]);
+    tu_path(path, sizeof(path), "%s/ref.logits.f16", ref16);
+    assert_int_equal(tu_write(path, h, (size_t)N * m.vocab * sizeof(uint16_t)), 0);
+    char *tab = strrchr(line, '\t');
+    strcpy(tab, "\tref.logits.f16\n");
+    tu_path(path, sizeof(path), "%s/greedy.tsv", ref16);
+    assert_int_equal(tu_write(path, line, strlen(line)), 0);
+    char *ev16[] = {(char *)tu_bin(), "eval", "-m", shlm, "--ref", ref16, "--save", save16, NULL};
+    assert_int_equal(run(ev16, r), 0);
+    double kld, top1;
+    eval_overall(r, &kld, &top1);
+    assert_true(kld < 1e-5);
+    assert_true(top1 == 1.0);
+    tu_path(path, sizeof(path), "%s/ref.logits.f16", save16);
+    size_t saved_len;
+    uint16_t *saved = (uint16_t *)tu_slurp(path, &saved_len);
+    assert_non_null(saved);
+    assert_int_equal(saved_len, (size_t)N * m.vocab * sizeof(uint16_t));
+    int differ = 0; /* this model's logits round as the reference's, but for a last-bit tie */
+    for (size_t i = 0; i < (size_t)N * m.vocab; i++)
+        differ += saved[i] != h[i];
+    assert_true(differ < N * m.vocab / 100);
+    free(saved);
+    free(h);
+    free(logits);
     free(r);
 }
 
@@ -468,6 +512,93 @@ static void test_output_errors(void **state)
     assert_int_equal(access(shlm, F_OK), 0);
 }
 
+/* A small byte-level tokenizer.json (a hole at id 4, an added special token) and its
+ * tokenizer_config.json: synth --tokenizer writes them into the GGUF (the same ids, EOS and
+ * template back; no BOS, as the config says; the hole named [PAD4]) and synth --hf copies them
+ * byte for byte into the folder; a missing file, an unknown token and a pre-tokenizer no GGUF
+ * names fail with the file and the field. */
+static void test_synth_tokenizer(void **state)
+{
+    static const char json[] =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2,"
+        " \"\\u0120\": 3}, \"merges\": [\"a b\"]},"
+        " \"added_tokens\": [{\"id\": 5, \"content\": \"<|im_end|>\", \"special\": true}],"
+        " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}}";
+    static const char config[] = "{\"bos_token\": null, \"eos_token\": \"<|im_end|>\","
+                                 " \"model_max_length\": 1000000000000000019884624838656,"
+                                 " \"chat_template\": \"{{ messages[0].content }}\"}";
+    char tk[4300], p[4400], gguf[4300], hf[4300];
+    struct shardlm_err e;
+    tu_path(tk, sizeof(tk), "%s/tk", dir);
+    tu_path(hf, sizeof(hf), "%s/hf", dir);
+    tu_path(gguf, sizeof(gguf), "%s/tk.gguf", dir);
+    assert_int_equal(mkdir(tk, 0700), 0);
+    assert_int_equal(mkdir(hf, 0700), 0);
+    struct coord_synth_tok st;
+    assert_int_equal(coord_synth_tok_load(&st, tk, &e), -ENOENT);
+    assert_non_null(strstr(e.msg, "tk/tokenizer.json"));
+    tu_path(p, sizeof(p), "%s/tokenizer.json", tk);
+    assert_int_equal(tu_write(p, json, strlen(json)), 0);
+    tu_path(p, sizeof(p), "%s/tokenizer_config.json", tk);
+    assert_int_equal(tu_write(p, config, strlen(config)), 0);
+    assert_int_equal(coord_synth_tok_load(&st, tk, &e), 0);
+    assert_int_equal(st.vocab, 6);
+    assert_int_equal(st.bos, -1);
+    assert_int_equal(st.eos, 5);
+    assert_string_equal(st.pre, "gpt2");
+    struct coord_synth_opts o = {.shape = "tiny", .out = gguf, .seed = 1, .tok = &st};
+    assert_int_equal(coord_synth_write(&o, &e), 0);
+
+    size_t n = 0;
+    char *img = tu_slurp(gguf, &n);
+    assert_non_null(img);
+    struct coord_tok t;
+    assert_int_equal(coord_tok_from_image(&t, (const uint8_t *)img, n, 0, gguf, &e), 0);
+    free(img);
+    assert_int_equal(t.vocab_size, 6);
+    assert_int_equal(t.bos_id, -1);
+    assert_int_equal(t.eos_id, 5);
+    assert_string_equal(t.vocab[4], "[PAD4]");
+    assert_string_equal(t.chat_template, "{{ messages[0].content }}");
+    int32_t want[16], got[16];
+    const char *text = "ab a<|im_end|>b";
+    unsigned fl = COORD_TOK_ENC_PARSE_SPECIAL;
+    int nw = coord_tok_encode_ex(&st.tok, text, strlen(text), fl, want, 16);
+    assert_int_equal(nw, 5); /* ab, Ġ, a, <|im_end|>, b */
+    assert_int_equal(coord_tok_encode_ex(&t, text, strlen(text), fl, got, 16), nw);
+    assert_memory_equal(got, want, sizeof(int32_t) * (size_t)nw);
+    coord_tok_free(&t);
+
+    struct coord_synth_opts oh = {.shape = "tiny-qwen3", .out = hf, .hf = true, .tok = &st};
+    assert_int_equal(coord_synth_write(&oh, &e), 0);
+    const char *files[] = {"tokenizer.json", "tokenizer_config.json"};
+    const char *bytes[] = {json, config};
+    for (int i = 0; i < 2; i++) {
+        tu_path(p, sizeof(p), "%s/%s", hf, files[i]);
+        char *b = tu_slurp(p, &n);
+        assert_non_null(b);
+        assert_int_equal(n, strlen(bytes[i]));
+        assert_memory_equal(b, bytes[i], n);
+        free(b);
+    }
+    coord_synth_tok_free(&st);
+
+    static const char bad_config[] = "{\"bos_token\": \"<nope>\"}";
+    tu_path(p, sizeof(p), "%s/tokenizer_config.json", tk);
+    assert_int_equal(tu_write(p, bad_config, strlen(bad_config)), 0);
+    assert_int_equal(coord_synth_tok_load(&st, tk, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "tokenizer_config.json: bos_token '<nope>' is no token"));
+    static const char split[] =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+        " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": ["
+        "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a+\"}, \"behavior\": \"Isolated\"},"
+        "{\"type\": \"ByteLevel\", \"use_regex\": false}]}}";
+    tu_path(p, sizeof(p), "%s/tokenizer.json", tk);
+    assert_int_equal(tu_write(p, split, strlen(split)), 0);
+    assert_int_equal(coord_synth_tok_load(&st, tk, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "tokenizer.json: pre_tokenizer: its Split regexes are none"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -477,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_output_errors),
         cmocka_unit_test(test_tiny_llama),
         cmocka_unit_test(test_tiny_spark),
+        cmocka_unit_test(test_synth_tokenizer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

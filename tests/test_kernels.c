@@ -863,27 +863,37 @@ static void test_rmsnorm(void **state)
     }
 }
 
+/* Each table's rope against the reference, at magnitude 1 and at a YaRN/LongRoPE-like 1.19;
+ * the reference's magnitude scales a plain rotation's output by itself (up to one rounding). */
 static void test_rope(void **state)
 {
     const struct kn_ops *ops = table_or_skip(state);
     static const int hds[] = {8, 16, 64};
+    static const float mscales[] = {1.0f, 1.19f};
     rng_seed(5);
     for (int neox = 0; neox <= 1; neox++) {
         for (size_t t = 0; t < ARRAY_SIZE(hds); t++) {
             for (int pos = 0; pos <= 40; pos += 5) {
-                int nh = 8, hd = hds[t], n = nh * hd;
-                float v[512], vref[512];
-                fill_normal(v, (size_t)n, 1.0f);
-                memcpy(vref, v, (size_t)n * sizeof(float));
-                float freqs[32];
-                kn_rope_freqs(freqs, hd, 10000.0f, 0.0f, 0.0f, 0.0f, 0);
-                kn_rope_ref(vref, nh, hd, pos, freqs, neox);
-                ops->rope(v, nh, hd, pos, freqs, neox);
-                double e = rel_err_vec(v, vref, n);
-                if (!(e <= TOL_SMALL)) {
-                    print_error("%s rope neox=%d hd=%d pos=%d: error %.3g\n", ops->name, neox, hd,
-                                pos, e);
-                    fail();
+                for (size_t mi = 0; mi < ARRAY_SIZE(mscales); mi++) {
+                    int nh = 8, hd = hds[t], n = nh * hd;
+                    float v[512], vref[512], vplain[512], mscale = mscales[mi];
+                    fill_normal(v, (size_t)n, 1.0f);
+                    memcpy(vref, v, (size_t)n * sizeof(float));
+                    memcpy(vplain, v, (size_t)n * sizeof(float));
+                    float freqs[32];
+                    assert_true(kn_rope_freqs(freqs, hd, 10000.0f, NULL) == 1.0f);
+                    kn_rope_ref(vref, nh, hd, pos, freqs, mscale, neox);
+                    ops->rope(v, nh, hd, pos, freqs, mscale, neox);
+                    double e = rel_err_vec(v, vref, n);
+                    if (!(e <= TOL_SMALL)) {
+                        print_error("%s rope neox=%d hd=%d pos=%d mscale=%g: error %.3g\n",
+                                    ops->name, neox, hd, pos, mscale, e);
+                        fail();
+                    }
+                    kn_rope_ref(vplain, nh, hd, pos, freqs, 1.0f, neox);
+                    for (int i = 0; i < n; i++)
+                        vplain[i] *= mscale;
+                    assert_true(rel_err_vec(vref, vplain, n) <= TOL_SMALL);
                 }
             }
         }
@@ -923,6 +933,48 @@ static void test_softmax_silu(void **state)
     }
 }
 
+/* The final logits' soft-cap against cap * tanh(x / cap) in double (the reference) and the
+ * reference (each table), on ragged lengths, with logits well past the cap (where it bites) and
+ * near 0 (where tanh(x) ~ x). */
+static void test_softcap(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    static const int ns[] = {1, 7, 16, 33, 1000};
+    static const float caps[] = {30.0f, 5.0f};
+    float x[1000], xref[1000], orig[1000];
+    rng_seed(13);
+    for (size_t t = 0; t < ARRAY_SIZE(ns); t++)
+        for (size_t ci = 0; ci < ARRAY_SIZE(caps); ci++) {
+            int n = ns[t];
+            float cap = caps[ci];
+            fill_normal(orig, (size_t)n, 20.0f);
+            if (n == 1000) /* a sweep of -3 cap .. 3 cap, across the vector tanh's two ranges */
+                for (int i = 0; i < n; i++)
+                    orig[i] = (float)(i - 500) * cap * 0.006f;
+            orig[0] = 1e-3f;
+            memcpy(x, orig, (size_t)n * sizeof(float));
+            memcpy(xref, orig, (size_t)n * sizeof(float));
+            kn_softcap_ref(xref, n, cap);
+            ops->softcap(x, n, cap);
+            for (int i = 0; i < n; i++) {
+                double want = cap * tanh((double)orig[i] / cap);
+                /* tanh within 1e-6 of 1 (the vector one's bound: 6e-7 relative) */
+                assert_true(fabs(xref[i] - want) <= 1e-6 * cap);
+                if (!(fabs(x[i] - want) <= 1e-6 * cap)) {
+                    print_error("%s softcap(%.9g) = %.9g, want %.9g (cap %g)\n", ops->name, orig[i],
+                                x[i], want, cap);
+                    fail();
+                }
+                assert_true(fabsf(x[i]) <= cap);
+            }
+            double e = rel_err_vec(x, xref, n);
+            if (!(e <= TOL_SMALL)) {
+                print_error("%s softcap n=%d cap=%g: error %.3g\n", ops->name, n, cap, e);
+                fail();
+            }
+        }
+}
+
 /* Values checked by hand: GELU-tanh, and the llama3 RoPE rescaling (Llama 3.1: theta 500000,
  * factor 8, low 1, high 4 over 8192 positions): short wavelengths keep their frequency, long ones
  * are divided by the factor, the band between is blended. */
@@ -934,8 +986,10 @@ static void test_gelu_and_rope_freqs(void **state)
     assert_true(fabsf(a[1] - 2.0f * -0.158808f) < 1e-5f);
     assert_true(a[2] == 0.0f);
     float f[64], plain[64];
-    kn_rope_freqs(plain, 128, 500000.0f, 0.0f, 0.0f, 0.0f, 0);
-    kn_rope_freqs(f, 128, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
+    struct kn_rope_scale l3 = {
+        .type = KN_ROPE_LLAMA3, .factor = 8.0f, .low = 1.0f, .high = 4.0f, .orig_ctx = 8192};
+    assert_true(kn_rope_freqs(plain, 128, 500000.0f, NULL) == 1.0f);
+    assert_true(kn_rope_freqs(f, 128, 500000.0f, &l3) == 1.0f);
     assert_true(f[0] == 1.0f && plain[0] == 1.0f);
     int kept = 0, divided = 0, blended = 0;
     for (int i = 0; i < 64; i++) {
@@ -952,9 +1006,99 @@ static void test_gelu_and_rope_freqs(void **state)
         }
     }
     assert_true(kept > 0 && divided > 0 && blended > 0);
-    /* llama2.c's expression, exactly */
-    kn_rope_freqs(f, 8, 10000.0f, 0.0f, 0.0f, 0.0f, 0);
+    /* llama2.c's expression, exactly; all-zero options are plain */
+    kn_rope_freqs(f, 8, 10000.0f, &(struct kn_rope_scale){0});
     assert_true(f[1] == 1.0f / powf(10000.0f, 2.0f / 8.0f));
+}
+
+/* YaRN, per-frequency factors and LongRoPE's attention factor against the formulas written out
+ * in double (the YaRN paper's, as Hugging Face's _compute_yarn_parameters and ggml's rope_yarn
+ * apply them), and on hand-computed values: Qwen2.5's config (theta 1e6, head_dim 128, factor 4
+ * over 32768 positions, beta 32 and 1) ramps from pair floor(23.60) = 23 to ceil(39.65) = 40;
+ * Phi-3.5's LongRoPE (131072 over 4096 positions: factor 32) has attention factor
+ * sqrt(1 + ln 32 / ln 4096) = sqrt(17 / 12). */
+static void test_rope_scaling(void **state)
+{
+    (void)state;
+    enum { HD = 128, NF = HD / 2 };
+    float f[NF], plain[NF], ff[NF];
+    kn_rope_freqs(plain, HD, 1e6f, NULL);
+    struct kn_rope_scale y = {.type = KN_ROPE_YARN, .factor = 4.0f, .orig_ctx = 32768};
+    float ms = kn_rope_freqs(f, HD, 1e6f, &y);
+    assert_float_equal(ms, 1.0 + 0.1 * log(4.0), 1e-6);
+    double lo = floor(HD * log(32768 / (32 * 2 * M_PI)) / (2 * log(1e6)));
+    double hi = ceil(HD * log(32768 / (1 * 2 * M_PI)) / (2 * log(1e6)));
+    assert_true(lo == 23.0 && hi == 40.0);
+    for (int i = 0; i < NF; i++) {
+        double base = pow(1e6, -2.0 * i / HD),
+               ext = 1.0 - fmin(1.0, fmax(0.0, (i - lo) / (hi - lo)));
+        double want = base / 4.0 * (1.0 - ext) + base * ext;
+        if (!(fabs(f[i] - want) <= 2e-6 * want)) {
+            print_error("yarn inv_freq[%d] = %.9g, want %.9g\n", i, f[i], want);
+            fail();
+        }
+    }
+    assert_true(f[23] == plain[23] && fabsf(f[40] - plain[40] / 4.0f) <= 1e-6f * plain[40]);
+    assert_true(fabsf(f[31] / plain[31] - 0.6470588f) < 1e-5f); /* 0.25 * 8/17 + 9/17 */
+    /* beta given explicitly, and an attention factor multiplying YaRN's own */
+    y.beta_fast = 32.0f;
+    y.beta_slow = 1.0f;
+    y.attn_factor = 0.5f;
+    float f2[NF];
+    assert_float_equal(kn_rope_freqs(f2, HD, 1e6f, &y), 0.5 * (1.0 + 0.1 * log(4.0)), 1e-6);
+    assert_memory_equal(f, f2, sizeof(f));
+
+    /* LongRoPE: each frequency divided by its factor (and nothing else), the magnitude given */
+    for (int i = 0; i < NF; i++)
+        ff[i] = 1.0f + 0.37f * (float)i;
+    float att = kn_rope_longrope_attn(131072.0f / 4096.0f, 4096);
+    assert_float_equal(att, sqrt(17.0 / 12.0), 1e-6);
+    assert_true(kn_rope_longrope_attn(1.0f, 4096) == 1.0f);
+    struct kn_rope_scale lr = {.freq_factors = ff, .attn_factor = att};
+    assert_true(kn_rope_freqs(f, HD, 10000.0f, &lr) == att);
+    kn_rope_freqs(plain, HD, 10000.0f, NULL);
+    for (int i = 0; i < NF; i++)
+        assert_true(f[i] == plain[i] / ff[i]);
+    /* ik_llama.cpp's numbers: (cos, sin) times the magnitude of pair i, from its ggml_rope_ext
+     * on pairs (1, 0) at position 100 (head 128, NORM mode), run once against its libggml: YaRN
+     * with freq_scale 1/4, ext_factor 1, beta 32 and 1 over 32768; LongRoPE with the factors
+     * above as its rope_freqs tensor and attn_factor sqrt(17/12). */
+    static const struct {
+        int i;
+        float c, s;
+    } ik_yarn[] = {{0, 9.81861651e-01f, -5.76562822e-01f}, {10, 5.97320974e-01f, -9.69373345e-01f},
+                   {23, 8.72461617e-01f, 7.31633604e-01f}, {31, 1.13496077e+00f, 9.13290232e-02f},
+                   {40, 1.13861811e+00f, 5.06197941e-03f}, {63, 1.13862944e+00f, 3.53241267e-05f}},
+      ik_longrope[] = {
+          {0, 1.02636468e+00f, -6.02695644e-01f}, {10, 3.89164597e-01f, -1.12481880e+00f},
+          {23, 1.10356164e+00f, 4.45890278e-01f}, {31, 1.18513811e+00f, 1.10064417e-01f},
+          {40, 1.18999958e+00f, 2.38203648e-02f}, {63, 1.19023788e+00f, 5.65392314e-04f}};
+    float v[HD];
+    for (int pass = 0; pass < 2; pass++) {
+        float ms =
+            pass ? kn_rope_freqs(f, HD, 10000.0f, &lr)
+                 : kn_rope_freqs(f, HD, 1e6f,
+                                 &(struct kn_rope_scale){
+                                     .type = KN_ROPE_YARN, .factor = 4.0f, .orig_ctx = 32768});
+        for (int i = 0; i < HD; i++)
+            v[i] = i % 2 ? 0.0f : 1.0f;
+        kn_rope_ref(v, 1, HD, 100, f, ms, false);
+        for (int k = 0; k < 6; k++) {
+            int i = pass ? ik_longrope[k].i : ik_yarn[k].i;
+            float c = pass ? ik_longrope[k].c : ik_yarn[k].c,
+                  sn = pass ? ik_longrope[k].s : ik_yarn[k].s;
+            if (!(fabsf(v[2 * i] - c) <= 2e-5f && fabsf(v[2 * i + 1] - sn) <= 2e-5f)) {
+                print_error("%s pair %d: (%.8g, %.8g), ik (%.8g, %.8g)\n",
+                            pass ? "longrope" : "yarn", i, v[2 * i], v[2 * i + 1], c, sn);
+                fail();
+            }
+        }
+    }
+    /* factors of 1 change nothing, bit for bit */
+    for (int i = 0; i < NF; i++)
+        ff[i] = 1.0f;
+    kn_rope_freqs(f, HD, 10000.0f, &lr);
+    assert_memory_equal(f, plain, sizeof(f));
 }
 
 /* The cache of the attention tests: MAXB blocks of KN_KV_BLOCK rows, two KV heads per row and a
@@ -963,90 +1107,219 @@ enum { ATT_MAXT = 40 + 16, ATT_HMAX = 128, ATT_QS = 16 * ATT_HMAX + 8 };
 enum { ATT_MAXB = (ATT_MAXT + KN_KV_BLOCK - 1) / KN_KV_BLOCK + 1, ATT_KVS = 2 * ATT_HMAX + 4 };
 _Static_assert(ATT_MAXB % 3 != 0, "perm below is a permutation");
 
+/* One attention call of @ops over @kv against the reference's: each token's outputs within
+ * TOL_SMALL of max |out|, nothing written past its heads, and alone in its call (decode's case)
+ * the same bits as in its tile (batched steps and prefill chunks may group a sequence's tokens
+ * differently). @out, @oref and @one hold 16 rows of ATT_QS floats. Returns the worst error. */
+static double att_check(const struct kn_ops *ops, const struct kn_kv *kv, const float *q, int hd,
+                        int nt, int nh, int pos0, const struct kn_att *opt, float *out, float *oref,
+                        float *one, float *scratch)
+{
+    char what[96];
+    snprintf(what, sizeof(what), "hd=%d nt=%d nh=%d pos0=%d scale=%g cap=%g window=%d", hd, nt, nh,
+             pos0, opt ? opt->scale : 0.0, opt ? opt->softcap : 0.0, opt ? opt->window : 0);
+    for (size_t i = 0; i < 16 * ATT_QS; i++)
+        out[i] = oref[i] = SENTINEL;
+    kn_attention_ref(oref, ATT_QS, q, ATT_QS, nt, nh, pos0, kv, hd, scratch, opt);
+    ops->attention(out, ATT_QS, q, ATT_QS, nt, nh, pos0, kv, hd, scratch, opt);
+    double worst = 0.0;
+    for (int i = 0; i < nt; i++) {
+        double e = rel_err_vec(out + (size_t)i * ATT_QS, oref + (size_t)i * ATT_QS, nh * hd);
+        worst = fmax(worst, e);
+        if (!(e <= TOL_SMALL)) {
+            print_error("%s attention %s token %d: error %.3g\n", ops->name, what, i, e);
+            fail();
+        }
+        assert_true(out[(size_t)i * ATT_QS + (size_t)(nh * hd)] == SENTINEL);
+        ops->attention(one, ATT_QS, q + (size_t)i * ATT_QS, ATT_QS, 1, nh, pos0 + i, kv, hd,
+                       scratch, opt);
+        if (memcmp(one, out + (size_t)i * ATT_QS, (size_t)(nh * hd) * sizeof(float))) {
+            print_error("%s attention %s token %d: alone it differs from its tile\n", ops->name,
+                        what, i);
+            fail();
+        }
+    }
+    return worst;
+}
+
+/* The attention tests' paged cache (position t in physical block perm[t / KN_KV_BLOCK]) and its
+ * linear copy (block t / KN_KV_BLOCK), with fresh keys, values and queries: rows from @T on hold
+ * NaN, and so do the physical blocks wholly before position @first (a window's start: a kernel
+ * that reads them, or the rows past the last, returns NaN). */
+struct att_cache {
+    float *kc, *vc, *kl, *vl, *q, *out, *oref, *one;
+    uint32_t perm[ATT_MAXB], ident[ATT_MAXB];
+    struct kn_kv paged, linear;
+};
+
+static void att_cache_init(struct att_cache *c)
+{
+    size_t cells = ATT_MAXB * (size_t)KN_KV_BLOCK * ATT_KVS;
+    c->kc = xmalloc(cells * sizeof(float));
+    c->vc = xmalloc(cells * sizeof(float));
+    c->kl = xmalloc(cells * sizeof(float));
+    c->vl = xmalloc(cells * sizeof(float));
+    c->q = xmalloc(16 * ATT_QS * sizeof(float));
+    c->out = xmalloc(16 * ATT_QS * sizeof(float));
+    c->oref = xmalloc(16 * ATT_QS * sizeof(float));
+    c->one = xmalloc(16 * ATT_QS * sizeof(float));
+    for (uint32_t b = 0; b < ATT_MAXB; b++) {
+        c->ident[b] = b;
+        c->perm[b] = (b * 3 + 1) % ATT_MAXB; /* ATT_MAXB is not a multiple of 3: a permutation */
+    }
+    size_t bstride = (size_t)KN_KV_BLOCK * ATT_KVS;
+    c->paged = (struct kn_kv){c->kc + ATT_HMAX, c->vc + ATT_HMAX, c->perm, bstride, ATT_KVS};
+    c->linear = (struct kn_kv){c->kl + ATT_HMAX, c->vl + ATT_HMAX, c->ident, bstride, ATT_KVS};
+}
+
+static void att_cache_fill(struct att_cache *c, int T, int first)
+{
+    size_t kvs = ATT_KVS, bstride = (size_t)KN_KV_BLOCK * kvs, cells = ATT_MAXB * bstride;
+    fill_normal(c->kl, cells, 1.0f);
+    fill_normal(c->vl, cells, 1.0f);
+    for (size_t r = (size_t)T; r < ATT_MAXB * KN_KV_BLOCK; r++) /* past the last */
+        for (size_t k = 0; k < kvs; k++)
+            c->kl[r * kvs + k] = c->vl[r * kvs + k] = NAN;
+    for (uint32_t b = 0; b < ATT_MAXB; b++) {
+        memcpy(c->kc + c->perm[b] * bstride, c->kl + b * bstride, bstride * sizeof(float));
+        memcpy(c->vc + c->perm[b] * bstride, c->vl + b * bstride, bstride * sizeof(float));
+        if ((int)(b + 1) * KN_KV_BLOCK <= first)
+            for (size_t i = 0; i < bstride; i++)
+                c->kc[c->perm[b] * bstride + i] = c->vc[c->perm[b] * bstride + i] = NAN;
+    }
+    fill_normal(c->q, 16 * ATT_QS, 1.5f);
+}
+
+static void att_cache_free(struct att_cache *c)
+{
+    free(c->kc);
+    free(c->vc);
+    free(c->kl);
+    free(c->vl);
+    free(c->q);
+    free(c->out);
+    free(c->oref);
+    free(c->one);
+}
+
+/* Each table's attention against the reference: decode, prefill tiles and GQA tiles over a
+ * paged cache, with no options (then also: the reference reads through the block table, and
+ * all-zero options are none, bit for bit) and with options: windows shorter than the context,
+ * crossing cache blocks and SIMD key blocks, and longer than it (then the same bits as none);
+ * soft-capping that bites; a custom scale. Blocks wholly before the earliest query's window
+ * hold NaN: a table that read them would fail. */
 static void test_attention(void **state)
 {
     const struct kn_ops *ops = table_or_skip(state);
     static const int hds[] = {8, 64, 100, 128};
-    static const int tiles[][2] = {{1, 1}, {1, 4}, {4, 4}, {16, 1}, {3, 5}, {8, 2}, {2, 8}};
-    static const int pos0s[] = {0, 5, 15, 16, 40};
-    size_t kvs = ATT_KVS, bstride = (size_t)KN_KV_BLOCK * kvs, cells = ATT_MAXB * bstride;
-    float *kc = xmalloc(cells * sizeof(float)), *vc = xmalloc(cells * sizeof(float));
-    float *kl = xmalloc(cells * sizeof(float)), *vl = xmalloc(cells * sizeof(float));
-    float *q = xmalloc(16 * ATT_QS * sizeof(float)), *out = xmalloc(16 * ATT_QS * sizeof(float));
-    float *oref = xmalloc(16 * ATT_QS * sizeof(float)), scratch[ATT_MAXT];
-    float *olin = xmalloc(16 * ATT_QS * sizeof(float));
-    /* position t lives in physical block perm[t / KN_KV_BLOCK]; the linear copy in block t / B */
-    uint32_t perm[ATT_MAXB], ident[ATT_MAXB];
-    for (uint32_t b = 0; b < ATT_MAXB; b++) {
-        ident[b] = b;
-        perm[b] = (b * 3 + 1) % ATT_MAXB; /* ATT_MAXB is not a multiple of 3: a permutation */
-    }
-    struct kn_kv paged = {kc + ATT_HMAX, vc + ATT_HMAX, perm, bstride, kvs};
-    struct kn_kv linear = {kl + ATT_HMAX, vl + ATT_HMAX, ident, bstride, kvs};
-    double worst = 0.0;
+    static const int tiles[][2] = {{1, 1}, {1, 4}, {1, 8}, {4, 4}, {16, 1}, {3, 5}, {8, 2}, {2, 8}};
+    static const int pos0s[] = {0, 5, 15, 16, 31, 40};
+    static const int windows[] = {0, 1, 7, 16, 17, 30, 100};
+    static const float caps[] = {0.0f, 2.5f}, scales[] = {0.0f, 0.3f};
+    struct att_cache c;
+    float scratch[ATT_MAXT];
+    att_cache_init(&c);
+    double worst = 0.0, worst_opt = 0.0;
     rng_seed(7);
     for (size_t hi = 0; hi < ARRAY_SIZE(hds); hi++)
         for (size_t ti = 0; ti < ARRAY_SIZE(tiles); ti++)
-            for (size_t pi = 0; pi < ARRAY_SIZE(pos0s); pi++) {
-                int hd = hds[hi], nt = tiles[ti][0], nh = tiles[ti][1], pos0 = pos0s[pi];
-                int T = pos0 + nt;
-                fill_normal(kl, cells, 1.0f);
-                fill_normal(vl, cells, 1.0f);
-                for (size_t r = (size_t)T; r < ATT_MAXB * KN_KV_BLOCK; r++) /* past the last */
-                    for (size_t c = 0; c < kvs; c++)
-                        kl[r * kvs + c] = vl[r * kvs + c] = NAN;
-                for (uint32_t b = 0; b < ATT_MAXB; b++) {
-                    memcpy(kc + perm[b] * bstride, kl + b * bstride, bstride * sizeof(float));
-                    memcpy(vc + perm[b] * bstride, vl + b * bstride, bstride * sizeof(float));
-                }
-                fill_normal(q, 16 * ATT_QS, 1.5f);
-                for (size_t i = 0; i < 16 * ATT_QS; i++)
-                    out[i] = oref[i] = olin[i] = SENTINEL;
-                kn_attention_ref(oref, ATT_QS, q, ATT_QS, nt, nh, pos0, &paged, hd, scratch);
-                kn_attention_ref(olin, ATT_QS, q, ATT_QS, nt, nh, pos0, &linear, hd, scratch);
-                /* the reference reads through the table: the same sums in the same order */
-                assert_memory_equal(oref, olin, 16 * ATT_QS * sizeof(float));
-                ops->attention(out, ATT_QS, q, ATT_QS, nt, nh, pos0, &paged, hd, scratch);
-                for (int i = 0; i < nt; i++) {
-                    double e =
-                        rel_err_vec(out + (size_t)i * ATT_QS, oref + (size_t)i * ATT_QS, nh * hd);
-                    worst = fmax(worst, e);
-                    if (!(e <= TOL_SMALL)) {
-                        print_error("%s attention hd=%d nt=%d nh=%d pos0=%d token %d: error "
-                                    "%.3g\n",
-                                    ops->name, hd, nt, nh, pos0, i, e);
-                        fail();
+            for (size_t pi = 0; pi < ARRAY_SIZE(pos0s); pi++)
+                for (size_t wi = 0; wi < ARRAY_SIZE(windows); wi++) {
+                    int hd = hds[hi], nt = tiles[ti][0], nh = tiles[ti][1], pos0 = pos0s[pi];
+                    int w = windows[wi], first = w && pos0 >= w ? pos0 - w + 1 : 0;
+                    size_t n = (size_t)(nh * hd) * sizeof(float); /* a token's outputs */
+                    att_cache_fill(&c, pos0 + nt, first);
+                    for (size_t ci = 0; ci < ARRAY_SIZE(caps); ci++)
+                        for (size_t si = 0; si < ARRAY_SIZE(scales); si++) {
+                            struct kn_att o = {
+                                .scale = scales[si], .softcap = caps[ci], .window = w};
+                            bool none = !w && !caps[ci] && !scales[si];
+                            double e = att_check(ops, &c.paged, c.q, hd, nt, nh, pos0,
+                                                 none ? NULL : &o, c.out, c.oref, c.one, scratch);
+                            if (none)
+                                worst = fmax(worst, e);
+                            else
+                                worst_opt = fmax(worst_opt, e);
+                        }
+                    if (!w) {
+                        /* the reference reads through the table: the same sums, same order */
+                        kn_attention_ref(c.one, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.linear, hd,
+                                         scratch, NULL);
+                        kn_attention_ref(c.out, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.paged, hd,
+                                         scratch, NULL);
+                        for (int i = 0; i < nt; i++)
+                            assert_memory_equal(c.out + i * ATT_QS, c.one + i * ATT_QS, n);
                     }
-                    assert_true(out[(size_t)i * ATT_QS + (size_t)(nh * hd)] == SENTINEL);
-                    /* alone in its call (decode's case) the token gets the same bits: batched
-                     * steps and prefill chunks may group a sequence's tokens differently */
-                    float *one = olin;
-                    ops->attention(one, ATT_QS, q + (size_t)i * ATT_QS, ATT_QS, 1, nh, pos0 + i,
-                                   &paged, hd, scratch);
-                    if (memcmp(one, out + (size_t)i * ATT_QS, (size_t)(nh * hd) * sizeof(float))) {
-                        print_error("%s attention hd=%d nt=%d nh=%d pos0=%d token %d: alone it "
-                                    "differs from its tile\n",
-                                    ops->name, hd, nt, nh, pos0, i);
-                        fail();
-                    }
+                    if (w && w < pos0 + nt)
+                        continue;
+                    /* all-zero options, and a window longer than the context, are none */
+                    ops->attention(c.out, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.paged, hd, scratch,
+                                   &(struct kn_att){.window = w});
+                    ops->attention(c.one, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.paged, hd, scratch,
+                                   NULL);
+                    for (int i = 0; i < nt; i++)
+                        assert_memory_equal(c.out + i * ATT_QS, c.one + i * ATT_QS, n);
                 }
-            }
     /* position 0 attends to one key: the output is its value row */
-    struct kn_kv first = {kc, vc, perm, bstride, kvs};
-    ops->attention(out, ATT_QS, q, ATT_QS, 1, 4, 0, &first, 64, scratch);
+    struct kn_kv first = {c.kc, c.vc, c.perm, c.paged.block_stride, ATT_KVS};
+    ops->attention(c.out, ATT_QS, c.q, ATT_QS, 1, 4, 0, &first, 64, scratch, NULL);
     for (int j = 0; j < 4; j++)
         for (int d = 0; d < 64; d++)
-            assert_float_equal(out[j * 64 + d], vc[perm[0] * bstride + (size_t)d], 1e-6);
-    print_message("[          ] %s attention: worst error %.2g (tolerance %.1g)\n", ops->name,
-                  worst, TOL_SMALL);
-    free(kc);
-    free(vc);
-    free(kl);
-    free(vl);
-    free(q);
-    free(out);
-    free(oref);
-    free(olin);
+            assert_float_equal(c.out[j * 64 + d],
+                               c.vc[c.perm[0] * c.paged.block_stride + (size_t)d], 1e-6);
+    print_message("[          ] %s attention: worst error %.2g, with options %.2g (tolerance "
+                  "%.1g)\n",
+                  ops->name, worst, worst_opt, TOL_SMALL);
+    att_cache_free(&c);
+}
+
+/* The reference's options against the definition written out in double: softmax over the keys
+ * t with pos - t < window of cap * tanh(scale * q.k / cap), times the values. */
+static void test_attention_ref_formula(void **state)
+{
+    (void)state;
+    static const struct kn_att opts[] = {
+        {0}, {.window = 5}, {.softcap = 2.0f}, {.scale = 0.5f, .softcap = 3.0f, .window = 20}};
+    enum { HD = 32 };
+    struct att_cache c;
+    float scratch[ATT_MAXT];
+    att_cache_init(&c);
+    rng_seed(12);
+    att_cache_fill(&c, 40, 0);
+    for (size_t oi = 0; oi < ARRAY_SIZE(opts); oi++) {
+        const struct kn_att *o = &opts[oi];
+        int pos = 39, nh = 2;
+        kn_attention_ref(c.out, ATT_QS, c.q, ATT_QS, 1, nh, pos, &c.linear, HD, scratch, o);
+        for (int j = 0; j < nh; j++) {
+            const float *qh = c.q + j * HD;
+            double sc[40], mx = -1e300, sum = 0.0, want[HD] = {0};
+            int t0 = o->window ? pos - o->window + 1 : 0;
+            for (int t = t0; t <= pos; t++) {
+                const float *kt = c.linear.k + kn_kv_off(&c.linear, t);
+                double d = 0.0;
+                for (int e = 0; e < HD; e++)
+                    d += (double)qh[e] * kt[e];
+                d *= o->scale ? o->scale : 1.0 / sqrt(HD);
+                sc[t] = o->softcap ? o->softcap * tanh(d / o->softcap) : d;
+                mx = fmax(mx, sc[t]);
+            }
+            for (int t = t0; t <= pos; t++)
+                sum += (sc[t] = exp(sc[t] - mx));
+            double amax = 0.0, emax = 0.0;
+            for (int t = t0; t <= pos; t++)
+                for (int e = 0; e < HD; e++)
+                    want[e] += sc[t] / sum * c.linear.v[kn_kv_off(&c.linear, t) + (size_t)e];
+            for (int e = 0; e < HD; e++) {
+                amax = fmax(amax, fabs(want[e]));
+                emax = fmax(emax, fabs(want[e] - c.out[j * HD + e]));
+            }
+            if (!(emax <= TOL_SMALL * amax)) {
+                print_error("ref attention option %zu head %d: error %.3g\n", oi, j, emax / amax);
+                fail();
+            }
+        }
+    }
+    att_cache_free(&c);
 }
 
 /* ---- quantizers and conversions (table-independent) ---- */
@@ -1767,7 +2040,10 @@ int main(void)
         PER_TABLE(test_rmsnorm, KN_ISA_REF, "rmsnorm_ref"),
         PER_TABLE(test_rope, KN_ISA_REF, "rope_ref"),
         PER_TABLE(test_softmax_silu, KN_ISA_REF, "softmax_silu_ref"),
+        PER_TABLE(test_softcap, KN_ISA_REF, "softcap_ref"),
         cmocka_unit_test(test_gelu_and_rope_freqs),
+        cmocka_unit_test(test_rope_scaling),
+        cmocka_unit_test(test_attention_ref_formula),
         PER_TABLE(test_attention, KN_ISA_REF, "attention_ref"),
         PER_TABLE(test_gemv, KN_ISA_AVX2, "gemv_avx2"),
         PER_TABLE(test_gemm, KN_ISA_AVX2, "gemm_avx2"),
@@ -1778,6 +2054,7 @@ int main(void)
         PER_TABLE(test_rmsnorm, KN_ISA_AVX2, "rmsnorm_avx2"),
         PER_TABLE(test_rope, KN_ISA_AVX2, "rope_avx2"),
         PER_TABLE(test_softmax_silu, KN_ISA_AVX2, "softmax_silu_avx2"),
+        PER_TABLE(test_softcap, KN_ISA_AVX2, "softcap_avx2"),
         PER_TABLE(test_attention, KN_ISA_AVX2, "attention_avx2"),
         PER_TABLE(test_gemv, KN_ISA_AVX512, "gemv_avx512"),
         PER_TABLE(test_gemm, KN_ISA_AVX512, "gemm_avx512"),
@@ -1789,13 +2066,18 @@ int main(void)
         PER_TABLE(test_rmsnorm, KN_ISA_AVX512, "rmsnorm_avx512"),
         PER_TABLE(test_rope, KN_ISA_AVX512, "rope_avx512"),
         PER_TABLE(test_softmax_silu, KN_ISA_AVX512, "softmax_silu_avx512"),
+        PER_TABLE(test_softcap, KN_ISA_AVX512, "softcap_avx512"),
         PER_TABLE(test_attention, KN_ISA_AVX512, "attention_avx512"),
         PER_TABLE(test_gemm, KN_ISA_AMX, "gemm_amx"),
+        PER_TABLE(test_attention, KN_ISA_AMX, "attention_amx"),
+        PER_TABLE(test_softcap, KN_ISA_AMX, "softcap_amx"),
         PER_TABLE(test_tiles_gemm, KN_ISA_AMX, "tiles_gemm_amx"),
         PER_TABLE(test_gemm_scratch, KN_ISA_AMX, "gemm_scratch_amx"),
         PER_TABLE(test_prefetch_modes, KN_ISA_AMX, "prefetch_modes_amx"),
         PER_TABLE(test_tiles_guard, KN_ISA_AMX, "tiles_guard_amx"),
         PER_TABLE(test_gemm, SLOT_AMX_MODEL, "gemm_amx_model"),
+        PER_TABLE(test_attention, SLOT_AMX_MODEL, "attention_amx_model"),
+        PER_TABLE(test_softcap, SLOT_AMX_MODEL, "softcap_amx_model"),
         PER_TABLE(test_tiles_gemm, SLOT_AMX_MODEL, "tiles_gemm_amx_model"),
         PER_TABLE(test_gemm_scratch, SLOT_AMX_MODEL, "gemm_scratch_amx_model"),
         PER_TABLE(test_prefetch_modes, SLOT_AMX_MODEL, "prefetch_modes_amx_model"),

@@ -205,10 +205,14 @@ static int model_buffers(struct wrk_model *m, int group)
     m->row_piece = malloc(M * sizeof(*m->row_piece));
     m->head_row = malloc(M * sizeof(*m->head_row));
     m->head_dst = malloc(M * sizeof(*m->head_dst));
+    struct kn_rope_scale rs = {.type = c->rope_scaling == SHLM_ROPE_LLAMA3 ? KN_ROPE_LLAMA3
+                                                                           : KN_ROPE_PLAIN,
+                               .factor = c->rope_factor,
+                               .orig_ctx = (int)c->rope_orig_ctx,
+                               .low = c->rope_low_freq_factor,
+                               .high = c->rope_high_freq_factor};
     if (m->rope_freqs)
-        kn_rope_freqs(m->rope_freqs, hd, c->rope_theta,
-                      c->rope_scaling == SHLM_ROPE_LLAMA3 ? c->rope_factor : 0.0f,
-                      c->rope_low_freq_factor, c->rope_high_freq_factor, (int)c->rope_orig_ctx);
+        kn_rope_freqs(m->rope_freqs, hd, c->rope_theta, &rs); /* magnitude 1: no attn factor */
     if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
         !m->hb2 || !m->scores || !m->pieces || !m->row_piece || !m->head_row || !m->head_dst ||
         acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
@@ -359,8 +363,8 @@ static void row_rope_kv(const struct row_job *j, int i)
         for (int h = 0; h < nkv; h++)
             m->ops->rmsnorm(ki + (size_t)h * hd, ki + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
     }
-    m->ops->rope(qi, nq, hd, pos, m->rope_freqs, c->rope_neox);
-    m->ops->rope(ki, nkv, hd, pos, m->rope_freqs, c->rope_neox);
+    m->ops->rope(qi, nq, hd, pos, m->rope_freqs, 1.0f, c->rope_neox);
+    m->ops->rope(ki, nkv, hd, pos, m->rope_freqs, 1.0f, c->rope_neox);
     /* a block holds each KV head's SEG_KV_BLOCK rows together (kv_head_rows) */
     for (int h = 0; h < nkv; h++) {
         memcpy(kc + (size_t)h * kv_head_rows(m), ki + (size_t)h * (size_t)hd, (size_t)hd * 4);
@@ -518,7 +522,7 @@ static void att_part(void *arg, int ti, int tn)
                     size_t r = (size_t)(pc->row0 + t);
                     m->ops->attention(m->att + r * m->o_cols + p->o_pad + qoff, m->o_cols,
                                       m->q + r * m->qd + qoff, m->qd, mt, nh, pc->r.pos + t, &view,
-                                      hd, scratch);
+                                      hd, scratch, NULL);
                 }
             }
         }

@@ -7,6 +7,7 @@
 #include "kn.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 static const char usage_convert[] =
     "usage: shardlm convert INPUT [--tokenizer TOKENIZER.bin] [--scheme f32|bf16|w4a16|w4a8]\n"
     "                       [--priority speed|fidelity] [--group N] [--head-bits 8|4]\n"
-    "                       [--ctx N] [--method rtn|imatrix|gptq|awq] [--calib FILE|self]\n"
+    "                       [--ctx N] [--method rtn|imatrix|gptq|awq|auto] [--calib FILE|self]\n"
     "                       [--calib-tokens N] [--damp F] [--no-act-order] [--threads N]\n"
     "                       [-q] -o OUT.shlm\n"
     "\n"
@@ -41,13 +42,21 @@ static const char usage_convert[] =
     "                  --calib); imatrix: the search weighs each input channel by its mean\n"
     "                  square on calibration text; gptq: group scales first, then GPTQ's error\n"
     "                  feedback over the columns (default with --calib); awq: input channels\n"
-    "                  scaled by activation, folded into the norm before, then imatrix\n"
-    "  --calib SRC     calibration text for imatrix/gptq/awq: a UTF-8 text file (at most 64 MiB),\n"
-    "                  or self: the model writes its own from BOS at temperature 1 (the\n"
-    "                  default for those methods); refused with rtn, f32 and bf16\n"
+    "                  scaled by activation, folded into the norm before, then imatrix;\n"
+    "                  auto: the last eighth of the calibration tokens (at least 16) is held\n"
+    "                  out of the statistics, every method above is fitted on the rest and run\n"
+    "                  on it, and the one with the lowest mean KL divergence from the f32\n"
+    "                  model there is written (rtn unless another is strictly lower); one line\n"
+    "                  says which: 'shardlm convert: method auto chose M (held-out kld: rtn K\n"
+    "                  imatrix K gptq K awq K; H held-out tokens)', K '-' for a method that\n"
+    "                  could not be fitted\n"
+    "  --calib SRC     calibration text for imatrix/gptq/awq/auto: a UTF-8 text file (at most\n"
+    "                  64 MiB), or self: the model writes its own from BOS at temperature 1\n"
+    "                  (the default for those methods); refused with rtn, f32 and bf16\n"
     "  --calib-tokens N  calibration tokens (default 4096), in sequences of up to 512\n"
-    "  --damp F        GPTQ: add F times the mean diagonal to the Hessian (default 0.01; grows\n"
-    "                  ten-fold, three times at most, while the Hessian is singular)\n"
+    "  --damp F        GPTQ: add F times the mean diagonal to the Hessian (default: its columns\n"
+    "                  / the calibration tokens, from 0.01 to 1; grows ten-fold, three times at\n"
+    "                  most, while the Hessian is singular)\n"
     "  --no-act-order  GPTQ: round the columns in order, not by decreasing activation\n"
     "  --threads N     quantizer and calibration threads (default: the online CPUs)\n"
     "  -o OUT          output file (written whole or not at all)\n"
@@ -124,11 +133,37 @@ static void print_written(const struct coord_convert_opts *o, const struct coord
     char g[64] = "";
     if (info->group)
         snprintf(g, sizeof(g), " group %d head int%d", info->group, o->head_bits);
-    if (o->method != COORD_QUANT_RTN)
-        snprintf(g + strlen(g), sizeof(g) - strlen(g), " %s", coord_quant_method_name(o->method));
+    if (info->method != COORD_QUANT_RTN)
+        snprintf(g + strlen(g), sizeof(g) - strlen(g), " %s",
+                 coord_quant_method_name(info->method));
     fprintf(stderr, "%sshardlm convert: wrote %s: %s%s, %d tensors, %llu bytes, %.1f s\n",
             p->tty ? "\r\033[K" : "", o->out, shlm_scheme_name(o->scheme), g, info->n_tensors,
             (unsigned long long)info->file_bytes, (double)(shardlm_now_ns() - p->start) / 1e9);
+}
+
+/* --method auto's choice, one line (a contract: README): the chosen method, then every
+ * candidate's mean KLD on the held-out slice in the method table's order ('-' where it could not
+ * be fitted), then the slice's size. A second line says the time it took against each method's
+ * own fit (not with -q). */
+static void print_auto(const struct coord_auto_report *r, const struct convert_progress *p,
+                       bool quiet)
+{
+    char klds[256] = "", times[256] = "";
+    for (int m = 0; m < COORD_QUANT_AUTO; m++) {
+        const char *name = coord_quant_method_name((enum coord_quant_method)m);
+        size_t n = strlen(klds), t = strlen(times);
+        if (isnan(r->kld[m]))
+            snprintf(klds + n, sizeof(klds) - n, "%s%s -", m ? " " : "", name);
+        else
+            snprintf(klds + n, sizeof(klds) - n, "%s%s %.6g", m ? " " : "", name, r->kld[m]);
+        snprintf(times + t, sizeof(times) - t, ", %s %.2f s", name, r->seconds[m]);
+    }
+    fprintf(stderr,
+            "%sshardlm convert: method auto chose %s (held-out kld: %s; %ld held-out tokens)\n",
+            p->tty ? "\r\033[K" : "", coord_quant_method_name(r->chosen), klds, r->heldout_tokens);
+    if (!quiet)
+        fprintf(stderr, "shardlm convert: method auto: f32 reference %.2f s%s\n", r->ref_seconds,
+                times);
 }
 
 /* What `shardlm convert`'s command line asks for: coord_convert's options and the CLI's own. */
@@ -190,7 +225,8 @@ static int convert_option(int c, struct convert_args *a)
     case 'M':
         if (coord_quant_method_parse(optarg, &a->o.method))
             return coord_usage_error("convert", usage_convert,
-                                     "--method '%s': expected rtn, imatrix, gptq or awq", optarg);
+                                     "--method '%s': expected rtn, imatrix, gptq, awq or auto",
+                                     optarg);
         a->method_set = true;
         return -1;
     case 'C':
@@ -322,6 +358,8 @@ int coord_cmd_convert(int argc, char **argv)
     }
     struct shardlm_err e = {{0}};
     rc = coord_convert(&a.o, &info, &e);
+    if (!rc && a.o.method == COORD_QUANT_AUTO) /* the choice, even with -q */
+        print_auto(&info.auto_report, &prog, a.quiet);
     if (!rc && !a.quiet)
         print_written(&a.o, &info, &prog);
     return coord_cli_exit("convert", rc, &e);

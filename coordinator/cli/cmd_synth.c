@@ -3,12 +3,48 @@
  * with its layer counter on stderr. */
 #include "cli.h"
 #include "synth.h"
+#include "synth_tok.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* The features line of an architecture shape (its HF class, window, caps, multipliers, RoPE). */
+static size_t features(const struct coord_synth_shape *s, char *out, size_t size)
+{
+    size_t len = (size_t)snprintf(out, size, "%20s%s", "", s->hf_class);
+#define ADD(...)                                                                                   \
+    if (len < size)                                                                                \
+    len += (size_t)snprintf(out + len, size - len, __VA_ARGS__)
+    if (s->qk_norm)
+        ADD(", q/k norms");
+    if (s->fused)
+        ADD(", fused qkv/gate_up");
+    if (s->window)
+        ADD(", window %u%s", s->window,
+            s->window_pattern == 2   ? " (even layers)"
+            : s->window_pattern == 6 ? " (5 local : 1 global)"
+                                     : "");
+    if (s->theta_local)
+        ADD(", RoPE base %g/%g", s->theta_local, s->theta);
+    if (s->attn_softcap)
+        ADD(", soft-caps %g/%g", s->attn_softcap, s->final_softcap);
+    if (s->logit_scale)
+        ADD(", multipliers emb %g res %g attn %g logits /%g", s->emb_mult, s->res_mult,
+            s->attn_mult, s->logit_scale);
+    if (s->no_rope_every)
+        ADD(", no RoPE every %uth layer", s->no_rope_every);
+    if (s->rope == COORD_SYNTH_ROPE_LLAMA3)
+        ADD(", llama3 RoPE x%g (low %g, high %g, orig %u)", s->rope_factor, s->rope_low,
+            s->rope_high, s->rope_orig_ctx);
+    if (s->rope == COORD_SYNTH_ROPE_LONGROPE)
+        ADD(", LongRoPE (orig %u of %u)", s->rope_orig_ctx, s->ctx);
+    ADD("%s\n", s->untied ? ", untied" : "");
+#undef ADD
+    return len;
+}
 
 /* The usage text, with a line per shape of coord_synth_shapes(). */
 static const char *usage(void)
@@ -19,10 +55,15 @@ static const char *usage(void)
     size_t n,
         len = (size_t)snprintf(
             text, sizeof(text),
-            "usage: shardlm synth --shape NAME -o FILE.gguf [--seed S]\n"
+            "usage: shardlm synth --shape NAME (-o FILE.gguf | --hf DIR) [--type f16|f32]\n"
+            "                     [--seed S] [--tokenizer DIR]\n"
             "\n"
-            "Writes a synthetic model (normal weights, std 0.02; norms 1.0) in GGUF F16 with a\n"
-            "byte-level BPE vocabulary. Shapes:\n");
+            "Writes a synthetic model (seeded normal weights) in GGUF (F16 matrices, or F32 with\n"
+            "--type f32) with a byte-level BPE vocabulary, or with --hf the same model as a\n"
+            "Hugging Face folder (config.json, model.safetensors, tokenizer.json,\n"
+            "tokenizer_config.json). --tokenizer gives it a real tokenizer instead: DIR's\n"
+            "tokenizer.json and tokenizer_config.json (vocabulary, merges, special tokens, chat\n"
+            "template), whose size replaces the shape's vocab. Shapes:\n");
     const struct coord_synth_shape *shapes = coord_synth_shapes(&n);
     for (size_t i = 0; i < n && len < sizeof(text); i++) {
         const struct coord_synth_shape *s = &shapes[i];
@@ -32,18 +73,10 @@ static const char *usage(void)
                                 s->name, s->arch, s->dim, s->layers, s->heads, s->head_dim,
                                 s->kv_heads, s->ffn, s->gelu ? "GELU-tanh" : "SiLU", s->vocab,
                                 s->head_gate ? ", per-head output gate" : "");
+        if (s->hf_type && len < sizeof(text))
+            len += features(s, text + len, sizeof(text) - len);
     }
     return text;
-}
-
-static bool known_shape(const char *name)
-{
-    size_t n;
-    const struct coord_synth_shape *shapes = coord_synth_shapes(&n);
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(shapes[i].name, name) == 0)
-            return true;
-    return false;
 }
 
 /* The layer counter on stderr: "\rshardlm synth: layer l/n" after each layer on a terminal; in a
@@ -72,13 +105,18 @@ static void synth_progress(void *ctx, int done, int total)
 
 int coord_cmd_synth(int argc, char **argv)
 {
-    const char *shape = NULL, *out = NULL;
+    const char *shape = NULL, *out = NULL, *hf = NULL, *tokdir = NULL;
+    bool f32 = false;
     uint64_t seed = 1;
     static const struct option opts[] = {{"shape", required_argument, 0, 's'},
+                                         {"hf", required_argument, 0, 'H'},
+                                         {"type", required_argument, 0, 't'},
                                          {"seed", required_argument, 0, 'S'},
+                                         {"tokenizer", required_argument, 0, 'T'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    static const struct coord_cli_path paths[] = {{'o', "-o"}, {0, 0}};
+    static const struct coord_cli_path paths[] = {
+        {'o', "-o"}, {'H', "--hf"}, {'T', "--tokenizer"}, {0, 0}};
     struct coord_cli_cmd cmd = {"synth", usage(), "o:h", opts, paths};
     int c, rc;
     while ((c = coord_cli_getopt(&cmd, argc, argv, &rc)) != -1) {
@@ -91,6 +129,18 @@ int coord_cmd_synth(int argc, char **argv)
         case 'o':
             out = optarg;
             break;
+        case 'H':
+            hf = optarg;
+            break;
+        case 'T':
+            tokdir = optarg;
+            break;
+        case 't':
+            if (strcmp(optarg, "f16") && strcmp(optarg, "f32"))
+                return coord_usage_error("synth", cmd.usage, "--type '%s': expected f16 or f32",
+                                         optarg);
+            f32 = strcmp(optarg, "f32") == 0;
+            break;
         case 'S': {
             char *end;
             seed = strtoull(optarg, &end, 10);
@@ -102,19 +152,42 @@ int coord_cmd_synth(int argc, char **argv)
         }
         }
     }
-    if (!shape || !out || optind != argc)
+    if (!shape || !(out || hf) || optind != argc)
         return coord_usage_error("synth", cmd.usage, "--shape and -o are required");
-    if (!known_shape(shape))
+    if (out && hf)
+        return coord_usage_error("synth", cmd.usage, "-o and --hf exclude each other");
+    const struct coord_synth_shape *s = coord_synth_shape(shape);
+    if (!s)
         return coord_usage_error("synth", cmd.usage, "unknown shape '%s'", shape);
+    if (hf && !s->hf_type)
+        return coord_usage_error("synth", cmd.usage, "shape '%s' has no Hugging Face form (--hf)",
+                                 shape);
+    if (hf)
+        out = hf;
     char stale[4200]; /* an interrupted synth's temporary file (it dies of the signal) */
-    int n_stale = coord_out_clean_stale(out, stale, sizeof(stale));
+    int n_stale = hf ? 0 : coord_out_clean_stale(out, stale, sizeof(stale));
     if (n_stale)
         fprintf(stderr,
                 "shardlm synth: removed %d temporary file%s of %s left by a stopped synth (%s%s)\n",
                 n_stale, n_stale > 1 ? "s" : "", out, stale, n_stale > 1 ? ", ..." : "");
     struct shardlm_err e;
+    struct coord_synth_tok tok;
+    if (tokdir && coord_synth_tok_load(&tok, tokdir, &e)) {
+        fprintf(stderr, "shardlm synth: %s\n", e.msg);
+        return 1;
+    }
     struct synth_progress prog = {.tty = isatty(2), .last_ns = shardlm_now_ns()};
-    rc = coord_synth(shape, out, seed, synth_progress, &prog, &e);
+    struct coord_synth_opts o = {.shape = shape,
+                                 .out = out,
+                                 .hf = hf != NULL,
+                                 .f32 = f32,
+                                 .seed = seed,
+                                 .progress = synth_progress,
+                                 .progress_ctx = &prog,
+                                 .tok = tokdir ? &tok : NULL};
+    rc = coord_synth_write(&o, &e);
+    if (tokdir)
+        coord_synth_tok_free(&tok);
     if (prog.started)
         fprintf(stderr, "\n");
     if (rc) {

@@ -199,8 +199,9 @@ struct ref_line {
     char *f[5];      /* prompt, prompt ids, generated ids, text file, logits file */
     int32_t *ids;    /* (n): the prompt's ids, then the generated ones */
     int n;           /* ids */
-    uint8_t *buf;    /* the logits file (rows, vocab) float32 */
-    size_t len;      /* its bytes */
+    uint8_t *buf;    /* the logits (rows, vocab) float32, from the file's float32 or float16 */
+    size_t len;      /* bytes of buf */
+    bool f16;        /* the file (its name ends in .f16) holds float16 */
     int rows;        /* positions it has logits for: n or n - 1 */
     char path[4096]; /* its path */
 };
@@ -261,18 +262,35 @@ static int ref_line_logits(struct ref_line *r, const struct coord_eval_opts *o, 
                            struct shardlm_err *e)
 {
     snprintf(r->path, sizeof(r->path), "%s/%s", o->ref_dir, r->f[4]);
+    size_t name_len = strlen(r->f[4]);
+    r->f16 = name_len > 4 && strcmp(r->f[4] + name_len - 4, ".f16") == 0;
     int rc = coord_read_file(r->path, REF_MAX_BYTES, &r->buf, &r->len, e);
     if (rc)
         return rc;
-    size_t row_bytes = (size_t)vocab * sizeof(float);
+    size_t elem = r->f16 ? sizeof(uint16_t) : sizeof(float), row_bytes = (size_t)vocab * elem;
     int n = r->n;
     r->rows = (int)(r->len / row_bytes);
     if (r->len % row_bytes || r->rows < n - 1 || r->rows > n)
         return shardlm_fail(e, -EINVAL,
-                            "%s: %zu bytes; expected %d or %d rows of %d float32 logits, "
+                            "%s: %zu bytes; expected %d or %d rows of %d %s logits, "
                             "one per position fed (the %d token ids of greedy.tsv line %d, or "
                             "all but the last)",
-                            r->path, r->len, n, n - 1, vocab, n, r->no);
+                            r->path, r->len, n, n - 1, vocab, r->f16 ? "float16" : "float32", n,
+                            r->no);
+    if (r->f16) { /* widened once: the scoring reads float32 */
+        size_t count = r->len / sizeof(uint16_t);
+        float *x = malloc(count * sizeof(float));
+        if (!x)
+            return shardlm_fail(e, -ENOMEM, "out of memory");
+        for (size_t i = 0; i < count; i++) {
+            uint16_t h;
+            memcpy(&h, r->buf + i * sizeof(h), sizeof(h));
+            x[i] = kn_f16_to_f32(h);
+        }
+        free(r->buf);
+        r->buf = (uint8_t *)x;
+        r->len = count * sizeof(float);
+    }
     for (int row = 0; row < r->rows; row++)
         if ((rc = logits_check((const float *)r->buf + (size_t)row * vocab, vocab, true, r->path,
                                row, e)))
@@ -337,7 +355,18 @@ static int ref_line_save(const struct ref_line *r, const struct coord_eval_opts 
     *saved_len += ol;
     if (ol == 0 || r->orig[ol - 1] != '\n')
         grown[(*saved_len)++] = '\n';
-    return write_whole(path, save, r->len, e);
+    if (!r->f16)
+        return write_whole(path, save, r->len, e);
+    /* a .f16 name: this model's logits in float16 too */
+    size_t count = r->len / sizeof(float);
+    uint16_t *h = malloc(count * sizeof(uint16_t));
+    if (!h)
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < count; i++)
+        h[i] = kn_f32_to_f16(save[i]);
+    int rc = write_whole(path, h, count * sizeof(uint16_t), e);
+    free(h);
+    return rc;
 }
 
 /* Evaluates line @no of greedy.tsv, prints its scores and adds them to @total; with --save,

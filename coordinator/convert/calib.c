@@ -67,6 +67,10 @@ struct coord_calib {
     uint32_t h0, h1; /* layers whose Hessians are held: [h0, h1) */
     bool collect_sumsq;
     float *out_imat, *out_h; /* what coord_calib_stats returned last */
+    /* the held-out slice (opts.holdout): sequences of ho_len[i] tokens one after another */
+    int32_t *ho_tok;
+    int *ho_len;
+    int ho_n;
     const struct coord_calib_opts *o;
 };
 
@@ -301,6 +305,59 @@ static int tokens_from_model(struct coord_calib *c, long want, struct shardlm_er
     free(cur);
     free(logits);
     return rc ? shardlm_fail(e, rc, "calibration forward failed") : 0;
+}
+
+/* The held-out slice (opts.holdout): the last n_tok / COORD_CALIB_HELDOUT_PART tokens leave the
+ * sequences the passes run - whole sequences from the end, and of the sequence the cut falls in
+ * its tail, after a BOS of its own (what stays of it keeps 2 tokens at least, else it goes
+ * whole). Returns 0, -ENOMEM, or -EINVAL when the slice would be under COORD_CALIB_HELDOUT_MIN. */
+static int holdout_split(struct coord_calib *c, struct shardlm_err *e)
+{
+    long hold = c->n_tok / COORD_CALIB_HELDOUT_PART, acc = 0, part;
+    if (hold < COORD_CALIB_HELDOUT_MIN)
+        return shardlm_fail(e, -EINVAL,
+                            "--method auto: %ld calibration tokens, too few to hold %d of them "
+                            "out (at least %d: --calib-tokens, or a longer --calib text)",
+                            c->n_tok, COORD_CALIB_HELDOUT_MIN,
+                            COORD_CALIB_HELDOUT_MIN * COORD_CALIB_HELDOUT_PART);
+    int q = c->n_seqs;
+    while (q > 1 && acc + c->seq_len_of[q - 1] <= hold)
+        acc += c->seq_len_of[--q];
+    part = hold - acc; /* the tail of sequence q - 1 */
+    if (part > 0 && c->seq_len_of[q - 1] - part < 2) {
+        acc += c->seq_len_of[--q];
+        part = 0;
+    }
+    c->ho_tok = malloc((size_t)(acc + part + 1) * sizeof(*c->ho_tok));
+    c->ho_len = malloc((size_t)(c->n_seqs - q + 1) * sizeof(*c->ho_len));
+    if (!c->ho_tok || !c->ho_len)
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    long fit = c->n_tok - acc - part, at = 0;
+    if (part > 0) {
+        c->ho_tok[at++] = (int32_t)c->img.hdr->bos_id;
+        memcpy(c->ho_tok + at, c->tok + fit, (size_t)part * sizeof(*c->tok));
+        at += part;
+        c->ho_len[c->ho_n++] = (int)(part + 1);
+        c->seq_len_of[q - 1] -= (int)part;
+    }
+    memcpy(c->ho_tok + at, c->tok + fit + part, (size_t)acc * sizeof(*c->tok));
+    for (int i = q; i < c->n_seqs; i++)
+        c->ho_len[c->ho_n++] = c->seq_len_of[i];
+    c->n_seqs = q;
+    c->n_tok = fit;
+    return 0;
+}
+
+void coord_calib_heldout(const struct coord_calib *c, const int32_t **tok, const int **len, int *n)
+{
+    *tok = c->ho_tok;
+    *len = c->ho_len;
+    *n = c->ho_n;
+}
+
+void coord_calib_want_hessians(struct coord_calib *c, bool want)
+{
+    c->want_h = want && c->o->hessians;
 }
 
 /* ---- the statistics ---- */
@@ -553,6 +610,8 @@ int coord_calib_open(struct coord_calib **out, struct coord_source *src,
     rc = o->text ? tokens_from_text(c, src, want, e) : tokens_from_model(c, want, e);
     if (!rc && c->n_tok < 16)
         rc = shardlm_fail(e, -EINVAL, "%ld calibration tokens, too few (at least 16)", c->n_tok);
+    if (!rc && o->holdout)
+        rc = holdout_split(c, e);
     if (rc)
         goto fail;
     /* the first pass: every layer's mean squares (and the first Hessians, when wanted) */
@@ -593,6 +652,8 @@ void coord_calib_free(struct coord_calib *c)
     free(c->seq_len_of);
     free(c->out_imat);
     free(c->out_h);
+    free(c->ho_tok);
+    free(c->ho_len);
     free(c);
 }
 

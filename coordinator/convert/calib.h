@@ -24,6 +24,10 @@
 #define COORD_CALIB_HESSIAN_MIN ((size_t)1 << 30)
 #define COORD_CALIB_HESSIAN_MAX ((size_t)16 << 30)
 #define COORD_CALIB_SAMPLES 128
+/* The held-out slice (coord_calib_opts.holdout): 1/COORD_CALIB_HELDOUT_PART of the tokens, the
+ * last ones, and at least COORD_CALIB_HELDOUT_MIN of them. */
+#define COORD_CALIB_HELDOUT_PART 8
+#define COORD_CALIB_HELDOUT_MIN 16
 
 struct coord_calib_opts {
     const char *text; /* a UTF-8 text file, or NULL: the model writes its own text (--calib self) */
@@ -31,6 +35,9 @@ struct coord_calib_opts {
     bool hessians;    /* collect x x^T too */
     bool head;        /* collect the LM head's input too (its logits cost a product per token) */
     bool samples;     /* keep COORD_CALIB_SAMPLES input rows per product, spread over the text */
+    /* keep the last eighth of the tokens out of every statistic (--method auto's held-out
+     * slice, coord_calib_heldout); at least COORD_CALIB_HELDOUT_MIN tokens or -EINVAL */
+    bool holdout;
     int threads;      /* forward threads (0: the online CPUs) */
     /* When set and nonzero (a signal's number): stop with -ECANCELED, seen between forward
      * steps. NULL: never. */
@@ -80,6 +87,15 @@ void coord_calib_hessian_add(float *h, const float *x, int n, int ld, int cols,
 
 /* The tokens the statistics came from (for the closing line). */
 long coord_calib_tokens(const struct coord_calib *c);
+
+/* The held-out slice of a calibration opened with opts.holdout: *@n sequences, the i-th of
+ * @len[i] tokens (BOS first), one after another at *@tok; (NULL, NULL, 0) without. The tokens
+ * are the last of the calibration's (a sequence the cut falls in gives its tail, after a BOS of
+ * its own); no statistic has seen them. Valid while @c is. */
+void coord_calib_heldout(const struct coord_calib *c, const int32_t **tok, const int **len, int *n);
+/* Whether coord_calib_stats returns Hessians (when the calibration collected them): a method
+ * that reads none turns them off so as not to copy them, or to run passes for them. */
+void coord_calib_want_hessians(struct coord_calib *c, bool want);
 
 /* Reads @path as calibration text: refuses a missing, empty or non-UTF-8 file or one past
  * COORD_CALIB_MAX_BYTES with a line naming it. On success *@text is malloc'd and NUL-terminated. */

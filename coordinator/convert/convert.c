@@ -107,6 +107,7 @@ static int plan_layout(struct convert_plan *p, const struct coord_source *src,
  * method needs them (NULL: plain encoding). */
 struct convert_enc {
     const struct coord_convert_opts *o;
+    enum coord_quant_method method; /* o->method, or the candidate --method auto fits */
     struct coord_calib *calib;
     struct coord_awq *awq; /* --method awq */
     /* GPTQ: the factorisation of the last input's Hessian (q, k and v share one) */
@@ -144,10 +145,11 @@ static int encode_calibrated(struct convert_enc *c, const struct shlm_tensor_spe
         encode(s, w, dst, enc_par(c));
         return 0;
     }
-    switch (c->o->method) {
+    switch (c->method) {
     case COORD_QUANT_GPTQ: {
-        struct coord_gptq_opts g = {c->o->damp > 0.0f ? c->o->damp : COORD_GPTQ_DAMP,
-                                    !c->o->no_act_order};
+        struct coord_gptq_opts g = {
+            c->o->damp > 0.0f ? c->o->damp : coord_gptq_damp(s->cols, coord_calib_tokens(c->calib)),
+            !c->o->no_act_order};
         coord_gptq_factor_free(c->factor);
         c->factor = NULL;
         if (!(rc = coord_gptq_factor(h, s->cols, &g, c->pool, &c->factor))) {
@@ -215,6 +217,8 @@ out_free:
     return rc;
 }
 
+static int close_synced(int *fd, const char *out, struct shardlm_err *e);
+
 /* Seals the header and writes it, the tensor table and the tokenizer, then syncs and closes @fd
  * (*@fd = -1 once it is closed, whether the sync or the close failed; a failed write leaves it
  * open for the caller). Returns 0 or -errno with @e naming @out. */
@@ -229,8 +233,15 @@ static int write_tail(int *fd, struct convert_plan *p, const struct coord_source
         (rc = pwrite_all(*fd, p->table, (size_t)p->n * sizeof(*p->table), h->table_offset)) ||
         (rc = pwrite_all(*fd, src->tok, src->tok_len, h->tok_offset)))
         return shardlm_fail(e, rc, "%s: write failed: %s", out, strerror(-rc));
+    return close_synced(fd, out, e);
+}
+
+/* Syncs and closes *@fd (*@fd = -1 whether the sync or the close failed). Returns 0 or -errno
+ * with @e naming @out. */
+static int close_synced(int *fd, const char *out, struct shardlm_err *e)
+{
     /* closed whatever fsync says: the caller removes the temporary, the descriptor is ours */
-    rc = 0;
+    int rc = 0;
     if (shardlm_fault(SHARDLM_FAULT_FSYNC))
         rc = -EIO; /* as a failed write-back reports it */
     else if (fsync(*fd) < 0)
@@ -256,7 +267,7 @@ static int check_method(const struct coord_convert_opts *o, struct shardlm_err *
     if (o->calib && o->method == COORD_QUANT_RTN)
         return shardlm_fail(e, -EINVAL,
                             "--calib %s: %s uses no calibration (pick --method "
-                            "imatrix, gptq or awq)",
+                            "imatrix, gptq, awq or auto)",
                             o->calib, w4 ? "--method rtn" : shlm_scheme_name(o->scheme));
     if (o->damp < 0.0f || o->damp > 1.0f || o->damp != o->damp)
         return shardlm_fail(e, -EINVAL, "--damp %g: expected 0 to 1", (double)o->damp);
@@ -284,15 +295,17 @@ static int calibrate(const struct coord_convert_opts *o, struct coord_source *sr
     *calib = NULL;
     if (o->method == COORD_QUANT_RTN)
         return 0;
-    *co = (struct coord_calib_opts){.text = o->calib && strcmp(o->calib, "self") ? o->calib : NULL,
-                                    .tokens = o->calib_tokens,
-                                    .hessians = o->method == COORD_QUANT_GPTQ,
-                                    .samples = o->method == COORD_QUANT_AWQ,
-                                    .head = o->head_bits == 4,
-                                    .threads = o->threads,
-                                    .cancel = o->cancel,
-                                    .progress = o->stage,
-                                    .progress_ctx = o->progress_ctx};
+    *co = (struct coord_calib_opts){
+        .text = o->calib && strcmp(o->calib, "self") ? o->calib : NULL,
+        .tokens = o->calib_tokens,
+        .hessians = o->method == COORD_QUANT_GPTQ || o->method == COORD_QUANT_AUTO,
+        .samples = o->method == COORD_QUANT_AWQ || o->method == COORD_QUANT_AUTO,
+        .holdout = o->method == COORD_QUANT_AUTO,
+        .head = o->head_bits == 4,
+        .threads = o->threads,
+        .cancel = o->cancel,
+        .progress = o->stage,
+        .progress_ctx = o->progress_ctx};
     return coord_calib_open(calib, src, co, e);
 }
 
@@ -304,7 +317,7 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
     struct coord_calib *calib = NULL;
     struct coord_awq *awq = NULL;
     struct coord_calib_opts co;
-    struct convert_enc enc = {.o = o, .factor_site = -1};
+    struct convert_enc enc = {.o = o, .method = o->method, .factor_site = -1};
     struct coord_convert_info scratch;
     int rc, group;
     const char *inputs[] = {o->checkpoint, o->tokenizer, o->calib};
@@ -343,7 +356,29 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
     *info = (struct coord_convert_info){.group = group,
                                         .n_tensors = p.n,
                                         .file_bytes = p.h->file_bytes,
-                                        .calib_tokens = calib ? coord_calib_tokens(calib) : 0};
+                                        .calib_tokens = calib ? coord_calib_tokens(calib) : 0,
+                                        .method = o->method};
+    if (o->method == COORD_QUANT_AUTO) { /* the chosen candidate's image is the file */
+        void *image;
+        size_t size;
+        if ((rc =
+                 coord_auto(&src, o, group, calib, enc.pool, &image, &size, &info->auto_report, e)))
+            goto out_unlink;
+        KN_ASSERT(size == p.h->file_bytes);
+        info->method = info->auto_report.chosen;
+        if (o->progress)
+            o->progress(o->progress_ctx, 0, p.n);
+        if ((rc = pwrite_all(fd, image, size, 0)))
+            shardlm_fail(e, rc, "%s: write failed: %s", o->out, strerror(-rc));
+        munmap(image, size);
+        if (rc)
+            goto out_unlink;
+        info->bytes_written = p.h->file_bytes;
+        if (o->progress)
+            o->progress(o->progress_ctx, p.n, p.n);
+        rc = close_synced(&fd, o->out, e);
+        goto out_commit;
+    }
     if (o->progress)
         o->progress(o->progress_ctx, 0, p.n);
     enc.calib = calib;
@@ -359,7 +394,9 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
         if (o->progress)
             o->progress(o->progress_ctx, i + 1, p.n);
     }
-    if ((rc = write_tail(&fd, &p, &src, o->out, e)))
+    rc = write_tail(&fd, &p, &src, o->out, e);
+out_commit:
+    if (rc)
         goto out_unlink;
     if (o->cancel && *o->cancel) { /* the last moment: OUT stays what it was */
         rc = shardlm_fail(e, -ECANCELED, "%s: conversion stopped", o->out);
@@ -387,32 +424,36 @@ out_src:
     return rc;
 }
 
-int coord_convert_image(struct coord_source *src, enum shlm_scheme scheme, void **image,
-                        size_t *size, struct shardlm_err *e)
+/* @src laid out in @scheme (@group, @head_bits) and encoded by @enc into a memfd image, mapped.
+ * Returns 0 or -errno with @e set. */
+static int image_write(struct coord_source *src, enum shlm_scheme scheme, int group, int head_bits,
+                       struct convert_enc *enc, void **image, size_t *size, struct shardlm_err *e)
 {
     struct convert_plan p = {0};
-    struct coord_convert_opts plain = {.scheme = scheme};
-    struct convert_enc enc = {.o = &plain, .factor_site = -1};
     void *map = MAP_FAILED;
     *image = NULL;
-    int rc = plan_layout(&p, src, scheme, 0, 8, e), fd = -1;
+    int rc = plan_layout(&p, src, scheme, group, head_bits, e), fd = -1;
     if (rc)
         goto out;
-    if ((fd = memfd_create("shardlm-calib", MFD_CLOEXEC)) < 0 ||
+    if ((fd = memfd_create("shardlm-image", MFD_CLOEXEC)) < 0 ||
         ftruncate(fd, (off_t)p.h->file_bytes) < 0) {
-        rc = shardlm_fail(e, -errno, "calibration image (%llu bytes): %s",
+        rc = shardlm_fail(e, -errno, "model image (%llu bytes): %s",
                           (unsigned long long)p.h->file_bytes, strerror(errno));
         goto out;
     }
     map = mmap(NULL, p.h->file_bytes, PROT_READ, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
-        rc = shardlm_fail(e, -errno, "calibration image: %s", strerror(errno));
+        rc = shardlm_fail(e, -errno, "model image: %s", strerror(errno));
         goto out;
     }
-    for (int i = 0; i < p.n && !rc; i++)
-        rc = write_tensor(fd, src, &p.specs[i], &p.table[i], &enc, "calibration image", e);
+    for (int i = 0; i < p.n && !rc; i++) {
+        if (enc->o->cancel && *enc->o->cancel)
+            rc = shardlm_fail(e, -ECANCELED, "conversion stopped");
+        else
+            rc = write_tensor(fd, src, &p.specs[i], &p.table[i], enc, "model image", e);
+    }
     if (!rc)
-        rc = write_tail(&fd, &p, src, "calibration image", e);
+        rc = write_tail(&fd, &p, src, "model image", e);
 out:
     if (fd >= 0)
         close(fd);
@@ -423,5 +464,35 @@ out:
         *size = p.h->file_bytes;
     }
     plan_free(&p);
+    return rc;
+}
+
+int coord_convert_image(struct coord_source *src, enum shlm_scheme scheme, void **image,
+                        size_t *size, struct shardlm_err *e)
+{
+    struct coord_convert_opts plain = {.scheme = scheme};
+    struct convert_enc enc = {.o = &plain, .factor_site = -1};
+    return image_write(src, scheme, 0, 8, &enc, image, size, e);
+}
+
+int coord_convert_image_by(struct coord_source *src, const struct coord_convert_opts *o, int group,
+                           enum coord_quant_method method, struct coord_calib *calib,
+                           struct wrk_pool *pool, void **image, size_t *size, struct shardlm_err *e)
+{
+    struct convert_enc enc = {.o = o, .method = method, .factor_site = -1, .pool = pool};
+    int rc = 0;
+    if (pool)
+        enc.par = wrk_pool_par(pool);
+    if (method != COORD_QUANT_RTN) {
+        enc.calib = calib;
+        coord_calib_want_hessians(calib, method == COORD_QUANT_GPTQ);
+    }
+    if (method == COORD_QUANT_AWQ)
+        rc = coord_awq_open(&enc.awq, calib, src, group, o->scheme == SHLM_SCHEME_W4A16,
+                            enc_par(&enc), e);
+    if (!rc)
+        rc = image_write(src, o->scheme, group, o->head_bits, &enc, image, size, e);
+    coord_gptq_factor_free(enc.factor);
+    coord_awq_free(enc.awq);
     return rc;
 }

@@ -39,6 +39,16 @@ struct coord_convert_opts {
     void *progress_ctx;
 };
 
+/* What --method auto measured (auto.c): each candidate's mean KL divergence from the f32 model
+ * on the held-out slice of the calibration text, and its time. */
+struct coord_auto_report {
+    enum coord_quant_method chosen;
+    double kld[COORD_QUANT_AUTO];     /* by method; NAN where the method could not be fitted */
+    double seconds[COORD_QUANT_AUTO]; /* its encoding and held-out run */
+    double ref_seconds;               /* the f32 reference's held-out run */
+    long heldout_tokens;              /* tokens of the held-out slice (BOS included) */
+};
+
 /* What coord_convert() wrote; filled as it goes (n_tensors and file_bytes once the file is
  * laid out, bytes_written after each tensor), so that a progress callback may read it. */
 struct coord_convert_info {
@@ -47,6 +57,8 @@ struct coord_convert_info {
     uint64_t file_bytes;
     uint64_t bytes_written; /* of the tensors */
     long calib_tokens;      /* tokens the statistics came from (0: none) */
+    enum coord_quant_method method; /* how the int4 matrices were rounded (auto: its choice) */
+    struct coord_auto_report auto_report; /* --method auto only */
 };
 
 /* Writes opts->out atomically (a temporary file renamed at the end; nothing is left on error or
@@ -59,5 +71,25 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
  * calibration runs. Returns 0 or -errno with @e set; munmap(*@image, *@size) when done. */
 int coord_convert_image(struct coord_source *src, enum shlm_scheme scheme, void **image,
                         size_t *size, struct shardlm_err *e);
+
+struct coord_calib;
+struct wrk_pool;
+/* @src as @o's scheme, group @group and head bits, rounded by @method (not auto) with the
+ * statistics of @calib (unused by rtn), as a model image in memory (a memfd, mapped): the bytes
+ * coord_convert writes for that method and calibration. Quantizes on @pool (NULL: this thread).
+ * Returns 0 or -errno with @e set (-EDOM: GPTQ found a Hessian singular); munmap(*@image,
+ * *@size) when done. */
+int coord_convert_image_by(struct coord_source *src, const struct coord_convert_opts *o, int group,
+                           enum coord_quant_method method, struct coord_calib *calib,
+                           struct wrk_pool *pool, void **image, size_t *size,
+                           struct shardlm_err *e);
+
+/* --method auto (auto.c): fits each method on @calib (opened with a held-out slice), measures
+ * each one's mean KL divergence from @src in f32 over the held-out slice, and keeps the lowest
+ * (rtn unless another is strictly lower): its image in *@image (munmap(*@image, *@size)), what
+ * was measured in @r. Returns 0 or -errno with @e set. */
+int coord_auto(struct coord_source *src, const struct coord_convert_opts *o, int group,
+               struct coord_calib *calib, struct wrk_pool *pool, void **image, size_t *size,
+               struct coord_auto_report *r, struct shardlm_err *e);
 
 #endif

@@ -28,11 +28,12 @@
 #define GPTQ_BLOCK 128  /* columns per lazy batch */
 #define FACTOR_BLOCK 64 /* rows per panel of the factorisation */
 
-static const char *const method_names[] = {"rtn", "imatrix", "gptq", "awq"};
+static const char *const method_names[COORD_QUANT_METHODS] = {"rtn", "imatrix", "gptq", "awq",
+                                                              "auto"};
 
 int coord_quant_method_parse(const char *name, enum coord_quant_method *m)
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < COORD_QUANT_METHODS; i++)
         if (!strcmp(name, method_names[i])) {
             *m = (enum coord_quant_method)i;
             return 0;
@@ -42,7 +43,13 @@ int coord_quant_method_parse(const char *name, enum coord_quant_method *m)
 
 const char *coord_quant_method_name(enum coord_quant_method m)
 {
-    return (unsigned)m < 4 ? method_names[m] : "?";
+    return (unsigned)m < COORD_QUANT_METHODS ? method_names[m] : "?";
+}
+
+float coord_gptq_damp(int cols, long tokens)
+{
+    double d = tokens > 0 ? (double)cols / (double)tokens : 1.0;
+    return d < COORD_GPTQ_DAMP ? COORD_GPTQ_DAMP : d > 1.0 ? 1.0f : (float)d;
 }
 
 /* a[i][j] for an n x n row-major matrix */

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* coordinator/convert/synth.c: the synthetic model maker of `shardlm synth` - models at real
- * sizes, seeded random weights (normal, std 0.02; norms 1.0), GGUF F16, with a valid byte-level
- * BPE vocabulary, so benchmarks need no download. The llama-compatible shapes load in llama.cpp
- * unchanged. */
-#include "synth.h"
+ * sizes, seeded random weights, GGUF F16 or F32 (or a Hugging Face folder: synth_hf.c), with a
+ * valid byte-level BPE vocabulary, so benchmarks need no download and each architecture has a
+ * small model that exercises its features. The files load in llama.cpp / ik_llama.cpp unchanged:
+ * the metadata keys and tensor names are theirs (ik's llama-arch.cpp, llama-hparams.cpp). */
+#include "synth_internal.h"
 
 #include "gguf_write.h"
+#include "synth_tok.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,21 +15,88 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The tiny architecture shapes: hidden 64, vocab 512, even head counts (KV heads >= 2: tensor
+ * parallelism at 2 ranks), windows shorter than the 300-token references, caps and multipliers
+ * that bite; weights scaled so that ik_llama.cpp's next-token distributions on the references
+ * are peaked (mean top-1 probability >= 0.3; tools/ik_ref). */
+#define TINY_WEIGHTS .w_std = 0.08f, .qk_std = 0.18f, .emb_std = 0.5f, .norm_std = 0.1f
+/* one row per shape, its sizes as the first shapes' */
+/* clang-format off */
 static const struct coord_synth_shape shapes[] = {
     /* a small llama for tests: ragged FFN, GQA, tied */
-    {"tiny", "llama", 64, 2, 4, 16, 2, 172, 512, 512, 10000.0f, false, false},
+    {"tiny", "llama", 64, 2, 4, 16, 2, 172, 512, 512, 10000.0f, false, false, .hf_class = NULL},
     /* spark's features small, for tests: head_dim != dim / heads, GELU-tanh, head gate */
-    {"tiny-spark", "spark", 64, 2, 4, 32, 2, 172, 512, 512, 10000.0f, true, true},
-    {"llama32-1b", "llama", 2048, 16, 32, 64, 8, 8192, 128256, 131072, 500000.0f, false, false},
-    {"spark-1.7b", "spark", 2048, 28, 8, 256, 2, 6656, 131072, 32768, 1000000.0f, true, true},
+    {"tiny-spark", "spark", 64, 2, 4, 32, 2, 172, 512, 512, 10000.0f, true, true, .hf_class = NULL},
+    {"llama32-1b", "llama", 2048, 16, 32, 64, 8, 8192, 128256, 131072, 500000.0f, false, false,
+     .hf_class = NULL},
+    {"spark-1.7b", "spark", 2048, 28, 8, 256, 2, 6656, 131072, 32768, 1000000.0f, true, true,
+     .hf_class = NULL},
     {"spark-1.7b-llama", "llama", 2048, 28, 8, 256, 2, 6656, 131072, 32768, 1000000.0f, false,
-     false},
+     false, .hf_class = NULL},
+    /* Qwen3: q/k RMSNorm per head, head_dim != dim / heads, tied */
+    {"tiny-qwen3", "qwen3", 64, 4, 4, 32, 2, 192, 512, 4096, 1000000.0f, false, false,
+     .hf_class = "Qwen3ForCausalLM", .hf_type = "qwen3", .eps = 1e-6f, .qk_norm = true,
+     TINY_WEIGHTS, .out_norm = 0.4f},
+    /* Gemma 2: 26 layers (ik takes the 2B's query scaling from the layer count), window on even
+     * layers, attention and final soft-caps, (1 + w) pre/post norms, GELU-tanh */
+    {"tiny-gemma2", "gemma2", 64, 26, 4, 32, 2, 256, 512, 4096, 10000.0f, true, false,
+     .hf_class = "Gemma2ForCausalLM", .hf_type = "gemma2", .eps = 1e-6f, .gemma = true,
+     .window = 32, .window_pattern = 2, .attn_softcap = 3.0f, .final_softcap = 10.0f,
+     .query_scalar = 32.0f, TINY_WEIGHTS, .out_norm = 0.7f},
+    /* Gemma 3: 5 local (base 10000) : 1 global (base 1e6) layers, q/k norms */
+    {"tiny-gemma3", "gemma3", 64, 8, 4, 32, 2, 256, 512, 4096, 1000000.0f, true, false,
+     .hf_class = "Gemma3ForCausalLM", .hf_type = "gemma3_text", .eps = 1e-6f, .qk_norm = true,
+     .gemma = true, .window = 48, .window_pattern = 6, .theta_local = 10000.0f,
+     .query_scalar = 32.0f, TINY_WEIGHTS, .out_norm = 0.35f},
+    /* Phi-3.5: fused qkv and gate_up, LongRoPE (original context 256 of 4096), a window */
+    {"tiny-phi3", "phi3", 64, 4, 4, 16, 2, 160, 512, 4096, 10000.0f, false, false,
+     .hf_class = "Phi3ForCausalLM", .hf_type = "phi3", .eps = 1e-5f, .untied = true,
+     .fused = true, .window = 64, .rope = COORD_SYNTH_ROPE_LONGROPE, .rope_orig_ctx = 256,
+     TINY_WEIGHTS, .out_norm = 1.0f},
+    /* Granite 3.x: embedding, residual and attention multipliers, logit scaling */
+    {"tiny-granite", "granite", 64, 4, 4, 16, 2, 160, 512, 4096, 10000.0f, false, false,
+     .hf_class = "GraniteForCausalLM", .hf_type = "granite", .eps = 1e-5f, .llama_rope = true,
+     .emb_mult = 12.0f, .res_mult = 0.25f, .attn_mult = 0.1f, .logit_scale = 4.0f, TINY_WEIGHTS,
+     .out_norm = 4.0f},
+    /* SmolLM3: no RoPE on every 4th layer */
+    {"tiny-smollm3", "smollm3", 64, 4, 4, 16, 2, 160, 512, 4096, 5000000.0f, false, false,
+     .hf_class = "SmolLM3ForCausalLM", .hf_type = "smollm3", .eps = 1e-6f, .llama_rope = true,
+     .no_rope_every = 4, TINY_WEIGHTS, .out_norm = 0.4f},
+    /* Mistral Nemo: head_dim != dim / heads, untied (ik's llama has no sliding window: none) */
+    {"tiny-mistral", "llama", 64, 4, 4, 32, 2, 192, 512, 4096, 1000000.0f, false, false,
+     .hf_class = "MistralForCausalLM", .hf_type = "mistral", .eps = 1e-5f, .untied = true,
+     .llama_rope = true, TINY_WEIGHTS, .out_norm = 1.0f},
+    /* Llama 3.1: rope_scaling llama3 (factor 8, low 1, high 4, original context 256: the factors
+     * differ from 1 at head_dim 16 within the references' positions), untied */
+    {"tiny-llama31", "llama", 64, 4, 4, 16, 2, 192, 512, 4096, 500000.0f, false, false,
+     .hf_class = "LlamaForCausalLM", .hf_type = "llama", .eps = 1e-5f, .untied = true,
+     .llama_rope = true, .rope = COORD_SYNTH_ROPE_LLAMA3, .rope_factor = 8.0f, .rope_low = 1.0f,
+     .rope_high = 4.0f, .rope_orig_ctx = 256, TINY_WEIGHTS, .out_norm = 1.0f},
+    /* the perf shapes: real dimensions and vocabularies */
+    {"qwen3-1.7b", "qwen3", 2048, 28, 16, 128, 8, 6144, 151936, 40960, 1000000.0f, false, false,
+     .hf_class = "Qwen3ForCausalLM", .hf_type = "qwen3", .eps = 1e-6f, .qk_norm = true,
+     .w_std = 0.02f, .qk_std = 0.02f, .emb_std = 0.02f, .out_norm = 1.0f},
+    {"gemma3-1b", "gemma3", 1152, 26, 4, 256, 1, 6912, 262144, 32768, 1000000.0f, true, false,
+     .hf_class = "Gemma3ForCausalLM", .hf_type = "gemma3_text", .eps = 1e-6f, .qk_norm = true,
+     .gemma = true, .window = 512, .window_pattern = 6, .theta_local = 10000.0f,
+     .query_scalar = 256.0f, .w_std = 0.02f, .qk_std = 0.02f, .emb_std = 0.02f,
+     .out_norm = 1.0f},
 };
+/* clang-format on */
+#undef TINY_WEIGHTS
 
 const struct coord_synth_shape *coord_synth_shapes(size_t *n)
 {
     *n = sizeof(shapes) / sizeof(shapes[0]);
     return shapes;
+}
+
+const struct coord_synth_shape *coord_synth_shape(const char *name)
+{
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        if (strcmp(shapes[i].name, name) == 0)
+            return &shapes[i];
+    return NULL;
 }
 
 /* xorshift64* and Box-Muller: deterministic for a seed (the state is the caller's: two models
@@ -51,6 +120,21 @@ static void fill_normal(uint64_t *rng, float *x, size_t n, float std)
         x[n - 1] = std * sqrtf(-2.0f * logf(uniform(rng))) * cosf(6.28318531f * uniform(rng));
 }
 
+void synth_draw(const struct synth_tensor *t, uint64_t *rng, float *buf, uint64_t rows)
+{
+    uint64_t n = (t->rows ? rows : 1) * t->cols;
+    if (t->fixed)
+        memcpy(buf, t->fixed, n * sizeof(float));
+    else if (t->std > 0.0f) {
+        fill_normal(rng, buf, n, t->std);
+        if (t->mean != 0.0f)
+            for (uint64_t i = 0; i < n; i++)
+                buf[i] += t->mean;
+    } else
+        for (uint64_t i = 0; i < n; i++)
+            buf[i] = t->mean;
+}
+
 /* GPT-2's byte -> printable code point map, as UTF-8. */
 static void byte_symbol(int b, char *out)
 {
@@ -72,15 +156,29 @@ static void byte_symbol(int b, char *out)
     }
 }
 
-/* Vocabulary: the 256 byte symbols, then pairs of them, then pairs + a symbol, each with its
- * merge, then BOS and EOS (control tokens). */
-static int write_vocab(struct gguf_writer *w, uint32_t vocab)
+void synth_vocab_free(struct synth_vocab *v)
 {
-    uint32_t n_plain = vocab - 2, n_merges = n_plain - 256;
-    char **tok = calloc(vocab, sizeof(char *)), **merges = calloc(n_merges, sizeof(char *));
-    int32_t *type = calloc(vocab, sizeof(int32_t));
+    for (uint32_t k = 0; v->tok && k < v->n; k++)
+        free(v->tok[k]);
+    for (uint32_t k = 0; v->merges && k < v->n_merges; k++)
+        free(v->merges[k]);
+    free(v->tok);
+    free(v->merges);
+    memset(v, 0, sizeof(*v));
+}
+
+int synth_vocab_init(struct synth_vocab *v, uint32_t vocab)
+{
+    uint32_t n_plain = vocab - 2;
+    memset(v, 0, sizeof(*v));
+    v->n = vocab;
+    v->n_merges = n_plain - 256;
+    v->bos = n_plain;
+    v->eos = n_plain + 1;
+    v->tok = calloc(vocab, sizeof(char *));
+    v->merges = calloc(v->n_merges, sizeof(char *));
     char sym[256][3];
-    if (!tok || !merges || !type)
+    if (!v->tok || !v->merges)
         goto oom;
     for (int b = 0; b < 256; b++)
         byte_symbol(b, sym[b]);
@@ -99,76 +197,188 @@ static int write_vocab(struct gguf_writer *w, uint32_t vocab)
             snprintf(t, sizeof(t), "%.2s%.2s%.2s", sym[i], sym[i2], sym[j]);
             snprintf(m, sizeof(m), "%.2s%.2s %.2s", sym[i], sym[i2], sym[j]);
         }
-        tok[k] = strdup(t);
+        v->tok[k] = strdup(t);
         if (k >= 256)
-            merges[k - 256] = strdup(m);
-        type[k] = 1; /* normal */
-        if (!tok[k] || (k >= 256 && !merges[k - 256]))
+            v->merges[k - 256] = strdup(m);
+        if (!v->tok[k] || (k >= 256 && !v->merges[k - 256]))
             goto oom;
     }
-    tok[n_plain] = strdup("<|begin_of_text|>");
-    tok[n_plain + 1] = strdup("<|end_of_text|>");
-    type[n_plain] = type[n_plain + 1] = 3; /* control */
-    gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
-    gguf_w_str(w, "tokenizer.ggml.pre", "default");
-    gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, vocab);
-    gguf_w_arr_i32(w, "tokenizer.ggml.token_type", type, vocab);
-    gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges, n_merges);
-    gguf_w_u32(w, "tokenizer.ggml.bos_token_id", n_plain);
-    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", n_plain + 1);
-    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true);
-    /* a chat template, so that a synthetic model serves chat requests as an instruct model does */
-    gguf_w_str(w, "tokenizer.chat_template",
-               "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content | trim }}\n"
-               "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}");
-    for (uint32_t k = 0; k < vocab; k++)
-        free(tok[k]);
-    for (uint32_t k = 0; k < n_merges; k++)
-        free(merges[k]);
-    free(tok);
-    free(merges);
-    free(type);
+    v->tok[n_plain] = strdup("<|begin_of_text|>");
+    v->tok[n_plain + 1] = strdup("<|end_of_text|>");
+    if (!v->tok[n_plain] || !v->tok[n_plain + 1])
+        goto oom;
     return 0;
 oom:
-    for (uint32_t k = 0; tok && k < vocab; k++)
-        free(tok[k]);
-    for (uint32_t k = 0; merges && k < n_merges; k++)
-        free(merges[k]);
-    free(tok);
-    free(merges);
-    free(type);
+    synth_vocab_free(v);
     return -ENOMEM;
 }
 
-/* Streams @rows x @cols normal (or constant @fill when std is 0) values, a block at a time. */
-static int write_tensor_data(struct gguf_writer *w, uint64_t *rng, uint64_t rows, uint64_t cols,
-                             float std, float fill)
+/* The vocabulary's keys: tokens, their types (normal; BOS and EOS control), merges, a chat
+ * template (so that a synthetic model serves chat requests as an instruct model does). */
+static int write_vocab(struct gguf_writer *w, uint32_t vocab)
 {
-    uint64_t block = cols ? (1u << 20) / cols + 1 : 1;
-    float *buf = malloc(block * cols * sizeof(float));
-    if (!buf)
+    struct synth_vocab v;
+    int32_t *type = calloc(vocab, sizeof(int32_t));
+    if (!type || synth_vocab_init(&v, vocab)) {
+        free(type);
         return -ENOMEM;
-    for (uint64_t r = 0; r < rows; r += block) {
-        uint64_t n = rows - r < block ? rows - r : block;
-        if (std > 0.0f)
-            fill_normal(rng, buf, n * cols, std);
-        else
-            for (uint64_t i = 0; i < n * cols; i++)
-                buf[i] = fill;
-        gguf_w_tensor_rows(w, buf, n);
     }
-    free(buf);
+    for (uint32_t k = 0; k < vocab; k++)
+        type[k] = k == v.bos || k == v.eos ? 3 : 1;
+    gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_w_str(w, "tokenizer.ggml.pre", "default");
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, vocab);
+    gguf_w_arr_i32(w, "tokenizer.ggml.token_type", type, vocab);
+    gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges, v.n_merges);
+    gguf_w_u32(w, "tokenizer.ggml.bos_token_id", v.bos);
+    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", v.eos);
+    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true);
+    gguf_w_str(w, "tokenizer.chat_template", COORD_SYNTH_CHAT_TEMPLATE);
+    synth_vocab_free(&v);
+    free(type);
     return 0;
 }
 
-/* The architecture's key/values (general.*, <arch>.*). */
-static void write_metadata(struct gguf_writer *w, const struct coord_synth_shape *s)
+/* The RoPE factor tables: Llama 3.1's per-frequency factors as llama.cpp's converter computes
+ * them from rope_scaling (into rope_long), Phi-3.5's LongRoPE long and short factors (made up,
+ * rising with the frequency index as the real ones do). */
+static void rope_tables(struct synth_model *m)
 {
+    const struct coord_synth_shape *s = m->s;
+    uint32_t half = s->head_dim / 2;
+    for (uint32_t i = 0; i < half && i < 256; i++) {
+        if (s->rope == COORD_SYNTH_ROPE_LONGROPE) {
+            m->rope_long[i] = 1.0f + 2.0f * (float)i;
+            m->rope_short[i] = 1.0f + 0.1f * (float)i;
+        } else if (s->rope == COORD_SYNTH_ROPE_LLAMA3) {
+            double freq = pow(s->theta, -2.0 * i / s->head_dim), wavelen = 2 * M_PI / freq;
+            double lo = s->rope_orig_ctx / s->rope_low, hi = s->rope_orig_ctx / s->rope_high;
+            if (wavelen < hi)
+                m->rope_long[i] = 1.0f;
+            else if (wavelen > lo)
+                m->rope_long[i] = s->rope_factor;
+            else {
+                double smooth =
+                    (s->rope_orig_ctx / wavelen - s->rope_low) / (s->rope_high - s->rope_low);
+                m->rope_long[i] = (float)(1.0 / ((1 - smooth) / s->rope_factor + smooth));
+            }
+        }
+    }
+}
+
+/* Appends a tensor to @m's list (sized by model_init()'s count). */
+static struct synth_tensor *add(struct synth_model *m, int layer, const char *gguf, const char *hf,
+                                uint64_t cols, uint64_t rows, float mean, float std, bool matrix)
+{
+    struct synth_tensor *t = &m->t[m->n++];
+    memset(t, 0, sizeof(*t));
+    if (layer >= 0) {
+        snprintf(t->gguf, sizeof(t->gguf), "blk.%d.%s.weight", layer, gguf);
+        if (hf)
+            snprintf(t->hf, sizeof(t->hf), "model.layers.%d.%s.weight", layer, hf);
+    } else {
+        snprintf(t->gguf, sizeof(t->gguf), "%s.weight", gguf);
+        if (hf)
+            snprintf(t->hf, sizeof(t->hf), "%s", hf);
+    }
+    t->cols = cols;
+    t->rows = rows;
+    t->mean = mean;
+    t->std = std;
+    t->matrix = matrix;
+    t->layer = layer;
+    return t;
+}
+
+/* A norm: N(@mean, norm_std * @mean) in GGUF values; Gemma's draw is the HF w, GGUF 1 + w. */
+static void add_norm(struct synth_model *m, int layer, const char *gguf, const char *hf, uint64_t n,
+                     float mean)
+{
+    const struct coord_synth_shape *s = m->s;
+    struct synth_tensor *t = add(m, layer, gguf, hf, n, 0, mean, s->norm_std * mean, false);
+    if (s->gemma) {
+        t->mean = mean - 1.0f;
+        t->gguf_add = 1.0f;
+    }
+}
+
+/* The tensor list of shape @s in draw order. Returns 0 or -ENOMEM. */
+static int model_init(struct synth_model *m, const struct coord_synth_shape *s)
+{
+    memset(m, 0, sizeof(*m));
+    m->s = s;
+    m->t = calloc(16 * (size_t)s->layers + 8, sizeof(*m->t));
+    if (!m->t)
+        return -ENOMEM;
+    bool legacy = !s->hf_type; /* the first shapes: std 0.02, norms 1.0, order as before */
+    float w = legacy ? 0.02f : s->w_std, wqk = legacy ? 0.02f : s->qk_std;
+    float emb = legacy ? 0.02f : s->emb_std, out_norm = s->out_norm ? s->out_norm : 1.0f;
+    uint64_t d = s->dim, q = (uint64_t)s->heads * s->head_dim,
+             kv = (uint64_t)s->kv_heads * s->head_dim;
+    rope_tables(m);
+    add(m, -1, "token_embd", "model.embed_tokens.weight", d, s->vocab, 0, emb, true);
+    add_norm(m, -1, "output_norm", "model.norm.weight", d, out_norm);
+    if (s->untied)
+        add(m, -1, "output", "lm_head.weight", d, s->vocab, 0, emb, true);
+    if (s->rope == COORD_SYNTH_ROPE_LLAMA3)
+        add(m, -1, "rope_freqs", NULL, s->head_dim / 2, 0, 0, 0, false)->fixed = m->rope_long;
+    if (s->rope == COORD_SYNTH_ROPE_LONGROPE) {
+        add(m, -1, "rope_factors_long", NULL, s->head_dim / 2, 0, 0, 0, false)->fixed =
+            m->rope_long;
+        add(m, -1, "rope_factors_short", NULL, s->head_dim / 2, 0, 0, 0, false)->fixed =
+            m->rope_short;
+    }
+    for (int l = 0; l < (int)s->layers; l++) {
+        add_norm(m, l, "attn_norm", "input_layernorm", d, 1.0f);
+        if (s->fused) { /* q, k, v rows stacked; its q and k parts drawn with the q/k std */
+            add(m, l, "attn_qkv", "self_attn.qkv_proj", d, q + 2 * kv, 0, wqk, true);
+        } else {
+            add(m, l, "attn_q", "self_attn.q_proj", d, q, 0, wqk, true)->permute =
+                s->llama_rope ? s->heads : 0;
+            add(m, l, "attn_k", "self_attn.k_proj", d, kv, 0, wqk, true)->permute =
+                s->llama_rope ? s->kv_heads : 0;
+            add(m, l, "attn_v", "self_attn.v_proj", d, kv, 0, w, true);
+        }
+        if (s->head_gate)
+            add(m, l, "attn_gate", NULL, d, s->heads, 0, w, false);
+        if (s->qk_norm) {
+            add_norm(m, l, "attn_q_norm", "self_attn.q_norm", s->head_dim, 1.0f);
+            add_norm(m, l, "attn_k_norm", "self_attn.k_norm", s->head_dim, 1.0f);
+        }
+        add(m, l, "attn_output", "self_attn.o_proj", q, d, 0, w, true);
+        if (s->gemma) {
+            add_norm(m, l, "post_attention_norm", "post_attention_layernorm", d, 1.0f);
+            add_norm(m, l, "ffn_norm", "pre_feedforward_layernorm", d, 1.0f);
+        } else
+            add_norm(m, l, "ffn_norm", "post_attention_layernorm", d, 1.0f);
+        if (s->fused)
+            add(m, l, "ffn_up", "mlp.gate_up_proj", d, 2 * (uint64_t)s->ffn, 0, w, true);
+        else {
+            add(m, l, "ffn_gate", "mlp.gate_proj", d, s->ffn, 0, w, true);
+            add(m, l, "ffn_up", "mlp.up_proj", d, s->ffn, 0, w, true);
+        }
+        add(m, l, "ffn_down", "mlp.down_proj", s->ffn, d, 0, w, true);
+        if (s->gemma)
+            add_norm(m, l, "post_ffw_norm", "post_feedforward_layernorm", d, 1.0f);
+    }
+    return 0;
+}
+
+/* The architecture's key/values (general.*, <arch>.*), as llama.cpp's converter writes them. */
+static void write_metadata(struct gguf_writer *w, const struct synth_model *m)
+{
+    const struct coord_synth_shape *s = m->s;
     char k[96];
 #define KEY(suffix) (snprintf(k, sizeof(k), "%s." suffix, s->arch), k)
     gguf_w_str(w, "general.architecture", s->arch);
-    gguf_w_str(w, "general.name", s->name);
-    gguf_w_u32(w, "general.file_type", 1); /* mostly F16 */
+    /* ik_llama.cpp gives a model named "*phi3*" Phi-3's token attributes, which need its "</s>"
+     * token (our vocabulary has none): "tiny-phi3" is named "tiny-phi 3" */
+    char name[64];
+    const char *phi = strstr(s->name, "phi3");
+    if (phi)
+        snprintf(name, sizeof(name), "%.*sphi 3%s", (int)(phi - s->name), s->name, phi + 4);
+    gguf_w_str(w, "general.name", phi ? name : s->name);
+    gguf_w_u32(w, "general.file_type", m->f32 ? 0 : 1); /* all F32, mostly F16 */
     gguf_w_u32(w, KEY("context_length"), s->ctx);
     gguf_w_u32(w, KEY("embedding_length"), s->dim);
     gguf_w_u32(w, KEY("block_count"), s->layers);
@@ -179,86 +389,110 @@ static void write_metadata(struct gguf_writer *w, const struct coord_synth_shape
     gguf_w_u32(w, KEY("attention.value_length"), s->head_dim);
     gguf_w_u32(w, KEY("rope.dimension_count"), s->head_dim);
     gguf_w_f32(w, KEY("rope.freq_base"), s->theta);
-    gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+    gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->eps ? s->eps : 1e-5f);
     gguf_w_u32(w, KEY("vocab_size"), s->vocab);
+    if (s->window)
+        gguf_w_u32(w, KEY("attention.sliding_window"), s->window);
+    if (s->attn_softcap)
+        gguf_w_f32(w, KEY("attn_logit_softcapping"), s->attn_softcap);
+    if (s->final_softcap)
+        gguf_w_f32(w, KEY("final_logit_softcapping"), s->final_softcap);
+    if (s->logit_scale) { /* Granite: ik requires all four */
+        gguf_w_f32(w, KEY("logit_scale"), s->logit_scale);
+        gguf_w_f32(w, KEY("residual_scale"), s->res_mult);
+        gguf_w_f32(w, KEY("embedding_scale"), s->emb_mult);
+        gguf_w_f32(w, KEY("attention.scale"), s->attn_mult);
+    }
+    if (s->rope == COORD_SYNTH_ROPE_LONGROPE) {
+        double scale = (double)s->ctx / s->rope_orig_ctx;
+        gguf_w_u32(w, KEY("rope.scaling.original_context_length"), s->rope_orig_ctx);
+        gguf_w_f32(w, KEY("rope.scaling.attn_factor"),
+                   (float)sqrt(1 + log(scale) / log((double)s->rope_orig_ctx)));
+    }
 #undef KEY
 }
 
-/* The tensor infos, in the order llama.cpp writes them (write_tensors() follows it). */
-static void declare_tensors(struct gguf_writer *w, const struct coord_synth_shape *s)
+/* Rows per synth_draw() call for tensor @t: a whole permuted tensor (its rows move), else about
+ * 1 MiB - the same in both writers, so both draw the same values. */
+uint64_t synth_block_rows(const struct synth_tensor *t)
 {
-    uint64_t q = (uint64_t)s->heads * s->head_dim, kv = (uint64_t)s->kv_heads * s->head_dim;
-    gguf_w_tensor(w, "token_embd.weight", GGML_F16, s->dim, s->vocab);
-    gguf_w_tensor(w, "output_norm.weight", GGML_F32, s->dim, 0);
-    for (uint32_t l = 0; l < s->layers; l++) {
-        char n[64];
-#define T(name, type, c, r)                                                                        \
-    (snprintf(n, sizeof(n), "blk.%u." name, l), gguf_w_tensor(w, n, type, c, r))
-        T("attn_norm.weight", GGML_F32, s->dim, 0);
-        T("attn_q.weight", GGML_F16, s->dim, q);
-        T("attn_k.weight", GGML_F16, s->dim, kv);
-        T("attn_v.weight", GGML_F16, s->dim, kv);
-        if (s->head_gate)
-            T("attn_gate.weight", GGML_F32, s->dim, s->heads);
-        T("attn_output.weight", GGML_F16, q, s->dim);
-        T("ffn_norm.weight", GGML_F32, s->dim, 0);
-        T("ffn_gate.weight", GGML_F16, s->dim, s->ffn);
-        T("ffn_up.weight", GGML_F16, s->dim, s->ffn);
-        T("ffn_down.weight", GGML_F16, s->ffn, s->dim);
-#undef T
-    }
+    if (!t->rows)
+        return 1;
+    return t->permute ? t->rows : (1u << 20) / t->cols + 1;
 }
 
-/* The tensor data in declare_tensors()' order, reporting each layer to @progress. Returns 0 or
- * -ENOMEM. */
-static int write_tensors(struct gguf_writer *w, const struct coord_synth_shape *s, uint64_t *rng,
+/* GGUF row order of HF row @r of a q/k tensor of @heads heads of @rows rows in all: each head's
+ * first half goes to the even rows, its second half to the odd ones (llama.cpp's permute). */
+static uint64_t gguf_row(uint64_t r, uint64_t rows, uint32_t heads)
+{
+    uint64_t hd = rows / heads, h = r / hd, i = r % hd;
+    return h * hd + (i < hd / 2 ? 2 * i : 2 * (i - hd / 2) + 1);
+}
+
+/* The tensor infos and data, reporting each layer to @progress. Returns 0 or -ENOMEM. */
+static int write_tensors(struct gguf_writer *w, const struct synth_model *m,
                          void (*progress)(void *ctx, int done, int total), void *ctx)
 {
-    uint64_t q = (uint64_t)s->heads * s->head_dim, kv = (uint64_t)s->kv_heads * s->head_dim;
-    int rc = write_tensor_data(w, rng, s->vocab, s->dim, 0.02f, 0);
-    rc = rc ? rc : write_tensor_data(w, rng, 1, s->dim, 0, 1.0f);
-    for (uint32_t l = 0; l < s->layers && !rc; l++) {
-        rc = write_tensor_data(w, rng, 1, s->dim, 0, 1.0f);
-        rc = rc ? rc : write_tensor_data(w, rng, q, s->dim, 0.02f, 0);
-        rc = rc ? rc : write_tensor_data(w, rng, kv, s->dim, 0.02f, 0);
-        rc = rc ? rc : write_tensor_data(w, rng, kv, s->dim, 0.02f, 0);
-        if (s->head_gate)
-            rc = rc ? rc : write_tensor_data(w, rng, s->heads, s->dim, 0.02f, 0);
-        rc = rc ? rc : write_tensor_data(w, rng, s->dim, q, 0.02f, 0);
-        rc = rc ? rc : write_tensor_data(w, rng, 1, s->dim, 0, 1.0f);
-        rc = rc ? rc : write_tensor_data(w, rng, s->ffn, s->dim, 0.02f, 0);
-        rc = rc ? rc : write_tensor_data(w, rng, s->ffn, s->dim, 0.02f, 0);
-        rc = rc ? rc : write_tensor_data(w, rng, s->dim, s->ffn, 0.02f, 0);
-        if (progress)
-            progress(ctx, (int)l + 1, (int)s->layers);
+    uint64_t rng = m->seed;
+    size_t cap = 0;
+    float *buf = NULL, *perm = NULL;
+    for (size_t i = 0; i < m->n; i++) {
+        const struct synth_tensor *t = &m->t[i];
+        enum gguf_ggml_type type = t->matrix && !m->f32 ? GGML_F16 : GGML_F32;
+        gguf_w_tensor(w, t->gguf, type, t->cols, t->rows);
+        uint64_t b = synth_block_rows(t);
+        if (b * t->cols > cap)
+            cap = b * t->cols;
     }
-    return rc;
+    buf = malloc(cap * sizeof(float));
+    perm = malloc(cap * sizeof(float));
+    if (!buf || !perm)
+        goto oom;
+    for (size_t i = 0; i < m->n; i++) {
+        const struct synth_tensor *t = &m->t[i];
+        uint64_t rows = t->rows ? t->rows : 1, b = synth_block_rows(t);
+        for (uint64_t r = 0; r < rows; r += b) {
+            uint64_t n = rows - r < b ? rows - r : b;
+            synth_draw(t, &rng, buf, n);
+            if (t->gguf_add != 0.0f)
+                for (uint64_t j = 0; j < n * t->cols; j++)
+                    buf[j] += t->gguf_add;
+            if (t->permute) {
+                for (uint64_t j = 0; j < n; j++)
+                    memcpy(perm + gguf_row(j, n, t->permute) * t->cols, buf + j * t->cols,
+                           t->cols * sizeof(float));
+                gguf_w_tensor_rows(w, perm, n);
+            } else
+                gguf_w_tensor_rows(w, buf, n);
+        }
+        if (progress && t->layer >= 0 && (i + 1 == m->n || m->t[i + 1].layer != t->layer))
+            progress(ctx, t->layer + 1, (int)m->s->layers);
+    }
+    free(buf);
+    free(perm);
+    return 0;
+oom:
+    free(buf);
+    free(perm);
+    return -ENOMEM;
 }
 
-int coord_synth(const char *shape, const char *out, uint64_t seed,
-                void (*progress)(void *ctx, int done, int total), void *ctx,
-                struct shardlm_err *e)
+static int write_gguf(const struct synth_model *m, const char *out,
+                      void (*progress)(void *ctx, int done, int total), void *ctx,
+                      struct shardlm_err *e)
 {
-    const struct coord_synth_shape *s = NULL;
-    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]) && !s; i++)
-        if (strcmp(shapes[i].name, shape) == 0)
-            s = &shapes[i];
-    if (!s)
-        return shardlm_fail(e, -EINVAL, "unknown shape '%s'", shape);
     struct gguf_writer *w;
     int rc = gguf_writer_open(&w, out, e);
     if (rc)
         return rc;
-    uint64_t rng = seed ? seed : 0x9e3779b97f4a7c15ull;
-    write_metadata(w, s);
-    if ((rc = write_vocab(w, s->vocab))) {
+    write_metadata(w, m);
+    if ((rc = m->tok ? coord_synth_tok_gguf(w, m->tok) : write_vocab(w, m->s->vocab))) {
         shardlm_fail(e, rc, "out of memory");
         goto out_abort;
     }
     if (progress)
-        progress(ctx, 0, (int)s->layers);
-    declare_tensors(w, s);
-    if ((rc = write_tensors(w, s, &rng, progress, ctx))) {
+        progress(ctx, 0, (int)m->s->layers);
+    if ((rc = write_tensors(w, m, progress, ctx))) {
         shardlm_fail(e, rc, "out of memory");
         goto out_abort;
     }
@@ -266,4 +500,37 @@ int coord_synth(const char *shape, const char *out, uint64_t seed,
 out_abort:
     gguf_writer_abort(w);
     return rc;
+}
+
+int coord_synth_write(const struct coord_synth_opts *o, struct shardlm_err *e)
+{
+    const struct coord_synth_shape *s = coord_synth_shape(o->shape);
+    if (!s)
+        return shardlm_fail(e, -EINVAL, "unknown shape '%s'", o->shape);
+    if (o->hf && !s->hf_type)
+        return shardlm_fail(e, -EINVAL, "shape '%s' has no Hugging Face form (--hf)", o->shape);
+    struct coord_synth_shape sized; /* a real tokenizer's vocabulary sizes the rows */
+    if (o->tok) {
+        sized = *s;
+        sized.vocab = o->tok->vocab;
+        s = &sized;
+    }
+    struct synth_model m;
+    if (model_init(&m, s))
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    m.tok = o->tok;
+    m.f32 = o->f32;
+    m.seed = o->seed ? o->seed : 0x9e3779b97f4a7c15ull;
+    int rc = o->hf ? synth_write_hf(&m, o->out, o->progress, o->progress_ctx, e)
+                   : write_gguf(&m, o->out, o->progress, o->progress_ctx, e);
+    free(m.t);
+    return rc;
+}
+
+int coord_synth(const char *shape, const char *out, uint64_t seed,
+                void (*progress)(void *ctx, int done, int total), void *ctx, struct shardlm_err *e)
+{
+    struct coord_synth_opts o = {
+        .shape = shape, .out = out, .seed = seed, .progress = progress, .progress_ctx = ctx};
+    return coord_synth_write(&o, e);
 }

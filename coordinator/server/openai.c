@@ -483,7 +483,9 @@ static json_t *tok_body(struct srv *s, struct MHD_Connection *c, struct srv_conn
     return j;
 }
 
-/* POST /tokenize {"content": TEXT, "add_special": false}: {"tokens": [ids]} (llama.cpp's). */
+/* POST /tokenize {"content": TEXT, "add_special": false, "parse_special": false}:
+ * {"tokens": [ids]} (llama.cpp's); parse_special: special tokens' text in TEXT is those tokens,
+ * as the server reads a rendered chat prompt. */
 enum MHD_Result srv_tokenize(struct srv *s, struct MHD_Connection *c, struct srv_conn *cn,
                              const char *url)
 {
@@ -492,17 +494,20 @@ enum MHD_Result srv_tokenize(struct srv *s, struct MHD_Connection *c, struct srv
     if (!j)
         return rc;
     json_t *ct = json_object_get(j, "content"), *sp = json_object_get(j, "add_special");
+    json_t *ps = json_object_get(j, "parse_special");
     if (!json_is_string(ct) || memchr(json_string_value(ct), '\0', json_string_length(ct)) ||
-        (sp && !json_is_boolean(sp))) {
+        (sp && !json_is_boolean(sp)) || (ps && !json_is_boolean(ps))) {
         json_decref(j);
         return srv_send_error(c, 400, "invalid_request_error", NULL,
-                              "expected {\"content\": a string, \"add_special\": true or false}");
+                              "expected {\"content\": a string, \"add_special\": true or false, "
+                              "\"parse_special\": true or false}");
     }
     int32_t *ids = NULL;
     char why[300];
-    int nt =
-        srv_encode(s, json_string_value(ct), json_string_length(ct),
-                   json_is_true(sp) ? COORD_TOK_ENC_BOS : 0, "the content", &ids, why, sizeof(why));
+    unsigned flags = (json_is_true(sp) ? COORD_TOK_ENC_BOS : 0) |
+                     (json_is_true(ps) ? COORD_TOK_ENC_PARSE_SPECIAL : 0);
+    int nt = srv_encode(s, json_string_value(ct), json_string_length(ct), flags, "the content",
+                        &ids, why, sizeof(why));
     json_decref(j);
     if (nt < 0) {
         free(ids);

@@ -65,6 +65,10 @@ static size_t decode_token(const struct coord_tok *t, const int16_t *inv, int id
         if (t->flags & COORD_TOKF_ESCAPE_WS)
             return unescape_ws(p, n, o);
     }
+    /* user-defined runs of U+2581 (Gemma 3's "▁▁"...) are spaces too, as HF's Replace decoder
+     * makes them */
+    if (ty == COORD_TOKT_USER_DEFINED && (t->flags & COORD_TOKF_ESCAPE_WS))
+        return unescape_ws(p, n, o);
     memcpy(o, p, n);
     return n;
 }

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
 
 /* The hash of a word's symbol ids in the word cache (tok_hash_bytes()'s FNV-1a step, a 32-bit id
  * at a time). */
@@ -736,6 +738,51 @@ static int encode_bpe(const struct coord_tok *t, struct merger *m, const char *s
     return 0;
 }
 
+/* The NFC form of fragment @s (@n bytes) in a malloc'd *@out of *@outn bytes (at most 3 * @n:
+ * Unicode's bound), for a tokenizer whose normalizer is NFC (Hugging Face applies it to each
+ * fragment between added tokens). *@out is NULL where the text is unchanged: ASCII, already in
+ * NFC, or not UTF-8 (left as it is). Returns 0 or -ENOMEM. */
+static int nfc(const char *s, size_t n, char **out, size_t *outn)
+{
+    size_t i = 0;
+    *out = NULL;
+    while (i < n && !(s[i] & 0x80))
+        i++;
+    if (i == n || n > INT32_MAX / 3)
+        return 0;
+    UErrorCode err = U_ZERO_ERROR;
+    const UNormalizer2 *nf = unorm2_getNFCInstance(&err);
+    int32_t ulen = 0, dlen = 0, blen = 0;
+    UChar *u = malloc((n + 1) * sizeof(UChar)), *d = NULL;
+    int rc = -ENOMEM;
+    if (U_FAILURE(err) || !u)
+        goto out;
+    rc = 0;
+    u_strFromUTF8(u, (int32_t)n + 1, &ulen, s, (int32_t)n, &err);
+    if (U_FAILURE(err) || unorm2_quickCheck(nf, u, ulen, &err) == UNORM_YES || U_FAILURE(err))
+        goto out;
+    d = malloc((3 * (size_t)ulen + 1) * sizeof(UChar));
+    *out = malloc(3 * n + 1);
+    if (!d || !*out) {
+        rc = -ENOMEM;
+        goto out_free;
+    }
+    dlen = unorm2_normalize(nf, u, ulen, d, 3 * ulen + 1, &err);
+    if (!U_FAILURE(err))
+        u_strToUTF8(*out, (int32_t)(3 * n + 1), &blen, d, dlen, &err);
+    if (U_FAILURE(err) || (size_t)blen > 3 * n)
+        goto out_free; /* (not expected: the text as it is) */
+    *outn = (size_t)blen;
+    goto out;
+out_free:
+    free(*out);
+    *out = NULL;
+out:
+    free(d);
+    free(u);
+    return rc;
+}
+
 /* llama.cpp llama_tokenize_impl(): BOS, then the fragments between special tokens each
  * encoded, the special tokens as they are, into @out. Returns 0 or -errno. */
 static int encode_fragments(const struct coord_tok *t, const char *text, size_t len, unsigned flags,
@@ -744,9 +791,11 @@ static int encode_fragments(const struct coord_tok *t, const char *text, size_t 
     struct fvec fr = {0};
     struct svec words = {0}, next = {0};
     pcre2_match_data *md = NULL;
-    /* work: prefix + text escaped (3 bytes a character at most), then a byte-level word (2) */
-    char *work = malloc(len * 9 + 17);
-    m->sym = malloc((len * 3 + 4) * sizeof(struct sym));
+    /* work: prefix + text escaped (3 bytes a character at most), then a byte-level word (2);
+     * NFC may make a text 3 times longer */
+    size_t cap = t->flags & COORD_TOKF_NFC ? len * 3 : len;
+    char *work = malloc(cap * 9 + 17);
+    m->sym = malloc((cap * 3 + 4) * sizeof(struct sym));
     int rc = -ENOMEM;
     if (!work || !m->sym)
         goto out;
@@ -766,11 +815,18 @@ static int encode_fragments(const struct coord_tok *t, const char *text, size_t 
         }
         bool prefix = (t->flags & COORD_TOKF_SPACE_PREFIX) &&
                       ((t->flags & COORD_TOKF_PREFIX_FIRST) ? f.off == 0 : prev_special);
+        const char *fs = text + f.off;
+        size_t fn = f.len;
+        char *norm = NULL;
+        if ((t->flags & COORD_TOKF_NFC) && (rc = nfc(fs, fn, &norm, &fn)))
+            break;
+        if (norm)
+            fs = norm;
         if (t->type == COORD_TOK_SPM)
-            rc = encode_spm(t, m, text + f.off, f.len, prefix, work, out);
+            rc = encode_spm(t, m, fs, fn, prefix, work, out);
         else
-            rc = encode_bpe(t, m, text + f.off, f.len, f.off, prefix, work, md, &words, &next, out,
-                            e);
+            rc = encode_bpe(t, m, fs, fn, f.off, prefix, work, md, &words, &next, out, e);
+        free(norm);
         prev_special = false;
     }
 out:

@@ -20,6 +20,28 @@
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"    \
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
+/* DeepSeek V3's three splits and gpt-oss's (GPT-4o's) regex, as their tokenizer.json has them
+ * (PCRE2 takes them as they are; llama.cpp rewrites GPT-4o's for its own regex engine) */
+#define RE_DSV3_DIGITS "\\p{N}{1,3}"
+#define RE_DSV3_CJK "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
+#define RE_DSV3                                                                                    \
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|"                                       \
+    "[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|"                          \
+    "\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
+#define RE_GPT4O                                                                                   \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*"                                  \
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"                                 \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"                                  \
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"                                 \
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* Llama 3's and Qwen2's as their tokenizer.json has them (coord_tok_gguf_pre_name) */
+#define RE_HF_LLAMA3                                                                               \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"                      \
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_HF_QWEN2                                                                                \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"                           \
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
 struct pre_entry {
     const char *names; /* '|'-separated tokenizer.ggml.pre values */
     unsigned flags;
@@ -30,13 +52,43 @@ struct pre_entry {
 static const struct pre_entry gguf_pres[] = {
     {"gpt-2|gpt2|mpt|olmo|jais|trillion|exaone4|granite-docling", 0, {TOK_RE_GPT2}},
     {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2",
-     COORD_TOKF_IGNORE_MERGES, {RE_LLAMA3}},
+     COORD_TOKF_IGNORE_MERGES,
+     {RE_LLAMA3}},
     {"dbrx|smaug-bpe", 0, {RE_LLAMA3}},
-    {"qwen2|stablelm2|deepseek-r1-qwen|megrez|hunyuan", 0, {RE_QWEN2}},
+    /* Qwen2's tokenizer.json puts the text in NFC (llama.cpp does not: here as Hugging Face) */
+    {"qwen2|deepseek-r1-qwen", COORD_TOKF_NFC, {RE_QWEN2}},
+    {"stablelm2|megrez|hunyuan", 0, {RE_QWEN2}},
     {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b", 0, {"\\p{N}", RE_GPT2_NOWS}},
-    {"default", 0,
-     {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2_NOWS, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {"deepseek-v3", 0, {RE_DSV3_DIGITS, RE_DSV3_CJK, RE_DSV3}},
+    {"gpt-4o|llama4", 0, {RE_GPT4O}},
+    {"default", 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2_NOWS, "\\p{N}+", "[0-9][0-9][0-9]"}},
 };
+
+/* The pre-tokenizers of Hugging Face tokenizer.json files (their Split regexes, in order) and
+ * the tokenizer.ggml.pre name llama.cpp's converter gives each */
+static const struct {
+    const char *name;
+    const char *re[4];
+} hf_pres[] = {
+    {"gpt2", {TOK_RE_GPT2}},  {"llama-bpe", {RE_HF_LLAMA3}},
+    {"qwen2", {RE_HF_QWEN2}}, {"deepseek-v3", {RE_DSV3_DIGITS, RE_DSV3_CJK, RE_DSV3}},
+    {"gpt-4o", {RE_GPT4O}},
+};
+
+const char *coord_tok_gguf_pre_name(const struct coord_tok *t)
+{
+    for (size_t i = 0; i < sizeof(hf_pres) / sizeof(hf_pres[0]); i++) {
+        int n = 0;
+        while (n < 4 && hf_pres[i].re[n])
+            n++;
+        bool same = n == t->n_patterns;
+        for (int k = 0; same && k < n; k++)
+            same = strcmp(t->patterns[k], hf_pres[i].re[k]) == 0;
+        if (same)
+            return hf_pres[i].name;
+    }
+    return NULL;
+}
 
 /* Whether @s is one of the '|'-separated @names. */
 static bool name_in(const char *names, struct gguf_str s)

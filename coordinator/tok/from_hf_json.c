@@ -261,9 +261,10 @@ static int hf_norm(struct hf *h, const json_t *p, int depth)
         h->s.flags |= COORD_TOKF_ESCAPE_WS;
         return 0;
     }
-    /* FIXME: NFC is not applied (llama.cpp does not either): already-composed text is fine */
-    if (jstr_is(ty, "NFC"))
+    if (jstr_is(ty, "NFC")) { /* (llama.cpp does not apply it; Hugging Face does) */
+        h->s.flags |= COORD_TOKF_NFC;
         return 0;
+    }
     return hf_unsupported(h, "normalizer", ty, "Prepend and Replace of \"\\u2581\", NFC, Sequence");
 }
 

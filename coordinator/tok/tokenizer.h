@@ -64,8 +64,9 @@ enum coord_tok_flag {
     COORD_TOKF_ESCAPE_WS = 1u << 5,     /* ' ' is U+2581 in pieces */
     COORD_TOKF_BYTE_FALLBACK = 1u << 6, /* unknown characters become "<0xNN>" pieces */
     COORD_TOKF_IGNORE_MERGES = 1u << 7, /* a pre-token that is a piece is kept whole (Llama 3) */
+    COORD_TOKF_NFC = 1u << 8,           /* text is put in Unicode NFC first (Qwen2's normalizer) */
 };
-#define COORD_TOKF_ALL 0xffu
+#define COORD_TOKF_ALL 0x1ffu
 
 /* coord_tok_encode_ex() flags */
 enum coord_tok_enc {
@@ -132,6 +133,10 @@ struct gguf_file;
  * coord_tok_free(). */
 int coord_tok_from_gguf(struct coord_tok *t, const struct gguf_file *g, const char *what,
                         struct shardlm_err *e);
+/* The tokenizer.ggml.pre name of byte-level BPE tokenizer @t's regexes (those of a
+ * tokenizer.json: "qwen2", "llama-bpe", "deepseek-v3", "gpt-4o", "gpt2"), which
+ * coord_tok_from_gguf() reads back as the same splits; NULL for other regexes. */
+const char *coord_tok_gguf_pre_name(const struct coord_tok *t);
 /* Builds the tokenizer of a Hugging Face tokenizer.json image (@json, @len bytes, need not be
  * NUL-terminated): model BPE, byte-level (ByteLevel pre-tokenizer, Split regexes) or
  * SentencePiece-style (Metaspace or Prepend/Replace "▁" normalizers, byte_fallback);

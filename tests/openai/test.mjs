@@ -25,6 +25,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { expect, listeningPort, report, show, tally } from '../script_lib.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const SRC = process.env.SHARDLM_SRC || path.resolve(HERE, '..', '..');
@@ -44,22 +45,6 @@ if (process.argv.length < 3 || process.argv.length > 4) {
 }
 const BIN = path.resolve(process.argv[2]);
 
-let passed = 0;
-let failed = 0;
-function report(name, why) {
-    if (why === undefined) {
-        passed++;
-        console.log(`ok - ${name}`);
-    } else {
-        failed++;
-        console.log(`not ok - ${name}: ${String(why).replace(/\s+/g, ' ')}`);
-    }
-}
-function expect(cond, why) {
-    if (!cond)
-        throw new Error(why);
-}
-const show = (v) => JSON.stringify(v);
 let finishing = false; /* interrupted or past the deadline: no more checks */
 async function check(name, fn) {
     if (finishing)
@@ -105,7 +90,7 @@ try {
     report(`openai client ${version}`);
 } catch (e) {
     report('openai client', e.message);
-    console.log(`# passed ${passed}, failed ${failed}`);
+    console.log(`# passed ${tally.passed}, failed ${tally.failed}`);
     process.exit(1);
 }
 
@@ -177,10 +162,10 @@ async function finish() {
         return;
     finishing = true;
     await cleanup();
-    if (failed && serverLog)
+    if (tally.failed && serverLog)
         console.log(`# server output:\n${serverLog.trimEnd().replace(/^/gm, '#   ')}`);
-    console.log(`# passed ${passed}, failed ${failed}`);
-    process.exit(failed ? 1 : 0);
+    console.log(`# passed ${tally.passed}, failed ${tally.failed}`);
+    process.exit(tally.failed ? 1 : 0);
 }
 const watchdog = setTimeout(() => {
     report('deadline', `the run took over ${DEADLINE_MS / 1000} s`);
@@ -211,18 +196,7 @@ function startServer(model, keyFile, templateFile) {
                              '--chat-template', templateFile, ...LAYOUT],
                              { env, stdio: ['ignore', 'pipe', 'pipe'] }));
         serverExit = new Promise((res) => server.on('exit', (code, sig) => res({ code, sig })));
-        let line = '';
-        server.stdout.on('data', (d) => (serverLog += d));
-        server.stderr.on('data', (d) => {
-            serverLog += d;
-            line += d;
-            const m = /shardlm: listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(line);
-            if (m)
-                resolve(Number(m[1]));
-        });
-        server.on('error', reject);
-        serverExit.then(({ code, sig }) =>
-            reject(new Error(`the server exited (${code ?? sig}) before listening`)));
+        listeningPort(server, (d) => (serverLog += d)).then(resolve, reject);
     });
 }
 
@@ -382,7 +356,7 @@ function expectUsage(usage, want) {
 
 async function main() {
     await check('binary', () => expect(fs.existsSync(BIN), `${BIN} does not exist`));
-    if (failed)
+    if (tally.failed)
         return;
 
     let model = process.argv[3] && path.resolve(process.argv[3]);
@@ -392,7 +366,7 @@ async function main() {
         await check('convert stories260K', () =>
             run(['convert', path.join(ck, 'stories260K.bin'), '--tokenizer',
                  path.join(ck, 'tok512.bin'), '--scheme', 'w4a8', '-q', '-o', model], 30_000));
-        if (failed)
+        if (tally.failed)
             return;
     }
     const modelName = path.basename(model);
@@ -408,7 +382,7 @@ async function main() {
         expect(want.completion_tokens === N,
                `completion_tokens ${want.completion_tokens}, want ${N}`);
     });
-    if (failed)
+    if (tally.failed)
         return;
 
     const keyFile = path.join(tmp, 'key');
@@ -420,11 +394,11 @@ async function main() {
     await check('serve listens on a free port', async () => {
         port = await startServer(model, keyFile, templateFile);
     });
-    if (failed)
+    if (tally.failed)
         return;
     const base = `http://127.0.0.1:${port}`;
     await check('GET /health 200', () => waitHealthy(base));
-    if (failed)
+    if (tally.failed)
         return;
 
     const opts = { baseURL: `${base}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 20_000 };

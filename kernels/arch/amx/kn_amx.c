@@ -282,15 +282,18 @@ static void kn_rmsnorm_amx(float *o, const float *x, const float *w, int n, floa
 static void kn_softmax_amx(float *x, int n) { kn_ops_avx512.softmax(x, n); }
 
 static void kn_attention_amx(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
-                             int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch)
+                             int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch,
+                             const struct kn_att *opt)
 {
-    kn_ops_avx512.attention(out, out_stride, q, q_stride, nt, nh, pos0, kv, hd, scratch);
+    kn_ops_avx512.attention(out, out_stride, q, q_stride, nt, nh, pos0, kv, hd, scratch, opt);
 }
 
 /* the elementwise activations of the AVX-512 table (the reference's were left here before) */
 static void kn_silu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.silu_mul(a, b, n); }
 
 static void kn_gelu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.gelu_mul(a, b, n); }
+
+static void kn_softcap_amx(float *x, int n, float cap) { kn_ops_avx512.softcap(x, n, cap); }
 
 KN_GRAM_TILE(gram_tile)
 
@@ -313,6 +316,7 @@ const struct kn_ops KN_OPS_AMX = {
     .softmax = kn_softmax_amx,
     .silu_mul = kn_silu_mul_amx,
     .gelu_mul = kn_gelu_mul_amx,
+    .softcap = kn_softcap_amx,
     .attention = kn_attention_amx,
     .gram_tile = gram_tile,
 };

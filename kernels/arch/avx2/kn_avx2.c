@@ -580,11 +580,31 @@ static inline __m256 exp_neg(__m256 x)
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+/* tanh(x) as the AVX-512 table's: the odd Taylor polynomial to x^9 below |x| = 1/4, (1 - e) /
+ * (1 + e) with e = e^-2|x| above, the sign of x put back. */
+static inline __m256 tanh_ps(__m256 x)
+{
+    __m256 sign = _mm256_set1_ps(-0.0f), a = _mm256_andnot_ps(sign, x), x2 = _mm256_mul_ps(x, x);
+    __m256 p = _mm256_set1_ps(62.0f / 2835);
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-17.0f / 315));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(2.0f / 15));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-1.0f / 3));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, x2), x, x);
+    __m256 e = exp_neg(_mm256_mul_ps(a, _mm256_set1_ps(-2.0f)));
+    __m256 t = _mm256_div_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), e),
+                             _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    t = _mm256_or_ps(t, _mm256_and_ps(sign, x));
+    return _mm256_blendv_ps(t, p, _mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_LT_OQ));
+}
+
+/* As the AVX-512 table's: 8 lanes, lmin the lane's first key (its window's start), cap the
+ * soft-cap (0: none) and its inverse. */
 struct att_state {
     _Alignas(32) float qt[KN_MAX_HEAD_DIM][8];
     _Alignas(32) float ot[KN_MAX_HEAD_DIM][8];
     __m256 m, sum;
-    __m256i lpos;
+    __m256i lpos, lmin;
+    float cap, inv_cap;
 };
 
 /* Keys t0 .. t0 + 7, rows k / v + u * stride (u < 8, all readable). */
@@ -602,11 +622,20 @@ static void att_block(struct att_state *st, const float *k, const float *v, size
             s[u] =
                 _mm256_fmadd_ps(qd, _mm256_broadcast_ss(&k[(size_t)u * stride + (size_t)d]), s[u]);
     }
+    if (st->cap > 0.0f) {
+        __m256 cap = _mm256_set1_ps(st->cap), inv = _mm256_set1_ps(st->inv_cap);
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++)
+            s[u] = _mm256_mul_ps(cap, tanh_ps(_mm256_mul_ps(s[u], inv)));
+    }
     __m256 mb = st->m;
 #pragma GCC unroll 8
     for (int u = 0; u < 8; u++) {
-        valid[u] = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
-            _mm256_add_epi32(st->lpos, _mm256_set1_epi32(1)), _mm256_set1_epi32(t0 + u)));
+        /* lmin <= t <= lpos: t > lmin - 1 and lpos + 1 > t */
+        __m256i t = _mm256_set1_epi32(t0 + u);
+        valid[u] = _mm256_castsi256_ps(_mm256_andnot_si256(
+            _mm256_cmpgt_epi32(st->lmin, t),
+            _mm256_cmpgt_epi32(_mm256_add_epi32(st->lpos, _mm256_set1_epi32(1)), t)));
         mb = _mm256_blendv_ps(mb, _mm256_max_ps(mb, s[u]), valid[u]);
     }
     __m256 corr = exp_neg(_mm256_sub_ps(st->m, mb)), sum = _mm256_mul_ps(st->sum, corr);
@@ -672,17 +701,38 @@ static void kn_gelu_mul_avx2(float *a, const float *b, int n)
     kn_gelu_mul_ref(a + i, b + i, n - i);
 }
 
+/* The first key a query at @pos reads: the window's start, 0 without one. */
+static int att_first(const struct kn_att *opt, int pos)
+{
+    return opt->window && pos >= opt->window ? pos - opt->window + 1 : 0;
+}
+
+/* x[i] = cap * tanh(x[i] / cap), 8 lanes at a time (tanh_ps), a scalar tail. */
+static void kn_softcap_avx2(float *x, int n, float cap)
+{
+    __m256 c = _mm256_set1_ps(cap), inv = _mm256_set1_ps(1.0f / cap);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i,
+                         _mm256_mul_ps(c, tanh_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv))));
+    kn_softcap_ref(x + i, n - i, cap);
+}
+
 /* Up to 8 queries (lanes l0 .. l0 + 7 of the tile) over all their keys. */
 static void att_lanes(float *out, size_t out_stride, const float *q, size_t q_stride, int nl,
-                      int nh, int l0, int pos0, const struct kn_kv *kv, int hd)
+                      int nh, int l0, int pos0, const struct kn_kv *kv, int hd,
+                      const struct kn_att *opt)
 {
     static _Thread_local struct att_state st; /* 64 KiB: off the stack */
     static _Thread_local _Alignas(32) float tail[2][8 * KN_MAX_HEAD_DIM];
     int n = nl - l0 < 8 ? nl - l0 : 8, T = pos0 + (l0 + n - 1) / nh + 1;
-    float scale = 1.0f / sqrtf((float)hd);
-    int32_t lpos[8];
-    for (int l = 0; l < 8; l++)
+    /* the default: the division of before the options, bit for bit */
+    float scale = opt->scale != 0.0f ? opt->scale : 1.0f / sqrtf((float)hd);
+    int32_t lpos[8], lmin[8];
+    for (int l = 0; l < 8; l++) {
         lpos[l] = l < n ? pos0 + (l0 + l) / nh : -1;
+        lmin[l] = l < n ? att_first(opt, pos0 + (l0 + l) / nh) : 0;
+    }
     for (int d = 0; d < hd; d++) {
         for (int l = 0; l < 8; l++) {
             int ql = l0 + l;
@@ -692,9 +742,13 @@ static void att_lanes(float *out, size_t out_stride, const float *q, size_t q_st
         _mm256_store_ps(st.ot[d], _mm256_setzero_ps());
     }
     st.lpos = _mm256_loadu_si256((const __m256i *)lpos);
+    st.lmin = _mm256_loadu_si256((const __m256i *)lmin);
+    st.cap = opt->softcap;
+    st.inv_cap = opt->softcap > 0.0f ? 1.0f / opt->softcap : 0.0f;
     st.m = _mm256_set1_ps(-3.0e38f);
     st.sum = _mm256_setzero_ps();
-    int t0 = 0;
+    /* from the block of the first lane's window start: blocks before are never read */
+    int t0 = lmin[0] & ~7;
     /* a block of 8 keys never straddles two cache blocks (KN_KV_BLOCK is a multiple of 8) */
     for (; t0 + 8 <= T; t0 += 8) {
         size_t off = kn_kv_off(kv, t0);
@@ -723,13 +777,16 @@ static void att_lanes(float *out, size_t out_stride, const float *q, size_t q_st
 
 static void kn_attention_avx2(float *out, size_t out_stride, const float *q, size_t q_stride,
                               int nt, int nh, int pos0, const struct kn_kv *kv, int hd,
-                              float *scratch)
+                              float *scratch, const struct kn_att *opt)
 {
+    static const struct kn_att plain;
+    if (!opt)
+        opt = &plain;
     KN_ASSERT(nt >= 1 && nh >= 1 && nt * nh <= KN_ATT_TILE && pos0 >= 0 && hd >= 1 &&
-              hd <= KN_MAX_HEAD_DIM);
+              hd <= KN_MAX_HEAD_DIM && opt->window >= 0 && opt->softcap >= 0.0f);
     (void)scratch;
     for (int l0 = 0; l0 < nt * nh; l0 += 8)
-        att_lanes(out, out_stride, q, q_stride, nt * nh, nh, l0, pos0, kv, hd);
+        att_lanes(out, out_stride, q, q_stride, nt * nh, nh, l0, pos0, kv, hd, opt);
 }
 
 KN_GRAM_TILE(gram_tile)
@@ -737,8 +794,12 @@ KN_GRAM_TILE(gram_tile)
 const struct kn_ops kn_ops_avx2 = {
     .name = "avx2",
     .isa = KN_ISA_AVX2,
-    .mm = {[KN_DT_F32] = mm_f32, [KN_DT_BF16] = mm_bf16, [KN_DT_Q8] = mm_q8,
-           [KN_DT_W4A16] = mm_w4a16, [KN_DT_W4A8] = mm_ref, [KN_DT_W4A8_T] = mm_w4a8t,
+    .mm = {[KN_DT_F32] = mm_f32,
+           [KN_DT_BF16] = mm_bf16,
+           [KN_DT_Q8] = mm_q8,
+           [KN_DT_W4A16] = mm_w4a16,
+           [KN_DT_W4A8] = mm_ref,
+           [KN_DT_W4A8_T] = mm_w4a8t,
            [KN_DT_W4A16_T] = mm_w4a16t},
     .act_prepare = kn_act_prepare_avx2,
     .gemv = kn_gemv_avx2,
@@ -748,6 +809,7 @@ const struct kn_ops kn_ops_avx2 = {
     .softmax = kn_softmax_ref,
     .silu_mul = kn_silu_mul_avx2,
     .gelu_mul = kn_gelu_mul_avx2,
+    .softcap = kn_softcap_avx2,
     .attention = kn_attention_avx2,
     .gram_tile = gram_tile,
 };

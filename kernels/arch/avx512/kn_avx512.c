@@ -858,14 +858,43 @@ static inline __m512 exp_neg(__m512 x)
     return _mm512_scalef_ps(p, n);
 }
 
-/* The running state of 16 queries: qt[d][l] is element d of lane l's query (scaled by
- * 1/sqrt(hd)), ot[d][l] its unnormalised output; m the running max and sum the running
- * denominator per lane; lpos the lane's position (-1: unused lane). */
+/* tanh(x): below |x| = 1/4 its odd Taylor polynomial to x^9 (relative error < 1e-8), above
+ * (1 - e) / (1 + e) with e = e^-2|x| (relative error < 6e-7: exp_neg's 2e-7 over 1 - e >= 0.39),
+ * the sign of x put back. The soft-cap's: with tanhf per score a capped call took 2.5x (decode)
+ * to 7x (prefill tile) the uncapped one's time, with this 1.08x and 1.18x (hd 64, 1500 keys). */
+static inline __m512 tanh_ps(__m512 x)
+{
+    __m512 a = _mm512_abs_ps(x), x2 = _mm512_mul_ps(x, x);
+    __m512 p = _mm512_set1_ps(62.0f / 2835);
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-17.0f / 315));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(2.0f / 15));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-1.0f / 3));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, x2), x, x);
+    __m512 e = exp_neg(_mm512_mul_ps(a, _mm512_set1_ps(-2.0f)));
+    __m512 t = _mm512_div_ps(_mm512_sub_ps(_mm512_set1_ps(1.0f), e),
+                             _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+    t = _mm512_castsi512_ps(_mm512_or_si512(
+        _mm512_castps_si512(t),
+        _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u))));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.25f), _CMP_LT_OQ), t, p);
+}
+
+/* Scores soft-capped: cap * tanh(s / cap), @inv = 1 / cap. */
+static inline __m512 softcap_ps(__m512 s, float cap, float inv)
+{
+    return _mm512_mul_ps(_mm512_set1_ps(cap), tanh_ps(_mm512_mul_ps(s, _mm512_set1_ps(inv))));
+}
+
+/* The running state of 16 queries: qt[d][l] is element d of lane l's query (scaled by the
+ * score scale), ot[d][l] its unnormalised output; m the running max and sum the running
+ * denominator per lane; lpos the lane's position (-1: unused lane), lmin its first key (the
+ * window's start; 0 without one); cap the soft-cap (0: none) and its inverse. */
 struct att_state {
     _Alignas(64) float qt[KN_MAX_HEAD_DIM][KN_ATT_TILE];
     _Alignas(64) float ot[KN_MAX_HEAD_DIM][KN_ATT_TILE];
     __m512 m, sum;
-    __m512i lpos;
+    __m512i lpos, lmin;
+    float cap, inv_cap;
 };
 
 /* Keys t0 .. t0 + 15, rows k / v + u * stride (u < 16, all readable). */
@@ -883,10 +912,16 @@ static inline void att_block(struct att_state *st, const float *k, const float *
         for (int u = 0; u < 16; u++)
             s[u] = _mm512_fmadd_ps(qd, _mm512_set1_ps(k[(size_t)u * stride + (size_t)d]), s[u]);
     }
+    if (st->cap > 0.0f)
+#pragma GCC unroll 16
+        for (int u = 0; u < 16; u++)
+            s[u] = softcap_ps(s[u], st->cap, st->inv_cap);
     __m512 mb = st->m;
 #pragma GCC unroll 16
     for (int u = 0; u < 16; u++) {
-        valid[u] = _mm512_cmp_epi32_mask(_mm512_set1_epi32(t0 + u), st->lpos, _MM_CMPINT_LE);
+        __m512i t = _mm512_set1_epi32(t0 + u);
+        valid[u] = _mm512_mask_cmp_epi32_mask(_mm512_cmp_epi32_mask(t, st->lpos, _MM_CMPINT_LE), t,
+                                              st->lmin, _MM_CMPINT_NLT);
         mb = _mm512_mask_max_ps(mb, valid[u], mb, s[u]);
     }
     __m512 corr = exp_neg(_mm512_sub_ps(st->m, mb)), sum = st->sum;
@@ -938,11 +973,12 @@ static inline void att_block(struct att_state *st, const float *k, const float *
 #define ATT_ONE_HEADS 8
 
 struct att_one_state {
-    _Alignas(64) float q[ATT_ONE_HEADS][KN_MAX_HEAD_DIM]; /* scaled by 1/sqrt(hd) */
+    _Alignas(64) float q[ATT_ONE_HEADS][KN_MAX_HEAD_DIM]; /* scaled by the score scale */
     _Alignas(64) float o[ATT_ONE_HEADS][KN_MAX_HEAD_DIM];
     _Alignas(64) float p[ATT_ONE_HEADS][16];
     _Alignas(64) float kt[16][16]; /* a transposed square of keys: kt[j][u] */
     float m[ATT_ONE_HEADS], sum[ATT_ONE_HEADS];
+    float cap, inv_cap; /* the soft-cap (0: none) and its inverse */
 };
 
 static inline __m512 unpacklo_pd(__m512 a, __m512 b)
@@ -986,14 +1022,15 @@ static inline void transpose16(const __m512 r[16], float out[16][16])
     }
 }
 
-/* Keys t0 .. t0 + nk - 1 (nk <= 16) at rows k / v + u * stride of one cache block; @nh is a
- * constant in each of att_one's calls, so that the accumulators stay in registers. */
-static inline __attribute__((always_inline)) void att_one_block(struct att_one_state *st, int nh,
-                                                                const float *k, const float *v,
-                                                                size_t stride, int nk, int hd,
-                                                                const float *kn, const float *vn)
+/* Keys t0 + u0 .. t0 + nk - 1 (u0 < nk <= 16) at rows k / v + u * stride of one cache block
+ * (rows before u0, before the window, are read but masked off), soft-capped if @cap; @nh and
+ * @cap are constants in each of att_one's calls, so that the accumulators stay in registers
+ * (a run-time test of the cap made decode 4% slower at hd 64). */
+static inline __attribute__((always_inline)) void
+att_one_block(struct att_one_state *st, int nh, bool cap, const float *k, const float *v,
+              size_t stride, int u0, int nk, int hd, const float *kn, const float *vn)
 {
-    __mmask16 valid = mask16(nk);
+    __mmask16 valid = (__mmask16)(mask16(nk) & ~mask16(u0));
     __m512 s[ATT_ONE_HEADS];
 #pragma GCC unroll 8
     for (int h = 0; h < nh; h++)
@@ -1015,6 +1052,10 @@ static inline __attribute__((always_inline)) void att_one_block(struct att_one_s
                 s[h] = _mm512_fmadd_ps(_mm512_set1_ps(st->q[h][d0 + j]), kd, s[h]);
         }
     }
+    if (cap)
+#pragma GCC unroll 8
+        for (int h = 0; h < nh; h++)
+            s[h] = softcap_ps(s[h], st->cap, st->inv_cap);
     float corr[ATT_ONE_HEADS];
 #pragma GCC unroll 8
     for (int h = 0; h < nh; h++) {
@@ -1068,10 +1109,25 @@ static inline void att_prefetch(const struct kn_kv *kv, int t0, int nk, int hd)
         }
 }
 
-static void att_one(float *out, const float *q, int nh, int pos0, const struct kn_kv *kv, int hd)
+/* The score scale @opt gives (its default as before the options: 1 / sqrt(hd)). */
+static float att_scale(const struct kn_att *opt, int hd)
+{
+    return opt->scale != 0.0f ? opt->scale : 1.0f / sqrtf((float)hd);
+}
+
+/* The first key a query at @pos reads: the window's start, 0 without one. */
+static int att_first(const struct kn_att *opt, int pos)
+{
+    return opt->window && pos >= opt->window ? pos - opt->window + 1 : 0;
+}
+
+static void att_one(float *out, const float *q, int nh, int pos0, const struct kn_kv *kv, int hd,
+                    const struct kn_att *opt)
 {
     static _Thread_local struct att_one_state st; /* 64 KiB: off the stack */
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = att_scale(opt, hd);
+    st.cap = opt->softcap;
+    st.inv_cap = opt->softcap > 0.0f ? 1.0f / opt->softcap : 0.0f;
     for (int h = 0; h < nh; h++) {
         for (int d = 0; d < hd; d++)
             st.q[h][d] = q[(size_t)(h * hd + d)] * scale;
@@ -1079,20 +1135,24 @@ static void att_one(float *out, const float *q, int nh, int pos0, const struct k
         st.m[h] = -3.0e38f;
         st.sum[h] = 0.0f;
     }
-    int T = pos0 + 1;
-    for (int t = 0; t < T && t < 16 * ATT_PF_BLOCKS; t += 16)
+    /* blocks wholly before the window are skipped (never read: they may be gone) */
+    int T = pos0 + 1, first = att_first(opt, pos0), tb = first & ~15;
+    for (int t = tb; t < T && t < tb + 16 * ATT_PF_BLOCKS; t += 16)
         att_prefetch(kv, t, T - t < 16 ? T - t : 16, hd);
     /* a block of 16 keys never straddles two cache blocks (KN_KV_BLOCK is a multiple of 16) */
-    for (int t0 = 0; t0 < T; t0 += 16) {
+    for (int t0 = tb; t0 < T; t0 += 16) {
         size_t off = kn_kv_off(kv, t0);
         /* the next block's rows, one line per line read here (the last block: its own) */
         size_t next = t0 + 16 < T ? kn_kv_off(kv, t0 + 16) : off;
-        int nk = T - t0 < 16 ? T - t0 : 16;
+        int nk = T - t0 < 16 ? T - t0 : 16, u0 = first > t0 ? first - t0 : 0;
+        const float *k = kv->k + off, *v = kv->v + off, *kn = kv->k + next, *vn = kv->v + next;
         switch (nh) {
 #define ATT_ONE_CASE(n)                                                                            \
     case n:                                                                                        \
-        att_one_block(&st, n, kv->k + off, kv->v + off, kv->row_stride, nk, hd, kv->k + next,      \
-                      kv->v + next);                                                               \
+        if (st.cap > 0.0f)                                                                         \
+            att_one_block(&st, n, true, k, v, kv->row_stride, u0, nk, hd, kn, vn);                 \
+        else                                                                                       \
+            att_one_block(&st, n, false, k, v, kv->row_stride, u0, nk, hd, kn, vn);                \
         break;
             ATT_ONE_CASE(1)
             ATT_ONE_CASE(2)
@@ -1117,22 +1177,27 @@ static void att_one(float *out, const float *q, int nh, int pos0, const struct k
  * (flash-style): per block of 16 keys, the new running max rescales the partial outputs once. */
 static void kn_attention_avx512(float *out, size_t out_stride, const float *q, size_t q_stride,
                                 int nt, int nh, int pos0, const struct kn_kv *kv, int hd,
-                                float *scratch)
+                                float *scratch, const struct kn_att *opt)
 {
+    static const struct kn_att plain;
+    if (!opt)
+        opt = &plain;
     KN_ASSERT(nt >= 1 && nh >= 1 && nt * nh <= KN_ATT_TILE && pos0 >= 0 && hd >= 1 &&
-              hd <= KN_MAX_HEAD_DIM);
+              hd <= KN_MAX_HEAD_DIM && opt->window >= 0 && opt->softcap >= 0.0f);
     (void)scratch;
     if (nt == 1 && nh <= ATT_ONE_HEADS) {
-        att_one(out, q, nh, pos0, kv, hd);
+        att_one(out, q, nh, pos0, kv, hd, opt);
         return;
     }
     static _Thread_local struct att_state st; /* 128 KiB: off the stack */
     static _Thread_local _Alignas(64) float tail[2][16 * KN_MAX_HEAD_DIM];
     int nl = nt * nh, T = pos0 + nt;
-    float scale = 1.0f / sqrtf((float)hd);
-    int32_t lpos[KN_ATT_TILE];
-    for (int l = 0; l < KN_ATT_TILE; l++)
+    float scale = att_scale(opt, hd);
+    int32_t lpos[KN_ATT_TILE], lmin[KN_ATT_TILE];
+    for (int l = 0; l < KN_ATT_TILE; l++) {
         lpos[l] = l < nl ? pos0 + l / nh : -1;
+        lmin[l] = l < nl ? att_first(opt, pos0 + l / nh) : 0;
+    }
     for (int d = 0; d < hd; d++) {
         for (int l = 0; l < KN_ATT_TILE; l++)
             st.qt[d][l] =
@@ -1140,9 +1205,13 @@ static void kn_attention_avx512(float *out, size_t out_stride, const float *q, s
         _mm512_store_ps(st.ot[d], _mm512_setzero_ps());
     }
     st.lpos = _mm512_loadu_si512(lpos);
+    st.lmin = _mm512_loadu_si512(lmin);
+    st.cap = opt->softcap;
+    st.inv_cap = opt->softcap > 0.0f ? 1.0f / opt->softcap : 0.0f;
     st.m = _mm512_set1_ps(-3.0e38f);
     st.sum = _mm512_setzero_ps();
-    int t0 = 0;
+    /* from the block of the first lane's window start: blocks before are never read */
+    int t0 = att_first(opt, pos0) & ~15;
     /* a block of 16 keys never straddles two cache blocks (KN_KV_BLOCK is a multiple of 16) */
     for (; t0 + 16 <= T; t0 += 16) {
         size_t off = kn_kv_off(kv, t0);
@@ -1199,6 +1268,16 @@ static void kn_gelu_mul_avx512(float *a, const float *b, int n)
     }
 }
 
+/* x[i] = cap * tanh(x[i] / cap), 16 lanes at a time (tanh_ps). */
+static void kn_softcap_avx512(float *x, int n, float cap)
+{
+    float inv = 1.0f / cap;
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = mask16(n - i);
+        _mm512_mask_storeu_ps(x + i, m, softcap_ps(_mm512_maskz_loadu_ps(m, x + i), cap, inv));
+    }
+}
+
 /* Softmax of n values in place: the max in 16 lanes, e^(x - max) by exp_neg summed in 16 lanes,
  * then one scale. The sampler's over a 128k vocabulary (per sequence and step) was 1 ms with
  * the reference's expf. */
@@ -1246,6 +1325,7 @@ const struct kn_ops kn_ops_avx512 = {
     .softmax = kn_softmax_avx512,
     .silu_mul = kn_silu_mul_avx512,
     .gelu_mul = kn_gelu_mul_avx512,
+    .softcap = kn_softcap_avx512,
     .attention = kn_attention_avx512,
     .gram_tile = gram_tile,
 };

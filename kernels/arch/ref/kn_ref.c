@@ -119,14 +119,15 @@ void kn_rmsnorm_ref(float *o, const float *x, const float *w, int n, float eps)
         o[i] = w[i] * (ss * x[i]);
 }
 
-void kn_rope_ref(float *v, int nheads, int hd, int pos, const float *inv_freq, bool neox)
+void kn_rope_ref(float *v, int nheads, int hd, int pos, const float *inv_freq, float mscale,
+                 bool neox)
 {
     float fcr[KN_MAX_HEAD_DIM / 2], fci[KN_MAX_HEAD_DIM / 2]; /* the same for every head */
     KN_ASSERT(hd <= KN_MAX_HEAD_DIM);
     for (int i = 0; i < hd / 2; i++) {
         float val = (float)pos * inv_freq[i];
-        fcr[i] = cosf(val);
-        fci[i] = sinf(val);
+        fcr[i] = cosf(val) * mscale; /* exact when mscale is 1 */
+        fci[i] = sinf(val) * mscale;
     }
     for (int h = 0; h < nheads; h++) {
         float *p = v + (size_t)h * (size_t)hd;
@@ -168,25 +169,42 @@ void kn_gelu_mul_ref(float *a, const float *b, int n)
     }
 }
 
+void kn_softcap_ref(float *x, int n, float cap)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
 void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
-                      int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch)
+                      int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch,
+                      const struct kn_att *opt)
 {
     KN_ASSERT(nt >= 1 && nh >= 1 && nt * nh <= KN_ATT_TILE && pos0 >= 0 && hd <= KN_MAX_HEAD_DIM);
+    static const struct kn_att plain;
+    if (!opt)
+        opt = &plain;
+    KN_ASSERT(opt->window >= 0 && opt->softcap >= 0.0f);
     float div = sqrtf((float)hd);
     for (int i = 0; i < nt; i++)
         for (int j = 0; j < nh; j++) {
             const float *qh = q + (size_t)i * q_stride + (size_t)j * (size_t)hd;
             float *oh = out + (size_t)i * out_stride + (size_t)j * (size_t)hd;
-            int pos = pos0 + i;
-            for (int t = 0; t <= pos; t++)
-                scratch[t] = dot_f32(qh, kv->k + kn_kv_off(kv, t), hd) / div;
-            kn_softmax_ref(scratch, pos + 1);
+            int pos = pos0 + i, t0 = opt->window && pos >= opt->window ? pos - opt->window + 1 : 0;
+            float *s = scratch + t0; /* s[t] for t0 <= t <= pos */
+            for (int t = t0; t <= pos; t++) {
+                float d = dot_f32(qh, kv->k + kn_kv_off(kv, t), hd);
+                /* the division by sqrt(hd), as before the options existed */
+                s[t - t0] = opt->scale != 0.0f ? d * opt->scale : d / div;
+                if (opt->softcap > 0.0f)
+                    s[t - t0] = opt->softcap * tanhf(s[t - t0] / opt->softcap);
+            }
+            kn_softmax_ref(s, pos - t0 + 1);
             for (int d = 0; d < hd; d++)
                 oh[d] = 0.0f;
-            for (int t = 0; t <= pos; t++) {
+            for (int t = t0; t <= pos; t++) {
                 const float *vt = kv->v + kn_kv_off(kv, t);
                 for (int d = 0; d < hd; d++)
-                    oh[d] += scratch[t] * vt[d];
+                    oh[d] += s[t - t0] * vt[d];
             }
         }
 }
@@ -204,8 +222,12 @@ const struct kn_ops kn_ops_ref = {
     .name = "ref",
     .isa = KN_ISA_REF,
     /* the int4 references read elements through kn_w4_code(): one for both layouts */
-    .mm = {[KN_DT_F32] = mm_f32, [KN_DT_BF16] = mm_bf16, [KN_DT_Q8] = mm_q8,
-           [KN_DT_W4A16] = mm_w4a16, [KN_DT_W4A8] = mm_w4a8, [KN_DT_W4A8_T] = mm_w4a8,
+    .mm = {[KN_DT_F32] = mm_f32,
+           [KN_DT_BF16] = mm_bf16,
+           [KN_DT_Q8] = mm_q8,
+           [KN_DT_W4A16] = mm_w4a16,
+           [KN_DT_W4A8] = mm_w4a8,
+           [KN_DT_W4A8_T] = mm_w4a8,
            [KN_DT_W4A16_T] = mm_w4a16},
     .act_prepare = kn_act_prepare_scalar,
     .gemv = kn_gemv_ref,
@@ -215,6 +237,7 @@ const struct kn_ops kn_ops_ref = {
     .softmax = kn_softmax_ref,
     .silu_mul = kn_silu_mul_ref,
     .gelu_mul = kn_gelu_mul_ref,
+    .softcap = kn_softcap_ref,
     .attention = kn_attention_ref,
     .gram_tile = gram_tile,
 };

@@ -15,11 +15,14 @@ void kn_gemv_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n
 void kn_gemm_ref(const struct kn_mat *w, const struct kn_act *x, int m, float *y, int ldy, int n0,
                  int n1);
 void kn_rmsnorm_ref(float *o, const float *x, const float *w, int n, float eps);
-void kn_rope_ref(float *v, int nheads, int head_dim, int pos, const float *inv_freq, bool neox);
+void kn_rope_ref(float *v, int nheads, int head_dim, int pos, const float *inv_freq, float mscale,
+                 bool neox);
 void kn_softmax_ref(float *x, int n);
 void kn_silu_mul_ref(float *a, const float *b, int n);
 void kn_gelu_mul_ref(float *a, const float *b, int n);
+void kn_softcap_ref(float *x, int n, float cap);
 void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
-                      int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch);
+                      int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch,
+                      const struct kn_att *opt);
 
 #endif

@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: MIT */
+/* coordinator/convert/synth_hf.c: a synthetic model as a Hugging Face folder - config.json with
+ * the architecture's own fields, model.safetensors (HF names and layouts: q/k rows in HF's
+ * rotate-half order, Gemma norms as w where the GGUF holds 1 + w), tokenizer.json (byte-level
+ * BPE) and tokenizer_config.json - holding the model of the GGUF synth.c writes for the same
+ * shape and seed. */
+#include "synth_internal.h"
+#include "synth_tok.h"
+
+#include "kn.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int synth_write_text(const char *dir, const char *name, const char *text, size_t len,
+                     struct shardlm_err *e)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    int fd = coord_out_open(path, tmp, sizeof(tmp), e);
+    if (fd < 0)
+        return fd;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = write(fd, text + done, len - done);
+        if (n < 0) {
+            int err = -errno;
+            close(fd);
+            unlink(tmp);
+            return shardlm_fail(e, err, "%s: %s", tmp, strerror(-err));
+        }
+        done += (size_t)n;
+    }
+    int err = fsync(fd) < 0 ? -errno : 0; /* (closed either way) */
+    if (close(fd) < 0 && !err)
+        err = -errno;
+    if (err) {
+        unlink(tmp);
+        return shardlm_fail(e, err, "%s: %s", tmp, strerror(-err));
+    }
+    return coord_out_commit(tmp, path, e);
+}
+
+/* Writes JSON @j (taking it) to @dir/@name, indented. Returns 0 or -errno. */
+static int write_json(const char *dir, const char *name, json_t *j, struct shardlm_err *e)
+{
+    char *text =
+        j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!text)
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    size_t len = strlen(text);
+    char *nl = realloc(text, len + 2);
+    if (!nl) {
+        free(text);
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    }
+    nl[len++] = '\n';
+    int rc = synth_write_text(dir, name, nl, len, e);
+    free(nl);
+    return rc;
+}
+
+/* @f as the shortest decimal that reads back as @f (config.json says 1e-05, not 9.99999975e-06). */
+static json_t *real(float f)
+{
+    char txt[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(txt, sizeof(txt), "%.*g", prec, (double)f);
+        if ((float)strtod(txt, NULL) == f)
+            break;
+    }
+    return json_real(strtod(txt, NULL));
+}
+
+static json_t *floats(const float *v, uint32_t n)
+{
+    json_t *a = json_array();
+    for (uint32_t i = 0; i < n; i++)
+        json_array_append_new(a, real(v[i]));
+    return a;
+}
+
+/* config.json: the fields transformers' config class of the model type reads. */
+static json_t *config(const struct synth_model *m)
+{
+    const struct coord_synth_shape *s = m->s;
+    const char *type = s->hf_type;
+    json_t *c = json_object(), *layer_types = NULL;
+    json_object_set_new(c, "architectures", json_pack("[s]", s->hf_class));
+    json_object_set_new(c, "model_type", json_string(type));
+    json_object_set_new(c, "hidden_size", json_integer(s->dim));
+    json_object_set_new(c, "intermediate_size", json_integer(s->ffn));
+    json_object_set_new(c, "num_hidden_layers", json_integer(s->layers));
+    json_object_set_new(c, "num_attention_heads", json_integer(s->heads));
+    json_object_set_new(c, "num_key_value_heads", json_integer(s->kv_heads));
+    if (!s->fused) /* Phi-3 has none: head_dim = hidden_size / heads */
+        json_object_set_new(c, "head_dim", json_integer(s->head_dim));
+    json_object_set_new(c, "max_position_embeddings", json_integer(s->ctx));
+    json_object_set_new(c, "rms_norm_eps", real(s->eps));
+    json_object_set_new(c, "rope_theta", real(s->theta));
+    json_object_set_new(c, "vocab_size", json_integer(s->vocab));
+    json_object_set_new(c, "tie_word_embeddings", json_boolean(!s->untied));
+    int bos = m->tok ? m->tok->bos : (int)s->vocab - 2,
+        eos = m->tok ? m->tok->eos : (int)s->vocab - 1;
+    json_object_set_new(c, "bos_token_id", bos >= 0 ? json_integer(bos) : json_null());
+    json_object_set_new(c, "eos_token_id", eos >= 0 ? json_integer(eos) : json_null());
+    json_object_set_new(c, s->gemma ? "hidden_activation" : "hidden_act",
+                        json_string(s->gelu ? "gelu_pytorch_tanh" : "silu"));
+    json_object_set_new(c, "attention_bias", json_false());
+    json_object_set_new(c, "attention_dropout", json_real(0.0));
+    json_object_set_new(c, "torch_dtype", json_string(m->f32 ? "float32" : "float16"));
+    if (s->window_pattern) { /* Gemma: which layers slide, as transformers names them */
+        layer_types = json_array();
+        for (uint32_t l = 0; l < s->layers; l++) {
+            bool local = s->window_pattern == 2 ? l % 2 == 0 : (l + 1) % s->window_pattern != 0;
+            json_array_append_new(layer_types,
+                                  json_string(local ? "sliding_attention" : "full_attention"));
+        }
+    }
+    if (s->gemma) {
+        json_object_set_new(c, "query_pre_attn_scalar", real(s->query_scalar));
+        json_object_set_new(c, "sliding_window", json_integer(s->window));
+        json_object_set_new(c, "attn_logit_softcapping",
+                            s->attn_softcap ? real(s->attn_softcap) : json_null());
+        json_object_set_new(c, "final_logit_softcapping",
+                            s->final_softcap ? real(s->final_softcap) : json_null());
+        json_object_set_new(c, "layer_types", layer_types);
+        if (s->window_pattern == 6) {
+            json_object_set_new(c, "sliding_window_pattern", json_integer(6));
+            json_object_set_new(c, "rope_local_base_freq", real(s->theta_local));
+            json_object_set_new(c, "rope_scaling", json_null());
+        }
+    } else {
+        json_decref(layer_types);
+        json_object_set_new(c, "sliding_window", s->window ? json_integer(s->window) : json_null());
+    }
+    if (!strcmp(type, "qwen3") || !strcmp(type, "smollm3"))
+        json_object_set_new(c, "use_sliding_window", json_false());
+    if (!strcmp(type, "llama") || !strcmp(type, "granite") || !strcmp(type, "smollm3"))
+        json_object_set_new(c, "mlp_bias", json_false());
+    if (s->logit_scale) {
+        json_object_set_new(c, "embedding_multiplier", real(s->emb_mult));
+        json_object_set_new(c, "residual_multiplier", real(s->res_mult));
+        json_object_set_new(c, "attention_multiplier", real(s->attn_mult));
+        json_object_set_new(c, "logits_scaling", real(s->logit_scale));
+    }
+    if (s->no_rope_every) {
+        json_t *a = json_array();
+        for (uint32_t l = 0; l < s->layers; l++) /* 1: this layer uses RoPE */
+            json_array_append_new(a, json_integer((l + 1) % s->no_rope_every != 0));
+        json_object_set_new(c, "no_rope_layers", a);
+        json_object_set_new(c, "no_rope_layer_interval", json_integer(s->no_rope_every));
+    }
+    uint32_t half = s->head_dim / 2;
+    if (s->rope == COORD_SYNTH_ROPE_LLAMA3) {
+        json_object_set_new(c, "rope_scaling",
+                            json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor",
+                                      (double)s->rope_factor, "low_freq_factor",
+                                      (double)s->rope_low, "high_freq_factor", (double)s->rope_high,
+                                      "original_max_position_embeddings", (int)s->rope_orig_ctx));
+        /* llama.cpp's converter reads it at the top level (default 8192) */
+        json_object_set_new(c, "original_max_position_embeddings", json_integer(s->rope_orig_ctx));
+    }
+    if (s->rope == COORD_SYNTH_ROPE_LONGROPE) {
+        json_t *r = json_object();
+        json_object_set_new(r, "type", json_string("longrope"));
+        json_object_set_new(r, "long_factor", floats(m->rope_long, half));
+        json_object_set_new(r, "short_factor", floats(m->rope_short, half));
+        json_object_set_new(c, "rope_scaling", r);
+        json_object_set_new(c, "original_max_position_embeddings", json_integer(s->rope_orig_ctx));
+        json_object_set_new(c, "partial_rotary_factor", json_real(1.0));
+    }
+    return c;
+}
+
+/* tokenizer.json: byte-level BPE over synth_vocab, BOS added by the post-processor. */
+static json_t *tokenizer(const struct synth_vocab *v)
+{
+    json_t *t = json_object(), *added = json_array(), *vocab = json_object(),
+           *merges = json_array();
+    for (uint32_t id = v->bos; id <= v->eos; id++)
+        json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", (int)id,
+                                               "content", v->tok[id], "single_word", 0, "lstrip", 0,
+                                               "rstrip", 0, "normalized", 0, "special", 1));
+    for (uint32_t id = 0; id < v->n; id++)
+        json_object_set_new(vocab, v->tok[id], json_integer(id));
+    for (uint32_t k = 0; k < v->n_merges; k++)
+        json_array_append_new(merges, json_string(v->merges[k]));
+    const char *bos = v->tok[v->bos];
+    json_object_set_new(t, "version", json_string("1.0"));
+    json_object_set_new(t, "truncation", json_null());
+    json_object_set_new(t, "padding", json_null());
+    json_object_set_new(t, "added_tokens", added);
+    json_object_set_new(t, "normalizer", json_null());
+    json_object_set_new(t, "pre_tokenizer",
+                        json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space",
+                                  0, "trim_offsets", 1, "use_regex", 1));
+    json_object_set_new(
+        t, "post_processor",
+        json_pack("{s:s, s:[{s:{s:s, s:i}}, {s:{s:s, s:i}}], s:[{s:{s:s, s:i}}, {s:{s:s, s:i}}, "
+                  "{s:{s:s, s:i}}, {s:{s:s, s:i}}], s:{s:{s:s, s:[i], s:[s]}}}",
+                  "type", "TemplateProcessing", "single", "SpecialToken", "id", bos, "type_id", 0,
+                  "Sequence", "id", "A", "type_id", 0, "pair", "SpecialToken", "id", bos, "type_id",
+                  0, "Sequence", "id", "A", "type_id", 0, "SpecialToken", "id", bos, "type_id", 1,
+                  "Sequence", "id", "B", "type_id", 1, "special_tokens", bos, "id", bos, "ids",
+                  (int)v->bos, "tokens", bos));
+    json_object_set_new(t, "decoder",
+                        json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space",
+                                  0, "trim_offsets", 1, "use_regex", 1));
+    json_object_set_new(t, "model",
+                        json_pack("{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b, s:o, s:o}", "type",
+                                  "BPE", "dropout", "unk_token", "continuing_subword_prefix",
+                                  "end_of_word_suffix", "fuse_unk", 0, "byte_fallback", 0,
+                                  "ignore_merges", 0, "vocab", vocab, "merges", merges));
+    return t;
+}
+
+static json_t *tokenizer_config(const struct synth_model *m, const struct synth_vocab *v)
+{
+    return json_pack("{s:b, s:b, s:s, s:s, s:s, s:i, s:s, s:b}", "add_bos_token", 1,
+                     "add_eos_token", 0, "bos_token", v->tok[v->bos], "eos_token", v->tok[v->eos],
+                     "chat_template", COORD_SYNTH_CHAT_TEMPLATE, "model_max_length", (int)m->s->ctx,
+                     "tokenizer_class", "PreTrainedTokenizerFast", "clean_up_tokenization_spaces",
+                     0);
+}
+
+/* model.safetensors: the header (tensors in draw order, contiguous), then the data. */
+static int write_safetensors(const struct synth_model *m, const char *dir,
+                             void (*progress)(void *ctx, int done, int total), void *ctx,
+                             struct shardlm_err *e)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    json_t *h = json_object();
+    uint64_t off = 0, cap = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        const struct synth_tensor *t = &m->t[i];
+        if (!t->hf[0])
+            continue;
+        bool f16 = t->matrix && !m->f32;
+        uint64_t bytes = (t->rows ? t->rows : 1) * t->cols * (f16 ? 2 : 4);
+        json_t *shape = t->rows ? json_pack("[I, I]", (json_int_t)t->rows, (json_int_t)t->cols)
+                                : json_pack("[I]", (json_int_t)t->cols);
+        json_object_set_new(h, t->hf,
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", f16 ? "F16" : "F32", "shape",
+                                      shape, "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + bytes)));
+        off += bytes;
+        uint64_t b = synth_block_rows(t) * t->cols;
+        cap = b > cap ? b : cap;
+    }
+    json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
+    char *head = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(h);
+    size_t hlen = head ? strlen(head) : 0, padded = (hlen + 8 + 7) / 8 * 8 - 8;
+    float *buf = malloc(cap * sizeof(float));
+    uint16_t *out = malloc(cap * sizeof(uint16_t)); /* F16 */
+    int rc = 0, fd = -1;
+    FILE *f = NULL;
+    if (!head || !buf || !out) {
+        rc = shardlm_fail(e, -ENOMEM, "out of memory");
+        goto out_free;
+    }
+    if ((fd = coord_out_open(path, tmp, sizeof(tmp), e)) < 0) {
+        rc = fd;
+        goto out_free;
+    }
+    if (!(f = fdopen(fd, "wb"))) {
+        close(fd);
+        unlink(tmp);
+        rc = shardlm_fail(e, -ENOMEM, "out of memory");
+        goto out_free;
+    }
+    uint64_t n8 = padded;
+    fwrite(&n8, 8, 1, f); /* little-endian hosts only, as the reader */
+    fwrite(head, 1, hlen, f);
+    for (size_t i = hlen; i < padded; i++)
+        fputc(' ', f);
+    uint64_t rng = m->seed;
+    for (size_t i = 0; i < m->n; i++) {
+        const struct synth_tensor *t = &m->t[i];
+        uint64_t rows = t->rows ? t->rows : 1, b = synth_block_rows(t);
+        for (uint64_t r = 0; r < rows; r += b) {
+            uint64_t n = rows - r < b ? rows - r : b;
+            synth_draw(t, &rng, buf, n); /* every tensor draws, HF-only or not */
+            if (!t->hf[0])
+                continue;
+            size_t cnt = n * t->cols;
+            if (t->matrix && !m->f32) {
+                for (size_t j = 0; j < cnt; j++)
+                    out[j] = kn_f32_to_f16(buf[j]);
+                fwrite(out, 2, cnt, f);
+            } else
+                fwrite(buf, 4, cnt, f);
+        }
+        if (progress && t->layer >= 0 && (i + 1 == m->n || m->t[i + 1].layer != t->layer))
+            progress(ctx, t->layer + 1, (int)m->s->layers);
+    }
+    if (fflush(f) || ferror(f) || fsync(fileno(f)) < 0) {
+        rc = shardlm_fail(e, -EIO, "%s: write failed: %s", tmp, strerror(errno));
+        fclose(f);
+        unlink(tmp);
+        goto out_free;
+    }
+    if (fclose(f)) {
+        rc = shardlm_fail(e, -EIO, "%s: write failed: %s", tmp, strerror(errno));
+        unlink(tmp);
+        goto out_free;
+    }
+    rc = coord_out_commit(tmp, path, e);
+out_free:
+    free(head);
+    free(buf);
+    free(out);
+    return rc;
+}
+
+int synth_write_hf(const struct synth_model *m, const char *dir,
+                   void (*progress)(void *ctx, int done, int total), void *ctx,
+                   struct shardlm_err *e)
+{
+    struct stat st;
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return shardlm_fail(e, -errno, "%s: %s", dir, strerror(errno));
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return shardlm_fail(e, -ENOTDIR, "%s: not a folder", dir);
+    int rc = write_json(dir, "config.json", config(m), e);
+    if (m->tok) { /* a real tokenizer's files, as they are */
+        rc = rc ? rc : coord_synth_tok_hf(m->tok, dir, e);
+    } else {
+        struct synth_vocab v;
+        if (synth_vocab_init(&v, m->s->vocab))
+            return shardlm_fail(e, -ENOMEM, "out of memory");
+        rc = rc ? rc : write_json(dir, "tokenizer.json", tokenizer(&v), e);
+        rc = rc ? rc : write_json(dir, "tokenizer_config.json", tokenizer_config(m, &v), e);
+        synth_vocab_free(&v);
+    }
+    if (!rc && progress)
+        progress(ctx, 0, (int)m->s->layers);
+    return rc ? rc : write_safetensors(m, dir, progress, ctx, e);
+}

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+// tests/script_lib.mjs: what the node script tests (tests/openai, tests/tokenizers) share: one
+// line per check, `ok - NAME` or `not ok - NAME: WHY` (WHY on one line), counted; the port of a
+// `shardlm serve --port 0` they started.
+
+export const tally = { passed: 0, failed: 0 };
+
+// reports check @name: passed when @why is undefined, else failed for @why
+export function report(name, why) {
+    if (why === undefined) {
+        tally.passed++;
+        console.log(`ok - ${name}`);
+    } else {
+        tally.failed++;
+        console.log(`not ok - ${name}: ${String(why).replace(/\s+/g, ' ')}`);
+    }
+}
+
+// throws @why unless @cond
+export function expect(cond, why) {
+    if (!cond)
+        throw new Error(why);
+}
+
+export const show = (v) => JSON.stringify(v);
+
+// Resolves to the port once the `shardlm serve` child @child prints `shardlm: listening on
+// http://127.0.0.1:PORT`; rejects if it exits first. @log gets everything it prints.
+export function listeningPort(child, log) {
+    return new Promise((resolve, reject) => {
+        let err = '';
+        child.stdout.on('data', (d) => log(String(d)));
+        child.stderr.on('data', (d) => {
+            log(String(d));
+            err += d;
+            const m = /shardlm: listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(err);
+            if (m)
+                resolve(Number(m[1]));
+        });
+        child.on('error', reject);
+        child.on('exit', (code, sig) =>
+            reject(new Error(`the server exited (${code ?? sig}) before listening`)));
+    });
+}
