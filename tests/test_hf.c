@@ -1469,10 +1469,16 @@ static void test_config(void **state)
     cfg_refused(", \"partial_rotary_factor\": 0.5", "partial_rotary_factor", "0.5", NULL);
     cfg_refused(", \"query_pre_attn_scalar\": 256", "query_pre_attn_scalar", "256", NULL);
     cfg_refused(", \"num_local_experts\": 8", "num_local_experts", "mixture of experts", NULL);
+    /* a quantized checkpoint, by its method (not by the first packed tensor found missing) */
+    cfg_refused(", \"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4}",
+                "quantization_config.quant_method is \"gptq\"", "not supported", NULL);
+    cfg_refused(", \"quantization_config\": {\"bits\": 4}", "quantization_config", NULL);
+    cfg_refused(", \"quantization_config\": \"fp8\"", "quantization_config", NULL);
     static const char *const neutral[] = {
         ", \"final_logit_softcapping\": null", ", \"partial_rotary_factor\": 1.0",
         ", \"query_pre_attn_scalar\": 8", ", \"attention_multiplier\": 0.35355339059327373",
-        ", \"use_sliding_window\": false, \"sliding_window\": 4096"};
+        ", \"use_sliding_window\": false, \"sliding_window\": 4096",
+        ", \"quantization_config\": null"};
     for (size_t i = 0; i < sizeof(neutral) / sizeof(neutral[0]); i++)
         if (cfg_parse(&hc, neutral[i], &e))
             fail_msg("'%s': %s", neutral[i], e.msg);
