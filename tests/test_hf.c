@@ -1474,11 +1474,11 @@ static void test_config(void **state)
                 "quantization_config.quant_method is \"gptq\"", "not supported", NULL);
     cfg_refused(", \"quantization_config\": {\"bits\": 4}", "quantization_config", NULL);
     cfg_refused(", \"quantization_config\": \"fp8\"", "quantization_config", NULL);
+    assert_int_equal(cfg_parse(&hc, ", \"quantization_config\": null", &e), 0);
     static const char *const neutral[] = {
         ", \"final_logit_softcapping\": null", ", \"partial_rotary_factor\": 1.0",
         ", \"query_pre_attn_scalar\": 8", ", \"attention_multiplier\": 0.35355339059327373",
-        ", \"use_sliding_window\": false, \"sliding_window\": 4096",
-        ", \"quantization_config\": null"};
+        ", \"use_sliding_window\": false, \"sliding_window\": 4096"};
     for (size_t i = 0; i < sizeof(neutral) / sizeof(neutral[0]); i++)
         if (cfg_parse(&hc, neutral[i], &e))
             fail_msg("'%s': %s", neutral[i], e.msg);

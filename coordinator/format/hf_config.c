@@ -329,7 +329,8 @@ static int cfg_special_tokens(const json_t *root, struct coord_hf_config *hc, co
 }
 
 /* The whole config in the order its checks report: family, shape, heads, (what the family's row
- * fixes), features, quantization, activation, rope scaling, special tokens; then the runtime's own check. */
+ * fixes), features, quantization, activation, rope scaling, special tokens; then the runtime's own
+ * check. */
 static int parse_config(struct coord_hf_config *hc, const json_t *root, const char *what,
                         struct shardlm_err *e)
 {
@@ -347,9 +348,8 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
      * rounds it to the activation dtype; the runtime multiplies in f32) */
     shlm_arch_apply(a, true, c);
     if ((rc = cfg_features(root, a->hf_tied_default, c, what, e)) ||
-        (rc = cfg_quantized(root, what, e)) ||
-        (rc = cfg_act(root, a, &c->act, what, e)) || (rc = cfg_rope_scaling(root, c, what, e)) ||
-        (rc = cfg_special_tokens(root, hc, what, e)))
+        (rc = cfg_quantized(root, what, e)) || (rc = cfg_act(root, a, &c->act, what, e)) ||
+        (rc = cfg_rope_scaling(root, c, what, e)) || (rc = cfg_special_tokens(root, hc, what, e)))
         return rc;
     struct shardlm_err cerr;
     if (shlm_config_check(c, &cerr))
