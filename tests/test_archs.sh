@@ -10,13 +10,9 @@
 #   test_archs.sh SHARDLM_BINARY     (data: $SHARDLM_TEST_DATA, else ctest's
 #                                     $SHARDLM_TEST_DATA_DEFAULT, else tests/data)
 set -euo pipefail
-if [ $# -ne 1 ]; then
-  echo "usage: $0 SHARDLM_BINARY" >&2
-  exit 2
-fi
-bin=$1
-here=$(cd "$(dirname "$0")" && pwd)
-data=${SHARDLM_TEST_DATA:-${SHARDLM_TEST_DATA_DEFAULT:-$here/data}}
+. "$(dirname "$0")/script_lib.sh"
+script_bin "$@"
+bin=$BIN data=$DATA
 
 # The shape:source pairs the runtime runs today. A pair an architecture's work makes run moves
 # here from the refused half (refusal() below keeps its expected line until then).
@@ -59,10 +55,8 @@ refusal() {
   esac
 }
 
-tmp=$(mktemp -d /dev/shm/test_archs.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-export SHARDLM_RUNTIME_DIR=$tmp/run
-mkdir -m 700 "$SHARDLM_RUNTIME_DIR" # shardlm wants it private
+script_tmp test_archs
+tmp=$TMP
 fail=0
 bad() {
   echo "FAIL: $*"

@@ -7,19 +7,12 @@
 # converts (the edited files are well formed).
 #   test_refusals.sh SHARDLM_BINARY     (python: $PYTHON, default python3)
 set -euo pipefail
-if [ $# -ne 1 ]; then
-  echo "usage: $0 SHARDLM_BINARY" >&2
-  exit 2
-fi
-bin=$1
-here=$(cd "$(dirname "$0")" && pwd)
+. "$(dirname "$0")/script_lib.sh"
+script_bin "$@"
+script_tmp test_refusals
+bin=$BIN tmp=$TMP
 py=${PYTHON:-python3}
-edit=$here/tools/model_edit.py
-
-tmp=$(mktemp -d /dev/shm/test_refusals.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-export SHARDLM_RUNTIME_DIR=$tmp/run
-mkdir -m 700 "$SHARDLM_RUNTIME_DIR" # shardlm wants it private
+edit=$HERE/tools/model_edit.py
 fail=0
 
 # the sources: tiny-qwen3 (GGUF arch qwen3, HF Qwen3ForCausalLM), tiny-mistral's GGUF (arch
@@ -43,7 +36,7 @@ convert_variant() {
 # matches after "FILE: ", or "ok" for a value that converts
 gguf() {
   "$py" "$edit" gguf "$tmp/$1.gguf" "$tmp/v.gguf" "$2" "$3" "$4"
-  check "$1.gguf $2=$4" "$tmp/v.gguf" "$5"
+  try_convert "$1.gguf $2=$4" "$tmp/v.gguf" "$5"
 }
 
 # config BASE JSON WANT: BASE's folder with the fields of JSON merged into config.json
@@ -51,10 +44,11 @@ config() {
   rm -rf "$tmp/v.hf"
   cp -r "$tmp/$1.hf" "$tmp/v.hf"
   "$py" "$edit" config "$tmp/$1.hf/config.json" "$tmp/v.hf/config.json" "$2"
-  check "$1 config $2" "$tmp/v.hf" "$3"
+  try_convert "$1 config $2" "$tmp/v.hf" "$3"
 }
 
-check() {
+# try_convert NAME PATH WANT: converts PATH, expecting WANT (a line's regex, or ok)
+try_convert() {
   local name=$1 path=$2 want=$3
   convert_variant "$path"
   if [ "$want" = ok ]; then
