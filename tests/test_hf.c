@@ -1469,6 +1469,12 @@ static void test_config(void **state)
     cfg_refused(", \"partial_rotary_factor\": 0.5", "partial_rotary_factor", "0.5", NULL);
     cfg_refused(", \"query_pre_attn_scalar\": 256", "query_pre_attn_scalar", "256", NULL);
     cfg_refused(", \"num_local_experts\": 8", "num_local_experts", "mixture of experts", NULL);
+    /* a quantized checkpoint, by its method (not by the first packed tensor found missing) */
+    cfg_refused(", \"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4}",
+                "quantization_config.quant_method is \"gptq\"", "not supported", NULL);
+    cfg_refused(", \"quantization_config\": {\"bits\": 4}", "quantization_config", NULL);
+    cfg_refused(", \"quantization_config\": \"fp8\"", "quantization_config", NULL);
+    assert_int_equal(cfg_parse(&hc, ", \"quantization_config\": null", &e), 0);
     static const char *const neutral[] = {
         ", \"final_logit_softcapping\": null", ", \"partial_rotary_factor\": 1.0",
         ", \"query_pre_attn_scalar\": 8", ", \"attention_multiplier\": 0.35355339059327373",

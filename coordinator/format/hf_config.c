@@ -295,6 +295,27 @@ static int cfg_features(const json_t *root, bool tied_default, struct shlm_confi
     return 0;
 }
 
+/* quantization_config: a quantized checkpoint (GPTQ, AWQ, bitsandbytes, FP8...) stores packed
+ * weights under other names, or scales beside them; refused by its method, rather than by the
+ * first tensor found missing or by a dtype. */
+static int cfg_quantized(const json_t *root, const char *what, struct shardlm_err *e)
+{
+    const json_t *q = field(root, "quantization_config");
+    if (!q)
+        return 0;
+    const char *m = json_string_value(json_object_get(q, "quant_method"));
+    if (!m)
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field quantization_config is present, without a quant_method "
+                            "string: quantized checkpoints are not supported",
+                            what);
+    char shown[100];
+    return shardlm_fail(e, -EINVAL,
+                        "%s: field quantization_config.quant_method is \"%s\": quantized "
+                        "checkpoints are not supported (convert the unquantized one)",
+                        what, coord_escape_str(shown, sizeof(shown), m));
+}
+
 /* bos_token_id and eos_token_id, each absent (-1) or inside the vocabulary. */
 static int cfg_special_tokens(const json_t *root, struct coord_hf_config *hc, const char *what,
                               struct shardlm_err *e)
@@ -308,7 +329,8 @@ static int cfg_special_tokens(const json_t *root, struct coord_hf_config *hc, co
 }
 
 /* The whole config in the order its checks report: family, shape, heads, (what the family's row
- * fixes), features, activation, rope scaling, special tokens; then the runtime's own check. */
+ * fixes), features, quantization, activation, rope scaling, special tokens; then the runtime's own
+ * check. */
 static int parse_config(struct coord_hf_config *hc, const json_t *root, const char *what,
                         struct shardlm_err *e)
 {
@@ -326,8 +348,8 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
      * rounds it to the activation dtype; the runtime multiplies in f32) */
     shlm_arch_apply(a, true, c);
     if ((rc = cfg_features(root, a->hf_tied_default, c, what, e)) ||
-        (rc = cfg_act(root, a, &c->act, what, e)) || (rc = cfg_rope_scaling(root, c, what, e)) ||
-        (rc = cfg_special_tokens(root, hc, what, e)))
+        (rc = cfg_quantized(root, what, e)) || (rc = cfg_act(root, a, &c->act, what, e)) ||
+        (rc = cfg_rope_scaling(root, c, what, e)) || (rc = cfg_special_tokens(root, hc, what, e)))
         return rc;
     struct shardlm_err cerr;
     if (shlm_config_check(c, &cerr))
