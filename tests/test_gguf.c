@@ -1189,7 +1189,7 @@ static void v_str_linear(struct img *m) { put_str(m, "linear"); }
 static void v_str_none(struct img *m) { put_str(m, "none"); }
 static void v_str_eps(struct img *m) { put_str(m, "1e-6"); }
 static void v_str_esc(struct img *m) { put_str(m, "\x1b[2J\n"); }
-static void v_str_gemma2(struct img *m) { put_str(m, "gemma2"); }
+static void v_str_phi3(struct img *m) { put_str(m, "phi3"); }
 static void v_str_qwen9(struct img *m) { put_str(m, "qwen9"); }
 static void v_str_utf8(struct img *m) { put_str(m, "caf\xc3\xa9\xff\xc3(\xe2\x80\xae\\"); }
 static void v_arr_u32(struct img *m)
@@ -1298,10 +1298,10 @@ static void test_source_arch(void **state)
     expect_kv(b, n, arch, NULL, 0, NULL, &c, arch, "missing", NULL);
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_esc, &c, arch, "\"\\x1b[2J\\n\"", NULL);
     /* a known architecture the runtime lacks says what it lacks; an unknown one the list */
-    expect_kv(b, n, arch, arch, GGUF_STRING, v_str_gemma2, &c, arch, "\"gemma2\"",
-              "not supported (extra pre/post norms", NULL);
+    expect_kv(b, n, arch, arch, GGUF_STRING, v_str_phi3, &c, arch, "\"phi3\"",
+              "not supported (fused qkv", NULL);
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen9, &c, arch, "\"qwen9\"",
-              "(llama, qwen2, gemma, spark, qwen3)", NULL);
+              "(llama, qwen2, gemma, spark, qwen3, gemma2, gemma3)", NULL);
     /* well-formed UTF-8 kept; a stray byte, a cut sequence, a bidi override and \ escaped */
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_utf8, &c, arch,
               "\"caf\xc3\xa9\\xff\\xc3(\\xe2\\x80\\xae\\\\\"", NULL);

@@ -1489,7 +1489,7 @@ static void test_config(void **state)
     struct shardlm_err e2 = {""};
     static const char *const archs[][2] = {
         {"{\"architectures\": [\"MistralForCausalLM\"]}", "MistralForCausalLM"},
-        {"{\"architectures\": [\"Gemma2ForCausalLM\"]}", "Gemma2ForCausalLM"},
+        {"{\"architectures\": [\"Phi3ForCausalLM\"]}", "Phi3ForCausalLM"},
         {"{\"architectures\": []}", "architectures"},
         {"{\"architectures\": \"LlamaForCausalLM\"}", "architectures"},
         {"{\"architectures\": [3]}", "architectures"},

@@ -3,11 +3,14 @@
  * that change the computation and that the runtime lacks (see model_keys.h). */
 #include "model_keys.h"
 
+#include "tensors.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#define GEMMA2_3 (1u << SHLM_FAMILY_GEMMA2 | 1u << SHLM_FAMILY_GEMMA3)
 const struct coord_key coord_unsupported_keys[] = {
     /* RoPE: GGUF's scaling keys (llama.cpp applies rope.scaling.factor and rope.scale_linear
      * whatever the type); config.json's rope_scaling is read by hf_config.c (llama3 is
@@ -20,14 +23,14 @@ const struct coord_key coord_unsupported_keys[] = {
     {NULL, "partial_rotary_factor", COORD_KEY_ZERO_OR_ONE, "partial rotary embeddings"},
     /* attention */
     {"attention.value_length", NULL, COORD_KEY_HEAD_DIM, "a value head size unlike the key's"},
-    {"attention.sliding_window", NULL, COORD_KEY_WINDOW, "sliding-window attention"},
+    {"attention.sliding_window", NULL, COORD_KEY_WINDOW, "sliding-window attention", GEMMA2_3},
     {NULL, "use_sliding_window", COORD_KEY_FALSE, "sliding-window attention"},
     {"attn_logit_softcapping", "attn_logit_softcapping", COORD_KEY_ZERO,
-     "attention logit soft-capping"},
+     "attention logit soft-capping", GEMMA2_3},
     {"final_logit_softcapping", "final_logit_softcapping", COORD_KEY_ZERO,
-     "final logit soft-capping"},
+     "final logit soft-capping", GEMMA2_3},
     {"attention.scale", "attention_multiplier", COORD_KEY_ATTN_SCALE, "an attention scale"},
-    {NULL, "query_pre_attn_scalar", COORD_KEY_HEAD_DIM, "an attention scale"},
+    {NULL, "query_pre_attn_scalar", COORD_KEY_HEAD_DIM, "an attention scale", GEMMA2_3},
     {"attention.clamp_kqv", "clip_qkv", COORD_KEY_ZERO, "q/k/v clamping"},
     {"attention.causal", NULL, COORD_KEY_TRUE, "non-causal attention"},
     {"attention.max_alibi_bias", NULL, COORD_KEY_ZERO, "ALiBi position biases"},
@@ -44,6 +47,7 @@ const struct coord_key coord_unsupported_keys[] = {
     {"expert_count", "num_local_experts", COORD_KEY_ZERO, "mixture of experts"},
     {NULL, "num_experts", COORD_KEY_ZERO, "mixture of experts"},
 };
+#undef GEMMA2_3
 const size_t coord_n_unsupported_keys =
     sizeof(coord_unsupported_keys) / sizeof(coord_unsupported_keys[0]);
 
