@@ -144,18 +144,12 @@ int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e
         bool real, impl;
     } fields[] = {
 #define FIELD(f, real, impl) {#f, offsetof(struct shlm_config_ext, f), real, impl}
-        FIELD(attn_softcap, true, true),
-        FIELD(final_softcap, true, true),
-        FIELD(query_scale, true, true),
-        FIELD(window, false, true),
-        FIELD(window_pattern, false, true),
-        FIELD(rope_theta_local, true, true),
-        FIELD(resid_mult, true, false),
-        FIELD(logit_scale, true, false),
-        FIELD(nope_interval, false, false),
-        FIELD(yarn_beta_fast, true, false),
-        FIELD(yarn_beta_slow, true, false),
-        FIELD(rope_attn_factor, true, false),
+        FIELD(attn_softcap, true, true),    FIELD(final_softcap, true, true),
+        FIELD(query_scale, true, true),     FIELD(window, false, true),
+        FIELD(window_pattern, false, true), FIELD(rope_theta_local, true, true),
+        FIELD(resid_mult, true, false),     FIELD(logit_scale, true, false),
+        FIELD(nope_interval, false, false), FIELD(yarn_beta_fast, true, false),
+        FIELD(yarn_beta_slow, true, false), FIELD(rope_attn_factor, true, false),
 #undef FIELD
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
@@ -170,7 +164,8 @@ int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e
         if (fields[i].impl && !fields[i].real)
             continue;
         if (fields[i].impl)
-            return shardlm_fail(e, -EINVAL, "config field %s is %g, expected 0 or a positive number",
+            return shardlm_fail(e, -EINVAL,
+                                "config field %s is %g, expected 0 or a positive number",
                                 fields[i].name, (double)f);
         return fields[i].real ? shardlm_fail(e, -EINVAL,
                                              "config field %s is %g: not implemented yet "

@@ -1569,30 +1569,31 @@ static void test_gemma_config(void **state)
     assert_true(hc.cfgx.query_scale == 0.0625f); /* 256^-1/2 */
     assert_true(hc.cfgx.rope_theta_local == 0.0f);
     /* defaults: transformers' window 4096, no caps, head_dim's scale (0: the kernels' own) */
-    assert_int_equal(gemma_cfg(&hc, g2,
-                               ", \"attn_logit_softcapping\": null, \"query_pre_attn_scalar\": 32",
-                               &e),
-                     0);
+    assert_int_equal(
+        gemma_cfg(&hc, g2, ", \"attn_logit_softcapping\": null, \"query_pre_attn_scalar\": 32", &e),
+        0);
     assert_int_equal(hc.cfgx.window, 4096);
     assert_true(hc.cfgx.attn_softcap == 0.0f && hc.cfgx.query_scale == 0.0f);
     assert_int_equal(gemma_cfg(&hc, g3, ", \"sliding_window\": 512", &e), 0);
     assert_int_equal(hc.cfg.flags, SHLM_CF_POST_NORMS | SHLM_CF_QK_NORM);
     assert_int_equal(hc.cfgx.window_pattern, 6);
     assert_true(hc.cfgx.rope_theta_local == 10000.0f);
-    assert_int_equal(gemma_cfg(&hc, g3,
-                               ", \"rope_local_base_freq\": 20000, \"sliding_window_pattern\": 6,"
-                               " \"layer_types\": [\"sliding_attention\", \"sliding_attention\","
-                               " \"sliding_attention\", \"sliding_attention\", \"sliding_attention\","
-                               " \"full_attention\", \"sliding_attention\", \"sliding_attention\","
-                               " \"sliding_attention\", \"sliding_attention\", \"sliding_attention\","
-                               " \"full_attention\"]",
-                               &e),
-                     0);
+    assert_int_equal(
+        gemma_cfg(&hc, g3,
+                  ", \"rope_local_base_freq\": 20000, \"sliding_window_pattern\": 6,"
+                  " \"layer_types\": [\"sliding_attention\", \"sliding_attention\","
+                  " \"sliding_attention\", \"sliding_attention\", \"sliding_attention\","
+                  " \"full_attention\", \"sliding_attention\", \"sliding_attention\","
+                  " \"sliding_attention\", \"sliding_attention\", \"sliding_attention\","
+                  " \"full_attention\"]",
+                  &e),
+        0);
     assert_true(hc.cfgx.rope_theta_local == 20000.0f);
     static const struct {
         const char *arch, *extra, *needle[3];
     } bad[] = {
-        {"Gemma3ForCausalLM", ", \"sliding_window_pattern\": 4",
+        {"Gemma3ForCausalLM",
+         ", \"sliding_window_pattern\": 4",
          {"sliding_window_pattern is 4", "expected 6"}},
         {"Gemma2ForCausalLM",
          ", \"layer_types\": [\"full_attention\", \"full_attention\", \"full_attention\","
@@ -1600,14 +1601,16 @@ static void test_gemma_config(void **state)
          " \"full_attention\", \"full_attention\", \"full_attention\", \"full_attention\","
          " \"full_attention\"]",
          {"layer_types[0] is \"full_attention\"", "sliding_attention"}},
-        {"Gemma2ForCausalLM", ", \"layer_types\": [\"sliding_attention\"]",
+        {"Gemma2ForCausalLM",
+         ", \"layer_types\": [\"sliding_attention\"]",
          {"layer_types", "12 names"}},
         {"Gemma2ForCausalLM", ", \"attn_logit_softcapping\": -50", {"attn_logit_softcapping"}},
         {"Gemma2ForCausalLM", ", \"final_logit_softcapping\": \"30\"", {"final_logit_softcapping"}},
         {"Gemma2ForCausalLM", ", \"query_pre_attn_scalar\": 0", {"query_pre_attn_scalar"}},
         {"Gemma2ForCausalLM", ", \"sliding_window\": 0", {"sliding_window is 0"}},
         /* Gemma 3 4B's linear scaling of the global layers: refused by name, not run plain */
-        {"Gemma3ForCausalLM", ", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}",
+        {"Gemma3ForCausalLM",
+         ", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}",
          {"rope_scaling.rope_type is \"linear\""}},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -373,9 +373,11 @@ static void test_windowed_decode(void **state)
         tu_path(gguf, sizeof(gguf), "%s/%s.gguf", dir, shapes[si]);
         tu_path(out, sizeof(out), "%s/%s.shlm", dir, shapes[si]);
         assert_int_equal(coord_synth(shapes[si], gguf, 1, NULL, NULL, &e), 0);
-        struct coord_convert_opts o = {
-            .checkpoint = gguf, .out = out, .scheme = SHLM_SCHEME_F32, .head_bits = 8,
-            .max_ctx = 256};
+        struct coord_convert_opts o = {.checkpoint = gguf,
+                                       .out = out,
+                                       .scheme = SHLM_SCHEME_F32,
+                                       .head_bits = 8,
+                                       .max_ctx = 256};
         assert_int_equal(coord_convert(&o, NULL, &e), 0);
         size_t len = 0;
         char *buf = tu_slurp(out, &len);
@@ -405,8 +407,8 @@ static void test_windowed_decode(void **state)
                 assert_int_equal(
                     wrk_forward(&m, kv, table, ids + p, 1, p, dec + (size_t)p * VOCAB, false), 0);
             double k = mean_kld(pre, dec, N);
-            fprintf(stderr, "%s %s: decode against prefill, %d tokens: mean kld %.3g\n",
-                    shapes[si], tables[t]->name, N, k);
+            fprintf(stderr, "%s %s: decode against prefill, %d tokens: mean kld %.3g\n", shapes[si],
+                    tables[t]->name, N, k);
             assert_true(k < 1e-9);
             wrk_model_free(&m);
         }

@@ -190,9 +190,12 @@ static void test_corruptions(void **state)
     EDIT((h->cfgx.window = 4, h->cfgx.window_pattern = 1), "config field window_pattern is 1");
     /* in range they load */
     memcpy(b, good, len);
-    h->cfgx = (struct shlm_config_ext){.attn_softcap = 50.0f, .final_softcap = 30.0f,
-                                       .query_scale = 0.0625f, .window = 4096,
-                                       .window_pattern = 2, .rope_theta_local = 10000.0f};
+    h->cfgx = (struct shlm_config_ext){.attn_softcap = 50.0f,
+                                       .final_softcap = 30.0f,
+                                       .query_scale = 0.0625f,
+                                       .window = 4096,
+                                       .window_pattern = 2,
+                                       .rope_theta_local = 10000.0f};
     reseal(b);
     struct shlm_model ext;
     struct shardlm_err xerr;

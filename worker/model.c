@@ -57,8 +57,8 @@ static void acts_free(struct kn_act *a, int n)
 #define PAR_MIN_WORK (1 << 16)
 
 /* The tensors of layer @l of @img into @L: views of its seven matrices and two norms, and of the
- * optional kinds (q/k/v biases, q/k norms, head gate, post-norms) the config has. Cannot fail: shlm_parse()
- * checked that every expected tensor is present. */
+ * optional kinds (q/k/v biases, q/k norms, head gate, post-norms) the config has. Cannot fail:
+ * shlm_parse() checked that every expected tensor is present. */
 static void layer_views(const struct shlm_model *img, const struct shlm_config *c, uint32_t l,
                         struct wrk_layer *L)
 {
@@ -239,7 +239,9 @@ static int model_buffers(struct wrk_model *m, int group)
         kn_rope_freqs(m->rope_freqs_local, hd, m->cfgx.rope_theta_local, NULL);
     for (uint32_t l = 0; l < c->n_layers; l++)
         layer_attention(m, l);
-    if (!m->rope_freqs || (local && !m->rope_freqs_local) || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
+    if (local && !m->rope_freqs_local)
+        return -ENOMEM;
+    if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
         !m->hb2 || !m->scores || !m->pieces || !m->row_piece || !m->head_row || !m->head_dst ||
         acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
         acts_alloc(&m->a_o, max_m, m->o_cols, agroup) ||

@@ -71,8 +71,9 @@ struct wrk_model {
      * init by the table's need over every matrix at max_m (NULL when it needs none) */
     uint8_t *gemm_scratch;
     size_t gemm_scratch_bytes;
-    float *rope_freqs;       /* (head_dim / 2) */
-    float *rope_freqs_local; /* (head_dim / 2): windowed layers' at cfgx.rope_theta_local, or NULL */
+    float *rope_freqs; /* (head_dim / 2) */
+    /* (head_dim / 2): the windowed layers' at cfgx.rope_theta_local, or NULL */
+    float *rope_freqs_local;
     struct kn_act *a_dim, *a_o, *a_down; /* (M) prepared inputs of q/k/v/gate/up, O, down */
     /* the chunk being run: its pieces (a sequence's consecutive tokens each), the piece of each
      * row, and the rows whose logits the head computes with where they go */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source_gguf.c: the GGUF model source - the architectures of shm/tensors.h's
- * table (llama, qwen2, gemma, spark, qwen3, gemma2, gemma3); tensors F32, F16, BF16, Q8_0 and Q4_0 are dequantized
- * as they are read. */
+ * table (llama, qwen2, gemma, spark, qwen3, gemma2, gemma3); tensors F32, F16, BF16, Q8_0 and Q4_0
+ * are dequantized as they are read. */
 #include "source.h"
 
 #include "gguf.h"
@@ -202,12 +202,10 @@ static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *arch,
     shlm_arch_apply_ext(arch, x);
     if (fam != SHLM_FAMILY_GEMMA2 && fam != SHLM_FAMILY_GEMMA3)
         return 0;
-    if ((rc = arch_uint(g, path, "attention.sliding_window", 1, UINT32_MAX, false, 4096,
-                        &x->window, e)) ||
-        (rc = arch_real(g, path, "attn_logit_softcapping", 0.0, 1e30, 0.0f, &x->attn_softcap,
+    if ((rc = arch_uint(g, path, "attention.sliding_window", 1, UINT32_MAX, false, 4096, &x->window,
                         e)) ||
-        (rc = arch_real(g, path, "final_logit_softcapping", 0.0, 1e30, 0.0f, &x->final_softcap,
-                        e)))
+        (rc = arch_real(g, path, "attn_logit_softcapping", 0.0, 1e30, 0.0f, &x->attn_softcap, e)) ||
+        (rc = arch_real(g, path, "final_logit_softcapping", 0.0, 1e30, 0.0f, &x->final_softcap, e)))
         return rc;
     uint32_t big = fam == SHLM_FAMILY_GEMMA2 ? 46 : 62;
     if (c->n_layers == big && c->dim / c->n_heads != c->head_dim)

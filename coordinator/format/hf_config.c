@@ -315,16 +315,15 @@ static int cfg_windows(const json_t *root, const struct shlm_arch_traits *a,
                        e)) ||
         (rc = cfg_uint(root, "", "sliding_window_pattern", 1, 1024, false, a->window_pattern,
                        &pattern, what, e)) ||
-        (rc = cfg_num(root, "", "attn_logit_softcapping", 0.0, 1e30, false, 0.0f,
-                      &x->attn_softcap, what, e)) ||
+        (rc = cfg_num(root, "", "attn_logit_softcapping", 0.0, 1e30, false, 0.0f, &x->attn_softcap,
+                      what, e)) ||
         (rc = cfg_num(root, "", "final_logit_softcapping", 0.0, 1e30, false, 0.0f,
                       &x->final_softcap, what, e)) ||
-        (rc = cfg_num(root, "", "query_pre_attn_scalar", 0.0, 1e30, false, (float)c->head_dim,
-                      &qs, what, e)))
+        (rc = cfg_num(root, "", "query_pre_attn_scalar", 0.0, 1e30, false, (float)c->head_dim, &qs,
+                      what, e)))
         return rc;
-    if (theta_local > 0.0f &&
-        (rc = cfg_num(root, "", "rope_local_base_freq", 1.0, 1e30, false, theta_local,
-                      &x->rope_theta_local, what, e)))
+    if (theta_local > 0.0f && (rc = cfg_num(root, "", "rope_local_base_freq", 1.0, 1e30, false,
+                                            theta_local, &x->rope_theta_local, what, e)))
         return rc;
     if (pattern != a->window_pattern)
         return shardlm_fail(e, -EINVAL, "%s: field sliding_window_pattern is %u, expected %u", what,
@@ -337,15 +336,14 @@ static int cfg_windows(const json_t *root, const struct shlm_arch_traits *a,
                             c->n_layers);
     for (uint32_t l = 0; lt && l < c->n_layers; l++) {
         const char *t = json_string_value(json_array_get(lt, l));
-        const char *want =
-            shlm_layer_windowed(x, l) ? "sliding_attention" : "full_attention";
+        const char *want = shlm_layer_windowed(x, l) ? "sliding_attention" : "full_attention";
         if (!t || strcmp(t, want) != 0) {
             char shown[100];
             return shardlm_fail(e, -EINVAL,
                                 "%s: field layer_types[%u] is \"%s\", expected \"%s\" (every "
                                 "%u-th layer global)",
-                                what, l, t ? coord_escape_str(shown, sizeof(shown), t) : "?",
-                                want, a->window_pattern);
+                                what, l, t ? coord_escape_str(shown, sizeof(shown), t) : "?", want,
+                                a->window_pattern);
         }
     }
     return 0;

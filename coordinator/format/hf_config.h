@@ -15,7 +15,7 @@
 struct coord_hf_config {
     struct shlm_config cfg; /* checked with shlm_config_check(); cfg.family: the architecture */
     const struct shlm_arch_traits *arch; /* its row of the architecture table (tensors.h) */
-    struct shlm_config_ext cfgx; /* checked with shlm_config_ext_check() */
+    struct shlm_config_ext cfgx;         /* checked with shlm_config_ext_check() */
     int64_t bos_id, eos_id; /* -1 where config.json has none */
 };
 

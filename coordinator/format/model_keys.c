@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GEMMA2_3 (1u << SHLM_FAMILY_GEMMA2 | 1u << SHLM_FAMILY_GEMMA3)
 const struct coord_key coord_unsupported_keys[] = {
     /* RoPE: GGUF's scaling keys (llama.cpp applies rope.scaling.factor and rope.scale_linear
      * whatever the type); config.json's rope_scaling is read by hf_config.c (llama3 is
@@ -23,14 +22,14 @@ const struct coord_key coord_unsupported_keys[] = {
     {NULL, "partial_rotary_factor", COORD_KEY_ZERO_OR_ONE, "partial rotary embeddings"},
     /* attention */
     {"attention.value_length", NULL, COORD_KEY_HEAD_DIM, "a value head size unlike the key's"},
-    {"attention.sliding_window", NULL, COORD_KEY_WINDOW, "sliding-window attention", GEMMA2_3},
+    {"attention.sliding_window", NULL, COORD_KEY_WINDOW, "sliding-window attention"},
     {NULL, "use_sliding_window", COORD_KEY_FALSE, "sliding-window attention"},
     {"attn_logit_softcapping", "attn_logit_softcapping", COORD_KEY_ZERO,
-     "attention logit soft-capping", GEMMA2_3},
+     "attention logit soft-capping"},
     {"final_logit_softcapping", "final_logit_softcapping", COORD_KEY_ZERO,
-     "final logit soft-capping", GEMMA2_3},
+     "final logit soft-capping"},
     {"attention.scale", "attention_multiplier", COORD_KEY_ATTN_SCALE, "an attention scale"},
-    {NULL, "query_pre_attn_scalar", COORD_KEY_HEAD_DIM, "an attention scale", GEMMA2_3},
+    {NULL, "query_pre_attn_scalar", COORD_KEY_HEAD_DIM, "an attention scale"},
     {"attention.clamp_kqv", "clip_qkv", COORD_KEY_ZERO, "q/k/v clamping"},
     {"attention.causal", NULL, COORD_KEY_TRUE, "non-causal attention"},
     {"attention.max_alibi_bias", NULL, COORD_KEY_ZERO, "ALiBi position biases"},
@@ -47,9 +46,32 @@ const struct coord_key coord_unsupported_keys[] = {
     {"expert_count", "num_local_experts", COORD_KEY_ZERO, "mixture of experts"},
     {NULL, "num_experts", COORD_KEY_ZERO, "mixture of experts"},
 };
-#undef GEMMA2_3
 const size_t coord_n_unsupported_keys =
     sizeof(coord_unsupported_keys) / sizeof(coord_unsupported_keys[0]);
+
+/* The keys of coord_unsupported_keys[] some families read (by their GGUF or config.json name),
+ * and those families. */
+static const struct {
+    const char *name;
+    uint32_t families; /* 1 << enum shlm_family */
+} read_keys[] = {
+#define GEMMA2_3 (1u << SHLM_FAMILY_GEMMA2 | 1u << SHLM_FAMILY_GEMMA3)
+    {"attention.sliding_window", GEMMA2_3},
+    {"attn_logit_softcapping", GEMMA2_3},
+    {"final_logit_softcapping", GEMMA2_3},
+    {"query_pre_attn_scalar", GEMMA2_3},
+#undef GEMMA2_3
+};
+
+bool coord_key_read_by(const struct coord_key *k, uint32_t family)
+{
+    for (size_t i = 0; i < sizeof(read_keys) / sizeof(read_keys[0]); i++)
+        if (((k->gguf && !strcmp(k->gguf, read_keys[i].name)) ||
+             (k->hf && !strcmp(k->hf, read_keys[i].name))) &&
+            family < 32 && (read_keys[i].families >> family & 1u))
+            return true;
+    return false;
+}
 
 /* The wrong-type message of @v for a setting that takes @expected. */
 static int wrong_type(const struct coord_val *v, const char *label, const char *expected,

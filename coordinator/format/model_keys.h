@@ -60,21 +60,16 @@ struct coord_key {
     const char *hf;   /* the config.json field, NULL where config.json has none */
     enum coord_key_neutral neutral;
     const char *what; /* the feature, for "... is not supported" */
-    /* the families (1 << enum shlm_family) whose importers read the key into the config: not
-     * checked here for them */
-    uint32_t read_by;
 };
-
-/* Whether family @family (enum shlm_family) reads key @k itself. */
-static inline bool coord_key_read_by(const struct coord_key *k, uint32_t family)
-{
-    return family < 32 && (k->read_by >> family & 1u);
-}
 
 /* The settings of the supported families' GGUF metadata and config.json that change the
  * computation and are not implemented. */
 extern const struct coord_key coord_unsupported_keys[];
 extern const size_t coord_n_unsupported_keys;
+
+/* Whether the importers of family @family (enum shlm_family) read key @k into the config
+ * themselves (Gemma 2/3's window, soft-caps and query scalar): then it is not refused. */
+bool coord_key_read_by(const struct coord_key *k, uint32_t family);
 
 /* Refuses @v of key @k unless it is absent or neutral for config @c (head_dim, seq_len read).
  * @label names the setting as coord_val_uint()'s. Returns 0 or -EINVAL with the label, the
