@@ -323,6 +323,18 @@ static void batch_vs_solo(const struct shlm_model *im, const struct kn_ops *ops,
     free(kv);
 }
 
+/* Converts as @o says and parses the file into @im: returns its bytes (the caller frees). */
+static char *convert_parse(const struct coord_convert_opts *o, struct shlm_model *im)
+{
+    struct shardlm_err e;
+    assert_int_equal(coord_convert(o, NULL, &e), 0);
+    size_t len = 0;
+    char *buf = tu_slurp(o->out, &len);
+    assert_non_null(buf);
+    assert_int_equal(shlm_parse(im, buf, len, o->out, &e), 0);
+    return buf;
+}
+
 /* A step's sequences run together (worker/model.c wrk_forward_batch) give each the logits it
  * gets alone: f32 and w4a8, every kernel table, one thread and two. */
 static void test_batch_matches_solo(void **state)
@@ -333,13 +345,8 @@ static void test_batch_matches_solo(void **state)
     tu_path(out, sizeof(out), "%s/w4a8.shlm", dir);
     struct coord_convert_opts o = {
         .checkpoint = ck, .tokenizer = tok, .out = out, .scheme = SHLM_SCHEME_W4A8, .head_bits = 8};
-    struct shardlm_err e;
-    assert_int_equal(coord_convert(&o, NULL, &e), 0);
-    size_t w4_len = 0;
-    char *w4_image = tu_slurp(out, &w4_len);
     struct shlm_model w4;
-    assert_non_null(w4_image);
-    assert_int_equal(shlm_parse(&w4, w4_image, w4_len, out, &e), 0);
+    char *w4_image = convert_parse(&o, &w4);
     const struct kn_ops *tables[4];
     int nt = kn_ops_available(tables, 4);
     struct wrk_pool *pool;
@@ -378,12 +385,8 @@ static void test_windowed_decode(void **state)
                                        .scheme = SHLM_SCHEME_F32,
                                        .head_bits = 8,
                                        .max_ctx = 256};
-        assert_int_equal(coord_convert(&o, NULL, &e), 0);
-        size_t len = 0;
-        char *buf = tu_slurp(out, &len);
         struct shlm_model im;
-        assert_non_null(buf);
-        assert_int_equal(shlm_parse(&im, buf, len, out, &e), 0);
+        char *buf = convert_parse(&o, &im);
         const struct shlm_config *c = &im.hdr->cfg;
         assert_true(im.hdr->cfgx.window > 0 && im.hdr->cfgx.window < N / 4);
         uint32_t nb = (c->seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK,
