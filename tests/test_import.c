@@ -305,8 +305,9 @@ static void test_tiny_spark(void **state) { check_shape("tiny-spark", true, true
 
 /* Architecture shape @shape, from its GGUF and from its Hugging Face folder, against
  * ik_llama.cpp's logits for the same weights (tests/data/golden/<shape>, 300-token sequences):
- * within the issue's bounds (mean KLD <= 1e-4, top-1 >= 99.5%) at one and two ranks. */
-static void check_ik(const char *shape)
+ * within the issue's bounds (mean KLD <= 1e-4, top-1 >= 99.5%) at one and two ranks. Each
+ * converted file's inspect output has every one of @inspect_lines (NULL-terminated). */
+static void check_ik(const char *shape, const char *const *inspect_lines)
 {
     struct tu_run *r = malloc(sizeof(*r));
     char gguf[4300], hf[4300], shlm[4300], ref[4300];
@@ -333,6 +334,11 @@ static void check_ik(const char *shape)
                         "-q",
                         NULL};
         assert_int_equal(run(conv, r), 0);
+        char *in[] = {(char *)tu_bin(), "inspect", shlm, NULL};
+        assert_int_equal(run(in, r), 0);
+        for (const char *const *l = inspect_lines; *l; l++)
+            if (!strstr(r->out, *l))
+                fail_msg("%s: inspect lacks '%s': %s", shape, *l, r->out);
         for (int R = 1; R <= 2; R++) {
             char *ev[] = {(char *)tu_bin(),     "eval", "-m", shlm, "--ref", ref, "--cpus",
                           R == 1 ? "0" : "0:0", NULL};
@@ -350,12 +356,28 @@ static void check_ik(const char *shape)
 }
 
 /* per-head q/k RMSNorm before RoPE */
-static void test_tiny_qwen3_ik(void **state) { check_ik("tiny-qwen3"); }
+static void test_tiny_qwen3_ik(void **state)
+{
+    static const char *const lines[] = {"architecture: llama-family +qk-norm\n", NULL};
+    check_ik("tiny-qwen3", lines);
+}
 /* pre/post norms, (1 + w) norms, sqrt(dim) embeddings, attention and final soft-caps (3, 10),
  * windows of 32 on even layers, GELU-tanh */
-static void test_tiny_gemma2_ik(void **state) { check_ik("tiny-gemma2"); }
+static void test_tiny_gemma2_ik(void **state)
+{
+    static const char *const lines[] = {
+        "architecture: llama-family +embedding-scale +post-norms\n",
+        "\nattention: window 32 on 13 of 26 layers, score soft-cap 3, logit soft-cap 10\n", NULL};
+    check_ik("tiny-gemma2", lines);
+}
 /* and q/k norms, 5 local (window 48, RoPE base 1e4) : 1 global (1e6) layers, no soft-caps */
-static void test_tiny_gemma3_ik(void **state) { check_ik("tiny-gemma3"); }
+static void test_tiny_gemma3_ik(void **state)
+{
+    static const char *const lines[] = {
+        "architecture: llama-family +embedding-scale +qk-norm +post-norms\n",
+        "\nattention: window 48 on 7 of 8 layers, their rope theta 10000\n", NULL};
+    check_ik("tiny-gemma3", lines);
+}
 
 /* Progress calls recorded: (done, total) pairs. */
 struct calls {
