@@ -1178,6 +1178,8 @@ static void v_f32_0(struct img *m) { put_f32(m, 0.0f); }
 static void v_f32_30(struct img *m) { put_f32(m, 30.0f); }
 static void v_f32_neg(struct img *m) { put_f32(m, -30.0f); }
 static void v_u32_0(struct img *m) { put_u32(m, 0); }
+static void v_u32_46(struct img *m) { put_u32(m, 46); }
+static void v_u32_62(struct img *m) { put_u32(m, 62); }
 static void v_f64_eps(struct img *m) { put_f64(m, 1e-6); }
 static void v_i64_neg(struct img *m) { put_u64(m, (uint64_t)-2); }
 static void v_u32_128(struct img *m) { put_u32(m, 128); }
@@ -1276,6 +1278,12 @@ static void test_source_gemma(void **state)
     expect_kv(b, n, ac, ac, GGUF_FLOAT32, v_f32_neg, &c, ac, "-30", NULL);
     expect_kv(b, n, ac, NULL, 0, NULL, &c, NULL);
     assert_true(last_cfgx.attn_softcap == 0.0f && last_cfgx.final_softcap == 10.0f);
+    /* ik_llama.cpp's 27B (46 layers): scores by (dim / heads)^-1/2 = 16^-1/2, not head_dim's */
+    const char *bc = "gemma2.block_count";
+    expect_kv(b, n, bc, bc, GGUF_UINT32, v_u32_46, &c, NULL);
+    assert_true(last_cfgx.query_scale == 0.25f);
+    expect_kv(b, n, bc, bc, GGUF_UINT32, v_u32_62, &c, NULL); /* Gemma 3's 27B count */
+    assert_true(last_cfgx.query_scale == 0.0f);
     free(b);
     tu_path(path, sizeof(path), "%s/g3.gguf", dir);
     assert_int_equal(coord_synth("tiny-gemma3", path, 0, NULL, NULL, &e), 0);
@@ -1291,6 +1299,9 @@ static void test_source_gemma(void **state)
               "gemma3.rope.scaling.type", "linear", NULL);
     expect_kv(b, n, NULL, "gemma3.rope.scaling.factor", GGUF_FLOAT32, v_f32_4, &c,
               "gemma3.rope.scaling.factor", "4", NULL);
+    const char *bc3 = "gemma3.block_count";
+    expect_kv(b, n, bc3, bc3, GGUF_UINT32, v_u32_62, &c, NULL);
+    assert_true(last_cfgx.query_scale == 0.25f);
     free(b);
 }
 
