@@ -190,10 +190,11 @@ static void layer_attention(struct wrk_model *m, uint32_t l)
 {
     struct wrk_layer *L = &m->layers[l];
     bool windowed = shlm_layer_windowed(&m->cfgx, l);
+    /* a window as long as the context reads every key: the plain kernels */
+    uint32_t window = windowed && m->cfgx.window < m->cfg.seq_len ? m->cfgx.window : 0;
     L->rope_freqs = windowed && m->rope_freqs_local ? m->rope_freqs_local : m->rope_freqs;
-    L->att = (struct kn_att){.scale = m->cfgx.query_scale,
-                             .softcap = m->cfgx.attn_softcap,
-                             .window = windowed ? (int)m->cfgx.window : 0};
+    L->att = (struct kn_att){
+        .scale = m->cfgx.query_scale, .softcap = m->cfgx.attn_softcap, .window = (int)window};
     L->att_plain = !L->att.scale && !L->att.softcap && !L->att.window;
 }
 
