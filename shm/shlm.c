@@ -128,7 +128,7 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
                                     c->embd_scale < 65536.0f),
           "embd_scale", "0 (none) or a positive number");
     CHECK(!(c->flags & ~(uint32_t)SHLM_CF_IMPLEMENTED), "flags",
-          "0 or 1 (qk-norm); 2 (post-norms) is not implemented yet");
+          "a set of 1 (qk-norm) and 2 (post-norms)");
     CHECK(c->family < SHLM_FAMILY_COUNT, "family", "an architecture of tensors.h");
 #undef CHECK
     return 0;
@@ -136,17 +136,20 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
 
 int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e)
 {
-    /* every field: none is implemented yet (kernels/ and worker/model.c add them) */
+    /* every field: @impl ones in their ranges (a real 0 or positive and finite), the others 0
+     * until kernels/ and worker/model.c add them */
     static const struct {
         const char *name;
         size_t off;
-        bool real;
+        bool real, impl;
     } fields[] = {
-#define FIELD(f, real) {#f, offsetof(struct shlm_config_ext, f), real}
-        FIELD(attn_softcap, true),   FIELD(final_softcap, true),   FIELD(query_scale, true),
-        FIELD(window, false),        FIELD(window_pattern, false), FIELD(rope_theta_local, true),
-        FIELD(resid_mult, true),     FIELD(logit_scale, true),     FIELD(nope_interval, false),
-        FIELD(yarn_beta_fast, true), FIELD(yarn_beta_slow, true),  FIELD(rope_attn_factor, true),
+#define FIELD(f, real, impl) {#f, offsetof(struct shlm_config_ext, f), real, impl}
+        FIELD(attn_softcap, true, true),    FIELD(final_softcap, true, true),
+        FIELD(query_scale, true, true),     FIELD(window, false, true),
+        FIELD(window_pattern, false, true), FIELD(rope_theta_local, true, true),
+        FIELD(resid_mult, true, false),     FIELD(logit_scale, true, false),
+        FIELD(nope_interval, false, false), FIELD(yarn_beta_fast, true, false),
+        FIELD(yarn_beta_slow, true, false), FIELD(rope_attn_factor, true, false),
 #undef FIELD
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
@@ -156,6 +159,14 @@ int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e
             continue;
         float f;
         memcpy(&f, &w, 4);
+        if (fields[i].impl && fields[i].real && isfinite(f) && f > 0.0f && f < 1e30f)
+            continue;
+        if (fields[i].impl && !fields[i].real)
+            continue;
+        if (fields[i].impl)
+            return shardlm_fail(e, -EINVAL,
+                                "config field %s is %g, expected 0 or a positive number",
+                                fields[i].name, (double)f);
         return fields[i].real ? shardlm_fail(e, -EINVAL,
                                              "config field %s is %g: not implemented yet "
                                              "(expected 0)",
@@ -165,6 +176,10 @@ int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e
                                              "(expected 0)",
                                              fields[i].name, w);
     }
+    if (x->window_pattern == 1 || (x->window_pattern && !x->window))
+        return shardlm_fail(e, -EINVAL,
+                            "config field window_pattern is %u, expected 0 or 2.. with a window",
+                            x->window_pattern);
     for (size_t i = 0; i < sizeof(x->reserved) / sizeof(x->reserved[0]); i++)
         if (x->reserved[i])
             return shardlm_fail(e, -EINVAL,

@@ -303,20 +303,23 @@ static void check_shape(const char *shape, bool gelu, bool gate)
 static void test_tiny_llama(void **state) { check_shape("tiny", false, false); }
 static void test_tiny_spark(void **state) { check_shape("tiny-spark", true, true); }
 
-/* tiny-qwen3 (per-head q/k RMSNorm before RoPE), from its GGUF and from its Hugging Face folder,
- * against ik_llama.cpp's logits for the same weights (tests/data/golden/tiny-qwen3, 300-token
- * sequences): within the issue's bounds (mean KLD <= 1e-4, top-1 >= 99.5%) at one and two
- * ranks. */
-static void test_tiny_qwen3_ik(void **state)
+/* Architecture shape @shape, from its GGUF and from its Hugging Face folder, against
+ * ik_llama.cpp's logits for the same weights (tests/data/golden/<shape>, 300-token sequences):
+ * within the issue's bounds (mean KLD <= 1e-4, top-1 >= 99.5%) at one and two ranks. Each
+ * converted file's inspect output has every one of @inspect_lines (NULL-terminated). */
+static void check_ik(const char *shape, const char *const *inspect_lines)
 {
     struct tu_run *r = malloc(sizeof(*r));
     char gguf[4300], hf[4300], shlm[4300], ref[4300];
-    tu_path(gguf, sizeof(gguf), "%s/q3.gguf", dir);
-    tu_path(hf, sizeof(hf), "%s/q3hf", dir);
-    tu_path(shlm, sizeof(shlm), "%s/q3.shlm", dir);
-    tu_path(ref, sizeof(ref), "%s/golden/tiny-qwen3", tu_data());
-    char *sg[] = {(char *)tu_bin(), "synth", "--shape", "tiny-qwen3", "-o", gguf, NULL};
-    char *sh[] = {(char *)tu_bin(), "synth", "--shape", "tiny-qwen3", "--hf", hf, NULL};
+    tu_path(gguf, sizeof(gguf), "%s/%s-ik.gguf", dir, shape);
+    tu_path(hf, sizeof(hf), "%s/%s-ikhf", dir, shape);
+    tu_path(shlm, sizeof(shlm), "%s/%s-ik.shlm", dir, shape);
+    tu_path(ref, sizeof(ref), "%s/golden/%s", tu_data(), shape);
+    /* at f32, as the references were made */
+    char *sg[] = {
+        (char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32", "-o", gguf, NULL};
+    char *sh[] = {(char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32",
+                  "--hf",           hf,      NULL};
     assert_int_equal(run(sg, r), 0);
     assert_int_equal(run(sh, r), 0);
     const char *srcs[] = {gguf, hf};
@@ -331,13 +334,18 @@ static void test_tiny_qwen3_ik(void **state)
                         "-q",
                         NULL};
         assert_int_equal(run(conv, r), 0);
+        char *in[] = {(char *)tu_bin(), "inspect", shlm, NULL};
+        assert_int_equal(run(in, r), 0);
+        for (const char *const *l = inspect_lines; *l; l++)
+            if (!strstr(r->out, *l))
+                fail_msg("%s: inspect lacks '%s': %s", shape, *l, r->out);
         for (int R = 1; R <= 2; R++) {
             char *ev[] = {(char *)tu_bin(),     "eval", "-m", shlm, "--ref", ref, "--cpus",
                           R == 1 ? "0" : "0:0", NULL};
             assert_int_equal(run(ev, r), 0);
             double kld, top1;
             eval_overall(r, &kld, &top1);
-            fprintf(stderr, "tiny-qwen3 (%s) R=%d against ik_llama.cpp: kld %.3g top1 %.4f\n",
+            fprintf(stderr, "%s (%s) R=%d against ik_llama.cpp: kld %.3g top1 %.4f\n", shape,
                     i ? "HF" : "GGUF", R, kld, top1);
             assert_true(kld <= 1e-4);
             assert_true(top1 >= 0.995);
@@ -345,6 +353,30 @@ static void test_tiny_qwen3_ik(void **state)
         unlink(shlm);
     }
     free(r);
+}
+
+/* per-head q/k RMSNorm before RoPE */
+static void test_tiny_qwen3_ik(void **state)
+{
+    static const char *const lines[] = {"architecture: llama-family +qk-norm\n", NULL};
+    check_ik("tiny-qwen3", lines);
+}
+/* pre/post norms, (1 + w) norms, sqrt(dim) embeddings, attention and final soft-caps (3, 10),
+ * windows of 32 on even layers, GELU-tanh */
+static void test_tiny_gemma2_ik(void **state)
+{
+    static const char *const lines[] = {
+        "architecture: llama-family +embedding-scale +post-norms\n",
+        "\nattention: window 32 on 13 of 26 layers, score soft-cap 3, logit soft-cap 10\n", NULL};
+    check_ik("tiny-gemma2", lines);
+}
+/* and q/k norms, 5 local (window 48, RoPE base 1e4) : 1 global (1e6) layers, no soft-caps */
+static void test_tiny_gemma3_ik(void **state)
+{
+    static const char *const lines[] = {
+        "architecture: llama-family +embedding-scale +qk-norm +post-norms\n",
+        "\nattention: window 48 on 7 of 8 layers, their rope theta 10000\n", NULL};
+    check_ik("tiny-gemma3", lines);
 }
 
 /* Progress calls recorded: (done, total) pairs. */
@@ -650,6 +682,7 @@ int main(void)
         cmocka_unit_test(test_group_sizes),        cmocka_unit_test(test_output_errors),
         cmocka_unit_test(test_tiny_llama),         cmocka_unit_test(test_tiny_spark),
         cmocka_unit_test(test_tiny_qwen3_ik),      cmocka_unit_test(test_synth_tokenizer),
+        cmocka_unit_test(test_tiny_gemma2_ik),     cmocka_unit_test(test_tiny_gemma3_ik),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

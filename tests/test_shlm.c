@@ -177,12 +177,29 @@ static void test_corruptions(void **state)
         reseal(b);                                                                                 \
         expect_refused(b, len, needle);                                                            \
     } while (0)
-    EDIT(h->cfg.flags = SHLM_CF_POST_NORMS, "config field flags");
+    EDIT(h->cfg.flags = 1u << 5, "config field flags");
     EDIT(h->cfg.flags = SHLM_CF_QK_NORM, "the config needs");
+    EDIT(h->cfg.flags = SHLM_CF_POST_NORMS, "the config needs");
     EDIT(h->cfg.family = SHLM_FAMILY_COUNT, "config field family");
     EDIT(h->cfg.rope_scaling = SHLM_ROPE_YARN, "config field rope_scaling");
-    EDIT(h->cfgx.attn_softcap = 50.0f, "config field attn_softcap is 50: not implemented");
-    EDIT(h->cfgx.window = 4096, "config field window is 4096");
+    EDIT(h->cfgx.rope_attn_factor = 2.0f, "config field rope_attn_factor is 2: not implemented");
+    /* the implemented ones in their ranges */
+    EDIT(h->cfgx.attn_softcap = -50.0f, "config field attn_softcap is -50, expected 0 or a pos");
+    EDIT(h->cfgx.final_softcap = NAN, "config field final_softcap is nan");
+    EDIT(h->cfgx.window_pattern = 2, "config field window_pattern is 2");
+    EDIT((h->cfgx.window = 4, h->cfgx.window_pattern = 1), "config field window_pattern is 1");
+    /* in range they load */
+    memcpy(b, good, len);
+    h->cfgx = (struct shlm_config_ext){.attn_softcap = 50.0f,
+                                       .final_softcap = 30.0f,
+                                       .query_scale = 0.0625f,
+                                       .window = 4096,
+                                       .window_pattern = 2,
+                                       .rope_theta_local = 10000.0f};
+    reseal(b);
+    struct shlm_model ext;
+    struct shardlm_err xerr;
+    assert_int_equal(shlm_parse(&ext, b, len, "x.shlm", &xerr), 0);
     EDIT(h->cfgx.reserved[3] = 1, "reserved[3]");
 #undef EDIT
     /* a file made before the tables (no family, no flags, no extension) loads */
@@ -390,7 +407,22 @@ static void test_tensor_table(void **state)
     assert_ptr_equal(a, shlm_arch_hf("Qwen3ForCausalLM"));
     assert_int_equal(a->flags, SHLM_CF_QK_NORM);
     assert_null(a->refused);
-    assert_non_null(shlm_arch_hf("Gemma2ForCausalLM")->refused);
+    assert_null(shlm_arch_hf("Gemma2ForCausalLM")->refused);
+    assert_null(shlm_arch_gguf("gemma3", 6)->refused);
+    assert_int_equal(shlm_arch_gguf("gemma3", 6)->flags, SHLM_CF_POST_NORMS | SHLM_CF_QK_NORM);
+    assert_non_null(shlm_arch_hf("Phi3ForCausalLM")->refused);
+    /* Gemma 2: even layers windowed; Gemma 3: five of every six */
+    struct shlm_config_ext x = {.window = 32};
+    shlm_arch_apply_ext(shlm_arch_gguf("gemma2", 6), &x);
+    assert_true(shlm_layer_windowed(&x, 0) && !shlm_layer_windowed(&x, 1) &&
+                shlm_layer_windowed(&x, 24) && !shlm_layer_windowed(&x, 25));
+    assert_true(x.rope_theta_local == 0.0f);
+    shlm_arch_apply_ext(shlm_arch_gguf("gemma3", 6), &x);
+    for (uint32_t l = 0; l < 12; l++)
+        assert_int_equal(shlm_layer_windowed(&x, l), l != 5 && l != 11);
+    assert_true(x.rope_theta_local == 10000.0f);
+    x.window = 0; /* no window: every layer global */
+    assert_false(shlm_layer_windowed(&x, 0));
     assert_null(shlm_arch_gguf("qwen", 4));
     for (int i = 0; i < SHLM_FAMILY_COUNT; i++)
         for (int j = 0; j < i; j++) {
@@ -400,7 +432,7 @@ static void test_tensor_table(void **state)
         }
     char names[256];
     shlm_arch_list(false, names, sizeof(names));
-    assert_string_equal(names, "llama, qwen2, gemma, spark, qwen3");
+    assert_string_equal(names, "llama, qwen2, gemma, spark, qwen3, gemma2, gemma3");
 }
 
 static void test_hash_values(void **state)

@@ -57,8 +57,8 @@ static void acts_free(struct kn_act *a, int n)
 #define PAR_MIN_WORK (1 << 16)
 
 /* The tensors of layer @l of @img into @L: views of its seven matrices and two norms, and of the
- * optional kinds (q/k/v biases, q/k norms, head gate) the config has. Cannot fail: shlm_parse()
- * checked that every expected tensor is present. */
+ * optional kinds (q/k/v biases, q/k norms, head gate, post-norms) the config has. Cannot fail:
+ * shlm_parse() checked that every expected tensor is present. */
 static void layer_views(const struct shlm_model *img, const struct shlm_config *c, uint32_t l,
                         struct wrk_layer *L)
 {
@@ -112,6 +112,12 @@ static void layer_views(const struct shlm_model *img, const struct shlm_config *
             break;
         case SHLM_KIND_ATTN_GATE:
             v = &L->head_gate;
+            break;
+        case SHLM_KIND_ATTN_POST_NORM:
+            v = &L->attn_post_norm;
+            break;
+        case SHLM_KIND_FFN_POST_NORM:
+            v = &L->ffn_post_norm;
             break;
         default: /* shlm_config_check() refuses the flags of the kinds the forward lacks */
             KN_ASSERT(!"a tensor kind the forward does not read");
@@ -178,6 +184,20 @@ static int gemm_scratch_alloc(struct wrk_model *m)
     return m->gemm_scratch ? 0 : -ENOMEM;
 }
 
+/* Layer @l's RoPE table (the local one for a windowed layer where there is one) and attention
+ * options: the config's score scale and soft-cap, its window where the layer is windowed. */
+static void layer_attention(struct wrk_model *m, uint32_t l)
+{
+    struct wrk_layer *L = &m->layers[l];
+    bool windowed = shlm_layer_windowed(&m->cfgx, l);
+    /* a window as long as the context reads every key: the plain kernels */
+    uint32_t window = windowed && m->cfgx.window < m->cfg.seq_len ? m->cfgx.window : 0;
+    L->rope_freqs = windowed && m->rope_freqs_local ? m->rope_freqs_local : m->rope_freqs;
+    L->att = (struct kn_att){
+        .scale = m->cfgx.query_scale, .softcap = m->cfgx.attn_softcap, .window = (int)window};
+    L->att_plain = !L->att.scale && !L->att.softcap && !L->att.window;
+}
+
 /* The scratch of a chunk of m->max_m tokens (rows of activations, the prepared inputs of the
  * matrix products with the W4 tensors' @group, the reference attention's scores, the GEMMs'
  * scratch) and the RoPE frequency table. Returns 0 or -ENOMEM, with what was allocated left for
@@ -213,6 +233,15 @@ static int model_buffers(struct wrk_model *m, int group)
                                .high = c->rope_high_freq_factor};
     if (m->rope_freqs)
         kn_rope_freqs(m->rope_freqs, hd, c->rope_theta, &rs); /* magnitude 1: no attn factor */
+    /* windowed layers at their own base take plain RoPE (Gemma 3's local layers: transformers'
+     * rotary_emb_local, ik's freq_scale 1 there) */
+    bool local = m->cfgx.window && m->cfgx.rope_theta_local > 0.0f;
+    if (local && (m->rope_freqs_local = malloc((size_t)hd / 2 * sizeof(float))))
+        kn_rope_freqs(m->rope_freqs_local, hd, m->cfgx.rope_theta_local, NULL);
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        layer_attention(m, l);
+    if (local && !m->rope_freqs_local)
+        return -ENOMEM;
     if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
         !m->hb2 || !m->scores || !m->pieces || !m->row_piece || !m->head_row || !m->head_dst ||
         acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
@@ -263,6 +292,7 @@ void wrk_model_free(struct wrk_model *m)
     free(m->scores);
     free(m->gemm_scratch);
     free(m->rope_freqs);
+    free(m->rope_freqs_local);
     free(m->pieces);
     free(m->row_piece);
     free(m->head_row);
@@ -363,8 +393,8 @@ static void row_rope_kv(const struct row_job *j, int i)
         for (int h = 0; h < nkv; h++)
             m->ops->rmsnorm(ki + (size_t)h * hd, ki + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
     }
-    m->ops->rope(qi, nq, hd, pos, m->rope_freqs, 1.0f, c->rope_neox);
-    m->ops->rope(ki, nkv, hd, pos, m->rope_freqs, 1.0f, c->rope_neox);
+    m->ops->rope(qi, nq, hd, pos, L->rope_freqs, 1.0f, c->rope_neox);
+    m->ops->rope(ki, nkv, hd, pos, L->rope_freqs, 1.0f, c->rope_neox);
     /* a block holds each KV head's SEG_KV_BLOCK rows together (kv_head_rows) */
     for (int h = 0; h < nkv; h++) {
         memcpy(kc + (size_t)h * kv_head_rows(m), ki + (size_t)h * (size_t)hd, (size_t)hd * 4);
@@ -500,6 +530,8 @@ static void att_part(void *arg, int ti, int tn)
     const struct att_job *j = arg;
     const struct wrk_model *m = j->m;
     const struct seg_plan *p = &m->plan;
+    const struct wrk_layer *L = &m->layers[j->layer];
+    const struct kn_att *opt = L->att_plain ? NULL : &L->att;
     int hd = (int)m->cfg.head_dim, kv_mul = (int)(m->cfg.n_heads / m->cfg.n_kv_heads), u = 0;
     float *scratch = m->scores + (size_t)ti * m->cfg.seq_len;
     for (int pi = 0; pi < m->n_pieces; pi++) {
@@ -522,7 +554,7 @@ static void att_part(void *arg, int ti, int tn)
                     size_t r = (size_t)(pc->row0 + t);
                     m->ops->attention(m->att + r * m->o_cols + p->o_pad + qoff, m->o_cols,
                                       m->q + r * m->qd + qoff, m->qd, mt, nh, pc->r.pos + t, &view,
-                                      hd, scratch, NULL);
+                                      hd, scratch, opt);
                 }
             }
         }
@@ -594,14 +626,21 @@ static void head_gate(const struct wrk_model *m, const struct wrk_layer *L, int 
         }
 }
 
-/* x += @w times the prepared rows @a, summed over the ranks (through xb): a block's output
- * projection (O or down) added to the residual stream. Returns 0 or the all-reduce's error. */
-static int residual_add(struct wrk_model *m, const struct kn_mat *w, const struct kn_act *a, int n)
+/* x += @w times the prepared rows @a, summed over the ranks (through xb), RMS-normed with
+ * @post_norm where the layer has one (Gemma 2/3: on the whole sum, so every rank norms the same
+ * rows): a block's output projection (O or down) added to the residual stream. Returns 0 or the
+ * all-reduce's error. */
+static int residual_add(struct wrk_model *m, const struct kn_mat *w, const struct kn_act *a, int n,
+                        const float *post_norm)
 {
     int dim = (int)m->cfg.dim, rc;
     gemm(m, w, a, n, m->xb, dim);
     if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
         return rc;
+    if (post_norm)
+        for (int i = 0; i < n; i++)
+            m->ops->rmsnorm(m->xb + (size_t)i * dim, m->xb + (size_t)i * dim, post_norm, dim,
+                            m->cfg.norm_eps);
     add_rows(m->x, m->xb, (size_t)n * dim);
     return 0;
 }
@@ -634,7 +673,7 @@ static int attention_block(struct wrk_model *m, struct row_job *rj)
     rj->k = m->o_cols;
     rj->a = m->a_o;
     rows_run(m, rj);
-    return residual_add(m, &L->o, m->a_o, n);
+    return residual_add(m, &L->o, m->a_o, n, L->attn_post_norm);
 }
 
 /* The FFN block of layer rj->L over the chunk of @rj: xb = rmsnorm(x), gate and up,
@@ -656,7 +695,7 @@ static int ffn_block(struct wrk_model *m, struct row_job *rj)
     rj->a = m->a_down;
     rows_run(m, rj);
     observe(m, rj->layer, WRK_SITE_DOWN, m->hb + m->plan.down_pad, n, m->down_cols, m->ffn);
-    return residual_add(m, &L->down, m->a_down, n);
+    return residual_add(m, &L->down, m->a_down, n, L->ffn_post_norm);
 }
 
 /* Rows [r0, r0 + k) of the head's wanted rows (m->head_row) through the output norm and the LM
@@ -673,6 +712,10 @@ static void head_rows(struct wrk_model *m, int r0, int k)
     }
     observe(m, c->n_layers, WRK_SITE_HEAD, m->xb, k, (int)dim, (int)dim);
     gemm(m, &m->head, m->a_dim, k, m->head_dst[r0] + m->plan.v0, (int)c->vocab_size);
+    if (m->cfgx.final_softcap > 0.0f) /* elementwise: each rank caps its own columns */
+        for (int j = 0; j < k; j++)
+            m->ops->softcap(m->head_dst[r0] + (size_t)j * c->vocab_size + m->plan.v0,
+                            m->plan.v1 - m->plan.v0, m->cfgx.final_softcap);
 }
 
 /* This rank's columns [v0, v1) of the logits the chunk's pieces ask for (a piece's last token

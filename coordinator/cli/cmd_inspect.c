@@ -20,9 +20,10 @@
 
 static void print_config(const struct shlm_config *c)
 {
-    printf("architecture: llama-family%s%s%s%s\n", c->qkv_bias ? " +qkv-bias" : "",
+    printf("architecture: llama-family%s%s%s%s%s\n", c->qkv_bias ? " +qkv-bias" : "",
            c->head_gate ? " +head-gate" : "", c->embd_scale > 0 ? " +embedding-scale" : "",
-           c->flags & SHLM_CF_QK_NORM ? " +qk-norm" : "");
+           c->flags & SHLM_CF_QK_NORM ? " +qk-norm" : "",
+           c->flags & SHLM_CF_POST_NORMS ? " +post-norms" : "");
     printf("config: dim %u, hidden %u, layers %u, heads %u x %u, kv heads %u, vocab %u, "
            "context %u\n", c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->head_dim,
            c->n_kv_heads, c->vocab_size, c->seq_len);
@@ -31,6 +32,36 @@ static void print_config(const struct shlm_config *c)
            c->rope_scaling == SHLM_ROPE_LLAMA3 ? ", llama3 scaling" : "",
            c->act == SHLM_ACT_GELU_TANH ? "gelu-tanh gated" : "silu gated",
            c->tied_embd ? "tied" : "untied");
+}
+
+/* The attention's extension fields, one line where any is set (Gemma 2/3): the window and the
+ * layers it applies to, their RoPE base, the score scale and the soft-caps. */
+static void print_ext(const struct shlm_config *c, const struct shlm_config_ext *x)
+{
+    if (!x->window && !x->query_scale && !x->attn_softcap && !x->final_softcap)
+        return;
+    printf("attention:");
+    const char *sep = " ";
+    if (x->window) {
+        uint32_t n = 0;
+        for (uint32_t l = 0; l < c->n_layers; l++)
+            n += shlm_layer_windowed(x, l);
+        printf(" window %u on %u of %u layers", x->window, n, c->n_layers);
+        if (x->rope_theta_local > 0.0f)
+            printf(", their rope theta %g", (double)x->rope_theta_local);
+        sep = ", ";
+    }
+    if (x->query_scale > 0.0f) {
+        printf("%sscore scale %g", sep, (double)x->query_scale);
+        sep = ", ";
+    }
+    if (x->attn_softcap > 0.0f) {
+        printf("%sscore soft-cap %g", sep, (double)x->attn_softcap);
+        sep = ", ";
+    }
+    if (x->final_softcap > 0.0f)
+        printf("%slogit soft-cap %g", sep, (double)x->final_softcap);
+    printf("\n");
 }
 
 static int inspect_shlm(const char *path, struct shardlm_err *e)
@@ -53,6 +84,7 @@ static int inspect_shlm(const char *path, struct shardlm_err *e)
     if (h->shard_count)
         printf("shard: rank %u of %u\n", h->shard_rank, h->shard_count);
     print_config(&h->cfg);
+    print_ext(&h->cfg, &h->cfgx);
     printf("scheme: %s", shlm_scheme_name((enum shlm_scheme)h->scheme));
     if (h->group)
         printf(", group %u, embedding/head int%u", h->group, h->head_bits);
@@ -154,6 +186,7 @@ static int inspect_hf(const char *path, struct shardlm_err *e)
         return rc;
     printf("%s:\n", path);
     print_config(&s.cfg);
+    print_ext(&s.cfg, &s.cfgx);
     printf("tokenizer: %zu bytes, bos %u eos %u\n", s.tok_len, s.bos_id, s.eos_id);
     coord_source_close(&s);
     return 0;

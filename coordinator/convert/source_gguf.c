@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source_gguf.c: the GGUF model source - the architectures of shm/tensors.h's
- * table (llama, qwen2, gemma, spark, qwen3); tensors F32, F16, BF16, Q8_0 and Q4_0 are dequantized
- * as they are read. */
+ * table (llama, qwen2, gemma, spark, qwen3, gemma2, gemma3); tensors F32, F16, BF16, Q8_0 and Q4_0
+ * are dequantized as they are read. */
 #include "source.h"
 
 #include "gguf.h"
@@ -141,15 +141,16 @@ static int read_shape(struct gguf_source *g, struct shlm_config *c, const char *
     return 0;
 }
 
-/* Refuses every <arch>.* setting of coord_unsupported_keys[] that is not neutral. */
-static int check_unsupported(const struct gguf_source *g, const struct shlm_config *c,
-                             const char *path, struct shardlm_err *e)
+/* Refuses every <arch>.* setting of coord_unsupported_keys[] that is not neutral, but those
+ * that architecture @arch reads (read_ext). */
+static int check_unsupported(const struct gguf_source *g, const struct shlm_arch_traits *arch,
+                             const struct shlm_config *c, const char *path, struct shardlm_err *e)
 {
     for (size_t i = 0; i < coord_n_unsupported_keys; i++) {
         const struct coord_key *k = &coord_unsupported_keys[i];
         struct coord_val v;
         char label[512];
-        if (!k->gguf)
+        if (!k->gguf || coord_key_read_by(k, (uint32_t)(arch - shlm_archs)))
             continue;
         setting(g, path, akey(g, k->gguf), &v, label);
         int rc = coord_key_check(k, &v, label, c, e);
@@ -183,6 +184,32 @@ static int read_features(struct gguf_source *g, const struct shlm_arch_traits *a
     if (!emb || emb->n_dims != 2)
         return shardlm_fail(e, -EINVAL, "%s: tensor token_embd.weight is missing or not 2-D", path);
     c->vocab_size = emb->dims[1] > UINT32_MAX ? 0 : (uint32_t)emb->dims[1];
+    return 0;
+}
+
+/* What the architecture's row and its <arch>.* keys add to the config (@x): Gemma 2/3's window
+ * (attention.sliding_window, 4096 when absent as ik_llama.cpp's), soft-caps
+ * (attn_logit_softcapping, final_logit_softcapping), window pattern and local RoPE base (the
+ * row's: GGUF stores neither), and the query scale ik_llama.cpp takes from the layer count (the
+ * 27B models, 46 and 62 layers, scale by (dim / heads)^-1/2 = query_pre_attn_scalar^-1/2, the
+ * others by head_dim^-1/2, the default). */
+static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *arch,
+                    const struct shlm_config *c, struct shlm_config_ext *x, const char *path,
+                    struct shardlm_err *e)
+{
+    uint32_t fam = (uint32_t)(arch - shlm_archs);
+    int rc;
+    shlm_arch_apply_ext(arch, x);
+    if (fam != SHLM_FAMILY_GEMMA2 && fam != SHLM_FAMILY_GEMMA3)
+        return 0;
+    if ((rc = arch_uint(g, path, "attention.sliding_window", 1, UINT32_MAX, false, 4096, &x->window,
+                        e)) ||
+        (rc = arch_real(g, path, "attn_logit_softcapping", 0.0, 1e30, 0.0f, &x->attn_softcap, e)) ||
+        (rc = arch_real(g, path, "final_logit_softcapping", 0.0, 1e30, 0.0f, &x->final_softcap, e)))
+        return rc;
+    uint32_t big = fam == SHLM_FAMILY_GEMMA2 ? 46 : 62;
+    if (c->n_layers == big && c->dim / c->n_heads != c->head_dim)
+        x->query_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     return 0;
 }
 
@@ -243,8 +270,9 @@ int coord_source_gguf(struct coord_source *s, const char *path, const char *toke
     s->cfg.arch = SHLM_ARCH_LLAMA;
     const struct shlm_arch_traits *arch = NULL;
     if ((rc = read_arch(g, path, &arch, e)) || (rc = read_shape(g, &s->cfg, path, e)) ||
-        (rc = check_unsupported(g, &s->cfg, path, e)) ||
+        (rc = check_unsupported(g, arch, &s->cfg, path, e)) ||
         (rc = read_features(g, arch, &s->cfg, path, e)) ||
+        (rc = read_ext(g, arch, &s->cfg, &s->cfgx, path, e)) ||
         (rc = read_tokenizer(s, g, path, tokenizer, e))) {
         coord_source_close(s);
         return rc;

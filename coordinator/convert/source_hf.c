@@ -311,6 +311,7 @@ int coord_source_hf(struct coord_source *s, const char *dir, const char *tokeniz
     s->read = hf_read;
     s->close = hf_close;
     s->cfg = hc.cfg;
+    s->cfgx = hc.cfgx;
     if ((rc = check_tensors(h, &hc.cfg, dir, e)) ||
         (rc = load_tokenizer(s, &hc, dir, tokenizer, e)))
         goto out_close;

@@ -283,7 +283,7 @@ static int cfg_features(const json_t *root, bool tied_default, struct shlm_confi
     /* the settings of coord_unsupported_keys[] config.json can carry: absent or neutral */
     for (size_t i = 0; i < coord_n_unsupported_keys; i++) {
         const struct coord_key *k = &coord_unsupported_keys[i];
-        if (!k->hf)
+        if (!k->hf || coord_key_read_by(k, c->family))
             continue;
         struct coord_val v;
         char label[512];
@@ -316,6 +316,60 @@ static int cfg_quantized(const json_t *root, const char *what, struct shardlm_er
                         what, coord_escape_str(shown, sizeof(shown), m));
 }
 
+/* What a windowed-pattern architecture's config adds (Gemma 2/3; @a's row gives the pattern and
+ * the local RoPE base's default) into @x: sliding_window (transformers' default 4096),
+ * layer_types and sliding_window_pattern (when present, the row's pattern: a layer is windowed
+ * unless it is the last of each window_pattern), rope_local_base_freq, attn_logit_softcapping
+ * and final_logit_softcapping (null: none), query_pre_attn_scalar (scores times its -1/2 power;
+ * head_dim when absent). */
+static int cfg_windows(const json_t *root, const struct shlm_arch_traits *a,
+                       const struct shlm_config *c, struct shlm_config_ext *x, const char *what,
+                       struct shardlm_err *e)
+{
+    shlm_arch_apply_ext(a, x);
+    if (a->attn != SHLM_ATTN_WINDOW_PATTERN)
+        return 0;
+    float qs = 0.0f, theta_local = a->rope_theta_local;
+    uint32_t pattern = a->window_pattern;
+    int rc;
+    if ((rc = cfg_uint(root, "", "sliding_window", 1, UINT32_MAX, false, 4096, &x->window, what,
+                       e)) ||
+        (rc = cfg_uint(root, "", "sliding_window_pattern", 1, 1024, false, a->window_pattern,
+                       &pattern, what, e)) ||
+        (rc = cfg_num(root, "", "attn_logit_softcapping", 0.0, 1e30, false, 0.0f, &x->attn_softcap,
+                      what, e)) ||
+        (rc = cfg_num(root, "", "final_logit_softcapping", 0.0, 1e30, false, 0.0f,
+                      &x->final_softcap, what, e)) ||
+        (rc = cfg_num(root, "", "query_pre_attn_scalar", 0.0, 1e30, false, (float)c->head_dim, &qs,
+                      what, e)))
+        return rc;
+    if (theta_local > 0.0f && (rc = cfg_num(root, "", "rope_local_base_freq", 1.0, 1e30, false,
+                                            theta_local, &x->rope_theta_local, what, e)))
+        return rc;
+    if (pattern != a->window_pattern)
+        return shardlm_fail(e, -EINVAL, "%s: field sliding_window_pattern is %u, expected %u", what,
+                            pattern, a->window_pattern);
+    if (qs != (float)c->head_dim) /* head_dim's is the default scale, bit for bit */
+        x->query_scale = 1.0f / sqrtf(qs);
+    const json_t *lt = field(root, "layer_types");
+    if (lt && (!json_is_array(lt) || json_array_size(lt) != c->n_layers))
+        return shardlm_fail(e, -EINVAL, "%s: field layer_types: expected a list of %u names", what,
+                            c->n_layers);
+    for (uint32_t l = 0; lt && l < c->n_layers; l++) {
+        const char *t = json_string_value(json_array_get(lt, l));
+        const char *want = shlm_layer_windowed(x, l) ? "sliding_attention" : "full_attention";
+        if (!t || strcmp(t, want) != 0) {
+            char shown[100];
+            return shardlm_fail(e, -EINVAL,
+                                "%s: field layer_types[%u] is \"%s\", expected \"%s\" (every "
+                                "%u-th layer global)",
+                                what, l, t ? coord_escape_str(shown, sizeof(shown), t) : "?", want,
+                                a->window_pattern);
+        }
+    }
+    return 0;
+}
+
 /* bos_token_id and eos_token_id, each absent (-1) or inside the vocabulary. */
 static int cfg_special_tokens(const json_t *root, struct coord_hf_config *hc, const char *what,
                               struct shardlm_err *e)
@@ -329,8 +383,8 @@ static int cfg_special_tokens(const json_t *root, struct coord_hf_config *hc, co
 }
 
 /* The whole config in the order its checks report: family, shape, heads, (what the family's row
- * fixes), features, quantization, activation, rope scaling, special tokens; then the runtime's own
- * check. */
+ * fixes), features, quantization, activation, rope scaling, special tokens, windows; then the
+ * runtime's own checks. */
 static int parse_config(struct coord_hf_config *hc, const json_t *root, const char *what,
                         struct shardlm_err *e)
 {
@@ -349,10 +403,11 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
     shlm_arch_apply(a, true, c);
     if ((rc = cfg_features(root, a->hf_tied_default, c, what, e)) ||
         (rc = cfg_quantized(root, what, e)) || (rc = cfg_act(root, a, &c->act, what, e)) ||
-        (rc = cfg_rope_scaling(root, c, what, e)) || (rc = cfg_special_tokens(root, hc, what, e)))
+        (rc = cfg_rope_scaling(root, c, what, e)) || (rc = cfg_special_tokens(root, hc, what, e)) ||
+        (rc = cfg_windows(root, a, c, &hc->cfgx, what, e)))
         return rc;
     struct shardlm_err cerr;
-    if (shlm_config_check(c, &cerr))
+    if (shlm_config_check(c, &cerr) || shlm_config_ext_check(&hc->cfgx, &cerr))
         return shardlm_fail(e, -EINVAL, "%s: %s", what, cerr.msg);
     return 0;
 }

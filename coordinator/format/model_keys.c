@@ -3,6 +3,8 @@
  * that change the computation and that the runtime lacks (see model_keys.h). */
 #include "model_keys.h"
 
+#include "tensors.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -46,6 +48,30 @@ const struct coord_key coord_unsupported_keys[] = {
 };
 const size_t coord_n_unsupported_keys =
     sizeof(coord_unsupported_keys) / sizeof(coord_unsupported_keys[0]);
+
+/* The keys of coord_unsupported_keys[] some families read (by their GGUF or config.json name),
+ * and those families. */
+static const struct {
+    const char *name;
+    uint32_t families; /* 1 << enum shlm_family */
+} read_keys[] = {
+#define GEMMA2_3 (1u << SHLM_FAMILY_GEMMA2 | 1u << SHLM_FAMILY_GEMMA3)
+    {"attention.sliding_window", GEMMA2_3},
+    {"attn_logit_softcapping", GEMMA2_3},
+    {"final_logit_softcapping", GEMMA2_3},
+    {"query_pre_attn_scalar", GEMMA2_3},
+#undef GEMMA2_3
+};
+
+bool coord_key_read_by(const struct coord_key *k, uint32_t family)
+{
+    for (size_t i = 0; i < sizeof(read_keys) / sizeof(read_keys[0]); i++)
+        if (((k->gguf && !strcmp(k->gguf, read_keys[i].name)) ||
+             (k->hf && !strcmp(k->hf, read_keys[i].name))) &&
+            family < 32 && (read_keys[i].families >> family & 1u))
+            return true;
+    return false;
+}
 
 /* The wrong-type message of @v for a setting that takes @expected. */
 static int wrong_type(const struct coord_val *v, const char *label, const char *expected,
