@@ -16,7 +16,7 @@ bin=$BIN data=$DATA
 
 # The shape:source pairs the runtime runs today. A pair an architecture's work makes run moves
 # here from the refused half (refusal() below keeps its expected line until then).
-SUPPORTED="tiny-qwen3:gguf tiny-qwen3:hf tiny-mistral:gguf tiny-llama31:hf"
+SUPPORTED="tiny-qwen3:gguf tiny-qwen3:hf tiny-gemma2:gguf tiny-gemma2:hf tiny-gemma3:gguf tiny-gemma3:hf tiny-mistral:gguf tiny-llama31:hf"
 SHAPES="tiny-qwen3 tiny-gemma2 tiny-gemma3 tiny-phi3 tiny-granite tiny-smollm3 tiny-mistral
   tiny-llama31"
 
