@@ -114,14 +114,20 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
     CHECK(c->rope_neox <= 1, "rope_neox", "0 or 1");
     CHECK(c->act <= SHLM_ACT_GELU_TANH, "act", "0 (silu) or 1 (gelu-tanh)");
     CHECK(c->tied_embd <= 1, "tied_embd", "0 or 1");
-    CHECK(c->rope_scaling <= SHLM_ROPE_LLAMA3, "rope_scaling",
-          "0 (none) or 1 (llama3) (2 yarn, 3 longrope: not implemented yet)");
+    CHECK(c->rope_scaling <= SHLM_ROPE_FREQS, "rope_scaling",
+          "0 (none), 1 (llama3), 2 (yarn), 3 (longrope) or 4 (rope_freqs)");
     CHECK(c->rope_scaling != SHLM_ROPE_LLAMA3 ||
               (isfinite(c->rope_factor) && c->rope_factor >= 1.0f && c->rope_factor <= 1024.0f &&
                isfinite(c->rope_low_freq_factor) && c->rope_low_freq_factor > 0.0f &&
                isfinite(c->rope_high_freq_factor) &&
                c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_orig_ctx >= 1),
           "rope_factor/low/high/orig_ctx", "factor 1..1024, 0 < low < high, orig_ctx >= 1");
+    CHECK(c->rope_scaling != SHLM_ROPE_YARN ||
+              (isfinite(c->rope_factor) && c->rope_factor >= 1.0f && c->rope_factor <= 1024.0f &&
+               c->rope_orig_ctx >= 1),
+          "rope_factor/orig_ctx", "YaRN factor 1..1024, orig_ctx >= 1");
+    CHECK(c->rope_scaling != SHLM_ROPE_LONGROPE || c->rope_orig_ctx >= 1, "rope_orig_ctx",
+          "LongRoPE's original context >= 1");
     CHECK(c->qkv_bias <= 1, "qkv_bias", "0 or 1");
     CHECK(c->head_gate <= 1, "head_gate", "0 or 1");
     CHECK(c->embd_scale == 0.0f || (isfinite(c->embd_scale) && c->embd_scale > 0.0f &&
@@ -136,17 +142,36 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
 
 int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e)
 {
-    /* every field: none is implemented yet (kernels/ and worker/model.c add them) */
+    /* the implemented fields: finite numbers in their ranges (0: the plain behaviour) */
+    static const struct {
+        const char *name;
+        size_t off;
+        float lo, hi;
+    } reals[] = {
+#define REAL(f, lo, hi) {#f, offsetof(struct shlm_config_ext, f), lo, hi}
+        REAL(query_scale, 0.0f, 1e6f),    REAL(resid_mult, -1e6f, 1e6f),
+        REAL(logit_scale, 0.0f, 1e6f),    REAL(yarn_beta_fast, 0.0f, 1e6f),
+        REAL(yarn_beta_slow, 0.0f, 1e6f), REAL(rope_attn_factor, 0.0f, 1e6f),
+#undef REAL
+    };
+    for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++) {
+        float f;
+        memcpy(&f, (const uint8_t *)x + reals[i].off, 4);
+        if (!(isfinite(f) && f >= reals[i].lo && f <= reals[i].hi))
+            return shardlm_fail(e, -EINVAL, "config field %s is %g: expected a number in [%g, %g]",
+                                reals[i].name, (double)f, (double)reals[i].lo, (double)reals[i].hi);
+    }
+    /* every other field: not implemented yet (kernels/ and worker/model.c add them) */
     static const struct {
         const char *name;
         size_t off;
         bool real;
     } fields[] = {
 #define FIELD(f, real) {#f, offsetof(struct shlm_config_ext, f), real}
-        FIELD(attn_softcap, true),   FIELD(final_softcap, true),   FIELD(query_scale, true),
-        FIELD(window, false),        FIELD(window_pattern, false), FIELD(rope_theta_local, true),
-        FIELD(resid_mult, true),     FIELD(logit_scale, true),     FIELD(nope_interval, false),
-        FIELD(yarn_beta_fast, true), FIELD(yarn_beta_slow, true),  FIELD(rope_attn_factor, true),
+        FIELD(attn_softcap, true),
+        FIELD(final_softcap, true),
+        FIELD(window_pattern, false),
+        FIELD(rope_theta_local, true),
 #undef FIELD
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {

@@ -178,11 +178,48 @@ static int gemm_scratch_alloc(struct wrk_model *m)
     return m->gemm_scratch ? 0 : -ENOMEM;
 }
 
+/* The RoPE frequencies of the config's scaling into m->rope_freqs; returns the magnitude of cos
+ * and sin. LongRoPE takes its long factors where the context (seq_len, as the file was
+ * converted or capped) exceeds the original one, its short factors otherwise: llama.cpp picks
+ * them so by its context size (transformers by each forward's length, which re-rotates no cached
+ * key: the two agree wherever a context longer than the original is used as such). */
+static float rope_table(struct wrk_model *m, const struct shlm_model *img)
+{
+    const struct shlm_config *c = &m->cfg;
+    struct kn_rope_scale rs = {.factor = c->rope_factor,
+                               .orig_ctx = (int)c->rope_orig_ctx,
+                               .attn_factor = m->cfgx.rope_attn_factor};
+    switch (c->rope_scaling) {
+    case SHLM_ROPE_LLAMA3:
+        rs.type = KN_ROPE_LLAMA3;
+        rs.low = c->rope_low_freq_factor;
+        rs.high = c->rope_high_freq_factor;
+        break;
+    case SHLM_ROPE_YARN:
+        rs.type = KN_ROPE_YARN;
+        rs.beta_fast = m->cfgx.yarn_beta_fast;
+        rs.beta_slow = m->cfgx.yarn_beta_slow;
+        break;
+    case SHLM_ROPE_LONGROPE:
+        rs.freq_factors = vec(img,
+                              c->seq_len > c->rope_orig_ctx ? SHLM_KIND_ROPE_FACTORS_LONG
+                                                            : SHLM_KIND_ROPE_FACTORS_SHORT,
+                              0);
+        break;
+    case SHLM_ROPE_FREQS:
+        rs.freq_factors = vec(img, SHLM_KIND_ROPE_FREQS, 0);
+        break;
+    default:
+        break;
+    }
+    return kn_rope_freqs(m->rope_freqs, (int)c->head_dim, c->rope_theta, &rs);
+}
+
 /* The scratch of a chunk of m->max_m tokens (rows of activations, the prepared inputs of the
  * matrix products with the W4 tensors' @group, the reference attention's scores, the GEMMs'
- * scratch) and the RoPE frequency table. Returns 0 or -ENOMEM, with what was allocated left for
- * wrk_model_free(). */
-static int model_buffers(struct wrk_model *m, int group)
+ * scratch) and the RoPE frequency table (rope_table). Returns 0 or -ENOMEM, with what was allocated
+ * left for wrk_model_free(). */
+static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int group)
 {
     const struct shlm_config *c = &m->cfg;
     int hd = (int)c->head_dim, max_m = m->max_m;
@@ -205,14 +242,8 @@ static int model_buffers(struct wrk_model *m, int group)
     m->row_piece = malloc(M * sizeof(*m->row_piece));
     m->head_row = malloc(M * sizeof(*m->head_row));
     m->head_dst = malloc(M * sizeof(*m->head_dst));
-    struct kn_rope_scale rs = {.type = c->rope_scaling == SHLM_ROPE_LLAMA3 ? KN_ROPE_LLAMA3
-                                                                           : KN_ROPE_PLAIN,
-                               .factor = c->rope_factor,
-                               .orig_ctx = (int)c->rope_orig_ctx,
-                               .low = c->rope_low_freq_factor,
-                               .high = c->rope_high_freq_factor};
     if (m->rope_freqs)
-        kn_rope_freqs(m->rope_freqs, hd, c->rope_theta, &rs); /* magnitude 1: no attn factor */
+        m->rope_mscale = rope_table(m, img);
     if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
         !m->hb2 || !m->scores || !m->pieces || !m->row_piece || !m->head_row || !m->head_dst ||
         acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
@@ -244,7 +275,7 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     if (rc)
         return rc;
     model_widths(m);
-    if ((rc = model_buffers(m, group)))
+    if ((rc = model_buffers(m, img, group)))
         wrk_model_free(m);
     return rc;
 }
@@ -337,8 +368,8 @@ static inline size_t kv_head_rows(const struct wrk_model *m)
     return (size_t)SEG_KV_BLOCK * m->cfg.head_dim;
 }
 
-/* biases, the per-head q/k norms, RoPE on q and k, k and v appended to the KV cache of row i's
- * sequence at its position */
+/* biases, the per-head q/k norms, RoPE on q and k (but on a layer without it), k and v appended to
+ * the KV cache of row i's sequence at its position */
 static void row_rope_kv(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
@@ -363,8 +394,12 @@ static void row_rope_kv(const struct row_job *j, int i)
         for (int h = 0; h < nkv; h++)
             m->ops->rmsnorm(ki + (size_t)h * hd, ki + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
     }
-    m->ops->rope(qi, nq, hd, pos, m->rope_freqs, 1.0f, c->rope_neox);
-    m->ops->rope(ki, nkv, hd, pos, m->rope_freqs, 1.0f, c->rope_neox);
+    /* SmolLM3: every nope_interval-th layer has no RoPE */
+    uint32_t nope = m->cfgx.nope_interval;
+    if (!nope || (j->layer + 1) % nope != 0) {
+        m->ops->rope(qi, nq, hd, pos, m->rope_freqs, m->rope_mscale, c->rope_neox);
+        m->ops->rope(ki, nkv, hd, pos, m->rope_freqs, m->rope_mscale, c->rope_neox);
+    }
     /* a block holds each KV head's SEG_KV_BLOCK rows together (kv_head_rows) */
     for (int h = 0; h < nkv; h++) {
         memcpy(kc + (size_t)h * kv_head_rows(m), ki + (size_t)h * (size_t)hd, (size_t)hd * 4);
@@ -493,6 +528,7 @@ struct att_job {
     const struct wrk_model *m;
     void *kv;
     uint32_t layer;
+    const struct kn_att *opt; /* the layer's scale and window; NULL: plain */
 };
 
 static void att_part(void *arg, int ti, int tn)
@@ -522,7 +558,7 @@ static void att_part(void *arg, int ti, int tn)
                     size_t r = (size_t)(pc->row0 + t);
                     m->ops->attention(m->att + r * m->o_cols + p->o_pad + qoff, m->o_cols,
                                       m->q + r * m->qd + qoff, m->qd, mt, nh, pc->r.pos + t, &view,
-                                      hd, scratch, NULL);
+                                      hd, scratch, j->opt);
                 }
             }
         }
@@ -563,7 +599,11 @@ static void embed(struct wrk_model *m)
 static void attend(const struct wrk_model *m, const struct row_job *rj)
 {
     int nq = m->plan.q1 - m->plan.q0, hd = (int)m->cfg.head_dim;
-    struct att_job aj = {m, rj->kv, rj->layer};
+    /* the config's query scale (Granite's attention_multiplier) and window (Phi-3, Mistral:
+     * every layer) */
+    struct kn_att opt = {.scale = m->cfgx.query_scale, .window = (int)m->cfgx.window};
+    bool plain = opt.scale == 0.0f && opt.window == 0;
+    struct att_job aj = {m, rj->kv, rj->layer, plain ? NULL : &opt};
     /* keys read by the chunk's queries times the head size, summed over our heads: below
      * the threshold (decode at a short context) one thread does it */
     long att_work = 0;
@@ -594,14 +634,18 @@ static void head_gate(const struct wrk_model *m, const struct wrk_layer *L, int 
         }
 }
 
-/* x += @w times the prepared rows @a, summed over the ranks (through xb): a block's output
- * projection (O or down) added to the residual stream. Returns 0 or the all-reduce's error. */
+/* x += @w times the prepared rows @a, summed over the ranks (through xb), times the config's
+ * residual multiplier: a block's output projection (O or down) added to the residual stream.
+ * Returns 0 or the all-reduce's error. */
 static int residual_add(struct wrk_model *m, const struct kn_mat *w, const struct kn_act *a, int n)
 {
     int dim = (int)m->cfg.dim, rc;
     gemm(m, w, a, n, m->xb, dim);
     if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
         return rc;
+    if (m->cfgx.resid_mult != 0.0f) /* Granite's residual_multiplier */
+        for (size_t i = 0; i < (size_t)n * dim; i++)
+            m->xb[i] *= m->cfgx.resid_mult;
     add_rows(m->x, m->xb, (size_t)n * dim);
     return 0;
 }
@@ -673,6 +717,12 @@ static void head_rows(struct wrk_model *m, int r0, int k)
     }
     observe(m, c->n_layers, WRK_SITE_HEAD, m->xb, k, (int)dim, (int)dim);
     gemm(m, &m->head, m->a_dim, k, m->head_dst[r0] + m->plan.v0, (int)c->vocab_size);
+    if (m->cfgx.logit_scale != 0.0f) /* Granite's logits_scaling divides them */
+        for (int j = 0; j < k; j++) {
+            float *y = m->head_dst[r0] + (size_t)j * c->vocab_size;
+            for (int v = m->plan.v0; v < m->plan.v1; v++)
+                y[v] /= m->cfgx.logit_scale;
+        }
 }
 
 /* This rank's columns [v0, v1) of the logits the chunk's pieces ask for (a piece's last token

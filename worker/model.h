@@ -34,7 +34,7 @@ enum wrk_site {
 
 struct wrk_model {
     struct shlm_config cfg;
-    struct shlm_config_ext cfgx; /* the newer architectures' fields (none implemented yet) */
+    struct shlm_config_ext cfgx; /* the newer architectures' fields */
     struct seg_plan plan;     /* this rank's slice of every matrix */
     const struct kn_ops *ops;
     struct wrk_pool *pool;    /* splits matrix rows; not owned */
@@ -67,6 +67,7 @@ struct wrk_model {
     uint8_t *gemm_scratch;
     size_t gemm_scratch_bytes;
     float *rope_freqs; /* (head_dim / 2) */
+    float rope_mscale; /* cos and sin times this (LongRoPE's and YaRN's attention factor; 1) */
     struct kn_act *a_dim, *a_o, *a_down; /* (M) prepared inputs of q/k/v/gate/up, O, down */
     /* the chunk being run: its pieces (a sequence's consecutive tokens each), the piece of each
      * row, and the rows whose logits the head computes with where they go */
