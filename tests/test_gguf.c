@@ -1301,7 +1301,7 @@ static void test_source_arch(void **state)
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_gemma2, &c, arch, "\"gemma2\"",
               "not supported (extra pre/post norms", NULL);
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen9, &c, arch, "\"qwen9\"",
-              "(llama, qwen2, gemma, spark, qwen3)", NULL);
+              "(llama, qwen2, gemma, spark, qwen3, phi3, granite, smollm3)", NULL);
     /* well-formed UTF-8 kept; a stray byte, a cut sequence, a bidi override and \ escaped */
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_utf8, &c, arch,
               "\"caf\xc3\xa9\\xff\\xc3(\\xe2\\x80\\xae\\\\\"", NULL);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source_gguf.c: the GGUF model source - the architectures of shm/tensors.h's
- * table (llama, qwen2, gemma, spark, qwen3); tensors F32, F16, BF16, Q8_0 and Q4_0 are dequantized
- * as they are read. */
+ * table (llama, qwen2, gemma, spark, qwen3, phi3, granite, smollm3); tensors F32, F16, BF16, Q8_0
+ * and Q4_0 are dequantized as they are read. */
 #include "source.h"
 
 #include "gguf.h"
@@ -35,17 +35,30 @@ static int gguf_src_read(struct coord_source *s, enum shlm_kind kind, uint32_t l
     if ((unsigned)kind >= SHLM_KIND_COUNT ||
         layer >= (shlm_kinds[kind].layer ? s->cfg.n_layers : 1))
         return -ENOENT;
-    shlm_kind_gguf_name(kind, layer, gname, sizeof(gname)); /* llama.cpp's naming */
-    const struct gguf_tensor *t = gguf_tensor(&g->f, gname);
+    /* a fused tensor (Phi-3's attn_qkv, ffn_up of gate and up rows) of its full size holds the
+     * kind's rows from row0; else the kind's own tensor, llama.cpp's naming */
+    const struct gguf_tensor *t = NULL;
+    int row0 = 0, total = rows;
+    if (shlm_kind_fused(&s->cfg, kind, layer, false, gname, sizeof(gname), &row0, &total)) {
+        t = gguf_tensor(&g->f, gname);
+        if (t && gguf_tensor_rows(t) != (uint64_t)total)
+            t = NULL;
+    }
+    if (!t) {
+        row0 = 0;
+        total = rows;
+        shlm_kind_gguf_name(kind, layer, gname, sizeof(gname));
+        t = gguf_tensor(&g->f, gname);
+    }
     if (!t)
         return -ENOENT;
     /* GGUF dims[0] is the row length (our cols); 1-D tensors are one row */
     uint64_t trows = gguf_tensor_rows(t);
-    if (t->dims[0] != (uint64_t)cols || trows != (uint64_t)rows)
+    if (t->dims[0] != (uint64_t)cols || trows != (uint64_t)total)
         return shardlm_fail(
             e, -EINVAL, "%s: tensor %s is %llux%llu (rows x cols), the config needs %dx%d", s->path,
-            gname, (unsigned long long)trows, (unsigned long long)t->dims[0], rows, cols);
-    int rc = gguf_read_rows(&g->f, t, 0, trows, out, e);
+            gname, (unsigned long long)trows, (unsigned long long)t->dims[0], total, cols);
+    int rc = gguf_read_rows(&g->f, t, (uint64_t)row0, (uint64_t)(row0 + rows), out, e);
     return rc ? rc : coord_source_check_finite(out, rows, cols, s->path, gname, e);
 }
 
@@ -141,15 +154,29 @@ static int read_shape(struct gguf_source *g, struct shlm_config *c, const char *
     return 0;
 }
 
-/* Refuses every <arch>.* setting of coord_unsupported_keys[] that is not neutral. */
-static int check_unsupported(const struct gguf_source *g, const struct shlm_config *c,
-                             const char *path, struct shardlm_err *e)
+/* Whether <arch>.@key is one read_ext() has read for architecture @a in config @c. */
+static bool ext_key(const char *key, const struct shlm_arch_traits *a, const struct shlm_config *c)
+{
+    static const char *const multipliers[] = {"embedding_scale", "residual_scale",
+                                              "attention.scale", "logit_scale"};
+    for (size_t i = 0; a->multipliers && i < sizeof(multipliers) / sizeof(multipliers[0]); i++)
+        if (!strcmp(key, multipliers[i]))
+            return true;
+    if (a->attn == SHLM_ATTN_WINDOW_CONFIG && !strcmp(key, "attention.sliding_window"))
+        return true;
+    return c->rope_scaling == SHLM_ROPE_LONGROPE && !strcmp(key, "rope.scaling.attn_factor");
+}
+
+/* Refuses every <arch>.* setting of coord_unsupported_keys[] that is not neutral (but those
+ * read_ext() has read for @a). */
+static int check_unsupported(const struct gguf_source *g, const struct shlm_arch_traits *a,
+                             const struct shlm_config *c, const char *path, struct shardlm_err *e)
 {
     for (size_t i = 0; i < coord_n_unsupported_keys; i++) {
         const struct coord_key *k = &coord_unsupported_keys[i];
         struct coord_val v;
         char label[512];
-        if (!k->gguf)
+        if (!k->gguf || ext_key(k->gguf, a, c))
             continue;
         setting(g, path, akey(g, k->gguf), &v, label);
         int rc = coord_key_check(k, &v, label, c, e);
@@ -165,11 +192,6 @@ static int check_unsupported(const struct gguf_source *g, const struct shlm_conf
 static int read_features(struct gguf_source *g, const struct shlm_arch_traits *arch,
                          struct shlm_config *c, const char *path, struct shardlm_err *e)
 {
-    if (gguf_tensor(&g->f, "rope_freqs.weight"))
-        return shardlm_fail(e, -EINVAL,
-                            "%s: tensor rope_freqs.weight (per-frequency RoPE "
-                            "factors, Llama 3.1 style) is not supported yet",
-                            path);
     /* llama.cpp's converter already added 1 to gemma's RMSNorm weights: used as they are */
     shlm_arch_apply(arch, false, c);
     char name[64];
@@ -183,6 +205,56 @@ static int read_features(struct gguf_source *g, const struct shlm_arch_traits *a
     if (!emb || emb->n_dims != 2)
         return shardlm_fail(e, -EINVAL, "%s: tensor token_embd.weight is missing or not 2-D", path);
     c->vocab_size = emb->dims[1] > UINT32_MAX ? 0 : (uint32_t)emb->dims[1];
+    return 0;
+}
+
+/* What the newer architectures add (shlm_config_ext) from <arch>.* metadata and the tensors
+ * present: Granite's multipliers, the config's window, layers without RoPE, LongRoPE (its
+ * factors' tensors) and per-frequency RoPE divisors (rope_freqs: llama.cpp's form of Llama 3.1's
+ * scaling). */
+static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, struct coord_source *s,
+                    const char *path, struct shardlm_err *e)
+{
+    struct shlm_config *c = &s->cfg;
+    struct shlm_config_ext *x = &s->cfgx;
+    int rc;
+    if (a->multipliers &&
+        ((rc = arch_real(g, path, "embedding_scale", 0.0, 65536.0, 0.0f, &c->embd_scale, e)) ||
+         (rc = arch_real(g, path, "residual_scale", 0.0, 1e6, 0.0f, &x->resid_mult, e)) ||
+         (rc = arch_real(g, path, "attention.scale", 0.0, 1e6, 0.0f, &x->query_scale, e)) ||
+         (rc = arch_real(g, path, "logit_scale", 0.0, 1e6, 0.0f, &x->logit_scale, e))))
+        return rc;
+    x->nope_interval = a->gguf_nope_interval;
+    if (a->attn == SHLM_ATTN_WINDOW_CONFIG) {
+        /* Phi-3 4k files made before the converter wrote the key: llama.cpp's default */
+        bool phi3_4k = (c->n_layers == 32 || c->n_layers == 40) && c->seq_len == 4096;
+        if ((rc = arch_uint(g, path, "attention.sliding_window", 0, UINT32_MAX, false,
+                            phi3_4k ? 2047 : 0, &x->window, e)))
+            return rc;
+    }
+    char name[64];
+    shlm_kind_gguf_name(SHLM_KIND_ROPE_FACTORS_LONG, 0, name, sizeof(name));
+    if (gguf_tensor(&g->f, name)) {
+        c->rope_scaling = SHLM_ROPE_LONGROPE;
+        if ((rc = arch_uint(g, path, "rope.scaling.original_context_length", 1, 1u << 24, true, 0,
+                            &c->rope_orig_ctx, e)))
+            return rc;
+        /* as llama.cpp's converter computes it where the key is absent */
+        float def = kn_rope_longrope_attn((float)c->seq_len / (float)c->rope_orig_ctx,
+                                          (int)c->rope_orig_ctx);
+        if ((rc = arch_real(g, path, "rope.scaling.attn_factor", 0.0, 1e6, def,
+                            &x->rope_attn_factor, e)))
+            return rc;
+    }
+    shlm_kind_gguf_name(SHLM_KIND_ROPE_FREQS, 0, name, sizeof(name));
+    if (gguf_tensor(&g->f, name)) {
+        if (c->rope_scaling != SHLM_ROPE_NONE)
+            return shardlm_fail(e, -EINVAL,
+                                "%s: tensors %s and rope_factors_long.weight: "
+                                "expected one kind of RoPE scaling",
+                                path, name);
+        c->rope_scaling = SHLM_ROPE_FREQS;
+    }
     return 0;
 }
 
@@ -243,8 +315,8 @@ int coord_source_gguf(struct coord_source *s, const char *path, const char *toke
     s->cfg.arch = SHLM_ARCH_LLAMA;
     const struct shlm_arch_traits *arch = NULL;
     if ((rc = read_arch(g, path, &arch, e)) || (rc = read_shape(g, &s->cfg, path, e)) ||
-        (rc = check_unsupported(g, &s->cfg, path, e)) ||
-        (rc = read_features(g, arch, &s->cfg, path, e)) ||
+        (rc = read_features(g, arch, &s->cfg, path, e)) || (rc = read_ext(g, arch, s, path, e)) ||
+        (rc = check_unsupported(g, arch, &s->cfg, path, e)) ||
         (rc = read_tokenizer(s, g, path, tokenizer, e))) {
         coord_source_close(s);
         return rc;
