@@ -220,6 +220,8 @@ static void check_shape(const char *shape, const char *arch, bool gelu, bool gat
     assert_non_null(strstr(r->out, "config: dim 64"));
     assert_non_null(strstr(r->out, gate ? "+head-gate" : "embeddings tied"));
     assert_non_null(strstr(r->out, "32.000 bits per weight")); /* f32 */
+    if (!strcmp(arch, "granite")) /* the multipliers the forward applies */
+        assert_non_null(strstr(r->out, "\n        query scale 0.1, residual x0.25, logits /4\n"));
     /* synth writes a chat template into the GGUF; convert carries it into the .shlm */
     assert_non_null(strstr(r->out, "\nchat template: 138 bytes"));
 

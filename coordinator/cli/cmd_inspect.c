@@ -11,6 +11,7 @@
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,9 +29,47 @@ static void print_config(const struct shlm_config *c)
            c->n_kv_heads, c->vocab_size, c->seq_len);
     printf("        norm eps %g, rope theta %g (%s%s), activation %s, embeddings %s\n",
            (double)c->norm_eps, (double)c->rope_theta, c->rope_neox ? "neox" : "interleaved",
-           c->rope_scaling == SHLM_ROPE_LLAMA3 ? ", llama3 scaling" : "",
+           c->rope_scaling == SHLM_ROPE_LLAMA3     ? ", llama3 scaling"
+           : c->rope_scaling == SHLM_ROPE_YARN     ? ", yarn scaling"
+           : c->rope_scaling == SHLM_ROPE_LONGROPE ? ", longrope scaling"
+           : c->rope_scaling == SHLM_ROPE_FREQS    ? ", rope_freqs scaling"
+                                                   : "",
            c->act == SHLM_ACT_GELU_TANH ? "gelu-tanh gated" : "silu gated",
            c->tied_embd ? "tied" : "untied");
+}
+
+/* Appends ", " (but first) and the formatted part to @line (@len bytes, *@n used). */
+static void add_part(char *line, size_t len, int *n, const char *fmt, ...)
+{
+    va_list ap;
+    if (*n > 0 && (size_t)*n < len)
+        *n += snprintf(line + *n, len - (size_t)*n, ", ");
+    va_start(ap, fmt);
+    if ((size_t)*n < len)
+        *n += vsnprintf(line + *n, len - (size_t)*n, fmt, ap);
+    va_end(ap);
+}
+
+/* The extension's fields that Phi-3, Granite, SmolLM3, Mistral and YaRN set, one line where any
+ * is. */
+static void print_config_archs(const struct shlm_config_ext *x)
+{
+    char line[256] = "";
+    int n = 0;
+    if (x->window)
+        add_part(line, sizeof(line), &n, "window %u", x->window);
+    if (x->query_scale)
+        add_part(line, sizeof(line), &n, "query scale %g", (double)x->query_scale);
+    if (x->resid_mult)
+        add_part(line, sizeof(line), &n, "residual x%g", (double)x->resid_mult);
+    if (x->logit_scale)
+        add_part(line, sizeof(line), &n, "logits /%g", (double)x->logit_scale);
+    if (x->nope_interval)
+        add_part(line, sizeof(line), &n, "no RoPE on every %u-th layer", x->nope_interval);
+    if (x->rope_attn_factor)
+        add_part(line, sizeof(line), &n, "rope attention factor %g", (double)x->rope_attn_factor);
+    if (n)
+        printf("        %s\n", line);
 }
 
 static int inspect_shlm(const char *path, struct shardlm_err *e)
@@ -53,6 +92,7 @@ static int inspect_shlm(const char *path, struct shardlm_err *e)
     if (h->shard_count)
         printf("shard: rank %u of %u\n", h->shard_rank, h->shard_count);
     print_config(&h->cfg);
+    print_config_archs(&h->cfgx);
     printf("scheme: %s", shlm_scheme_name((enum shlm_scheme)h->scheme));
     if (h->group)
         printf(", group %u, embedding/head int%u", h->group, h->head_bits);
@@ -154,6 +194,7 @@ static int inspect_hf(const char *path, struct shardlm_err *e)
         return rc;
     printf("%s:\n", path);
     print_config(&s.cfg);
+    print_config_archs(&s.cfgx);
     printf("tokenizer: %zu bytes, bos %u eos %u\n", s.tok_len, s.bos_id, s.eos_id);
     coord_source_close(&s);
     return 0;
