@@ -10,8 +10,9 @@
 
 const struct coord_key coord_unsupported_keys[] = {
     /* RoPE: GGUF's scaling keys (llama.cpp applies rope.scaling.factor and rope.scale_linear
-     * whatever the type); config.json's rope_scaling is read by hf_config.c (llama3 is
-     * supported, linear and yarn refused there) */
+     * whatever the type; LongRoPE's attn_factor is read with its factors' tensors); config.json's
+     * rope_scaling is read by hf_config.c (llama3, yarn and longrope are supported, linear
+     * refused there) */
     {"rope.scaling.type", NULL, COORD_KEY_NONE_STR, "RoPE scaling"},
     {"rope.scaling.factor", NULL, COORD_KEY_ZERO_OR_ONE, "RoPE scaling"},
     {"rope.scale_linear", NULL, COORD_KEY_ZERO_OR_ONE, "linear RoPE scaling"},
@@ -34,7 +35,8 @@ const struct coord_key coord_unsupported_keys[] = {
     {"attention.layer_norm_epsilon", NULL, COORD_KEY_NEVER, "LayerNorm (not RMSNorm)"},
     {NULL, "attention_bias", COORD_KEY_FALSE, "biases on q/k/v/o_proj"},
     {NULL, "mlp_bias", COORD_KEY_FALSE, "biases on the MLP projections"},
-    /* multipliers (Granite, Command-R) */
+    /* multipliers (Granite, Command-R): read where the architecture's row has them (Granite), and
+     * the window where its row windows by config (Phi-3, Mistral); refused in every other */
     {"embedding_scale", "embedding_multiplier", COORD_KEY_ZERO_OR_ONE, "an embedding multiplier"},
     {"residual_scale", "residual_multiplier", COORD_KEY_ZERO_OR_ONE, "a residual multiplier"},
     {"logit_scale", "logit_scale", COORD_KEY_ZERO_OR_ONE, "a logit multiplier"},
