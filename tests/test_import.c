@@ -2,8 +2,9 @@
 /* Imports end to end: `shardlm synth` writes a small GGUF, `shardlm convert` turns it into an f32
  * .shlm, and `shardlm eval` compares the engine's logits with a direct reference forward written
  * here from the GGUF weights (plain loops, no shardlm kernels): llama (interleaved RoPE, GQA,
- * SiLU, tied), spark (head_dim != dim / heads, GELU-tanh, per-head output gate) and granite (its
- * multipliers), at one and two workers; the architecture shapes from GGUF and Hugging Face
+ * SiLU, tied), spark (head_dim != dim / heads, GELU-tanh, per-head output gate), granite (its
+ * multipliers) and phi3 (fused tensors, LongRoPE's long and short factors), at one and two
+ * workers; the architecture shapes from GGUF and Hugging Face
  * folders against ik_llama.cpp's logits (tests/data/golden). Also what synth and convert report:
  * their progress callbacks (the library prints nothing) and the exact lines the CLI prints from
  * them; synth with a tokenizer.json of its own (synth_tok.c). */
@@ -51,6 +52,10 @@ struct ref_model {
      * scores times attn instead of 1 / sqrt(hd), each block's output times res before the add,
      * logits divided by logit */
     float emb, attn, res, logit;
+    /* Phi-3: q/k/v rows in attn_qkv and gate/up in ffn_up; NeoX RoPE; an untied head;
+     * LongRoPE's factors (rf: head_dim / 2 divisors) and cos/sin magnitude (mscale; 0: 1) */
+    bool fused, neox, untied;
+    float *rf, mscale;
 };
 
 static float *tensor(struct ref_model *m, const char *fmt, int l)
@@ -91,6 +96,8 @@ static void reference(struct ref_model *m, const int32_t *tok, int n, float *log
 {
     int D = m->dim, Q = m->heads * m->hd, KV = m->kv * m->hd;
     float *emb = tensor(m, "token_embd.weight", 0), *onorm = tensor(m, "output_norm.weight", 0);
+    float *head = m->untied ? tensor(m, "output.weight", 0) : emb;
+    float ms = m->mscale ? m->mscale : 1.0f;
     float *kc = calloc((size_t)m->layers * n * KV, 4), *vc = calloc((size_t)m->layers * n * KV, 4);
     float x[256], xb[256], q[256], k[256], v[256], att[256], o[256], h1[512], h3[512], sc[600];
     for (int p = 0; p < n; p++) {
@@ -98,11 +105,24 @@ static void reference(struct ref_model *m, const int32_t *tok, int n, float *log
         for (int i = 0; m->emb && i < D; i++)
             x[i] *= m->emb;
         for (int l = 0; l < m->layers; l++) {
-            float *an = tensor(m, "blk.%d.attn_norm.weight", l), *wq = tensor(m, "blk.%d.attn_q.weight", l);
-            float *wk = tensor(m, "blk.%d.attn_k.weight", l), *wv = tensor(m, "blk.%d.attn_v.weight", l);
-            float *wo = tensor(m, "blk.%d.attn_output.weight", l), *fn = tensor(m, "blk.%d.ffn_norm.weight", l);
-            float *wg = tensor(m, "blk.%d.ffn_gate.weight", l), *wu = tensor(m, "blk.%d.ffn_up.weight", l);
+            float *an = tensor(m, "blk.%d.attn_norm.weight", l);
+            float *wo = tensor(m, "blk.%d.attn_output.weight", l),
+                  *fn = tensor(m, "blk.%d.ffn_norm.weight", l);
             float *wd = tensor(m, "blk.%d.ffn_down.weight", l);
+            float *wq, *wk, *wv, *wg, *wu;
+            if (m->fused) { /* rows q, k, v; gate, up */
+                wq = tensor(m, "blk.%d.attn_qkv.weight", l);
+                wk = wq + (size_t)Q * D;
+                wv = wk + (size_t)KV * D;
+                wg = tensor(m, "blk.%d.ffn_up.weight", l);
+                wu = wg + (size_t)m->ffn * D;
+            } else {
+                wq = tensor(m, "blk.%d.attn_q.weight", l);
+                wk = tensor(m, "blk.%d.attn_k.weight", l);
+                wv = tensor(m, "blk.%d.attn_v.weight", l);
+                wg = tensor(m, "blk.%d.ffn_gate.weight", l);
+                wu = tensor(m, "blk.%d.ffn_up.weight", l);
+            }
             float *gt = m->gate ? tensor(m, "blk.%d.attn_gate.weight", l) : NULL;
             rmsnorm(xb, x, an, D, m->eps);
             matvec(wq, xb, q, Q, D);
@@ -114,12 +134,14 @@ static void reference(struct ref_model *m, const int32_t *tok, int n, float *log
                 int nh = pass ? m->kv : m->heads;
                 for (int hh = 0; hh < nh; hh++)
                     for (int i = 0; i < m->hd; i += 2) {
-                        float fr = 1.0f / powf(m->theta, (float)i / m->hd), a = p * fr;
-                        int i0 = m->gate ? hh * m->hd + i / 2 : hh * m->hd + i;
-                        int i1 = m->gate ? i0 + m->hd / 2 : i0 + 1;
+                        float fr = 1.0f / powf(m->theta, (float)i / m->hd);
+                        float a = p * (m->rf ? fr / m->rf[i / 2] : fr);
+                        bool neox = m->gate || m->neox;
+                        int i0 = neox ? hh * m->hd + i / 2 : hh * m->hd + i;
+                        int i1 = neox ? i0 + m->hd / 2 : i0 + 1;
                         float v0 = vec[i0], v1 = vec[i1];
-                        vec[i0] = v0 * cosf(a) - v1 * sinf(a);
-                        vec[i1] = v0 * sinf(a) + v1 * cosf(a);
+                        vec[i0] = (v0 * cosf(a) - v1 * sinf(a)) * ms;
+                        vec[i1] = (v0 * sinf(a) + v1 * cosf(a)) * ms;
                     }
             }
             memcpy(kc + ((size_t)l * n + p) * KV, k, KV * 4);
@@ -165,14 +187,18 @@ static void reference(struct ref_model *m, const int32_t *tok, int n, float *log
             matvec(wd, h1, o, D, m->ffn);
             for (int i = 0; i < D; i++)
                 x[i] += m->res ? m->res * o[i] : o[i];
-            free(an), free(wq), free(wk), free(wv), free(wo), free(fn), free(wg), free(wu), free(wd);
+            free(an), free(wq), free(wo), free(fn), free(wg), free(wd);
+            if (!m->fused)
+                free(wk), free(wv), free(wu);
             free(gt);
         }
         rmsnorm(xb, x, onorm, D, m->eps);
-        matvec(emb, xb, logits + (size_t)p * m->vocab, m->vocab, D);
+        matvec(head, xb, logits + (size_t)p * m->vocab, m->vocab, D);
         for (int i = 0; m->logit && i < m->vocab; i++)
             logits[(size_t)p * m->vocab + i] /= m->logit;
     }
+    if (m->untied)
+        free(head);
     free(emb), free(onorm), free(kc), free(vc);
 }
 
@@ -196,16 +222,20 @@ static void eval_overall(const struct tu_run *r, double *kld, double *top1)
     assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", kld, top1, &ppl), 3);
 }
 
-static void check_shape(const char *shape, const char *arch, bool gelu, bool gate)
+/* @shape of architecture @arch converted (with its context capped at @ctx where not NULL)
+ * against the reference forward of its GGUF's weights. */
+static void check_shape(const char *shape, const char *arch, bool gelu, bool gate, const char *ctx)
 {
     struct tu_run *r = malloc(sizeof(*r));
-    char gguf[4300], shlm[4300], ref[4300], path[4400];
-    tu_path(gguf, sizeof(gguf), "%s/%s.gguf", dir, shape);
-    tu_path(shlm, sizeof(shlm), "%s/%s.shlm", dir, shape);
-    tu_path(ref, sizeof(ref), "%s/%s-ref", dir, shape);
+    char gguf[4300], shlm[4300], ref[4300], path[4400], tag[96];
+    snprintf(tag, sizeof(tag), "%s%s%s", shape, ctx ? "-ctx" : "", ctx ? ctx : "");
+    tu_path(gguf, sizeof(gguf), "%s/%s.gguf", dir, tag);
+    tu_path(shlm, sizeof(shlm), "%s/%s.shlm", dir, tag);
+    tu_path(ref, sizeof(ref), "%s/%s-ref", dir, tag);
     char *synth[] = {(char *)tu_bin(), "synth", "--shape", (char *)shape, "-o", gguf, NULL};
     assert_int_equal(run(synth, r), 0);
-    char *conv[] = {(char *)tu_bin(), "convert", gguf, "--scheme", "f32", "-o", shlm, "-q", NULL};
+    char *conv[] = {(char *)tu_bin(),     "convert",   gguf, "--scheme", "f32", "-o", shlm, "-q",
+                    ctx ? "--ctx" : NULL, (char *)ctx, NULL};
     assert_int_equal(run(conv, r), 0);
 
     /* inspect reads both */
@@ -218,24 +248,31 @@ static void check_shape(const char *shape, const char *arch, bool gelu, bool gat
     char *in2[] = {(char *)tu_bin(), "inspect", shlm, NULL};
     assert_int_equal(run(in2, r), 0);
     assert_non_null(strstr(r->out, "config: dim 64"));
-    assert_non_null(strstr(r->out, gate ? "+head-gate" : "embeddings tied"));
+    bool untied = !strcmp(arch, "phi3");
+    assert_non_null(strstr(r->out, gate     ? "+head-gate"
+                                   : untied ? "embeddings untied"
+                                            : "embeddings tied"));
     assert_non_null(strstr(r->out, "32.000 bits per weight")); /* f32 */
     if (!strcmp(arch, "granite")) /* the multipliers the forward applies */
         assert_non_null(strstr(r->out, "\n        query scale 0.1, residual x0.25, logits /4\n"));
     /* synth writes a chat template into the GGUF; convert carries it into the .shlm */
     assert_non_null(strstr(r->out, "\nchat template: 138 bytes"));
 
-    struct ref_model m = {.gelu = gelu, .gate = gate};
+    /* phi3: fused tensors, NeoX q/k (llama.cpp permutes only llama's), untied */
+    struct ref_model m = {
+        .gelu = gelu, .gate = gate, .fused = untied, .neox = untied, .untied = untied};
     struct shardlm_err e;
     assert_int_equal(gguf_open(&m.f, gguf, &e), 0);
     const struct gguf_tensor *emb = gguf_tensor(&m.f, "token_embd.weight");
-    const struct gguf_tensor *q = gguf_tensor(&m.f, "blk.0.attn_q.weight");
-    const struct gguf_tensor *kk = gguf_tensor(&m.f, "blk.0.attn_k.weight");
-    const struct gguf_tensor *g = gguf_tensor(&m.f, "blk.0.ffn_gate.weight");
     m.dim = (int)emb->dims[0];
     m.vocab = (int)emb->dims[1];
-    m.ffn = (int)g->dims[1];
     char key[96];
+    snprintf(key, sizeof(key), "%s.feed_forward_length", arch);
+    assert_int_equal(gguf_get_u32(&m.f, key, (uint32_t *)&m.ffn), 0);
+    snprintf(key, sizeof(key), "%s.attention.head_count", arch);
+    assert_int_equal(gguf_get_u32(&m.f, key, (uint32_t *)&m.heads), 0);
+    snprintf(key, sizeof(key), "%s.attention.head_count_kv", arch);
+    assert_int_equal(gguf_get_u32(&m.f, key, (uint32_t *)&m.kv), 0);
     snprintf(key, sizeof(key), "%s.block_count", arch);
     assert_int_equal(gguf_get_u32(&m.f, key, (uint32_t *)&m.layers), 0);
     snprintf(key, sizeof(key), "%s.attention.key_length", arch);
@@ -247,8 +284,15 @@ static void check_shape(const char *shape, const char *arch, bool gelu, bool gat
         snprintf(key, sizeof(key), "%s.%s", arch, mults[i]);
         gguf_get_f32(&m.f, key, mult[i]);
     }
-    m.heads = (int)q->dims[1] / m.hd;
-    m.kv = (int)kk->dims[1] / m.hd;
+    /* LongRoPE: the long factors where the context exceeds the original one, else the short */
+    uint32_t orig = 0;
+    snprintf(key, sizeof(key), "%s.rope.scaling.original_context_length", arch);
+    if (gguf_get_u32(&m.f, key, &orig) == 0) {
+        bool lng = !ctx || (uint32_t)atoi(ctx) > orig;
+        m.rf = tensor(&m, lng ? "rope_factors_long.weight" : "rope_factors_short.weight", 0);
+        snprintf(key, sizeof(key), "%s.rope.scaling.attn_factor", arch);
+        assert_int_equal(gguf_get_f32(&m.f, key, &m.mscale), 0);
+    }
     m.theta = 10000.0f;
     m.eps = 1e-5f;
 
@@ -286,8 +330,8 @@ static void check_shape(const char *shape, const char *arch, bool gelu, bool gat
     /* the same reference as float16 (a .logits.f16 file): within its rounding; --save writes
      * this model's logits in float16 under that name too, the reference's bytes again */
     char ref16[4300], save16[4300];
-    tu_path(ref16, sizeof(ref16), "%s/%s-ref16", dir, shape);
-    tu_path(save16, sizeof(save16), "%s/%s-save16", dir, shape);
+    tu_path(ref16, sizeof(ref16), "%s/%s-ref16", dir, tag);
+    tu_path(save16, sizeof(save16), "%s/%s-save16", dir, tag);
     mkdir(ref16, 0755);
     uint16_t *h = malloc((size_t)N * m.vocab * sizeof(uint16_t));
     for (size_t i = 0; i < (size_t)N * m.vocab; i++)
@@ -316,18 +360,26 @@ static void check_shape(const char *shape, const char *arch, bool gelu, bool gat
     free(saved);
     free(h);
     free(logits);
+    free(m.rf);
     free(r);
 }
 
-static void test_tiny_llama(void **state) { check_shape("tiny", "llama", false, false); }
-static void test_tiny_spark(void **state) { check_shape("tiny-spark", "spark", true, true); }
+static void test_tiny_llama(void **state) { check_shape("tiny", "llama", false, false, NULL); }
+static void test_tiny_spark(void **state) { check_shape("tiny-spark", "spark", true, true, NULL); }
+/* Phi-3's fused tensors split at import and LongRoPE's factors: the long ones at the file's
+ * context (4096 > 256 original positions), the short ones with the context capped at 256 */
+static void test_tiny_phi3(void **state)
+{
+    check_shape("tiny-phi3", "phi3", false, false, NULL);
+    check_shape("tiny-phi3", "phi3", false, false, "256");
+}
 /* Granite's multipliers against the reference forward: ik_llama.cpp's tiny-granite logits
  * (tests/data/golden) are not a reference for it, as ik (8337e4cd3) scales the residual stream
  * with the block's output added (x = r (x + f(x))), not the block's output alone (transformers'
  * GraniteDecoderLayer, llama.cpp's llm_build_granite: x = x + r f(x)) */
 static void test_tiny_granite(void **state)
 {
-    check_shape("tiny-granite", "granite", false, false);
+    check_shape("tiny-granite", "granite", false, false, NULL);
 }
 
 /* @shape from its GGUF and from its Hugging Face folder against ik_llama.cpp's logits for the
@@ -690,10 +742,10 @@ int main(void)
         cmocka_unit_test(test_progress_callbacks), cmocka_unit_test(test_progress_text),
         cmocka_unit_test(test_group_sizes),        cmocka_unit_test(test_output_errors),
         cmocka_unit_test(test_tiny_llama),         cmocka_unit_test(test_tiny_spark),
-        cmocka_unit_test(test_tiny_granite),       cmocka_unit_test(test_tiny_qwen3_ik),
-        cmocka_unit_test(test_tiny_phi3_ik),       cmocka_unit_test(test_tiny_smollm3_ik),
-        cmocka_unit_test(test_tiny_mistral_ik),    cmocka_unit_test(test_tiny_llama31_ik),
-        cmocka_unit_test(test_synth_tokenizer),
+        cmocka_unit_test(test_tiny_granite),       cmocka_unit_test(test_tiny_phi3),
+        cmocka_unit_test(test_tiny_qwen3_ik),      cmocka_unit_test(test_tiny_phi3_ik),
+        cmocka_unit_test(test_tiny_smollm3_ik),    cmocka_unit_test(test_tiny_mistral_ik),
+        cmocka_unit_test(test_tiny_llama31_ik),    cmocka_unit_test(test_synth_tokenizer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
