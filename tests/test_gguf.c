@@ -1245,13 +1245,64 @@ static void test_source_settings(void **state)
 }
 
 /* What the runtime lacks, refused by name and value; neutral values pass. */
+/* rope.scaling.type "yarn" with its factor (and @extra_key of @type, @putv: NULL for none): the
+ * source's config and extension into *@s, or the error. */
+static int open_yarn(const uint8_t *b, size_t n, const char *extra_key, uint32_t type,
+                     kv_put_fn *putv, struct coord_source *s, struct shardlm_err *e)
+{
+    struct img add = {0};
+    kv_key(&add, "llama.rope.scaling.type", GGUF_STRING);
+    put_str(&add, "yarn");
+    kv_key(&add, "llama.rope.scaling.factor", GGUF_FLOAT32);
+    put_f32(&add, 4.0f);
+    if (extra_key) {
+        kv_key(&add, extra_key, type);
+        putv(&add);
+    }
+    const char *path = edited(b, n, NULL, &add, NULL, 0, 0);
+    free(add.b);
+    return open_source(path, s, e);
+}
+
+/* A GGUF with YaRN scaling (Qwen2.5's, as llama.cpp writes it): factor, the original context
+ * (the file's when absent), the betas (32, 1), the attention factor; DeepSeek's keys refused. */
+static void test_source_yarn(void **state)
+{
+    size_t n;
+    uint8_t *b = tiny_image(&n);
+    struct coord_source s;
+    struct shardlm_err e;
+    assert_int_equal(open_yarn(b, n, NULL, 0, NULL, &s, &e), 0);
+    assert_int_equal(s.cfg.rope_scaling, SHLM_ROPE_YARN);
+    assert_true(s.cfg.rope_factor == 4.0f);
+    assert_int_equal(s.cfg.rope_orig_ctx, s.cfg.seq_len);
+    assert_true(s.cfgx.yarn_beta_fast == 32.0f && s.cfgx.yarn_beta_slow == 1.0f);
+    assert_true(s.cfgx.rope_attn_factor == 0.0f);
+    coord_source_close(&s);
+    assert_int_equal(open_yarn(b, n, "llama.rope.scaling.original_context_length", GGUF_UINT32,
+                               v_u32_128, &s, &e),
+                     0);
+    assert_int_equal(s.cfg.rope_orig_ctx, 128);
+    coord_source_close(&s);
+    assert_int_equal(
+        open_yarn(b, n, "llama.rope.scaling.attn_factor", GGUF_FLOAT32, v_f32_4, &s, &e), 0);
+    assert_true(s.cfgx.rope_attn_factor == 4.0f);
+    coord_source_close(&s);
+    assert_int_equal(
+        open_yarn(b, n, "llama.rope.scaling.yarn_ext_factor", GGUF_FLOAT32, v_f32_1, &s, &e),
+        -EINVAL);
+    assert_non_null(strstr(e.msg, "llama.rope.scaling.yarn_ext_factor is set: not supported"));
+    free(b);
+}
+
 static void test_source_unsupported(void **state)
 {
     size_t n;
     uint8_t *b = tiny_image(&n);
     struct shlm_config c;
+    /* YaRN is read (below); without its factor it is refused naming the factor */
     expect_kv(b, n, NULL, "llama.rope.scaling.type", GGUF_STRING, v_str_yarn, &c,
-              "llama.rope.scaling.type", "yarn", "not supported", NULL);
+              "llama.rope.scaling.factor", "expected 1..1024", NULL);
     expect_kv(b, n, NULL, "llama.rope.scaling.type", GGUF_STRING, v_str_linear, &c,
               "llama.rope.scaling.type", "linear", NULL);
     expect_kv(b, n, NULL, "llama.rope.scaling.type", GGUF_STRING, v_str_none, &c, NULL);
@@ -1373,23 +1424,15 @@ int main(int argc, char **argv)
         return 0;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_small_valid),
-        cmocka_unit_test(test_dequant),
-        cmocka_unit_test(test_every_kind),
-        cmocka_unit_test(test_truncations),
-        cmocka_unit_test(test_corruptions),
-        cmocka_unit_test(test_writer_roundtrip),
-        cmocka_unit_test(test_writer_errors),
-        cmocka_unit_test(test_open_errors),
-        cmocka_unit_test(test_vocab_llama_spm),
-        cmocka_unit_test(test_vocab_gpt2),
-        cmocka_unit_test(test_vocab_phi3),
-        cmocka_unit_test(test_corpus),
-        cmocka_unit_test(test_source_settings),
-        cmocka_unit_test(test_source_unsupported),
-        cmocka_unit_test(test_source_arch),
-        cmocka_unit_test(test_source_token_ids),
-        cmocka_unit_test(test_source_weights),
+        cmocka_unit_test(test_small_valid),      cmocka_unit_test(test_dequant),
+        cmocka_unit_test(test_every_kind),       cmocka_unit_test(test_truncations),
+        cmocka_unit_test(test_corruptions),      cmocka_unit_test(test_writer_roundtrip),
+        cmocka_unit_test(test_writer_errors),    cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_vocab_llama_spm),  cmocka_unit_test(test_vocab_gpt2),
+        cmocka_unit_test(test_vocab_phi3),       cmocka_unit_test(test_corpus),
+        cmocka_unit_test(test_source_settings),  cmocka_unit_test(test_source_unsupported),
+        cmocka_unit_test(test_source_yarn),      cmocka_unit_test(test_source_arch),
+        cmocka_unit_test(test_source_token_ids), cmocka_unit_test(test_source_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

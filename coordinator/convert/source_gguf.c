@@ -164,7 +164,52 @@ static bool ext_key(const char *key, const struct shlm_arch_traits *a, const str
             return true;
     if (a->attn == SHLM_ATTN_WINDOW_CONFIG && !strcmp(key, "attention.sliding_window"))
         return true;
-    return c->rope_scaling == SHLM_ROPE_LONGROPE && !strcmp(key, "rope.scaling.attn_factor");
+    if (c->rope_scaling == SHLM_ROPE_YARN &&
+        (!strcmp(key, "rope.scaling.type") || !strcmp(key, "rope.scaling.factor")))
+        return true;
+    return (c->rope_scaling == SHLM_ROPE_LONGROPE || c->rope_scaling == SHLM_ROPE_YARN) &&
+           !strcmp(key, "rope.scaling.attn_factor");
+}
+
+/* rope.scaling.type "yarn" (a Qwen2.5 converted with its YaRN config): factor, the original
+ * context (the file's context when absent), the ramp's betas (32 and 1 when absent) and the
+ * attention factor that multiplies YaRN's own magnitude, as llama.cpp reads them; DeepSeek's
+ * yarn_ext_factor / yarn_attn_factor are refused by name. Leaves a config without the key, or
+ * with another type (refused by check_unsupported()), as it is. */
+static int read_yarn(struct gguf_source *g, struct coord_source *s, const char *path,
+                     struct shardlm_err *e)
+{
+    struct shlm_config *c = &s->cfg;
+    struct shlm_config_ext *x = &s->cfgx;
+    struct coord_val v;
+    char label[512];
+    setting(g, path, akey(g, "rope.scaling.type"), &v, label);
+    if (v.kind != COORD_VAL_STR || v.len != 4 || memcmp(v.str, "yarn", 4) != 0)
+        return 0;
+    static const char *const refused[] = {"rope.scaling.yarn_ext_factor",
+                                          "rope.scaling.yarn_attn_factor"};
+    for (size_t i = 0; i < 2; i++) {
+        setting(g, path, akey(g, refused[i]), &v, label);
+        if (v.kind != COORD_VAL_ABSENT)
+            return shardlm_fail(e, -EINVAL, "%s is set: not supported (DeepSeek's YaRN scaling)",
+                                label);
+    }
+    int rc;
+    if ((rc = arch_real(g, path, "rope.scaling.factor", 0.0, 1025.0, 0.0f, &c->rope_factor, e)) ||
+        (rc = arch_uint(g, path, "rope.scaling.original_context_length", 1, 1u << 24, false,
+                        c->seq_len, &c->rope_orig_ctx, e)) ||
+        (rc = arch_real(g, path, "rope.scaling.attn_factor", 0.0, 1e6, 0.0f, &x->rope_attn_factor,
+                        e)) ||
+        (rc = arch_real(g, path, "rope.scaling.yarn_beta_fast", 0.0, 1e6, 32.0f, &x->yarn_beta_fast,
+                        e)) ||
+        (rc = arch_real(g, path, "rope.scaling.yarn_beta_slow", 0.0, 1e6, 1.0f, &x->yarn_beta_slow,
+                        e)))
+        return rc;
+    if (!(c->rope_factor >= 1.0f))
+        return shardlm_fail(e, -EINVAL, "%s: metadata %s is %g, expected 1..1024", path,
+                            akey(g, "rope.scaling.factor"), (double)c->rope_factor);
+    c->rope_scaling = SHLM_ROPE_YARN;
+    return 0;
 }
 
 /* Refuses every <arch>.* setting of coord_unsupported_keys[] that is not neutral (but those
@@ -210,8 +255,8 @@ static int read_features(struct gguf_source *g, const struct shlm_arch_traits *a
 
 /* What the newer architectures add (shlm_config_ext) from <arch>.* metadata and the tensors
  * present: Granite's multipliers, the config's window, layers without RoPE, LongRoPE (its
- * factors' tensors) and per-frequency RoPE divisors (rope_freqs: llama.cpp's form of Llama 3.1's
- * scaling). */
+ * factors' tensors), YaRN (read_yarn) and per-frequency RoPE divisors (rope_freqs: llama.cpp's form
+ * of Llama 3.1's scaling). */
 static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, struct coord_source *s,
                     const char *path, struct shardlm_err *e)
 {
@@ -246,12 +291,14 @@ static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, str
                             &x->rope_attn_factor, e)))
             return rc;
     }
+    if (c->rope_scaling == SHLM_ROPE_NONE && (rc = read_yarn(g, s, path, e)))
+        return rc;
     shlm_kind_gguf_name(SHLM_KIND_ROPE_FREQS, 0, name, sizeof(name));
     if (gguf_tensor(&g->f, name)) {
         if (c->rope_scaling != SHLM_ROPE_NONE)
             return shardlm_fail(e, -EINVAL,
-                                "%s: tensors %s and rope_factors_long.weight: "
-                                "expected one kind of RoPE scaling",
+                                "%s: tensor %s with another RoPE scaling (LongRoPE's factors or "
+                                "YaRN): expected one",
                                 path, name);
         c->rope_scaling = SHLM_ROPE_FREQS;
     }
