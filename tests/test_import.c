@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <jansson.h>
 #include <math.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -56,6 +57,7 @@ struct ref_model {
      * LongRoPE's factors (rf: head_dim / 2 divisors) and cos/sin magnitude (mscale; 0: 1) */
     bool fused, neox, untied;
     float *rf, mscale;
+    const float *freq; /* head_dim / 2 frequencies computed by the caller (YaRN); NULL: theta's */
 };
 
 static float *tensor(struct ref_model *m, const char *fmt, int l)
@@ -135,7 +137,7 @@ static void reference(struct ref_model *m, const int32_t *tok, int n, float *log
                 for (int hh = 0; hh < nh; hh++)
                     for (int i = 0; i < m->hd; i += 2) {
                         float fr = 1.0f / powf(m->theta, (float)i / m->hd);
-                        float a = p * (m->rf ? fr / m->rf[i / 2] : fr);
+                        float a = p * (m->freq ? m->freq[i / 2] : m->rf ? fr / m->rf[i / 2] : fr);
                         bool neox = m->gate || m->neox;
                         int i0 = neox ? hh * m->hd + i / 2 : hh * m->hd + i;
                         int i1 = neox ? i0 + m->hd / 2 : i0 + 1;
@@ -222,6 +224,49 @@ static void eval_overall(const struct tu_run *r, double *kld, double *top1)
     assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", kld, top1, &ppl), 3);
 }
 
+/* Tokens the reference runs: REF_N of them. */
+enum { REF_N = 40 };
+
+/* The reference's logits of REF_N tokens into @ref (ref.logits.f32, made here) with a greedy.tsv
+ * naming them (its line into @line, 1024 bytes). Returns the logits (free them). */
+static float *ref_write(struct ref_model *m, const char *ref, char *line)
+{
+    char path[4400];
+    int32_t tok[REF_N];
+    for (int i = 0; i < REF_N; i++)
+        tok[i] = (int32_t)((i * 37 + 11) % m->vocab);
+    float *logits = malloc((size_t)REF_N * m->vocab * sizeof(float));
+    reference(m, tok, REF_N, logits);
+    mkdir(ref, 0755);
+    tu_path(path, sizeof(path), "%s/ref.logits.f32", ref);
+    assert_int_equal(tu_write(path, logits, (size_t)REF_N * m->vocab * sizeof(float)), 0);
+    strcpy(line, "synthetic\t"); /* 5 "prompt" ids, then the rest as "generated" */
+    for (int i = 0; i < REF_N; i++)
+        sprintf(line + strlen(line), "%s%d", i == 0 ? "" : i == 5 ? "\t" : " ", tok[i]);
+    strcat(line, "\tnone.txt\tref.logits.f32\n");
+    tu_path(path, sizeof(path), "%s/greedy.tsv", ref);
+    assert_int_equal(tu_write(path, line, strlen(line)), 0);
+    return logits;
+}
+
+/* @shlm against the reference logits in @ref at one and two workers: the same to rounding. */
+static void eval_ref(struct tu_run *r, const char *shlm, const char *ref, const char *what)
+{
+    for (int workers = 1; workers <= 2; workers++) {
+        char cpus[16];
+        snprintf(cpus, sizeof(cpus), workers == 1 ? "0" : "0:0");
+        char *ev[] = {(char *)tu_bin(), "eval",   "-m", (char *)shlm, "--ref",
+                      (char *)ref,      "--cpus", cpus, NULL};
+        assert_int_equal(run(ev, r), 0);
+        double kld, top1;
+        eval_overall(r, &kld, &top1);
+        fprintf(stderr, "%s: %d worker(s): kld %.3g top1 %.4f against the reference forward\n",
+                what, workers, kld, top1);
+        assert_true(kld < 1e-6);
+        assert_true(top1 == 1.0);
+    }
+}
+
 /* @shape of architecture @arch converted (with its context capped at @ctx where not NULL)
  * against the reference forward of its GGUF's weights. */
 static void check_shape(const char *shape, const char *arch, bool gelu, bool gate, const char *ctx)
@@ -296,36 +341,10 @@ static void check_shape(const char *shape, const char *arch, bool gelu, bool gat
     m.theta = 10000.0f;
     m.eps = 1e-5f;
 
-    /* 40 tokens, the reference's logits, and a greedy.tsv naming them */
-    enum { N = 40 };
-    int32_t tok[N];
-    for (int i = 0; i < N; i++)
-        tok[i] = (int32_t)((i * 37 + 11) % m.vocab);
-    float *logits = malloc((size_t)N * m.vocab * sizeof(float));
-    reference(&m, tok, N, logits);
-    mkdir(ref, 0755);
-    tu_path(path, sizeof(path), "%s/ref.logits.f32", ref);
-    assert_int_equal(tu_write(path, logits, (size_t)N * m.vocab * sizeof(float)), 0);
-    char line[1024] = "synthetic\t"; /* 5 "prompt" ids, then the rest as "generated" */
-    for (int i = 0; i < N; i++)
-        sprintf(line + strlen(line), "%s%d", i == 0 ? "" : i == 5 ? "\t" : " ", tok[i]);
-    strcat(line, "\tnone.txt\tref.logits.f32\n");
-    tu_path(path, sizeof(path), "%s/greedy.tsv", ref);
-    assert_int_equal(tu_write(path, line, strlen(line)), 0);
+    char line[1024];
+    float *logits = ref_write(&m, ref, line);
     gguf_close(&m.f);
-
-    for (int workers = 1; workers <= 2; workers++) {
-        char cpus[16];
-        snprintf(cpus, sizeof(cpus), workers == 1 ? "0" : "0:0");
-        char *ev[] = {(char *)tu_bin(), "eval", "-m", shlm, "--ref", ref, "--cpus", cpus, NULL};
-        assert_int_equal(run(ev, r), 0);
-        double kld, top1;
-        eval_overall(r, &kld, &top1);
-        fprintf(stderr, "%s: %d worker(s): kld %.3g top1 %.4f against the reference forward\n",
-                shape, workers, kld, top1);
-        assert_true(kld < 1e-6);
-        assert_true(top1 == 1.0);
-    }
+    eval_ref(r, shlm, ref, shape);
 
     /* the same reference as float16 (a .logits.f16 file): within its rounding; --save writes
      * this model's logits in float16 under that name too, the reference's bytes again */
@@ -333,11 +352,11 @@ static void check_shape(const char *shape, const char *arch, bool gelu, bool gat
     tu_path(ref16, sizeof(ref16), "%s/%s-ref16", dir, tag);
     tu_path(save16, sizeof(save16), "%s/%s-save16", dir, tag);
     mkdir(ref16, 0755);
-    uint16_t *h = malloc((size_t)N * m.vocab * sizeof(uint16_t));
-    for (size_t i = 0; i < (size_t)N * m.vocab; i++)
+    uint16_t *h = malloc((size_t)REF_N * m.vocab * sizeof(uint16_t));
+    for (size_t i = 0; i < (size_t)REF_N * m.vocab; i++)
         h[i] = kn_f32_to_f16(logits[i]);
     tu_path(path, sizeof(path), "%s/ref.logits.f16", ref16);
-    assert_int_equal(tu_write(path, h, (size_t)N * m.vocab * sizeof(uint16_t)), 0);
+    assert_int_equal(tu_write(path, h, (size_t)REF_N * m.vocab * sizeof(uint16_t)), 0);
     char *tab = strrchr(line, '\t');
     strcpy(tab, "\tref.logits.f16\n");
     tu_path(path, sizeof(path), "%s/greedy.tsv", ref16);
@@ -352,11 +371,11 @@ static void check_shape(const char *shape, const char *arch, bool gelu, bool gat
     size_t saved_len;
     uint16_t *saved = (uint16_t *)tu_slurp(path, &saved_len);
     assert_non_null(saved);
-    assert_int_equal(saved_len, (size_t)N * m.vocab * sizeof(uint16_t));
+    assert_int_equal(saved_len, (size_t)REF_N * m.vocab * sizeof(uint16_t));
     int differ = 0; /* this model's logits round as the reference's, but for a last-bit tie */
-    for (size_t i = 0; i < (size_t)N * m.vocab; i++)
+    for (size_t i = 0; i < (size_t)REF_N * m.vocab; i++)
         differ += saved[i] != h[i];
-    assert_true(differ < N * m.vocab / 100);
+    assert_true(differ < REF_N * m.vocab / 100);
     free(saved);
     free(h);
     free(logits);
@@ -439,6 +458,72 @@ static void test_tiny_smollm3_ik(void **state) { check_ik("tiny-smollm3"); }
 static void test_tiny_mistral_ik(void **state) { check_ik("tiny-mistral"); }
 /* llama3 RoPE scaling: config.json's rope_scaling, the GGUF's rope_freqs tensor */
 static void test_tiny_llama31_ik(void **state) { check_ik("tiny-llama31"); }
+
+/* YaRN from a Hugging Face config (Qwen2.5's rope_scaling; tiny-llama31's weights, its config's
+ * rope_scaling made yarn, factor 4 over 64 original positions) against the reference forward of
+ * the same weights from the GGUF with transformers' YaRN frequencies (_compute_yarn_parameters,
+ * in double: pair 0 extrapolated, 1 mixed, 2.. interpolated) and magnitude 0.1 ln 4 + 1. */
+static void test_yarn_hf(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char gguf[4300], hf[4300], shlm[4300], ref[4300], path[4400];
+    tu_path(gguf, sizeof(gguf), "%s/yarn.gguf", dir);
+    tu_path(hf, sizeof(hf), "%s/yarn-hf", dir);
+    tu_path(shlm, sizeof(shlm), "%s/yarn.shlm", dir);
+    tu_path(ref, sizeof(ref), "%s/yarn-ref", dir);
+    char *sg[] = {
+        (char *)tu_bin(), "synth", "--shape", "tiny-llama31", "--type", "f32", "-o", gguf, NULL};
+    char *sh[] = {(char *)tu_bin(), "synth", "--shape", "tiny-llama31", "--type", "f32",
+                  "--hf",           hf,      NULL};
+    assert_int_equal(run(sg, r), 0);
+    assert_int_equal(run(sh, r), 0);
+    tu_path(path, sizeof(path), "%s/config.json", hf);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    assert_non_null(cfg);
+    json_object_set_new(cfg, "rope_scaling",
+                        json_pack("{s:s, s:f, s:i}", "rope_type", "yarn", "factor", 4.0,
+                                  "original_max_position_embeddings", 64));
+    assert_int_equal(json_dump_file(cfg, path, 0), 0);
+    json_decref(cfg);
+    char *conv[] = {(char *)tu_bin(), "convert", hf, "--scheme", "f32", "-o", shlm, "-q", NULL};
+    assert_int_equal(run(conv, r), 0);
+    char *in[] = {(char *)tu_bin(), "inspect", shlm, NULL};
+    assert_int_equal(run(in, r), 0);
+    assert_non_null(strstr(r->out, "(interleaved, yarn scaling)") ||
+                    strstr(r->out, "(neox, yarn scaling)"));
+
+    struct ref_model m = {.untied = true, .eps = 1e-5f};
+    struct shardlm_err e;
+    assert_int_equal(gguf_open(&m.f, gguf, &e), 0);
+    const struct gguf_tensor *emb = gguf_tensor(&m.f, "token_embd.weight");
+    m.dim = (int)emb->dims[0];
+    m.vocab = (int)emb->dims[1];
+    assert_int_equal(gguf_get_u32(&m.f, "llama.block_count", (uint32_t *)&m.layers), 0);
+    assert_int_equal(gguf_get_u32(&m.f, "llama.attention.key_length", (uint32_t *)&m.hd), 0);
+    assert_int_equal(gguf_get_u32(&m.f, "llama.attention.head_count", (uint32_t *)&m.heads), 0);
+    assert_int_equal(gguf_get_u32(&m.f, "llama.attention.head_count_kv", (uint32_t *)&m.kv), 0);
+    assert_int_equal(gguf_get_u32(&m.f, "llama.feed_forward_length", (uint32_t *)&m.ffn), 0);
+    assert_int_equal(gguf_get_f32(&m.f, "llama.rope.freq_base", &m.theta), 0);
+    float freq[64];
+    double th = m.theta, pi = 3.14159265358979323846, factor = 4.0, orig = 64.0;
+    double lo = fmax(0.0, floor(m.hd * log(orig / (32 * 2 * pi)) / (2 * log(th))));
+    double hi = fmin(m.hd - 1.0, ceil(m.hd * log(orig / (1 * 2 * pi)) / (2 * log(th))));
+    if (lo == hi)
+        hi += 0.001;
+    for (int i = 0; i < m.hd / 2; i++) {
+        double ext = 1.0 / pow(th, 2.0 * i / m.hd);
+        double ramp = fmin(1.0, fmax(0.0, (i - lo) / (hi - lo)));
+        freq[i] = (float)(ext / factor * ramp + ext * (1.0 - ramp));
+    }
+    m.freq = freq;
+    m.mscale = (float)(0.1 * log(factor) + 1.0);
+    char line[1024];
+    float *logits = ref_write(&m, ref, line);
+    gguf_close(&m.f);
+    eval_ref(r, shlm, ref, "tiny-llama31 with yarn (HF)");
+    free(logits);
+    free(r);
+}
 
 /* Progress calls recorded: (done, total) pairs. */
 struct calls {
@@ -739,13 +824,21 @@ static void test_synth_tokenizer(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_progress_callbacks), cmocka_unit_test(test_progress_text),
-        cmocka_unit_test(test_group_sizes),        cmocka_unit_test(test_output_errors),
-        cmocka_unit_test(test_tiny_llama),         cmocka_unit_test(test_tiny_spark),
-        cmocka_unit_test(test_tiny_granite),       cmocka_unit_test(test_tiny_phi3),
-        cmocka_unit_test(test_tiny_qwen3_ik),      cmocka_unit_test(test_tiny_phi3_ik),
-        cmocka_unit_test(test_tiny_smollm3_ik),    cmocka_unit_test(test_tiny_mistral_ik),
-        cmocka_unit_test(test_tiny_llama31_ik),    cmocka_unit_test(test_synth_tokenizer),
+        cmocka_unit_test(test_progress_callbacks),
+        cmocka_unit_test(test_progress_text),
+        cmocka_unit_test(test_group_sizes),
+        cmocka_unit_test(test_output_errors),
+        cmocka_unit_test(test_tiny_llama),
+        cmocka_unit_test(test_tiny_spark),
+        cmocka_unit_test(test_tiny_granite),
+        cmocka_unit_test(test_tiny_phi3),
+        cmocka_unit_test(test_yarn_hf),
+        cmocka_unit_test(test_tiny_qwen3_ik),
+        cmocka_unit_test(test_tiny_phi3_ik),
+        cmocka_unit_test(test_tiny_smollm3_ik),
+        cmocka_unit_test(test_tiny_mistral_ik),
+        cmocka_unit_test(test_tiny_llama31_ik),
+        cmocka_unit_test(test_synth_tokenizer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
