@@ -58,6 +58,7 @@ struct ref_model {
     bool fused, neox, untied;
     float *rf, mscale;
     const float *freq; /* head_dim / 2 frequencies computed by the caller (YaRN); NULL: theta's */
+    int window;        /* position p attends to t > p - window (Mistral); 0: all */
 };
 
 static float *tensor(struct ref_model *m, const char *fmt, int l)
@@ -150,15 +151,16 @@ static void reference(struct ref_model *m, const int32_t *tok, int n, float *log
             memcpy(vc + ((size_t)l * n + p) * KV, v, KV * 4);
             for (int hh = 0; hh < m->heads; hh++) {
                 int kvh = hh / (m->heads / m->kv);
+                int t0 = m->window && p >= m->window ? p - m->window + 1 : 0;
                 float mx = -INFINITY, sum = 0;
-                for (int t = 0; t <= p; t++) {
+                for (int t = t0; t <= p; t++) {
                     float s = 0;
                     for (int i = 0; i < m->hd; i++)
                         s += q[hh * m->hd + i] * kc[((size_t)l * n + t) * KV + kvh * m->hd + i];
                     sc[t] = m->attn ? s * m->attn : s / sqrtf((float)m->hd);
                     mx = fmaxf(mx, sc[t]);
                 }
-                for (int t = 0; t <= p; t++)
+                for (int t = t0; t <= p; t++)
                     sum += sc[t] = expf(sc[t] - mx);
                 float g = 1.0f;
                 if (gt) {
@@ -169,7 +171,7 @@ static void reference(struct ref_model *m, const int32_t *tok, int n, float *log
                 }
                 for (int i = 0; i < m->hd; i++) {
                     float a = 0;
-                    for (int t = 0; t <= p; t++)
+                    for (int t = t0; t <= p; t++)
                         a += sc[t] / sum * vc[((size_t)l * n + t) * KV + kvh * m->hd + i];
                     att[hh * m->hd + i] = a * g;
                 }
@@ -459,38 +461,32 @@ static void test_tiny_mistral_ik(void **state) { check_ik("tiny-mistral"); }
 /* llama3 RoPE scaling: config.json's rope_scaling, the GGUF's rope_freqs tensor */
 static void test_tiny_llama31_ik(void **state) { check_ik("tiny-llama31"); }
 
-/* YaRN from a Hugging Face config (Qwen2.5's rope_scaling; tiny-llama31's weights, its config's
- * rope_scaling made yarn, factor 4 over 64 original positions) against the reference forward of
- * the same weights from the GGUF with transformers' YaRN frequencies (_compute_yarn_parameters,
- * in double: pair 0 extrapolated, 1 mixed, 2.. interpolated) and magnitude 0.1 ln 4 + 1. */
-static void test_yarn_hf(void **state)
+/* @shape's Hugging Face folder with config.json's @field set to @value (taken) against the
+ * reference forward of the same weights from its GGUF (llama metadata, untied), which @tune
+ * fits to the edit. */
+static void check_hf_edit(const char *shape, const char *field, json_t *value,
+                          void (*tune)(struct ref_model *m), const char *what)
 {
     struct tu_run *r = malloc(sizeof(*r));
     char gguf[4300], hf[4300], shlm[4300], ref[4300], path[4400];
-    tu_path(gguf, sizeof(gguf), "%s/yarn.gguf", dir);
-    tu_path(hf, sizeof(hf), "%s/yarn-hf", dir);
-    tu_path(shlm, sizeof(shlm), "%s/yarn.shlm", dir);
-    tu_path(ref, sizeof(ref), "%s/yarn-ref", dir);
+    tu_path(gguf, sizeof(gguf), "%s/%s-edit.gguf", dir, shape);
+    tu_path(hf, sizeof(hf), "%s/%s-edit-hf", dir, shape);
+    tu_path(shlm, sizeof(shlm), "%s/%s-edit.shlm", dir, shape);
+    tu_path(ref, sizeof(ref), "%s/%s-edit-ref", dir, shape);
     char *sg[] = {
-        (char *)tu_bin(), "synth", "--shape", "tiny-llama31", "--type", "f32", "-o", gguf, NULL};
-    char *sh[] = {(char *)tu_bin(), "synth", "--shape", "tiny-llama31", "--type", "f32",
+        (char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32", "-o", gguf, NULL};
+    char *sh[] = {(char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32",
                   "--hf",           hf,      NULL};
     assert_int_equal(run(sg, r), 0);
     assert_int_equal(run(sh, r), 0);
     tu_path(path, sizeof(path), "%s/config.json", hf);
     json_t *cfg = json_load_file(path, 0, NULL);
     assert_non_null(cfg);
-    json_object_set_new(cfg, "rope_scaling",
-                        json_pack("{s:s, s:f, s:i}", "rope_type", "yarn", "factor", 4.0,
-                                  "original_max_position_embeddings", 64));
+    json_object_set_new(cfg, field, value);
     assert_int_equal(json_dump_file(cfg, path, 0), 0);
     json_decref(cfg);
     char *conv[] = {(char *)tu_bin(), "convert", hf, "--scheme", "f32", "-o", shlm, "-q", NULL};
     assert_int_equal(run(conv, r), 0);
-    char *in[] = {(char *)tu_bin(), "inspect", shlm, NULL};
-    assert_int_equal(run(in, r), 0);
-    assert_non_null(strstr(r->out, "(interleaved, yarn scaling)") ||
-                    strstr(r->out, "(neox, yarn scaling)"));
 
     struct ref_model m = {.untied = true, .eps = 1e-5f};
     struct shardlm_err e;
@@ -504,25 +500,50 @@ static void test_yarn_hf(void **state)
     assert_int_equal(gguf_get_u32(&m.f, "llama.attention.head_count_kv", (uint32_t *)&m.kv), 0);
     assert_int_equal(gguf_get_u32(&m.f, "llama.feed_forward_length", (uint32_t *)&m.ffn), 0);
     assert_int_equal(gguf_get_f32(&m.f, "llama.rope.freq_base", &m.theta), 0);
-    float freq[64];
-    double th = m.theta, pi = 3.14159265358979323846, factor = 4.0, orig = 64.0;
-    double lo = fmax(0.0, floor(m.hd * log(orig / (32 * 2 * pi)) / (2 * log(th))));
-    double hi = fmin(m.hd - 1.0, ceil(m.hd * log(orig / (1 * 2 * pi)) / (2 * log(th))));
-    if (lo == hi)
-        hi += 0.001;
-    for (int i = 0; i < m.hd / 2; i++) {
-        double ext = 1.0 / pow(th, 2.0 * i / m.hd);
-        double ramp = fmin(1.0, fmax(0.0, (i - lo) / (hi - lo)));
-        freq[i] = (float)(ext / factor * ramp + ext * (1.0 - ramp));
-    }
-    m.freq = freq;
-    m.mscale = (float)(0.1 * log(factor) + 1.0);
+    tune(&m);
     char line[1024];
     float *logits = ref_write(&m, ref, line);
     gguf_close(&m.f);
-    eval_ref(r, shlm, ref, "tiny-llama31 with yarn (HF)");
+    eval_ref(r, shlm, ref, what);
     free(logits);
     free(r);
+}
+
+/* transformers' YaRN (_compute_yarn_parameters) in double for factor 4 over 64 original
+ * positions: pair 0 extrapolated, 1 mixed, 2.. interpolated; magnitude 0.1 ln 4 + 1 */
+static float yarn_freq[64];
+static void tune_yarn(struct ref_model *m)
+{
+    double th = m->theta, pi = 3.14159265358979323846, factor = 4.0, orig = 64.0;
+    double lo = fmax(0.0, floor(m->hd * log(orig / (32 * 2 * pi)) / (2 * log(th))));
+    double hi = fmin(m->hd - 1.0, ceil(m->hd * log(orig / (1 * 2 * pi)) / (2 * log(th))));
+    if (lo == hi)
+        hi += 0.001;
+    for (int i = 0; i < m->hd / 2; i++) {
+        double ext = 1.0 / pow(th, 2.0 * i / m->hd);
+        double ramp = fmin(1.0, fmax(0.0, (i - lo) / (hi - lo)));
+        yarn_freq[i] = (float)(ext / factor * ramp + ext * (1.0 - ramp));
+    }
+    m->freq = yarn_freq;
+    m->mscale = (float)(0.1 * log(factor) + 1.0);
+}
+
+/* YaRN from a Hugging Face config (Qwen2.5's rope_scaling) on tiny-llama31's weights */
+static void test_yarn_hf(void **state)
+{
+    check_hf_edit("tiny-llama31", "rope_scaling",
+                  json_pack("{s:s, s:f, s:i}", "rope_type", "yarn", "factor", 4.0,
+                            "original_max_position_embeddings", 64),
+                  tune_yarn, "tiny-llama31 with yarn (HF)");
+}
+
+static void tune_window(struct ref_model *m) { m->window = 16; }
+
+/* Mistral's sliding window from config.json (every layer; 16 of the 40 positions) */
+static void test_mistral_window_hf(void **state)
+{
+    check_hf_edit("tiny-mistral", "sliding_window", json_integer(16), tune_window,
+                  "tiny-mistral with a window of 16 (HF)");
 }
 
 /* Progress calls recorded: (done, total) pairs. */
@@ -833,6 +854,7 @@ int main(void)
         cmocka_unit_test(test_tiny_granite),
         cmocka_unit_test(test_tiny_phi3),
         cmocka_unit_test(test_yarn_hf),
+        cmocka_unit_test(test_mistral_window_hf),
         cmocka_unit_test(test_tiny_qwen3_ik),
         cmocka_unit_test(test_tiny_phi3_ik),
         cmocka_unit_test(test_tiny_smollm3_ik),
