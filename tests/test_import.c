@@ -403,6 +403,17 @@ static void test_tiny_granite(void **state)
     check_shape("tiny-granite", "granite", false, false, NULL);
 }
 
+/* @shape with f32 weights as the GGUF @gguf and as the Hugging Face folder @hf. */
+static void synth_both(struct tu_run *r, const char *shape, const char *gguf, const char *hf)
+{
+    char *sg[] = {(char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32", "-o",
+                  (char *)gguf,     NULL};
+    char *sh[] = {(char *)tu_bin(), "synth",    "--shape", (char *)shape, "--type", "f32",
+                  "--hf",           (char *)hf, NULL};
+    assert_int_equal(run(sg, r), 0);
+    assert_int_equal(run(sh, r), 0);
+}
+
 /* @shape from its GGUF and from its Hugging Face folder against ik_llama.cpp's logits for the
  * same weights (tests/data/golden/<shape>, 300-token sequences, longer than every window):
  * within the issue's bounds (mean KLD <= 1e-4, top-1 >= 99.5%) at one and two ranks. */
@@ -414,13 +425,7 @@ static void check_ik(const char *shape)
     tu_path(hf, sizeof(hf), "%s/%s-hf", dir, shape);
     tu_path(shlm, sizeof(shlm), "%s/%s-ik.shlm", dir, shape);
     tu_path(ref, sizeof(ref), "%s/golden/%s", tu_data(), shape);
-    /* f32 weights, as the references were made */
-    char *sg[] = {
-        (char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32", "-o", gguf, NULL};
-    char *sh[] = {(char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32",
-                  "--hf",           hf,      NULL};
-    assert_int_equal(run(sg, r), 0);
-    assert_int_equal(run(sh, r), 0);
+    synth_both(r, shape, gguf, hf); /* f32 weights, as the references were made */
     const char *srcs[] = {gguf, hf};
     for (int i = 0; i < 2; i++) {
         char *conv[] = {(char *)tu_bin(),
@@ -473,12 +478,7 @@ static void check_hf_edit(const char *shape, const char *field, json_t *value,
     tu_path(hf, sizeof(hf), "%s/%s-edit-hf", dir, shape);
     tu_path(shlm, sizeof(shlm), "%s/%s-edit.shlm", dir, shape);
     tu_path(ref, sizeof(ref), "%s/%s-edit-ref", dir, shape);
-    char *sg[] = {
-        (char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32", "-o", gguf, NULL};
-    char *sh[] = {(char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32",
-                  "--hf",           hf,      NULL};
-    assert_int_equal(run(sg, r), 0);
-    assert_int_equal(run(sh, r), 0);
+    synth_both(r, shape, gguf, hf);
     tu_path(path, sizeof(path), "%s/config.json", hf);
     json_t *cfg = json_load_file(path, 0, NULL);
     assert_non_null(cfg);
