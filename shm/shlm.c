@@ -134,7 +134,7 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
                                     c->embd_scale < 65536.0f),
           "embd_scale", "0 (none) or a positive number");
     CHECK(!(c->flags & ~(uint32_t)SHLM_CF_IMPLEMENTED), "flags",
-          "0 or 1 (qk-norm); 2 (post-norms) is not implemented yet");
+          "a set of 1 (qk-norm) and 2 (post-norms)");
     CHECK(c->family < SHLM_FAMILY_COUNT, "family", "an architecture of tensors.h");
 #undef CHECK
     return 0;
@@ -142,54 +142,33 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
 
 int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e)
 {
-    /* the implemented fields: finite numbers in their ranges (0: the plain behaviour) */
+    /* every field is implemented: 0 is the plain behaviour, a real otherwise finite in its range
+     * (lo exclusive), an integer any value (window_pattern checked below) */
     static const struct {
         const char *name;
         size_t off;
         float lo, hi;
     } reals[] = {
 #define REAL(f, lo, hi) {#f, offsetof(struct shlm_config_ext, f), lo, hi}
-        REAL(query_scale, 0.0f, 1e6f),    REAL(resid_mult, -1e6f, 1e6f),
-        REAL(logit_scale, 0.0f, 1e6f),    REAL(yarn_beta_fast, 0.0f, 1e6f),
-        REAL(yarn_beta_slow, 0.0f, 1e6f), REAL(rope_attn_factor, 0.0f, 1e6f),
+        REAL(attn_softcap, 0.0f, 1e30f),    REAL(final_softcap, 0.0f, 1e30f),
+        REAL(query_scale, 0.0f, 1e6f),      REAL(rope_theta_local, 0.0f, 1e30f),
+        REAL(resid_mult, -1e6f, 1e6f),      REAL(logit_scale, 0.0f, 1e6f),
+        REAL(yarn_beta_fast, 0.0f, 1e6f),   REAL(yarn_beta_slow, 0.0f, 1e6f),
+        REAL(rope_attn_factor, 0.0f, 1e6f),
 #undef REAL
     };
     for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++) {
         float f;
         memcpy(&f, (const uint8_t *)x + reals[i].off, 4);
-        if (!(isfinite(f) && f >= reals[i].lo && f <= reals[i].hi))
-            return shardlm_fail(e, -EINVAL, "config field %s is %g: expected a number in [%g, %g]",
+        if (f != 0.0f && !(isfinite(f) && f > reals[i].lo && f <= reals[i].hi))
+            return shardlm_fail(e, -EINVAL,
+                                "config field %s is %g: expected 0 or a number in (%g, %g]",
                                 reals[i].name, (double)f, (double)reals[i].lo, (double)reals[i].hi);
     }
-    /* every other field: not implemented yet (kernels/ and worker/model.c add them) */
-    static const struct {
-        const char *name;
-        size_t off;
-        bool real;
-    } fields[] = {
-#define FIELD(f, real) {#f, offsetof(struct shlm_config_ext, f), real}
-        FIELD(attn_softcap, true),
-        FIELD(final_softcap, true),
-        FIELD(window_pattern, false),
-        FIELD(rope_theta_local, true),
-#undef FIELD
-    };
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-        uint32_t w;
-        memcpy(&w, (const uint8_t *)x + fields[i].off, 4);
-        if (!w)
-            continue;
-        float f;
-        memcpy(&f, &w, 4);
-        return fields[i].real ? shardlm_fail(e, -EINVAL,
-                                             "config field %s is %g: not implemented yet "
-                                             "(expected 0)",
-                                             fields[i].name, (double)f)
-                              : shardlm_fail(e, -EINVAL,
-                                             "config field %s is %u: not implemented yet "
-                                             "(expected 0)",
-                                             fields[i].name, w);
-    }
+    if (x->window_pattern == 1 || (x->window_pattern && !x->window))
+        return shardlm_fail(e, -EINVAL,
+                            "config field window_pattern is %u, expected 0 or 2.. with a window",
+                            x->window_pattern);
     for (size_t i = 0; i < sizeof(x->reserved) / sizeof(x->reserved[0]); i++)
         if (x->reserved[i])
             return shardlm_fail(e, -EINVAL,

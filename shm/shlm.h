@@ -51,10 +51,10 @@ enum shlm_rope_scaling {
 enum shlm_cfg_flag {
     SHLM_CF_QK_NORM = 1u << 0,    /* per-head RMSNorm of q and k over head_dim before RoPE */
     SHLM_CF_POST_NORMS = 1u << 1, /* RMSNorm of the attention and FFN outputs before the residual
-                                   * adds (Gemma 2/3): not implemented yet */
+                                   * adds (Gemma 2/3) */
 };
 /* The flags the runtime implements; a config with another is refused (shlm_config_check). */
-#define SHLM_CF_IMPLEMENTED SHLM_CF_QK_NORM
+#define SHLM_CF_IMPLEMENTED (SHLM_CF_QK_NORM | SHLM_CF_POST_NORMS)
 /* How the int4 matrices of a weights segment are laid out (a file is always canonical). */
 enum shlm_layout { SHLM_LAYOUT_CANONICAL = 0, SHLM_LAYOUT_TILES = 1 /* KN_DT_W4A8/16_T */ };
 
@@ -78,8 +78,9 @@ struct shlm_config {
 };
 
 /* What the newer architectures add to the config, in the header's formerly reserved bytes: zero
- * in files made before it, and every field's zero is the plain behaviour. A field the runtime
- * does not implement yet must be zero (shlm_config_ext_check): importers refuse such models. */
+ * in files made before it, and every field's zero is the plain behaviour. Every field is
+ * implemented, each in its range (shlm_config_ext_check); shlm_layer_windowed() says which layers
+ * are windowed. */
 struct shlm_config_ext {
     float attn_softcap;      /* scores = c * tanh(scores / c) (Gemma 2); 0: none */
     float final_softcap;     /* logits = c * tanh(logits / c) (Gemma 2); 0: none */
@@ -97,6 +98,13 @@ struct shlm_config_ext {
     uint32_t reserved[20];
 };
 _Static_assert(sizeof(struct shlm_config_ext) == 128, "shlm_config_ext layout");
+
+/* Whether layer @l of a model of @x attends within @x->window (and takes rope_theta_local):
+ * every layer with a window and no pattern, else all but the last of every window_pattern. */
+static inline bool shlm_layer_windowed(const struct shlm_config_ext *x, uint32_t l)
+{
+    return x->window && (!x->window_pattern || (l + 1) % x->window_pattern != 0);
+}
 
 struct shlm_header {
     char magic[8];
@@ -208,8 +216,9 @@ void shlm_seal(struct shlm_header *h, const struct shlm_tensor *table);
 /* Checks the config for sizes that are zero, inconsistent or absurd, and flags the runtime does
  * not implement. 0 or -EINVAL + @e. */
 int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e);
-/* Checks @x for fields the runtime does not implement yet (each must be 0): 0 or -EINVAL + @e
- * naming the field and its value. */
+/* Checks @x: the implemented fields in their ranges (soft-caps, query scale and local RoPE base
+ * 0 or positive and finite, a window pattern only with a window), the others 0. Returns 0 or
+ * -EINVAL + @e naming the field and its value. */
 int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e);
 
 #endif

@@ -297,11 +297,10 @@ const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
                   .hf_act_key = "hidden_act",
                   .gguf_rope_neox = true,
                   .flags = SHLM_CF_QK_NORM},
-    /* known, not run yet: refused with what they need */
+    /* pre- and post-norms, soft-caps, even layers windowed */
     [F(GEMMA2)] = {.name = "gemma2",
                    .gguf = "gemma2",
                    .hf = "Gemma2ForCausalLM",
-                   .refused = "extra pre/post norms, logit soft-capping, sliding-window layers",
                    .norm = SHLM_NORM_ONE_PLUS,
                    .act = SHLM_ACT_GELU_TANH,
                    .hf_act_key = "hidden_activation",
@@ -311,11 +310,10 @@ const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
                    .hf_tied_default = true,
                    .attn = SHLM_ATTN_WINDOW_PATTERN,
                    .window_pattern = 2},
+    /* and q/k norms, 5 local : 1 global layers, the local ones at RoPE base 10000 */
     [F(GEMMA3)] = {.name = "gemma3",
                    .gguf = "gemma3",
                    .hf = "Gemma3ForCausalLM",
-                   .refused = "pre/post norms, q/k norms, 5 local : 1 global layers with their own "
-                              "RoPE bases",
                    .norm = SHLM_NORM_ONE_PLUS,
                    .act = SHLM_ACT_GELU_TANH,
                    .hf_act_key = "hidden_activation",
@@ -324,7 +322,8 @@ const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
                    .embd_sqrt_dim = true,
                    .hf_tied_default = true,
                    .attn = SHLM_ATTN_WINDOW_PATTERN,
-                   .window_pattern = 6},
+                   .window_pattern = 6,
+                   .rope_theta_local = 10000.0f},
     /* Phi-3/3.5: fused qkv and gate_up (split at import: shlm_kind_fused), LongRoPE, the
      * config's window on every layer */
     [F(PHI3)] = {.name = "phi3",
@@ -394,4 +393,10 @@ void shlm_arch_apply(const struct shlm_arch_traits *a, bool hf, struct shlm_conf
     c->qkv_bias = a->qkv_bias;
     c->flags = a->flags;
     c->embd_scale = a->embd_sqrt_dim ? sqrtf((float)c->dim) : 0.0f;
+}
+
+void shlm_arch_apply_ext(const struct shlm_arch_traits *a, struct shlm_config_ext *x)
+{
+    x->window_pattern = a->attn == SHLM_ATTN_WINDOW_PATTERN ? a->window_pattern : 0;
+    x->rope_theta_local = a->rope_theta_local;
 }

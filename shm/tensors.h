@@ -216,6 +216,8 @@ struct shlm_arch_traits {
      * fixes 4); 0: RoPE on every layer */
     unsigned gguf_nope_interval;
     bool multipliers; /* Granite's embedding, residual, attention and logit multipliers */
+    float rope_theta_local; /* the windowed layers' RoPE base (Gemma 3: 10000, which GGUF files
+                             * do not store; config.json's rope_local_base_freq default); 0 */
 };
 
 extern const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT];
@@ -229,5 +231,8 @@ void shlm_arch_list(bool hf, char *out, size_t len);
 /* Fills what @a fixes into @c: family, RoPE style (@hf: a Hugging Face checkpoint), activation,
  * biases, flags, embedding scale (from c->dim, which is set before). */
 void shlm_arch_apply(const struct shlm_arch_traits *a, bool hf, struct shlm_config *c);
+/* Fills what @a fixes of the extension into @x: the window pattern and the local RoPE base (the
+ * window itself, soft-caps and query scale are the file's). */
+void shlm_arch_apply_ext(const struct shlm_arch_traits *a, struct shlm_config_ext *x);
 
 #endif

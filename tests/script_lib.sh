@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 # tests/script_lib.sh: what the script tests of a running server share (tests/load/faults.sh,
-# tests/deploy/test_*.sh). Sourced after `set -euo pipefail`:
+# tests/deploy/test_*.sh) and the script tests that take only the binary. Sourced after
+# `set -euo pipefail`:
 #   . "$(dirname "$0")/../script_lib.sh"; script_args "$@"
 # gives BIN and MODEL (absolute), check NAME OK DETAIL counting FAILS, start_server LOG [options],
 # kill_server PID and jget FILE EXPR.
@@ -13,6 +14,28 @@ script_args() {
     fi
     BIN=$(realpath -m "$1")
     MODEL=$(realpath -m "$2")
+}
+
+# script_bin "$@": the one argument of the script tests that take only the shardlm binary
+# (tests/test_archs.sh, test_refusals.sh): BIN (absolute), HERE (tests/) and DATA (the test data:
+# $SHARDLM_TEST_DATA, else ctest's $SHARDLM_TEST_DATA_DEFAULT, else tests/data)
+script_bin() {
+    if [ $# -ne 1 ]; then
+        echo "usage: $0 SHARDLM_BINARY" >&2
+        exit 2
+    fi
+    BIN=$(realpath -m "$1")
+    HERE=$(cd "$(dirname "$0")" && pwd)
+    DATA=${SHARDLM_TEST_DATA:-${SHARDLM_TEST_DATA_DEFAULT:-$HERE/data}}
+}
+
+# script_tmp NAME: TMP, a folder /dev/shm/NAME.XXXXXX removed on exit, with the private
+# SHARDLM_RUNTIME_DIR of every command the test runs in it
+script_tmp() {
+    TMP=$(mktemp -d "/dev/shm/$1.XXXXXX")
+    trap 'rm -rf "$TMP"' EXIT
+    export SHARDLM_RUNTIME_DIR=$TMP/run
+    mkdir -m 700 "$SHARDLM_RUNTIME_DIR" # shardlm wants it private
 }
 
 FAILS=0

@@ -1134,6 +1134,7 @@ static int open_source(const char *path, struct coord_source *s, struct shardlm_
 /* @b with key @key replaced by one of type @type, whose value @put writes; the source must
  * open (NULL needles: *@cfg gets its config) or fail with every needle in its message. */
 typedef void kv_put_fn(struct img *m);
+static struct shlm_config_ext last_cfgx; /* the extension of the last source expect_kv opened */
 static void expect_kv(const uint8_t *b, size_t n, const char *drop, const char *key,
                       uint32_t type, kv_put_fn *putv, struct shlm_config *cfg, ...)
 {
@@ -1154,6 +1155,7 @@ static void expect_kv(const uint8_t *b, size_t n, const char *drop, const char *
         if (rc)
             fail_msg("%s (%s): %s", key, drop, e.msg);
         *cfg = s.cfg;
+        last_cfgx = s.cfgx;
         coord_source_close(&s);
     } else {
         if (rc != -EINVAL)
@@ -1174,6 +1176,10 @@ static void v_f32_4(struct img *m) { put_f32(m, 4.0f); }
 static void v_f32_1(struct img *m) { put_f32(m, 1.0f); }
 static void v_f32_0(struct img *m) { put_f32(m, 0.0f); }
 static void v_f32_30(struct img *m) { put_f32(m, 30.0f); }
+static void v_f32_neg(struct img *m) { put_f32(m, -30.0f); }
+static void v_u32_0(struct img *m) { put_u32(m, 0); }
+static void v_u32_46(struct img *m) { put_u32(m, 46); }
+static void v_u32_62(struct img *m) { put_u32(m, 62); }
 static void v_f64_eps(struct img *m) { put_f64(m, 1e-6); }
 static void v_i64_neg(struct img *m) { put_u64(m, (uint64_t)-2); }
 static void v_u32_128(struct img *m) { put_u32(m, 128); }
@@ -1189,7 +1195,7 @@ static void v_str_linear(struct img *m) { put_str(m, "linear"); }
 static void v_str_none(struct img *m) { put_str(m, "none"); }
 static void v_str_eps(struct img *m) { put_str(m, "1e-6"); }
 static void v_str_esc(struct img *m) { put_str(m, "\x1b[2J\n"); }
-static void v_str_gemma2(struct img *m) { put_str(m, "gemma2"); }
+static void v_str_qwen3moe(struct img *m) { put_str(m, "qwen3moe"); }
 static void v_str_qwen9(struct img *m) { put_str(m, "qwen9"); }
 static void v_str_utf8(struct img *m) { put_str(m, "caf\xc3\xa9\xff\xc3(\xe2\x80\xae\\"); }
 static void v_arr_u32(struct img *m)
@@ -1244,7 +1250,61 @@ static void test_source_settings(void **state)
     free(b);
 }
 
-/* What the runtime lacks, refused by name and value; neutral values pass. */
+/* Gemma 2/3's keys read into the extension (window, soft-caps; the pattern and the local RoPE
+ * base from the architecture's row), out-of-range values refused by name; Gemma 3's linear RoPE
+ * scaling (its 4B..27B models) refused by name, not run plain. */
+static void test_source_gemma(void **state)
+{
+    char path[4300];
+    struct shardlm_err e;
+    size_t n = 0;
+    struct shlm_config c;
+    tu_path(path, sizeof(path), "%s/g2.gguf", dir);
+    assert_int_equal(coord_synth("tiny-gemma2", path, 0, NULL, NULL, &e), 0);
+    uint8_t *b = (uint8_t *)tu_slurp(path, &n);
+    assert_non_null(b);
+    expect_kv(b, n, NULL, NULL, 0, NULL, &c, NULL);
+    assert_int_equal(c.family, SHLM_FAMILY_GEMMA2);
+    assert_int_equal(c.flags, SHLM_CF_POST_NORMS);
+    assert_int_equal(last_cfgx.window, 32);
+    assert_int_equal(last_cfgx.window_pattern, 2);
+    assert_true(last_cfgx.attn_softcap == 3.0f && last_cfgx.final_softcap == 10.0f);
+    assert_true(last_cfgx.query_scale == 0.0f && last_cfgx.rope_theta_local == 0.0f);
+    const char *sw = "gemma2.attention.sliding_window", *ac = "gemma2.attn_logit_softcapping";
+    expect_kv(b, n, sw, NULL, 0, NULL, &c, NULL); /* ik_llama.cpp's default */
+    assert_int_equal(last_cfgx.window, 4096);
+    expect_kv(b, n, sw, sw, GGUF_STRING, v_str_yarn, &c, sw, "string", NULL);
+    expect_kv(b, n, sw, sw, GGUF_UINT32, v_u32_0, &c, sw, "is 0", NULL);
+    expect_kv(b, n, ac, ac, GGUF_FLOAT32, v_f32_neg, &c, ac, "-30", NULL);
+    expect_kv(b, n, ac, NULL, 0, NULL, &c, NULL);
+    assert_true(last_cfgx.attn_softcap == 0.0f && last_cfgx.final_softcap == 10.0f);
+    /* ik_llama.cpp's 27B (46 layers): scores by (dim / heads)^-1/2 = 16^-1/2, not head_dim's */
+    const char *bc = "gemma2.block_count";
+    expect_kv(b, n, bc, bc, GGUF_UINT32, v_u32_46, &c, NULL);
+    assert_true(last_cfgx.query_scale == 0.25f);
+    expect_kv(b, n, bc, bc, GGUF_UINT32, v_u32_62, &c, NULL); /* Gemma 3's 27B count */
+    assert_true(last_cfgx.query_scale == 0.0f);
+    free(b);
+    tu_path(path, sizeof(path), "%s/g3.gguf", dir);
+    assert_int_equal(coord_synth("tiny-gemma3", path, 0, NULL, NULL, &e), 0);
+    b = (uint8_t *)tu_slurp(path, &n);
+    assert_non_null(b);
+    expect_kv(b, n, NULL, NULL, 0, NULL, &c, NULL);
+    assert_int_equal(c.flags, SHLM_CF_POST_NORMS | SHLM_CF_QK_NORM);
+    assert_true(c.rope_theta == 1e6f);
+    assert_int_equal(last_cfgx.window, 48);
+    assert_int_equal(last_cfgx.window_pattern, 6);
+    assert_true(last_cfgx.rope_theta_local == 10000.0f && last_cfgx.attn_softcap == 0.0f);
+    expect_kv(b, n, NULL, "gemma3.rope.scaling.type", GGUF_STRING, v_str_linear, &c,
+              "gemma3.rope.scaling.type", "linear", NULL);
+    expect_kv(b, n, NULL, "gemma3.rope.scaling.factor", GGUF_FLOAT32, v_f32_4, &c,
+              "gemma3.rope.scaling.factor", "4", NULL);
+    const char *bc3 = "gemma3.block_count";
+    expect_kv(b, n, bc3, bc3, GGUF_UINT32, v_u32_62, &c, NULL);
+    assert_true(last_cfgx.query_scale == 0.25f);
+    free(b);
+}
+
 /* rope.scaling.type "yarn" with its factor (and @extra_key of @type, @putv: NULL for none): the
  * source's config and extension into *@s, or the error. */
 static int open_yarn(const uint8_t *b, size_t n, const char *extra_key, uint32_t type,
@@ -1295,6 +1355,7 @@ static void test_source_yarn(void **state)
     free(b);
 }
 
+/* What the runtime lacks, refused by name and value; neutral values pass. */
 static void test_source_unsupported(void **state)
 {
     size_t n;
@@ -1348,11 +1409,12 @@ static void test_source_arch(void **state)
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_long, &c, arch, "100000 bytes", NULL);
     expect_kv(b, n, arch, NULL, 0, NULL, &c, arch, "missing", NULL);
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_esc, &c, arch, "\"\\x1b[2J\\n\"", NULL);
-    /* a known architecture the runtime lacks says what it lacks; an unknown one the list */
-    expect_kv(b, n, arch, arch, GGUF_STRING, v_str_gemma2, &c, arch, "\"gemma2\"",
-              "not supported (extra pre/post norms", NULL);
+    /* an architecture the runtime lacks (Qwen3's mixture of experts; an unknown name) says the
+     * list */
+    expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen3moe, &c, arch, "\"qwen3moe\"",
+              "not a supported architecture", NULL);
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen9, &c, arch, "\"qwen9\"",
-              "(llama, qwen2, gemma, spark, qwen3, phi3, granite, smollm3)", NULL);
+              "(llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3)", NULL);
     /* well-formed UTF-8 kept; a stray byte, a cut sequence, a bidi override and \ escaped */
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_utf8, &c, arch,
               "\"caf\xc3\xa9\\xff\\xc3(\\xe2\\x80\\xae\\\\\"", NULL);
@@ -1424,15 +1486,16 @@ int main(int argc, char **argv)
         return 0;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_small_valid),      cmocka_unit_test(test_dequant),
-        cmocka_unit_test(test_every_kind),       cmocka_unit_test(test_truncations),
-        cmocka_unit_test(test_corruptions),      cmocka_unit_test(test_writer_roundtrip),
-        cmocka_unit_test(test_writer_errors),    cmocka_unit_test(test_open_errors),
-        cmocka_unit_test(test_vocab_llama_spm),  cmocka_unit_test(test_vocab_gpt2),
-        cmocka_unit_test(test_vocab_phi3),       cmocka_unit_test(test_corpus),
-        cmocka_unit_test(test_source_settings),  cmocka_unit_test(test_source_unsupported),
-        cmocka_unit_test(test_source_yarn),      cmocka_unit_test(test_source_arch),
-        cmocka_unit_test(test_source_token_ids), cmocka_unit_test(test_source_weights),
+        cmocka_unit_test(test_small_valid),     cmocka_unit_test(test_dequant),
+        cmocka_unit_test(test_every_kind),      cmocka_unit_test(test_truncations),
+        cmocka_unit_test(test_corruptions),     cmocka_unit_test(test_writer_roundtrip),
+        cmocka_unit_test(test_writer_errors),   cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_vocab_llama_spm), cmocka_unit_test(test_vocab_gpt2),
+        cmocka_unit_test(test_vocab_phi3),      cmocka_unit_test(test_corpus),
+        cmocka_unit_test(test_source_settings), cmocka_unit_test(test_source_unsupported),
+        cmocka_unit_test(test_source_yarn),     cmocka_unit_test(test_source_gemma),
+        cmocka_unit_test(test_source_arch),     cmocka_unit_test(test_source_token_ids),
+        cmocka_unit_test(test_source_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

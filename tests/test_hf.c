@@ -1475,6 +1475,12 @@ static void test_config(void **state)
     cfg_refused(", \"partial_rotary_factor\": 0.5", "partial_rotary_factor", "0.5", NULL);
     cfg_refused(", \"query_pre_attn_scalar\": 256", "query_pre_attn_scalar", "256", NULL);
     cfg_refused(", \"num_local_experts\": 8", "num_local_experts", "mixture of experts", NULL);
+    /* a quantized checkpoint, by its method (not by the first packed tensor found missing) */
+    cfg_refused(", \"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4}",
+                "quantization_config.quant_method is \"gptq\"", "not supported", NULL);
+    cfg_refused(", \"quantization_config\": {\"bits\": 4}", "quantization_config", NULL);
+    cfg_refused(", \"quantization_config\": \"fp8\"", "quantization_config", NULL);
+    assert_int_equal(cfg_parse(&hc, ", \"quantization_config\": null", &e), 0);
     static const char *const neutral[] = {
         ", \"final_logit_softcapping\": null", ", \"partial_rotary_factor\": 1.0",
         ", \"query_pre_attn_scalar\": 8", ", \"attention_multiplier\": 0.35355339059327373",
@@ -1495,7 +1501,7 @@ static void test_config(void **state)
     struct shardlm_err e2 = {""};
     static const char *const archs[][2] = {
         {"{\"architectures\": [\"FalconForCausalLM\"]}", "FalconForCausalLM"},
-        {"{\"architectures\": [\"Gemma2ForCausalLM\"]}", "Gemma2ForCausalLM"},
+        {"{\"architectures\": [\"Qwen3MoeForCausalLM\"]}", "Qwen3MoeForCausalLM"},
         {"{\"architectures\": []}", "architectures"},
         {"{\"architectures\": \"LlamaForCausalLM\"}", "architectures"},
         {"{\"architectures\": [3]}", "architectures"},
@@ -1541,17 +1547,25 @@ static void test_config(void **state)
     tiny_free(&m);
 }
 
-/* A config of @arch (4 layers, head_dim 16) with @extra fields (", \"key\": value ..."). */
-static int arch_parse(struct coord_hf_config *hc, const char *arch, const char *extra,
-                      struct shardlm_err *e)
+/* A config of @arch (@layers layers, 4 heads, head_dim 16 unless @extra says) with @extra fields
+ * (", \"key\": value ..."). */
+static int layers_parse(struct coord_hf_config *hc, const char *arch, int layers, const char *extra,
+                        struct shardlm_err *e)
 {
     char json[4096];
     snprintf(json, sizeof(json),
              "{\"architectures\": [\"%s\"], \"hidden_size\": 64, \"intermediate_size\": 100,"
-             " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"vocab_size\": 100,"
+             " \"num_hidden_layers\": %d, \"num_attention_heads\": 4, \"vocab_size\": 100,"
              " \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6%s}",
-             arch, extra);
+             arch, layers, extra);
     return coord_hf_config_parse(hc, json, strlen(json), "a/config.json", e);
+}
+
+/* A config of @arch with 4 layers and @extra fields. */
+static int arch_parse(struct coord_hf_config *hc, const char *arch, const char *extra,
+                      struct shardlm_err *e)
+{
+    return layers_parse(hc, arch, 4, extra, e);
 }
 
 /* What the newer architectures' configs add, read into cfgx (and refused where the runtime
@@ -1617,6 +1631,88 @@ static void test_config_ext(void **state)
     assert_true(fabsf(hc.cfgx.rope_attn_factor * (0.1f * logf(4.0f) + 1.0f) - 1.5f) < 1e-6f);
 }
 
+/* A Gemma 2/3 config.json (@arch, 12 layers, head_dim 32) with @extra fields appended. */
+static int gemma_cfg(struct coord_hf_config *hc, const char *arch, const char *extra,
+                     struct shardlm_err *e)
+{
+    char x[2048];
+    snprintf(x, sizeof(x), ", \"num_key_value_heads\": 2, \"head_dim\": 32%s", extra);
+    return layers_parse(hc, arch, 12, x, e);
+}
+
+/* Gemma 2/3's windows, soft-caps, query scale and local RoPE base read into cfgx; what does not
+ * match the architecture's layer pattern, and Gemma 3's linear RoPE scaling, refused by name. */
+static void test_gemma_config(void **state)
+{
+    struct coord_hf_config hc;
+    struct shardlm_err e = {""};
+    const char *g2 = "Gemma2ForCausalLM", *g3 = "Gemma3ForCausalLM";
+    assert_int_equal(gemma_cfg(&hc, g2,
+                               ", \"sliding_window\": 4096, \"attn_logit_softcapping\": 50.0,"
+                               " \"final_logit_softcapping\": 30.0, \"query_pre_attn_scalar\": 256",
+                               &e),
+                     0);
+    assert_int_equal(hc.cfg.family, SHLM_FAMILY_GEMMA2);
+    assert_int_equal(hc.cfg.flags, SHLM_CF_POST_NORMS);
+    assert_int_equal(hc.cfgx.window, 4096);
+    assert_int_equal(hc.cfgx.window_pattern, 2);
+    assert_true(hc.cfgx.attn_softcap == 50.0f && hc.cfgx.final_softcap == 30.0f);
+    assert_true(hc.cfgx.query_scale == 0.0625f); /* 256^-1/2 */
+    assert_true(hc.cfgx.rope_theta_local == 0.0f);
+    /* defaults: transformers' window 4096, no caps, head_dim's scale (0: the kernels' own) */
+    assert_int_equal(
+        gemma_cfg(&hc, g2, ", \"attn_logit_softcapping\": null, \"query_pre_attn_scalar\": 32", &e),
+        0);
+    assert_int_equal(hc.cfgx.window, 4096);
+    assert_true(hc.cfgx.attn_softcap == 0.0f && hc.cfgx.query_scale == 0.0f);
+    assert_int_equal(gemma_cfg(&hc, g3, ", \"sliding_window\": 512", &e), 0);
+    assert_int_equal(hc.cfg.flags, SHLM_CF_POST_NORMS | SHLM_CF_QK_NORM);
+    assert_int_equal(hc.cfgx.window_pattern, 6);
+    assert_true(hc.cfgx.rope_theta_local == 10000.0f);
+    assert_int_equal(
+        gemma_cfg(&hc, g3,
+                  ", \"rope_local_base_freq\": 20000, \"sliding_window_pattern\": 6,"
+                  " \"layer_types\": [\"sliding_attention\", \"sliding_attention\","
+                  " \"sliding_attention\", \"sliding_attention\", \"sliding_attention\","
+                  " \"full_attention\", \"sliding_attention\", \"sliding_attention\","
+                  " \"sliding_attention\", \"sliding_attention\", \"sliding_attention\","
+                  " \"full_attention\"]",
+                  &e),
+        0);
+    assert_true(hc.cfgx.rope_theta_local == 20000.0f);
+    static const struct {
+        const char *arch, *extra, *needle[3];
+    } bad[] = {
+        {"Gemma3ForCausalLM",
+         ", \"sliding_window_pattern\": 4",
+         {"sliding_window_pattern is 4", "expected 6"}},
+        {"Gemma2ForCausalLM",
+         ", \"layer_types\": [\"full_attention\", \"full_attention\", \"full_attention\","
+         " \"full_attention\", \"full_attention\", \"full_attention\", \"full_attention\","
+         " \"full_attention\", \"full_attention\", \"full_attention\", \"full_attention\","
+         " \"full_attention\"]",
+         {"layer_types[0] is \"full_attention\"", "sliding_attention"}},
+        {"Gemma2ForCausalLM",
+         ", \"layer_types\": [\"sliding_attention\"]",
+         {"layer_types", "12 names"}},
+        {"Gemma2ForCausalLM", ", \"attn_logit_softcapping\": -50", {"attn_logit_softcapping"}},
+        {"Gemma2ForCausalLM", ", \"final_logit_softcapping\": \"30\"", {"final_logit_softcapping"}},
+        {"Gemma2ForCausalLM", ", \"query_pre_attn_scalar\": 0", {"query_pre_attn_scalar"}},
+        {"Gemma2ForCausalLM", ", \"sliding_window\": 0", {"sliding_window is 0"}},
+        /* Gemma 3 4B's linear scaling of the global layers: refused by name, not run plain */
+        {"Gemma3ForCausalLM",
+         ", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}",
+         {"rope_scaling.rope_type is \"linear\""}},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(gemma_cfg(&hc, bad[i].arch, bad[i].extra, &e), -EINVAL);
+        assert_non_null(strstr(e.msg, "a/config.json"));
+        for (int k = 0; k < 3 && bad[i].needle[k]; k++)
+            if (!strstr(e.msg, bad[i].needle[k]))
+                fail_msg("'%s': '%s' lacks '%s'", bad[i].extra, e.msg, bad[i].needle[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1630,6 +1726,7 @@ int main(void)
         cmocka_unit_test(test_dir_hostile),
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_config_ext),
+        cmocka_unit_test(test_gemma_config),
         cmocka_unit_test(test_dir_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -301,7 +301,8 @@ static void check_shape(const char *shape, const char *arch, bool gelu, bool gat
                                             : "embeddings tied"));
     assert_non_null(strstr(r->out, "32.000 bits per weight")); /* f32 */
     if (!strcmp(arch, "granite")) /* the multipliers the forward applies */
-        assert_non_null(strstr(r->out, "\n        query scale 0.1, residual x0.25, logits /4\n"));
+        assert_non_null(
+            strstr(r->out, "\n        residual x0.25, logits /4\nattention: score scale 0.1\n"));
     /* synth writes a chat template into the GGUF; convert carries it into the .shlm */
     assert_non_null(strstr(r->out, "\nchat template: 138 bytes"));
 
@@ -416,13 +417,15 @@ static void synth_both(struct tu_run *r, const char *shape, const char *gguf, co
 
 /* @shape from its GGUF and from its Hugging Face folder against ik_llama.cpp's logits for the
  * same weights (tests/data/golden/<shape>, 300-token sequences, longer than every window):
- * within the issue's bounds (mean KLD <= 1e-4, top-1 >= 99.5%) at one and two ranks. */
-static void check_ik(const char *shape)
+ * within the issue's bounds (mean KLD <= 1e-4, top-1 >= 99.5%) at one and two ranks. Each
+ * converted file's inspect output has every one of @inspect_lines (NULL-terminated; NULL: none
+ * checked). */
+static void check_ik(const char *shape, const char *const *inspect_lines)
 {
     struct tu_run *r = malloc(sizeof(*r));
     char gguf[4300], hf[4300], shlm[4300], ref[4300];
-    tu_path(gguf, sizeof(gguf), "%s/%s.gguf", dir, shape);
-    tu_path(hf, sizeof(hf), "%s/%s-hf", dir, shape);
+    tu_path(gguf, sizeof(gguf), "%s/%s-ik.gguf", dir, shape);
+    tu_path(hf, sizeof(hf), "%s/%s-ikhf", dir, shape);
     tu_path(shlm, sizeof(shlm), "%s/%s-ik.shlm", dir, shape);
     tu_path(ref, sizeof(ref), "%s/golden/%s", tu_data(), shape);
     synth_both(r, shape, gguf, hf); /* f32 weights, as the references were made */
@@ -438,6 +441,11 @@ static void check_ik(const char *shape)
                         "-q",
                         NULL};
         assert_int_equal(run(conv, r), 0);
+        char *in[] = {(char *)tu_bin(), "inspect", shlm, NULL};
+        assert_int_equal(run(in, r), 0);
+        for (const char *const *l = inspect_lines; l && *l; l++)
+            if (!strstr(r->out, *l))
+                fail_msg("%s: inspect lacks '%s': %s", shape, *l, r->out);
         for (int R = 1; R <= 2; R++) {
             char *ev[] = {(char *)tu_bin(),     "eval", "-m", shlm, "--ref", ref, "--cpus",
                           R == 1 ? "0" : "0:0", NULL};
@@ -455,16 +463,47 @@ static void check_ik(const char *shape)
 }
 
 /* per-head q/k RMSNorm before RoPE */
-static void test_tiny_qwen3_ik(void **state) { check_ik("tiny-qwen3"); }
+static void test_tiny_qwen3_ik(void **state)
+{
+    static const char *const lines[] = {"architecture: llama-family +qk-norm\n", NULL};
+    check_ik("tiny-qwen3", lines);
+}
+/* pre/post norms, (1 + w) norms, sqrt(dim) embeddings, attention and final soft-caps (3, 10),
+ * windows of 32 on even layers, GELU-tanh */
+static void test_tiny_gemma2_ik(void **state)
+{
+    static const char *const lines[] = {
+        "architecture: llama-family +embedding-scale +post-norms\n",
+        "\nattention: window 32 on 13 of 26 layers, score soft-cap 3, logit soft-cap 10\n", NULL};
+    check_ik("tiny-gemma2", lines);
+}
+/* and q/k norms, 5 local (window 48, RoPE base 1e4) : 1 global (1e6) layers, no soft-caps */
+static void test_tiny_gemma3_ik(void **state)
+{
+    static const char *const lines[] = {
+        "architecture: llama-family +embedding-scale +qk-norm +post-norms\n",
+        "\nattention: window 48 on 7 of 8 layers, their rope theta 10000\n", NULL};
+    check_ik("tiny-gemma3", lines);
+}
 /* fused qkv and gate_up split at import, LongRoPE's long factors (context 4096 > 256) and its
  * attention factor, a window of 64 */
-static void test_tiny_phi3_ik(void **state) { check_ik("tiny-phi3"); }
+static void test_tiny_phi3_ik(void **state)
+{
+    static const char *const lines[] = {
+        "(neox, longrope scaling)", "\n        rope attention factor 1.22474\n",
+        "\nattention: window 64 on 4 of 4 layers\n", NULL};
+    check_ik("tiny-phi3", lines);
+}
 /* no RoPE on every fourth layer */
-static void test_tiny_smollm3_ik(void **state) { check_ik("tiny-smollm3"); }
+static void test_tiny_smollm3_ik(void **state)
+{
+    static const char *const lines[] = {"\n        no RoPE on every 4-th layer\n", NULL};
+    check_ik("tiny-smollm3", lines);
+}
 /* head_dim != dim / heads, no window (sliding_window null; GGUF llama has none) */
-static void test_tiny_mistral_ik(void **state) { check_ik("tiny-mistral"); }
+static void test_tiny_mistral_ik(void **state) { check_ik("tiny-mistral", NULL); }
 /* llama3 RoPE scaling: config.json's rope_scaling, the GGUF's rope_freqs tensor */
-static void test_tiny_llama31_ik(void **state) { check_ik("tiny-llama31"); }
+static void test_tiny_llama31_ik(void **state) { check_ik("tiny-llama31", NULL); }
 
 /* @shape's Hugging Face folder with config.json's @field set to @value (taken) against the
  * reference forward of the same weights from its GGUF (llama metadata, untied), which @tune
@@ -856,6 +895,8 @@ int main(void)
         cmocka_unit_test(test_yarn_hf),
         cmocka_unit_test(test_mistral_window_hf),
         cmocka_unit_test(test_tiny_qwen3_ik),
+        cmocka_unit_test(test_tiny_gemma2_ik),
+        cmocka_unit_test(test_tiny_gemma3_ik),
         cmocka_unit_test(test_tiny_phi3_ik),
         cmocka_unit_test(test_tiny_smollm3_ik),
         cmocka_unit_test(test_tiny_mistral_ik),

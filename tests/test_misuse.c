@@ -272,6 +272,74 @@ static void test_eval_save_and_reference(void **state)
     free(r);
 }
 
+/* eval's relative L2 distance and the reference's top-1 probability, on a reference whose
+ * figures are known: this model's own logits (--save), row r of each file scaled by
+ * f = 1 + 0.001 (r % 10). Softmax does not forgive a scale, so the KLD is above 0, and each
+ * position's ||model - ref|| / ||ref|| is (f - 1) / f exactly: largest 0.009 / 1.009. */
+static void test_eval_rel_l2(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char self[4300], scaled[4300], p[4400], q[4400];
+    in_dir(self, sizeof(self), "self");
+    in_dir(scaled, sizeof(scaled), "scaled");
+    tu_path(p, sizeof(p), "%s/golden/stories260K", tu_data());
+    char *args[] = {"eval", "-m", model, "--ref", self, "--no-persist", NULL};
+    char *save[] = {"eval", "-m", model, "--ref", p, "--save", self, "--no-persist", NULL};
+    run(r, save);
+    assert_int_equal(r->status, 0);
+    run(r, args);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "overall kld=0 top1=1.0000 "));
+    assert_non_null(strstr(r->out, " rel_l2_max=0 rel_l2_p99=0 ref_top1_prob="));
+
+    assert_int_equal(mkdir(scaled, 0755), 0);
+    tu_path(p, sizeof(p), "%s/greedy.tsv", self);
+    tu_path(q, sizeof(q), "%s/greedy.tsv", scaled);
+    size_t len = 0;
+    char *tsv = tu_slurp(p, &len);
+    assert_int_equal(tu_write(q, tsv, len), 0);
+    free(tsv);
+    const int vocab = 512;
+    double p1 = 0.0; /* the scaled reference's top-1 probabilities, summed */
+    long rows = 0;
+    for (int i = 1; i <= 4; i++) {
+        tu_path(p, sizeof(p), "%s/p%d.logits.f32", self, i);
+        tu_path(q, sizeof(q), "%s/p%d.logits.f32", scaled, i);
+        float *x = (float *)tu_slurp(p, &len);
+        assert_non_null(x);
+        for (size_t row = 0; row < len / (vocab * sizeof(float)); row++, rows++) {
+            float f = 1.0f + 0.001f * (float)(row % 10), *y = x + row * vocab;
+            double mx = -INFINITY, sum = 0.0;
+            for (int j = 0; j < vocab; j++) {
+                y[j] *= f;
+                mx = y[j] > mx ? y[j] : mx;
+            }
+            for (int j = 0; j < vocab; j++)
+                sum += exp(y[j] - mx);
+            p1 += 1.0 / sum;
+        }
+        assert_int_equal(tu_write(q, x, len), 0);
+        free(x);
+    }
+    args[4] = scaled;
+    run(r, args);
+    assert_int_equal(r->status, 0);
+    double kld, top1, ppl, kld99, l2max, l2p99, refp;
+    const char *last = strstr(r->out, "overall ");
+    assert_non_null(last);
+    assert_int_equal(sscanf(last,
+                            "overall kld=%lf top1=%lf ppl=%lf kld_p99=%lf rel_l2_max=%lf "
+                            "rel_l2_p99=%lf ref_top1_prob=%lf",
+                            &kld, &top1, &ppl, &kld99, &l2max, &l2p99, &refp),
+                     7);
+    /* f is a float: (f - 1) / f within 1e-6 of the decimal figure; %.6g and %.4f printed */
+    assert_true(kld > 0.0);
+    assert_true(fabs(l2max - 0.009 / 1.009) < 1e-6);
+    assert_true(fabs(l2p99 - 0.009 / 1.009) < 1e-6); /* a tenth of the rows have the largest */
+    assert_true(fabs(refp - p1 / (double)rows) <= 0.00006);
+    free(r);
+}
+
 /* @model with every element of output_norm set to @v, its checksums made good again: a model
  * convert refuses to write, as an older convert or a hand would have made it. */
 static void poisoned_model(const char *to, float v)
@@ -1235,6 +1303,7 @@ int main(void)
         cmocka_unit_test(test_outputs_replace_only_regular_files),
         cmocka_unit_test(test_eval_save_and_reference),
         cmocka_unit_test(test_eval_non_finite),
+        cmocka_unit_test(test_eval_rel_l2),
         cmocka_unit_test(test_fifo_arguments),
         cmocka_unit_test(test_purge_keeps_segments_in_use),
         cmocka_unit_test(test_verify_segments),

@@ -11,6 +11,7 @@
 
 #include "convert.h"
 #include "model.h"
+#include "synth.h"
 #include "seg.h"
 #include "testutil.h"
 
@@ -363,6 +364,18 @@ static void batch_vs_solo(const struct shlm_model *im, const struct kn_ops *ops,
     free(kv);
 }
 
+/* Converts as @o says and parses the file into @im: returns its bytes (the caller frees). */
+static char *convert_parse(const struct coord_convert_opts *o, struct shlm_model *im)
+{
+    struct shardlm_err e;
+    assert_int_equal(coord_convert(o, NULL, &e), 0);
+    size_t len = 0;
+    char *buf = tu_slurp(o->out, &len);
+    assert_non_null(buf);
+    assert_int_equal(shlm_parse(im, buf, len, o->out, &e), 0);
+    return buf;
+}
+
 /* A step's sequences run together (worker/model.c wrk_forward_batch) give each the logits it
  * gets alone: f32 and w4a8, every kernel table, one thread and two. */
 static void test_batch_matches_solo(void **state)
@@ -373,13 +386,8 @@ static void test_batch_matches_solo(void **state)
     tu_path(out, sizeof(out), "%s/w4a8.shlm", dir);
     struct coord_convert_opts o = {
         .checkpoint = ck, .tokenizer = tok, .out = out, .scheme = SHLM_SCHEME_W4A8, .head_bits = 8};
-    struct shardlm_err e;
-    assert_int_equal(coord_convert(&o, NULL, &e), 0);
-    size_t w4_len = 0;
-    char *w4_image = tu_slurp(out, &w4_len);
     struct shlm_model w4;
-    assert_non_null(w4_image);
-    assert_int_equal(shlm_parse(&w4, w4_image, w4_len, out, &e), 0);
+    char *w4_image = convert_parse(&o, &w4);
     const struct kn_ops *tables[4];
     int nt = kn_ops_available(tables, 4);
     struct wrk_pool *pool;
@@ -394,6 +402,67 @@ static void test_batch_matches_solo(void **state)
     free(w4_image);
 }
 
+/* Sliding-window layers over the paged cache (Gemma 2: window 32 on even layers, soft-caps;
+ * Gemma 3: window 48 on five of six layers, their own RoPE base): 200 tokens one at a time after
+ * a prompt of 10 give the logits of one prefill of all 200 in chunks of 64, on every kernel
+ * table - decode reads only the window, as prefill does. */
+static void test_windowed_decode(void **state)
+{
+    static const char *const shapes[] = {"tiny-gemma2", "tiny-gemma3"};
+    enum { N = 200, PROMPT = 10 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 37 + 11) % VOCAB);
+    const struct kn_ops *tables[4];
+    int nt = kn_ops_available(tables, 4);
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        char gguf[4200], out[4200];
+        struct shardlm_err e;
+        tu_path(gguf, sizeof(gguf), "%s/%s.gguf", dir, shapes[si]);
+        tu_path(out, sizeof(out), "%s/%s.shlm", dir, shapes[si]);
+        assert_int_equal(coord_synth(shapes[si], gguf, 1, NULL, NULL, &e), 0);
+        struct coord_convert_opts o = {.checkpoint = gguf,
+                                       .out = out,
+                                       .scheme = SHLM_SCHEME_F32,
+                                       .head_bits = 8,
+                                       .max_ctx = 256};
+        struct shlm_model im;
+        char *buf = convert_parse(&o, &im);
+        const struct shlm_config *c = &im.hdr->cfg;
+        assert_true(im.hdr->cfgx.window > 0 && im.hdr->cfgx.window < N / 4);
+        uint32_t nb = (c->seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK,
+                 kvd = c->n_kv_heads * c->head_dim, table[64];
+        assert_true(nb <= 64);
+        for (uint32_t j = 0; j < nb; j++)
+            table[j] = nb - 1 - j; /* blocks out of order, as a pool hands them out */
+        size_t kvb = seg_kv_bytes(nb, c->n_layers, kvd);
+        void *kv = calloc(1, kvb);
+        float *pre = malloc((size_t)N * VOCAB * sizeof(float)),
+              *dec = malloc((size_t)N * VOCAB * sizeof(float));
+        for (int t = 0; t < nt; t++) {
+            struct wrk_model m;
+            assert_int_equal(wrk_model_init(&m, &im, tables[t], 64, NULL, NULL), 0);
+            seg_kv_init(kv, nb, c->n_layers, kvd);
+            assert_int_equal(wrk_forward(&m, kv, table, ids, N, 0, pre, true), 0);
+            memset(kv, 0, kvb);
+            seg_kv_init(kv, nb, c->n_layers, kvd);
+            assert_int_equal(wrk_forward(&m, kv, table, ids, PROMPT, 0, dec, true), 0);
+            for (int p = PROMPT; p < N; p++)
+                assert_int_equal(
+                    wrk_forward(&m, kv, table, ids + p, 1, p, dec + (size_t)p * VOCAB, false), 0);
+            double k = mean_kld(pre, dec, N);
+            fprintf(stderr, "%s %s: decode against prefill, %d tokens: mean kld %.3g\n", shapes[si],
+                    tables[t]->name, N, k);
+            assert_true(k < 1e-9);
+            wrk_model_free(&m);
+        }
+        free(pre);
+        free(dec);
+        free(kv);
+        free(buf);
+    }
+}
+
 int main(void)
 {
     if (!tu_have_data())
@@ -405,6 +474,7 @@ int main(void)
         cmocka_unit_test(test_act_prepare_through_table),
         cmocka_unit_test(test_batch_matches_solo),
         cmocka_unit_test(test_yarn_rope_table),
+        cmocka_unit_test(test_windowed_decode),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

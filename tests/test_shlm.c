@@ -177,20 +177,28 @@ static void test_corruptions(void **state)
         reseal(b);                                                                                 \
         expect_refused(b, len, needle);                                                            \
     } while (0)
-    EDIT(h->cfg.flags = SHLM_CF_POST_NORMS, "config field flags");
+    EDIT(h->cfg.flags = 1u << 5, "config field flags");
     EDIT(h->cfg.flags = SHLM_CF_QK_NORM, "the config needs");
+    EDIT(h->cfg.flags = SHLM_CF_POST_NORMS, "the config needs");
     EDIT(h->cfg.family = SHLM_FAMILY_COUNT, "config field family");
     EDIT(h->cfg.rope_scaling = SHLM_ROPE_FREQS + 1, "config field rope_scaling");
     EDIT(h->cfg.rope_scaling = SHLM_ROPE_YARN, "config field rope_factor/orig_ctx"); /* factor 0 */
-    EDIT(h->cfgx.attn_softcap = 50.0f, "config field attn_softcap is 50: not implemented");
-    EDIT(h->cfgx.window_pattern = 2, "config field window_pattern is 2");
+    /* the extension's fields in their ranges */
+    EDIT(h->cfgx.attn_softcap = -50.0f, "config field attn_softcap is -50: expected 0 or a number");
+    EDIT(h->cfgx.final_softcap = NAN, "config field final_softcap is nan");
     EDIT(h->cfgx.query_scale = NAN, "config field query_scale is nan");
     EDIT(h->cfgx.logit_scale = -4.0f, "config field logit_scale is -4");
+    EDIT(h->cfgx.window_pattern = 2, "config field window_pattern is 2");
+    EDIT((h->cfgx.window = 4, h->cfgx.window_pattern = 1), "config field window_pattern is 1");
     EDIT(h->cfgx.reserved[3] = 1, "reserved[3]");
 #undef EDIT
-    /* the implemented fields load: a window, Granite's multipliers, SmolLM3's layers without
-     * RoPE, YaRN */
+    /* in range they load: Gemma's window pattern, local RoPE base and soft-caps, Granite's
+     * multipliers, SmolLM3's layers without RoPE, YaRN */
     memcpy(b, good, len);
+    h->cfgx.attn_softcap = 50.0f;
+    h->cfgx.final_softcap = 30.0f;
+    h->cfgx.window_pattern = 2;
+    h->cfgx.rope_theta_local = 10000.0f;
     h->cfgx.window = 4096;
     h->cfgx.query_scale = 0.1f;
     h->cfgx.resid_mult = 0.25f;
@@ -432,11 +440,31 @@ static void test_tensor_table(void **state)
     assert_ptr_equal(a, shlm_arch_hf("Qwen3ForCausalLM"));
     assert_int_equal(a->flags, SHLM_CF_QK_NORM);
     assert_null(a->refused);
-    assert_non_null(shlm_arch_hf("Gemma2ForCausalLM")->refused);
+    assert_null(shlm_arch_hf("Gemma2ForCausalLM")->refused);
+    assert_null(shlm_arch_gguf("gemma3", 6)->refused);
+    assert_int_equal(shlm_arch_gguf("gemma3", 6)->flags, SHLM_CF_POST_NORMS | SHLM_CF_QK_NORM);
     assert_null(shlm_arch_gguf("phi3", 4)->refused);
     assert_null(shlm_arch_hf("GraniteForCausalLM")->refused);
     assert_null(shlm_arch_gguf("smollm3", 7)->refused);
     assert_null(shlm_arch_hf("MistralForCausalLM")->refused);
+    /* a mixture of experts stays unknown (refused with the list) */
+    assert_null(shlm_arch_gguf("qwen3moe", 8));
+    assert_null(shlm_arch_hf("Qwen3MoeForCausalLM"));
+    /* Gemma 2: even layers windowed; Gemma 3: five of every six */
+    struct shlm_config_ext x = {.window = 32};
+    shlm_arch_apply_ext(shlm_arch_gguf("gemma2", 6), &x);
+    assert_true(shlm_layer_windowed(&x, 0) && !shlm_layer_windowed(&x, 1) &&
+                shlm_layer_windowed(&x, 24) && !shlm_layer_windowed(&x, 25));
+    assert_true(x.rope_theta_local == 0.0f);
+    shlm_arch_apply_ext(shlm_arch_gguf("gemma3", 6), &x);
+    for (uint32_t l = 0; l < 12; l++)
+        assert_int_equal(shlm_layer_windowed(&x, l), l != 5 && l != 11);
+    assert_true(x.rope_theta_local == 10000.0f);
+    /* Mistral, Phi-3: every layer windowed */
+    shlm_arch_apply_ext(shlm_arch_hf("MistralForCausalLM"), &x);
+    assert_true(shlm_layer_windowed(&x, 0) && shlm_layer_windowed(&x, 5));
+    x.window = 0; /* no window: every layer global */
+    assert_false(shlm_layer_windowed(&x, 0));
     assert_null(shlm_arch_gguf("qwen", 4));
     for (int i = 0; i < SHLM_FAMILY_COUNT; i++)
         for (int j = 0; j < i; j++) {
@@ -446,7 +474,8 @@ static void test_tensor_table(void **state)
         }
     char names[256];
     shlm_arch_list(false, names, sizeof(names));
-    assert_string_equal(names, "llama, qwen2, gemma, spark, qwen3, phi3, granite, smollm3");
+    assert_string_equal(
+        names, "llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3");
 }
 
 static void test_hash_values(void **state)

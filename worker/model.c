@@ -57,8 +57,8 @@ static void acts_free(struct kn_act *a, int n)
 #define PAR_MIN_WORK (1 << 16)
 
 /* The tensors of layer @l of @img into @L: views of its seven matrices and two norms, and of the
- * optional kinds (q/k/v biases, q/k norms, head gate) the config has. Cannot fail: shlm_parse()
- * checked that every expected tensor is present. */
+ * optional kinds (q/k/v biases, q/k norms, head gate, post-norms) the config has. Cannot fail:
+ * shlm_parse() checked that every expected tensor is present. */
 static void layer_views(const struct shlm_model *img, const struct shlm_config *c, uint32_t l,
                         struct wrk_layer *L)
 {
@@ -112,6 +112,12 @@ static void layer_views(const struct shlm_model *img, const struct shlm_config *
             break;
         case SHLM_KIND_ATTN_GATE:
             v = &L->head_gate;
+            break;
+        case SHLM_KIND_ATTN_POST_NORM:
+            v = &L->attn_post_norm;
+            break;
+        case SHLM_KIND_FFN_POST_NORM:
+            v = &L->ffn_post_norm;
             break;
         default: /* shlm_config_check() refuses the flags of the kinds the forward lacks */
             KN_ASSERT(!"a tensor kind the forward does not read");
@@ -178,14 +184,19 @@ static int gemm_scratch_alloc(struct wrk_model *m)
     return m->gemm_scratch ? 0 : -ENOMEM;
 }
 
-/* The RoPE frequencies of the config's scaling into m->rope_freqs; returns the magnitude of cos
- * and sin. LongRoPE takes its long factors where the context (seq_len, as the file was
- * converted or capped) exceeds the original one, its short factors otherwise: llama.cpp picks
- * them so by its context size (transformers by each forward's length, which re-rotates no cached
- * key: the two agree wherever a context longer than the original is used as such). */
-static float rope_table(struct wrk_model *m, const struct shlm_model *img)
+/* A RoPE frequency table into @out (head_dim / 2); returns the magnitude of cos and sin. @local:
+ * the windowed layers' own base (Gemma 3's local layers at cfgx.rope_theta_local take plain RoPE:
+ * transformers' rotary_emb_local, ik's freq_scale 1 there); else the config's base and scaling.
+ * LongRoPE takes its long factors where the context (seq_len, as the file was converted or
+ * capped) exceeds the original one, its short factors otherwise: llama.cpp picks them so by its
+ * context size (transformers by each forward's length, which re-rotates no cached key: the two
+ * agree wherever a context longer than the original is used as such). */
+static float rope_table(const struct wrk_model *m, const struct shlm_model *img, bool local,
+                        float *out)
 {
     const struct shlm_config *c = &m->cfg;
+    if (local)
+        return kn_rope_freqs(out, (int)c->head_dim, m->cfgx.rope_theta_local, NULL);
     struct kn_rope_scale rs = {.factor = c->rope_factor,
                                .orig_ctx = (int)c->rope_orig_ctx,
                                .attn_factor = m->cfgx.rope_attn_factor};
@@ -212,7 +223,29 @@ static float rope_table(struct wrk_model *m, const struct shlm_model *img)
     default:
         break;
     }
-    return kn_rope_freqs(m->rope_freqs, (int)c->head_dim, c->rope_theta, &rs);
+    return kn_rope_freqs(out, (int)c->head_dim, c->rope_theta, &rs);
+}
+
+/* Layer @l's RoPE table and magnitude (the local one for a windowed layer where there is one;
+ * none on SmolLM3's every nope_interval-th layer) and attention options: the config's score
+ * scale (Gemma's query_pre_attn_scalar, Granite's attention_multiplier) and soft-cap, its window
+ * where the layer is windowed (shlm_layer_windowed: Gemma's pattern; every layer of Mistral and
+ * Phi-3). */
+static void layer_options(struct wrk_model *m, uint32_t l)
+{
+    struct wrk_layer *L = &m->layers[l];
+    bool windowed = shlm_layer_windowed(&m->cfgx, l);
+    bool local = windowed && m->rope_freqs_local;
+    uint32_t nope = m->cfgx.nope_interval;
+    L->rope_freqs = nope && (l + 1) % nope == 0 ? NULL
+                    : local                     ? m->rope_freqs_local
+                                                : m->rope_freqs;
+    L->rope_mscale = local ? m->rope_mscale_local : m->rope_mscale;
+    /* a window as long as the context reads every key: the plain kernels */
+    uint32_t window = windowed && m->cfgx.window < m->cfg.seq_len ? m->cfgx.window : 0;
+    L->att = (struct kn_att){
+        .scale = m->cfgx.query_scale, .softcap = m->cfgx.attn_softcap, .window = (int)window};
+    L->att_plain = !L->att.scale && !L->att.softcap && !L->att.window;
 }
 
 /* The scratch of a chunk of m->max_m tokens (rows of activations, the prepared inputs of the
@@ -243,7 +276,14 @@ static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int 
     m->head_row = malloc(M * sizeof(*m->head_row));
     m->head_dst = malloc(M * sizeof(*m->head_dst));
     if (m->rope_freqs)
-        m->rope_mscale = rope_table(m, img);
+        m->rope_mscale = rope_table(m, img, false, m->rope_freqs);
+    bool local = m->cfgx.window && m->cfgx.rope_theta_local > 0.0f;
+    if (local && (m->rope_freqs_local = malloc((size_t)hd / 2 * sizeof(float))))
+        m->rope_mscale_local = rope_table(m, img, true, m->rope_freqs_local);
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        layer_options(m, l);
+    if (local && !m->rope_freqs_local)
+        return -ENOMEM;
     if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
         !m->hb2 || !m->scores || !m->pieces || !m->row_piece || !m->head_row || !m->head_dst ||
         acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
@@ -294,6 +334,7 @@ void wrk_model_free(struct wrk_model *m)
     free(m->scores);
     free(m->gemm_scratch);
     free(m->rope_freqs);
+    free(m->rope_freqs_local);
     free(m->pieces);
     free(m->row_piece);
     free(m->head_row);
@@ -394,11 +435,9 @@ static void row_rope_kv(const struct row_job *j, int i)
         for (int h = 0; h < nkv; h++)
             m->ops->rmsnorm(ki + (size_t)h * hd, ki + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
     }
-    /* SmolLM3: every nope_interval-th layer has no RoPE */
-    uint32_t nope = m->cfgx.nope_interval;
-    if (!nope || (j->layer + 1) % nope != 0) {
-        m->ops->rope(qi, nq, hd, pos, m->rope_freqs, m->rope_mscale, c->rope_neox);
-        m->ops->rope(ki, nkv, hd, pos, m->rope_freqs, m->rope_mscale, c->rope_neox);
+    if (L->rope_freqs) { /* NULL: a layer without RoPE (SmolLM3) */
+        m->ops->rope(qi, nq, hd, pos, L->rope_freqs, L->rope_mscale, c->rope_neox);
+        m->ops->rope(ki, nkv, hd, pos, L->rope_freqs, L->rope_mscale, c->rope_neox);
     }
     /* a block holds each KV head's SEG_KV_BLOCK rows together (kv_head_rows) */
     for (int h = 0; h < nkv; h++) {
@@ -528,7 +567,6 @@ struct att_job {
     const struct wrk_model *m;
     void *kv;
     uint32_t layer;
-    const struct kn_att *opt; /* the layer's scale and window; NULL: plain */
 };
 
 static void att_part(void *arg, int ti, int tn)
@@ -536,6 +574,8 @@ static void att_part(void *arg, int ti, int tn)
     const struct att_job *j = arg;
     const struct wrk_model *m = j->m;
     const struct seg_plan *p = &m->plan;
+    const struct wrk_layer *L = &m->layers[j->layer];
+    const struct kn_att *opt = L->att_plain ? NULL : &L->att;
     int hd = (int)m->cfg.head_dim, kv_mul = (int)(m->cfg.n_heads / m->cfg.n_kv_heads), u = 0;
     float *scratch = m->scores + (size_t)ti * m->cfg.seq_len;
     for (int pi = 0; pi < m->n_pieces; pi++) {
@@ -558,7 +598,7 @@ static void att_part(void *arg, int ti, int tn)
                     size_t r = (size_t)(pc->row0 + t);
                     m->ops->attention(m->att + r * m->o_cols + p->o_pad + qoff, m->o_cols,
                                       m->q + r * m->qd + qoff, m->qd, mt, nh, pc->r.pos + t, &view,
-                                      hd, scratch, j->opt);
+                                      hd, scratch, opt);
                 }
             }
         }
@@ -599,11 +639,7 @@ static void embed(struct wrk_model *m)
 static void attend(const struct wrk_model *m, const struct row_job *rj)
 {
     int nq = m->plan.q1 - m->plan.q0, hd = (int)m->cfg.head_dim;
-    /* the config's query scale (Granite's attention_multiplier) and window (Phi-3, Mistral:
-     * every layer) */
-    struct kn_att opt = {.scale = m->cfgx.query_scale, .window = (int)m->cfgx.window};
-    bool plain = opt.scale == 0.0f && opt.window == 0;
-    struct att_job aj = {m, rj->kv, rj->layer, plain ? NULL : &opt};
+    struct att_job aj = {m, rj->kv, rj->layer};
     /* keys read by the chunk's queries times the head size, summed over our heads: below
      * the threshold (decode at a short context) one thread does it */
     long att_work = 0;
@@ -634,15 +670,21 @@ static void head_gate(const struct wrk_model *m, const struct wrk_layer *L, int 
         }
 }
 
-/* x += @w times the prepared rows @a, summed over the ranks (through xb), times the config's
- * residual multiplier: a block's output projection (O or down) added to the residual stream.
- * Returns 0 or the all-reduce's error. */
-static int residual_add(struct wrk_model *m, const struct kn_mat *w, const struct kn_act *a, int n)
+/* x += @w times the prepared rows @a, summed over the ranks (through xb), RMS-normed with
+ * @post_norm where the layer has one (Gemma 2/3: on the whole sum, so every rank norms the same
+ * rows), times the config's residual multiplier (Granite): a block's output projection (O or down)
+ * added to the residual stream. Returns 0 or the all-reduce's error. */
+static int residual_add(struct wrk_model *m, const struct kn_mat *w, const struct kn_act *a, int n,
+                        const float *post_norm)
 {
     int dim = (int)m->cfg.dim, rc;
     gemm(m, w, a, n, m->xb, dim);
     if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
         return rc;
+    if (post_norm)
+        for (int i = 0; i < n; i++)
+            m->ops->rmsnorm(m->xb + (size_t)i * dim, m->xb + (size_t)i * dim, post_norm, dim,
+                            m->cfg.norm_eps);
     if (m->cfgx.resid_mult != 0.0f) /* Granite's residual_multiplier */
         for (size_t i = 0; i < (size_t)n * dim; i++)
             m->xb[i] *= m->cfgx.resid_mult;
@@ -678,7 +720,7 @@ static int attention_block(struct wrk_model *m, struct row_job *rj)
     rj->k = m->o_cols;
     rj->a = m->a_o;
     rows_run(m, rj);
-    return residual_add(m, &L->o, m->a_o, n);
+    return residual_add(m, &L->o, m->a_o, n, L->attn_post_norm);
 }
 
 /* The FFN block of layer rj->L over the chunk of @rj: xb = rmsnorm(x), gate and up,
@@ -700,7 +742,7 @@ static int ffn_block(struct wrk_model *m, struct row_job *rj)
     rj->a = m->a_down;
     rows_run(m, rj);
     observe(m, rj->layer, WRK_SITE_DOWN, m->hb + m->plan.down_pad, n, m->down_cols, m->ffn);
-    return residual_add(m, &L->down, m->a_down, n);
+    return residual_add(m, &L->down, m->a_down, n, L->ffn_post_norm);
 }
 
 /* Rows [r0, r0 + k) of the head's wanted rows (m->head_row) through the output norm and the LM
@@ -723,6 +765,10 @@ static void head_rows(struct wrk_model *m, int r0, int k)
             for (int v = m->plan.v0; v < m->plan.v1; v++)
                 y[v] /= m->cfgx.logit_scale;
         }
+    if (m->cfgx.final_softcap > 0.0f) /* elementwise: each rank caps its own columns */
+        for (int j = 0; j < k; j++)
+            m->ops->softcap(m->head_dst[r0] + (size_t)j * c->vocab_size + m->plan.v0,
+                            m->plan.v1 - m->plan.v0, m->cfgx.final_softcap);
 }
 
 /* This rank's columns [v0, v1) of the logits the chunk's pieces ask for (a piece's last token

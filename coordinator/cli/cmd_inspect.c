@@ -21,9 +21,10 @@
 
 static void print_config(const struct shlm_config *c)
 {
-    printf("architecture: llama-family%s%s%s%s\n", c->qkv_bias ? " +qkv-bias" : "",
+    printf("architecture: llama-family%s%s%s%s%s\n", c->qkv_bias ? " +qkv-bias" : "",
            c->head_gate ? " +head-gate" : "", c->embd_scale > 0 ? " +embedding-scale" : "",
-           c->flags & SHLM_CF_QK_NORM ? " +qk-norm" : "");
+           c->flags & SHLM_CF_QK_NORM ? " +qk-norm" : "",
+           c->flags & SHLM_CF_POST_NORMS ? " +post-norms" : "");
     printf("config: dim %u, hidden %u, layers %u, heads %u x %u, kv heads %u, vocab %u, "
            "context %u\n", c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->head_dim,
            c->n_kv_heads, c->vocab_size, c->seq_len);
@@ -50,16 +51,14 @@ static void add_part(char *line, size_t len, int *n, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The extension's fields that Phi-3, Granite, SmolLM3, Mistral and YaRN set, one line where any
- * is. */
-static void print_config_archs(const struct shlm_config_ext *x)
+/* The extension's fields where any is set: the config's continuation line (Granite's residual
+ * and logit multipliers, SmolLM3's layers without RoPE, YaRN's and LongRoPE's attention factor),
+ * then the attention line (the window and the layers it applies to, their RoPE base, the score
+ * scale and the soft-caps). */
+static void print_ext(const struct shlm_config *c, const struct shlm_config_ext *x)
 {
     char line[256] = "";
     int n = 0;
-    if (x->window)
-        add_part(line, sizeof(line), &n, "window %u", x->window);
-    if (x->query_scale)
-        add_part(line, sizeof(line), &n, "query scale %g", (double)x->query_scale);
     if (x->resid_mult)
         add_part(line, sizeof(line), &n, "residual x%g", (double)x->resid_mult);
     if (x->logit_scale)
@@ -70,6 +69,23 @@ static void print_config_archs(const struct shlm_config_ext *x)
         add_part(line, sizeof(line), &n, "rope attention factor %g", (double)x->rope_attn_factor);
     if (n)
         printf("        %s\n", line);
+    n = 0;
+    if (x->window) {
+        uint32_t w = 0;
+        for (uint32_t l = 0; l < c->n_layers; l++)
+            w += shlm_layer_windowed(x, l);
+        add_part(line, sizeof(line), &n, "window %u on %u of %u layers", x->window, w, c->n_layers);
+        if (x->rope_theta_local > 0.0f)
+            add_part(line, sizeof(line), &n, "their rope theta %g", (double)x->rope_theta_local);
+    }
+    if (x->query_scale > 0.0f)
+        add_part(line, sizeof(line), &n, "score scale %g", (double)x->query_scale);
+    if (x->attn_softcap > 0.0f)
+        add_part(line, sizeof(line), &n, "score soft-cap %g", (double)x->attn_softcap);
+    if (x->final_softcap > 0.0f)
+        add_part(line, sizeof(line), &n, "logit soft-cap %g", (double)x->final_softcap);
+    if (n)
+        printf("attention: %s\n", line);
 }
 
 static int inspect_shlm(const char *path, struct shardlm_err *e)
@@ -92,7 +108,7 @@ static int inspect_shlm(const char *path, struct shardlm_err *e)
     if (h->shard_count)
         printf("shard: rank %u of %u\n", h->shard_rank, h->shard_count);
     print_config(&h->cfg);
-    print_config_archs(&h->cfgx);
+    print_ext(&h->cfg, &h->cfgx);
     printf("scheme: %s", shlm_scheme_name((enum shlm_scheme)h->scheme));
     if (h->group)
         printf(", group %u, embedding/head int%u", h->group, h->head_bits);
@@ -194,7 +210,7 @@ static int inspect_hf(const char *path, struct shardlm_err *e)
         return rc;
     printf("%s:\n", path);
     print_config(&s.cfg);
-    print_config_archs(&s.cfgx);
+    print_ext(&s.cfg, &s.cfgx);
     printf("tokenizer: %zu bytes, bos %u eos %u\n", s.tok_len, s.bos_id, s.eos_id);
     coord_source_close(&s);
     return 0;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* coordinator/cli/eval.c: fidelity against reference logits (KL divergence, top-1, perplexity). */
+/* coordinator/cli/eval.c: fidelity against reference logits (KL divergence, top-1, perplexity,
+ * relative L2 distance of the logits). */
 #include "generate.h"
 
 #include "cli.h"
@@ -19,9 +20,11 @@
 
 struct eval_acc {
     double kld, nll;
+    double ref_p1; /* sum of the reference's top-1 probabilities (how peaked its outputs are) */
     long positions, top1, predicted;
     double *kl; /* (positions) each position's KL divergence, for the 99th percentile */
-    long cap;   /* entries kl has room for */
+    double *l2; /* (positions) each position's ||model - ref||_2 / ||ref||_2 */
+    long cap;   /* entries kl and l2 have room for */
 };
 
 /* Makes room in @a for @n positions. Returns 0 or -ENOMEM. */
@@ -33,8 +36,18 @@ static int acc_reserve(struct eval_acc *a, long n)
     if (!kl)
         return -ENOMEM;
     a->kl = kl;
+    double *l2 = realloc(a->l2, (size_t)n * sizeof(double));
+    if (!l2)
+        return -ENOMEM;
+    a->l2 = l2;
     a->cap = n;
     return 0;
+}
+
+static void acc_free(struct eval_acc *a)
+{
+    free(a->kl);
+    free(a->l2);
 }
 
 /* log-softmax of @x (n) into @out, in double for the divergence sums */
@@ -50,20 +63,30 @@ static void log_softmax(const float *x, int n, double *out)
         out[i] = (double)x[i] - lse;
 }
 
-/* Adds one position: KL(ref || model), top-1 agreement and, when @next >= 0, its NLL. @a has
- * room for it (acc_reserve). */
+/* Adds one position: KL(ref || model), top-1 agreement, the relative L2 distance of the logits
+ * themselves (softmax forgives a shift of every logit, this does not: a check on the forward's
+ * arithmetic, not only on its ranking), the reference's top-1 probability and, when @next >= 0,
+ * its NLL. @a has room for it (acc_reserve). */
 static void score(struct eval_acc *a, const float *ref, const float *model, int n, int next,
                   double *lp, double *lq)
 {
     log_softmax(ref, n, lp);
     log_softmax(model, n, lq);
-    double kl = 0.0;
-    for (int i = 0; i < n; i++)
+    double kl = 0.0, d2 = 0.0, r2 = 0.0;
+    for (int i = 0; i < n; i++) {
         kl += exp(lp[i]) * (lp[i] - lq[i]);
+        double d = (double)model[i] - ref[i];
+        d2 += d * d;
+        r2 += (double)ref[i] * ref[i];
+    }
     KN_ASSERT(a->positions < a->cap);
     a->kld += kl;
-    a->kl[a->positions++] = kl;
-    a->top1 += coord_argmax(ref, n) == coord_argmax(model, n);
+    a->kl[a->positions] = kl;
+    /* r2 > 0: logits_check refused a reference row of one value, zero included */
+    a->l2[a->positions++] = sqrt(d2 / r2);
+    int best = coord_argmax(ref, n);
+    a->ref_p1 += exp(lp[best]);
+    a->top1 += best == coord_argmax(model, n);
     if (next >= 0) {
         a->nll -= lq[next];
         a->predicted++;
@@ -87,13 +110,16 @@ static double quantile(double *v, long n, double p)
     return lo + 1 < n ? v[lo] + (h - (double)lo) * (v[lo + 1] - v[lo]) : v[n - 1];
 }
 
-/* Prints @a's scores after @label; reorders @a->kl. */
+/* Prints @a's scores after @label; reorders @a->kl and @a->l2. The fields after kld_p99 came
+ * later: tools read the line by its prefix, so new ones go at its end. */
 static void report(const char *label, struct eval_acc *a)
 {
-    printf("%s kld=%.6g top1=%.4f ppl=%.4f kld_p99=%.6g\n", label, a->kld / (double)a->positions,
-           (double)a->top1 / (double)a->positions,
+    double n = (double)a->positions;
+    printf("%s kld=%.6g top1=%.4f ppl=%.4f kld_p99=%.6g", label, a->kld / n, (double)a->top1 / n,
            a->predicted ? exp(a->nll / (double)a->predicted) : NAN,
            quantile(a->kl, a->positions, 0.99));
+    double l2_p99 = quantile(a->l2, a->positions, 0.99), l2_max = a->l2[a->positions - 1];
+    printf(" rel_l2_max=%.6g rel_l2_p99=%.6g ref_top1_prob=%.4f\n", l2_max, l2_p99, a->ref_p1 / n);
 }
 
 /* Splits @line at tabs into at most @max fields (in place). Returns the count. */
@@ -396,7 +422,9 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
         snprintf(label, sizeof(label), "prompt %d \"%s\" positions=%d", no, shown, r.rows);
         report(label, &acc);
         memcpy(total->kl + total->positions, acc.kl, (size_t)acc.positions * sizeof(double));
+        memcpy(total->l2 + total->positions, acc.l2, (size_t)acc.positions * sizeof(double));
         total->kld += acc.kld;
+        total->ref_p1 += acc.ref_p1;
         total->nll += acc.nll;
         total->positions += acc.positions;
         total->top1 += acc.top1;
@@ -404,7 +432,7 @@ static int eval_line(struct coord_engine *g, const struct coord_eval_opts *o, ch
     }
     if (!rc && save)
         rc = ref_line_save(&r, o, save, saved, saved_len, e);
-    free(acc.kl);
+    acc_free(&acc);
     free(save);
     ref_line_free(&r);
     return rc;
@@ -536,7 +564,7 @@ static int eval_lines(struct coord_engine *g, const struct coord_eval_opts *o,
         rc = write_whole(out_tsv, saved, saved_len, e);
     }
 out:
-    free(total.kl);
+    acc_free(&total);
     free(lp);
     free(lq);
     free(saved);

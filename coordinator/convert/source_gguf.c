@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source_gguf.c: the GGUF model source - the architectures of shm/tensors.h's
- * table (llama, qwen2, gemma, spark, qwen3, phi3, granite, smollm3); tensors F32, F16, BF16, Q8_0
- * and Q4_0 are dequantized as they are read. */
+ * table (llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3); tensors F32,
+ * F16, BF16, Q8_0 and Q4_0 are dequantized as they are read. */
 #include "source.h"
 
 #include "gguf.h"
@@ -154,23 +154,6 @@ static int read_shape(struct gguf_source *g, struct shlm_config *c, const char *
     return 0;
 }
 
-/* Whether <arch>.@key is one read_ext() has read for architecture @a in config @c. */
-static bool ext_key(const char *key, const struct shlm_arch_traits *a, const struct shlm_config *c)
-{
-    static const char *const multipliers[] = {"embedding_scale", "residual_scale",
-                                              "attention.scale", "logit_scale"};
-    for (size_t i = 0; a->multipliers && i < sizeof(multipliers) / sizeof(multipliers[0]); i++)
-        if (!strcmp(key, multipliers[i]))
-            return true;
-    if (a->attn == SHLM_ATTN_WINDOW_CONFIG && !strcmp(key, "attention.sliding_window"))
-        return true;
-    if (c->rope_scaling == SHLM_ROPE_YARN &&
-        (!strcmp(key, "rope.scaling.type") || !strcmp(key, "rope.scaling.factor")))
-        return true;
-    return (c->rope_scaling == SHLM_ROPE_LONGROPE || c->rope_scaling == SHLM_ROPE_YARN) &&
-           !strcmp(key, "rope.scaling.attn_factor");
-}
-
 /* rope.scaling.type "yarn" (a Qwen2.5 converted with its YaRN config): factor, the original
  * context (the file's context when absent), the ramp's betas (32 and 1 when absent) and the
  * attention factor that multiplies YaRN's own magnitude, as llama.cpp reads them; DeepSeek's
@@ -212,16 +195,16 @@ static int read_yarn(struct gguf_source *g, struct coord_source *s, const char *
     return 0;
 }
 
-/* Refuses every <arch>.* setting of coord_unsupported_keys[] that is not neutral (but those
- * read_ext() has read for @a). */
-static int check_unsupported(const struct gguf_source *g, const struct shlm_arch_traits *a,
-                             const struct shlm_config *c, const char *path, struct shardlm_err *e)
+/* Refuses every <arch>.* setting of coord_unsupported_keys[] that is not neutral, but those
+ * read_ext() has read for @c's family or RoPE scaling (coord_key_read_by). */
+static int check_unsupported(const struct gguf_source *g, const struct shlm_config *c,
+                             const char *path, struct shardlm_err *e)
 {
     for (size_t i = 0; i < coord_n_unsupported_keys; i++) {
         const struct coord_key *k = &coord_unsupported_keys[i];
         struct coord_val v;
         char label[512];
-        if (!k->gguf || ext_key(k->gguf, a, c))
+        if (!k->gguf || coord_key_read_by(k, false, c))
             continue;
         setting(g, path, akey(g, k->gguf), &v, label);
         int rc = coord_key_check(k, &v, label, c, e);
@@ -253,10 +236,14 @@ static int read_features(struct gguf_source *g, const struct shlm_arch_traits *a
     return 0;
 }
 
-/* What the newer architectures add (shlm_config_ext) from <arch>.* metadata and the tensors
- * present: Granite's multipliers, the config's window, layers without RoPE, LongRoPE (its
- * factors' tensors), YaRN (read_yarn) and per-frequency RoPE divisors (rope_freqs: llama.cpp's form
- * of Llama 3.1's scaling). */
+/* What the newer architectures add (shlm_config_ext) from the row, <arch>.* metadata and the
+ * tensors present: Granite's multipliers, the config's window (Phi-3: every layer), layers without
+ * RoPE, LongRoPE (its factors' tensors), YaRN (read_yarn), per-frequency RoPE divisors (rope_freqs:
+ * llama.cpp's form of Llama 3.1's scaling); Gemma 2/3's window (attention.sliding_window, 4096 when
+ * absent as ik_llama.cpp's), soft-caps (attn_logit_softcapping, final_logit_softcapping), window
+ * pattern and local RoPE base (the row's: GGUF stores neither), and the query scale ik_llama.cpp
+ * takes from the layer count (the 27B models, 46 and 62 layers, scale by (dim / heads)^-1/2 =
+ * query_pre_attn_scalar^-1/2, the others by head_dim^-1/2, the default). */
 static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, struct coord_source *s,
                     const char *path, struct shardlm_err *e)
 {
@@ -270,12 +257,25 @@ static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, str
          (rc = arch_real(g, path, "logit_scale", 0.0, 1e6, 0.0f, &x->logit_scale, e))))
         return rc;
     x->nope_interval = a->gguf_nope_interval;
+    shlm_arch_apply_ext(a, x);
     if (a->attn == SHLM_ATTN_WINDOW_CONFIG) {
         /* Phi-3 4k files made before the converter wrote the key: llama.cpp's default */
         bool phi3_4k = (c->n_layers == 32 || c->n_layers == 40) && c->seq_len == 4096;
         if ((rc = arch_uint(g, path, "attention.sliding_window", 0, UINT32_MAX, false,
                             phi3_4k ? 2047 : 0, &x->window, e)))
             return rc;
+    }
+    if (a->attn == SHLM_ATTN_WINDOW_PATTERN) {
+        if ((rc = arch_uint(g, path, "attention.sliding_window", 1, UINT32_MAX, false, 4096,
+                            &x->window, e)) ||
+            (rc = arch_real(g, path, "attn_logit_softcapping", 0.0, 1e30, 0.0f, &x->attn_softcap,
+                            e)) ||
+            (rc = arch_real(g, path, "final_logit_softcapping", 0.0, 1e30, 0.0f, &x->final_softcap,
+                            e)))
+            return rc;
+        uint32_t big = a == &shlm_archs[SHLM_FAMILY_GEMMA2] ? 46 : 62;
+        if (c->n_layers == big && c->dim / c->n_heads != c->head_dim)
+            x->query_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     }
     char name[64];
     shlm_kind_gguf_name(SHLM_KIND_ROPE_FACTORS_LONG, 0, name, sizeof(name));
@@ -363,7 +363,7 @@ int coord_source_gguf(struct coord_source *s, const char *path, const char *toke
     const struct shlm_arch_traits *arch = NULL;
     if ((rc = read_arch(g, path, &arch, e)) || (rc = read_shape(g, &s->cfg, path, e)) ||
         (rc = read_features(g, arch, &s->cfg, path, e)) || (rc = read_ext(g, arch, s, path, e)) ||
-        (rc = check_unsupported(g, arch, &s->cfg, path, e)) ||
+        (rc = check_unsupported(g, &s->cfg, path, e)) ||
         (rc = read_tokenizer(s, g, path, tokenizer, e))) {
         coord_source_close(s);
         return rc;

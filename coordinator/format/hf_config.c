@@ -271,8 +271,7 @@ static int cfg_rope_scaling(const json_t *root, struct coord_hf_config *hc, cons
 }
 
 /* What the newer architectures add (shlm_config_ext): Granite's embedding, residual, attention
- * and logit multipliers; the window of the architectures windowed where the config has one
- * (Phi-3, Mistral: sliding_window, null for none); SmolLM3's layers without RoPE
+ * and logit multipliers; SmolLM3's layers without RoPE
  * (no_rope_layers: 1 where a layer has RoPE, which must be every layer but each
  * no_rope_layer_interval-th, as transformers' default makes it). */
 static int cfg_ext(const json_t *root, const struct shlm_arch_traits *a, struct coord_hf_config *hc,
@@ -289,9 +288,6 @@ static int cfg_ext(const json_t *root, const struct shlm_arch_traits *a, struct 
                                          &x->query_scale, what, e)) ||
                            (rc = cfg_num(root, "", "logits_scaling", 0.0, 1e6, false, 0.0f,
                                          &x->logit_scale, what, e))))
-        return rc;
-    if (a->attn == SHLM_ATTN_WINDOW_CONFIG &&
-        (rc = cfg_uint(root, "", "sliding_window", 1, UINT32_MAX, false, 0, &x->window, what, e)))
         return rc;
     if (a->gguf_nope_interval) {
         uint32_t n;
@@ -412,13 +408,11 @@ static void json_val(const json_t *j, struct coord_val *v)
 }
 
 /* tie_word_embeddings (the row's default: true for Gemma), and the features these families can
- * switch on that the runtime does not have (but those cfg_ext() read for @a), refused by name. */
-static int cfg_features(const json_t *root, const struct shlm_arch_traits *a, struct shlm_config *c,
+ * switch on that the runtime does not have (but those the family reads: coord_key_read_by),
+ * refused by name. */
+static int cfg_features(const json_t *root, bool tied_default, struct shlm_config *c,
                         const char *what, struct shardlm_err *e)
 {
-    static const char *const multipliers[] = {"embedding_multiplier", "residual_multiplier",
-                                              "attention_multiplier", "logits_scaling"};
-    bool tied_default = a->hf_tied_default;
     bool tied = false;
     int rc;
     if ((rc = cfg_bool(root, "", "tie_word_embeddings", tied_default, &tied, what, e)))
@@ -427,10 +421,7 @@ static int cfg_features(const json_t *root, const struct shlm_arch_traits *a, st
     /* the settings of coord_unsupported_keys[] config.json can carry: absent or neutral */
     for (size_t i = 0; i < coord_n_unsupported_keys; i++) {
         const struct coord_key *k = &coord_unsupported_keys[i];
-        bool read = false; /* by cfg_ext() */
-        for (size_t j = 0; a->multipliers && j < sizeof(multipliers) / sizeof(multipliers[0]); j++)
-            read = read || (k->hf && !strcmp(k->hf, multipliers[j]));
-        if (!k->hf || read)
+        if (!k->hf || coord_key_read_by(k, true, c))
             continue;
         struct coord_val v;
         char label[512];
@@ -438,6 +429,85 @@ static int cfg_features(const json_t *root, const struct shlm_arch_traits *a, st
         snprintf(label, sizeof(label), "%s: field %s", what, k->hf);
         if ((rc = coord_key_check(k, &v, label, c, e)))
             return rc;
+    }
+    return 0;
+}
+
+/* quantization_config: a quantized checkpoint (GPTQ, AWQ, bitsandbytes, FP8...) stores packed
+ * weights under other names, or scales beside them; refused by its method, rather than by the
+ * first tensor found missing or by a dtype. */
+static int cfg_quantized(const json_t *root, const char *what, struct shardlm_err *e)
+{
+    const json_t *q = field(root, "quantization_config");
+    if (!q)
+        return 0;
+    const char *m = json_string_value(json_object_get(q, "quant_method"));
+    if (!m)
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field quantization_config is present, without a quant_method "
+                            "string: quantized checkpoints are not supported",
+                            what);
+    char shown[100];
+    return shardlm_fail(e, -EINVAL,
+                        "%s: field quantization_config.quant_method is \"%s\": quantized "
+                        "checkpoints are not supported (convert the unquantized one)",
+                        what, coord_escape_str(shown, sizeof(shown), m));
+}
+
+/* The window of the architectures windowed where the config has one (Phi-3, Mistral:
+ * sliding_window on every layer, null for none), and what a windowed-pattern architecture's config
+ * adds (Gemma 2/3; @a's row gives the pattern and the local RoPE base's default) into @x:
+ * sliding_window (transformers' default 4096),
+ * layer_types and sliding_window_pattern (when present, the row's pattern: a layer is windowed
+ * unless it is the last of each window_pattern), rope_local_base_freq, attn_logit_softcapping
+ * and final_logit_softcapping (null: none), query_pre_attn_scalar (scores times its -1/2 power;
+ * head_dim when absent). */
+static int cfg_windows(const json_t *root, const struct shlm_arch_traits *a,
+                       const struct shlm_config *c, struct shlm_config_ext *x, const char *what,
+                       struct shardlm_err *e)
+{
+    shlm_arch_apply_ext(a, x);
+    if (a->attn == SHLM_ATTN_WINDOW_CONFIG)
+        return cfg_uint(root, "", "sliding_window", 1, UINT32_MAX, false, 0, &x->window, what, e);
+    if (a->attn != SHLM_ATTN_WINDOW_PATTERN)
+        return 0;
+    float qs = 0.0f, theta_local = a->rope_theta_local;
+    uint32_t pattern = a->window_pattern;
+    int rc;
+    if ((rc = cfg_uint(root, "", "sliding_window", 1, UINT32_MAX, false, 4096, &x->window, what,
+                       e)) ||
+        (rc = cfg_uint(root, "", "sliding_window_pattern", 1, 1024, false, a->window_pattern,
+                       &pattern, what, e)) ||
+        (rc = cfg_num(root, "", "attn_logit_softcapping", 0.0, 1e30, false, 0.0f, &x->attn_softcap,
+                      what, e)) ||
+        (rc = cfg_num(root, "", "final_logit_softcapping", 0.0, 1e30, false, 0.0f,
+                      &x->final_softcap, what, e)) ||
+        (rc = cfg_num(root, "", "query_pre_attn_scalar", 0.0, 1e30, false, (float)c->head_dim, &qs,
+                      what, e)))
+        return rc;
+    if (theta_local > 0.0f && (rc = cfg_num(root, "", "rope_local_base_freq", 1.0, 1e30, false,
+                                            theta_local, &x->rope_theta_local, what, e)))
+        return rc;
+    if (pattern != a->window_pattern)
+        return shardlm_fail(e, -EINVAL, "%s: field sliding_window_pattern is %u, expected %u", what,
+                            pattern, a->window_pattern);
+    if (qs != (float)c->head_dim) /* head_dim's is the default scale, bit for bit */
+        x->query_scale = 1.0f / sqrtf(qs);
+    const json_t *lt = field(root, "layer_types");
+    if (lt && (!json_is_array(lt) || json_array_size(lt) != c->n_layers))
+        return shardlm_fail(e, -EINVAL, "%s: field layer_types: expected a list of %u names", what,
+                            c->n_layers);
+    for (uint32_t l = 0; lt && l < c->n_layers; l++) {
+        const char *t = json_string_value(json_array_get(lt, l));
+        const char *want = shlm_layer_windowed(x, l) ? "sliding_attention" : "full_attention";
+        if (!t || strcmp(t, want) != 0) {
+            char shown[100];
+            return shardlm_fail(e, -EINVAL,
+                                "%s: field layer_types[%u] is \"%s\", expected \"%s\" (every "
+                                "%u-th layer global)",
+                                what, l, t ? coord_escape_str(shown, sizeof(shown), t) : "?", want,
+                                a->window_pattern);
+        }
     }
     return 0;
 }
@@ -455,8 +525,8 @@ static int cfg_special_tokens(const json_t *root, struct coord_hf_config *hc, co
 }
 
 /* The whole config in the order its checks report: family, shape, heads, (what the family's row
- * fixes), the newer architectures' fields, features, activation, rope scaling, special tokens; then
- * the runtime's own check. */
+ * fixes), the newer architectures' multipliers and layers without RoPE, features, quantization,
+ * activation, rope scaling, special tokens, windows; then the runtime's own checks. */
 static int parse_config(struct coord_hf_config *hc, const json_t *root, const char *what,
                         struct shardlm_err *e)
 {
@@ -473,9 +543,12 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
     /* NeoX RoPE, biases, q/k norms; Gemma scales embeddings by sqrt(hidden_size) (transformers
      * rounds it to the activation dtype; the runtime multiplies in f32) */
     shlm_arch_apply(a, true, c);
-    if ((rc = cfg_ext(root, a, hc, what, e)) || (rc = cfg_features(root, a, c, what, e)) ||
-        (rc = cfg_act(root, a, &c->act, what, e)) || (rc = cfg_rope_scaling(root, hc, what, e)) ||
-        (rc = cfg_special_tokens(root, hc, what, e)))
+    if ((rc = cfg_ext(root, a, hc, what, e)) ||
+        (rc = cfg_features(root, a->hf_tied_default, c, what, e)) ||
+        (rc = cfg_quantized(root, what, e)) || (rc = cfg_act(root, a, &c->act, what, e)) ||
+        (rc = cfg_rope_scaling(root, hc, what, e)) ||
+        (rc = cfg_special_tokens(root, hc, what, e)) ||
+        (rc = cfg_windows(root, a, c, &hc->cfgx, what, e)))
         return rc;
     struct shardlm_err cerr;
     if (shlm_config_check(c, &cerr) || shlm_config_ext_check(&hc->cfgx, &cerr))

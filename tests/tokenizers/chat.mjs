@@ -15,8 +15,8 @@
 //
 //   node tests/tokenizers/chat.mjs SHARDLM_BINARY
 //
-// SHAPE (below; or SHARDLM_CHAT_SHAPE) is the synth shape: tiny (llama) until tiny-qwen3's forward
-// lands. Needs node, `npm ci --prefix tests/tokenizers` and `--prefix tests/openai`, python3 with
+// SHAPE (below; or SHARDLM_CHAT_SHAPE) is the synth shape: tiny-qwen3, Qwen3's own architecture
+// (q/k norms) under its own tokenizer and template. Needs node, `npm ci --prefix tests/tokenizers` and `--prefix tests/openai`, python3 with
 // jinja2 (deploy/bootstrap.sh installs them): without them the test fails, it does not skip.
 // One line per check (`ok - name` / `not ok - name: why`), then a summary; exit 0 when all
 // passed, 1 otherwise, 2 on a usage error. About 12 s.
@@ -30,7 +30,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { expect, listeningPort, report, show, tally } from '../script_lib.mjs';
 
-const SHAPE = process.env.SHARDLM_CHAT_SHAPE || 'tiny';
+const SHAPE = process.env.SHARDLM_CHAT_SHAPE || 'tiny-qwen3';
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const DEADLINE_MS = 120_000;
 const runFile = promisify(execFile);

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# A model whose architecture or a setting is not supported is refused, never run wrong (issue
+# 35): `shardlm convert` of GGUF files and Hugging Face folders that synth wrote, each with one
+# setting changed (tests/tools/model_edit.py), exits 1, leaves no output file and prints exactly
+# one line naming the file, the field and its value. A neutral value of the same settings
+# converts (the edited files are well formed).
+#   test_refusals.sh SHARDLM_BINARY     (python: $PYTHON, default python3)
+set -euo pipefail
+. "$(dirname "$0")/script_lib.sh"
+script_bin "$@"
+script_tmp test_refusals
+bin=$BIN tmp=$TMP
+py=${PYTHON:-python3}
+edit=$HERE/tools/model_edit.py
+fail=0
+
+# the sources: tiny-qwen3 (GGUF arch qwen3, HF Qwen3ForCausalLM), tiny-mistral's GGUF (arch
+# llama) and tiny-llama31's folder (LlamaForCausalLM with llama3 rope_scaling)
+for s in tiny-qwen3 tiny-mistral tiny-llama31; do
+  "$bin" synth --shape $s --type f32 -o "$tmp/$s.gguf" 2>/dev/null
+  "$bin" synth --shape $s --type f32 --hf "$tmp/$s.hf" 2>/dev/null
+done
+
+# convert_variant SOURCE: converts $tmp/v.gguf or the folder $tmp/v.hf; sets rc, its stderr in
+# $tmp/err
+convert_variant() {
+  rm -f "$tmp/v.shlm"
+  set +e
+  "$bin" convert "$1" --scheme f32 -o "$tmp/v.shlm" -q >/dev/null 2>"$tmp/err"
+  rc=$?
+  set -e
+}
+
+# gguf BASE KEY TYPE VALUE WANT: BASE's GGUF with KEY set; WANT: an extended regex the one line
+# matches after "FILE: ", or "ok" for a value that converts
+gguf() {
+  "$py" "$edit" gguf "$tmp/$1.gguf" "$tmp/v.gguf" "$2" "$3" "$4"
+  try_convert "$1.gguf $2=$4" "$tmp/v.gguf" "$5"
+}
+
+# config BASE JSON WANT: BASE's folder with the fields of JSON merged into config.json
+config() {
+  rm -rf "$tmp/v.hf"
+  cp -r "$tmp/$1.hf" "$tmp/v.hf"
+  "$py" "$edit" config "$tmp/$1.hf/config.json" "$tmp/v.hf/config.json" "$2"
+  try_convert "$1 config $2" "$tmp/v.hf" "$3"
+}
+
+# try_convert NAME PATH WANT: converts PATH, expecting WANT (a line's regex, or ok)
+try_convert() {
+  local name=$1 path=$2 want=$3
+  convert_variant "$path"
+  if [ "$want" = ok ]; then
+    if [ $rc -ne 0 ]; then
+      echo "FAIL: $name: expected to convert, exit $rc: $(head -c 300 "$tmp/err")"
+      fail=1
+    else
+      echo "converts: $name"
+    fi
+    return
+  fi
+  local file=$path
+  [ -d "$path" ] && file=$path/config.json
+  if [ $rc -ne 1 ] || [ -e "$tmp/v.shlm" ] || [ "$(wc -l <"$tmp/err")" -ne 1 ] ||
+    ! grep -Eq "^shardlm convert: $file: $want" "$tmp/err"; then
+    echo "FAIL: $name: expected exit 1, no output and one line '$file: $want'; exit $rc:"
+    cat "$tmp/err"
+    fail=1
+  else
+    echo "refused: $name: $(cat "$tmp/err")"
+  fi
+}
+
+# GGUF: an unknown architecture, and settings the runtime lacks (by key and value)
+gguf tiny-qwen3 general.architecture str mamba \
+  'metadata general\.architecture is "mamba" .*not a supported architecture \(llama, .*\)'
+gguf tiny-qwen3 general.architecture str qwen3moe 'metadata general\.architecture is "qwen3moe"'
+gguf tiny-mistral llama.rope.scaling.type str linear \
+  'metadata llama\.rope\.scaling\.type is "linear" \(RoPE scaling: not supported\)'
+gguf tiny-mistral llama.rope.scaling.factor f32 4 'metadata llama\.rope\.scaling\.factor is 4 '
+gguf tiny-mistral llama.expert_count u32 8 \
+  'metadata llama\.expert_count is 8 \(mixture of experts: not supported\)'
+gguf tiny-qwen3 qwen3.expert_count u32 8 'metadata qwen3\.expert_count is 8 '
+gguf tiny-mistral llama.attention.max_alibi_bias f32 8 \
+  'metadata llama\.attention\.max_alibi_bias is 8 \(ALiBi'
+gguf tiny-mistral llama.rope.dimension_count u32 8 \
+  'metadata llama\.rope\.dimension_count is 8 \(partial rotary'
+gguf tiny-qwen3 qwen3.attention.clamp_kqv f32 8 'metadata qwen3\.attention\.clamp_kqv is 8 '
+# a sliding window on a llama GGUF (ik_llama.cpp's llama has none: a window is read for phi3,
+# gemma2 and gemma3 only)
+gguf tiny-mistral llama.attention.sliding_window u32 64 \
+  'metadata llama\.attention\.sliding_window is 64 \(sliding-window attention: not supported\)'
+# neutral values convert
+gguf tiny-mistral llama.rope.scaling.type str none ok
+gguf tiny-qwen3 qwen3.expert_count u32 0 ok
+
+# config.json: unknown architectures, RoPE scaling types, MoE fields, a quantized checkpoint...
+config tiny-qwen3 '{"architectures": ["MambaForCausalLM"]}' \
+  'field architectures\[0\] is "MambaForCausalLM", expected one of .*LlamaForCausalLM'
+config tiny-qwen3 '{"architectures": ["Qwen3MoeForCausalLM"]}' \
+  'field architectures\[0\] is "Qwen3MoeForCausalLM"'
+config tiny-qwen3 '{"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}' \
+  'field rope_scaling\.rope_type is "dynamic": only llama3, yarn and longrope scaling are supported'
+config tiny-llama31 '{"rope_scaling": {"type": "linear", "factor": 2.0}}' \
+  'field rope_scaling\.rope_type is "linear"'
+config tiny-qwen3 '{"num_experts": 8, "num_experts_per_tok": 2}' \
+  'field num_experts is 8 \(mixture of experts: not supported\)'
+config tiny-llama31 '{"num_local_experts": 8}' 'field num_local_experts is 8 \(mixture of experts'
+config tiny-qwen3 '{"use_sliding_window": true, "sliding_window": 64}' \
+  'field use_sliding_window is true \(sliding-window attention: not supported\)'
+config tiny-llama31 '{"partial_rotary_factor": 0.5}' 'field partial_rotary_factor is 0\.5 '
+config tiny-llama31 '{"attention_bias": true}' 'field attention_bias is true \(biases'
+config tiny-llama31 '{"hidden_act": "relu"}' 'field hidden_act is "relu", expected silu'
+config tiny-llama31 '{"final_logit_softcapping": 30.0}' 'field final_logit_softcapping is 30 '
+# Granite's multipliers are read for Granite only
+config tiny-llama31 '{"logits_scaling": 4}' 'field logits_scaling is 4 \(a logit multiplier'
+config tiny-qwen3 '{"quantization_config": {"quant_method": "gptq", "bits": 4}}' \
+  'field quantization_config\.quant_method is "gptq": quantized checkpoints are not supported'
+# neutral values convert
+config tiny-qwen3 '{"rope_scaling": {"rope_type": "default"}, "num_experts": 0}' ok
+config tiny-llama31 '{"quantization_config": null, "attention_bias": false}' ok
+exit $fail
