@@ -12,7 +12,7 @@
 
 const struct coord_key coord_unsupported_keys[] = {
     /* RoPE: GGUF's scaling keys (llama.cpp applies rope.scaling.factor and rope.scale_linear
-     * whatever the type; LongRoPE's attn_factor is read with its factors' tensors); config.json's
+     * whatever the type; YaRN's and LongRoPE's are read: read_keys below); config.json's
      * rope_scaling is read by hf_config.c (llama3, yarn and longrope are supported, linear
      * refused there) */
     {"rope.scaling.type", NULL, COORD_KEY_NONE_STR, "RoPE scaling"},
