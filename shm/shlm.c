@@ -114,14 +114,20 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
     CHECK(c->rope_neox <= 1, "rope_neox", "0 or 1");
     CHECK(c->act <= SHLM_ACT_GELU_TANH, "act", "0 (silu) or 1 (gelu-tanh)");
     CHECK(c->tied_embd <= 1, "tied_embd", "0 or 1");
-    CHECK(c->rope_scaling <= SHLM_ROPE_LLAMA3, "rope_scaling",
-          "0 (none) or 1 (llama3) (2 yarn, 3 longrope: not implemented yet)");
+    CHECK(c->rope_scaling <= SHLM_ROPE_FREQS, "rope_scaling",
+          "0 (none), 1 (llama3), 2 (yarn), 3 (longrope) or 4 (rope_freqs)");
     CHECK(c->rope_scaling != SHLM_ROPE_LLAMA3 ||
               (isfinite(c->rope_factor) && c->rope_factor >= 1.0f && c->rope_factor <= 1024.0f &&
                isfinite(c->rope_low_freq_factor) && c->rope_low_freq_factor > 0.0f &&
                isfinite(c->rope_high_freq_factor) &&
                c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_orig_ctx >= 1),
           "rope_factor/low/high/orig_ctx", "factor 1..1024, 0 < low < high, orig_ctx >= 1");
+    CHECK(c->rope_scaling != SHLM_ROPE_YARN ||
+              (isfinite(c->rope_factor) && c->rope_factor >= 1.0f && c->rope_factor <= 1024.0f &&
+               c->rope_orig_ctx >= 1),
+          "rope_factor/orig_ctx", "YaRN factor 1..1024, orig_ctx >= 1");
+    CHECK(c->rope_scaling != SHLM_ROPE_LONGROPE || c->rope_orig_ctx >= 1, "rope_orig_ctx",
+          "LongRoPE's original context >= 1");
     CHECK(c->qkv_bias <= 1, "qkv_bias", "0 or 1");
     CHECK(c->head_gate <= 1, "head_gate", "0 or 1");
     CHECK(c->embd_scale == 0.0f || (isfinite(c->embd_scale) && c->embd_scale > 0.0f &&
@@ -136,45 +142,28 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
 
 int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e)
 {
-    /* every field: @impl ones in their ranges (a real 0 or positive and finite), the others 0
-     * until kernels/ and worker/model.c add them */
+    /* every field is implemented: 0 is the plain behaviour, a real otherwise finite in its range
+     * (lo exclusive), an integer any value (window_pattern checked below) */
     static const struct {
         const char *name;
         size_t off;
-        bool real, impl;
-    } fields[] = {
-#define FIELD(f, real, impl) {#f, offsetof(struct shlm_config_ext, f), real, impl}
-        FIELD(attn_softcap, true, true),    FIELD(final_softcap, true, true),
-        FIELD(query_scale, true, true),     FIELD(window, false, true),
-        FIELD(window_pattern, false, true), FIELD(rope_theta_local, true, true),
-        FIELD(resid_mult, true, false),     FIELD(logit_scale, true, false),
-        FIELD(nope_interval, false, false), FIELD(yarn_beta_fast, true, false),
-        FIELD(yarn_beta_slow, true, false), FIELD(rope_attn_factor, true, false),
-#undef FIELD
+        float lo, hi;
+    } reals[] = {
+#define REAL(f, lo, hi) {#f, offsetof(struct shlm_config_ext, f), lo, hi}
+        REAL(attn_softcap, 0.0f, 1e30f),    REAL(final_softcap, 0.0f, 1e30f),
+        REAL(query_scale, 0.0f, 1e6f),      REAL(rope_theta_local, 0.0f, 1e30f),
+        REAL(resid_mult, -1e6f, 1e6f),      REAL(logit_scale, 0.0f, 1e6f),
+        REAL(yarn_beta_fast, 0.0f, 1e6f),   REAL(yarn_beta_slow, 0.0f, 1e6f),
+        REAL(rope_attn_factor, 0.0f, 1e6f),
+#undef REAL
     };
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-        uint32_t w;
-        memcpy(&w, (const uint8_t *)x + fields[i].off, 4);
-        if (!w)
-            continue;
+    for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++) {
         float f;
-        memcpy(&f, &w, 4);
-        if (fields[i].impl && fields[i].real && isfinite(f) && f > 0.0f && f < 1e30f)
-            continue;
-        if (fields[i].impl && !fields[i].real)
-            continue;
-        if (fields[i].impl)
+        memcpy(&f, (const uint8_t *)x + reals[i].off, 4);
+        if (f != 0.0f && !(isfinite(f) && f > reals[i].lo && f <= reals[i].hi))
             return shardlm_fail(e, -EINVAL,
-                                "config field %s is %g, expected 0 or a positive number",
-                                fields[i].name, (double)f);
-        return fields[i].real ? shardlm_fail(e, -EINVAL,
-                                             "config field %s is %g: not implemented yet "
-                                             "(expected 0)",
-                                             fields[i].name, (double)f)
-                              : shardlm_fail(e, -EINVAL,
-                                             "config field %s is %u: not implemented yet "
-                                             "(expected 0)",
-                                             fields[i].name, w);
+                                "config field %s is %g: expected 0 or a number in (%g, %g]",
+                                reals[i].name, (double)f, (double)reals[i].lo, (double)reals[i].hi);
     }
     if (x->window_pattern == 1 || (x->window_pattern && !x->window))
         return shardlm_fail(e, -EINVAL,

@@ -34,14 +34,18 @@ enum shlm_scheme {
 };
 enum shlm_tok_kind { SHLM_TOK_LLAMA2C = 1, SHLM_TOK_BLOB = 2 /* coord_tok_save() */ };
 /* RoPE frequency scaling: llama3 (low/high frequency factors, shlm_config), YaRN (factor and
- * orig_ctx in shlm_config, the rest in shlm_config_ext), LongRoPE (per-frequency short/long factors
- * as the tensors SHLM_KIND_ROPE_FACTORS_SHORT/LONG, as GGUF's rope_factors_short/long). YaRN and
- * LongRoPE are not implemented yet: refused. */
+ * orig_ctx in shlm_config, the ramp and attention factor in shlm_config_ext), LongRoPE
+ * (per-frequency short/long factors as the tensors SHLM_KIND_ROPE_FACTORS_SHORT/LONG, as GGUF's
+ * rope_factors_short/long; orig_ctx in shlm_config, the attention factor in shlm_config_ext; the
+ * long factors where the context seq_len exceeds orig_ctx, as llama.cpp picks them by its context
+ * size), per-frequency divisors (the tensor SHLM_KIND_ROPE_FREQS: GGUF's rope_freqs, llama.cpp's
+ * form of Llama 3.1's scaling). */
 enum shlm_rope_scaling {
     SHLM_ROPE_NONE = 0,
     SHLM_ROPE_LLAMA3 = 1,
     SHLM_ROPE_YARN = 2,
-    SHLM_ROPE_LONGROPE = 3
+    SHLM_ROPE_LONGROPE = 3,
+    SHLM_ROPE_FREQS = 4
 };
 /* shlm_config.flags: optional tensors and forward features (0 in files made before them) */
 enum shlm_cfg_flag {
@@ -62,8 +66,8 @@ struct shlm_config {
     uint32_t act;       /* enum shlm_act */
     uint32_t tied_embd; /* output head shares tok_embd */
     uint32_t rope_scaling; /* enum shlm_rope_scaling */
-    float rope_factor, rope_low_freq_factor, rope_high_freq_factor; /* llama3 scaling */
-    uint32_t rope_orig_ctx;                                         /* llama3 scaling */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor; /* llama3 (factor: YaRN's) */
+    uint32_t rope_orig_ctx; /* llama3, YaRN, LongRoPE: original_max_position_embeddings */
     uint32_t qkv_bias;  /* attn_q/k/v have bias vectors (Qwen2) */
     uint32_t head_gate; /* attn_gate: sigmoid(gate . x) scales each head's output */
     float embd_scale;   /* embedding rows are multiplied by this (Gemma: sqrt(dim), Granite:
@@ -74,10 +78,9 @@ struct shlm_config {
 };
 
 /* What the newer architectures add to the config, in the header's formerly reserved bytes: zero
- * in files made before it, and every field's zero is the plain behaviour. A field the runtime
- * does not implement yet must be zero (shlm_config_ext_check): importers refuse such models.
- * Implemented: attn_softcap, final_softcap, query_scale, window, window_pattern,
- * rope_theta_local (shlm_layer_windowed() says which layers are windowed). */
+ * in files made before it, and every field's zero is the plain behaviour. Every field is
+ * implemented, each in its range (shlm_config_ext_check); shlm_layer_windowed() says which layers
+ * are windowed. */
 struct shlm_config_ext {
     float attn_softcap;      /* scores = c * tanh(scores / c) (Gemma 2); 0: none */
     float final_softcap;     /* logits = c * tanh(logits / c) (Gemma 2); 0: none */

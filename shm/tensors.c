@@ -19,6 +19,7 @@ static bool qk_norm(const struct shlm_config *c) { return c->flags & SHLM_CF_QK_
 static bool head_gate(const struct shlm_config *c) { return c->head_gate; }
 static bool post_norms(const struct shlm_config *c) { return c->flags & SHLM_CF_POST_NORMS; }
 static bool longrope(const struct shlm_config *c) { return c->rope_scaling == SHLM_ROPE_LONGROPE; }
+static bool rope_freqs(const struct shlm_config *c) { return c->rope_scaling == SHLM_ROPE_FREQS; }
 
 #define NONE SHLM_SITE_NONE
 #define QKV SHLM_SITE_QKV
@@ -45,6 +46,9 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
         L2C(NONE), false, false, D(ONE), D(ROPE), S(NONE), T(F32), NONE, NONE, longrope},
     [SHLM_KIND_ROPE_FACTORS_LONG] = {"rope_factors_long", "rope_factors_long.weight", NULL,
         L2C(NONE), false, false, D(ONE), D(ROPE), S(NONE), T(F32), NONE, NONE, longrope},
+    /* a Hugging Face config says rope_scaling llama3 instead (SHLM_ROPE_LLAMA3) */
+    [SHLM_KIND_ROPE_FREQS] = {"rope_freqs", "rope_freqs.weight", NULL,
+        L2C(NONE), false, false, D(ONE), D(ROPE), S(NONE), T(F32), NONE, NONE, rope_freqs},
     [SHLM_KIND_ATTN_NORM] = {"attn_norm", "attn_norm.weight", "input_layernorm.weight",
         L2C(RMS_ATT), true, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, QKV, always},
     [SHLM_KIND_ATTN_Q] = {"attn_q", "attn_q.weight", "self_attn.q_proj.weight",
@@ -135,6 +139,40 @@ bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_
     else
         snprintf(out, len, "%s", hf);
     return true;
+}
+
+/* The fused tensors: the kinds they stack, in row order. */
+static const struct {
+    const char *gguf, *hf;
+    enum shlm_kind parts[3];
+    int n;
+} fused[] = {
+    {"attn_qkv.weight",
+     "self_attn.qkv_proj.weight",
+     {SHLM_KIND_ATTN_Q, SHLM_KIND_ATTN_K, SHLM_KIND_ATTN_V},
+     3},
+    {"ffn_up.weight", "mlp.gate_up_proj.weight", {SHLM_KIND_FFN_GATE, SHLM_KIND_FFN_UP}, 2},
+};
+
+bool shlm_kind_fused(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer, bool hf,
+                     char *out, size_t len, int *row0, int *total)
+{
+    for (size_t f = 0; f < sizeof(fused) / sizeof(fused[0]); f++) {
+        int at = -1, rows = 0;
+        for (int i = 0; i < fused[f].n; i++) {
+            if (fused[f].parts[i] == kind)
+                at = rows;
+            rows += shlm_dim_size(c, shlm_kinds[fused[f].parts[i]].rows);
+        }
+        if (at < 0)
+            continue;
+        snprintf(out, len, hf ? "model.layers.%u.%s" : "blk.%u.%s", layer,
+                 hf ? fused[f].hf : fused[f].gguf);
+        *row0 = at;
+        *total = rows;
+        return true;
+    }
+    return false;
 }
 
 bool shlm_kind_parse(const char *name, uint32_t n_layers, enum shlm_kind *kind, uint32_t *layer)
@@ -286,29 +324,32 @@ const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
                    .attn = SHLM_ATTN_WINDOW_PATTERN,
                    .window_pattern = 6,
                    .rope_theta_local = 10000.0f},
-    /* known, not run yet: refused with what they need */
+    /* Phi-3/3.5: fused qkv and gate_up (split at import: shlm_kind_fused), LongRoPE, the
+     * config's window on every layer */
     [F(PHI3)] = {.name = "phi3",
                  .gguf = "phi3",
                  .hf = "Phi3ForCausalLM",
-                 .refused = "fused qkv and gate_up projections, LongRoPE",
                  .act = SHLM_ACT_SILU,
                  .hf_act_key = "hidden_act",
-                 .gguf_rope_neox = true},
+                 .gguf_rope_neox = true,
+                 .attn = SHLM_ATTN_WINDOW_CONFIG},
+    /* Granite 3.x: embedding, residual, attention and logit multipliers (shlm_config_ext) */
     [F(GRANITE)] = {.name = "granite",
                     .gguf = "granite",
                     .hf = "GraniteForCausalLM",
-                    .refused = "embedding, residual, attention and logit multipliers",
                     .act = SHLM_ACT_SILU,
-                    .hf_act_key = "hidden_act"},
+                    .hf_act_key = "hidden_act",
+                    .multipliers = true},
+    /* SmolLM3: no RoPE on every fourth layer (shlm_config_ext.nope_interval) */
     [F(SMOLLM3)] = {.name = "smollm3",
                     .gguf = "smollm3",
                     .hf = "SmolLM3ForCausalLM",
-                    .refused = "layers without RoPE",
                     .act = SHLM_ACT_SILU,
-                    .hf_act_key = "hidden_act"},
+                    .hf_act_key = "hidden_act",
+                    .gguf_nope_interval = 4},
+    /* Mistral / Ministral: the config's window on every layer where it has one */
     [F(MISTRAL)] = {.name = "mistral",
                     .hf = "MistralForCausalLM",
-                    .refused = "sliding-window attention",
                     .act = SHLM_ACT_SILU,
                     .hf_act_key = "hidden_act",
                     .attn = SHLM_ATTN_WINDOW_CONFIG},

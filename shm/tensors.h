@@ -30,7 +30,9 @@ enum shlm_kind {
     SHLM_KIND_ROPE_FACTORS_SHORT, /* LongRoPE's per-frequency factors (Phi-3), as GGUF stores them
                                    */
     SHLM_KIND_ROPE_FACTORS_LONG,
-    SHLM_KIND_ATTN_NORM, /* the first per-layer kind */
+    SHLM_KIND_ROPE_FREQS, /* per-frequency divisors of the base frequencies: GGUF's rope_freqs
+                           * (llama.cpp's form of Llama 3.1's scaling) */
+    SHLM_KIND_ATTN_NORM,  /* the first per-layer kind */
     SHLM_KIND_ATTN_Q,
     SHLM_KIND_ATTN_K,
     SHLM_KIND_ATTN_V,
@@ -141,6 +143,12 @@ void shlm_kind_name(enum shlm_kind kind, uint32_t layer, char *out, size_t len);
 void shlm_kind_gguf_name(enum shlm_kind kind, uint32_t layer, char *out, size_t len);
 bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer, char *out,
                        size_t len);
+/* Where a checkpoint that fuses several kinds into one tensor (Phi-3's attn_qkv / qkv_proj: q, k
+ * and v rows stacked; ffn_up / gate_up_proj: gate, then up) keeps the rows of @kind: the fused
+ * tensor's GGUF name (or Hugging Face name with @hf) of @layer into @out, the fused tensor's
+ * rows in *@total and those of @kind from *@row0. False for a kind no fused tensor holds. */
+bool shlm_kind_fused(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer, bool hf,
+                     char *out, size_t len, int *row0, int *total);
 /* The kind and layer of the .shlm name @name in a model of @n_layers layers: true, or false for
  * a name that is no tensor of a model. A file keeps its tensors' names; the loader resolves them
  * here, once per tensor. */
@@ -204,8 +212,12 @@ struct shlm_arch_traits {
     bool hf_tied_default;   /* tie_word_embeddings when config.json leaves it out */
     enum shlm_attn attn;
     unsigned window_pattern; /* SHLM_ATTN_WINDOW_PATTERN's period */
-    float rope_theta_local;  /* the windowed layers' RoPE base (Gemma 3: 10000, which GGUF files
-                              * do not store; config.json's rope_local_base_freq default); 0 */
+    /* every n-th layer has no RoPE where the format has no key for it (SmolLM3's GGUF: llama.cpp
+     * fixes 4); 0: RoPE on every layer */
+    unsigned gguf_nope_interval;
+    bool multipliers; /* Granite's embedding, residual, attention and logit multipliers */
+    float rope_theta_local; /* the windowed layers' RoPE base (Gemma 3: 10000, which GGUF files
+                             * do not store; config.json's rope_local_base_freq default); 0 */
 };
 
 extern const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT];

@@ -1195,7 +1195,7 @@ static void v_str_linear(struct img *m) { put_str(m, "linear"); }
 static void v_str_none(struct img *m) { put_str(m, "none"); }
 static void v_str_eps(struct img *m) { put_str(m, "1e-6"); }
 static void v_str_esc(struct img *m) { put_str(m, "\x1b[2J\n"); }
-static void v_str_phi3(struct img *m) { put_str(m, "phi3"); }
+static void v_str_qwen3moe(struct img *m) { put_str(m, "qwen3moe"); }
 static void v_str_qwen9(struct img *m) { put_str(m, "qwen9"); }
 static void v_str_utf8(struct img *m) { put_str(m, "caf\xc3\xa9\xff\xc3(\xe2\x80\xae\\"); }
 static void v_arr_u32(struct img *m)
@@ -1305,14 +1305,65 @@ static void test_source_gemma(void **state)
     free(b);
 }
 
+/* rope.scaling.type "yarn" with its factor (and @extra_key of @type, @putv: NULL for none): the
+ * source's config and extension into *@s, or the error. */
+static int open_yarn(const uint8_t *b, size_t n, const char *extra_key, uint32_t type,
+                     kv_put_fn *putv, struct coord_source *s, struct shardlm_err *e)
+{
+    struct img add = {0};
+    kv_key(&add, "llama.rope.scaling.type", GGUF_STRING);
+    put_str(&add, "yarn");
+    kv_key(&add, "llama.rope.scaling.factor", GGUF_FLOAT32);
+    put_f32(&add, 4.0f);
+    if (extra_key) {
+        kv_key(&add, extra_key, type);
+        putv(&add);
+    }
+    const char *path = edited(b, n, NULL, &add, NULL, 0, 0);
+    free(add.b);
+    return open_source(path, s, e);
+}
+
+/* A GGUF with YaRN scaling (Qwen2.5's, as llama.cpp writes it): factor, the original context
+ * (the file's when absent), the betas (32, 1), the attention factor; DeepSeek's keys refused. */
+static void test_source_yarn(void **state)
+{
+    size_t n;
+    uint8_t *b = tiny_image(&n);
+    struct coord_source s;
+    struct shardlm_err e;
+    assert_int_equal(open_yarn(b, n, NULL, 0, NULL, &s, &e), 0);
+    assert_int_equal(s.cfg.rope_scaling, SHLM_ROPE_YARN);
+    assert_true(s.cfg.rope_factor == 4.0f);
+    assert_int_equal(s.cfg.rope_orig_ctx, s.cfg.seq_len);
+    assert_true(s.cfgx.yarn_beta_fast == 32.0f && s.cfgx.yarn_beta_slow == 1.0f);
+    assert_true(s.cfgx.rope_attn_factor == 0.0f);
+    coord_source_close(&s);
+    assert_int_equal(open_yarn(b, n, "llama.rope.scaling.original_context_length", GGUF_UINT32,
+                               v_u32_128, &s, &e),
+                     0);
+    assert_int_equal(s.cfg.rope_orig_ctx, 128);
+    coord_source_close(&s);
+    assert_int_equal(
+        open_yarn(b, n, "llama.rope.scaling.attn_factor", GGUF_FLOAT32, v_f32_4, &s, &e), 0);
+    assert_true(s.cfgx.rope_attn_factor == 4.0f);
+    coord_source_close(&s);
+    assert_int_equal(
+        open_yarn(b, n, "llama.rope.scaling.yarn_ext_factor", GGUF_FLOAT32, v_f32_1, &s, &e),
+        -EINVAL);
+    assert_non_null(strstr(e.msg, "llama.rope.scaling.yarn_ext_factor is set: not supported"));
+    free(b);
+}
+
 /* What the runtime lacks, refused by name and value; neutral values pass. */
 static void test_source_unsupported(void **state)
 {
     size_t n;
     uint8_t *b = tiny_image(&n);
     struct shlm_config c;
+    /* YaRN is read (below); without its factor it is refused naming the factor */
     expect_kv(b, n, NULL, "llama.rope.scaling.type", GGUF_STRING, v_str_yarn, &c,
-              "llama.rope.scaling.type", "yarn", "not supported", NULL);
+              "llama.rope.scaling.factor", "expected 1..1024", NULL);
     expect_kv(b, n, NULL, "llama.rope.scaling.type", GGUF_STRING, v_str_linear, &c,
               "llama.rope.scaling.type", "linear", NULL);
     expect_kv(b, n, NULL, "llama.rope.scaling.type", GGUF_STRING, v_str_none, &c, NULL);
@@ -1358,11 +1409,12 @@ static void test_source_arch(void **state)
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_long, &c, arch, "100000 bytes", NULL);
     expect_kv(b, n, arch, NULL, 0, NULL, &c, arch, "missing", NULL);
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_esc, &c, arch, "\"\\x1b[2J\\n\"", NULL);
-    /* a known architecture the runtime lacks says what it lacks; an unknown one the list */
-    expect_kv(b, n, arch, arch, GGUF_STRING, v_str_phi3, &c, arch, "\"phi3\"",
-              "not supported (fused qkv", NULL);
+    /* an architecture the runtime lacks (Qwen3's mixture of experts; an unknown name) says the
+     * list */
+    expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen3moe, &c, arch, "\"qwen3moe\"",
+              "not a supported architecture", NULL);
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen9, &c, arch, "\"qwen9\"",
-              "(llama, qwen2, gemma, spark, qwen3, gemma2, gemma3)", NULL);
+              "(llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3)", NULL);
     /* well-formed UTF-8 kept; a stray byte, a cut sequence, a bidi override and \ escaped */
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_utf8, &c, arch,
               "\"caf\xc3\xa9\\xff\\xc3(\\xe2\\x80\\xae\\\\\"", NULL);
@@ -1434,15 +1486,16 @@ int main(int argc, char **argv)
         return 0;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_small_valid),      cmocka_unit_test(test_dequant),
-        cmocka_unit_test(test_every_kind),       cmocka_unit_test(test_truncations),
-        cmocka_unit_test(test_corruptions),      cmocka_unit_test(test_writer_roundtrip),
-        cmocka_unit_test(test_writer_errors),    cmocka_unit_test(test_open_errors),
-        cmocka_unit_test(test_vocab_llama_spm),  cmocka_unit_test(test_vocab_gpt2),
-        cmocka_unit_test(test_vocab_phi3),       cmocka_unit_test(test_corpus),
-        cmocka_unit_test(test_source_settings),  cmocka_unit_test(test_source_unsupported),
-        cmocka_unit_test(test_source_gemma),     cmocka_unit_test(test_source_arch),
-        cmocka_unit_test(test_source_token_ids), cmocka_unit_test(test_source_weights),
+        cmocka_unit_test(test_small_valid),     cmocka_unit_test(test_dequant),
+        cmocka_unit_test(test_every_kind),      cmocka_unit_test(test_truncations),
+        cmocka_unit_test(test_corruptions),     cmocka_unit_test(test_writer_roundtrip),
+        cmocka_unit_test(test_writer_errors),   cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_vocab_llama_spm), cmocka_unit_test(test_vocab_gpt2),
+        cmocka_unit_test(test_vocab_phi3),      cmocka_unit_test(test_corpus),
+        cmocka_unit_test(test_source_settings), cmocka_unit_test(test_source_unsupported),
+        cmocka_unit_test(test_source_yarn),     cmocka_unit_test(test_source_gemma),
+        cmocka_unit_test(test_source_arch),     cmocka_unit_test(test_source_token_ids),
+        cmocka_unit_test(test_source_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

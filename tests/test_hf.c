@@ -1440,8 +1440,14 @@ static void test_config(void **state)
     cfg_refused(", \"eos_token_id\": \"2\"", "eos_token_id", NULL);
     cfg_refused(", \"eos_token_id\": 512", "eos_token_id", "vocab_size", NULL);
     cfg_refused(", \"bos_token_id\": -1", "bos_token_id", NULL);
-    cfg_refused(", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4}", "rope_scaling",
-                "yarn", NULL);
+    cfg_refused(", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4, \"mscale\": 1}",
+                "rope_scaling.mscale", "not supported", NULL);
+    cfg_refused(", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 0.5}", "rope_scaling.factor",
+                NULL);
+    cfg_refused(", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4, \"truncate\": false}",
+                "rope_scaling.truncate", NULL);
+    cfg_refused(", \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, 1]}",
+                "rope_scaling.short_factor", "list of 4 numbers", NULL);
     cfg_refused(", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 4}", "linear", NULL);
     cfg_refused(", \"rope_scaling\": {\"factor\": 4}", "rope_scaling.rope_type", NULL);
     cfg_refused(", \"rope_scaling\": 4", "rope_scaling", NULL);
@@ -1494,8 +1500,8 @@ static void test_config(void **state)
     /* architectures */
     struct shardlm_err e2 = {""};
     static const char *const archs[][2] = {
-        {"{\"architectures\": [\"MistralForCausalLM\"]}", "MistralForCausalLM"},
-        {"{\"architectures\": [\"Phi3ForCausalLM\"]}", "Phi3ForCausalLM"},
+        {"{\"architectures\": [\"FalconForCausalLM\"]}", "FalconForCausalLM"},
+        {"{\"architectures\": [\"Qwen3MoeForCausalLM\"]}", "Qwen3MoeForCausalLM"},
         {"{\"architectures\": []}", "architectures"},
         {"{\"architectures\": \"LlamaForCausalLM\"}", "architectures"},
         {"{\"architectures\": [3]}", "architectures"},
@@ -1534,29 +1540,108 @@ static void test_config(void **state)
     struct tiny m = llama();
     write_tiny(&m, ", \"hidden_act\": \"relu\"");
     dir_refused(-EINVAL, "config.json", "hidden_act", NULL);
-    put_text("config.json", "{\"architectures\": [\"Phi3ForCausalLM\"]}");
-    dir_refused(-EINVAL, "config.json", "Phi3ForCausalLM", NULL);
+    put_text("config.json", "{\"architectures\": [\"FalconForCausalLM\"]}");
+    dir_refused(-EINVAL, "config.json", "FalconForCausalLM", NULL);
     rm_file("config.json");
     dir_refused(-ENOENT, "config.json", NULL);
     tiny_free(&m);
+}
+
+/* A config of @arch (@layers layers, 4 heads, head_dim 16 unless @extra says) with @extra fields
+ * (", \"key\": value ..."). */
+static int layers_parse(struct coord_hf_config *hc, const char *arch, int layers, const char *extra,
+                        struct shardlm_err *e)
+{
+    char json[4096];
+    snprintf(json, sizeof(json),
+             "{\"architectures\": [\"%s\"], \"hidden_size\": 64, \"intermediate_size\": 100,"
+             " \"num_hidden_layers\": %d, \"num_attention_heads\": 4, \"vocab_size\": 100,"
+             " \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6%s}",
+             arch, layers, extra);
+    return coord_hf_config_parse(hc, json, strlen(json), "a/config.json", e);
+}
+
+/* A config of @arch with 4 layers and @extra fields. */
+static int arch_parse(struct coord_hf_config *hc, const char *arch, const char *extra,
+                      struct shardlm_err *e)
+{
+    return layers_parse(hc, arch, 4, extra, e);
+}
+
+/* What the newer architectures' configs add, read into cfgx (and refused where the runtime
+ * lacks the value): Granite's multipliers, Mistral's and Phi-3's windows, SmolLM3's layers
+ * without RoPE, LongRoPE's factors and attention factor, YaRN. */
+static void test_config_ext(void **state)
+{
+    struct coord_hf_config hc;
+    struct shardlm_err e = {""};
+    assert_int_equal(arch_parse(&hc, "GraniteForCausalLM",
+                                ", \"embedding_multiplier\": 12, \"residual_multiplier\": 0.25,"
+                                " \"attention_multiplier\": 0.1, \"logits_scaling\": 4",
+                                &e),
+                     0);
+    assert_int_equal(hc.cfg.family, SHLM_FAMILY_GRANITE);
+    assert_true(hc.cfg.embd_scale == 12.0f && hc.cfgx.resid_mult == 0.25f &&
+                hc.cfgx.query_scale == 0.1f && hc.cfgx.logit_scale == 4.0f);
+    /* another family's multiplier is still refused by name */
+    assert_int_equal(arch_parse(&hc, "MistralForCausalLM", ", \"logits_scaling\": 4", &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "logits_scaling is 4"));
+    assert_int_equal(arch_parse(&hc, "MistralForCausalLM", ", \"sliding_window\": 64", &e), 0);
+    assert_int_equal(hc.cfgx.window, 64);
+    assert_int_equal(arch_parse(&hc, "MistralForCausalLM", ", \"sliding_window\": null", &e), 0);
+    assert_int_equal(hc.cfgx.window, 0);
+    assert_int_equal(
+        arch_parse(&hc, "SmolLM3ForCausalLM", ", \"no_rope_layers\": [1, 1, 1, 0]", &e), 0);
+    assert_int_equal(hc.cfgx.nope_interval, 4);
+    assert_int_equal(arch_parse(&hc, "SmolLM3ForCausalLM",
+                                ", \"no_rope_layers\": [1, 0, 1, 1], \"no_rope_layer_interval\": 2",
+                                &e),
+                     -EINVAL);
+    assert_non_null(strstr(e.msg, "no_rope_layers[3]"));
+    /* Phi-3.5's LongRoPE: 256 of 4096 positions, attention factor sqrt(1 + ln 16 / ln 256) */
+    assert_int_equal(
+        arch_parse(&hc, "Phi3ForCausalLM",
+                   ", \"sliding_window\": 64, \"original_max_position_embeddings\": 256,"
+                   " \"rope_scaling\": {\"type\": \"longrope\","
+                   " \"short_factor\": [1, 1, 1, 1, 1, 1, 1, 1.5],"
+                   " \"long_factor\": [1, 2, 3, 4, 5, 6, 7, 8]}",
+                   &e),
+        0);
+    assert_int_equal(hc.cfg.rope_scaling, SHLM_ROPE_LONGROPE);
+    assert_int_equal(hc.cfg.rope_orig_ctx, 256);
+    assert_int_equal(hc.cfgx.window, 64);
+    assert_true(hc.rope_short[7] == 1.5f && hc.rope_long[7] == 8.0f);
+    assert_true(fabsf(hc.cfgx.rope_attn_factor - sqrtf(1.5f)) < 1e-6f);
+    /* Qwen2.5's YaRN: beta 32 and 1 by default; an explicit attention factor a is a / the
+     * kernel's own 0.1 ln(factor) + 1 */
+    const char *yarn = ", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0,"
+                       " \"original_max_position_embeddings\": 32768}";
+    assert_int_equal(arch_parse(&hc, "Qwen2ForCausalLM", yarn, &e), 0);
+    assert_int_equal(hc.cfg.rope_scaling, SHLM_ROPE_YARN);
+    assert_true(hc.cfg.rope_factor == 4.0f && hc.cfg.rope_orig_ctx == 32768);
+    assert_true(hc.cfgx.yarn_beta_fast == 32.0f && hc.cfgx.yarn_beta_slow == 1.0f);
+    assert_true(hc.cfgx.rope_attn_factor == 0.0f);
+    assert_int_equal(arch_parse(&hc, "Qwen2ForCausalLM",
+                                ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0,"
+                                " \"beta_fast\": 16, \"attention_factor\": 1.5}",
+                                &e),
+                     0);
+    assert_int_equal(hc.cfg.rope_orig_ctx, 4096); /* max_position_embeddings */
+    assert_true(hc.cfgx.yarn_beta_fast == 16.0f);
+    assert_true(fabsf(hc.cfgx.rope_attn_factor * (0.1f * logf(4.0f) + 1.0f) - 1.5f) < 1e-6f);
 }
 
 /* A Gemma 2/3 config.json (@arch, 12 layers, head_dim 32) with @extra fields appended. */
 static int gemma_cfg(struct coord_hf_config *hc, const char *arch, const char *extra,
                      struct shardlm_err *e)
 {
-    char json[2048];
-    snprintf(json, sizeof(json),
-             "{\"architectures\": [\"%s\"], \"hidden_size\": 64, \"intermediate_size\": 100,"
-             " \"num_hidden_layers\": 12, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-             " \"head_dim\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 4096,"
-             " \"rms_norm_eps\": 1e-6%s}",
-             arch, extra);
-    return coord_hf_config_parse(hc, json, strlen(json), "g.json", e);
+    char x[2048];
+    snprintf(x, sizeof(x), ", \"num_key_value_heads\": 2, \"head_dim\": 32%s", extra);
+    return layers_parse(hc, arch, 12, x, e);
 }
 
 /* Gemma 2/3's windows, soft-caps, query scale and local RoPE base read into cfgx; what does not
- * match the architecture's layer pattern, and RoPE scaling other than llama3, refused by name. */
+ * match the architecture's layer pattern, and Gemma 3's linear RoPE scaling, refused by name. */
 static void test_gemma_config(void **state)
 {
     struct coord_hf_config hc;
@@ -1621,7 +1706,7 @@ static void test_gemma_config(void **state)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(gemma_cfg(&hc, bad[i].arch, bad[i].extra, &e), -EINVAL);
-        assert_non_null(strstr(e.msg, "g.json"));
+        assert_non_null(strstr(e.msg, "a/config.json"));
         for (int k = 0; k < 3 && bad[i].needle[k]; k++)
             if (!strstr(e.msg, bad[i].needle[k]))
                 fail_msg("'%s': '%s' lacks '%s'", bad[i].extra, e.msg, bad[i].needle[k]);
@@ -1640,6 +1725,7 @@ int main(void)
         cmocka_unit_test(test_safetensors_hostile),
         cmocka_unit_test(test_dir_hostile),
         cmocka_unit_test(test_config),
+        cmocka_unit_test(test_config_ext),
         cmocka_unit_test(test_gemma_config),
         cmocka_unit_test(test_dir_weights),
     };

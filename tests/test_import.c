@@ -2,10 +2,12 @@
 /* Imports end to end: `shardlm synth` writes a small GGUF, `shardlm convert` turns it into an f32
  * .shlm, and `shardlm eval` compares the engine's logits with a direct reference forward written
  * here from the GGUF weights (plain loops, no shardlm kernels): llama (interleaved RoPE, GQA,
- * SiLU, tied) and spark (head_dim != dim / heads, GELU-tanh, per-head output gate), at one and
- * two workers. Also what synth and convert report: their progress callbacks (the library prints
- * nothing) and the exact lines the CLI prints from them; synth with a tokenizer.json of its own
- * (synth_tok.c). */
+ * SiLU, tied), spark (head_dim != dim / heads, GELU-tanh, per-head output gate), granite (its
+ * multipliers) and phi3 (fused tensors, LongRoPE's long and short factors), at one and two
+ * workers; the architecture shapes from GGUF and Hugging Face
+ * folders against ik_llama.cpp's logits (tests/data/golden). Also what synth and convert report:
+ * their progress callbacks (the library prints nothing) and the exact lines the CLI prints from
+ * them; synth with a tokenizer.json of its own (synth_tok.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <jansson.h>
 #include <math.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -46,6 +49,16 @@ struct ref_model {
     int dim, layers, heads, hd, kv, ffn, vocab;
     bool gelu, gate;
     float theta, eps;
+    /* Granite's multipliers as transformers applies them (0: none): embeddings times emb,
+     * scores times attn instead of 1 / sqrt(hd), each block's output times res before the add,
+     * logits divided by logit */
+    float emb, attn, res, logit;
+    /* Phi-3: q/k/v rows in attn_qkv and gate/up in ffn_up; NeoX RoPE; an untied head;
+     * LongRoPE's factors (rf: head_dim / 2 divisors) and cos/sin magnitude (mscale; 0: 1) */
+    bool fused, neox, untied;
+    float *rf, mscale;
+    const float *freq; /* head_dim / 2 frequencies computed by the caller (YaRN); NULL: theta's */
+    int window;        /* position p attends to t > p - window (Mistral); 0: all */
 };
 
 static float *tensor(struct ref_model *m, const char *fmt, int l)
@@ -86,16 +99,33 @@ static void reference(struct ref_model *m, const int32_t *tok, int n, float *log
 {
     int D = m->dim, Q = m->heads * m->hd, KV = m->kv * m->hd;
     float *emb = tensor(m, "token_embd.weight", 0), *onorm = tensor(m, "output_norm.weight", 0);
+    float *head = m->untied ? tensor(m, "output.weight", 0) : emb;
+    float ms = m->mscale ? m->mscale : 1.0f;
     float *kc = calloc((size_t)m->layers * n * KV, 4), *vc = calloc((size_t)m->layers * n * KV, 4);
     float x[256], xb[256], q[256], k[256], v[256], att[256], o[256], h1[512], h3[512], sc[600];
     for (int p = 0; p < n; p++) {
         memcpy(x, emb + (size_t)tok[p] * D, D * 4);
+        for (int i = 0; m->emb && i < D; i++)
+            x[i] *= m->emb;
         for (int l = 0; l < m->layers; l++) {
-            float *an = tensor(m, "blk.%d.attn_norm.weight", l), *wq = tensor(m, "blk.%d.attn_q.weight", l);
-            float *wk = tensor(m, "blk.%d.attn_k.weight", l), *wv = tensor(m, "blk.%d.attn_v.weight", l);
-            float *wo = tensor(m, "blk.%d.attn_output.weight", l), *fn = tensor(m, "blk.%d.ffn_norm.weight", l);
-            float *wg = tensor(m, "blk.%d.ffn_gate.weight", l), *wu = tensor(m, "blk.%d.ffn_up.weight", l);
+            float *an = tensor(m, "blk.%d.attn_norm.weight", l);
+            float *wo = tensor(m, "blk.%d.attn_output.weight", l),
+                  *fn = tensor(m, "blk.%d.ffn_norm.weight", l);
             float *wd = tensor(m, "blk.%d.ffn_down.weight", l);
+            float *wq, *wk, *wv, *wg, *wu;
+            if (m->fused) { /* rows q, k, v; gate, up */
+                wq = tensor(m, "blk.%d.attn_qkv.weight", l);
+                wk = wq + (size_t)Q * D;
+                wv = wk + (size_t)KV * D;
+                wg = tensor(m, "blk.%d.ffn_up.weight", l);
+                wu = wg + (size_t)m->ffn * D;
+            } else {
+                wq = tensor(m, "blk.%d.attn_q.weight", l);
+                wk = tensor(m, "blk.%d.attn_k.weight", l);
+                wv = tensor(m, "blk.%d.attn_v.weight", l);
+                wg = tensor(m, "blk.%d.ffn_gate.weight", l);
+                wu = tensor(m, "blk.%d.ffn_up.weight", l);
+            }
             float *gt = m->gate ? tensor(m, "blk.%d.attn_gate.weight", l) : NULL;
             rmsnorm(xb, x, an, D, m->eps);
             matvec(wq, xb, q, Q, D);
@@ -107,27 +137,30 @@ static void reference(struct ref_model *m, const int32_t *tok, int n, float *log
                 int nh = pass ? m->kv : m->heads;
                 for (int hh = 0; hh < nh; hh++)
                     for (int i = 0; i < m->hd; i += 2) {
-                        float fr = 1.0f / powf(m->theta, (float)i / m->hd), a = p * fr;
-                        int i0 = m->gate ? hh * m->hd + i / 2 : hh * m->hd + i;
-                        int i1 = m->gate ? i0 + m->hd / 2 : i0 + 1;
+                        float fr = 1.0f / powf(m->theta, (float)i / m->hd);
+                        float a = p * (m->freq ? m->freq[i / 2] : m->rf ? fr / m->rf[i / 2] : fr);
+                        bool neox = m->gate || m->neox;
+                        int i0 = neox ? hh * m->hd + i / 2 : hh * m->hd + i;
+                        int i1 = neox ? i0 + m->hd / 2 : i0 + 1;
                         float v0 = vec[i0], v1 = vec[i1];
-                        vec[i0] = v0 * cosf(a) - v1 * sinf(a);
-                        vec[i1] = v0 * sinf(a) + v1 * cosf(a);
+                        vec[i0] = (v0 * cosf(a) - v1 * sinf(a)) * ms;
+                        vec[i1] = (v0 * sinf(a) + v1 * cosf(a)) * ms;
                     }
             }
             memcpy(kc + ((size_t)l * n + p) * KV, k, KV * 4);
             memcpy(vc + ((size_t)l * n + p) * KV, v, KV * 4);
             for (int hh = 0; hh < m->heads; hh++) {
                 int kvh = hh / (m->heads / m->kv);
+                int t0 = m->window && p >= m->window ? p - m->window + 1 : 0;
                 float mx = -INFINITY, sum = 0;
-                for (int t = 0; t <= p; t++) {
+                for (int t = t0; t <= p; t++) {
                     float s = 0;
                     for (int i = 0; i < m->hd; i++)
                         s += q[hh * m->hd + i] * kc[((size_t)l * n + t) * KV + kvh * m->hd + i];
-                    sc[t] = s / sqrtf((float)m->hd);
+                    sc[t] = m->attn ? s * m->attn : s / sqrtf((float)m->hd);
                     mx = fmaxf(mx, sc[t]);
                 }
-                for (int t = 0; t <= p; t++)
+                for (int t = t0; t <= p; t++)
                     sum += sc[t] = expf(sc[t] - mx);
                 float g = 1.0f;
                 if (gt) {
@@ -138,14 +171,14 @@ static void reference(struct ref_model *m, const int32_t *tok, int n, float *log
                 }
                 for (int i = 0; i < m->hd; i++) {
                     float a = 0;
-                    for (int t = 0; t <= p; t++)
+                    for (int t = t0; t <= p; t++)
                         a += sc[t] / sum * vc[((size_t)l * n + t) * KV + kvh * m->hd + i];
                     att[hh * m->hd + i] = a * g;
                 }
             }
             matvec(wo, att, o, D, Q);
             for (int i = 0; i < D; i++)
-                x[i] += o[i];
+                x[i] += m->res ? m->res * o[i] : o[i];
             rmsnorm(xb, x, fn, D, m->eps);
             matvec(wg, xb, h1, m->ffn, D);
             matvec(wu, xb, h3, m->ffn, D);
@@ -157,13 +190,19 @@ static void reference(struct ref_model *m, const int32_t *tok, int n, float *log
             }
             matvec(wd, h1, o, D, m->ffn);
             for (int i = 0; i < D; i++)
-                x[i] += o[i];
-            free(an), free(wq), free(wk), free(wv), free(wo), free(fn), free(wg), free(wu), free(wd);
+                x[i] += m->res ? m->res * o[i] : o[i];
+            free(an), free(wq), free(wo), free(fn), free(wg), free(wd);
+            if (!m->fused)
+                free(wk), free(wv), free(wu);
             free(gt);
         }
         rmsnorm(xb, x, onorm, D, m->eps);
-        matvec(emb, xb, logits + (size_t)p * m->vocab, m->vocab, D);
+        matvec(head, xb, logits + (size_t)p * m->vocab, m->vocab, D);
+        for (int i = 0; m->logit && i < m->vocab; i++)
+            logits[(size_t)p * m->vocab + i] /= m->logit;
     }
+    if (m->untied)
+        free(head);
     free(emb), free(onorm), free(kc), free(vc);
 }
 
@@ -187,16 +226,63 @@ static void eval_overall(const struct tu_run *r, double *kld, double *top1)
     assert_int_equal(sscanf(last, "overall kld=%lf top1=%lf ppl=%lf", kld, top1, &ppl), 3);
 }
 
-static void check_shape(const char *shape, bool gelu, bool gate)
+/* Tokens the reference runs: REF_N of them. */
+enum { REF_N = 40 };
+
+/* The reference's logits of REF_N tokens into @ref (ref.logits.f32, made here) with a greedy.tsv
+ * naming them (its line into @line, 1024 bytes). Returns the logits (free them). */
+static float *ref_write(struct ref_model *m, const char *ref, char *line)
+{
+    char path[4400];
+    int32_t tok[REF_N];
+    for (int i = 0; i < REF_N; i++)
+        tok[i] = (int32_t)((i * 37 + 11) % m->vocab);
+    float *logits = malloc((size_t)REF_N * m->vocab * sizeof(float));
+    reference(m, tok, REF_N, logits);
+    mkdir(ref, 0755);
+    tu_path(path, sizeof(path), "%s/ref.logits.f32", ref);
+    assert_int_equal(tu_write(path, logits, (size_t)REF_N * m->vocab * sizeof(float)), 0);
+    strcpy(line, "synthetic\t"); /* 5 "prompt" ids, then the rest as "generated" */
+    for (int i = 0; i < REF_N; i++)
+        sprintf(line + strlen(line), "%s%d", i == 0 ? "" : i == 5 ? "\t" : " ", tok[i]);
+    strcat(line, "\tnone.txt\tref.logits.f32\n");
+    tu_path(path, sizeof(path), "%s/greedy.tsv", ref);
+    assert_int_equal(tu_write(path, line, strlen(line)), 0);
+    return logits;
+}
+
+/* @shlm against the reference logits in @ref at one and two workers: the same to rounding. */
+static void eval_ref(struct tu_run *r, const char *shlm, const char *ref, const char *what)
+{
+    for (int workers = 1; workers <= 2; workers++) {
+        char cpus[16];
+        snprintf(cpus, sizeof(cpus), workers == 1 ? "0" : "0:0");
+        char *ev[] = {(char *)tu_bin(), "eval",   "-m", (char *)shlm, "--ref",
+                      (char *)ref,      "--cpus", cpus, NULL};
+        assert_int_equal(run(ev, r), 0);
+        double kld, top1;
+        eval_overall(r, &kld, &top1);
+        fprintf(stderr, "%s: %d worker(s): kld %.3g top1 %.4f against the reference forward\n",
+                what, workers, kld, top1);
+        assert_true(kld < 1e-6);
+        assert_true(top1 == 1.0);
+    }
+}
+
+/* @shape of architecture @arch converted (with its context capped at @ctx where not NULL)
+ * against the reference forward of its GGUF's weights. */
+static void check_shape(const char *shape, const char *arch, bool gelu, bool gate, const char *ctx)
 {
     struct tu_run *r = malloc(sizeof(*r));
-    char gguf[4300], shlm[4300], ref[4300], path[4400];
-    tu_path(gguf, sizeof(gguf), "%s/%s.gguf", dir, shape);
-    tu_path(shlm, sizeof(shlm), "%s/%s.shlm", dir, shape);
-    tu_path(ref, sizeof(ref), "%s/%s-ref", dir, shape);
+    char gguf[4300], shlm[4300], ref[4300], path[4400], tag[96];
+    snprintf(tag, sizeof(tag), "%s%s%s", shape, ctx ? "-ctx" : "", ctx ? ctx : "");
+    tu_path(gguf, sizeof(gguf), "%s/%s.gguf", dir, tag);
+    tu_path(shlm, sizeof(shlm), "%s/%s.shlm", dir, tag);
+    tu_path(ref, sizeof(ref), "%s/%s-ref", dir, tag);
     char *synth[] = {(char *)tu_bin(), "synth", "--shape", (char *)shape, "-o", gguf, NULL};
     assert_int_equal(run(synth, r), 0);
-    char *conv[] = {(char *)tu_bin(), "convert", gguf, "--scheme", "f32", "-o", shlm, "-q", NULL};
+    char *conv[] = {(char *)tu_bin(),     "convert",   gguf, "--scheme", "f32", "-o", shlm, "-q",
+                    ctx ? "--ctx" : NULL, (char *)ctx, NULL};
     assert_int_equal(run(conv, r), 0);
 
     /* inspect reads both */
@@ -209,72 +295,71 @@ static void check_shape(const char *shape, bool gelu, bool gate)
     char *in2[] = {(char *)tu_bin(), "inspect", shlm, NULL};
     assert_int_equal(run(in2, r), 0);
     assert_non_null(strstr(r->out, "config: dim 64"));
-    assert_non_null(strstr(r->out, gate ? "+head-gate" : "embeddings tied"));
+    bool untied = !strcmp(arch, "phi3");
+    assert_non_null(strstr(r->out, gate     ? "+head-gate"
+                                   : untied ? "embeddings untied"
+                                            : "embeddings tied"));
     assert_non_null(strstr(r->out, "32.000 bits per weight")); /* f32 */
+    if (!strcmp(arch, "granite")) /* the multipliers the forward applies */
+        assert_non_null(
+            strstr(r->out, "\n        residual x0.25, logits /4\nattention: score scale 0.1\n"));
     /* synth writes a chat template into the GGUF; convert carries it into the .shlm */
     assert_non_null(strstr(r->out, "\nchat template: 138 bytes"));
 
-    struct ref_model m = {.gelu = gelu, .gate = gate};
+    /* phi3: fused tensors, NeoX q/k (llama.cpp permutes only llama's), untied */
+    struct ref_model m = {
+        .gelu = gelu, .gate = gate, .fused = untied, .neox = untied, .untied = untied};
     struct shardlm_err e;
     assert_int_equal(gguf_open(&m.f, gguf, &e), 0);
     const struct gguf_tensor *emb = gguf_tensor(&m.f, "token_embd.weight");
-    const struct gguf_tensor *q = gguf_tensor(&m.f, "blk.0.attn_q.weight");
-    const struct gguf_tensor *kk = gguf_tensor(&m.f, "blk.0.attn_k.weight");
-    const struct gguf_tensor *g = gguf_tensor(&m.f, "blk.0.ffn_gate.weight");
     m.dim = (int)emb->dims[0];
     m.vocab = (int)emb->dims[1];
-    m.ffn = (int)g->dims[1];
-    assert_int_equal(gguf_get_u32(&m.f, gate ? "spark.block_count" : "llama.block_count",
-                                  (uint32_t *)&m.layers), 0);
-    assert_int_equal(gguf_get_u32(&m.f, gate ? "spark.attention.key_length" : "llama.attention.key_length",
-                                  (uint32_t *)&m.hd), 0);
-    m.heads = (int)q->dims[1] / m.hd;
-    m.kv = (int)kk->dims[1] / m.hd;
+    char key[96];
+    snprintf(key, sizeof(key), "%s.feed_forward_length", arch);
+    assert_int_equal(gguf_get_u32(&m.f, key, (uint32_t *)&m.ffn), 0);
+    snprintf(key, sizeof(key), "%s.attention.head_count", arch);
+    assert_int_equal(gguf_get_u32(&m.f, key, (uint32_t *)&m.heads), 0);
+    snprintf(key, sizeof(key), "%s.attention.head_count_kv", arch);
+    assert_int_equal(gguf_get_u32(&m.f, key, (uint32_t *)&m.kv), 0);
+    snprintf(key, sizeof(key), "%s.block_count", arch);
+    assert_int_equal(gguf_get_u32(&m.f, key, (uint32_t *)&m.layers), 0);
+    snprintf(key, sizeof(key), "%s.attention.key_length", arch);
+    assert_int_equal(gguf_get_u32(&m.f, key, (uint32_t *)&m.hd), 0);
+    static const char *const mults[] = {"embedding_scale", "attention.scale", "residual_scale",
+                                        "logit_scale"};
+    float *mult[] = {&m.emb, &m.attn, &m.res, &m.logit};
+    for (int i = 0; i < 4; i++) { /* absent: 0, none */
+        snprintf(key, sizeof(key), "%s.%s", arch, mults[i]);
+        gguf_get_f32(&m.f, key, mult[i]);
+    }
+    /* LongRoPE: the long factors where the context exceeds the original one, else the short */
+    uint32_t orig = 0;
+    snprintf(key, sizeof(key), "%s.rope.scaling.original_context_length", arch);
+    if (gguf_get_u32(&m.f, key, &orig) == 0) {
+        bool lng = !ctx || (uint32_t)atoi(ctx) > orig;
+        m.rf = tensor(&m, lng ? "rope_factors_long.weight" : "rope_factors_short.weight", 0);
+        snprintf(key, sizeof(key), "%s.rope.scaling.attn_factor", arch);
+        assert_int_equal(gguf_get_f32(&m.f, key, &m.mscale), 0);
+    }
     m.theta = 10000.0f;
     m.eps = 1e-5f;
 
-    /* 40 tokens, the reference's logits, and a greedy.tsv naming them */
-    enum { N = 40 };
-    int32_t tok[N];
-    for (int i = 0; i < N; i++)
-        tok[i] = (int32_t)((i * 37 + 11) % m.vocab);
-    float *logits = malloc((size_t)N * m.vocab * sizeof(float));
-    reference(&m, tok, N, logits);
-    mkdir(ref, 0755);
-    tu_path(path, sizeof(path), "%s/ref.logits.f32", ref);
-    assert_int_equal(tu_write(path, logits, (size_t)N * m.vocab * sizeof(float)), 0);
-    char line[1024] = "synthetic\t"; /* 5 "prompt" ids, then the rest as "generated" */
-    for (int i = 0; i < N; i++)
-        sprintf(line + strlen(line), "%s%d", i == 0 ? "" : i == 5 ? "\t" : " ", tok[i]);
-    strcat(line, "\tnone.txt\tref.logits.f32\n");
-    tu_path(path, sizeof(path), "%s/greedy.tsv", ref);
-    assert_int_equal(tu_write(path, line, strlen(line)), 0);
+    char line[1024];
+    float *logits = ref_write(&m, ref, line);
     gguf_close(&m.f);
-
-    for (int workers = 1; workers <= 2; workers++) {
-        char cpus[16];
-        snprintf(cpus, sizeof(cpus), workers == 1 ? "0" : "0:0");
-        char *ev[] = {(char *)tu_bin(), "eval", "-m", shlm, "--ref", ref, "--cpus", cpus, NULL};
-        assert_int_equal(run(ev, r), 0);
-        double kld, top1;
-        eval_overall(r, &kld, &top1);
-        fprintf(stderr, "%s: %d worker(s): kld %.3g top1 %.4f against the reference forward\n",
-                shape, workers, kld, top1);
-        assert_true(kld < 1e-6);
-        assert_true(top1 == 1.0);
-    }
+    eval_ref(r, shlm, ref, shape);
 
     /* the same reference as float16 (a .logits.f16 file): within its rounding; --save writes
      * this model's logits in float16 under that name too, the reference's bytes again */
     char ref16[4300], save16[4300];
-    tu_path(ref16, sizeof(ref16), "%s/%s-ref16", dir, shape);
-    tu_path(save16, sizeof(save16), "%s/%s-save16", dir, shape);
+    tu_path(ref16, sizeof(ref16), "%s/%s-ref16", dir, tag);
+    tu_path(save16, sizeof(save16), "%s/%s-save16", dir, tag);
     mkdir(ref16, 0755);
-    uint16_t *h = malloc((size_t)N * m.vocab * sizeof(uint16_t));
-    for (size_t i = 0; i < (size_t)N * m.vocab; i++)
+    uint16_t *h = malloc((size_t)REF_N * m.vocab * sizeof(uint16_t));
+    for (size_t i = 0; i < (size_t)REF_N * m.vocab; i++)
         h[i] = kn_f32_to_f16(logits[i]);
     tu_path(path, sizeof(path), "%s/ref.logits.f16", ref16);
-    assert_int_equal(tu_write(path, h, (size_t)N * m.vocab * sizeof(uint16_t)), 0);
+    assert_int_equal(tu_write(path, h, (size_t)REF_N * m.vocab * sizeof(uint16_t)), 0);
     char *tab = strrchr(line, '\t');
     strcpy(tab, "\tref.logits.f16\n");
     tu_path(path, sizeof(path), "%s/greedy.tsv", ref16);
@@ -289,24 +374,52 @@ static void check_shape(const char *shape, bool gelu, bool gate)
     size_t saved_len;
     uint16_t *saved = (uint16_t *)tu_slurp(path, &saved_len);
     assert_non_null(saved);
-    assert_int_equal(saved_len, (size_t)N * m.vocab * sizeof(uint16_t));
+    assert_int_equal(saved_len, (size_t)REF_N * m.vocab * sizeof(uint16_t));
     int differ = 0; /* this model's logits round as the reference's, but for a last-bit tie */
-    for (size_t i = 0; i < (size_t)N * m.vocab; i++)
+    for (size_t i = 0; i < (size_t)REF_N * m.vocab; i++)
         differ += saved[i] != h[i];
-    assert_true(differ < N * m.vocab / 100);
+    assert_true(differ < REF_N * m.vocab / 100);
     free(saved);
     free(h);
     free(logits);
+    free(m.rf);
     free(r);
 }
 
-static void test_tiny_llama(void **state) { check_shape("tiny", false, false); }
-static void test_tiny_spark(void **state) { check_shape("tiny-spark", true, true); }
+static void test_tiny_llama(void **state) { check_shape("tiny", "llama", false, false, NULL); }
+static void test_tiny_spark(void **state) { check_shape("tiny-spark", "spark", true, true, NULL); }
+/* Phi-3's fused tensors split at import and LongRoPE's factors: the long ones at the file's
+ * context (4096 > 256 original positions), the short ones with the context capped at 256 */
+static void test_tiny_phi3(void **state)
+{
+    check_shape("tiny-phi3", "phi3", false, false, NULL);
+    check_shape("tiny-phi3", "phi3", false, false, "256");
+}
+/* Granite's multipliers against the reference forward: ik_llama.cpp's tiny-granite logits
+ * (tests/data/golden) are not a reference for it, as ik (8337e4cd3) scales the residual stream
+ * with the block's output added (x = r (x + f(x))), not the block's output alone (transformers'
+ * GraniteDecoderLayer, llama.cpp's llm_build_granite: x = x + r f(x)) */
+static void test_tiny_granite(void **state)
+{
+    check_shape("tiny-granite", "granite", false, false, NULL);
+}
 
-/* Architecture shape @shape, from its GGUF and from its Hugging Face folder, against
- * ik_llama.cpp's logits for the same weights (tests/data/golden/<shape>, 300-token sequences):
+/* @shape with f32 weights as the GGUF @gguf and as the Hugging Face folder @hf. */
+static void synth_both(struct tu_run *r, const char *shape, const char *gguf, const char *hf)
+{
+    char *sg[] = {(char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32", "-o",
+                  (char *)gguf,     NULL};
+    char *sh[] = {(char *)tu_bin(), "synth",    "--shape", (char *)shape, "--type", "f32",
+                  "--hf",           (char *)hf, NULL};
+    assert_int_equal(run(sg, r), 0);
+    assert_int_equal(run(sh, r), 0);
+}
+
+/* @shape from its GGUF and from its Hugging Face folder against ik_llama.cpp's logits for the
+ * same weights (tests/data/golden/<shape>, 300-token sequences, longer than every window):
  * within the issue's bounds (mean KLD <= 1e-4, top-1 >= 99.5%) at one and two ranks. Each
- * converted file's inspect output has every one of @inspect_lines (NULL-terminated). */
+ * converted file's inspect output has every one of @inspect_lines (NULL-terminated; NULL: none
+ * checked). */
 static void check_ik(const char *shape, const char *const *inspect_lines)
 {
     struct tu_run *r = malloc(sizeof(*r));
@@ -315,13 +428,7 @@ static void check_ik(const char *shape, const char *const *inspect_lines)
     tu_path(hf, sizeof(hf), "%s/%s-ikhf", dir, shape);
     tu_path(shlm, sizeof(shlm), "%s/%s-ik.shlm", dir, shape);
     tu_path(ref, sizeof(ref), "%s/golden/%s", tu_data(), shape);
-    /* at f32, as the references were made */
-    char *sg[] = {
-        (char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32", "-o", gguf, NULL};
-    char *sh[] = {(char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32",
-                  "--hf",           hf,      NULL};
-    assert_int_equal(run(sg, r), 0);
-    assert_int_equal(run(sh, r), 0);
+    synth_both(r, shape, gguf, hf); /* f32 weights, as the references were made */
     const char *srcs[] = {gguf, hf};
     for (int i = 0; i < 2; i++) {
         char *conv[] = {(char *)tu_bin(),
@@ -336,7 +443,7 @@ static void check_ik(const char *shape, const char *const *inspect_lines)
         assert_int_equal(run(conv, r), 0);
         char *in[] = {(char *)tu_bin(), "inspect", shlm, NULL};
         assert_int_equal(run(in, r), 0);
-        for (const char *const *l = inspect_lines; *l; l++)
+        for (const char *const *l = inspect_lines; l && *l; l++)
             if (!strstr(r->out, *l))
                 fail_msg("%s: inspect lacks '%s': %s", shape, *l, r->out);
         for (int R = 1; R <= 2; R++) {
@@ -377,6 +484,105 @@ static void test_tiny_gemma3_ik(void **state)
         "architecture: llama-family +embedding-scale +qk-norm +post-norms\n",
         "\nattention: window 48 on 7 of 8 layers, their rope theta 10000\n", NULL};
     check_ik("tiny-gemma3", lines);
+}
+/* fused qkv and gate_up split at import, LongRoPE's long factors (context 4096 > 256) and its
+ * attention factor, a window of 64 */
+static void test_tiny_phi3_ik(void **state)
+{
+    static const char *const lines[] = {
+        "(neox, longrope scaling)", "\n        rope attention factor 1.22474\n",
+        "\nattention: window 64 on 4 of 4 layers\n", NULL};
+    check_ik("tiny-phi3", lines);
+}
+/* no RoPE on every fourth layer */
+static void test_tiny_smollm3_ik(void **state)
+{
+    static const char *const lines[] = {"\n        no RoPE on every 4-th layer\n", NULL};
+    check_ik("tiny-smollm3", lines);
+}
+/* head_dim != dim / heads, no window (sliding_window null; GGUF llama has none) */
+static void test_tiny_mistral_ik(void **state) { check_ik("tiny-mistral", NULL); }
+/* llama3 RoPE scaling: config.json's rope_scaling, the GGUF's rope_freqs tensor */
+static void test_tiny_llama31_ik(void **state) { check_ik("tiny-llama31", NULL); }
+
+/* @shape's Hugging Face folder with config.json's @field set to @value (taken) against the
+ * reference forward of the same weights from its GGUF (llama metadata, untied), which @tune
+ * fits to the edit. */
+static void check_hf_edit(const char *shape, const char *field, json_t *value,
+                          void (*tune)(struct ref_model *m), const char *what)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char gguf[4300], hf[4300], shlm[4300], ref[4300], path[4400];
+    tu_path(gguf, sizeof(gguf), "%s/%s-edit.gguf", dir, shape);
+    tu_path(hf, sizeof(hf), "%s/%s-edit-hf", dir, shape);
+    tu_path(shlm, sizeof(shlm), "%s/%s-edit.shlm", dir, shape);
+    tu_path(ref, sizeof(ref), "%s/%s-edit-ref", dir, shape);
+    synth_both(r, shape, gguf, hf);
+    tu_path(path, sizeof(path), "%s/config.json", hf);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    assert_non_null(cfg);
+    json_object_set_new(cfg, field, value);
+    assert_int_equal(json_dump_file(cfg, path, 0), 0);
+    json_decref(cfg);
+    char *conv[] = {(char *)tu_bin(), "convert", hf, "--scheme", "f32", "-o", shlm, "-q", NULL};
+    assert_int_equal(run(conv, r), 0);
+
+    struct ref_model m = {.untied = true, .eps = 1e-5f};
+    struct shardlm_err e;
+    assert_int_equal(gguf_open(&m.f, gguf, &e), 0);
+    const struct gguf_tensor *emb = gguf_tensor(&m.f, "token_embd.weight");
+    m.dim = (int)emb->dims[0];
+    m.vocab = (int)emb->dims[1];
+    assert_int_equal(gguf_get_u32(&m.f, "llama.block_count", (uint32_t *)&m.layers), 0);
+    assert_int_equal(gguf_get_u32(&m.f, "llama.attention.key_length", (uint32_t *)&m.hd), 0);
+    assert_int_equal(gguf_get_u32(&m.f, "llama.attention.head_count", (uint32_t *)&m.heads), 0);
+    assert_int_equal(gguf_get_u32(&m.f, "llama.attention.head_count_kv", (uint32_t *)&m.kv), 0);
+    assert_int_equal(gguf_get_u32(&m.f, "llama.feed_forward_length", (uint32_t *)&m.ffn), 0);
+    assert_int_equal(gguf_get_f32(&m.f, "llama.rope.freq_base", &m.theta), 0);
+    tune(&m);
+    char line[1024];
+    float *logits = ref_write(&m, ref, line);
+    gguf_close(&m.f);
+    eval_ref(r, shlm, ref, what);
+    free(logits);
+    free(r);
+}
+
+/* transformers' YaRN (_compute_yarn_parameters) in double for factor 4 over 64 original
+ * positions: pair 0 extrapolated, 1 mixed, 2.. interpolated; magnitude 0.1 ln 4 + 1 */
+static float yarn_freq[64];
+static void tune_yarn(struct ref_model *m)
+{
+    double th = m->theta, pi = 3.14159265358979323846, factor = 4.0, orig = 64.0;
+    double lo = fmax(0.0, floor(m->hd * log(orig / (32 * 2 * pi)) / (2 * log(th))));
+    double hi = fmin(m->hd - 1.0, ceil(m->hd * log(orig / (1 * 2 * pi)) / (2 * log(th))));
+    if (lo == hi)
+        hi += 0.001;
+    for (int i = 0; i < m->hd / 2; i++) {
+        double ext = 1.0 / pow(th, 2.0 * i / m->hd);
+        double ramp = fmin(1.0, fmax(0.0, (i - lo) / (hi - lo)));
+        yarn_freq[i] = (float)(ext / factor * ramp + ext * (1.0 - ramp));
+    }
+    m->freq = yarn_freq;
+    m->mscale = (float)(0.1 * log(factor) + 1.0);
+}
+
+/* YaRN from a Hugging Face config (Qwen2.5's rope_scaling) on tiny-llama31's weights */
+static void test_yarn_hf(void **state)
+{
+    check_hf_edit("tiny-llama31", "rope_scaling",
+                  json_pack("{s:s, s:f, s:i}", "rope_type", "yarn", "factor", 4.0,
+                            "original_max_position_embeddings", 64),
+                  tune_yarn, "tiny-llama31 with yarn (HF)");
+}
+
+static void tune_window(struct ref_model *m) { m->window = 16; }
+
+/* Mistral's sliding window from config.json (every layer; 16 of the 40 positions) */
+static void test_mistral_window_hf(void **state)
+{
+    check_hf_edit("tiny-mistral", "sliding_window", json_integer(16), tune_window,
+                  "tiny-mistral with a window of 16 (HF)");
 }
 
 /* Progress calls recorded: (done, total) pairs. */
@@ -678,11 +884,24 @@ static void test_synth_tokenizer(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_progress_callbacks), cmocka_unit_test(test_progress_text),
-        cmocka_unit_test(test_group_sizes),        cmocka_unit_test(test_output_errors),
-        cmocka_unit_test(test_tiny_llama),         cmocka_unit_test(test_tiny_spark),
-        cmocka_unit_test(test_tiny_qwen3_ik),      cmocka_unit_test(test_synth_tokenizer),
-        cmocka_unit_test(test_tiny_gemma2_ik),     cmocka_unit_test(test_tiny_gemma3_ik),
+        cmocka_unit_test(test_progress_callbacks),
+        cmocka_unit_test(test_progress_text),
+        cmocka_unit_test(test_group_sizes),
+        cmocka_unit_test(test_output_errors),
+        cmocka_unit_test(test_tiny_llama),
+        cmocka_unit_test(test_tiny_spark),
+        cmocka_unit_test(test_tiny_granite),
+        cmocka_unit_test(test_tiny_phi3),
+        cmocka_unit_test(test_yarn_hf),
+        cmocka_unit_test(test_mistral_window_hf),
+        cmocka_unit_test(test_tiny_qwen3_ik),
+        cmocka_unit_test(test_tiny_gemma2_ik),
+        cmocka_unit_test(test_tiny_gemma3_ik),
+        cmocka_unit_test(test_tiny_phi3_ik),
+        cmocka_unit_test(test_tiny_smollm3_ik),
+        cmocka_unit_test(test_tiny_mistral_ik),
+        cmocka_unit_test(test_tiny_llama31_ik),
+        cmocka_unit_test(test_synth_tokenizer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

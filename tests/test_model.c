@@ -208,6 +208,47 @@ static void test_last_logits_only(void **state)
     wrk_model_free(&m);
 }
 
+/* A YaRN config's RoPE table in the worker against transformers' formula
+ * (_compute_yarn_parameters) written out in double: frequencies extrapolated below the ramp's
+ * pair floor(d(beta_fast)), interpolated (divided by factor) past ceil(d(beta_slow)), d(r) =
+ * head_dim ln(orig / (2 pi r)) / (2 ln theta), a linear mix between; cos and sin times
+ * 0.1 ln(factor) + 1. */
+static void test_yarn_rope_table(void **state)
+{
+    const struct kn_ops *ops = kn_ops_select(getenv("SHARDLM_ISA"), NULL, 0);
+    char *b = malloc(image_len);
+    memcpy(b, image, image_len);
+    struct shlm_header *h = (struct shlm_header *)b;
+    h->cfg.rope_scaling = SHLM_ROPE_YARN;
+    h->cfg.rope_factor = 4.0f;
+    h->cfg.rope_orig_ctx = 64;
+    h->cfgx.yarn_beta_fast = 32.0f;
+    h->cfgx.yarn_beta_slow = 1.0f;
+    shlm_seal(h, (const struct shlm_tensor *)(b + h->table_offset));
+    struct shlm_model ym;
+    struct shardlm_err e;
+    assert_int_equal(shlm_parse(&ym, b, image_len, "yarn.shlm", &e), 0);
+    struct wrk_model m;
+    assert_int_equal(wrk_model_init(&m, &ym, ops, 16, NULL, NULL), 0);
+    int hd = (int)h->cfg.head_dim;
+    double theta = h->cfg.rope_theta, pi = 3.14159265358979323846;
+    double lo = floor(hd * log(64 / (32 * 2 * pi)) / (2 * log(theta)));
+    double hi = ceil(hd * log(64 / (1 * 2 * pi)) / (2 * log(theta)));
+    lo = fmax(lo, 0.0);
+    hi = fmin(hi, hd - 1.0);
+    if (lo == hi)
+        hi += 0.001;
+    for (int i = 0; i < hd / 2; i++) {
+        double ext = 1.0 / pow(theta, 2.0 * i / hd), inter = ext / 4.0;
+        double ramp = fmin(1.0, fmax(0.0, (i - lo) / (hi - lo)));
+        double want = inter * ramp + ext * (1.0 - ramp);
+        assert_true(fabs(m.rope_freqs[i] - want) <= 1e-5 * want);
+    }
+    assert_true(fabsf(m.rope_mscale - (float)(0.1 * log(4.0) + 1.0)) < 1e-6f);
+    wrk_model_free(&m);
+    free(b);
+}
+
 static int prepared; /* calls of counting_prepare (atomic: pool threads call it) */
 static void (*real_prepare)(struct kn_act *a, const float *x);
 
@@ -432,6 +473,7 @@ int main(void)
         cmocka_unit_test(test_thread_pool_split),
         cmocka_unit_test(test_act_prepare_through_table),
         cmocka_unit_test(test_batch_matches_solo),
+        cmocka_unit_test(test_yarn_rope_table),
         cmocka_unit_test(test_windowed_decode),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

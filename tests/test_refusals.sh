@@ -87,7 +87,8 @@ gguf tiny-mistral llama.attention.max_alibi_bias f32 8 \
 gguf tiny-mistral llama.rope.dimension_count u32 8 \
   'metadata llama\.rope\.dimension_count is 8 \(partial rotary'
 gguf tiny-qwen3 qwen3.attention.clamp_kqv f32 8 'metadata qwen3\.attention\.clamp_kqv is 8 '
-# a sliding window on a llama GGUF (ik_llama.cpp's llama has none) until the runtime has one
+# a sliding window on a llama GGUF (ik_llama.cpp's llama has none: a window is read for phi3,
+# gemma2 and gemma3 only)
 gguf tiny-mistral llama.attention.sliding_window u32 64 \
   'metadata llama\.attention\.sliding_window is 64 \(sliding-window attention: not supported\)'
 # neutral values convert
@@ -100,7 +101,7 @@ config tiny-qwen3 '{"architectures": ["MambaForCausalLM"]}' \
 config tiny-qwen3 '{"architectures": ["Qwen3MoeForCausalLM"]}' \
   'field architectures\[0\] is "Qwen3MoeForCausalLM"'
 config tiny-qwen3 '{"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}' \
-  'field rope_scaling\.rope_type is "dynamic": only llama3 scaling is supported'
+  'field rope_scaling\.rope_type is "dynamic": only llama3, yarn and longrope scaling are supported'
 config tiny-llama31 '{"rope_scaling": {"type": "linear", "factor": 2.0}}' \
   'field rope_scaling\.rope_type is "linear"'
 config tiny-qwen3 '{"num_experts": 8, "num_experts_per_tok": 2}' \
@@ -112,6 +113,8 @@ config tiny-llama31 '{"partial_rotary_factor": 0.5}' 'field partial_rotary_facto
 config tiny-llama31 '{"attention_bias": true}' 'field attention_bias is true \(biases'
 config tiny-llama31 '{"hidden_act": "relu"}' 'field hidden_act is "relu", expected silu'
 config tiny-llama31 '{"final_logit_softcapping": 30.0}' 'field final_logit_softcapping is 30 '
+# Granite's multipliers are read for Granite only
+config tiny-llama31 '{"logits_scaling": 4}' 'field logits_scaling is 4 \(a logit multiplier'
 config tiny-qwen3 '{"quantization_config": {"quant_method": "gptq", "bits": 4}}' \
   'field quantization_config\.quant_method is "gptq": quantized checkpoints are not supported'
 # neutral values convert

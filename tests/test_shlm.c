@@ -181,27 +181,38 @@ static void test_corruptions(void **state)
     EDIT(h->cfg.flags = SHLM_CF_QK_NORM, "the config needs");
     EDIT(h->cfg.flags = SHLM_CF_POST_NORMS, "the config needs");
     EDIT(h->cfg.family = SHLM_FAMILY_COUNT, "config field family");
-    EDIT(h->cfg.rope_scaling = SHLM_ROPE_YARN, "config field rope_scaling");
-    EDIT(h->cfgx.rope_attn_factor = 2.0f, "config field rope_attn_factor is 2: not implemented");
-    /* the implemented ones in their ranges */
-    EDIT(h->cfgx.attn_softcap = -50.0f, "config field attn_softcap is -50, expected 0 or a pos");
+    EDIT(h->cfg.rope_scaling = SHLM_ROPE_FREQS + 1, "config field rope_scaling");
+    EDIT(h->cfg.rope_scaling = SHLM_ROPE_YARN, "config field rope_factor/orig_ctx"); /* factor 0 */
+    /* the extension's fields in their ranges */
+    EDIT(h->cfgx.attn_softcap = -50.0f, "config field attn_softcap is -50: expected 0 or a number");
     EDIT(h->cfgx.final_softcap = NAN, "config field final_softcap is nan");
+    EDIT(h->cfgx.query_scale = NAN, "config field query_scale is nan");
+    EDIT(h->cfgx.logit_scale = -4.0f, "config field logit_scale is -4");
     EDIT(h->cfgx.window_pattern = 2, "config field window_pattern is 2");
     EDIT((h->cfgx.window = 4, h->cfgx.window_pattern = 1), "config field window_pattern is 1");
-    /* in range they load */
-    memcpy(b, good, len);
-    h->cfgx = (struct shlm_config_ext){.attn_softcap = 50.0f,
-                                       .final_softcap = 30.0f,
-                                       .query_scale = 0.0625f,
-                                       .window = 4096,
-                                       .window_pattern = 2,
-                                       .rope_theta_local = 10000.0f};
-    reseal(b);
-    struct shlm_model ext;
-    struct shardlm_err xerr;
-    assert_int_equal(shlm_parse(&ext, b, len, "x.shlm", &xerr), 0);
     EDIT(h->cfgx.reserved[3] = 1, "reserved[3]");
 #undef EDIT
+    /* in range they load: Gemma's window pattern, local RoPE base and soft-caps, Granite's
+     * multipliers, SmolLM3's layers without RoPE, YaRN */
+    memcpy(b, good, len);
+    h->cfgx.attn_softcap = 50.0f;
+    h->cfgx.final_softcap = 30.0f;
+    h->cfgx.window_pattern = 2;
+    h->cfgx.rope_theta_local = 10000.0f;
+    h->cfgx.window = 4096;
+    h->cfgx.query_scale = 0.1f;
+    h->cfgx.resid_mult = 0.25f;
+    h->cfgx.logit_scale = 4.0f;
+    h->cfgx.nope_interval = 4;
+    h->cfgx.yarn_beta_fast = 32.0f;
+    h->cfgx.rope_attn_factor = 1.2f;
+    h->cfg.rope_scaling = SHLM_ROPE_YARN;
+    h->cfg.rope_factor = 4.0f;
+    h->cfg.rope_orig_ctx = 256;
+    reseal(b);
+    struct shlm_model xm;
+    struct shardlm_err xerr;
+    assert_int_equal(shlm_parse(&xm, b, len, "x.shlm", &xerr), 0);
     /* a file made before the tables (no family, no flags, no extension) loads */
     memcpy(b, good, len);
     h->cfg.family = 0;
@@ -399,7 +410,29 @@ static void test_tensor_table(void **state)
     assert_string_equal(sp[3].name, "rope_factors_long");
     assert_int_equal(sp[3].cols, 4);
     assert_string_equal(sp[4].name, "blk.0.attn_norm");
+    /* GGUF's rope_freqs (Llama 3.1): one global (1, head_dim / 2) f32 tensor */
+    c.rope_scaling = SHLM_ROPE_FREQS;
+    n = shlm_expected_tensors(&c, SHLM_SCHEME_F32, 0, 8, NULL, sp, 64);
+    assert_int_equal(n, 3 + 2 * 11);
+    assert_string_equal(sp[2].name, "rope_freqs");
+    assert_int_equal(sp[2].cols, 4);
     c.rope_scaling = SHLM_ROPE_NONE;
+
+    /* Phi-3's fused tensors: q, k, v rows stacked in attn_qkv; gate, then up in ffn_up */
+    char fname[96];
+    int row0, total;
+    assert_true(
+        shlm_kind_fused(&c, SHLM_KIND_ATTN_K, 3, false, fname, sizeof(fname), &row0, &total));
+    assert_string_equal(fname, "blk.3.attn_qkv.weight");
+    assert_int_equal(row0, (int)(c.n_heads * c.head_dim));
+    assert_int_equal(total, (int)((c.n_heads + 2 * c.n_kv_heads) * c.head_dim));
+    assert_true(
+        shlm_kind_fused(&c, SHLM_KIND_FFN_UP, 0, true, fname, sizeof(fname), &row0, &total));
+    assert_string_equal(fname, "model.layers.0.mlp.gate_up_proj.weight");
+    assert_int_equal(row0, (int)c.hidden_dim);
+    assert_int_equal(total, 2 * (int)c.hidden_dim);
+    assert_false(
+        shlm_kind_fused(&c, SHLM_KIND_ATTN_O, 0, false, fname, sizeof(fname), &row0, &total));
 
     /* architectures: qwen3 has q/k norms; the refused ones say why; names are unique */
     const struct shlm_arch_traits *a = shlm_arch_gguf("qwen3", 5);
@@ -410,7 +443,13 @@ static void test_tensor_table(void **state)
     assert_null(shlm_arch_hf("Gemma2ForCausalLM")->refused);
     assert_null(shlm_arch_gguf("gemma3", 6)->refused);
     assert_int_equal(shlm_arch_gguf("gemma3", 6)->flags, SHLM_CF_POST_NORMS | SHLM_CF_QK_NORM);
-    assert_non_null(shlm_arch_hf("Phi3ForCausalLM")->refused);
+    assert_null(shlm_arch_gguf("phi3", 4)->refused);
+    assert_null(shlm_arch_hf("GraniteForCausalLM")->refused);
+    assert_null(shlm_arch_gguf("smollm3", 7)->refused);
+    assert_null(shlm_arch_hf("MistralForCausalLM")->refused);
+    /* a mixture of experts stays unknown (refused with the list) */
+    assert_null(shlm_arch_gguf("qwen3moe", 8));
+    assert_null(shlm_arch_hf("Qwen3MoeForCausalLM"));
     /* Gemma 2: even layers windowed; Gemma 3: five of every six */
     struct shlm_config_ext x = {.window = 32};
     shlm_arch_apply_ext(shlm_arch_gguf("gemma2", 6), &x);
@@ -421,6 +460,9 @@ static void test_tensor_table(void **state)
     for (uint32_t l = 0; l < 12; l++)
         assert_int_equal(shlm_layer_windowed(&x, l), l != 5 && l != 11);
     assert_true(x.rope_theta_local == 10000.0f);
+    /* Mistral, Phi-3: every layer windowed */
+    shlm_arch_apply_ext(shlm_arch_hf("MistralForCausalLM"), &x);
+    assert_true(shlm_layer_windowed(&x, 0) && shlm_layer_windowed(&x, 5));
     x.window = 0; /* no window: every layer global */
     assert_false(shlm_layer_windowed(&x, 0));
     assert_null(shlm_arch_gguf("qwen", 4));
@@ -432,7 +474,8 @@ static void test_tensor_table(void **state)
         }
     char names[256];
     shlm_arch_list(false, names, sizeof(names));
-    assert_string_equal(names, "llama, qwen2, gemma, spark, qwen3, gemma2, gemma3");
+    assert_string_equal(
+        names, "llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3");
 }
 
 static void test_hash_values(void **state)

@@ -184,15 +184,65 @@ static int gemm_scratch_alloc(struct wrk_model *m)
     return m->gemm_scratch ? 0 : -ENOMEM;
 }
 
-/* Layer @l's RoPE table (the local one for a windowed layer where there is one) and attention
- * options: the config's score scale and soft-cap, its window where the layer is windowed. */
-static void layer_attention(struct wrk_model *m, uint32_t l)
+/* A RoPE frequency table into @out (head_dim / 2); returns the magnitude of cos and sin. @local:
+ * the windowed layers' own base (Gemma 3's local layers at cfgx.rope_theta_local take plain RoPE:
+ * transformers' rotary_emb_local, ik's freq_scale 1 there); else the config's base and scaling.
+ * LongRoPE takes its long factors where the context (seq_len, as the file was converted or
+ * capped) exceeds the original one, its short factors otherwise: llama.cpp picks them so by its
+ * context size (transformers by each forward's length, which re-rotates no cached key: the two
+ * agree wherever a context longer than the original is used as such). */
+static float rope_table(const struct wrk_model *m, const struct shlm_model *img, bool local,
+                        float *out)
+{
+    const struct shlm_config *c = &m->cfg;
+    if (local)
+        return kn_rope_freqs(out, (int)c->head_dim, m->cfgx.rope_theta_local, NULL);
+    struct kn_rope_scale rs = {.factor = c->rope_factor,
+                               .orig_ctx = (int)c->rope_orig_ctx,
+                               .attn_factor = m->cfgx.rope_attn_factor};
+    switch (c->rope_scaling) {
+    case SHLM_ROPE_LLAMA3:
+        rs.type = KN_ROPE_LLAMA3;
+        rs.low = c->rope_low_freq_factor;
+        rs.high = c->rope_high_freq_factor;
+        break;
+    case SHLM_ROPE_YARN:
+        rs.type = KN_ROPE_YARN;
+        rs.beta_fast = m->cfgx.yarn_beta_fast;
+        rs.beta_slow = m->cfgx.yarn_beta_slow;
+        break;
+    case SHLM_ROPE_LONGROPE:
+        rs.freq_factors = vec(img,
+                              c->seq_len > c->rope_orig_ctx ? SHLM_KIND_ROPE_FACTORS_LONG
+                                                            : SHLM_KIND_ROPE_FACTORS_SHORT,
+                              0);
+        break;
+    case SHLM_ROPE_FREQS:
+        rs.freq_factors = vec(img, SHLM_KIND_ROPE_FREQS, 0);
+        break;
+    default:
+        break;
+    }
+    return kn_rope_freqs(out, (int)c->head_dim, c->rope_theta, &rs);
+}
+
+/* Layer @l's RoPE table and magnitude (the local one for a windowed layer where there is one;
+ * none on SmolLM3's every nope_interval-th layer) and attention options: the config's score
+ * scale (Gemma's query_pre_attn_scalar, Granite's attention_multiplier) and soft-cap, its window
+ * where the layer is windowed (shlm_layer_windowed: Gemma's pattern; every layer of Mistral and
+ * Phi-3). */
+static void layer_options(struct wrk_model *m, uint32_t l)
 {
     struct wrk_layer *L = &m->layers[l];
     bool windowed = shlm_layer_windowed(&m->cfgx, l);
+    bool local = windowed && m->rope_freqs_local;
+    uint32_t nope = m->cfgx.nope_interval;
+    L->rope_freqs = nope && (l + 1) % nope == 0 ? NULL
+                    : local                     ? m->rope_freqs_local
+                                                : m->rope_freqs;
+    L->rope_mscale = local ? m->rope_mscale_local : m->rope_mscale;
     /* a window as long as the context reads every key: the plain kernels */
     uint32_t window = windowed && m->cfgx.window < m->cfg.seq_len ? m->cfgx.window : 0;
-    L->rope_freqs = windowed && m->rope_freqs_local ? m->rope_freqs_local : m->rope_freqs;
     L->att = (struct kn_att){
         .scale = m->cfgx.query_scale, .softcap = m->cfgx.attn_softcap, .window = (int)window};
     L->att_plain = !L->att.scale && !L->att.softcap && !L->att.window;
@@ -200,9 +250,9 @@ static void layer_attention(struct wrk_model *m, uint32_t l)
 
 /* The scratch of a chunk of m->max_m tokens (rows of activations, the prepared inputs of the
  * matrix products with the W4 tensors' @group, the reference attention's scores, the GEMMs'
- * scratch) and the RoPE frequency table. Returns 0 or -ENOMEM, with what was allocated left for
- * wrk_model_free(). */
-static int model_buffers(struct wrk_model *m, int group)
+ * scratch) and the RoPE frequency table (rope_table). Returns 0 or -ENOMEM, with what was allocated
+ * left for wrk_model_free(). */
+static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int group)
 {
     const struct shlm_config *c = &m->cfg;
     int hd = (int)c->head_dim, max_m = m->max_m;
@@ -225,21 +275,13 @@ static int model_buffers(struct wrk_model *m, int group)
     m->row_piece = malloc(M * sizeof(*m->row_piece));
     m->head_row = malloc(M * sizeof(*m->head_row));
     m->head_dst = malloc(M * sizeof(*m->head_dst));
-    struct kn_rope_scale rs = {.type = c->rope_scaling == SHLM_ROPE_LLAMA3 ? KN_ROPE_LLAMA3
-                                                                           : KN_ROPE_PLAIN,
-                               .factor = c->rope_factor,
-                               .orig_ctx = (int)c->rope_orig_ctx,
-                               .low = c->rope_low_freq_factor,
-                               .high = c->rope_high_freq_factor};
     if (m->rope_freqs)
-        kn_rope_freqs(m->rope_freqs, hd, c->rope_theta, &rs); /* magnitude 1: no attn factor */
-    /* windowed layers at their own base take plain RoPE (Gemma 3's local layers: transformers'
-     * rotary_emb_local, ik's freq_scale 1 there) */
+        m->rope_mscale = rope_table(m, img, false, m->rope_freqs);
     bool local = m->cfgx.window && m->cfgx.rope_theta_local > 0.0f;
     if (local && (m->rope_freqs_local = malloc((size_t)hd / 2 * sizeof(float))))
-        kn_rope_freqs(m->rope_freqs_local, hd, m->cfgx.rope_theta_local, NULL);
+        m->rope_mscale_local = rope_table(m, img, true, m->rope_freqs_local);
     for (uint32_t l = 0; l < c->n_layers; l++)
-        layer_attention(m, l);
+        layer_options(m, l);
     if (local && !m->rope_freqs_local)
         return -ENOMEM;
     if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
@@ -273,7 +315,7 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     if (rc)
         return rc;
     model_widths(m);
-    if ((rc = model_buffers(m, group)))
+    if ((rc = model_buffers(m, img, group)))
         wrk_model_free(m);
     return rc;
 }
@@ -367,8 +409,8 @@ static inline size_t kv_head_rows(const struct wrk_model *m)
     return (size_t)SEG_KV_BLOCK * m->cfg.head_dim;
 }
 
-/* biases, the per-head q/k norms, RoPE on q and k, k and v appended to the KV cache of row i's
- * sequence at its position */
+/* biases, the per-head q/k norms, RoPE on q and k (but on a layer without it), k and v appended to
+ * the KV cache of row i's sequence at its position */
 static void row_rope_kv(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
@@ -393,8 +435,10 @@ static void row_rope_kv(const struct row_job *j, int i)
         for (int h = 0; h < nkv; h++)
             m->ops->rmsnorm(ki + (size_t)h * hd, ki + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
     }
-    m->ops->rope(qi, nq, hd, pos, L->rope_freqs, 1.0f, c->rope_neox);
-    m->ops->rope(ki, nkv, hd, pos, L->rope_freqs, 1.0f, c->rope_neox);
+    if (L->rope_freqs) { /* NULL: a layer without RoPE (SmolLM3) */
+        m->ops->rope(qi, nq, hd, pos, L->rope_freqs, L->rope_mscale, c->rope_neox);
+        m->ops->rope(ki, nkv, hd, pos, L->rope_freqs, L->rope_mscale, c->rope_neox);
+    }
     /* a block holds each KV head's SEG_KV_BLOCK rows together (kv_head_rows) */
     for (int h = 0; h < nkv; h++) {
         memcpy(kc + (size_t)h * kv_head_rows(m), ki + (size_t)h * (size_t)hd, (size_t)hd * 4);
@@ -628,8 +672,8 @@ static void head_gate(const struct wrk_model *m, const struct wrk_layer *L, int 
 
 /* x += @w times the prepared rows @a, summed over the ranks (through xb), RMS-normed with
  * @post_norm where the layer has one (Gemma 2/3: on the whole sum, so every rank norms the same
- * rows): a block's output projection (O or down) added to the residual stream. Returns 0 or the
- * all-reduce's error. */
+ * rows), times the config's residual multiplier (Granite): a block's output projection (O or down)
+ * added to the residual stream. Returns 0 or the all-reduce's error. */
 static int residual_add(struct wrk_model *m, const struct kn_mat *w, const struct kn_act *a, int n,
                         const float *post_norm)
 {
@@ -641,6 +685,9 @@ static int residual_add(struct wrk_model *m, const struct kn_mat *w, const struc
         for (int i = 0; i < n; i++)
             m->ops->rmsnorm(m->xb + (size_t)i * dim, m->xb + (size_t)i * dim, post_norm, dim,
                             m->cfg.norm_eps);
+    if (m->cfgx.resid_mult != 0.0f) /* Granite's residual_multiplier */
+        for (size_t i = 0; i < (size_t)n * dim; i++)
+            m->xb[i] *= m->cfgx.resid_mult;
     add_rows(m->x, m->xb, (size_t)n * dim);
     return 0;
 }
@@ -712,6 +759,12 @@ static void head_rows(struct wrk_model *m, int r0, int k)
     }
     observe(m, c->n_layers, WRK_SITE_HEAD, m->xb, k, (int)dim, (int)dim);
     gemm(m, &m->head, m->a_dim, k, m->head_dst[r0] + m->plan.v0, (int)c->vocab_size);
+    if (m->cfgx.logit_scale != 0.0f) /* Granite's logits_scaling divides them */
+        for (int j = 0; j < k; j++) {
+            float *y = m->head_dst[r0] + (size_t)j * c->vocab_size;
+            for (int v = m->plan.v0; v < m->plan.v1; v++)
+                y[v] /= m->cfgx.logit_scale;
+        }
     if (m->cfgx.final_softcap > 0.0f) /* elementwise: each rank caps its own columns */
         for (int j = 0; j < k; j++)
             m->ops->softcap(m->head_dst[r0] + (size_t)j * c->vocab_size + m->plan.v0,

@@ -19,9 +19,12 @@ struct wrk_layer {
     const float *q_norm, *k_norm;       /* (head_dim) or NULL: per-head RMSNorm of q and k */
     const float *attn_post_norm, *ffn_post_norm; /* (dim) or NULL: RMSNorm of O's and down's
                                                   * all-reduced outputs before the adds */
-    const float *rope_freqs; /* (head_dim / 2): wrk_model's rope_freqs or rope_freqs_local */
-    struct kn_att att;       /* the layer's score scale, soft-cap and window */
-    bool att_plain;          /* att all zero: the kernels' defaults (NULL options) */
+    /* (head_dim / 2): wrk_model's rope_freqs or rope_freqs_local, NULL: no RoPE (SmolLM3); the
+     * magnitude of its cos and sin */
+    const float *rope_freqs;
+    float rope_mscale;
+    struct kn_att att; /* the layer's score scale, soft-cap and window */
+    bool att_plain;    /* att all zero: the kernels' defaults (NULL options) */
     struct kn_mat q, k, v, o, gate, up, down;
 };
 
@@ -72,8 +75,10 @@ struct wrk_model {
     uint8_t *gemm_scratch;
     size_t gemm_scratch_bytes;
     float *rope_freqs; /* (head_dim / 2) */
-    /* (head_dim / 2): the windowed layers' at cfgx.rope_theta_local, or NULL */
+    float rope_mscale; /* cos and sin times this (LongRoPE's and YaRN's attention factor; 1) */
+    /* (head_dim / 2): the windowed layers' at cfgx.rope_theta_local, or NULL; its magnitude */
     float *rope_freqs_local;
+    float rope_mscale_local;
     struct kn_act *a_dim, *a_o, *a_down; /* (M) prepared inputs of q/k/v/gate/up, O, down */
     /* the chunk being run: its pieces (a sequence's consecutive tokens each), the piece of each
      * row, and the rows whose logits the head computes with where they go */

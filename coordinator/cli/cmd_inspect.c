@@ -11,6 +11,7 @@
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,39 +30,62 @@ static void print_config(const struct shlm_config *c)
            c->n_kv_heads, c->vocab_size, c->seq_len);
     printf("        norm eps %g, rope theta %g (%s%s), activation %s, embeddings %s\n",
            (double)c->norm_eps, (double)c->rope_theta, c->rope_neox ? "neox" : "interleaved",
-           c->rope_scaling == SHLM_ROPE_LLAMA3 ? ", llama3 scaling" : "",
+           c->rope_scaling == SHLM_ROPE_LLAMA3     ? ", llama3 scaling"
+           : c->rope_scaling == SHLM_ROPE_YARN     ? ", yarn scaling"
+           : c->rope_scaling == SHLM_ROPE_LONGROPE ? ", longrope scaling"
+           : c->rope_scaling == SHLM_ROPE_FREQS    ? ", rope_freqs scaling"
+                                                   : "",
            c->act == SHLM_ACT_GELU_TANH ? "gelu-tanh gated" : "silu gated",
            c->tied_embd ? "tied" : "untied");
 }
 
-/* The attention's extension fields, one line where any is set (Gemma 2/3): the window and the
- * layers it applies to, their RoPE base, the score scale and the soft-caps. */
+/* Appends ", " (but first) and the formatted part to @line (@len bytes, *@n used). */
+static void add_part(char *line, size_t len, int *n, const char *fmt, ...)
+{
+    va_list ap;
+    if (*n > 0 && (size_t)*n < len)
+        *n += snprintf(line + *n, len - (size_t)*n, ", ");
+    va_start(ap, fmt);
+    if ((size_t)*n < len)
+        *n += vsnprintf(line + *n, len - (size_t)*n, fmt, ap);
+    va_end(ap);
+}
+
+/* The extension's fields where any is set: the config's continuation line (Granite's residual
+ * and logit multipliers, SmolLM3's layers without RoPE, YaRN's and LongRoPE's attention factor),
+ * then the attention line (the window and the layers it applies to, their RoPE base, the score
+ * scale and the soft-caps). */
 static void print_ext(const struct shlm_config *c, const struct shlm_config_ext *x)
 {
-    if (!x->window && !x->query_scale && !x->attn_softcap && !x->final_softcap)
-        return;
-    printf("attention:");
-    const char *sep = " ";
+    char line[256] = "";
+    int n = 0;
+    if (x->resid_mult)
+        add_part(line, sizeof(line), &n, "residual x%g", (double)x->resid_mult);
+    if (x->logit_scale)
+        add_part(line, sizeof(line), &n, "logits /%g", (double)x->logit_scale);
+    if (x->nope_interval)
+        add_part(line, sizeof(line), &n, "no RoPE on every %u-th layer", x->nope_interval);
+    if (x->rope_attn_factor)
+        add_part(line, sizeof(line), &n, "rope attention factor %g", (double)x->rope_attn_factor);
+    if (n)
+        printf("        %s\n", line);
+    n = 0;
     if (x->window) {
-        uint32_t n = 0;
+        uint32_t w = 0;
         for (uint32_t l = 0; l < c->n_layers; l++)
-            n += shlm_layer_windowed(x, l);
-        printf(" window %u on %u of %u layers", x->window, n, c->n_layers);
+            w += shlm_layer_windowed(x, l);
+        add_part(line, sizeof(line), &n, "window %u on %u of %u layers", x->window, w, c->n_layers);
         if (x->rope_theta_local > 0.0f)
-            printf(", their rope theta %g", (double)x->rope_theta_local);
-        sep = ", ";
+            add_part(line, sizeof(line), &n, "their rope theta %g", (double)x->rope_theta_local);
     }
-    if (x->query_scale > 0.0f) {
-        printf("%sscore scale %g", sep, (double)x->query_scale);
-        sep = ", ";
-    }
-    if (x->attn_softcap > 0.0f) {
-        printf("%sscore soft-cap %g", sep, (double)x->attn_softcap);
-        sep = ", ";
-    }
+    if (x->query_scale > 0.0f)
+        add_part(line, sizeof(line), &n, "score scale %g", (double)x->query_scale);
+    if (x->attn_softcap > 0.0f)
+        add_part(line, sizeof(line), &n, "score soft-cap %g", (double)x->attn_softcap);
     if (x->final_softcap > 0.0f)
-        printf("%slogit soft-cap %g", sep, (double)x->final_softcap);
-    printf("\n");
+        add_part(line, sizeof(line), &n, "logit soft-cap %g", (double)x->final_softcap);
+    if (n)
+        printf("attention: %s\n", line);
 }
 
 static int inspect_shlm(const char *path, struct shardlm_err *e)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source_gguf.c: the GGUF model source - the architectures of shm/tensors.h's
- * table (llama, qwen2, gemma, spark, qwen3, gemma2, gemma3); tensors F32, F16, BF16, Q8_0 and Q4_0
- * are dequantized as they are read. */
+ * table (llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3); tensors F32,
+ * F16, BF16, Q8_0 and Q4_0 are dequantized as they are read. */
 #include "source.h"
 
 #include "gguf.h"
@@ -35,17 +35,30 @@ static int gguf_src_read(struct coord_source *s, enum shlm_kind kind, uint32_t l
     if ((unsigned)kind >= SHLM_KIND_COUNT ||
         layer >= (shlm_kinds[kind].layer ? s->cfg.n_layers : 1))
         return -ENOENT;
-    shlm_kind_gguf_name(kind, layer, gname, sizeof(gname)); /* llama.cpp's naming */
-    const struct gguf_tensor *t = gguf_tensor(&g->f, gname);
+    /* a fused tensor (Phi-3's attn_qkv, ffn_up of gate and up rows) of its full size holds the
+     * kind's rows from row0; else the kind's own tensor, llama.cpp's naming */
+    const struct gguf_tensor *t = NULL;
+    int row0 = 0, total = rows;
+    if (shlm_kind_fused(&s->cfg, kind, layer, false, gname, sizeof(gname), &row0, &total)) {
+        t = gguf_tensor(&g->f, gname);
+        if (t && gguf_tensor_rows(t) != (uint64_t)total)
+            t = NULL;
+    }
+    if (!t) {
+        row0 = 0;
+        total = rows;
+        shlm_kind_gguf_name(kind, layer, gname, sizeof(gname));
+        t = gguf_tensor(&g->f, gname);
+    }
     if (!t)
         return -ENOENT;
     /* GGUF dims[0] is the row length (our cols); 1-D tensors are one row */
     uint64_t trows = gguf_tensor_rows(t);
-    if (t->dims[0] != (uint64_t)cols || trows != (uint64_t)rows)
+    if (t->dims[0] != (uint64_t)cols || trows != (uint64_t)total)
         return shardlm_fail(
             e, -EINVAL, "%s: tensor %s is %llux%llu (rows x cols), the config needs %dx%d", s->path,
-            gname, (unsigned long long)trows, (unsigned long long)t->dims[0], rows, cols);
-    int rc = gguf_read_rows(&g->f, t, 0, trows, out, e);
+            gname, (unsigned long long)trows, (unsigned long long)t->dims[0], total, cols);
+    int rc = gguf_read_rows(&g->f, t, (uint64_t)row0, (uint64_t)(row0 + rows), out, e);
     return rc ? rc : coord_source_check_finite(out, rows, cols, s->path, gname, e);
 }
 
@@ -141,16 +154,57 @@ static int read_shape(struct gguf_source *g, struct shlm_config *c, const char *
     return 0;
 }
 
+/* rope.scaling.type "yarn" (a Qwen2.5 converted with its YaRN config): factor, the original
+ * context (the file's context when absent), the ramp's betas (32 and 1 when absent) and the
+ * attention factor that multiplies YaRN's own magnitude, as llama.cpp reads them; DeepSeek's
+ * yarn_ext_factor / yarn_attn_factor are refused by name. Leaves a config without the key, or
+ * with another type (refused by check_unsupported()), as it is. */
+static int read_yarn(struct gguf_source *g, struct coord_source *s, const char *path,
+                     struct shardlm_err *e)
+{
+    struct shlm_config *c = &s->cfg;
+    struct shlm_config_ext *x = &s->cfgx;
+    struct coord_val v;
+    char label[512];
+    setting(g, path, akey(g, "rope.scaling.type"), &v, label);
+    if (v.kind != COORD_VAL_STR || v.len != 4 || memcmp(v.str, "yarn", 4) != 0)
+        return 0;
+    static const char *const refused[] = {"rope.scaling.yarn_ext_factor",
+                                          "rope.scaling.yarn_attn_factor"};
+    for (size_t i = 0; i < 2; i++) {
+        setting(g, path, akey(g, refused[i]), &v, label);
+        if (v.kind != COORD_VAL_ABSENT)
+            return shardlm_fail(e, -EINVAL, "%s is set: not supported (DeepSeek's YaRN scaling)",
+                                label);
+    }
+    int rc;
+    if ((rc = arch_real(g, path, "rope.scaling.factor", 0.0, 1025.0, 0.0f, &c->rope_factor, e)) ||
+        (rc = arch_uint(g, path, "rope.scaling.original_context_length", 1, 1u << 24, false,
+                        c->seq_len, &c->rope_orig_ctx, e)) ||
+        (rc = arch_real(g, path, "rope.scaling.attn_factor", 0.0, 1e6, 0.0f, &x->rope_attn_factor,
+                        e)) ||
+        (rc = arch_real(g, path, "rope.scaling.yarn_beta_fast", 0.0, 1e6, 32.0f, &x->yarn_beta_fast,
+                        e)) ||
+        (rc = arch_real(g, path, "rope.scaling.yarn_beta_slow", 0.0, 1e6, 1.0f, &x->yarn_beta_slow,
+                        e)))
+        return rc;
+    if (!(c->rope_factor >= 1.0f))
+        return shardlm_fail(e, -EINVAL, "%s: metadata %s is %g, expected 1..1024", path,
+                            akey(g, "rope.scaling.factor"), (double)c->rope_factor);
+    c->rope_scaling = SHLM_ROPE_YARN;
+    return 0;
+}
+
 /* Refuses every <arch>.* setting of coord_unsupported_keys[] that is not neutral, but those
- * that architecture @arch reads (read_ext). */
-static int check_unsupported(const struct gguf_source *g, const struct shlm_arch_traits *arch,
-                             const struct shlm_config *c, const char *path, struct shardlm_err *e)
+ * read_ext() has read for @c's family or RoPE scaling (coord_key_read_by). */
+static int check_unsupported(const struct gguf_source *g, const struct shlm_config *c,
+                             const char *path, struct shardlm_err *e)
 {
     for (size_t i = 0; i < coord_n_unsupported_keys; i++) {
         const struct coord_key *k = &coord_unsupported_keys[i];
         struct coord_val v;
         char label[512];
-        if (!k->gguf || coord_key_read_by(k, (uint32_t)(arch - shlm_archs)))
+        if (!k->gguf || coord_key_read_by(k, false, c))
             continue;
         setting(g, path, akey(g, k->gguf), &v, label);
         int rc = coord_key_check(k, &v, label, c, e);
@@ -166,11 +220,6 @@ static int check_unsupported(const struct gguf_source *g, const struct shlm_arch
 static int read_features(struct gguf_source *g, const struct shlm_arch_traits *arch,
                          struct shlm_config *c, const char *path, struct shardlm_err *e)
 {
-    if (gguf_tensor(&g->f, "rope_freqs.weight"))
-        return shardlm_fail(e, -EINVAL,
-                            "%s: tensor rope_freqs.weight (per-frequency RoPE "
-                            "factors, Llama 3.1 style) is not supported yet",
-                            path);
     /* llama.cpp's converter already added 1 to gemma's RMSNorm weights: used as they are */
     shlm_arch_apply(arch, false, c);
     char name[64];
@@ -187,29 +236,72 @@ static int read_features(struct gguf_source *g, const struct shlm_arch_traits *a
     return 0;
 }
 
-/* What the architecture's row and its <arch>.* keys add to the config (@x): Gemma 2/3's window
- * (attention.sliding_window, 4096 when absent as ik_llama.cpp's), soft-caps
- * (attn_logit_softcapping, final_logit_softcapping), window pattern and local RoPE base (the
- * row's: GGUF stores neither), and the query scale ik_llama.cpp takes from the layer count (the
- * 27B models, 46 and 62 layers, scale by (dim / heads)^-1/2 = query_pre_attn_scalar^-1/2, the
- * others by head_dim^-1/2, the default). */
-static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *arch,
-                    const struct shlm_config *c, struct shlm_config_ext *x, const char *path,
-                    struct shardlm_err *e)
+/* What the newer architectures add (shlm_config_ext) from the row, <arch>.* metadata and the
+ * tensors present: Granite's multipliers, the config's window (Phi-3: every layer), layers without
+ * RoPE, LongRoPE (its factors' tensors), YaRN (read_yarn), per-frequency RoPE divisors (rope_freqs:
+ * llama.cpp's form of Llama 3.1's scaling); Gemma 2/3's window (attention.sliding_window, 4096 when
+ * absent as ik_llama.cpp's), soft-caps (attn_logit_softcapping, final_logit_softcapping), window
+ * pattern and local RoPE base (the row's: GGUF stores neither), and the query scale ik_llama.cpp
+ * takes from the layer count (the 27B models, 46 and 62 layers, scale by (dim / heads)^-1/2 =
+ * query_pre_attn_scalar^-1/2, the others by head_dim^-1/2, the default). */
+static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, struct coord_source *s,
+                    const char *path, struct shardlm_err *e)
 {
-    uint32_t fam = (uint32_t)(arch - shlm_archs);
+    struct shlm_config *c = &s->cfg;
+    struct shlm_config_ext *x = &s->cfgx;
     int rc;
-    shlm_arch_apply_ext(arch, x);
-    if (fam != SHLM_FAMILY_GEMMA2 && fam != SHLM_FAMILY_GEMMA3)
-        return 0;
-    if ((rc = arch_uint(g, path, "attention.sliding_window", 1, UINT32_MAX, false, 4096, &x->window,
-                        e)) ||
-        (rc = arch_real(g, path, "attn_logit_softcapping", 0.0, 1e30, 0.0f, &x->attn_softcap, e)) ||
-        (rc = arch_real(g, path, "final_logit_softcapping", 0.0, 1e30, 0.0f, &x->final_softcap, e)))
+    if (a->multipliers &&
+        ((rc = arch_real(g, path, "embedding_scale", 0.0, 65536.0, 0.0f, &c->embd_scale, e)) ||
+         (rc = arch_real(g, path, "residual_scale", 0.0, 1e6, 0.0f, &x->resid_mult, e)) ||
+         (rc = arch_real(g, path, "attention.scale", 0.0, 1e6, 0.0f, &x->query_scale, e)) ||
+         (rc = arch_real(g, path, "logit_scale", 0.0, 1e6, 0.0f, &x->logit_scale, e))))
         return rc;
-    uint32_t big = fam == SHLM_FAMILY_GEMMA2 ? 46 : 62;
-    if (c->n_layers == big && c->dim / c->n_heads != c->head_dim)
-        x->query_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
+    x->nope_interval = a->gguf_nope_interval;
+    shlm_arch_apply_ext(a, x);
+    if (a->attn == SHLM_ATTN_WINDOW_CONFIG) {
+        /* Phi-3 4k files made before the converter wrote the key: llama.cpp's default */
+        bool phi3_4k = (c->n_layers == 32 || c->n_layers == 40) && c->seq_len == 4096;
+        if ((rc = arch_uint(g, path, "attention.sliding_window", 0, UINT32_MAX, false,
+                            phi3_4k ? 2047 : 0, &x->window, e)))
+            return rc;
+    }
+    if (a->attn == SHLM_ATTN_WINDOW_PATTERN) {
+        if ((rc = arch_uint(g, path, "attention.sliding_window", 1, UINT32_MAX, false, 4096,
+                            &x->window, e)) ||
+            (rc = arch_real(g, path, "attn_logit_softcapping", 0.0, 1e30, 0.0f, &x->attn_softcap,
+                            e)) ||
+            (rc = arch_real(g, path, "final_logit_softcapping", 0.0, 1e30, 0.0f, &x->final_softcap,
+                            e)))
+            return rc;
+        uint32_t big = a == &shlm_archs[SHLM_FAMILY_GEMMA2] ? 46 : 62;
+        if (c->n_layers == big && c->dim / c->n_heads != c->head_dim)
+            x->query_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
+    }
+    char name[64];
+    shlm_kind_gguf_name(SHLM_KIND_ROPE_FACTORS_LONG, 0, name, sizeof(name));
+    if (gguf_tensor(&g->f, name)) {
+        c->rope_scaling = SHLM_ROPE_LONGROPE;
+        if ((rc = arch_uint(g, path, "rope.scaling.original_context_length", 1, 1u << 24, true, 0,
+                            &c->rope_orig_ctx, e)))
+            return rc;
+        /* as llama.cpp's converter computes it where the key is absent */
+        float def = kn_rope_longrope_attn((float)c->seq_len / (float)c->rope_orig_ctx,
+                                          (int)c->rope_orig_ctx);
+        if ((rc = arch_real(g, path, "rope.scaling.attn_factor", 0.0, 1e6, def,
+                            &x->rope_attn_factor, e)))
+            return rc;
+    }
+    if (c->rope_scaling == SHLM_ROPE_NONE && (rc = read_yarn(g, s, path, e)))
+        return rc;
+    shlm_kind_gguf_name(SHLM_KIND_ROPE_FREQS, 0, name, sizeof(name));
+    if (gguf_tensor(&g->f, name)) {
+        if (c->rope_scaling != SHLM_ROPE_NONE)
+            return shardlm_fail(e, -EINVAL,
+                                "%s: tensor %s with another RoPE scaling (LongRoPE's factors or "
+                                "YaRN): expected one",
+                                path, name);
+        c->rope_scaling = SHLM_ROPE_FREQS;
+    }
     return 0;
 }
 
@@ -270,9 +362,8 @@ int coord_source_gguf(struct coord_source *s, const char *path, const char *toke
     s->cfg.arch = SHLM_ARCH_LLAMA;
     const struct shlm_arch_traits *arch = NULL;
     if ((rc = read_arch(g, path, &arch, e)) || (rc = read_shape(g, &s->cfg, path, e)) ||
-        (rc = check_unsupported(g, arch, &s->cfg, path, e)) ||
-        (rc = read_features(g, arch, &s->cfg, path, e)) ||
-        (rc = read_ext(g, arch, &s->cfg, &s->cfgx, path, e)) ||
+        (rc = read_features(g, arch, &s->cfg, path, e)) || (rc = read_ext(g, arch, s, path, e)) ||
+        (rc = check_unsupported(g, &s->cfg, path, e)) ||
         (rc = read_tokenizer(s, g, path, tokenizer, e))) {
         coord_source_close(s);
         return rc;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source_hf.c: the Hugging Face model source - a directory with config.json
  * (format/hf_config.c), safetensors (one file or shards behind model.safetensors.index.json) and
- * tokenizer.json. The architectures of shm/tensors.h's table (Llama, Qwen2, Gemma 1, Qwen3);
+ * tokenizer.json. The architectures of shm/tensors.h's table (Llama, Qwen2, Gemma 1, Qwen3, Phi-3,
+ * Granite, SmolLM3, Mistral);
  * tensors F32, F16 and BF16.
  *
  * HF checkpoints rotate NeoX-style (rotate_half over the two halves of each head), so q/k are
@@ -27,20 +28,43 @@ struct hf_source {
     struct st_set set;
     struct shlm_config cfg;
     enum shlm_norm norm; /* the architecture's */
+    float rope_short[512], rope_long[512]; /* LongRoPE's factors from config.json */
 };
 
-/* The HF name of the tensor of kind @k of layer @l in @out (the tensor table's). Returns 0 or
+/* The HF name of the tensor that holds the rows of kind @k of layer @l in @out: its own (the
+ * tensor table's; *@row0 0, *@total @rows), or a fused one where the checkpoint has it
+ * (Phi-3's qkv_proj, gate_up_proj: rows [*@row0, *@row0 + @rows) of *@total). Returns 0 or
  * -ENOENT (no such tensor in an HF checkpoint of this config); *@norm says whether it is an
  * RMSNorm weight. */
-static int hf_name(const struct hf_source *h, enum shlm_kind k, uint32_t l, char *out, size_t len,
-                   bool *norm)
+static int hf_name(const struct hf_source *h, enum shlm_kind k, uint32_t l, int rows, char *out,
+                   size_t len, bool *norm, int *row0, int *total)
 {
     *norm = false;
+    *row0 = 0;
+    *total = rows;
     if ((unsigned)k >= SHLM_KIND_COUNT || l >= (shlm_kinds[k].layer ? h->cfg.n_layers : 1) ||
-        !shlm_kind_present(&h->cfg, k) || !shlm_kind_hf_name(&h->cfg, k, l, out, len))
+        !shlm_kind_present(&h->cfg, k))
+        return -ENOENT;
+    int file;
+    if (shlm_kind_fused(&h->cfg, k, l, true, out, len, row0, total) &&
+        st_set_find(&h->set, out, &file))
+        return 0;
+    *row0 = 0;
+    *total = rows;
+    if (!shlm_kind_hf_name(&h->cfg, k, l, out, len))
         return -ENOENT;
     *norm = shlm_kinds[k].norm;
     return 0;
+}
+
+/* config.json's LongRoPE factors for the kinds that hold them in a GGUF, or NULL. */
+static const float *config_factors(const struct hf_source *h, enum shlm_kind k)
+{
+    if (h->cfg.rope_scaling != SHLM_ROPE_LONGROPE)
+        return NULL;
+    return k == SHLM_KIND_ROPE_FACTORS_SHORT  ? h->rope_short
+           : k == SHLM_KIND_ROPE_FACTORS_LONG ? h->rope_long
+                                              : NULL;
 }
 
 /* Finds @hf and checks its dtype and that it is @rows x @cols (a 1-D [n] is 1 x n). */
@@ -83,14 +107,22 @@ static int hf_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, 
     struct hf_source *h = s->impl;
     char hf[SHLM_NAME_MAX + 64];
     bool norm;
-    if (hf_name(h, kind, layer, hf, sizeof(hf), &norm))
+    int row0, total;
+    const float *f = (unsigned)kind < SHLM_KIND_COUNT ? config_factors(h, kind) : NULL;
+    if (f) {
+        if (rows != 1 || cols != (int)h->cfg.head_dim / 2)
+            return -EINVAL;
+        memcpy(out, f, (size_t)cols * sizeof(float));
+        return 0;
+    }
+    if (hf_name(h, kind, layer, rows, hf, sizeof(hf), &norm, &row0, &total))
         return -ENOENT;
     int file, rc;
-    const struct st_tensor *t = find_checked(h, hf, rows, cols, &file, &rc, e);
+    const struct st_tensor *t = find_checked(h, hf, total, cols, &file, &rc, e);
     if (!t)
         return rc;
-    if ((rc = st_read_rows(&h->set.files[file], t, 0, (uint64_t)rows, out, h->set.paths[file],
-                           e)))
+    if ((rc = st_read_rows(&h->set.files[file], t, (uint64_t)row0, (uint64_t)(row0 + rows), out,
+                           h->set.paths[file], e)))
         return rc;
     /* Gemma's RMSNorm multiplies by (1 + w) */
     if (norm && h->norm == SHLM_NORM_ONE_PLUS)
@@ -118,13 +150,16 @@ static int check_tensors(struct hf_source *h, const struct shlm_config *c, const
     for (int i = 0; i < n && !rc; i++) {
         char hf[SHLM_NAME_MAX + 64];
         bool norm;
-        int file;
-        if (hf_name(h, (enum shlm_kind)specs[i].kind, specs[i].layer, hf, sizeof(hf), &norm)) {
+        int file, row0, total;
+        if (config_factors(h, (enum shlm_kind)specs[i].kind))
+            continue; /* from config.json */
+        if (hf_name(h, (enum shlm_kind)specs[i].kind, specs[i].layer, specs[i].rows, hf, sizeof(hf),
+                    &norm, &row0, &total)) {
             rc = shardlm_fail(e, -EINVAL, "%s: tensor %s has no Hugging Face counterpart", dir,
                               specs[i].name);
             break;
         }
-        if (!find_checked(h, hf, specs[i].rows, specs[i].cols, &file, &rc, e) && rc == -ENOENT)
+        if (!find_checked(h, hf, total, specs[i].cols, &file, &rc, e) && rc == -ENOENT)
             rc =
                 shardlm_fail(e, -EINVAL, "%s: tensor %s is missing from the safetensors%s", dir, hf,
                              specs[i].kind == SHLM_KIND_OUTPUT
@@ -303,6 +338,8 @@ int coord_source_hf(struct coord_source *s, const char *dir, const char *tokeniz
         return shardlm_fail(e, -ENOMEM, "out of memory");
     h->cfg = hc.cfg;
     h->norm = hc.arch->norm;
+    memcpy(h->rope_short, hc.rope_short, sizeof(h->rope_short));
+    memcpy(h->rope_long, hc.rope_long, sizeof(h->rope_long));
     if ((rc = st_set_open(&h->set, dir, e))) {
         free(h);
         return rc;

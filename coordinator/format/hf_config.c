@@ -130,10 +130,100 @@ static int cfg_act(const json_t *root, const struct shlm_arch_traits *a, uint32_
     return 0;
 }
 
-/* rope_scaling: null, {"rope_type": "default"} or llama3 scaling. */
-static int cfg_rope_scaling(const json_t *root, struct shlm_config *c, const char *what,
+/* rope_scaling.@key: a list of @n numbers into @out. */
+static int cfg_factors(const json_t *rs, const char *key, uint32_t n, float *out, const char *what,
+                       struct shardlm_err *e)
+{
+    const json_t *a = field(rs, key);
+    if (!json_is_array(a) || json_array_size(a) != n)
+        return shardlm_fail(e, -EINVAL, "%s: field rope_scaling.%s: expected a list of %u numbers",
+                            what, key, n);
+    for (uint32_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(a, i);
+        double d = json_number_value(v);
+        if (!json_is_number(v) || !isfinite(d) || !(d > 0.0 && d < 1e30))
+            return shardlm_fail(e, -EINVAL,
+                                "%s: field rope_scaling.%s[%u]: expected a positive number", what,
+                                key, i);
+        out[i] = (float)d;
+    }
+    return 0;
+}
+
+/* LongRoPE (Phi-3.5): short_factor and long_factor, original_max_position_embeddings (top level,
+ * as Phi3Config has it, or in rope_scaling), the attention factor (rope_scaling's, else
+ * transformers' sqrt(1 + ln(s) / ln(orig)) of s = max_position_embeddings / orig). */
+static int cfg_longrope(const json_t *root, const json_t *rs, struct coord_hf_config *hc,
+                        const char *what, struct shardlm_err *e)
+{
+    struct shlm_config *c = &hc->cfg;
+    uint32_t half = c->head_dim / 2;
+    int rc;
+    if (half > sizeof(hc->rope_short) / sizeof(hc->rope_short[0]))
+        return shardlm_fail(e, -EINVAL, "%s: field head_dim is %u: LongRoPE takes at most 1024",
+                            what, c->head_dim);
+    if ((rc = cfg_factors(rs, "short_factor", half, hc->rope_short, what, e)) ||
+        (rc = cfg_factors(rs, "long_factor", half, hc->rope_long, what, e)))
+        return rc;
+    const json_t *in = field(rs, "original_max_position_embeddings") ? rs : root;
+    if ((rc = cfg_uint(in, in == rs ? "rope_scaling." : "", "original_max_position_embeddings", 1,
+                       1u << 24, true, 0, &c->rope_orig_ctx, what, e)))
+        return rc;
+    float def =
+        kn_rope_longrope_attn((float)c->seq_len / (float)c->rope_orig_ctx, (int)c->rope_orig_ctx);
+    if ((rc = cfg_num(rs, "rope_scaling.", "attention_factor", 0.0, 1e6, false, def,
+                      &hc->cfgx.rope_attn_factor, what, e)))
+        return rc;
+    c->rope_scaling = SHLM_ROPE_LONGROPE;
+    return 0;
+}
+
+/* YaRN (Qwen2.5): factor and original_max_position_embeddings (vLLM's and llama.cpp's reading:
+ * the interpolation by factor past the original context), beta_fast and beta_slow (32 and 1
+ * when absent), attention_factor (0.1 ln(factor) + 1 when absent). DeepSeek's mscale and
+ * mscale_all_dim and truncate false are refused by name. */
+static int cfg_yarn(const json_t *rs, struct coord_hf_config *hc, const char *what,
+                    struct shardlm_err *e)
+{
+    struct shlm_config *c = &hc->cfg;
+    struct shlm_config_ext *x = &hc->cfgx;
+    const char *o = "rope_scaling.";
+    static const char *const refused[] = {"mscale", "mscale_all_dim"};
+    for (size_t i = 0; i < 2; i++)
+        if (field(rs, refused[i]))
+            return shardlm_fail(e, -EINVAL,
+                                "%s: field rope_scaling.%s: not supported (YaRN "
+                                "with DeepSeek's magnitude scaling)",
+                                what, refused[i]);
+    const json_t *tr = field(rs, "truncate");
+    if (tr && !json_is_true(tr))
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field rope_scaling.truncate is not true: not supported (YaRN "
+                            "without rounded ramp bounds)",
+                            what);
+    int rc;
+    float attn = 0.0f;
+    if ((rc = cfg_num(rs, o, "factor", 0.0, 1e30, true, 0, &c->rope_factor, what, e)) ||
+        (rc = cfg_uint(rs, o, "original_max_position_embeddings", 1, 1u << 24, false, c->seq_len,
+                       &c->rope_orig_ctx, what, e)) ||
+        (rc = cfg_num(rs, o, "beta_fast", 0.0, 1e6, false, 32.0f, &x->yarn_beta_fast, what, e)) ||
+        (rc = cfg_num(rs, o, "beta_slow", 0.0, 1e6, false, 1.0f, &x->yarn_beta_slow, what, e)) ||
+        (rc = cfg_num(rs, o, "attention_factor", 0.0, 1e6, false, 0.0f, &attn, what, e)))
+        return rc;
+    if (c->rope_factor < 1.0f || c->rope_factor > 1024.0f)
+        return shardlm_fail(e, -EINVAL, "%s: field rope_scaling.factor is %g, expected 1..1024",
+                            what, (double)c->rope_factor);
+    /* the kernel multiplies its own 0.1 ln(factor) + 1 by this (kn.h) */
+    x->rope_attn_factor = attn > 0.0f ? attn / (0.1f * logf(c->rope_factor) + 1.0f) : 0.0f;
+    c->rope_scaling = SHLM_ROPE_YARN;
+    return 0;
+}
+
+/* rope_scaling: null, {"rope_type": "default"}, llama3, yarn or longrope scaling. */
+static int cfg_rope_scaling(const json_t *root, struct coord_hf_config *hc, const char *what,
                             struct shardlm_err *e)
 {
+    struct shlm_config *c = &hc->cfg;
     const json_t *rs = field(root, "rope_scaling");
     c->rope_scaling = SHLM_ROPE_NONE;
     if (!rs)
@@ -149,11 +239,15 @@ static int cfg_rope_scaling(const json_t *root, struct shlm_config *c, const cha
                             what);
     if (!strcmp(t, "default"))
         return 0;
+    if (!strcmp(t, "longrope"))
+        return cfg_longrope(root, rs, hc, what, e);
+    if (!strcmp(t, "yarn"))
+        return cfg_yarn(rs, hc, what, e);
     if (strcmp(t, "llama3") != 0) {
         char shown[100];
         return shardlm_fail(e, -EINVAL,
                             "%s: field rope_scaling.rope_type is \"%s\": only "
-                            "llama3 scaling is supported",
+                            "llama3, yarn and longrope scaling are supported",
                             what, coord_escape_str(shown, sizeof(shown), t));
     }
     const char *o = "rope_scaling.";
@@ -173,6 +267,49 @@ static int cfg_rope_scaling(const json_t *root, struct shlm_config *c, const cha
                             "low_freq_factor < high_freq_factor",
                             what);
     c->rope_scaling = SHLM_ROPE_LLAMA3;
+    return 0;
+}
+
+/* What the newer architectures add (shlm_config_ext): Granite's embedding, residual, attention
+ * and logit multipliers; SmolLM3's layers without RoPE
+ * (no_rope_layers: 1 where a layer has RoPE, which must be every layer but each
+ * no_rope_layer_interval-th, as transformers' default makes it). */
+static int cfg_ext(const json_t *root, const struct shlm_arch_traits *a, struct coord_hf_config *hc,
+                   const char *what, struct shardlm_err *e)
+{
+    struct shlm_config *c = &hc->cfg;
+    struct shlm_config_ext *x = &hc->cfgx;
+    int rc;
+    if (a->multipliers && ((rc = cfg_num(root, "", "embedding_multiplier", 0.0, 65536.0, false,
+                                         0.0f, &c->embd_scale, what, e)) ||
+                           (rc = cfg_num(root, "", "residual_multiplier", 0.0, 1e6, false, 0.0f,
+                                         &x->resid_mult, what, e)) ||
+                           (rc = cfg_num(root, "", "attention_multiplier", 0.0, 1e6, false, 0.0f,
+                                         &x->query_scale, what, e)) ||
+                           (rc = cfg_num(root, "", "logits_scaling", 0.0, 1e6, false, 0.0f,
+                                         &x->logit_scale, what, e))))
+        return rc;
+    if (a->gguf_nope_interval) {
+        uint32_t n;
+        if ((rc = cfg_uint(root, "", "no_rope_layer_interval", 1, 1024, false,
+                           a->gguf_nope_interval, &n, what, e)))
+            return rc;
+        const json_t *l = field(root, "no_rope_layers");
+        if (l && (!json_is_array(l) || json_array_size(l) != c->n_layers))
+            return shardlm_fail(e, -EINVAL,
+                                "%s: field no_rope_layers: expected a list of %u 0s and 1s", what,
+                                c->n_layers);
+        for (uint32_t i = 0; l && i < c->n_layers; i++) {
+            const json_t *v = json_array_get(l, i);
+            json_int_t want = (i + 1) % n != 0;
+            if (!json_is_integer(v) || json_integer_value(v) != want)
+                return shardlm_fail(e, -EINVAL,
+                                    "%s: field no_rope_layers[%u]: expected %d (no RoPE on every "
+                                    "%u-th layer: other patterns are not supported)",
+                                    what, i, (int)want, n);
+        }
+        x->nope_interval = n;
+    }
     return 0;
 }
 
@@ -271,7 +408,8 @@ static void json_val(const json_t *j, struct coord_val *v)
 }
 
 /* tie_word_embeddings (the row's default: true for Gemma), and the features these families can
- * switch on that the runtime does not have, refused by name. */
+ * switch on that the runtime does not have (but those the family reads: coord_key_read_by),
+ * refused by name. */
 static int cfg_features(const json_t *root, bool tied_default, struct shlm_config *c,
                         const char *what, struct shardlm_err *e)
 {
@@ -283,7 +421,7 @@ static int cfg_features(const json_t *root, bool tied_default, struct shlm_confi
     /* the settings of coord_unsupported_keys[] config.json can carry: absent or neutral */
     for (size_t i = 0; i < coord_n_unsupported_keys; i++) {
         const struct coord_key *k = &coord_unsupported_keys[i];
-        if (!k->hf || coord_key_read_by(k, c->family))
+        if (!k->hf || coord_key_read_by(k, true, c))
             continue;
         struct coord_val v;
         char label[512];
@@ -316,8 +454,10 @@ static int cfg_quantized(const json_t *root, const char *what, struct shardlm_er
                         what, coord_escape_str(shown, sizeof(shown), m));
 }
 
-/* What a windowed-pattern architecture's config adds (Gemma 2/3; @a's row gives the pattern and
- * the local RoPE base's default) into @x: sliding_window (transformers' default 4096),
+/* The window of the architectures windowed where the config has one (Phi-3, Mistral:
+ * sliding_window on every layer, null for none), and what a windowed-pattern architecture's config
+ * adds (Gemma 2/3; @a's row gives the pattern and the local RoPE base's default) into @x:
+ * sliding_window (transformers' default 4096),
  * layer_types and sliding_window_pattern (when present, the row's pattern: a layer is windowed
  * unless it is the last of each window_pattern), rope_local_base_freq, attn_logit_softcapping
  * and final_logit_softcapping (null: none), query_pre_attn_scalar (scores times its -1/2 power;
@@ -327,6 +467,8 @@ static int cfg_windows(const json_t *root, const struct shlm_arch_traits *a,
                        struct shardlm_err *e)
 {
     shlm_arch_apply_ext(a, x);
+    if (a->attn == SHLM_ATTN_WINDOW_CONFIG)
+        return cfg_uint(root, "", "sliding_window", 1, UINT32_MAX, false, 0, &x->window, what, e);
     if (a->attn != SHLM_ATTN_WINDOW_PATTERN)
         return 0;
     float qs = 0.0f, theta_local = a->rope_theta_local;
@@ -383,8 +525,8 @@ static int cfg_special_tokens(const json_t *root, struct coord_hf_config *hc, co
 }
 
 /* The whole config in the order its checks report: family, shape, heads, (what the family's row
- * fixes), features, quantization, activation, rope scaling, special tokens, windows; then the
- * runtime's own checks. */
+ * fixes), the newer architectures' multipliers and layers without RoPE, features, quantization,
+ * activation, rope scaling, special tokens, windows; then the runtime's own checks. */
 static int parse_config(struct coord_hf_config *hc, const json_t *root, const char *what,
                         struct shardlm_err *e)
 {
@@ -401,9 +543,11 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
     /* NeoX RoPE, biases, q/k norms; Gemma scales embeddings by sqrt(hidden_size) (transformers
      * rounds it to the activation dtype; the runtime multiplies in f32) */
     shlm_arch_apply(a, true, c);
-    if ((rc = cfg_features(root, a->hf_tied_default, c, what, e)) ||
+    if ((rc = cfg_ext(root, a, hc, what, e)) ||
+        (rc = cfg_features(root, a->hf_tied_default, c, what, e)) ||
         (rc = cfg_quantized(root, what, e)) || (rc = cfg_act(root, a, &c->act, what, e)) ||
-        (rc = cfg_rope_scaling(root, c, what, e)) || (rc = cfg_special_tokens(root, hc, what, e)) ||
+        (rc = cfg_rope_scaling(root, hc, what, e)) ||
+        (rc = cfg_special_tokens(root, hc, what, e)) ||
         (rc = cfg_windows(root, a, c, &hc->cfgx, what, e)))
         return rc;
     struct shardlm_err cerr;

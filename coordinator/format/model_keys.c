@@ -12,8 +12,9 @@
 
 const struct coord_key coord_unsupported_keys[] = {
     /* RoPE: GGUF's scaling keys (llama.cpp applies rope.scaling.factor and rope.scale_linear
-     * whatever the type); config.json's rope_scaling is read by hf_config.c (llama3 is
-     * supported, linear and yarn refused there) */
+     * whatever the type; YaRN's and LongRoPE's are read: read_keys below); config.json's
+     * rope_scaling is read by hf_config.c (llama3, yarn and longrope are supported, linear
+     * refused there) */
     {"rope.scaling.type", NULL, COORD_KEY_NONE_STR, "RoPE scaling"},
     {"rope.scaling.factor", NULL, COORD_KEY_ZERO_OR_ONE, "RoPE scaling"},
     {"rope.scale_linear", NULL, COORD_KEY_ZERO_OR_ONE, "linear RoPE scaling"},
@@ -36,7 +37,7 @@ const struct coord_key coord_unsupported_keys[] = {
     {"attention.layer_norm_epsilon", NULL, COORD_KEY_NEVER, "LayerNorm (not RMSNorm)"},
     {NULL, "attention_bias", COORD_KEY_FALSE, "biases on q/k/v/o_proj"},
     {NULL, "mlp_bias", COORD_KEY_FALSE, "biases on the MLP projections"},
-    /* multipliers (Granite, Command-R) */
+    /* multipliers (Granite, Command-R): read for Granite (read_keys below) */
     {"embedding_scale", "embedding_multiplier", COORD_KEY_ZERO_OR_ONE, "an embedding multiplier"},
     {"residual_scale", "residual_multiplier", COORD_KEY_ZERO_OR_ONE, "a residual multiplier"},
     {"logit_scale", "logit_scale", COORD_KEY_ZERO_OR_ONE, "a logit multiplier"},
@@ -49,27 +50,44 @@ const struct coord_key coord_unsupported_keys[] = {
 const size_t coord_n_unsupported_keys =
     sizeof(coord_unsupported_keys) / sizeof(coord_unsupported_keys[0]);
 
-/* The keys of coord_unsupported_keys[] some families read (by their GGUF or config.json name),
- * and those families. */
+/* The keys of coord_unsupported_keys[] the importers read (by their GGUF and config.json names;
+ * NULL: not read in that format), and where: the families of @families, or any config whose RoPE
+ * scaling is one of @ropes (set before the check: GGUF's rope.scaling.* of YaRN and LongRoPE). */
 static const struct {
-    const char *name;
+    const char *gguf, *hf;
     uint32_t families; /* 1 << enum shlm_family */
+    uint32_t ropes;    /* 1 << enum shlm_rope_scaling */
 } read_keys[] = {
-#define GEMMA2_3 (1u << SHLM_FAMILY_GEMMA2 | 1u << SHLM_FAMILY_GEMMA3)
-    {"attention.sliding_window", GEMMA2_3},
-    {"attn_logit_softcapping", GEMMA2_3},
-    {"final_logit_softcapping", GEMMA2_3},
-    {"query_pre_attn_scalar", GEMMA2_3},
-#undef GEMMA2_3
+#define FAM(x) (1u << SHLM_FAMILY_##x)
+#define ROPE(x) (1u << SHLM_ROPE_##x)
+    /* Gemma 2/3: window, soft-caps, query scalar (cfg_windows, read_ext) */
+    {"attention.sliding_window", NULL, FAM(GEMMA2) | FAM(GEMMA3) | FAM(PHI3) | FAM(MISTRAL), 0},
+    {"attn_logit_softcapping", "attn_logit_softcapping", FAM(GEMMA2) | FAM(GEMMA3), 0},
+    {"final_logit_softcapping", "final_logit_softcapping", FAM(GEMMA2) | FAM(GEMMA3), 0},
+    {NULL, "query_pre_attn_scalar", FAM(GEMMA2) | FAM(GEMMA3), 0},
+    /* Granite's multipliers (cfg_ext, read_ext) */
+    {"embedding_scale", "embedding_multiplier", FAM(GRANITE), 0},
+    {"residual_scale", "residual_multiplier", FAM(GRANITE), 0},
+    {"attention.scale", "attention_multiplier", FAM(GRANITE), 0},
+    {"logit_scale", "logits_scaling", FAM(GRANITE), 0},
+    /* YaRN's and LongRoPE's GGUF keys (read_yarn, read_ext) */
+    {"rope.scaling.type", NULL, 0, ROPE(YARN)},
+    {"rope.scaling.factor", NULL, 0, ROPE(YARN)},
+    {"rope.scaling.attn_factor", NULL, 0, ROPE(YARN) | ROPE(LONGROPE)},
+#undef ROPE
+#undef FAM
 };
 
-bool coord_key_read_by(const struct coord_key *k, uint32_t family)
+bool coord_key_read_by(const struct coord_key *k, bool hf, const struct shlm_config *c)
 {
-    for (size_t i = 0; i < sizeof(read_keys) / sizeof(read_keys[0]); i++)
-        if (((k->gguf && !strcmp(k->gguf, read_keys[i].name)) ||
-             (k->hf && !strcmp(k->hf, read_keys[i].name))) &&
-            family < 32 && (read_keys[i].families >> family & 1u))
+    const char *name = hf ? k->hf : k->gguf;
+    for (size_t i = 0; name && i < sizeof(read_keys) / sizeof(read_keys[0]); i++) {
+        const char *r = hf ? read_keys[i].hf : read_keys[i].gguf;
+        if (r && !strcmp(name, r) &&
+            ((c->family < 32 && (read_keys[i].families >> c->family & 1u)) ||
+             (c->rope_scaling < 32 && (read_keys[i].ropes >> c->rope_scaling & 1u))))
             return true;
+    }
     return false;
 }
 

@@ -67,9 +67,11 @@ struct coord_key {
 extern const struct coord_key coord_unsupported_keys[];
 extern const size_t coord_n_unsupported_keys;
 
-/* Whether the importers of family @family (enum shlm_family) read key @k into the config
- * themselves (Gemma 2/3's window, soft-caps and query scalar): then it is not refused. */
-bool coord_key_read_by(const struct coord_key *k, uint32_t family);
+/* Whether the importer of config.json (@hf) or of GGUF reads key @k into config @c itself, for
+ * @c's family (Gemma 2/3's window, soft-caps and query scalar, Phi-3's and Mistral's window,
+ * Granite's multipliers) or its RoPE scaling as read so far (YaRN's and LongRoPE's GGUF keys):
+ * then it is not refused. */
+bool coord_key_read_by(const struct coord_key *k, bool hf, const struct shlm_config *c);
 
 /* Refuses @v of key @k unless it is absent or neutral for config @c (head_dim, seq_len read).
  * @label names the setting as coord_val_uint()'s. Returns 0 or -EINVAL with the label, the
