@@ -323,7 +323,7 @@ float kn_rope_freqs(float *inv_freq, int head_dim, float theta, const struct kn_
 
 float kn_rope_longrope_attn(float factor, int orig_ctx)
 {
-    if (factor <= 1.0f)
+    if (factor <= 1.0f || orig_ctx < 2) /* ln(1) = 0: no original context to scale from */
         return 1.0f;
     return sqrtf(1.0f + logf(factor) / logf((float)orig_ctx));
 }

@@ -120,14 +120,17 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
               (isfinite(c->rope_factor) && c->rope_factor >= 1.0f && c->rope_factor <= 1024.0f &&
                isfinite(c->rope_low_freq_factor) && c->rope_low_freq_factor > 0.0f &&
                isfinite(c->rope_high_freq_factor) &&
-               c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_orig_ctx >= 1),
-          "rope_factor/low/high/orig_ctx", "factor 1..1024, 0 < low < high, orig_ctx >= 1");
+               c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_orig_ctx >= 1 &&
+               c->rope_orig_ctx <= 1u << 24),
+          "rope_factor/low/high/orig_ctx", "factor 1..1024, 0 < low < high, orig_ctx 1..2^24");
     CHECK(c->rope_scaling != SHLM_ROPE_YARN ||
               (isfinite(c->rope_factor) && c->rope_factor >= 1.0f && c->rope_factor <= 1024.0f &&
-               c->rope_orig_ctx >= 1),
-          "rope_factor/orig_ctx", "YaRN factor 1..1024, orig_ctx >= 1");
-    CHECK(c->rope_scaling != SHLM_ROPE_LONGROPE || c->rope_orig_ctx >= 1, "rope_orig_ctx",
-          "LongRoPE's original context >= 1");
+               c->rope_orig_ctx >= 1 && c->rope_orig_ctx <= 1u << 24),
+          "rope_factor/orig_ctx", "YaRN factor 1..1024, orig_ctx 1..2^24");
+    /* LongRoPE's attention factor divides by ln(orig_ctx) */
+    CHECK(c->rope_scaling != SHLM_ROPE_LONGROPE ||
+              (c->rope_orig_ctx >= 2 && c->rope_orig_ctx <= 1u << 24),
+          "rope_orig_ctx", "LongRoPE's original context 2..2^24");
     CHECK(c->qkv_bias <= 1, "qkv_bias", "0 or 1");
     CHECK(c->head_gate <= 1, "head_gate", "0 or 1");
     CHECK(c->embd_scale == 0.0f || (isfinite(c->embd_scale) && c->embd_scale > 0.0f &&

@@ -16,8 +16,8 @@ edit=$HERE/tools/model_edit.py
 fail=0
 
 # the sources: tiny-qwen3 (GGUF arch qwen3, HF Qwen3ForCausalLM), tiny-mistral's GGUF (arch
-# llama) and tiny-llama31's folder (LlamaForCausalLM with llama3 rope_scaling)
-for s in tiny-qwen3 tiny-mistral tiny-llama31; do
+# llama), tiny-llama31's folder (LlamaForCausalLM with llama3 rope_scaling) and tiny-phi3 (LongRoPE)
+for s in tiny-qwen3 tiny-mistral tiny-llama31 tiny-phi3; do
   "$bin" synth --shape $s --type f32 -o "$tmp/$s.gguf" 2>/dev/null
   "$bin" synth --shape $s --type f32 --hf "$tmp/$s.hf" 2>/dev/null
 done
@@ -91,6 +91,9 @@ gguf tiny-qwen3 qwen3.attention.clamp_kqv f32 8 'metadata qwen3\.attention\.clam
 # gemma2 and gemma3 only)
 gguf tiny-mistral llama.attention.sliding_window u32 64 \
   'metadata llama\.attention\.sliding_window is 64 \(sliding-window attention: not supported\)'
+# LongRoPE's attention factor divides by ln(original context): 1 is no context to scale from
+gguf tiny-phi3 phi3.rope.scaling.original_context_length u32 1 \
+  'metadata phi3\.rope\.scaling\.original_context_length is 1, expected 2\.\.16777216'
 # neutral values convert
 gguf tiny-mistral llama.rope.scaling.type str none ok
 gguf tiny-qwen3 qwen3.expert_count u32 0 ok
@@ -117,6 +120,8 @@ config tiny-llama31 '{"final_logit_softcapping": 30.0}' 'field final_logit_softc
 config tiny-llama31 '{"logits_scaling": 4}' 'field logits_scaling is 4 \(a logit multiplier'
 config tiny-qwen3 '{"quantization_config": {"quant_method": "gptq", "bits": 4}}' \
   'field quantization_config\.quant_method is "gptq": quantized checkpoints are not supported'
+config tiny-phi3 '{"original_max_position_embeddings": 1}' \
+  'field original_max_position_embeddings is 1, expected 2\.\.16777216'
 # neutral values convert
 config tiny-qwen3 '{"rope_scaling": {"rope_type": "default"}, "num_experts": 0}' ok
 config tiny-llama31 '{"quantization_config": null, "attention_bias": false}' ok

@@ -296,6 +296,9 @@ static int ref_line_logits(struct ref_line *r, const struct coord_eval_opts *o, 
     size_t elem = r->f16 ? sizeof(uint16_t) : sizeof(float), row_bytes = (size_t)vocab * elem;
     int n = r->n;
     r->rows = (int)(r->len / row_bytes);
+    if (r->len < row_bytes) /* no position to score */
+        return shardlm_fail(e, -EINVAL, "%s: %zu bytes; expected at least one row of %d %s logits",
+                            r->path, r->len, vocab, r->f16 ? "float16" : "float32");
     if (r->len % row_bytes || r->rows < n - 1 || r->rows > n)
         return shardlm_fail(e, -EINVAL,
                             "%s: %zu bytes; expected %d or %d rows of %d %s logits, "

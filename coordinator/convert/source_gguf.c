@@ -59,7 +59,17 @@ static int gguf_src_read(struct coord_source *s, enum shlm_kind kind, uint32_t l
             e, -EINVAL, "%s: tensor %s is %llux%llu (rows x cols), the config needs %dx%d", s->path,
             gname, (unsigned long long)trows, (unsigned long long)t->dims[0], total, cols);
     int rc = gguf_read_rows(&g->f, t, (uint64_t)row0, (uint64_t)(row0 + rows), out, e);
-    return rc ? rc : coord_source_check_finite(out, rows, cols, s->path, gname, e);
+    if (rc || (rc = coord_source_check_finite(out, rows, cols, s->path, gname, e)))
+        return rc;
+    /* RoPE's per-frequency factors divide the frequencies: 0 would make them infinite, a negative
+     * one turn the rotation around (config.json's lists are checked the same way) */
+    bool divisor = kind == SHLM_KIND_ROPE_FACTORS_SHORT || kind == SHLM_KIND_ROPE_FACTORS_LONG ||
+                   kind == SHLM_KIND_ROPE_FREQS;
+    for (int i = 0; divisor && i < rows * cols; i++)
+        if (!(out[i] > 0.0f))
+            return shardlm_fail(e, -EINVAL, "%s: tensor %s: element %d is %g, expected > 0",
+                                s->path, gname, i, out[i]);
+    return 0;
 }
 
 static void gguf_src_close(struct coord_source *s)
@@ -277,11 +287,13 @@ static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, str
         if (c->n_layers == big && c->dim / c->n_heads != c->head_dim)
             x->query_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     }
-    char name[64];
+    char name[64], name2[64];
+    /* either factor tensor makes it LongRoPE, which then needs both (the expected tensors) */
     shlm_kind_gguf_name(SHLM_KIND_ROPE_FACTORS_LONG, 0, name, sizeof(name));
-    if (gguf_tensor(&g->f, name)) {
+    shlm_kind_gguf_name(SHLM_KIND_ROPE_FACTORS_SHORT, 0, name2, sizeof(name2));
+    if (gguf_tensor(&g->f, name) || gguf_tensor(&g->f, name2)) {
         c->rope_scaling = SHLM_ROPE_LONGROPE;
-        if ((rc = arch_uint(g, path, "rope.scaling.original_context_length", 1, 1u << 24, true, 0,
+        if ((rc = arch_uint(g, path, "rope.scaling.original_context_length", 2, 1u << 24, true, 0,
                             &c->rope_orig_ctx, e)))
             return rc;
         /* as llama.cpp's converter computes it where the key is absent */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source_hf.c: the Hugging Face model source - a directory with config.json
  * (format/hf_config.c), safetensors (one file or shards behind model.safetensors.index.json) and
- * tokenizer.json. The architectures of shm/tensors.h's table (Llama, Qwen2, Gemma 1, Qwen3, Phi-3,
- * Granite, SmolLM3, Mistral);
+ * tokenizer.json. The architectures of shm/tensors.h's table (Llama, Qwen2, Qwen3, Gemma 1/2/3,
+ * Phi-3, Granite, SmolLM3, Mistral);
  * tensors F32, F16 and BF16.
  *
  * HF checkpoints rotate NeoX-style (rotate_half over the two halves of each head), so q/k are
@@ -110,8 +110,9 @@ static int hf_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, 
     int row0, total;
     const float *f = (unsigned)kind < SHLM_KIND_COUNT ? config_factors(h, kind) : NULL;
     if (f) {
-        if (rows != 1 || cols != (int)h->cfg.head_dim / 2)
-            return -EINVAL;
+        if (rows != 1 || cols != (int)h->cfg.head_dim / 2) /* the layout asks the table's shape */
+            return shardlm_fail(e, -EINVAL, "%s: RoPE factors asked as %dx%d, the config has 1x%u",
+                                s->path, rows, cols, h->cfg.head_dim / 2);
         memcpy(out, f, (size_t)cols * sizeof(float));
         return 0;
     }

@@ -166,7 +166,7 @@ static int cfg_longrope(const json_t *root, const json_t *rs, struct coord_hf_co
         (rc = cfg_factors(rs, "long_factor", half, hc->rope_long, what, e)))
         return rc;
     const json_t *in = field(rs, "original_max_position_embeddings") ? rs : root;
-    if ((rc = cfg_uint(in, in == rs ? "rope_scaling." : "", "original_max_position_embeddings", 1,
+    if ((rc = cfg_uint(in, in == rs ? "rope_scaling." : "", "original_max_position_embeddings", 2,
                        1u << 24, true, 0, &c->rope_orig_ctx, what, e)))
         return rc;
     float def =

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* coordinator/format/hf_config.h: a Hugging Face model's config.json - the architecture, sizes
- * and options of the checkpoints of the architecture table (Llama, Qwen2, Gemma 1, Qwen3, Phi-3,
- * Granite, SmolLM3, Mistral) as a .shlm config. */
+ * and options of the checkpoints of the architecture table (Llama, Qwen2, Qwen3, Gemma 1/2/3,
+ * Phi-3, Granite, SmolLM3, Mistral) as a .shlm config. */
 #ifndef SHARDLM_COORD_HF_CONFIG_H
 #define SHARDLM_COORD_HF_CONFIG_H
 
