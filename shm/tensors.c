@@ -309,7 +309,9 @@ const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
                    .embd_sqrt_dim = true,
                    .hf_tied_default = true,
                    .attn = SHLM_ATTN_WINDOW_PATTERN,
-                   .window_pattern = 2},
+                   .window_pattern = 2,
+                   .window_default = 4096,
+                   .gguf_query_dim_heads = {{46}}},
     /* and q/k norms, 5 local : 1 global layers, the local ones at RoPE base 10000 */
     [F(GEMMA3)] = {.name = "gemma3",
                    .gguf = "gemma3",
@@ -323,6 +325,8 @@ const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
                    .hf_tied_default = true,
                    .attn = SHLM_ATTN_WINDOW_PATTERN,
                    .window_pattern = 6,
+                   .window_default = 4096,
+                   .gguf_query_dim_heads = {{62}},
                    .rope_theta_local = 10000.0f},
     /* Phi-3/3.5: fused qkv and gate_up (split at import: shlm_kind_fused), LongRoPE, the
      * config's window on every layer */
@@ -332,7 +336,10 @@ const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
                  .act = SHLM_ACT_SILU,
                  .hf_act_key = "hidden_act",
                  .gguf_rope_neox = true,
-                 .attn = SHLM_ATTN_WINDOW_CONFIG},
+                 .attn = SHLM_ATTN_WINDOW_CONFIG,
+                 /* Phi-3 mini / medium 4k (llama.cpp PR 8931) */
+                 .gguf_window_size = {{32, 40}, 4096},
+                 .gguf_window_sized = 2047},
     /* Granite 3.x: embedding, residual, attention and logit multipliers (shlm_config_ext) */
     [F(GRANITE)] = {.name = "granite",
                     .gguf = "granite",
@@ -383,6 +390,21 @@ void shlm_arch_list(bool hf, char *out, size_t len)
         if (nm && !shlm_archs[i].refused)
             n += (size_t)snprintf(out + n, len - n, "%s%s", n ? ", " : "", nm);
     }
+}
+
+bool shlm_arch_size_is(const struct shlm_arch_size *z, const struct shlm_config *c)
+{
+    if (z->ctx && z->ctx != c->seq_len)
+        return false;
+    for (size_t i = 0; i < sizeof(z->layers) / sizeof(z->layers[0]); i++)
+        if (z->layers[i] && z->layers[i] == c->n_layers)
+            return true;
+    return false;
+}
+
+const struct shlm_arch_traits *shlm_arch_of(const struct shlm_config *c)
+{
+    return &shlm_archs[c->family < SHLM_FAMILY_COUNT ? c->family : SHLM_FAMILY_UNKNOWN];
 }
 
 void shlm_arch_apply(const struct shlm_arch_traits *a, bool hf, struct shlm_config *c)

@@ -195,6 +195,14 @@ enum shlm_attn {
     SHLM_ATTN_WINDOW_PATTERN, /* of every window_pattern layers the last is global (Gemma 2/3) */
 };
 
+/* A model size by which ik_llama.cpp picks a default where a GGUF lacks the key (files made
+ * before llama.cpp's converter wrote it): one of @layers (0: unused) and, unless 0, the context
+ * @ctx. */
+struct shlm_arch_size {
+    uint32_t layers[2];
+    uint32_t ctx;
+};
+
 struct shlm_arch_traits {
     const char *name; /* for messages and inspect */
     const char *gguf; /* general.architecture; NULL: not read from GGUF */
@@ -212,6 +220,16 @@ struct shlm_arch_traits {
     bool hf_tied_default;   /* tie_word_embeddings when config.json leaves it out */
     enum shlm_attn attn;
     unsigned window_pattern; /* SHLM_ATTN_WINDOW_PATTERN's period */
+    /* the window where the config has no key (Gemma 2/3: 4096, transformers' and ik_llama.cpp's
+     * default); 0: none */
+    uint32_t window_default;
+    /* and where a GGUF of this size has none (Phi-3's 4k models: 2047, ik_llama.cpp's) */
+    struct shlm_arch_size gguf_window_size;
+    uint32_t gguf_window_sized;
+    /* the sizes whose GGUF scales queries by (dim / heads)^-1/2 where that is not head_dim's
+     * (GGUF stores no query_pre_attn_scalar: ik_llama.cpp takes it from Gemma 2's and Gemma 3's
+     * 27B layer counts, 46 and 62); others by head_dim^-1/2 */
+    struct shlm_arch_size gguf_query_dim_heads;
     /* every n-th layer has no RoPE where the format has no key for it (SmolLM3's GGUF: llama.cpp
      * fixes 4); 0: RoPE on every layer */
     unsigned gguf_nope_interval;
@@ -228,6 +246,10 @@ const struct shlm_arch_traits *shlm_arch_gguf(const char *name, size_t len);
 const struct shlm_arch_traits *shlm_arch_hf(const char *name);
 /* The supported names of one format ("llama, qwen2, ...") into @out, for messages. */
 void shlm_arch_list(bool hf, char *out, size_t len);
+/* Whether config @c is of size @z (at least one layer count given and matched). */
+bool shlm_arch_size_is(const struct shlm_arch_size *z, const struct shlm_config *c);
+/* The row of config @c's family. */
+const struct shlm_arch_traits *shlm_arch_of(const struct shlm_config *c);
 /* Fills what @a fixes into @c: family, RoPE style (@hf: a Hugging Face checkpoint), activation,
  * biases, flags, embedding scale (from c->dim, which is set before). */
 void shlm_arch_apply(const struct shlm_arch_traits *a, bool hf, struct shlm_config *c);

@@ -1305,6 +1305,58 @@ static void test_source_gemma(void **state)
     free(b);
 }
 
+static void v_u32_32(struct img *m) { put_u32(m, 32); }
+static void v_u32_40(struct img *m) { put_u32(m, 40); }
+static void v_u32_24(struct img *m) { put_u32(m, 24); }
+
+/* Phi-3's window: the file's attention.sliding_window; where it has none, ik_llama.cpp's
+ * default by size (the architecture row's): 2047 for the 4k models (32 or 40 layers, context
+ * 4096), none at other sizes. */
+static void test_source_phi3_window(void **state)
+{
+    char path[4300];
+    struct shardlm_err e;
+    size_t n = 0, n2 = 0;
+    struct shlm_config c;
+    tu_path(path, sizeof(path), "%s/p3.gguf", dir);
+    assert_int_equal(coord_synth("tiny-phi3", path, 0, NULL, NULL, &e), 0);
+    uint8_t *b = (uint8_t *)tu_slurp(path, &n);
+    assert_non_null(b);
+    const char *sw = "phi3.attention.sliding_window", *bc = "phi3.block_count",
+               *ctx = "phi3.context_length";
+    expect_kv(b, n, NULL, NULL, 0, NULL, &c, NULL);
+    assert_int_equal(last_cfgx.window, 64);
+    expect_kv(b, n, bc, bc, GGUF_UINT32, v_u32_32, &c, NULL); /* the file's window stays */
+    assert_int_equal(last_cfgx.window, 64);
+    expect_kv(b, n, sw, NULL, 0, NULL, &c, NULL); /* 4 layers: none */
+    assert_int_equal(last_cfgx.window, 0);
+    /* the same file without the key */
+    uint8_t *b2 = (uint8_t *)tu_slurp(edited(b, n, sw, NULL, NULL, 0, 0), &n2);
+    assert_non_null(b2);
+    expect_kv(b2, n2, bc, bc, GGUF_UINT32, v_u32_32, &c, NULL);
+    assert_int_equal(last_cfgx.window, 2047);
+    expect_kv(b2, n2, bc, bc, GGUF_UINT32, v_u32_40, &c, NULL);
+    assert_int_equal(last_cfgx.window, 2047);
+    expect_kv(b2, n2, bc, bc, GGUF_UINT32, v_u32_24, &c, NULL);
+    assert_int_equal(last_cfgx.window, 0);
+    free(b2);
+    /* 32 layers at another context: none */
+    b2 = (uint8_t *)tu_slurp(edited(b, n, sw, NULL, NULL, 0, 0), &n2);
+    struct img add = {0};
+    kv_key(&add, bc, GGUF_UINT32);
+    put_u32(&add, 32);
+    uint8_t *b3 = (uint8_t *)tu_slurp(edited(b2, n2, bc, &add, NULL, 0, 0), &n2);
+    free(add.b);
+    assert_non_null(b3);
+    expect_kv(b3, n2, NULL, NULL, 0, NULL, &c, NULL);
+    assert_int_equal(last_cfgx.window, 2047);
+    expect_kv(b3, n2, ctx, ctx, GGUF_UINT32, v_u32_100000, &c, NULL);
+    assert_int_equal(last_cfgx.window, 0);
+    free(b3);
+    free(b2);
+    free(b);
+}
+
 /* rope.scaling.type "yarn" with its factor (and @extra_key of @type, @putv: NULL for none): the
  * source's config and extension into *@s, or the error. */
 static int open_yarn(const uint8_t *b, size_t n, const char *extra_key, uint32_t type,
@@ -1486,16 +1538,16 @@ int main(int argc, char **argv)
         return 0;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_small_valid),     cmocka_unit_test(test_dequant),
-        cmocka_unit_test(test_every_kind),      cmocka_unit_test(test_truncations),
-        cmocka_unit_test(test_corruptions),     cmocka_unit_test(test_writer_roundtrip),
-        cmocka_unit_test(test_writer_errors),   cmocka_unit_test(test_open_errors),
-        cmocka_unit_test(test_vocab_llama_spm), cmocka_unit_test(test_vocab_gpt2),
-        cmocka_unit_test(test_vocab_phi3),      cmocka_unit_test(test_corpus),
-        cmocka_unit_test(test_source_settings), cmocka_unit_test(test_source_unsupported),
-        cmocka_unit_test(test_source_yarn),     cmocka_unit_test(test_source_gemma),
-        cmocka_unit_test(test_source_arch),     cmocka_unit_test(test_source_token_ids),
-        cmocka_unit_test(test_source_weights),
+        cmocka_unit_test(test_small_valid),        cmocka_unit_test(test_dequant),
+        cmocka_unit_test(test_every_kind),         cmocka_unit_test(test_truncations),
+        cmocka_unit_test(test_corruptions),        cmocka_unit_test(test_writer_roundtrip),
+        cmocka_unit_test(test_writer_errors),      cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_vocab_llama_spm),    cmocka_unit_test(test_vocab_gpt2),
+        cmocka_unit_test(test_vocab_phi3),         cmocka_unit_test(test_corpus),
+        cmocka_unit_test(test_source_settings),    cmocka_unit_test(test_source_unsupported),
+        cmocka_unit_test(test_source_yarn),        cmocka_unit_test(test_source_gemma),
+        cmocka_unit_test(test_source_phi3_window), cmocka_unit_test(test_source_arch),
+        cmocka_unit_test(test_source_token_ids),   cmocka_unit_test(test_source_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -249,11 +249,10 @@ static int read_features(struct gguf_source *g, const struct shlm_arch_traits *a
 /* What the newer architectures add (shlm_config_ext) from the row, <arch>.* metadata and the
  * tensors present: Granite's multipliers, the config's window (Phi-3: every layer), layers without
  * RoPE, LongRoPE (its factors' tensors), YaRN (read_yarn), per-frequency RoPE divisors (rope_freqs:
- * llama.cpp's form of Llama 3.1's scaling); Gemma 2/3's window (attention.sliding_window, 4096 when
- * absent as ik_llama.cpp's), soft-caps (attn_logit_softcapping, final_logit_softcapping), window
- * pattern and local RoPE base (the row's: GGUF stores neither), and the query scale ik_llama.cpp
- * takes from the layer count (the 27B models, 46 and 62 layers, scale by (dim / heads)^-1/2 =
- * query_pre_attn_scalar^-1/2, the others by head_dim^-1/2, the default). */
+ * llama.cpp's form of Llama 3.1's scaling); the window (attention.sliding_window, the row's
+ * default by size when absent, as ik_llama.cpp's), Gemma 2/3's soft-caps (attn_logit_softcapping,
+ * final_logit_softcapping), window pattern and local RoPE base (the row's: GGUF stores neither),
+ * and the query scale ik_llama.cpp takes from the layer count (the row's gguf_query_dim_heads). */
 static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, struct coord_source *s,
                     const char *path, struct shardlm_err *e)
 {
@@ -268,25 +267,23 @@ static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, str
         return rc;
     x->nope_interval = a->gguf_nope_interval;
     shlm_arch_apply_ext(a, x);
-    if (a->attn == SHLM_ATTN_WINDOW_CONFIG) {
-        /* Phi-3 4k files made before the converter wrote the key: llama.cpp's default */
-        bool phi3_4k = (c->n_layers == 32 || c->n_layers == 40) && c->seq_len == 4096;
-        if ((rc = arch_uint(g, path, "attention.sliding_window", 0, UINT32_MAX, false,
-                            phi3_4k ? 2047 : 0, &x->window, e)))
+    if (a->attn != SHLM_ATTN_GLOBAL) {
+        /* a windowed pattern needs a window; a config's may be 0 (none) */
+        uint32_t def =
+            shlm_arch_size_is(&a->gguf_window_size, c) ? a->gguf_window_sized : a->window_default;
+        if ((rc =
+                 arch_uint(g, path, "attention.sliding_window", a->attn == SHLM_ATTN_WINDOW_PATTERN,
+                           UINT32_MAX, false, def, &x->window, e)))
             return rc;
     }
-    if (a->attn == SHLM_ATTN_WINDOW_PATTERN) {
-        if ((rc = arch_uint(g, path, "attention.sliding_window", 1, UINT32_MAX, false, 4096,
-                            &x->window, e)) ||
-            (rc = arch_real(g, path, "attn_logit_softcapping", 0.0, 1e30, 0.0f, &x->attn_softcap,
-                            e)) ||
-            (rc = arch_real(g, path, "final_logit_softcapping", 0.0, 1e30, 0.0f, &x->final_softcap,
-                            e)))
-            return rc;
-        uint32_t big = a == &shlm_archs[SHLM_FAMILY_GEMMA2] ? 46 : 62;
-        if (c->n_layers == big && c->dim / c->n_heads != c->head_dim)
-            x->query_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
-    }
+    if (a->attn == SHLM_ATTN_WINDOW_PATTERN &&
+        ((rc =
+              arch_real(g, path, "attn_logit_softcapping", 0.0, 1e30, 0.0f, &x->attn_softcap, e)) ||
+         (rc = arch_real(g, path, "final_logit_softcapping", 0.0, 1e30, 0.0f, &x->final_softcap,
+                         e))))
+        return rc;
+    if (shlm_arch_size_is(&a->gguf_query_dim_heads, c) && c->dim / c->n_heads != c->head_dim)
+        x->query_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     char name[64], name2[64];
     /* either factor tensor makes it LongRoPE, which then needs both (the expected tensors) */
     shlm_kind_gguf_name(SHLM_KIND_ROPE_FACTORS_LONG, 0, name, sizeof(name));

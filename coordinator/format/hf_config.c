@@ -457,7 +457,7 @@ static int cfg_quantized(const json_t *root, const char *what, struct shardlm_er
 /* The window of the architectures windowed where the config has one (Phi-3, Mistral:
  * sliding_window on every layer, null for none), and what a windowed-pattern architecture's config
  * adds (Gemma 2/3; @a's row gives the pattern and the local RoPE base's default) into @x:
- * sliding_window (transformers' default 4096),
+ * sliding_window (the row's default: transformers' 4096),
  * layer_types and sliding_window_pattern (when present, the row's pattern: a layer is windowed
  * unless it is the last of each window_pattern), rope_local_base_freq, attn_logit_softcapping
  * and final_logit_softcapping (null: none), query_pre_attn_scalar (scores times its -1/2 power;
@@ -468,14 +468,15 @@ static int cfg_windows(const json_t *root, const struct shlm_arch_traits *a,
 {
     shlm_arch_apply_ext(a, x);
     if (a->attn == SHLM_ATTN_WINDOW_CONFIG)
-        return cfg_uint(root, "", "sliding_window", 1, UINT32_MAX, false, 0, &x->window, what, e);
+        return cfg_uint(root, "", "sliding_window", 1, UINT32_MAX, false, a->window_default,
+                        &x->window, what, e);
     if (a->attn != SHLM_ATTN_WINDOW_PATTERN)
         return 0;
     float qs = 0.0f, theta_local = a->rope_theta_local;
     uint32_t pattern = a->window_pattern;
     int rc;
-    if ((rc = cfg_uint(root, "", "sliding_window", 1, UINT32_MAX, false, 4096, &x->window, what,
-                       e)) ||
+    if ((rc = cfg_uint(root, "", "sliding_window", 1, UINT32_MAX, false, a->window_default,
+                       &x->window, what, e)) ||
         (rc = cfg_uint(root, "", "sliding_window_pattern", 1, 1024, false, a->window_pattern,
                        &pattern, what, e)) ||
         (rc = cfg_num(root, "", "attn_logit_softcapping", 0.0, 1e30, false, 0.0f, &x->attn_softcap,

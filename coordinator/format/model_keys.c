@@ -50,41 +50,49 @@ const struct coord_key coord_unsupported_keys[] = {
 const size_t coord_n_unsupported_keys =
     sizeof(coord_unsupported_keys) / sizeof(coord_unsupported_keys[0]);
 
+/* Which architectures read a key: by the facts of their row (shm/tensors.h). */
+static bool windowed(const struct shlm_arch_traits *a) { return a->attn != SHLM_ATTN_GLOBAL; }
+static bool patterned(const struct shlm_arch_traits *a)
+{
+    return a->attn == SHLM_ATTN_WINDOW_PATTERN;
+}
+static bool multiplied(const struct shlm_arch_traits *a) { return a->multipliers; }
+
 /* The keys of coord_unsupported_keys[] the importers read (by their GGUF and config.json names;
- * NULL: not read in that format), and where: the families of @families, or any config whose RoPE
- * scaling is one of @ropes (set before the check: GGUF's rope.scaling.* of YaRN and LongRoPE). */
+ * NULL: not read in that format), and where: the architectures whose row @by accepts, or any
+ * config whose RoPE scaling is one of @ropes (set before the check: GGUF's rope.scaling.* of YaRN
+ * and LongRoPE). */
 static const struct {
     const char *gguf, *hf;
-    uint32_t families; /* 1 << enum shlm_family */
-    uint32_t ropes;    /* 1 << enum shlm_rope_scaling */
+    bool (*by)(const struct shlm_arch_traits *a); /* NULL: none */
+    uint32_t ropes;                               /* 1 << enum shlm_rope_scaling */
 } read_keys[] = {
-#define FAM(x) (1u << SHLM_FAMILY_##x)
 #define ROPE(x) (1u << SHLM_ROPE_##x)
-    /* Gemma 2/3: window, soft-caps, query scalar (cfg_windows, read_ext) */
-    {"attention.sliding_window", NULL, FAM(GEMMA2) | FAM(GEMMA3) | FAM(PHI3) | FAM(MISTRAL), 0},
-    {"attn_logit_softcapping", "attn_logit_softcapping", FAM(GEMMA2) | FAM(GEMMA3), 0},
-    {"final_logit_softcapping", "final_logit_softcapping", FAM(GEMMA2) | FAM(GEMMA3), 0},
-    {NULL, "query_pre_attn_scalar", FAM(GEMMA2) | FAM(GEMMA3), 0},
+    /* the window (cfg_windows, read_ext); Gemma 2/3's soft-caps and query scalar */
+    {"attention.sliding_window", NULL, windowed, 0},
+    {"attn_logit_softcapping", "attn_logit_softcapping", patterned, 0},
+    {"final_logit_softcapping", "final_logit_softcapping", patterned, 0},
+    {NULL, "query_pre_attn_scalar", patterned, 0},
     /* Granite's multipliers (cfg_ext, read_ext) */
-    {"embedding_scale", "embedding_multiplier", FAM(GRANITE), 0},
-    {"residual_scale", "residual_multiplier", FAM(GRANITE), 0},
-    {"attention.scale", "attention_multiplier", FAM(GRANITE), 0},
-    {"logit_scale", "logits_scaling", FAM(GRANITE), 0},
+    {"embedding_scale", "embedding_multiplier", multiplied, 0},
+    {"residual_scale", "residual_multiplier", multiplied, 0},
+    {"attention.scale", "attention_multiplier", multiplied, 0},
+    {"logit_scale", "logits_scaling", multiplied, 0},
     /* YaRN's and LongRoPE's GGUF keys (read_yarn, read_ext) */
-    {"rope.scaling.type", NULL, 0, ROPE(YARN)},
-    {"rope.scaling.factor", NULL, 0, ROPE(YARN)},
-    {"rope.scaling.attn_factor", NULL, 0, ROPE(YARN) | ROPE(LONGROPE)},
+    {"rope.scaling.type", NULL, NULL, ROPE(YARN)},
+    {"rope.scaling.factor", NULL, NULL, ROPE(YARN)},
+    {"rope.scaling.attn_factor", NULL, NULL, ROPE(YARN) | ROPE(LONGROPE)},
 #undef ROPE
-#undef FAM
 };
 
 bool coord_key_read_by(const struct coord_key *k, bool hf, const struct shlm_config *c)
 {
     const char *name = hf ? k->hf : k->gguf;
+    const struct shlm_arch_traits *a = shlm_arch_of(c);
     for (size_t i = 0; name && i < sizeof(read_keys) / sizeof(read_keys[0]); i++) {
         const char *r = hf ? read_keys[i].hf : read_keys[i].gguf;
         if (r && !strcmp(name, r) &&
-            ((c->family < 32 && (read_keys[i].families >> c->family & 1u)) ||
+            ((read_keys[i].by && read_keys[i].by(a)) ||
              (c->rope_scaling < 32 && (read_keys[i].ropes >> c->rope_scaling & 1u))))
             return true;
     }

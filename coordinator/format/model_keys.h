@@ -68,9 +68,9 @@ extern const struct coord_key coord_unsupported_keys[];
 extern const size_t coord_n_unsupported_keys;
 
 /* Whether the importer of config.json (@hf) or of GGUF reads key @k into config @c itself, for
- * @c's family (Gemma 2/3's window, soft-caps and query scalar, Phi-3's and Mistral's window,
- * Granite's multipliers) or its RoPE scaling as read so far (YaRN's and LongRoPE's GGUF keys):
- * then it is not refused. */
+ * what the row of @c's family says it has (a window: Phi-3, Mistral, Gemma 2/3; a window pattern:
+ * Gemma 2/3's soft-caps and query scalar; Granite's multipliers) or its RoPE scaling as read so far
+ * (YaRN's and LongRoPE's GGUF keys): then it is not refused. */
 bool coord_key_read_by(const struct coord_key *k, bool hf, const struct shlm_config *c);
 
 /* Refuses @v of key @k unless it is absent or neutral for config @c (head_dim, seq_len read).
