@@ -143,20 +143,33 @@ bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_
 
 /* The fused tensors: the kinds they stack, in row order. */
 static const struct {
-    const char *gguf, *hf;
+    const char *gguf, *hf, *what;
     enum shlm_kind parts[3];
     int n;
 } fused[] = {
     {"attn_qkv.weight",
      "self_attn.qkv_proj.weight",
+     "q, k and v",
      {SHLM_KIND_ATTN_Q, SHLM_KIND_ATTN_K, SHLM_KIND_ATTN_V},
      3},
-    {"ffn_up.weight", "mlp.gate_up_proj.weight", {SHLM_KIND_FFN_GATE, SHLM_KIND_FFN_UP}, 2},
+    {"ffn_up.weight",
+     "mlp.gate_up_proj.weight",
+     "gate and up",
+     {SHLM_KIND_FFN_GATE, SHLM_KIND_FFN_UP},
+     2},
 };
+
+static void fused_name(size_t f, uint32_t layer, bool hf, char *out, size_t len)
+{
+    snprintf(out, len, hf ? "model.layers.%u.%s" : "blk.%u.%s", layer,
+             hf ? fused[f].hf : fused[f].gguf);
+}
 
 bool shlm_kind_fused(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer, bool hf,
                      char *out, size_t len, int *row0, int *total)
 {
+    if (!shlm_arch_of(c)->fused)
+        return false;
     for (size_t f = 0; f < sizeof(fused) / sizeof(fused[0]); f++) {
         int at = -1, rows = 0;
         for (int i = 0; i < fused[f].n; i++) {
@@ -166,11 +179,33 @@ bool shlm_kind_fused(const struct shlm_config *c, enum shlm_kind kind, uint32_t 
         }
         if (at < 0)
             continue;
-        snprintf(out, len, hf ? "model.layers.%u.%s" : "blk.%u.%s", layer,
-                 hf ? fused[f].hf : fused[f].gguf);
+        fused_name(f, layer, hf, out, len);
         *row0 = at;
         *total = rows;
         return true;
+    }
+    return false;
+}
+
+bool shlm_fused_stray(const struct shlm_config *c, bool hf,
+                      bool (*exists)(const void *ctx, const char *name), const void *ctx, char *out,
+                      size_t len, const char **parts)
+{
+    if (shlm_arch_of(c)->fused)
+        return false;
+    for (size_t f = 0; f < sizeof(fused) / sizeof(fused[0]); f++) {
+        const char *nm = hf ? fused[f].hf : fused[f].gguf;
+        bool own = false;
+        for (int k = 0; k < SHLM_KIND_COUNT && !own; k++)
+            own = strcmp(nm,
+                         hf ? (shlm_kinds[k].hf ? shlm_kinds[k].hf : "") : shlm_kinds[k].gguf) == 0;
+        for (uint32_t l = 0; !own && l < c->n_layers; l++) {
+            fused_name(f, l, hf, out, len);
+            if (exists(ctx, out)) {
+                *parts = fused[f].what;
+                return true;
+            }
+        }
     }
     return false;
 }
@@ -336,6 +371,7 @@ const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
                  .act = SHLM_ACT_SILU,
                  .hf_act_key = "hidden_act",
                  .gguf_rope_neox = true,
+                 .fused = true,
                  .attn = SHLM_ATTN_WINDOW_CONFIG,
                  /* Phi-3 mini / medium 4k (llama.cpp PR 8931) */
                  .gguf_window_size = {{32, 40}, 4096},

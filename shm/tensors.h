@@ -146,9 +146,18 @@ bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_
 /* Where a checkpoint that fuses several kinds into one tensor (Phi-3's attn_qkv / qkv_proj: q, k
  * and v rows stacked; ffn_up / gate_up_proj: gate, then up) keeps the rows of @kind: the fused
  * tensor's GGUF name (or Hugging Face name with @hf) of @layer into @out, the fused tensor's
- * rows in *@total and those of @kind from *@row0. False for a kind no fused tensor holds. */
+ * rows in *@total and those of @kind from *@row0. False for a kind no fused tensor holds, and in
+ * a model whose architecture's row has no fused tensors. */
 bool shlm_kind_fused(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer, bool hf,
                      char *out, size_t len, int *row0, int *total);
+/* In a model of config @c whose architecture's row has no fused tensors: the first fused
+ * tensor's name (GGUF's, or Hugging Face's with @hf) of layers 0..n_layers-1 that @exists finds
+ * in the checkpoint, into @out, and what it stacks into *@parts ("q, k and v"); true where there
+ * is one (the importer refuses the file naming it: its rows are no kind's). A fused name that is
+ * also a kind's own (GGUF's ffn_up) is left to the shape check. False otherwise. */
+bool shlm_fused_stray(const struct shlm_config *c, bool hf,
+                      bool (*exists)(const void *ctx, const char *name), const void *ctx, char *out,
+                      size_t len, const char **parts);
 /* The kind and layer of the .shlm name @name in a model of @n_layers layers: true, or false for
  * a name that is no tensor of a model. A file keeps its tensors' names; the loader resolves them
  * here, once per tensor. */
@@ -233,6 +242,7 @@ struct shlm_arch_traits {
     /* every n-th layer has no RoPE where the format has no key for it (SmolLM3's GGUF: llama.cpp
      * fixes 4); 0: RoPE on every layer */
     unsigned gguf_nope_interval;
+    bool fused;       /* q/k/v and gate/up may be fused tensors (Phi-3: shlm_kind_fused) */
     bool multipliers; /* Granite's embedding, residual, attention and logit multipliers */
     float rope_theta_local; /* the windowed layers' RoPE base (Gemma 3: 10000, which GGUF files
                              * do not store; config.json's rope_local_base_freq default); 0 */

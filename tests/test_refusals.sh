@@ -39,15 +39,25 @@ gguf() {
   try_convert "$1.gguf $2=$4" "$tmp/v.gguf" "$5"
 }
 
-# config BASE JSON WANT: BASE's folder with the fields of JSON merged into config.json
+# gguf_arch BASE ARCH KEY TYPE VALUE WANT: BASE's GGUF as architecture ARCH (its keys renamed),
+# KEY set to VALUE of TYPE
+gguf_arch() {
+  "$py" "$edit" gguf-arch "$tmp/$1.gguf" "$tmp/a.gguf" "$2"
+  "$py" "$edit" gguf "$tmp/a.gguf" "$tmp/v.gguf" "$3" "$4" "$5"
+  try_convert "$1.gguf as $2, $3=$5" "$tmp/v.gguf" "$6"
+}
+
+# config BASE JSON WANT [FILE]: BASE's folder with the fields of JSON merged into config.json;
+# FILE: the folder's file the line names (config.json when not given)
 config() {
   rm -rf "$tmp/v.hf"
   cp -r "$tmp/$1.hf" "$tmp/v.hf"
   "$py" "$edit" config "$tmp/$1.hf/config.json" "$tmp/v.hf/config.json" "$2"
-  try_convert "$1 config $2" "$tmp/v.hf" "$3"
+  try_convert "$1 config $2" "$tmp/v.hf" "$3" "${4:-config.json}"
 }
 
-# try_convert NAME PATH WANT: converts PATH, expecting WANT (a line's regex, or ok)
+# try_convert NAME PATH WANT [FILE]: converts PATH, expecting WANT (a line's regex, or ok); FILE:
+# the file of a folder the line names
 try_convert() {
   local name=$1 path=$2 want=$3
   convert_variant "$path"
@@ -61,7 +71,7 @@ try_convert() {
     return
   fi
   local file=$path
-  [ -d "$path" ] && file=$path/config.json
+  [ -d "$path" ] && file=$path/${4:-config.json}
   if [ $rc -ne 1 ] || [ -e "$tmp/v.shlm" ] || [ "$(wc -l <"$tmp/err")" -ne 1 ] ||
     ! grep -Eq "^shardlm convert: $file: $want" "$tmp/err"; then
     echo "FAIL: $name: expected exit 1, no output and one line '$file: $want'; exit $rc:"
@@ -94,6 +104,10 @@ gguf tiny-mistral llama.attention.sliding_window u32 64 \
 # LongRoPE's attention factor divides by ln(original context): 1 is no context to scale from
 gguf tiny-phi3 phi3.rope.scaling.original_context_length u32 1 \
   'metadata phi3\.rope\.scaling\.original_context_length is 1, expected 2\.\.16777216'
+# fused q/k/v and gate/up where the architecture's row has none: refused naming the tensor, not
+# split (tiny-phi3's tensors as a llama GGUF without a window, as a LlamaForCausalLM folder)
+gguf_arch tiny-phi3 llama llama.attention.sliding_window u32 0 \
+  'tensor blk\.0\.attn_qkv\.weight is q, k and v fused: architecture llama has no fused tensors'
 # neutral values convert
 gguf tiny-mistral llama.rope.scaling.type str none ok
 gguf tiny-qwen3 qwen3.expert_count u32 0 ok
@@ -122,6 +136,9 @@ config tiny-qwen3 '{"quantization_config": {"quant_method": "gptq", "bits": 4}}'
   'field quantization_config\.quant_method is "gptq": quantized checkpoints are not supported'
 config tiny-phi3 '{"original_max_position_embeddings": 1}' \
   'field original_max_position_embeddings is 1, expected 2\.\.16777216'
+config tiny-phi3 '{"architectures": ["LlamaForCausalLM"]}' \
+  'tensor model\.layers\.0\.self_attn\.qkv_proj\.weight is q, k and v fused: architecture LlamaForCausalLM' \
+  model.safetensors
 # neutral values convert
 config tiny-qwen3 '{"rope_scaling": {"rope_type": "default"}, "num_experts": 0}' ok
 config tiny-llama31 '{"quantization_config": null, "attention_bias": false}' ok

@@ -418,9 +418,14 @@ static void test_tensor_table(void **state)
     assert_int_equal(sp[2].cols, 4);
     c.rope_scaling = SHLM_ROPE_NONE;
 
-    /* Phi-3's fused tensors: q, k, v rows stacked in attn_qkv; gate, then up in ffn_up */
+    /* Phi-3's fused tensors: q, k, v rows stacked in attn_qkv; gate, then up in ffn_up; none in
+     * an architecture whose row has no fused tensors */
     char fname[96];
     int row0, total;
+    assert_false(
+        shlm_kind_fused(&c, SHLM_KIND_ATTN_K, 3, false, fname, sizeof(fname), &row0, &total));
+    uint32_t family = c.family;
+    c.family = SHLM_FAMILY_PHI3;
     assert_true(
         shlm_kind_fused(&c, SHLM_KIND_ATTN_K, 3, false, fname, sizeof(fname), &row0, &total));
     assert_string_equal(fname, "blk.3.attn_qkv.weight");
@@ -433,6 +438,7 @@ static void test_tensor_table(void **state)
     assert_int_equal(total, 2 * (int)c.hidden_dim);
     assert_false(
         shlm_kind_fused(&c, SHLM_KIND_ATTN_O, 0, false, fname, sizeof(fname), &row0, &total));
+    c.family = family;
 
     /* architectures: qwen3 has q/k norms; the refused ones say why; names are unique */
     const struct shlm_arch_traits *a = shlm_arch_gguf("qwen3", 5);

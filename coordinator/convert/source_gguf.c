@@ -224,9 +224,11 @@ static int check_unsupported(const struct gguf_source *g, const struct shlm_conf
     return 0;
 }
 
+static bool gguf_has(const void *f, const char *name) { return gguf_tensor(f, name) != NULL; }
+
 /* What the architecture's row and the tensors present tell: RoPE style, activation, q/k norms,
  * embedding scale; tied output, biases, head gate; and the vocabulary (token_embd.weight's
- * rows). */
+ * rows). A fused tensor in an architecture whose row has none is refused (not split). */
 static int read_features(struct gguf_source *g, const struct shlm_arch_traits *arch,
                          struct shlm_config *c, const char *path, struct shardlm_err *e)
 {
@@ -239,6 +241,12 @@ static int read_features(struct gguf_source *g, const struct shlm_arch_traits *a
     c->qkv_bias = gguf_tensor(&g->f, name) != NULL;
     shlm_kind_gguf_name(SHLM_KIND_ATTN_GATE, 0, name, sizeof(name));
     c->head_gate = gguf_tensor(&g->f, name) != NULL;
+    const char *parts;
+    if (shlm_fused_stray(c, false, gguf_has, &g->f, name, sizeof(name), &parts))
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %s is %s fused: architecture %s has no fused tensors "
+                            "(expected them apart)",
+                            path, name, parts, arch->gguf);
     const struct gguf_tensor *emb = gguf_tensor(&g->f, "token_embd.weight");
     if (!emb || emb->n_dims != 2)
         return shardlm_fail(e, -EINVAL, "%s: tensor token_embd.weight is missing or not 2-D", path);

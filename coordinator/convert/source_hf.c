@@ -139,10 +139,26 @@ static void hf_close(struct coord_source *s)
     free(h);
 }
 
-/* Checks up front that every tensor the config needs is there, readable and of its shape. */
-static int check_tensors(struct hf_source *h, const struct shlm_config *c, const char *dir,
-                         struct shardlm_err *e)
+static bool st_has(const void *set, const char *name)
 {
+    int file;
+    return st_set_find(set, name, &file) != NULL;
+}
+
+/* Checks up front that every tensor the config needs is there, readable and of its shape, and
+ * that no fused tensor is where the architecture's row has none (it is refused, not split). */
+static int check_tensors(struct hf_source *h, const struct shlm_config *c, const char *dir,
+                         const char *arch, struct shardlm_err *e)
+{
+    char stray[SHLM_NAME_MAX + 64];
+    const char *parts;
+    int file;
+    if (shlm_fused_stray(c, true, st_has, &h->set, stray, sizeof(stray), &parts) &&
+        st_set_find(&h->set, stray, &file))
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %s is %s fused: architecture %s has no fused tensors "
+                            "(expected them apart)",
+                            h->set.paths[file], stray, parts, arch);
     struct shlm_tensor_spec *specs = calloc(SHLM_MAX_TENSORS, sizeof(*specs));
     if (!specs)
         return shardlm_fail(e, -ENOMEM, "out of memory");
@@ -350,7 +366,7 @@ int coord_source_hf(struct coord_source *s, const char *dir, const char *tokeniz
     s->close = hf_close;
     s->cfg = hc.cfg;
     s->cfgx = hc.cfgx;
-    if ((rc = check_tensors(h, &hc.cfg, dir, e)) ||
+    if ((rc = check_tensors(h, &hc.cfg, dir, hc.arch->hf, e)) ||
         (rc = load_tokenizer(s, &hc, dir, tokenizer, e)))
         goto out_close;
     return 0;

@@ -6,6 +6,8 @@
                                                        replaced or added; the tensor data moved
                                                        to the next aligned offset after the new
                                                        header, its bytes unchanged
+  model_edit.py gguf-arch IN.gguf OUT.gguf ARCH      general.architecture set to ARCH and every
+                                                       key of the old one's prefix renamed
   model_edit.py config IN.json OUT.json JSON           the fields of the JSON object merged into
                                                        config.json (a null value drops one)
 """
@@ -34,12 +36,12 @@ def skip_val(b, t, o):
     return o + SIZES[t]
 
 
-def gguf_set(src, dst, key, ty, val):
+def gguf_set(src, dst, key, ty, val, rename=None):
     b = open(src, 'rb').read()
     if b[:4] != b'GGUF':
         sys.exit(f'{src}: not a GGUF file')
     _, n_tensors, n_kv = struct.unpack_from('<IQQ', b, 4)
-    off, kvs, align = 24, [], 32
+    off, kvs, align, old = 24, [], 32, None
     for _ in range(n_kv):
         start = off
         off = skip_str(b, off)
@@ -48,7 +50,12 @@ def gguf_set(src, dst, key, ty, val):
         end = skip_val(b, t, off + 4)
         if k == 'general.alignment':
             align, = struct.unpack_from('<I', b, off + 4)
-        if k != key:
+        if k == 'general.architecture':
+            old = b[off + 4 + 8:end].decode()
+        if rename is not None and old and k.startswith(old + '.'):
+            nk = (rename + k[len(old):]).encode()
+            kvs.append(struct.pack('<Q', len(nk)) + nk + b[off:end])
+        elif k != key:
             kvs.append(b[start:end])
         off = end
     infos = off
@@ -85,6 +92,9 @@ def config_set(src, dst, fields):
 if __name__ == '__main__':
     if len(sys.argv) == 7 and sys.argv[1] == 'gguf':
         gguf_set(*sys.argv[2:])
+    elif len(sys.argv) == 5 and sys.argv[1] == 'gguf-arch':
+        gguf_set(sys.argv[2], sys.argv[3], 'general.architecture', 'str', sys.argv[4],
+                 rename=sys.argv[4])
     elif len(sys.argv) == 5 and sys.argv[1] == 'config':
         config_set(*sys.argv[2:])
     else:
