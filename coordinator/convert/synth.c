@@ -8,6 +8,7 @@
 
 #include "gguf_write.h"
 #include "synth_tok.h"
+#include "tensors.h"
 
 #include <errno.h>
 #include <math.h>
@@ -266,21 +267,16 @@ static void rope_tables(struct synth_model *m)
     }
 }
 
-/* Appends a tensor to @m's list (sized by model_init()'s count). */
-static struct synth_tensor *add(struct synth_model *m, int layer, const char *gguf, const char *hf,
-                                uint64_t cols, uint64_t rows, float mean, float std, bool matrix)
+/* Appends a tensor to @m's list (sized by model_init()'s count), named @gguf and @hf (NULL or
+ * "": none in the HF folder). */
+static struct synth_tensor *add_named(struct synth_model *m, int layer, const char *gguf,
+                                      const char *hf, uint64_t cols, uint64_t rows, float mean,
+                                      float std, bool matrix)
 {
     struct synth_tensor *t = &m->t[m->n++];
     memset(t, 0, sizeof(*t));
-    if (layer >= 0) {
-        snprintf(t->gguf, sizeof(t->gguf), "blk.%d.%s.weight", layer, gguf);
-        if (hf)
-            snprintf(t->hf, sizeof(t->hf), "model.layers.%d.%s.weight", layer, hf);
-    } else {
-        snprintf(t->gguf, sizeof(t->gguf), "%s.weight", gguf);
-        if (hf)
-            snprintf(t->hf, sizeof(t->hf), "%s", hf);
-    }
+    snprintf(t->gguf, sizeof(t->gguf), "%s", gguf);
+    snprintf(t->hf, sizeof(t->hf), "%s", hf ? hf : "");
     t->cols = cols;
     t->rows = rows;
     t->mean = mean;
@@ -290,19 +286,64 @@ static struct synth_tensor *add(struct synth_model *m, int layer, const char *gg
     return t;
 }
 
+/* Appends the tensor of @kind of @layer (-1: a global kind) of model config @c, its names the
+ * tensor table's (shm/tensors.h). */
+static struct synth_tensor *add(struct synth_model *m, const struct shlm_config *c,
+                                enum shlm_kind kind, int layer, uint64_t cols, uint64_t rows,
+                                float mean, float std, bool matrix)
+{
+    char gguf[sizeof(m->t->gguf)], hf[sizeof(m->t->hf)];
+    uint32_t l = layer < 0 ? 0 : (uint32_t)layer;
+    shlm_kind_gguf_name(kind, l, gguf, sizeof(gguf));
+    if (!shlm_kind_hf_name(c, kind, l, hf, sizeof(hf)))
+        hf[0] = 0;
+    return add_named(m, layer, gguf, hf, cols, rows, mean, std, matrix);
+}
+
+/* Appends the fused tensor that holds @kind's rows in an architecture with fused tensors (Phi-3:
+ * q, k and v; gate and up), its names and rows the tensor table's; NULL where @c has none. */
+static struct synth_tensor *add_fused(struct synth_model *m, const struct shlm_config *c,
+                                      enum shlm_kind kind, int layer, uint64_t cols, float std)
+{
+    char gguf[sizeof(m->t->gguf)], hf[sizeof(m->t->hf)];
+    int row0, total;
+    if (!shlm_kind_fused(c, kind, (uint32_t)layer, false, gguf, sizeof(gguf), &row0, &total) ||
+        !shlm_kind_fused(c, kind, (uint32_t)layer, true, hf, sizeof(hf), &row0, &total))
+        return NULL;
+    return add_named(m, layer, gguf, hf, cols, (uint64_t)total, 0, std, true);
+}
+
 /* A norm: N(@mean, norm_std * @mean) in GGUF values; Gemma's draw is the HF w, GGUF 1 + w. */
-static void add_norm(struct synth_model *m, int layer, const char *gguf, const char *hf, uint64_t n,
-                     float mean)
+static void add_norm(struct synth_model *m, const struct shlm_config *c, enum shlm_kind kind,
+                     int layer, uint64_t n, float mean)
 {
     const struct coord_synth_shape *s = m->s;
-    struct synth_tensor *t = add(m, layer, gguf, hf, n, 0, mean, s->norm_std * mean, false);
+    struct synth_tensor *t = add(m, c, kind, layer, n, 0, mean, s->norm_std * mean, false);
     if (s->gemma) {
         t->mean = mean - 1.0f;
         t->gguf_add = 1.0f;
     }
 }
 
-/* The tensor list of shape @s in draw order. Returns 0 or -ENOMEM. */
+/* The model config of shape @s that the tensor table's names and fused rows need: sizes, and
+ * the family of its GGUF architecture (post-norms, fused tensors). */
+static void shape_config(const struct coord_synth_shape *s, struct shlm_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->dim = s->dim;
+    c->n_layers = s->layers;
+    c->n_heads = s->heads;
+    c->n_kv_heads = s->kv_heads;
+    c->head_dim = s->head_dim;
+    c->hidden_dim = s->ffn;
+    c->vocab_size = s->vocab;
+    const struct shlm_arch_traits *a = shlm_arch_gguf(s->arch, strlen(s->arch));
+    if (a)
+        shlm_arch_apply(a, false, c);
+}
+
+/* The tensor list of shape @s in draw order. Returns 0, -ENOMEM, or -EINVAL for a shape fused
+ * where its architecture's row has no fused tensors. */
 static int model_init(struct synth_model *m, const struct coord_synth_shape *s)
 {
     memset(m, 0, sizeof(*m));
@@ -310,56 +351,58 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s)
     m->t = calloc(16 * (size_t)s->layers + 8, sizeof(*m->t));
     if (!m->t)
         return -ENOMEM;
+    struct shlm_config cfg, *c = &cfg;
+    shape_config(s, c);
     bool legacy = !s->hf_type; /* the first shapes: std 0.02, norms 1.0, order as before */
     float w = legacy ? 0.02f : s->w_std, wqk = legacy ? 0.02f : s->qk_std;
     float emb = legacy ? 0.02f : s->emb_std, out_norm = s->out_norm ? s->out_norm : 1.0f;
     uint64_t d = s->dim, q = (uint64_t)s->heads * s->head_dim,
              kv = (uint64_t)s->kv_heads * s->head_dim;
     rope_tables(m);
-    add(m, -1, "token_embd", "model.embed_tokens.weight", d, s->vocab, 0, emb, true);
-    add_norm(m, -1, "output_norm", "model.norm.weight", d, out_norm);
+    add(m, c, SHLM_KIND_TOK_EMBD, -1, d, s->vocab, 0, emb, true);
+    add_norm(m, c, SHLM_KIND_OUTPUT_NORM, -1, d, out_norm);
     if (s->untied)
-        add(m, -1, "output", "lm_head.weight", d, s->vocab, 0, emb, true);
+        add(m, c, SHLM_KIND_OUTPUT, -1, d, s->vocab, 0, emb, true);
     if (s->rope == COORD_SYNTH_ROPE_LLAMA3)
-        add(m, -1, "rope_freqs", NULL, s->head_dim / 2, 0, 0, 0, false)->fixed = m->rope_long;
+        add(m, c, SHLM_KIND_ROPE_FREQS, -1, s->head_dim / 2, 0, 0, 0, false)->fixed = m->rope_long;
     if (s->rope == COORD_SYNTH_ROPE_LONGROPE) {
-        add(m, -1, "rope_factors_long", NULL, s->head_dim / 2, 0, 0, 0, false)->fixed =
+        add(m, c, SHLM_KIND_ROPE_FACTORS_LONG, -1, s->head_dim / 2, 0, 0, 0, false)->fixed =
             m->rope_long;
-        add(m, -1, "rope_factors_short", NULL, s->head_dim / 2, 0, 0, 0, false)->fixed =
+        add(m, c, SHLM_KIND_ROPE_FACTORS_SHORT, -1, s->head_dim / 2, 0, 0, 0, false)->fixed =
             m->rope_short;
     }
     for (int l = 0; l < (int)s->layers; l++) {
-        add_norm(m, l, "attn_norm", "input_layernorm", d, 1.0f);
+        add_norm(m, c, SHLM_KIND_ATTN_NORM, l, d, 1.0f);
         if (s->fused) { /* q, k, v rows stacked; its q and k parts drawn with the q/k std */
-            add(m, l, "attn_qkv", "self_attn.qkv_proj", d, q + 2 * kv, 0, wqk, true);
+            if (!add_fused(m, c, SHLM_KIND_ATTN_Q, l, d, wqk))
+                return -EINVAL;
         } else {
-            add(m, l, "attn_q", "self_attn.q_proj", d, q, 0, wqk, true)->permute =
+            add(m, c, SHLM_KIND_ATTN_Q, l, d, q, 0, wqk, true)->permute =
                 s->llama_rope ? s->heads : 0;
-            add(m, l, "attn_k", "self_attn.k_proj", d, kv, 0, wqk, true)->permute =
+            add(m, c, SHLM_KIND_ATTN_K, l, d, kv, 0, wqk, true)->permute =
                 s->llama_rope ? s->kv_heads : 0;
-            add(m, l, "attn_v", "self_attn.v_proj", d, kv, 0, w, true);
+            add(m, c, SHLM_KIND_ATTN_V, l, d, kv, 0, w, true);
         }
         if (s->head_gate)
-            add(m, l, "attn_gate", NULL, d, s->heads, 0, w, false);
+            add(m, c, SHLM_KIND_ATTN_GATE, l, d, s->heads, 0, w, false);
         if (s->qk_norm) {
-            add_norm(m, l, "attn_q_norm", "self_attn.q_norm", s->head_dim, 1.0f);
-            add_norm(m, l, "attn_k_norm", "self_attn.k_norm", s->head_dim, 1.0f);
+            add_norm(m, c, SHLM_KIND_ATTN_Q_NORM, l, s->head_dim, 1.0f);
+            add_norm(m, c, SHLM_KIND_ATTN_K_NORM, l, s->head_dim, 1.0f);
         }
-        add(m, l, "attn_output", "self_attn.o_proj", q, d, 0, w, true);
-        if (s->gemma) {
-            add_norm(m, l, "post_attention_norm", "post_attention_layernorm", d, 1.0f);
-            add_norm(m, l, "ffn_norm", "pre_feedforward_layernorm", d, 1.0f);
-        } else
-            add_norm(m, l, "ffn_norm", "post_attention_layernorm", d, 1.0f);
-        if (s->fused)
-            add(m, l, "ffn_up", "mlp.gate_up_proj", d, 2 * (uint64_t)s->ffn, 0, w, true);
-        else {
-            add(m, l, "ffn_gate", "mlp.gate_proj", d, s->ffn, 0, w, true);
-            add(m, l, "ffn_up", "mlp.up_proj", d, s->ffn, 0, w, true);
-        }
-        add(m, l, "ffn_down", "mlp.down_proj", s->ffn, d, 0, w, true);
+        add(m, c, SHLM_KIND_ATTN_O, l, q, d, 0, w, true);
         if (s->gemma)
-            add_norm(m, l, "post_ffw_norm", "post_feedforward_layernorm", d, 1.0f);
+            add_norm(m, c, SHLM_KIND_ATTN_POST_NORM, l, d, 1.0f);
+        add_norm(m, c, SHLM_KIND_FFN_NORM, l, d, 1.0f);
+        if (s->fused) {
+            if (!add_fused(m, c, SHLM_KIND_FFN_UP, l, d, w))
+                return -EINVAL;
+        } else {
+            add(m, c, SHLM_KIND_FFN_GATE, l, d, s->ffn, 0, w, true);
+            add(m, c, SHLM_KIND_FFN_UP, l, d, s->ffn, 0, w, true);
+        }
+        add(m, c, SHLM_KIND_FFN_DOWN, l, s->ffn, d, 0, w, true);
+        if (s->gemma)
+            add_norm(m, c, SHLM_KIND_FFN_POST_NORM, l, d, 1.0f);
     }
     return 0;
 }
@@ -516,13 +559,20 @@ int coord_synth_write(const struct coord_synth_opts *o, struct shardlm_err *e)
         s = &sized;
     }
     struct synth_model m;
-    if (model_init(&m, s))
-        return shardlm_fail(e, -ENOMEM, "out of memory");
+    int rc = model_init(&m, s);
+    if (rc) {
+        free(m.t);
+        return rc == -ENOMEM ? shardlm_fail(e, rc, "out of memory")
+                             : shardlm_fail(e, rc,
+                                            "shape %s: fused tensors, which architecture %s "
+                                            "does not have",
+                                            s->name, s->arch);
+    }
     m.tok = o->tok;
     m.f32 = o->f32;
     m.seed = o->seed ? o->seed : 0x9e3779b97f4a7c15ull;
-    int rc = o->hf ? synth_write_hf(&m, o->out, o->progress, o->progress_ctx, e)
-                   : write_gguf(&m, o->out, o->progress, o->progress_ctx, e);
+    rc = o->hf ? synth_write_hf(&m, o->out, o->progress, o->progress_ctx, e)
+               : write_gguf(&m, o->out, o->progress, o->progress_ctx, e);
     free(m.t);
     return rc;
 }
