@@ -31,10 +31,12 @@ static bool rope_freqs(const struct shlm_config *c) { return c->rope_scaling == 
 #define S(x) SHLM_SPLIT_##x
 #define T(x) SHLM_DTC_##x
 #define L2C(x) SHLM_L2C_##x
+#define V(x) SHLM_VALUE_##x
 
 const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
     /* clang-format off */
-    /* name, gguf, hf; llama2.c slot, layer, norm, rows, cols, split, dtype, site, feeds, has */
+    /* name, gguf, hf; llama2.c slot, layer, norm, rows, cols, split, dtype, site, feeds, has,
+     * value (ANY when left out) */
     [SHLM_KIND_TOK_EMBD] = {"tok_embd", "token_embd.weight", "model.embed_tokens.weight",
         L2C(EMBD), false, false, D(VOCAB), D(MODEL), S(NONE), T(HEAD), NONE, NONE, always},
     [SHLM_KIND_OUTPUT] = {"output", "output.weight", "lm_head.weight",
@@ -43,12 +45,15 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
         L2C(RMS_FINAL), false, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, HEAD, always},
     /* config.json holds them as rope_scaling.short_factor / long_factor, not as tensors */
     [SHLM_KIND_ROPE_FACTORS_SHORT] = {"rope_factors_short", "rope_factors_short.weight", NULL,
-        L2C(NONE), false, false, D(ONE), D(ROPE), S(NONE), T(F32), NONE, NONE, longrope},
+        L2C(NONE), false, false, D(ONE), D(ROPE), S(NONE), T(F32), NONE, NONE, longrope,
+        V(POSITIVE)},
     [SHLM_KIND_ROPE_FACTORS_LONG] = {"rope_factors_long", "rope_factors_long.weight", NULL,
-        L2C(NONE), false, false, D(ONE), D(ROPE), S(NONE), T(F32), NONE, NONE, longrope},
+        L2C(NONE), false, false, D(ONE), D(ROPE), S(NONE), T(F32), NONE, NONE, longrope,
+        V(POSITIVE)},
     /* a Hugging Face config says rope_scaling llama3 instead (SHLM_ROPE_LLAMA3) */
     [SHLM_KIND_ROPE_FREQS] = {"rope_freqs", "rope_freqs.weight", NULL,
-        L2C(NONE), false, false, D(ONE), D(ROPE), S(NONE), T(F32), NONE, NONE, rope_freqs},
+        L2C(NONE), false, false, D(ONE), D(ROPE), S(NONE), T(F32), NONE, NONE, rope_freqs,
+        V(POSITIVE)},
     [SHLM_KIND_ATTN_NORM] = {"attn_norm", "attn_norm.weight", "input_layernorm.weight",
         L2C(RMS_ATT), true, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, QKV, always},
     [SHLM_KIND_ATTN_Q] = {"attn_q", "attn_q.weight", "self_attn.q_proj.weight",
@@ -100,6 +105,20 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
 #undef S
 #undef T
 #undef L2C
+#undef V
+
+bool shlm_kind_value_ok(enum shlm_kind kind, float x, const char **expect)
+{
+    switch (shlm_kinds[kind].value) {
+    case SHLM_VALUE_POSITIVE:
+        *expect = "> 0";
+        return x > 0.0f;
+    case SHLM_VALUE_ANY:
+        break;
+    }
+    *expect = "";
+    return true;
+}
 
 bool shlm_kind_present(const struct shlm_config *c, enum shlm_kind kind)
 {

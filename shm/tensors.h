@@ -112,6 +112,13 @@ enum shlm_l2c {
     SHLM_L2C_COUNT
 };
 
+/* What a tensor's values must be beyond finite (every importer checks each element it reads). */
+enum shlm_value {
+    SHLM_VALUE_ANY,      /* any finite weight */
+    SHLM_VALUE_POSITIVE, /* > 0: RoPE's per-frequency factors divide the frequencies (0 makes one
+                          * infinite, a negative one turns the rotation around) */
+};
+
 struct shlm_kind_traits {
     const char *name; /* in .shlm files; a layer's kind under "blk.%u." */
     const char *gguf; /* llama.cpp's name; a layer's under "blk.%u." */
@@ -130,10 +137,14 @@ struct shlm_kind_traits {
      * QKV's or GATE_UP's input, v's (through attention) O's, up's down's); SHLM_SITE_NONE */
     enum shlm_site feeds;
     bool (*has)(const struct shlm_config *c); /* whether a model of @c has it */
+    enum shlm_value value;                    /* SHLM_VALUE_ANY where the row leaves it out */
 };
 
 extern const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT];
 
+/* Whether @x is a value tensors of @kind may hold (its row's value constraint; finiteness is
+ * checked apart); @expect says what is expected ("> 0") where it is not. */
+bool shlm_kind_value_ok(enum shlm_kind kind, float x, const char **expect);
 /* Whether a model of config @c has tensors of @kind. */
 bool shlm_kind_present(const struct shlm_config *c, enum shlm_kind kind);
 /* The .shlm name of @kind (of @layer for a per-layer kind) into @out. */

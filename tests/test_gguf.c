@@ -1357,6 +1357,68 @@ static void test_source_phi3_window(void **state)
     free(b);
 }
 
+/* Every kind whose row in the tensor table constrains its values (RoPE factors > 0) is refused
+ * where a GGUF element breaks it (0, negative), naming the tensor and the element; a kind
+ * without a constraint reads 0. The synthetic shapes hold every such kind. */
+static void test_source_values(void **state)
+{
+    static const char *const shapes[] = {"tiny-phi3", "tiny-llama31"};
+    static const float bad[] = {0.0f, -1.0f};
+    uint8_t *img[2];
+    size_t len[2];
+    char path[4300], name[64];
+    struct shardlm_err e;
+    struct coord_source s;
+    float row[64];
+    for (int i = 0; i < 2; i++) {
+        tu_path(path, sizeof(path), "%s/values%d.gguf", dir, i);
+        assert_int_equal(coord_synth(shapes[i], path, 0, NULL, NULL, &e), 0);
+        img[i] = (uint8_t *)tu_slurp(path, &len[i]);
+        assert_non_null(img[i]);
+    }
+    int checked = 0;
+    for (int k = 0; k < SHLM_KIND_COUNT; k++) {
+        if (shlm_kinds[k].value == SHLM_VALUE_ANY)
+            continue;
+        shlm_kind_gguf_name((enum shlm_kind)k, 0, name, sizeof(name));
+        int at = -1;
+        for (int i = 0; i < 2 && at < 0; i++) {
+            struct gguf_file g;
+            assert_int_equal(gguf_parse(&g, img[i], len[i], "values", &e), 0);
+            if (gguf_tensor(&g, name))
+                at = i;
+            gguf_close(&g);
+        }
+        if (at < 0)
+            fail_msg("no synthetic shape holds %s", name);
+        int cols = 8; /* head_dim 16's frequencies */
+        assert_int_equal(open_source(edited(img[at], len[at], NULL, NULL, NULL, 0, 0), &s, &e), 0);
+        assert_int_equal(s.read(&s, (enum shlm_kind)k, 0, 1, cols, row, &e), 0);
+        coord_source_close(&s);
+        for (size_t v = 0; v < sizeof(bad) / sizeof(bad[0]); v++) {
+            assert_int_equal(
+                open_source(edited(img[at], len[at], NULL, NULL, name, 3, bad[v]), &s, &e), 0);
+            e.msg[0] = 0;
+            assert_int_equal(s.read(&s, (enum shlm_kind)k, 0, 1, cols, row, &e), -EINVAL);
+            assert_one_line_error(-EINVAL, &e);
+            if (!strstr(e.msg, name) || !strstr(e.msg, "element 3") ||
+                !strstr(e.msg, "expected > 0"))
+                fail_msg("%s = %g: %s", name, (double)bad[v], e.msg);
+            coord_source_close(&s);
+        }
+        checked++;
+    }
+    assert_int_equal(checked, 3); /* rope_freqs, rope_factors_short, rope_factors_long */
+    /* no constraint: a norm of 0 reads */
+    assert_int_equal(
+        open_source(edited(img[0], len[0], NULL, NULL, "output_norm.weight", 3, 0.0f), &s, &e), 0);
+    assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT_NORM, 0, 1, 64, row, &e), 0);
+    assert_true(row[3] == 0.0f);
+    coord_source_close(&s);
+    free(img[0]);
+    free(img[1]);
+}
+
 /* rope.scaling.type "yarn" with its factor (and @extra_key of @type, @putv: NULL for none): the
  * source's config and extension into *@s, or the error. */
 static int open_yarn(const uint8_t *b, size_t n, const char *extra_key, uint32_t type,
@@ -1546,8 +1608,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_vocab_phi3),         cmocka_unit_test(test_corpus),
         cmocka_unit_test(test_source_settings),    cmocka_unit_test(test_source_unsupported),
         cmocka_unit_test(test_source_yarn),        cmocka_unit_test(test_source_gemma),
-        cmocka_unit_test(test_source_phi3_window), cmocka_unit_test(test_source_arch),
-        cmocka_unit_test(test_source_token_ids),   cmocka_unit_test(test_source_weights),
+        cmocka_unit_test(test_source_phi3_window), cmocka_unit_test(test_source_values),
+        cmocka_unit_test(test_source_arch),        cmocka_unit_test(test_source_token_ids),
+        cmocka_unit_test(test_source_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

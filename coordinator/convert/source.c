@@ -71,6 +71,24 @@ int coord_source_check_finite(const float *w, int rows, int cols, const char *pa
     return 0;
 }
 
+int coord_source_check_kind(enum shlm_kind kind, const float *w, int rows, int cols,
+                            const char *path, const char *name, struct shardlm_err *e)
+{
+    int rc = coord_source_check_finite(w, rows, cols, path, name, e);
+    if (rc)
+        return rc;
+    size_t n = (size_t)rows * (size_t)cols;
+    const char *expect;
+    for (size_t i = 0; i < n; i++)
+        if (!shlm_kind_value_ok(kind, w[i], &expect)) {
+            char shown[100];
+            return shardlm_fail(e, -EINVAL, "%s: tensor %s: element %zu is %g, expected %s", path,
+                                coord_escape_str(shown, sizeof(shown), name), i, (double)w[i],
+                                expect);
+        }
+    return 0;
+}
+
 static int llama2c_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, int rows,
                         int cols, float *out, struct shardlm_err *e)
 {
@@ -80,7 +98,7 @@ static int llama2c_read(struct coord_source *s, enum shlm_kind kind, uint32_t la
     char name[SHLM_NAME_MAX];
     shlm_kind_name(kind, layer, name, sizeof(name));
     memcpy(out, src, (size_t)rows * (size_t)cols * sizeof(float));
-    return coord_source_check_finite(out, rows, cols, s->path, name, e);
+    return coord_source_check_kind(kind, out, rows, cols, s->path, name, e);
 }
 
 static void llama2c_close(struct coord_source *s)

@@ -49,9 +49,15 @@ void coord_source_close(struct coord_source *s);
 
 /* Refuses tensor @name of @path (@rows x @cols floats at @w, as a source read it) when a value
  * is NaN or infinite or beyond +-COORD_SOURCE_MAX_WEIGHT: -EINVAL naming the first such
- * element's index, row and column. Every source's read() calls it on what it dequantized. */
+ * element's index, row and column. */
 int coord_source_check_finite(const float *w, int rows, int cols, const char *path,
                               const char *name, struct shardlm_err *e);
+
+/* coord_source_check_finite(), then the value constraint of @kind's row in the tensor table
+ * (shlm_kind_value_ok(): RoPE factors > 0): -EINVAL naming the first element that breaks it.
+ * Every source's read() calls it on what it read. */
+int coord_source_check_kind(enum shlm_kind kind, const float *w, int rows, int cols,
+                            const char *path, const char *name, struct shardlm_err *e);
 
 /* The per-format openers coord_source_open() dispatches to. */
 int coord_source_llama2c(struct coord_source *s, const char *path, const char *tokenizer,

@@ -59,17 +59,9 @@ static int gguf_src_read(struct coord_source *s, enum shlm_kind kind, uint32_t l
             e, -EINVAL, "%s: tensor %s is %llux%llu (rows x cols), the config needs %dx%d", s->path,
             gname, (unsigned long long)trows, (unsigned long long)t->dims[0], total, cols);
     int rc = gguf_read_rows(&g->f, t, (uint64_t)row0, (uint64_t)(row0 + rows), out, e);
-    if (rc || (rc = coord_source_check_finite(out, rows, cols, s->path, gname, e)))
+    if (rc)
         return rc;
-    /* RoPE's per-frequency factors divide the frequencies: 0 would make them infinite, a negative
-     * one turn the rotation around (config.json's lists are checked the same way) */
-    bool divisor = kind == SHLM_KIND_ROPE_FACTORS_SHORT || kind == SHLM_KIND_ROPE_FACTORS_LONG ||
-                   kind == SHLM_KIND_ROPE_FREQS;
-    for (int i = 0; divisor && i < rows * cols; i++)
-        if (!(out[i] > 0.0f))
-            return shardlm_fail(e, -EINVAL, "%s: tensor %s: element %d is %g, expected > 0",
-                                s->path, gname, i, out[i]);
-    return 0;
+    return coord_source_check_kind(kind, out, rows, cols, s->path, gname, e);
 }
 
 static void gguf_src_close(struct coord_source *s)

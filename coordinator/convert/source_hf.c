@@ -129,7 +129,7 @@ static int hf_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, 
     if (norm && h->norm == SHLM_NORM_ONE_PLUS)
         for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++)
             out[i] += 1.0f;
-    return coord_source_check_finite(out, rows, cols, h->set.paths[file], hf, e);
+    return coord_source_check_kind(kind, out, rows, cols, h->set.paths[file], hf, e);
 }
 
 static void hf_close(struct coord_source *s)
