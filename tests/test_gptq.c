@@ -453,7 +453,7 @@ static void check_klds_by_eval(const char *dir, struct coord_source *src, struct
     void *img;
     size_t size;
     tu_path(path, sizeof(path), "%s/f32.shlm", dir);
-    assert_int_equal(coord_convert_image(src, SHLM_SCHEME_F32, &img, &size, &e), 0);
+    assert_int_equal(coord_convert_image(src, SHLM_SCHEME_F32, NULL, &img, &size, &e), 0);
     image_save(path, img, size);
     eval_kld(dir, path, ref0, ref1);
     assert_true(eval_kld(dir, path, ref1, NULL) < 1e-9); /* the reference is the f32 model's */
@@ -547,6 +547,23 @@ static void test_heldout(void **state)
     assert_true(shlm_hash(img, size) == ha[r.chosen]);
     munmap(img, size);
     check_klds_by_eval(dir, &src, ca, &r);
+    /* the bound on the f32 log-probabilities kept (201 x 512 floats here): where they fit, the
+     * same figures; past it, the first positions that fit are scored (100 of 201) */
+    assert_int_equal(r.heldout_scored, 201);
+    struct coord_auto_report rc;
+    o.heldout_bytes = 201 * 512 * sizeof(float);
+    assert_int_equal(coord_auto(&src, &o, 64, ca, NULL, &img, &size, &rc, &e), 0);
+    munmap(img, size);
+    assert_int_equal(rc.heldout_scored, 201);
+    for (int m = 0; m < COORD_QUANT_AUTO; m++)
+        assert_true(rc.kld[m] == r.kld[m]);
+    o.heldout_bytes = 101 * 512 * sizeof(float) - 1;
+    assert_int_equal(coord_auto(&src, &o, 64, ca, NULL, &img, &size, &rc, &e), 0);
+    munmap(img, size);
+    assert_int_equal(rc.heldout_tokens, 201);
+    assert_int_equal(rc.heldout_scored, 100);
+    assert_true(rc.kld[COORD_QUANT_RTN] != r.kld[COORD_QUANT_RTN]);
+    o.heldout_bytes = 0;
     /* the held-out KLDs are the slice's: another slice, other figures */
     struct coord_auto_report rb;
     assert_int_equal(coord_auto(&src, &o, 64, cb, NULL, &img, &size, &rb, &e), 0);

@@ -449,6 +449,133 @@ static void test_fifo_arguments(void **state)
     free(r);
 }
 
+/* Expects exit 1 within the run's timeout and exactly one line on stderr, holding @needle. */
+static void expect_one_line(const struct tu_run *r, const char *needle)
+{
+    int lines = 0;
+    for (size_t i = 0; i < r->err_len; i++)
+        lines += r->err[i] == '\n';
+    if (r->status != 1 || lines != 1 || !strstr(r->err, needle))
+        fprintf(stderr, "status %d, stderr: %s(wanted one line with '%s')\n", r->status, r->err,
+                needle);
+    assert_int_equal(r->status, 1);
+    assert_int_equal(lines, 1);
+    assert_non_null(strstr(r->err, needle));
+}
+
+/* synth --hf DIR and --tokenizer DIR given a FIFO or a device as the folder, or as a file in it,
+ * and a tokenizer.json past the bound (256 MiB, sparse): each refused at once in one line naming
+ * it, nothing written, the odd file left as it was. (--hf wrote config.json and the tokenizer's
+ * files before refusing a FIFO model.safetensors; --tokenizer FIFO said "FIFO/tokenizer.json: Not
+ * a directory"; a 300 MiB tokenizer.json was read whole, then refused by the JSON parser.) */
+static void test_synth_folders(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char fifo[4300], dev[4300], hf[4300], src[4300], tokd[4300], out[4300], p[4400], f[4400];
+    in_dir(fifo, sizeof(fifo), "sf-fifo");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    bool have_dev = mknod(in_dir(dev, sizeof(dev), "sf-dev"), S_IFCHR | 0600, makedev(1, 3)) == 0;
+    in_dir(hf, sizeof(hf), "sf-hf");
+    in_dir(src, sizeof(src), "sf-src");
+    in_dir(tokd, sizeof(tokd), "sf-tok");
+    in_dir(out, sizeof(out), "sf-out.gguf");
+    const char *odd[] = {fifo, have_dev ? dev : NULL};
+    const mode_t odd_type[] = {S_IFIFO, S_IFCHR};
+    struct stat st;
+    for (int i = 0; i < 2 && odd[i]; i++) {
+        char *as_hf[] = {"synth", "--shape", "tiny-qwen3", "--hf", (char *)odd[i], NULL};
+        char *as_tok[] = {"synth",        "--shape", "tiny-qwen3", "--tokenizer",
+                          (char *)odd[i], "-o",      out,          NULL};
+        char *const *cmds[] = {as_hf, as_tok};
+        for (int c = 0; c < 2; c++) {
+            tu_run_shardlm(r, env_rundir, cmds[c], NULL, 10, NULL, NULL);
+            expect_one_line(r, ", not a folder");
+            assert_int_equal(lstat(odd[i], &st), 0);
+            assert_int_equal(st.st_mode & S_IFMT, odd_type[i]);
+            assert_int_equal(access(out, F_OK), -1);
+        }
+    }
+    /* each file synth --hf writes, a FIFO in turn: refused before any is written */
+    static const char *const names[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
+                                        "model.safetensors"};
+    for (int i = 0; i < 4; i++) {
+        tu_path(p, sizeof(p), "rm -rf '%s' && mkdir '%s'", hf, hf);
+        assert_int_equal(system(p), 0);
+        tu_path(f, sizeof(f), "%s/%s", hf, names[i]);
+        assert_int_equal(mkfifo(f, 0600), 0);
+        char *synth[] = {"synth", "--shape", "tiny-qwen3", "--hf", hf, NULL};
+        tu_run_shardlm(r, env_rundir, synth, NULL, 10, NULL, NULL);
+        tu_path(p, sizeof(p), "%s: a FIFO; an output replaces only a regular file", f);
+        expect_one_line(r, p);
+        assert_int_equal(tu_count_files(hf), 1);
+        assert_int_equal(lstat(f, &st), 0);
+        assert_true(S_ISFIFO(st.st_mode));
+    }
+    /* a tokenizer folder whose tokenizer.json, then tokenizer_config.json, is a FIFO */
+    char *mk[] = {"synth", "--shape", "tiny-qwen3", "--type", "f32", "--hf", src, NULL};
+    tu_run_shardlm(r, env_rundir, mk, NULL, 60, NULL, NULL);
+    assert_int_equal(r->status, 0);
+    /* a Hugging Face folder's own files as convert's output (by their path, a symbolic link
+     * to one): refused, intact */
+    for (int i = 0; i < 4; i += 3) {
+        tu_path(f, sizeof(f), "%s/%s", src, names[i]);
+        struct stat before;
+        assert_int_equal(stat(f, &before), 0);
+        in_dir(p, sizeof(p), "sf-link.shlm");
+        unlink(p);
+        assert_int_equal(symlink(f, p), 0);
+        const char *outs[] = {f, p};
+        for (int k = 0; k < 2; k++) {
+            char *conv[] = {"convert", src, "--scheme", "f32", "-q", "-o", (char *)outs[k], NULL};
+            tu_run_shardlm(r, env_rundir, conv, NULL, 10, NULL, NULL);
+            expect_one_line(r, k ? "a symbolic link; an output replaces only a regular file"
+                                 : "is the input");
+            assert_int_equal(stat(f, &st), 0);
+            assert_true(st.st_size == before.st_size && st.st_ino == before.st_ino);
+        }
+        unlink(p);
+    }
+    for (int i = 1; i < 3; i++) {
+        tu_path(p, sizeof(p), "rm -rf '%s' && mkdir '%s' && cp '%s'/tokenizer*.json '%s'", tokd,
+                tokd, src, tokd);
+        assert_int_equal(system(p), 0);
+        tu_path(f, sizeof(f), "%s/%s", tokd, names[i]);
+        assert_int_equal(unlink(f), 0);
+        assert_int_equal(mkfifo(f, 0600), 0);
+        char *synth[] = {"synth", "--shape", "tiny-qwen3", "--tokenizer", tokd, "-o", out, NULL};
+        tu_run_shardlm(r, env_rundir, synth, NULL, 10, NULL, NULL);
+        tu_path(p, sizeof(p), "%s: a FIFO, not a regular file", f);
+        expect_one_line(r, p);
+        assert_int_equal(access(out, F_OK), -1);
+    }
+    /* a tokenizer.json of 300 MiB (sparse): refused by its size, for synth and for convert */
+    tu_path(p, sizeof(p), "rm -rf '%s' && mkdir '%s' && cp '%s'/tokenizer*.json '%s'", tokd, tokd,
+            src, tokd);
+    assert_int_equal(system(p), 0);
+    const char *dirs[] = {tokd, src};
+    for (int i = 0; i < 2; i++) {
+        tu_path(f, sizeof(f), "%s/tokenizer.json", dirs[i]);
+        assert_int_equal(truncate(f, 300 << 20), 0);
+    }
+    char *synth[] = {"synth", "--shape", "tiny-qwen3", "--tokenizer", tokd, "-o", out, NULL};
+    tu_run_shardlm(r, env_rundir, synth, NULL, 10, NULL, NULL);
+    tu_path(p, sizeof(p), "%s/tokenizer.json: 314572800 bytes, more than the 268435456 expected",
+            tokd);
+    expect_one_line(r, p);
+    assert_int_equal(access(out, F_OK), -1);
+    in_dir(out, sizeof(out), "sf-out.shlm");
+    char *conv[] = {"convert", src, "--scheme", "f32", "-q", "-o", out, NULL};
+    tu_run_shardlm(r, env_rundir, conv, NULL, 10, NULL, NULL);
+    tu_path(p, sizeof(p), "%s/tokenizer.json: 314572800 bytes, more than the 268435456 expected",
+            src);
+    expect_one_line(r, p);
+    assert_int_equal(access(out, F_OK), -1);
+    assert_int_equal(count_tmp(dir), 0);
+    tu_path(p, sizeof(p), "rm -rf '%s' '%s' '%s' '%s' '%s'", hf, src, tokd, fifo, dev);
+    assert_int_equal(system(p), 0);
+    free(r);
+}
+
 /* A child that runs `shardlm shm purge` over and over until stop_purger. */
 static pid_t start_purger(void)
 {
@@ -817,13 +944,28 @@ static bool mount_tmpfs(const char *mnt, const char *opts, const char *what)
     return false;
 }
 
-/* Runs @argv (convert, a long calibration) with stderr into @err_path; once its stderr says it
- * is calibrating and its temporary file @out.tmp.<pid> exists (both within 60 s, else the test
+/* Whether convert's stderr @err says it is calibrating. */
+static bool calibrating(const char *err) { return strstr(err, ", calibrating on ") != NULL; }
+
+/* Whether convert's stderr @err says the calibration's statistics are done (its last stage line
+ * "calibration statistics N/N"): --method auto has begun its held-out runs. */
+static bool statistics_done(const char *err)
+{
+    const char *at = NULL, *p = err;
+    while ((p = strstr(p, "calibration statistics ")))
+        at = p++;
+    long done, total;
+    return at && sscanf(at, "calibration statistics %ld/%ld", &done, &total) == 2 && done == total;
+}
+
+/* Runs @argv (convert, a long calibration) with stderr into @err_path; once @ready says so of
+ * its stderr and its temporary file @out.tmp.<pid> exists (both within 60 s, else the test
  * fails), sends it @sig. Returns its exit status (128 + signal if killed by one), the ms from
  * the signal to its end in *@ms and its stderr (malloc'd) in *@err; its temporary file's name
  * goes into @tmp. */
-static int signal_calibrating(char *const argv[], const char *err_path, const char *out, int sig,
-                              char *tmp, size_t tmp_len, double *ms, char **err)
+static int signal_convert(char *const argv[], const char *err_path, const char *out,
+                          bool (*ready)(const char *err), int sig, char *tmp, size_t tmp_len,
+                          double *ms, char **err)
 {
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -836,17 +978,17 @@ static int signal_calibrating(char *const argv[], const char *err_path, const ch
         _exit(127);
     }
     tu_path(tmp, tmp_len, "%s.tmp.%d", out, (int)pid);
-    bool calibrating = false, exists = false, ended = false;
+    bool is_ready = false, exists = false, ended = false;
     int st = 0;
-    for (int i = 0; i < 6000 && !(calibrating && exists) && !ended; i++) {
+    for (int i = 0; i < 6000 && !(is_ready && exists) && !ended; i++) {
         usleep(10 * 1000);
         exists = access(tmp, F_OK) == 0; /* before the exit check: an exit removes it */
         char *e = tu_slurp(err_path, NULL);
-        calibrating = e && strstr(e, ", calibrating on ");
+        is_ready = e && ready(e);
         free(e);
         ended = waitpid(pid, &st, WNOHANG) == pid;
     }
-    if (!(calibrating && exists) || ended) {
+    if (!(is_ready && exists) || ended) {
         if (!ended) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
@@ -855,8 +997,7 @@ static int signal_calibrating(char *const argv[], const char *err_path, const ch
         fprintf(stderr,
                 "convert %s before it was signalled (calibrating said: %d, %s: %d); "
                 "stderr: %s\n",
-                ended ? "ended" : "not calibrating within 60 s", calibrating, tmp, exists,
-                e ? e : "(none)");
+                ended ? "ended" : "not ready within 60 s", is_ready, tmp, exists, e ? e : "(none)");
         free(e);
         fail_msg("convert was not signalled while calibrating");
     }
@@ -904,8 +1045,8 @@ static void test_convert_leaves_no_temporary(void **state)
     for (int i = 0; i < 2; i++) {
         double ms = 0;
         char *err = NULL;
-        int st = signal_calibrating(argv, err_path, out, i ? SIGTERM : SIGINT, tmp, sizeof(tmp),
-                                    &ms, &err);
+        int st = signal_convert(argv, err_path, out, calibrating, i ? SIGTERM : SIGINT, tmp,
+                                sizeof(tmp), &ms, &err);
         print_message("convert: %s once calibrating with %s there: exit %d, %.0f ms later\n",
                       i ? "SIGTERM" : "SIGINT", tmp, st, ms);
         if (st != (i ? 143 : 130))
@@ -918,6 +1059,34 @@ static void test_convert_leaves_no_temporary(void **state)
         assert_int_equal(access(out, F_OK), -1);
         free(err);
     }
+    /* --method auto, once its held-out runs have begun (16384 held-out tokens: about 1.7 s a
+     * run here): SIGINT stops it within a forward step, leaving nothing (it ran the f32
+     * reference's held-out forward to its end first: 1.2 s) */
+    char txt[4300];
+    in_dir(txt, sizeof(txt), "calib.txt");
+    tu_path(p, sizeof(p), "for i in $(seq 100); do cat '%s/calib/stories.txt'; done > '%s'",
+            tu_data(), txt);
+    assert_int_equal(system(p), 0);
+    char *autov[] = {(char *)tu_bin(), "convert", gguf,      "--scheme", "w4a16",
+                     "--method",       "auto",    "--calib", txt,        "--calib-tokens",
+                     "131072",         "-o",      out,       NULL};
+    double ms = 0;
+    char *err = NULL;
+    int st =
+        signal_convert(autov, err_path, out, statistics_done, SIGINT, tmp, sizeof(tmp), &ms, &err);
+    print_message("convert --method auto: SIGINT once its held-out runs began: exit %d, %.0f ms "
+                  "later\n",
+                  st, ms);
+    if (st != 130 || ms >= 1000)
+        fprintf(stderr, "stderr: %s", err);
+    assert_int_equal(st, 130);
+    assert_non_null(strstr(err, "stopped by signal 2"));
+    assert_true(ms < 1000);
+    assert_int_equal(access(tmp, F_OK), -1);
+    assert_int_equal(count_tmp(dir), 0);
+    assert_int_equal(access(out, F_OK), -1);
+    free(err);
+    unlink(txt);
     unlink(err_path);
 
     /* what a killed convert left (a dead pid's) goes at the next convert; a live one's stays */
@@ -1305,6 +1474,7 @@ int main(void)
         cmocka_unit_test(test_eval_non_finite),
         cmocka_unit_test(test_eval_rel_l2),
         cmocka_unit_test(test_fifo_arguments),
+        cmocka_unit_test(test_synth_folders),
         cmocka_unit_test(test_purge_keeps_segments_in_use),
         cmocka_unit_test(test_verify_segments),
         cmocka_unit_test(test_foreign_names_left_alone),

@@ -49,7 +49,10 @@ static const char usage_convert[] =
     "                  model there is written (rtn unless another is strictly lower); one line\n"
     "                  says which: 'shardlm convert: method auto chose M (held-out kld: rtn K\n"
     "                  imatrix K gptq K awq K; H held-out tokens)', K '-' for a method that\n"
-    "                  could not be fitted\n"
+    "                  could not be fitted; where the f32 logits of H tokens pass 512 MiB\n"
+    "                  (H x vocabulary x 4 bytes) the first that fit are scored, and the line\n"
+    "                  says so ('; H held-out tokens, the first S scored (512 MiB of f32\n"
+    "                  logits)')\n"
     "  --calib SRC     calibration text for imatrix/gptq/awq/auto: a UTF-8 text file (at most\n"
     "                  64 MiB), or self: the model writes its own from BOS at temperature 1\n"
     "                  (the default for those methods); refused with rtn, f32 and bf16\n"
@@ -158,9 +161,14 @@ static void print_auto(const struct coord_auto_report *r, const struct convert_p
             snprintf(klds + n, sizeof(klds) - n, "%s%s %.6g", m ? " " : "", name, r->kld[m]);
         snprintf(times + t, sizeof(times) - t, ", %s %.2f s", name, r->seconds[m]);
     }
+    char scored[128] = "";
+    if (r->heldout_scored < r->heldout_tokens) /* past the bound on their f32 logits (auto.c) */
+        snprintf(scored, sizeof(scored), ", the first %ld scored (%zu MiB of f32 logits)",
+                 r->heldout_scored, COORD_AUTO_REF_BYTES >> 20);
     fprintf(stderr,
-            "%sshardlm convert: method auto chose %s (held-out kld: %s; %ld held-out tokens)\n",
-            p->tty ? "\r\033[K" : "", coord_quant_method_name(r->chosen), klds, r->heldout_tokens);
+            "%sshardlm convert: method auto chose %s (held-out kld: %s; %ld held-out tokens%s)\n",
+            p->tty ? "\r\033[K" : "", coord_quant_method_name(r->chosen), klds, r->heldout_tokens,
+            scored);
     if (!quiet)
         fprintf(stderr, "shardlm convert: method auto: f32 reference %.2f s%s\n", r->ref_seconds,
                 times);

@@ -6,9 +6,12 @@
  * The candidates share one calibration (one forward over the text, Hessians and sample rows
  * collected once); each is encoded into an image in memory as coord_convert would write it and
  * run by worker/model.c in this process, as the calibration runs its bf16 image. The measure is
- * `shardlm eval`'s: the mean over positions of KL(f32 || candidate), here over every position of
- * the held-out sequences. rtn is the first candidate and another replaces the best only when
- * strictly lower, so the choice is never worse than rtn on that slice. */
+ * `shardlm eval`'s: the mean over positions of KL(f32 || candidate), here over the held-out
+ * positions, all of them unless the f32 model's log-probabilities there pass the bound
+ * (coord_convert_opts.heldout_bytes, COORD_AUTO_REF_BYTES): then the first that fit. A
+ * candidate's logits are taken one forward step at a time (at most COORD_AUTO_STEP_BYTES), so
+ * the evaluation holds at most those two. rtn is the first candidate and another replaces the best
+ * only when strictly lower, so the choice is never worse than rtn on that slice. */
 #include "convert.h"
 
 #include "calib.h"
@@ -30,12 +33,15 @@ struct auto_ctx {
     const int32_t *tok;
     const int *len;
     int n_seqs;
-    long n_tok;
-    int vocab, max_len;
+    long n_tok; /* the positions scored: the first of the held-out sequences' */
+    int vocab;
+    int step;    /* tokens per forward call */
+    int max_len; /* the longest sequence, as far as it is scored */
     struct wrk_pool *pool;
     const struct kn_ops *ops;
+    volatile sig_atomic_t *cancel;
     float *ref;    /* (n_tok, vocab) log-softmax of the f32 model's logits */
-    float *logits; /* (max_len, vocab) a sequence's logits */
+    float *logits; /* (step, vocab) a forward step's logits */
 };
 
 /* In place: the log-softmax of a row of @n logits (in double, stored as float). */
@@ -72,7 +78,7 @@ static int heldout_run(struct auto_ctx *a, void *image, size_t size, double *kld
     int rc = shlm_parse(&img, image, size, "model image", e);
     if (rc)
         return rc;
-    if ((rc = wrk_model_init(&m, &img, a->ops, AUTO_CHUNK, a->pool, NULL)))
+    if ((rc = wrk_model_init(&m, &img, a->ops, a->step, a->pool, NULL)))
         return shardlm_fail(e, rc, "out of memory for the held-out forward");
     const struct shlm_config *c = &img.hdr->cfg;
     uint32_t kvd = c->n_kv_heads * c->head_dim;
@@ -87,22 +93,26 @@ static int heldout_run(struct auto_ctx *a, void *image, size_t size, double *kld
     for (uint32_t b = 0; b < blocks; b++)
         table[b] = b;
     double sum = 0.0;
-    long at = 0;
-    for (int q = 0; q < a->n_seqs; at += a->len[q++]) {
-        float *dst = kld ? a->logits : a->ref + (size_t)at * a->vocab;
-        for (int p = 0; p < a->len[q]; p += AUTO_CHUNK) {
-            int n = a->len[q] - p < AUTO_CHUNK ? a->len[q] - p : AUTO_CHUNK;
-            if ((rc = wrk_forward(&m, kv, table, a->tok + at + p, n, p, dst + (size_t)p * a->vocab,
-                                  true))) {
+    long at = 0; /* scored positions before sequence q */
+    for (int q = 0; q < a->n_seqs && at < a->n_tok; at += a->len[q++]) {
+        int len = a->n_tok - at < a->len[q] ? (int)(a->n_tok - at) : a->len[q];
+        for (int p = 0; p < len; p += a->step) {
+            int n = len - p < a->step ? len - p : a->step;
+            float *dst = kld ? a->logits : a->ref + (size_t)(at + p) * a->vocab;
+            if (a->cancel && *a->cancel) {
+                rc = shardlm_fail(e, -ECANCELED, "conversion stopped");
+                goto out;
+            }
+            if ((rc = wrk_forward(&m, kv, table, a->tok + at + p, n, p, dst, true))) {
                 rc = shardlm_fail(e, rc, "held-out forward failed");
                 goto out;
             }
-        }
-        for (int i = 0; i < a->len[q]; i++) {
-            float *row = dst + (size_t)i * a->vocab;
-            log_softmax(row, a->vocab);
-            if (kld)
-                sum += kld_row(a->ref + (size_t)(at + i) * a->vocab, row, a->vocab);
+            for (int i = 0; i < n; i++) {
+                float *row = dst + (size_t)i * a->vocab;
+                log_softmax(row, a->vocab);
+                if (kld)
+                    sum += kld_row(a->ref + (size_t)(at + p + i) * a->vocab, row, a->vocab);
+            }
         }
     }
     if (kld)
@@ -118,7 +128,7 @@ int coord_auto(struct coord_source *src, const struct coord_convert_opts *o, int
                struct coord_calib *calib, struct wrk_pool *pool, void **image, size_t *size,
                struct coord_auto_report *r, struct shardlm_err *e)
 {
-    struct auto_ctx a = {.vocab = (int)src->cfg.vocab_size, .pool = pool};
+    struct auto_ctx a = {.vocab = (int)src->cfg.vocab_size, .pool = pool, .cancel = o->cancel};
     void *img = NULL;
     size_t img_size = 0;
     int rc;
@@ -126,14 +136,23 @@ int coord_auto(struct coord_source *src, const struct coord_convert_opts *o, int
     *image = NULL;
     coord_calib_heldout(calib, &a.tok, &a.len, &a.n_seqs);
     KN_ASSERT(a.n_seqs > 0); /* coord_calib_open refused a calibration without */
-    for (int q = 0; q < a.n_seqs; q++) {
-        a.n_tok += a.len[q];
-        a.max_len = a.len[q] > a.max_len ? a.len[q] : a.max_len;
+    size_t row = (size_t)a.vocab * sizeof(float);
+    size_t bound = o->heldout_bytes ? o->heldout_bytes : COORD_AUTO_REF_BYTES;
+    long fit = bound / row > 0 ? (long)(bound / row) : 1;
+    for (int q = 0; q < a.n_seqs; q++)
+        r->heldout_tokens += a.len[q];
+    a.n_tok = r->heldout_tokens < fit ? r->heldout_tokens : fit;
+    r->heldout_scored = a.n_tok;
+    for (long q = 0, at = 0; q < a.n_seqs && at < a.n_tok; at += a.len[q++]) {
+        int len = a.n_tok - at < a.len[q] ? (int)(a.n_tok - at) : a.len[q];
+        a.max_len = len > a.max_len ? len : a.max_len;
     }
-    r->heldout_tokens = a.n_tok;
+    a.step =
+        COORD_AUTO_STEP_BYTES / row < AUTO_CHUNK ? (int)(COORD_AUTO_STEP_BYTES / row) : AUTO_CHUNK;
+    a.step = a.step > 0 ? a.step : 1;
     a.ops = kn_ops_select(NULL, NULL, 0); /* as the calibration's forward: the fastest */
-    a.ref = malloc((size_t)a.n_tok * a.vocab * sizeof(float));
-    a.logits = malloc((size_t)a.max_len * a.vocab * sizeof(float));
+    a.ref = malloc((size_t)a.n_tok * row);
+    a.logits = malloc((size_t)a.step * row);
     if (!a.ref || !a.logits) {
         rc =
             shardlm_fail(e, -ENOMEM, "out of memory for the held-out logits (%ld tokens)", a.n_tok);
@@ -141,7 +160,7 @@ int coord_auto(struct coord_source *src, const struct coord_convert_opts *o, int
     }
     /* the reference: the source in f32 */
     uint64_t t0 = shardlm_now_ns();
-    if ((rc = coord_convert_image(src, SHLM_SCHEME_F32, &img, &img_size, e)))
+    if ((rc = coord_convert_image(src, SHLM_SCHEME_F32, o->cancel, &img, &img_size, e)))
         goto out;
     rc = heldout_run(&a, img, img_size, NULL, e);
     munmap(img, img_size);

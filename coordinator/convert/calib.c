@@ -524,7 +524,7 @@ static int hessians_from(struct coord_calib *c, uint32_t l, struct shardlm_err *
 
 static int model_open(struct coord_calib *c, struct coord_source *src, struct shardlm_err *e)
 {
-    int rc = coord_convert_image(src, SHLM_SCHEME_BF16, &c->image, &c->image_size, e);
+    int rc = coord_convert_image(src, SHLM_SCHEME_BF16, c->o->cancel, &c->image, &c->image_size, e);
     if (rc)
         return rc;
     if ((rc = shlm_parse(&c->img, c->image, c->image_size, "calibration image", e)))

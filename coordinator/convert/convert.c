@@ -467,10 +467,11 @@ out:
     return rc;
 }
 
-int coord_convert_image(struct coord_source *src, enum shlm_scheme scheme, void **image,
-                        size_t *size, struct shardlm_err *e)
+int coord_convert_image(struct coord_source *src, enum shlm_scheme scheme,
+                        volatile sig_atomic_t *cancel, void **image, size_t *size,
+                        struct shardlm_err *e)
 {
-    struct coord_convert_opts plain = {.scheme = scheme};
+    struct coord_convert_opts plain = {.scheme = scheme, .cancel = cancel};
     struct convert_enc enc = {.o = &plain, .factor_site = -1};
     return image_write(src, scheme, 0, 8, &enc, image, size, e);
 }

@@ -28,8 +28,12 @@ struct coord_convert_opts {
     float damp;        /* GPTQ dampening (0: COORD_GPTQ_DAMP) */
     bool no_act_order; /* GPTQ in column order */
     int threads;       /* quantizer and calibration threads (0: the online CPUs) */
+    /* --method auto: the bound on the f32 model's held-out log-probabilities it keeps (0:
+     * COORD_AUTO_REF_BYTES); the held-out positions past it are not scored (auto.c) */
+    size_t heldout_bytes;
     /* When set and nonzero (a signal's number): stop with -ECANCELED, the temporary file
-     * removed; seen between tensors and between the calibration's forward steps. */
+     * removed; seen between tensors, between the calibration's forward steps and between the
+     * held-out forward steps of --method auto. */
     volatile sig_atomic_t *cancel;
     /* Calibration progress, when set: a stage ("tokens", "statistics") and its count so far. */
     void (*stage)(void *ctx, const char *stage, long done, long total);
@@ -47,7 +51,16 @@ struct coord_auto_report {
     double seconds[COORD_QUANT_AUTO]; /* its encoding and held-out run */
     double ref_seconds;               /* the f32 reference's held-out run */
     long heldout_tokens;              /* tokens of the held-out slice (BOS included) */
+    long heldout_scored; /* of them, the positions scored: the first ones, all but past the
+                          * bound on their f32 log-probabilities (coord_convert_opts) */
 };
+
+/* --method auto's default bound on the f32 model's held-out log-probabilities: 512 MiB, all of
+ * the default calibration's 512 held-out tokens at a vocabulary of up to 262144 (Gemma 3's);
+ * past it (a longer --calib-tokens, a larger vocabulary) the first positions that fit are
+ * scored. Beside it, one forward step's logits: at most COORD_AUTO_STEP_BYTES. */
+#define COORD_AUTO_REF_BYTES ((size_t)512 << 20)
+#define COORD_AUTO_STEP_BYTES ((size_t)64 << 20)
 
 /* What coord_convert() wrote; filled as it goes (n_tensors and file_bytes once the file is
  * laid out, bytes_written after each tensor), so that a progress callback may read it. */
@@ -68,9 +81,11 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
                   struct shardlm_err *e);
 
 /* @src in @scheme (f32 or bf16) as a model image in memory (a memfd, mapped): what the
- * calibration runs. Returns 0 or -errno with @e set; munmap(*@image, *@size) when done. */
-int coord_convert_image(struct coord_source *src, enum shlm_scheme scheme, void **image,
-                        size_t *size, struct shardlm_err *e);
+ * calibration runs. Stops with -ECANCELED between tensors once *@cancel (NULL: never) is set.
+ * Returns 0 or -errno with @e set; munmap(*@image, *@size) when done. */
+int coord_convert_image(struct coord_source *src, enum shlm_scheme scheme,
+                        volatile sig_atomic_t *cancel, void **image, size_t *size,
+                        struct shardlm_err *e);
 
 struct coord_calib;
 struct wrk_pool;

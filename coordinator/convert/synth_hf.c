@@ -325,12 +325,21 @@ int synth_write_hf(const struct synth_model *m, const char *dir,
                    void (*progress)(void *ctx, int done, int total), void *ctx,
                    struct shardlm_err *e)
 {
-    struct stat st;
+    /* every file it writes checked first: one that cannot be replaced (a FIFO, a device, a
+     * folder, a symbolic link) fails before any is written */
+    static const char *const outputs[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
+                                          "model.safetensors"};
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
         return shardlm_fail(e, -errno, "%s: %s", dir, strerror(errno));
-    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-        return shardlm_fail(e, -ENOTDIR, "%s: not a folder", dir);
-    int rc = write_json(dir, "config.json", config(m), e);
+    int rc = coord_check_folder(dir, e);
+    for (size_t i = 0; !rc && i < sizeof(outputs) / sizeof(outputs[0]); i++) {
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/%s", dir, outputs[i]);
+        rc = coord_out_check(path, NULL, 0, e);
+    }
+    if (rc)
+        return rc;
+    rc = write_json(dir, "config.json", config(m), e);
     if (m->tok) { /* a real tokenizer's files, as they are */
         rc = rc ? rc : coord_synth_tok_hf(m->tok, dir, e);
     } else {

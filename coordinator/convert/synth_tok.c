@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SYNTH_TOK_MAX_FILE (1u << 30)
+/* tokenizer.json and tokenizer_config.json: read whole, at most this (the bound of the Hugging
+ * Face source's; a 256k vocabulary's tokenizer.json is ~35 MB) */
+#define SYNTH_TOK_MAX_FILE (256u << 20)
 
 /* The id of the token whose piece is @s (@n bytes), or -1 (a linear search: once per file). */
 static int piece_id(const struct coord_tok *t, const char *s, size_t n)
@@ -100,8 +102,8 @@ int coord_synth_tok_load(struct coord_synth_tok *st, const char *dir, struct sha
     memset(st, 0, sizeof(*st));
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
     snprintf(cpath, sizeof(cpath), "%s/tokenizer_config.json", dir);
-    int rc = coord_read_file(path, SYNTH_TOK_MAX_FILE, &st->json, &st->json_len, e);
-    if (rc)
+    int rc = coord_check_folder(dir, e);
+    if (rc || (rc = coord_read_file(path, SYNTH_TOK_MAX_FILE, &st->json, &st->json_len, e)))
         return rc;
     if ((rc = coord_tok_from_hf_json(&st->tok, st->json, st->json_len, path, e))) {
         free(st->json);

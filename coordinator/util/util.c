@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 /* The kind of a file that is not a regular one, for messages. */
-static const char *file_kind(mode_t mode)
+const char *coord_file_kind(mode_t mode)
 {
     return S_ISDIR(mode)    ? "a folder"
            : S_ISFIFO(mode) ? "a FIFO"
@@ -37,7 +37,8 @@ int coord_open_regular(const char *path, struct stat *st, struct shardlm_err *e)
     if (fstat(fd, st) < 0)
         rc = shardlm_fail(e, -errno, "%s: %s", path, strerror(errno));
     else if (!S_ISREG(st->st_mode))
-        rc = shardlm_fail(e, -EINVAL, "%s: %s, not a regular file", path, file_kind(st->st_mode));
+        rc = shardlm_fail(e, -EINVAL, "%s: %s, not a regular file", path,
+                          coord_file_kind(st->st_mode));
     if (rc) {
         close(fd);
         return rc;
@@ -85,7 +86,7 @@ int coord_out_check(const char *path, const char *const *inputs, int n_inputs,
         return errno == ENOENT ? 0 : shardlm_fail(e, -errno, "%s: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))
         return shardlm_fail(e, -EEXIST, "%s: %s; an output replaces only a regular file", path,
-                            file_kind(st.st_mode));
+                            coord_file_kind(st.st_mode));
     for (int i = 0; i < n_inputs; i++)
         if (inputs[i] && is_input(&st, inputs[i]))
             return shardlm_fail(e, -EEXIST, "%s is the input %s (the same file): write elsewhere",
@@ -159,6 +160,16 @@ int coord_out_commit(const char *tmp, const char *path, struct shardlm_err *e)
         (void)fsync(dfd);
         close(dfd);
     }
+    return 0;
+}
+
+int coord_check_folder(const char *path, struct shardlm_err *e)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return shardlm_fail(e, -errno, "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return shardlm_fail(e, -ENOTDIR, "%s: %s, not a folder", path, coord_file_kind(st.st_mode));
     return 0;
 }
 

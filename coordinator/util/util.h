@@ -17,6 +17,12 @@
  * file, and which kind it is). */
 int coord_open_regular(const char *path, struct stat *st, struct shardlm_err *e);
 
+/* What kind of file @mode is ("a FIFO", "a folder", "a symbolic link", ...), for messages. */
+const char *coord_file_kind(mode_t mode);
+/* 0 where @path is a folder (symbolic links followed), else -errno with @e naming it and, for
+ * another kind of file, which (-ENOTDIR). */
+int coord_check_folder(const char *path, struct shardlm_err *e);
+
 /* Outputs. A file is written whole under a temporary name beside it (coord_out_open) and renamed
  * over @path at the end (coord_out_commit), so a failed write leaves what was there. @path must be
  * absent or a regular file, and none of @inputs (compared by device and inode: a hard link or
