@@ -370,10 +370,12 @@ enum kn_rope_type {
     KN_ROPE_YARN,   /* YaRN (Qwen2.5): interpolated and extrapolated frequencies mixed by a ramp
                      * over the rotations beta_slow .. beta_fast in orig_ctx positions, cos/sin
                      * times 0.1 ln(factor) + 1 */
+    KN_ROPE_LINEAR, /* position interpolation: every frequency divided by factor, i.e. positions
+                     * by factor (transformers' "linear", ggml's freq_scale 1 / factor) */
 };
 struct kn_rope_scale {
     enum kn_rope_type type;
-    float factor;               /* LLAMA3, YARN: the context extension factor, >= 1 */
+    float factor;               /* LLAMA3, YARN, LINEAR: the context extension factor, >= 1 */
     int orig_ctx;               /* LLAMA3, YARN: original_max_position_embeddings */
     float low, high;            /* LLAMA3: low_freq_factor < high_freq_factor */
     float beta_fast, beta_slow; /* YARN: 0 means 32 and 1, the papers' and configs' defaults */

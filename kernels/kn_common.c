@@ -315,6 +315,8 @@ float kn_rope_freqs(float *inv_freq, int head_dim, float theta, const struct kn_
             float y = ((float)(i / 2) - ylo) / fmaxf(0.001f, yhi - ylo);
             float ext = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
             f = f / s->factor * (1.0f - ext) + f * ext;
+        } else if (s->type == KN_ROPE_LINEAR) {
+            f /= s->factor;
         }
         inv_freq[i / 2] = f;
     }

@@ -114,8 +114,8 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
     CHECK(c->rope_neox <= 1, "rope_neox", "0 or 1");
     CHECK(c->act <= SHLM_ACT_GELU_TANH, "act", "0 (silu) or 1 (gelu-tanh)");
     CHECK(c->tied_embd <= 1, "tied_embd", "0 or 1");
-    CHECK(c->rope_scaling <= SHLM_ROPE_FREQS, "rope_scaling",
-          "0 (none), 1 (llama3), 2 (yarn), 3 (longrope) or 4 (rope_freqs)");
+    CHECK(c->rope_scaling <= SHLM_ROPE_LINEAR, "rope_scaling",
+          "0 (none), 1 (llama3), 2 (yarn), 3 (longrope), 4 (rope_freqs) or 5 (linear)");
     CHECK(c->rope_scaling != SHLM_ROPE_LLAMA3 ||
               (isfinite(c->rope_factor) && c->rope_factor >= 1.0f && c->rope_factor <= 1024.0f &&
                isfinite(c->rope_low_freq_factor) && c->rope_low_freq_factor > 0.0f &&
@@ -127,6 +127,9 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
               (isfinite(c->rope_factor) && c->rope_factor >= 1.0f && c->rope_factor <= 1024.0f &&
                c->rope_orig_ctx >= 1 && c->rope_orig_ctx <= 1u << 24),
           "rope_factor/orig_ctx", "YaRN factor 1..1024, orig_ctx 1..2^24");
+    CHECK(c->rope_scaling != SHLM_ROPE_LINEAR ||
+              (isfinite(c->rope_factor) && c->rope_factor >= 1.0f && c->rope_factor <= 1024.0f),
+          "rope_factor", "linear factor 1..1024");
     /* LongRoPE's attention factor divides by ln(orig_ctx) */
     CHECK(c->rope_scaling != SHLM_ROPE_LONGROPE ||
               (c->rope_orig_ctx >= 2 && c->rope_orig_ctx <= 1u << 24),

@@ -39,13 +39,15 @@ enum shlm_tok_kind { SHLM_TOK_LLAMA2C = 1, SHLM_TOK_BLOB = 2 /* coord_tok_save()
  * rope_factors_short/long; orig_ctx in shlm_config, the attention factor in shlm_config_ext; the
  * long factors where the context seq_len exceeds orig_ctx, as llama.cpp picks them by its context
  * size), per-frequency divisors (the tensor SHLM_KIND_ROPE_FREQS: GGUF's rope_freqs, llama.cpp's
- * form of Llama 3.1's scaling). */
+ * form of Llama 3.1's scaling), linear (factor in shlm_config: positions divided by it; on the
+ * layers that take rope_theta, not on the windowed layers of rope_theta_local: Gemma 3's). */
 enum shlm_rope_scaling {
     SHLM_ROPE_NONE = 0,
     SHLM_ROPE_LLAMA3 = 1,
     SHLM_ROPE_YARN = 2,
     SHLM_ROPE_LONGROPE = 3,
-    SHLM_ROPE_FREQS = 4
+    SHLM_ROPE_FREQS = 4,
+    SHLM_ROPE_LINEAR = 5
 };
 /* shlm_config.flags: optional tensors and forward features (0 in files made before them) */
 enum shlm_cfg_flag {
@@ -66,7 +68,8 @@ struct shlm_config {
     uint32_t act;       /* enum shlm_act */
     uint32_t tied_embd; /* output head shares tok_embd */
     uint32_t rope_scaling; /* enum shlm_rope_scaling */
-    float rope_factor, rope_low_freq_factor, rope_high_freq_factor; /* llama3 (factor: YaRN's) */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor; /* llama3 (factor: YaRN's,
+                                                                     * linear's) */
     uint32_t rope_orig_ctx; /* llama3, YaRN, LongRoPE: original_max_position_embeddings */
     uint32_t qkv_bias;  /* attn_q/k/v have bias vectors (Qwen2) */
     uint32_t head_gate; /* attn_gate: sigmoid(gate . x) scales each head's output */

@@ -1295,8 +1295,21 @@ static void test_source_gemma(void **state)
     assert_int_equal(last_cfgx.window, 48);
     assert_int_equal(last_cfgx.window_pattern, 6);
     assert_true(last_cfgx.rope_theta_local == 10000.0f && last_cfgx.attn_softcap == 0.0f);
+    /* linear scaling (the 4B..27B models: factor 8): read; without its factor refused */
     expect_kv(b, n, NULL, "gemma3.rope.scaling.type", GGUF_STRING, v_str_linear, &c,
-              "gemma3.rope.scaling.type", "linear", NULL);
+              "gemma3.rope.scaling.factor is missing", "linear", NULL);
+    struct img lin = {0};
+    kv_key(&lin, "gemma3.rope.scaling.type", GGUF_STRING);
+    put_str(&lin, "linear");
+    kv_key(&lin, "gemma3.rope.scaling.factor", GGUF_FLOAT32);
+    put_f32(&lin, 8.0f);
+    struct coord_source s;
+    assert_int_equal(open_source(edited(b, n, NULL, &lin, NULL, 0, 0), &s, &e), 0);
+    assert_int_equal(s.cfg.rope_scaling, SHLM_ROPE_LINEAR);
+    assert_true(s.cfg.rope_factor == 8.0f);
+    assert_int_equal(s.cfg.seq_len, 4096);
+    coord_source_close(&s);
+    free(lin.b);
     expect_kv(b, n, NULL, "gemma3.rope.scaling.factor", GGUF_FLOAT32, v_f32_4, &c,
               "gemma3.rope.scaling.factor", "4", NULL);
     const char *bc3 = "gemma3.block_count";
@@ -1449,7 +1462,9 @@ static void test_source_yarn(void **state)
     assert_int_equal(open_yarn(b, n, NULL, 0, NULL, &s, &e), 0);
     assert_int_equal(s.cfg.rope_scaling, SHLM_ROPE_YARN);
     assert_true(s.cfg.rope_factor == 4.0f);
-    assert_int_equal(s.cfg.rope_orig_ctx, s.cfg.seq_len);
+    /* the original context is the file's (tiny's 512); the context factor times it */
+    assert_int_equal(s.cfg.rope_orig_ctx, 512);
+    assert_int_equal(s.cfg.seq_len, 2048);
     assert_true(s.cfgx.yarn_beta_fast == 32.0f && s.cfgx.yarn_beta_slow == 1.0f);
     assert_true(s.cfgx.rope_attn_factor == 0.0f);
     coord_source_close(&s);
@@ -1457,6 +1472,7 @@ static void test_source_yarn(void **state)
                                v_u32_128, &s, &e),
                      0);
     assert_int_equal(s.cfg.rope_orig_ctx, 128);
+    assert_int_equal(s.cfg.seq_len, 512); /* 4 x 128: the file's */
     coord_source_close(&s);
     assert_int_equal(
         open_yarn(b, n, "llama.rope.scaling.attn_factor", GGUF_FLOAT32, v_f32_4, &s, &e), 0);
@@ -1479,7 +1495,7 @@ static void test_source_unsupported(void **state)
     expect_kv(b, n, NULL, "llama.rope.scaling.type", GGUF_STRING, v_str_yarn, &c,
               "llama.rope.scaling.factor", "expected 1..1024", NULL);
     expect_kv(b, n, NULL, "llama.rope.scaling.type", GGUF_STRING, v_str_linear, &c,
-              "llama.rope.scaling.type", "linear", NULL);
+              "llama.rope.scaling.factor is missing", "linear", NULL);
     expect_kv(b, n, NULL, "llama.rope.scaling.type", GGUF_STRING, v_str_none, &c, NULL);
     expect_kv(b, n, NULL, "llama.rope.scaling.factor", GGUF_FLOAT32, v_f32_4, &c,
               "llama.rope.scaling.factor", "4", NULL);

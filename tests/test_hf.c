@@ -1402,6 +1402,39 @@ static void test_config(void **state)
     assert_int_equal(hc.cfg.rope_scaling, SHLM_ROPE_LLAMA3);
     assert_true(hc.cfg.rope_factor == 32.0f);
     assert_int_equal(hc.cfg.rope_orig_ctx, 8192);
+    assert_int_equal(hc.cfg.seq_len, 512); /* llama3: max_position_embeddings */
+    /* linear (Gemma 3's): the factor; the context stays max_position_embeddings */
+    assert_int_equal(
+        cfg_parse(&hc, ", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8}", &e), 0);
+    assert_int_equal(hc.cfg.rope_scaling, SHLM_ROPE_LINEAR);
+    assert_true(hc.cfg.rope_factor == 8.0f);
+    assert_int_equal(hc.cfg.seq_len, 512);
+    /* YaRN: the context is factor times the original one where that is longer than
+     * max_position_embeddings (512): 4 x 256, 4 x 512 (the original's default), not 4 x 64 */
+    assert_int_equal(cfg_parse(&hc,
+                               ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4,"
+                               " \"original_max_position_embeddings\": 256}",
+                               &e),
+                     0);
+    assert_int_equal(hc.cfg.rope_scaling, SHLM_ROPE_YARN);
+    assert_int_equal(hc.cfg.seq_len, 1024);
+    assert_int_equal(
+        cfg_parse(&hc, ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}", &e), 0);
+    assert_int_equal(hc.cfg.rope_orig_ctx, 512);
+    assert_int_equal(hc.cfg.seq_len, 2048);
+    assert_int_equal(cfg_parse(&hc,
+                               ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4,"
+                               " \"original_max_position_embeddings\": 64}",
+                               &e),
+                     0);
+    assert_int_equal(hc.cfg.seq_len, 512);
+    /* past seq_len's bound (2^20): the bound */
+    assert_int_equal(cfg_parse(&hc,
+                               ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 1024,"
+                               " \"original_max_position_embeddings\": 65536}",
+                               &e),
+                     0);
+    assert_int_equal(hc.cfg.seq_len, 1u << 20);
 
     /* missing fields, wrong types, out of range */
     static const char *const required[] = {"hidden_size", "intermediate_size", "num_hidden_layers",
@@ -1448,7 +1481,12 @@ static void test_config(void **state)
                 "rope_scaling.truncate", NULL);
     cfg_refused(", \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, 1]}",
                 "rope_scaling.short_factor", "list of 4 numbers", NULL);
-    cfg_refused(", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 4}", "linear", NULL);
+    cfg_refused(", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 0.5}",
+                "rope_scaling.factor", "1..1024", NULL);
+    cfg_refused(", \"rope_scaling\": {\"type\": \"linear\"}", "rope_scaling.factor", "missing",
+                NULL);
+    cfg_refused(", \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 4}",
+                "\"dynamic\": only linear, llama3, yarn and longrope", NULL);
     cfg_refused(", \"rope_scaling\": {\"factor\": 4}", "rope_scaling.rope_type", NULL);
     cfg_refused(", \"rope_scaling\": 4", "rope_scaling", NULL);
     cfg_refused(", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8,"
@@ -1699,10 +1737,10 @@ static void test_gemma_config(void **state)
         {"Gemma2ForCausalLM", ", \"final_logit_softcapping\": \"30\"", {"final_logit_softcapping"}},
         {"Gemma2ForCausalLM", ", \"query_pre_attn_scalar\": 0", {"query_pre_attn_scalar"}},
         {"Gemma2ForCausalLM", ", \"sliding_window\": 0", {"sliding_window is 0"}},
-        /* Gemma 3 4B's linear scaling of the global layers: refused by name, not run plain */
+        /* Gemma 3 4B's linear scaling of the global layers: a factor below 1 refused */
         {"Gemma3ForCausalLM",
-         ", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}",
-         {"rope_scaling.rope_type is \"linear\""}},
+         ", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 0.5}",
+         {"rope_scaling.factor is 0.5"}},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(gemma_cfg(&hc, bad[i].arch, bad[i].extra, &e), -EINVAL);

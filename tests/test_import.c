@@ -25,6 +25,7 @@
 #include "fault.h"
 #include "gguf.h"
 #include "kn.h"
+#include "model.h"
 #include "synth.h"
 #include "synth_tok.h"
 #include "testutil.h"
@@ -505,18 +506,12 @@ static void test_tiny_mistral_ik(void **state) { check_ik("tiny-mistral", NULL);
 /* llama3 RoPE scaling: config.json's rope_scaling, the GGUF's rope_freqs tensor */
 static void test_tiny_llama31_ik(void **state) { check_ik("tiny-llama31", NULL); }
 
-/* @shape's Hugging Face folder with config.json's @field set to @value (taken) against the
- * reference forward of the same weights from its GGUF (llama metadata, untied), which @tune
- * fits to the edit. */
-static void check_hf_edit(const char *shape, const char *field, json_t *value,
-                          void (*tune)(struct ref_model *m), const char *what)
+/* @shape's GGUF (@gguf) and Hugging Face folder (@hf) at f32, config.json's @field set to @value
+ * (taken), the folder converted to @shlm at f32. */
+static void hf_edit_convert(struct tu_run *r, const char *shape, const char *field, json_t *value,
+                            const char *gguf, const char *hf, const char *shlm)
 {
-    struct tu_run *r = malloc(sizeof(*r));
-    char gguf[4300], hf[4300], shlm[4300], ref[4300], path[4400];
-    tu_path(gguf, sizeof(gguf), "%s/%s-edit.gguf", dir, shape);
-    tu_path(hf, sizeof(hf), "%s/%s-edit-hf", dir, shape);
-    tu_path(shlm, sizeof(shlm), "%s/%s-edit.shlm", dir, shape);
-    tu_path(ref, sizeof(ref), "%s/%s-edit-ref", dir, shape);
+    char path[4400];
     synth_both(r, shape, gguf, hf);
     tu_path(path, sizeof(path), "%s/config.json", hf);
     json_t *cfg = json_load_file(path, 0, NULL);
@@ -524,8 +519,24 @@ static void check_hf_edit(const char *shape, const char *field, json_t *value,
     json_object_set_new(cfg, field, value);
     assert_int_equal(json_dump_file(cfg, path, 0), 0);
     json_decref(cfg);
-    char *conv[] = {(char *)tu_bin(), "convert", hf, "--scheme", "f32", "-o", shlm, "-q", NULL};
+    char *conv[] = {(char *)tu_bin(), "convert", (char *)hf, "--scheme", "f32", "-o",
+                    (char *)shlm,     "-q",      NULL};
     assert_int_equal(run(conv, r), 0);
+}
+
+/* @shape's Hugging Face folder with config.json's @field set to @value (taken) against the
+ * reference forward of the same weights from its GGUF (llama metadata, untied), which @tune
+ * fits to the edit. */
+static void check_hf_edit(const char *shape, const char *field, json_t *value,
+                          void (*tune)(struct ref_model *m), const char *what)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char gguf[4300], hf[4300], shlm[4300], ref[4300];
+    tu_path(gguf, sizeof(gguf), "%s/%s-edit.gguf", dir, shape);
+    tu_path(hf, sizeof(hf), "%s/%s-edit-hf", dir, shape);
+    tu_path(shlm, sizeof(shlm), "%s/%s-edit.shlm", dir, shape);
+    tu_path(ref, sizeof(ref), "%s/%s-edit-ref", dir, shape);
+    hf_edit_convert(r, shape, field, value, gguf, hf, shlm);
 
     struct ref_model m = {.untied = true, .eps = 1e-5f};
     struct shardlm_err e;
@@ -574,6 +585,67 @@ static void test_yarn_hf(void **state)
                   json_pack("{s:s, s:f, s:i}", "rope_type", "yarn", "factor", 4.0,
                             "original_max_position_embeddings", 64),
                   tune_yarn, "tiny-llama31 with yarn (HF)");
+}
+
+/* transformers' linear scaling (position interpolation): every frequency divided by 8 */
+static float linear_freq[64];
+static void tune_linear(struct ref_model *m)
+{
+    for (int i = 0; i < m->hd / 2; i++)
+        linear_freq[i] = 1.0f / powf(m->theta, (float)(2 * i) / m->hd) / 8.0f;
+    m->freq = linear_freq;
+}
+
+/* linear RoPE scaling from a Hugging Face config (factor 8) on tiny-llama31's weights: every
+ * layer's positions divided by 8 (was refused) */
+static void test_linear_hf(void **state)
+{
+    check_hf_edit("tiny-llama31", "rope_scaling",
+                  json_pack("{s:s, s:f}", "rope_type", "linear", "factor", 8.0), tune_linear,
+                  "tiny-llama31 with linear scaling 8 (HF)");
+}
+
+/* Gemma 3 4B..27B's linear scaling (factor 8): on the global layers only, as transformers'
+ * rotary_emb (its rotary_emb_local at rope_local_base_freq has none) and ik_llama.cpp's
+ * freq_scale (1 on the windowed layers): tiny-gemma3's folder so edited, converted, and the
+ * worker's RoPE table of each layer compared with the plain tables at each base. */
+static void test_gemma3_linear_hf(void **state)
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char gguf[4300], hf[4300], shlm[4300];
+    tu_path(gguf, sizeof(gguf), "%s/gemma3-linear.gguf", dir);
+    tu_path(hf, sizeof(hf), "%s/gemma3-linear-hf", dir);
+    tu_path(shlm, sizeof(shlm), "%s/gemma3-linear.shlm", dir);
+    hf_edit_convert(r, "tiny-gemma3", "rope_scaling",
+                    json_pack("{s:s, s:f}", "rope_type", "linear", "factor", 8.0), gguf, hf, shlm);
+    size_t len = 0;
+    char *image = tu_slurp(shlm, &len);
+    assert_non_null(image);
+    struct shlm_model img;
+    struct shardlm_err e;
+    assert_int_equal(shlm_parse(&img, image, len, shlm, &e), 0);
+    const struct shlm_config *c = &img.hdr->cfg;
+    assert_int_equal(c->rope_scaling, SHLM_ROPE_LINEAR);
+    struct wrk_model m;
+    assert_int_equal(wrk_model_init(&m, &img, kn_ops_select(NULL, NULL, 0), 16, NULL, NULL), 0);
+    float global[64], local[64];
+    int half = (int)c->head_dim / 2;
+    kn_rope_freqs(global, (int)c->head_dim, c->rope_theta, NULL);
+    kn_rope_freqs(local, (int)c->head_dim, 10000.0f, NULL);
+    int windowed = 0;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        bool w = (l + 1) % 6 != 0; /* 5 local : 1 global */
+        windowed += w;
+        for (int i = 0; i < half; i++)
+            if (m.layers[l].rope_freqs[i] != (w ? local[i] : global[i] / 8.0f))
+                fail_msg("layer %u (%s) frequency %d: %g, expected %g", l, w ? "local" : "global",
+                         i, (double)m.layers[l].rope_freqs[i],
+                         (double)(w ? local[i] : global[i] / 8.0f));
+    }
+    assert_int_equal(windowed, 7);
+    wrk_model_free(&m);
+    free(image);
+    free(r);
 }
 
 static void tune_window(struct ref_model *m) { m->window = 16; }
@@ -893,6 +965,8 @@ int main(void)
         cmocka_unit_test(test_tiny_granite),
         cmocka_unit_test(test_tiny_phi3),
         cmocka_unit_test(test_yarn_hf),
+        cmocka_unit_test(test_linear_hf),
+        cmocka_unit_test(test_gemma3_linear_hf),
         cmocka_unit_test(test_mistral_window_hf),
         cmocka_unit_test(test_tiny_qwen3_ik),
         cmocka_unit_test(test_tiny_gemma2_ik),

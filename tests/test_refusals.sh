@@ -87,7 +87,9 @@ gguf tiny-qwen3 general.architecture str mamba \
   'metadata general\.architecture is "mamba" .*not a supported architecture \(llama, .*\)'
 gguf tiny-qwen3 general.architecture str qwen3moe 'metadata general\.architecture is "qwen3moe"'
 gguf tiny-mistral llama.rope.scaling.type str linear \
-  'metadata llama\.rope\.scaling\.type is "linear" \(RoPE scaling: not supported\)'
+  'metadata llama\.rope\.scaling\.factor is missing \(rope\.scaling\.type is linear\)'
+gguf tiny-mistral llama.rope.scaling.type str dynamic \
+  'metadata llama\.rope\.scaling\.type is "dynamic" \(RoPE scaling: not supported\)'
 gguf tiny-mistral llama.rope.scaling.factor f32 4 'metadata llama\.rope\.scaling\.factor is 4 '
 gguf tiny-mistral llama.expert_count u32 8 \
   'metadata llama\.expert_count is 8 \(mixture of experts: not supported\)'
@@ -118,9 +120,9 @@ config tiny-qwen3 '{"architectures": ["MambaForCausalLM"]}' \
 config tiny-qwen3 '{"architectures": ["Qwen3MoeForCausalLM"]}' \
   'field architectures\[0\] is "Qwen3MoeForCausalLM"'
 config tiny-qwen3 '{"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}' \
-  'field rope_scaling\.rope_type is "dynamic": only llama3, yarn and longrope scaling are supported'
-config tiny-llama31 '{"rope_scaling": {"type": "linear", "factor": 2.0}}' \
-  'field rope_scaling\.rope_type is "linear"'
+  'field rope_scaling\.rope_type is "dynamic": only linear, llama3, yarn and longrope scaling are supported'
+config tiny-llama31 '{"rope_scaling": {"type": "linear", "factor": 0.5}}' \
+  'field rope_scaling\.factor is 0\.5, expected 1\.\.1024'
 config tiny-qwen3 '{"num_experts": 8, "num_experts_per_tok": 2}' \
   'field num_experts is 8 \(mixture of experts: not supported\)'
 config tiny-llama31 '{"num_local_experts": 8}' 'field num_local_experts is 8 \(mixture of experts'
@@ -142,4 +144,5 @@ config tiny-phi3 '{"architectures": ["LlamaForCausalLM"]}' \
 # neutral values convert
 config tiny-qwen3 '{"rope_scaling": {"rope_type": "default"}, "num_experts": 0}' ok
 config tiny-llama31 '{"quantization_config": null, "attention_bias": false}' ok
+config tiny-llama31 '{"rope_scaling": {"type": "linear", "factor": 2.0}}' ok
 exit $fail

@@ -181,7 +181,7 @@ static void test_corruptions(void **state)
     EDIT(h->cfg.flags = SHLM_CF_QK_NORM, "the config needs");
     EDIT(h->cfg.flags = SHLM_CF_POST_NORMS, "the config needs");
     EDIT(h->cfg.family = SHLM_FAMILY_COUNT, "config field family");
-    EDIT(h->cfg.rope_scaling = SHLM_ROPE_FREQS + 1, "config field rope_scaling");
+    EDIT(h->cfg.rope_scaling = SHLM_ROPE_LINEAR + 1, "config field rope_scaling");
     EDIT(h->cfg.rope_scaling = SHLM_ROPE_YARN, "config field rope_factor/orig_ctx"); /* factor 0 */
     /* the extension's fields in their ranges */
     EDIT(h->cfgx.attn_softcap = -50.0f, "config field attn_softcap is -50: expected 0 or a number");

@@ -220,6 +220,9 @@ static float rope_table(const struct wrk_model *m, const struct shlm_model *img,
     case SHLM_ROPE_FREQS:
         rs.freq_factors = vec(img, SHLM_KIND_ROPE_FREQS, 0);
         break;
+    case SHLM_ROPE_LINEAR:
+        rs.type = KN_ROPE_LINEAR;
+        break;
     default:
         break;
     }

@@ -34,6 +34,7 @@ static void print_config(const struct shlm_config *c)
            : c->rope_scaling == SHLM_ROPE_YARN     ? ", yarn scaling"
            : c->rope_scaling == SHLM_ROPE_LONGROPE ? ", longrope scaling"
            : c->rope_scaling == SHLM_ROPE_FREQS    ? ", rope_freqs scaling"
+           : c->rope_scaling == SHLM_ROPE_LINEAR   ? ", linear scaling"
                                                    : "",
            c->act == SHLM_ACT_GELU_TANH ? "gelu-tanh gated" : "silu gated",
            c->tied_embd ? "tied" : "untied");

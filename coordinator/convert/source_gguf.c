@@ -156,19 +156,35 @@ static int read_shape(struct gguf_source *g, struct shlm_config *c, const char *
     return 0;
 }
 
-/* rope.scaling.type "yarn" (a Qwen2.5 converted with its YaRN config): factor, the original
- * context (the file's context when absent), the ramp's betas (32 and 1 when absent) and the
- * attention factor that multiplies YaRN's own magnitude, as llama.cpp reads them; DeepSeek's
- * yarn_ext_factor / yarn_attn_factor are refused by name. Leaves a config without the key, or
- * with another type (refused by check_unsupported()), as it is. */
-static int read_yarn(struct gguf_source *g, struct coord_source *s, const char *path,
-                     struct shardlm_err *e)
+/* rope.scaling.type "linear" (Gemma 3 4B..27B, as llama.cpp's converter writes it): its factor
+ * (required, 1..1024), applied where ik_llama.cpp applies freq_scale (not on Gemma 3's local
+ * layers); "yarn" (a Qwen2.5 converted with its YaRN config): factor, the original context (the
+ * file's context when absent; the context raised to factor times it: coord_yarn_context), the
+ * ramp's betas (32 and 1 when absent) and the attention factor that multiplies YaRN's own
+ * magnitude, as llama.cpp reads them; DeepSeek's yarn_ext_factor / yarn_attn_factor are refused
+ * by name. Leaves a config without the key, or with another type (refused by
+ * check_unsupported()), as it is. */
+static int read_rope_type(struct gguf_source *g, struct coord_source *s, const char *path,
+                          struct shardlm_err *e)
 {
     struct shlm_config *c = &s->cfg;
     struct shlm_config_ext *x = &s->cfgx;
     struct coord_val v;
     char label[512];
+    int rc;
     setting(g, path, akey(g, "rope.scaling.type"), &v, label);
+    if (v.kind == COORD_VAL_STR && v.len == 6 && memcmp(v.str, "linear", 6) == 0) {
+        setting(g, path, akey(g, "rope.scaling.factor"), &v, label);
+        if (v.kind == COORD_VAL_ABSENT)
+            return shardlm_fail(e, -EINVAL, "%s is missing (rope.scaling.type is linear)", label);
+        if ((rc = coord_val_real(&v, label, 0.0, 1025.0, &c->rope_factor, e)))
+            return rc;
+        if (!(c->rope_factor >= 1.0f))
+            return shardlm_fail(e, -EINVAL, "%s is %g, expected 1..1024", label,
+                                (double)c->rope_factor);
+        c->rope_scaling = SHLM_ROPE_LINEAR;
+        return 0;
+    }
     if (v.kind != COORD_VAL_STR || v.len != 4 || memcmp(v.str, "yarn", 4) != 0)
         return 0;
     static const char *const refused[] = {"rope.scaling.yarn_ext_factor",
@@ -179,7 +195,6 @@ static int read_yarn(struct gguf_source *g, struct coord_source *s, const char *
             return shardlm_fail(e, -EINVAL, "%s is set: not supported (DeepSeek's YaRN scaling)",
                                 label);
     }
-    int rc;
     if ((rc = arch_real(g, path, "rope.scaling.factor", 0.0, 1025.0, 0.0f, &c->rope_factor, e)) ||
         (rc = arch_uint(g, path, "rope.scaling.original_context_length", 1, 1u << 24, false,
                         c->seq_len, &c->rope_orig_ctx, e)) ||
@@ -194,6 +209,7 @@ static int read_yarn(struct gguf_source *g, struct coord_source *s, const char *
         return shardlm_fail(e, -EINVAL, "%s: metadata %s is %g, expected 1..1024", path,
                             akey(g, "rope.scaling.factor"), (double)c->rope_factor);
     c->rope_scaling = SHLM_ROPE_YARN;
+    coord_yarn_context(c);
     return 0;
 }
 
@@ -248,11 +264,12 @@ static int read_features(struct gguf_source *g, const struct shlm_arch_traits *a
 
 /* What the newer architectures add (shlm_config_ext) from the row, <arch>.* metadata and the
  * tensors present: Granite's multipliers, the config's window (Phi-3: every layer), layers without
- * RoPE, LongRoPE (its factors' tensors), YaRN (read_yarn), per-frequency RoPE divisors (rope_freqs:
- * llama.cpp's form of Llama 3.1's scaling); the window (attention.sliding_window, the row's
- * default by size when absent, as ik_llama.cpp's), Gemma 2/3's soft-caps (attn_logit_softcapping,
- * final_logit_softcapping), window pattern and local RoPE base (the row's: GGUF stores neither),
- * and the query scale ik_llama.cpp takes from the layer count (the row's gguf_query_dim_heads). */
+ * RoPE, LongRoPE (its factors' tensors), YaRN and linear (read_rope_type), per-frequency RoPE
+ * divisors (rope_freqs: llama.cpp's form of Llama 3.1's scaling); the window
+ * (attention.sliding_window, the row's default by size when absent, as ik_llama.cpp's), Gemma 2/3's
+ * soft-caps (attn_logit_softcapping, final_logit_softcapping), window pattern and local RoPE base
+ * (the row's: GGUF stores neither), and the query scale ik_llama.cpp takes from the layer count
+ * (the row's gguf_query_dim_heads). */
 static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, struct coord_source *s,
                     const char *path, struct shardlm_err *e)
 {
@@ -300,14 +317,14 @@ static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, str
                             &x->rope_attn_factor, e)))
             return rc;
     }
-    if (c->rope_scaling == SHLM_ROPE_NONE && (rc = read_yarn(g, s, path, e)))
+    if (c->rope_scaling == SHLM_ROPE_NONE && (rc = read_rope_type(g, s, path, e)))
         return rc;
     shlm_kind_gguf_name(SHLM_KIND_ROPE_FREQS, 0, name, sizeof(name));
     if (gguf_tensor(&g->f, name)) {
         if (c->rope_scaling != SHLM_ROPE_NONE)
             return shardlm_fail(e, -EINVAL,
-                                "%s: tensor %s with another RoPE scaling (LongRoPE's factors or "
-                                "YaRN): expected one",
+                                "%s: tensor %s with another RoPE scaling (LongRoPE's factors, "
+                                "YaRN or linear): expected one",
                                 path, name);
         c->rope_scaling = SHLM_ROPE_FREQS;
     }

@@ -213,13 +213,29 @@ static int cfg_yarn(const json_t *rs, struct coord_hf_config *hc, const char *wh
     if (c->rope_factor < 1.0f || c->rope_factor > 1024.0f)
         return shardlm_fail(e, -EINVAL, "%s: field rope_scaling.factor is %g, expected 1..1024",
                             what, (double)c->rope_factor);
+    coord_yarn_context(c);
     /* the kernel multiplies its own 0.1 ln(factor) + 1 by this (kn.h) */
     x->rope_attn_factor = attn > 0.0f ? attn / (0.1f * logf(c->rope_factor) + 1.0f) : 0.0f;
     c->rope_scaling = SHLM_ROPE_YARN;
     return 0;
 }
 
-/* rope_scaling: null, {"rope_type": "default"}, llama3, yarn or longrope scaling. */
+/* linear (position interpolation; Gemma 3 4B..27B: factor 8 on the global layers, as
+ * transformers' rotary_emb, the local ones plain): factor 1..1024. */
+static int cfg_linear(const json_t *rs, struct shlm_config *c, const char *what,
+                      struct shardlm_err *e)
+{
+    int rc = cfg_num(rs, "rope_scaling.", "factor", 0.0, 1e30, true, 0, &c->rope_factor, what, e);
+    if (rc)
+        return rc;
+    if (c->rope_factor < 1.0f || c->rope_factor > 1024.0f)
+        return shardlm_fail(e, -EINVAL, "%s: field rope_scaling.factor is %g, expected 1..1024",
+                            what, (double)c->rope_factor);
+    c->rope_scaling = SHLM_ROPE_LINEAR;
+    return 0;
+}
+
+/* rope_scaling: null, {"rope_type": "default"}, linear, llama3, yarn or longrope scaling. */
 static int cfg_rope_scaling(const json_t *root, struct coord_hf_config *hc, const char *what,
                             struct shardlm_err *e)
 {
@@ -243,11 +259,13 @@ static int cfg_rope_scaling(const json_t *root, struct coord_hf_config *hc, cons
         return cfg_longrope(root, rs, hc, what, e);
     if (!strcmp(t, "yarn"))
         return cfg_yarn(rs, hc, what, e);
+    if (!strcmp(t, "linear"))
+        return cfg_linear(rs, c, what, e);
     if (strcmp(t, "llama3") != 0) {
         char shown[100];
         return shardlm_fail(e, -EINVAL,
                             "%s: field rope_scaling.rope_type is \"%s\": only "
-                            "llama3, yarn and longrope scaling are supported",
+                            "linear, llama3, yarn and longrope scaling are supported",
                             what, coord_escape_str(shown, sizeof(shown), t));
     }
     const char *o = "rope_scaling.";

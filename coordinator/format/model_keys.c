@@ -12,9 +12,8 @@
 
 const struct coord_key coord_unsupported_keys[] = {
     /* RoPE: GGUF's scaling keys (llama.cpp applies rope.scaling.factor and rope.scale_linear
-     * whatever the type; YaRN's and LongRoPE's are read: read_keys below); config.json's
-     * rope_scaling is read by hf_config.c (llama3, yarn and longrope are supported, linear
-     * refused there) */
+     * whatever the type; YaRN's, linear's and LongRoPE's are read: read_keys below);
+     * config.json's rope_scaling is read by hf_config.c (linear, llama3, yarn and longrope) */
     {"rope.scaling.type", NULL, COORD_KEY_NONE_STR, "RoPE scaling"},
     {"rope.scaling.factor", NULL, COORD_KEY_ZERO_OR_ONE, "RoPE scaling"},
     {"rope.scale_linear", NULL, COORD_KEY_ZERO_OR_ONE, "linear RoPE scaling"},
@@ -78,9 +77,9 @@ static const struct {
     {"residual_scale", "residual_multiplier", multiplied, 0},
     {"attention.scale", "attention_multiplier", multiplied, 0},
     {"logit_scale", "logits_scaling", multiplied, 0},
-    /* YaRN's and LongRoPE's GGUF keys (read_yarn, read_ext) */
-    {"rope.scaling.type", NULL, NULL, ROPE(YARN)},
-    {"rope.scaling.factor", NULL, NULL, ROPE(YARN)},
+    /* YaRN's, linear's and LongRoPE's GGUF keys (read_rope_type, read_ext) */
+    {"rope.scaling.type", NULL, NULL, ROPE(YARN) | ROPE(LINEAR)},
+    {"rope.scaling.factor", NULL, NULL, ROPE(YARN) | ROPE(LINEAR)},
     {"rope.scaling.attn_factor", NULL, NULL, ROPE(YARN) | ROPE(LONGROPE)},
 #undef ROPE
 };
@@ -97,6 +96,14 @@ bool coord_key_read_by(const struct coord_key *k, bool hf, const struct shlm_con
             return true;
     }
     return false;
+}
+
+void coord_yarn_context(struct shlm_config *c)
+{
+    double ext = (double)c->rope_orig_ctx * c->rope_factor;
+    ext = ext < (double)(1u << 20) ? floor(ext) : (double)(1u << 20);
+    if (ext > (double)c->seq_len)
+        c->seq_len = (uint32_t)ext;
 }
 
 /* The wrong-type message of @v for a setting that takes @expected. */

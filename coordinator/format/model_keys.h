@@ -73,6 +73,11 @@ extern const size_t coord_n_unsupported_keys;
  * (YaRN's and LongRoPE's GGUF keys): then it is not refused. */
 bool coord_key_read_by(const struct coord_key *k, bool hf, const struct shlm_config *c);
 
+/* YaRN's context: @c's seq_len raised to rope_orig_ctx x rope_factor where that is longer (a
+ * Qwen2.5 config with max_position_embeddings 32768 and YaRN factor 4 over 32768 original
+ * positions runs 131072 positions, as vLLM reads it), at most seq_len's bound (2^20). */
+void coord_yarn_context(struct shlm_config *c);
+
 /* Refuses @v of key @k unless it is absent or neutral for config @c (head_dim, seq_len read).
  * @label names the setting as coord_val_uint()'s. Returns 0 or -EINVAL with the label, the
  * value and the feature ("... attention.sliding_window is 4096: sliding-window attention is not
