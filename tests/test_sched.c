@@ -537,6 +537,23 @@ static void test_window_long_sequences(void **state)
     coord_sched_free(s);
     fake_free(f);
 
+    f = fake_new(4); /* fewer than a window and a chunk need */
+    f->window = W;
+    s = start(f, 4, STEP, true);
+    struct coord_request big = {.prompt = tight.tokens,
+                                .n_prompt = 40,
+                                .max_tokens = 200,
+                                .sampling = {.top_p = 1.0f, .repetition_penalty = 1.0f},
+                                .logprobs = -1};
+    uint64_t id;
+    struct shardlm_err e = {{0}};
+    assert_int_equal(coord_sched_submit(s, &big, &id, &e), -E2BIG);
+    assert_non_null(strstr(e.msg, "needs 5 KV blocks (a window of 32 positions and a chunk of 32)"));
+    big.max_tokens = 25; /* 64 positions: 4 blocks */
+    assert_int_equal(coord_sched_submit(s, &big, &id, &e), 0);
+    coord_sched_free(s);
+    fake_free(f);
+
     f = fake_new(8); /* 128 positions for a sequence of 239 */
     f->window = W;
     s = start(f, 4, STEP, true);

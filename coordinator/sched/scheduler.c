@@ -265,6 +265,12 @@ int coord_sched_submit(struct coord_sched *s, const struct coord_request *r, uin
                       : (int)(fit - (uint64_t)r->n_prompt);
     }
     uint32_t need = coord_kv_blocks_for((uint64_t)r->n_prompt + (uint64_t)max_new - 1);
+    if (need > live && live > s->pool.n_blocks)
+        return shardlm_fail(e, -E2BIG,
+                            "the request needs %u KV blocks (a window of %u positions and a chunk "
+                            "of %u), the cache has %u (raise --kv-tokens or --kv-mem, or lower "
+                            "--step-tokens or the new tokens)",
+                            live, s->be.window, s->o.step_tokens, s->pool.n_blocks);
     if (need > live)
         need = live;
     if (need > s->pool.n_blocks)
