@@ -510,6 +510,36 @@ static int window_run(const char *path, uint32_t kv_blocks, bool keep, struct go
     return rc;
 }
 
+/* A step whose table has SEG_KV_NONE for blocks given back: taken by the engine and the worker
+ * before every layer's window of the chunk (@windowed), refused anywhere else. */
+static void table_with_holes(const char *path, bool windowed)
+{
+    struct capture c;
+    struct coord_engine_opts o = options(&c);
+    o.model_path = path;
+    o.kv_blocks = 16;
+    o.layout.workers = 1;
+    struct shardlm_err e = {{0}};
+    struct coord_engine *g;
+    assert_int_equal(coord_engine_start(&g, &o, &e), 0);
+    int32_t ids[100];
+    uint32_t table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int i = 0; i < 100; i++)
+        ids[i] = (i * 37) % 500 + 3;
+    struct coord_seq_step s = {.n_tokens = 100, .tokens = ids, .blocks = table};
+    assert_int_equal(coord_engine_step(g, &s, 1, &e), 0);
+    /* the query at 100 reads keys 37.. (W 64): blocks 0 and 1 are before its window */
+    s = (struct coord_seq_step){.pos = 100, .n_tokens = 1, .tokens = ids, .blocks = table};
+    table[0] = table[1] = SEG_KV_NONE;
+    assert_int_equal(coord_engine_step(g, &s, 1, &e), windowed ? 0 : -EINVAL);
+    table[2] = SEG_KV_NONE;
+    s.pos = 101;
+    assert_int_equal(coord_engine_step(g, &s, 1, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "KV block 4294967295, the cache has 16"));
+    coord_engine_stop(g);
+    assert_int_equal(tu_count_run_files(rundir), 0);
+}
+
 static void test_window_blocks(void **state)
 {
     (void)state;
@@ -539,6 +569,8 @@ static void test_window_blocks(void **state)
     /* global layers read every block: the same requests need their whole length */
     struct got g3[WIN_SEQS];
     assert_int_equal(window_run(gemma3, 20, false, g3, &peak), -E2BIG);
+    table_with_holes(phi3, true);
+    table_with_holes(gemma3, false);
 }
 
 /* KL divergence of softmax(b) from softmax(a) over n logits, in double. */
