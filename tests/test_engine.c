@@ -438,11 +438,6 @@ static void on_got(void *ctx, const struct coord_event *ev)
         g->finish = ev->finish;
 }
 
-static int engine_step_fn(void *ctx, struct coord_seq_step *s, int n, struct shardlm_err *e)
-{
-    return coord_engine_step(ctx, s, n, e);
-}
-
 enum { WIN_SEQS = 2, WIN_PROMPT = 100, WIN_NEW = 1400 };
 
 /* Two greedy requests of WIN_PROMPT + WIN_NEW - 1 positions (prompts sharing their first 64
@@ -462,19 +457,12 @@ static int window_run(const char *path, uint32_t kv_blocks, bool keep, struct go
     struct shardlm_err e = {{0}};
     struct coord_engine *g;
     assert_int_equal(coord_engine_start(&g, &o, &e), 0);
-    const struct shlm_header *h = coord_engine_model(g)->hdr;
     struct coord_sched_opts so = {WIN_SEQS, 64, false};
     struct coord_sched *s;
     if (keep) {
-        struct coord_sched_backend b = {engine_step_fn,
-                                        g,
-                                        h->cfg.vocab_size,
-                                        h->cfg.seq_len,
-                                        coord_engine_kv_blocks(g),
-                                        coord_engine_max_seqs(g),
-                                        (int)h->bos_id,
-                                        (int)h->eos_id,
-                                        0};
+        struct coord_sched_backend b;
+        coord_sched_engine_backend(g, &b);
+        b.window = 0;
         assert_int_equal(coord_sched_init_backend(&s, &b, NULL, &so, &e), 0);
     } else {
         assert_int_equal(coord_sched_init(&s, g, NULL, &so, &e), 0);

@@ -72,25 +72,31 @@ static int engine_step(void *ctx, struct coord_seq_step *seqs, int n, struct sha
     return coord_engine_step(ctx, seqs, n, e);
 }
 
+void coord_sched_engine_backend(struct coord_engine *g, struct coord_sched_backend *b)
+{
+    const struct shlm_header *h = coord_engine_model(g)->hdr;
+    *b = (struct coord_sched_backend){engine_step,
+                                      g,
+                                      h->cfg.vocab_size,
+                                      h->cfg.seq_len,
+                                      coord_engine_kv_blocks(g),
+                                      coord_engine_max_seqs(g),
+                                      (int)h->bos_id,
+                                      (int)h->eos_id,
+                                      shlm_kv_window(&h->cfg, &h->cfgx)};
+}
+
 int coord_sched_init(struct coord_sched **out, struct coord_engine *g, const struct coord_tok *tok,
                      const struct coord_sched_opts *o, struct shardlm_err *e)
 {
-    const struct shlm_header *h = coord_engine_model(g)->hdr;
     uint32_t rows = coord_engine_logit_rows(g), want = o->max_seqs ? o->max_seqs : 1;
     if (want > rows) /* each running sequence's next token needs a row of logits a step */
         return shardlm_fail(e, -E2BIG,
                             "--max-seqs %u: a step returns at most %u rows of logits over this "
                             "vocabulary of %u",
-                            want, rows, h->cfg.vocab_size);
-    struct coord_sched_backend b = {engine_step,
-                                    g,
-                                    h->cfg.vocab_size,
-                                    h->cfg.seq_len,
-                                    coord_engine_kv_blocks(g),
-                                    coord_engine_max_seqs(g),
-                                    (int)h->bos_id,
-                                    (int)h->eos_id,
-                                    shlm_kv_window(&h->cfg, &h->cfgx)};
+                            want, rows, coord_engine_model(g)->hdr->cfg.vocab_size);
+    struct coord_sched_backend b;
+    coord_sched_engine_backend(g, &b);
     return coord_sched_init_backend(out, &b, tok, o, e);
 }
 

@@ -123,6 +123,9 @@ struct coord_sched_backend {
  * -errno with @e set. */
 int coord_sched_init(struct coord_sched **out, struct coord_engine *g, const struct coord_tok *tok,
                      const struct coord_sched_opts *o, struct shardlm_err *e);
+/* The backend coord_sched_init() runs on: the engine @g's step and capacities, the model's
+ * tokens and window (shlm_kv_window). */
+void coord_sched_engine_backend(struct coord_engine *g, struct coord_sched_backend *b);
 /* The same over @b (copied); @tok may be NULL (no text; stop strings refused). */
 int coord_sched_init_backend(struct coord_sched **out, const struct coord_sched_backend *b,
                              const struct coord_tok *tok, const struct coord_sched_opts *o,
