@@ -259,7 +259,9 @@ int coord_sched_submit(struct coord_sched *s, const struct coord_request *r, uin
                             "%u; ask for %d or fewer",
                             r->n_prompt, r->max_tokens, ctx, room);
     /* 0 (a request without max_tokens): up to the end of the context, or of the KV cache when
-     * that holds fewer positions (so that it is never refused for a limit it did not set) */
+     * that holds fewer positions (so that it is never refused for a limit it did not set); a
+     * windowed model's sequence needs only its live blocks, so the cache never limits it when
+     * those fit */
     int max_new = r->max_tokens;
     uint32_t live = live_blocks(s);
     if (!max_new) {
