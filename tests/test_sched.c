@@ -563,6 +563,16 @@ static void test_window_long_sequences(void **state)
     assert_int_equal(tight.got, keep.got);
     assert_memory_equal(tight.out, keep.out, sizeof(keep.out[0]) * (size_t)keep.got);
     assert_int_equal(st.blocks_dropped, 15 - 2); /* the two last stay to its end */
+    /* without max_tokens: to the end of the context (217 new tokens), the pool no limit */
+    static struct req open_ended;
+    open_ended = proto;
+    open_ended.max_new = 0;
+    submit_long(s, &open_ended);
+    run_bounded(s, LIVE, &st);
+    assert_int_equal(open_ended.got, CTX - 40 + 1);
+    assert_int_equal(open_ended.finish, COORD_FINISH_LENGTH);
+    open_ended.max_new = CTX - 40 + 1;
+    check_done(&open_ended);
     coord_sched_free(s);
     fake_free(f);
 
