@@ -445,6 +445,7 @@ static int admit(struct coord_sched *s, struct seq *q, uint32_t budget)
     uint32_t need =
         coord_kv_blocks_for((uint64_t)q->computed + (uint64_t)take) - (uint32_t)q->n_blocks;
     if (coord_kvpool_available(&s->pool) < need) {
+        s->st.blocks_dropped -= (uint64_t)q->n_dead; /* counted for running sequences only */
         release_all(s, q);
         return 0;
     }
