@@ -84,8 +84,11 @@ struct kn_att {
                     * (sliding-window layers: Gemma 2/3, Mistral) */
 };
 
+/* (A table entry UINT32_MAX is a block given back, before every layer's window: reading it is a
+ * broken invariant, never a wild read.) */
 static inline size_t kn_kv_off(const struct kn_kv *c, int t)
 {
+    KN_ASSERT(c->blocks[t / KN_KV_BLOCK] != UINT32_MAX);
     return (size_t)c->blocks[t / KN_KV_BLOCK] * c->block_stride +
            (size_t)(t % KN_KV_BLOCK) * c->row_stride;
 }

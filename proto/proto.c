@@ -22,6 +22,29 @@ int proto_socket_setup(void *sock)
     return 0;
 }
 
+/* zmq_send, again when a signal interrupts it: libzmq answers EINTR before it queues anything
+ * (a signal that lands while it checks its command mailbox), so the frame is simply sent again.
+ * The coordinator takes SIGTERM as "drain" and must not fail the step it is sending (a server's
+ * running streams ended with "send Step to worker rank 0: Interrupted system call"). */
+static int send_frame(void *sock, const void *buf, size_t n, int flags)
+{
+    while (zmq_send(sock, buf, n, flags) < 0)
+        if (zmq_errno() != EINTR)
+            return -zmq_errno();
+    return 0;
+}
+
+/* zmq_msg_recv of a frame that poll said is there (or the rest of a message begun), again when
+ * a signal interrupts it: a message's frames come together, so giving up between them would
+ * leave the next receive to read its body as a new message. */
+static int recv_frame(zmq_msg_t *m, void *sock)
+{
+    while (zmq_msg_recv(m, sock, 0) < 0)
+        if (zmq_errno() != EINTR)
+            return -zmq_errno();
+    return 0;
+}
+
 int proto_send(void *sock, const void *id, size_t idlen, const proto_env *env)
 {
     size_t n = shardlm__envelope__get_packed_size(env);
@@ -29,11 +52,9 @@ int proto_send(void *sock, const void *id, size_t idlen, const proto_env *env)
     if (!buf)
         return -ENOMEM;
     shardlm__envelope__pack(env, buf);
-    int rc = 0;
-    if (id && zmq_send(sock, id, idlen, ZMQ_SNDMORE) < 0)
-        rc = -zmq_errno();
-    else if (zmq_send(sock, buf, n, 0) < 0)
-        rc = -zmq_errno();
+    int rc = id ? send_frame(sock, id, idlen, ZMQ_SNDMORE) : 0;
+    if (!rc)
+        rc = send_frame(sock, buf, n, 0);
     if (buf != stackbuf)
         free(buf);
     return rc;
@@ -63,10 +84,11 @@ int proto_recv(void *sock, int timeout_ms, void *id, size_t *idlen, proto_env **
         return -EAGAIN;
     zmq_msg_t m;
     zmq_msg_init(&m);
+    int rc;
     if (id) {
-        if (zmq_msg_recv(&m, sock, 0) < 0) {
+        if ((rc = recv_frame(&m, sock))) {
             zmq_msg_close(&m);
-            return -zmq_errno();
+            return rc;
         }
         size_t len = zmq_msg_size(&m);
         *idlen = len < PROTO_MAX_ID ? len : PROTO_MAX_ID;
@@ -77,11 +99,10 @@ int proto_recv(void *sock, int timeout_ms, void *id, size_t *idlen, proto_env **
             return -EBADMSG;
         zmq_msg_init(&m);
     }
-    if (zmq_msg_recv(&m, sock, 0) < 0) {
+    if ((rc = recv_frame(&m, sock))) {
         zmq_msg_close(&m);
-        return -zmq_errno();
+        return rc;
     }
-    int rc = 0;
     if (zmq_msg_more(&m)) { /* one frame only */
         drain(sock);
         rc = -EBADMSG;

@@ -14,11 +14,13 @@
 
 typedef Shardlm__Envelope proto_env;
 
-/* Packs @env and sends it; @id (ROUTER peers) may be NULL. Returns 0 or -errno. */
+/* Packs @env and sends it; @id (ROUTER peers) may be NULL. Returns 0 or -errno (a signal that
+ * interrupts it is not an error: the send is retried). */
 int proto_send(void *sock, const void *id, size_t idlen, const proto_env *env);
 /* Receives one message, waiting at most @timeout_ms (-1: forever). With a ROUTER the peer's id
  * goes to @id (PROTO_MAX_ID bytes) and its length to *@idlen; pass NULL for a DEALER.
- * Returns 0 and *@out (free with proto_free), -EAGAIN on timeout, -EINTR when interrupted,
+ * Returns 0 and *@out (free with proto_free), -EAGAIN on timeout, -EINTR when a signal
+ * interrupts the wait (before any frame is taken: once one is, the message is read whole),
  * -EBADMSG for a frame that is not an Envelope with a message set (it is consumed), or -errno. */
 int proto_recv(void *sock, int timeout_ms, void *id, size_t *idlen, proto_env **out);
 void proto_free(proto_env *env);

@@ -183,6 +183,16 @@ struct seg_kv {
     uint32_t n_blocks, n_layers, block_tokens, kv_dim, reserved;
     uint64_t data_off, bytes;
 };
+/* A block table entry no layer reads any more (seg_kv_dead_blocks): the block went back to the
+ * pool and the worker refuses to be pointed at it. */
+#define SEG_KV_NONE UINT32_MAX
+/* Of a sequence whose next chunk starts at position @pos, the leading blocks no layer reads
+ * again when every layer attends within @window positions (shlm_kv_window; 0: none): the query
+ * at pos reads keys from pos - window + 1 on, later ones later still. */
+static inline uint32_t seg_kv_dead_blocks(uint32_t window, uint64_t pos)
+{
+    return window && pos + 1 > window ? (uint32_t)((pos + 1 - window) / SEG_KV_BLOCK) : 0;
+}
 /* Whether a sequence writing positions [pa, pa + na) through table @ta and one writing
  * [pb, pb + nb) through @tb write a block in common (a step may not: both would write it at
  * once). na, nb >= 1. */

@@ -109,6 +109,21 @@ static inline bool shlm_layer_windowed(const struct shlm_config_ext *x, uint32_t
     return x->window && (!x->window_pattern || (l + 1) % x->window_pattern != 0);
 }
 
+/* The window every one of the @c->n_layers layers attends within, when all of them do and it is
+ * shorter than the context (the worker's kernels then read no key before it); else 0: some layer
+ * reads every position (Gemma 2/3's global layers), so every block stays needed. With a window,
+ * a sequence's blocks wholly before its next position's window are read by no layer again
+ * (seg_kv_dead_blocks). */
+static inline uint32_t shlm_kv_window(const struct shlm_config *c, const struct shlm_config_ext *x)
+{
+    if (!x->window || x->window >= c->seq_len)
+        return 0;
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        if (!shlm_layer_windowed(x, l))
+            return 0;
+    return x->window;
+}
+
 struct shlm_header {
     char magic[8];
     uint32_t version;

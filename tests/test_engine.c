@@ -14,7 +14,11 @@
  * batches:  the four golden sequences in the same steps (prefills and one-token decodes mixed,
  *           one joining late, each leaving when done), at 1 and 2 ranks: every step's greedy
  *           choice is the golden next token; 8 sequences of mixed prefill chunks and decodes,
- *           their KV blocks interleaved, give each the logits it gets alone (f32 and w4a8). */
+ *           their KV blocks interleaved, give each the logits it gets alone (f32 and w4a8);
+ * windows:  on tiny-phi3 (every layer windowed, W = 64) the scheduler gives blocks before the
+ *           window back: two sequences of 1500 positions share a pool of 20 blocks (320
+ *           positions), their tokens and log-probabilities bit for bit those of a pool that keeps
+ *           every block; tiny-gemma3 (global layers) gives nothing back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +31,7 @@
 #include <sys/mman.h>
 
 #include "engine.h"
+#include "scheduler.h"
 #include "seg.h"
 #include "testutil.h"
 
@@ -391,6 +396,171 @@ static void test_batched_golden(void **state)
     }
 }
 
+/* `shardlm synth --shape @shape` at f32, converted to @out. Returns the exit status. */
+static int synth_model(const char *shape, const char *out)
+{
+    char gguf[4400];
+    tu_path(gguf, sizeof(gguf), "%s/%s.gguf", dir, shape);
+    char *synth[] = {(char *)tu_bin(), "synth", "--shape", (char *)shape, "--type", "f32",
+                     "-o",             gguf,    NULL};
+    char *conv[] = {(char *)tu_bin(), "convert", gguf, "--scheme", "f32", "-o", (char *)out, "-q",
+                    NULL};
+    struct tu_run *r = malloc(sizeof(*r));
+    tu_run_cmd(r, synth, NULL, 120, NULL, NULL);
+    int st = r->status;
+    if (!st) {
+        tu_run_cmd(r, conv, NULL, 120, NULL, NULL);
+        st = r->status;
+    }
+    if (st)
+        fprintf(stderr, "synth/convert %s failed (%d): %s", shape, st, r->err);
+    unlink(gguf);
+    free(r);
+    return st;
+}
+
+/* What a request got: its tokens and their log-probabilities. */
+struct got {
+    int32_t tok[2048];
+    float lp[2048];
+    int n;
+    enum coord_finish finish;
+};
+
+static void on_got(void *ctx, const struct coord_event *ev)
+{
+    struct got *g = ctx;
+    if (ev->token >= 0 && g->n < 2048) {
+        g->tok[g->n] = ev->token;
+        g->lp[g->n++] = ev->logprobs ? ev->logprobs->logprob : 0.0f;
+    }
+    if (ev->finish)
+        g->finish = ev->finish;
+}
+
+enum { WIN_SEQS = 2, WIN_PROMPT = 100, WIN_NEW = 1400 };
+
+/* Two greedy requests of WIN_PROMPT + WIN_NEW - 1 positions (prompts sharing their first 64
+ * tokens: a prefix hit) over the engine of @path with a pool of @kv_blocks, in chunks of 64;
+ * through coord_sched_init (@keep false: blocks before the window go back when the model is
+ * windowed on every layer) or a backend that keeps every block. Each step audited; the most
+ * blocks held into *@peak. Returns what submitting gave (0 or -E2BIG, then nothing ran). */
+static int window_run(const char *path, uint32_t kv_blocks, bool keep, struct got *got,
+                      uint32_t *peak)
+{
+    struct capture c;
+    struct coord_engine_opts o = options(&c);
+    o.model_path = path;
+    o.max_seqs = WIN_SEQS;
+    o.kv_blocks = kv_blocks;
+    o.layout.workers = 1;
+    struct shardlm_err e = {{0}};
+    struct coord_engine *g;
+    assert_int_equal(coord_engine_start(&g, &o, &e), 0);
+    struct coord_sched_opts so = {WIN_SEQS, 64, false};
+    struct coord_sched *s;
+    if (keep) {
+        struct coord_sched_backend b;
+        coord_sched_engine_backend(g, &b);
+        b.window = 0;
+        assert_int_equal(coord_sched_init_backend(&s, &b, NULL, &so, &e), 0);
+    } else {
+        assert_int_equal(coord_sched_init(&s, g, NULL, &so, &e), 0);
+    }
+    int32_t prompt_ids[WIN_SEQS][WIN_PROMPT];
+    int rc = 0;
+    for (int q = 0; q < WIN_SEQS && !rc; q++) {
+        for (int i = 0; i < WIN_PROMPT; i++)
+            prompt_ids[q][i] = (int32_t)((i < 64 ? i * 37 : i * 37 + q * 101) % 500) + 3;
+        memset(&got[q], 0, sizeof(got[q]));
+        struct coord_request r = {.prompt = prompt_ids[q],
+                                  .n_prompt = WIN_PROMPT,
+                                  .max_tokens = WIN_NEW,
+                                  .sampling = {.top_p = 1.0f, .repetition_penalty = 1.0f},
+                                  .ignore_eos = true,
+                                  .logprobs = 0,
+                                  .on_event = on_got,
+                                  .ctx = &got[q]};
+        uint64_t id;
+        rc = coord_sched_submit(s, &r, &id, &e);
+    }
+    while (!rc && !coord_sched_idle(s)) {
+        assert_int_equal(coord_sched_step(s, &e), 0);
+        if (coord_sched_audit(s, &e))
+            fail_msg("audit: %s", e.msg);
+    }
+    struct coord_sched_stats st;
+    coord_sched_stats(s, &st);
+    *peak = st.blocks_peak;
+    coord_sched_free(s);
+    coord_engine_stop(g);
+    assert_int_equal(tu_count_run_files(rundir), 0);
+    return rc;
+}
+
+/* A step whose table has SEG_KV_NONE for blocks given back: taken by the engine and the worker
+ * before every layer's window of the chunk (@windowed), refused anywhere else. */
+static void table_with_holes(const char *path, bool windowed)
+{
+    struct capture c;
+    struct coord_engine_opts o = options(&c);
+    o.model_path = path;
+    o.kv_blocks = 16;
+    o.layout.workers = 1;
+    struct shardlm_err e = {{0}};
+    struct coord_engine *g;
+    assert_int_equal(coord_engine_start(&g, &o, &e), 0);
+    int32_t ids[100];
+    uint32_t table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int i = 0; i < 100; i++)
+        ids[i] = (i * 37) % 500 + 3;
+    struct coord_seq_step s = {.n_tokens = 100, .tokens = ids, .blocks = table};
+    assert_int_equal(coord_engine_step(g, &s, 1, &e), 0);
+    /* the query at 100 reads keys 37.. (W 64): blocks 0 and 1 are before its window */
+    s = (struct coord_seq_step){.pos = 100, .n_tokens = 1, .tokens = ids, .blocks = table};
+    table[0] = table[1] = SEG_KV_NONE;
+    assert_int_equal(coord_engine_step(g, &s, 1, &e), windowed ? 0 : -EINVAL);
+    table[2] = SEG_KV_NONE;
+    s.pos = 101;
+    assert_int_equal(coord_engine_step(g, &s, 1, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "KV block 4294967295, the cache has 16"));
+    coord_engine_stop(g);
+    assert_int_equal(tu_count_run_files(rundir), 0);
+}
+
+static void test_window_blocks(void **state)
+{
+    (void)state;
+    static struct got kept[WIN_SEQS], tight[WIN_SEQS];
+    char phi3[4400], gemma3[4400];
+    tu_path(phi3, sizeof(phi3), "%s/tiny-phi3.shlm", dir);
+    tu_path(gemma3, sizeof(gemma3), "%s/tiny-gemma3.shlm", dir);
+    assert_int_equal(synth_model("tiny-phi3", phi3), 0);
+    assert_int_equal(synth_model("tiny-gemma3", gemma3), 0);
+    uint32_t peak_kept, peak;
+    /* 94 blocks a sequence kept, nothing given back (as before the scheduler gave any) */
+    assert_int_equal(window_run(phi3, 256, true, kept, &peak_kept), 0);
+    /* 20 blocks: each sequence holds at most ceil((64 + 64 - 1) / 16) + 1 = 9 */
+    assert_int_equal(window_run(phi3, 20, false, tight, &peak), 0);
+    fprintf(stderr, "tiny-phi3, 2 sequences of %d positions: %u blocks held at most keeping all, "
+                    "%u giving back those before the window\n",
+            WIN_PROMPT + WIN_NEW - 1, peak_kept, peak);
+    assert_int_equal(peak_kept, 2 * 94 - 4); /* the 64-token prefix's 4 blocks shared */
+    assert_true(peak <= 2 * 9);
+    for (int q = 0; q < WIN_SEQS; q++) {
+        assert_int_equal(kept[q].finish, COORD_FINISH_LENGTH);
+        assert_int_equal(kept[q].n, WIN_NEW);
+        assert_int_equal(tight[q].n, kept[q].n);
+        assert_memory_equal(tight[q].tok, kept[q].tok, sizeof(kept[q].tok[0]) * WIN_NEW);
+        assert_memory_equal(tight[q].lp, kept[q].lp, sizeof(kept[q].lp[0]) * WIN_NEW);
+    }
+    /* global layers read every block: the same requests need their whole length */
+    struct got g3[WIN_SEQS];
+    assert_int_equal(window_run(gemma3, 20, false, g3, &peak), -E2BIG);
+    table_with_holes(phi3, true);
+    table_with_holes(gemma3, false);
+}
+
 /* KL divergence of softmax(b) from softmax(a) over n logits, in double. */
 static double kld(const float *a, const float *b, int n)
 {
@@ -506,6 +676,7 @@ int main(void)
         cmocka_unit_test(test_reports_through_log),  cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_scribbled_capacities), cmocka_unit_test(test_scribbled_offsets),
         cmocka_unit_test(test_batched_golden),       cmocka_unit_test(test_batch_of_8_logits),
+        cmocka_unit_test(test_window_blocks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

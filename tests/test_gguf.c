@@ -1268,7 +1268,7 @@ static void test_source_gemma(void **state)
     assert_int_equal(c.flags, SHLM_CF_POST_NORMS);
     assert_int_equal(last_cfgx.window, 32);
     assert_int_equal(last_cfgx.window_pattern, 2);
-    assert_true(last_cfgx.attn_softcap == 3.0f && last_cfgx.final_softcap == 10.0f);
+    assert_true(last_cfgx.attn_softcap == 1.0f && last_cfgx.final_softcap == 30.0f);
     assert_true(last_cfgx.query_scale == 0.0f && last_cfgx.rope_theta_local == 0.0f);
     const char *sw = "gemma2.attention.sliding_window", *ac = "gemma2.attn_logit_softcapping";
     expect_kv(b, n, sw, NULL, 0, NULL, &c, NULL); /* ik_llama.cpp's default */
@@ -1277,7 +1277,7 @@ static void test_source_gemma(void **state)
     expect_kv(b, n, sw, sw, GGUF_UINT32, v_u32_0, &c, sw, "is 0", NULL);
     expect_kv(b, n, ac, ac, GGUF_FLOAT32, v_f32_neg, &c, ac, "-30", NULL);
     expect_kv(b, n, ac, NULL, 0, NULL, &c, NULL);
-    assert_true(last_cfgx.attn_softcap == 0.0f && last_cfgx.final_softcap == 10.0f);
+    assert_true(last_cfgx.attn_softcap == 0.0f && last_cfgx.final_softcap == 30.0f);
     /* ik_llama.cpp's 27B (46 layers): scores by (dim / heads)^-1/2 = 16^-1/2, not head_dim's */
     const char *bc = "gemma2.block_count";
     expect_kv(b, n, bc, bc, GGUF_UINT32, v_u32_46, &c, NULL);

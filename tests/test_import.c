@@ -469,13 +469,13 @@ static void test_tiny_qwen3_ik(void **state)
     static const char *const lines[] = {"architecture: llama-family +qk-norm\n", NULL};
     check_ik("tiny-qwen3", lines);
 }
-/* pre/post norms, (1 + w) norms, sqrt(dim) embeddings, attention and final soft-caps (3, 10),
+/* pre/post norms, (1 + w) norms, sqrt(dim) embeddings, attention and final soft-caps (1, 30),
  * windows of 32 on even layers, GELU-tanh */
 static void test_tiny_gemma2_ik(void **state)
 {
     static const char *const lines[] = {
         "architecture: llama-family +embedding-scale +post-norms\n",
-        "\nattention: window 32 on 13 of 26 layers, score soft-cap 3, logit soft-cap 10\n", NULL};
+        "\nattention: window 32 on 13 of 26 layers, score soft-cap 1, logit soft-cap 30\n", NULL};
     check_ik("tiny-gemma2", lines);
 }
 /* and q/k norms, 5 local (window 48, RoPE base 1e4) : 1 global (1e6) layers, no soft-caps */

@@ -8,6 +8,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/time.h>
 #include <zmq.h>
 
 #include "proto.h"
@@ -498,6 +502,55 @@ static void test_oversize_inproc_delivered(void **state)
     free(reason);
 }
 
+static volatile sig_atomic_t alarms;
+static void on_alarm(int sig)
+{
+    (void)sig;
+    alarms++;
+}
+
+/* A signal is not a failure: with SIGALRM every 20 us (a handler without SA_RESTART, as the
+ * coordinator's SIGTERM/SIGINT one), every send succeeds and every message arrives whole, in
+ * order; a receive may only say -EINTR before it took a frame. Before the retry, "send Step to
+ * worker rank 0: Interrupted system call" failed a server's running streams on SIGTERM. */
+static void test_signals_interrupt_nothing(void **state)
+{
+    struct pair *p = *state;
+    alarms = 0;
+    struct sigaction sa = {.sa_handler = on_alarm}, old;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
+    struct itimerval it = {.it_interval = {.tv_usec = 20}, .it_value = {.tv_usec = 20}};
+    assert_int_equal(setitimer(ITIMER_REAL, &it, NULL), 0);
+    int interrupted = 0;
+    enum { N = 5000 };
+    for (uint64_t seq = 1; seq <= N; seq++) {
+        Shardlm__Heartbeat hb;
+        proto_env env = heartbeat(&hb, seq);
+        bool up = seq % 2; /* both directions, the ROUTER's with its id frame */
+        int rc =
+            up ? proto_send(p->dealer, NULL, 0, &env) : proto_send(p->router, ID, strlen(ID), &env);
+        if (rc)
+            fprintf(stderr, "send %" PRIu64 ": %s\n", seq, zmq_strerror(-rc));
+        assert_int_equal(rc, 0);
+        char id[PROTO_MAX_ID];
+        size_t idlen = 0;
+        proto_env *got = NULL;
+        while ((rc = up ? proto_recv(p->router, WAIT_MS, id, &idlen, &got)
+                        : proto_recv(p->dealer, WAIT_MS, NULL, NULL, &got)) == -EINTR)
+            interrupted++;
+        assert_int_equal(rc, 0);
+        assert_int_equal(got->msg_case, SHARDLM__ENVELOPE__MSG_HEARTBEAT);
+        assert_int_equal(got->heartbeat->seq, seq);
+        proto_free(got);
+    }
+    struct itimerval off = {0};
+    setitimer(ITIMER_REAL, &off, NULL);
+    sigaction(SIGALRM, &old, NULL);
+    printf("%d messages, %d signals, %d receive waits interrupted\n", N, (int)alarms, interrupted);
+    assert_true(alarms > 100); /* the storm happened */
+}
+
 /* A test over one transport, named "<test>/<transport>". */
 #define OVER(f, transport) {#f "/" #transport, f, setup_##transport, teardown, NULL}
 
@@ -511,6 +564,8 @@ int main(void)
         OVER(test_garbage_is_consumed, ipc),
         OVER(test_oversize_dropped_ipc, ipc),
         OVER(test_oversize_inproc_delivered, inproc),
+        OVER(test_signals_interrupt_nothing, inproc),
+        OVER(test_signals_interrupt_nothing, ipc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -145,13 +145,21 @@ static void read_response(int fd, struct resp *r)
         r->len = (size_t)(raw + len - b);
         memcpy(r->body, b, r->len);
     } else
-        for (;;) {
+        for (const char *end = raw + len;;) {
+            /* every step stays inside the received bytes: a reply cut anywhere (in a size
+             * line, the data or its CRLF) is a failed assertion, never a read past them */
             unsigned long n = strtoul(b, &b, 16);
             b = strstr(b, "\r\n");
             if (!n || !b)
                 break;
             b += 2;
-            assert_true(n <= (size_t)(raw + len - b)); /* a chunk cut short: a broken reply */
+            if (n > (size_t)(end - b) || (size_t)(end - b) - n < 2 || memcmp(b + n, "\r\n", 2)) {
+                fprintf(stderr,
+                        "a chunk of %lu bytes cut short or unterminated; the reply's "
+                        "last bytes:\n%s\n",
+                        n, len > 300 ? raw + len - 300 : raw);
+                fail_msg("a broken chunked reply");
+            }
             memcpy(r->body + r->len, b, n);
             r->len += n;
             b += n + 2;
@@ -292,8 +300,11 @@ static char *stream_text(const struct resp *r, bool chat, char *finish, size_t f
         }
         json_t *j = json_loads(ev + 6, 0, NULL);
         assert_non_null(j);
-        assert_string_equal(json_string_value(json_object_get(j, "object")),
-                            chat ? "chat.completion.chunk" : "text_completion");
+        const char *object = json_string_value(json_object_get(j, "object"));
+        if (!object) /* an error event, say: shown, not handed to strcmp */
+            fprintf(stderr, "an event that is not a chunk: %s\n", ev + 6);
+        assert_non_null(object);
+        assert_string_equal(object, chat ? "chat.completion.chunk" : "text_completion");
         json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
         json_t *delta = json_object_get(ch, "delta");
         if (chat) {

@@ -149,10 +149,14 @@ static int check_seq(struct wrk *w, const Shardlm__StepSeq *q, struct shardlm_er
     if ((uint64_t)q->block_offset + nb > x->max_blocks)
         return shardlm_fail(e, -EINVAL, "block table %u..+%llu outside the exchange's %u",
                             q->block_offset, (unsigned long long)nb, x->max_blocks);
-    for (uint64_t b = 0; b < nb; b++)
-        if (blocks[q->block_offset + b] >= kv->n_blocks)
-            return shardlm_fail(e, -EINVAL, "KV block %u outside the cache's %u",
-                                blocks[q->block_offset + b], kv->n_blocks);
+    /* the blocks before every layer's window are never read (the kernels start at the window):
+     * the coordinator may have given them back (SEG_KV_NONE); every block read must be there */
+    uint32_t dead = seg_kv_dead_blocks(shlm_kv_window(&w->model.cfg, &w->model.cfgx), q->pos);
+    for (uint64_t b = 0; b < nb; b++) {
+        uint32_t t = blocks[q->block_offset + b];
+        if (t >= kv->n_blocks && !(b < dead && t == SEG_KV_NONE))
+            return shardlm_fail(e, -EINVAL, "KV block %u outside the cache's %u", t, kv->n_blocks);
+    }
     for (uint32_t t = 0; t < q->n_tokens; t++) {
         int32_t id = tok[q->token_offset + t];
         if (id < 0 || (uint32_t)id >= x->vocab)

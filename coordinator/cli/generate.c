@@ -298,12 +298,13 @@ static void print_sched_stats(const struct coord_sched *s, FILE *f)
     fprintf(f,
             "sched steps=%llu prefill_tokens=%llu decode_tokens=%llu preemptions=%llu "
             "kv_blocks=%u kv_used=%u kv_cached=%u prefix_hit_tokens=%llu/%llu "
-            "sampler_share=%.4f\n",
+            "sampler_share=%.4f kv_peak=%u kv_dropped=%llu\n",
             (unsigned long long)st.steps, (unsigned long long)st.prefill_tokens,
             (unsigned long long)st.decode_tokens, (unsigned long long)st.preemptions, st.blocks,
             st.blocks_used, st.blocks_cached, (unsigned long long)st.cached_tokens,
             (unsigned long long)st.prompt_tokens,
-            st.step_ns ? (double)st.sample_ns / (double)st.step_ns : 0.0);
+            st.step_ns ? (double)st.sample_ns / (double)st.step_ns : 0.0, st.blocks_peak,
+            (unsigned long long)st.blocks_dropped);
 }
 
 static void gen_free(struct gen *g)

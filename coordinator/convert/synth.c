@@ -18,9 +18,11 @@
 
 /* The tiny architecture shapes: hidden 64, vocab 512, even head counts (KV heads >= 2: tensor
  * parallelism at 2 ranks), windows shorter than the 300-token references, caps and multipliers
- * that bite; weights scaled so that ik_llama.cpp's next-token distributions on the references
- * are peaked (mean top-1 probability >= 0.3; tools/ik_ref). */
-#define TINY_WEIGHTS .w_std = 0.08f, .qk_std = 0.18f, .emb_std = 0.5f, .norm_std = 0.1f
+ * that bite; weights of rank 16 (coord_synth_shape.rank) at trained models' scales, the final
+ * norm's (out_norm) set per shape so that ik_llama.cpp's next-token distributions on the
+ * references are peaked (mean top-1 probability >= 0.3; tools/ik_ref) while int4 rounding costs
+ * what it costs on a trained model (tests/test_archs.sh's figures). */
+#define TINY_WEIGHTS .w_std = 0.06f, .qk_std = 0.08f, .emb_std = 0.5f, .norm_std = 0.1f, .rank = 16
 /* one row per shape, its sizes as the first shapes' */
 /* clang-format off */
 static const struct coord_synth_shape shapes[] = {
@@ -37,18 +39,19 @@ static const struct coord_synth_shape shapes[] = {
     /* Qwen3: q/k RMSNorm per head, head_dim != dim / heads, tied */
     {"tiny-qwen3", "qwen3", 64, 4, 4, 32, 2, 192, 512, 4096, 1000000.0f, false, false,
      .hf_class = "Qwen3ForCausalLM", .hf_type = "qwen3", .eps = 1e-6f, .qk_norm = true,
-     TINY_WEIGHTS, .out_norm = 0.4f},
+     TINY_WEIGHTS, .out_norm = 1.0f},
     /* Gemma 2: 26 layers (ik takes the 2B's query scaling from the layer count), window on even
-     * layers, attention and final soft-caps, (1 + w) pre/post norms, GELU-tanh */
+     * layers, attention and final soft-caps (1: the scores here are of order 1; 30: Gemma 2's
+     * own, which the top logits reach), (1 + w) pre/post norms, GELU-tanh */
     {"tiny-gemma2", "gemma2", 64, 26, 4, 32, 2, 256, 512, 4096, 10000.0f, true, false,
      .hf_class = "Gemma2ForCausalLM", .hf_type = "gemma2", .eps = 1e-6f, .gemma = true,
-     .window = 32, .window_pattern = 2, .attn_softcap = 3.0f, .final_softcap = 10.0f,
-     .query_scalar = 32.0f, TINY_WEIGHTS, .out_norm = 0.7f},
+     .window = 32, .window_pattern = 2, .attn_softcap = 1.0f, .final_softcap = 30.0f,
+     .query_scalar = 32.0f, TINY_WEIGHTS, .out_norm = 1.4f},
     /* Gemma 3: 5 local (base 10000) : 1 global (base 1e6) layers, q/k norms */
     {"tiny-gemma3", "gemma3", 64, 8, 4, 32, 2, 256, 512, 4096, 1000000.0f, true, false,
      .hf_class = "Gemma3ForCausalLM", .hf_type = "gemma3_text", .eps = 1e-6f, .qk_norm = true,
      .gemma = true, .window = 48, .window_pattern = 6, .theta_local = 10000.0f,
-     .query_scalar = 32.0f, TINY_WEIGHTS, .out_norm = 0.35f},
+     .query_scalar = 32.0f, TINY_WEIGHTS, .out_norm = 0.85f},
     /* Phi-3.5: fused qkv and gate_up, LongRoPE (original context 256 of 4096), a window */
     {"tiny-phi3", "phi3", 64, 4, 4, 16, 2, 160, 512, 4096, 10000.0f, false, false,
      .hf_class = "Phi3ForCausalLM", .hf_type = "phi3", .eps = 1e-5f, .untied = true,
@@ -62,7 +65,7 @@ static const struct coord_synth_shape shapes[] = {
     /* SmolLM3: no RoPE on every 4th layer */
     {"tiny-smollm3", "smollm3", 64, 4, 4, 16, 2, 160, 512, 4096, 5000000.0f, false, false,
      .hf_class = "SmolLM3ForCausalLM", .hf_type = "smollm3", .eps = 1e-6f, .llama_rope = true,
-     .no_rope_every = 4, TINY_WEIGHTS, .out_norm = 0.4f},
+     .no_rope_every = 4, TINY_WEIGHTS, .out_norm = 1.0f},
     /* Mistral Nemo: head_dim != dim / heads, untied (ik's llama has no sliding window: none) */
     {"tiny-mistral", "llama", 64, 4, 4, 32, 2, 192, 512, 4096, 1000000.0f, false, false,
      .hf_class = "MistralForCausalLM", .hf_type = "mistral", .eps = 1e-5f, .untied = true,
@@ -121,10 +124,43 @@ static void fill_normal(uint64_t *rng, float *x, size_t n, float std)
         x[n - 1] = std * sqrtf(-2.0f * logf(uniform(rng))) * cosf(6.28318531f * uniform(rng));
 }
 
+/* A low-rank tensor's @rows rows (all of them for a writer): rows = coordinates x basis^T for a
+ * tensor that reads the stream (@t->cols is the basis' dim), columns = basis x coordinates for
+ * one that writes it (its rows are). The coordinates are drawn row by row, or column by column. */
+static void draw_low_rank(const struct synth_tensor *t, uint64_t *rng, float *buf, uint64_t rows)
+{
+    uint32_t k = t->rank;
+    float c[64];
+    if (!t->writes) {
+        for (uint64_t r = 0; r < rows; r++) {
+            fill_normal(rng, c, k, t->std);
+            for (uint64_t j = 0; j < t->cols; j++) {
+                float v = 0.0f;
+                for (uint32_t i = 0; i < k; i++)
+                    v += c[i] * t->basis[j * k + i];
+                buf[r * t->cols + j] = v;
+            }
+        }
+        return;
+    }
+    float std = t->std * sqrtf((float)rows / (float)k);
+    for (uint64_t j = 0; j < t->cols; j++) {
+        fill_normal(rng, c, k, std);
+        for (uint64_t r = 0; r < rows; r++) {
+            float v = 0.0f;
+            for (uint32_t i = 0; i < k; i++)
+                v += t->basis[r * k + i] * c[i];
+            buf[r * t->cols + j] = v;
+        }
+    }
+}
+
 void synth_draw(const struct synth_tensor *t, uint64_t *rng, float *buf, uint64_t rows)
 {
     uint64_t n = (t->rows ? rows : 1) * t->cols;
-    if (t->fixed)
+    if (t->basis)
+        draw_low_rank(t, rng, buf, rows);
+    else if (t->fixed)
         memcpy(buf, t->fixed, n * sizeof(float));
     else if (t->std > 0.0f) {
         fill_normal(rng, buf, n, t->std);
@@ -342,14 +378,61 @@ static void shape_config(const struct coord_synth_shape *s, struct shlm_config *
         shlm_arch_apply(a, false, c);
 }
 
-/* The tensor list of shape @s in draw order. Returns 0, -ENOMEM, or -EINVAL for a shape fused
- * where its architecture's row has no fused tensors. */
-static int model_init(struct synth_model *m, const struct coord_synth_shape *s)
+/* @m's basis for a shape of rank > 0: dim x rank orthonormal columns (Gram-Schmidt of normal
+ * draws from a stream of its own, so the weights' stream is as it was). Returns 0 or -ENOMEM. */
+static int make_basis(struct synth_model *m)
+{
+    uint32_t d = m->s->dim, k = m->s->rank;
+    uint64_t rng = m->seed ^ 0xd1b54a32d192ed03ull;
+    float *col = malloc(d * sizeof(float));
+    m->basis = malloc((size_t)d * k * sizeof(float));
+    if (!col || !m->basis) {
+        free(col);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < k; i++) {
+        fill_normal(&rng, col, d, 1.0f);
+        for (uint32_t p = 0; p < i; p++) { /* against each column before, twice (rounding) */
+            for (int pass = 0; pass < 2; pass++) {
+                double dot = 0;
+                for (uint32_t r = 0; r < d; r++)
+                    dot += (double)col[r] * m->basis[r * k + p];
+                for (uint32_t r = 0; r < d; r++)
+                    col[r] -= (float)dot * m->basis[r * k + p];
+            }
+        }
+        double norm = 0;
+        for (uint32_t r = 0; r < d; r++)
+            norm += (double)col[r] * col[r];
+        for (uint32_t r = 0; r < d; r++)
+            m->basis[r * k + i] = (float)(col[r] / sqrt(norm));
+    }
+    free(col);
+    return 0;
+}
+
+/* @t drawn in @m's subspace (none at full rank), reading or (@writes) writing the stream */
+static struct synth_tensor *low_rank(const struct synth_model *m, struct synth_tensor *t,
+                                     bool writes)
+{
+    if (m->basis) {
+        t->basis = m->basis;
+        t->rank = m->s->rank;
+        t->writes = writes;
+    }
+    return t;
+}
+
+/* The tensor list of shape @s in draw order, the basis drawn from @seed. Returns 0, -ENOMEM, or
+ * -EINVAL for a shape fused where its architecture's row has no fused tensors (the caller frees
+ * m->t and m->basis either way). */
+static int model_init(struct synth_model *m, const struct coord_synth_shape *s, uint64_t seed)
 {
     memset(m, 0, sizeof(*m));
     m->s = s;
+    m->seed = seed;
     m->t = calloc(16 * (size_t)s->layers + 8, sizeof(*m->t));
-    if (!m->t)
+    if (!m->t || (s->rank && make_basis(m)))
         return -ENOMEM;
     struct shlm_config cfg, *c = &cfg;
     shape_config(s, c);
@@ -358,11 +441,17 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s)
     float emb = legacy ? 0.02f : s->emb_std, out_norm = s->out_norm ? s->out_norm : 1.0f;
     uint64_t d = s->dim, q = (uint64_t)s->heads * s->head_dim,
              kv = (uint64_t)s->kv_heads * s->head_dim;
+    /* Gemma's post-norms set what each layer writes to the stream (its RMS), whatever the
+     * weights: on the tiny shapes 1 / sqrt(layers), so that all layers' writes together are of
+     * one write's size and the deep Gemma 2 shape is no more sensitive to rounding than the
+     * 4-layer ones */
+    float post = s->rank ? 1.0f / sqrtf((float)s->layers) : 1.0f;
+    struct synth_tensor *t;
     rope_tables(m);
-    add(m, c, SHLM_KIND_TOK_EMBD, -1, d, s->vocab, 0, emb, true);
+    low_rank(m, add(m, c, SHLM_KIND_TOK_EMBD, -1, d, s->vocab, 0, emb, true), false);
     add_norm(m, c, SHLM_KIND_OUTPUT_NORM, -1, d, out_norm);
     if (s->untied)
-        add(m, c, SHLM_KIND_OUTPUT, -1, d, s->vocab, 0, emb, true);
+        low_rank(m, add(m, c, SHLM_KIND_OUTPUT, -1, d, s->vocab, 0, emb, true), false);
     if (s->rope == COORD_SYNTH_ROPE_LLAMA3)
         add(m, c, SHLM_KIND_ROPE_FREQS, -1, s->head_dim / 2, 0, 0, 0, false)->fixed = m->rope_long;
     if (s->rope == COORD_SYNTH_ROPE_LONGROPE) {
@@ -374,14 +463,15 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s)
     for (int l = 0; l < (int)s->layers; l++) {
         add_norm(m, c, SHLM_KIND_ATTN_NORM, l, d, 1.0f);
         if (s->fused) { /* q, k, v rows stacked; its q and k parts drawn with the q/k std */
-            if (!add_fused(m, c, SHLM_KIND_ATTN_Q, l, d, wqk))
+            if (!(t = add_fused(m, c, SHLM_KIND_ATTN_Q, l, d, wqk)))
                 return -EINVAL;
+            low_rank(m, t, false);
         } else {
-            add(m, c, SHLM_KIND_ATTN_Q, l, d, q, 0, wqk, true)->permute =
+            low_rank(m, add(m, c, SHLM_KIND_ATTN_Q, l, d, q, 0, wqk, true), false)->permute =
                 s->llama_rope ? s->heads : 0;
-            add(m, c, SHLM_KIND_ATTN_K, l, d, kv, 0, wqk, true)->permute =
+            low_rank(m, add(m, c, SHLM_KIND_ATTN_K, l, d, kv, 0, wqk, true), false)->permute =
                 s->llama_rope ? s->kv_heads : 0;
-            add(m, c, SHLM_KIND_ATTN_V, l, d, kv, 0, w, true);
+            low_rank(m, add(m, c, SHLM_KIND_ATTN_V, l, d, kv, 0, w, true), false);
         }
         if (s->head_gate)
             add(m, c, SHLM_KIND_ATTN_GATE, l, d, s->heads, 0, w, false);
@@ -389,20 +479,21 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s)
             add_norm(m, c, SHLM_KIND_ATTN_Q_NORM, l, s->head_dim, 1.0f);
             add_norm(m, c, SHLM_KIND_ATTN_K_NORM, l, s->head_dim, 1.0f);
         }
-        add(m, c, SHLM_KIND_ATTN_O, l, q, d, 0, w, true);
+        low_rank(m, add(m, c, SHLM_KIND_ATTN_O, l, q, d, 0, w, true), true);
         if (s->gemma)
-            add_norm(m, c, SHLM_KIND_ATTN_POST_NORM, l, d, 1.0f);
+            add_norm(m, c, SHLM_KIND_ATTN_POST_NORM, l, d, post);
         add_norm(m, c, SHLM_KIND_FFN_NORM, l, d, 1.0f);
         if (s->fused) {
-            if (!add_fused(m, c, SHLM_KIND_FFN_UP, l, d, w))
+            if (!(t = add_fused(m, c, SHLM_KIND_FFN_UP, l, d, w)))
                 return -EINVAL;
+            low_rank(m, t, false);
         } else {
-            add(m, c, SHLM_KIND_FFN_GATE, l, d, s->ffn, 0, w, true);
-            add(m, c, SHLM_KIND_FFN_UP, l, d, s->ffn, 0, w, true);
+            low_rank(m, add(m, c, SHLM_KIND_FFN_GATE, l, d, s->ffn, 0, w, true), false);
+            low_rank(m, add(m, c, SHLM_KIND_FFN_UP, l, d, s->ffn, 0, w, true), false);
         }
-        add(m, c, SHLM_KIND_FFN_DOWN, l, s->ffn, d, 0, w, true);
+        low_rank(m, add(m, c, SHLM_KIND_FFN_DOWN, l, s->ffn, d, 0, w, true), true);
         if (s->gemma)
-            add_norm(m, c, SHLM_KIND_FFN_POST_NORM, l, d, 1.0f);
+            add_norm(m, c, SHLM_KIND_FFN_POST_NORM, l, d, post);
     }
     return 0;
 }
@@ -461,7 +552,7 @@ uint64_t synth_block_rows(const struct synth_tensor *t)
 {
     if (!t->rows)
         return 1;
-    return t->permute ? t->rows : (1u << 20) / t->cols + 1;
+    return t->permute || t->writes ? t->rows : (1u << 20) / t->cols + 1;
 }
 
 /* GGUF row order of HF row @r of a q/k tensor of @heads heads of @rows rows in all: each head's
@@ -552,6 +643,9 @@ int coord_synth_write(const struct coord_synth_opts *o, struct shardlm_err *e)
         return shardlm_fail(e, -EINVAL, "unknown shape '%s'", o->shape);
     if (o->hf && !s->hf_type)
         return shardlm_fail(e, -EINVAL, "shape '%s' has no Hugging Face form (--hf)", o->shape);
+    if (s->rank % 2 || s->rank > 64 || s->rank > s->dim)
+        return shardlm_fail(e, -EINVAL, "shape '%s': rank %u, expected even, at most 64 and %u",
+                            o->shape, s->rank, s->dim);
     struct coord_synth_shape sized; /* a real tokenizer's vocabulary sizes the rows */
     if (o->tok) {
         sized = *s;
@@ -559,9 +653,10 @@ int coord_synth_write(const struct coord_synth_opts *o, struct shardlm_err *e)
         s = &sized;
     }
     struct synth_model m;
-    int rc = model_init(&m, s);
+    int rc = model_init(&m, s, o->seed ? o->seed : 0x9e3779b97f4a7c15ull);
     if (rc) {
         free(m.t);
+        free(m.basis);
         return rc == -ENOMEM ? shardlm_fail(e, rc, "out of memory")
                              : shardlm_fail(e, rc,
                                             "shape %s: fused tensors, which architecture %s "
@@ -570,10 +665,10 @@ int coord_synth_write(const struct coord_synth_opts *o, struct shardlm_err *e)
     }
     m.tok = o->tok;
     m.f32 = o->f32;
-    m.seed = o->seed ? o->seed : 0x9e3779b97f4a7c15ull;
     rc = o->hf ? synth_write_hf(&m, o->out, o->progress, o->progress_ctx, e)
                : write_gguf(&m, o->out, o->progress, o->progress_ctx, e);
     free(m.t);
+    free(m.basis);
     return rc;
 }
 

@@ -46,8 +46,19 @@ struct coord_synth_shape {
     uint32_t rope_orig_ctx;                 /* Llama 3.1, LongRoPE: the original context */
     /* weights: matrices N(0, w_std), q and k N(0, qk_std), embeddings N(0, emb_std), norms
      * N(1, norm_std) and the final norm N(out_norm, norm_std * out_norm) - larger than 0.02 and 1
-     * on the tiny shapes so that attention is not uniform and the outputs are peaked */
+     * on the tiny shapes so that attention is not uniform and the outputs are peaked (with a
+     * rank, the coordinates in the subspace are drawn so: see below) */
     float w_std, qk_std, emb_std, norm_std, out_norm;
+    /* the rank of the tiny shapes' weights (0: full; even, at most dim and 64): every matrix,
+     * the embeddings and the head lie in one seeded rank-dimensional subspace of the residual
+     * stream (on the side that reads or writes it), as trained models' weights and activations
+     * concentrate in few directions. int4 rounding's error, spread over all dim directions,
+     * reaches what the next layer and the head read in part only; and the embedding's share of
+     * the stream is smaller, so that a tied head's peaked outputs come from the layers, not from
+     * the input token's own embedding (at full rank, 98% of tiny-qwen3's top-1s were the input
+     * token). With the trained-model scales of w_std and qk_std, w4a8/w4a16 then cost what they
+     * cost on a trained model (tests/test_archs.sh) */
+    uint32_t rank;
 };
 
 /* The shapes coord_synth() makes, *@n of them (static). */

@@ -16,6 +16,13 @@ struct synth_tensor {
     bool matrix;           /* takes the file's matrix type (F16 or F32); else always F32 */
     float gguf_add;        /* GGUF value = the HF value + this (Gemma's (1 + w) norms) */
     uint32_t permute;      /* q/k: GGUF rows interleave each of these many heads' halves */
+    /* low rank (the model's basis, synth_model): each row in the basis' span, drawn as rank
+     * N(0, std) coordinates (a tensor that reads the residual stream, the embeddings, the head);
+     * or, with @writes, each column in it (a tensor that writes the stream: attention output, FFN
+     * down), its coordinates N(0, std * sqrt(dim / rank)) so that its entries keep @std */
+    const float *basis;
+    uint32_t rank;
+    bool writes;
     int layer;             /* the layer it belongs to, -1: none */
 };
 
@@ -27,6 +34,7 @@ struct synth_model {
     uint64_t seed;
     const struct coord_synth_tok *tok;     /* a real tokenizer, or NULL (struct coord_synth_opts) */
     float rope_long[256], rope_short[256]; /* LongRoPE factors, Llama 3.1 factors in rope_long */
+    float *basis; /* (dim x rank) orthonormal columns: the stream's subspace; NULL: full rank */
 };
 
 /* The vocabulary both files carry: the 256 byte symbols, pairs, triples, each with its merge,

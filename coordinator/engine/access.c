@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,7 +205,14 @@ int coord_curve_start(struct coord_curve **out, void *zctx, void *sock, const ch
         free(c);
         return rc;
     }
-    if ((rc = pthread_create(&c->th, NULL, zap_run, c))) {
+    /* the handler's thread takes no signal (SIGTERM and the like go to the others): its replies
+     * are six frames sent unchecked, and an interrupted one would leave a handshake waiting */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&c->th, NULL, zap_run, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) {
         zmq_close(c->zap);
         free(c);
         return shardlm_fail(e, -rc, "ZAP handler thread: %s", strerror(rc));

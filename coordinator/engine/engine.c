@@ -136,6 +136,7 @@ static int stage_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
     int32_t *tok = coord_exch_tokens(g);
     uint32_t *own = g->tables; /* the step's tables as checked: never read back from the exchange */
     uint32_t rows = 0, nblk = 0, slot = coord_kv_blocks_for(ctx); /* blocks of a context */
+    uint32_t window = shlm_kv_window(&g->img.hdr->cfg, &g->img.hdr->cfgx);
     *tokens = 0;
     for (int i = 0; i < n; i++) {
         struct coord_seq_step *s = &seqs[i];
@@ -155,8 +156,10 @@ static int stage_step(struct coord_engine *g, struct coord_seq_step *seqs, int n
                                 g->kv_blocks / slot);
         uint32_t *t = own + nblk;
         table_of(s, slot, nb, t);
+        /* blocks before every layer's window may have gone back to the pool (SEG_KV_NONE) */
+        uint32_t dead = s->blocks ? seg_kv_dead_blocks(window, s->pos) : 0;
         for (uint32_t b = 0; b < nb; b++)
-            if (t[b] >= g->kv_blocks)
+            if (t[b] >= g->kv_blocks && !(b < dead && t[b] == SEG_KV_NONE))
                 return shardlm_fail(e, -EINVAL, "sequence %u: KV block %u, the cache has %u",
                                     s->seq_id, t[b], g->kv_blocks);
         for (int j = 0; j < i; j++) {

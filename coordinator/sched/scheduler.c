@@ -19,9 +19,10 @@ struct seq {
     int32_t *tokens; /* prompt then generated, context + 1 at most */
     int len, n_prompt, n_gen, max_new;
     int computed;     /* positions whose KV is in its blocks */
-    uint32_t *table;  /* blocks held, in position order */
+    uint32_t *table;  /* blocks held, in position order; [0, n_dead) given back (SEG_KV_NONE) */
     uint64_t *hashes; /* chained hashes of its full blocks, [0, n_hashed) */
     int n_blocks, n_hashed;
+    int n_dead;        /* leading blocks no layer reads again, given back (drop_dead) */
     int cached_tokens; /* prompt tokens the prefix cache had at its first start */
     bool looked_up, cancelled;
     struct coord_sampler smp;
@@ -71,24 +72,31 @@ static int engine_step(void *ctx, struct coord_seq_step *seqs, int n, struct sha
     return coord_engine_step(ctx, seqs, n, e);
 }
 
+void coord_sched_engine_backend(struct coord_engine *g, struct coord_sched_backend *b)
+{
+    const struct shlm_header *h = coord_engine_model(g)->hdr;
+    *b = (struct coord_sched_backend){engine_step,
+                                      g,
+                                      h->cfg.vocab_size,
+                                      h->cfg.seq_len,
+                                      coord_engine_kv_blocks(g),
+                                      coord_engine_max_seqs(g),
+                                      (int)h->bos_id,
+                                      (int)h->eos_id,
+                                      shlm_kv_window(&h->cfg, &h->cfgx)};
+}
+
 int coord_sched_init(struct coord_sched **out, struct coord_engine *g, const struct coord_tok *tok,
                      const struct coord_sched_opts *o, struct shardlm_err *e)
 {
-    const struct shlm_header *h = coord_engine_model(g)->hdr;
     uint32_t rows = coord_engine_logit_rows(g), want = o->max_seqs ? o->max_seqs : 1;
     if (want > rows) /* each running sequence's next token needs a row of logits a step */
         return shardlm_fail(e, -E2BIG,
                             "--max-seqs %u: a step returns at most %u rows of logits over this "
                             "vocabulary of %u",
-                            want, rows, h->cfg.vocab_size);
-    struct coord_sched_backend b = {engine_step,
-                                    g,
-                                    h->cfg.vocab_size,
-                                    h->cfg.seq_len,
-                                    coord_engine_kv_blocks(g),
-                                    coord_engine_max_seqs(g),
-                                    (int)h->bos_id,
-                                    (int)h->eos_id};
+                            want, rows, coord_engine_model(g)->hdr->cfg.vocab_size);
+    struct coord_sched_backend b;
+    coord_sched_engine_backend(g, &b);
     return coord_sched_init_backend(out, &b, tok, o, e);
 }
 
@@ -219,6 +227,17 @@ static int check_sampling(const struct coord_sampling *p, struct shardlm_err *e)
     return 0;
 }
 
+/* The most blocks one sequence ever holds at once when every layer is windowed (window W, chunks
+ * of at most step_tokens T): during a chunk at pos it holds those of positions pos - W + 1 ..
+ * pos + T - 1 (drop_dead gave back the ones before), W + T - 1 positions over at most
+ * ceil((W + T - 1) / block) + 1 blocks. UINT32_MAX without a window (its whole length). */
+static uint32_t live_blocks(const struct coord_sched *s)
+{
+    if (!s->be.window)
+        return UINT32_MAX;
+    return coord_kv_blocks_for((uint64_t)s->be.window - 1 + s->o.step_tokens) + 1;
+}
+
 int coord_sched_submit(struct coord_sched *s, const struct coord_request *r, uint64_t *id,
                        struct shardlm_err *e)
 {
@@ -240,15 +259,28 @@ int coord_sched_submit(struct coord_sched *s, const struct coord_request *r, uin
                             "%u; ask for %d or fewer",
                             r->n_prompt, r->max_tokens, ctx, room);
     /* 0 (a request without max_tokens): up to the end of the context, or of the KV cache when
-     * that holds fewer positions (so that it is never refused for a limit it did not set) */
+     * that holds fewer positions (so that it is never refused for a limit it did not set); a
+     * windowed model's sequence needs only its live blocks, so the cache never limits it when
+     * those fit */
     int max_new = r->max_tokens;
+    uint32_t live = live_blocks(s);
     if (!max_new) {
         uint64_t fit = (uint64_t)s->pool.n_blocks * COORD_KV_BLOCK + 1;
-        max_new = fit > (uint64_t)r->n_prompt && fit - (uint64_t)r->n_prompt < (uint64_t)room
-                      ? (int)(fit - (uint64_t)r->n_prompt)
-                      : room;
+        max_new = live <= s->pool.n_blocks /* windowed: the cache never limits it */
+                          || !(fit > (uint64_t)r->n_prompt &&
+                               fit - (uint64_t)r->n_prompt < (uint64_t)room)
+                      ? room
+                      : (int)(fit - (uint64_t)r->n_prompt);
     }
     uint32_t need = coord_kv_blocks_for((uint64_t)r->n_prompt + (uint64_t)max_new - 1);
+    if (need > live && live > s->pool.n_blocks)
+        return shardlm_fail(e, -E2BIG,
+                            "the request needs %u KV blocks (a window of %u positions and a chunk "
+                            "of %u), the cache has %u (raise --kv-tokens or --kv-mem, or lower "
+                            "--step-tokens or the new tokens)",
+                            live, s->be.window, s->o.step_tokens, s->pool.n_blocks);
+    if (need > live)
+        need = live;
     if (need > s->pool.n_blocks)
         return shardlm_fail(e, -E2BIG,
                             "the request needs %u KV blocks (%d positions), the cache has %u "
@@ -316,15 +348,30 @@ bool coord_sched_idle(const struct coord_sched *s) { return s->n_seqs == 0; }
  * again, to be computed anew. */
 static void release_all(struct coord_sched *s, struct seq *q)
 {
-    for (int i = 0; i < q->n_blocks; i++)
+    for (int i = q->n_dead; i < q->n_blocks; i++)
         coord_kvpool_release(&s->pool, q->table[i]);
-    q->n_blocks = q->n_hashed = 0;
+    q->n_blocks = q->n_hashed = q->n_dead = 0;
     q->computed = 0;
     if (q->state == SEQ_RUNNING) {
         s->slot_used[q->slot] = 0;
         s->running--;
     }
     q->state = SEQ_WAITING;
+}
+
+/* Gives back @q's leading blocks that no layer reads again: when every layer is windowed, those
+ * wholly before the window of its next position (seg_kv_dead_blocks); its table keeps their
+ * places as SEG_KV_NONE. A block is one holder less, as at the sequence's end: one that another
+ * sequence shares stays theirs, a full one stays in the prefix cache (published first). So a
+ * windowed sequence holds its live blocks only, however long it grows. */
+static void drop_dead(struct coord_sched *s, struct seq *q)
+{
+    int dead = (int)seg_kv_dead_blocks(s->be.window, (uint64_t)q->computed);
+    for (; q->n_dead < dead && q->n_dead < q->n_blocks; q->n_dead++) {
+        coord_kvpool_release(&s->pool, q->table[q->n_dead]);
+        q->table[q->n_dead] = SEG_KV_NONE;
+        s->st.blocks_dropped++;
+    }
 }
 
 /* The running sequence started last. */
@@ -392,11 +439,13 @@ static void map_prefix(struct coord_sched *s, struct seq *q)
 static int admit(struct coord_sched *s, struct seq *q, uint32_t budget)
 {
     map_prefix(s, q);
+    drop_dead(s, q); /* the prefix's blocks before the window: back to the cache */
     int left = q->len - q->computed;
     int take = (uint32_t)left < budget ? left : (int)budget;
     uint32_t need =
         coord_kv_blocks_for((uint64_t)q->computed + (uint64_t)take) - (uint32_t)q->n_blocks;
     if (coord_kvpool_available(&s->pool) < need) {
+        s->st.blocks_dropped -= (uint64_t)q->n_dead; /* counted for running sequences only */
         release_all(s, q);
         return 0;
     }
@@ -695,6 +744,8 @@ int coord_sched_step(struct coord_sched *s, struct shardlm_err *e)
     int n = build_step(s);
     if (n == 0) /* cannot happen: a lone sequence always fits (coord_sched_submit) */
         return shardlm_fail(e, -EDEADLK, "scheduler: no sequence could be scheduled");
+    if (s->pool.n_held > s->st.blocks_peak)
+        s->st.blocks_peak = s->pool.n_held;
     int rc = s->be.step(s->be.ctx, s->step, n, e);
     if (rc) {
         fail_all(s, e->msg);
@@ -710,6 +761,7 @@ int coord_sched_step(struct coord_sched *s, struct shardlm_err *e)
             s->st.prefill_tokens += (uint64_t)q->step_n;
         q->step_n = 0;
         publish_full(s, q);
+        drop_dead(s, q);
         if (q->computed == q->len && advance(s, q, s->step[i].logits))
             remove_seq(s, q);
     }
@@ -763,18 +815,31 @@ int coord_sched_audit(const struct coord_sched *s, struct shardlm_err *e)
                                   (unsigned long long)q->id, q->n_blocks, q->computed);
                 goto out;
             }
+            /* the blocks before every layer's window given back, and only those */
+            if (q->n_dead != (int)seg_kv_dead_blocks(s->be.window, (uint64_t)q->computed)) {
+                rc = shardlm_fail(e, -EPROTO, "request %llu gave back %d blocks at position %d",
+                                  (unsigned long long)q->id, q->n_dead, q->computed);
+                goto out;
+            }
             for (int j = 0; j < i; j++)
                 if (s->seqs[j]->state == SEQ_RUNNING && s->seqs[j]->slot == q->slot) {
                     rc = shardlm_fail(e, -EPROTO, "two running requests in slot %u", q->slot);
                     goto out;
                 }
-        } else if (q->n_blocks) {
+        } else if (q->n_blocks || q->n_dead) {
             rc = shardlm_fail(e, -EPROTO, "waiting request %llu holds %d blocks",
                               (unsigned long long)q->id, q->n_blocks);
             goto out;
         }
-        for (int j = 0; j < q->n_blocks; j++)
-            count[q->table[j]]++;
+        for (int j = 0; j < q->n_blocks; j++) {
+            if ((j < q->n_dead) != (q->table[j] == SEG_KV_NONE)) {
+                rc = shardlm_fail(e, -EPROTO, "request %llu: table entry %d is %u (%d given back)",
+                                  (unsigned long long)q->id, j, q->table[j], q->n_dead);
+                goto out;
+            }
+            if (j >= q->n_dead)
+                count[q->table[j]]++;
+        }
     }
     if (running != s->running) {
         rc = shardlm_fail(e, -EPROTO, "%u requests running, counted %u", s->running, running);

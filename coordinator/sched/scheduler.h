@@ -16,9 +16,14 @@
  *  4. the engine runs the step; each sequence whose chunk reached its last token samples the
  *     next one, and its text (complete UTF-8 characters, held back while it may begin a stop
  *     string) goes to the callback, with the finish reason on the last call.
- * A request that alone needs more KV blocks than the cache has, or more positions than the
- * context, is refused at submission. Not thread-safe: one thread drives it (a server hands
- * requests over to that thread).
+ * When every layer of the model attends within a window W (Mistral with a window, Phi-3), a
+ * sequence's blocks wholly before its next position's window are read by no layer again: they go
+ * back to the pool as it advances (a block shared or cached for a prefix stays so for the others),
+ * so it holds at most ceil((W + step_tokens - 1) / block) + 1 blocks however long it grows. With
+ * a global layer (Gemma 2/3) every block holds that layer's K/V too and nothing goes back.
+ * A request that alone needs more KV blocks than the cache has (a windowed one: those of its
+ * window and a chunk), or more positions than the context, is refused at submission. Not
+ * thread-safe: one thread drives it (a server hands requests over to that thread).
  */
 #ifndef SHARDLM_COORD_SCHEDULER_H
 #define SHARDLM_COORD_SCHEDULER_H
@@ -95,6 +100,8 @@ struct coord_sched_stats {
     uint64_t preemptions, evictions;
     uint32_t running, waiting;
     uint32_t blocks, blocks_used, blocks_cached; /* held by sequences; cached and unheld */
+    uint32_t blocks_peak;                        /* the most held at once, in any step */
+    uint64_t blocks_dropped; /* given back before every layer's window, sequences still running */
 };
 
 struct coord_sched;
@@ -106,12 +113,19 @@ struct coord_sched_backend {
     void *ctx;
     uint32_t vocab, context, kv_blocks, max_seqs;
     int bos, eos;
+    /* the window every layer attends within (shlm_kv_window), 0: some layer reads the whole
+     * context. With one, a sequence's blocks before its window go back to the pool as it
+     * advances, and a request needs only the blocks of a window and a chunk */
+    uint32_t window;
 };
 
 /* A scheduler over the started engine @g and the tokenizer @tok (both outlive it). Returns 0 or
  * -errno with @e set. */
 int coord_sched_init(struct coord_sched **out, struct coord_engine *g, const struct coord_tok *tok,
                      const struct coord_sched_opts *o, struct shardlm_err *e);
+/* The backend coord_sched_init() runs on: the engine @g's step and capacities, the model's
+ * tokens and window (shlm_kv_window). */
+void coord_sched_engine_backend(struct coord_engine *g, struct coord_sched_backend *b);
 /* The same over @b (copied); @tok may be NULL (no text; stop strings refused). */
 int coord_sched_init_backend(struct coord_sched **out, const struct coord_sched_backend *b,
                              const struct coord_tok *tok, const struct coord_sched_opts *o,

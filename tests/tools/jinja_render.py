@@ -6,7 +6,11 @@
              "chat_template_kwargs": {extra template variables, as vLLM and llama.cpp pass them}}
    Exit 0 with exactly the rendered bytes (UTF-8) on stdout; exit 1 with one stderr line
    "jinja_render.py: MESSAGE" when the template calls raise_exception(MESSAGE); exit 2 with one line
-   "jinja_render.py: TYPE: MESSAGE" for any other error (a malformed request, an undefined value, a type error)."""
+   "jinja_render.py: TYPE: MESSAGE" for any other error (a malformed request, an undefined value, a type error).
+   jinja_render.py --batch PAIRS OUTDIR BOS EOS
+   renders every line "TEMPLATE.jinja<TAB>request.json" of PAIRS in one process (a test's hundreds of
+   renderings without a Python start each): the Nth line's stdout, stderr line and exit code as above
+   go to OUTDIR/N.out, N.err and N.rc (N from 1)."""
 import datetime, json, sys
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -21,24 +25,44 @@ def raise_exception(msg):
 def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-def fail(rc, msg):
-    sys.stderr.write("jinja_render.py: " + " ".join(msg.splitlines()) + "\n")
-    sys.exit(rc)
+def render(template_path, request, bos, eos):
+    """(exit code, rendered bytes, stderr line) of one rendering, as the command line reports it."""
+    try:
+        req = json.loads(request)
+        # messages, add_generation_prompt and the two tokens win over chat_template_kwargs of the same name
+        variables = dict(req.get("chat_template_kwargs") or {})
+        variables.update(messages=req["messages"], add_generation_prompt=req.get("add_generation_prompt", True),
+                         bos_token=bos, eos_token=eos)
+        t = env.from_string(open(template_path, encoding="utf-8").read())
+        return 0, t.render(**variables).encode("utf-8"), ""
+    except RaisedException as e:
+        return 1, b"", line(str(e))
+    except Exception as e:
+        return 2, b"", line(type(e).__name__ + ": " + str(e))
+
+def line(msg):
+    return "jinja_render.py: " + " ".join(msg.splitlines()) + "\n"
 
 env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
 env.filters["tojson"] = tojson
 env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
-try:
-    req = json.load(sys.stdin.buffer)
-    # messages, add_generation_prompt and the two tokens win over chat_template_kwargs of the same name
-    variables = dict(req.get("chat_template_kwargs") or {})
-    variables.update(messages=req["messages"], add_generation_prompt=req.get("add_generation_prompt", True),
-                     bos_token=sys.argv[2], eos_token=sys.argv[3])
-    t = env.from_string(open(sys.argv[1], encoding="utf-8").read())
-    out = t.render(**variables).encode("utf-8")
-except RaisedException as e:
-    fail(1, str(e))
-except Exception as e:
-    fail(2, type(e).__name__ + ": " + str(e))
+if len(sys.argv) == 6 and sys.argv[1] == "--batch":
+    outdir, bos, eos = sys.argv[3], sys.argv[4], sys.argv[5]
+    with open(sys.argv[2], encoding="utf-8") as pairs:
+        for n, pair in enumerate(pairs, 1):
+            template_path, request_path = pair.rstrip("\n").split("\t")
+            with open(request_path, "rb") as f:
+                rc, out, err = render(template_path, f.read(), bos, eos)
+            for ext, data in (("out", out), ("err", err.encode("utf-8")), ("rc", b"%d\n" % rc)):
+                with open("%s/%d.%s" % (outdir, n, ext), "wb") as f:
+                    f.write(data)
+    sys.exit(0)
+if len(sys.argv) != 4:
+    sys.stderr.write("usage: jinja_render.py TEMPLATE.jinja BOS EOS < request.json\n"
+                     "       jinja_render.py --batch PAIRS OUTDIR BOS EOS\n")
+    sys.exit(2)
+rc, out, err = render(sys.argv[1], sys.stdin.buffer.read(), sys.argv[2], sys.argv[3])
+sys.stderr.write(err)
 sys.stdout.buffer.write(out)
+sys.exit(rc)
