@@ -1183,6 +1183,7 @@ static void v_u32_62(struct img *m) { put_u32(m, 62); }
 static void v_f64_eps(struct img *m) { put_f64(m, 1e-6); }
 static void v_i64_neg(struct img *m) { put_u64(m, (uint64_t)-2); }
 static void v_u32_128(struct img *m) { put_u32(m, 128); }
+static void v_u32_512(struct img *m) { put_u32(m, 512); }
 static void v_u32_4096(struct img *m) { put_u32(m, 4096); }
 static void v_u32_100000(struct img *m) { put_u32(m, 100000); }
 static void v_i32_neg1(struct img *m) { put_u32(m, (uint32_t)-1); }
@@ -1477,6 +1478,12 @@ static void test_source_yarn(void **state)
     assert_int_equal(
         open_yarn(b, n, "llama.rope.scaling.attn_factor", GGUF_FLOAT32, v_f32_4, &s, &e), 0);
     assert_true(s.cfgx.rope_attn_factor == 4.0f);
+    coord_source_close(&s);
+    /* a window as long as the file's context is neutral, though YaRN raises the context past it
+     * (it was refused as sliding-window attention once the raise came before the check) */
+    assert_int_equal(
+        open_yarn(b, n, "llama.attention.sliding_window", GGUF_UINT32, v_u32_512, &s, &e), 0);
+    assert_int_equal(s.cfg.seq_len, 2048);
     coord_source_close(&s);
     assert_int_equal(
         open_yarn(b, n, "llama.rope.scaling.yarn_ext_factor", GGUF_FLOAT32, v_f32_1, &s, &e),

@@ -208,8 +208,7 @@ static int read_rope_type(struct gguf_source *g, struct coord_source *s, const c
     if (!(c->rope_factor >= 1.0f))
         return shardlm_fail(e, -EINVAL, "%s: metadata %s is %g, expected 1..1024", path,
                             akey(g, "rope.scaling.factor"), (double)c->rope_factor);
-    c->rope_scaling = SHLM_ROPE_YARN;
-    coord_yarn_context(c);
+    c->rope_scaling = SHLM_ROPE_YARN; /* the context is raised after check_unsupported */
     return 0;
 }
 
@@ -394,5 +393,8 @@ int coord_source_gguf(struct coord_source *s, const char *path, const char *toke
         coord_source_close(s);
         return rc;
     }
+    /* after the checks, which judge a window against the file's own context */
+    if (s->cfg.rope_scaling == SHLM_ROPE_YARN)
+        coord_yarn_context(&s->cfg);
     return 0;
 }
