@@ -77,7 +77,7 @@ differ() {
 mkdir "$tmp/ref"
 for t in "${templates[@]}"; do
   for c in "${requests[@]}"; do
-    printf '%s\t%s\n' "$t" "$c"
+    printf '%s\0%s\0' "$t" "$c" # NUL-terminated: a tab or newline in the checkout's path is fine
   done
 done >"$tmp/pairs"
 "$py" "$ref" --batch "$tmp/pairs" "$tmp/ref" "$bos" "$eos"

@@ -8,7 +8,7 @@
    "jinja_render.py: MESSAGE" when the template calls raise_exception(MESSAGE); exit 2 with one line
    "jinja_render.py: TYPE: MESSAGE" for any other error (a malformed request, an undefined value, a type error).
    jinja_render.py --batch PAIRS OUTDIR BOS EOS
-   renders every line "TEMPLATE.jinja<TAB>request.json" of PAIRS in one process (a test's hundreds of
+   renders every pair "TEMPLATE.jinja\0request.json\0" of PAIRS in one process (a test's hundreds of
    renderings without a Python start each): the Nth line's stdout, stderr line and exit code as above
    go to OUTDIR/N.out, N.err and N.rc (N from 1)."""
 import datetime, json, sys
@@ -49,14 +49,14 @@ env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
 if len(sys.argv) == 6 and sys.argv[1] == "--batch":
     outdir, bos, eos = sys.argv[3], sys.argv[4], sys.argv[5]
-    with open(sys.argv[2], encoding="utf-8") as pairs:
-        for n, pair in enumerate(pairs, 1):
-            template_path, request_path = pair.rstrip("\n").split("\t")
-            with open(request_path, "rb") as f:
-                rc, out, err = render(template_path, f.read(), bos, eos)
-            for ext, data in (("out", out), ("err", err.encode("utf-8")), ("rc", b"%d\n" % rc)):
-                with open("%s/%d.%s" % (outdir, n, ext), "wb") as f:
-                    f.write(data)
+    with open(sys.argv[2], "rb") as f:
+        names = f.read().split(b"\0")[:-1]  # NUL-terminated: any byte of a path but NUL goes
+    for n, (template_path, request_path) in enumerate(zip(names[0::2], names[1::2]), 1):
+        with open(request_path, "rb") as f:
+            rc, out, err = render(template_path, f.read(), bos, eos)
+        for ext, data in (("out", out), ("err", err.encode("utf-8")), ("rc", b"%d\n" % rc)):
+            with open("%s/%d.%s" % (outdir, n, ext), "wb") as f:
+                f.write(data)
     sys.exit(0)
 if len(sys.argv) != 4:
     sys.stderr.write("usage: jinja_render.py TEMPLATE.jinja BOS EOS < request.json\n"
