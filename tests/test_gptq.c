@@ -562,6 +562,7 @@ static void test_heldout(void **state)
     munmap(img, size);
     assert_int_equal(rc.heldout_tokens, 201);
     assert_int_equal(rc.heldout_scored, 100);
+    assert_int_equal(rc.heldout_bound, o.heldout_bytes); /* the bound the auto line names */
     assert_true(rc.kld[COORD_QUANT_RTN] != r.kld[COORD_QUANT_RTN]);
     o.heldout_bytes = 0;
     /* the held-out KLDs are the slice's: another slice, other figures */

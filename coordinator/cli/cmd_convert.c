@@ -164,7 +164,7 @@ static void print_auto(const struct coord_auto_report *r, const struct convert_p
     char scored[128] = "";
     if (r->heldout_scored < r->heldout_tokens) /* past the bound on their f32 logits (auto.c) */
         snprintf(scored, sizeof(scored), ", the first %ld scored (%zu MiB of f32 logits)",
-                 r->heldout_scored, COORD_AUTO_REF_BYTES >> 20);
+                 r->heldout_scored, r->heldout_bound >> 20);
     fprintf(stderr,
             "%sshardlm convert: method auto chose %s (held-out kld: %s; %ld held-out tokens%s)\n",
             p->tty ? "\r\033[K" : "", coord_quant_method_name(r->chosen), klds, r->heldout_tokens,

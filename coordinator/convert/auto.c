@@ -138,6 +138,7 @@ int coord_auto(struct coord_source *src, const struct coord_convert_opts *o, int
     KN_ASSERT(a.n_seqs > 0); /* coord_calib_open refused a calibration without */
     size_t row = (size_t)a.vocab * sizeof(float);
     size_t bound = o->heldout_bytes ? o->heldout_bytes : COORD_AUTO_REF_BYTES;
+    r->heldout_bound = bound;
     long fit = bound / row > 0 ? (long)(bound / row) : 1;
     for (int q = 0; q < a.n_seqs; q++)
         r->heldout_tokens += a.len[q];

@@ -53,6 +53,7 @@ struct coord_auto_report {
     long heldout_tokens;              /* tokens of the held-out slice (BOS included) */
     long heldout_scored; /* of them, the positions scored: the first ones, all but past the
                           * bound on their f32 log-probabilities (coord_convert_opts) */
+    size_t heldout_bound; /* that bound, bytes */
 };
 
 /* --method auto's default bound on the f32 model's held-out log-probabilities: 512 MiB, all of
