@@ -3,7 +3,8 @@
 # Issue 35's performance check (a benchmark, not a test): shardlm W4A8 against ik_llama.cpp on
 # the architecture perf shapes (synth --shape qwen3-1.7b, gemma3-1b: real dimensions and
 # vocabularies, random weights), side by side, in interleaved rounds (the two tools' order
-# alternates round by round), medians over the rounds:
+# alternates round by round), medians over the rounds of each process's median over -R warm
+# repetitions (both tools warm up first: llama-bench by default, shardlm bench always):
 #   decode tg128, B = 1        shardlm bench -n    vs llama-bench Q4_0 -rtr 1   target >= 1.05x
 #   prefill pp512              shardlm bench -p    vs llama-bench IQ4_XS        target >= 1.2x
 #   batched decode, B = 8      shardlm bench --batch vs llama-batched-bench Q4_0 -rtr (S_TG)
@@ -11,10 +12,12 @@
 # each at every thread count of -t. Run it on quiet CPUs (nothing else running: a shared
 # machine gives figures that say nothing); a round of the full set takes minutes per shape.
 #
-#   bench/archs.sh [-s "SHAPES"] [-r ROUNDS] [-p N] [-n N] [-t "T..."] [-b B] [-o DIR]
+#   bench/archs.sh [-s "SHAPES"] [-r ROUNDS] [-R REPS] [-p N] [-n N] [-t "T..."] [-b B] [-o DIR]
 #     -s  shapes (default "qwen3-1.7b gemma3-1b"; any synth --shape works, e.g. tiny-qwen3 for
 #         a smoke run)
 #     -r  rounds (default 5)      -p  prompt tokens (default 512)   -n  decode tokens (128)
+#     -R  repetitions of tg and pp in each process, their median taken (default 3: a first
+#         prefill of a process ran at 125 t/s where the next ran at 175, qwen3-1.7b, 1 thread)
 #     -t  thread counts (default "1 2")                            -b  batch (default 8)
 #     -o  work folder (default /tmp/shardlm-bench-archs): the models are made there once and
 #         reused; results.tsv gets one line per measurement (round shape test threads tool
@@ -25,11 +28,12 @@
 # earlier batched tables (-npp 128 -ntg 128).
 set -euo pipefail
 shapes="qwen3-1.7b gemma3-1b"
-rounds=5 pp=512 tg=128 threads="1 2" batch=8 out=/tmp/shardlm-bench-archs
-while getopts "s:r:p:n:t:b:o:" opt; do
+rounds=5 reps=3 pp=512 tg=128 threads="1 2" batch=8 out=/tmp/shardlm-bench-archs
+while getopts "s:r:R:p:n:t:b:o:" opt; do
   case $opt in
   s) shapes=$OPTARG ;;
   r) rounds=$OPTARG ;;
+  R) reps=$OPTARG ;;
   p) pp=$OPTARG ;;
   n) tg=$OPTARG ;;
   t) threads=$OPTARG ;;
@@ -69,16 +73,18 @@ prepare() {
 # record ROUND SHAPE TEST THREADS TOOL TOKS
 record() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" | tee -a "$results"; }
 
-# llama-bench's avg_ts of its one test, from -o json on stdin
-json_ts() { python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'; }
+# the median of llama-bench's repetitions of its one test (samples_ts), from -o json on stdin
+json_ts() {
+  python3 -c 'import json,statistics,sys; print(statistics.median(json.load(sys.stdin)[0]["samples_ts"]))'
+}
 
 # run_ik ROUND SHAPE T: ik's three measurements
 run_ik() {
   local r=$1 s=$2 t=$3 d=$out/$2
   record "$r" "$s" "tg$tg" "$t" ik-q4_0-rtr \
-    "$("$ik/llama-bench" -m "$d/$s-q4_0.gguf" -p 0 -n "$tg" -t "$t" -r 1 -rtr 1 -o json 2>/dev/null | json_ts)"
+    "$("$ik/llama-bench" -m "$d/$s-q4_0.gguf" -p 0 -n "$tg" -t "$t" -r "$reps" -rtr 1 -o json 2>/dev/null | json_ts)"
   record "$r" "$s" "pp$pp" "$t" ik-iq4_xs \
-    "$("$ik/llama-bench" -m "$d/$s-iq4_xs.gguf" -p "$pp" -n 0 -t "$t" -r 1 -o json 2>/dev/null | json_ts)"
+    "$("$ik/llama-bench" -m "$d/$s-iq4_xs.gguf" -p "$pp" -n 0 -t "$t" -r "$reps" -o json 2>/dev/null | json_ts)"
   local ctx=$((batch * (bpp + tg) + 256))
   record "$r" "$s" "B${batch}_tg$tg" "$t" ik-q4_0-rtr "$("$ik/llama-batched-bench" \
     -m "$d/$s-q4_0.gguf" -c "$ctx" -b 2048 -ub 512 -npp "$bpp" -ntg "$tg" -npl "$batch" -t "$t" \
@@ -88,7 +94,7 @@ run_ik() {
 # run_shardlm ROUND SHAPE T: shardlm's
 run_shardlm() {
   local r=$1 s=$2 t=$3 m=$out/$2/$2-w4a8.shlm j
-  j=$("$shardlm" bench -m "$m" -p "$pp" -n "$tg" -t "$t" -r 1 --json 2>/dev/null | tail -n 1)
+  j=$("$shardlm" bench -m "$m" -p "$pp" -n "$tg" -t "$t" -r "$reps" --json 2>/dev/null | tail -n 1)
   record "$r" "$s" "tg$tg" "$t" shardlm "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tg_ts"])' "$j")"
   record "$r" "$s" "pp$pp" "$t" shardlm "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["pp_ts"])' "$j")"
   j=$("$shardlm" bench -m "$m" --batch "$batch" -p "$bpp" -n "$tg" -t "$t" -r 1 --json 2>/dev/null |

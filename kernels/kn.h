@@ -159,6 +159,7 @@ struct kn_type_traits {
     bool zeros;          /* a uint8 zero point per group after the scales (asymmetric) */
     int tile_rows;       /* device layouts: rows per block (KN_TILE_ROWS); 0: row-major */
     enum kn_dtype canon; /* the file layout it is made from (itself for a file layout) */
+    unsigned act_parts;  /* the parts of a kn_act its products read (KN_ACT_*) */
     /* Row @r of @m dequantized into @out (m->cols floats). */
     void (*to_float)(const struct kn_mat *m, int r, float *out);
     /* The canonical matrix (kn_mat_bytes() at @out) of the f32 rows @w (rows, cols), its rows
@@ -211,11 +212,25 @@ uint16_t kn_w4_scale(const struct kn_mat *m, int r, int g);
 /* The zero point of row @r, group @g: 8 for the W4A8 layouts. */
 int kn_w4_zero(const struct kn_mat *m, int r, int g);
 
-/* One activation vector prepared for every weight format: x padded with zeros to a multiple of
- * @group, split into even/odd elements (to match the nibble order), per-group sums, and the int8
- * per-token quantization used by W4A8. Buffers are owned by the caller (kn_act_alloc). */
+/* The parts of a kn_act, by the weight formats that read them (kn_type_traits[].act_parts):
+ * act_prepare fills those in kn_act.parts, so that a prefill chunk writes only what its products
+ * read (a W4A8 product reads 1 byte of the 12 an element has in all). */
+enum {
+    KN_ACT_F32 = 1 << 0, /* x and gsum */
+    KN_ACT_EO = 1 << 1,  /* xe and xo */
+    KN_ACT_Q = 1 << 2,   /* q, qgsum and qscale */
+    KN_ACT_QEO = 1 << 3, /* qe, qo, qgsum and qscale */
+    KN_ACT_Q16 = 1 << 4, /* q16 and q16scale */
+    KN_ACT_ALL = (1 << 5) - 1,
+};
+
+/* One activation vector prepared for the weight formats of kn_act.parts: x padded with zeros to a
+ * multiple of @group, split into even/odd elements (to match the nibble order), per-group sums,
+ * and the int8 per-token quantization used by W4A8. Buffers are owned by the caller
+ * (kn_act_alloc). */
 struct kn_act {
     int k, kpad, group;
+    unsigned parts; /* KN_ACT_*: what act_prepare fills (kn_act_alloc: all) */
     float *x;       /* (kpad) */
     float *xe, *xo; /* (kpad/2) elements 0,2,4.. and 1,3,5.. */
     float *gsum;    /* (kpad/group) sum of x per group */
@@ -229,10 +244,11 @@ struct kn_act {
 /* Allocates buffers for vectors of length @k with group @group. Returns 0 or -ENOMEM. */
 int kn_act_alloc(struct kn_act *a, int k, int group);
 void kn_act_free(struct kn_act *a);
-/* Prepares @a from @x (length a->k). Each table has its own (kn_ops.act_prepare: the scalar one
- * for ref, the AVX2 one for avx2, the AVX-512 one for avx512 and amx); every implementation
- * gives the same x, q, qe/qo, qgsum, qscale, q16 and q16scale bit for bit; gsum may differ in
- * float summation order. */
+/* Prepares @a from @x (length a->k): at least the parts a->parts names, the others left as they
+ * were or filled (the scalar one fills all). Each table has its own (kn_ops.act_prepare: the
+ * scalar one for ref, the AVX2 one for avx2, the AVX-512 one for avx512 and amx); every
+ * implementation gives the same x, q, qe/qo, qgsum, qscale, q16 and q16scale bit for bit; gsum may
+ * differ in float summation order. */
 void kn_act_prepare_scalar(struct kn_act *a, const float *x);
 void kn_act_prepare_avx2(struct kn_act *a, const float *x);   /* group % 8 == 0, else scalar */
 void kn_act_prepare_avx512(struct kn_act *a, const float *x); /* group % 16 == 0, else scalar */
@@ -247,7 +263,8 @@ void kn_act_prepare_q16(struct kn_act *a, float amax);
 typedef void kn_mm_fn(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
                       int n0, int n1);
 /* The checks every table's gemv and gemm make before its mm[] entry: rows in range, the
- * activations of @w's width (and group). A broken invariant aborts. */
+ * activations of @w's width (and group), prepared with the parts its format reads. A broken
+ * invariant aborts. */
 void kn_mm_check(const struct kn_mat *w, const struct kn_act *x, int m, int n0, int n1);
 
 /* Scratch memory of one thread's GEMM calls, owned by the caller: @bytes at @buf, 64-byte

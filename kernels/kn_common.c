@@ -85,7 +85,9 @@ void kn_mm_check(const struct kn_mat *w, const struct kn_act *x, int m, int n0, 
     KN_ASSERT((unsigned)w->dtype < KN_DT_COUNT && n0 >= 0 && n0 <= n1 && n1 <= w->rows);
     bool grouped = kn_type_traits[w->dtype].grouped;
     for (int i = 0; i < m; i++)
-        KN_ASSERT(x[i].k == w->cols && (!grouped || x[i].group == w->group));
+        KN_ASSERT(x[i].k == w->cols && (!grouped || x[i].group == w->group) &&
+                  (x[i].parts & kn_type_traits[w->dtype].act_parts) ==
+                      kn_type_traits[w->dtype].act_parts);
 }
 
 int kn_act_alloc(struct kn_act *a, int k, int group)
@@ -95,6 +97,7 @@ int kn_act_alloc(struct kn_act *a, int k, int group)
     a->k = k;
     a->group = group;
     a->kpad = (k + group - 1) / group * group;
+    a->parts = KN_ACT_ALL;
     size_t kp = (size_t)a->kpad, ng = kp / (size_t)group;
     /* One block, 64-byte aligned parts. */
     size_t sz = 0, off[8];

@@ -1994,6 +1994,94 @@ static void test_act_prepare(void **state)
     kn_act_free(&a);
 }
 
+/* Every format's products read only the parts of the activations its traits name
+ * (kn_type_traits[].act_parts, which the workers ask act_prepare for): prepared with just those,
+ * over buffers whose other parts hold garbage (NaN floats, -1 integers), a product is the one of
+ * a fully prepared activation bit for bit; and act_prepare wrote what was asked for. */
+static void test_act_parts(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    enum { N = 40, K = 320, G = 64 };
+    static const int ms[] = {1, 5, 9};
+    float *x = xmalloc((size_t)9 * K * sizeof(float));
+    float *y_all = xmalloc((size_t)9 * N * sizeof(float)), *y_parts = xmalloc((size_t)9 * N * 4);
+    struct kn_act full[9], part[9];
+    rng_seed(31);
+    fill_normal(x, (size_t)9 * K, 1.5f);
+    for (int i = 0; i < 9; i++) {
+        assert_int_equal(kn_act_alloc(&full[i], K, G), 0);
+        assert_int_equal(full[i].parts, KN_ACT_ALL);
+        ops->act_prepare(&full[i], x + (size_t)i * K);
+        assert_int_equal(kn_act_alloc(&part[i], K, G), 0);
+    }
+    for (int dt = 0; dt < KN_DT_COUNT; dt++) {
+        enum kn_dtype canon = kn_type_traits[dt].canon;
+        struct wmat a;
+        struct kn_mat t, *w = &a.m;
+        void *buf = NULL;
+        wmat_init(&a, canon, N, K, kn_type_traits[dt].grouped ? G : 0);
+        if ((enum kn_dtype)dt != canon) {
+            tile(&a.m, &t, &buf);
+            w = &t;
+        }
+        unsigned need = kn_type_traits[dt].act_parts;
+        assert_true(need && !(need & ~(unsigned)KN_ACT_ALL));
+        for (int i = 0; i < 9; i++) { /* garbage everywhere, then only the parts asked for */
+            struct kn_act *p = &part[i];
+            memset(p->x, 0xff, (size_t)p->kpad * 4);
+            memset(p->xe, 0xff, (size_t)p->kpad * 2);
+            memset(p->xo, 0xff, (size_t)p->kpad * 2);
+            memset(p->gsum, 0xff, (size_t)(p->kpad / G) * 4);
+            memset(p->qgsum, 0xff, (size_t)(p->kpad / G) * 4);
+            memset(p->q, 0xff, (size_t)p->kpad);
+            memset(p->qe, 0xff, (size_t)p->kpad);
+            memset(p->q16, 0xff, (size_t)p->kpad * 2);
+            p->qscale = p->q16scale = NAN;
+            p->parts = need;
+            ops->act_prepare(p, x + (size_t)i * K);
+        }
+        for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++) {
+            int m = ms[mi];
+            gemm_call(ops, w, full, m, y_all, N, 0, N);
+            gemm_call(ops, w, part, m, y_parts, N, 0, N);
+            if (memcmp(y_all, y_parts, (size_t)m * N * sizeof(float)))
+                fail_msg("%s %s M=%d: the product of activations with parts 0x%x differs",
+                         ops->name, kn_type_traits[dt].name, m, need);
+        }
+        free(buf);
+        wmat_free(&a);
+    }
+    /* each part, asked for alone, is written as a full preparation writes it */
+    for (unsigned bit = 1; bit & KN_ACT_ALL; bit <<= 1) {
+        struct kn_act *p = &part[0], *f = &full[0];
+        memset(p->q, 0xff, (size_t)p->kpad);
+        memset(p->q16, 0xff, (size_t)p->kpad * 2);
+        memset(p->x, 0xff, (size_t)p->kpad * 4);
+        p->parts = bit;
+        ops->act_prepare(p, x);
+        size_t kp = (size_t)p->kpad, ng = kp / G;
+        if (bit == KN_ACT_F32)
+            assert_true(!memcmp(p->x, f->x, kp * 4) && !memcmp(p->gsum, f->gsum, ng * 4));
+        if (bit == KN_ACT_EO)
+            assert_true(!memcmp(p->xe, f->xe, kp * 2) && !memcmp(p->xo, f->xo, kp * 2));
+        if (bit == KN_ACT_Q || bit == KN_ACT_QEO)
+            assert_true(!memcmp(p->qgsum, f->qgsum, ng * 4) && p->qscale == f->qscale);
+        if (bit == KN_ACT_Q)
+            assert_true(!memcmp(p->q, f->q, kp));
+        if (bit == KN_ACT_QEO)
+            assert_true(!memcmp(p->qe, f->qe, kp / 2) && !memcmp(p->qo, f->qo, kp / 2));
+        if (bit == KN_ACT_Q16)
+            assert_true(!memcmp(p->q16, f->q16, kp * 2) && p->q16scale == f->q16scale);
+    }
+    for (int i = 0; i < 9; i++) {
+        kn_act_free(&full[i]);
+        kn_act_free(&part[i]);
+    }
+    free(x);
+    free(y_all);
+    free(y_parts);
+}
+
 #define PER_TABLE(fn, isa, label)                                                                  \
     {                                                                                              \
         label, fn, NULL, NULL, &slot[isa]                                                          \
@@ -2027,6 +2115,11 @@ int main(void)
         PER_TABLE(test_act_prepare_table, KN_ISA_AVX512, "act_prepare_avx512"),
         PER_TABLE(test_act_prepare_table, KN_ISA_AMX, "act_prepare_amx"),
         PER_TABLE(test_act_prepare_table, SLOT_AMX_MODEL, "act_prepare_amx_model"),
+        PER_TABLE(test_act_parts, KN_ISA_REF, "act_parts_ref"),
+        PER_TABLE(test_act_parts, KN_ISA_AVX2, "act_parts_avx2"),
+        PER_TABLE(test_act_parts, KN_ISA_AVX512, "act_parts_avx512"),
+        PER_TABLE(test_act_parts, KN_ISA_AMX, "act_parts_amx"),
+        PER_TABLE(test_act_parts, SLOT_AMX_MODEL, "act_parts_amx_model"),
         cmocka_unit_test(test_quant_error),
         cmocka_unit_test(test_quant_short_group),
         cmocka_unit_test(test_ref_w4_semantics),

@@ -29,16 +29,21 @@ static const float *vec(const struct shlm_model *img, enum shlm_kind kind, uint3
     return v.codes;
 }
 
-static int acts_alloc(struct kn_act **out, int n, int k, int group)
+/* @n activations of width @k that act_prepare fills with @parts (KN_ACT_*) */
+static int acts_alloc(struct kn_act **out, int n, int k, int group, unsigned parts)
 {
     *out = calloc((size_t)n, sizeof(**out));
     if (!*out)
         return -ENOMEM;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (kn_act_alloc(&(*out)[i], k, group))
             return -ENOMEM;
+        (*out)[i].parts = parts;
+    }
     return 0;
 }
+
+static unsigned act_parts(const struct kn_mat *w) { return kn_type_traits[w->dtype].act_parts; }
 
 static void acts_free(struct kn_act *a, int n)
 {
@@ -287,11 +292,20 @@ static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int 
         layer_options(m, l);
     if (local && !m->rope_freqs_local)
         return -ENOMEM;
+    unsigned parts_o = 0, parts_down = 0;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const struct wrk_layer *L = &m->layers[l];
+        m->parts_dim |= act_parts(&L->q) | act_parts(&L->k) | act_parts(&L->v) |
+                        act_parts(&L->gate) | act_parts(&L->up);
+        parts_o |= act_parts(&L->o);
+        parts_down |= act_parts(&L->down);
+    }
+    m->parts_head = act_parts(&m->head);
     if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
         !m->hb2 || !m->scores || !m->pieces || !m->row_piece || !m->head_row || !m->head_dst ||
-        acts_alloc(&m->a_dim, max_m, (int)dim, agroup) ||
-        acts_alloc(&m->a_o, max_m, m->o_cols, agroup) ||
-        acts_alloc(&m->a_down, max_m, m->down_cols, agroup) || gemm_scratch_alloc(m))
+        acts_alloc(&m->a_dim, max_m, (int)dim, agroup, m->parts_dim) ||
+        acts_alloc(&m->a_o, max_m, m->o_cols, agroup, parts_o) ||
+        acts_alloc(&m->a_down, max_m, m->down_cols, agroup, parts_down) || gemm_scratch_alloc(m))
         return -ENOMEM;
     return 0;
 }
@@ -392,6 +406,7 @@ static void row_norm_prepare(const struct row_job *j, int i)
     size_t dim = m->cfg.dim;
     float *xb = m->xb + (size_t)i * dim;
     m->ops->rmsnorm(xb, m->x + (size_t)i * dim, j->norm, (int)dim, m->cfg.norm_eps);
+    j->a[i].parts = m->parts_dim; /* the head may have had it */
     m->ops->act_prepare(&j->a[i], xb);
 }
 
@@ -758,6 +773,7 @@ static void head_rows(struct wrk_model *m, int r0, int k)
         float *xb = m->xb + (size_t)j * dim;
         m->ops->rmsnorm(xb, m->x + (size_t)m->head_row[r0 + j] * dim, m->out_norm, (int)dim,
                         c->norm_eps);
+        m->a_dim[j].parts = m->parts_head;
         m->ops->act_prepare(&m->a_dim[j], xb);
     }
     observe(m, c->n_layers, WRK_SITE_HEAD, m->xb, k, (int)dim, (int)dim);

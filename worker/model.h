@@ -80,6 +80,9 @@ struct wrk_model {
     float *rope_freqs_local;
     float rope_mscale_local;
     struct kn_act *a_dim, *a_o, *a_down; /* (M) prepared inputs of q/k/v/gate/up, O, down */
+    /* the parts of them the products read (KN_ACT_*, every layer's): a_dim's for the layers and
+     * for the head, which takes it over at the end of a step */
+    unsigned parts_dim, parts_head;
     /* the chunk being run: its pieces (a sequence's consecutive tokens each), the piece of each
      * row, and the rows whose logits the head computes with where they go */
     struct wrk_piece *pieces; /* (M) */

@@ -479,8 +479,8 @@ static inline int32_t hsum256_epi32(__m256i v)
 /* As kn_act_prepare_scalar, bit for bit but for the order of the float group sums: VCVTPS2DQ
  * rounds to nearest even as lrintf does, the low byte of each lane is the (int8_t) cast, max
  * |x| ignores NaNs as the scalar comparison does (MAXPS returns its second operand then), and
- * the int8 sums are taken over the stored bytes. Then the even/odd split: floats by shuffles,
- * bytes by one PSHUFB. */
+ * the int8 sums are taken over the stored bytes. Then q16 and the even/odd split (floats by
+ * shuffles, bytes by one PSHUFB), where a->parts asks for them; x, q and the sums always. */
 void kn_act_prepare_avx2(struct kn_act *a, const float *x)
 {
     int k = a->k, kp = a->kpad, g = a->group;
@@ -516,6 +516,10 @@ void kn_act_prepare_avx2(struct kn_act *a, const float *x)
         a->gsum[gi] = hsum256(s);
         a->qgsum[gi] = hsum256_epi32(qs);
     }
+    if (a->parts & KN_ACT_Q16)
+        kn_act_prepare_q16(a, amax);
+    if (!(a->parts & (KN_ACT_EO | KN_ACT_QEO)))
+        return;
     const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     int h = kp / 2, i = 0;
     for (; i + 8 <= h; i += 8) {
@@ -537,7 +541,6 @@ void kn_act_prepare_avx2(struct kn_act *a, const float *x)
         a->qe[i] = a->q[2 * i];
         a->qo[i] = a->q[2 * i + 1];
     }
-    kn_act_prepare_q16(a, amax);
 }
 
 static void kn_rmsnorm_avx2(float *o, const float *x, const float *w, int n, float eps)

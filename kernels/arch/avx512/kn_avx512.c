@@ -376,8 +376,11 @@ static void mm_w4a8(const struct kn_mat *w, const struct kn_act *x, int m, float
  * -8 * qgsum (the zero point of the codes), every 64-byte octet load gives 16 rows x 8 elements,
  * split into low and high nibbles and fed to VPDPBUSD against the token's four activation bytes
  * k..k+3 and k+4..k+7 broadcast to all lanes; at the end of the group the lanes are converted
- * and scaled by the 16 rows' fp16 scales into float accumulators. With TM = 4, TN = 2: 8 int32 +
- * 8 float accumulators, 4 nibble registers; every weight load feeds 8 VPDPBUSD. The weights are
+ * and scaled by the 16 rows' fp16 scales into float accumulators. With TM = 4, TN = 2: 16 int32
+ * accumulators (the low and the high nibbles' apart: 16 independent VPDPBUSD chains, where 8 of
+ * two each held the loop to the instruction's latency; this Zen 5 VM, qwen3-1.7b pp512 at 1
+ * thread, 4 alternating runs: 185-191 -> 190-198 t/s), 8 float ones (in memory: see the tile),
+ * 4 nibble registers; every weight load feeds 8 VPDPBUSD. The weights are
  * prefetched 8 KiB ahead into L2 (kn_prefetch.c's default): against 4 KiB into L1, batched
  * decode of 4 and 8 sequences gained 3-4% on llama32-1b, prefill the same (3 interleaved rounds,
  * docs/benchmarks.md "Batched decode"). */
@@ -407,20 +410,24 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
     const __m512i lo4 = _mm512_set1_epi8(15);
     const int ng = kn_ngroups(cols, group), no = group / 8;
     const size_t so = kn_tile_scales_offset(cols, group);
-    __m512 f[TM_WIDE][TN];
+    /* In memory, not registers: with 16 int + 8 float accumulators GCC spilled the int ones
+     * inside the octet loop (213 against 340 GMAC/s); a load and store per group costs little. */
+    volatile __m512 f[TM_WIDE][TN];
 #pragma GCC unroll 8
     for (int i = 0; i < mt; i++)
 #pragma GCC unroll 2
         for (int j = 0; j < nt; j++)
             f[i][j] = _mm512_setzero_ps();
     for (int g = 0; g < ng; g++) {
-        __m512i s[TM_WIDE][TN];
+        __m512i s[TM_WIDE][TN], t[TM_WIDE][TN]; /* low nibbles' sums, high nibbles' */
 #pragma GCC unroll 8
         for (int i = 0; i < mt; i++) {
             __m512i c = _mm512_set1_epi32(-8 * x[i].qgsum[g]);
 #pragma GCC unroll 2
-            for (int j = 0; j < nt; j++)
+            for (int j = 0; j < nt; j++) {
                 s[i][j] = c;
+                t[i][j] = _mm512_setzero_si512();
+            }
         }
         const uint8_t *w = blk + (size_t)g * (size_t)group * 8;
         const int8_t *q[TM_WIDE];
@@ -444,7 +451,7 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
 #pragma GCC unroll 2
                 for (int j = 0; j < nt; j++) {
                     s[i][j] = dpbusd(s[i][j], lo[j], a0);
-                    s[i][j] = dpbusd(s[i][j], hi[j], a1);
+                    t[i][j] = dpbusd(t[i][j], hi[j], a1);
                 }
             }
         }
@@ -454,7 +461,8 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
             __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(sp));
 #pragma GCC unroll 8
             for (int i = 0; i < mt; i++)
-                f[i][j] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s[i][j]), f[i][j]);
+                f[i][j] = _mm512_fmadd_ps(
+                    sc, _mm512_cvtepi32_ps(_mm512_add_epi32(s[i][j], t[i][j])), f[i][j]);
         }
     }
 #pragma GCC unroll 8
@@ -785,9 +793,41 @@ static inline int32_t reduce_add_epi32_wrap(__m512i v)
 
 /* ---- activation preparation (the table's act_prepare) ---- */
 
-/* As kn_act_prepare_scalar: VCVTPS2DQ rounds to nearest even as lrintf does, so q and q16 are
- * the same bit for bit; the group sums add in another order. Two passes: max |x|, then per group x,
- * q and the sums; then the even/odd split through a two-source permute. */
+/* The groups of kn_act_prepare_avx512 with its parts as flags (constants in the W4A8-only case):
+ * @fx x, @fsum gsum, @fq q, @fqs qgsum, @f16 q16. */
+static inline __attribute__((always_inline)) void act_groups(struct kn_act *a, const float *x,
+                                                             __m512 inv, __m512 inv16, bool fx,
+                                                             bool fsum, bool fq, bool fqs, bool f16)
+{
+    int k = a->k, kp = a->kpad, g = a->group;
+    for (int gi = 0; gi < kp / g; gi++) {
+        __m512 s = _mm512_setzero_ps();
+        __m512i qs = _mm512_setzero_si512();
+        for (int i = gi * g; i < (gi + 1) * g; i += 16) {
+            __m512 v = _mm512_maskz_loadu_ps(mask16(k - i), x + i); /* zeros past k */
+            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
+            if (fx)
+                _mm512_storeu_ps(a->x + i, v);
+            if (fq)
+                _mm_storeu_si128((__m128i *)(a->q + i), _mm512_cvtepi32_epi8(q));
+            if (f16)
+                _mm256_storeu_si256(
+                    (__m256i *)(a->q16 + i),
+                    _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(v, inv16))));
+            s = _mm512_add_ps(s, v);
+            qs = _mm512_add_epi32(qs, q);
+        }
+        if (fsum)
+            a->gsum[gi] = _mm512_reduce_add_ps(s);
+        if (fqs)
+            a->qgsum[gi] = reduce_add_epi32_wrap(qs);
+    }
+}
+
+/* As kn_act_prepare_scalar, for the parts a->parts names: VCVTPS2DQ rounds to nearest even as
+ * lrintf does, so q and q16 are the same bit for bit; the group sums add in another order. Two
+ * passes: max |x|, then per group x, q and the sums; then the even/odd split through a two-source
+ * permute (from x, which it then writes whatever the parts). */
 void kn_act_prepare_avx512(struct kn_act *a, const float *x)
 {
     int k = a->k, kp = a->kpad, g = a->group;
@@ -795,6 +835,8 @@ void kn_act_prepare_avx512(struct kn_act *a, const float *x)
         kn_act_prepare_scalar(a, x);
         return;
     }
+    unsigned p = a->parts;
+    bool eo = p & (KN_ACT_EO | KN_ACT_QEO);
     __m512 mx = _mm512_setzero_ps();
     for (int i = 0; i < k; i += 16)
         mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask16(k - i), x + i)));
@@ -804,22 +846,13 @@ void kn_act_prepare_avx512(struct kn_act *a, const float *x)
     float inv_s = amax > 0.0f ? 127.0f / amax : 0.0f;
     __m512 inv = _mm512_set1_ps(inv_s);
     __m512 inv16 = _mm512_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
-    for (int gi = 0; gi < kp / g; gi++) {
-        __m512 s = _mm512_setzero_ps();
-        __m512i qs = _mm512_setzero_si512();
-        for (int i = gi * g; i < (gi + 1) * g; i += 16) {
-            __m512 v = _mm512_maskz_loadu_ps(mask16(k - i), x + i); /* zeros past k */
-            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
-            _mm512_storeu_ps(a->x + i, v);
-            _mm_storeu_si128((__m128i *)(a->q + i), _mm512_cvtepi32_epi8(q));
-            _mm256_storeu_si256((__m256i *)(a->q16 + i),
-                                _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(v, inv16))));
-            s = _mm512_add_ps(s, v);
-            qs = _mm512_add_epi32(qs, q);
-        }
-        a->gsum[gi] = _mm512_reduce_add_ps(s);
-        a->qgsum[gi] = reduce_add_epi32_wrap(qs);
-    }
+    if (p == KN_ACT_Q) /* a W4A8 product's: q and qgsum only */
+        act_groups(a, x, inv, inv16, false, false, true, true, false);
+    else
+        act_groups(a, x, inv, inv16, p & KN_ACT_F32 || eo, p & KN_ACT_F32, p & KN_ACT_Q,
+                   p & (KN_ACT_Q | KN_ACT_QEO), p & KN_ACT_Q16);
+    if (!eo)
+        return;
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
     for (int i = 0; i < kp / 2; i += 16) { /* kp is a multiple of 16: i + 16 <= kp / 2 or half */
