@@ -1994,6 +1994,21 @@ static void test_act_prepare(void **state)
     kn_act_free(&a);
 }
 
+/* Every part of @p garbage: NaN floats, -1 integers. */
+static void act_poison(struct kn_act *p)
+{
+    size_t kp = (size_t)p->kpad, ng = kp / (size_t)p->group;
+    memset(p->x, 0xff, kp * 4);
+    memset(p->xe, 0xff, kp * 2);
+    memset(p->xo, 0xff, kp * 2);
+    memset(p->gsum, 0xff, ng * 4);
+    memset(p->qgsum, 0xff, ng * 4);
+    memset(p->q, 0xff, kp);
+    memset(p->qe, 0xff, kp); /* qe and qo */
+    memset(p->q16, 0xff, kp * 2);
+    p->qscale = p->q16scale = NAN;
+}
+
 /* Every format's products read only the parts of the activations its traits name
  * (kn_type_traits[].act_parts, which the workers ask act_prepare for): prepared with just those,
  * over buffers whose other parts hold garbage (NaN floats, -1 integers), a product is the one of
@@ -2028,15 +2043,7 @@ static void test_act_parts(void **state)
         assert_true(need && !(need & ~(unsigned)KN_ACT_ALL));
         for (int i = 0; i < 9; i++) { /* garbage everywhere, then only the parts asked for */
             struct kn_act *p = &part[i];
-            memset(p->x, 0xff, (size_t)p->kpad * 4);
-            memset(p->xe, 0xff, (size_t)p->kpad * 2);
-            memset(p->xo, 0xff, (size_t)p->kpad * 2);
-            memset(p->gsum, 0xff, (size_t)(p->kpad / G) * 4);
-            memset(p->qgsum, 0xff, (size_t)(p->kpad / G) * 4);
-            memset(p->q, 0xff, (size_t)p->kpad);
-            memset(p->qe, 0xff, (size_t)p->kpad);
-            memset(p->q16, 0xff, (size_t)p->kpad * 2);
-            p->qscale = p->q16scale = NAN;
+            act_poison(p);
             p->parts = need;
             ops->act_prepare(p, x + (size_t)i * K);
         }
@@ -2054,9 +2061,7 @@ static void test_act_parts(void **state)
     /* each part, asked for alone, is written as a full preparation writes it */
     for (unsigned bit = 1; bit & KN_ACT_ALL; bit <<= 1) {
         struct kn_act *p = &part[0], *f = &full[0];
-        memset(p->q, 0xff, (size_t)p->kpad);
-        memset(p->q16, 0xff, (size_t)p->kpad * 2);
-        memset(p->x, 0xff, (size_t)p->kpad * 4);
+        act_poison(p); /* nothing left from the bit before */
         p->parts = bit;
         ops->act_prepare(p, x);
         size_t kp = (size_t)p->kpad, ng = kp / G;

@@ -40,7 +40,8 @@ static const char usage_bench_model[] =
     "                  each prefills its own N-token prompt (-p; steps of up to a context of\n"
     "                  tokens), then -n decode steps carry one token of every sequence; prints\n"
     "                  llama-batched-bench's table (PP, TG, B, N_KV = B x (PP + TG), times and\n"
-    "                  tokens/s of the prefill, of the decode and of both; medians of REPS)\n"
+    "                  tokens/s of the prefill, of the decode and of both; medians of REPS,\n"
+    "                  after one untimed warm-up of the largest B with one decode step)\n"
     "  --prefix-cache P  instead: time to first token of a prompt of P shared tokens and 16 of\n"
     "                  its own after another prompt with the same P tokens ran, with the prefix\n"
     "                  cache and without (each a fresh scheduler on one engine), medians of REPS:\n"
@@ -406,6 +407,11 @@ static int bench_batch(const struct model_opts *o, int threads, struct shardlm_e
         printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "-------", "-------", "-----", "--------",
                "---------", "----------", "---------", "----------", "---------", "----------");
     }
+    /* untimed, as the plain bench and llama-batched-bench warm up (bench_threads) */
+    struct model_opts warm = *o;
+    warm.tg = o->tg ? 1 : 0;
+    double wp, wt;
+    rc = batch_run(g, &warm, tok, max_b, ctx, &wp, &wt, e);
     for (int i = 0; i < o->n_batch && !rc; i++) {
         int b = (int)o->batch[i];
         double tp[16], tt[16];

@@ -9,8 +9,8 @@
    "jinja_render.py: TYPE: MESSAGE" for any other error (a malformed request, an undefined value, a type error).
    jinja_render.py --batch PAIRS OUTDIR BOS EOS
    renders every pair "TEMPLATE.jinja\0request.json\0" of PAIRS in one process (a test's hundreds of
-   renderings without a Python start each): the Nth line's stdout, stderr line and exit code as above
-   go to OUTDIR/N.out, N.err and N.rc (N from 1)."""
+   renderings without a Python start each): the Nth pair's stdout, stderr line and exit code as above
+   go to OUTDIR/N.out, N.err and N.rc (N from 1); a PAIRS file not made of whole pairs is refused."""
 import datetime, json, sys
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -50,13 +50,17 @@ env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
 if len(sys.argv) == 6 and sys.argv[1] == "--batch":
     outdir, bos, eos = sys.argv[3], sys.argv[4], sys.argv[5]
     with open(sys.argv[2], "rb") as f:
-        names = f.read().split(b"\0")[:-1]  # NUL-terminated: any byte of a path but NUL goes
+        data = f.read()
+    names = data.split(b"\0")[:-1]  # NUL-terminated: any byte of a path but NUL goes
+    if not data.endswith(b"\0") or len(names) % 2:
+        sys.stderr.write("jinja_render.py: %s: not NUL-terminated TEMPLATE, REQUEST pairs\n" % sys.argv[2])
+        sys.exit(2)
     for n, (template_path, request_path) in enumerate(zip(names[0::2], names[1::2]), 1):
         with open(request_path, "rb") as f:
             rc, out, err = render(template_path, f.read(), bos, eos)
-        for ext, data in (("out", out), ("err", err.encode("utf-8")), ("rc", b"%d\n" % rc)):
+        for ext, blob in (("out", out), ("err", err.encode("utf-8")), ("rc", b"%d\n" % rc)):
             with open("%s/%d.%s" % (outdir, n, ext), "wb") as f:
-                f.write(data)
+                f.write(blob)
     sys.exit(0)
 if len(sys.argv) != 4:
     sys.stderr.write("usage: jinja_render.py TEMPLATE.jinja BOS EOS < request.json\n"
