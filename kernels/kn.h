@@ -356,9 +356,10 @@ int kn_ops_available(const struct kn_ops **out, int max);
 
 /* Software prefetch of a decode GEMV's weight stream (kernels/kn_prefetch.c): none (the
  * hardware prefetcher alone), 4 KiB ahead into L1, or 8 KiB ahead into L2. Which one is fastest
- * depends on the host, so each thread times the first calls of every matrix shape it runs in
- * each mode (PF_SAMPLES each, interleaved) and keeps L2 unless another mode's median is clearly
- * (PF_MARGIN_PCT) lower. A mode changes a call's speed, never its results. */
+ * depends on the host, so each thread times the calls of every matrix shape it runs in each mode
+ * (PF_SAMPLES each, interleaved) once its first matrix comes again (its first pass over
+ * the weights faults their pages in), and keeps the mode with the lowest median. A mode changes
+ * a call's speed, never its results. */
 enum kn_pf { KN_PF_HW = 0, KN_PF_L1 = 1, KN_PF_L2 = 2 };
 #define KN_PF_COUNT 3
 struct kn_pf_call {

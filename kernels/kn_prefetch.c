@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* kernels/kn_prefetch.c: which software prefetch feeds a decode GEMV's weight stream best on
- * this host, found by timing the first calls of each matrix shape on each thread.
+ * this host, found by timing calls of each matrix shape on each thread.
  *
  * Why measure instead of fixing one: on the Zen 4 VM the kernels were tuned on, prefetching
  * 4 KiB ahead into L1 gave the W4A8 tile GEMV 31-33 GB/s against 26 at 1 KiB; on a second VM of the
@@ -9,6 +9,7 @@
  * (docs/benchmarks.md). A call's mode never changes its results: only its speed. */
 #include "kn.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,13 +18,11 @@
 #define PF_SAMPLES 12
 /* Shapes a thread tunes; the calls of shapes beyond use KN_PF_DEFAULT. */
 #define PF_SHAPES 16
-/* The mode kept unless another's median is PF_MARGIN_PCT % lower: on the VM of the table in
- * docs/benchmarks.md it was never more than 10% from the best over any shape, while "hw" ranged
- * from the best to 50% below it (q8, 8192 columns) and "l1" from the best (another VM) to the
- * worst; in llama32-1b decode there, forcing it gave 22.6-23.4 tok/s at 1 thread against
- * 18.4-25.1 for hw and 18.8-21.4 for l1 (3 interleaved rounds). */
+/* The mode of calls before a shape is tuned (and of shapes beyond PF_SHAPES), and of a tie. The
+ * mode with the lowest median wins, by however little: a rule that kept L2 unless another mode
+ * was 5% faster chose L2 for qwen3-1.7b's FFN down (K = 6144) and head where the hardware
+ * prefetcher alone was 4% faster; between near-equal modes a wrong pick costs as little. */
 #define KN_PF_DEFAULT KN_PF_L2
-#define PF_MARGIN_PCT 5
 
 static const char *const pf_names[KN_PF_COUNT] = {"hw", "l1", "l2"};
 
@@ -34,9 +33,17 @@ struct pf_shape {
     uint32_t ns[KN_PF_COUNT][PF_SAMPLES];
 };
 
+/* A thread's shapes, and its first pass over the weights, whose calls are not timed: they fault
+ * the pages into this process (qwen3-1.7b decode at 1 thread: 20x a warm call's time, which
+ * left the choice to noise and gave 21 tok/s where the hardware prefetcher alone gave 25). The
+ * pass ends when the thread's first matrix comes again after another: the next token, or the
+ * next round of a benchmark's copies. A pointer, not a shape: pool threads take chunks of a
+ * matrix in no fixed order. */
 static __thread struct {
     struct pf_shape s[PF_SHAPES];
     int n;
+    const void *first;     /* the codes of the thread's first call */
+    bool seen, left, warm; /* seen a call; one on another matrix since; the pass is over */
 } pf_tab;
 
 /* This thread's forced mode (kn_pf_force), -1: tuned. Per thread as the tuner's state is: the
@@ -85,6 +92,21 @@ static struct pf_shape *pf_find(int dtype, int rows, int cols)
     return s;
 }
 
+/* Whether the calling thread's first pass over the weights is over (pf_tab), counting a call on
+ * @codes. */
+static bool pf_warm(const void *codes)
+{
+    if (!pf_tab.warm) {
+        if (!pf_tab.seen)
+            pf_tab.seen = true, pf_tab.first = codes;
+        else if (codes != pf_tab.first)
+            pf_tab.left = true;
+        else
+            pf_tab.warm = pf_tab.left;
+    }
+    return pf_tab.warm;
+}
+
 int kn_pf_begin(struct kn_pf_call *c, const struct kn_mat *w, int rows)
 {
     int forced = pf_forced;
@@ -96,6 +118,8 @@ int kn_pf_begin(struct kn_pf_call *c, const struct kn_mat *w, int rows)
         return KN_PF_DEFAULT;
     if (s->chosen >= 0)
         return s->chosen;
+    if (!pf_warm(w->codes))
+        return KN_PF_DEFAULT;
     c->shape = s;
     c->t0 = now_ns();
     return s->calls % KN_PF_COUNT;
@@ -135,11 +159,7 @@ int kn_pf_decide(const uint32_t *med)
     for (int m = 0; m < KN_PF_COUNT; m++)
         if (med[m] < med[best])
             best = m;
-    /* another mode only if clearly faster than the default: the medians of a few samples on a
-     * noisy machine otherwise flip between near-equal modes */
-    return (uint64_t)med[best] * 100 < (uint64_t)med[KN_PF_DEFAULT] * (100 - PF_MARGIN_PCT)
-               ? best
-               : KN_PF_DEFAULT;
+    return best;
 }
 
 int kn_pf_chosen(const struct kn_mat *w, int rows)
@@ -148,4 +168,4 @@ int kn_pf_chosen(const struct kn_mat *w, int rows)
     return s ? s->chosen : -1;
 }
 
-void kn_pf_reset(void) { pf_tab.n = 0; }
+void kn_pf_reset(void) { memset(&pf_tab, 0, sizeof(pf_tab)); }
