@@ -217,10 +217,10 @@ static void mm_q8_tiles(const struct kn_mat *w, const struct kn_act *x, int m, f
     }
 }
 
-/* One row against one token, for decode: the row read front to back as one stream, as the float
- * GEMV it replaces read it (the 4-row tile was no faster in decode: perf put the head at 35% of
- * a token with it, 33-36% with this), four accumulators over 128 columns. The same exact sum
- * as q8_tile's. */
+/* One row against one token, for decode: the row read front to back, four accumulators over
+ * 128 columns (the 4-row tile, which reads 4 adjacent rows, was no faster in decode: perf put
+ * the head at 35% of a token with it, 33-36% with this; dot_q8_runs reads 4 rows far apart).
+ * The same exact sum as q8_tile's. */
 static inline __attribute__((always_inline)) int64_t dot_q8(const int8_t *w, const int16_t *q,
                                                             int k, int pf)
 {
@@ -253,11 +253,72 @@ static inline __attribute__((always_inline)) int64_t dot_q8(const int8_t *w, con
     return sum;
 }
 
+/* Rows @w[0 .. Q8_STREAMS) against one token at once, each as dot_q8 sums it (the same lanes, the
+ * same exact sums): as many weight streams (see GEMV_STREAMS). */
+#define Q8_STREAMS 4
+static inline __attribute__((always_inline)) void
+dot_q8_runs(const int8_t *const *w, const int16_t *q, int k, int pf, int64_t sum[Q8_STREAMS])
+{
+#pragma GCC unroll 4
+    for (int r = 0; r < Q8_STREAMS; r++)
+        sum[r] = 0;
+    for (int c0 = 0; c0 < k; c0 += KN_Q8_CHUNK) {
+        int c1 = k - c0 < KN_Q8_CHUNK ? k : c0 + KN_Q8_CHUNK, i = c0;
+        __m512i s[Q8_STREAMS][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < Q8_STREAMS; r++)
+            s[r][0] = s[r][1] = s[r][2] = s[r][3] = _mm512_setzero_si512();
+        for (; i + 128 <= c1; i += 128) {
+            __m512i a[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                a[j] = _mm512_loadu_si512(q + i + 32 * j);
+#pragma GCC unroll 4
+            for (int r = 0; r < Q8_STREAMS; r++) {
+                pf_line(w[r] + i, pf);
+                pf_line(w[r] + i + 64, pf);
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+                    s[r][j] = dpwssd(s[r][j],
+                                     _mm512_cvtepi8_epi16(
+                                         _mm256_loadu_si256((const __m256i *)(w[r] + i + 32 * j))),
+                                     a[j]);
+            }
+        }
+        for (; i < c1; i += 32) {
+            __mmask32 m = c1 - i >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (c1 - i)) - 1);
+            __m512i a = _mm512_maskz_loadu_epi16(m, q + i);
+#pragma GCC unroll 4
+            for (int r = 0; r < Q8_STREAMS; r++)
+                s[r][0] =
+                    dpwssd(s[r][0], _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, w[r] + i)), a);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < Q8_STREAMS; r++)
+            sum[r] += reduce_epi32_to_64(_mm512_add_epi32(_mm512_add_epi32(s[r][0], s[r][1]),
+                                                          _mm512_add_epi32(s[r][2], s[r][3])));
+    }
+}
+
+/* Rows [n0, n1) of one token: Q8_STREAMS runs of rows, a row of each at a time, the rows left
+ * over one by one. */
 static inline __attribute__((always_inline)) void
 mm_q8_one(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1, int pf)
 {
     const float *sc = w->scales;
-    for (int n = n0; n < n1; n++) {
+    int run = (n1 - n0) / Q8_STREAMS;
+    for (int i = 0; i < run; i++) {
+        const int8_t *rows[Q8_STREAMS];
+        int64_t sum[Q8_STREAMS];
+        for (int r = 0; r < Q8_STREAMS; r++)
+            rows[r] = (const int8_t *)w->codes + (size_t)(n0 + i + r * run) * (size_t)w->cols;
+        dot_q8_runs(rows, x->q16, w->cols, pf, sum);
+        for (int r = 0; r < Q8_STREAMS; r++) {
+            int n = n0 + i + r * run;
+            y[n] = sc[n] * (x->q16scale * (float)sum[r]);
+        }
+    }
+    for (int n = n0 + run * Q8_STREAMS; n < n1; n++) {
         const int8_t *row = (const int8_t *)w->codes + (size_t)n * (size_t)w->cols;
         y[n] = sc[n] * (x->q16scale * (float)dot_q8(row, x->q16, w->cols, pf));
     }
@@ -519,8 +580,9 @@ static inline __attribute__((always_inline)) void w4a8t_gemv_sums(const uint8_t 
     }
 }
 
-/* Decode's case, one token: the 16 rows of one block. The codes of (up to GEMV_SUMS) groups
- * first, then their scales, which follow the codes in the block: the block is read front to
+/* Decode's case, one token: the 16 rows of one block (the blocks w4a8t_gemv's runs leave over;
+ * w4a8t_gemv_runs reads GEMV_STREAMS blocks this way at once). The codes of (up to GEMV_SUMS)
+ * groups first, then their scales, which follow the codes in the block: the block is read front to
  * back. Scaling each group's sum right after its codes held this GEMV to 10.6-13.6 GB/s on a
  * 2-core Zen 4 VM against 17.7-23.8 in two passes, with the scale loads or without them (a
  * harness of both loops; docs/benchmarks.md): the loop's shape, not the scales' place, cost.
@@ -662,13 +724,120 @@ static void mm_tiles(const struct kn_mat *w, const struct kn_act *x, int m, floa
     }
 }
 
-/* Rows [n0, n1) of one token, block by block, with the software prefetch @pf (a constant in
- * each of KN_PF_RUN's calls). */
+/* Weight streams a one-token GEMV reads at once: the rows split into GEMV_STREAMS runs of
+ * blocks, one block of each run at a time, group by group. One core reads memory faster over
+ * several streams than over one (a plain read loop on this Zen 5 VM: 20-28 GB/s over one, 30-35
+ * over 2 or 4); qwen3-1.7b's layers in a harness over libshardlm_kn.a (every matrix of 28 layers
+ * in shared memory, one token, the hardware prefetcher alone), 3 alternating runs: 26.3-27.1 GB/s
+ * over one stream, 29.2-30.1 over 4 runs; 4 runs of adjacent blocks (short streams) 25.4-25.7,
+ * 8 runs 19.2-21.8 (fewer accumulators each). In the engine (with mm_q8_one's runs of rows
+ * for the head), qwen3-1.7b tg128, 4 alternating rounds: 22.5-25.5 -> 26.2-31.6 tok/s at 1
+ * thread, 30.6-41.2 -> 34.4-49.6 at 2. The sums and their order are the one-stream loop's: the
+ * results bit for bit. */
+#define GEMV_STREAMS 4
+/* Groups whose sums w4a8t_gemv_runs keeps per stream before it reads their scales. */
+#define GEMV_RUN_SUMS 32
+
+/* Group @g of the GEMV_STREAMS blocks at @blk + s * @stride: their int32 sums into sums[s], as
+ * w4a8t_gemv_sums sums one block's, the activations' broadcasts shared by the blocks. */
+static inline __attribute__((always_inline)) void
+w4a8t_gemv_sums_runs(const uint8_t *blk, size_t stride, const struct kn_act *x, int group, int g,
+                     __m512i sums[GEMV_STREAMS], int pf)
+{
+    const __m512i lo4 = _mm512_set1_epi8(15);
+    const int no = group / 8;
+    const uint8_t *w = blk + (size_t)g * (size_t)group * 8;
+    const int8_t *q = x->q + (size_t)g * (size_t)group;
+    __m512i a[GEMV_STREAMS][4];
+#pragma GCC unroll 4
+    for (int s = 0; s < GEMV_STREAMS; s++) {
+        a[s][0] = _mm512_set1_epi32(-8 * x->qgsum[g]);
+        a[s][1] = a[s][2] = a[s][3] = _mm512_setzero_si512();
+    }
+    int o = 0;
+    for (; o + 2 <= no; o += 2) {
+        __m512i q0 = _mm512_set1_epi32(load_i32(q + 8 * o));
+        __m512i q1 = _mm512_set1_epi32(load_i32(q + 8 * o + 4));
+        __m512i q2 = _mm512_set1_epi32(load_i32(q + 8 * o + 8));
+        __m512i q3 = _mm512_set1_epi32(load_i32(q + 8 * o + 12));
+#pragma GCC unroll 4
+        for (int s = 0; s < GEMV_STREAMS; s++) {
+            const uint8_t *p = w + (size_t)s * stride + (size_t)o * 64;
+            pf_line(p, pf);
+            pf_line(p + 64, pf);
+            __m512i v0 = _mm512_loadu_si512(p), v1 = _mm512_loadu_si512(p + 64);
+            a[s][0] = dpbusd(a[s][0], _mm512_and_si512(v0, lo4), q0);
+            a[s][1] = dpbusd(a[s][1], _mm512_and_si512(_mm512_srli_epi16(v0, 4), lo4), q1);
+            a[s][2] = dpbusd(a[s][2], _mm512_and_si512(v1, lo4), q2);
+            a[s][3] = dpbusd(a[s][3], _mm512_and_si512(_mm512_srli_epi16(v1, 4), lo4), q3);
+        }
+    }
+    if (o < no) { /* an odd octet count (group 8, 24, 40 ..) */
+        __m512i q0 = _mm512_set1_epi32(load_i32(q + 8 * o));
+        __m512i q1 = _mm512_set1_epi32(load_i32(q + 8 * o + 4));
+#pragma GCC unroll 4
+        for (int s = 0; s < GEMV_STREAMS; s++) {
+            __m512i v0 = _mm512_loadu_si512(w + (size_t)s * stride + (size_t)o * 64);
+            a[s][0] = dpbusd(a[s][0], _mm512_and_si512(v0, lo4), q0);
+            a[s][1] = dpbusd(a[s][1], _mm512_and_si512(_mm512_srli_epi16(v0, 4), lo4), q1);
+        }
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < GEMV_STREAMS; s++)
+        sums[s] = _mm512_add_epi32(_mm512_add_epi32(a[s][0], a[s][1]),
+                                   _mm512_add_epi32(a[s][2], a[s][3]));
+}
+
+/* The GEMV_STREAMS blocks at @blk + s * @stride, whose first rows are @row0 + s * @rstride: as
+ * w4a8t_gemv_block each (codes of up to GEMV_RUN_SUMS groups, then their scales), into rows
+ * [n0, n1) of y. */
+static inline __attribute__((always_inline)) void
+w4a8t_gemv_runs(const uint8_t *blk, size_t stride, const struct kn_act *x, int cols, int group,
+                float *y, int row0, int rstride, int n0, int n1, int pf)
+{
+    const int ng = kn_ngroups(cols, group);
+    const size_t so = kn_tile_scales_offset(cols, group);
+    __m512i sums[GEMV_RUN_SUMS][GEMV_STREAMS];
+    __m512 f[GEMV_STREAMS];
+#pragma GCC unroll 4
+    for (int s = 0; s < GEMV_STREAMS; s++)
+        f[s] = _mm512_setzero_ps();
+    for (int g0 = 0; g0 < ng; g0 += GEMV_RUN_SUMS) {
+        int g1 = ng - g0 < GEMV_RUN_SUMS ? ng : g0 + GEMV_RUN_SUMS;
+        for (int g = g0; g < g1; g++)
+            w4a8t_gemv_sums_runs(blk, stride, x, group, g, sums[g - g0], pf);
+#pragma GCC unroll 4
+        for (int s = 0; s < GEMV_STREAMS; s++) {
+            const uint8_t *sp = blk + (size_t)s * stride + so;
+            for (int g = g0; g < g1; g++) {
+                __m512 sc =
+                    _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sp + (size_t)g * 32)));
+                f[s] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(sums[g - g0][s]), f[s]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < GEMV_STREAMS; s++) {
+        int r = row0 + s * rstride;
+        _mm512_mask_storeu_ps(y + r, rows_in(r, n0, n1),
+                              _mm512_mul_ps(f[s], _mm512_set1_ps(x->qscale)));
+    }
+}
+
+/* Rows [n0, n1) of one token: GEMV_STREAMS runs of whole blocks, a block of each at a time, the
+ * blocks left over one by one; with the software prefetch @pf (a constant in each of
+ * KN_PF_RUN's calls). */
 static inline __attribute__((always_inline)) void w4a8t_gemv(const struct kn_mat *w,
                                                              const struct kn_act *x, float *y,
                                                              int n0, int n1, size_t bb, int pf)
 {
-    for (int b = n0 / KN_TILE_ROWS; b * KN_TILE_ROWS < n1; b++) {
+    int b = n0 / KN_TILE_ROWS, b1 = (n1 + KN_TILE_ROWS - 1) / KN_TILE_ROWS;
+    int run = (b1 - b) / GEMV_STREAMS;
+    for (int i = 0; i < run; i++)
+        w4a8t_gemv_runs((const uint8_t *)w->codes + (size_t)(b + i) * bb, (size_t)run * bb, x,
+                        w->cols, w->group, y, (b + i) * KN_TILE_ROWS, run * KN_TILE_ROWS, n0, n1,
+                        pf);
+    for (b += run * GEMV_STREAMS; b < b1; b++) {
         int r = b * KN_TILE_ROWS;
         __m512 v =
             w4a8t_gemv_block((const uint8_t *)w->codes + (size_t)b * bb, x, w->cols, w->group, pf);
