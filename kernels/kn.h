@@ -376,9 +376,10 @@ void kn_pf_force(int mode);
 int kn_pf_parse(const char *name);
 const char *kn_pf_name(int mode);
 /* The mode this thread chose for calls over @rows rows of @w's format and width; -1 while it
- * is still timing them (or never ran one). */
+ * is still in its first pass or timing them (or never ran one). */
 int kn_pf_chosen(const struct kn_mat *w, int rows);
-/* Forgets this thread's choices: its next calls time every mode again. */
+/* Forgets this thread's choices and its first pass: it times every mode again once its first
+ * matrix after this comes round again after another. */
 void kn_pf_reset(void);
 /* The mode kept for the median call times @med[KN_PF_COUNT] of a shape (the tuner's rule). */
 int kn_pf_decide(const uint32_t *med);

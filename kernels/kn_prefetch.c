@@ -37,14 +37,18 @@ struct pf_shape {
  * the pages into this process (qwen3-1.7b decode at 1 thread: 20x a warm call's time, which
  * left the choice to noise and gave 21 tok/s where the hardware prefetcher alone gave 25). The
  * pass ends when the thread's first matrix comes again after another: the next token, or the
- * next round of a benchmark's copies. A pointer, not a shape: pool threads take chunks of a
- * matrix in no fixed order. */
+ * next round of a benchmark's copies (or after PF_PASS_CALLS calls). A pointer, not a shape: pool
+ * threads take chunks of a matrix in no fixed order. */
 static __thread struct {
     struct pf_shape s[PF_SHAPES];
     int n;
     const void *first;     /* the codes of the thread's first call */
     bool seen, left, warm; /* seen a call; one on another matrix since; the pass is over */
+    int calls;             /* calls of the pass so far */
 } pf_tab;
+/* Calls after which a first pass is over though the first matrix never came again (a thread
+ * that only ever reads one): more than a token of a large model's chunks on one thread. */
+#define PF_PASS_CALLS 65536
 
 /* This thread's forced mode (kn_pf_force), -1: tuned. Per thread as the tuner's state is: the
  * owner of a thread (the worker, for each member of its pool) says what it runs. */
@@ -103,6 +107,7 @@ static bool pf_warm(const void *codes)
             pf_tab.left = true;
         else
             pf_tab.warm = pf_tab.left;
+        pf_tab.warm |= ++pf_tab.calls > PF_PASS_CALLS;
     }
     return pf_tab.warm;
 }

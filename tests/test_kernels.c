@@ -573,15 +573,17 @@ static void test_tiles_repack(void **state)
 }
 
 /* Tiled GEMM against the canonical reference over ragged shapes and the token counts prefill
- * chunks have, with output ranges that start and end inside a block; and a GEMV over a row of
- * 130 groups, past the 128 whose sums a GEMV block keeps before it reads their scales. */
+ * chunks have, with output ranges that start and end inside a block; a GEMV over a row of 130
+ * groups, past the 128 whose sums a GEMV block keeps before it reads their scales; 10 blocks,
+ * which the AVX-512 GEMV reads as 4 runs of 2 and 2 left over, over 35 groups (past the 32 a run
+ * keeps) and over groups of an odd number of octets (40). */
 static void test_tiles_gemm(void **state)
 {
     const struct kn_ops *ops = table_or_skip(state);
     static const struct {
         int n, k, group;
-    } shapes[] = {{17, 172, 64}, {64, 256, 32}, {40, 300, 128}, {33, 100, 48}, {1, 520, 256},
-                  {20, 4160, 32}};
+    } shapes[] = {{17, 172, 64}, {64, 256, 32},  {40, 300, 128},  {33, 100, 48},
+                  {1, 520, 256}, {20, 4160, 32}, {150, 1100, 32}, {150, 320, 40}};
     static const int ms[] = {1, 2, 3, 4, 5, 16, 17, 64, 512};
     double worst = 0.0, worst_bf16 = 0.0;
     int cases = 0;
@@ -696,8 +698,9 @@ static void test_prefetch_modes(void **state)
         int n, k, group;
     } cases[] = {{KN_DT_W4A8, 40, 300, 128},
                  {KN_DT_W4A8, 33, 4160, 32},
+                 {KN_DT_W4A8, 150, 4160, 32},
                  {KN_DT_Q8, 37, 1000, 32},
-                 {KN_DT_Q8, 5, 8192, 32}};
+                 {KN_DT_Q8, 9, 8192, 32}};
     rng_seed(9);
     for (size_t c = 0; c < ARRAY_SIZE(cases); c++) {
         int N = cases[c].n, K = cases[c].k;
@@ -710,12 +713,20 @@ static void test_prefetch_modes(void **state)
         const struct kn_mat *w = buf ? &t : &a.m;
         struct kn_act x;
         act_init(&x, K, cases[c].group, 1.0f);
-        float y[MAX_ROWS], want[MAX_ROWS];
+        float y[160], want[160];
         int r[2][2] = {{0, N}, {N / 3, N - N / 4}};
         for (int p = 0; p < 2; p++) {
             int n0 = r[p][0], n1 = r[p][1];
             kn_pf_force(KN_PF_HW);
+            for (int n = 0; n < N; n++)
+                want[n] = SENTINEL;
             ops->gemv(w, &x, want, n0, n1);
+            float yref[160];
+            char what[96];
+            snprintf(what, sizeof(what), "%s prefetch %s N=%d K=%d [%d,%d)", ops->name,
+                     dt_name[cases[c].dt], N, K, n0, n1);
+            kn_gemv_ref(&a.m, &x, yref, 0, N);
+            check_rows(what, &a.m, &x, want, yref, n0, n1, TOL_DOT);
             for (int mode = KN_PF_L1; mode < KN_PF_COUNT; mode++) {
                 kn_pf_force(mode);
                 ops->gemv(w, &x, y, n0, n1);
@@ -790,6 +801,14 @@ static void test_prefetch_modes(void **state)
                 kn_pf_end(&c);
             }
     assert_int_equal(kn_pf_chosen(&e[0], 16), -1);
+    kn_pf_reset();
+    /* a thread that only ever reads one matrix ends its first pass after enough calls */
+    int calls = 0;
+    for (c.shape = NULL; !c.shape && calls < (1 << 18); calls++) {
+        kn_pf_begin(&c, &e[0], 16);
+        kn_pf_end(&c);
+    }
+    assert_true(calls > 1000 && calls < (1 << 18));
     kn_pf_reset();
 }
 

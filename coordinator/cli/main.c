@@ -45,8 +45,8 @@ static const char usage_main[] =
     "../libexec/shardlm/shardlm-worker from shardlm's folder, where an install puts it);\n"
     "SHARDLM_SHM_LIMIT=BYTES refuses segments past that size with ENOSPC (for tests);\n"
     "SHARDLM_PREFETCH=auto|hw|l1|l2 sets the decode GEMVs' software prefetch (default auto:\n"
-    "each worker thread times the modes on its first calls and keeps l2 unless another is\n"
-    "clearly faster).\n";
+    "each worker thread times the modes once its first pass over the weights is done and keeps\n"
+    "the fastest).\n";
 
 /* "0.1.0 (commit cb668aa1b2c3)": generated at build time by cmake/version.cmake */
 extern const char coord_version[];

@@ -324,7 +324,8 @@ mm_q8_one(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int 
     }
 }
 
-/* Decode (one token) row by row with the prefetch the tuner picks; more tokens in tiles that read
+/* Decode (one token) in runs of rows (mm_q8_one) with the prefetch the tuner picks; more tokens in
+ * tiles that read
  * each row from memory once and from cache after, prefetched 8 KiB ahead into L2 (with the
  * hardware prefetcher alone a batch of 8 spent 27 ms a step in the 263 MB LM head of llama32-1b:
  * 9.5 GB/s, `bench kernels`' "pf hw" figure on this VM). */
