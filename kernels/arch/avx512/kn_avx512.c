@@ -217,44 +217,10 @@ static void mm_q8_tiles(const struct kn_mat *w, const struct kn_act *x, int m, f
     }
 }
 
-/* One row against one token, for decode: the row read front to back, four accumulators over
- * 128 columns (the 4-row tile, which reads 4 adjacent rows, was no faster in decode: perf put
- * the head at 35% of a token with it, 33-36% with this; dot_q8_runs reads 4 rows far apart).
- * The same exact sum as q8_tile's. */
-static inline __attribute__((always_inline)) int64_t dot_q8(const int8_t *w, const int16_t *q,
-                                                            int k, int pf)
-{
-    int64_t sum = 0;
-    for (int c0 = 0; c0 < k; c0 += KN_Q8_CHUNK) {
-        int c1 = k - c0 < KN_Q8_CHUNK ? k : c0 + KN_Q8_CHUNK, i = c0;
-        __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
-        for (; i + 128 <= c1; i += 128) {
-            pf_line(w + i, pf);
-            pf_line(w + i + 64, pf);
-#define Q8W(off) _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + i + (off))))
-#define Q8A(off) _mm512_loadu_si512(q + i + (off))
-            s0 = dpwssd(s0, Q8W(0), Q8A(0));
-            s1 = dpwssd(s1, Q8W(32), Q8A(32));
-            s2 = dpwssd(s2, Q8W(64), Q8A(64));
-            s3 = dpwssd(s3, Q8W(96), Q8A(96));
-#undef Q8W
-#undef Q8A
-        }
-        for (; i < c1; i += 32) {
-            __mmask32 m = c1 - i >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (c1 - i)) - 1);
-            s0 = dpwssd(s0, _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, w + i)),
-                        _mm512_maskz_loadu_epi16(m, q + i));
-        }
-        /* a lane holds (c1 - c0) / 64 products per accumulator: the four together stay below
-         * 2^31 for a KN_Q8_CHUNK, so they add exactly in int32 before one reduction */
-        sum += reduce_epi32_to_64(
-            _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3)));
-    }
-    return sum;
-}
-
-/* Rows @w[0 .. Q8_STREAMS) against one token at once, each as dot_q8 sums it (the same lanes, the
- * same exact sums): as many weight streams (see GEMV_STREAMS). */
+/* Rows @w[0 .. Q8_STREAMS) against one token at once (as many weight streams: see GEMV_STREAMS),
+ * each front to back, four accumulators over 128 columns: the same exact sums as q8_tile's. (The
+ * 4-row tile, which reads 4 adjacent rows, was no faster in decode than one row at a time: perf
+ * put the head at 35% of a token with it, 33-36% with one row.) */
 #define Q8_STREAMS 4
 static inline __attribute__((always_inline)) void
 dot_q8_runs(const int8_t *const *w, const int16_t *q, int k, int pf, int64_t sum[Q8_STREAMS])
@@ -300,8 +266,8 @@ dot_q8_runs(const int8_t *const *w, const int16_t *q, int k, int pf, int64_t sum
     }
 }
 
-/* Rows [n0, n1) of one token: Q8_STREAMS runs of rows, a row of each at a time, the rows left
- * over one by one. */
+/* Rows [n0, n1) of one token: Q8_STREAMS runs of rows, a row of each at a time; the rows left
+ * over in one more call, the last of them again in its unused streams (not stored). */
 static inline __attribute__((always_inline)) void
 mm_q8_one(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1, int pf)
 {
@@ -318,9 +284,16 @@ mm_q8_one(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int 
             y[n] = sc[n] * (x->q16scale * (float)sum[r]);
         }
     }
-    for (int n = n0 + run * Q8_STREAMS; n < n1; n++) {
-        const int8_t *row = (const int8_t *)w->codes + (size_t)n * (size_t)w->cols;
-        y[n] = sc[n] * (x->q16scale * (float)dot_q8(row, x->q16, w->cols, pf));
+    int n = n0 + run * Q8_STREAMS;
+    if (n < n1) {
+        const int8_t *rows[Q8_STREAMS];
+        int64_t sum[Q8_STREAMS];
+        for (int r = 0; r < Q8_STREAMS; r++)
+            rows[r] =
+                (const int8_t *)w->codes + (size_t)(n + r < n1 ? n + r : n1 - 1) * (size_t)w->cols;
+        dot_q8_runs(rows, x->q16, w->cols, pf, sum);
+        for (int r = 0; n + r < n1; r++)
+            y[n + r] = sc[n + r] * (x->q16scale * (float)sum[r]);
     }
 }
 
@@ -539,76 +512,6 @@ static inline __attribute__((always_inline)) void w4a8t_tile(const uint8_t *blk,
     }
 }
 
-/* Groups whose int32 sums a GEMV block keeps before it reads their scales: 128 x 64 bytes of
- * stack, a whole block's up to 16384 columns at group 128. */
-#define GEMV_SUMS 128
-
-/* The int32 sums of groups [g0, g1) of one block (16 rows x each group) into @sums, the zero
- * point taken off (-8 * qgsum): four accumulators over pairs of octets so that consecutive
- * VPDPBUSDs do not wait on each other (one chain held a block to the instruction's latency). */
-static inline __attribute__((always_inline)) void w4a8t_gemv_sums(const uint8_t *blk,
-                                                                  const struct kn_act *x, int group,
-                                                                  int g0, int g1, __m512i *sums,
-                                                                  int pf)
-{
-    const __m512i lo4 = _mm512_set1_epi8(15);
-    const int no = group / 8;
-    for (int g = g0; g < g1; g++) {
-        const uint8_t *w = blk + (size_t)g * (size_t)group * 8;
-        const int8_t *q = x->q + (size_t)g * (size_t)group;
-        __m512i s0 = _mm512_set1_epi32(-8 * x->qgsum[g]), s1 = _mm512_setzero_si512();
-        __m512i s2 = _mm512_setzero_si512(), s3 = _mm512_setzero_si512();
-        int o = 0;
-        for (; o + 2 <= no; o += 2) {
-            const uint8_t *p = w + (size_t)o * 64;
-            pf_line(p, pf);
-            pf_line(p + 64, pf);
-            __m512i v0 = _mm512_loadu_si512(p), v1 = _mm512_loadu_si512(p + 64);
-            s0 = dpbusd(s0, _mm512_and_si512(v0, lo4), _mm512_set1_epi32(load_i32(q + 8 * o)));
-            s1 = dpbusd(s1, _mm512_and_si512(_mm512_srli_epi16(v0, 4), lo4),
-                        _mm512_set1_epi32(load_i32(q + 8 * o + 4)));
-            s2 = dpbusd(s2, _mm512_and_si512(v1, lo4), _mm512_set1_epi32(load_i32(q + 8 * o + 8)));
-            s3 = dpbusd(s3, _mm512_and_si512(_mm512_srli_epi16(v1, 4), lo4),
-                        _mm512_set1_epi32(load_i32(q + 8 * o + 12)));
-        }
-        if (o < no) { /* an odd octet count (group 8, 24, 40 ..) */
-            __m512i v0 = _mm512_loadu_si512(w + (size_t)o * 64);
-            s0 = dpbusd(s0, _mm512_and_si512(v0, lo4), _mm512_set1_epi32(load_i32(q + 8 * o)));
-            s1 = dpbusd(s1, _mm512_and_si512(_mm512_srli_epi16(v0, 4), lo4),
-                        _mm512_set1_epi32(load_i32(q + 8 * o + 4)));
-        }
-        sums[g - g0] = _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
-    }
-}
-
-/* Decode's case, one token: the 16 rows of one block (the blocks w4a8t_gemv's runs leave over;
- * w4a8t_gemv_runs reads GEMV_STREAMS blocks this way at once). The codes of (up to GEMV_SUMS)
- * groups first, then their scales, which follow the codes in the block: the block is read front to
- * back. Scaling each group's sum right after its codes held this GEMV to 10.6-13.6 GB/s on a
- * 2-core Zen 4 VM against 17.7-23.8 in two passes, with the scale loads or without them (a
- * harness of both loops; docs/benchmarks.md): the loop's shape, not the scales' place, cost.
- * Past 4096 columns the stored sums leave L1 before they are read (kernels/kn_prefetch.c picks
- * the prefetch that covers it). The float sums run in group order: the results of the one-pass
- * loop, bit for bit. */
-static inline __attribute__((always_inline)) __m512
-w4a8t_gemv_block(const uint8_t *blk, const struct kn_act *x, int cols, int group, int pf)
-{
-    const int ng = kn_ngroups(cols, group);
-    const size_t so = kn_tile_scales_offset(cols, group);
-    __m512i sums[GEMV_SUMS];
-    __m512 f = _mm512_setzero_ps();
-    for (int g0 = 0; g0 < ng; g0 += GEMV_SUMS) {
-        int g1 = ng - g0 < GEMV_SUMS ? ng : g0 + GEMV_SUMS;
-        w4a8t_gemv_sums(blk, x, group, g0, g1, sums, pf);
-        for (int g = g0; g < g1; g++) {
-            __m512 sc =
-                _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(blk + so + (size_t)g * 32)));
-            f = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(sums[g - g0]), f);
-        }
-    }
-    return _mm512_mul_ps(f, _mm512_set1_ps(x->qscale));
-}
-
 /* ---- W4A16 tiles (KN_DT_W4A16_T): FMA over codes widened to float ----
  *
  * Per octet load (16 rows x 8 elements) each element's nibble is shifted down and looked up as a
@@ -739,8 +642,10 @@ static void mm_tiles(const struct kn_mat *w, const struct kn_act *x, int m, floa
 /* Groups whose sums w4a8t_gemv_runs keeps per stream before it reads their scales. */
 #define GEMV_RUN_SUMS 32
 
-/* Group @g of the GEMV_STREAMS blocks at @blk + s * @stride: their int32 sums into sums[s], as
- * w4a8t_gemv_sums sums one block's, the activations' broadcasts shared by the blocks. */
+/* Group @g of the GEMV_STREAMS blocks at @blk + s * @stride: their int32 sums (16 rows x the
+ * group) into sums[s], the zero point taken off (-8 * qgsum), the activations' broadcasts shared
+ * by the blocks; four accumulators a block over pairs of octets so that consecutive VPDPBUSDs
+ * do not wait on each other (one chain held a block to the instruction's latency). */
 static inline __attribute__((always_inline)) void
 w4a8t_gemv_sums_runs(const uint8_t *blk, size_t stride, const struct kn_act *x, int group, int g,
                      __m512i sums[GEMV_STREAMS], int pf)
@@ -789,9 +694,13 @@ w4a8t_gemv_sums_runs(const uint8_t *blk, size_t stride, const struct kn_act *x, 
                                    _mm512_add_epi32(a[s][2], a[s][3]));
 }
 
-/* The GEMV_STREAMS blocks at @blk + s * @stride, whose first rows are @row0 + s * @rstride: as
- * w4a8t_gemv_block each (codes of up to GEMV_RUN_SUMS groups, then their scales), into rows
- * [n0, n1) of y. */
+/* The GEMV_STREAMS blocks at @blk + s * @stride, whose first rows are @row0 + s * @rstride, into
+ * rows [n0, n1) of y (a stride of 0: one block). Per block the codes of up to GEMV_RUN_SUMS groups
+ * first, then their scales, which follow the codes in the block: each block is read front to
+ * back. Scaling each group's sum right after its codes held the one-block GEMV to 10.6-13.6 GB/s
+ * on a 2-core Zen 4 VM against 17.7-23.8 in two passes, with the scale loads or without them (a
+ * harness of both loops; docs/benchmarks.md): the loop's shape, not the scales' place, cost. The
+ * float sums run in group order: the results of a one-pass loop, bit for bit. */
 static inline __attribute__((always_inline)) void
 w4a8t_gemv_runs(const uint8_t *blk, size_t stride, const struct kn_act *x, int cols, int group,
                 float *y, int row0, int rstride, int n0, int n1, int pf)
@@ -825,9 +734,9 @@ w4a8t_gemv_runs(const uint8_t *blk, size_t stride, const struct kn_act *x, int c
     }
 }
 
-/* Rows [n0, n1) of one token: GEMV_STREAMS runs of whole blocks, a block of each at a time, the
- * blocks left over one by one; with the software prefetch @pf (a constant in each of
- * KN_PF_RUN's calls). */
+/* Rows [n0, n1) of one token: GEMV_STREAMS runs of whole blocks, a block of each at a time; each
+ * block left over as all the streams of one call (its loads from cache after the first); with
+ * the software prefetch @pf (a constant in each of KN_PF_RUN's calls). */
 static inline __attribute__((always_inline)) void w4a8t_gemv(const struct kn_mat *w,
                                                              const struct kn_act *x, float *y,
                                                              int n0, int n1, size_t bb, int pf)
@@ -838,12 +747,9 @@ static inline __attribute__((always_inline)) void w4a8t_gemv(const struct kn_mat
         w4a8t_gemv_runs((const uint8_t *)w->codes + (size_t)(b + i) * bb, (size_t)run * bb, x,
                         w->cols, w->group, y, (b + i) * KN_TILE_ROWS, run * KN_TILE_ROWS, n0, n1,
                         pf);
-    for (b += run * GEMV_STREAMS; b < b1; b++) {
-        int r = b * KN_TILE_ROWS;
-        __m512 v =
-            w4a8t_gemv_block((const uint8_t *)w->codes + (size_t)b * bb, x, w->cols, w->group, pf);
-        _mm512_mask_storeu_ps(y + r, rows_in(r, n0, n1), v);
-    }
+    for (b += run * GEMV_STREAMS; b < b1; b++)
+        w4a8t_gemv_runs((const uint8_t *)w->codes + (size_t)b * bb, 0, x, w->cols, w->group, y,
+                        b * KN_TILE_ROWS, 0, n0, n1, pf);
 }
 
 /* w4a8t_tile over one block for the run-time token count @mt (1..TM_WIDE), each case compiled
