@@ -12,13 +12,14 @@ static void split(int n, int parts, int i, int *lo, int *hi)
     *hi = (int)((long)n * (i + 1) / parts);
 }
 
-int seg_plan_make(struct seg_plan *p, const struct shlm_config *c, int group, int n_ranks,
-                  int rank)
+int seg_plan_make(struct seg_plan *p, const struct shlm_config *c, const struct shlm_config_ext *x,
+                  int group, int n_ranks, int rank)
 {
     memset(p, 0, sizeof(*p));
     int v_units = (int)((c->vocab_size + KN_TILE_ROWS - 1) / KN_TILE_ROWS);
     if (n_ranks < 1 || rank < 0 || rank >= n_ranks || (uint32_t)n_ranks > c->n_heads ||
-        (uint32_t)n_ranks > c->hidden_dim || n_ranks > v_units)
+        (uint32_t)n_ranks > c->hidden_dim || n_ranks > v_units ||
+        (x->n_experts && (uint32_t)n_ranks > x->expert_ffn))
         return -EINVAL;
     int hd = (int)c->head_dim, kv_mul = (int)(c->n_heads / c->n_kv_heads);
     p->rank = rank;
@@ -27,6 +28,7 @@ int seg_plan_make(struct seg_plan *p, const struct shlm_config *c, int group, in
     p->kv0 = p->q0 / kv_mul;
     p->kv1 = (p->q1 - 1) / kv_mul + 1;
     split((int)c->hidden_dim, n_ranks, rank, &p->f0, &p->f1);
+    split((int)x->expert_ffn, n_ranks, rank, &p->e0, &p->e1);
     /* whole tile blocks of the head: a tied, tiled embedding's rows are the head's view */
     split(v_units, n_ranks, rank, &p->v0, &p->v1);
     p->v0 *= KN_TILE_ROWS;
@@ -34,6 +36,7 @@ int seg_plan_make(struct seg_plan *p, const struct shlm_config *c, int group, in
     if (group) {
         p->o_pad = p->q0 * hd % group;
         p->down_pad = p->f0 % group;
+        p->down_pad_exp = p->e0 % group;
     }
     return 0;
 }

@@ -21,14 +21,17 @@ struct seg_plan {
     int q0, q1;          /* query heads [q0, q1) */
     int kv0, kv1;        /* KV heads held [kv0, kv1) */
     int f0, f1;          /* FFN units [f0, f1) */
+    int e0, e1;          /* units [e0, e1) of every expert's FFN (tensor-parallel experts) */
     int v0, v1;          /* LM head rows [v0, v1); v0 a multiple of KN_TILE_ROWS */
     int o_pad, down_pad; /* zero input columns in front of the O and down shards */
+    int down_pad_exp;    /* and in front of each expert's down shard */
 };
 
-/* The plan of @rank among @n_ranks for config @c; @group is the int4 group of the matrices (0 for
- * formats without groups). Returns 0 or -EINVAL when n_ranks exceeds the heads, FFN units or
- * blocks of 16 vocabulary rows (a rank must have work in every layer). */
-int seg_plan_make(struct seg_plan *p, const struct shlm_config *c, int group, int n_ranks,
-                  int rank);
+/* The plan of @rank among @n_ranks for config @c and @x; @group is the int4 group of the matrices
+ * (0 for formats without groups). Experts are tensor-parallel: each rank holds the same slice
+ * of every expert's units. Returns 0 or -EINVAL when n_ranks exceeds the heads, FFN units,
+ * expert units or blocks of 16 vocabulary rows (a rank must have work in every layer). */
+int seg_plan_make(struct seg_plan *p, const struct shlm_config *c, const struct shlm_config_ext *x,
+                  int group, int n_ranks, int rank);
 
 #endif

@@ -175,6 +175,18 @@ int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e
         return shardlm_fail(e, -EINVAL,
                             "config field window_pattern is %u, expected 0 or 2.. with a window",
                             x->window_pattern);
+    if (x->n_experts > SHLM_MAX_EXPERTS || x->moe_route >= SHLM_ROUTE_COUNT ||
+        (x->n_experts &&
+         (x->n_experts_used < 1 || x->n_experts_used > x->n_experts || x->n_experts_used > 64 ||
+          x->expert_ffn < 1 || x->expert_ffn > (1u << 20) || !x->moe_route)) ||
+        (!x->n_experts &&
+         (x->n_experts_used || x->expert_ffn || x->moe_route || x->moe_dense_first)))
+        return shardlm_fail(e, -EINVAL,
+                            "config fields n_experts/n_experts_used/expert_ffn/moe_route are "
+                            "%u/%u/%u/%u: expected 0 (dense) or 1..%d experts, 1..64 of them used "
+                            "(at most all), 1..2^20 units each and a routing rule 1..%d",
+                            x->n_experts, x->n_experts_used, x->expert_ffn, x->moe_route,
+                            SHLM_MAX_EXPERTS, SHLM_ROUTE_COUNT - 1);
     for (size_t i = 0; i < sizeof(x->reserved) / sizeof(x->reserved[0]); i++)
         if (x->reserved[i])
             return shardlm_fail(e, -EINVAL,
@@ -184,8 +196,8 @@ int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e
     return 0;
 }
 
-int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int group,
-                          int head_bits, const struct seg_plan *plan,
+int shlm_expected_tensors(const struct shlm_config *c, const struct shlm_config_ext *x,
+                          enum shlm_scheme s, int group, int head_bits, const struct seg_plan *plan,
                           struct shlm_tensor_spec *out, int max)
 {
     enum kn_dtype dt[3]; /* by enum shlm_dtc: matrices, embedding/head, f32 */
@@ -209,43 +221,43 @@ int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int g
         return -EINVAL;
     }
     dt[SHLM_DTC_F32] = KN_DT_F32;
-    int global = 0, per_layer = 0;
-    for (int k = 0; k < SHLM_KIND_COUNT; k++)
-        if (shlm_kind_present(c, (enum shlm_kind)k))
-            *(shlm_kinds[k].layer ? &per_layer : &global) += 1;
-    if ((long)global + (long)per_layer * c->n_layers > max)
-        return -EINVAL;
     /* the whole model is the plan of one rank */
     struct seg_plan whole;
     if (!plan) {
-        if (seg_plan_make(&whole, c, 0, 1, 0))
+        if (seg_plan_make(&whole, c, x, 0, 1, 0))
             return -EINVAL;
         plan = &whole;
     }
     int n = 0;
-    /* the global kinds, then each layer's (pass 0: globals; pass l + 1: layer l) */
+    /* the global kinds, then each layer's (pass 0: globals; pass l + 1: layer l), an expert's
+     * kind once per expert */
     for (uint32_t pass = 0; pass <= c->n_layers; pass++)
         for (int k = 0; k < SHLM_KIND_COUNT; k++) {
             const struct shlm_kind_traits *t = &shlm_kinds[k];
-            if (t->layer != (pass > 0) || !t->has(c))
-                continue;
             uint32_t l = pass ? pass - 1 : 0;
-            struct shlm_tensor_spec *o = &out[n++];
-            shlm_kind_name((enum shlm_kind)k, l, o->name, sizeof(o->name));
-            o->kind = k;
-            o->layer = l;
-            o->dtype = dt[t->dtc];
-            o->group = kn_is_w4(o->dtype) ? group : 0;
-            o->rows = shlm_dim_size(c, t->rows);
-            o->cols = shlm_dim_size(c, t->cols);
-            /* a rank's part of the split size, behind its pad */
-            int lo, hi, pad;
-            if (t->split == SHLM_SPLIT_ROWS) {
-                shlm_dim_part(c, plan, t->rows, &lo, &hi, &pad);
-                o->rows = hi - lo;
-            } else if (t->split != SHLM_SPLIT_NONE) {
-                shlm_dim_part(c, plan, t->cols, &lo, &hi, &pad);
-                o->cols = (t->split == SHLM_SPLIT_COLS_PADDED ? pad : 0) + hi - lo;
+            if (t->layer != (pass > 0) || !t->has(c, x, l))
+                continue;
+            for (uint32_t ex = 0; ex < (t->expert ? x->n_experts : 1); ex++) {
+                if (n == max)
+                    return -EINVAL;
+                struct shlm_tensor_spec *o = &out[n++];
+                shlm_kind_name((enum shlm_kind)k, l, ex, o->name, sizeof(o->name));
+                o->kind = k;
+                o->layer = l;
+                o->expert = ex;
+                o->dtype = dt[t->dtc];
+                o->group = kn_is_w4(o->dtype) ? group : 0;
+                o->rows = shlm_dim_size(c, x, t->rows);
+                o->cols = shlm_dim_size(c, x, t->cols);
+                /* a rank's part of the split size, behind its pad */
+                int lo, hi, pad;
+                if (t->split == SHLM_SPLIT_ROWS) {
+                    shlm_dim_part(c, x, plan, t->rows, &lo, &hi, &pad);
+                    o->rows = hi - lo;
+                } else if (t->split != SHLM_SPLIT_NONE) {
+                    shlm_dim_part(c, x, plan, t->cols, &lo, &hi, &pad);
+                    o->cols = (t->split == SHLM_SPLIT_COLS_PADDED ? pad : 0) + hi - lo;
+                }
             }
         }
     return n;
@@ -301,10 +313,11 @@ const struct shlm_tensor *shlm_find(const struct shlm_model *m, const char *name
     return NULL;
 }
 
-const struct shlm_tensor *shlm_find_kind(const struct shlm_model *m, int kind, uint32_t layer)
+const struct shlm_tensor *shlm_find_kind(const struct shlm_model *m, int kind, uint32_t layer,
+                                         uint32_t expert)
 {
     char name[SHLM_NAME_MAX];
-    shlm_kind_name((enum shlm_kind)kind, layer, name, sizeof(name));
+    shlm_kind_name((enum shlm_kind)kind, layer, expert, name, sizeof(name));
     return shlm_find(m, name);
 }
 
@@ -418,13 +431,14 @@ static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
     struct seg_plan plan;
     bool shard = h->shard_count > 0;
     if ((!shard && h->shard_rank != 0) ||
-        (shard && seg_plan_make(&plan, &h->cfg, h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0,
-                                (int)h->shard_count, (int)h->shard_rank)))
+        (shard &&
+         seg_plan_make(&plan, &h->cfg, &h->cfgx, h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0,
+                       (int)h->shard_count, (int)h->shard_rank)))
         return shardlm_fail(e, -EINVAL,
                             "%s: header fields shard_rank/shard_count (%u of %u) do "
                             "not fit the model",
                             what, h->shard_rank, h->shard_count);
-    int n = shlm_expected_tensors(&h->cfg, (enum shlm_scheme)h->scheme, (int)h->group,
+    int n = shlm_expected_tensors(&h->cfg, &h->cfgx, (enum shlm_scheme)h->scheme, (int)h->group,
                                   (int)h->head_bits, shard ? &plan : NULL, want, SHLM_MAX_TENSORS);
     if (n < 0)
         return shardlm_fail(e, -EINVAL,

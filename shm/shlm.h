@@ -23,6 +23,7 @@
 #define SHLM_ALIGN 4096
 #define SHLM_NAME_MAX 48
 #define SHLM_MAX_TENSORS 4096
+#define SHLM_MAX_EXPERTS 512 /* experts of a MoE layer (DeepSeek-V3: 256) */
 
 enum shlm_arch { SHLM_ARCH_LLAMA = 1 };
 enum shlm_act { SHLM_ACT_SILU = 0, SHLM_ACT_GELU_TANH = 1 };
@@ -98,9 +99,32 @@ struct shlm_config_ext {
     uint32_t nope_interval;  /* every n-th layer (n - 1, 2n - 1, ...) has no RoPE (SmolLM3); 0 */
     float yarn_beta_fast, yarn_beta_slow; /* YaRN ramp (rope_scaling SHLM_ROPE_YARN) */
     float rope_attn_factor; /* YaRN/LongRoPE magnitude scale of q.k; 0: the scaling's own */
-    uint32_t reserved[20];
+    /* mixture of experts (0 experts: a dense model): each MoE layer's FFN is n_experts FFNs of
+     * expert_ffn units, of which a router picks n_experts_used per token by moe_route's rule;
+     * the first moe_dense_first layers keep a dense FFN of hidden_dim units */
+    uint32_t n_experts, n_experts_used, expert_ffn;
+    uint32_t moe_route; /* enum shlm_route */
+    uint32_t moe_dense_first;
+    uint32_t reserved[15];
 };
 _Static_assert(sizeof(struct shlm_config_ext) == 128, "shlm_config_ext layout");
+
+/* How a MoE layer's router turns its logits (one per expert) into the chosen experts' weights. */
+enum shlm_route {
+    SHLM_ROUTE_NONE = 0,         /* a dense model */
+    SHLM_ROUTE_SOFTMAX_NORM = 1, /* softmax over every expert, the top k, their weights renormalised
+                                  * to sum 1 (Mixtral, Qwen3-MoE's norm_topk_prob; the same as a
+                                  * softmax over the top k's logits: gpt-oss) */
+    SHLM_ROUTE_SOFTMAX = 2,      /* softmax over every expert, the top k with those weights
+                                  * (Qwen2-MoE, Qwen3-MoE without norm_topk_prob) */
+    SHLM_ROUTE_COUNT
+};
+
+/* Whether layer @l of a model of @x has experts (else a dense FFN). */
+static inline bool shlm_layer_moe(const struct shlm_config_ext *x, uint32_t l)
+{
+    return x->n_experts && l >= x->moe_dense_first;
+}
 
 /* Whether layer @l of a model of @x attends within @x->window (and takes rope_theta_local):
  * every layer with a window and no pattern, else all but the last of every window_pattern. */
@@ -203,8 +227,10 @@ int shlm_parse_head(struct shlm_model *m, const void *head, size_t avail, size_t
 int shlm_verify_data(const struct shlm_model *m, const char *what, struct shardlm_err *e);
 /* The tensor called @name, or NULL. */
 const struct shlm_tensor *shlm_find(const struct shlm_model *m, const char *name);
-/* The tensor of kind @kind (enum shlm_kind) of @layer (0 for a global kind), or NULL. */
-const struct shlm_tensor *shlm_find_kind(const struct shlm_model *m, int kind, uint32_t layer);
+/* The tensor of kind @kind (enum shlm_kind) of @layer (0 for a global kind) and @expert (0 for
+ * a kind not of an expert), or NULL. */
+const struct shlm_tensor *shlm_find_kind(const struct shlm_model *m, int kind, uint32_t layer,
+                                         uint32_t expert);
 /* Fills @v with the view of tensor @t. */
 void shlm_view(const struct shlm_model *m, const struct shlm_tensor *t, struct kn_mat *v);
 
@@ -216,11 +242,13 @@ struct shlm_tensor_spec {
     int rows, cols, group;
     int kind;       /* enum shlm_kind (tensors.h) */
     uint32_t layer; /* of a per-layer kind, else 0 */
+    uint32_t expert; /* of an expert's kind, else 0 */
 };
 struct seg_plan;
-/* With @plan (not NULL) the shapes are those of that rank's shard (see plan.h). */
-int shlm_expected_tensors(const struct shlm_config *c, enum shlm_scheme s, int group,
-                          int head_bits, const struct seg_plan *plan,
+/* With @plan (not NULL) the shapes are those of that rank's shard (see plan.h). -EINVAL also
+ * where they are more than @max. */
+int shlm_expected_tensors(const struct shlm_config *c, const struct shlm_config_ext *x,
+                          enum shlm_scheme s, int group, int head_bits, const struct seg_plan *plan,
                           struct shlm_tensor_spec *out, int max);
 /* The dtype a tensor of dtype @dt has in an image of @layout. */
 enum kn_dtype shlm_layout_dtype(enum kn_dtype dt, enum shlm_layout layout);

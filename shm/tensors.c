@@ -8,18 +8,26 @@
 #include <stdio.h>
 #include <string.h>
 
-static bool always(const struct shlm_config *c)
-{
-    (void)c;
-    return true;
-}
-static bool untied(const struct shlm_config *c) { return !c->tied_embd; }
-static bool qkv_bias(const struct shlm_config *c) { return c->qkv_bias; }
-static bool qk_norm(const struct shlm_config *c) { return c->flags & SHLM_CF_QK_NORM; }
-static bool head_gate(const struct shlm_config *c) { return c->head_gate; }
-static bool post_norms(const struct shlm_config *c) { return c->flags & SHLM_CF_POST_NORMS; }
-static bool longrope(const struct shlm_config *c) { return c->rope_scaling == SHLM_ROPE_LONGROPE; }
-static bool rope_freqs(const struct shlm_config *c) { return c->rope_scaling == SHLM_ROPE_FREQS; }
+/* The kinds' presence (shlm_kind_traits.has): what a model of @c and @x has in layer @l. */
+#define HAS(fn, expr)                                                                              \
+    static bool fn(const struct shlm_config *c, const struct shlm_config_ext *x, uint32_t l)       \
+    {                                                                                              \
+        (void)c;                                                                                   \
+        (void)x;                                                                                   \
+        (void)l;                                                                                   \
+        return expr;                                                                               \
+    }
+HAS(always, true)
+HAS(untied, !c->tied_embd)
+HAS(qkv_bias, c->qkv_bias)
+HAS(qk_norm, c->flags &SHLM_CF_QK_NORM)
+HAS(head_gate, c->head_gate)
+HAS(post_norms, c->flags &SHLM_CF_POST_NORMS)
+HAS(longrope, c->rope_scaling == SHLM_ROPE_LONGROPE)
+HAS(rope_freqs, c->rope_scaling == SHLM_ROPE_FREQS)
+HAS(dense_ffn, !shlm_layer_moe(x, l))
+HAS(moe_ffn, shlm_layer_moe(x, l))
+#undef HAS
 
 #define NONE SHLM_SITE_NONE
 #define QKV SHLM_SITE_QKV
@@ -32,6 +40,7 @@ static bool rope_freqs(const struct shlm_config *c) { return c->rope_scaling == 
 #define T(x) SHLM_DTC_##x
 #define L2C(x) SHLM_L2C_##x
 #define V(x) SHLM_VALUE_##x
+#define EXP .expert = true
 
 const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
     /* clang-format off */
@@ -84,14 +93,29 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
     [SHLM_KIND_FFN_NORM] = {"ffn_norm", "ffn_norm.weight", "post_attention_layernorm.weight",
         L2C(RMS_FFN), true, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, GU, always},
     [SHLM_KIND_FFN_GATE] = {"ffn_gate", "ffn_gate.weight", "mlp.gate_proj.weight",
-        L2C(W1), true, false, D(FFN), D(MODEL), S(ROWS), T(MAT), GU, NONE, always},
+        L2C(W1), true, false, D(FFN), D(MODEL), S(ROWS), T(MAT), GU, NONE, dense_ffn},
     [SHLM_KIND_FFN_UP] = {"ffn_up", "ffn_up.weight", "mlp.up_proj.weight",
-        L2C(W3), true, false, D(FFN), D(MODEL), S(ROWS), T(MAT), GU, DOWN, always},
+        L2C(W3), true, false, D(FFN), D(MODEL), S(ROWS), T(MAT), GU, DOWN, dense_ffn},
     [SHLM_KIND_FFN_DOWN] = {"ffn_down", "ffn_down.weight", "mlp.down_proj.weight",
-        L2C(W2), true, false, D(MODEL), D(FFN), S(COLS_PADDED), T(MAT), DOWN, NONE, always},
+        L2C(W2), true, false, D(MODEL), D(FFN), S(COLS_PADDED), T(MAT), DOWN, NONE, dense_ffn},
     [SHLM_KIND_FFN_POST_NORM] = {"ffn_post_norm", "post_ffw_norm.weight",
         "post_feedforward_layernorm.weight",
         L2C(NONE), true, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, NONE, post_norms},
+    /* the router: f32 like the head gate (llama.cpp keeps ffn_gate_inp unquantized), replicated:
+     * every rank picks the same experts. Hugging Face names of the MoE kinds: Qwen's (Mixtral's:
+     * shlm_kind_hf_name); an expert's "%u" is its index. Calibration does not see the experts
+     * (SHLM_SITE_NONE: convert --method refuses a MoE model, rtn quantizes them). */
+    [SHLM_KIND_FFN_ROUTER] = {"ffn_router", "ffn_gate_inp.weight", "mlp.gate.weight",
+        L2C(NONE), true, false, D(EXPERTS), D(MODEL), S(NONE), T(F32), NONE, NONE, moe_ffn},
+    [SHLM_KIND_FFN_GATE_EXP] = {"ffn_gate_exp", "ffn_gate_exps.weight",
+        "mlp.experts.%u.gate_proj.weight",
+        L2C(NONE), true, false, D(EXP_FFN), D(MODEL), S(ROWS), T(MAT), NONE, NONE, moe_ffn, EXP},
+    [SHLM_KIND_FFN_UP_EXP] = {"ffn_up_exp", "ffn_up_exps.weight", "mlp.experts.%u.up_proj.weight",
+        L2C(NONE), true, false, D(EXP_FFN), D(MODEL), S(ROWS), T(MAT), NONE, NONE, moe_ffn, EXP},
+    [SHLM_KIND_FFN_DOWN_EXP] = {"ffn_down_exp", "ffn_down_exps.weight",
+        "mlp.experts.%u.down_proj.weight",
+        L2C(NONE), true, false, D(MODEL), D(EXP_FFN), S(COLS_PADDED), T(MAT), NONE, NONE, moe_ffn,
+        EXP},
     /* clang-format on */
 };
 
@@ -106,6 +130,7 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
 #undef T
 #undef L2C
 #undef V
+#undef EXP
 
 bool shlm_kind_value_ok(enum shlm_kind kind, float x, const char **expect)
 {
@@ -120,15 +145,28 @@ bool shlm_kind_value_ok(enum shlm_kind kind, float x, const char **expect)
     return true;
 }
 
-bool shlm_kind_present(const struct shlm_config *c, enum shlm_kind kind)
+bool shlm_kind_present(const struct shlm_config *c, const struct shlm_config_ext *x,
+                       enum shlm_kind kind, uint32_t layer)
 {
-    return shlm_kinds[kind].has(c);
+    return shlm_kinds[kind].has(c, x, layer);
 }
 
-void shlm_kind_name(enum shlm_kind kind, uint32_t layer, char *out, size_t len)
+bool shlm_kind_any(const struct shlm_config *c, const struct shlm_config_ext *x,
+                   enum shlm_kind kind)
+{
+    uint32_t layers = shlm_kinds[kind].layer ? c->n_layers : 1;
+    for (uint32_t l = 0; l < layers; l++)
+        if (shlm_kinds[kind].has(c, x, l))
+            return true;
+    return false;
+}
+
+void shlm_kind_name(enum shlm_kind kind, uint32_t layer, uint32_t expert, char *out, size_t len)
 {
     const struct shlm_kind_traits *k = &shlm_kinds[kind];
-    if (k->layer)
+    if (k->expert)
+        snprintf(out, len, "blk.%u.%s.%u", layer, k->name, expert);
+    else if (k->layer)
         snprintf(out, len, "blk.%u.%s", layer, k->name);
     else
         snprintf(out, len, "%s", k->name);
@@ -143,20 +181,35 @@ void shlm_kind_gguf_name(enum shlm_kind kind, uint32_t layer, char *out, size_t 
         snprintf(out, len, "%s", k->gguf);
 }
 
-bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer, char *out,
-                       size_t len)
+/* Mixtral's names of the MoE kinds (shlm_arch_traits.hf_mixtral) */
+static const char *const mixtral_hf[SHLM_KIND_COUNT] = {
+    [SHLM_KIND_FFN_ROUTER] = "block_sparse_moe.gate.weight",
+    [SHLM_KIND_FFN_GATE_EXP] = "block_sparse_moe.experts.%u.w1.weight",
+    [SHLM_KIND_FFN_UP_EXP] = "block_sparse_moe.experts.%u.w3.weight",
+    [SHLM_KIND_FFN_DOWN_EXP] = "block_sparse_moe.experts.%u.w2.weight",
+};
+
+bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer,
+                       uint32_t expert, char *out, size_t len)
 {
     const struct shlm_kind_traits *k = &shlm_kinds[kind];
     /* with post-norms post_attention_layernorm is the attention's post-norm (tensors.h) */
     const char *hf = kind == SHLM_KIND_FFN_NORM && (c->flags & SHLM_CF_POST_NORMS)
                          ? "pre_feedforward_layernorm.weight"
                          : k->hf;
+    if (shlm_arch_of(c)->hf_mixtral && mixtral_hf[kind])
+        hf = mixtral_hf[kind];
     if (!hf)
         return false;
-    if (k->layer)
+    if (k->expert) {
+        char part[SHLM_NAME_MAX + 16];
+        snprintf(part, sizeof(part), hf, expert);
+        snprintf(out, len, "model.layers.%u.%s", layer, part);
+    } else if (k->layer) {
         snprintf(out, len, "model.layers.%u.%s", layer, hf);
-    else
+    } else {
         snprintf(out, len, "%s", hf);
+    }
     return true;
 }
 
@@ -194,7 +247,7 @@ bool shlm_kind_fused(const struct shlm_config *c, enum shlm_kind kind, uint32_t 
         for (int i = 0; i < fused[f].n; i++) {
             if (fused[f].parts[i] == kind)
                 at = rows;
-            rows += shlm_dim_size(c, shlm_kinds[fused[f].parts[i]].rows);
+            rows += shlm_dim_size(c, NULL, shlm_kinds[fused[f].parts[i]].rows); /* no MoE dims */
         }
         if (at < 0)
             continue;
@@ -229,32 +282,57 @@ bool shlm_fused_stray(const struct shlm_config *c, bool hf,
     return false;
 }
 
-bool shlm_kind_parse(const char *name, uint32_t n_layers, enum shlm_kind *kind, uint32_t *layer)
+/* A decimal number below @limit at *@p without a leading zero, then @end: true with *@p past
+ * @end and the number in *@v. */
+static bool parse_index(const char **p, uint32_t limit, char end, uint32_t *v)
+{
+    const char *s = *p;
+    uint32_t n = 0;
+    int digits = 0;
+    for (; *s >= '0' && *s <= '9' && digits < 5; s++, digits++)
+        n = n * 10 + (uint32_t)(*s - '0');
+    if (digits == 0 || *s != end || (digits > 1 && **p == '0') || n >= limit)
+        return false;
+    *p = end ? s + 1 : s;
+    *v = n;
+    return true;
+}
+
+bool shlm_kind_parse(const char *name, uint32_t n_layers, uint32_t n_experts, enum shlm_kind *kind,
+                     uint32_t *layer, uint32_t *expert)
 {
     const char *rest = name;
-    uint32_t l = 0;
+    uint32_t l = 0, x = 0;
     bool in_layer = strncmp(name, "blk.", 4) == 0;
     if (in_layer) {
-        const char *p = name + 4;
-        int digits = 0;
-        for (; *p >= '0' && *p <= '9' && digits < 5; p++, digits++)
-            l = l * 10 + (uint32_t)(*p - '0');
-        if (digits == 0 || *p != '.' || (digits > 1 && name[4] == '0') || l >= n_layers)
+        rest = name + 4;
+        if (!parse_index(&rest, n_layers, '.', &l))
             return false;
-        rest = p + 1;
     }
-    for (int i = 0; i < SHLM_KIND_COUNT; i++)
-        if (shlm_kinds[i].layer == in_layer && strcmp(shlm_kinds[i].name, rest) == 0) {
-            *kind = (enum shlm_kind)i;
-            *layer = l;
-            return true;
-        }
+    for (int i = 0; i < SHLM_KIND_COUNT; i++) {
+        const struct shlm_kind_traits *k = &shlm_kinds[i];
+        size_t n = strlen(k->name);
+        if (k->layer != in_layer || strncmp(k->name, rest, n) != 0)
+            continue;
+        const char *tail = rest + n;
+        if (k->expert ? *tail != '.' || (++tail, !parse_index(&tail, n_experts, 0, &x))
+                      : *tail != 0)
+            continue;
+        *kind = (enum shlm_kind)i;
+        *layer = l;
+        *expert = x;
+        return true;
+    }
     return false;
 }
 
-int shlm_dim_size(const struct shlm_config *c, enum shlm_dim d)
+int shlm_dim_size(const struct shlm_config *c, const struct shlm_config_ext *x, enum shlm_dim d)
 {
     switch (d) {
+    case SHLM_DIM_EXPERTS:
+        return (int)x->n_experts;
+    case SHLM_DIM_EXP_FFN:
+        return (int)x->expert_ffn;
     case SHLM_DIM_ONE:
         return 1;
     case SHLM_DIM_MODEL:
@@ -277,8 +355,8 @@ int shlm_dim_size(const struct shlm_config *c, enum shlm_dim d)
     return 0;
 }
 
-void shlm_dim_part(const struct shlm_config *c, const struct seg_plan *p, enum shlm_dim d, int *lo,
-                   int *hi, int *pad)
+void shlm_dim_part(const struct shlm_config *c, const struct shlm_config_ext *x,
+                   const struct seg_plan *p, enum shlm_dim d, int *lo, int *hi, int *pad)
 {
     int hd = (int)c->head_dim;
     *pad = 0;
@@ -301,13 +379,18 @@ void shlm_dim_part(const struct shlm_config *c, const struct seg_plan *p, enum s
         *hi = p->f1;
         *pad = p->down_pad;
         return;
+    case SHLM_DIM_EXP_FFN:
+        *lo = p->e0;
+        *hi = p->e1;
+        *pad = p->down_pad_exp;
+        return;
     case SHLM_DIM_VOCAB:
         *lo = p->v0;
         *hi = p->v1;
         return;
     default:
         *lo = 0;
-        *hi = shlm_dim_size(c, d);
+        *hi = shlm_dim_size(c, x, d);
     }
 }
 
@@ -317,11 +400,13 @@ void shlm_dim_part(const struct shlm_config *c, const struct seg_plan *p, enum s
 const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
     [F(UNKNOWN)] = {.name = "llama-family", .refused = "no architecture"},
     [F(LLAMA2C)] = {.name = "llama2.c", .act = SHLM_ACT_SILU},
+    /* a GGUF "llama" with expert_count is Mixtral */
     [F(LLAMA)] = {.name = "llama",
                   .gguf = "llama",
                   .hf = "LlamaForCausalLM",
                   .act = SHLM_ACT_SILU,
-                  .hf_act_key = "hidden_act"},
+                  .hf_act_key = "hidden_act",
+                  .moe = SHLM_MOE_OPTIONAL},
     [F(QWEN2)] = {.name = "qwen2",
                   .gguf = "qwen2",
                   .hf = "Qwen2ForCausalLM",
@@ -415,6 +500,23 @@ const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
                     .act = SHLM_ACT_SILU,
                     .hf_act_key = "hidden_act",
                     .attn = SHLM_ATTN_WINDOW_CONFIG},
+    /* Qwen3's attention, a MoE FFN in every layer (but Hugging Face's mlp_only_layers) */
+    [F(QWEN3MOE)] = {.name = "qwen3moe",
+                     .gguf = "qwen3moe",
+                     .hf = "Qwen3MoeForCausalLM",
+                     .act = SHLM_ACT_SILU,
+                     .hf_act_key = "hidden_act",
+                     .gguf_rope_neox = true,
+                     .flags = SHLM_CF_QK_NORM,
+                     .moe = SHLM_MOE_REQUIRED},
+    /* Mixtral: Mistral's attention and experts (a GGUF is "llama" with expert_count) */
+    [F(MIXTRAL)] = {.name = "mixtral",
+                    .hf = "MixtralForCausalLM",
+                    .act = SHLM_ACT_SILU,
+                    .hf_act_key = "hidden_act",
+                    .attn = SHLM_ATTN_WINDOW_CONFIG,
+                    .hf_mixtral = true,
+                    .moe = SHLM_MOE_REQUIRED},
 };
 #undef F
 

@@ -49,21 +49,29 @@ enum shlm_kind {
     SHLM_KIND_FFN_UP,
     SHLM_KIND_FFN_DOWN,
     SHLM_KIND_FFN_POST_NORM, /* RMSNorm of down's output before the residual add (Gemma 2/3) */
+    /* a MoE layer's FFN (shlm_layer_moe) in place of gate, up and down: the router (one row
+     * of logits per expert), then each expert's gate, up and down, one tensor per expert */
+    SHLM_KIND_FFN_ROUTER,
+    SHLM_KIND_FFN_GATE_EXP,
+    SHLM_KIND_FFN_UP_EXP,
+    SHLM_KIND_FFN_DOWN_EXP,
     SHLM_KIND_COUNT
 };
 #define SHLM_KIND_FIRST_LAYER SHLM_KIND_ATTN_NORM
 
 /* A size of the config a tensor's rows or columns are. */
 enum shlm_dim {
-    SHLM_DIM_ONE,   /* 1: the single row of a vector */
-    SHLM_DIM_MODEL, /* dim */
-    SHLM_DIM_Q,     /* n_heads * head_dim */
-    SHLM_DIM_KV,    /* n_kv_heads * head_dim */
-    SHLM_DIM_HEADS, /* n_heads */
-    SHLM_DIM_HEAD,  /* head_dim */
-    SHLM_DIM_ROPE,  /* head_dim / 2: RoPE's frequencies */
-    SHLM_DIM_FFN,   /* hidden_dim */
-    SHLM_DIM_VOCAB, /* vocab_size */
+    SHLM_DIM_ONE,     /* 1: the single row of a vector */
+    SHLM_DIM_MODEL,   /* dim */
+    SHLM_DIM_Q,       /* n_heads * head_dim */
+    SHLM_DIM_KV,      /* n_kv_heads * head_dim */
+    SHLM_DIM_HEADS,   /* n_heads */
+    SHLM_DIM_HEAD,    /* head_dim */
+    SHLM_DIM_ROPE,    /* head_dim / 2: RoPE's frequencies */
+    SHLM_DIM_FFN,     /* hidden_dim */
+    SHLM_DIM_VOCAB,   /* vocab_size */
+    SHLM_DIM_EXPERTS, /* n_experts */
+    SHLM_DIM_EXP_FFN, /* expert_ffn: one expert's FFN units */
 };
 
 /* How tensor parallelism splits a tensor (plan.h): a rank holds the part of the split size that
@@ -136,8 +144,10 @@ struct shlm_kind_traits {
     /* the input its output rows are (AWQ divides them by that input's scale: a norm's output is
      * QKV's or GATE_UP's input, v's (through attention) O's, up's down's); SHLM_SITE_NONE */
     enum shlm_site feeds;
-    bool (*has)(const struct shlm_config *c); /* whether a model of @c has it */
+    /* whether layer @l (0 for a global kind) of a model of @c and @x has it */
+    bool (*has)(const struct shlm_config *c, const struct shlm_config_ext *x, uint32_t l);
     enum shlm_value value;                    /* SHLM_VALUE_ANY where the row leaves it out */
+    bool expert; /* one per expert of a MoE layer: "blk.L.<name>.E" (false where left out) */
 };
 
 extern const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT];
@@ -145,15 +155,21 @@ extern const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT];
 /* Whether @x is a value tensors of @kind may hold (its row's value constraint; finiteness is
  * checked apart); @expect says what is expected ("> 0") where it is not. */
 bool shlm_kind_value_ok(enum shlm_kind kind, float x, const char **expect);
-/* Whether a model of config @c has tensors of @kind. */
-bool shlm_kind_present(const struct shlm_config *c, enum shlm_kind kind);
-/* The .shlm name of @kind (of @layer for a per-layer kind) into @out. */
-void shlm_kind_name(enum shlm_kind kind, uint32_t layer, char *out, size_t len);
+/* Whether layer @layer (0 for a global kind) of a model of config @c and @x has tensors of
+ * @kind. */
+bool shlm_kind_present(const struct shlm_config *c, const struct shlm_config_ext *x,
+                       enum shlm_kind kind, uint32_t layer);
+/* Whether some layer of a model of @c and @x has tensors of @kind. */
+bool shlm_kind_any(const struct shlm_config *c, const struct shlm_config_ext *x,
+                   enum shlm_kind kind);
+/* The .shlm name of @kind (of @layer for a per-layer kind, of @expert for an expert's) into
+ * @out. */
+void shlm_kind_name(enum shlm_kind kind, uint32_t layer, uint32_t expert, char *out, size_t len);
 /* The GGUF name ("blk.3.attn_q.weight"), or the Hugging Face one in a model of config @c
  * ("model.layers.3.self_attn.q_proj.weight"; false where the kind has none) into @out. */
 void shlm_kind_gguf_name(enum shlm_kind kind, uint32_t layer, char *out, size_t len);
-bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer, char *out,
-                       size_t len);
+bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer,
+                       uint32_t expert, char *out, size_t len);
 /* Where a checkpoint that fuses several kinds into one tensor (Phi-3's attn_qkv / qkv_proj: q, k
  * and v rows stacked; ffn_up / gate_up_proj: gate, then up) keeps the rows of @kind: the fused
  * tensor's GGUF name (or Hugging Face name with @hf) of @layer into @out, the fused tensor's
@@ -172,15 +188,16 @@ bool shlm_fused_stray(const struct shlm_config *c, bool hf,
 /* The kind and layer of the .shlm name @name in a model of @n_layers layers: true, or false for
  * a name that is no tensor of a model. A file keeps its tensors' names; the loader resolves them
  * here, once per tensor. */
-bool shlm_kind_parse(const char *name, uint32_t n_layers, enum shlm_kind *kind, uint32_t *layer);
+bool shlm_kind_parse(const char *name, uint32_t n_layers, uint32_t n_experts, enum shlm_kind *kind,
+                     uint32_t *layer, uint32_t *expert);
 /* The size @d in config @c. */
-int shlm_dim_size(const struct shlm_config *c, enum shlm_dim d);
+int shlm_dim_size(const struct shlm_config *c, const struct shlm_config_ext *x, enum shlm_dim d);
 /* The part [*lo, *hi) of size @d that a rank of plan @p holds (the whole size where @d is not
  * split), and the zero columns in front of it where its split is padded (o_pad for the query
  * width, down_pad for the FFN width; 0 otherwise). */
 struct seg_plan;
-void shlm_dim_part(const struct shlm_config *c, const struct seg_plan *p, enum shlm_dim d, int *lo,
-                   int *hi, int *pad);
+void shlm_dim_part(const struct shlm_config *c, const struct shlm_config_ext *x,
+                   const struct seg_plan *p, enum shlm_dim d, int *lo, int *hi, int *pad);
 
 /* ---- architectures ---- */
 
@@ -198,6 +215,8 @@ enum shlm_family {
     SHLM_FAMILY_GRANITE,
     SHLM_FAMILY_SMOLLM3,
     SHLM_FAMILY_MISTRAL,
+    SHLM_FAMILY_QWEN3MOE,
+    SHLM_FAMILY_MIXTRAL,
     SHLM_FAMILY_COUNT
 };
 
@@ -213,6 +232,13 @@ enum shlm_attn {
     SHLM_ATTN_GLOBAL,         /* every layer attends to every position */
     SHLM_ATTN_WINDOW_CONFIG,  /* every layer windowed where the config has a window (Mistral) */
     SHLM_ATTN_WINDOW_PATTERN, /* of every window_pattern layers the last is global (Gemma 2/3) */
+};
+
+/* Whether an architecture's FFNs are experts. */
+enum shlm_moe {
+    SHLM_MOE_NONE,     /* dense: its expert keys (config.json, GGUF) are refused where set */
+    SHLM_MOE_OPTIONAL, /* experts where the file says so (GGUF "llama": Mixtral) */
+    SHLM_MOE_REQUIRED, /* always experts (Qwen3-MoE, Mixtral's config.json) */
 };
 
 /* A model size by which ik_llama.cpp picks a default where a GGUF lacks the key (files made
@@ -255,6 +281,8 @@ struct shlm_arch_traits {
     unsigned gguf_nope_interval;
     bool fused;       /* q/k/v and gate/up may be fused tensors (Phi-3: shlm_kind_fused) */
     bool multipliers; /* Granite's embedding, residual, attention and logit multipliers */
+    bool hf_mixtral;  /* Hugging Face names its MoE tensors block_sparse_moe.* (Mixtral) */
+    enum shlm_moe moe;      /* whether its FFNs may or must be experts */
     float rope_theta_local; /* the windowed layers' RoPE base (Gemma 3: 10000, which GGUF files
                              * do not store; config.json's rope_local_base_freq default); 0 */
 };

@@ -19,7 +19,8 @@ bin=$BIN data=$DATA
 # SKIPPED.
 SUPPORTED="tiny-qwen3:gguf tiny-qwen3:hf tiny-gemma2:gguf tiny-gemma2:hf tiny-gemma3:gguf
   tiny-gemma3:hf tiny-phi3:gguf tiny-phi3:hf tiny-smollm3:gguf tiny-smollm3:hf tiny-mistral:gguf
-  tiny-mistral:hf tiny-llama31:gguf tiny-llama31:hf"
+  tiny-mistral:hf tiny-llama31:gguf tiny-llama31:hf tiny-qwen3moe:gguf tiny-qwen3moe:hf
+  tiny-mixtral:gguf tiny-mixtral:hf"
 # skipped SHAPE: why the shape is not compared with ik_llama.cpp's logits (empty: it is)
 skipped() {
   case $1 in
@@ -27,7 +28,7 @@ skipped() {
   esac
 }
 SHAPES="tiny-qwen3 tiny-gemma2 tiny-gemma3 tiny-phi3 tiny-granite tiny-smollm3 tiny-mistral
-  tiny-llama31"
+  tiny-llama31 tiny-qwen3moe tiny-mixtral"
 
 # The issue's bounds at f32: mean KLD, top-1 agreement, every position's relative L2 distance
 # of the logits, and the reference's mean top-1 probability (peaked outputs: agreement between
@@ -56,6 +57,8 @@ W4A16_KLD=0.04
 # (qwen3's q/k norms, smollm3's RoPE-less layers and mistral's head_dim have no config edit
 # that convert takes; Granite is not compared with ik.)
 BITE_KLD=1e-3
+# the shapes also converted with --method gptq and awq (MoE: the methods skip the experts)
+CALIBRATED="tiny-qwen3moe tiny-mixtral"
 # bites SHAPE: its edits, one JSON object a line (empty: none)
 bites() {
   case $1 in
@@ -65,6 +68,8 @@ bites() {
     '{"query_pre_attn_scalar": 16.0}' ;;
   tiny-phi3) printf '%s\n' '{"sliding_window": 4096}' '{"rope_scaling": null}' ;;
   tiny-llama31) printf '%s\n' '{"rope_scaling": null}' ;;
+  tiny-qwen3moe) printf '%s\n' '{"norm_topk_prob": false}' '{"num_experts_per_tok": 3}' ;;
+  tiny-mixtral) printf '%s\n' '{"num_experts_per_tok": 1}' ;;
   esac
 }
 
@@ -140,6 +145,20 @@ for shape in $SHAPES; do
       done
       rm -f "$out.$scheme"
     done
+    # a MoE model under the calibrated methods (the experts rounded to nearest, the attention
+    # calibrated, AWQ's FFN scales left at 1): within the w4a8 bound at one rank
+    if [[ " $CALIBRATED " == *" $shape "* ]]; then
+      for method in gptq awq; do
+        if ! "$bin" convert "$tmp/$shape.$kind" --scheme w4a8 --method $method -o "$out.$method" \
+          -q 2>"$tmp/err"; then
+          bad "$pair: convert w4a8 --method $method: $(cat "$tmp/err")"
+          continue
+        fi
+        evaluate "$pair w4a8 $method" "$out.$method" "$shape" 1 || continue
+        le "$(field kld "$line")" "$W4A8_KLD" || bad "$pair w4a8 $method: kld above $W4A8_KLD"
+        rm -f "$out.$method"
+      done
+    fi
     rm -f "$out"
   done
   while read -r edit; do

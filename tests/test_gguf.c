@@ -1407,13 +1407,13 @@ static void test_source_values(void **state)
             fail_msg("no synthetic shape holds %s", name);
         int cols = 8; /* head_dim 16's frequencies */
         assert_int_equal(open_source(edited(img[at], len[at], NULL, NULL, NULL, 0, 0), &s, &e), 0);
-        assert_int_equal(s.read(&s, (enum shlm_kind)k, 0, 1, cols, row, &e), 0);
+        assert_int_equal(s.read(&s, (enum shlm_kind)k, 0, 0, 1, cols, row, &e), 0);
         coord_source_close(&s);
         for (size_t v = 0; v < sizeof(bad) / sizeof(bad[0]); v++) {
             assert_int_equal(
                 open_source(edited(img[at], len[at], NULL, NULL, name, 3, bad[v]), &s, &e), 0);
             e.msg[0] = 0;
-            assert_int_equal(s.read(&s, (enum shlm_kind)k, 0, 1, cols, row, &e), -EINVAL);
+            assert_int_equal(s.read(&s, (enum shlm_kind)k, 0, 0, 1, cols, row, &e), -EINVAL);
             assert_one_line_error(-EINVAL, &e);
             if (!strstr(e.msg, name) || !strstr(e.msg, "element 3") ||
                 !strstr(e.msg, "expected > 0"))
@@ -1426,7 +1426,7 @@ static void test_source_values(void **state)
     /* no constraint: a norm of 0 reads */
     assert_int_equal(
         open_source(edited(img[0], len[0], NULL, NULL, "output_norm.weight", 3, 0.0f), &s, &e), 0);
-    assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT_NORM, 0, 1, 64, row, &e), 0);
+    assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT_NORM, 0, 0, 1, 64, row, &e), 0);
     assert_true(row[3] == 0.0f);
     coord_source_close(&s);
     free(img[0]);
@@ -1518,8 +1518,9 @@ static void test_source_unsupported(void **state)
               "llama.attention.sliding_window", "string", NULL);
     expect_kv(b, n, "llama.rope.dimension_count", "llama.rope.dimension_count", GGUF_UINT32,
               v_u32_8, &c, "llama.rope.dimension_count", "8", "partial rotary", NULL);
-    expect_kv(b, n, NULL, "llama.expert_count", GGUF_UINT32, v_u32_8, &c, "llama.expert_count",
-              "mixture of experts", NULL);
+    /* a llama with experts is Mixtral: it needs its experts per token */
+    expect_kv(b, n, NULL, "llama.expert_count", GGUF_UINT32, v_u32_8, &c, "llama.expert_used_count",
+              "missing", NULL);
     expect_kv(b, n, NULL, "llama.residual_scale", GGUF_FLOAT32, v_f32_4, &c,
               "llama.residual_scale", NULL);
     expect_kv(b, n, NULL, "llama.attention.max_alibi_bias", GGUF_FLOAT32, v_f32_4, &c,
@@ -1546,12 +1547,13 @@ static void test_source_arch(void **state)
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_long, &c, arch, "100000 bytes", NULL);
     expect_kv(b, n, arch, NULL, 0, NULL, &c, arch, "missing", NULL);
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_esc, &c, arch, "\"\\x1b[2J\\n\"", NULL);
-    /* an architecture the runtime lacks (Qwen3's mixture of experts; an unknown name) says the
-     * list */
-    expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen3moe, &c, arch, "\"qwen3moe\"",
-              "not a supported architecture", NULL);
+    /* a known architecture reads its own keys (qwen3moe.*: the llama file has none); an
+     * unknown name says the list */
+    expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen3moe, &c, "qwen3moe.", "missing", NULL);
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen9, &c, arch, "\"qwen9\"",
-              "(llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3)", NULL);
+              "(llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3, "
+              "qwen3moe)",
+              NULL);
     /* well-formed UTF-8 kept; a stray byte, a cut sequence, a bidi override and \ escaped */
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_utf8, &c, arch,
               "\"caf\xc3\xa9\\xff\\xc3(\\xe2\\x80\\xae\\\\\"", NULL);
@@ -1586,12 +1588,12 @@ static void test_source_weights(void **state)
         struct shardlm_err e;
         assert_int_equal(open_source(path, &s, &e), 0);
         e.msg[0] = 0;
-        assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT_NORM, 0, 1, 64, row, &e), -EINVAL);
+        assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT_NORM, 0, 0, 1, 64, row, &e), -EINVAL);
         assert_one_line_error(-EINVAL, &e);
         if (!strstr(e.msg, "output_norm.weight") || !strstr(e.msg, "element 5") ||
             !strstr(e.msg, shown[i]))
             fail_msg("%s: %s", shown[i], e.msg);
-        assert_int_equal(s.read(&s, SHLM_KIND_ATTN_NORM, 0, 1, 64, row, &e), 0);
+        assert_int_equal(s.read(&s, SHLM_KIND_ATTN_NORM, 0, 0, 1, 64, row, &e), 0);
         coord_source_close(&s);
     }
     /* the largest allowed magnitude passes */
@@ -1599,7 +1601,7 @@ static void test_source_weights(void **state)
     struct coord_source s;
     struct shardlm_err e;
     assert_int_equal(open_source(path, &s, &e), 0);
-    assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT_NORM, 0, 1, 64, row, &e), 0);
+    assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT_NORM, 0, 0, 1, 64, row, &e), 0);
     assert_true(row[5] == -65504.0f);
     coord_source_close(&s);
     free(b);

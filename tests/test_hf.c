@@ -395,7 +395,8 @@ static void check_tiny(const struct tiny *m)
     coord_tok_free(&tok);
 
     struct shlm_tensor_spec *specs = calloc(SHLM_MAX_TENSORS, sizeof(*specs));
-    int ns = shlm_expected_tensors(c, SHLM_SCHEME_F32, 0, 8, NULL, specs, SHLM_MAX_TENSORS);
+    int ns = shlm_expected_tensors(c, &(struct shlm_config_ext){0}, SHLM_SCHEME_F32, 0, 8, NULL,
+                                   specs, SHLM_MAX_TENSORS);
     assert_true(ns > 0);
     assert_int_equal(ns, m->n); /* every HF tensor is used, none is left over */
     for (int i = 0; i < ns; i++) {
@@ -408,7 +409,8 @@ static void check_tiny(const struct tiny *m)
         assert_int_equal(cnt, wt_elems(w));
         float *out = malloc(cnt * sizeof(float));
         enum shlm_kind kind = (enum shlm_kind)specs[i].kind;
-        rc = s.read(&s, kind, specs[i].layer, specs[i].rows, specs[i].cols, out, &e);
+        rc = s.read(&s, kind, specs[i].layer, specs[i].expert, specs[i].rows, specs[i].cols, out,
+                    &e);
         if (rc)
             fprintf(stderr, "read %s: %s\n", specs[i].name, e.msg);
         assert_int_equal(rc, 0);
@@ -420,23 +422,24 @@ static void check_tiny(const struct tiny *m)
         }
         /* a wrong shape is refused, naming the tensor */
         e.msg[0] = 0;
-        rc = s.read(&s, kind, specs[i].layer, specs[i].cols, specs[i].rows + 1, out, &e);
+        rc = s.read(&s, kind, specs[i].layer, 0, specs[i].cols, specs[i].rows + 1, out, &e);
         assert_int_equal(rc, -EINVAL);
         assert_non_null(strstr(e.msg, hf));
         free(out);
     }
     float one;
-    assert_int_equal(s.read(&s, SHLM_KIND_ATTN_Q, 99, 1, 1, &one, &e), -ENOENT);
-    assert_int_equal(s.read(&s, SHLM_KIND_ATTN_GATE, 0, 1, 1, &one, &e), -ENOENT);
-    assert_int_equal(s.read(&s, SHLM_KIND_COUNT, 0, 1, 1, &one, &e), -ENOENT);
-    assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT_NORM, 1, 1, m->dim, &one, &e), -ENOENT);
+    assert_int_equal(s.read(&s, SHLM_KIND_ATTN_Q, 99, 0, 1, 1, &one, &e), -ENOENT);
+    assert_int_equal(s.read(&s, SHLM_KIND_ATTN_GATE, 0, 0, 1, 1, &one, &e), -ENOENT);
+    assert_int_equal(s.read(&s, SHLM_KIND_COUNT, 0, 0, 1, 1, &one, &e), -ENOENT);
+    assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT_NORM, 1, 0, 1, m->dim, &one, &e), -ENOENT);
     if (m->tied)
-        assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT, 0, m->vocab, m->dim, &one, &e), -ENOENT);
+        assert_int_equal(s.read(&s, SHLM_KIND_OUTPUT, 0, 0, m->vocab, m->dim, &one, &e), -ENOENT);
     if (m->fam != QWEN2)
-        assert_int_equal(s.read(&s, SHLM_KIND_ATTN_Q_BIAS, 0, 1, m->heads * m->head_dim, &one, &e),
-                         -ENOENT);
+        assert_int_equal(
+            s.read(&s, SHLM_KIND_ATTN_Q_BIAS, 0, 0, 1, m->heads * m->head_dim, &one, &e), -ENOENT);
     if (m->fam != QWEN3)
-        assert_int_equal(s.read(&s, SHLM_KIND_ATTN_Q_NORM, 0, 1, m->head_dim, &one, &e), -ENOENT);
+        assert_int_equal(s.read(&s, SHLM_KIND_ATTN_Q_NORM, 0, 0, 1, m->head_dim, &one, &e),
+                         -ENOENT);
     free(specs);
     coord_source_close(&s);
 }
@@ -1269,7 +1272,7 @@ static void test_dir_weights(void **state)
         struct shardlm_err e = {""};
         assert_int_equal(coord_source_hf(&s, dir, NULL, &e), 0);
         int rows = cases[i].rows ? cases[i].rows : 1;
-        assert_int_equal(s.read(&s, cases[i].kind, cases[i].layer, rows, 32, row, &e), -EINVAL);
+        assert_int_equal(s.read(&s, cases[i].kind, cases[i].layer, 0, rows, 32, row, &e), -EINVAL);
         char at[64];
         snprintf(at, sizeof(at), "element %d ", cases[i].at);
         if (!strstr(e.msg, cases[i].tensor) || !strstr(e.msg, at) ||
@@ -1539,7 +1542,7 @@ static void test_config(void **state)
     struct shardlm_err e2 = {""};
     static const char *const archs[][2] = {
         {"{\"architectures\": [\"FalconForCausalLM\"]}", "FalconForCausalLM"},
-        {"{\"architectures\": [\"Qwen3MoeForCausalLM\"]}", "Qwen3MoeForCausalLM"},
+        {"{\"architectures\": [\"DeepseekV3ForCausalLM\"]}", "DeepseekV3ForCausalLM"},
         {"{\"architectures\": []}", "architectures"},
         {"{\"architectures\": \"LlamaForCausalLM\"}", "architectures"},
         {"{\"architectures\": [3]}", "architectures"},

@@ -77,7 +77,8 @@ static uint8_t *write_model(const char *path, const struct shlm_config *c, enum 
     struct shlm_tensor_spec *specs = calloc(SHLM_MAX_TENSORS, sizeof(*specs));
     struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
     struct shlm_header h = {0};
-    int n = shlm_expected_tensors(c, s, group, head_bits, NULL, specs, SHLM_MAX_TENSORS);
+    int n = shlm_expected_tensors(c, &(struct shlm_config_ext){0}, s, group, head_bits, NULL, specs,
+                                  SHLM_MAX_TENSORS);
     assert_true(n > 0);
     shlm_layout(&h, table, specs, n, 100);
     h.cfg = *c;
@@ -147,7 +148,7 @@ static void expect_segment(const uint8_t *img, size_t len, const struct seg *seg
     assert_true(h->source_checksum == file.hdr->checksum);
     assert_memory_equal(seg->base + h->tok_offset, img + file.hdr->tok_offset, h->tok_bytes);
     struct seg_plan p;
-    assert_int_equal(seg_plan_make(&p, &h->cfg, (int)h->group, R, r), 0);
+    assert_int_equal(seg_plan_make(&p, &h->cfg, &h->cfgx, (int)h->group, R, r), 0);
     for (uint32_t i = 0; i < h->n_tensors; i++) {
         const struct shlm_tensor *t = &m.tensors[i], *s = shlm_find(&file, t->name);
         assert_non_null(s);

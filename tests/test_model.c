@@ -92,11 +92,11 @@ static double kld_row(const float *ref, const float *got)
     return kl;
 }
 
-/* A KV cache of @ns whole contexts for the model, its blocks interleaved between the sequences:
+/* A KV cache of @ns whole contexts for model @im, its blocks interleaved between the sequences:
  * block j of sequence q is block j * ns + q (*@tables: ns tables of a context each). */
-static void *kv_pool(int ns, uint32_t **tables)
+static void *kv_pool_of(const struct shlm_model *im, int ns, uint32_t **tables)
 {
-    const struct shlm_config *c = &img.hdr->cfg;
+    const struct shlm_config *c = &im->hdr->cfg;
     uint32_t bpc = (c->seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK,
              kvd = c->n_kv_heads * c->head_dim;
     void *kv = calloc(1, seg_kv_bytes(bpc * (uint32_t)ns, c->n_layers, kvd));
@@ -108,11 +108,16 @@ static void *kv_pool(int ns, uint32_t **tables)
     return kv;
 }
 
-/* Sequence @q's table in kv_pool()'s tables. */
-static const uint32_t *table_of(const uint32_t *tables, int q)
+/* kv_pool_of() the stories model */
+static void *kv_pool(int ns, uint32_t **tables) { return kv_pool_of(&img, ns, tables); }
+
+/* Sequence @q's table in kv_pool_of(@im)'s tables. */
+static const uint32_t *table_in(const struct shlm_model *im, const uint32_t *tables, int q)
 {
-    return tables + (size_t)q * ((img.hdr->cfg.seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK);
+    return tables + (size_t)q * ((im->hdr->cfg.seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK);
 }
+
+static const uint32_t *table_of(const uint32_t *tables, int q) { return table_in(&img, tables, q); }
 
 /* Runs prompt 1 through a fresh KV cache in chunks of @chunk tokens (all logits), with every
  * matrix split over @pool when it is not NULL. */
@@ -310,7 +315,7 @@ static void batch_vs_solo(const struct shlm_model *im, const struct kn_ops *ops,
     int len[NS] = {n_rows < 120 ? n_rows : 120, 80, 33}, prompt[NS] = {20, 41, 5};
     int start[NS] = {0, 2, 3}; /* the step each sequence joins at */
     uint32_t *tables;
-    void *kv = kv_pool(NS, &tables);
+    void *kv = kv_pool_of(im, NS, &tables);
     size_t kvb =
         seg_kv_bytes(((struct seg_kv *)kv)->n_blocks, c->n_layers, c->n_kv_heads * c->head_dim) -
         64;
@@ -323,8 +328,8 @@ static void batch_vs_solo(const struct shlm_model *im, const struct kn_ops *ops,
         solo[q] = malloc((size_t)len[q] * VOCAB * sizeof(float));
         got[q] = calloc((size_t)len[q] * VOCAB, sizeof(float));
         memset((char *)kv + 64, 0, kvb);
-        assert_int_equal(wrk_forward(&m, kv, table_of(tables, 0), ids[q], len[q], 0, solo[q], true),
-                         0);
+        assert_int_equal(
+            wrk_forward(&m, kv, table_in(im, tables, 0), ids[q], len[q], 0, solo[q], true), 0);
     }
     memset((char *)kv + 64, 0, kvb);
     int pos[NS] = {0};
@@ -341,7 +346,7 @@ static void batch_vs_solo(const struct shlm_model *im, const struct kn_ops *ops,
             bool all = q != 2;
             float *out = got[q] + (size_t)(all ? pos[q] : pos[q] + n - 1) * VOCAB;
             runs[nr++] = (struct wrk_run){
-                (uint32_t)q, ids[q] + pos[q], n, pos[q], table_of(tables, q), out, all};
+                (uint32_t)q, ids[q] + pos[q], n, pos[q], table_in(im, tables, q), out, all};
             pos[q] += n;
         }
         if (!nr && step > start[NS - 1])
@@ -353,8 +358,8 @@ static void batch_vs_solo(const struct shlm_model *im, const struct kn_ops *ops,
         int from = q == 2 ? prompt[q] - 1 : 0;
         double k =
             mean_kld(solo[q] + (size_t)from * VOCAB, got[q] + (size_t)from * VOCAB, len[q] - from);
-        fprintf(stderr, "%s%s: sequence %d in a batch against alone: mean kld %.3g\n", ops->name,
-                pool ? " (2 threads)" : "", q, k);
+        fprintf(stderr, "%s %s%s: sequence %d in a batch against alone: mean kld %.3g\n",
+                shlm_arch_of(c)->name, ops->name, pool ? " (2 threads)" : "", q, k);
         assert_true(k < tol);
         free(solo[q]);
         free(got[q]);
@@ -400,6 +405,42 @@ static void test_batch_matches_solo(void **state)
     batch_vs_solo(&w4, tables[nt - 1], pool, 1e-6);
     wrk_pool_free(pool);
     free(w4_image);
+}
+
+/* A MoE step's tokens grouped by expert (each expert's product over the rows that chose it: 0,
+ * 1 or many of them, as the routing falls) give each sequence the logits it gets alone, as
+ * test_batch_matches_solo: tiny-qwen3moe and tiny-mixtral, f32 and w4a8, every kernel table,
+ * one thread and two. */
+static void test_moe_batch_matches_solo(void **state)
+{
+    static const char *const shapes[] = {"tiny-qwen3moe", "tiny-mixtral"};
+    const struct kn_ops *tables[4];
+    int nt = kn_ops_available(tables, 4);
+    struct wrk_pool *pool;
+    assert_int_equal(wrk_pool_init(&pool, 2, NULL), 0);
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        char gguf[4200], out[4200];
+        struct shardlm_err e;
+        tu_path(gguf, sizeof(gguf), "%s/%s.gguf", dir, shapes[si]);
+        assert_int_equal(coord_synth(shapes[si], gguf, 1, NULL, NULL, &e), 0);
+        for (int w4 = 0; w4 < 2; w4++) {
+            tu_path(out, sizeof(out), "%s/%s-%d.shlm", dir, shapes[si], w4);
+            struct coord_convert_opts o = {.checkpoint = gguf,
+                                           .out = out,
+                                           .scheme = w4 ? SHLM_SCHEME_W4A8 : SHLM_SCHEME_F32,
+                                           .head_bits = 8,
+                                           .max_ctx = 256};
+            struct shlm_model im;
+            char *buf = convert_parse(&o, &im);
+            assert_true(im.hdr->cfgx.n_experts > im.hdr->cfgx.n_experts_used);
+            double tol = w4 ? 1e-6 : 1e-9;
+            for (int t = 0; t < nt; t++)
+                batch_vs_solo(&im, tables[t], NULL, tol);
+            batch_vs_solo(&im, tables[nt - 1], pool, tol);
+            free(buf);
+        }
+    }
+    wrk_pool_free(pool);
 }
 
 /* Sliding-window layers over the paged cache (Gemma 2: window 32 on even layers, soft-caps;
@@ -473,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_thread_pool_split),
         cmocka_unit_test(test_act_prepare_through_table),
         cmocka_unit_test(test_batch_matches_solo),
+        cmocka_unit_test(test_moe_batch_matches_solo),
         cmocka_unit_test(test_yarn_rope_table),
         cmocka_unit_test(test_windowed_decode),
     };

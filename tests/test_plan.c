@@ -31,7 +31,8 @@ static void test_plan_covers_everything(void **state)
             int q_next = 0, f_next = 0, v_next = 0;
             for (int r = 0; r < R; r++) {
                 struct seg_plan p;
-                assert_int_equal(seg_plan_make(&p, &c, groups[gi], R, r), 0);
+                assert_int_equal(
+                    seg_plan_make(&p, &c, &(struct shlm_config_ext){0}, groups[gi], R, r), 0);
                 /* contiguous, disjoint, non-empty, in rank order */
                 assert_int_equal(p.q0, q_next);
                 assert_int_equal(p.f0, f_next);
@@ -59,15 +60,15 @@ static void test_plan_covers_everything(void **state)
         }
     /* R = 3: heads 0-2, 3-5, 6-7 read KV 0-1, 1-2, 3 (KV head 1 replicated) */
     struct seg_plan p;
-    assert_int_equal(seg_plan_make(&p, &c, 0, 3, 1), 0);
+    assert_int_equal(seg_plan_make(&p, &c, &(struct shlm_config_ext){0}, 0, 3, 1), 0);
     assert_int_equal(p.q0, 2);
     assert_int_equal(p.q1, 5);
     assert_int_equal(p.kv0, 1);
     assert_int_equal(p.kv1, 3);
     /* more ranks than heads, bad rank */
-    assert_int_equal(seg_plan_make(&p, &c, 0, 9, 0), -EINVAL);
-    assert_int_equal(seg_plan_make(&p, &c, 0, 2, 2), -EINVAL);
-    assert_int_equal(seg_plan_make(&p, &c, 0, 0, 0), -EINVAL);
+    assert_int_equal(seg_plan_make(&p, &c, &(struct shlm_config_ext){0}, 0, 9, 0), -EINVAL);
+    assert_int_equal(seg_plan_make(&p, &c, &(struct shlm_config_ext){0}, 0, 2, 2), -EINVAL);
+    assert_int_equal(seg_plan_make(&p, &c, &(struct shlm_config_ext){0}, 0, 0, 0), -EINVAL);
 }
 
 static uint64_t rng = 0x1234567;

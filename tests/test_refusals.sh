@@ -16,8 +16,9 @@ edit=$HERE/tools/model_edit.py
 fail=0
 
 # the sources: tiny-qwen3 (GGUF arch qwen3, HF Qwen3ForCausalLM), tiny-mistral's GGUF (arch
-# llama), tiny-llama31's folder (LlamaForCausalLM with llama3 rope_scaling) and tiny-phi3 (LongRoPE)
-for s in tiny-qwen3 tiny-mistral tiny-llama31 tiny-phi3; do
+# llama), tiny-llama31's folder (LlamaForCausalLM with llama3 rope_scaling), tiny-phi3 (LongRoPE)
+# and tiny-qwen3moe (experts)
+for s in tiny-qwen3 tiny-mistral tiny-llama31 tiny-phi3 tiny-qwen3moe; do
   "$bin" synth --shape $s --type f32 -o "$tmp/$s.gguf" 2>/dev/null
   "$bin" synth --shape $s --type f32 --hf "$tmp/$s.hf" 2>/dev/null
 done
@@ -85,14 +86,18 @@ try_convert() {
 # GGUF: an unknown architecture, and settings the runtime lacks (by key and value)
 gguf tiny-qwen3 general.architecture str mamba \
   'metadata general\.architecture is "mamba" .*not a supported architecture \(llama, .*\)'
-gguf tiny-qwen3 general.architecture str qwen3moe 'metadata general\.architecture is "qwen3moe"'
+# qwen3moe's experts are not optional, nor more per token than there are
+gguf_arch tiny-qwen3 qwen3moe qwen3moe.expert_count u32 0 \
+  'metadata qwen3moe\.expert_count is 0, expected 1\.\.512'
+gguf tiny-qwen3moe qwen3moe.expert_used_count u32 17 \
+  'metadata qwen3moe\.expert_used_count is 17, expected 1\.\.16'
 gguf tiny-mistral llama.rope.scaling.type str linear \
   'metadata llama\.rope\.scaling\.factor is missing \(rope\.scaling\.type is linear\)'
 gguf tiny-mistral llama.rope.scaling.type str dynamic \
   'metadata llama\.rope\.scaling\.type is "dynamic" \(RoPE scaling: not supported\)'
 gguf tiny-mistral llama.rope.scaling.factor f32 4 'metadata llama\.rope\.scaling\.factor is 4 '
-gguf tiny-mistral llama.expert_count u32 8 \
-  'metadata llama\.expert_count is 8 \(mixture of experts: not supported\)'
+# a llama GGUF with experts is Mixtral, which needs its experts per token
+gguf tiny-mistral llama.expert_count u32 8 'metadata llama\.expert_used_count is missing'
 gguf tiny-qwen3 qwen3.expert_count u32 8 'metadata qwen3\.expert_count is 8 '
 gguf tiny-mistral llama.attention.max_alibi_bias f32 8 \
   'metadata llama\.attention\.max_alibi_bias is 8 \(ALiBi'
@@ -117,8 +122,12 @@ gguf tiny-qwen3 qwen3.expert_count u32 0 ok
 # config.json: unknown architectures, RoPE scaling types, MoE fields, a quantized checkpoint...
 config tiny-qwen3 '{"architectures": ["MambaForCausalLM"]}' \
   'field architectures\[0\] is "MambaForCausalLM", expected one of .*LlamaForCausalLM'
-config tiny-qwen3 '{"architectures": ["Qwen3MoeForCausalLM"]}' \
-  'field architectures\[0\] is "Qwen3MoeForCausalLM"'
+config tiny-qwen3 '{"architectures": ["Qwen3MoeForCausalLM"]}' 'field num_experts is missing'
+# dense layers among the sparse ones (Qwen2/3-MoE's mlp_only_layers, decoder_sparse_step)
+config tiny-qwen3moe '{"mlp_only_layers": [1]}' 'field mlp_only_layers is not an empty list'
+config tiny-qwen3moe '{"decoder_sparse_step": 2}' 'field decoder_sparse_step is 2, expected 1\.\.1'
+config tiny-qwen3 '{"architectures": ["DeepseekV3ForCausalLM"]}' \
+  'field architectures\[0\] is "DeepseekV3ForCausalLM"'
 config tiny-qwen3 '{"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}' \
   'field rope_scaling\.rope_type is "dynamic": only linear, llama3, yarn and longrope scaling are supported'
 config tiny-llama31 '{"rope_scaling": {"type": "linear", "factor": 0.5}}' \

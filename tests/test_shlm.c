@@ -327,23 +327,36 @@ static void test_tensor_table(void **state)
     for (int k = 0; k < SHLM_KIND_COUNT; k++) {
         char nm[SHLM_NAME_MAX], g[96];
         enum shlm_kind kind;
-        uint32_t l;
-        shlm_kind_name((enum shlm_kind)k, 3, nm, sizeof(nm));
-        assert_true(shlm_kind_parse(nm, 4, &kind, &l));
+        uint32_t l, x;
+        shlm_kind_name((enum shlm_kind)k, 3, 5, nm, sizeof(nm));
+        assert_true(shlm_kind_parse(nm, 4, 6, &kind, &l, &x));
         assert_int_equal(kind, k);
         assert_int_equal(l, shlm_kinds[k].layer ? 3 : 0);
+        assert_int_equal(x, shlm_kinds[k].expert ? 5 : 0);
         assert_int_equal(shlm_kinds[k].layer, k >= SHLM_KIND_FIRST_LAYER);
         if (shlm_kinds[k].layer)
-            assert_false(shlm_kind_parse(nm, 3, &kind, &l)); /* layer 3 of 3 */
+            assert_false(shlm_kind_parse(nm, 3, 6, &kind, &l, &x)); /* layer 3 of 3 */
+        if (shlm_kinds[k].expert)
+            assert_false(shlm_kind_parse(nm, 4, 5, &kind, &l, &x)); /* expert 5 of 5 */
         shlm_kind_gguf_name((enum shlm_kind)k, 3, g, sizeof(g));
         assert_non_null(strstr(g, shlm_kinds[k].layer ? "blk.3." : ""));
     }
     enum shlm_kind kind;
-    uint32_t l;
-    static const char *const bad[] = {"blk.07.attn_q", "blk..attn_q", "blk.0.nonsense",
-                                      "output_x",      "blk.0",       "attn_q"};
+    uint32_t l, ex;
+    static const char *const bad[] = {"blk.07.attn_q",
+                                      "blk..attn_q",
+                                      "blk.0.nonsense",
+                                      "output_x",
+                                      "blk.0",
+                                      "attn_q",
+                                      "blk.0.ffn_gate_exp",
+                                      "blk.0.ffn_gate_exp.",
+                                      "blk.0.ffn_gate_exp.01",
+                                      "blk.0.ffn_gate_exp.1x",
+                                      "blk.0.attn_q.1",
+                                      "blk.0.ffn_gate_exp.1.2"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (shlm_kind_parse(bad[i], 8, &kind, &l))
+        if (shlm_kind_parse(bad[i], 8, 8, &kind, &l, &ex))
             fail_msg("%s parsed", bad[i]);
 
     /* every kind an architecture made before the table has, in the order its files hold them */
@@ -362,7 +375,8 @@ static void test_tensor_table(void **state)
                                         "blk.0.ffn_up",      "blk.0.ffn_down",
                                         "blk.1.attn_norm"};
     struct shlm_tensor_spec sp[64];
-    int n = shlm_expected_tensors(&c, SHLM_SCHEME_W4A8, 64, 8, NULL, sp, 64);
+    int n = shlm_expected_tensors(&c, &(struct shlm_config_ext){0}, SHLM_SCHEME_W4A8, 64, 8, NULL,
+                                  sp, 64);
     assert_int_equal(n, 3 + 2 * 13);
     for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++)
         assert_string_equal(sp[i].name, order[i]);
@@ -370,13 +384,16 @@ static void test_tensor_table(void **state)
     assert_int_equal(sp[4].dtype, KN_DT_W4A8);
     assert_int_equal(sp[10].rows, 4); /* the head gate: heads x dim, f32 */
     assert_int_equal(sp[10].dtype, KN_DT_F32);
-    assert_int_equal(shlm_expected_tensors(&c, SHLM_SCHEME_F32, 0, 8, NULL, sp, n - 1), -EINVAL);
+    assert_int_equal(shlm_expected_tensors(&c, &(struct shlm_config_ext){0}, SHLM_SCHEME_F32, 0, 8,
+                                           NULL, sp, n - 1),
+                     -EINVAL);
 
     /* q/k norms: (1, head_dim) f32 after the biases, replicated over the ranks */
     c.qkv_bias = c.head_gate = 0;
     c.flags = SHLM_CF_QK_NORM;
     c.tied_embd = 1;
-    n = shlm_expected_tensors(&c, SHLM_SCHEME_BF16, 0, 8, NULL, sp, 64);
+    n = shlm_expected_tensors(&c, &(struct shlm_config_ext){0}, SHLM_SCHEME_BF16, 0, 8, NULL, sp,
+                              64);
     assert_int_equal(n, 2 + 2 * 11);
     assert_string_equal(sp[2].name, "blk.0.attn_norm");
     assert_string_equal(sp[6].name, "blk.0.attn_q_norm");
@@ -391,8 +408,9 @@ static void test_tensor_table(void **state)
     assert_int_equal(sp[6].dtype, KN_DT_F32);
     assert_int_equal(sp[3].dtype, KN_DT_BF16);
     struct seg_plan p;
-    assert_int_equal(seg_plan_make(&p, &c, 64, 2, 1), 0);
-    n = shlm_expected_tensors(&c, SHLM_SCHEME_W4A16, 64, 4, &p, sp, 64);
+    assert_int_equal(seg_plan_make(&p, &c, &(struct shlm_config_ext){0}, 64, 2, 1), 0);
+    n = shlm_expected_tensors(&c, &(struct shlm_config_ext){0}, SHLM_SCHEME_W4A16, 64, 4, &p, sp,
+                              64);
     assert_int_equal(n, 2 + 2 * 11);
     assert_int_equal(sp[3].rows, 2 * 8);        /* our two query heads */
     assert_int_equal(sp[4].rows, 8);            /* our KV head */
@@ -404,7 +422,8 @@ static void test_tensor_table(void **state)
 
     /* LongRoPE's factors: global (1, head_dim / 2) f32 tensors after the output norm */
     c.rope_scaling = SHLM_ROPE_LONGROPE;
-    n = shlm_expected_tensors(&c, SHLM_SCHEME_F32, 0, 8, NULL, sp, 64);
+    n = shlm_expected_tensors(&c, &(struct shlm_config_ext){0}, SHLM_SCHEME_F32, 0, 8, NULL, sp,
+                              64);
     assert_int_equal(n, 4 + 2 * 11);
     assert_string_equal(sp[2].name, "rope_factors_short");
     assert_string_equal(sp[3].name, "rope_factors_long");
@@ -412,7 +431,8 @@ static void test_tensor_table(void **state)
     assert_string_equal(sp[4].name, "blk.0.attn_norm");
     /* GGUF's rope_freqs (Llama 3.1): one global (1, head_dim / 2) f32 tensor */
     c.rope_scaling = SHLM_ROPE_FREQS;
-    n = shlm_expected_tensors(&c, SHLM_SCHEME_F32, 0, 8, NULL, sp, 64);
+    n = shlm_expected_tensors(&c, &(struct shlm_config_ext){0}, SHLM_SCHEME_F32, 0, 8, NULL, sp,
+                              64);
     assert_int_equal(n, 3 + 2 * 11);
     assert_string_equal(sp[2].name, "rope_freqs");
     assert_int_equal(sp[2].cols, 4);
@@ -453,9 +473,13 @@ static void test_tensor_table(void **state)
     assert_null(shlm_arch_hf("GraniteForCausalLM")->refused);
     assert_null(shlm_arch_gguf("smollm3", 7)->refused);
     assert_null(shlm_arch_hf("MistralForCausalLM")->refused);
-    /* a mixture of experts stays unknown (refused with the list) */
-    assert_null(shlm_arch_gguf("qwen3moe", 8));
-    assert_null(shlm_arch_hf("Qwen3MoeForCausalLM"));
+    /* the MoE families the runtime has; the others stay unknown (refused with the list) */
+    assert_int_equal(shlm_arch_gguf("qwen3moe", 8)->moe, SHLM_MOE_REQUIRED);
+    assert_int_equal(shlm_arch_hf("MixtralForCausalLM")->moe, SHLM_MOE_REQUIRED);
+    assert_int_equal(shlm_arch_gguf("llama", 5)->moe, SHLM_MOE_OPTIONAL);
+    assert_int_equal(shlm_arch_hf("LlamaForCausalLM")->moe, SHLM_MOE_OPTIONAL);
+    assert_null(shlm_arch_gguf("deepseek2", 9));
+    assert_null(shlm_arch_hf("DeepseekV3ForCausalLM"));
     /* Gemma 2: even layers windowed; Gemma 3: five of every six */
     struct shlm_config_ext x = {.window = 32};
     shlm_arch_apply_ext(shlm_arch_gguf("gemma2", 6), &x);
@@ -481,7 +505,8 @@ static void test_tensor_table(void **state)
     char names[256];
     shlm_arch_list(false, names, sizeof(names));
     assert_string_equal(
-        names, "llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3");
+        names,
+        "llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3, qwen3moe");
 }
 
 static void test_hash_values(void **state)

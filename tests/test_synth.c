@@ -91,12 +91,21 @@ static void test_deterministic(void **state)
         }
         seen++;
     }
-    assert_int_equal(seen, 8);
+    assert_int_equal(seen, 10);
 }
 
-/* The HF name of GGUF tensor @g of shape @s (the writer's table, restated). */
-static bool hf_name(const struct coord_synth_shape *s, const char *g, char *out, size_t len)
+/* The HF name of GGUF tensor @g of shape @s (of its expert @x where it holds a layer's experts:
+ * the writer's table, restated). */
+static bool hf_name(const struct coord_synth_shape *s, const char *g, int x, char *out, size_t len)
 {
+    static const struct {
+        const char *gguf, *qwen, *mixtral; /* "%d" the expert */
+    } moe[] = {
+        {"ffn_gate_inp", "mlp.gate", "block_sparse_moe.gate"},
+        {"ffn_gate_exps", "mlp.experts.%d.gate_proj", "block_sparse_moe.experts.%d.w1"},
+        {"ffn_up_exps", "mlp.experts.%d.up_proj", "block_sparse_moe.experts.%d.w3"},
+        {"ffn_down_exps", "mlp.experts.%d.down_proj", "block_sparse_moe.experts.%d.w2"},
+    };
     static const struct {
         const char *gguf, *hf, *gemma_hf;
     } names[] = {
@@ -125,6 +134,14 @@ static bool hf_name(const struct coord_synth_shape *s, const char *g, char *out,
     char role[64];
     if (sscanf(g, "blk.%d.%63[a-z_].weight", &l, role) != 2)
         return false; /* rope_freqs, rope_factors_*: config.json's rope_scaling */
+    for (size_t i = 0; i < sizeof(moe) / sizeof(moe[0]); i++)
+        if (!strcmp(role, moe[i].gguf)) {
+            char part[80];
+            snprintf(part, sizeof(part),
+                     strcmp(s->hf_type, "mixtral") ? moe[i].qwen : moe[i].mixtral, x);
+            snprintf(out, len, "model.layers.%d.%s.weight", l, part);
+            return true;
+        }
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!strcmp(role, names[i].gguf)) {
             const char *h = s->gemma && names[i].gemma_hf ? names[i].gemma_hf : names[i].hf;
@@ -218,55 +235,60 @@ static void test_gguf_and_hf_agree(void **state)
             char gname[96], hname[128];
             snprintf(gname, sizeof(gname), "%.*s", (int)gt->name.len, gt->name.p);
             assert_int_equal(gt->type, GGML_F32);
-            if (!hf_name(s, gname, hname, sizeof(hname)))
-                continue;
-            const struct st_tensor *ht = st_find(&st, hname);
-            if (!ht)
-                fail_msg("%s: %s (GGUF %s) missing", s->name, hname, gname);
-            n_hf++;
-            uint64_t rows = gguf_tensor_rows(gt), cols = gt->dims[0];
-            assert_int_equal(st_tensor_rows(ht), rows);
-            assert_int_equal(ht->shape[ht->n_dims - 1], cols);
-            float *a = malloc(rows * cols * sizeof(float)),
-                  *b = malloc(rows * cols * sizeof(float));
-            assert_non_null(a);
-            assert_non_null(b);
-            assert_int_equal(gguf_read_rows(&g, gt, 0, rows, a, &e), 0);
-            assert_int_equal(st_read_rows(&st, ht, 0, rows, b, "hf", &e), 0);
-            bool q = strstr(gname, "attn_q.") != NULL, k = strstr(gname, "attn_k.") != NULL;
-            bool norm = strstr(gname, "norm") != NULL;
-            uint64_t hd = s->head_dim;
-            for (uint64_t r = 0; r < rows; r++) {
-                uint64_t gr = r; /* the GGUF row of HF row r */
-                if (s->llama_rope && (q || k)) {
-                    uint64_t h = r / hd, j = r % hd;
-                    gr = h * hd + (j < hd / 2 ? 2 * j : 2 * (j - hd / 2) + 1);
+            /* a layer's experts: [experts][rows][cols], expert x the HF tensor of its own */
+            uint64_t mats = gt->n_dims == 3 ? gt->dims[2] : 1;
+            for (uint64_t x = 0; x < mats; x++) {
+                if (!hf_name(s, gname, (int)x, hname, sizeof(hname)))
+                    break;
+                const struct st_tensor *ht = st_find(&st, hname);
+                if (!ht)
+                    fail_msg("%s: %s (GGUF %s) missing", s->name, hname, gname);
+                n_hf++;
+                uint64_t rows = gguf_tensor_rows(gt) / mats, cols = gt->dims[0];
+                assert_int_equal(st_tensor_rows(ht), rows);
+                assert_int_equal(ht->shape[ht->n_dims - 1], cols);
+                float *a = malloc(rows * cols * sizeof(float)),
+                      *b = malloc(rows * cols * sizeof(float));
+                assert_non_null(a);
+                assert_non_null(b);
+                assert_int_equal(gguf_read_rows(&g, gt, x * rows, (x + 1) * rows, a, &e), 0);
+                assert_int_equal(st_read_rows(&st, ht, 0, rows, b, "hf", &e), 0);
+                bool q = strstr(gname, "attn_q.") != NULL, k = strstr(gname, "attn_k.") != NULL;
+                bool norm = strstr(gname, "norm") != NULL;
+                uint64_t hd = s->head_dim;
+                for (uint64_t r = 0; r < rows; r++) {
+                    uint64_t gr = r; /* the GGUF row of HF row r */
+                    if (s->llama_rope && (q || k)) {
+                        uint64_t h = r / hd, j = r % hd;
+                        gr = h * hd + (j < hd / 2 ? 2 * j : 2 * (j - hd / 2) + 1);
+                    }
+                    for (uint64_t c = 0; c < cols; c++) {
+                        float want = b[r * cols + c] + (s->gemma && norm ? 1.0f : 0.0f);
+                        if (a[gr * cols + c] != want)
+                            fail_msg("%s %s row %lu col %lu: GGUF %g, HF %g", s->name, gname,
+                                     (unsigned long)r, (unsigned long)c, a[gr * cols + c],
+                                     b[r * cols + c]);
+                    }
                 }
-                for (uint64_t c = 0; c < cols; c++) {
-                    float want = b[r * cols + c] + (s->gemma && norm ? 1.0f : 0.0f);
-                    if (a[gr * cols + c] != want)
-                        fail_msg("%s %s row %lu col %lu: GGUF %g, HF %g", s->name, gname,
-                                 (unsigned long)r, (unsigned long)c, a[gr * cols + c],
-                                 b[r * cols + c]);
+                /* norms random around 1, not all 1.0 (Qwen3's q/k norms: "non-trivial"); Gemma's
+                 * post-norms around 1 / sqrt(layers) */
+                float mean = strstr(gname, "post_") ? 1.0f / sqrtf((float)s->layers) : 1.0f;
+                if (norm && rows == 1 && strcmp(gname, "output_norm.weight"))
+                    assert_true(a[0] != a[1] && fabsf(a[0] - mean) < 0.6f * mean);
+                bool writes = strstr(gname, "attn_output.") || strstr(gname, "ffn_down.") ||
+                              strstr(gname, "ffn_down_exps.");
+                if (!norm && rows > 1 && writes) {
+                    assert_int_equal(rows, s->dim);
+                    for (uint64_t c = 0; c < cols; c++)
+                        span_add(&sp, a + c, cols);
+                } else if (!norm && rows > 1) {
+                    assert_int_equal(cols, s->dim);
+                    for (uint64_t r = 0; r < rows; r++)
+                        span_add(&sp, a + r * cols, 1);
                 }
+                free(a);
+                free(b);
             }
-            /* norms random around 1, not all 1.0 (Qwen3's q/k norms: "non-trivial"); Gemma's
-             * post-norms around 1 / sqrt(layers) */
-            float mean = strstr(gname, "post_") ? 1.0f / sqrtf((float)s->layers) : 1.0f;
-            if (norm && rows == 1 && strcmp(gname, "output_norm.weight"))
-                assert_true(a[0] != a[1] && fabsf(a[0] - mean) < 0.6f * mean);
-            bool writes = strstr(gname, "attn_output.") || strstr(gname, "ffn_down.");
-            if (!norm && rows > 1 && writes) {
-                assert_int_equal(rows, s->dim);
-                for (uint64_t c = 0; c < cols; c++)
-                    span_add(&sp, a + c, cols);
-            } else if (!norm && rows > 1) {
-                assert_int_equal(cols, s->dim);
-                for (uint64_t r = 0; r < rows; r++)
-                    span_add(&sp, a + r * cols, 1);
-            }
-            free(a);
-            free(b);
         }
         assert_int_equal(n_hf, st.n_tensors);
         if (sp.n != s->rank)
@@ -423,7 +445,7 @@ static void test_references(void **state)
         free(text);
         seen++;
     }
-    assert_int_equal(seen, 8);
+    assert_int_equal(seen, 10);
 }
 
 int main(void)

@@ -11,14 +11,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The view of the tensor of @kind (of @layer) in @img. shlm_parse() checked that every tensor
- * the config has is present. */
+/* The view of the tensor of @kind (of @layer, of @expert) in @img. shlm_parse() checked that every
+ * tensor the config has is present. */
+static void view_expert(const struct shlm_model *img, enum shlm_kind kind, uint32_t layer,
+                        uint32_t expert, struct kn_mat *out)
+{
+    const struct shlm_tensor *t = shlm_find_kind(img, kind, layer, expert);
+    KN_ASSERT(t);
+    shlm_view(img, t, out);
+}
+
 static void view(const struct shlm_model *img, enum shlm_kind kind, uint32_t layer,
                  struct kn_mat *out)
 {
-    const struct shlm_tensor *t = shlm_find_kind(img, kind, layer);
-    KN_ASSERT(t);
-    shlm_view(img, t, out);
+    view_expert(img, kind, layer, 0, out);
 }
 
 static const float *vec(const struct shlm_model *img, enum shlm_kind kind, uint32_t layer)
@@ -28,6 +34,16 @@ static const float *vec(const struct shlm_model *img, enum shlm_kind kind, uint3
     KN_ASSERT(v.dtype == KN_DT_F32);
     return v.codes;
 }
+
+/* A matrix product whose output rows are split over the pool's threads. */
+struct gemm_job {
+    const struct kn_ops *ops;
+    const struct kn_mat *w;
+    const struct kn_act *x;
+    int m, ldy;
+    float *y;
+    int chunk_rows; /* rows a thread takes at a time (a multiple of GEMM_ROW_ALIGN) */
+};
 
 /* @n activations of width @k that act_prepare fills with @parts (KN_ACT_*) */
 static int acts_alloc(struct kn_act **out, int n, int k, int group, unsigned parts)
@@ -61,16 +77,17 @@ static void acts_free(struct kn_act *a, int n)
  * (DESIGN.md: a 2048x8 projection, 0.444 ms as a plain loop vs 1.155 ms as a pooled GEMM). */
 #define PAR_MIN_WORK (1 << 16)
 
-/* The tensors of layer @l of @img into @L: views of its seven matrices and two norms, and of the
- * optional kinds (q/k/v biases, q/k norms, head gate, post-norms) the config has. Cannot fail:
- * shlm_parse() checked that every expected tensor is present. */
-static void layer_views(const struct shlm_model *img, const struct shlm_config *c, uint32_t l,
-                        struct wrk_layer *L)
+/* The tensors of layer @l of @img into @L: views of its matrices (a dense FFN's or the router
+ * and every expert's, into @L's expert arrays) and norms, and of the optional kinds (q/k/v
+ * biases, q/k norms, head gate, post-norms) the config has. Cannot fail: shlm_parse() checked
+ * that every expected tensor is present. */
+static void layer_views(const struct shlm_model *img, const struct shlm_config *c,
+                        const struct shlm_config_ext *x, uint32_t l, struct wrk_layer *L)
 {
     for (int k = SHLM_KIND_FIRST_LAYER; k < SHLM_KIND_COUNT; k++) {
-        if (!shlm_kind_present(c, (enum shlm_kind)k))
+        if (!shlm_kind_present(c, x, (enum shlm_kind)k, l))
             continue;
-        struct kn_mat *mat = NULL;
+        struct kn_mat *mat = NULL, *experts = NULL;
         const float **v = NULL;
         switch ((enum shlm_kind)k) {
         case SHLM_KIND_ATTN_Q:
@@ -124,10 +141,25 @@ static void layer_views(const struct shlm_model *img, const struct shlm_config *
         case SHLM_KIND_FFN_POST_NORM:
             v = &L->ffn_post_norm;
             break;
+        case SHLM_KIND_FFN_ROUTER:
+            mat = &L->router;
+            break;
+        case SHLM_KIND_FFN_GATE_EXP:
+            experts = L->gate_exp;
+            break;
+        case SHLM_KIND_FFN_UP_EXP:
+            experts = L->up_exp;
+            break;
+        case SHLM_KIND_FFN_DOWN_EXP:
+            experts = L->down_exp;
+            break;
         default: /* shlm_config_check() refuses the flags of the kinds the forward lacks */
             KN_ASSERT(!"a tensor kind the forward does not read");
         }
-        if (mat)
+        if (experts)
+            for (uint32_t e = 0; e < x->n_experts; e++)
+                view_expert(img, (enum shlm_kind)k, l, e, &experts[e]);
+        else if (mat)
             view(img, (enum shlm_kind)k, l, mat);
         else
             *v = vec(img, (enum shlm_kind)k, l);
@@ -147,10 +179,21 @@ static int model_views(struct wrk_model *m, const struct shlm_model *img)
         view(img, SHLM_KIND_OUTPUT, 0, &m->head);
     m->out_norm = vec(img, SHLM_KIND_OUTPUT_NORM, 0);
     m->layers = calloc(c->n_layers, sizeof(*m->layers));
+    size_t ne = m->cfgx.n_experts;
+    /* every MoE layer's experts: gate, up and down of each */
+    if (ne && !(m->experts = calloc((size_t)c->n_layers * 3 * ne, sizeof(*m->experts))))
+        return -ENOMEM;
     if (!m->layers)
         return -ENOMEM;
-    for (uint32_t l = 0; l < c->n_layers; l++)
-        layer_views(img, c, l, &m->layers[l]);
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        struct wrk_layer *L = &m->layers[l];
+        if (shlm_layer_moe(&m->cfgx, l)) {
+            L->gate_exp = m->experts + (size_t)l * 3 * ne;
+            L->up_exp = L->gate_exp + ne;
+            L->down_exp = L->up_exp + ne;
+        }
+        layer_views(img, c, &m->cfgx, l, L);
+    }
     return 0;
 }
 
@@ -165,6 +208,8 @@ static void model_widths(struct wrk_model *m)
     m->ffn = p->f1 - p->f0;
     m->o_cols = p->o_pad + m->qd;
     m->down_cols = p->down_pad + m->ffn;
+    m->effn = p->e1 - p->e0;
+    m->edown_cols = p->down_pad_exp + m->effn;
 }
 
 /* The GEMM scratch of each pool thread: the kernel table's need over every matrix for max_m
@@ -175,7 +220,21 @@ static int gemm_scratch_alloc(struct wrk_model *m)
     size_t need = kn_gemm_scratch_bytes(m->ops, &m->head, m->max_m);
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
         const struct wrk_layer *L = &m->layers[l];
-        const struct kn_mat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        /* every expert of a layer has one shape: the first's stand for them (an expert may
+         * take every token of a chunk) */
+        struct kn_mat none = {0};
+        bool moe = L->gate_exp;
+        const struct kn_mat *mats[] = {&L->q,
+                                       &L->k,
+                                       &L->v,
+                                       &L->o,
+                                       &L->gate,
+                                       &L->up,
+                                       &L->down,
+                                       moe ? &L->router : &none,
+                                       moe ? &L->gate_exp[0] : &none,
+                                       moe ? &L->up_exp[0] : &none,
+                                       moe ? &L->down_exp[0] : &none};
         for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
             size_t b = kn_gemm_scratch_bytes(m->ops, mats[i], m->max_m);
             need = b > need ? b : need;
@@ -256,6 +315,78 @@ static void layer_options(struct wrk_model *m, uint32_t l)
     L->att_plain = !L->att.scale && !L->att.softcap && !L->att.window;
 }
 
+/* A MoE model's routing of the chunk being run and its experts' scratch: row i's choices are
+ * (row, expert) pairs; the pairs are grouped by expert so that each expert's weights are read
+ * once for all of the rows that chose it. */
+struct wrk_moe {
+    int k;                 /* experts each row takes (n_experts_used) */
+    float *logits;         /* (M, n_experts) the router's */
+    int *choice;           /* (M, k) row i's experts, best first */
+    float *weight;         /* (M, k) their weights in the combine */
+    int *first;            /* (n_experts + 1): expert e's pairs are [first[e], first[e + 1]) */
+    int *row_pair;         /* (M, k) the pair of row i's j-th choice */
+    int *pair_row;         /* (M k) the row of each pair */
+    struct kn_act *a_in;   /* (M k) each pair's row of a_dim (shallow copies: gate's and up's
+                            * inputs in the pairs' order) */
+    struct kn_act *a_down; /* (M k) the inputs of down */
+    float *gate;           /* (M k, edown_cols): down_pad_exp zeros, then act(gate) * up */
+    float *up;             /* (M k, effn) */
+    float *out;            /* (M k, dim) each pair's down output (this rank's partial sum) */
+    /* a set's jobs: gate and up of every expert, or down of every expert */
+    struct gemm_job *jobs; /* (2 n_experts) */
+    int *jobs_first;       /* (2 n_experts + 1) */
+};
+
+/* The MoE scratch for chunks of max_m rows: prepared activations of width edown_cols with
+ * @group and @parts_down (down's). Returns 0 or -ENOMEM, what was allocated left for
+ * moe_free(). */
+static int moe_alloc(struct wrk_model *m, int group, unsigned parts_down)
+{
+    struct wrk_moe *e = m->moe = calloc(1, sizeof(*m->moe));
+    if (!e)
+        return -ENOMEM;
+    size_t M = (size_t)m->max_m, k = m->cfgx.n_experts_used, ne = m->cfgx.n_experts;
+    e->k = (int)k;
+    e->logits = malloc(M * ne * sizeof(float));
+    e->choice = malloc(M * k * sizeof(int));
+    e->weight = malloc(M * k * sizeof(float));
+    e->first = malloc((ne + 1) * sizeof(int));
+    e->row_pair = malloc(M * k * sizeof(int));
+    e->pair_row = malloc(M * k * sizeof(int));
+    e->a_in = calloc(M * k, sizeof(*e->a_in));
+    e->gate = calloc(M * k * (size_t)m->edown_cols, sizeof(float)); /* pads stay zero */
+    e->up = malloc(M * k * (size_t)m->effn * sizeof(float));
+    e->out = malloc(M * k * m->cfg.dim * sizeof(float));
+    e->jobs = calloc(2 * ne, sizeof(*e->jobs));
+    e->jobs_first = calloc(2 * ne + 1, sizeof(int));
+    if (!e->logits || !e->choice || !e->weight || !e->first || !e->row_pair || !e->pair_row ||
+        !e->a_in || !e->gate || !e->up || !e->out || !e->jobs || !e->jobs_first ||
+        acts_alloc(&e->a_down, (int)(M * k), m->edown_cols, group, parts_down))
+        return -ENOMEM;
+    return 0;
+}
+
+static void moe_free(struct wrk_model *m)
+{
+    struct wrk_moe *e = m->moe;
+    if (!e)
+        return;
+    free(e->logits);
+    free(e->choice);
+    free(e->weight);
+    free(e->first);
+    free(e->row_pair);
+    free(e->pair_row);
+    free(e->a_in);
+    acts_free(e->a_down, m->max_m * e->k);
+    free(e->gate);
+    free(e->up);
+    free(e->out);
+    free(e->jobs);
+    free(e->jobs_first);
+    free(e);
+}
+
 /* The scratch of a chunk of m->max_m tokens (rows of activations, the prepared inputs of the
  * matrix products with the W4 tensors' @group, the reference attention's scores, the GEMMs'
  * scratch) and the RoPE frequency table (rope_table). Returns 0 or -ENOMEM, with what was allocated
@@ -292,13 +423,19 @@ static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int 
         layer_options(m, l);
     if (local && !m->rope_freqs_local)
         return -ENOMEM;
-    unsigned parts_o = 0, parts_down = 0;
+    unsigned parts_o = 0, parts_down = 0, parts_edown = 0;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         const struct wrk_layer *L = &m->layers[l];
-        m->parts_dim |= act_parts(&L->q) | act_parts(&L->k) | act_parts(&L->v) |
-                        act_parts(&L->gate) | act_parts(&L->up);
+        m->parts_dim |= act_parts(&L->q) | act_parts(&L->k) | act_parts(&L->v);
         parts_o |= act_parts(&L->o);
-        parts_down |= act_parts(&L->down);
+        if (L->gate_exp) {
+            m->parts_dim |=
+                act_parts(&L->router) | act_parts(&L->gate_exp[0]) | act_parts(&L->up_exp[0]);
+            parts_edown |= act_parts(&L->down_exp[0]);
+        } else {
+            m->parts_dim |= act_parts(&L->gate) | act_parts(&L->up);
+            parts_down |= act_parts(&L->down);
+        }
     }
     m->parts_head = act_parts(&m->head);
     if (!m->rope_freqs || !m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb ||
@@ -307,7 +444,7 @@ static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int 
         acts_alloc(&m->a_o, max_m, m->o_cols, agroup, parts_o) ||
         acts_alloc(&m->a_down, max_m, m->down_cols, agroup, parts_down) || gemm_scratch_alloc(m))
         return -ENOMEM;
-    return 0;
+    return m->cfgx.n_experts ? moe_alloc(m, agroup, parts_edown) : 0;
 }
 
 int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const struct kn_ops *ops,
@@ -326,7 +463,7 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     m->par_min_work = PAR_MIN_WORK;
     m->chunk_bytes = GEMM_CHUNK_BYTES;
     /* shlm_parse() checked the image against this very plan */
-    KN_ASSERT(seg_plan_make(&m->plan, c, group, h->shard_count ? (int)h->shard_count : 1,
+    KN_ASSERT(seg_plan_make(&m->plan, c, &h->cfgx, group, h->shard_count ? (int)h->shard_count : 1,
                             (int)h->shard_rank) == 0);
     int rc = model_views(m, img);
     if (rc)
@@ -339,7 +476,9 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
 
 void wrk_model_free(struct wrk_model *m)
 {
+    moe_free(m);
     free(m->layers);
+    free(m->experts);
     free(m->x);
     free(m->xb);
     free(m->q);
@@ -474,16 +613,6 @@ static void row_act_prepare(const struct row_job *j, int i)
     m->ops->act_prepare(&j->a[i], h);
 }
 
-/* A matrix product whose output rows are split over the pool's threads. */
-struct gemm_job {
-    const struct kn_ops *ops;
-    const struct kn_mat *w;
-    const struct kn_act *x;
-    int m, ldy;
-    float *y;
-    int chunk_rows; /* rows a thread takes at a time (a multiple of GEMM_ROW_ALIGN) */
-};
-
 /* Products of the same activations (q, k, v; gate, up) in one dispatch, so that a thread goes on
  * from its rows of one matrix to its rows of the next without waiting at a barrier for the
  * others (at 2 threads, decode spent 8% of its samples in the pool's waits with one dispatch
@@ -499,9 +628,11 @@ struct gemm_job {
  * thread takes the whole matrix at once. */
 #define GEMM_MAX_SET 3
 struct gemm_set {
-    int count;
-    struct gemm_job j[GEMM_MAX_SET];
-    int first[GEMM_MAX_SET + 1]; /* chunk index of each job's first chunk; first[count]: total */
+    int count, cap;
+    struct gemm_job *j; /* (cap): own, or a MoE layer's experts' (gemm_set_over) */
+    int *first;         /* (cap + 1) chunk index of each job's first chunk; first[count]: total */
+    struct gemm_job own[GEMM_MAX_SET];
+    int own_first[GEMM_MAX_SET + 1];
     _Atomic int next;            /* the next chunk to take */
     uint8_t *scratch;            /* wrk_model.gemm_scratch: pool thread i's at i * scratch_bytes */
     size_t scratch_bytes;
@@ -542,6 +673,9 @@ static void gemm_set_part(void *arg, int i, int n)
 
 static void gemm_set_run(const struct wrk_model *m, struct gemm_set *s)
 {
+    if (!s->count)
+        return;
+    s->first[0] = 0;
     long work = 0;
     for (int k = 0; k < s->count; k++)
         work += (long)s->j[k].w->rows * s->j[k].w->cols;
@@ -565,8 +699,22 @@ static void gemm_set_run(const struct wrk_model *m, struct gemm_set *s)
 static void gemm_set_add(const struct wrk_model *m, struct gemm_set *s, const struct kn_mat *w,
                          const struct kn_act *x, int n, float *y, int ldy)
 {
-    KN_ASSERT(s->count < GEMM_MAX_SET);
+    if (!s->j) { /* a set of its own few jobs */
+        s->j = s->own;
+        s->first = s->own_first;
+        s->cap = GEMM_MAX_SET;
+    }
+    KN_ASSERT(s->count < s->cap);
     s->j[s->count++] = (struct gemm_job){m->ops, w, x, n, ldy, y, 0};
+}
+
+/* An empty set @s of up to @cap jobs in @jobs, their chunk starts in @first (cap + 1). */
+static void gemm_set_over(struct gemm_set *s, struct gemm_job *jobs, int *first, int cap)
+{
+    memset(s, 0, sizeof(*s));
+    s->j = jobs;
+    s->first = first;
+    s->cap = cap;
 }
 
 static void gemm(const struct wrk_model *m, const struct kn_mat *w, const struct kn_act *x, int n,
@@ -688,6 +836,8 @@ static void head_gate(const struct wrk_model *m, const struct wrk_layer *L, int 
         }
 }
 
+static int reduce_add(struct wrk_model *m, int n, const float *post_norm);
+
 /* x += @w times the prepared rows @a, summed over the ranks (through xb), RMS-normed with
  * @post_norm where the layer has one (Gemma 2/3: on the whole sum, so every rank norms the same
  * rows), times the config's residual multiplier (Granite): a block's output projection (O or down)
@@ -695,8 +845,14 @@ static void head_gate(const struct wrk_model *m, const struct wrk_layer *L, int 
 static int residual_add(struct wrk_model *m, const struct kn_mat *w, const struct kn_act *a, int n,
                         const float *post_norm)
 {
+    gemm(m, w, a, n, m->xb, (int)m->cfg.dim);
+    return reduce_add(m, n, post_norm);
+}
+
+/* The tail of residual_add() for the @n rows of partial sums in xb. */
+static int reduce_add(struct wrk_model *m, int n, const float *post_norm)
+{
     int dim = (int)m->cfg.dim, rc;
-    gemm(m, w, a, n, m->xb, dim);
     if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
         return rc;
     if (post_norm)
@@ -763,6 +919,151 @@ static int ffn_block(struct wrk_model *m, struct row_job *rj)
     return residual_add(m, &L->down, m->a_down, n, L->ffn_post_norm);
 }
 
+/* Row i's experts and weights from its router logits @lg by the config's rule: softmax over
+ * every expert, the k most probable (ties to the higher index, as ik_llama.cpp's argsort orders
+ * (probability, index) pairs), weighted by their probabilities, renormalised to sum 1 where the
+ * rule says so. */
+static void route(const struct wrk_model *m, const float *lg, int *choice, float *weight)
+{
+    int ne = (int)m->cfgx.n_experts, k = m->moe->k;
+    float p[SHLM_MAX_EXPERTS], mx = lg[0], sum = 0.0f;
+    bool taken[SHLM_MAX_EXPERTS] = {false};
+    for (int e = 1; e < ne; e++)
+        mx = lg[e] > mx ? lg[e] : mx;
+    for (int e = 0; e < ne; e++) {
+        p[e] = expf(lg[e] - mx);
+        sum += p[e];
+    }
+    float inv = 1.0f / sum, chosen = 0.0f;
+    for (int e = 0; e < ne; e++)
+        p[e] *= inv;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < ne; e++)
+            if (!taken[e] && (best < 0 || p[e] >= p[best]))
+                best = e;
+        taken[best] = true;
+        choice[j] = best;
+        weight[j] = p[best];
+        chosen += p[best];
+    }
+    if (m->cfgx.moe_route == SHLM_ROUTE_SOFTMAX_NORM)
+        for (int j = 0; j < k; j++)
+            weight[j] /= chosen;
+}
+
+/* xb = rmsnorm(x) and its activations (row_norm_prepare), then the router's logits of row i and
+ * its experts (route) */
+static void row_norm_route(const struct row_job *j, int i)
+{
+    const struct wrk_model *m = j->m;
+    const struct wrk_moe *e = m->moe;
+    int ne = (int)m->cfgx.n_experts;
+    row_norm_prepare(j, i);
+    float *lg = e->logits + (size_t)i * ne;
+    m->ops->gemm(&j->L->router, &j->a[i], 1, lg, ne, 0, ne, NULL);
+    route(m, lg, e->choice + (size_t)i * e->k, e->weight + (size_t)i * e->k);
+}
+
+/* pair i's act(gate) * up, and its activations (the inputs of its expert's down) */
+static void pair_act_prepare(const struct row_job *j, int i)
+{
+    const struct wrk_model *m = j->m;
+    const struct wrk_moe *e = m->moe;
+    float *h = e->gate + (size_t)i * m->edown_cols;
+    (m->cfg.act == SHLM_ACT_GELU_TANH ? m->ops->gelu_mul : m->ops->silu_mul)(
+        h + m->plan.down_pad_exp, e->up + (size_t)i * m->effn, m->effn);
+    m->ops->act_prepare(&e->a_down[i], h);
+}
+
+/* xb's row i = the weighted sum of its experts' down outputs, in the order of its choices */
+static void row_combine(const struct row_job *j, int i)
+{
+    const struct wrk_model *m = j->m;
+    const struct wrk_moe *e = m->moe;
+    int dim = (int)m->cfg.dim, k = e->k;
+    float *y = m->xb + (size_t)i * dim;
+    for (int c = 0; c < k; c++) {
+        const float *o = e->out + (size_t)e->row_pair[i * k + c] * dim;
+        float w = e->weight[i * k + c];
+        if (c == 0)
+            for (int d = 0; d < dim; d++)
+                y[d] = w * o[d];
+        else
+            for (int d = 0; d < dim; d++)
+                y[d] += w * o[d];
+    }
+}
+
+/* The chunk's @n rows' choices as pairs grouped by expert (a counting sort: within an expert,
+ * the rows in order), each pair's input the row's prepared activations. */
+static void moe_group(struct wrk_model *m, int n)
+{
+    struct wrk_moe *e = m->moe;
+    int ne = (int)m->cfgx.n_experts, k = e->k;
+    memset(e->first, 0, (size_t)(ne + 1) * sizeof(int));
+    for (int i = 0; i < n * k; i++)
+        e->first[e->choice[i] + 1]++;
+    for (int x = 0; x < ne; x++)
+        e->first[x + 1] += e->first[x];
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < k; j++) {
+            int x = e->choice[i * k + j], pair = e->first[x]++;
+            e->row_pair[i * k + j] = pair;
+            e->pair_row[pair] = i;
+            e->a_in[pair] = m->a_dim[i];
+        }
+    for (int x = ne; x > 0; x--) /* first[x] went to first[x + 1]: back one */
+        e->first[x] = e->first[x - 1];
+    e->first[0] = 0;
+}
+
+/* The MoE FFN block of layer rj->L over the chunk of @rj: xb = rmsnorm(x), the router and each
+ * row's experts, gate and up of every chosen expert over the rows that chose it in one set of
+ * products (each expert's weights read once), act(gate) * up of every pair, down likewise, then
+ * x += the pairs' down outputs weighted by the router, summed over the ranks. Only the chosen
+ * experts' weights are read. Returns 0 or the all-reduce's error. */
+static int moe_block(struct wrk_model *m, struct row_job *rj)
+{
+    const struct wrk_layer *L = rj->L;
+    struct wrk_moe *e = m->moe;
+    int n = rj->n, ne = (int)m->cfgx.n_experts, dim = (int)m->cfg.dim, k = e->k;
+    rj->row = row_norm_route;
+    rj->norm = L->ffn_norm;
+    rj->a = m->a_dim;
+    rows_run(m, rj);
+    moe_group(m, n);
+    struct gemm_set s;
+    gemm_set_over(&s, e->jobs, e->jobs_first, 2 * ne);
+    for (int x = 0; x < ne; x++) {
+        int p0 = e->first[x], cnt = e->first[x + 1] - p0;
+        if (!cnt)
+            continue;
+        gemm_set_add(m, &s, &L->gate_exp[x], e->a_in + p0, cnt,
+                     e->gate + (size_t)p0 * m->edown_cols + m->plan.down_pad_exp, m->edown_cols);
+        gemm_set_add(m, &s, &L->up_exp[x], e->a_in + p0, cnt, e->up + (size_t)p0 * m->effn,
+                     m->effn);
+    }
+    gemm_set_run(m, &s);
+    /* a decode step's few pairs on this thread: a fan-out costs more than they do */
+    struct row_job pj = {.m = m, .n = n * k, .row = pair_act_prepare, .L = L};
+    if (m->pool && (long)n * k * m->effn >= m->par_min_work)
+        wrk_pool_run(m->pool, rows_part, &pj);
+    else
+        rows_part(&pj, 0, 1);
+    gemm_set_over(&s, e->jobs, e->jobs_first, 2 * ne);
+    for (int x = 0; x < ne; x++) {
+        int p0 = e->first[x], cnt = e->first[x + 1] - p0;
+        if (cnt)
+            gemm_set_add(m, &s, &L->down_exp[x], e->a_down + p0, cnt, e->out + (size_t)p0 * dim,
+                         dim);
+    }
+    gemm_set_run(m, &s);
+    rj->row = row_combine;
+    rows_run(m, rj);
+    return reduce_add(m, n, L->ffn_post_norm);
+}
+
 /* Rows [r0, r0 + k) of the head's wanted rows (m->head_row) through the output norm and the LM
  * head in one product: their logits rows are vocab apart from m->head_dst[r0]. */
 static void head_rows(struct wrk_model *m, int r0, int k)
@@ -826,7 +1127,8 @@ static int forward_chunk(struct wrk_model *m, void *kv, int n)
     embed(m);
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
         struct row_job rj = {.m = m, .n = n, .L = &m->layers[l], .kv = kv, .layer = l};
-        if ((rc = attention_block(m, &rj)) || (rc = ffn_block(m, &rj)))
+        if ((rc = attention_block(m, &rj)) ||
+            (rc = m->layers[l].gate_exp ? moe_block(m, &rj) : ffn_block(m, &rj)))
             return rc;
     }
     head_logits(m);

@@ -25,7 +25,11 @@ struct wrk_layer {
     float rope_mscale;
     struct kn_att att; /* the layer's score scale, soft-cap and window */
     bool att_plain;    /* att all zero: the kernels' defaults (NULL options) */
-    struct kn_mat q, k, v, o, gate, up, down;
+    struct kn_mat q, k, v, o, gate, up, down; /* gate, up, down: a dense FFN's */
+    /* a MoE FFN's (shlm_layer_moe; else NULL): the router (n_experts, dim), replicated, and
+     * this rank's units of every expert's gate, up (n_experts each) and down */
+    struct kn_mat router;
+    struct kn_mat *gate_exp, *up_exp, *down_exp;
 };
 
 /* The inputs of a layer's matrix products, as wrk_model.observe sees them: the sites of the
@@ -51,6 +55,7 @@ struct wrk_model {
     struct kn_mat head;       /* (v1 - v0, dim): this rank's rows of the LM head */
     const float *out_norm;    /* (dim) */
     struct wrk_layer *layers; /* (n_layers) */
+    struct kn_mat *experts;   /* (n_layers, 3, n_experts): the MoE layers' expert views */
     int max_m;                /* tokens per forward chunk */
     /* When set, called on the forward's thread with each product's input rows before the
      * product: @n rows of @cols floats, @ld apart (calibration statistics; NULL in a worker) */
@@ -61,14 +66,16 @@ struct wrk_model {
                                * (tests may lower it) */
     size_t chunk_bytes;       /* of weights a pool thread takes at a time in decode (tests may
                                * lower it: 0 takes GEMM_ROW_ALIGN rows at a time) */
-    /* this rank's widths: q and kv heads x head_dim, FFN units, O/down input with their pads */
-    int qd, kvd, ffn, o_cols, down_cols;
+    /* this rank's widths: q and kv heads x head_dim, FFN units, O/down input with their pads;
+     * an expert's units and its down's input with its pad */
+    int qd, kvd, ffn, o_cols, down_cols, effn, edown_cols;
     /* scratch, M = max_m rows each */
     float *x, *xb;    /* (M, dim) residual stream; normed input or partial sum */
     float *q, *k, *v; /* (M, qd), (M, kvd), (M, kvd) */
     float *att;       /* (M, o_cols): o_pad zeros, then the attention output of our heads */
     float *hb;        /* (M, down_cols): down_pad zeros, then silu(gate) * up of our units */
     float *hb2;       /* (M, ffn) up */
+    struct wrk_moe *moe; /* a MoE model's routing and expert scratch (model.c), else NULL */
     float *scores;    /* (pool threads, seq_len): the reference attention's scratch */
     /* (pool threads, gemm_scratch_bytes), 64-byte aligned: each thread's GEMM scratch, sized at
      * init by the table's need over every matrix at max_m (NULL when it needs none) */

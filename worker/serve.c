@@ -96,8 +96,8 @@ static int on_attach(struct wrk *w, const Shardlm__Attach *a, struct shardlm_err
     const struct shlm_config *c = &h->cfg;
     struct seg_plan p;
     if (h->shard_rank != a->rank || h->shard_count != a->n_ranks ||
-        seg_plan_make(&p, c, h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0, (int)a->n_ranks,
-                      (int)a->rank)) {
+        seg_plan_make(&p, c, &h->cfgx, h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0,
+                      (int)a->n_ranks, (int)a->rank)) {
         rc = shardlm_fail(e, -EINVAL,
                           "Attach: the weights segment holds shard %u of %u, not %u of %u",
                           h->shard_rank, h->shard_count, a->rank, a->n_ranks);

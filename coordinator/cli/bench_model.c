@@ -28,8 +28,9 @@ static const char usage_bench_model[] =
     "through the engine, REPS times each after one untimed warm-up (the prefill and one decode\n"
     "step, as llama-bench warms up), and prints llama-bench's table: model, size, params,\n"
     "backend, threads, test, t/s (median +- standard deviation). Then, per thread count, the\n"
-    "bytes of weights one decode token reads, the read bandwidth of this machine measured with\n"
-    "1 GiB of arrays, and decode's share of that roofline (bytes per token x tok/s / bandwidth).\n"
+    "bytes of weights one decode token reads (of a mixture of experts: the chosen experts'),\n"
+    "the read bandwidth of this machine measured with 1 GiB of arrays, and decode's share of\n"
+    "that roofline (bytes per token x tok/s / bandwidth).\n"
     "  -p N            prompt tokens of the prefill test (default 512; 0 skips it)\n"
     "  -n N            tokens of the decode test (default 128; 0 skips it)\n"
     "  -t T,...        threads per worker (default: every CPU of one worker)\n"
@@ -75,21 +76,30 @@ static struct stats summarize(double *v, int n)
     return s;
 }
 
-/* Bytes of weights one decode token reads: every matrix and vector once, the LM head whole,
- * the embedding one row (the tied head already counts its rows). */
+/* Bytes of weights one decode token reads: every matrix and vector once but the experts, of
+ * which each MoE layer reads the chosen n_experts_used of n_experts (all of one size), the LM
+ * head whole, the embedding one row (the tied head already counts its rows). */
 static uint64_t decode_bytes(const struct shlm_model *m, uint64_t *params)
 {
-    uint64_t bytes = 0;
+    const struct shlm_config_ext *x = &m->hdr->cfgx;
+    uint64_t bytes = 0, expert_bytes = 0;
     *params = 0;
     for (uint32_t i = 0; i < m->hdr->n_tensors; i++) {
         const struct shlm_tensor *t = &m->tensors[i];
+        enum shlm_kind kind;
+        uint32_t layer, expert;
+        bool known =
+            shlm_kind_parse(t->name, m->hdr->cfg.n_layers, x->n_experts, &kind, &layer, &expert);
+        KN_ASSERT(known); /* shlm_parse() checked every name */
         *params += (uint64_t)t->rows * t->cols;
-        if (t == shlm_find_kind(m, SHLM_KIND_TOK_EMBD, 0) && !m->hdr->cfg.tied_embd)
+        if (shlm_kinds[kind].expert)
+            expert_bytes += t->bytes;
+        else if (kind == SHLM_KIND_TOK_EMBD && !m->hdr->cfg.tied_embd)
             bytes += t->bytes / t->rows;
         else
             bytes += t->bytes;
     }
-    return bytes;
+    return bytes + (x->n_experts ? expert_bytes / x->n_experts * x->n_experts_used : 0);
 }
 
 /* ---- read bandwidth: each thread sums its slice of a 1 GiB array, 4 streams of 64 bytes ---- */

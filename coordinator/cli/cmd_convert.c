@@ -53,6 +53,9 @@ static const char usage_convert[] =
     "                  (H x vocabulary x 4 bytes) the first that fit are scored, and the line\n"
     "                  says so ('; H held-out tokens, the first S scored (512 MiB of f32\n"
     "                  logits)')\n"
+    "                  A mixture of experts' experts are rounded to nearest whatever the\n"
+    "                  method (calibration does not see them): the last line says\n"
+    "                  '(experts: rtn)'\n"
     "  --calib SRC     calibration text for imatrix/gptq/awq/auto: a UTF-8 text file (at most\n"
     "                  64 MiB), or self: the model writes its own from BOS at temperature 1\n"
     "                  (the default for those methods); refused with rtn, f32 and bf16\n"
@@ -137,8 +140,8 @@ static void print_written(const struct coord_convert_opts *o, const struct coord
     if (info->group)
         snprintf(g, sizeof(g), " group %d head int%d", info->group, o->head_bits);
     if (info->method != COORD_QUANT_RTN)
-        snprintf(g + strlen(g), sizeof(g) - strlen(g), " %s",
-                 coord_quant_method_name(info->method));
+        snprintf(g + strlen(g), sizeof(g) - strlen(g), " %s%s",
+                 coord_quant_method_name(info->method), info->experts_rtn ? " (experts: rtn)" : "");
     fprintf(stderr, "%sshardlm convert: wrote %s: %s%s, %d tensors, %llu bytes, %.1f s\n",
             p->tty ? "\r\033[K" : "", o->out, shlm_scheme_name(o->scheme), g, info->n_tensors,
             (unsigned long long)info->file_bytes, (double)(shardlm_now_ns() - p->start) / 1e9);

@@ -87,6 +87,17 @@ static void print_ext(const struct shlm_config *c, const struct shlm_config_ext 
         add_part(line, sizeof(line), &n, "logit soft-cap %g", (double)x->final_softcap);
     if (n)
         printf("attention: %s\n", line);
+    if (x->n_experts) {
+        uint32_t moe = 0;
+        for (uint32_t l = 0; l < c->n_layers; l++)
+            moe += shlm_layer_moe(x, l);
+        printf("experts: %u in each of %u of %u layers, %u per token, %u units each; routing: %s\n",
+               x->n_experts, moe, c->n_layers, x->n_experts_used, x->expert_ffn,
+               x->moe_route == SHLM_ROUTE_SOFTMAX_NORM ? "softmax, top k, weights renormalised"
+                                                       : "softmax, top k");
+        printf("        placement: tensor-parallel (every rank holds its share of every expert's "
+               "units)\n");
+    }
 }
 
 static int inspect_shlm(const char *path, struct shardlm_err *e)

@@ -149,11 +149,18 @@ static int search_site(struct coord_awq *a, uint32_t l, const struct awq_site *s
     int nk = 0, cols = 0;
     for (int t = SHLM_KIND_FIRST_LAYER; t < SHLM_KIND_COUNT; t++)
         if (shlm_kinds[t].site == (enum shlm_site)st->site && shlm_kinds[t].dtc == SHLM_DTC_MAT &&
-            shlm_kind_present(g, (enum shlm_kind)t)) {
+            shlm_kind_present(g, &a->src->cfgx, (enum shlm_kind)t, l)) {
             KN_ASSERT(nk < AWQ_MATS);
             kinds[nk++] = (enum shlm_kind)t;
-            cols = shlm_dim_size(g, shlm_kinds[t].cols);
+            cols = shlm_dim_size(g, &a->src->cfgx, shlm_kinds[t].cols);
         }
+    if (!nk) { /* a MoE layer's FFN: its experts do not scale their columns (calibration does
+                * not see them), so nothing before them divides: scales of 1 */
+        int width = st->site == WRK_SITE_DOWN ? (int)g->hidden_dim : (int)g->dim;
+        for (int c = 0; c < width; c++)
+            a->s[k][c] = 1.0f;
+        return 0;
+    }
     const float *x;
     int nx, nm = 0, rows[AWQ_MATS] = {0}, rc = 0;
     coord_calib_samples(a->calib, l, st->site, cols, &x, &nx);
@@ -166,12 +173,12 @@ static int search_site(struct coord_awq *a, uint32_t l, const struct awq_site *s
     if (!rms || !imp0 || !s || !imp || !row)
         goto oom;
     for (; nm < nk; nm++) {
-        rows[nm] = shlm_dim_size(g, shlm_kinds[kinds[nm]].rows);
+        rows[nm] = shlm_dim_size(g, &a->src->cfgx, shlm_kinds[kinds[nm]].rows);
         size_t n = (size_t)rows[nm] * cols;
         most = n > most ? n : most;
         if (!(w[nm] = malloc(n * sizeof(float))))
             goto oom;
-        if ((rc = a->src->read(a->src, kinds[nm], l, rows[nm], cols, w[nm], e)))
+        if ((rc = a->src->read(a->src, kinds[nm], l, 0, rows[nm], cols, w[nm], e)))
             goto out;
     }
     if (!(ws = malloc(most * sizeof(float))) ||

@@ -86,7 +86,7 @@ static int plan_layout(struct convert_plan *p, const struct coord_source *src,
     p->h = calloc(1, sizeof(*p->h));
     if (!p->specs || !p->table || !p->h)
         return shardlm_fail(e, -ENOMEM, "out of memory");
-    p->n = shlm_expected_tensors(&src->cfg, scheme, group, head_bits, NULL, p->specs,
+    p->n = shlm_expected_tensors(&src->cfg, &src->cfgx, scheme, group, head_bits, NULL, p->specs,
                                  SHLM_MAX_TENSORS);
     if (p->n < 0)
         return shardlm_fail(e, -EINVAL, "%s: too many layers for the tensor table", src->path);
@@ -192,8 +192,8 @@ static int write_tensor(int fd, struct coord_source *src, const struct shlm_tens
         rc = shardlm_fail(e, -ENOMEM, "out of memory for tensor %s", t->name);
         goto out_free;
     }
-    rc =
-        src->read(src, (enum shlm_kind)spec->kind, spec->layer, (int)t->rows, (int)t->cols, f32, e);
+    rc = src->read(src, (enum shlm_kind)spec->kind, spec->layer, spec->expert, (int)t->rows,
+                   (int)t->cols, f32, e);
     if (rc == -ENOENT)
         shardlm_fail(e, rc, "%s: tensor %s is missing", src->path, t->name);
     if (rc)
@@ -357,7 +357,8 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
                                         .n_tensors = p.n,
                                         .file_bytes = p.h->file_bytes,
                                         .calib_tokens = calib ? coord_calib_tokens(calib) : 0,
-                                        .method = o->method};
+                                        .method = o->method,
+                                        .experts_rtn = src.cfgx.n_experts > 0 && group > 0};
     if (o->method == COORD_QUANT_AUTO) { /* the chosen candidate's image is the file */
         void *image;
         size_t size;

@@ -72,6 +72,9 @@ struct coord_convert_info {
     uint64_t bytes_written; /* of the tensors */
     long calib_tokens;      /* tokens the statistics came from (0: none) */
     enum coord_quant_method method; /* how the int4 matrices were rounded (auto: its choice) */
+    /* a MoE model's experts: calibration does not see them, so every method rounds them to
+     * nearest (the file says the method of the others) */
+    bool experts_rtn;
     struct coord_auto_report auto_report; /* --method auto only */
 };
 

@@ -89,14 +89,14 @@ int coord_source_check_kind(enum shlm_kind kind, const float *w, int rows, int c
     return 0;
 }
 
-static int llama2c_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, int rows,
-                        int cols, float *out, struct shardlm_err *e)
+static int llama2c_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer,
+                        uint32_t expert, int rows, int cols, float *out, struct shardlm_err *e)
 {
-    const float *src = coord_llama2c_tensor(s->impl, kind, layer);
+    const float *src = expert ? NULL : coord_llama2c_tensor(s->impl, kind, layer);
     if (!src)
         return -ENOENT;
     char name[SHLM_NAME_MAX];
-    shlm_kind_name(kind, layer, name, sizeof(name));
+    shlm_kind_name(kind, layer, 0, name, sizeof(name));
     memcpy(out, src, (size_t)rows * (size_t)cols * sizeof(float));
     return coord_source_check_kind(kind, out, rows, cols, s->path, name, e);
 }

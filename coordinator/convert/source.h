@@ -21,12 +21,13 @@ struct coord_source {
     uint8_t *tok;
     size_t tok_len;
     uint32_t bos_id, eos_id;
-    /* Reads the tensor of @kind of @layer (0 for a global kind) of @rows x @cols into @out as
-     * float32, row-major (out, in). Returns 0, -ENOENT when the source has no such tensor (a
-     * kind its config lacks, a layer past n_layers), or -errno with @e naming the file and
-     * tensor (shape mismatch included). */
-    int (*read)(struct coord_source *s, enum shlm_kind kind, uint32_t layer, int rows, int cols,
-                float *out, struct shardlm_err *e);
+    /* Reads the tensor of @kind of @layer (0 for a global kind) and @expert (0 for a kind not
+     * an expert's) of @rows x @cols into @out as float32, row-major (out, in). Returns 0,
+     * -ENOENT when the source has no such tensor (a kind its config lacks, a layer past
+     * n_layers, an expert past n_experts), or -errno with @e naming the file and tensor (shape
+     * mismatch included). */
+    int (*read)(struct coord_source *s, enum shlm_kind kind, uint32_t layer, uint32_t expert,
+                int rows, int cols, float *out, struct shardlm_err *e);
     void (*close)(struct coord_source *s);
     void *impl;
 };

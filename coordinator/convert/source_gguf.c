@@ -27,24 +27,31 @@ static const char *akey(const struct gguf_source *g, const char *key)
     return buf;
 }
 
-static int gguf_src_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, int rows,
-                         int cols, float *out, struct shardlm_err *e)
+static int gguf_src_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer,
+                         uint32_t expert, int rows, int cols, float *out, struct shardlm_err *e)
 {
     struct gguf_source *g = s->impl;
     char gname[128];
     if ((unsigned)kind >= SHLM_KIND_COUNT ||
-        layer >= (shlm_kinds[kind].layer ? s->cfg.n_layers : 1))
+        layer >= (shlm_kinds[kind].layer ? s->cfg.n_layers : 1) ||
+        expert >= (shlm_kinds[kind].expert ? s->cfgx.n_experts : 1))
         return -ENOENT;
     /* a fused tensor (Phi-3's attn_qkv, ffn_up of gate and up rows) of its full size holds the
-     * kind's rows from row0; else the kind's own tensor, llama.cpp's naming */
+     * kind's rows from row0; else the kind's own tensor, llama.cpp's naming; an expert's rows
+     * are its part of the layer's [n_experts][rows][cols] tensor */
     const struct gguf_tensor *t = NULL;
     int row0 = 0, total = rows;
-    if (shlm_kind_fused(&s->cfg, kind, layer, false, gname, sizeof(gname), &row0, &total)) {
+    if (shlm_kinds[kind].expert) {
+        row0 = (int)expert * rows;
+        total = (int)s->cfgx.n_experts * rows;
+        shlm_kind_gguf_name(kind, layer, gname, sizeof(gname));
+        t = gguf_tensor(&g->f, gname);
+    } else if (shlm_kind_fused(&s->cfg, kind, layer, false, gname, sizeof(gname), &row0, &total)) {
         t = gguf_tensor(&g->f, gname);
         if (t && gguf_tensor_rows(t) != (uint64_t)total)
             t = NULL;
     }
-    if (!t) {
+    if (!t && !shlm_kinds[kind].expert) {
         row0 = 0;
         total = rows;
         shlm_kind_gguf_name(kind, layer, gname, sizeof(gname));
@@ -261,6 +268,28 @@ static int read_features(struct gguf_source *g, const struct shlm_arch_traits *a
     return 0;
 }
 
+/* A MoE architecture's experts (<arch>.expert_count, required where the row says so; 0 or
+ * absent: a dense model), the experts per token and each one's units (expert_feed_forward_length,
+ * else feed_forward_length: Mixtral's); the routing ik_llama.cpp gives these families: softmax,
+ * top k, renormalised. */
+static int read_moe(struct gguf_source *g, const struct shlm_arch_traits *a, struct coord_source *s,
+                    const char *path, struct shardlm_err *e)
+{
+    struct shlm_config_ext *x = &s->cfgx;
+    int rc;
+    if ((rc = arch_uint(g, path, "expert_count", a->moe == SHLM_MOE_REQUIRED ? 1 : 0,
+                        SHLM_MAX_EXPERTS, a->moe == SHLM_MOE_REQUIRED, 0, &x->n_experts, e)) ||
+        !x->n_experts)
+        return rc;
+    uint32_t most = x->n_experts < 64 ? x->n_experts : 64;
+    if ((rc = arch_uint(g, path, "expert_used_count", 1, most, true, 0, &x->n_experts_used, e)) ||
+        (rc = arch_uint(g, path, "expert_feed_forward_length", 1, 1u << 20, false,
+                        s->cfg.hidden_dim, &x->expert_ffn, e)))
+        return rc;
+    x->moe_route = SHLM_ROUTE_SOFTMAX_NORM;
+    return 0;
+}
+
 /* What the newer architectures add (shlm_config_ext) from the row, <arch>.* metadata and the
  * tensors present: Granite's multipliers, the config's window (Phi-3: every layer), layers without
  * RoPE, LongRoPE (its factors' tensors), YaRN and linear (read_rope_type), per-frequency RoPE
@@ -283,6 +312,8 @@ static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, str
         return rc;
     x->nope_interval = a->gguf_nope_interval;
     shlm_arch_apply_ext(a, x);
+    if (a->moe != SHLM_MOE_NONE && (rc = read_moe(g, a, s, path, e)))
+        return rc;
     if (a->attn != SHLM_ATTN_GLOBAL) {
         /* a windowed pattern needs a window; a config's may be 0 (none) */
         uint32_t def =

@@ -27,23 +27,25 @@
 struct hf_source {
     struct st_set set;
     struct shlm_config cfg;
+    struct shlm_config_ext cfgx;
     enum shlm_norm norm; /* the architecture's */
     float rope_short[512], rope_long[512]; /* LongRoPE's factors from config.json */
 };
 
-/* The HF name of the tensor that holds the rows of kind @k of layer @l in @out: its own (the
- * tensor table's; *@row0 0, *@total @rows), or a fused one where the checkpoint has it
+/* The HF name of the tensor that holds the rows of kind @k of layer @l (of expert @x) in @out: its
+ * own (the tensor table's; *@row0 0, *@total @rows), or a fused one where the checkpoint has it
  * (Phi-3's qkv_proj, gate_up_proj: rows [*@row0, *@row0 + @rows) of *@total). Returns 0 or
  * -ENOENT (no such tensor in an HF checkpoint of this config); *@norm says whether it is an
  * RMSNorm weight. */
-static int hf_name(const struct hf_source *h, enum shlm_kind k, uint32_t l, int rows, char *out,
-                   size_t len, bool *norm, int *row0, int *total)
+static int hf_name(const struct hf_source *h, enum shlm_kind k, uint32_t l, uint32_t x, int rows,
+                   char *out, size_t len, bool *norm, int *row0, int *total)
 {
     *norm = false;
     *row0 = 0;
     *total = rows;
     if ((unsigned)k >= SHLM_KIND_COUNT || l >= (shlm_kinds[k].layer ? h->cfg.n_layers : 1) ||
-        !shlm_kind_present(&h->cfg, k))
+        x >= (shlm_kinds[k].expert ? h->cfgx.n_experts : 1) ||
+        !shlm_kind_present(&h->cfg, &h->cfgx, k, l))
         return -ENOENT;
     int file;
     if (shlm_kind_fused(&h->cfg, k, l, true, out, len, row0, total) &&
@@ -51,7 +53,7 @@ static int hf_name(const struct hf_source *h, enum shlm_kind k, uint32_t l, int 
         return 0;
     *row0 = 0;
     *total = rows;
-    if (!shlm_kind_hf_name(&h->cfg, k, l, out, len))
+    if (!shlm_kind_hf_name(&h->cfg, k, l, x, out, len))
         return -ENOENT;
     *norm = shlm_kinds[k].norm;
     return 0;
@@ -101,8 +103,8 @@ static const struct st_tensor *find_checked(const struct hf_source *h, const cha
     return t;
 }
 
-static int hf_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, int rows, int cols,
-                   float *out, struct shardlm_err *e)
+static int hf_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, uint32_t expert,
+                   int rows, int cols, float *out, struct shardlm_err *e)
 {
     struct hf_source *h = s->impl;
     char hf[SHLM_NAME_MAX + 64];
@@ -116,7 +118,7 @@ static int hf_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, 
         memcpy(out, f, (size_t)cols * sizeof(float));
         return 0;
     }
-    if (hf_name(h, kind, layer, rows, hf, sizeof(hf), &norm, &row0, &total))
+    if (hf_name(h, kind, layer, expert, rows, hf, sizeof(hf), &norm, &row0, &total))
         return -ENOENT;
     int file, rc;
     const struct st_tensor *t = find_checked(h, hf, total, cols, &file, &rc, e);
@@ -147,8 +149,9 @@ static bool st_has(const void *set, const char *name)
 
 /* Checks up front that every tensor the config needs is there, readable and of its shape, and
  * that no fused tensor is where the architecture's row has none (it is refused, not split). */
-static int check_tensors(struct hf_source *h, const struct shlm_config *c, const char *dir,
-                         const char *arch, struct shardlm_err *e)
+static int check_tensors(struct hf_source *h, const struct shlm_config *c,
+                         const struct shlm_config_ext *x, const char *dir, const char *arch,
+                         struct shardlm_err *e)
 {
     char stray[SHLM_NAME_MAX + 64];
     const char *parts;
@@ -162,7 +165,7 @@ static int check_tensors(struct hf_source *h, const struct shlm_config *c, const
     struct shlm_tensor_spec *specs = calloc(SHLM_MAX_TENSORS, sizeof(*specs));
     if (!specs)
         return shardlm_fail(e, -ENOMEM, "out of memory");
-    int n = shlm_expected_tensors(c, SHLM_SCHEME_F32, 0, 8, NULL, specs, SHLM_MAX_TENSORS);
+    int n = shlm_expected_tensors(c, x, SHLM_SCHEME_F32, 0, 8, NULL, specs, SHLM_MAX_TENSORS);
     int rc = n < 0 ? shardlm_fail(e, -EINVAL, "%s: too many layers for the tensor table", dir) : 0;
     for (int i = 0; i < n && !rc; i++) {
         char hf[SHLM_NAME_MAX + 64];
@@ -170,8 +173,8 @@ static int check_tensors(struct hf_source *h, const struct shlm_config *c, const
         int file, row0, total;
         if (config_factors(h, (enum shlm_kind)specs[i].kind))
             continue; /* from config.json */
-        if (hf_name(h, (enum shlm_kind)specs[i].kind, specs[i].layer, specs[i].rows, hf, sizeof(hf),
-                    &norm, &row0, &total)) {
+        if (hf_name(h, (enum shlm_kind)specs[i].kind, specs[i].layer, specs[i].expert,
+                    specs[i].rows, hf, sizeof(hf), &norm, &row0, &total)) {
             rc = shardlm_fail(e, -EINVAL, "%s: tensor %s has no Hugging Face counterpart", dir,
                               specs[i].name);
             break;
@@ -354,6 +357,7 @@ int coord_source_hf(struct coord_source *s, const char *dir, const char *tokeniz
     if (!h)
         return shardlm_fail(e, -ENOMEM, "out of memory");
     h->cfg = hc.cfg;
+    h->cfgx = hc.cfgx;
     h->norm = hc.arch->norm;
     memcpy(h->rope_short, hc.rope_short, sizeof(h->rope_short));
     memcpy(h->rope_long, hc.rope_long, sizeof(h->rope_long));
@@ -366,7 +370,7 @@ int coord_source_hf(struct coord_source *s, const char *dir, const char *tokeniz
     s->close = hf_close;
     s->cfg = hc.cfg;
     s->cfgx = hc.cfgx;
-    if ((rc = check_tensors(h, &hc.cfg, dir, hc.arch->hf, e)) ||
+    if ((rc = check_tensors(h, &hc.cfg, &hc.cfgx, dir, hc.arch->hf, e)) ||
         (rc = load_tokenizer(s, &hc, dir, tokenizer, e)))
         goto out_close;
     return 0;

@@ -76,6 +76,17 @@ static const struct coord_synth_shape shapes[] = {
      .hf_class = "LlamaForCausalLM", .hf_type = "llama", .eps = 1e-5f, .untied = true,
      .llama_rope = true, .rope = COORD_SYNTH_ROPE_LLAMA3, .rope_factor = 8.0f, .rope_low = 1.0f,
      .rope_high = 4.0f, .rope_orig_ctx = 256, TINY_WEIGHTS, .out_norm = 1.0f},
+    /* Qwen3-MoE: Qwen3's attention, 16 experts of 32 units, 4 per token */
+    {"tiny-qwen3moe", "qwen3moe", 64, 4, 4, 32, 2, 192, 512, 4096, 1000000.0f, false, false,
+     .hf_class = "Qwen3MoeForCausalLM", .hf_type = "qwen3_moe", .eps = 1e-6f, .qk_norm = true,
+     TINY_WEIGHTS, .out_norm = 1.0f, .experts = 16, .experts_used = 4, .expert_ffn = 32,
+     .router_std = 0.25f},
+    /* Mixtral: Mistral's attention (llama in GGUF), 8 experts of 64 units, 2 per token,
+     * untied */
+    {"tiny-mixtral", "llama", 64, 4, 4, 16, 2, 64, 512, 4096, 1000000.0f, false, false,
+     .hf_class = "MixtralForCausalLM", .hf_type = "mixtral", .eps = 1e-5f, .untied = true,
+     .llama_rope = true, TINY_WEIGHTS, .out_norm = 1.0f, .experts = 8, .experts_used = 2,
+     .expert_ffn = 64, .router_std = 0.25f},
     /* the perf shapes: real dimensions and vocabularies */
     {"qwen3-1.7b", "qwen3", 2048, 28, 16, 128, 8, 6144, 151936, 40960, 1000000.0f, false, false,
      .hf_class = "Qwen3ForCausalLM", .hf_type = "qwen3", .eps = 1e-6f, .qk_norm = true,
@@ -85,6 +96,12 @@ static const struct coord_synth_shape shapes[] = {
      .gemma = true, .window = 512, .window_pattern = 6, .theta_local = 10000.0f,
      .query_scalar = 256.0f, .w_std = 0.02f, .qk_std = 0.02f, .emb_std = 0.02f,
      .out_norm = 1.0f},
+    /* Qwen3-30B-A3B's dimensions and top-8 routing, with 32 experts instead of 128 and 24
+     * layers instead of 48 (its F16 file, ik's copy and ours fit this machine together) */
+    {"qwen3moe-a3b-32e", "qwen3moe", 2048, 24, 32, 128, 4, 6144, 151936, 40960, 1000000.0f,
+     false, false, .hf_class = "Qwen3MoeForCausalLM", .hf_type = "qwen3_moe", .eps = 1e-6f,
+     .qk_norm = true, .w_std = 0.02f, .qk_std = 0.02f, .emb_std = 0.02f, .out_norm = 1.0f,
+     .experts = 32, .experts_used = 8, .expert_ffn = 768, .router_std = 0.02f},
 };
 /* clang-format on */
 #undef TINY_WEIGHTS
@@ -322,18 +339,32 @@ static struct synth_tensor *add_named(struct synth_model *m, int layer, const ch
     return t;
 }
 
-/* Appends the tensor of @kind of @layer (-1: a global kind) of model config @c, its names the
- * tensor table's (shm/tensors.h). */
-static struct synth_tensor *add(struct synth_model *m, const struct shlm_config *c,
-                                enum shlm_kind kind, int layer, uint64_t cols, uint64_t rows,
-                                float mean, float std, bool matrix)
+/* Appends the tensor of @kind of @layer (-1: a global kind) and @expert (of an expert's kind) of
+ * model config @c, its names the tensor table's (shm/tensors.h). */
+static struct synth_tensor *add_expert(struct synth_model *m, const struct shlm_config *c,
+                                       enum shlm_kind kind, int layer, uint32_t expert,
+                                       uint64_t cols, uint64_t rows, float mean, float std,
+                                       bool matrix)
 {
     char gguf[sizeof(m->t->gguf)], hf[sizeof(m->t->hf)];
     uint32_t l = layer < 0 ? 0 : (uint32_t)layer;
     shlm_kind_gguf_name(kind, l, gguf, sizeof(gguf));
-    if (!shlm_kind_hf_name(c, kind, l, hf, sizeof(hf)))
+    if (!shlm_kind_hf_name(c, kind, l, expert, hf, sizeof(hf)))
         hf[0] = 0;
-    return add_named(m, layer, gguf, hf, cols, rows, mean, std, matrix);
+    struct synth_tensor *t = add_named(m, layer, gguf, hf, cols, rows, mean, std, matrix);
+    if (shlm_kinds[kind].expert) {
+        t->expert = expert;
+        t->experts = m->s->experts;
+    }
+    return t;
+}
+
+/* add_expert() of a kind not an expert's */
+static struct synth_tensor *add(struct synth_model *m, const struct shlm_config *c,
+                                enum shlm_kind kind, int layer, uint64_t cols, uint64_t rows,
+                                float mean, float std, bool matrix)
+{
+    return add_expert(m, c, kind, layer, 0, cols, rows, mean, std, matrix);
 }
 
 /* Appends the fused tensor that holds @kind's rows in an architecture with fused tensors (Phi-3:
@@ -373,7 +404,11 @@ static void shape_config(const struct coord_synth_shape *s, struct shlm_config *
     c->head_dim = s->head_dim;
     c->hidden_dim = s->ffn;
     c->vocab_size = s->vocab;
-    const struct shlm_arch_traits *a = shlm_arch_gguf(s->arch, strlen(s->arch));
+    /* the HF architecture's row where there is one (Mixtral's names its experts its own way;
+     * the GGUF is "llama") */
+    const struct shlm_arch_traits *a = s->hf_class ? shlm_arch_hf(s->hf_class) : NULL;
+    if (!a)
+        a = shlm_arch_gguf(s->arch, strlen(s->arch));
     if (a)
         shlm_arch_apply(a, false, c);
 }
@@ -431,7 +466,7 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s, 
     memset(m, 0, sizeof(*m));
     m->s = s;
     m->seed = seed;
-    m->t = calloc(16 * (size_t)s->layers + 8, sizeof(*m->t));
+    m->t = calloc((16 + 3 * (size_t)s->experts) * s->layers + 8, sizeof(*m->t));
     if (!m->t || (s->rank && make_basis(m)))
         return -ENOMEM;
     struct shlm_config cfg, *c = &cfg;
@@ -483,7 +518,22 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s, 
         if (s->gemma)
             add_norm(m, c, SHLM_KIND_ATTN_POST_NORM, l, d, post);
         add_norm(m, c, SHLM_KIND_FFN_NORM, l, d, 1.0f);
-        if (s->fused) {
+        if (s->experts) {
+            float wr = s->router_std ? s->router_std : wqk;
+            low_rank(m, add(m, c, SHLM_KIND_FFN_ROUTER, l, d, s->experts, 0, wr, false), false);
+            for (uint32_t x = 0; x < s->experts; x++)
+                low_rank(
+                    m, add_expert(m, c, SHLM_KIND_FFN_GATE_EXP, l, x, d, s->expert_ffn, 0, w, true),
+                    false);
+            for (uint32_t x = 0; x < s->experts; x++)
+                low_rank(m,
+                         add_expert(m, c, SHLM_KIND_FFN_UP_EXP, l, x, d, s->expert_ffn, 0, w, true),
+                         false);
+            for (uint32_t x = 0; x < s->experts; x++)
+                low_rank(
+                    m, add_expert(m, c, SHLM_KIND_FFN_DOWN_EXP, l, x, s->expert_ffn, d, 0, w, true),
+                    true);
+        } else if (s->fused) {
             if (!(t = add_fused(m, c, SHLM_KIND_FFN_UP, l, d, w)))
                 return -EINVAL;
             low_rank(m, t, false);
@@ -491,7 +541,8 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s, 
             low_rank(m, add(m, c, SHLM_KIND_FFN_GATE, l, d, s->ffn, 0, w, true), false);
             low_rank(m, add(m, c, SHLM_KIND_FFN_UP, l, d, s->ffn, 0, w, true), false);
         }
-        low_rank(m, add(m, c, SHLM_KIND_FFN_DOWN, l, s->ffn, d, 0, w, true), true);
+        if (!s->experts)
+            low_rank(m, add(m, c, SHLM_KIND_FFN_DOWN, l, s->ffn, d, 0, w, true), true);
         if (s->gemma)
             add_norm(m, c, SHLM_KIND_FFN_POST_NORM, l, d, post);
     }
@@ -527,6 +578,11 @@ static void write_metadata(struct gguf_writer *w, const struct synth_model *m)
     gguf_w_u32(w, KEY("vocab_size"), s->vocab);
     if (s->window)
         gguf_w_u32(w, KEY("attention.sliding_window"), s->window);
+    if (s->experts) {
+        gguf_w_u32(w, KEY("expert_count"), s->experts);
+        gguf_w_u32(w, KEY("expert_used_count"), s->experts_used);
+        gguf_w_u32(w, KEY("expert_feed_forward_length"), s->expert_ffn);
+    }
     if (s->attn_softcap)
         gguf_w_f32(w, KEY("attn_logit_softcapping"), s->attn_softcap);
     if (s->final_softcap)
@@ -573,7 +629,9 @@ static int write_tensors(struct gguf_writer *w, const struct synth_model *m,
     for (size_t i = 0; i < m->n; i++) {
         const struct synth_tensor *t = &m->t[i];
         enum gguf_ggml_type type = t->matrix && !m->f32 ? GGML_F16 : GGML_F32;
-        gguf_w_tensor(w, t->gguf, type, t->cols, t->rows);
+        if (t->experts && t->expert) /* a layer's experts of a kind: one 3-D tensor */
+            continue;
+        gguf_w_tensor3(w, t->gguf, type, t->cols, t->rows, t->experts ? t->experts : 1);
         uint64_t b = synth_block_rows(t);
         if (b * t->cols > cap)
             cap = b * t->cols;

@@ -59,6 +59,13 @@ struct coord_synth_shape {
      * token). With the trained-model scales of w_std and qk_std, w4a8/w4a16 then cost what they
      * cost on a trained model (tests/test_archs.sh) */
     uint32_t rank;
+    /* mixture of experts (0: a dense FFN of @ffn units): every layer's FFN is @experts experts
+     * of @expert_ffn units, @experts_used of them per token, softmax-then-top-k routing with the
+     * weights renormalised (Qwen3-MoE's norm_topk_prob, Mixtral); the router's rows drawn with
+     * @router_std (so that tokens prefer a few experts clearly: near ties would flip with
+     * rounding) */
+    uint32_t experts, experts_used, expert_ffn;
+    float router_std;
 };
 
 /* The shapes coord_synth() makes, *@n of them (static). */

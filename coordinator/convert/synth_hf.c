@@ -140,8 +140,20 @@ static json_t *config(const struct synth_model *m)
         json_decref(layer_types);
         json_object_set_new(c, "sliding_window", s->window ? json_integer(s->window) : json_null());
     }
-    if (!strcmp(type, "qwen3") || !strcmp(type, "smollm3"))
+    if (!strcmp(type, "qwen3") || !strcmp(type, "smollm3") || !strcmp(type, "qwen3_moe"))
         json_object_set_new(c, "use_sliding_window", json_false());
+    if (s->experts && !strcmp(type, "mixtral")) { /* intermediate_size is an expert's */
+        json_object_set_new(c, "num_local_experts", json_integer(s->experts));
+        json_object_set_new(c, "num_experts_per_tok", json_integer(s->experts_used));
+        json_object_set_new(c, "intermediate_size", json_integer(s->expert_ffn));
+    } else if (s->experts) { /* Qwen3-MoE: every layer sparse */
+        json_object_set_new(c, "num_experts", json_integer(s->experts));
+        json_object_set_new(c, "num_experts_per_tok", json_integer(s->experts_used));
+        json_object_set_new(c, "moe_intermediate_size", json_integer(s->expert_ffn));
+        json_object_set_new(c, "norm_topk_prob", json_true());
+        json_object_set_new(c, "decoder_sparse_step", json_integer(1));
+        json_object_set_new(c, "mlp_only_layers", json_array());
+    }
     if (!strcmp(type, "llama") || !strcmp(type, "granite") || !strcmp(type, "smollm3"))
         json_object_set_new(c, "mlp_bias", json_false());
     if (s->logit_scale) {

@@ -24,6 +24,10 @@ struct synth_tensor {
     uint32_t rank;
     bool writes;
     int layer;             /* the layer it belongs to, -1: none */
+    /* an expert's matrix: expert @expert of @experts (0: none). The GGUF holds a layer's
+     * experts of one kind as one 3-D tensor (they are consecutive in the list), the HF folder
+     * each as its own */
+    uint32_t expert, experts;
 };
 
 struct synth_model {

@@ -98,12 +98,12 @@ int coord_shard_layout(const struct shlm_model *file, int n_ranks, int r, struct
     const struct shlm_header *fh = file->hdr;
     struct seg_plan plan;
     int group = fh->scheme >= SHLM_SCHEME_W4A16 ? (int)fh->group : 0;
-    if (seg_plan_make(&plan, &fh->cfg, group, n_ranks, r))
+    if (seg_plan_make(&plan, &fh->cfg, &fh->cfgx, group, n_ranks, r))
         return -EINVAL;
     struct shlm_tensor_spec *specs = calloc(SHLM_MAX_TENSORS, sizeof(*specs));
     if (!specs)
         return -ENOMEM;
-    int n = shlm_expected_tensors(&fh->cfg, (enum shlm_scheme)fh->scheme, (int)fh->group,
+    int n = shlm_expected_tensors(&fh->cfg, &fh->cfgx, (enum shlm_scheme)fh->scheme, (int)fh->group,
                                   (int)fh->head_bits, &plan, specs, SHLM_MAX_TENSORS);
     KN_ASSERT(n > 0); /* the file's header passed the same check */
     /* int4 matrices go to the workers in tiles: every kernel table runs them, faster */
@@ -129,7 +129,7 @@ struct slice {
 
 static struct slice shard_slice(const struct shlm_tensor *src, enum shlm_kind kind,
                                 const struct shlm_tensor *dst, const struct shlm_config *c,
-                                const struct seg_plan *p)
+                                const struct shlm_config_ext *x, const struct seg_plan *p)
 {
     struct slice s = {0, (int)src->rows, 0, (int)src->cols, 0};
     const struct shlm_kind_traits *k = &shlm_kinds[kind];
@@ -138,13 +138,13 @@ static struct slice shard_slice(const struct shlm_tensor *src, enum shlm_kind ki
     case SHLM_SPLIT_NONE: /* replicated: embedding, norms */
         break;
     case SHLM_SPLIT_ROWS: /* our heads', KV heads', FFN units' or vocabulary rows */
-        shlm_dim_part(c, p, k->rows, &lo, &hi, &pad);
+        shlm_dim_part(c, x, p, k->rows, &lo, &hi, &pad);
         s.r0 = lo;
         s.r1 = lo + (int)dst->rows;
         break;
     case SHLM_SPLIT_COLS:        /* a vector's columns of our heads */
     case SHLM_SPLIT_COLS_PADDED: /* O's and down's input columns behind their pad */
-        shlm_dim_part(c, p, k->cols, &lo, &hi, &pad);
+        shlm_dim_part(c, x, p, k->cols, &lo, &hi, &pad);
         s = (struct slice){0, s.r1, lo, hi, k->split == SHLM_SPLIT_COLS_PADDED ? pad : 0};
         break;
     }
@@ -530,7 +530,8 @@ static int consume(struct lane *ln, const struct job *j, const uint8_t *data)
     for (int r = 0; r < L->n; r++) {
         struct rank_dest *rd = &L->ranks[r];
         const struct shlm_tensor *d = &rd->table[L->dst[r][j->t]];
-        struct slice s = shard_slice(t, L->kind[j->t], d, &L->f->img.hdr->cfg, &rd->plan);
+        struct slice s =
+            shard_slice(t, L->kind[j->t], d, &L->f->img.hdr->cfg, &L->f->img.hdr->cfgx, &rd->plan);
         deliver(&ln->stages[r], rd->d->seg->base, d, &s, &c, j->r0, j->r1);
     }
     if (j->r1 < rows)
@@ -687,8 +688,9 @@ static int prepare(struct load *L, int n_ranks, const struct coord_load_dest *de
     if (!L->order || !L->kind || !L->ranks || !L->dst)
         return shardlm_fail(e, -ENOMEM, "out of memory");
     for (int i = 0; i < L->n_src; i++) {
-        uint32_t layer;
-        bool known = shlm_kind_parse(L->tensors[i].name, fh->cfg.n_layers, &L->kind[i], &layer);
+        uint32_t layer, expert;
+        bool known = shlm_kind_parse(L->tensors[i].name, fh->cfg.n_layers, fh->cfgx.n_experts,
+                                     &L->kind[i], &layer, &expert);
         KN_ASSERT(known); /* shlm_parse() checked every name against the config's tensors */
         L->order[i] = i;
     }
@@ -714,7 +716,7 @@ static int prepare(struct load *L, int n_ranks, const struct coord_load_dest *de
         int n = coord_shard_layout(&L->f->img, n_ranks, dest[r].rank, &rd->h, rd->table);
         if (n == -ENOMEM)
             return shardlm_fail(e, n, "out of memory");
-        if (n < 0 || seg_plan_make(&rd->plan, &fh->cfg, group, n_ranks, dest[r].rank))
+        if (n < 0 || seg_plan_make(&rd->plan, &fh->cfg, &fh->cfgx, group, n_ranks, dest[r].rank))
             return shardlm_fail(e, -EINVAL, "cannot split the model over %d ranks", n_ranks);
         KN_ASSERT(rd->h.file_bytes == dest[r].seg->size && n == L->n_src);
         int rc = seg_reserve(dest[r].seg, 0, rd->h.data_offset); /* header, table, tokenizer */

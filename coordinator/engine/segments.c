@@ -240,7 +240,7 @@ static uint64_t kv_block_bytes(const struct coord_engine *g)
     uint64_t sum = 0;
     for (int r = 0; r < g->n_ranks; r++) {
         struct seg_plan p;
-        seg_plan_make(&p, c, group, g->n_ranks, r);
+        seg_plan_make(&p, c, &g->img.hdr->cfgx, group, g->n_ranks, r);
         sum += seg_kv_block_bytes(c->n_layers, (uint32_t)(p.kv1 - p.kv0) * c->head_dim);
     }
     return sum;
@@ -350,7 +350,7 @@ static int make_kv(struct coord_engine *g, struct shardlm_err *e)
     for (int r = 0; r < g->n_ranks; r++) {
         struct coord_rank *cr = &g->ranks[r];
         struct seg_plan p;
-        seg_plan_make(&p, c, group, g->n_ranks, r);
+        seg_plan_make(&p, c, &g->img.hdr->cfgx, group, g->n_ranks, r);
         uint32_t kvd = (uint32_t)(p.kv1 - p.kv0) * c->head_dim;
         size_t kv_bytes = seg_kv_bytes(g->kv_blocks, c->n_layers, kvd);
         snprintf(what, sizeof(what), SEG_RUN_KV_FMT, r);

@@ -23,7 +23,8 @@ static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 struct gguf_wtensor {
     char *name;
     enum gguf_ggml_type type;
-    uint64_t cols, rows; /* rows 0: 1-D */
+    uint64_t cols, rows; /* rows 0: 1-D; all @mats matrices' rows in a 3-D one */
+    uint64_t mats;       /* 1: 1-D or 2-D; else a 3-D [mats][rows / mats][cols] */
     uint64_t offset;     /* relative to the data section */
     uint64_t done;       /* rows written */
 };
@@ -235,6 +236,13 @@ void gguf_w_arr_i32(struct gguf_writer *w, const char *key, const int32_t *v, ui
 void gguf_w_tensor(struct gguf_writer *w, const char *name, enum gguf_ggml_type type,
                    uint64_t cols, uint64_t rows)
 {
+    gguf_w_tensor3(w, name, type, cols, rows, 1);
+}
+
+void gguf_w_tensor3(struct gguf_writer *w, const char *name, enum gguf_ggml_type type,
+                    uint64_t cols, uint64_t rows, uint64_t mats)
+{
+    KN_ASSERT(mats >= 1 && (mats == 1 || rows >= 1) && rows <= UINT64_MAX / mats);
     KN_ASSERT(!w->started); /* every tensor is declared before the first rows */
     KN_ASSERT(type == GGML_F32 || type == GGML_F16);
     KN_ASSERT(cols >= 1);
@@ -259,10 +267,11 @@ void gguf_w_tensor(struct gguf_writer *w, const char *name, enum gguf_ggml_type 
         return;
     }
     uint64_t esize = type == GGML_F32 ? 4 : 2, nel;
-    KN_ASSERT(!__builtin_mul_overflow(cols, rows ? rows : 1, &nel) && nel <= UINT64_MAX / 8);
+    KN_ASSERT(!__builtin_mul_overflow(cols, rows ? rows * mats : 1, &nel) && nel <= UINT64_MAX / 8);
     t->type = type;
     t->cols = cols;
-    t->rows = rows;
+    t->rows = rows * mats;
+    t->mats = mats;
     t->offset = align_up(w->data_end, GGUF_W_ALIGN);
     t->done = 0;
     w->data_end = t->offset + nel * esize;
@@ -290,13 +299,16 @@ static void write_head(struct gguf_writer *w)
     for (uint64_t i = 0; i < w->n_t; i++) {
         const struct gguf_wtensor *t = &w->t[i];
         uint64_t len = strlen(t->name);
-        uint32_t n_dims = t->rows ? 2 : 1, type = t->type;
+        uint32_t n_dims = t->mats > 1 ? 3 : t->rows ? 2 : 1, type = t->type;
+        uint64_t rows = t->rows / t->mats;
         w_put(w, &len, 8);
         w_put(w, t->name, len);
         w_put(w, &n_dims, 4);
         w_put(w, &t->cols, 8);
         if (t->rows)
-            w_put(w, &t->rows, 8);
+            w_put(w, &rows, 8);
+        if (t->mats > 1)
+            w_put(w, &t->mats, 8);
         w_put(w, &type, 4);
         w_put(w, &t->offset, 8);
     }

@@ -27,6 +27,10 @@ void gguf_w_arr_i32(struct gguf_writer *w, const char *key, const int32_t *v, ui
  * when rows == 0); its data comes later, in declaration order, through gguf_w_tensor_rows(). */
 void gguf_w_tensor(struct gguf_writer *w, const char *name, enum gguf_ggml_type type,
                    uint64_t cols, uint64_t rows);
+/* A 3-D tensor of @mats matrices of @rows x @cols (ggml's [cols, rows, mats]: a MoE layer's
+ * experts), its data @mats * @rows rows (gguf_w_tensor_rows); @mats 1 is gguf_w_tensor(). */
+void gguf_w_tensor3(struct gguf_writer *w, const char *name, enum gguf_ggml_type type,
+                    uint64_t cols, uint64_t rows, uint64_t mats);
 /* Appends @n_rows rows of the current tensor (float32, converted to its type: F16 rounds to
  * nearest even); tensors are filled in declaration order, each completely, and one call never
  * runs past the current tensor's last row (a 1-D tensor is one row). */

@@ -543,6 +543,38 @@ static int cfg_special_tokens(const json_t *root, struct coord_hf_config *hc, co
     return 0;
 }
 
+/* A MoE family's experts: num_experts (Mixtral: num_local_experts), num_experts_per_tok, each
+ * expert's units (moe_intermediate_size; Mixtral: intermediate_size) and the routing (Mixtral
+ * renormalises the top k's weights, Qwen3-MoE where norm_topk_prob says so); every layer sparse
+ * (decoder_sparse_step 1, mlp_only_layers empty: others are refused). */
+static int cfg_moe(const json_t *root, const struct shlm_arch_traits *a, struct coord_hf_config *hc,
+                   const char *what, struct shardlm_err *e)
+{
+    struct shlm_config_ext *x = &hc->cfgx;
+    int rc;
+    bool norm = true;
+    uint32_t step = 1;
+    if ((rc = cfg_uint(root, "", a->hf_mixtral ? "num_local_experts" : "num_experts", 1,
+                       SHLM_MAX_EXPERTS, true, 0, &x->n_experts, what, e)))
+        return rc;
+    uint32_t most = x->n_experts < 64 ? x->n_experts : 64;
+    if ((rc = cfg_uint(root, "", "num_experts_per_tok", 1, most, true, 0, &x->n_experts_used, what,
+                       e)) ||
+        (rc = cfg_uint(root, "", a->hf_mixtral ? "intermediate_size" : "moe_intermediate_size", 1,
+                       1u << 20, true, 0, &x->expert_ffn, what, e)) ||
+        (!a->hf_mixtral && (rc = cfg_bool(root, "", "norm_topk_prob", false, &norm, what, e))) ||
+        (rc = cfg_uint(root, "", "decoder_sparse_step", 1, 1, false, 1, &step, what, e)))
+        return rc;
+    const json_t *dense = field(root, "mlp_only_layers");
+    if (dense && !(json_is_array(dense) && json_array_size(dense) == 0))
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field mlp_only_layers is not an empty list: dense layers among "
+                            "the MoE ones are not supported",
+                            what);
+    x->moe_route = norm ? SHLM_ROUTE_SOFTMAX_NORM : SHLM_ROUTE_SOFTMAX;
+    return 0;
+}
+
 /* The whole config in the order its checks report: family, shape, heads, (what the family's row
  * fixes), the newer architectures' multipliers and layers without RoPE, features, quantization,
  * activation, rope scaling, special tokens, windows; then the runtime's own checks. */
@@ -567,7 +599,8 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
         (rc = cfg_quantized(root, what, e)) || (rc = cfg_act(root, a, &c->act, what, e)) ||
         (rc = cfg_rope_scaling(root, hc, what, e)) ||
         (rc = cfg_special_tokens(root, hc, what, e)) ||
-        (rc = cfg_windows(root, a, c, &hc->cfgx, what, e)))
+        (rc = cfg_windows(root, a, c, &hc->cfgx, what, e)) ||
+        (a->moe == SHLM_MOE_REQUIRED && (rc = cfg_moe(root, a, hc, what, e))))
         return rc;
     struct shardlm_err cerr;
     if (shlm_config_check(c, &cerr) || shlm_config_ext_check(&hc->cfgx, &cerr))

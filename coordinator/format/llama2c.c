@@ -177,5 +177,6 @@ const float *coord_llama2c_tensor(const struct coord_llama2c *ck, enum shlm_kind
     const float *base = slots[t->l2c];
     if (!base)
         return NULL;
-    return base + (size_t)l * (size_t)shlm_dim_size(c, t->rows) * (size_t)shlm_dim_size(c, t->cols);
+    return base + (size_t)l * (size_t)shlm_dim_size(c, NULL, t->rows) *
+                      (size_t)shlm_dim_size(c, NULL, t->cols);
 }

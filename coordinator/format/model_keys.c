@@ -56,6 +56,9 @@ static bool patterned(const struct shlm_arch_traits *a)
     return a->attn == SHLM_ATTN_WINDOW_PATTERN;
 }
 static bool multiplied(const struct shlm_arch_traits *a) { return a->multipliers; }
+/* GGUF says by expert_count whether a llama is Mixtral; config.json by its class */
+static bool experts(const struct shlm_arch_traits *a) { return a->moe != SHLM_MOE_NONE; }
+static bool experts_always(const struct shlm_arch_traits *a) { return a->moe == SHLM_MOE_REQUIRED; }
 
 /* The keys of coord_unsupported_keys[] the importers read (by their GGUF and config.json names;
  * NULL: not read in that format), and where: the architectures whose row @by accepts, or any
@@ -77,6 +80,10 @@ static const struct {
     {"residual_scale", "residual_multiplier", multiplied, 0},
     {"attention.scale", "attention_multiplier", multiplied, 0},
     {"logit_scale", "logits_scaling", multiplied, 0},
+    /* experts (read_ext, cfg_moe) */
+    {"expert_count", NULL, experts, 0},
+    {NULL, "num_local_experts", experts_always, 0},
+    {NULL, "num_experts", experts_always, 0},
     /* YaRN's, linear's and LongRoPE's GGUF keys (read_rope_type, read_ext) */
     {"rope.scaling.type", NULL, NULL, ROPE(YARN) | ROPE(LINEAR)},
     {"rope.scaling.factor", NULL, NULL, ROPE(YARN) | ROPE(LINEAR)},

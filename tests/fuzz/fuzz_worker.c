@@ -56,7 +56,8 @@ static int write_model(char *path, size_t len)
     struct shlm_tensor_spec specs[64];
     struct shlm_tensor table[64];
     struct shlm_header h = {0};
-    int n = shlm_expected_tensors(&c, SHLM_SCHEME_W4A8, 32, 8, NULL, specs, 64);
+    int n = shlm_expected_tensors(&c, &(struct shlm_config_ext){0}, SHLM_SCHEME_W4A8, 32, 8, NULL,
+                                  specs, 64);
     if (n <= 0)
         return -1;
     shlm_layout(&h, table, specs, n, 16);

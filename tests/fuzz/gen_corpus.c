@@ -80,7 +80,8 @@ static size_t build_shlm(uint8_t **out, enum shlm_scheme scheme, int group, int 
     if (shlm_config_check(&cfg, &err))
         die(err.msg);
     struct shlm_tensor_spec specs[16] = {0}; /* names are copied whole: no stack bytes */
-    int n = shlm_expected_tensors(&cfg, scheme, group, head_bits, NULL, specs, 16);
+    int n = shlm_expected_tensors(&cfg, &(struct shlm_config_ext){0}, scheme, group, head_bits,
+                                  NULL, specs, 16);
     if (n < 0)
         die("shlm_expected_tensors");
     uint8_t tok[128];

@@ -1,9 +1,13 @@
 #!/bin/sh
 # tools/ik_ref/make_refs.sh IK_TREE [SHARDLM] [DATA]: remakes the ik_llama.cpp references of the
-# tiny architecture shapes, DATA/golden/<shape>/ (DATA: tests/data), in the format of
+# tiny architecture shapes (those of $SHAPES where it is set), DATA/golden/<shape>/ (DATA:
+# tests/data), in the format of
 # `shardlm eval --ref`: greedy.tsv and a float16 logits file per line. Needs IK_TREE/build with
 # libllama built (cmake -B build && cmake --build build --target llama); the references of
 # tests/data were made with ik_llama.cpp 8337e4cd3.
+#
+# tiny-mixtral's need llama-moe-residual.patch (here) applied to IK_TREE: ik_llama.cpp 8337e4cd3's
+# llama graph with experts adds the normed input where the residual belongs.
 #
 # Per shape: `shardlm synth --shape S --type f32` (seed 1), then two sequences of 300 ids, each
 # fed to ik at f32 (F32 weights and KV cache, no flash attention, context 512):
@@ -20,7 +24,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$here/build.sh" "$ik" "$tmp/ik_logits" >/dev/null
-shapes="tiny-qwen3 tiny-gemma2 tiny-gemma3 tiny-phi3 tiny-granite tiny-smollm3 tiny-mistral tiny-llama31"
+shapes=${SHAPES:-"tiny-qwen3 tiny-gemma2 tiny-gemma3 tiny-phi3 tiny-granite tiny-smollm3 tiny-mistral
+  tiny-llama31 tiny-qwen3moe tiny-mixtral"}
 total=300
 vocab=512
 bos=$((vocab - 2))
