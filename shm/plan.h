@@ -16,22 +16,41 @@
 
 #include "shlm.h"
 
+/* How a MoE model's experts are spread over the ranks (shlm_header.experts_placement). */
+enum seg_experts {
+    SEG_EXPERTS_TP = 0, /* tensor-parallel: each rank the same slice of every expert's units
+                         * (balanced at any batch; small products) */
+    SEG_EXPERTS_EP = 1, /* expert-parallel: each rank whole experts [x0, x1), node-local (whole
+                         * products; a step's ranks read what its tokens chose of theirs) */
+};
+
 struct seg_plan {
     int rank, n_ranks;
     int q0, q1;          /* query heads [q0, q1) */
     int kv0, kv1;        /* KV heads held [kv0, kv1) */
     int f0, f1;          /* FFN units [f0, f1) */
-    int e0, e1;          /* units [e0, e1) of every expert's FFN (tensor-parallel experts) */
+    int e0, e1;          /* units [e0, e1) of each of its experts' FFNs */
+    int x0, x1;          /* the experts it holds [x0, x1) (tensor-parallel: all) */
+    enum seg_experts experts;
     int v0, v1;          /* LM head rows [v0, v1); v0 a multiple of KN_TILE_ROWS */
     int o_pad, down_pad; /* zero input columns in front of the O and down shards */
     int down_pad_exp;    /* and in front of each expert's down shard */
 };
 
 /* The plan of @rank among @n_ranks for config @c and @x; @group is the int4 group of the matrices
- * (0 for formats without groups). Experts are tensor-parallel: each rank holds the same slice
- * of every expert's units. Returns 0 or -EINVAL when n_ranks exceeds the heads, FFN units,
- * expert units or blocks of 16 vocabulary rows (a rank must have work in every layer). */
+ * (0 for formats without groups). Experts are tensor-parallel (seg_plan_place: or not): each
+ * rank holds the same slice of every expert's units. Returns 0 or -EINVAL when n_ranks exceeds the
+ * heads, FFN units, expert units or blocks of 16 vocabulary rows (a rank must have work in every
+ * layer). */
 int seg_plan_make(struct seg_plan *p, const struct shlm_config *c, const struct shlm_config_ext *x,
                   int group, int n_ranks, int rank);
+/* The same with the experts placed by @placement: expert-parallel gives rank r the experts
+ * [n_experts r / R, n_experts (r + 1) / R) whole (-EINVAL where there are fewer experts than
+ * ranks); a dense model ignores it. */
+int seg_plan_place(struct seg_plan *p, const struct shlm_config *c, const struct shlm_config_ext *x,
+                   int group, int n_ranks, int rank, enum seg_experts placement);
+/* The plan of the shard a weights segment's header @h describes (its rank, count and placement;
+ * a file: the whole model). Returns 0 or -EINVAL. */
+int seg_plan_of(struct seg_plan *p, const struct shlm_header *h);
 
 #endif

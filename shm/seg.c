@@ -316,13 +316,13 @@ static bool lit(const char **p, const char *lit)
 #define DIGITS "0123456789"
 
 void seg_weights_name(char *out, size_t len, uint64_t checksum, uint32_t layout, int rank,
-                      int ranks, int node)
+                      int ranks, int node, uint32_t experts)
 {
     char n[16] = "x";
     if (node >= 0)
         snprintf(n, sizeof(n), "%d", node);
-    snprintf(out, len, SEG_PERSIST_PREFIX "%016llx-l%u-r%dof%d-n%s.weights",
-             (unsigned long long)checksum, layout, rank, ranks, n);
+    snprintf(out, len, SEG_PERSIST_PREFIX "%016llx-l%u-r%dof%d%s-n%s.weights",
+             (unsigned long long)checksum, layout, rank, ranks, experts ? "e" : "", n);
 }
 
 bool seg_is_weights_name(const char *name)
@@ -330,7 +330,7 @@ bool seg_is_weights_name(const char *name)
     const char *p = name;
     return lit(&p, SEG_PERSIST_PREFIX) && span(&p, "0123456789abcdef", 16) && p == name + 18 &&
            lit(&p, "-l") && span(&p, DIGITS, 10) && lit(&p, "-r") && span(&p, DIGITS, 4) &&
-           lit(&p, "of") && span(&p, DIGITS, 4) && lit(&p, "-n") &&
+           lit(&p, "of") && span(&p, DIGITS, 4) && (lit(&p, "e") || true) && lit(&p, "-n") &&
            (lit(&p, "x") || span(&p, DIGITS, 4)) && strcmp(p, ".weights") == 0;
 }
 

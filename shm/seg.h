@@ -39,15 +39,16 @@ struct seg {
     struct seg_budget *budget; /* what its allocations are charged to; NULL: nothing */
 };
 
-/* Persistent weights segments, named "w-<model checksum>-l<layout>-r<rank>of<ranks>-n<node>
- * .weights" in the runtime directory, outlive their coordinator so that the next one starts warm;
- * `shardlm shm purge` removes them. A process that maps or creates one holds a shared flock(2) on
- * it while it does, so that purge can tell a segment in use (it takes the exclusive lock to
- * remove one). */
+/* Persistent weights segments, named "w-<model checksum>-l<layout>-r<rank>of<ranks>[e]-n<node>
+ * .weights" in the runtime directory (e: a MoE model's experts placed whole on the ranks), outlive
+ * their coordinator so that the next one starts warm; `shardlm shm purge` removes them. A process
+ * that maps or creates one holds a shared flock(2) on it while it does, so that purge can tell a
+ * segment in use (it takes the exclusive lock to remove one). */
 #define SEG_PERSIST_PREFIX "w-"
-/* Writes the name of a persistent weights segment (@node -1: not bound, "x") to @out. */
+/* Writes the name of a persistent weights segment (@node -1: not bound, "x"; @experts
+ * shlm_header.experts_placement) to @out. */
 void seg_weights_name(char *out, size_t len, uint64_t checksum, uint32_t layout, int rank,
-                      int ranks, int node);
+                      int ranks, int node, uint32_t experts);
 /* Whether @name is exactly a persistent weights segment's name. */
 bool seg_is_weights_name(const char *name);
 /* The <what> of the run files: "<pid>.sock", "<pid>.exchange", "<pid>.kv.r<rank>", and

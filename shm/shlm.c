@@ -237,7 +237,9 @@ int shlm_expected_tensors(const struct shlm_config *c, const struct shlm_config_
             uint32_t l = pass ? pass - 1 : 0;
             if (t->layer != (pass > 0) || !t->has(c, x, l))
                 continue;
-            for (uint32_t ex = 0; ex < (t->expert ? x->n_experts : 1); ex++) {
+            uint32_t x0 = t->expert ? (uint32_t)plan->x0 : 0,
+                     x1 = t->expert ? (uint32_t)plan->x1 : 1;
+            for (uint32_t ex = x0; ex < x1; ex++) {
                 if (n == max)
                     return -EINVAL;
                 struct shlm_tensor_spec *o = &out[n++];
@@ -430,14 +432,11 @@ static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
     /* shard_count 0: a whole model (a file); n >= 1: the shard of rank shard_rank of n */
     struct seg_plan plan;
     bool shard = h->shard_count > 0;
-    if ((!shard && h->shard_rank != 0) ||
-        (shard &&
-         seg_plan_make(&plan, &h->cfg, &h->cfgx, h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0,
-                       (int)h->shard_count, (int)h->shard_rank)))
+    if ((!shard && h->shard_rank != 0) || seg_plan_of(&plan, h))
         return shardlm_fail(e, -EINVAL,
-                            "%s: header fields shard_rank/shard_count (%u of %u) do "
-                            "not fit the model",
-                            what, h->shard_rank, h->shard_count);
+                            "%s: header fields shard_rank/shard_count/experts_placement (%u of "
+                            "%u, %u) do not fit the model",
+                            what, h->shard_rank, h->shard_count, h->experts_placement);
     int n = shlm_expected_tensors(&h->cfg, &h->cfgx, (enum shlm_scheme)h->scheme, (int)h->group,
                                   (int)h->head_bits, shard ? &plan : NULL, want, SHLM_MAX_TENSORS);
     if (n < 0)

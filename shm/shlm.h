@@ -161,7 +161,9 @@ struct shlm_header {
     uint64_t data_offset;
     uint32_t shard_rank, shard_count; /* a file: 0, 0; a weights segment: rank r of n (plan.h) */
     uint32_t layout;                  /* enum shlm_layout; a file: 0 */
-    uint32_t reserved1;
+    /* a weights segment of a MoE model: how its experts are spread (enum seg_experts, plan.h:
+     * 0 every rank a slice of each, 1 each rank whole experts); 0 in a file */
+    uint32_t experts_placement;
     uint64_t source_checksum; /* a weights segment: the header checksum of the file it came from */
     uint64_t tok_checksum;    /* shlm_hash of the tokenizer bytes; 0 in files made before it */
     struct shlm_config_ext cfgx; /* zero in files made before it */

@@ -26,6 +26,27 @@ export const show = (v) => JSON.stringify(v);
 
 // Resolves to the port once the `shardlm serve` child @child prints `shardlm: listening on
 // http://127.0.0.1:PORT`; rejects if it exits first. @log gets everything it prints.
+/* Resolves once GET @base/health answers 200 (the server listens before its model is loaded,
+ * answering 503 meanwhile); rejects when @child exits or @ms pass first. */
+export async function healthy(base, child, ms = 60_000) {
+    const until = Date.now() + ms;
+    for (;;) {
+        let status = 0;
+        try {
+            status = (await fetch(`${base}/health`)).status;
+        } catch {
+            /* not accepting yet */
+        }
+        if (status === 200)
+            return;
+        if (child.exitCode !== null)
+            throw new Error(`the server exited (${child.exitCode}) before its model was loaded`);
+        if (Date.now() > until)
+            throw new Error(`GET /health still ${status} after ${ms / 1000} s`);
+        await new Promise((r) => setTimeout(r, 50));
+    }
+}
+
 export function listeningPort(child, log) {
     return new Promise((resolve, reject) => {
         let err = '';

@@ -57,8 +57,9 @@ W4A16_KLD=0.04
 # (qwen3's q/k norms, smollm3's RoPE-less layers and mistral's head_dim have no config edit
 # that convert takes; Granite is not compared with ik.)
 BITE_KLD=1e-3
-# the shapes also converted with --method gptq and awq (MoE: the methods skip the experts)
-CALIBRATED="tiny-qwen3moe tiny-mixtral"
+# the mixtures of experts: also evaluated with their experts placed whole on two ranks (2ep),
+# and converted with --method gptq and awq (the methods skip the experts)
+MOE="tiny-qwen3moe tiny-mixtral"
 # bites SHAPE: its edits, one JSON object a line (empty: none)
 bites() {
   case $1 in
@@ -87,12 +88,14 @@ field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 <= b + 0) }'; }
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
 
-# evaluate NAME MODEL SHAPE R: eval at R ranks (on CPU 0, as many machines have it); sets $line
+# evaluate NAME MODEL SHAPE R: eval at R ranks (on CPU 0, as many machines have it; 2ep: two
+# ranks with the experts placed whole, SHARDLM_EXPERTS=ep); sets $line
 evaluate() {
-  local cpus=0
-  [ "$4" = 2 ] && cpus=0:0
-  line=$("$bin" eval -m "$2" --ref "$data/golden/$3" --cpus $cpus --no-persist 2>"$tmp/eval.err" |
-    tail -n 1) || true
+  local cpus=0 experts=tp
+  [ "$4" = 2 ] || [ "$4" = 2ep ] && cpus=0:0
+  [ "$4" = 2ep ] && experts=ep
+  line=$(SHARDLM_EXPERTS=$experts "$bin" eval -m "$2" --ref "$data/golden/$3" --cpus $cpus \
+    --no-persist 2>"$tmp/eval.err" | tail -n 1) || true
   if [[ $line != "overall "* ]]; then
     bad "$1 R=$4: eval failed: $(head -c 300 "$tmp/eval.err")"
     line=
@@ -102,6 +105,8 @@ evaluate() {
 }
 
 supported() { [[ " $(echo $SUPPORTED) " == *" $1 "* ]]; }
+# ranks SHAPE: the rank counts a shape is evaluated at (a mixture of experts: both placements)
+ranks() { [[ " $MOE " == *" $1 "* ]] && echo "1 2 2ep" || echo "1 2"; }
 
 for shape in $SHAPES; do
   why=$(skipped "$shape")
@@ -124,7 +129,7 @@ for shape in $SHAPES; do
       bad "$pair: convert f32: $(cat "$tmp/err")"
       continue
     fi
-    for R in 1 2; do
+    for R in $(ranks "$shape"); do
       evaluate "$pair f32" "$out" "$shape" $R || continue
       le "$(field kld "$line")" $F32_KLD || bad "$pair f32 R=$R: kld above $F32_KLD"
       ge "$(field top1 "$line")" $F32_TOP1 || bad "$pair f32 R=$R: top1 below $F32_TOP1"
@@ -139,7 +144,7 @@ for shape in $SHAPES; do
         bad "$pair: convert $scheme: $(cat "$tmp/err")"
         continue
       fi
-      for R in 1 2; do
+      for R in $(ranks "$shape"); do
         evaluate "$pair $scheme" "$out.$scheme" "$shape" $R || continue
         le "$(field kld "$line")" "$bound" || bad "$pair $scheme R=$R: kld above $bound"
       done
@@ -147,7 +152,7 @@ for shape in $SHAPES; do
     done
     # a MoE model under the calibrated methods (the experts rounded to nearest, the attention
     # calibrated, AWQ's FFN scales left at 1): within the w4a8 bound at one rank
-    if [[ " $CALIBRATED " == *" $shape "* ]]; then
+    if [[ " $MOE " == *" $shape "* ]]; then
       for method in gptq awq; do
         if ! "$bin" convert "$tmp/$shape.$kind" --scheme w4a8 --method $method -o "$out.$method" \
           -q 2>"$tmp/err"; then

@@ -180,7 +180,7 @@ static size_t shard_bytes(const struct coord_model_file *f, int R, int r)
 {
     struct shlm_header h;
     struct shlm_tensor *table = calloc(SHLM_MAX_TENSORS, sizeof(*table));
-    assert_true(coord_shard_layout(&f->img, R, r, &h, table) > 0);
+    assert_true(coord_shard_layout(&f->img, R, r, SEG_EXPERTS_TP, &h, table) > 0);
     free(table);
     return h.file_bytes;
 }

@@ -12,7 +12,11 @@
  *            --verbose reports one rank per node with that node's cpulist.
  * placement: while a slowed run is alive, the pages of every rank's weights and KV segments are on
  *            the rank's node (move_pages), every thread of the worker is confined to the node's
- *            CPUs, the workers are children of the coordinator; afterwards nothing is left. */
+ *            CPUs, the workers are children of the coordinator; afterwards nothing is left.
+ * experts:   a mixture of experts (tiny-qwen3moe, 16 experts) with SHARDLM_EXPERTS=ep: rank r's
+ *            weights segment holds experts [16 r / n, 16 (r + 1) / n) whole and no other, every
+ *            expert tensor's first and last page on the rank's node; the greedy text is the
+ *            tensor-parallel placement's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,6 +52,7 @@ struct rank_line {
 };
 
 static const char *bin, *model, *data; /* data: the golden outputs (tests/data) */
+static const char *moe_model;          /* tiny-qwen3moe at f32 (test_expert_placement) */
 static struct numa_node nodes[MAX_NODES]; /* the nodes with CPUs, by ascending id */
 static int n_nodes;
 static char base[1024];   /* private folder of this test, on tmpfs */
@@ -575,6 +580,116 @@ static void test_placement(void **state)
     assert_no_workers(live_ranks);
 }
 
+/* The node of the pages of @path at @offsets[0..n) (move_pages on a mapping of the file): the
+ * number that are not on @node, each printed. */
+static int check_offsets_on_node(const char *path, const size_t *offsets, size_t n, int node)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        fprintf(stderr, "%s: %s\n", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return 1;
+    }
+    size_t size = (size_t)st.st_size, ps = (size_t)sysconf(_SC_PAGESIZE);
+    char *p = mmap(NULL, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return 1;
+    void **addr = calloc(n, sizeof(*addr));
+    int *status = calloc(n, sizeof(*status)), wrong = 0;
+    for (size_t i = 0; i < n; i++)
+        addr[i] = p + (offsets[i] < size ? offsets[i] : size - 1) / ps * ps;
+    long rc = syscall(SYS_move_pages, 0, (unsigned long)n, addr, NULL, status, 0);
+    for (size_t i = 0; i < n; i++)
+        if ((rc != 0 || status[i] != node) && wrong++ < 8)
+            fprintf(stderr, "%s: the page at %zu is %s %d, want node %d\n", path, offsets[i],
+                    rc != 0 || status[i] < 0 ? "error" : "on node", status[i], node);
+    fprintf(stderr, "%s: %zu of the expert tensors' first and last pages on node %d\n", path,
+            n - (size_t)wrong, node);
+    free(addr);
+    free(status);
+    munmap(p, size);
+    return wrong;
+}
+
+/* `shardlm generate` of MOE_PROMPT on @moe_model at temperature 0 with @env; the text. */
+static char *moe_generate(char *const env[])
+{
+    struct tu_run *r = malloc(sizeof(*r));
+    char *argv[] = {(char *)bin, "generate", "-m", (char *)moe_model, "-p", "Once", "-n", "12",
+                    "--temp",    "0",        NULL};
+    tu_run_cmd(r, argv, env, RUN_TIMEOUT_S, NULL, NULL);
+    if (r->status != 0)
+        show_stderr(r->err);
+    assert_int_equal(r->status, 0);
+    char *out = strdup(r->out);
+    free(r);
+    return out;
+}
+
+static void test_expert_placement(void **state)
+{
+    enum { EXPERTS = 16, LAYERS = 4 }; /* tiny-qwen3moe's */
+    char *env_tp[] = {env_rundir, NULL}, *env_ep[] = {env_rundir, "SHARDLM_EXPERTS=ep", NULL};
+    char *tp = moe_generate(env_tp), *ep = moe_generate(env_ep);
+    if (strcmp(tp, ep))
+        fprintf(stderr, "--- tensor-parallel\n%s\n--- expert-parallel\n%s\n", tp, ep);
+    assert_string_equal(tp, ep);
+    int problems = 0;
+    struct tu_run *r = malloc(sizeof(*r));
+    for (int rank = 0; rank < n_nodes; rank++) {
+        /* the persistent segment the run left: "w-<model>-l<layout>-r<r>of<n>e-n<node>" */
+        char suffix[64], name[256], path[4400];
+        snprintf(suffix, sizeof(suffix), "-r%dof%de-n%d.weights", rank, n_nodes, nodes[rank].id);
+        if (!find_file(suffix, name, sizeof(name))) {
+            fprintf(stderr, "no weights segment *%s in %s\n", suffix, rundir);
+            problems++;
+            continue;
+        }
+        tu_path(path, sizeof(path), "%s/%s", rundir, name);
+        char *argv[] = {(char *)bin, "inspect", path, NULL};
+        tu_run_cmd(r, argv, env_tp, RUN_TIMEOUT_S, NULL, NULL);
+        assert_int_equal(r->status, 0);
+        /* its expert tensors: "  blk.L.ffn_<kind>_exp.E  dtype  R x C  B bytes at OFFSET" */
+        int x0 = EXPERTS * rank / n_nodes, x1 = EXPERTS * (rank + 1) / n_nodes, found = 0;
+        size_t offsets[2 * 3 * LAYERS * EXPERTS], n_off = 0;
+        for (const char *line = r->out; line;
+             line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+            unsigned l, x;
+            char kind[32];
+            unsigned long long bytes, at;
+            if (sscanf(line, " blk.%u.ffn_%31[a-z]_exp.%u %*s %*s x %*s %llu bytes at %llu", &l,
+                       kind, &x, &bytes, &at) != 5)
+                continue;
+            found++;
+            if ((int)x < x0 || (int)x >= x1) {
+                fprintf(stderr, "rank %d holds expert %u of layer %u, want %d..%d only\n", rank, x,
+                        l, x0, x1 - 1);
+                problems++;
+            }
+            if (n_off + 2 <= sizeof(offsets) / sizeof(offsets[0])) {
+                offsets[n_off++] = (size_t)at;
+                offsets[n_off++] = (size_t)(at + bytes - 1);
+            }
+        }
+        fprintf(stderr, "rank %d: %d expert tensors (experts %d..%d) in %s\n", rank, found, x0,
+                x1 - 1, name);
+        if (found != 3 * LAYERS * (x1 - x0)) {
+            fprintf(stderr, "rank %d: %d expert tensors, want %d\n", rank, found,
+                    3 * LAYERS * (x1 - x0));
+            problems++;
+        }
+        problems += check_offsets_on_node(path, offsets, n_off, nodes[rank].id);
+        problems += check_segment_on_node(0, name, nodes[rank].id);
+    }
+    free(r);
+    free(tp);
+    free(ep);
+    assert_int_equal(problems, 0);
+}
+
 /* After a failed assertion in test_placement: end the coordinator it started, then any worker
  * it named that is still there (only processes this test started, by pid). */
 static void kill_leftovers(void **state)
@@ -626,13 +741,14 @@ static int teardown(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s SHARDLM_BIN MODEL.shlm DATA_DIR\n", argv[0]);
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s SHARDLM_BIN MODEL.shlm DATA_DIR MOE_MODEL.shlm\n", argv[0]);
         return 2;
     }
     bin = argv[1];
     model = argv[2];
     data = argv[3];
+    moe_model = argv[4];
     n_nodes = read_nodes();
     if (n_nodes < 2) {
         fprintf(stderr, "SKIP: needs >= 2 NUMA nodes; ctest runs it in a guest that has them "
@@ -653,6 +769,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_default_layout),
         cmocka_unit_test_teardown(test_placement, teardown_test),
+        cmocka_unit_test(test_expert_placement),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

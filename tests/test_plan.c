@@ -71,6 +71,71 @@ static void test_plan_covers_everything(void **state)
     assert_int_equal(seg_plan_make(&p, &c, &(struct shlm_config_ext){0}, 0, 0, 0), -EINVAL);
 }
 
+/* A mixture of experts' plans: tensor-parallel, every rank every expert and its slice of each
+ * one's units (behind the group's pad); expert-parallel, each rank a contiguous range of whole
+ * experts, the ranges disjoint and covering all, refused past one expert per rank; a header's
+ * plan is its placement's, and a file's placement must be 0. */
+static void test_plan_experts(void **state)
+{
+    struct shlm_config c = stories();
+    struct shlm_config_ext x = {.n_experts = 6,
+                                .n_experts_used = 2,
+                                .expert_ffn = 96,
+                                .moe_route = SHLM_ROUTE_SOFTMAX_NORM};
+    for (int R = 1; R <= 8; R++) {
+        int e_next = 0, x_next = 0;
+        for (int r = 0; r < R; r++) {
+            struct seg_plan p;
+            assert_int_equal(seg_plan_place(&p, &c, &x, 64, R, r, SEG_EXPERTS_TP), 0);
+            assert_int_equal(p.experts, SEG_EXPERTS_TP);
+            assert_int_equal(p.x0, 0);
+            assert_int_equal(p.x1, 6);
+            assert_int_equal(p.e0, e_next);
+            assert_true(p.e1 > p.e0);
+            assert_int_equal(p.down_pad_exp, p.e0 % 64);
+            e_next = p.e1;
+            int rc = seg_plan_place(&p, &c, &x, 64, R, r, SEG_EXPERTS_EP);
+            if (R > 6) { /* an expert per rank at least */
+                assert_int_equal(rc, -EINVAL);
+                continue;
+            }
+            assert_int_equal(rc, 0);
+            assert_int_equal(p.experts, SEG_EXPERTS_EP);
+            assert_int_equal(p.e0, 0);
+            assert_int_equal(p.e1, 96);
+            assert_int_equal(p.down_pad_exp, 0);
+            assert_int_equal(p.x0, x_next);
+            assert_true(p.x1 > p.x0);
+            x_next = p.x1;
+        }
+        assert_int_equal(e_next, 96);
+        if (R <= 6)
+            assert_int_equal(x_next, 6);
+    }
+    /* a dense model has one placement */
+    struct seg_plan p;
+    assert_int_equal(seg_plan_place(&p, &c, &(struct shlm_config_ext){0}, 0, 2, 1, SEG_EXPERTS_EP),
+                     0);
+    assert_int_equal(p.experts, SEG_EXPERTS_TP);
+    /* a header's plan */
+    struct shlm_header h = {.cfg = c,
+                            .cfgx = x,
+                            .scheme = SHLM_SCHEME_W4A8,
+                            .group = 64,
+                            .shard_rank = 1,
+                            .shard_count = 3,
+                            .experts_placement = SEG_EXPERTS_EP};
+    assert_int_equal(seg_plan_of(&p, &h), 0);
+    assert_int_equal(p.x0, 2);
+    assert_int_equal(p.x1, 4);
+    h.experts_placement = 2;
+    assert_int_equal(seg_plan_of(&p, &h), -EINVAL);
+    h.experts_placement = SEG_EXPERTS_EP;
+    h.shard_count = 0; /* a file */
+    h.shard_rank = 0;
+    assert_int_equal(seg_plan_of(&p, &h), -EINVAL);
+}
+
 static uint64_t rng = 0x1234567;
 static float randn(void)
 {
@@ -196,6 +261,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_covers_everything),
+        cmocka_unit_test(test_plan_experts),
         cmocka_unit_test(test_column_shards_add_up),
         cmocka_unit_test(test_row_shards_exact),
     };

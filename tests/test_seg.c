@@ -309,16 +309,22 @@ static void test_limit_threads(void **state)
 static void test_names(void **state)
 {
     char w[128], run[160];
-    seg_weights_name(w, sizeof(w), 0xfad599fef11aaf08ull, 1, 0, 2, 1);
+    seg_weights_name(w, sizeof(w), 0xfad599fef11aaf08ull, 1, 0, 2, 1, 0);
     assert_string_equal(w, "w-fad599fef11aaf08-l1-r0of2-n1.weights");
     assert_true(seg_is_weights_name(w));
-    seg_weights_name(w, sizeof(w), 1, 3, 1, 2, -1);
-    assert_string_equal(w, "w-0000000000000001-l3-r1of2-nx.weights");
+    seg_weights_name(w, sizeof(w), 1, 3, 1, 2, -1, 1);
+    assert_string_equal(w, "w-0000000000000001-l3-r1of2e-nx.weights"); /* experts placed whole */
     assert_true(seg_is_weights_name(w));
-    static const char *const not_weights[] = {
-        "w-link.weights", "w-0123.weights", "w-fad599fef11aaf08-l1-r0of2-n1.weights.bak",
-        "w-FAD599FEF11AAF08-l1-r0of2-n1.weights", "w-fad599fef11aaf08-l1-r0of2-n.weights",
-        "w-fad599fef11aaf080-l1-r0of2-n1.weights", "x-fad599fef11aaf08-l1-r0of2-n1.weights", ""};
+    static const char *const not_weights[] = {"w-link.weights",
+                                              "w-0123.weights",
+                                              "w-fad599fef11aaf08-l1-r0of2-n1.weights.bak",
+                                              "w-FAD599FEF11AAF08-l1-r0of2-n1.weights",
+                                              "w-fad599fef11aaf08-l1-r0of2-n.weights",
+                                              "w-fad599fef11aaf080-l1-r0of2-n1.weights",
+                                              "x-fad599fef11aaf08-l1-r0of2-n1.weights",
+                                              "w-fad599fef11aaf08-l1-r0of2ee-n1.weights",
+                                              "w-fad599fef11aaf08-l1-r0of2x-n1.weights",
+                                              ""};
     for (size_t i = 0; i < sizeof(not_weights) / sizeof(not_weights[0]); i++)
         assert_false(seg_is_weights_name(not_weights[i]));
 

@@ -82,7 +82,8 @@ static void acts_free(struct kn_act *a, int n)
  * biases, q/k norms, head gate, post-norms) the config has. Cannot fail: shlm_parse() checked
  * that every expected tensor is present. */
 static void layer_views(const struct shlm_model *img, const struct shlm_config *c,
-                        const struct shlm_config_ext *x, uint32_t l, struct wrk_layer *L)
+                        const struct shlm_config_ext *x, const struct seg_plan *plan, uint32_t l,
+                        struct wrk_layer *L)
 {
     for (int k = SHLM_KIND_FIRST_LAYER; k < SHLM_KIND_COUNT; k++) {
         if (!shlm_kind_present(c, x, (enum shlm_kind)k, l))
@@ -156,8 +157,8 @@ static void layer_views(const struct shlm_model *img, const struct shlm_config *
         default: /* shlm_config_check() refuses the flags of the kinds the forward lacks */
             KN_ASSERT(!"a tensor kind the forward does not read");
         }
-        if (experts)
-            for (uint32_t e = 0; e < x->n_experts; e++)
+        if (experts) /* the experts this rank holds; the others' views stay empty */
+            for (uint32_t e = (uint32_t)plan->x0; e < (uint32_t)plan->x1; e++)
                 view_expert(img, (enum shlm_kind)k, l, e, &experts[e]);
         else if (mat)
             view(img, (enum shlm_kind)k, l, mat);
@@ -192,7 +193,7 @@ static int model_views(struct wrk_model *m, const struct shlm_model *img)
             L->up_exp = L->gate_exp + ne;
             L->down_exp = L->up_exp + ne;
         }
-        layer_views(img, c, &m->cfgx, l, L);
+        layer_views(img, c, &m->cfgx, &m->plan, l, L);
     }
     return 0;
 }
@@ -220,8 +221,8 @@ static int gemm_scratch_alloc(struct wrk_model *m)
     size_t need = kn_gemm_scratch_bytes(m->ops, &m->head, m->max_m);
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
         const struct wrk_layer *L = &m->layers[l];
-        /* every expert of a layer has one shape: the first's stand for them (an expert may
-         * take every token of a chunk) */
+        /* every expert of a layer has one shape: the first this rank holds stands for them (an
+         * expert may take every token of a chunk) */
         struct kn_mat none = {0};
         bool moe = L->gate_exp;
         const struct kn_mat *mats[] = {&L->q,
@@ -232,9 +233,9 @@ static int gemm_scratch_alloc(struct wrk_model *m)
                                        &L->up,
                                        &L->down,
                                        moe ? &L->router : &none,
-                                       moe ? &L->gate_exp[0] : &none,
-                                       moe ? &L->up_exp[0] : &none,
-                                       moe ? &L->down_exp[0] : &none};
+                                       moe ? &L->gate_exp[m->plan.x0] : &none,
+                                       moe ? &L->up_exp[m->plan.x0] : &none,
+                                       moe ? &L->down_exp[m->plan.x0] : &none};
         for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
             size_t b = kn_gemm_scratch_bytes(m->ops, mats[i], m->max_m);
             need = b > need ? b : need;
@@ -429,9 +430,9 @@ static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int 
         m->parts_dim |= act_parts(&L->q) | act_parts(&L->k) | act_parts(&L->v);
         parts_o |= act_parts(&L->o);
         if (L->gate_exp) {
-            m->parts_dim |=
-                act_parts(&L->router) | act_parts(&L->gate_exp[0]) | act_parts(&L->up_exp[0]);
-            parts_edown |= act_parts(&L->down_exp[0]);
+            m->parts_dim |= act_parts(&L->router) | act_parts(&L->gate_exp[m->plan.x0]) |
+                            act_parts(&L->up_exp[m->plan.x0]);
+            parts_edown |= act_parts(&L->down_exp[m->plan.x0]);
         } else {
             m->parts_dim |= act_parts(&L->gate) | act_parts(&L->up);
             parts_down |= act_parts(&L->down);
@@ -463,8 +464,7 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     m->par_min_work = PAR_MIN_WORK;
     m->chunk_bytes = GEMM_CHUNK_BYTES;
     /* shlm_parse() checked the image against this very plan */
-    KN_ASSERT(seg_plan_make(&m->plan, c, &h->cfgx, group, h->shard_count ? (int)h->shard_count : 1,
-                            (int)h->shard_rank) == 0);
+    KN_ASSERT(seg_plan_of(&m->plan, h) == 0);
     int rc = model_views(m, img);
     if (rc)
         return rc;
@@ -521,6 +521,7 @@ struct row_job {
     int k;
     void *kv; /* the KV segment; row i's sequence and position: m->pieces[m->row_piece[i]] */
     uint32_t layer;
+    int first; /* a MoE stage over pairs: its row i is pair first + i */
 };
 
 static void rows_part(void *arg, int t, int nt)
@@ -965,10 +966,11 @@ static void row_norm_route(const struct row_job *j, int i)
     route(m, lg, e->choice + (size_t)i * e->k, e->weight + (size_t)i * e->k);
 }
 
-/* pair i's act(gate) * up, and its activations (the inputs of its expert's down) */
+/* pair j->first + i's act(gate) * up, and its activations (the inputs of its expert's down) */
 static void pair_act_prepare(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
+    i += j->first;
     const struct wrk_moe *e = m->moe;
     float *h = e->gate + (size_t)i * m->edown_cols;
     (m->cfg.act == SHLM_ACT_GELU_TANH ? m->ops->gelu_mul : m->ops->silu_mul)(
@@ -976,22 +978,24 @@ static void pair_act_prepare(const struct row_job *j, int i)
     m->ops->act_prepare(&e->a_down[i], h);
 }
 
-/* xb's row i = the weighted sum of its experts' down outputs, in the order of its choices */
+/* xb's row i = the weighted sum of its experts' down outputs, in the order of its choices: of
+ * those this rank holds (all but with expert-parallel experts, whose other ranks add theirs in
+ * the all-reduce) */
 static void row_combine(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
     const struct wrk_moe *e = m->moe;
     int dim = (int)m->cfg.dim, k = e->k;
     float *y = m->xb + (size_t)i * dim;
+    memset(y, 0, (size_t)dim * sizeof(float));
     for (int c = 0; c < k; c++) {
+        int x = e->choice[i * k + c];
+        if (x < m->plan.x0 || x >= m->plan.x1)
+            continue;
         const float *o = e->out + (size_t)e->row_pair[i * k + c] * dim;
         float w = e->weight[i * k + c];
-        if (c == 0)
-            for (int d = 0; d < dim; d++)
-                y[d] = w * o[d];
-        else
-            for (int d = 0; d < dim; d++)
-                y[d] += w * o[d];
+        for (int d = 0; d < dim; d++)
+            y[d] += w * o[d];
     }
 }
 
@@ -1027,15 +1031,19 @@ static int moe_block(struct wrk_model *m, struct row_job *rj)
 {
     const struct wrk_layer *L = rj->L;
     struct wrk_moe *e = m->moe;
-    int n = rj->n, ne = (int)m->cfgx.n_experts, dim = (int)m->cfg.dim, k = e->k;
+    int n = rj->n, ne = (int)m->cfgx.n_experts, dim = (int)m->cfg.dim;
     rj->row = row_norm_route;
     rj->norm = L->ffn_norm;
     rj->a = m->a_dim;
     rows_run(m, rj);
+    if (m->route_observe)
+        m->route_observe(m->observe_ctx, rj->layer, e->choice, n, e->k);
     moe_group(m, n);
+    /* the experts this rank holds (expert-parallel: its own; their pairs are consecutive) */
+    int x0 = m->plan.x0, x1 = m->plan.x1, pairs = e->first[x1] - e->first[x0];
     struct gemm_set s;
     gemm_set_over(&s, e->jobs, e->jobs_first, 2 * ne);
-    for (int x = 0; x < ne; x++) {
+    for (int x = x0; x < x1; x++) {
         int p0 = e->first[x], cnt = e->first[x + 1] - p0;
         if (!cnt)
             continue;
@@ -1043,16 +1051,20 @@ static int moe_block(struct wrk_model *m, struct row_job *rj)
                      e->gate + (size_t)p0 * m->edown_cols + m->plan.down_pad_exp, m->edown_cols);
         gemm_set_add(m, &s, &L->up_exp[x], e->a_in + p0, cnt, e->up + (size_t)p0 * m->effn,
                      m->effn);
+        const struct kn_mat *w[] = {&L->gate_exp[x], &L->up_exp[x], &L->down_exp[x]};
+        for (int i = 0; i < 3; i++)
+            m->expert_bytes += kn_mat_bytes(w[i]->dtype, w[i]->rows, w[i]->cols, w[i]->group);
     }
     gemm_set_run(m, &s);
     /* a decode step's few pairs on this thread: a fan-out costs more than they do */
-    struct row_job pj = {.m = m, .n = n * k, .row = pair_act_prepare, .L = L};
-    if (m->pool && (long)n * k * m->effn >= m->par_min_work)
+    struct row_job pj = {
+        .m = m, .n = pairs, .row = pair_act_prepare, .L = L, .first = e->first[x0]};
+    if (m->pool && (long)pairs * m->effn >= m->par_min_work)
         wrk_pool_run(m->pool, rows_part, &pj);
     else
         rows_part(&pj, 0, 1);
     gemm_set_over(&s, e->jobs, e->jobs_first, 2 * ne);
-    for (int x = 0; x < ne; x++) {
+    for (int x = x0; x < x1; x++) {
         int p0 = e->first[x], cnt = e->first[x + 1] - p0;
         if (cnt)
             gemm_set_add(m, &s, &L->down_exp[x], e->a_down + p0, cnt, e->out + (size_t)p0 * dim,
@@ -1139,6 +1151,7 @@ int wrk_forward_batch(struct wrk_model *m, void *kv, const struct wrk_run *runs,
 {
     size_t vocab = m->cfg.vocab_size;
     int rows = 0, rc;
+    m->expert_bytes = 0;
     m->n_pieces = 0;
     for (int r = 0; r < n_runs; r++) {
         const struct wrk_run *q = &runs[r];

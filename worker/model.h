@@ -62,6 +62,9 @@ struct wrk_model {
     void (*observe)(void *ctx, uint32_t layer, enum wrk_site site, const float *x, int n, int ld,
                     int cols);
     void *observe_ctx;
+    /* When set, called on the forward's thread with each MoE layer's routing of a chunk: @n rows
+     * of @k experts (best first), with observe_ctx (routing statistics; NULL in a worker) */
+    void (*route_observe)(void *ctx, uint32_t layer, const int *experts, int n, int k);
     long par_min_work;        /* multiply-adds below which a matrix or attention runs on one thread
                                * (tests may lower it) */
     size_t chunk_bytes;       /* of weights a pool thread takes at a time in decode (tests may
@@ -76,6 +79,8 @@ struct wrk_model {
     float *hb;        /* (M, down_cols): down_pad zeros, then silu(gate) * up of our units */
     float *hb2;       /* (M, ffn) up */
     struct wrk_moe *moe; /* a MoE model's routing and expert scratch (model.c), else NULL */
+    uint64_t expert_bytes; /* of expert weights the last wrk_forward_batch() read (each chosen
+                            * expert this rank holds, once per chunk and layer) */
     float *scores;    /* (pool threads, seq_len): the reference attention's scratch */
     /* (pool threads, gemm_scratch_bytes), 64-byte aligned: each thread's GEMM scratch, sized at
      * init by the table's need over every matrix at max_m (NULL when it needs none) */

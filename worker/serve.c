@@ -95,9 +95,7 @@ static int on_attach(struct wrk *w, const Shardlm__Attach *a, struct shardlm_err
     const struct shlm_header *h = w->img.hdr;
     const struct shlm_config *c = &h->cfg;
     struct seg_plan p;
-    if (h->shard_rank != a->rank || h->shard_count != a->n_ranks ||
-        seg_plan_make(&p, c, &h->cfgx, h->scheme >= SHLM_SCHEME_W4A16 ? (int)h->group : 0,
-                      (int)a->n_ranks, (int)a->rank)) {
+    if (h->shard_rank != a->rank || h->shard_count != a->n_ranks || seg_plan_of(&p, h)) {
         rc = shardlm_fail(e, -EINVAL,
                           "Attach: the weights segment holds shard %u of %u, not %u of %u",
                           h->shard_rank, h->shard_count, a->rank, a->n_ranks);
@@ -234,6 +232,7 @@ static int on_step(struct wrk *w, const Shardlm__Step *s, Shardlm__StepDone *d,
     d->step_id = s->step_id;
     d->compute_ns = shardlm_now_ns() - t0;
     d->allreduce_ns = seg_ar_take_wait_ns(&w->ar);
+    d->expert_bytes = w->model.expert_bytes;
     d->rank = w->rank;
     return 0;
 }

@@ -55,4 +55,11 @@ double coord_read_bandwidth(int n_threads, const int *cpus, int reps);
  * Returns the exit code: 0, 1 on a failure, 2 on bad usage; --help prints the usage. */
 int coord_bench_quant(int argc, char **argv);
 
+/* `shardlm bench experts -m MODEL.shlm [-n TOKENS] [--ranks R,...] [--batch B,...]`: @argv[0]
+ * is "experts". A mixture of experts' routing of TOKENS ids (run here) and Zipf routings, each
+ * simulated over the two placements of the experts, one line per (source, ranks, batch):
+ *   experts source=<s> ranks=<R> batch=<B> distinct=<d> tp_mb=<x> ep_mb=<y> ep_over_tp=<r>
+ * Returns the exit code: 0, 1 on a failure, 2 on bad usage; --help prints the usage. */
+int coord_bench_experts(int argc, char **argv);
+
 #endif

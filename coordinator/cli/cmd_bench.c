@@ -327,11 +327,9 @@ static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
 } bench_kinds[] = {
-    {"allreduce", coord_bench_allreduce},
-    {"kernels", coord_bench_kernels},
-    {"tokenizer", coord_bench_tokenizer},
-    {"sampler", coord_bench_sampler},
-    {"quant", coord_bench_quant},
+    {"allreduce", coord_bench_allreduce}, {"kernels", coord_bench_kernels},
+    {"tokenizer", coord_bench_tokenizer}, {"sampler", coord_bench_sampler},
+    {"quant", coord_bench_quant},         {"experts", coord_bench_experts},
 };
 #define N_BENCH_KINDS (sizeof(bench_kinds) / sizeof(bench_kinds[0]))
 

@@ -6,6 +6,7 @@
 
 #include "gguf.h"
 #include "llama2c.h"
+#include "plan.h"
 #include "sniff.h"
 #include "source.h"
 #include "tokenizer.h"
@@ -56,7 +57,8 @@ static void add_part(char *line, size_t len, int *n, const char *fmt, ...)
  * and logit multipliers, SmolLM3's layers without RoPE, YaRN's and LongRoPE's attention factor),
  * then the attention line (the window and the layers it applies to, their RoPE base, the score
  * scale and the soft-caps). */
-static void print_ext(const struct shlm_config *c, const struct shlm_config_ext *x)
+static void print_ext(const struct shlm_config *c, const struct shlm_config_ext *x,
+                      const struct shlm_header *h /* a .shlm file's or segment's; NULL */)
 {
     char line[256] = "";
     int n = 0;
@@ -95,8 +97,18 @@ static void print_ext(const struct shlm_config *c, const struct shlm_config_ext 
                x->n_experts, moe, c->n_layers, x->n_experts_used, x->expert_ffn,
                x->moe_route == SHLM_ROUTE_SOFTMAX_NORM ? "softmax, top k, weights renormalised"
                                                        : "softmax, top k");
-        printf("        placement: tensor-parallel (every rank holds its share of every expert's "
-               "units)\n");
+        struct seg_plan p;
+        if (!h || !h->shard_count || seg_plan_of(&p, h))
+            printf("        placement: at load, tensor-parallel (every worker its share of every "
+                   "expert's units) or with SHARDLM_EXPERTS=ep expert-parallel (each worker "
+                   "whole experts)\n");
+        else if (p.experts == SEG_EXPERTS_EP)
+            printf("        placement: expert-parallel (this rank holds experts %d..%d whole)\n",
+                   p.x0, p.x1 - 1);
+        else
+            printf("        placement: tensor-parallel (this rank holds units %d..%d of every "
+                   "expert)\n",
+                   p.e0, p.e1 - 1);
     }
 }
 
@@ -120,7 +132,7 @@ static int inspect_shlm(const char *path, struct shardlm_err *e)
     if (h->shard_count)
         printf("shard: rank %u of %u\n", h->shard_rank, h->shard_count);
     print_config(&h->cfg);
-    print_ext(&h->cfg, &h->cfgx);
+    print_ext(&h->cfg, &h->cfgx, h);
     printf("scheme: %s", shlm_scheme_name((enum shlm_scheme)h->scheme));
     if (h->group)
         printf(", group %u, embedding/head int%u", h->group, h->head_bits);
@@ -222,7 +234,7 @@ static int inspect_hf(const char *path, struct shardlm_err *e)
         return rc;
     printf("%s:\n", path);
     print_config(&s.cfg);
-    print_ext(&s.cfg, &s.cfgx);
+    print_ext(&s.cfg, &s.cfgx, NULL);
     printf("tokenizer: %zu bytes, bos %u eos %u\n", s.tok_len, s.bos_id, s.eos_id);
     coord_source_close(&s);
     return 0;

@@ -35,6 +35,8 @@ static const char usage_main[] =
     "  bench tokenizer --tokenizer FILE [--mb N]  tokenizing speed (MB/s) on N MB of English\n"
     "  bench sampler [--vocab V] [--seqs S]  sampling cost per step of S sequences\n"
     "  bench quant [-t THREADS]  the W4 quantizer's time per group, w4a8 and w4a16\n"
+    "  bench experts -m MODEL.shlm  a mixture of experts' two placements over R ranks,\n"
+    "            simulated from its routing: the busiest rank's expert bytes per step\n"
     "\n"
     "`shardlm <command> --help` describes each command's options; `shardlm --version` prints\n"
     "the version and the git commit of the build.\n"
@@ -46,7 +48,8 @@ static const char usage_main[] =
     "SHARDLM_SHM_LIMIT=BYTES refuses segments past that size with ENOSPC (for tests);\n"
     "SHARDLM_PREFETCH=auto|hw|l1|l2 sets the decode GEMVs' software prefetch (default auto:\n"
     "each worker thread times the modes once its first pass over the weights is done and keeps\n"
-    "the fastest).\n";
+    "the fastest); SHARDLM_EXPERTS=tp|ep places a mixture of experts' experts over the workers\n"
+    "(tp, the default: every worker its share of every expert; ep: each worker whole experts).\n";
 
 /* "0.1.0 (commit cb668aa1b2c3)": generated at build time by cmake/version.cmake */
 extern const char coord_version[];

@@ -140,6 +140,10 @@ int coord_cli_engine_env(struct coord_engine_opts *o, struct shardlm_err *e)
     if (pf && *pf && kn_pf_parse(pf) < -1)
         return shardlm_fail(e, -EINVAL, "SHARDLM_PREFETCH=%s: expected auto, hw, l1 or l2", pf);
     o->prefetch = pf && *pf ? pf : NULL;
+    const char *ex = getenv("SHARDLM_EXPERTS");
+    if (ex && *ex && strcmp(ex, "tp") && strcmp(ex, "ep"))
+        return shardlm_fail(e, -EINVAL, "SHARDLM_EXPERTS=%s: expected tp or ep", ex);
+    o->load.experts = ex && !strcmp(ex, "ep") ? SEG_EXPERTS_EP : SEG_EXPERTS_TP;
     return 0;
 }
 

@@ -215,6 +215,7 @@ static int run_step(struct coord_engine *g, Shardlm__Step *st, struct shardlm_er
             cr->done = true;
             cr->compute_ns = d->compute_ns;
             cr->allreduce_ns = d->allreduce_ns;
+            cr->expert_bytes = d->expert_bytes;
         }
         proto_free(in);
         if (rc)
@@ -308,7 +309,23 @@ static void log_step(const struct coord_engine *g, const Shardlm__Step *st, uint
     for (int r = 0; r < g->n_ranks && len < (int)sizeof(line); r++)
         len += snprintf(line + len, sizeof(line) - (size_t)len, " r%d %.3f", r,
                         (double)g->ranks[r].compute_ns / 1e6);
-    coord_logf(&g->log, COORD_LOG_DEBUG, "%s ms", line);
+    len += snprintf(line + len, sizeof(line) - (size_t)len, " ms");
+    /* a mixture of experts: each rank's expert reads, and the busiest one's over their mean */
+    uint64_t most = 0, sum = 0;
+    for (int r = 0; r < g->n_ranks; r++) {
+        sum += g->ranks[r].expert_bytes;
+        most = g->ranks[r].expert_bytes > most ? g->ranks[r].expert_bytes : most;
+    }
+    if (sum) {
+        len += snprintf(line + len, sizeof(line) - (size_t)len, " experts");
+        for (int r = 0; r < g->n_ranks && len < (int)sizeof(line); r++)
+            len += snprintf(line + len, sizeof(line) - (size_t)len, " r%d %.2f", r,
+                            (double)g->ranks[r].expert_bytes / 1e6);
+        if (len < (int)sizeof(line))
+            snprintf(line + len, sizeof(line) - (size_t)len, " MB imbalance %.2f",
+                     (double)most * g->n_ranks / (double)sum);
+    }
+    coord_logf(&g->log, COORD_LOG_DEBUG, "%s", line);
 }
 
 int coord_engine_step(struct coord_engine *g, struct coord_seq_step *seqs, int n,

@@ -37,6 +37,7 @@ struct coord_rank {
     bool reaped, hello, ready, done;
     char isa[32];
     uint64_t compute_ns, allreduce_ns; /* of the last step */
+    uint64_t expert_bytes;             /* of the last step: a MoE model's expert weights read */
     uint64_t peak_anon;                /* the worker's RssAnon, the highest sample */
 };
 

@@ -92,13 +92,13 @@ void coord_model_close(struct coord_model_file *f)
     f->fd = -1;
 }
 
-int coord_shard_layout(const struct shlm_model *file, int n_ranks, int r, struct shlm_header *h,
-                       struct shlm_tensor *table)
+int coord_shard_layout(const struct shlm_model *file, int n_ranks, int r, enum seg_experts experts,
+                       struct shlm_header *h, struct shlm_tensor *table)
 {
     const struct shlm_header *fh = file->hdr;
     struct seg_plan plan;
     int group = fh->scheme >= SHLM_SCHEME_W4A16 ? (int)fh->group : 0;
-    if (seg_plan_make(&plan, &fh->cfg, &fh->cfgx, group, n_ranks, r))
+    if (seg_plan_place(&plan, &fh->cfg, &fh->cfgx, group, n_ranks, r, experts))
         return -EINVAL;
     struct shlm_tensor_spec *specs = calloc(SHLM_MAX_TENSORS, sizeof(*specs));
     if (!specs)
@@ -116,6 +116,7 @@ int coord_shard_layout(const struct shlm_model *file, int n_ranks, int r, struct
     h->layout = layout;
     h->shard_rank = (uint32_t)r;
     h->shard_count = (uint32_t)n_ranks;
+    h->experts_placement = (uint32_t)plan.experts;
     h->source_checksum = fh->checksum;
     free(specs);
     return n;
@@ -529,6 +530,8 @@ static int consume(struct lane *ln, const struct job *j, const uint8_t *data)
     kn_mat_view_rows(&c, dt, rows, cols, group, j->r0, j->r1, data, ln->tail);
     for (int r = 0; r < L->n; r++) {
         struct rank_dest *rd = &L->ranks[r];
+        if (L->dst[r][j->t] < 0) /* an expert another rank holds */
+            continue;
         const struct shlm_tensor *d = &rd->table[L->dst[r][j->t]];
         struct slice s =
             shard_slice(t, L->kind[j->t], d, &L->f->img.hdr->cfg, &L->f->img.hdr->cfgx, &rd->plan);
@@ -545,6 +548,8 @@ static int consume(struct lane *ln, const struct job *j, const uint8_t *data)
                             L->f->path, t->name);
     for (int r = 0; r < L->n; r++) {
         struct rank_dest *rd = &L->ranks[r];
+        if (L->dst[r][j->t] < 0)
+            continue;
         struct shlm_tensor *d = &rd->table[L->dst[r][j->t]];
         stage_flush(&ln->stages[r], rd->d->seg->base, d, dt);
         d->checksum = shlm_hash(rd->d->seg->base + d->offset, d->bytes);
@@ -675,7 +680,7 @@ static void lane_free(struct lane *ln)
 
 /* The ranks' layouts, the order of the file's tensors, and the sizes the lanes need. */
 static int prepare(struct load *L, int n_ranks, const struct coord_load_dest *dest,
-                   struct shardlm_err *e)
+                   enum seg_experts experts, struct shardlm_err *e)
 {
     const struct shlm_header *fh = L->f->img.hdr;
     int group = fh->scheme >= SHLM_SCHEME_W4A16 ? (int)fh->group : 0;
@@ -713,17 +718,21 @@ static int prepare(struct load *L, int n_ranks, const struct coord_load_dest *de
         rd->d = &dest[r];
         if (!(rd->table = calloc(SHLM_MAX_TENSORS, sizeof(*rd->table))))
             return shardlm_fail(e, -ENOMEM, "out of memory");
-        int n = coord_shard_layout(&L->f->img, n_ranks, dest[r].rank, &rd->h, rd->table);
+        int n = coord_shard_layout(&L->f->img, n_ranks, dest[r].rank, experts, &rd->h, rd->table);
         if (n == -ENOMEM)
             return shardlm_fail(e, n, "out of memory");
-        if (n < 0 || seg_plan_make(&rd->plan, &fh->cfg, &fh->cfgx, group, n_ranks, dest[r].rank))
+        if (n < 0 ||
+            seg_plan_place(&rd->plan, &fh->cfg, &fh->cfgx, group, n_ranks, dest[r].rank, experts))
             return shardlm_fail(e, -EINVAL, "cannot split the model over %d ranks", n_ranks);
-        KN_ASSERT(rd->h.file_bytes == dest[r].seg->size && n == L->n_src);
+        /* every tensor but the experts other ranks hold */
+        KN_ASSERT(rd->h.file_bytes == dest[r].seg->size && n <= L->n_src);
+        for (int i = 0; i < L->n_src; i++)
+            L->dst[r][i] = -1;
         int rc = seg_reserve(dest[r].seg, 0, rd->h.data_offset); /* header, table, tokenizer */
         if (rc)
             return shardlm_fail(e, rc, "weights segment of rank %d (%zu bytes): %s", dest[r].rank,
                                 dest[r].seg->size, strerror(-rc));
-        for (int i = 0; i < L->n_src; i++) {
+        for (int i = 0; i < n; i++) {
             const struct shlm_tensor *t = shlm_find(&L->f->img, rd->table[i].name);
             KN_ASSERT(t); /* the same names as the file's, which shlm_parse checked */
             L->dst[r][t - L->tensors] = i;
@@ -773,7 +782,7 @@ int coord_load_shards(struct coord_model_file *f, int n_ranks, const struct coor
     int rc, started = 0, ready = 0;
     memset(st, 0, sizeof(*st));
     L.src.fd = -1;
-    if ((rc = prepare(&L, n_ranks, dest, e)) ||
+    if ((rc = prepare(&L, n_ranks, dest, o ? o->experts : SEG_EXPERTS_TP, e)) ||
         (rc = source_open(&L.src, f, o ? o->io : COORD_IO_AUTO, e)))
         goto out;
     for (; ready < L.n_lanes; ready++)

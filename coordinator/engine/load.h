@@ -13,6 +13,7 @@
 #define SHARDLM_COORD_LOAD_H
 
 #include "log.h"
+#include "plan.h"
 #include "seg.h"
 #include "shlm.h"
 #include "util.h"
@@ -41,6 +42,7 @@ struct coord_load_opts {
     bool verify;  /* check a persistent segment's data against its checksums before using it */
     size_t chunk; /* bytes of codes per read job; 0: COORD_LOAD_CHUNK (tests set odd sizes to get
                    * ragged chunks) */
+    enum seg_experts experts; /* a MoE model's placement over the ranks (plan.h) */
 };
 
 /* An opened model file: its header, table and tokenizer read and checked; the data not yet. */
@@ -55,12 +57,12 @@ struct coord_model_file {
 int coord_model_open(struct coord_model_file *f, const char *path, struct shardlm_err *e);
 void coord_model_close(struct coord_model_file *f);
 
-/* The header and tensor table of rank @r's weights segment in a group of @n_ranks: shapes,
- * device layout, offsets, h->file_bytes; checksums are filled in by the load. Returns the
- * tensor count, or -EINVAL when the model cannot be split that way, -ENOMEM. @table holds
- * SHLM_MAX_TENSORS. */
-int coord_shard_layout(const struct shlm_model *file, int n_ranks, int r, struct shlm_header *h,
-                       struct shlm_tensor *table);
+/* The header and tensor table of rank @r's weights segment in a group of @n_ranks, a MoE
+ * model's experts placed by @experts: shapes, device layout, offsets, h->file_bytes; checksums
+ * are filled in by the load. Returns the tensor count, or -EINVAL when the model cannot be split
+ * that way, -ENOMEM. @table holds SHLM_MAX_TENSORS. */
+int coord_shard_layout(const struct shlm_model *file, int n_ranks, int r, enum seg_experts experts,
+                       struct shlm_header *h, struct shlm_tensor *table);
 
 /* A weights segment to fill: coord_shard_layout()'s file_bytes long, created by this process
  * with SEG_LAZY - the load reserves each tensor's memory as it writes it, so the allocation

@@ -69,7 +69,7 @@ static void persist_name(const struct coord_engine *g, int r, const struct shlm_
                          char *out, size_t len)
 {
     seg_weights_name(out, len, h->source_checksum, h->layout, r, g->n_ranks,
-                     g->layout.ranks[r].node);
+                     g->layout.ranks[r].node, h->experts_placement);
 }
 
 /* Maps the persistent segment @path if it is complete and holds exactly @want's shard (with
@@ -87,7 +87,8 @@ static int map_persistent(const struct coord_engine *g, struct seg *s, const cha
         return rc;
     bool ours = !rc && !(rc = shlm_parse(&m, s->base, s->size, path, &err)) &&
                 m.hdr->source_checksum == want->source_checksum && m.hdr->layout == want->layout &&
-                m.hdr->shard_rank == want->shard_rank && m.hdr->shard_count == want->shard_count;
+                m.hdr->shard_rank == want->shard_rank && m.hdr->shard_count == want->shard_count &&
+                m.hdr->experts_placement == want->experts_placement;
     if (ours && (!verify || !(rc = shlm_verify_data(&m, path, &err))))
         return 0;
     coord_logf(&g->log, COORD_LOG_WARN, "%s: %s; rebuilding it", path,
@@ -166,7 +167,7 @@ static int make_weights(struct coord_engine *g, const struct coord_engine_opts *
     for (int r = 0; r < R; r++) {
         struct coord_rank *cr = &g->ranks[r];
         char path[PATH_MAX + NAME_MAX + 2];
-        int n_tensors = coord_shard_layout(&g->img, R, r, &h[r], table);
+        int n_tensors = coord_shard_layout(&g->img, R, r, o->load.experts, &h[r], table);
         if (n_tensors < 0) {
             rc = n_tensors == -ENOMEM
                      ? shardlm_fail(e, n_tensors, "out of memory")

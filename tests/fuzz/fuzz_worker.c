@@ -110,10 +110,11 @@ static int setup_once(void)
     struct shlm_header h;
     static struct shlm_tensor table[SHLM_MAX_TENSORS];
     if (write_model(path, sizeof(path)) || coord_model_open(&f, path, &e) ||
-        coord_shard_layout(&f.img, 1, 0, &h, table) < 0 ||
+        coord_shard_layout(&f.img, 1, 0, SEG_EXPERTS_TP, &h, table) < 0 ||
         seg_create_on(&weights, "fuzz-weights", h.file_bytes, -1, SEG_ANON | SEG_LAZY) ||
         coord_load_shards(&f, 1, &(struct coord_load_dest){0, &weights}, 1,
-                          &(struct coord_load_opts){.io = COORD_IO_BUFFERED}, NULL, NULL, &st, &e)) {
+                          &(struct coord_load_opts){.io = COORD_IO_BUFFERED}, NULL, NULL, &st,
+                          &e)) {
         fprintf(stderr, "fuzz_worker: cannot build the model: %s\n", e.msg);
         abort();
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # ctest's test_numa_2nodes and test_numa_4nodes: test_numa in a QEMU guest with NODES NUMA nodes of
-# one CPU each (tests/numa/guest.sh), on the f32 stories260K model converted here.
+# one CPU each (tests/numa/guest.sh), on the f32 stories260K model and a f32 tiny-qwen3moe (its
+# experts placed on the nodes) made here.
 #
 #   tests/numa/test_numa.sh NODES BUILD_DIR DATA_DIR
 #
@@ -26,8 +27,13 @@ model=$build/numa/f32.shlm
 "$build/shardlm" convert "$src/models/stories260K/stories260K.bin" \
   --tokenizer "$src/models/stories260K/tok512.bin" --scheme f32 -o "$model.$$.tmp" -q
 mv -f "$model.$$.tmp" "$model"
+moe=$build/numa/tiny-qwen3moe.shlm
+"$build/shardlm" synth --shape tiny-qwen3moe --type f32 -o "$moe.$$.gguf" 2>/dev/null
+"$build/shardlm" convert "$moe.$$.gguf" --scheme f32 -o "$moe.$$.tmp" -q
+rm -f "$moe.$$.gguf"
+mv -f "$moe.$$.tmp" "$moe"
 
 cd "$build"
 exec "$src/tests/numa/guest.sh" --nodes "$nodes" --cpus-per-node 1 --timeout 840 \
   --share "$build" --share "$data" -- \
-  "$build/tests/test_numa" "$build/shardlm" "$model" "$data"
+  "$build/tests/test_numa" "$build/shardlm" "$model" "$data" "$moe"

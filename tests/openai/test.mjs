@@ -25,7 +25,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { expect, listeningPort, report, show, tally } from '../script_lib.mjs';
+import { expect, healthy, listeningPort, report, show, tally } from '../script_lib.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const SRC = process.env.SHARDLM_SRC || path.resolve(HERE, '..', '..');
@@ -201,20 +201,7 @@ function startServer(model, keyFile, templateFile) {
 }
 
 async function waitHealthy(base) {
-    const until = Date.now() + 30_000;
-    for (;;) {
-        let status = 0;
-        try {
-            status = (await fetch(`${base}/health`)).status;
-        } catch {
-            /* not accepting yet */
-        }
-        if (status === 200)
-            return;
-        expect(server.exitCode === null, `the server exited (${server.exitCode})`);
-        expect(Date.now() < until, `GET /health still ${status} after 30 s`);
-        await sleep(50);
-    }
+    await healthy(base, server, 30_000);
 }
 
 // shardlm_requests_total by finish reason, their sum (all) and shardlm_generation_tokens_total

@@ -28,7 +28,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { expect, listeningPort, report, show, tally } from '../script_lib.mjs';
+import { expect, healthy, listeningPort, report, show, tally } from '../script_lib.mjs';
 
 const SHAPE = process.env.SHARDLM_CHAT_SHAPE || 'tiny-qwen3';
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -161,6 +161,7 @@ try {
     fs.writeFileSync(tpl, ctx.config.chat_template);
     const port = await startServer(model);
     base = `http://127.0.0.1:${port}`;
+    await healthy(base, server); /* it listens before the model is loaded */
     report(`synth --shape ${SHAPE} --tokenizer qwen3, convert, serve (${Date.now() - t0} ms)`);
 } catch (e) {
     report(`synth --shape ${SHAPE} --tokenizer qwen3, convert, serve`, e.message);
