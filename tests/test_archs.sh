@@ -6,7 +6,8 @@
 # (tests/data/golden/S: 2 sequences of 300 tokens, float16) at one and two ranks, then at w4a8
 # and w4a16, and with each of its features switched off in config.json (they must bite). A shape
 # of SKIPPED is not compared here, with its reason printed (tests/test_refusals.sh
-# checks what is refused).
+# checks what is refused). The mixtures of experts ($MOE) also run at two ranks with their experts
+# placed whole (SHARDLM_EXPERTS=ep), under --method gptq and awq, and through `bench experts`.
 # Prints one line per run (the figures the bounds below come from).
 #   test_archs.sh SHARDLM_BINARY     (data: $SHARDLM_TEST_DATA, else ctest's
 #                                     $SHARDLM_TEST_DATA_DEFAULT, else tests/data)
@@ -150,6 +151,25 @@ for shape in $SHAPES; do
       done
       rm -f "$out.$scheme"
     done
+    # bench experts on a MoE model (f32, converted above): a line per source, ranks and batch;
+    # a token's k experts at batch 1, expert-parallel's busiest rank never below the mean;
+    # refused on a dense model
+    if [[ $kind == gguf ]]; then
+      if [[ " $MOE " == *" $shape "* ]]; then
+        k=$("$bin" inspect "$out" | sed -n 's/^experts: .*, \([0-9]*\) per token.*/\1/p')
+        lines=$("$bin" bench experts -m "$out" -n 64 --ranks 2 --batch 1,8 2>"$tmp/err") ||
+          bad "$shape: bench experts: $(cat "$tmp/err")"
+        [ "$(grep -c '^experts source=' <<<"$lines")" = 8 ] ||
+          bad "$shape: bench experts printed $(grep -c . <<<"$lines") lines, want 8"
+        awk -v k="$k" '{ for (i = 1; i <= NF; i++) { split($i, f, "="); v[f[1]] = f[2] }
+                        if (v["ep_over_tp"] < 1 || (v["batch"] == 1 && v["distinct"] != k))
+                          { print; bad = 1 } } END { exit bad }' <<<"$lines" ||
+          bad "$shape: bench experts: a line above breaks ep >= tp or k experts at batch 1"
+      elif "$bin" bench experts -m "$out" -n 8 >/dev/null 2>"$tmp/err" ||
+        ! grep -q "not a mixture of experts" "$tmp/err"; then
+        bad "$shape: bench experts on a dense model: $(cat "$tmp/err")"
+      fi
+    fi
     # a MoE model under the calibrated methods (the experts rounded to nearest, the attention
     # calibrated, AWQ's FFN scales left at 1): within the w4a8 bound at one rank
     if [[ " $MOE " == *" $shape "* ]]; then
