@@ -315,6 +315,47 @@ const struct shlm_tensor *shlm_find(const struct shlm_model *m, const char *name
     return NULL;
 }
 
+static int by_name(const void *a, const void *b, void *arg)
+{
+    const struct shlm_tensor *t = arg;
+    return strncmp(t[*(const int *)a].name, t[*(const int *)b].name, SHLM_NAME_MAX);
+}
+
+int *shlm_name_index(const struct shlm_model *m)
+{
+    int *ix = malloc((m->hdr->n_tensors ? m->hdr->n_tensors : 1) * sizeof(int));
+    if (!ix)
+        return NULL;
+    for (uint32_t i = 0; i < m->hdr->n_tensors; i++)
+        ix[i] = (int)i;
+    qsort_r(ix, m->hdr->n_tensors, sizeof(int), by_name, (void *)m->tensors);
+    return ix;
+}
+
+const struct shlm_tensor *shlm_find_in(const struct shlm_model *m, const int *index,
+                                       const char *name)
+{
+    size_t lo = 0, hi = m->hdr->n_tensors;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strncmp(m->tensors[index[mid]].name, name, SHLM_NAME_MAX);
+        if (c == 0)
+            return &m->tensors[index[mid]];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static int by_offset(const void *a, const void *b, void *arg)
+{
+    const struct shlm_tensor *t = arg;
+    uint64_t x = t[*(const int *)a].offset, y = t[*(const int *)b].offset;
+    return x < y ? -1 : x > y;
+}
+
 const struct shlm_tensor *shlm_find_kind(const struct shlm_model *m, int kind, uint32_t layer,
                                          uint32_t expert)
 {
@@ -425,6 +466,9 @@ int shlm_parse_head(struct shlm_model *m, const void *head, size_t avail, size_t
     return parse(m, head, avail, size, what, e);
 }
 
+static int check_tensor(const struct shlm_tensor *t, const struct shlm_tensor_spec *want,
+                        const char *what, struct shardlm_err *e);
+
 static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
                          const struct shlm_header *h, struct shlm_tensor_spec *want,
                          const char *what, struct shardlm_err *e)
@@ -470,34 +514,54 @@ static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
                                 "the data region",
                                 what, t->name, (unsigned long long)t->offset,
                                 (unsigned long long)t->bytes);
-        for (uint32_t j = 0; j < i; j++)
-            if (strcmp(m->tensors[j].name, t->name) == 0)
-                return shardlm_fail(e, -EINVAL, "%s: tensor %s appears twice", what, t->name);
     }
-    for (int i = 0; i < n; i++) {
-        const struct shlm_tensor *t = shlm_find(m, want[i].name);
+    /* names and offsets sorted: a name twice is two neighbours, and so is an overlap (tens of
+     * thousands of experts' tensors: no pairwise loops) */
+    int *ix = shlm_name_index(m);
+    if (!ix)
+        return shardlm_fail(e, -ENOMEM, "%s: out of memory for %u tensors", what, h->n_tensors);
+    int rc = 0;
+    for (uint32_t i = 1; i < h->n_tensors && !rc; i++)
+        if (!strncmp(m->tensors[ix[i - 1]].name, m->tensors[ix[i]].name, SHLM_NAME_MAX))
+            rc = shardlm_fail(e, -EINVAL, "%s: tensor %s appears twice", what,
+                              m->tensors[ix[i]].name);
+    for (int i = 0; i < n && !rc; i++) {
+        const struct shlm_tensor *t = shlm_find_in(m, ix, want[i].name);
         if (!t)
-            return shardlm_fail(e, -EINVAL, "%s: tensor %s is missing", what, want[i].name);
-        if (t->dtype != (uint32_t)want[i].dtype || t->rows != (uint32_t)want[i].rows ||
-            t->cols != (uint32_t)want[i].cols || t->group != (uint32_t)want[i].group)
-            return shardlm_fail(e, -EINVAL,
-                                "%s: tensor %s: dtype/shape/group %u/%ux%u/%u, "
-                                "expected %d/%dx%d/%d",
-                                what, t->name, t->dtype, t->rows, t->cols, t->group, want[i].dtype,
-                                want[i].rows, want[i].cols, want[i].group);
-        size_t bytes = kn_mat_bytes(want[i].dtype, want[i].rows, want[i].cols, want[i].group);
-        if (t->bytes != bytes)
-            return shardlm_fail(e, -EINVAL, "%s: tensor %s: %llu bytes, expected %zu", what,
-                                t->name, (unsigned long long)t->bytes, bytes);
+            rc = shardlm_fail(e, -EINVAL, "%s: tensor %s is missing", what, want[i].name);
+        else
+            rc = check_tensor(t, &want[i], what, e);
     }
-    /* tensors must not overlap: sorted by offset each ends before the next begins */
-    for (uint32_t i = 0; i < h->n_tensors; i++)
-        for (uint32_t j = 0; j < h->n_tensors; j++) {
-            const struct shlm_tensor *a = &m->tensors[i], *c = &m->tensors[j];
-            if (i != j && a->offset <= c->offset && a->offset + a->bytes > c->offset)
-                return shardlm_fail(e, -EINVAL, "%s: tensors %s and %s overlap", what, a->name,
-                                    c->name);
+    if (!rc) {
+        for (uint32_t i = 0; i < h->n_tensors; i++)
+            ix[i] = (int)i;
+        qsort_r(ix, h->n_tensors, sizeof(int), by_offset, (void *)m->tensors);
+        for (uint32_t i = 1; i < h->n_tensors && !rc; i++) {
+            const struct shlm_tensor *a = &m->tensors[ix[i - 1]], *c = &m->tensors[ix[i]];
+            if (a->offset + a->bytes > c->offset)
+                rc = shardlm_fail(e, -EINVAL, "%s: tensors %s and %s overlap", what, a->name,
+                                  c->name);
         }
+    }
+    free(ix);
+    return rc;
+}
+
+/* Tensor @t of an image against @want's format, shape and bytes. Returns 0 or -EINVAL + @e. */
+static int check_tensor(const struct shlm_tensor *t, const struct shlm_tensor_spec *want,
+                        const char *what, struct shardlm_err *e)
+{
+    if (t->dtype != (uint32_t)want->dtype || t->rows != (uint32_t)want->rows ||
+        t->cols != (uint32_t)want->cols || t->group != (uint32_t)want->group)
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %s: dtype/shape/group %u/%ux%u/%u, "
+                            "expected %d/%dx%d/%d",
+                            what, t->name, t->dtype, t->rows, t->cols, t->group, want->dtype,
+                            want->rows, want->cols, want->group);
+    size_t bytes = kn_mat_bytes(want->dtype, want->rows, want->cols, want->group);
+    if (t->bytes != bytes)
+        return shardlm_fail(e, -EINVAL, "%s: tensor %s: %llu bytes, expected %zu", what, t->name,
+                            (unsigned long long)t->bytes, bytes);
     return 0;
 }
 

@@ -22,7 +22,9 @@
 #define SHLM_VERSION 1
 #define SHLM_ALIGN 4096
 #define SHLM_NAME_MAX 48
-#define SHLM_MAX_TENSORS 4096
+/* tensors of a model: DeepSeek-V3's 61 layers of 256 experts' gate, up and down (46848) and the
+ * rest fit */
+#define SHLM_MAX_TENSORS 65536
 #define SHLM_MAX_EXPERTS 512 /* experts of a MoE layer (DeepSeek-V3: 256) */
 
 enum shlm_arch { SHLM_ARCH_LLAMA = 1 };
@@ -227,8 +229,14 @@ int shlm_parse_head(struct shlm_model *m, const void *head, size_t avail, size_t
                     const char *what, struct shardlm_err *e);
 /* Checks every tensor's checksum. Returns 0 or -EIO with a line naming the tensor in @e. */
 int shlm_verify_data(const struct shlm_model *m, const char *what, struct shardlm_err *e);
-/* The tensor called @name, or NULL. */
+/* The tensor called @name, or NULL (a linear search: shlm_name_index() for many lookups). */
 const struct shlm_tensor *shlm_find(const struct shlm_model *m, const char *name);
+/* The indices of @m's tensors sorted by name (malloc'd, hdr->n_tensors of them; NULL: out of
+ * memory), for shlm_find_in(). */
+int *shlm_name_index(const struct shlm_model *m);
+/* The tensor called @name through @index (shlm_name_index of @m), or NULL. */
+const struct shlm_tensor *shlm_find_in(const struct shlm_model *m, const int *index,
+                                       const char *name);
 /* The tensor of kind @kind (enum shlm_kind) of @layer (0 for a global kind) and @expert (0 for
  * a kind not of an expert), or NULL. */
 const struct shlm_tensor *shlm_find_kind(const struct shlm_model *m, int kind, uint32_t layer,

@@ -11,28 +11,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The view of the tensor of @kind (of @layer, of @expert) in @img. shlm_parse() checked that every
- * tensor the config has is present. */
-static void view_expert(const struct shlm_model *img, enum shlm_kind kind, uint32_t layer,
-                        uint32_t expert, struct kn_mat *out)
+/* The view of the tensor of @kind (of @layer, of @expert) in @img, found through @ix
+ * (shlm_name_index of @img: a model of tens of thousands of experts' tensors; NULL: a linear
+ * search). shlm_parse() checked that every tensor the config has is present. */
+static void view_in(const struct shlm_model *img, const int *ix, enum shlm_kind kind,
+                    uint32_t layer, uint32_t expert, struct kn_mat *out)
 {
-    const struct shlm_tensor *t = shlm_find_kind(img, kind, layer, expert);
+    char name[SHLM_NAME_MAX];
+    shlm_kind_name(kind, layer, expert, name, sizeof(name));
+    const struct shlm_tensor *t = ix ? shlm_find_in(img, ix, name) : shlm_find(img, name);
     KN_ASSERT(t);
     shlm_view(img, t, out);
+}
+
+static const float *vec_in(const struct shlm_model *img, const int *ix, enum shlm_kind kind,
+                           uint32_t layer)
+{
+    struct kn_mat v;
+    view_in(img, ix, kind, layer, 0, &v);
+    KN_ASSERT(v.dtype == KN_DT_F32);
+    return v.codes;
 }
 
 static void view(const struct shlm_model *img, enum shlm_kind kind, uint32_t layer,
                  struct kn_mat *out)
 {
-    view_expert(img, kind, layer, 0, out);
+    view_in(img, NULL, kind, layer, 0, out);
 }
 
 static const float *vec(const struct shlm_model *img, enum shlm_kind kind, uint32_t layer)
 {
-    struct kn_mat v;
-    view(img, kind, layer, &v);
-    KN_ASSERT(v.dtype == KN_DT_F32);
-    return v.codes;
+    return vec_in(img, NULL, kind, layer);
 }
 
 /* A matrix product whose output rows are split over the pool's threads. */
@@ -81,7 +90,7 @@ static void acts_free(struct kn_act *a, int n)
  * and every expert's, into @L's expert arrays) and norms, and of the optional kinds (q/k/v
  * biases, q/k norms, head gate, post-norms) the config has. Cannot fail: shlm_parse() checked
  * that every expected tensor is present. */
-static void layer_views(const struct shlm_model *img, const struct shlm_config *c,
+static void layer_views(const struct shlm_model *img, const int *ix, const struct shlm_config *c,
                         const struct shlm_config_ext *x, const struct seg_plan *plan, uint32_t l,
                         struct wrk_layer *L)
 {
@@ -159,11 +168,11 @@ static void layer_views(const struct shlm_model *img, const struct shlm_config *
         }
         if (experts) /* the experts this rank holds; the others' views stay empty */
             for (uint32_t e = (uint32_t)plan->x0; e < (uint32_t)plan->x1; e++)
-                view_expert(img, (enum shlm_kind)k, l, e, &experts[e]);
+                view_in(img, ix, (enum shlm_kind)k, l, e, &experts[e]);
         else if (mat)
-            view(img, (enum shlm_kind)k, l, mat);
+            view_in(img, ix, (enum shlm_kind)k, l, 0, mat);
         else
-            *v = vec(img, (enum shlm_kind)k, l);
+            *v = vec_in(img, ix, (enum shlm_kind)k, l);
     }
 }
 
@@ -184,8 +193,11 @@ static int model_views(struct wrk_model *m, const struct shlm_model *img)
     /* every MoE layer's experts: gate, up and down of each */
     if (ne && !(m->experts = calloc((size_t)c->n_layers * 3 * ne, sizeof(*m->experts))))
         return -ENOMEM;
-    if (!m->layers)
+    int *ix = shlm_name_index(img);
+    if (!m->layers || !ix) {
+        free(ix);
         return -ENOMEM;
+    }
     for (uint32_t l = 0; l < c->n_layers; l++) {
         struct wrk_layer *L = &m->layers[l];
         if (shlm_layer_moe(&m->cfgx, l)) {
@@ -193,8 +205,9 @@ static int model_views(struct wrk_model *m, const struct shlm_model *img)
             L->up_exp = L->gate_exp + ne;
             L->down_exp = L->up_exp + ne;
         }
-        layer_views(img, c, &m->cfgx, &m->plan, l, L);
+        layer_views(img, ix, c, &m->cfgx, &m->plan, l, L);
     }
+    free(ix);
     return 0;
 }
 

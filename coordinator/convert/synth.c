@@ -87,6 +87,12 @@ static const struct coord_synth_shape shapes[] = {
      .hf_class = "MixtralForCausalLM", .hf_type = "mixtral", .eps = 1e-5f, .untied = true,
      .llama_rope = true, TINY_WEIGHTS, .out_norm = 1.0f, .experts = 8, .experts_used = 2,
      .expert_ffn = 64, .router_std = 0.25f},
+    /* many experts (256 of 16 units, 8 per token, in 8 layers: 6144 expert tensors, past the
+     * 4096 a table once held), no Hugging Face form */
+    {"tiny-moe-wide", "qwen3moe", 64, 8, 4, 16, 2, 64, 512, 512, 1000000.0f, false, false,
+     .hf_class = NULL, .eps = 1e-6f, .qk_norm = true, TINY_WEIGHTS, .out_norm = 1.0f,
+     .experts = 256, .experts_used = 8,
+     .expert_ffn = 16, .router_std = 0.25f},
     /* the perf shapes: real dimensions and vocabularies */
     {"qwen3-1.7b", "qwen3", 2048, 28, 16, 128, 8, 6144, 151936, 40960, 1000000.0f, false, false,
      .hf_class = "Qwen3ForCausalLM", .hf_type = "qwen3", .eps = 1e-6f, .qk_norm = true,

@@ -678,12 +678,52 @@ static void lane_free(struct lane *ln)
     free(ln->tail);
 }
 
+/* prepare()'s part for each rank: its layout and plan, the index of each file tensor in its
+ * table (-1: an expert another rank holds, found through @ix, the file's name index), its
+ * segment's head reserved. */
+static int prepare_ranks(struct load *L, int n_ranks, const struct coord_load_dest *dest,
+                         enum seg_experts experts, const int *ix, struct shardlm_err *e)
+{
+    const struct shlm_header *fh = L->f->img.hdr;
+    int group = fh->scheme >= SHLM_SCHEME_W4A16 ? (int)fh->group : 0;
+    for (int r = 0; r < L->n; r++) {
+        struct rank_dest *rd = &L->ranks[r];
+        rd->d = &dest[r];
+        if (!(rd->table = calloc(SHLM_MAX_TENSORS, sizeof(*rd->table))))
+            return shardlm_fail(e, -ENOMEM, "out of memory");
+        int n = coord_shard_layout(&L->f->img, n_ranks, dest[r].rank, experts, &rd->h, rd->table);
+        if (n == -ENOMEM)
+            return shardlm_fail(e, n, "out of memory");
+        if (n < 0 ||
+            seg_plan_place(&rd->plan, &fh->cfg, &fh->cfgx, group, n_ranks, dest[r].rank, experts))
+            return shardlm_fail(e, -EINVAL, "cannot split the model over %d ranks", n_ranks);
+        /* every tensor but the experts other ranks hold */
+        KN_ASSERT(rd->h.file_bytes == dest[r].seg->size && n <= L->n_src);
+        for (int i = 0; i < L->n_src; i++)
+            L->dst[r][i] = -1;
+        int rc = seg_reserve(dest[r].seg, 0, rd->h.data_offset); /* header, table, tokenizer */
+        if (rc)
+            return shardlm_fail(e, rc, "weights segment of rank %d (%zu bytes): %s", dest[r].rank,
+                                dest[r].seg->size, strerror(-rc));
+        for (int i = 0; i < n; i++) {
+            const struct shlm_tensor *t = shlm_find_in(&L->f->img, ix, rd->table[i].name);
+            KN_ASSERT(t); /* the same names as the file's, which shlm_parse checked */
+            L->dst[r][t - L->tensors] = i;
+            if (kn_is_tiled((enum kn_dtype)rd->table[i].dtype)) {
+                uint64_t b = kn_mat_bytes((enum kn_dtype)t->dtype, COORD_LOAD_STEP,
+                                          (int)rd->table[i].cols, (int)t->group);
+                L->stage_max = b > L->stage_max ? b : L->stage_max;
+            }
+        }
+    }
+    return 0;
+}
+
 /* The ranks' layouts, the order of the file's tensors, and the sizes the lanes need. */
 static int prepare(struct load *L, int n_ranks, const struct coord_load_dest *dest,
                    enum seg_experts experts, struct shardlm_err *e)
 {
     const struct shlm_header *fh = L->f->img.hdr;
-    int group = fh->scheme >= SHLM_SCHEME_W4A16 ? (int)fh->group : 0;
     L->tensors = L->f->img.tensors;
     L->n_src = (int)fh->n_tensors;
     L->order = calloc((size_t)L->n_src, sizeof(*L->order));
@@ -713,36 +753,13 @@ static int prepare(struct load *L, int n_ranks, const struct coord_load_dest *de
         L->max_jobs = jobs > L->max_jobs ? jobs : L->max_jobs;
     }
     L->cap = (L->cap + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
-    for (int r = 0; r < L->n; r++) {
-        struct rank_dest *rd = &L->ranks[r];
-        rd->d = &dest[r];
-        if (!(rd->table = calloc(SHLM_MAX_TENSORS, sizeof(*rd->table))))
-            return shardlm_fail(e, -ENOMEM, "out of memory");
-        int n = coord_shard_layout(&L->f->img, n_ranks, dest[r].rank, experts, &rd->h, rd->table);
-        if (n == -ENOMEM)
-            return shardlm_fail(e, n, "out of memory");
-        if (n < 0 ||
-            seg_plan_place(&rd->plan, &fh->cfg, &fh->cfgx, group, n_ranks, dest[r].rank, experts))
-            return shardlm_fail(e, -EINVAL, "cannot split the model over %d ranks", n_ranks);
-        /* every tensor but the experts other ranks hold */
-        KN_ASSERT(rd->h.file_bytes == dest[r].seg->size && n <= L->n_src);
-        for (int i = 0; i < L->n_src; i++)
-            L->dst[r][i] = -1;
-        int rc = seg_reserve(dest[r].seg, 0, rd->h.data_offset); /* header, table, tokenizer */
-        if (rc)
-            return shardlm_fail(e, rc, "weights segment of rank %d (%zu bytes): %s", dest[r].rank,
-                                dest[r].seg->size, strerror(-rc));
-        for (int i = 0; i < n; i++) {
-            const struct shlm_tensor *t = shlm_find(&L->f->img, rd->table[i].name);
-            KN_ASSERT(t); /* the same names as the file's, which shlm_parse checked */
-            L->dst[r][t - L->tensors] = i;
-            if (kn_is_tiled((enum kn_dtype)rd->table[i].dtype)) {
-                uint64_t b = kn_mat_bytes((enum kn_dtype)t->dtype, COORD_LOAD_STEP,
-                                          (int)rd->table[i].cols, (int)t->group);
-                L->stage_max = b > L->stage_max ? b : L->stage_max;
-            }
-        }
-    }
+    int *ix = shlm_name_index(&L->f->img);
+    if (!ix)
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    int rc = prepare_ranks(L, n_ranks, dest, experts, ix, e);
+    free(ix);
+    if (rc)
+        return rc;
     cpu_set_t cpus;
     int n_cpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     L->n_lanes = n_cpus < MAX_LANES ? n_cpus : MAX_LANES;
