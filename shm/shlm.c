@@ -182,11 +182,12 @@ int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e
         (!x->n_experts &&
          (x->n_experts_used || x->expert_ffn || x->moe_route || x->moe_dense_first)))
         return shardlm_fail(e, -EINVAL,
-                            "config fields n_experts/n_experts_used/expert_ffn/moe_route are "
-                            "%u/%u/%u/%u: expected 0 (dense) or 1..%d experts, 1..64 of them used "
-                            "(at most all), 1..2^20 units each and a routing rule 1..%d",
+                            "config fields n_experts/n_experts_used/expert_ffn/moe_route/"
+                            "moe_dense_first are %u/%u/%u/%u/%u: expected 0 (dense, all five) or "
+                            "1..%d experts, 1..64 of them used (at most all), 1..2^20 units each "
+                            "and a routing rule 1..%d",
                             x->n_experts, x->n_experts_used, x->expert_ffn, x->moe_route,
-                            SHLM_MAX_EXPERTS, SHLM_ROUTE_COUNT - 1);
+                            x->moe_dense_first, SHLM_MAX_EXPERTS, SHLM_ROUTE_COUNT - 1);
     for (size_t i = 0; i < sizeof(x->reserved) / sizeof(x->reserved[0]); i++)
         if (x->reserved[i])
             return shardlm_fail(e, -EINVAL,
@@ -241,7 +242,7 @@ int shlm_expected_tensors(const struct shlm_config *c, const struct shlm_config_
                      x1 = t->expert ? (uint32_t)plan->x1 : 1;
             for (uint32_t ex = x0; ex < x1; ex++) {
                 if (n == max)
-                    return -EINVAL;
+                    return -E2BIG;
                 struct shlm_tensor_spec *o = &out[n++];
                 shlm_kind_name((enum shlm_kind)k, l, ex, o->name, sizeof(o->name));
                 o->kind = k;
@@ -483,6 +484,9 @@ static int check_tensors(struct shlm_model *m, const uint8_t *b, size_t size,
                             what, h->shard_rank, h->shard_count, h->experts_placement);
     int n = shlm_expected_tensors(&h->cfg, &h->cfgx, (enum shlm_scheme)h->scheme, (int)h->group,
                                   (int)h->head_bits, shard ? &plan : NULL, want, SHLM_MAX_TENSORS);
+    if (n == -E2BIG)
+        return shardlm_fail(e, -EINVAL, "%s: the config needs more than %d tensors", what,
+                            SHLM_MAX_TENSORS);
     if (n < 0)
         return shardlm_fail(e, -EINVAL,
                             "%s: header fields scheme/group/head_bits (%s, %u, %u) "

@@ -255,8 +255,8 @@ struct shlm_tensor_spec {
     uint32_t expert; /* of an expert's kind, else 0 */
 };
 struct seg_plan;
-/* With @plan (not NULL) the shapes are those of that rank's shard (see plan.h). -EINVAL also
- * where they are more than @max. */
+/* With @plan (not NULL) the shapes are those of that rank's shard (see plan.h). -E2BIG where
+ * they are more than @max. */
 int shlm_expected_tensors(const struct shlm_config *c, const struct shlm_config_ext *x,
                           enum shlm_scheme s, int group, int head_bits, const struct seg_plan *plan,
                           struct shlm_tensor_spec *out, int max);

@@ -104,7 +104,7 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
     /* the router: f32 like the head gate (llama.cpp keeps ffn_gate_inp unquantized), replicated:
      * every rank picks the same experts. Hugging Face names of the MoE kinds: Qwen's (Mixtral's:
      * shlm_kind_hf_name); an expert's "%u" is its index. Calibration does not see the experts
-     * (SHLM_SITE_NONE: convert --method refuses a MoE model, rtn quantizes them). */
+     * (SHLM_SITE_NONE: every convert --method rounds them to nearest). */
     [SHLM_KIND_FFN_ROUTER] = {"ffn_router", "ffn_gate_inp.weight", "mlp.gate.weight",
         L2C(NONE), true, false, D(EXPERTS), D(MODEL), S(NONE), T(F32), NONE, NONE, moe_ffn},
     [SHLM_KIND_FFN_GATE_EXP] = {"ffn_gate_exp", "ffn_gate_exps.weight",

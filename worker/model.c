@@ -479,10 +479,11 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
     /* shlm_parse() checked the image against this very plan */
     KN_ASSERT(seg_plan_of(&m->plan, h) == 0);
     int rc = model_views(m, img);
+    if (!rc) {
+        model_widths(m);
+        rc = model_buffers(m, img, group);
+    }
     if (rc)
-        return rc;
-    model_widths(m);
-    if ((rc = model_buffers(m, img, group)))
         wrk_model_free(m);
     return rc;
 }

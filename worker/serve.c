@@ -97,8 +97,9 @@ static int on_attach(struct wrk *w, const Shardlm__Attach *a, struct shardlm_err
     struct seg_plan p;
     if (h->shard_rank != a->rank || h->shard_count != a->n_ranks || seg_plan_of(&p, h)) {
         rc = shardlm_fail(e, -EINVAL,
-                          "Attach: the weights segment holds shard %u of %u, not %u of %u",
-                          h->shard_rank, h->shard_count, a->rank, a->n_ranks);
+                          "Attach: the weights segment holds shard %u of %u (experts placement "
+                          "%u), not a valid shard %u of %u",
+                          h->shard_rank, h->shard_count, h->experts_placement, a->rank, a->n_ranks);
         goto out_detach;
     }
     if (seg_kv_check(w->kv.base, w->kv.size, c->n_layers,

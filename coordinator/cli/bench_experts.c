@@ -119,14 +119,14 @@ out:
 }
 
 /* A routing of @t's shape whose experts are drawn by popularity 1 / (j + 1)^@s for the j-th of a
- * random order per layer, k distinct ones per token. */
-static void route_zipf(struct trace *t, double s)
+ * random order per layer, k distinct ones per token. Returns 0 or -ENOMEM. */
+static int route_zipf(struct trace *t, double s)
 {
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     double *p = malloc((size_t)t->n_experts * sizeof(double));
     int *order = malloc((size_t)t->n_experts * sizeof(int));
     bool *taken = malloc((size_t)t->n_experts);
-    for (int l = 0; l < t->layers; l++) {
+    for (int l = 0; p && order && taken && l < t->layers; l++) {
         for (int j = 0; j < t->n_experts; j++)
             order[j] = j;
         for (int j = t->n_experts - 1; j > 0; j--) { /* Fisher-Yates */
@@ -156,9 +156,11 @@ static void route_zipf(struct trace *t, double s)
             }
         }
     }
+    int rc = p && order && taken ? 0 : -ENOMEM;
     free(p);
     free(order);
     free(taken);
+    return rc;
 }
 
 /* The busiest rank's expert bytes per step of @batch tokens over @ranks ranks under each
@@ -170,8 +172,11 @@ static void simulate(const struct trace *t, int ranks, int batch, double expert_
     int steps = t->tokens / batch, *per_rank = calloc((size_t)ranks, sizeof(int));
     int *owner = malloc((size_t)t->n_experts * sizeof(int));
     bool *used = malloc((size_t)t->n_experts);
+    *tp = *ep = *distinct = 0;
+    if (!per_rank || !owner || !used)
+        steps = 0; /* out of memory: nothing to say (zeros) */
     /* seg_plan_place's expert-parallel ranges: rank r holds [N r / R, N (r + 1) / R) */
-    for (int r = 0; r < ranks; r++)
+    for (int r = 0; owner && r < ranks; r++)
         for (long x = (long)t->n_experts * r / ranks; x < (long)t->n_experts * (r + 1) / ranks; x++)
             owner[x] = r;
     double tp_sum = 0, ep_sum = 0, d_sum = 0;
@@ -194,9 +199,11 @@ static void simulate(const struct trace *t, int ranks, int batch, double expert_
             ep_sum += most * expert_bytes;
             d_sum += n;
         }
-    *tp = steps ? tp_sum / steps : 0;
-    *ep = steps ? ep_sum / steps : 0;
-    *distinct = steps ? d_sum / steps / t->layers : 0;
+    if (steps) {
+        *tp = tp_sum / steps;
+        *ep = ep_sum / steps;
+        *distinct = d_sum / steps / t->layers;
+    }
     free(per_rank);
     free(owner);
     free(used);
@@ -287,6 +294,12 @@ int coord_bench_experts(int argc, char **argv)
         return 1;
     }
     const struct shlm_config_ext *x = &img.hdr->cfgx;
+    if ((uint32_t)a.tokens > img.hdr->cfg.seq_len) {
+        fprintf(stderr, "shardlm bench experts: -n %ld: the model's context is %u\n", a.tokens,
+                img.hdr->cfg.seq_len);
+        munmap(map, size);
+        return 1;
+    }
     struct trace t = {.tokens = (int)a.tokens,
                       .k = (int)x->n_experts_used,
                       .n_experts = (int)x->n_experts,
@@ -327,7 +340,10 @@ int coord_bench_experts(int argc, char **argv)
         for (size_t i = 0; i < sizeof(skews) / sizeof(skews[0]); i++) {
             char src[32];
             snprintf(src, sizeof(src), "zipf-%.1f", skews[i]);
-            route_zipf(&t, skews[i]);
+            if ((rc = route_zipf(&t, skews[i]))) {
+                fprintf(stderr, "shardlm bench experts: out of memory\n");
+                break;
+            }
             print_source(&a, &t, src, expert_bytes);
         }
     }

@@ -89,7 +89,9 @@ static int plan_layout(struct convert_plan *p, const struct coord_source *src,
     p->n = shlm_expected_tensors(&src->cfg, &src->cfgx, scheme, group, head_bits, NULL, p->specs,
                                  SHLM_MAX_TENSORS);
     if (p->n < 0)
-        return shardlm_fail(e, -EINVAL, "%s: too many layers for the tensor table", src->path);
+        return shardlm_fail(e, -EINVAL,
+                            "%s: the model needs more than %d tensors (layers x experts)",
+                            src->path, SHLM_MAX_TENSORS);
     struct shlm_header *h = p->h;
     shlm_layout(h, p->table, p->specs, p->n, src->tok_len);
     h->cfg = src->cfg;

@@ -46,6 +46,11 @@ static int gguf_src_read(struct coord_source *s, enum shlm_kind kind, uint32_t l
         total = (int)s->cfgx.n_experts * rows;
         shlm_kind_gguf_name(kind, layer, gname, sizeof(gname));
         t = gguf_tensor(&g->f, gname);
+        if (t && (t->n_dims != 3 || t->dims[2] != s->cfgx.n_experts))
+            return shardlm_fail(e, -EINVAL,
+                                "%s: tensor %s is not 3-D of %u experts (ggml's [cols, rows, "
+                                "experts])",
+                                s->path, gname, s->cfgx.n_experts);
     } else if (shlm_kind_fused(&s->cfg, kind, layer, false, gname, sizeof(gname), &row0, &total)) {
         t = gguf_tensor(&g->f, gname);
         if (t && gguf_tensor_rows(t) != (uint64_t)total)

@@ -166,7 +166,10 @@ static int check_tensors(struct hf_source *h, const struct shlm_config *c,
     if (!specs)
         return shardlm_fail(e, -ENOMEM, "out of memory");
     int n = shlm_expected_tensors(c, x, SHLM_SCHEME_F32, 0, 8, NULL, specs, SHLM_MAX_TENSORS);
-    int rc = n < 0 ? shardlm_fail(e, -EINVAL, "%s: too many layers for the tensor table", dir) : 0;
+    int rc = n < 0 ? shardlm_fail(e, -EINVAL,
+                                  "%s: the model needs more than %d tensors (layers x experts)",
+                                  dir, SHLM_MAX_TENSORS)
+                   : 0;
     for (int i = 0; i < n && !rc; i++) {
         char hf[SHLM_NAME_MAX + 64];
         bool norm;

@@ -309,14 +309,15 @@ static void log_step(const struct coord_engine *g, const Shardlm__Step *st, uint
     for (int r = 0; r < g->n_ranks && len < (int)sizeof(line); r++)
         len += snprintf(line + len, sizeof(line) - (size_t)len, " r%d %.3f", r,
                         (double)g->ranks[r].compute_ns / 1e6);
-    len += snprintf(line + len, sizeof(line) - (size_t)len, " ms");
+    if (len < (int)sizeof(line))
+        len += snprintf(line + len, sizeof(line) - (size_t)len, " ms");
     /* a mixture of experts: each rank's expert reads, and the busiest one's over their mean */
     uint64_t most = 0, sum = 0;
     for (int r = 0; r < g->n_ranks; r++) {
         sum += g->ranks[r].expert_bytes;
         most = g->ranks[r].expert_bytes > most ? g->ranks[r].expert_bytes : most;
     }
-    if (sum) {
+    if (sum && len < (int)sizeof(line)) {
         len += snprintf(line + len, sizeof(line) - (size_t)len, " experts");
         for (int r = 0; r < g->n_ranks && len < (int)sizeof(line); r++)
             len += snprintf(line + len, sizeof(line) - (size_t)len, " r%d %.2f", r,

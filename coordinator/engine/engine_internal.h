@@ -47,6 +47,7 @@ struct coord_engine {
     char sock_path[PATH_MAX];
     char endpoint[PATH_MAX + 8];
     struct coord_model_file file; /* header, table and tokenizer read; the data streamed */
+    enum seg_experts experts;     /* a mixture of experts' placement (the weights segments') */
     struct shlm_model img;        /* file.img: no tensor data */
     struct coord_engine_stats stats;
     struct coord_layout layout;

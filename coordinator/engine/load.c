@@ -586,6 +586,8 @@ static int load_tensor(struct lane *ln, int i, uint64_t *last)
     KN_ASSERT(n <= L->max_jobs);
     shlm_hash_init(&ln->hash);
     for (int r = 0; r < L->n; r++) {
+        if (L->dst[r][i] < 0) /* an expert another rank holds */
+            continue;
         const struct shlm_tensor *d = &L->ranks[r].table[L->dst[r][i]];
         struct seg *sg = L->ranks[r].d->seg;
         if ((rc = seg_reserve(sg, d->offset, d->bytes)))

@@ -241,7 +241,8 @@ static uint64_t kv_block_bytes(const struct coord_engine *g)
     uint64_t sum = 0;
     for (int r = 0; r < g->n_ranks; r++) {
         struct seg_plan p;
-        seg_plan_make(&p, c, &g->img.hdr->cfgx, group, g->n_ranks, r);
+        /* the weights segments were made with this plan */
+        KN_ASSERT(!seg_plan_place(&p, c, &g->img.hdr->cfgx, group, g->n_ranks, r, g->experts));
         sum += seg_kv_block_bytes(c->n_layers, (uint32_t)(p.kv1 - p.kv0) * c->head_dim);
     }
     return sum;
@@ -351,7 +352,7 @@ static int make_kv(struct coord_engine *g, struct shardlm_err *e)
     for (int r = 0; r < g->n_ranks; r++) {
         struct coord_rank *cr = &g->ranks[r];
         struct seg_plan p;
-        seg_plan_make(&p, c, &g->img.hdr->cfgx, group, g->n_ranks, r);
+        KN_ASSERT(!seg_plan_place(&p, c, &g->img.hdr->cfgx, group, g->n_ranks, r, g->experts));
         uint32_t kvd = (uint32_t)(p.kv1 - p.kv0) * c->head_dim;
         size_t kv_bytes = seg_kv_bytes(g->kv_blocks, c->n_layers, kvd);
         snprintf(what, sizeof(what), SEG_RUN_KV_FMT, r);
@@ -400,6 +401,7 @@ int coord_segments_make(struct coord_engine *g, const struct coord_engine_opts *
                         struct shardlm_err *e)
 {
     g->anon_segments = o->load.no_persist;
+    g->experts = o->load.experts;
     const struct shlm_config *c = &g->img.hdr->cfg;
     g->max_seqs = o->max_seqs ? o->max_seqs : 1;
     if (g->max_seqs > c->seq_len)
