@@ -165,6 +165,13 @@ for shape in $SHAPES; do
                         if (v["ep_over_tp"] < 1 || (v["batch"] == 1 && v["distinct"] != k))
                           { print; bad = 1 } } END { exit bad }' <<<"$lines" ||
           bad "$shape: bench experts: a line above breaks ep >= tp or k experts at batch 1"
+        # a case it cannot simulate is refused in one line, not left out silently
+        ! "$bin" bench experts -m "$out" -n 16 --ranks 2,64 2>"$tmp/err" >/dev/null &&
+          grep -q -- "--ranks 64: more than the model's" "$tmp/err" ||
+          bad "$shape: bench experts --ranks 64: $(cat "$tmp/err")"
+        ! "$bin" bench experts -m "$out" -n 16 --batch 32 2>"$tmp/err" >/dev/null &&
+          grep -q -- "--batch 32: more than the 16 tokens" "$tmp/err" ||
+          bad "$shape: bench experts --batch 32: $(cat "$tmp/err")"
       elif "$bin" bench experts -m "$out" -n 8 >/dev/null 2>"$tmp/err" ||
         ! grep -q "not a mixture of experts" "$tmp/err"; then
         bad "$shape: bench experts on a dense model: $(cat "$tmp/err")"

@@ -36,8 +36,8 @@ static const char usage_bench_experts[] =
     "  step> tp_mb=<busiest rank's MB per step> ep_mb=<the same> ep_over_tp=<ratio>\n"
     "The bytes are the file's (the attention and the rest, the same in both, are left out).\n"
     "  -n TOKENS       routed tokens (default 512)\n"
-    "  --ranks R,...   rank counts (default 2,4)\n"
-    "  --batch B,...   tokens per step (default 1,8,64)\n";
+    "  --ranks R,...   rank counts (default 2,4; at most the model's experts)\n"
+    "  --batch B,...   tokens per step (default 1,8,64; at most TOKENS)\n";
 
 #define MAX_LIST 8
 #define CHUNK 64
@@ -214,8 +214,6 @@ static void print_source(const struct experts_args *a, const struct trace *t, co
 {
     for (int ri = 0; ri < a->n_ranks; ri++)
         for (int bi = 0; bi < a->n_batch; bi++) {
-            if (a->batch[bi] > t->tokens || a->ranks[ri] > t->n_experts)
-                continue;
             double tp, ep, d;
             simulate(t, a->ranks[ri], a->batch[bi], expert_bytes, &tp, &ep, &d);
             printf("experts source=%s ranks=%d batch=%d distinct=%.2f tp_mb=%.3f ep_mb=%.3f "
@@ -318,6 +316,24 @@ int coord_bench_experts(int argc, char **argv)
         munmap(map, size);
         return 1;
     }
+    /* every asked case has a line: a rank count past the experts (expert-parallel gives each
+     * rank one at least) or a step past the routed tokens is refused, not left out */
+    for (int i = 0; i < a.n_ranks; i++)
+        if ((uint32_t)a.ranks[i] > x->n_experts) {
+            fprintf(stderr, "shardlm bench experts: --ranks %d: more than the model's %u experts\n",
+                    a.ranks[i], x->n_experts);
+            munmap(map, size);
+            return 1;
+        }
+    for (int i = 0; i < a.n_batch; i++)
+        if (a.batch[i] > a.tokens) {
+            fprintf(stderr,
+                    "shardlm bench experts: --batch %d: more than the %ld tokens routed "
+                    "(-n)\n",
+                    a.batch[i], a.tokens);
+            munmap(map, size);
+            return 1;
+        }
     double expert_bytes = (double)(g->bytes + u->bytes + d->bytes);
     t.ids = malloc((size_t)t.layers * t.tokens * t.k * sizeof(int));
     t.filled = calloc((size_t)t.layers, sizeof(int));
