@@ -82,6 +82,12 @@ struct kn_att {
     float softcap; /* 0: none; else score = softcap * tanh(score / softcap) (Gemma 2) */
     int window;    /* 0: none; else the query at position p reads keys t with p - t < window
                     * (sliding-window layers: Gemma 2/3, Mistral) */
+    const float *sinks; /* (nh) NULL: none; else sinks[j] is the sink logit of query head j of
+                         * the call (j < nh, the tile's heads): a term of the softmax's
+                         * denominator with no value row (gpt-oss; ggml's soft_max_ext with
+                         * sinks). With scores s_t (scaled, soft-capped, in the window) and
+                         * M = max(max_t s_t, sink), out = sum_t e^(s_t - M) v_t /
+                         * (sum_t e^(s_t - M) + e^(sink - M)). */
 };
 
 /* (A table entry UINT32_MAX is a block given back, before every layer's window: reading it is a
@@ -305,6 +311,10 @@ struct kn_ops {
     void (*silu_mul)(float *a, const float *b, int n);
     /* a[i] = gelu_tanh(a[i]) * b[i] */
     void (*gelu_mul)(float *a, const float *b, int n);
+    /* gpt-oss's clamped SwiGLU: g = min(a[i], 7), u = clamp(b[i], -7, 7),
+     * a[i] = g * sigmoid(1.702 g) * (u + 1). The reference in every table: it runs over the few
+     * chosen experts' units of a token, a small share of a MoE layer's time. */
+    void (*swiglu_oai_mul)(float *a, const float *b, int n);
     /* x[i] = cap * tanh(x[i] / cap), cap > 0: the final logits' soft-cap (Gemma 2; attention's
      * is struct kn_att's) */
     void (*softcap)(float *x, int n, float cap);
@@ -313,7 +323,8 @@ struct kn_ops {
      * at q + i * q_stride + j * hd, its output goes to out + i * out_stride + j * hd; it reads
      * the key and value rows t = 0 .. pos0 + i of @kv (with @opt's window, only those with
      * pos0 + i - t < window: rows and cache blocks before are never read). Scores are scaled by
-     * @opt's scale, then soft-capped if it says so (struct kn_att; NULL: all defaults).
+     * @opt's scale, then soft-capped if it says so; @opt's sinks join the softmax's
+     * denominator (struct kn_att; NULL: all defaults).
      * @scratch holds pos0 + nt floats (the reference's scores; SIMD tables run an online softmax
      * over blocks of keys and do not touch it). hd <= KN_MAX_HEAD_DIM. */
     void (*attention)(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,

@@ -112,7 +112,7 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
           "a number in (0, 1)");
     CHECK(isfinite(c->rope_theta) && c->rope_theta > 1.0f, "rope_theta", "a number above 1");
     CHECK(c->rope_neox <= 1, "rope_neox", "0 or 1");
-    CHECK(c->act <= SHLM_ACT_GELU_TANH, "act", "0 (silu) or 1 (gelu-tanh)");
+    CHECK(c->act <= SHLM_ACT_SWIGLU_OAI, "act", "0 (silu), 1 (gelu-tanh) or 2 (swiglu-oai)");
     CHECK(c->tied_embd <= 1, "tied_embd", "0 or 1");
     CHECK(c->rope_scaling <= SHLM_ROPE_LINEAR, "rope_scaling",
           "0 (none), 1 (llama3), 2 (yarn), 3 (longrope), 4 (rope_freqs) or 5 (linear)");
@@ -140,7 +140,8 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
                                     c->embd_scale < 65536.0f),
           "embd_scale", "0 (none) or a positive number");
     CHECK(!(c->flags & ~(uint32_t)SHLM_CF_IMPLEMENTED), "flags",
-          "a set of 1 (qk-norm) and 2 (post-norms)");
+          "a set of 1 (qk-norm), 2 (post-norms), 4 (attention sinks), 8 (output bias) and 16 "
+          "(MoE biases)");
     CHECK(c->family < SHLM_FAMILY_COUNT, "family", "an architecture of tensors.h");
 #undef CHECK
     return 0;

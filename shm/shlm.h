@@ -28,7 +28,9 @@
 #define SHLM_MAX_EXPERTS 512 /* experts of a MoE layer (DeepSeek-V3: 256) */
 
 enum shlm_arch { SHLM_ARCH_LLAMA = 1 };
-enum shlm_act { SHLM_ACT_SILU = 0, SHLM_ACT_GELU_TANH = 1 };
+/* the gated FFN's activation: act(gate) * up; SWIGLU_OAI (gpt-oss): gate clamped above at 7,
+ * up to [-7, 7], gate * sigmoid(1.702 gate) * (up + 1) */
+enum shlm_act { SHLM_ACT_SILU = 0, SHLM_ACT_GELU_TANH = 1, SHLM_ACT_SWIGLU_OAI = 2 };
 enum shlm_scheme {
     SHLM_SCHEME_F32 = 0,
     SHLM_SCHEME_BF16 = 1,
@@ -57,9 +59,14 @@ enum shlm_cfg_flag {
     SHLM_CF_QK_NORM = 1u << 0,    /* per-head RMSNorm of q and k over head_dim before RoPE */
     SHLM_CF_POST_NORMS = 1u << 1, /* RMSNorm of the attention and FFN outputs before the residual
                                    * adds (Gemma 2/3) */
+    SHLM_CF_ATTN_SINKS = 1u << 2, /* a learned logit per query head in attention's softmax
+                                   * denominator (gpt-oss) */
+    SHLM_CF_O_BIAS = 1u << 3,     /* attention output bias (gpt-oss) */
+    SHLM_CF_MOE_BIAS = 1u << 4,   /* router and experts' gate, up and down biases (gpt-oss) */
 };
 /* The flags the runtime implements; a config with another is refused (shlm_config_check). */
-#define SHLM_CF_IMPLEMENTED (SHLM_CF_QK_NORM | SHLM_CF_POST_NORMS)
+#define SHLM_CF_IMPLEMENTED                                                                        \
+    (SHLM_CF_QK_NORM | SHLM_CF_POST_NORMS | SHLM_CF_ATTN_SINKS | SHLM_CF_O_BIAS | SHLM_CF_MOE_BIAS)
 /* How the int4 matrices of a weights segment are laid out (a file is always canonical). */
 enum shlm_layout { SHLM_LAYOUT_CANONICAL = 0, SHLM_LAYOUT_TILES = 1 /* KN_DT_W4A8/16_T */ };
 

@@ -27,6 +27,9 @@ HAS(longrope, c->rope_scaling == SHLM_ROPE_LONGROPE)
 HAS(rope_freqs, c->rope_scaling == SHLM_ROPE_FREQS)
 HAS(dense_ffn, !shlm_layer_moe(x, l))
 HAS(moe_ffn, shlm_layer_moe(x, l))
+HAS(sinks, c->flags &SHLM_CF_ATTN_SINKS)
+HAS(o_bias, c->flags &SHLM_CF_O_BIAS)
+HAS(moe_bias, shlm_layer_moe(x, l) && (c->flags & SHLM_CF_MOE_BIAS))
 #undef HAS
 
 #define NONE SHLM_SITE_NONE
@@ -86,6 +89,12 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
         L2C(NONE), true, false, D(HEADS), D(MODEL), S(ROWS), T(F32), QKV, NONE, head_gate},
     [SHLM_KIND_ATTN_O] = {"attn_o", "attn_output.weight", "self_attn.o_proj.weight",
         L2C(WO), true, false, D(MODEL), D(Q), S(COLS_PADDED), T(MAT), O, NONE, always},
+    /* replicated: every rank adds it to the sum of the ranks' O outputs */
+    [SHLM_KIND_ATTN_O_BIAS] = {"attn_o_bias", "attn_output.bias", "self_attn.o_proj.bias",
+        L2C(NONE), true, false, D(ONE), D(MODEL), S(NONE), T(F32), NONE, NONE, o_bias},
+    /* a rank's: those of its query heads */
+    [SHLM_KIND_ATTN_SINKS] = {"attn_sinks", "attn_sinks.weight", "self_attn.sinks",
+        L2C(NONE), true, false, D(ONE), D(HEADS), S(COLS), T(F32), NONE, NONE, sinks},
     [SHLM_KIND_ATTN_POST_NORM] = {"attn_post_norm", "post_attention_norm.weight",
         "post_attention_layernorm.weight",
         L2C(NONE), true, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, NONE, post_norms},
@@ -116,6 +125,17 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
         "mlp.experts.%u.down_proj.weight",
         L2C(NONE), true, false, D(MODEL), D(EXP_FFN), S(COLS_PADDED), T(MAT), NONE, NONE, moe_ffn,
         EXP},
+    /* gpt-oss's biases: GGUF holds each kind's as one [n_experts][n] tensor (the router's as
+     * one vector); an expert's gate and up biases split as its units, its down bias whole
+     * (added by one rank: worker/model.c) */
+    [SHLM_KIND_FFN_ROUTER_BIAS] = {"ffn_router_bias", "ffn_gate_inp.bias", "mlp.router.bias",
+        L2C(NONE), true, false, D(ONE), D(EXPERTS), S(NONE), T(F32), NONE, NONE, moe_bias},
+    [SHLM_KIND_FFN_GATE_EXP_BIAS] = {"ffn_gate_exp_bias", "ffn_gate_exps.bias", NULL,
+        L2C(NONE), true, false, D(ONE), D(EXP_FFN), S(COLS), T(F32), NONE, NONE, moe_bias, EXP},
+    [SHLM_KIND_FFN_UP_EXP_BIAS] = {"ffn_up_exp_bias", "ffn_up_exps.bias", NULL,
+        L2C(NONE), true, false, D(ONE), D(EXP_FFN), S(COLS), T(F32), NONE, NONE, moe_bias, EXP},
+    [SHLM_KIND_FFN_DOWN_EXP_BIAS] = {"ffn_down_exp_bias", "ffn_down_exps.bias", NULL,
+        L2C(NONE), true, false, D(ONE), D(MODEL), S(NONE), T(F32), NONE, NONE, moe_bias, EXP},
     /* clang-format on */
 };
 
@@ -172,13 +192,17 @@ void shlm_kind_name(enum shlm_kind kind, uint32_t layer, uint32_t expert, char *
         snprintf(out, len, "%s", k->name);
 }
 
-void shlm_kind_gguf_name(enum shlm_kind kind, uint32_t layer, char *out, size_t len)
+void shlm_kind_gguf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer,
+                         char *out, size_t len)
 {
     const struct shlm_kind_traits *k = &shlm_kinds[kind];
+    const char *g = k->gguf;
+    if (c && kind == SHLM_KIND_FFN_NORM && shlm_arch_of(c)->gguf_ffn_norm)
+        g = shlm_arch_of(c)->gguf_ffn_norm;
     if (k->layer)
-        snprintf(out, len, "blk.%u.%s", layer, k->gguf);
+        snprintf(out, len, "blk.%u.%s", layer, g);
     else
-        snprintf(out, len, "%s", k->gguf);
+        snprintf(out, len, "%s", g);
 }
 
 /* Mixtral's names of the MoE kinds (shlm_arch_traits.hf_mixtral) */
@@ -517,6 +541,22 @@ const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
                     .attn = SHLM_ATTN_WINDOW_CONFIG,
                     .hf_mixtral = true,
                     .moe = SHLM_MOE_REQUIRED},
+    /* gpt-oss: attention sinks and biases, even layers windowed, MoE FFNs with biases and the
+     * clamped SwiGLU; the FFN norm is GGUF's post_attention_norm */
+    [F(GPTOSS)] = {.name = "gpt-oss",
+                   .gguf = "gpt-oss",
+                   .hf = "GptOssForCausalLM",
+                   .hf_refused = "its experts' MXFP4 blocks of fused, interleaved gate_up are "
+                                 "not imported yet; its GGUF is",
+                   .act = SHLM_ACT_SWIGLU_OAI,
+                   .gguf_rope_neox = true,
+                   .qkv_bias = true,
+                   .flags = SHLM_CF_ATTN_SINKS | SHLM_CF_O_BIAS | SHLM_CF_MOE_BIAS,
+                   .attn = SHLM_ATTN_WINDOW_PATTERN,
+                   .window_pattern = 2,
+                   .window_default = 128,
+                   .gguf_ffn_norm = "post_attention_norm.weight",
+                   .moe = SHLM_MOE_REQUIRED},
 };
 #undef F
 
@@ -544,7 +584,7 @@ void shlm_arch_list(bool hf, char *out, size_t len)
     out[0] = 0;
     for (int i = 0; i < SHLM_FAMILY_COUNT && n < len; i++) {
         const char *nm = hf ? shlm_archs[i].hf : shlm_archs[i].gguf;
-        if (nm && !shlm_archs[i].refused)
+        if (nm && !shlm_archs[i].refused && !(hf && shlm_archs[i].hf_refused))
             n += (size_t)snprintf(out + n, len - n, "%s%s", n ? ", " : "", nm);
     }
 }

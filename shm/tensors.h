@@ -43,6 +43,8 @@ enum shlm_kind {
     SHLM_KIND_ATTN_K_NORM,
     SHLM_KIND_ATTN_GATE,
     SHLM_KIND_ATTN_O,
+    SHLM_KIND_ATTN_O_BIAS,    /* added to O's output summed over the ranks (gpt-oss) */
+    SHLM_KIND_ATTN_SINKS,     /* a logit per query head in the softmax denominator (gpt-oss) */
     SHLM_KIND_ATTN_POST_NORM, /* RMSNorm of O's output before the residual add (Gemma 2/3) */
     SHLM_KIND_FFN_NORM,
     SHLM_KIND_FFN_GATE,
@@ -55,6 +57,12 @@ enum shlm_kind {
     SHLM_KIND_FFN_GATE_EXP,
     SHLM_KIND_FFN_UP_EXP,
     SHLM_KIND_FFN_DOWN_EXP,
+    /* gpt-oss's biases of the router's logits and of each expert's gate, up and down outputs
+     * (SHLM_CF_MOE_BIAS) */
+    SHLM_KIND_FFN_ROUTER_BIAS,
+    SHLM_KIND_FFN_GATE_EXP_BIAS,
+    SHLM_KIND_FFN_UP_EXP_BIAS,
+    SHLM_KIND_FFN_DOWN_EXP_BIAS,
     SHLM_KIND_COUNT
 };
 #define SHLM_KIND_FIRST_LAYER SHLM_KIND_ATTN_NORM
@@ -165,9 +173,11 @@ bool shlm_kind_any(const struct shlm_config *c, const struct shlm_config_ext *x,
 /* The .shlm name of @kind (of @layer for a per-layer kind, of @expert for an expert's) into
  * @out. */
 void shlm_kind_name(enum shlm_kind kind, uint32_t layer, uint32_t expert, char *out, size_t len);
-/* The GGUF name ("blk.3.attn_q.weight"), or the Hugging Face one in a model of config @c
+/* The GGUF name ("blk.3.attn_q.weight"; in a model of config @c where its architecture names
+ * it its own way, NULL: the table's), or the Hugging Face one in a model of config @c
  * ("model.layers.3.self_attn.q_proj.weight"; false where the kind has none) into @out. */
-void shlm_kind_gguf_name(enum shlm_kind kind, uint32_t layer, char *out, size_t len);
+void shlm_kind_gguf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer,
+                         char *out, size_t len);
 bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer,
                        uint32_t expert, char *out, size_t len);
 /* Where a checkpoint that fuses several kinds into one tensor (Phi-3's attn_qkv / qkv_proj: q, k
@@ -217,6 +227,7 @@ enum shlm_family {
     SHLM_FAMILY_MISTRAL,
     SHLM_FAMILY_QWEN3MOE,
     SHLM_FAMILY_MIXTRAL,
+    SHLM_FAMILY_GPTOSS,
     SHLM_FAMILY_COUNT
 };
 
@@ -255,6 +266,7 @@ struct shlm_arch_traits {
     const char *hf;   /* config.json architectures[0]; NULL: not read from Hugging Face */
     /* NULL: supported; else what the runtime lacks, for the one-line refusal */
     const char *refused;
+    const char *hf_refused; /* the same of its Hugging Face checkpoints alone */
     enum shlm_norm norm;
     enum shlm_act act;
     const char *hf_act_key; /* the config.json field naming the activation */
@@ -283,6 +295,7 @@ struct shlm_arch_traits {
     bool multipliers; /* Granite's embedding, residual, attention and logit multipliers */
     bool hf_mixtral;  /* Hugging Face names its MoE tensors block_sparse_moe.* (Mixtral) */
     enum shlm_moe moe;      /* whether its FFNs may or must be experts */
+    const char *gguf_ffn_norm; /* the FFN norm's GGUF name where not ffn_norm.weight */
     float rope_theta_local; /* the windowed layers' RoPE base (Gemma 3: 10000, which GGUF files
                              * do not store; config.json's rope_local_base_freq default); 0 */
 };

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
+
 #include "convert.h"
 #include "gguf_write.h"
 #include "rows.h"
@@ -184,7 +186,7 @@ static void test_rows_traits(void **state)
     } want[] = {
         {COORD_ROWS_F32, "F32", 1, 4},     {COORD_ROWS_F16, "F16", 1, 2},
         {COORD_ROWS_BF16, "BF16", 1, 2},   {COORD_ROWS_Q8_0, "Q8_0", 32, 34},
-        {COORD_ROWS_Q4_0, "Q4_0", 32, 18},
+        {COORD_ROWS_Q4_0, "Q4_0", 32, 18}, {COORD_ROWS_MXFP4, "MXFP4", 32, 17},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         assert_string_equal(coord_rows_traits[want[i].t].name, want[i].name);
@@ -248,6 +250,65 @@ static void test_rows_to_f32(void **state)
         assert_true(out[32 + j] == (float)(j - 8));
         assert_true(out[48 + j] == (float)(15 - j - 8));
     }
+
+    /* MXFP4, two blocks: exponents 128 (scale 1) and 125 (1/8); nibble v: E2M1 value (doubled)
+     * of v & 7, negative where v & 8; byte j holds element j low, element j + 16 high */
+    static const float e2m1[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+    for (int k = 0; k < 2; k++) {
+        uint8_t *blk = src + 17 * k;
+        blk[0] = k ? 125 : 128;
+        for (int j = 0; j < 16; j++)
+            blk[1 + j] = (uint8_t)(j | (15 - j) << 4);
+    }
+    coord_rows_to_f32(COORD_ROWS_MXFP4, src, 64, out);
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 16; j++) {
+            float d = k ? 0.125f : 1.0f;
+            int lo = j, hi = 15 - j;
+            assert_true(out[32 * k + j] == d * (lo & 8 ? -1.0f : 1.0f) * e2m1[lo & 7]);
+            assert_true(out[32 * k + 16 + j] == d * (hi & 8 ? -1.0f : 1.0f) * e2m1[hi & 7]);
+        }
+}
+
+/* MXFP4 encoding: values on a block's grid come back exactly (any exponent the values allow,
+ * signs, zeros); others to the nearest grid value, the largest magnitude within 12 scales; a
+ * round trip of rounded values is the identity. */
+static void test_rows_mxfp4_encode(void **state)
+{
+    (void)state;
+    static const float e2m1[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+    uint8_t blk[17];
+    float x[32], y[32], z[32];
+    for (int e = -20; e <= 20; e += 5) {
+        for (int j = 0; j < 32; j++)
+            x[j] = ldexpf((j % 3 || !((j * 5) % 8) ? 1.0f : -1.0f) * e2m1[(j * 5) % 8], e);
+        x[7] = ldexpf(12.0f, e); /* the largest, so the scale is 2^e */
+        coord_rows_mxfp4_block(x, blk);
+        coord_rows_to_f32(COORD_ROWS_MXFP4, blk, 32, y);
+        assert_memory_equal(x, y, sizeof(x));
+    }
+    uint64_t r = 12345;
+    for (int trial = 0; trial < 200; trial++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            x[j] = ((float)(int32_t)(r >> 32) / 2147483648.0f) * ldexpf(1.0f, trial % 13 - 6);
+            amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        }
+        coord_rows_mxfp4_block(x, blk);
+        float d = ldexpf(1.0f, (int)blk[0] - 128);
+        assert_true(amax <= 12.0f * d && amax > 6.0f * d); /* the smallest scale that holds it */
+        coord_rows_to_f32(COORD_ROWS_MXFP4, blk, 32, y);
+        for (int j = 0; j < 32; j++) {
+            float best = INFINITY; /* the nearest grid value is as near as y[j] */
+            for (int v = 0; v < 8; v++)
+                best = fminf(best, fabsf(fabsf(x[j]) - d * e2m1[v]));
+            assert_true(fabsf(x[j] - y[j]) <= best * (1.0f + 1e-6f));
+        }
+        coord_rows_mxfp4_block(y, blk);
+        coord_rows_to_f32(COORD_ROWS_MXFP4, blk, 32, z);
+        assert_memory_equal(y, z, sizeof(y));
+    }
 }
 
 int main(void)
@@ -257,7 +318,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sniff_image), cmocka_unit_test(test_sniff_real_files),
         cmocka_unit_test(test_sniff_paths), cmocka_unit_test(test_rows_traits),
-        cmocka_unit_test(test_rows_to_f32),
+        cmocka_unit_test(test_rows_to_f32), cmocka_unit_test(test_rows_mxfp4_encode),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

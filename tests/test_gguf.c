@@ -1394,7 +1394,7 @@ static void test_source_values(void **state)
     for (int k = 0; k < SHLM_KIND_COUNT; k++) {
         if (shlm_kinds[k].value == SHLM_VALUE_ANY)
             continue;
-        shlm_kind_gguf_name((enum shlm_kind)k, 0, name, sizeof(name));
+        shlm_kind_gguf_name(NULL, (enum shlm_kind)k, 0, name, sizeof(name));
         int at = -1;
         for (int i = 0; i < 2 && at < 0; i++) {
             struct gguf_file g;
@@ -1552,7 +1552,7 @@ static void test_source_arch(void **state)
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen3moe, &c, "qwen3moe.", "missing", NULL);
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen9, &c, arch, "\"qwen9\"",
               "(llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3, "
-              "qwen3moe)",
+              "qwen3moe, gpt-oss)",
               NULL);
     /* well-formed UTF-8 kept; a stray byte, a cut sequence, a bidi override and \ escaped */
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_utf8, &c, arch,

@@ -1039,6 +1039,17 @@ static void test_gelu_and_rope_freqs(void **state)
     assert_true(fabsf(a[0] - 0.841192f) < 1e-5f);
     assert_true(fabsf(a[1] - 2.0f * -0.158808f) < 1e-5f);
     assert_true(a[2] == 0.0f);
+    /* gpt-oss's clamped SwiGLU: gate above 7 clamped, up clamped to [-7, 7] (values by hand:
+     * g sigmoid(1.702 g) (u + 1)); every table takes the reference */
+    float g[5] = {1.0f, -2.0f, 9.0f, 0.5f, 7.0f}, u[5] = {0.5f, 1.0f, 2.0f, -9.0f, 8.0f};
+    kn_swiglu_oai_mul_ref(g, u, 5);
+    assert_true(fabsf(g[0] - 1.5f * 0.845796f) < 1e-5f);
+    assert_true(fabsf(g[1] - 2.0f * -2.0f * 0.032171f) < 1e-5f);
+    assert_true(fabsf(g[2] - 3.0f * 7.0f * 0.999993f) < 1e-4f);
+    assert_true(fabsf(g[3] - -6.0f * 0.5f * 0.700777f) < 1e-5f);
+    assert_true(g[2] == g[4] * 3.0f / 8.0f);
+    assert_true(kn_ops_ref.swiglu_oai_mul && kn_ops_avx2.swiglu_oai_mul &&
+                kn_ops_avx512.swiglu_oai_mul && kn_ops_amx.swiglu_oai_mul);
     float f[64], plain[64];
     struct kn_rope_scale l3 = {
         .type = KN_ROPE_LLAMA3, .factor = 8.0f, .low = 1.0f, .high = 4.0f, .orig_ctx = 8192};
@@ -1169,9 +1180,10 @@ static double att_check(const struct kn_ops *ops, const struct kn_kv *kv, const 
                         int nt, int nh, int pos0, const struct kn_att *opt, float *out, float *oref,
                         float *one, float *scratch)
 {
-    char what[96];
-    snprintf(what, sizeof(what), "hd=%d nt=%d nh=%d pos0=%d scale=%g cap=%g window=%d", hd, nt, nh,
-             pos0, opt ? opt->scale : 0.0, opt ? opt->softcap : 0.0, opt ? opt->window : 0);
+    char what[128];
+    snprintf(what, sizeof(what), "hd=%d nt=%d nh=%d pos0=%d scale=%g cap=%g window=%d sink0=%g", hd,
+             nt, nh, pos0, opt ? opt->scale : 0.0, opt ? opt->softcap : 0.0, opt ? opt->window : 0,
+             opt && opt->sinks ? opt->sinks[0] : NAN);
     for (size_t i = 0; i < 16 * ATT_QS; i++)
         out[i] = oref[i] = SENTINEL;
     kn_attention_ref(oref, ATT_QS, q, ATT_QS, nt, nh, pos0, kv, hd, scratch, opt);
@@ -1327,13 +1339,84 @@ static void test_attention(void **state)
     att_cache_free(&c);
 }
 
+/* Each table's attention sinks against the reference (att_check: decode and tiles, alone the
+ * same bits as in its tile), with and without window and soft-cap: per-head sinks around the
+ * scores (lane l of a tile is head l % nh), one far above every score (the outputs go to 0) and
+ * one far below (the outputs are those without a sink, within TOL_SMALL). */
+static void test_attention_sinks(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    static const int hds[] = {8, 64, 100};
+    static const int tiles[][2] = {{1, 1}, {1, 4}, {1, 8}, {4, 4}, {16, 1}, {3, 5}, {2, 8}};
+    static const int pos0s[] = {0, 15, 31, 40};
+    static const int windows[] = {0, 7, 17};
+    static const float caps[] = {0.0f, 2.5f}, scales[] = {0.0f, 0.3f};
+    enum { MIXED, HIGH, LOW, NSINKS };
+    float sinks[NSINKS][KN_ATT_TILE];
+    for (int j = 0; j < KN_ATT_TILE; j++) {
+        sinks[MIXED][j] = -2.0f + 0.9f * (float)j; /* from below the scores to above them */
+        sinks[HIGH][j] = 40.0f; /* scores here stay within +-25: under e^-15 of the outputs left */
+        sinks[LOW][j] = -40.0f; /* under e^-15 of the denominator */
+    }
+    struct att_cache c;
+    float scratch[ATT_MAXT];
+    att_cache_init(&c);
+    double worst = 0.0;
+    rng_seed(9);
+    for (size_t hi = 0; hi < ARRAY_SIZE(hds); hi++)
+        for (size_t ti = 0; ti < ARRAY_SIZE(tiles); ti++)
+            for (size_t pi = 0; pi < ARRAY_SIZE(pos0s); pi++)
+                for (size_t wi = 0; wi < ARRAY_SIZE(windows); wi++) {
+                    int hd = hds[hi], nt = tiles[ti][0], nh = tiles[ti][1], pos0 = pos0s[pi];
+                    int w = windows[wi], first = w && pos0 >= w ? pos0 - w + 1 : 0, n = nh * hd;
+                    att_cache_fill(&c, pos0 + nt, first);
+                    for (size_t ci = 0; ci < ARRAY_SIZE(caps); ci++)
+                        for (size_t si = 0; si < ARRAY_SIZE(scales); si++)
+                            for (int k = 0; k < NSINKS; k++) {
+                                struct kn_att o = {.scale = scales[si],
+                                                   .softcap = caps[ci],
+                                                   .window = w,
+                                                   .sinks = sinks[k]};
+                                worst = fmax(worst, att_check(ops, &c.paged, c.q, hd, nt, nh, pos0,
+                                                              &o, c.out, c.oref, c.one, scratch));
+                                if (k == MIXED)
+                                    continue;
+                                if (k == HIGH) {
+                                    for (int i = 0; i < nt; i++)
+                                        for (int e = 0; e < n; e++)
+                                            assert_true(fabsf(c.out[i * ATT_QS + e]) < 1e-4f);
+                                    continue;
+                                }
+                                o.sinks = NULL;
+                                ops->attention(c.oref, ATT_QS, c.q, ATT_QS, nt, nh, pos0, &c.paged,
+                                               hd, scratch, &o);
+                                for (int i = 0; i < nt; i++)
+                                    assert_true(rel_err_vec(c.out + i * ATT_QS, c.oref + i * ATT_QS,
+                                                            n) <= TOL_SMALL);
+                            }
+                }
+    print_message("[          ] %s attention with sinks: worst error %.2g (tolerance %.1g)\n",
+                  ops->name, worst, TOL_SMALL);
+    att_cache_free(&c);
+}
+
 /* The reference's options against the definition written out in double: softmax over the keys
- * t with pos - t < window of cap * tanh(scale * q.k / cap), times the values. */
+ * t with pos - t < window of cap * tanh(scale * q.k / cap), with the head's sink (if any) as one
+ * more term of its denominator, times the values. */
 static void test_attention_ref_formula(void **state)
 {
     (void)state;
+    static const float sk_mid[] = {0.7f, -1.3f}, sk_far[] = {30.0f, -30.0f};
     static const struct kn_att opts[] = {
-        {0}, {.window = 5}, {.softcap = 2.0f}, {.scale = 0.5f, .softcap = 3.0f, .window = 20}};
+        {0},
+        {.window = 5},
+        {.softcap = 2.0f},
+        {.scale = 0.5f, .softcap = 3.0f, .window = 20},
+        {.sinks = sk_mid},
+        {.sinks = sk_far},
+        {.window = 5, .sinks = sk_mid},
+        {.scale = 0.5f, .softcap = 3.0f, .window = 20, .sinks = sk_mid},
+        {.softcap = 2.0f, .sinks = sk_far}};
     enum { HD = 32 };
     struct att_cache c;
     float scratch[ATT_MAXT];
@@ -1357,8 +1440,12 @@ static void test_attention_ref_formula(void **state)
                 sc[t] = o->softcap ? o->softcap * tanh(d / o->softcap) : d;
                 mx = fmax(mx, sc[t]);
             }
+            if (o->sinks)
+                mx = fmax(mx, o->sinks[j]);
             for (int t = t0; t <= pos; t++)
                 sum += (sc[t] = exp(sc[t] - mx));
+            if (o->sinks)
+                sum += exp(o->sinks[j] - mx);
             double amax = 0.0, emax = 0.0;
             for (int t = t0; t <= pos; t++)
                 for (int e = 0; e < HD; e++)
@@ -2197,6 +2284,7 @@ int main(void)
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_attention_ref_formula),
         PER_TABLE(test_attention, KN_ISA_REF, "attention_ref"),
+        PER_TABLE(test_attention_sinks, KN_ISA_REF, "attention_sinks_ref"),
         PER_TABLE(test_gemv, KN_ISA_AVX2, "gemv_avx2"),
         PER_TABLE(test_gemm, KN_ISA_AVX2, "gemm_avx2"),
         PER_TABLE(test_guard_page, KN_ISA_AVX2, "guard_page_avx2"),
@@ -2208,6 +2296,7 @@ int main(void)
         PER_TABLE(test_softmax_silu, KN_ISA_AVX2, "softmax_silu_avx2"),
         PER_TABLE(test_softcap, KN_ISA_AVX2, "softcap_avx2"),
         PER_TABLE(test_attention, KN_ISA_AVX2, "attention_avx2"),
+        PER_TABLE(test_attention_sinks, KN_ISA_AVX2, "attention_sinks_avx2"),
         PER_TABLE(test_gemv, KN_ISA_AVX512, "gemv_avx512"),
         PER_TABLE(test_gemm, KN_ISA_AVX512, "gemm_avx512"),
         PER_TABLE(test_guard_page, KN_ISA_AVX512, "guard_page_avx512"),
@@ -2220,8 +2309,10 @@ int main(void)
         PER_TABLE(test_softmax_silu, KN_ISA_AVX512, "softmax_silu_avx512"),
         PER_TABLE(test_softcap, KN_ISA_AVX512, "softcap_avx512"),
         PER_TABLE(test_attention, KN_ISA_AVX512, "attention_avx512"),
+        PER_TABLE(test_attention_sinks, KN_ISA_AVX512, "attention_sinks_avx512"),
         PER_TABLE(test_gemm, KN_ISA_AMX, "gemm_amx"),
         PER_TABLE(test_attention, KN_ISA_AMX, "attention_amx"),
+        PER_TABLE(test_attention_sinks, KN_ISA_AMX, "attention_sinks_amx"),
         PER_TABLE(test_softcap, KN_ISA_AMX, "softcap_amx"),
         PER_TABLE(test_tiles_gemm, KN_ISA_AMX, "tiles_gemm_amx"),
         PER_TABLE(test_gemm_scratch, KN_ISA_AMX, "gemm_scratch_amx"),
@@ -2229,6 +2320,7 @@ int main(void)
         PER_TABLE(test_tiles_guard, KN_ISA_AMX, "tiles_guard_amx"),
         PER_TABLE(test_gemm, SLOT_AMX_MODEL, "gemm_amx_model"),
         PER_TABLE(test_attention, SLOT_AMX_MODEL, "attention_amx_model"),
+        PER_TABLE(test_attention_sinks, SLOT_AMX_MODEL, "attention_sinks_amx_model"),
         PER_TABLE(test_softcap, SLOT_AMX_MODEL, "softcap_amx_model"),
         PER_TABLE(test_tiles_gemm, SLOT_AMX_MODEL, "tiles_gemm_amx_model"),
         PER_TABLE(test_gemm_scratch, SLOT_AMX_MODEL, "gemm_scratch_amx_model"),

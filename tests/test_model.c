@@ -409,11 +409,11 @@ static void test_batch_matches_solo(void **state)
 
 /* A MoE step's tokens grouped by expert (each expert's product over the rows that chose it: 0,
  * 1 or many of them, as the routing falls) give each sequence the logits it gets alone, as
- * test_batch_matches_solo: tiny-qwen3moe and tiny-mixtral, f32 and w4a8, every kernel table,
- * one thread and two. */
+ * test_batch_matches_solo: tiny-qwen3moe, tiny-mixtral and tiny-gptoss (biases, sinks), f32
+ * and w4a8, every kernel table, one thread and two. */
 static void test_moe_batch_matches_solo(void **state)
 {
-    static const char *const shapes[] = {"tiny-qwen3moe", "tiny-mixtral"};
+    static const char *const shapes[] = {"tiny-qwen3moe", "tiny-mixtral", "tiny-gptoss"};
     const struct kn_ops *tables[4];
     int nt = kn_ops_available(tables, 4);
     struct wrk_pool *pool;
@@ -444,12 +444,13 @@ static void test_moe_batch_matches_solo(void **state)
 }
 
 /* Sliding-window layers over the paged cache (Gemma 2: window 32 on even layers, soft-caps;
- * Gemma 3: window 48 on five of six layers, their own RoPE base): 200 tokens one at a time after
- * a prompt of 10 give the logits of one prefill of all 200 in chunks of 64, on every kernel
- * table - decode reads only the window, as prefill does. */
+ * Gemma 3: window 48 on five of six layers, their own RoPE base; gpt-oss: window 16 on even
+ * layers, attention sinks): 200 tokens one at a time after a prompt of 10 give the logits of one
+ * prefill of all 200 in chunks of 64, on every kernel table - decode reads only the window, as
+ * prefill does. */
 static void test_windowed_decode(void **state)
 {
-    static const char *const shapes[] = {"tiny-gemma2", "tiny-gemma3"};
+    static const char *const shapes[] = {"tiny-gemma2", "tiny-gemma3", "tiny-gptoss"};
     enum { N = 200, PROMPT = 10 };
     int32_t ids[N];
     for (int i = 0; i < N; i++)

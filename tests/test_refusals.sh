@@ -126,6 +126,9 @@ config tiny-qwen3 '{"architectures": ["Qwen3MoeForCausalLM"]}' 'field num_expert
 # dense layers among the sparse ones (Qwen2/3-MoE's mlp_only_layers, decoder_sparse_step)
 config tiny-qwen3moe '{"mlp_only_layers": [1]}' 'field mlp_only_layers is not an empty list'
 config tiny-qwen3moe '{"decoder_sparse_step": 2}' 'field decoder_sparse_step is 2, expected 1\.\.1'
+# gpt-oss from its GGUF only (the checkpoint's MXFP4 blocks of fused experts: not yet)
+config tiny-qwen3moe '{"architectures": ["GptOssForCausalLM"]}' \
+  'field architectures\[0\] is GptOssForCausalLM: not supported \(its experts. MXFP4 blocks'
 config tiny-qwen3 '{"architectures": ["DeepseekV3ForCausalLM"]}' \
   'field architectures\[0\] is "DeepseekV3ForCausalLM"'
 config tiny-qwen3 '{"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}' \

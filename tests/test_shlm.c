@@ -338,7 +338,7 @@ static void test_tensor_table(void **state)
             assert_false(shlm_kind_parse(nm, 3, 6, &kind, &l, &x)); /* layer 3 of 3 */
         if (shlm_kinds[k].expert)
             assert_false(shlm_kind_parse(nm, 4, 5, &kind, &l, &x)); /* expert 5 of 5 */
-        shlm_kind_gguf_name((enum shlm_kind)k, 3, g, sizeof(g));
+        shlm_kind_gguf_name(NULL, (enum shlm_kind)k, 3, g, sizeof(g));
         assert_non_null(strstr(g, shlm_kinds[k].layer ? "blk.3." : ""));
     }
     enum shlm_kind kind;
@@ -480,6 +480,9 @@ static void test_tensor_table(void **state)
     assert_int_equal(shlm_arch_hf("LlamaForCausalLM")->moe, SHLM_MOE_OPTIONAL);
     assert_null(shlm_arch_gguf("deepseek2", 9));
     assert_null(shlm_arch_hf("DeepseekV3ForCausalLM"));
+    /* gpt-oss from its GGUF only: its checkpoint's name known, refused (not listed) */
+    assert_non_null(shlm_arch_hf("GptOssForCausalLM")->hf_refused);
+    assert_null(shlm_arch_gguf("gpt-oss", 7)->refused);
     /* Gemma 2: even layers windowed; Gemma 3: five of every six */
     struct shlm_config_ext x = {.window = 32};
     shlm_arch_apply_ext(shlm_arch_gguf("gemma2", 6), &x);
@@ -506,7 +509,8 @@ static void test_tensor_table(void **state)
     shlm_arch_list(false, names, sizeof(names));
     assert_string_equal(
         names,
-        "llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3, qwen3moe");
+        "llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3, qwen3moe, "
+        "gpt-oss");
 }
 
 static void test_hash_values(void **state)

@@ -42,6 +42,13 @@ static bool tiny_arch(const struct coord_synth_shape *s)
     return s->hf_type && strncmp(s->name, "tiny-", 5) == 0;
 }
 
+/* The shapes compared with ik_llama.cpp (tests/test_archs.sh): the architecture shapes and
+ * gpt-oss's, whose Hugging Face form is not written yet. */
+static bool compared(const struct coord_synth_shape *s)
+{
+    return tiny_arch(s) || !strcmp(s->name, "tiny-gptoss");
+}
+
 static void synth(const char *shape, const char *out, bool hf, bool f32)
 {
     struct shardlm_err e;
@@ -399,7 +406,7 @@ static void test_references(void **state)
     int seen = 0;
     for (size_t i = 0; i < n; i++) {
         const struct coord_synth_shape *s = &shapes[i];
-        if (!tiny_arch(s))
+        if (!compared(s))
             continue;
         char tsv[4300];
         tu_path(tsv, sizeof(tsv), "%s/golden/%s/greedy.tsv", tu_data(), s->name);
@@ -445,15 +452,76 @@ static void test_references(void **state)
         free(text);
         seen++;
     }
-    assert_int_equal(seen, 10);
+    assert_int_equal(seen, 11);
+}
+
+/* tiny-gptoss as gpt-oss's GGUFs hold it: experts MXFP4 (3-D [cols, rows, experts]), their
+ * biases 2-D [n, experts] F32, the rest F16; with --type f32 every tensor F32 and the experts'
+ * values the same, bit for bit (drawn on MXFP4's grid); a dense or non-gpt-oss shape has no
+ * MXFP4 tensor. */
+static void test_gptoss_mxfp4(void **state)
+{
+    (void)state;
+    char a[4300], b[4300];
+    tu_path(a, sizeof(a), "%s/gptoss.gguf", dir);
+    tu_path(b, sizeof(b), "%s/gptoss-f32.gguf", dir);
+    synth("tiny-gptoss", a, false, false);
+    synth("tiny-gptoss", b, false, true);
+    const struct coord_synth_shape *s = coord_synth_shape("tiny-gptoss");
+    struct shardlm_err e;
+    struct gguf_file ga, gb;
+    if (gguf_open(&ga, a, &e) || gguf_open(&gb, b, &e))
+        fail_msg("%s", e.msg);
+    assert_int_equal(ga.n_tensors, gb.n_tensors);
+    int mx = 0, biases = 0;
+    for (uint64_t t = 0; t < ga.n_tensors; t++) {
+        const struct gguf_tensor *ta = &ga.tensors[t];
+        char name[96];
+        snprintf(name, sizeof(name), "%.*s", (int)ta->name.len, ta->name.p);
+        const struct gguf_tensor *tb = gguf_tensor(&gb, name);
+        assert_non_null(tb);
+        assert_int_equal(tb->type, GGML_F32);
+        bool exps = strstr(name, "_exps.") != NULL, bias = strstr(name, ".bias") != NULL;
+        if (exps && !bias) {
+            assert_int_equal(ta->type, GGML_MXFP4);
+            assert_int_equal(ta->n_dims, 3);
+            assert_int_equal(ta->dims[2], s->experts);
+            uint64_t n = gguf_tensor_rows(ta) * ta->dims[0];
+            float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+            assert_non_null(x);
+            assert_non_null(y);
+            assert_int_equal(gguf_read_rows(&ga, ta, 0, gguf_tensor_rows(ta), x, &e), 0);
+            assert_int_equal(gguf_read_rows(&gb, tb, 0, gguf_tensor_rows(tb), y, &e), 0);
+            assert_memory_equal(x, y, n * sizeof(float));
+            free(x);
+            free(y);
+            mx++;
+        } else if (exps) {
+            assert_int_equal(ta->type, GGML_F32);
+            assert_int_equal(ta->n_dims, 2);
+            assert_int_equal(ta->dims[1], s->experts);
+            biases++;
+        } else {
+            assert_true(ta->type == GGML_F16 || ta->type == GGML_F32);
+        }
+    }
+    assert_int_equal(mx, 3 * (int)s->layers);
+    assert_int_equal(biases, 3 * (int)s->layers);
+    gguf_close(&ga);
+    gguf_close(&gb);
+    synth("tiny-qwen3moe", a, false, false);
+    if (gguf_open(&ga, a, &e))
+        fail_msg("%s", e.msg);
+    for (uint64_t t = 0; t < ga.n_tensors; t++)
+        assert_int_not_equal(ga.tensors[t].type, GGML_MXFP4);
+    gguf_close(&ga);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_deterministic),
-        cmocka_unit_test(test_gguf_and_hf_agree),
-        cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_gptoss_mxfp4),      cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_gguf_and_hf_agree), cmocka_unit_test(test_cli),
         cmocka_unit_test(test_references),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -25,10 +25,10 @@ static void view_in(const struct shlm_model *img, const int *ix, enum shlm_kind 
 }
 
 static const float *vec_in(const struct shlm_model *img, const int *ix, enum shlm_kind kind,
-                           uint32_t layer)
+                           uint32_t layer, uint32_t expert)
 {
     struct kn_mat v;
-    view_in(img, ix, kind, layer, 0, &v);
+    view_in(img, ix, kind, layer, expert, &v);
     KN_ASSERT(v.dtype == KN_DT_F32);
     return v.codes;
 }
@@ -41,7 +41,7 @@ static void view(const struct shlm_model *img, enum shlm_kind kind, uint32_t lay
 
 static const float *vec(const struct shlm_model *img, enum shlm_kind kind, uint32_t layer)
 {
-    return vec_in(img, NULL, kind, layer);
+    return vec_in(img, NULL, kind, layer, 0);
 }
 
 /* A matrix product whose output rows are split over the pool's threads. */
@@ -98,7 +98,7 @@ static void layer_views(const struct shlm_model *img, const int *ix, const struc
         if (!shlm_kind_present(c, x, (enum shlm_kind)k, l))
             continue;
         struct kn_mat *mat = NULL, *experts = NULL;
-        const float **v = NULL;
+        const float **v = NULL, **vexperts = NULL;
         switch ((enum shlm_kind)k) {
         case SHLM_KIND_ATTN_Q:
             mat = &L->q;
@@ -163,16 +163,37 @@ static void layer_views(const struct shlm_model *img, const int *ix, const struc
         case SHLM_KIND_FFN_DOWN_EXP:
             experts = L->down_exp;
             break;
+        case SHLM_KIND_ATTN_O_BIAS:
+            v = &L->o_bias;
+            break;
+        case SHLM_KIND_ATTN_SINKS:
+            v = &L->sinks;
+            break;
+        case SHLM_KIND_FFN_ROUTER_BIAS:
+            v = &L->router_bias;
+            break;
+        case SHLM_KIND_FFN_GATE_EXP_BIAS:
+            vexperts = L->gate_exp_bias;
+            break;
+        case SHLM_KIND_FFN_UP_EXP_BIAS:
+            vexperts = L->up_exp_bias;
+            break;
+        case SHLM_KIND_FFN_DOWN_EXP_BIAS:
+            vexperts = L->down_exp_bias;
+            break;
         default: /* shlm_config_check() refuses the flags of the kinds the forward lacks */
             KN_ASSERT(!"a tensor kind the forward does not read");
         }
         if (experts) /* the experts this rank holds; the others' views stay empty */
             for (uint32_t e = (uint32_t)plan->x0; e < (uint32_t)plan->x1; e++)
                 view_in(img, ix, (enum shlm_kind)k, l, e, &experts[e]);
+        else if (vexperts)
+            for (uint32_t e = (uint32_t)plan->x0; e < (uint32_t)plan->x1; e++)
+                vexperts[e] = vec_in(img, ix, (enum shlm_kind)k, l, e);
         else if (mat)
             view_in(img, ix, (enum shlm_kind)k, l, 0, mat);
         else
-            *v = vec_in(img, ix, (enum shlm_kind)k, l);
+            *v = vec_in(img, ix, (enum shlm_kind)k, l, 0);
     }
 }
 
@@ -191,7 +212,9 @@ static int model_views(struct wrk_model *m, const struct shlm_model *img)
     m->layers = calloc(c->n_layers, sizeof(*m->layers));
     size_t ne = m->cfgx.n_experts;
     /* every MoE layer's experts: gate, up and down of each */
-    if (ne && !(m->experts = calloc((size_t)c->n_layers * 3 * ne, sizeof(*m->experts))))
+    if (ne &&
+        (!(m->experts = calloc((size_t)c->n_layers * 3 * ne, sizeof(*m->experts))) ||
+         !(m->expert_biases = calloc((size_t)c->n_layers * 3 * ne, sizeof(*m->expert_biases)))))
         return -ENOMEM;
     int *ix = shlm_name_index(img);
     if (!m->layers || !ix) {
@@ -204,6 +227,11 @@ static int model_views(struct wrk_model *m, const struct shlm_model *img)
             L->gate_exp = m->experts + (size_t)l * 3 * ne;
             L->up_exp = L->gate_exp + ne;
             L->down_exp = L->up_exp + ne;
+            if (c->flags & SHLM_CF_MOE_BIAS) {
+                L->gate_exp_bias = m->expert_biases + (size_t)l * 3 * ne;
+                L->up_exp_bias = L->gate_exp_bias + ne;
+                L->down_exp_bias = L->up_exp_bias + ne;
+            }
         }
         layer_views(img, ix, c, &m->cfgx, &m->plan, l, L);
     }
@@ -326,7 +354,7 @@ static void layer_options(struct wrk_model *m, uint32_t l)
     uint32_t window = windowed && m->cfgx.window < m->cfg.seq_len ? m->cfgx.window : 0;
     L->att = (struct kn_att){
         .scale = m->cfgx.query_scale, .softcap = m->cfgx.attn_softcap, .window = (int)window};
-    L->att_plain = !L->att.scale && !L->att.softcap && !L->att.window;
+    L->att_plain = !L->att.scale && !L->att.softcap && !L->att.window && !L->sinks;
 }
 
 /* A MoE model's routing of the chunk being run and its experts' scratch: row i's choices are
@@ -340,6 +368,7 @@ struct wrk_moe {
     int *first;            /* (n_experts + 1): expert e's pairs are [first[e], first[e + 1]) */
     int *row_pair;         /* (M, k) the pair of row i's j-th choice */
     int *pair_row;         /* (M k) the row of each pair */
+    int *pair_exp;         /* (M k) and its expert */
     struct kn_act *a_in;   /* (M k) each pair's row of a_dim (shallow copies: gate's and up's
                             * inputs in the pairs' order) */
     struct kn_act *a_down; /* (M k) the inputs of down */
@@ -367,6 +396,7 @@ static int moe_alloc(struct wrk_model *m, int group, unsigned parts_down)
     e->first = malloc((ne + 1) * sizeof(int));
     e->row_pair = malloc(M * k * sizeof(int));
     e->pair_row = malloc(M * k * sizeof(int));
+    e->pair_exp = malloc(M * k * sizeof(int));
     e->a_in = calloc(M * k, sizeof(*e->a_in));
     e->gate = calloc(M * k * (size_t)m->edown_cols, sizeof(float)); /* pads stay zero */
     e->up = malloc(M * k * (size_t)m->effn * sizeof(float));
@@ -374,7 +404,7 @@ static int moe_alloc(struct wrk_model *m, int group, unsigned parts_down)
     e->jobs = calloc(2 * ne, sizeof(*e->jobs));
     e->jobs_first = calloc(2 * ne + 1, sizeof(int));
     if (!e->logits || !e->choice || !e->weight || !e->first || !e->row_pair || !e->pair_row ||
-        !e->a_in || !e->gate || !e->up || !e->out || !e->jobs || !e->jobs_first ||
+        !e->pair_exp || !e->a_in || !e->gate || !e->up || !e->out || !e->jobs || !e->jobs_first ||
         acts_alloc(&e->a_down, (int)(M * k), m->edown_cols, group, parts_down))
         return -ENOMEM;
     return 0;
@@ -391,6 +421,7 @@ static void moe_free(struct wrk_model *m)
     free(e->first);
     free(e->row_pair);
     free(e->pair_row);
+    free(e->pair_exp);
     free(e->a_in);
     acts_free(e->a_down, m->max_m * e->k);
     free(e->gate);
@@ -493,6 +524,7 @@ void wrk_model_free(struct wrk_model *m)
     moe_free(m);
     free(m->layers);
     free(m->experts);
+    free(m->expert_biases);
     free(m->x);
     free(m->xb);
     free(m->q);
@@ -618,13 +650,28 @@ static void row_rope_kv(const struct row_job *j, int i)
     }
 }
 
+/* @gate = act(@gate) * @up over @n units, by the config's activation */
+static void act_mul(const struct wrk_model *m, float *gate, const float *up, int n)
+{
+    switch ((enum shlm_act)m->cfg.act) {
+    case SHLM_ACT_GELU_TANH:
+        m->ops->gelu_mul(gate, up, n);
+        return;
+    case SHLM_ACT_SWIGLU_OAI:
+        m->ops->swiglu_oai_mul(gate, up, n);
+        return;
+    case SHLM_ACT_SILU:
+        break;
+    }
+    m->ops->silu_mul(gate, up, n);
+}
+
 /* hb = act(gate) * up, and its activations (the inputs of down) */
 static void row_act_prepare(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
     float *h = m->hb + (size_t)i * m->down_cols;
-    (m->cfg.act == SHLM_ACT_GELU_TANH ? m->ops->gelu_mul : m->ops->silu_mul)(
-        h + m->plan.down_pad, m->hb2 + (size_t)i * m->ffn, m->ffn);
+    act_mul(m, h + m->plan.down_pad, m->hb2 + (size_t)i * m->ffn, m->ffn);
     m->ops->act_prepare(&j->a[i], h);
 }
 
@@ -757,6 +804,7 @@ static void att_part(void *arg, int ti, int tn)
     const struct seg_plan *p = &m->plan;
     const struct wrk_layer *L = &m->layers[j->layer];
     const struct kn_att *opt = L->att_plain ? NULL : &L->att;
+    struct kn_att with_sinks = L->att; /* a call's: the sinks of its first head on */
     int hd = (int)m->cfg.head_dim, kv_mul = (int)(m->cfg.n_heads / m->cfg.n_kv_heads), u = 0;
     float *scratch = m->scores + (size_t)ti * m->cfg.seq_len;
     for (int pi = 0; pi < m->n_pieces; pi++) {
@@ -777,6 +825,10 @@ static void att_part(void *arg, int ti, int tn)
                         continue;
                     int mt = pc->r.n - t < nt ? pc->r.n - t : nt;
                     size_t r = (size_t)(pc->row0 + t);
+                    if (L->sinks) {
+                        with_sinks.sinks = L->sinks + (h - p->q0);
+                        opt = &with_sinks;
+                    }
                     m->ops->attention(m->att + r * m->o_cols + p->o_pad + qoff, m->o_cols,
                                       m->q + r * m->qd + qoff, m->qd, mt, nh, pc->r.pos + t, &view,
                                       hd, scratch, opt);
@@ -851,25 +903,29 @@ static void head_gate(const struct wrk_model *m, const struct wrk_layer *L, int 
         }
 }
 
-static int reduce_add(struct wrk_model *m, int n, const float *post_norm);
+static int reduce_add(struct wrk_model *m, int n, const float *bias, const float *post_norm);
 
-/* x += @w times the prepared rows @a, summed over the ranks (through xb), RMS-normed with
- * @post_norm where the layer has one (Gemma 2/3: on the whole sum, so every rank norms the same
- * rows), times the config's residual multiplier (Granite): a block's output projection (O or down)
- * added to the residual stream. Returns 0 or the all-reduce's error. */
+/* x += @w times the prepared rows @a, summed over the ranks (through xb), plus @bias where the
+ * layer has one (gpt-oss's O), RMS-normed with @post_norm where the layer has one (Gemma 2/3: on
+ * the whole sum, so every rank norms the same rows), times the config's residual multiplier
+ * (Granite): a block's output projection (O or down) added to the residual stream. Returns 0 or the
+ * all-reduce's error. */
 static int residual_add(struct wrk_model *m, const struct kn_mat *w, const struct kn_act *a, int n,
-                        const float *post_norm)
+                        const float *bias, const float *post_norm)
 {
     gemm(m, w, a, n, m->xb, (int)m->cfg.dim);
-    return reduce_add(m, n, post_norm);
+    return reduce_add(m, n, bias, post_norm);
 }
 
 /* The tail of residual_add() for the @n rows of partial sums in xb. */
-static int reduce_add(struct wrk_model *m, int n, const float *post_norm)
+static int reduce_add(struct wrk_model *m, int n, const float *bias, const float *post_norm)
 {
     int dim = (int)m->cfg.dim, rc;
     if ((rc = allreduce(m, m->xb, (size_t)n * dim)))
         return rc;
+    if (bias) /* replicated: each rank adds it to the same sum */
+        for (int i = 0; i < n; i++)
+            add_rows(m->xb + (size_t)i * dim, bias, (size_t)dim);
     if (post_norm)
         for (int i = 0; i < n; i++)
             m->ops->rmsnorm(m->xb + (size_t)i * dim, m->xb + (size_t)i * dim, post_norm, dim,
@@ -909,7 +965,7 @@ static int attention_block(struct wrk_model *m, struct row_job *rj)
     rj->k = m->o_cols;
     rj->a = m->a_o;
     rows_run(m, rj);
-    return residual_add(m, &L->o, m->a_o, n, L->attn_post_norm);
+    return residual_add(m, &L->o, m->a_o, n, L->o_bias, L->attn_post_norm);
 }
 
 /* The FFN block of layer rj->L over the chunk of @rj: xb = rmsnorm(x), gate and up,
@@ -931,7 +987,7 @@ static int ffn_block(struct wrk_model *m, struct row_job *rj)
     rj->a = m->a_down;
     rows_run(m, rj);
     observe(m, rj->layer, WRK_SITE_DOWN, m->hb + m->plan.down_pad, n, m->down_cols, m->ffn);
-    return residual_add(m, &L->down, m->a_down, n, L->ffn_post_norm);
+    return residual_add(m, &L->down, m->a_down, n, NULL, L->ffn_post_norm);
 }
 
 /* Row i's experts and weights from its router logits @lg by the config's rule: softmax over
@@ -977,29 +1033,38 @@ static void row_norm_route(const struct row_job *j, int i)
     row_norm_prepare(j, i);
     float *lg = e->logits + (size_t)i * ne;
     m->ops->gemm(&j->L->router, &j->a[i], 1, lg, ne, 0, ne, NULL);
+    if (j->L->router_bias)
+        add_rows(lg, j->L->router_bias, (size_t)ne);
     route(m, lg, e->choice + (size_t)i * e->k, e->weight + (size_t)i * e->k);
 }
 
-/* pair j->first + i's act(gate) * up, and its activations (the inputs of its expert's down) */
+/* pair j->first + i's act(gate + its bias) * (up + its bias) (biases: gpt-oss's), and its
+ * activations (the inputs of its expert's down) */
 static void pair_act_prepare(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
     i += j->first;
     const struct wrk_moe *e = m->moe;
-    float *h = e->gate + (size_t)i * m->edown_cols;
-    (m->cfg.act == SHLM_ACT_GELU_TANH ? m->ops->gelu_mul : m->ops->silu_mul)(
-        h + m->plan.down_pad_exp, e->up + (size_t)i * m->effn, m->effn);
+    float *h = e->gate + (size_t)i * m->edown_cols, *up = e->up + (size_t)i * m->effn;
+    if (j->L->gate_exp_bias) {
+        int x = e->pair_exp[i];
+        add_rows(h + m->plan.down_pad_exp, j->L->gate_exp_bias[x], (size_t)m->effn);
+        add_rows(up, j->L->up_exp_bias[x], (size_t)m->effn);
+    }
+    act_mul(m, h + m->plan.down_pad_exp, up, m->effn);
     m->ops->act_prepare(&e->a_down[i], h);
 }
 
-/* xb's row i = the weighted sum of its experts' down outputs, in the order of its choices: of
- * those this rank holds (all but with expert-parallel experts, whose other ranks add theirs in
- * the all-reduce) */
+/* xb's row i = the weighted sum of its experts' down outputs (plus their down biases:
+ * gpt-oss's), in the order of its choices: of those this rank holds (all but with
+ * expert-parallel experts, whose other ranks add theirs in the all-reduce). A bias is whole on
+ * every rank that holds its expert: with tensor-parallel experts rank 0 adds it. */
 static void row_combine(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
     const struct wrk_moe *e = m->moe;
     int dim = (int)m->cfg.dim, k = e->k;
+    bool biases = j->L->down_exp_bias && (m->plan.experts == SEG_EXPERTS_EP || m->plan.rank == 0);
     float *y = m->xb + (size_t)i * dim;
     memset(y, 0, (size_t)dim * sizeof(float));
     for (int c = 0; c < k; c++) {
@@ -1007,9 +1072,10 @@ static void row_combine(const struct row_job *j, int i)
         if (x < m->plan.x0 || x >= m->plan.x1)
             continue;
         const float *o = e->out + (size_t)e->row_pair[i * k + c] * dim;
+        const float *b = biases ? j->L->down_exp_bias[x] : NULL;
         float w = e->weight[i * k + c];
         for (int d = 0; d < dim; d++)
-            y[d] += w * o[d];
+            y[d] += w * (b ? o[d] + b[d] : o[d]);
     }
 }
 
@@ -1029,6 +1095,7 @@ static void moe_group(struct wrk_model *m, int n)
             int x = e->choice[i * k + j], pair = e->first[x]++;
             e->row_pair[i * k + j] = pair;
             e->pair_row[pair] = i;
+            e->pair_exp[pair] = x;
             e->a_in[pair] = m->a_dim[i];
         }
     for (int x = ne; x > 0; x--) /* first[x] went to first[x + 1]: back one */
@@ -1087,7 +1154,7 @@ static int moe_block(struct wrk_model *m, struct row_job *rj)
     gemm_set_run(m, &s);
     rj->row = row_combine;
     rows_run(m, rj);
-    return reduce_add(m, n, L->ffn_post_norm);
+    return reduce_add(m, n, NULL, L->ffn_post_norm);
 }
 
 /* Rows [r0, r0 + k) of the head's wanted rows (m->head_row) through the output norm and the LM

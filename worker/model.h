@@ -30,6 +30,11 @@ struct wrk_layer {
      * this rank's units of every expert's gate, up (n_experts each) and down */
     struct kn_mat router;
     struct kn_mat *gate_exp, *up_exp, *down_exp;
+    /* gpt-oss's: the output bias (dim), the sinks of this rank's heads, the router's bias
+     * (n_experts) and each expert's gate and up biases (its units here) and down bias (dim);
+     * else NULL */
+    const float *o_bias, *sinks, *router_bias;
+    const float **gate_exp_bias, **up_exp_bias, **down_exp_bias; /* (n_experts) */
 };
 
 /* The inputs of a layer's matrix products, as wrk_model.observe sees them: the sites of the
@@ -56,6 +61,7 @@ struct wrk_model {
     const float *out_norm;    /* (dim) */
     struct wrk_layer *layers; /* (n_layers) */
     struct kn_mat *experts;   /* (n_layers, 3, n_experts): the MoE layers' expert views */
+    const float **expert_biases; /* (n_layers, 3, n_experts): and their biases' (gpt-oss) */
     int max_m;                /* tokens per forward chunk */
     /* When set, called on the forward's thread with each product's input rows before the
      * product: @n rows of @cols floats, @ld apart (calibration statistics; NULL in a worker) */

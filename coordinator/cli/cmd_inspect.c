@@ -22,10 +22,13 @@
 
 static void print_config(const struct shlm_config *c)
 {
-    printf("architecture: llama-family%s%s%s%s%s\n", c->qkv_bias ? " +qkv-bias" : "",
+    printf("architecture: llama-family%s%s%s%s%s%s%s%s\n", c->qkv_bias ? " +qkv-bias" : "",
            c->head_gate ? " +head-gate" : "", c->embd_scale > 0 ? " +embedding-scale" : "",
            c->flags & SHLM_CF_QK_NORM ? " +qk-norm" : "",
-           c->flags & SHLM_CF_POST_NORMS ? " +post-norms" : "");
+           c->flags & SHLM_CF_POST_NORMS ? " +post-norms" : "",
+           c->flags & SHLM_CF_ATTN_SINKS ? " +attention-sinks" : "",
+           c->flags & SHLM_CF_O_BIAS ? " +output-bias" : "",
+           c->flags & SHLM_CF_MOE_BIAS ? " +expert-biases" : "");
     printf("config: dim %u, hidden %u, layers %u, heads %u x %u, kv heads %u, vocab %u, "
            "context %u\n", c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->head_dim,
            c->n_kv_heads, c->vocab_size, c->seq_len);
@@ -37,7 +40,9 @@ static void print_config(const struct shlm_config *c)
            : c->rope_scaling == SHLM_ROPE_FREQS    ? ", rope_freqs scaling"
            : c->rope_scaling == SHLM_ROPE_LINEAR   ? ", linear scaling"
                                                    : "",
-           c->act == SHLM_ACT_GELU_TANH ? "gelu-tanh gated" : "silu gated",
+           c->act == SHLM_ACT_GELU_TANH    ? "gelu-tanh gated"
+           : c->act == SHLM_ACT_SWIGLU_OAI ? "clamped swiglu (gpt-oss)"
+                                           : "silu gated",
            c->tied_embd ? "tied" : "untied");
 }
 
@@ -87,14 +92,21 @@ static void print_ext(const struct shlm_config *c, const struct shlm_config_ext 
         add_part(line, sizeof(line), &n, "score soft-cap %g", (double)x->attn_softcap);
     if (x->final_softcap > 0.0f)
         add_part(line, sizeof(line), &n, "logit soft-cap %g", (double)x->final_softcap);
+    if (c->flags & SHLM_CF_ATTN_SINKS)
+        add_part(line, sizeof(line), &n, "sinks");
+    if (c->flags & SHLM_CF_O_BIAS)
+        add_part(line, sizeof(line), &n, "output bias");
     if (n)
         printf("attention: %s\n", line);
     if (x->n_experts) {
         uint32_t moe = 0;
         for (uint32_t l = 0; l < c->n_layers; l++)
             moe += shlm_layer_moe(x, l);
-        printf("experts: %u in each of %u of %u layers, %u per token, %u units each; routing: %s\n",
+        printf("experts: %u in each of %u of %u layers, %u per token, %u units each%s; routing: "
+               "%s%s\n",
                x->n_experts, moe, c->n_layers, x->n_experts_used, x->expert_ffn,
+               c->flags & SHLM_CF_MOE_BIAS ? " with biases" : "",
+               c->flags & SHLM_CF_MOE_BIAS ? "biased logits, " : "",
                x->moe_route == SHLM_ROUTE_SOFTMAX_NORM ? "softmax, top k, weights renormalised"
                                                        : "softmax, top k");
         struct seg_plan p;

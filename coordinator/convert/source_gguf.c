@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* coordinator/convert/source_gguf.c: the GGUF model source - the architectures of shm/tensors.h's
- * table (llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3); tensors F32,
- * F16, BF16, Q8_0 and Q4_0 are dequantized as they are read. */
+ * table (llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3, qwen3moe,
+ * gpt-oss); tensors F32, F16, BF16, Q8_0, Q4_0 and MXFP4 are dequantized as they are read. */
 #include "source.h"
 
 #include "gguf.h"
@@ -44,13 +44,15 @@ static int gguf_src_read(struct coord_source *s, enum shlm_kind kind, uint32_t l
     if (shlm_kinds[kind].expert) {
         row0 = (int)expert * rows;
         total = (int)s->cfgx.n_experts * rows;
-        shlm_kind_gguf_name(kind, layer, gname, sizeof(gname));
+        shlm_kind_gguf_name(&s->cfg, kind, layer, gname, sizeof(gname));
         t = gguf_tensor(&g->f, gname);
-        if (t && (t->n_dims != 3 || t->dims[2] != s->cfgx.n_experts))
+        /* an expert's vector (gpt-oss's biases): one row of a 2-D [n][experts] */
+        uint32_t dims = shlm_kinds[kind].rows == SHLM_DIM_ONE ? 2 : 3;
+        if (t && (t->n_dims != dims || t->dims[dims - 1] != s->cfgx.n_experts))
             return shardlm_fail(e, -EINVAL,
-                                "%s: tensor %s is not 3-D of %u experts (ggml's [cols, rows, "
+                                "%s: tensor %s is not %u-D of %u experts (ggml's [cols, %s"
                                 "experts])",
-                                s->path, gname, s->cfgx.n_experts);
+                                s->path, gname, dims, s->cfgx.n_experts, dims == 3 ? "rows, " : "");
     } else if (shlm_kind_fused(&s->cfg, kind, layer, false, gname, sizeof(gname), &row0, &total)) {
         t = gguf_tensor(&g->f, gname);
         if (t && gguf_tensor_rows(t) != (uint64_t)total)
@@ -59,7 +61,7 @@ static int gguf_src_read(struct coord_source *s, enum shlm_kind kind, uint32_t l
     if (!t && !shlm_kinds[kind].expert) {
         row0 = 0;
         total = rows;
-        shlm_kind_gguf_name(kind, layer, gname, sizeof(gname));
+        shlm_kind_gguf_name(&s->cfg, kind, layer, gname, sizeof(gname));
         t = gguf_tensor(&g->f, gname);
     }
     if (!t)
@@ -254,11 +256,11 @@ static int read_features(struct gguf_source *g, const struct shlm_arch_traits *a
     /* llama.cpp's converter already added 1 to gemma's RMSNorm weights: used as they are */
     shlm_arch_apply(arch, false, c);
     char name[64];
-    shlm_kind_gguf_name(SHLM_KIND_OUTPUT, 0, name, sizeof(name));
+    shlm_kind_gguf_name(c, SHLM_KIND_OUTPUT, 0, name, sizeof(name));
     c->tied_embd = gguf_tensor(&g->f, name) == NULL;
-    shlm_kind_gguf_name(SHLM_KIND_ATTN_Q_BIAS, 0, name, sizeof(name));
+    shlm_kind_gguf_name(c, SHLM_KIND_ATTN_Q_BIAS, 0, name, sizeof(name));
     c->qkv_bias = gguf_tensor(&g->f, name) != NULL;
-    shlm_kind_gguf_name(SHLM_KIND_ATTN_GATE, 0, name, sizeof(name));
+    shlm_kind_gguf_name(c, SHLM_KIND_ATTN_GATE, 0, name, sizeof(name));
     c->head_gate = gguf_tensor(&g->f, name) != NULL;
     const char *parts;
     if (shlm_fused_stray(c, false, gguf_has, &g->f, name, sizeof(name), &parts))
@@ -338,8 +340,8 @@ static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, str
         x->query_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     char name[64], name2[64];
     /* either factor tensor makes it LongRoPE, which then needs both (the expected tensors) */
-    shlm_kind_gguf_name(SHLM_KIND_ROPE_FACTORS_LONG, 0, name, sizeof(name));
-    shlm_kind_gguf_name(SHLM_KIND_ROPE_FACTORS_SHORT, 0, name2, sizeof(name2));
+    shlm_kind_gguf_name(c, SHLM_KIND_ROPE_FACTORS_LONG, 0, name, sizeof(name));
+    shlm_kind_gguf_name(c, SHLM_KIND_ROPE_FACTORS_SHORT, 0, name2, sizeof(name2));
     if (gguf_tensor(&g->f, name) || gguf_tensor(&g->f, name2)) {
         c->rope_scaling = SHLM_ROPE_LONGROPE;
         if ((rc = arch_uint(g, path, "rope.scaling.original_context_length", 2, 1u << 24, true, 0,
@@ -354,7 +356,7 @@ static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, str
     }
     if (c->rope_scaling == SHLM_ROPE_NONE && (rc = read_rope_type(g, s, path, e)))
         return rc;
-    shlm_kind_gguf_name(SHLM_KIND_ROPE_FREQS, 0, name, sizeof(name));
+    shlm_kind_gguf_name(c, SHLM_KIND_ROPE_FREQS, 0, name, sizeof(name));
     if (gguf_tensor(&g->f, name)) {
         if (c->rope_scaling != SHLM_ROPE_NONE)
             return shardlm_fail(e, -EINVAL,

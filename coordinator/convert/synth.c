@@ -7,6 +7,7 @@
 #include "synth_internal.h"
 
 #include "gguf_write.h"
+#include "rows.h"
 #include "synth_tok.h"
 #include "tensors.h"
 
@@ -93,6 +94,15 @@ static const struct coord_synth_shape shapes[] = {
      .hf_class = NULL, .eps = 1e-6f, .qk_norm = true, TINY_WEIGHTS, .out_norm = 1.0f,
      .experts = 256, .experts_used = 8,
      .expert_ffn = 16, .router_std = 0.25f},
+    /* gpt-oss: biases in attention and experts, sinks, even layers windowed (16), YaRN (factor
+     * 16 over an original context of 256: gpt-oss's 32 over 4096), 16 experts of 32 units
+     * (MXFP4 values), 4 per token, the clamped SwiGLU; untied (ik_llama.cpp's gpt-oss requires
+     * output.weight) */
+    {"tiny-gptoss", "gpt-oss", 64, 4, 4, 32, 2, 32, 512, 4096, 150000.0f, false, false,
+     .hf_class = NULL, .eps = 1e-5f, .untied = true, .window = 16, .window_pattern = 2,
+     .rope = COORD_SYNTH_ROPE_YARN, .rope_orig_ctx = 256,
+     TINY_WEIGHTS, .out_norm = 1.0f, .experts = 16, .experts_used = 4, .expert_ffn = 32,
+     .router_std = 0.75f, .bias_std = 0.05f, .sink_mean = 1.0f, .mxfp4 = true},
     /* the perf shapes: real dimensions and vocabularies */
     {"qwen3-1.7b", "qwen3", 2048, 28, 16, 128, 8, 6144, 151936, 40960, 1000000.0f, false, false,
      .hf_class = "Qwen3ForCausalLM", .hf_type = "qwen3", .eps = 1e-6f, .qk_norm = true,
@@ -354,7 +364,7 @@ static struct synth_tensor *add_expert(struct synth_model *m, const struct shlm_
 {
     char gguf[sizeof(m->t->gguf)], hf[sizeof(m->t->hf)];
     uint32_t l = layer < 0 ? 0 : (uint32_t)layer;
-    shlm_kind_gguf_name(kind, l, gguf, sizeof(gguf));
+    shlm_kind_gguf_name(c, kind, l, gguf, sizeof(gguf));
     if (!shlm_kind_hf_name(c, kind, l, expert, hf, sizeof(hf)))
         hf[0] = 0;
     struct synth_tensor *t = add_named(m, layer, gguf, hf, cols, rows, mean, std, matrix);
@@ -472,12 +482,13 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s, 
     memset(m, 0, sizeof(*m));
     m->s = s;
     m->seed = seed;
-    m->t = calloc((16 + 3 * (size_t)s->experts) * s->layers + 8, sizeof(*m->t));
+    m->t = calloc((20 + 6 * (size_t)s->experts) * s->layers + 8, sizeof(*m->t));
     if (!m->t || (s->rank && make_basis(m)))
         return -ENOMEM;
     struct shlm_config cfg, *c = &cfg;
     shape_config(s, c);
-    bool legacy = !s->hf_type; /* the first shapes: std 0.02, norms 1.0, order as before */
+    /* the first shapes (no Hugging Face form, full rank): std 0.02, norms 1.0, order as before */
+    bool legacy = !s->hf_type && !s->rank;
     float w = legacy ? 0.02f : s->w_std, wqk = legacy ? 0.02f : s->qk_std;
     float emb = legacy ? 0.02f : s->emb_std, out_norm = s->out_norm ? s->out_norm : 1.0f;
     uint64_t d = s->dim, q = (uint64_t)s->heads * s->head_dim,
@@ -514,6 +525,11 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s, 
                 s->llama_rope ? s->kv_heads : 0;
             low_rank(m, add(m, c, SHLM_KIND_ATTN_V, l, d, kv, 0, w, true), false);
         }
+        if (s->bias_std > 0.0f) {
+            add(m, c, SHLM_KIND_ATTN_Q_BIAS, l, q, 0, 0, s->bias_std, false);
+            add(m, c, SHLM_KIND_ATTN_K_BIAS, l, kv, 0, 0, s->bias_std, false);
+            add(m, c, SHLM_KIND_ATTN_V_BIAS, l, kv, 0, 0, s->bias_std, false);
+        }
         if (s->head_gate)
             add(m, c, SHLM_KIND_ATTN_GATE, l, d, s->heads, 0, w, false);
         if (s->qk_norm) {
@@ -521,24 +537,38 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s, 
             add_norm(m, c, SHLM_KIND_ATTN_K_NORM, l, s->head_dim, 1.0f);
         }
         low_rank(m, add(m, c, SHLM_KIND_ATTN_O, l, q, d, 0, w, true), true);
+        if (s->bias_std > 0.0f)
+            add(m, c, SHLM_KIND_ATTN_O_BIAS, l, d, 0, 0, s->bias_std, false);
+        if (s->sink_mean != 0.0f)
+            add(m, c, SHLM_KIND_ATTN_SINKS, l, s->heads, 0, s->sink_mean, 1.0f, false);
         if (s->gemma)
             add_norm(m, c, SHLM_KIND_ATTN_POST_NORM, l, d, post);
         add_norm(m, c, SHLM_KIND_FFN_NORM, l, d, 1.0f);
         if (s->experts) {
             float wr = s->router_std ? s->router_std : wqk;
             low_rank(m, add(m, c, SHLM_KIND_FFN_ROUTER, l, d, s->experts, 0, wr, false), false);
-            for (uint32_t x = 0; x < s->experts; x++)
-                low_rank(
-                    m, add_expert(m, c, SHLM_KIND_FFN_GATE_EXP, l, x, d, s->expert_ffn, 0, w, true),
-                    false);
-            for (uint32_t x = 0; x < s->experts; x++)
-                low_rank(m,
-                         add_expert(m, c, SHLM_KIND_FFN_UP_EXP, l, x, d, s->expert_ffn, 0, w, true),
-                         false);
-            for (uint32_t x = 0; x < s->experts; x++)
-                low_rank(
-                    m, add_expert(m, c, SHLM_KIND_FFN_DOWN_EXP, l, x, s->expert_ffn, d, 0, w, true),
-                    true);
+            if (s->bias_std > 0.0f)
+                add(m, c, SHLM_KIND_FFN_ROUTER_BIAS, l, s->experts, 0, 0, wr, false);
+            /* each expert's gate, up and down (its matrices on MXFP4's grid where the shape's
+             * are) */
+            static const enum shlm_kind mats[] = {SHLM_KIND_FFN_GATE_EXP, SHLM_KIND_FFN_UP_EXP,
+                                                  SHLM_KIND_FFN_DOWN_EXP};
+            for (int k = 0; k < 3; k++)
+                for (uint32_t x = 0; x < s->experts; x++) {
+                    bool down = mats[k] == SHLM_KIND_FFN_DOWN_EXP;
+                    t = add_expert(m, c, mats[k], l, x, down ? s->expert_ffn : d,
+                                   down ? d : s->expert_ffn, 0, w, true);
+                    low_rank(m, t, down)->mxfp4 = s->mxfp4;
+                }
+            if (s->bias_std > 0.0f) {
+                static const enum shlm_kind bias[] = {SHLM_KIND_FFN_GATE_EXP_BIAS,
+                                                      SHLM_KIND_FFN_UP_EXP_BIAS,
+                                                      SHLM_KIND_FFN_DOWN_EXP_BIAS};
+                for (int b = 0; b < 3; b++)
+                    for (uint32_t x = 0; x < s->experts; x++)
+                        add_expert(m, c, bias[b], l, x, b < 2 ? s->expert_ffn : d, 0, 0,
+                                   s->bias_std, false);
+            }
         } else if (s->fused) {
             if (!(t = add_fused(m, c, SHLM_KIND_FFN_UP, l, d, w)))
                 return -EINVAL;
@@ -599,6 +629,11 @@ static void write_metadata(struct gguf_writer *w, const struct synth_model *m)
         gguf_w_f32(w, KEY("embedding_scale"), s->emb_mult);
         gguf_w_f32(w, KEY("attention.scale"), s->attn_mult);
     }
+    if (s->rope == COORD_SYNTH_ROPE_YARN) { /* as llama.cpp's converter writes gpt-oss's */
+        gguf_w_str(w, KEY("rope.scaling.type"), "yarn");
+        gguf_w_f32(w, KEY("rope.scaling.factor"), (float)s->ctx / (float)s->rope_orig_ctx);
+        gguf_w_u32(w, KEY("rope.scaling.original_context_length"), s->rope_orig_ctx);
+    }
     if (s->rope == COORD_SYNTH_ROPE_LONGROPE) {
         double scale = (double)s->ctx / s->rope_orig_ctx;
         gguf_w_u32(w, KEY("rope.scaling.original_context_length"), s->rope_orig_ctx);
@@ -606,6 +641,15 @@ static void write_metadata(struct gguf_writer *w, const struct synth_model *m)
                    (float)sqrt(1 + log(scale) / log((double)s->rope_orig_ctx)));
     }
 #undef KEY
+}
+
+void synth_round_mxfp4(float *x, uint64_t n)
+{
+    uint8_t blk[17];
+    for (uint64_t i = 0; i + 32 <= n; i += 32) {
+        coord_rows_mxfp4_block(x + i, blk);
+        coord_rows_to_f32(COORD_ROWS_MXFP4, blk, 32, x + i);
+    }
 }
 
 /* Rows per synth_draw() call for tensor @t: a whole permuted tensor (its rows move), else about
@@ -634,10 +678,15 @@ static int write_tensors(struct gguf_writer *w, const struct synth_model *m,
     float *buf = NULL, *perm = NULL;
     for (size_t i = 0; i < m->n; i++) {
         const struct synth_tensor *t = &m->t[i];
-        enum gguf_ggml_type type = t->matrix && !m->f32 ? GGML_F16 : GGML_F32;
+        enum gguf_ggml_type type = !t->matrix || m->f32 ? GGML_F32
+                                   : t->mxfp4           ? GGML_MXFP4
+                                                        : GGML_F16;
         if (t->experts && t->expert) /* a layer's experts of a kind: one 3-D tensor */
             continue;
-        gguf_w_tensor3(w, t->gguf, type, t->cols, t->rows, t->experts ? t->experts : 1);
+        if (t->experts && !t->rows) /* of vectors: one 2-D [cols][experts] */
+            gguf_w_tensor(w, t->gguf, type, t->cols, t->experts);
+        else
+            gguf_w_tensor3(w, t->gguf, type, t->cols, t->rows, t->experts ? t->experts : 1);
         uint64_t b = synth_block_rows(t);
         if (b * t->cols > cap)
             cap = b * t->cols;
@@ -652,6 +701,8 @@ static int write_tensors(struct gguf_writer *w, const struct synth_model *m,
         for (uint64_t r = 0; r < rows; r += b) {
             uint64_t n = rows - r < b ? rows - r : b;
             synth_draw(t, &rng, buf, n);
+            if (t->mxfp4)
+                synth_round_mxfp4(buf, n * t->cols);
             if (t->gguf_add != 0.0f)
                 for (uint64_t j = 0; j < n * t->cols; j++)
                     buf[j] += t->gguf_add;

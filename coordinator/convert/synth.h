@@ -15,6 +15,7 @@ enum coord_synth_rope {
     COORD_SYNTH_ROPE_PLAIN,    /* theta ** (-2i / head_dim) */
     COORD_SYNTH_ROPE_LLAMA3,   /* Llama 3.1: low/high frequency factors (GGUF rope_freqs) */
     COORD_SYNTH_ROPE_LONGROPE, /* Phi-3.5: short/long factors, an attention factor */
+    COORD_SYNTH_ROPE_YARN,     /* gpt-oss: YaRN (GGUF only here), factor ctx / rope_orig_ctx */
 };
 
 /* A model shape: the architecture name GGUF stores, the sizes, and (zero for the llama and spark
@@ -66,6 +67,11 @@ struct coord_synth_shape {
      * rounding) */
     uint32_t experts, experts_used, expert_ffn;
     float router_std;
+    /* gpt-oss: q/k/v/O and expert biases N(0, bias_std), the router's N(0, router_std),
+     * attention sinks N(sink_mean, 1); experts' matrices on MXFP4's grid
+     * (coord_rows_mxfp4_block), stored as MXFP4 (F32 with --f32: the same values) */
+    float bias_std, sink_mean;
+    bool mxfp4;
 };
 
 /* The shapes coord_synth() makes, *@n of them (static). */

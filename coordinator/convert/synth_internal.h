@@ -28,6 +28,7 @@ struct synth_tensor {
      * experts of one kind as one 3-D tensor (they are consecutive in the list), the HF folder
      * each as its own */
     uint32_t expert, experts;
+    bool mxfp4; /* its values on MXFP4's grid (rows of 32-value blocks), stored so */
 };
 
 struct synth_model {
@@ -54,6 +55,8 @@ void synth_vocab_free(struct synth_vocab *v);
  * previous rows; a tensor drawn in several calls holds what one call gives. */
 void synth_draw(const struct synth_tensor *t, uint64_t *rng, float *buf, uint64_t rows);
 
+/* Rounds the @n values at @x (whole blocks of 32) to MXFP4's grid (struct synth_tensor.mxfp4). */
+void synth_round_mxfp4(float *x, uint64_t n);
 /* Rows per synth_draw() call for tensor @t (both writers use it, so both draw the same values). */
 uint64_t synth_block_rows(const struct synth_tensor *t);
 

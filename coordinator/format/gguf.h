@@ -11,7 +11,8 @@
  * Tensor types this reader dequantizes: F32, F16, BF16, and ggml's blocks of 32 elements along
  * dims[0]: Q8_0 = fp16 scale + 32 int8 (34 bytes), value = scale * q; Q4_0 = fp16 scale + 16
  * bytes (18 bytes), byte j holding element j in its low nibble and element j + 16 in its high
- * one, value = scale * (nibble - 8) (rows.h converts them).
+ * one, value = scale * (nibble - 8); MXFP4 = E8M0 exponent + 16 bytes of E2M1 nibbles (17
+ * bytes: gpt-oss's experts) (rows.h converts them).
  */
 #ifndef SHARDLM_COORD_GGUF_H
 #define SHARDLM_COORD_GGUF_H
@@ -31,7 +32,12 @@ enum gguf_type {
 
 /* ggml tensor types this reader dequantizes */
 enum gguf_ggml_type {
-    GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_BF16 = 30,
+    GGML_F32 = 0,
+    GGML_F16 = 1,
+    GGML_Q4_0 = 2,
+    GGML_Q8_0 = 8,
+    GGML_BF16 = 30,
+    GGML_MXFP4 = 39,
 };
 
 struct gguf_str {

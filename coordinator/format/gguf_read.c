@@ -50,6 +50,9 @@ static bool ggml_rows_type(uint32_t type, enum coord_rows_type *out)
     case GGML_BF16: *out = COORD_ROWS_BF16; return true;
     case GGML_Q8_0: *out = COORD_ROWS_Q8_0; return true;
     case GGML_Q4_0: *out = COORD_ROWS_Q4_0; return true;
+    case GGML_MXFP4:
+        *out = COORD_ROWS_MXFP4;
+        return true;
     default: return false;
     }
 }
@@ -749,7 +752,7 @@ int gguf_read_rows(const struct gguf_file *g, const struct gguf_tensor *t, uint6
     if (!ggml_rows_type(t->type, &rt) || !t->bytes)
         return shardlm_fail(e, -EINVAL,
                             "%s: tensor %s: ggml type %u is not supported (F32, F16, "
-                            "BF16, Q8_0 and Q4_0 are)",
+                            "BF16, Q8_0, Q4_0 and MXFP4 are)",
                             what, show(t->name, tn), (unsigned)t->type);
     if (r0 > r1 || r1 > rows)
         return shardlm_fail(e, -EINVAL, "%s: tensor %s: rows %llu..%llu are outside its %llu rows",

@@ -5,6 +5,7 @@
 #include "gguf_write.h"
 
 #include "kn.h"
+#include "rows.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -244,8 +245,8 @@ void gguf_w_tensor3(struct gguf_writer *w, const char *name, enum gguf_ggml_type
 {
     KN_ASSERT(mats >= 1 && (mats == 1 || rows >= 1) && rows <= UINT64_MAX / mats);
     KN_ASSERT(!w->started); /* every tensor is declared before the first rows */
-    KN_ASSERT(type == GGML_F32 || type == GGML_F16);
-    KN_ASSERT(cols >= 1);
+    KN_ASSERT(type == GGML_F32 || type == GGML_F16 || type == GGML_MXFP4);
+    KN_ASSERT(cols >= 1 && (type != GGML_MXFP4 || cols % 32 == 0));
     if (w->err)
         return;
     for (uint64_t i = 0; i < w->n_t; i++)
@@ -268,13 +269,14 @@ void gguf_w_tensor3(struct gguf_writer *w, const char *name, enum gguf_ggml_type
     }
     uint64_t esize = type == GGML_F32 ? 4 : 2, nel;
     KN_ASSERT(!__builtin_mul_overflow(cols, rows ? rows * mats : 1, &nel) && nel <= UINT64_MAX / 8);
+    uint64_t bytes = type == GGML_MXFP4 ? nel / 32 * 17 : nel * esize;
     t->type = type;
     t->cols = cols;
     t->rows = rows * mats;
     t->mats = mats;
     t->offset = align_up(w->data_end, GGUF_W_ALIGN);
     t->done = 0;
-    w->data_end = t->offset + nel * esize;
+    w->data_end = t->offset + bytes;
     w->n_t++;
 }
 
@@ -328,6 +330,12 @@ void gguf_w_tensor_rows(struct gguf_writer *w, const float *rows, uint64_t n_row
     uint64_t n = n_rows * t->cols;
     if (t->type == GGML_F32) {
         w_put(w, rows, n * 4);
+    } else if (t->type == GGML_MXFP4) { /* rows are whole blocks (cols % 32 == 0) */
+        uint8_t blk[17];
+        for (uint64_t i = 0; i < n && !w->err; i += 32) {
+            coord_rows_mxfp4_block(rows + i, blk);
+            w_put(w, blk, sizeof(blk));
+        }
     } else {
         uint16_t h[1024];
         for (uint64_t i = 0; i < n && !w->err; i += 1024) {

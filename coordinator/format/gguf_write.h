@@ -23,7 +23,8 @@ void gguf_w_str(struct gguf_writer *w, const char *key, const char *v);
 void gguf_w_arr_str(struct gguf_writer *w, const char *key, const char *const *v, uint64_t n);
 void gguf_w_arr_f32(struct gguf_writer *w, const char *key, const float *v, uint64_t n);
 void gguf_w_arr_i32(struct gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
-/* Declares a tensor of @type (GGML_F32 or GGML_F16) with dims[0] = @cols, dims[1] = @rows (1-D
+/* Declares a tensor of @type (GGML_F32, GGML_F16, or GGML_MXFP4 of @cols a multiple of 32) with
+ * dims[0] = @cols, dims[1] = @rows (1-D
  * when rows == 0); its data comes later, in declaration order, through gguf_w_tensor_rows(). */
 void gguf_w_tensor(struct gguf_writer *w, const char *name, enum gguf_ggml_type type,
                    uint64_t cols, uint64_t rows);
@@ -32,8 +33,9 @@ void gguf_w_tensor(struct gguf_writer *w, const char *name, enum gguf_ggml_type 
 void gguf_w_tensor3(struct gguf_writer *w, const char *name, enum gguf_ggml_type type,
                     uint64_t cols, uint64_t rows, uint64_t mats);
 /* Appends @n_rows rows of the current tensor (float32, converted to its type: F16 rounds to
- * nearest even); tensors are filled in declaration order, each completely, and one call never
- * runs past the current tensor's last row (a 1-D tensor is one row). */
+ * nearest even, MXFP4 as coord_rows_mxfp4_block); tensors are filled in declaration order, each
+ * completely, and one call never runs past the current tensor's last row (a 1-D tensor is one row).
+ */
 void gguf_w_tensor_rows(struct gguf_writer *w, const float *rows, uint64_t n_rows);
 /* Writes the file atomically (flush, fsync, rename over @path). Returns 0 or -errno with @e set
  * (the temporary file is then removed); frees @w either way. */

@@ -341,9 +341,9 @@ static int cfg_family(const json_t *root, const struct shlm_arch_traits **out, c
     if (!arch)
         return shardlm_fail(e, -EINVAL, "%s: field architectures: expected a list of names", what);
     const struct shlm_arch_traits *a = shlm_arch_hf(arch);
-    if (a && a->refused)
+    if (a && (a->refused || a->hf_refused))
         return shardlm_fail(e, -EINVAL, "%s: field architectures[0] is %s: not supported (%s)",
-                            what, a->hf, a->refused);
+                            what, a->hf, a->refused ? a->refused : a->hf_refused);
     if (!a) {
         char shown[100], names[512];
         shlm_arch_list(true, names, sizeof(names));

@@ -8,6 +8,10 @@
                                                        header, its bytes unchanged
   model_edit.py gguf-arch IN.gguf OUT.gguf ARCH      general.architecture set to ARCH and every
                                                        key of the old one's prefix renamed
+  model_edit.py gguf-fill IN.gguf OUT.gguf SUFFIX VALUE
+                                                       every F32 tensor whose name ends in SUFFIX
+                                                       filled with VALUE (a feature switched off:
+                                                       zero biases, sinks of -1e4)
   model_edit.py config IN.json OUT.json JSON           the fields of the JSON object merged into
                                                        config.json (a null value drops one)
 """
@@ -79,6 +83,44 @@ def gguf_set(src, dst, key, ty, val, rename=None):
     open(dst, 'wb').write(head + b[data:])
 
 
+def gguf_fill(src, dst, suffix, val):
+    b = bytearray(open(src, 'rb').read())
+    if b[:4] != b'GGUF':
+        sys.exit(f'{src}: not a GGUF file')
+    _, n_tensors, n_kv = struct.unpack_from('<IQQ', b, 4)
+    off, align = 24, 32
+    for _ in range(n_kv):
+        start = off
+        off = skip_str(b, off)
+        k = bytes(b[start + 8:off]).decode()
+        t, = struct.unpack_from('<I', b, off)
+        if k == 'general.alignment':
+            align, = struct.unpack_from('<I', b, off + 4)
+        off = skip_val(b, t, off + 4)
+    hits = []
+    for _ in range(n_tensors):
+        start = off
+        off = skip_str(b, off)
+        name = bytes(b[start + 8:off]).decode()
+        nd, = struct.unpack_from('<I', b, off)
+        dims = struct.unpack_from(f'<{nd}Q', b, off + 4)
+        ty, toff = struct.unpack_from('<IQ', b, off + 4 + 8 * nd)
+        off += 4 + 8 * nd + 4 + 8
+        n = 1
+        for d in dims:
+            n *= d
+        if name.endswith(suffix):
+            if ty != 0:
+                sys.exit(f'{name}: ggml type {ty}, expected F32 (0)')
+            hits.append((toff, n))
+    if not hits:
+        sys.exit(f'{src}: no tensor ends in {suffix}')
+    data = (off + align - 1) // align * align
+    for toff, n in hits:
+        struct.pack_into(f'<{n}f', b, data + toff, *([float(val)] * n))
+    open(dst, 'wb').write(b)
+
+
 def config_set(src, dst, fields):
     c = json.load(open(src))
     for k, v in json.loads(fields).items():
@@ -95,6 +137,8 @@ if __name__ == '__main__':
     elif len(sys.argv) == 5 and sys.argv[1] == 'gguf-arch':
         gguf_set(sys.argv[2], sys.argv[3], 'general.architecture', 'str', sys.argv[4],
                  rename=sys.argv[4])
+    elif len(sys.argv) == 6 and sys.argv[1] == 'gguf-fill':
+        gguf_fill(*sys.argv[2:])
     elif len(sys.argv) == 5 and sys.argv[1] == 'config':
         config_set(*sys.argv[2:])
     else:

@@ -316,6 +316,7 @@ const struct kn_ops KN_OPS_AMX = {
     .softmax = kn_softmax_amx,
     .silu_mul = kn_silu_mul_amx,
     .gelu_mul = kn_gelu_mul_amx,
+    .swiglu_oai_mul = kn_swiglu_oai_mul_ref,
     .softcap = kn_softcap_amx,
     .attention = kn_attention_amx,
     .gram_tile = gram_tile,

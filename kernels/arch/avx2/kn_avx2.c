@@ -770,6 +770,15 @@ static void att_lanes(float *out, size_t out_stride, const float *q, size_t q_st
     _mm256_storeu_ps(sum, st.sum);
     for (int l = 0; l < 8; l++)
         inv[l] = 1.0f / sum[l];
+    if (opt->sinks) { /* as the AVX-512 table's att_sink_inv: c / (sum c + e^(sink - m2)) */
+        float sink[8];
+        for (int l = 0; l < 8; l++) /* lane l: query head (l0 + l) % nh; unused: any finite */
+            sink[l] = l < n ? opt->sinks[(l0 + l) % nh] : 0.0f;
+        __m256 sk = _mm256_loadu_ps(sink), m2 = _mm256_max_ps(st.m, sk);
+        __m256 c = exp_neg(_mm256_sub_ps(st.m, m2));
+        _mm256_storeu_ps(
+            inv, _mm256_div_ps(c, _mm256_fmadd_ps(st.sum, c, exp_neg(_mm256_sub_ps(sk, m2)))));
+    }
     for (int l = 0; l < n; l++) {
         int ql = l0 + l;
         float *o = out + (size_t)(ql / nh) * out_stride + (size_t)(ql % nh * hd);
@@ -812,6 +821,7 @@ const struct kn_ops kn_ops_avx2 = {
     .softmax = kn_softmax_ref,
     .silu_mul = kn_silu_mul_avx2,
     .gelu_mul = kn_gelu_mul_avx2,
+    .swiglu_oai_mul = kn_swiglu_oai_mul_ref,
     .softcap = kn_softcap_avx2,
     .attention = kn_attention_avx2,
     .gram_tile = gram_tile,

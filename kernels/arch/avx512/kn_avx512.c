@@ -1230,6 +1230,15 @@ static int att_first(const struct kn_att *opt, int pos)
     return opt->window && pos >= opt->window ? pos - opt->window + 1 : 0;
 }
 
+/* The factor that turns unnormalised outputs into a sink's (struct kn_att), per lane: with the
+ * running max m and sum, m2 = max(m, sink) and c = e^(m - m2), c / (sum c + e^(sink - m2))
+ * (without a sink: 1 / sum). att_one calls it with broadcasts: lane by lane the same bits. */
+static inline __m512 att_sink_inv(__m512 m, __m512 sum, __m512 sink)
+{
+    __m512 m2 = _mm512_max_ps(m, sink), c = exp_neg(_mm512_sub_ps(m, m2));
+    return _mm512_div_ps(c, _mm512_fmadd_ps(sum, c, exp_neg(_mm512_sub_ps(sink, m2))));
+}
+
 static void att_one(float *out, const float *q, int nh, int pos0, const struct kn_kv *kv, int hd,
                     const struct kn_att *opt)
 {
@@ -1276,6 +1285,9 @@ static void att_one(float *out, const float *q, int nh, int pos0, const struct k
     }
     for (int h = 0; h < nh; h++) {
         float inv = 1.0f / st.sum[h];
+        if (opt->sinks)
+            inv = _mm512_cvtss_f32(att_sink_inv(_mm512_set1_ps(st.m[h]), _mm512_set1_ps(st.sum[h]),
+                                                _mm512_set1_ps(opt->sinks[h])));
         for (int d = 0; d < hd; d++)
             out[(size_t)(h * hd + d)] = st.o[h][d] * inv;
     }
@@ -1337,6 +1349,12 @@ static void kn_attention_avx512(float *out, size_t out_stride, const float *q, s
     }
     float inv[KN_ATT_TILE];
     _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), st.sum));
+    if (opt->sinks) { /* lane l: query head l % nh (unused lanes: any finite sink) */
+        float sink[KN_ATT_TILE];
+        for (int l = 0; l < KN_ATT_TILE; l++)
+            sink[l] = l < nl ? opt->sinks[l % nh] : 0.0f;
+        _mm512_storeu_ps(inv, att_sink_inv(st.m, st.sum, _mm512_loadu_ps(sink)));
+    }
     for (int l = 0; l < nl; l++) {
         float *o = out + (size_t)(l / nh) * out_stride + (size_t)(l % nh * hd);
         for (int d = 0; d < hd; d++)
@@ -1434,6 +1452,7 @@ const struct kn_ops kn_ops_avx512 = {
     .softmax = kn_softmax_avx512,
     .silu_mul = kn_silu_mul_avx512,
     .gelu_mul = kn_gelu_mul_avx512,
+    .swiglu_oai_mul = kn_swiglu_oai_mul_ref,
     .softcap = kn_softcap_avx512,
     .attention = kn_attention_avx512,
     .gram_tile = gram_tile,

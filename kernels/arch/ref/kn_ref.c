@@ -160,6 +160,16 @@ void kn_silu_mul_ref(float *a, const float *b, int n)
         a[i] = a[i] * (1.0f / (1.0f + expf(-a[i]))) * b[i];
 }
 
+void kn_swiglu_oai_mul_ref(float *a, const float *b, int n)
+{
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int i = 0; i < n; i++) {
+        float g = a[i] < limit ? a[i] : limit;
+        float u = b[i] < -limit ? -limit : b[i] > limit ? limit : b[i];
+        a[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+    }
+}
+
 void kn_gelu_mul_ref(float *a, const float *b, int n)
 {
     const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
@@ -173,6 +183,23 @@ void kn_softcap_ref(float *x, int n, float cap)
 {
     for (int i = 0; i < n; i++)
         x[i] = cap * tanhf(x[i] / cap);
+}
+
+/* Softmax of n values in place with a sink: a logit @sink in the denominator that takes no
+ * share, p_i = e^(x_i - M) / (sum_i e^(x_i - M) + e^(sink - M)), M = max(max_i x_i, sink). */
+static void softmax_sink(float *x, int n, float sink)
+{
+    float mx = sink;
+    for (int i = 0; i < n; i++)
+        mx = fmaxf(mx, x[i]);
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    sum += expf(sink - mx);
+    for (int i = 0; i < n; i++)
+        x[i] /= sum;
 }
 
 void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
@@ -198,7 +225,10 @@ void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_st
                 if (opt->softcap > 0.0f)
                     s[t - t0] = opt->softcap * tanhf(s[t - t0] / opt->softcap);
             }
-            kn_softmax_ref(s, pos - t0 + 1);
+            if (opt->sinks)
+                softmax_sink(s, pos - t0 + 1, opt->sinks[j]);
+            else
+                kn_softmax_ref(s, pos - t0 + 1);
             for (int d = 0; d < hd; d++)
                 oh[d] = 0.0f;
             for (int t = t0; t <= pos; t++) {
@@ -237,6 +267,7 @@ const struct kn_ops kn_ops_ref = {
     .softmax = kn_softmax_ref,
     .silu_mul = kn_silu_mul_ref,
     .gelu_mul = kn_gelu_mul_ref,
+    .swiglu_oai_mul = kn_swiglu_oai_mul_ref,
     .softcap = kn_softcap_ref,
     .attention = kn_attention_ref,
     .gram_tile = gram_tile,

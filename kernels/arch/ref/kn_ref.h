@@ -20,6 +20,7 @@ void kn_rope_ref(float *v, int nheads, int head_dim, int pos, const float *inv_f
 void kn_softmax_ref(float *x, int n);
 void kn_silu_mul_ref(float *a, const float *b, int n);
 void kn_gelu_mul_ref(float *a, const float *b, int n);
+void kn_swiglu_oai_mul_ref(float *a, const float *b, int n);
 void kn_softcap_ref(float *x, int n, float cap);
 void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
                       int nh, int pos0, const struct kn_kv *kv, int hd, float *scratch,
