@@ -449,8 +449,14 @@ static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int 
     m->k = malloc(M * (size_t)m->kvd * sizeof(float));
     m->v = malloc(M * (size_t)m->kvd * sizeof(float));
     m->att = calloc(M * (size_t)m->o_cols, sizeof(float)); /* pads stay zero */
-    m->hb = calloc(M * (size_t)m->down_cols, sizeof(float));
-    m->hb2 = malloc(M * (size_t)m->ffn * sizeof(float));
+    /* the dense FFN's scratch (a model whose every layer is MoE has none: one float a row, as
+     * a_down's width below) */
+    bool dense = false;
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        dense |= !shlm_layer_moe(&m->cfgx, l);
+    int down_cols = dense ? m->down_cols : 1;
+    m->hb = calloc(M * (size_t)down_cols, sizeof(float));
+    m->hb2 = malloc(M * (size_t)(dense ? m->ffn : 1) * sizeof(float));
     /* the reference attention's scores, one row per pool thread */
     m->scores =
         malloc((size_t)c->seq_len * (size_t)(m->pool ? wrk_pool_size(m->pool) : 1) * sizeof(float));
@@ -487,7 +493,7 @@ static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int 
         !m->hb2 || !m->scores || !m->pieces || !m->row_piece || !m->head_row || !m->head_dst ||
         acts_alloc(&m->a_dim, max_m, (int)dim, agroup, m->parts_dim) ||
         acts_alloc(&m->a_o, max_m, m->o_cols, agroup, parts_o) ||
-        acts_alloc(&m->a_down, max_m, m->down_cols, agroup, parts_down) || gemm_scratch_alloc(m))
+        acts_alloc(&m->a_down, max_m, down_cols, agroup, parts_down) || gemm_scratch_alloc(m))
         return -ENOMEM;
     return m->cfgx.n_experts ? moe_alloc(m, agroup, parts_edown) : 0;
 }

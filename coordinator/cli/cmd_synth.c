@@ -11,13 +11,21 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The features line of an architecture shape (its HF class, window, caps, multipliers, RoPE). */
+/* The features line of an architecture shape (its HF class or "GGUF only", experts, window, caps,
+ * multipliers, RoPE, gpt-oss's sinks and biases). */
 static size_t features(const struct coord_synth_shape *s, char *out, size_t size)
 {
-    size_t len = (size_t)snprintf(out, size, "%20s%s", "", s->hf_class);
+    size_t len = (size_t)snprintf(out, size, "%20s%s", "", s->hf_class ? s->hf_class : "GGUF only");
 #define ADD(...)                                                                                   \
     if (len < size)                                                                                \
     len += (size_t)snprintf(out + len, size - len, __VA_ARGS__)
+    if (s->experts)
+        ADD(", %u experts of %u units, %u per token%s", s->experts, s->expert_ffn, s->experts_used,
+            s->mxfp4 ? " (MXFP4 values)" : "");
+    if (s->sink_mean != 0.0f)
+        ADD(", attention sinks");
+    if (s->bias_std > 0.0f)
+        ADD(", q/k/v/O and expert biases");
     if (s->qk_norm)
         ADD(", q/k norms");
     if (s->fused)
@@ -41,6 +49,8 @@ static size_t features(const struct coord_synth_shape *s, char *out, size_t size
             s->rope_high, s->rope_orig_ctx);
     if (s->rope == COORD_SYNTH_ROPE_LONGROPE)
         ADD(", LongRoPE (orig %u of %u)", s->rope_orig_ctx, s->ctx);
+    if (s->rope == COORD_SYNTH_ROPE_YARN)
+        ADD(", YaRN x%g (orig %u)", (double)s->ctx / s->rope_orig_ctx, s->rope_orig_ctx);
     ADD("%s\n", s->untied ? ", untied" : "");
 #undef ADD
     return len;
@@ -71,9 +81,12 @@ static const char *usage(void)
                                 "  %-17s %s: hidden %u, %u layers, %u heads x %u, %u KV heads, "
                                 "FFN %u %s, vocab %u%s\n",
                                 s->name, s->arch, s->dim, s->layers, s->heads, s->head_dim,
-                                s->kv_heads, s->ffn, s->gelu ? "GELU-tanh" : "SiLU", s->vocab,
-                                s->head_gate ? ", per-head output gate" : "");
-        if (s->hf_type && len < sizeof(text))
+                                s->kv_heads, s->ffn,
+                                s->gelu                       ? "GELU-tanh"
+                                : !strcmp(s->arch, "gpt-oss") ? "clamped SwiGLU"
+                                                              : "SiLU",
+                                s->vocab, s->head_gate ? ", per-head output gate" : "");
+        if ((s->hf_type || s->rank) && len < sizeof(text))
             len += features(s, text + len, sizeof(text) - len);
     }
     return text;
