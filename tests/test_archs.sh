@@ -68,8 +68,9 @@ W4A16_KLD_GPTOSS=0.057
 # LongRoPE 0.26; llama31 rope_scaling 0.044.
 # (qwen3's q/k norms, smollm3's RoPE-less layers and mistral's head_dim have no config edit
 # that convert takes; Granite is not compared with ik.) gpt-oss's GGUF edits (gguf_bites): sinks
-# 0.25, output bias 0.72, router bias 0.11, expert gate bias 0.021, down bias 0.18, window 1.75,
-# YaRN (factor 1) 0.28.
+# 0.25, output bias 0.72, router bias 0.11, expert gate bias 0.021, up bias 0.0041, down bias
+# 0.18, q bias 0.0084, k bias 0.0021 (a shift of every score of a query, which only the sink
+# sees), v bias 0.49, window 1.75, YaRN (factor 1) 0.28.
 BITE_KLD=1e-3
 # the mixtures of experts: also evaluated with their experts placed whole on two ranks (2ep),
 # and converted with --method gptq and awq (the methods skip the experts)
@@ -98,7 +99,8 @@ bites() {
 gguf_bites() {
   case $1 in
   tiny-gptoss) printf '%s\n' 'fill attn_sinks.weight -10000' 'fill attn_output.bias 0' \
-    'fill ffn_gate_inp.bias 0' 'fill ffn_gate_exps.bias 0' 'fill ffn_down_exps.bias 0' \
+    'fill ffn_gate_inp.bias 0' 'fill ffn_gate_exps.bias 0' 'fill ffn_up_exps.bias 0' \
+    'fill ffn_down_exps.bias 0' 'fill attn_q.bias 0' 'fill attn_k.bias 0' 'fill attn_v.bias 0' \
     'key gpt-oss.attention.sliding_window u32 4096' 'key gpt-oss.rope.scaling.factor f32 1' ;;
   esac
 }

@@ -212,9 +212,10 @@ static int model_views(struct wrk_model *m, const struct shlm_model *img)
     m->layers = calloc(c->n_layers, sizeof(*m->layers));
     size_t ne = m->cfgx.n_experts;
     /* every MoE layer's experts: gate, up and down of each */
-    if (ne &&
-        (!(m->experts = calloc((size_t)c->n_layers * 3 * ne, sizeof(*m->experts))) ||
-         !(m->expert_biases = calloc((size_t)c->n_layers * 3 * ne, sizeof(*m->expert_biases)))))
+    if (ne && !(m->experts = calloc((size_t)c->n_layers * 3 * ne, sizeof(*m->experts))))
+        return -ENOMEM;
+    if (ne && (c->flags & SHLM_CF_MOE_BIAS) && /* and their biases (gpt-oss) */
+        !(m->expert_biases = calloc((size_t)c->n_layers * 3 * ne, sizeof(*m->expert_biases))))
         return -ENOMEM;
     int *ix = shlm_name_index(img);
     if (!m->layers || !ix) {

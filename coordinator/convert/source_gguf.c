@@ -259,7 +259,9 @@ static int read_features(struct gguf_source *g, const struct shlm_arch_traits *a
     shlm_kind_gguf_name(c, SHLM_KIND_OUTPUT, 0, name, sizeof(name));
     c->tied_embd = gguf_tensor(&g->f, name) == NULL;
     shlm_kind_gguf_name(c, SHLM_KIND_ATTN_Q_BIAS, 0, name, sizeof(name));
-    c->qkv_bias = gguf_tensor(&g->f, name) != NULL;
+    /* gpt-oss's attention always has them (llama.cpp requires them): a file without is refused
+     * by the missing tensor, not run without */
+    c->qkv_bias = gguf_tensor(&g->f, name) != NULL || (arch->flags & SHLM_CF_O_BIAS);
     shlm_kind_gguf_name(c, SHLM_KIND_ATTN_GATE, 0, name, sizeof(name));
     c->head_gate = gguf_tensor(&g->f, name) != NULL;
     const char *parts;

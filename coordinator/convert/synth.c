@@ -342,6 +342,7 @@ static struct synth_tensor *add_named(struct synth_model *m, int layer, const ch
                                       const char *hf, uint64_t cols, uint64_t rows, float mean,
                                       float std, bool matrix)
 {
+    KN_ASSERT(m->n < m->cap);
     struct synth_tensor *t = &m->t[m->n++];
     memset(t, 0, sizeof(*t));
     snprintf(t->gguf, sizeof(t->gguf), "%s", gguf);
@@ -482,7 +483,9 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s, 
     memset(m, 0, sizeof(*m));
     m->s = s;
     m->seed = seed;
-    m->t = calloc((20 + 6 * (size_t)s->experts) * s->layers + 8, sizeof(*m->t));
+    /* per layer: at most 20 tensors of a dense one, 18 + 6 per expert of a MoE one */
+    m->cap = (20 + 6 * (size_t)s->experts) * s->layers + 8;
+    m->t = calloc(m->cap, sizeof(*m->t));
     if (!m->t || (s->rank && make_basis(m)))
         return -ENOMEM;
     struct shlm_config cfg, *c = &cfg;
@@ -599,7 +602,8 @@ static void write_metadata(struct gguf_writer *w, const struct synth_model *m)
     if (phi)
         snprintf(name, sizeof(name), "%.*sphi 3%s", (int)(phi - s->name), s->name, phi + 4);
     gguf_w_str(w, "general.name", phi ? name : s->name);
-    gguf_w_u32(w, "general.file_type", m->f32 ? 0 : 1); /* all F32, mostly F16 */
+    /* all F32, mostly F16, or (llama.cpp's 38) MXFP4 experts and the rest F16 */
+    gguf_w_u32(w, "general.file_type", m->f32 ? 0 : s->mxfp4 ? 38 : 1);
     gguf_w_u32(w, KEY("context_length"), s->ctx);
     gguf_w_u32(w, KEY("embedding_length"), s->dim);
     gguf_w_u32(w, KEY("block_count"), s->layers);

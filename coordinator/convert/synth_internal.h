@@ -33,8 +33,8 @@ struct synth_tensor {
 
 struct synth_model {
     const struct coord_synth_shape *s;
-    struct synth_tensor *t; /* (n) in draw order */
-    size_t n;
+    struct synth_tensor *t; /* (n) in draw order, room for cap */
+    size_t n, cap;
     bool f32;
     uint64_t seed;
     const struct coord_synth_tok *tok;     /* a real tokenizer, or NULL (struct coord_synth_opts) */
