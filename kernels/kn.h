@@ -312,8 +312,7 @@ struct kn_ops {
     /* a[i] = gelu_tanh(a[i]) * b[i] */
     void (*gelu_mul)(float *a, const float *b, int n);
     /* gpt-oss's clamped SwiGLU: g = min(a[i], 7), u = clamp(b[i], -7, 7),
-     * a[i] = g * sigmoid(1.702 g) * (u + 1). The reference in every table: it runs over the few
-     * chosen experts' units of a token, a small share of a MoE layer's time. */
+     * a[i] = g * sigmoid(1.702 g) * (u + 1) (AVX2: the reference's) */
     void (*swiglu_oai_mul)(float *a, const float *b, int n);
     /* x[i] = cap * tanh(x[i] / cap), cap > 0: the final logits' soft-cap (Gemma 2; attention's
      * is struct kn_att's) */

@@ -972,18 +972,22 @@ static void test_softmax_silu(void **state)
         assert_true(fabs(sum - 1.0) < 1e-5);
         assert_true(rel_err_vec(a, aref, n) <= TOL_SMALL);
 
-        fill_normal(a, (size_t)n, 4.0f);
-        fill_normal(b, (size_t)n, 1.0f);
-        memcpy(aref, a, (size_t)n * sizeof(float));
-        kn_silu_mul_ref(aref, b, n);
-        ops->silu_mul(a, b, n);
-        assert_true(rel_err_vec(a, aref, n) <= TOL_SMALL);
-
-        fill_normal(a, (size_t)n, 4.0f);
-        memcpy(aref, a, (size_t)n * sizeof(float));
-        kn_gelu_mul_ref(aref, b, n);
-        ops->gelu_mul(a, b, n);
-        assert_true(rel_err_vec(a, aref, n) <= TOL_SMALL);
+        /* the gated activations, gpt-oss's clamped SwiGLU with gate and up well past its
+         * clamps (|x| > 7) */
+        const struct {
+            void (*ref)(float *, const float *, int), (*op)(float *, const float *, int);
+            float std_a, std_b;
+        } acts[] = {{kn_silu_mul_ref, ops->silu_mul, 4.0f, 1.0f},
+                    {kn_gelu_mul_ref, ops->gelu_mul, 4.0f, 1.0f},
+                    {kn_swiglu_oai_mul_ref, ops->swiglu_oai_mul, 6.0f, 6.0f}};
+        for (size_t k = 0; k < ARRAY_SIZE(acts); k++) {
+            fill_normal(a, (size_t)n, acts[k].std_a);
+            fill_normal(b, (size_t)n, acts[k].std_b);
+            memcpy(aref, a, (size_t)n * sizeof(float));
+            acts[k].ref(aref, b, n);
+            acts[k].op(a, b, n);
+            assert_true(rel_err_vec(a, aref, n) <= TOL_SMALL);
+        }
     }
 }
 

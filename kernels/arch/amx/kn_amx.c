@@ -292,6 +292,10 @@ static void kn_attention_amx(float *out, size_t out_stride, const float *q, size
 static void kn_silu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.silu_mul(a, b, n); }
 
 static void kn_gelu_mul_amx(float *a, const float *b, int n) { kn_ops_avx512.gelu_mul(a, b, n); }
+static void kn_swiglu_oai_mul_amx(float *a, const float *b, int n)
+{
+    kn_ops_avx512.swiglu_oai_mul(a, b, n);
+}
 
 static void kn_softcap_amx(float *x, int n, float cap) { kn_ops_avx512.softcap(x, n, cap); }
 
@@ -316,7 +320,7 @@ const struct kn_ops KN_OPS_AMX = {
     .softmax = kn_softmax_amx,
     .silu_mul = kn_silu_mul_amx,
     .gelu_mul = kn_gelu_mul_amx,
-    .swiglu_oai_mul = kn_swiglu_oai_mul_ref,
+    .swiglu_oai_mul = kn_swiglu_oai_mul_amx,
     .softcap = kn_softcap_amx,
     .attention = kn_attention_amx,
     .gram_tile = gram_tile,
