@@ -411,6 +411,8 @@ struct kn_rope_scale {
     int orig_ctx;               /* LLAMA3, YARN: original_max_position_embeddings */
     float low, high;            /* LLAMA3: low_freq_factor < high_freq_factor */
     float beta_fast, beta_slow; /* YARN: 0 means 32 and 1, the papers' and configs' defaults */
+    bool exact; /* YARN: the ramp's bounds as computed (transformers' truncate: false); else
+                 * floor and ceil of them (ggml's, truncate's default) */
     /* NULL, or head_dim / 2 divisors of the base frequencies, before the type's rescaling:
      * LongRoPE's short or long factors (Phi-3.5), GGUF's rope_freqs tensor */
     const float *freq_factors;

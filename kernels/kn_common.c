@@ -292,9 +292,14 @@ float kn_rope_freqs(float *inv_freq, int head_dim, float theta, const struct kn_
     if (s->type == KN_ROPE_YARN) {
         float fast = s->beta_fast > 0.0f ? s->beta_fast : 32.0f;
         float slow = s->beta_slow > 0.0f ? s->beta_slow : 1.0f;
-        ylo = fmaxf(0.0f, floorf(yarn_corr_dim(head_dim, s->orig_ctx, fast, theta)));
-        yhi =
-            fminf((float)(head_dim - 1), ceilf(yarn_corr_dim(head_dim, s->orig_ctx, slow, theta)));
+        ylo = yarn_corr_dim(head_dim, s->orig_ctx, fast, theta);
+        yhi = yarn_corr_dim(head_dim, s->orig_ctx, slow, theta);
+        if (!s->exact) {
+            ylo = floorf(ylo);
+            yhi = ceilf(yhi);
+        }
+        ylo = fmaxf(0.0f, ylo);
+        yhi = fminf((float)(head_dim - 1), yhi);
         mscale *= 1.0f + 0.1f * logf(s->factor);
     }
     for (int i = 0; i < head_dim; i += 2) {

@@ -172,6 +172,9 @@ int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e
                                 "config field %s is %g: expected 0 or a number in (%g, %g]",
                                 reals[i].name, (double)f, (double)reals[i].lo, (double)reals[i].hi);
     }
+    if (x->yarn_exact > 1)
+        return shardlm_fail(e, -EINVAL, "config field yarn_exact is %u, expected 0 or 1",
+                            x->yarn_exact);
     if (x->window_pattern == 1 || (x->window_pattern && !x->window))
         return shardlm_fail(e, -EINVAL,
                             "config field window_pattern is %u, expected 0 or 2.. with a window",

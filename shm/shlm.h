@@ -114,7 +114,10 @@ struct shlm_config_ext {
     uint32_t n_experts, n_experts_used, expert_ffn;
     uint32_t moe_route; /* enum shlm_route */
     uint32_t moe_dense_first;
-    uint32_t reserved[15];
+    /* 1: YaRN's ramp bounds unrounded (transformers' rope_scaling.truncate false: gpt-oss); 0:
+     * floor and ceil, as ggml and truncate's default */
+    uint32_t yarn_exact;
+    uint32_t reserved[14];
 };
 _Static_assert(sizeof(struct shlm_config_ext) == 128, "shlm_config_ext layout");
 

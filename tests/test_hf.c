@@ -1425,6 +1425,13 @@ static void test_config(void **state)
         cfg_parse(&hc, ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}", &e), 0);
     assert_int_equal(hc.cfg.rope_orig_ctx, 512);
     assert_int_equal(hc.cfg.seq_len, 2048);
+    assert_int_equal(hc.cfgx.yarn_exact, 0); /* truncate's default: rounded ramp bounds */
+    assert_int_equal(cfg_parse(&hc,
+                               ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4,"
+                               " \"truncate\": false}",
+                               &e),
+                     0);
+    assert_int_equal(hc.cfgx.yarn_exact, 1); /* gpt-oss's */
     assert_int_equal(cfg_parse(&hc,
                                ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4,"
                                " \"original_max_position_embeddings\": 64}",
@@ -1480,8 +1487,8 @@ static void test_config(void **state)
                 "rope_scaling.mscale", "not supported", NULL);
     cfg_refused(", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 0.5}", "rope_scaling.factor",
                 NULL);
-    cfg_refused(", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4, \"truncate\": false}",
-                "rope_scaling.truncate", NULL);
+    cfg_refused(", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4, \"truncate\": 0}",
+                "rope_scaling.truncate: expected true or false", NULL);
     cfg_refused(", \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, 1]}",
                 "rope_scaling.short_factor", "list of 4 numbers", NULL);
     cfg_refused(", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 0.5}",

@@ -1080,6 +1080,22 @@ static void test_gelu_and_rope_freqs(void **state)
     assert_true(f[1] == 1.0f / powf(10000.0f, 2.0f / 8.0f));
 }
 
+/* @f (the @nf frequencies of head 2 nf at base 1e6, YaRN factor 4) against the formula in double
+ * with the ramp from pair @lo to @hi */
+static void yarn_check(const float *f, int nf, double lo, double hi)
+{
+    for (int i = 0; i < nf; i++) {
+        double base = pow(1e6, -1.0 * i / nf),
+               ext = 1.0 - fmin(1.0, fmax(0.0, (i - lo) / (hi - lo)));
+        double want = base / 4.0 * (1.0 - ext) + base * ext;
+        if (!(fabs(f[i] - want) <= 2e-6 * want)) {
+            print_error("yarn inv_freq[%d] = %.9g, want %.9g (ramp %g..%g)\n", i, f[i], want, lo,
+                        hi);
+            fail();
+        }
+    }
+}
+
 /* YaRN, per-frequency factors and LongRoPE's attention factor against the formulas written out
  * in double (the YaRN paper's, as Hugging Face's _compute_yarn_parameters and ggml's rope_yarn
  * apply them), and on hand-computed values: Qwen2.5's config (theta 1e6, head_dim 128, factor 4
@@ -1098,15 +1114,7 @@ static void test_rope_scaling(void **state)
     double lo = floor(HD * log(32768 / (32 * 2 * M_PI)) / (2 * log(1e6)));
     double hi = ceil(HD * log(32768 / (1 * 2 * M_PI)) / (2 * log(1e6)));
     assert_true(lo == 23.0 && hi == 40.0);
-    for (int i = 0; i < NF; i++) {
-        double base = pow(1e6, -2.0 * i / HD),
-               ext = 1.0 - fmin(1.0, fmax(0.0, (i - lo) / (hi - lo)));
-        double want = base / 4.0 * (1.0 - ext) + base * ext;
-        if (!(fabs(f[i] - want) <= 2e-6 * want)) {
-            print_error("yarn inv_freq[%d] = %.9g, want %.9g\n", i, f[i], want);
-            fail();
-        }
-    }
+    yarn_check(f, NF, lo, hi);
     assert_true(f[23] == plain[23] && fabsf(f[40] - plain[40] / 4.0f) <= 1e-6f * plain[40]);
     assert_true(fabsf(f[31] / plain[31] - 0.6470588f) < 1e-5f); /* 0.25 * 8/17 + 9/17 */
     /* beta given explicitly, and an attention factor multiplying YaRN's own */
@@ -1116,6 +1124,13 @@ static void test_rope_scaling(void **state)
     float f2[NF];
     assert_float_equal(kn_rope_freqs(f2, HD, 1e6f, &y), 0.5 * (1.0 + 0.1 * log(4.0)), 1e-6);
     assert_memory_equal(f, f2, sizeof(f));
+    /* exact (transformers' truncate false, gpt-oss): the ramp from 23.60 to 39.65 unrounded */
+    y.exact = true;
+    kn_rope_freqs(f2, HD, 1e6f, &y);
+    double xlo = HD * log(32768 / (32 * 2 * M_PI)) / (2 * log(1e6)),
+           xhi = HD * log(32768 / (1 * 2 * M_PI)) / (2 * log(1e6));
+    yarn_check(f2, NF, xlo, xhi);
+    assert_true(f2[23] == plain[23] && f2[24] != f[24]); /* 23 < 23.60: kept; 24 ramps less */
 
     /* LongRoPE: each frequency divided by its factor (and nothing else), the magnitude given */
     for (int i = 0; i < NF; i++)

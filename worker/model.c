@@ -317,6 +317,7 @@ static float rope_table(const struct wrk_model *m, const struct shlm_model *img,
         rs.type = KN_ROPE_YARN;
         rs.beta_fast = m->cfgx.yarn_beta_fast;
         rs.beta_slow = m->cfgx.yarn_beta_slow;
+        rs.exact = m->cfgx.yarn_exact;
         break;
     case SHLM_ROPE_LONGROPE:
         rs.freq_factors = vec(img,

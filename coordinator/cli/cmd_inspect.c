@@ -75,6 +75,8 @@ static void print_ext(const struct shlm_config *c, const struct shlm_config_ext 
         add_part(line, sizeof(line), &n, "no RoPE on every %u-th layer", x->nope_interval);
     if (x->rope_attn_factor)
         add_part(line, sizeof(line), &n, "rope attention factor %g", (double)x->rope_attn_factor);
+    if (x->yarn_exact)
+        add_part(line, sizeof(line), &n, "yarn ramp unrounded");
     if (n)
         printf("        %s\n", line);
     n = 0;

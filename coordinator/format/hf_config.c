@@ -180,8 +180,9 @@ static int cfg_longrope(const json_t *root, const json_t *rs, struct coord_hf_co
 
 /* YaRN (Qwen2.5): factor and original_max_position_embeddings (vLLM's and llama.cpp's reading:
  * the interpolation by factor past the original context), beta_fast and beta_slow (32 and 1
- * when absent), attention_factor (0.1 ln(factor) + 1 when absent). DeepSeek's mscale and
- * mscale_all_dim and truncate false are refused by name. */
+ * when absent), attention_factor (0.1 ln(factor) + 1 when absent), truncate (false: the ramp's
+ * bounds unrounded, gpt-oss's; a GGUF's are rounded, as ggml's). DeepSeek's mscale and
+ * mscale_all_dim are refused by name. */
 static int cfg_yarn(const json_t *rs, struct coord_hf_config *hc, const char *what,
                     struct shardlm_err *e)
 {
@@ -195,13 +196,12 @@ static int cfg_yarn(const json_t *rs, struct coord_hf_config *hc, const char *wh
                                 "%s: field rope_scaling.%s: not supported (YaRN "
                                 "with DeepSeek's magnitude scaling)",
                                 what, refused[i]);
-    const json_t *tr = field(rs, "truncate");
-    if (tr && !json_is_true(tr))
-        return shardlm_fail(e, -EINVAL,
-                            "%s: field rope_scaling.truncate is not true: not supported (YaRN "
-                            "without rounded ramp bounds)",
-                            what);
+    /* truncate false (gpt-oss): the ramp's bounds unrounded */
+    bool truncate = true;
     int rc;
+    if ((rc = cfg_bool(rs, o, "truncate", true, &truncate, what, e)))
+        return rc;
+    x->yarn_exact = !truncate;
     float attn = 0.0f;
     if ((rc = cfg_num(rs, o, "factor", 0.0, 1e30, true, 0, &c->rope_factor, what, e)) ||
         (rc = cfg_uint(rs, o, "original_max_position_embeddings", 1, 1u << 24, false, c->seq_len,
