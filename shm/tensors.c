@@ -205,12 +205,26 @@ void shlm_kind_gguf_name(const struct shlm_config *c, enum shlm_kind kind, uint3
         snprintf(out, len, "%s", g);
 }
 
-/* Mixtral's names of the MoE kinds (shlm_arch_traits.hf_mixtral) */
-static const char *const mixtral_hf[SHLM_KIND_COUNT] = {
-    [SHLM_KIND_FFN_ROUTER] = "block_sparse_moe.gate.weight",
-    [SHLM_KIND_FFN_GATE_EXP] = "block_sparse_moe.experts.%u.w1.weight",
-    [SHLM_KIND_FFN_UP_EXP] = "block_sparse_moe.experts.%u.w3.weight",
-    [SHLM_KIND_FFN_DOWN_EXP] = "block_sparse_moe.experts.%u.w2.weight",
+/* Mixtral's and gpt-oss's names of the MoE kinds (shlm_arch_traits.hf_moe); gpt-oss's experts
+ * are a layer's fused tensors (no "%u": every expert's rows in one) */
+static const char *const moe_hf[][SHLM_KIND_COUNT] = {
+    [SHLM_HF_MOE_MIXTRAL] =
+        {
+            [SHLM_KIND_FFN_ROUTER] = "block_sparse_moe.gate.weight",
+            [SHLM_KIND_FFN_GATE_EXP] = "block_sparse_moe.experts.%u.w1.weight",
+            [SHLM_KIND_FFN_UP_EXP] = "block_sparse_moe.experts.%u.w3.weight",
+            [SHLM_KIND_FFN_DOWN_EXP] = "block_sparse_moe.experts.%u.w2.weight",
+        },
+    [SHLM_HF_MOE_GPTOSS] =
+        {
+            [SHLM_KIND_FFN_ROUTER] = "mlp.router.weight",
+            [SHLM_KIND_FFN_GATE_EXP] = "mlp.experts.gate_up_proj",
+            [SHLM_KIND_FFN_UP_EXP] = "mlp.experts.gate_up_proj",
+            [SHLM_KIND_FFN_DOWN_EXP] = "mlp.experts.down_proj",
+            [SHLM_KIND_FFN_GATE_EXP_BIAS] = "mlp.experts.gate_up_proj_bias",
+            [SHLM_KIND_FFN_UP_EXP_BIAS] = "mlp.experts.gate_up_proj_bias",
+            [SHLM_KIND_FFN_DOWN_EXP_BIAS] = "mlp.experts.down_proj_bias",
+        },
 };
 
 bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_t layer,
@@ -221,8 +235,9 @@ bool shlm_kind_hf_name(const struct shlm_config *c, enum shlm_kind kind, uint32_
     const char *hf = kind == SHLM_KIND_FFN_NORM && (c->flags & SHLM_CF_POST_NORMS)
                          ? "pre_feedforward_layernorm.weight"
                          : k->hf;
-    if (shlm_arch_of(c)->hf_mixtral && mixtral_hf[kind])
-        hf = mixtral_hf[kind];
+    enum shlm_hf_moe hm = shlm_arch_of(c)->hf_moe;
+    if (hm != SHLM_HF_MOE_QWEN && moe_hf[hm][kind])
+        hf = moe_hf[hm][kind];
     if (!hf)
         return false;
     if (k->expert) {
@@ -539,15 +554,14 @@ const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
                     .act = SHLM_ACT_SILU,
                     .hf_act_key = "hidden_act",
                     .attn = SHLM_ATTN_WINDOW_CONFIG,
-                    .hf_mixtral = true,
+                    .hf_moe = SHLM_HF_MOE_MIXTRAL,
                     .moe = SHLM_MOE_REQUIRED},
     /* gpt-oss: attention sinks and biases, even layers windowed, MoE FFNs with biases and the
      * clamped SwiGLU; the FFN norm is GGUF's post_attention_norm */
     [F(GPTOSS)] = {.name = "gpt-oss",
                    .gguf = "gpt-oss",
                    .hf = "GptOssForCausalLM",
-                   .hf_refused = "its experts' MXFP4 blocks of fused, interleaved gate_up are "
-                                 "not imported yet; its GGUF is",
+                   .hf_moe = SHLM_HF_MOE_GPTOSS,
                    .act = SHLM_ACT_SWIGLU_OAI,
                    .gguf_rope_neox = true,
                    .qkv_bias = true,
@@ -584,7 +598,7 @@ void shlm_arch_list(bool hf, char *out, size_t len)
     out[0] = 0;
     for (int i = 0; i < SHLM_FAMILY_COUNT && n < len; i++) {
         const char *nm = hf ? shlm_archs[i].hf : shlm_archs[i].gguf;
-        if (nm && !shlm_archs[i].refused && !(hf && shlm_archs[i].hf_refused))
+        if (nm && !shlm_archs[i].refused)
             n += (size_t)snprintf(out + n, len - n, "%s%s", n ? ", " : "", nm);
     }
 }

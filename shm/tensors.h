@@ -245,6 +245,18 @@ enum shlm_attn {
     SHLM_ATTN_WINDOW_PATTERN, /* of every window_pattern layers the last is global (Gemma 2/3) */
 };
 
+/* How a Hugging Face checkpoint names and holds a MoE layer (shlm_kind_hf_name) and which
+ * config.json keys size it. */
+enum shlm_hf_moe {
+    SHLM_HF_MOE_QWEN,    /* mlp.gate, mlp.experts.E.*_proj; num_experts, moe_intermediate_size */
+    SHLM_HF_MOE_MIXTRAL, /* block_sparse_moe.gate, .experts.E.w1/w3/w2; num_local_experts,
+                          * intermediate_size */
+    SHLM_HF_MOE_GPTOSS,  /* mlp.router (with a bias); every expert's gate and up in one tensor,
+                          * their rows interleaved, as MXFP4 blocks (mlp.experts.gate_up_proj_
+                          * blocks / _scales / _bias; down_proj_*: source_hf.c reads them); keys
+                          * as Mixtral's */
+};
+
 /* Whether an architecture's FFNs are experts. */
 enum shlm_moe {
     SHLM_MOE_NONE,     /* dense: its expert keys (config.json, GGUF) are refused where set */
@@ -266,7 +278,6 @@ struct shlm_arch_traits {
     const char *hf;   /* config.json architectures[0]; NULL: not read from Hugging Face */
     /* NULL: supported; else what the runtime lacks, for the one-line refusal */
     const char *refused;
-    const char *hf_refused; /* the same of its Hugging Face checkpoints alone */
     enum shlm_norm norm;
     enum shlm_act act;
     const char *hf_act_key; /* the config.json field naming the activation */
@@ -293,7 +304,7 @@ struct shlm_arch_traits {
     unsigned gguf_nope_interval;
     bool fused;       /* q/k/v and gate/up may be fused tensors (Phi-3: shlm_kind_fused) */
     bool multipliers; /* Granite's embedding, residual, attention and logit multipliers */
-    bool hf_mixtral;  /* Hugging Face names its MoE tensors block_sparse_moe.* (Mixtral) */
+    enum shlm_hf_moe hf_moe; /* how its Hugging Face checkpoints name and hold the experts */
     enum shlm_moe moe;      /* whether its FFNs may or must be experts */
     const char *gguf_ffn_norm; /* the FFN norm's GGUF name where not ffn_norm.weight */
     float rope_theta_local; /* the windowed layers' RoPE base (Gemma 3: 10000, which GGUF files

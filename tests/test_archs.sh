@@ -21,7 +21,7 @@ bin=$BIN data=$DATA
 SUPPORTED="tiny-qwen3:gguf tiny-qwen3:hf tiny-gemma2:gguf tiny-gemma2:hf tiny-gemma3:gguf
   tiny-gemma3:hf tiny-phi3:gguf tiny-phi3:hf tiny-smollm3:gguf tiny-smollm3:hf tiny-mistral:gguf
   tiny-mistral:hf tiny-llama31:gguf tiny-llama31:hf tiny-qwen3moe:gguf tiny-qwen3moe:hf
-  tiny-mixtral:gguf tiny-mixtral:hf tiny-gptoss:gguf"
+  tiny-mixtral:gguf tiny-mixtral:hf tiny-gptoss:gguf tiny-gptoss:hf"
 # skipped SHAPE: why the shape is not compared with ik_llama.cpp's logits (empty: it is)
 skipped() {
   case $1 in
@@ -31,7 +31,6 @@ skipped() {
 # no_hf SHAPE: why the shape has no Hugging Face folder to compare (empty: it has one)
 no_hf() {
   case $1 in
-  tiny-gptoss) echo "gpt-oss's Hugging Face checkpoints (MXFP4 blocks of fused, interleaved gate_up experts) are not imported yet: its GGUF is compared" ;;
   esac
 }
 SHAPES="tiny-qwen3 tiny-gemma2 tiny-gemma3 tiny-phi3 tiny-granite tiny-smollm3 tiny-mistral
@@ -65,7 +64,8 @@ W4A16_KLD_GPTOSS=0.057
 # the f32 comparison would not see the feature done wrong). Measured: gemma2 window 0.24,
 # attention cap 0.0031 (a cap of 3 gave 9e-5 on these weights: 1 now), final cap 0.066, query
 # scalar 0.0071; gemma3 window 0.22, local RoPE base 0.078, query scalar 0.028; phi3 window 0.94,
-# LongRoPE 0.26; llama31 rope_scaling 0.044.
+# LongRoPE 0.26; llama31 rope_scaling 0.044; gptoss window 1.75, rope_scaling 0.28, YaRN
+# truncate false 0.0073.
 # (qwen3's q/k norms, smollm3's RoPE-less layers and mistral's head_dim have no config edit
 # that convert takes; Granite is not compared with ik.) gpt-oss's GGUF edits (gguf_bites): sinks
 # 0.25, output bias 0.72, router bias 0.11, expert gate bias 0.021, up bias 0.0041, down bias
@@ -90,6 +90,9 @@ bites() {
   tiny-llama31) printf '%s\n' '{"rope_scaling": null}' ;;
   tiny-qwen3moe) printf '%s\n' '{"norm_topk_prob": false}' '{"num_experts_per_tok": 3}' ;;
   tiny-mixtral) printf '%s\n' '{"num_experts_per_tok": 1}' ;;
+  # truncate false: YaRN's ramp unrounded (gpt-oss's own config; ik rounds it, as the folder says)
+  tiny-gptoss) printf '%s\n' '{"sliding_window": 4096}' '{"rope_scaling": null}' \
+    '{"rope_scaling": {"rope_type": "yarn", "factor": 16.0, "beta_fast": 32.0, "beta_slow": 1.0, "original_max_position_embeddings": 256, "truncate": false}}' ;;
   esac
 }
 

@@ -18,7 +18,7 @@ fail=0
 # the sources: tiny-qwen3 (GGUF arch qwen3, HF Qwen3ForCausalLM), tiny-mistral's GGUF (arch
 # llama), tiny-llama31's folder (LlamaForCausalLM with llama3 rope_scaling), tiny-phi3 (LongRoPE)
 # and tiny-qwen3moe (experts)
-for s in tiny-qwen3 tiny-mistral tiny-llama31 tiny-phi3 tiny-qwen3moe; do
+for s in tiny-qwen3 tiny-mistral tiny-llama31 tiny-phi3 tiny-qwen3moe tiny-gptoss; do
   "$bin" synth --shape $s --type f32 -o "$tmp/$s.gguf" 2>/dev/null
   "$bin" synth --shape $s --type f32 --hf "$tmp/$s.hf" 2>/dev/null
 done
@@ -126,9 +126,10 @@ config tiny-qwen3 '{"architectures": ["Qwen3MoeForCausalLM"]}' 'field num_expert
 # dense layers among the sparse ones (Qwen2/3-MoE's mlp_only_layers, decoder_sparse_step)
 config tiny-qwen3moe '{"mlp_only_layers": [1]}' 'field mlp_only_layers is not an empty list'
 config tiny-qwen3moe '{"decoder_sparse_step": 2}' 'field decoder_sparse_step is 2, expected 1\.\.1'
-# gpt-oss from its GGUF only (the checkpoint's MXFP4 blocks of fused experts: not yet)
-config tiny-qwen3moe '{"architectures": ["GptOssForCausalLM"]}' \
-  'field architectures\[0\] is GptOssForCausalLM: not supported \(its experts. MXFP4 blocks'
+# gpt-oss: its clamp is the kernel's; MXFP4 is its experts' format, no other family's
+config tiny-gptoss '{"swiglu_limit": 6.0}' 'field swiglu_limit is 6: not supported'
+config tiny-qwen3moe '{"quantization_config": {"quant_method": "mxfp4"}}' \
+  'field quantization_config.quant_method is "mxfp4": quantized checkpoints are not supported'
 config tiny-qwen3 '{"architectures": ["DeepseekV3ForCausalLM"]}' \
   'field architectures\[0\] is "DeepseekV3ForCausalLM"'
 config tiny-qwen3 '{"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}' \

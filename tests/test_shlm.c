@@ -480,8 +480,8 @@ static void test_tensor_table(void **state)
     assert_int_equal(shlm_arch_hf("LlamaForCausalLM")->moe, SHLM_MOE_OPTIONAL);
     assert_null(shlm_arch_gguf("deepseek2", 9));
     assert_null(shlm_arch_hf("DeepseekV3ForCausalLM"));
-    /* gpt-oss from its GGUF only: its checkpoint's name known, refused (not listed) */
-    assert_non_null(shlm_arch_hf("GptOssForCausalLM")->hf_refused);
+    /* gpt-oss: its checkpoint's experts fused (source_hf.c) */
+    assert_int_equal(shlm_arch_hf("GptOssForCausalLM")->hf_moe, SHLM_HF_MOE_GPTOSS);
     assert_null(shlm_arch_gguf("gpt-oss", 7)->refused);
     /* Gemma 2: even layers windowed; Gemma 3: five of every six */
     struct shlm_config_ext x = {.window = 32};

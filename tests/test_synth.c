@@ -42,13 +42,6 @@ static bool tiny_arch(const struct coord_synth_shape *s)
     return s->hf_type && strncmp(s->name, "tiny-", 5) == 0;
 }
 
-/* The shapes compared with ik_llama.cpp (tests/test_archs.sh): the architecture shapes and
- * gpt-oss's, whose Hugging Face form is not written yet. */
-static bool compared(const struct coord_synth_shape *s)
-{
-    return tiny_arch(s) || !strcmp(s->name, "tiny-gptoss");
-}
-
 static void synth(const char *shape, const char *out, bool hf, bool f32)
 {
     struct shardlm_err e;
@@ -98,7 +91,7 @@ static void test_deterministic(void **state)
         }
         seen++;
     }
-    assert_int_equal(seen, 10);
+    assert_int_equal(seen, 11);
 }
 
 /* The HF name of GGUF tensor @g of shape @s (of its expert @x where it holds a layer's experts:
@@ -205,7 +198,9 @@ static void test_gguf_and_hf_agree(void **state)
     const struct coord_synth_shape *shapes = coord_synth_shapes(&n);
     for (size_t i = 0; i < n; i++) {
         const struct coord_synth_shape *s = &shapes[i];
-        if (!tiny_arch(s))
+        /* gpt-oss's folder holds its experts fused, as MXFP4 blocks: test_archs converts both
+         * files and compares each with ik_llama.cpp's logits (KLD 1.7496e-6 from either) */
+        if (!tiny_arch(s) || s->mxfp4)
             continue;
         char gpath[4300], hdir[4300], stp[4400], cfgp[4400], tokp[4400];
         tu_path(gpath, sizeof(gpath), "%s/%s.gguf", dir, s->name);
@@ -406,7 +401,7 @@ static void test_references(void **state)
     int seen = 0;
     for (size_t i = 0; i < n; i++) {
         const struct coord_synth_shape *s = &shapes[i];
-        if (!compared(s))
+        if (!tiny_arch(s))
             continue;
         char tsv[4300];
         tu_path(tsv, sizeof(tsv), "%s/golden/%s/greedy.tsv", tu_data(), s->name);

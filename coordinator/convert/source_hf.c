@@ -2,8 +2,8 @@
 /* coordinator/convert/source_hf.c: the Hugging Face model source - a directory with config.json
  * (format/hf_config.c), safetensors (one file or shards behind model.safetensors.index.json) and
  * tokenizer.json. The architectures of shm/tensors.h's table (Llama, Qwen2, Qwen3, Gemma 1/2/3,
- * Phi-3, Granite, SmolLM3, Mistral);
- * tensors F32, F16 and BF16.
+ * Phi-3, Granite, SmolLM3, Mistral, Qwen3-MoE, Mixtral, gpt-oss);
+ * tensors F32, F16 and BF16, and gpt-oss's experts' MXFP4 blocks (gptoss_read).
  *
  * HF checkpoints rotate NeoX-style (rotate_half over the two halves of each head), so q/k are
  * used as they are with rope_neox = 1. HF Linear weights are (out, in): our (rows, cols). */
@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,106 @@ static const struct st_tensor *find_checked(const struct hf_source *h, const cha
     return t;
 }
 
+/* gpt-oss's experts (SHLM_HF_MOE_GPTOSS), as its checkpoints hold them: a layer's gate and up of
+ * every expert in one tensor, <base>_blocks [experts][2 units][cols / 32][16] (uint8) with
+ * <base>_scales [experts][2 units][cols / 32] (uint8), gate's unit i the row 2i and up's 2i + 1;
+ * down likewise ([experts][dim][units / 32][16]). Each row is blocks of 32 MXFP4 values in the
+ * checkpoint's order: byte j holds element 2j in its low nibble and 2j + 1 in its high one (E2M1,
+ * bit 3 the sign), times 2^(s - 127) for the block's scale byte s. Biases: gate_up_proj_bias
+ * [experts][2 units] interleaved as the rows, down_proj_bias [experts][dim]. */
+static bool gptoss_kind(const struct hf_source *h, enum shlm_kind k)
+{
+    return shlm_arch_of(&h->cfg)->hf_moe == SHLM_HF_MOE_GPTOSS &&
+           (k == SHLM_KIND_FFN_GATE_EXP || k == SHLM_KIND_FFN_UP_EXP ||
+            k == SHLM_KIND_FFN_DOWN_EXP || k == SHLM_KIND_FFN_GATE_EXP_BIAS ||
+            k == SHLM_KIND_FFN_UP_EXP_BIAS || k == SHLM_KIND_FFN_DOWN_EXP_BIAS);
+}
+
+/* The tensor @name of @dtype (ST_DTYPE_COUNT: any st_read_rows() converts) and shape
+ * [@shape[0], .. @shape[@nd - 1]] into *@t and *@file. Returns 0, or -EINVAL with @e set. */
+static int gptoss_find(const struct hf_source *h, const char *name, enum st_dtype dtype, int nd,
+                       const uint64_t *shape, const struct st_tensor **t, int *file,
+                       struct shardlm_err *e)
+{
+    *t = st_set_find(&h->set, name, file);
+    if (!*t)
+        return shardlm_fail(e, -EINVAL, "tensor %s is missing from the safetensors", name);
+    const char *path = h->set.paths[*file];
+    if (dtype == ST_DTYPE_COUNT ? !st_dtype_readable((*t)->dtype) : (*t)->dtype != dtype)
+        return shardlm_fail(e, -EINVAL, "%s: tensor %s: dtype %s, expected %s", path, name,
+                            st_dtype_name((*t)->dtype),
+                            dtype == ST_DTYPE_COUNT ? "F32, F16 or BF16" : st_dtype_name(dtype));
+    bool same = (*t)->n_dims == nd;
+    for (int i = 0; same && i < nd; i++)
+        same = (*t)->shape[i] == shape[i];
+    if (!same) {
+        char want[96];
+        int n = 0;
+        for (int i = 0; i < nd && n < (int)sizeof(want); i++)
+            n += snprintf(want + n, sizeof(want) - (size_t)n, "%s%llu", i ? ", " : "",
+                          (unsigned long long)shape[i]);
+        return shardlm_fail(e, -EINVAL, "%s: tensor %s: the config needs shape [%s] (gpt-oss's)",
+                            path, name, want);
+    }
+    return 0;
+}
+
+/* Expert @x's @rows x @cols of kind @k of layer @l (a vector: 1 x cols) from gpt-oss's tensors
+ * into @out, or with @out NULL only their names, dtypes and shapes checked. */
+static int gptoss_read(const struct hf_source *h, enum shlm_kind k, uint32_t l, uint32_t x,
+                       int rows, int cols, float *out, struct shardlm_err *e)
+{
+    /* E2M1's values doubled (times 2^(s - 128): ggml's form of the same numbers) */
+    static const int8_t e2m1[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    char base[SHLM_NAME_MAX + 64], name[SHLM_NAME_MAX + 80];
+    uint64_t ne = h->cfgx.n_experts;
+    bool up = k == SHLM_KIND_FFN_UP_EXP || k == SHLM_KIND_FFN_UP_EXP_BIAS;
+    bool fused = k != SHLM_KIND_FFN_DOWN_EXP && k != SHLM_KIND_FFN_DOWN_EXP_BIAS;
+    bool bias = k == SHLM_KIND_FFN_GATE_EXP_BIAS || k == SHLM_KIND_FFN_UP_EXP_BIAS ||
+                k == SHLM_KIND_FFN_DOWN_EXP_BIAS;
+    const struct st_tensor *t, *ts;
+    int file, fs, rc;
+    shlm_kind_hf_name(&h->cfg, k, l, x, base, sizeof(base));
+    if (bias) { /* row x of [experts][n] */
+        uint64_t n = (fused ? 2u : 1u) * (uint64_t)cols, shape[2] = {ne, n};
+        if ((rc = gptoss_find(h, base, ST_DTYPE_COUNT, 2, shape, &t, &file, e)) || !out)
+            return rc;
+        float *row = malloc(n * sizeof(float));
+        if (!row)
+            return shardlm_fail(e, -ENOMEM, "out of memory");
+        rc = st_read_rows(&h->set.files[file], t, x, x + 1, row, h->set.paths[file], e);
+        for (int i = 0; !rc && i < cols; i++)
+            out[i] = fused ? row[2 * i + up] : row[i];
+        free(row);
+        return rc ? rc : coord_source_check_kind(k, out, 1, cols, h->set.paths[file], base, e);
+    }
+    if (cols % 32)
+        return shardlm_fail(e, -EINVAL, "%s: rows of %d values: not whole MXFP4 blocks of 32", base,
+                            cols);
+    uint64_t nr = (fused ? 2u : 1u) * (uint64_t)rows, nb = (uint64_t)cols / 32;
+    uint64_t bshape[4] = {ne, nr, nb, 16}, sshape[3] = {ne, nr, nb};
+    snprintf(name, sizeof(name), "%s_blocks", base);
+    if ((rc = gptoss_find(h, name, ST_U8, 4, bshape, &t, &file, e)))
+        return rc;
+    snprintf(name, sizeof(name), "%s_scales", base);
+    if ((rc = gptoss_find(h, name, ST_U8, 3, sshape, &ts, &fs, e)) || !out)
+        return rc;
+    for (int r = 0; r < rows; r++) {
+        uint64_t hr = (uint64_t)x * nr + (fused ? 2u * (uint64_t)r + up : (uint64_t)r);
+        const uint8_t *bp = h->set.files[file].base + t->offset + hr * nb * 16;
+        const uint8_t *sp = h->set.files[fs].base + ts->offset + hr * nb;
+        for (uint64_t b = 0; b < nb; b++) {
+            float d = ldexpf(1.0f, (int)sp[b] - 128);
+            float *o = out + (size_t)r * (size_t)cols + b * 32;
+            for (int j = 0; j < 16; j++) {
+                o[2 * j] = d * (float)e2m1[bp[b * 16 + (uint64_t)j] & 15];
+                o[2 * j + 1] = d * (float)e2m1[bp[b * 16 + (uint64_t)j] >> 4];
+            }
+        }
+    }
+    return coord_source_check_kind(k, out, rows, cols, h->set.paths[file], base, e);
+}
+
 static int hf_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, uint32_t expert,
                    int rows, int cols, float *out, struct shardlm_err *e)
 {
@@ -120,6 +221,8 @@ static int hf_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, 
     }
     if (hf_name(h, kind, layer, expert, rows, hf, sizeof(hf), &norm, &row0, &total))
         return -ENOENT;
+    if (gptoss_kind(h, kind))
+        return gptoss_read(h, kind, layer, expert, rows, cols, out, e);
     int file, rc;
     const struct st_tensor *t = find_checked(h, hf, total, cols, &file, &rc, e);
     if (!t)
@@ -176,6 +279,12 @@ static int check_tensors(struct hf_source *h, const struct shlm_config *c,
         int file, row0, total;
         if (config_factors(h, (enum shlm_kind)specs[i].kind))
             continue; /* from config.json */
+        if (gptoss_kind(h, (enum shlm_kind)specs[i].kind)) {
+            const struct shlm_tensor_spec *sp = &specs[i];
+            rc = gptoss_read(h, (enum shlm_kind)sp->kind, sp->layer, sp->expert, sp->rows, sp->cols,
+                             NULL, e);
+            continue;
+        }
         if (hf_name(h, (enum shlm_kind)specs[i].kind, specs[i].layer, specs[i].expert,
                     specs[i].rows, hf, sizeof(hf), &norm, &row0, &total)) {
             rc = shardlm_fail(e, -EINVAL, "%s: tensor %s has no Hugging Face counterpart", dir,

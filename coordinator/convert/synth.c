@@ -96,10 +96,12 @@ static const struct coord_synth_shape shapes[] = {
      .expert_ffn = 16, .router_std = 0.25f},
     /* gpt-oss: biases in attention and experts, sinks, even layers windowed (16), YaRN (factor
      * 16 over an original context of 256: gpt-oss's 32 over 4096), 16 experts of 32 units
-     * (MXFP4 values), 4 per token, the clamped SwiGLU; untied (ik_llama.cpp's gpt-oss requires
+     * (MXFP4 values: MXFP4 in the GGUF and, fused as gpt-oss's checkpoints hold them, in the HF
+     * folder), 4 per token, the clamped SwiGLU; untied (ik_llama.cpp's gpt-oss requires
      * output.weight) */
     {"tiny-gptoss", "gpt-oss", 64, 4, 4, 32, 2, 32, 512, 4096, 150000.0f, false, false,
-     .hf_class = NULL, .eps = 1e-5f, .untied = true, .window = 16, .window_pattern = 2,
+     .hf_class = "GptOssForCausalLM", .hf_type = "gpt_oss", .eps = 1e-5f, .untied = true,
+     .window = 16, .window_pattern = 2,
      .rope = COORD_SYNTH_ROPE_YARN, .rope_orig_ctx = 256,
      TINY_WEIGHTS, .out_norm = 1.0f, .experts = 16, .experts_used = 4, .expert_ffn = 32,
      .router_std = 0.75f, .bias_std = 0.05f, .sink_mean = 1.0f, .mxfp4 = true},
@@ -369,6 +371,7 @@ static struct synth_tensor *add_expert(struct synth_model *m, const struct shlm_
     if (!shlm_kind_hf_name(c, kind, l, expert, hf, sizeof(hf)))
         hf[0] = 0;
     struct synth_tensor *t = add_named(m, layer, gguf, hf, cols, rows, mean, std, matrix);
+    t->kind = (int)kind;
     if (shlm_kinds[kind].expert) {
         t->expert = expert;
         t->experts = m->s->experts;

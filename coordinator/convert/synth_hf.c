@@ -8,6 +8,8 @@
 #include "synth_tok.h"
 
 #include "kn.h"
+#include "rows.h"
+#include "tensors.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -112,7 +114,7 @@ static json_t *config(const struct synth_model *m)
     json_object_set_new(c, "eos_token_id", eos >= 0 ? json_integer(eos) : json_null());
     json_object_set_new(c, s->gemma ? "hidden_activation" : "hidden_act",
                         json_string(s->gelu ? "gelu_pytorch_tanh" : "silu"));
-    json_object_set_new(c, "attention_bias", json_false());
+    json_object_set_new(c, "attention_bias", json_boolean(s->bias_std > 0.0f));
     json_object_set_new(c, "attention_dropout", json_real(0.0));
     json_object_set_new(c, "torch_dtype", json_string(m->f32 ? "float32" : "float16"));
     if (s->window_pattern) { /* Gemma: which layers slide, as transformers names them */
@@ -123,7 +125,27 @@ static json_t *config(const struct synth_model *m)
                                   json_string(local ? "sliding_attention" : "full_attention"));
         }
     }
-    if (s->gemma) {
+    if (!strcmp(type, "gpt_oss")) { /* as gpt-oss's config.json */
+        json_object_set_new(c, "sliding_window", json_integer(s->window));
+        json_object_set_new(c, "layer_types", layer_types);
+        json_object_set_new(c, "num_local_experts", json_integer(s->experts));
+        json_object_set_new(c, "num_experts_per_tok", json_integer(s->experts_used));
+        json_object_set_new(c, "experts_per_token", json_integer(s->experts_used));
+        json_object_set_new(c, "intermediate_size", json_integer(s->expert_ffn));
+        json_object_set_new(c, "swiglu_limit", json_real(7.0));
+        /* truncate true: ik_llama.cpp's (ggml's) rounded ramp, which the references have;
+         * gpt-oss's own config says false (yarn_exact) */
+        json_object_set_new(c, "rope_scaling",
+                            json_pack("{s:s, s:f, s:f, s:f, s:i, s:b}", "rope_type", "yarn",
+                                      "factor", (double)s->ctx / s->rope_orig_ctx, "beta_fast",
+                                      32.0, "beta_slow", 1.0, "original_max_position_embeddings",
+                                      (int)s->rope_orig_ctx, "truncate", 1));
+        json_object_set_new(c, "quantization_config",
+                            json_pack("{s:s, s:[s, s, s, s]}", "quant_method", "mxfp4",
+                                      "modules_to_not_convert", "model.layers.*.self_attn",
+                                      "model.layers.*.mlp.router", "model.embed_tokens",
+                                      "lm_head"));
+    } else if (s->gemma) {
         json_object_set_new(c, "query_pre_attn_scalar", real(s->query_scalar));
         json_object_set_new(c, "sliding_window", json_integer(s->window));
         json_object_set_new(c, "attn_logit_softcapping",
@@ -142,7 +164,8 @@ static json_t *config(const struct synth_model *m)
     }
     if (!strcmp(type, "qwen3") || !strcmp(type, "smollm3") || !strcmp(type, "qwen3_moe"))
         json_object_set_new(c, "use_sliding_window", json_false());
-    if (s->experts && !strcmp(type, "mixtral")) { /* intermediate_size is an expert's */
+    if (s->experts && !strcmp(type, "gpt_oss")) {        /* above */
+    } else if (s->experts && !strcmp(type, "mixtral")) { /* intermediate_size is an expert's */
         json_object_set_new(c, "num_local_experts", json_integer(s->experts));
         json_object_set_new(c, "num_experts_per_tok", json_integer(s->experts_used));
         json_object_set_new(c, "intermediate_size", json_integer(s->expert_ffn));
@@ -243,6 +266,131 @@ static json_t *tokenizer_config(const struct synth_model *m, const struct synth_
 }
 
 /* model.safetensors: the header (tensors in draw order, contiguous), then the data. */
+/* gpt-oss's experts as its checkpoints hold them (source_hf.c's gptoss_read): each layer's gate
+ * and up of every expert in one tensor, their rows interleaved, and down, as MXFP4 blocks in the
+ * checkpoint's nibble order with their scales, and the biases likewise. Gathered in memory while
+ * the list is drawn (a layer's experts' kinds come one after the other), written after the other
+ * tensors. */
+struct gather {
+    bool on;
+    uint32_t ne, units, dim, layers;
+    float *gu, *dn, *gub, *dnb; /* per layer [ne][2 units][dim], [ne][dim][units], [ne][2 units],
+                                 * [ne][dim] */
+};
+
+static int gather_init(struct gather *g, const struct synth_model *m)
+{
+    const struct coord_synth_shape *s = m->s;
+    const struct shlm_arch_traits *a = s->hf_class ? shlm_arch_hf(s->hf_class) : NULL;
+    memset(g, 0, sizeof(*g));
+    if (!a || a->hf_moe != SHLM_HF_MOE_GPTOSS || !s->experts)
+        return 0;
+    g->on = true;
+    g->ne = s->experts;
+    g->units = s->expert_ffn;
+    g->dim = s->dim;
+    g->layers = s->layers;
+    size_t l = g->layers, e = g->ne, u = g->units, d = g->dim;
+    g->gu = calloc(l * e * 2 * u * d, sizeof(float));
+    g->dn = calloc(l * e * d * u, sizeof(float));
+    g->gub = calloc(l * e * 2 * u, sizeof(float));
+    g->dnb = calloc(l * e * d, sizeof(float));
+    return g->gu && g->dn && g->gub && g->dnb ? 0 : -ENOMEM;
+}
+
+static void gather_free(struct gather *g)
+{
+    free(g->gu);
+    free(g->dn);
+    free(g->gub);
+    free(g->dnb);
+}
+
+/* Whether @t is one of the gathered tensors */
+static bool gathered(const struct gather *g, const struct synth_tensor *t)
+{
+    return g->on && t->experts && t->hf[0];
+}
+
+/* Rows [r0, r0 + n) of @t's values @v into @g's buffers. */
+static void gather_put(struct gather *g, const struct synth_tensor *t, uint64_t r0, uint64_t n,
+                       const float *v)
+{
+    size_t e = g->ne, u = g->units, d = g->dim, l = (size_t)t->layer, x = t->expert;
+    bool up = t->kind == SHLM_KIND_FFN_UP_EXP || t->kind == SHLM_KIND_FFN_UP_EXP_BIAS;
+    switch ((enum shlm_kind)t->kind) {
+    case SHLM_KIND_FFN_GATE_EXP:
+    case SHLM_KIND_FFN_UP_EXP:
+        for (uint64_t r = 0; r < n; r++)
+            memcpy(g->gu + ((l * e + x) * 2 * u + 2 * (r0 + r) + up) * d, v + r * d,
+                   d * sizeof(float));
+        return;
+    case SHLM_KIND_FFN_DOWN_EXP:
+        memcpy(g->dn + ((l * e + x) * d + r0) * u, v, n * u * sizeof(float));
+        return;
+    case SHLM_KIND_FFN_GATE_EXP_BIAS:
+    case SHLM_KIND_FFN_UP_EXP_BIAS:
+        for (size_t i = 0; i < u; i++)
+            g->gub[(l * e + x) * 2 * u + 2 * i + up] = v[i];
+        return;
+    case SHLM_KIND_FFN_DOWN_EXP_BIAS:
+        memcpy(g->dnb + (l * e + x) * d, v, d * sizeof(float));
+        return;
+    default:
+        KN_ASSERT(!"a gathered tensor of another kind");
+    }
+}
+
+/* One gathered output: layer @l's @part (0 gate_up, 1 down) @what (0 blocks, 1 scales, 2 bias):
+ * its name, dtype and shape into @h at *@off (advanced), or (@f) its bytes. */
+static void gather_out(const struct gather *g, uint32_t l, int part, int what, json_t *h,
+                       uint64_t *off, FILE *f)
+{
+    size_t e = g->ne, rows = part ? g->dim : 2 * g->units, cols = part ? g->units : g->dim;
+    size_t nb = cols / 32;
+    char name[160];
+    snprintf(name, sizeof(name), "model.layers.%u.mlp.experts.%s_%s", l,
+             part ? "down_proj" : "gate_up_proj",
+             what == 0   ? "blocks"
+             : what == 1 ? "scales"
+                         : "bias");
+    const float *v = (part ? g->dn : g->gu) + (size_t)l * e * rows * cols;
+    const float *b = part ? g->dnb + (size_t)l * e * g->dim : g->gub + (size_t)l * e * 2 * g->units;
+    if (h) {
+        uint64_t bytes = what == 0 ? e * rows * nb * 16 : what == 1 ? e * rows * nb : e * rows * 4;
+        json_t *shape =
+            what == 0   ? json_pack("[I, I, I, I]", (json_int_t)e, (json_int_t)rows, (json_int_t)nb,
+                                    (json_int_t)16)
+            : what == 1 ? json_pack("[I, I, I]", (json_int_t)e, (json_int_t)rows, (json_int_t)nb)
+                        : json_pack("[I, I]", (json_int_t)e, (json_int_t)rows);
+        json_object_set_new(h, name,
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", what == 2 ? "F32" : "U8",
+                                      "shape", shape, "data_offsets", (json_int_t)*off,
+                                      (json_int_t)(*off + bytes)));
+        *off += bytes;
+        return;
+    }
+    if (what == 2) {
+        fwrite(b, 4, e * rows, f);
+        return;
+    }
+    for (size_t r = 0; r < e * rows; r++)
+        for (size_t k = 0; k < nb; k++) {
+            uint8_t blk[17], out[16], code[32];
+            coord_rows_mxfp4_block(v + r * cols + k * 32, blk); /* ggml's layout: recoded */
+            for (int j = 0; j < 16; j++) {
+                code[j] = blk[1 + j] & 15;
+                code[j + 16] = blk[1 + j] >> 4;
+            }
+            for (int j = 0; j < 16; j++)
+                out[j] = (uint8_t)(code[2 * j] | code[2 * j + 1] << 4);
+            if (what == 0)
+                fwrite(out, 1, 16, f);
+            else
+                fwrite(blk, 1, 1, f); /* E8M0: ggml's byte is the checkpoint's */
+        }
+}
+
 static int write_safetensors(const struct synth_model *m, const char *dir,
                              void (*progress)(void *ctx, int done, int total), void *ctx,
                              struct shardlm_err *e)
@@ -251,9 +399,17 @@ static int write_safetensors(const struct synth_model *m, const char *dir,
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     json_t *h = json_object();
     uint64_t off = 0, cap = 0;
+    struct gather g;
+    if (gather_init(&g, m)) {
+        gather_free(&g);
+        json_decref(h);
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    }
     for (size_t i = 0; i < m->n; i++) {
         const struct synth_tensor *t = &m->t[i];
-        if (!t->hf[0])
+        uint64_t b = synth_block_rows(t) * t->cols;
+        cap = b > cap ? b : cap;
+        if (!t->hf[0] || gathered(&g, t))
             continue;
         bool f16 = t->matrix && !m->f32;
         uint64_t bytes = (t->rows ? t->rows : 1) * t->cols * (f16 ? 2 : 4);
@@ -264,9 +420,11 @@ static int write_safetensors(const struct synth_model *m, const char *dir,
                                       shape, "data_offsets", (json_int_t)off,
                                       (json_int_t)(off + bytes)));
         off += bytes;
-        uint64_t b = synth_block_rows(t) * t->cols;
-        cap = b > cap ? b : cap;
     }
+    for (uint32_t l = 0; g.on && l < g.layers; l++)
+        for (int part = 0; part < 2; part++)
+            for (int what = 0; what < 3; what++)
+                gather_out(&g, l, part, what, h, &off, NULL);
     json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
     char *head = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(h);
@@ -303,6 +461,10 @@ static int write_safetensors(const struct synth_model *m, const char *dir,
             synth_draw(t, &rng, buf, n); /* every tensor draws, HF-only or not */
             if (!t->hf[0])
                 continue;
+            if (gathered(&g, t)) {
+                gather_put(&g, t, r, n, buf);
+                continue;
+            }
             size_t cnt = n * t->cols;
             if (t->matrix && !m->f32) {
                 for (size_t j = 0; j < cnt; j++)
@@ -314,6 +476,10 @@ static int write_safetensors(const struct synth_model *m, const char *dir,
         if (progress && t->layer >= 0 && (i + 1 == m->n || m->t[i + 1].layer != t->layer))
             progress(ctx, t->layer + 1, (int)m->s->layers);
     }
+    for (uint32_t l = 0; g.on && l < g.layers; l++)
+        for (int part = 0; part < 2; part++)
+            for (int what = 0; what < 3; what++)
+                gather_out(&g, l, part, what, NULL, NULL, f);
     if (fflush(f) || ferror(f) || fsync(fileno(f)) < 0) {
         rc = shardlm_fail(e, -EIO, "%s: write failed: %s", tmp, strerror(errno));
         fclose(f);
@@ -327,6 +493,7 @@ static int write_safetensors(const struct synth_model *m, const char *dir,
     }
     rc = coord_out_commit(tmp, path, e);
 out_free:
+    gather_free(&g);
     free(head);
     free(buf);
     free(out);

@@ -29,6 +29,7 @@ struct synth_tensor {
      * each as its own */
     uint32_t expert, experts;
     bool mxfp4; /* its values on MXFP4's grid (rows of 32-value blocks), stored so */
+    int kind;   /* its enum shlm_kind (an expert's: the HF writer gathers gpt-oss's) */
 };
 
 struct synth_model {

@@ -107,7 +107,7 @@ static int cfg_act(const json_t *root, const struct shlm_arch_traits *a, uint32_
     /* The row's key and default: Gemma's hidden_activation (when it is absent transformers uses
      * gelu_pytorch_tanh whatever hidden_act says), the others' hidden_act, silu by default. */
     const char *key = a->hf_act_key;
-    const json_t *v = field(root, key);
+    const json_t *v = key ? field(root, key) : NULL; /* NULL: the row's (gpt-oss's) */
     if (!v) {
         *act = a->act;
         return 0;
@@ -341,9 +341,9 @@ static int cfg_family(const json_t *root, const struct shlm_arch_traits **out, c
     if (!arch)
         return shardlm_fail(e, -EINVAL, "%s: field architectures: expected a list of names", what);
     const struct shlm_arch_traits *a = shlm_arch_hf(arch);
-    if (a && (a->refused || a->hf_refused))
+    if (a && a->refused)
         return shardlm_fail(e, -EINVAL, "%s: field architectures[0] is %s: not supported (%s)",
-                            what, a->hf, a->refused ? a->refused : a->hf_refused);
+                            what, a->hf, a->refused);
     if (!a) {
         char shown[100], names[512];
         shlm_arch_list(true, names, sizeof(names));
@@ -453,13 +453,18 @@ static int cfg_features(const json_t *root, bool tied_default, struct shlm_confi
 
 /* quantization_config: a quantized checkpoint (GPTQ, AWQ, bitsandbytes, FP8...) stores packed
  * weights under other names, or scales beside them; refused by its method, rather than by the
- * first tensor found missing or by a dtype. */
-static int cfg_quantized(const json_t *root, const char *what, struct shardlm_err *e)
+ * first tensor found missing or by a dtype. gpt-oss's mxfp4 (its experts' MXFP4 blocks) is
+ * read. */
+static int cfg_quantized(const json_t *root, const struct shlm_arch_traits *a, const char *what,
+                         struct shardlm_err *e)
 {
     const json_t *q = field(root, "quantization_config");
     if (!q)
         return 0;
     const char *m = json_string_value(json_object_get(q, "quant_method"));
+    /* gpt-oss's experts as MXFP4 blocks, the rest unquantized: source_hf.c reads them */
+    if (m && a->hf_moe == SHLM_HF_MOE_GPTOSS && !strcmp(m, "mxfp4"))
+        return 0;
     if (!m)
         return shardlm_fail(e, -EINVAL,
                             "%s: field quantization_config is present, without a quant_method "
@@ -554,15 +559,16 @@ static int cfg_moe(const json_t *root, const struct shlm_arch_traits *a, struct 
     int rc;
     bool norm = true;
     uint32_t step = 1;
-    if ((rc = cfg_uint(root, "", a->hf_mixtral ? "num_local_experts" : "num_experts", 1,
-                       SHLM_MAX_EXPERTS, true, 0, &x->n_experts, what, e)))
+    bool qwen = a->hf_moe == SHLM_HF_MOE_QWEN;
+    if ((rc = cfg_uint(root, "", qwen ? "num_experts" : "num_local_experts", 1, SHLM_MAX_EXPERTS,
+                       true, 0, &x->n_experts, what, e)))
         return rc;
     uint32_t most = x->n_experts < 64 ? x->n_experts : 64;
     if ((rc = cfg_uint(root, "", "num_experts_per_tok", 1, most, true, 0, &x->n_experts_used, what,
                        e)) ||
-        (rc = cfg_uint(root, "", a->hf_mixtral ? "intermediate_size" : "moe_intermediate_size", 1,
-                       1u << 20, true, 0, &x->expert_ffn, what, e)) ||
-        (!a->hf_mixtral && (rc = cfg_bool(root, "", "norm_topk_prob", false, &norm, what, e))) ||
+        (rc = cfg_uint(root, "", qwen ? "moe_intermediate_size" : "intermediate_size", 1, 1u << 20,
+                       true, 0, &x->expert_ffn, what, e)) ||
+        (qwen && (rc = cfg_bool(root, "", "norm_topk_prob", false, &norm, what, e))) ||
         (rc = cfg_uint(root, "", "decoder_sparse_step", 1, 1, false, 1, &step, what, e)))
         return rc;
     const json_t *dense = field(root, "mlp_only_layers");
@@ -572,6 +578,15 @@ static int cfg_moe(const json_t *root, const struct shlm_arch_traits *a, struct 
                             "the MoE ones are not supported",
                             what);
     x->moe_route = norm ? SHLM_ROUTE_SOFTMAX_NORM : SHLM_ROUTE_SOFTMAX;
+    if (a->hf_moe == SHLM_HF_MOE_GPTOSS) { /* its activation's clamp is the kernel's 7 */
+        float limit = 7.0f;
+        if ((rc = cfg_num(root, "", "swiglu_limit", 0.0, 1e30, false, 7.0f, &limit, what, e)))
+            return rc;
+        if (limit != 7.0f)
+            return shardlm_fail(e, -EINVAL,
+                                "%s: field swiglu_limit is %g: not supported (gpt-oss's 7 is)",
+                                what, (double)limit);
+    }
     return 0;
 }
 
@@ -596,7 +611,7 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
     shlm_arch_apply(a, true, c);
     if ((rc = cfg_ext(root, a, hc, what, e)) ||
         (rc = cfg_features(root, a->hf_tied_default, c, what, e)) ||
-        (rc = cfg_quantized(root, what, e)) || (rc = cfg_act(root, a, &c->act, what, e)) ||
+        (rc = cfg_quantized(root, a, what, e)) || (rc = cfg_act(root, a, &c->act, what, e)) ||
         (rc = cfg_rope_scaling(root, hc, what, e)) ||
         (rc = cfg_special_tokens(root, hc, what, e)) ||
         (rc = cfg_windows(root, a, c, &hc->cfgx, what, e)) ||

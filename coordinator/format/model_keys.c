@@ -59,6 +59,8 @@ static bool multiplied(const struct shlm_arch_traits *a) { return a->multipliers
 /* GGUF says by expert_count whether a llama is Mixtral; config.json by its class */
 static bool experts(const struct shlm_arch_traits *a) { return a->moe != SHLM_MOE_NONE; }
 static bool experts_always(const struct shlm_arch_traits *a) { return a->moe == SHLM_MOE_REQUIRED; }
+/* gpt-oss's attention has q/k/v and output biases (its row's flags) */
+static bool biased(const struct shlm_arch_traits *a) { return (a->flags & SHLM_CF_O_BIAS) != 0; }
 
 /* The keys of coord_unsupported_keys[] the importers read (by their GGUF and config.json names;
  * NULL: not read in that format), and where: the architectures whose row @by accepts, or any
@@ -84,6 +86,7 @@ static const struct {
     {"expert_count", NULL, experts, 0},
     {NULL, "num_local_experts", experts_always, 0},
     {NULL, "num_experts", experts_always, 0},
+    {NULL, "attention_bias", biased, 0},
     /* YaRN's, linear's and LongRoPE's GGUF keys (read_rope_type, read_ext) */
     {"rope.scaling.type", NULL, NULL, ROPE(YARN) | ROPE(LINEAR)},
     {"rope.scaling.factor", NULL, NULL, ROPE(YARN) | ROPE(LINEAR)},
