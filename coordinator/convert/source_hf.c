@@ -183,6 +183,12 @@ static int gptoss_read(const struct hf_source *h, enum shlm_kind k, uint32_t l, 
     uint64_t nr = (fused ? 2u : 1u) * (uint64_t)rows, nb = (uint64_t)cols / 32;
     uint64_t bshape[4] = {ne, nr, nb, 16}, sshape[3] = {ne, nr, nb};
     snprintf(name, sizeof(name), "%s_blocks", base);
+    if (!st_set_find(&h->set, name, &file) && st_set_find(&h->set, base, &file))
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %s: gpt-oss's experts dequantized (a dense [experts, "
+                            "hidden, units] tensor) are not read: convert the MXFP4 checkpoint "
+                            "(%s_blocks and _scales) or its GGUF",
+                            h->set.paths[file], base, base);
     if ((rc = gptoss_find(h, name, ST_U8, 4, bshape, &t, &file, e)))
         return rc;
     snprintf(name, sizeof(name), "%s_scales", base);
