@@ -341,43 +341,56 @@ static void gather_put(struct gather *g, const struct synth_tensor *t, uint64_t 
     }
 }
 
-/* One gathered output: layer @l's @part (0 gate_up, 1 down) @what (0 blocks, 1 scales, 2 bias):
- * its name, dtype and shape into @h at *@off (advanced), or (@f) its bytes. */
-static void gather_out(const struct gather *g, uint32_t l, int part, int what, json_t *h,
-                       uint64_t *off, FILE *f)
+/* The shape of layer @l's gathered @part (0 gate_up, 1 down): its rows (per expert) and
+ * columns. */
+static void gather_shape(const struct gather *g, int part, size_t *rows, size_t *cols)
 {
-    size_t e = g->ne, rows = part ? g->dim : 2 * g->units, cols = part ? g->units : g->dim;
+    *rows = part ? g->dim : 2 * g->units;
+    *cols = part ? g->units : g->dim;
+}
+
+/* One gathered output, layer @l's @part @what (0 blocks, 1 scales, 2 bias): its name, dtype and
+ * shape into @h at *@off (advanced). */
+static void gather_head(const struct gather *g, uint32_t l, int part, int what, json_t *h,
+                        uint64_t *off)
+{
+    size_t e = g->ne, rows, cols;
+    gather_shape(g, part, &rows, &cols);
     size_t nb = cols / 32;
+    static const char *const whats[] = {"blocks", "scales", "bias"};
     char name[160];
     snprintf(name, sizeof(name), "model.layers.%u.mlp.experts.%s_%s", l,
-             part ? "down_proj" : "gate_up_proj",
-             what == 0   ? "blocks"
-             : what == 1 ? "scales"
-                         : "bias");
-    const float *v = (part ? g->dn : g->gu) + (size_t)l * e * rows * cols;
-    const float *b = part ? g->dnb + (size_t)l * e * g->dim : g->gub + (size_t)l * e * 2 * g->units;
-    if (h) {
-        uint64_t bytes = what == 0 ? e * rows * nb * 16 : what == 1 ? e * rows * nb : e * rows * 4;
-        json_t *shape =
-            what == 0   ? json_pack("[I, I, I, I]", (json_int_t)e, (json_int_t)rows, (json_int_t)nb,
-                                    (json_int_t)16)
-            : what == 1 ? json_pack("[I, I, I]", (json_int_t)e, (json_int_t)rows, (json_int_t)nb)
+             part ? "down_proj" : "gate_up_proj", whats[what]);
+    uint64_t bytes = what == 0 ? e * rows * nb * 16 : what == 1 ? e * rows * nb : e * rows * 4;
+    json_t *shape = what == 0 ? json_pack("[I, I, I, I]", (json_int_t)e, (json_int_t)rows,
+                                          (json_int_t)nb, (json_int_t)16)
+                    : what == 1
+                        ? json_pack("[I, I, I]", (json_int_t)e, (json_int_t)rows, (json_int_t)nb)
                         : json_pack("[I, I]", (json_int_t)e, (json_int_t)rows);
-        json_object_set_new(h, name,
-                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", what == 2 ? "F32" : "U8",
-                                      "shape", shape, "data_offsets", (json_int_t)*off,
-                                      (json_int_t)(*off + bytes)));
-        *off += bytes;
-        return;
-    }
+    json_object_set_new(h, name,
+                        json_pack("{s:s, s:o, s:[I, I]}", "dtype", what == 2 ? "F32" : "U8",
+                                  "shape", shape, "data_offsets", (json_int_t)*off,
+                                  (json_int_t)(*off + bytes)));
+    *off += bytes;
+}
+
+/* And its bytes, into @f: the blocks in the checkpoint's nibble order (ggml's codes re-packed two
+ * per byte in element order), the E8M0 scales (ggml's byte is the checkpoint's), the biases. */
+static void gather_data(const struct gather *g, uint32_t l, int part, int what, FILE *f)
+{
+    size_t e = g->ne, rows, cols;
+    gather_shape(g, part, &rows, &cols);
+    size_t nb = cols / 32;
     if (what == 2) {
-        fwrite(b, 4, e * rows, f);
+        fwrite(part ? g->dnb + (size_t)l * e * g->dim : g->gub + (size_t)l * e * 2 * g->units, 4,
+               e * rows, f);
         return;
     }
+    const float *v = (part ? g->dn : g->gu) + (size_t)l * e * rows * cols;
     for (size_t r = 0; r < e * rows; r++)
         for (size_t k = 0; k < nb; k++) {
             uint8_t blk[17], out[16], code[32];
-            coord_rows_mxfp4_block(v + r * cols + k * 32, blk); /* ggml's layout: recoded */
+            coord_rows_mxfp4_block(v + r * cols + k * 32, blk);
             for (int j = 0; j < 16; j++) {
                 code[j] = blk[1 + j] & 15;
                 code[j + 16] = blk[1 + j] >> 4;
@@ -387,7 +400,7 @@ static void gather_out(const struct gather *g, uint32_t l, int part, int what, j
             if (what == 0)
                 fwrite(out, 1, 16, f);
             else
-                fwrite(blk, 1, 1, f); /* E8M0: ggml's byte is the checkpoint's */
+                fwrite(blk, 1, 1, f);
         }
 }
 
@@ -424,7 +437,7 @@ static int write_safetensors(const struct synth_model *m, const char *dir,
     for (uint32_t l = 0; g.on && l < g.layers; l++)
         for (int part = 0; part < 2; part++)
             for (int what = 0; what < 3; what++)
-                gather_out(&g, l, part, what, h, &off, NULL);
+                gather_head(&g, l, part, what, h, &off);
     json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
     char *head = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(h);
@@ -479,7 +492,7 @@ static int write_safetensors(const struct synth_model *m, const char *dir,
     for (uint32_t l = 0; g.on && l < g.layers; l++)
         for (int part = 0; part < 2; part++)
             for (int what = 0; what < 3; what++)
-                gather_out(&g, l, part, what, NULL, NULL, f);
+                gather_data(&g, l, part, what, f);
     if (fflush(f) || ferror(f) || fsync(fileno(f)) < 0) {
         rc = shardlm_fail(e, -EIO, "%s: write failed: %s", tmp, strerror(errno));
         fclose(f);
