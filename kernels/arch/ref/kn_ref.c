@@ -140,19 +140,25 @@ void kn_rope_ref(float *v, int nheads, int hd, int pos, const float *inv_freq, f
     }
 }
 
-void kn_softmax_ref(float *x, int n)
+/* Softmax of n values in place with a sink: a logit @sink in the denominator that takes no
+ * share, p_i = e^(x_i - M) / (sum_i e^(x_i - M) + e^(sink - M)), M = max(max_i x_i, sink). */
+static void softmax_sink(float *x, int n, float sink)
 {
-    float mx = x[0];
-    for (int i = 1; i < n; i++)
+    float mx = sink;
+    for (int i = 0; i < n; i++)
         mx = fmaxf(mx, x[i]);
     float sum = 0.0f;
     for (int i = 0; i < n; i++) {
         x[i] = expf(x[i] - mx);
         sum += x[i];
     }
+    sum += expf(sink - mx);
     for (int i = 0; i < n; i++)
         x[i] /= sum;
 }
+
+/* (no sink: -inf adds e^-inf = 0 to the sum and leaves the max to the values, the same bits) */
+void kn_softmax_ref(float *x, int n) { softmax_sink(x, n, -INFINITY); }
 
 void kn_silu_mul_ref(float *a, const float *b, int n)
 {
@@ -183,23 +189,6 @@ void kn_softcap_ref(float *x, int n, float cap)
 {
     for (int i = 0; i < n; i++)
         x[i] = cap * tanhf(x[i] / cap);
-}
-
-/* Softmax of n values in place with a sink: a logit @sink in the denominator that takes no
- * share, p_i = e^(x_i - M) / (sum_i e^(x_i - M) + e^(sink - M)), M = max(max_i x_i, sink). */
-static void softmax_sink(float *x, int n, float sink)
-{
-    float mx = sink;
-    for (int i = 0; i < n; i++)
-        mx = fmaxf(mx, x[i]);
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
-    }
-    sum += expf(sink - mx);
-    for (int i = 0; i < n; i++)
-        x[i] /= sum;
 }
 
 void kn_attention_ref(float *out, size_t out_stride, const float *q, size_t q_stride, int nt,
