@@ -35,7 +35,8 @@ int seg_plan_place(struct seg_plan *p, const struct shlm_config *c, const struct
     bool ep = x->n_experts && placement == SEG_EXPERTS_EP;
     if (n_ranks < 1 || rank < 0 || rank >= n_ranks || (uint32_t)n_ranks > c->n_heads ||
         (uint32_t)n_ranks > c->hidden_dim || n_ranks > v_units ||
-        (x->n_experts && (uint32_t)n_ranks > (ep ? x->n_experts : x->expert_ffn)))
+        (x->n_experts && (uint32_t)n_ranks > (ep ? x->n_experts : x->expert_ffn)) ||
+        (x->shared_ffn && (uint32_t)n_ranks > x->shared_ffn))
         return -EINVAL;
     int hd = (int)c->head_dim, kv_mul = (int)(c->n_heads / c->n_kv_heads);
     p->rank = rank;
@@ -43,7 +44,15 @@ int seg_plan_place(struct seg_plan *p, const struct shlm_config *c, const struct
     split((int)c->n_heads, n_ranks, rank, &p->q0, &p->q1);
     p->kv0 = p->q0 / kv_mul;
     p->kv1 = (p->q1 - 1) / kv_mul + 1;
+    p->kv_dim = (p->kv1 - p->kv0) * hd;
+    if (x->kv_lora_rank) {
+        p->kv0 = 0;
+        p->kv1 = 1;
+        p->kv_dim = (int)shlm_latent_dim(x);
+        p->kv_keys_only = true;
+    }
     split((int)c->hidden_dim, n_ranks, rank, &p->f0, &p->f1);
+    split((int)x->shared_ffn, n_ranks, rank, &p->s0, &p->s1);
     if (ep) { /* whole experts: every unit, no pad */
         p->experts = SEG_EXPERTS_EP;
         p->e1 = (int)x->expert_ffn;
@@ -57,7 +66,8 @@ int seg_plan_place(struct seg_plan *p, const struct shlm_config *c, const struct
     p->v0 *= KN_TILE_ROWS;
     p->v1 = p->v1 * KN_TILE_ROWS < (int)c->vocab_size ? p->v1 * KN_TILE_ROWS : (int)c->vocab_size;
     if (group) {
-        p->o_pad = p->q0 * hd % group;
+        p->o_pad = p->q0 * (int)shlm_v_dim(c, x) % group;
+        p->down_pad_sh = p->s0 % group;
         p->down_pad = p->f0 % group;
         p->down_pad_exp = p->e0 % group;
     }

@@ -6,6 +6,8 @@
  * at R = 3: ranks hold KV 0-1, 1-2, 3). Gate/up are split by output rows (FFN units), O and down by
  * input columns (the matching heads and units), the LM head by vocabulary rows; norms and the
  * embedding are replicated. O and down then produce partial sums that an all-reduce adds up.
+ * Latent attention (DeepSeek) splits its heads' matrices with the query heads and replicates its
+ * bottlenecks and its cache (every rank holds the whole latent of each token).
  *
  * Int4 groups run along input columns, so a column slice that starts inside a group keeps the
  * group's scale: the shard gets `pad` zero columns in front so its groups line up with the
@@ -27,7 +29,9 @@ enum seg_experts {
 struct seg_plan {
     int rank, n_ranks;
     int q0, q1;          /* query heads [q0, q1) */
-    int kv0, kv1;        /* KV heads held [kv0, kv1) */
+    int kv0, kv1;        /* KV heads held [kv0, kv1) (latent attention: 0, 1, the latent) */
+    int kv_dim;          /* floats of a token's keys (or values) in its KV cache, a layer */
+    bool kv_keys_only;   /* the cache holds keys only (latent attention: seg_kv.keys_only) */
     int f0, f1;          /* FFN units [f0, f1) */
     int e0, e1;          /* units [e0, e1) of each of its experts' FFNs */
     int x0, x1;          /* the experts it holds [x0, x1) (tensor-parallel: all) */
@@ -35,6 +39,8 @@ struct seg_plan {
     int v0, v1;          /* LM head rows [v0, v1); v0 a multiple of KN_TILE_ROWS */
     int o_pad, down_pad; /* zero input columns in front of the O and down shards */
     int down_pad_exp;    /* and in front of each expert's down shard */
+    int s0, s1;          /* shared experts' units [s0, s1) (DeepSeek) */
+    int down_pad_sh;     /* and the zero columns in front of their down shard */
 };
 
 /* The plan of @rank among @n_ranks for config @c and @x; @group is the int4 group of the matrices

@@ -429,30 +429,31 @@ int seg_exchange_check(const void *base, size_t size, uint32_t vocab, uint32_t n
 
 _Static_assert(sizeof(struct seg_kv) <= 64, "the KV header fits before data_off");
 
-size_t seg_kv_bytes(uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim)
+size_t seg_kv_bytes(uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim, bool keys_only)
 {
-    return 64 + (size_t)n_blocks * seg_kv_block_bytes(n_layers, kv_dim);
+    return 64 + (size_t)n_blocks * seg_kv_block_bytes(n_layers, kv_dim, keys_only);
 }
 
-void seg_kv_init(void *base, uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim)
+void seg_kv_init(void *base, uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim, bool keys_only)
 {
     struct seg_kv *h = base;
     h->n_blocks = n_blocks;
     h->n_layers = n_layers;
     h->block_tokens = SEG_KV_BLOCK;
     h->kv_dim = kv_dim;
+    h->keys_only = keys_only;
     h->data_off = 64;
-    h->bytes = seg_kv_bytes(n_blocks, n_layers, kv_dim);
+    h->bytes = seg_kv_bytes(n_blocks, n_layers, kv_dim, keys_only);
     __atomic_store_n(&h->magic, SEG_KV_MAGIC, __ATOMIC_RELEASE);
 }
 
-int seg_kv_check(const void *base, size_t size, uint32_t n_layers, uint32_t kv_dim)
+int seg_kv_check(const void *base, size_t size, uint32_t n_layers, uint32_t kv_dim, bool keys_only)
 {
     const struct seg_kv *h = base;
     if (size < 64 || h->magic != SEG_KV_MAGIC || h->n_layers != n_layers ||
-        h->block_tokens != SEG_KV_BLOCK || h->kv_dim != kv_dim || h->n_blocks == 0 ||
-        h->data_off != 64 || h->bytes != size ||
-        seg_kv_bytes(h->n_blocks, n_layers, kv_dim) != size)
+        h->block_tokens != SEG_KV_BLOCK || h->kv_dim != kv_dim ||
+        h->keys_only != (uint32_t)keys_only || h->n_blocks == 0 || h->data_off != 64 ||
+        h->bytes != size || seg_kv_bytes(h->n_blocks, n_layers, kv_dim, keys_only) != size)
         return -EINVAL;
     return 0;
 }

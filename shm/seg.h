@@ -176,12 +176,15 @@ static inline float *seg_exchange_logits(void *base)
 /* KV segment of one rank: a pool of n_blocks blocks of SEG_KV_BLOCK positions that sequences
  * share through block tables (the coordinator owns them and writes a step's into the exchange
  * segment). Block b holds, layer after layer, the keys then the values of its positions,
- * (SEG_KV_BLOCK, kv_dim) floats each. */
+ * (SEG_KV_BLOCK, kv_dim) floats each (@keys_only: the keys only - latent attention's cache, the
+ * latent and the RoPE key of each position, which is both). */
 #define SEG_KV_MAGIC 0x32564b53u /* "SKV2" */
 #define SEG_KV_BLOCK 16 /* tokens per block: KN_KV_BLOCK of the kernels (worker/model.c checks) */
 struct seg_kv {
     uint32_t magic;
-    uint32_t n_blocks, n_layers, block_tokens, kv_dim, reserved;
+    uint32_t n_blocks, n_layers, block_tokens, kv_dim;
+    uint32_t keys_only; /* 1: a block holds no values (latent attention reads its keys' rows as
+                         * values: seg_kv_values() is seg_kv_keys()); 0: keys then values */
     uint64_t data_off, bytes;
 };
 /* A block table entry no layer reads any more (seg_kv_dead_blocks): the block went back to the
@@ -207,32 +210,33 @@ static inline bool seg_kv_writes_overlap(const uint32_t *ta, uint32_t pa, uint32
     return false;
 }
 
-/* Bytes of one block. */
-static inline size_t seg_kv_block_bytes(uint32_t n_layers, uint32_t kv_dim)
+/* Bytes of one block (of keys only with @keys_only). */
+static inline size_t seg_kv_block_bytes(uint32_t n_layers, uint32_t kv_dim, bool keys_only)
 {
-    return (size_t)n_layers * 2 * SEG_KV_BLOCK * kv_dim * sizeof(float);
+    return (size_t)n_layers * (keys_only ? 1 : 2) * SEG_KV_BLOCK * kv_dim * sizeof(float);
 }
-size_t seg_kv_bytes(uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim);
-void seg_kv_init(void *base, uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim);
+size_t seg_kv_bytes(uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim, bool keys_only);
+void seg_kv_init(void *base, uint32_t n_blocks, uint32_t n_layers, uint32_t kv_dim, bool keys_only);
 /* Checks a mapped KV segment against the dimensions the model needs. 0 or -EINVAL. */
-int seg_kv_check(const void *base, size_t size, uint32_t n_layers, uint32_t kv_dim);
+int seg_kv_check(const void *base, size_t size, uint32_t n_layers, uint32_t kv_dim, bool keys_only);
 /* Keys of block 0 at @layer: SEG_KV_BLOCK * kv_dim floats, in the worker's order (each KV head's
  * SEG_KV_BLOCK rows together); block b's are seg_kv_block_floats() * b floats further, the
- * values SEG_KV_BLOCK * kv_dim after the keys. */
+ * values SEG_KV_BLOCK * kv_dim after the keys (keys_only: the keys themselves). */
 static inline float *seg_kv_keys(void *base, uint32_t layer)
 {
     const struct seg_kv *h = base;
-    return (float *)((char *)base + h->data_off) + (size_t)layer * 2 * SEG_KV_BLOCK * h->kv_dim;
+    return (float *)((char *)base + h->data_off) +
+           (size_t)layer * (h->keys_only ? 1 : 2) * SEG_KV_BLOCK * h->kv_dim;
 }
 static inline float *seg_kv_values(void *base, uint32_t layer)
 {
     const struct seg_kv *h = base;
-    return seg_kv_keys(base, layer) + (size_t)SEG_KV_BLOCK * h->kv_dim;
+    return seg_kv_keys(base, layer) + (h->keys_only ? 0 : (size_t)SEG_KV_BLOCK * h->kv_dim);
 }
 static inline size_t seg_kv_block_floats(const void *base)
 {
     const struct seg_kv *h = base;
-    return seg_kv_block_bytes(h->n_layers, h->kv_dim) / sizeof(float);
+    return seg_kv_block_bytes(h->n_layers, h->kv_dim, h->keys_only) / sizeof(float);
 }
 
 #endif

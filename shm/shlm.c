@@ -140,14 +140,15 @@ int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e)
                                     c->embd_scale < 65536.0f),
           "embd_scale", "0 (none) or a positive number");
     CHECK(!(c->flags & ~(uint32_t)SHLM_CF_IMPLEMENTED), "flags",
-          "a set of 1 (qk-norm), 2 (post-norms), 4 (attention sinks), 8 (output bias) and 16 "
-          "(MoE biases)");
+          "a set of 1 (qk-norm), 2 (post-norms), 4 (attention sinks), 8 (output bias), 16 "
+          "(MoE biases) and 32 (selection bias)");
     CHECK(c->family < SHLM_FAMILY_COUNT, "family", "an architecture of tensors.h");
 #undef CHECK
     return 0;
 }
 
-int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e)
+int shlm_config_ext_check(const struct shlm_config *c, const struct shlm_config_ext *x,
+                          struct shardlm_err *e)
 {
     /* every field is implemented: 0 is the plain behaviour, a real otherwise finite in its range
      * (lo exclusive), an integer any value (window_pattern checked below) */
@@ -161,7 +162,7 @@ int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e
         REAL(query_scale, 0.0f, 1e6f),      REAL(rope_theta_local, 0.0f, 1e30f),
         REAL(resid_mult, -1e6f, 1e6f),      REAL(logit_scale, 0.0f, 1e6f),
         REAL(yarn_beta_fast, 0.0f, 1e6f),   REAL(yarn_beta_slow, 0.0f, 1e6f),
-        REAL(rope_attn_factor, 0.0f, 1e6f),
+        REAL(rope_attn_factor, 0.0f, 1e6f), REAL(route_scale, 0.0f, 1e6f),
 #undef REAL
     };
     for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++) {
@@ -192,6 +193,61 @@ int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e
                             "and a routing rule 1..%d",
                             x->n_experts, x->n_experts_used, x->expert_ffn, x->moe_route,
                             x->moe_dense_first, SHLM_MAX_EXPERTS, SHLM_ROUTE_COUNT - 1);
+    if ((c->flags & SHLM_CF_SEL_BIAS) && !x->n_experts)
+        return shardlm_fail(e, -EINVAL,
+                            "config field flags: a selection bias without experts (expected "
+                            "none on a dense model)");
+    if (x->shared_ffn > (1u << 20) || (x->shared_ffn && !x->n_experts) ||
+        (x->route_scale != 0.0f && !x->n_experts))
+        return shardlm_fail(e, -EINVAL,
+                            "config fields shared_ffn/route_scale are %u/%g: expected 0 without "
+                            "experts, shared_ffn at most 2^20",
+                            x->shared_ffn, (double)x->route_scale);
+    if (x->n_groups || x->topk_groups) {
+        if (!x->n_experts || x->n_groups < 2 || x->n_experts % x->n_groups || x->topk_groups < 1 ||
+            x->topk_groups > x->n_groups ||
+            x->topk_groups * (x->n_experts / x->n_groups) < x->n_experts_used)
+            return shardlm_fail(e, -EINVAL,
+                                "config fields n_groups/topk_groups are %u/%u: expected 0/0 or "
+                                "2.. groups dividing the %u experts, 1..n_groups of them holding "
+                                "at least the %u used",
+                                x->n_groups, x->topk_groups, x->n_experts, x->n_experts_used);
+    }
+    if (x->kv_lora_rank || x->q_lora_rank || x->rope_dim || x->v_head_dim) {
+        /* the latent's and a value's rows whole tile blocks (per-head views of attn_k_b and
+         * attn_v_b in the tiled layout) */
+        uint32_t hd = c->head_dim;
+        if (x->kv_lora_rank < 16 || x->kv_lora_rank > 4096 || x->kv_lora_rank % 16 ||
+            x->rope_dim < 2 || x->rope_dim >= hd || x->rope_dim % 2 ||
+            x->kv_lora_rank + x->rope_dim > KN_MAX_HEAD_DIM || x->v_head_dim < 16 ||
+            x->v_head_dim > 1024 || x->v_head_dim % 16 || x->q_lora_rank > 65536 ||
+            c->n_kv_heads != c->n_heads)
+            return shardlm_fail(e, -EINVAL,
+                                "config fields q_lora_rank/kv_lora_rank/rope_dim/v_head_dim are "
+                                "%u/%u/%u/%u with head_dim %u and %u of %u heads for keys: "
+                                "expected a latent rank 16..4096 and a value size 16..1024 "
+                                "(multiples of 16), an even RoPE part below head_dim, latent and "
+                                "RoPE part at most %d, q_lora_rank 0..65536, a key per head",
+                                x->q_lora_rank, x->kv_lora_rank, x->rope_dim, x->v_head_dim, hd,
+                                c->n_kv_heads, c->n_heads, KN_MAX_HEAD_DIM);
+        /* what latent attention's block does not do: q/k biases and norms, head gates, sinks,
+         * layers without RoPE, LongRoPE's factors (of head_dim / 2) */
+        uint32_t other = SHLM_CF_QK_NORM | SHLM_CF_ATTN_SINKS;
+        if (c->qkv_bias || c->head_gate || (c->flags & other) || x->nope_interval ||
+            c->rope_scaling == SHLM_ROPE_LONGROPE)
+            return shardlm_fail(e, -EINVAL,
+                                "config fields: latent attention (kv_lora_rank %u) with q/k/v "
+                                "biases, head gates, q/k norms, sinks, layers without RoPE or "
+                                "LongRoPE (expected none of them)",
+                                x->kv_lora_rank);
+    }
+    if (x->n_groups &&
+        (x->moe_route == SHLM_ROUTE_SIGMOID || x->moe_route == SHLM_ROUTE_SIGMOID_NORM) &&
+        x->n_experts / x->n_groups < 2)
+        return shardlm_fail(e, -EINVAL,
+                            "config fields n_groups/topk_groups are %u/%u: sigmoid routing scores "
+                            "a group by its two best experts, these groups hold %u",
+                            x->n_groups, x->topk_groups, x->n_experts / x->n_groups);
     for (size_t i = 0; i < sizeof(x->reserved) / sizeof(x->reserved[0]); i++)
         if (x->reserved[i])
             return shardlm_fail(e, -EINVAL,
@@ -205,7 +261,7 @@ int shlm_expected_tensors(const struct shlm_config *c, const struct shlm_config_
                           enum shlm_scheme s, int group, int head_bits, const struct seg_plan *plan,
                           struct shlm_tensor_spec *out, int max)
 {
-    enum kn_dtype dt[3]; /* by enum shlm_dtc: matrices, embedding/head, f32 */
+    enum kn_dtype dt[4]; /* by enum shlm_dtc: matrices, embedding/head, f32, q8 */
     switch (s) {
     case SHLM_SCHEME_F32:
         dt[SHLM_DTC_MAT] = dt[SHLM_DTC_HEAD] = KN_DT_F32;
@@ -226,6 +282,7 @@ int shlm_expected_tensors(const struct shlm_config *c, const struct shlm_config_
         return -EINVAL;
     }
     dt[SHLM_DTC_F32] = KN_DT_F32;
+    dt[SHLM_DTC_Q8] = kn_is_w4(dt[SHLM_DTC_MAT]) ? KN_DT_Q8 : dt[SHLM_DTC_MAT];
     /* the whole model is the plan of one rank */
     struct seg_plan whole;
     if (!plan) {
@@ -442,7 +499,7 @@ static int parse(struct shlm_model *m, const void *buf, size_t avail, size_t siz
         return shardlm_fail(e, -EINVAL, "%s: header checksum mismatch (corrupt header or table)",
                             what);
     struct shardlm_err cerr;
-    if (shlm_config_check(&h->cfg, &cerr) || shlm_config_ext_check(&h->cfgx, &cerr))
+    if (shlm_config_check(&h->cfg, &cerr) || shlm_config_ext_check(&h->cfg, &h->cfgx, &cerr))
         return shardlm_fail(e, -EINVAL, "%s: %s", what, cerr.msg);
     if (h->scheme > SHLM_SCHEME_W4A8)
         return shardlm_fail(e, -EINVAL, "%s: header field scheme is %u, expected 0..3", what,

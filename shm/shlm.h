@@ -63,10 +63,13 @@ enum shlm_cfg_flag {
                                    * denominator (gpt-oss) */
     SHLM_CF_O_BIAS = 1u << 3,     /* attention output bias (gpt-oss) */
     SHLM_CF_MOE_BIAS = 1u << 4,   /* router and experts' gate, up and down biases (gpt-oss) */
+    SHLM_CF_SEL_BIAS = 1u << 5,   /* a bias added to the router's scores to choose the experts,
+                                   * not to weight them (DeepSeek-V3's e_score_correction_bias) */
 };
 /* The flags the runtime implements; a config with another is refused (shlm_config_check). */
 #define SHLM_CF_IMPLEMENTED                                                                        \
-    (SHLM_CF_QK_NORM | SHLM_CF_POST_NORMS | SHLM_CF_ATTN_SINKS | SHLM_CF_O_BIAS | SHLM_CF_MOE_BIAS)
+    (SHLM_CF_QK_NORM | SHLM_CF_POST_NORMS | SHLM_CF_ATTN_SINKS | SHLM_CF_O_BIAS |                  \
+     SHLM_CF_MOE_BIAS | SHLM_CF_SEL_BIAS)
 /* How the int4 matrices of a weights segment are laid out (a file is always canonical). */
 enum shlm_layout { SHLM_LAYOUT_CANONICAL = 0, SHLM_LAYOUT_TILES = 1 /* KN_DT_W4A8/16_T */ };
 
@@ -117,7 +120,23 @@ struct shlm_config_ext {
     /* 1: YaRN's ramp bounds unrounded (transformers' rope_scaling.truncate false: gpt-oss); 0:
      * floor and ceil, as ggml and truncate's default */
     uint32_t yarn_exact;
-    uint32_t reserved[14];
+    /* multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0: none): q from a rank
+     * q_lora_rank bottleneck (attn_q_a, its RMSNorm, attn_q_b; 0: attn_q itself), every head's
+     * key and value from one latent of kv_lora_rank (attn_kv_a's first rows, RMS-normed) and a
+     * shared RoPE key of rope_dim (its last rows); a head is head_dim - rope_dim "nope" dims then
+     * rope_dim roped ones, its value v_head_dim. The cache holds the latent and the RoPE key
+     * only (kv_lora_rank + rope_dim a token and layer, one "KV head" every query head reads):
+     * queries are absorbed into the latent (attn_k_b), outputs taken out of it (attn_v_b). */
+    uint32_t q_lora_rank, kv_lora_rank, rope_dim, v_head_dim;
+    /* shared experts' units (DeepSeek: n_shared_experts x moe_intermediate_size), a dense FFN
+     * beside the routed experts of every MoE layer; 0: none */
+    uint32_t shared_ffn;
+    float route_scale; /* the routed experts' weights times this (routed_scaling_factor); 0: 1 */
+    /* group-limited top-k (DeepSeek): experts in n_groups equal groups, the top k taken from the
+     * topk_groups best groups only (a group's score: its best expert's under softmax routing,
+     * its two best's sum under sigmoid routing); 0: one group */
+    uint32_t n_groups, topk_groups;
+    uint32_t reserved[6];
 };
 _Static_assert(sizeof(struct shlm_config_ext) == 128, "shlm_config_ext layout");
 
@@ -128,7 +147,11 @@ enum shlm_route {
                                   * to sum 1 (Mixtral, Qwen3-MoE's norm_topk_prob; the same as a
                                   * softmax over the top k's logits: gpt-oss) */
     SHLM_ROUTE_SOFTMAX = 2,      /* softmax over every expert, the top k with those weights
-                                  * (Qwen2-MoE, Qwen3-MoE without norm_topk_prob) */
+                                  * (Qwen2-MoE, Qwen3-MoE without norm_topk_prob, DeepSeek-V2) */
+    SHLM_ROUTE_SIGMOID_NORM = 3, /* a sigmoid of each logit, the top k (by score plus the
+                                  * selection bias where there is one), their scores renormalised
+                                  * to sum 1 (DeepSeek-V3) */
+    SHLM_ROUTE_SIGMOID = 4,      /* the same, not renormalised */
     SHLM_ROUTE_COUNT
 };
 
@@ -136,6 +159,17 @@ enum shlm_route {
 static inline bool shlm_layer_moe(const struct shlm_config_ext *x, uint32_t l)
 {
     return x->n_experts && l >= x->moe_dense_first;
+}
+
+/* The value width of a head (v_head_dim, else head_dim) and the width of a token's cache row of
+ * a latent-attention model (kv_lora_rank + rope_dim; 0 without latent attention). */
+static inline uint32_t shlm_v_dim(const struct shlm_config *c, const struct shlm_config_ext *x)
+{
+    return x->v_head_dim ? x->v_head_dim : c->head_dim;
+}
+static inline uint32_t shlm_latent_dim(const struct shlm_config_ext *x)
+{
+    return x->kv_lora_rank ? x->kv_lora_rank + x->rope_dim : 0;
 }
 
 /* Whether layer @l of a model of @x attends within @x->window (and takes rope_theta_local):
@@ -282,9 +316,11 @@ void shlm_seal(struct shlm_header *h, const struct shlm_tensor *table);
 /* Checks the config for sizes that are zero, inconsistent or absurd, and flags the runtime does
  * not implement. 0 or -EINVAL + @e. */
 int shlm_config_check(const struct shlm_config *c, struct shardlm_err *e);
-/* Checks @x: the implemented fields in their ranges (soft-caps, query scale and local RoPE base
- * 0 or positive and finite, a window pattern only with a window), the others 0. Returns 0 or
- * -EINVAL + @e naming the field and its value. */
-int shlm_config_ext_check(const struct shlm_config_ext *x, struct shardlm_err *e);
+/* Checks @x of a model of @c (checked before): the implemented fields in their ranges (soft-caps,
+ * query scale and local RoPE base 0 or positive and finite, a window pattern only with a window,
+ * latent attention's sizes against the heads'), the others 0. Returns 0 or -EINVAL + @e naming
+ * the field and its value. */
+int shlm_config_ext_check(const struct shlm_config *c, const struct shlm_config_ext *x,
+                          struct shardlm_err *e);
 
 #endif

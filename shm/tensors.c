@@ -30,6 +30,13 @@ HAS(moe_ffn, shlm_layer_moe(x, l))
 HAS(sinks, c->flags &SHLM_CF_ATTN_SINKS)
 HAS(o_bias, c->flags &SHLM_CF_O_BIAS)
 HAS(moe_bias, shlm_layer_moe(x, l) && (c->flags & SHLM_CF_MOE_BIAS))
+HAS(attn_q, !x->q_lora_rank)
+HAS(attn_kv, !x->kv_lora_rank)
+HAS(kv_bias, c->qkv_bias && !x->kv_lora_rank)
+HAS(q_lora, x->q_lora_rank != 0)
+HAS(mla, x->kv_lora_rank != 0)
+HAS(shared, shlm_layer_moe(x, l) && x->shared_ffn)
+HAS(sel_bias, shlm_layer_moe(x, l) && (c->flags & SHLM_CF_SEL_BIAS))
 #undef HAS
 
 #define NONE SHLM_SITE_NONE
@@ -69,17 +76,17 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
     [SHLM_KIND_ATTN_NORM] = {"attn_norm", "attn_norm.weight", "input_layernorm.weight",
         L2C(RMS_ATT), true, true, D(ONE), D(MODEL), S(NONE), T(F32), NONE, QKV, always},
     [SHLM_KIND_ATTN_Q] = {"attn_q", "attn_q.weight", "self_attn.q_proj.weight",
-        L2C(WQ), true, false, D(Q), D(MODEL), S(ROWS), T(MAT), QKV, NONE, always},
+        L2C(WQ), true, false, D(Q), D(MODEL), S(ROWS), T(MAT), QKV, NONE, attn_q},
     [SHLM_KIND_ATTN_K] = {"attn_k", "attn_k.weight", "self_attn.k_proj.weight",
-        L2C(WK), true, false, D(KV), D(MODEL), S(ROWS), T(MAT), QKV, NONE, always},
+        L2C(WK), true, false, D(KV), D(MODEL), S(ROWS), T(MAT), QKV, NONE, attn_kv},
     [SHLM_KIND_ATTN_V] = {"attn_v", "attn_v.weight", "self_attn.v_proj.weight",
-        L2C(WV), true, false, D(KV), D(MODEL), S(ROWS), T(MAT), QKV, O, always},
+        L2C(WV), true, false, D(KV), D(MODEL), S(ROWS), T(MAT), QKV, O, attn_kv},
     [SHLM_KIND_ATTN_Q_BIAS] = {"attn_q_bias", "attn_q.bias", "self_attn.q_proj.bias",
         L2C(NONE), true, false, D(ONE), D(Q), S(COLS), T(F32), NONE, NONE, qkv_bias},
     [SHLM_KIND_ATTN_K_BIAS] = {"attn_k_bias", "attn_k.bias", "self_attn.k_proj.bias",
-        L2C(NONE), true, false, D(ONE), D(KV), S(COLS), T(F32), NONE, NONE, qkv_bias},
+        L2C(NONE), true, false, D(ONE), D(KV), S(COLS), T(F32), NONE, NONE, kv_bias},
     [SHLM_KIND_ATTN_V_BIAS] = {"attn_v_bias", "attn_v.bias", "self_attn.v_proj.bias",
-        L2C(NONE), true, false, D(ONE), D(KV), S(COLS), T(F32), NONE, O, qkv_bias},
+        L2C(NONE), true, false, D(ONE), D(KV), S(COLS), T(F32), NONE, O, kv_bias},
     [SHLM_KIND_ATTN_Q_NORM] = {"attn_q_norm", "attn_q_norm.weight", "self_attn.q_norm.weight",
         L2C(NONE), true, true, D(ONE), D(HEAD), S(NONE), T(F32), NONE, NONE, qk_norm},
     [SHLM_KIND_ATTN_K_NORM] = {"attn_k_norm", "attn_k_norm.weight", "self_attn.k_norm.weight",
@@ -88,7 +95,7 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
     [SHLM_KIND_ATTN_GATE] = {"attn_gate", "attn_gate.weight", NULL,
         L2C(NONE), true, false, D(HEADS), D(MODEL), S(ROWS), T(F32), QKV, NONE, head_gate},
     [SHLM_KIND_ATTN_O] = {"attn_o", "attn_output.weight", "self_attn.o_proj.weight",
-        L2C(WO), true, false, D(MODEL), D(Q), S(COLS_PADDED), T(MAT), O, NONE, always},
+        L2C(WO), true, false, D(MODEL), D(O), S(COLS_PADDED), T(MAT), O, NONE, always},
     /* replicated: every rank adds it to the sum of the ranks' O outputs */
     [SHLM_KIND_ATTN_O_BIAS] = {"attn_o_bias", "attn_output.bias", "self_attn.o_proj.bias",
         L2C(NONE), true, false, D(ONE), D(MODEL), S(NONE), T(F32), NONE, NONE, o_bias},
@@ -136,6 +143,45 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
         L2C(NONE), true, false, D(ONE), D(EXP_FFN), S(COLS), T(F32), NONE, NONE, moe_bias, EXP},
     [SHLM_KIND_FFN_DOWN_EXP_BIAS] = {"ffn_down_exp_bias", "ffn_down_exps.bias", NULL,
         L2C(NONE), true, false, D(ONE), D(MODEL), S(NONE), T(F32), NONE, NONE, moe_bias, EXP},
+    /* latent attention: the bottlenecks read the attention norm's output and are replicated
+     * (every rank needs all of q's rank and the whole latent); the heads' matrices split with
+     * the heads. Calibration sees the first two (SHLM_SITE_QKV), not the others (their inputs
+     * are no site: rounded to nearest, as the experts). The latent's and the heads' own
+     * matrices take 8 bits in the int4 schemes (SHLM_DTC_Q8): every head reads the latent, and
+     * an error in an absorbed query or a value matrix passes through the whole softmax (on
+     * tiny-deepseek2, w4a8's KLD 0.17 with them in int4, 0.061 so; the three are ~12% of V3's
+     * attention weights, ~3% of the bytes a decode step reads) */
+    [SHLM_KIND_ATTN_Q_A] = {"attn_q_a", "attn_q_a.weight", "self_attn.q_a_proj.weight",
+        L2C(NONE), true, false, D(Q_LORA), D(MODEL), S(NONE), T(MAT), QKV, NONE, q_lora},
+    [SHLM_KIND_ATTN_Q_A_NORM] = {"attn_q_a_norm", "attn_q_a_norm.weight",
+        "self_attn.q_a_layernorm.weight",
+        L2C(NONE), true, true, D(ONE), D(Q_LORA), S(NONE), T(F32), NONE, NONE, q_lora},
+    [SHLM_KIND_ATTN_Q_B] = {"attn_q_b", "attn_q_b.weight", "self_attn.q_b_proj.weight",
+        L2C(NONE), true, false, D(Q), D(Q_LORA), S(ROWS), T(MAT), NONE, NONE, q_lora},
+    [SHLM_KIND_ATTN_KV_A] = {"attn_kv_a", "attn_kv_a_mqa.weight",
+        "self_attn.kv_a_proj_with_mqa.weight",
+        L2C(NONE), true, false, D(KV_A), D(MODEL), S(NONE), T(Q8), QKV, NONE, mla},
+    [SHLM_KIND_ATTN_KV_A_NORM] = {"attn_kv_a_norm", "attn_kv_a_norm.weight",
+        "self_attn.kv_a_layernorm.weight",
+        L2C(NONE), true, true, D(ONE), D(KV_LORA), S(NONE), T(F32), NONE, NONE, mla},
+    [SHLM_KIND_ATTN_K_B] = {"attn_k_b", "attn_k_b.weight", NULL,
+        L2C(NONE), true, false, D(HEADS_LATENT), D(NOPE), S(ROWS), T(Q8), NONE, NONE, mla},
+    [SHLM_KIND_ATTN_V_B] = {"attn_v_b", "attn_v_b.weight", NULL,
+        L2C(NONE), true, false, D(O), D(KV_LORA), S(ROWS), T(Q8), NONE, O, mla},
+    /* the shared experts: a dense FFN split by units as hidden_dim's; rounded to nearest as the
+     * routed experts */
+    [SHLM_KIND_FFN_GATE_SHEXP] = {"ffn_gate_shexp", "ffn_gate_shexp.weight",
+        "mlp.shared_experts.gate_proj.weight",
+        L2C(NONE), true, false, D(SH_FFN), D(MODEL), S(ROWS), T(MAT), NONE, NONE, shared},
+    [SHLM_KIND_FFN_UP_SHEXP] = {"ffn_up_shexp", "ffn_up_shexp.weight",
+        "mlp.shared_experts.up_proj.weight",
+        L2C(NONE), true, false, D(SH_FFN), D(MODEL), S(ROWS), T(MAT), NONE, NONE, shared},
+    [SHLM_KIND_FFN_DOWN_SHEXP] = {"ffn_down_shexp", "ffn_down_shexp.weight",
+        "mlp.shared_experts.down_proj.weight",
+        L2C(NONE), true, false, D(MODEL), D(SH_FFN), S(COLS_PADDED), T(MAT), NONE, NONE, shared},
+    [SHLM_KIND_FFN_SEL_BIAS] = {"ffn_sel_bias", "exp_probs_b.bias",
+        "mlp.gate.e_score_correction_bias",
+        L2C(NONE), true, false, D(ONE), D(EXPERTS), S(NONE), T(F32), NONE, NONE, sel_bias},
     /* clang-format on */
 };
 
@@ -385,7 +431,21 @@ int shlm_dim_size(const struct shlm_config *c, const struct shlm_config_ext *x, 
     case SHLM_DIM_HEAD:
         return (int)c->head_dim;
     case SHLM_DIM_ROPE:
-        return (int)c->head_dim / 2;
+        return (int)(x && x->rope_dim ? x->rope_dim : c->head_dim) / 2;
+    case SHLM_DIM_O:
+        return (int)(c->n_heads * (x ? shlm_v_dim(c, x) : c->head_dim));
+    case SHLM_DIM_Q_LORA:
+        return (int)x->q_lora_rank;
+    case SHLM_DIM_KV_A:
+        return (int)shlm_latent_dim(x);
+    case SHLM_DIM_KV_LORA:
+        return (int)x->kv_lora_rank;
+    case SHLM_DIM_HEADS_LATENT:
+        return (int)(c->n_heads * x->kv_lora_rank);
+    case SHLM_DIM_NOPE:
+        return (int)(c->head_dim - x->rope_dim);
+    case SHLM_DIM_SH_FFN:
+        return (int)x->shared_ffn;
     case SHLM_DIM_FFN:
         return (int)c->hidden_dim;
     case SHLM_DIM_VOCAB:
@@ -412,6 +472,22 @@ void shlm_dim_part(const struct shlm_config *c, const struct shlm_config_ext *x,
     case SHLM_DIM_HEADS:
         *lo = p->q0;
         *hi = p->q1;
+        return;
+    case SHLM_DIM_O: {
+        int vd = (int)shlm_v_dim(c, x);
+        *lo = p->q0 * vd;
+        *hi = p->q1 * vd;
+        *pad = p->o_pad;
+        return;
+    }
+    case SHLM_DIM_HEADS_LATENT:
+        *lo = p->q0 * (int)x->kv_lora_rank;
+        *hi = p->q1 * (int)x->kv_lora_rank;
+        return;
+    case SHLM_DIM_SH_FFN:
+        *lo = p->s0;
+        *hi = p->s1;
+        *pad = p->down_pad_sh;
         return;
     case SHLM_DIM_FFN:
         *lo = p->f0;
@@ -571,6 +647,17 @@ const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT] = {
                    .window_default = 128,
                    .gguf_ffn_norm = "post_attention_norm.weight",
                    .moe = SHLM_MOE_REQUIRED},
+    /* DeepSeek-V2/V3: multi-head latent attention (RoPE on a part of each head, YaRN's
+     * attention factor in the score scale), dense first layers, shared experts beside the
+     * routed ones (softmax or sigmoid routing, a selection bias, a weight scale) */
+    [F(DEEPSEEK2)] = {.name = "deepseek2",
+                      .gguf = "deepseek2",
+                      .hf = "DeepseekV3ForCausalLM",
+                      .hf_alt = "DeepseekV2ForCausalLM",
+                      .hf_act_key = "hidden_act",
+                      .act = SHLM_ACT_SILU,
+                      .moe = SHLM_MOE_REQUIRED,
+                      .mla = true},
 };
 #undef F
 
@@ -587,7 +674,8 @@ const struct shlm_arch_traits *shlm_arch_gguf(const char *name, size_t len)
 const struct shlm_arch_traits *shlm_arch_hf(const char *name)
 {
     for (int i = 0; i < SHLM_FAMILY_COUNT; i++)
-        if (shlm_archs[i].hf && strcmp(shlm_archs[i].hf, name) == 0)
+        if ((shlm_archs[i].hf && strcmp(shlm_archs[i].hf, name) == 0) ||
+            (shlm_archs[i].hf_alt && strcmp(shlm_archs[i].hf_alt, name) == 0))
             return &shlm_archs[i];
     return NULL;
 }
@@ -600,6 +688,8 @@ void shlm_arch_list(bool hf, char *out, size_t len)
         const char *nm = hf ? shlm_archs[i].hf : shlm_archs[i].gguf;
         if (nm && !shlm_archs[i].refused)
             n += (size_t)snprintf(out + n, len - n, "%s%s", n ? ", " : "", nm);
+        if (hf && shlm_archs[i].hf_alt && n < len)
+            n += (size_t)snprintf(out + n, len - n, ", %s", shlm_archs[i].hf_alt);
     }
 }
 

@@ -63,23 +63,51 @@ enum shlm_kind {
     SHLM_KIND_FFN_GATE_EXP_BIAS,
     SHLM_KIND_FFN_UP_EXP_BIAS,
     SHLM_KIND_FFN_DOWN_EXP_BIAS,
+    /* multi-head latent attention (DeepSeek-V2/V3, shlm_config_ext.kv_lora_rank) in place of q
+     * (with a q_lora_rank), k and v: q's bottleneck, its RMSNorm and its expansion to the heads;
+     * the latent and the RoPE key (one row each, GGUF's attn_kv_a_mqa) and the latent's RMSNorm;
+     * each head's absorption of its nope query into the latent ((kv_lora_rank, nope) a head, q_nope
+     * . W_UK^T) and its value out of the latent ((v_head_dim, kv_lora_rank) a head). A GGUF
+     * holds the last two as llama.cpp's attn_k_b / attn_v_b, or ik_llama.cpp's attn_kv_b, the
+     * checkpoint's kv_b_proj that the importer splits (source_gguf.c) */
+    SHLM_KIND_ATTN_Q_A,
+    SHLM_KIND_ATTN_Q_A_NORM,
+    SHLM_KIND_ATTN_Q_B,
+    SHLM_KIND_ATTN_KV_A,
+    SHLM_KIND_ATTN_KV_A_NORM,
+    SHLM_KIND_ATTN_K_B,
+    SHLM_KIND_ATTN_V_B,
+    /* DeepSeek's shared experts (shlm_config_ext.shared_ffn units, one dense FFN) beside the
+     * routed ones, and the bias of the router's scores that chooses the experts
+     * (SHLM_CF_SEL_BIAS) */
+    SHLM_KIND_FFN_GATE_SHEXP,
+    SHLM_KIND_FFN_UP_SHEXP,
+    SHLM_KIND_FFN_DOWN_SHEXP,
+    SHLM_KIND_FFN_SEL_BIAS,
     SHLM_KIND_COUNT
 };
 #define SHLM_KIND_FIRST_LAYER SHLM_KIND_ATTN_NORM
 
 /* A size of the config a tensor's rows or columns are. */
 enum shlm_dim {
-    SHLM_DIM_ONE,     /* 1: the single row of a vector */
-    SHLM_DIM_MODEL,   /* dim */
-    SHLM_DIM_Q,       /* n_heads * head_dim */
-    SHLM_DIM_KV,      /* n_kv_heads * head_dim */
-    SHLM_DIM_HEADS,   /* n_heads */
-    SHLM_DIM_HEAD,    /* head_dim */
-    SHLM_DIM_ROPE,    /* head_dim / 2: RoPE's frequencies */
-    SHLM_DIM_FFN,     /* hidden_dim */
-    SHLM_DIM_VOCAB,   /* vocab_size */
-    SHLM_DIM_EXPERTS, /* n_experts */
-    SHLM_DIM_EXP_FFN, /* expert_ffn: one expert's FFN units */
+    SHLM_DIM_ONE,          /* 1: the single row of a vector */
+    SHLM_DIM_MODEL,        /* dim */
+    SHLM_DIM_Q,            /* n_heads * head_dim */
+    SHLM_DIM_KV,           /* n_kv_heads * head_dim */
+    SHLM_DIM_HEADS,        /* n_heads */
+    SHLM_DIM_HEAD,         /* head_dim */
+    SHLM_DIM_ROPE,         /* head_dim / 2: RoPE's frequencies */
+    SHLM_DIM_FFN,          /* hidden_dim */
+    SHLM_DIM_VOCAB,        /* vocab_size */
+    SHLM_DIM_EXPERTS,      /* n_experts */
+    SHLM_DIM_EXP_FFN,      /* expert_ffn: one expert's FFN units */
+    SHLM_DIM_O,            /* n_heads * the value width (shlm_v_dim): O's input */
+    SHLM_DIM_Q_LORA,       /* q_lora_rank */
+    SHLM_DIM_KV_A,         /* kv_lora_rank + rope_dim: the latent and the RoPE key */
+    SHLM_DIM_KV_LORA,      /* kv_lora_rank */
+    SHLM_DIM_HEADS_LATENT, /* n_heads * kv_lora_rank */
+    SHLM_DIM_NOPE,         /* head_dim - rope_dim: a query's part without RoPE */
+    SHLM_DIM_SH_FFN,       /* shared_ffn: the shared experts' units */
 };
 
 /* How tensor parallelism splits a tensor (plan.h): a rank holds the part of the split size that
@@ -97,6 +125,8 @@ enum shlm_dtc {
     SHLM_DTC_MAT,  /* the scheme's matrix format (f32, bf16, w4a16, w4a8) */
     SHLM_DTC_HEAD, /* the embedding / LM head: the scheme's, or q8 with --head-bits 8 */
     SHLM_DTC_F32,  /* always f32: norms, biases, the head gate, RoPE factors */
+    SHLM_DTC_Q8,   /* q8 in the int4 schemes, else the scheme's: latent attention's latent and
+                    * per-head matrices */
 };
 
 /* The inputs of the forward's matrix products (worker/model.h's wrk_site uses these values). */
@@ -228,6 +258,7 @@ enum shlm_family {
     SHLM_FAMILY_QWEN3MOE,
     SHLM_FAMILY_MIXTRAL,
     SHLM_FAMILY_GPTOSS,
+    SHLM_FAMILY_DEEPSEEK2,
     SHLM_FAMILY_COUNT
 };
 
@@ -276,6 +307,7 @@ struct shlm_arch_traits {
     const char *name; /* for messages and inspect */
     const char *gguf; /* general.architecture; NULL: not read from GGUF */
     const char *hf;   /* config.json architectures[0]; NULL: not read from Hugging Face */
+    const char *hf_alt; /* another class of the same architecture (DeepSeek-V2's); NULL */
     /* NULL: supported; else what the runtime lacks, for the one-line refusal */
     const char *refused;
     enum shlm_norm norm;
@@ -309,6 +341,7 @@ struct shlm_arch_traits {
     const char *gguf_ffn_norm; /* the FFN norm's GGUF name where not ffn_norm.weight */
     float rope_theta_local; /* the windowed layers' RoPE base (Gemma 3: 10000, which GGUF files
                              * do not store; config.json's rope_local_base_freq default); 0 */
+    bool mla; /* multi-head latent attention, shared experts, dense first layers (DeepSeek) */
 };
 
 extern const struct shlm_arch_traits shlm_archs[SHLM_FAMILY_COUNT];

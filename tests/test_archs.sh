@@ -21,11 +21,19 @@ bin=$BIN data=$DATA
 SUPPORTED="tiny-qwen3:gguf tiny-qwen3:hf tiny-gemma2:gguf tiny-gemma2:hf tiny-gemma3:gguf
   tiny-gemma3:hf tiny-phi3:gguf tiny-phi3:hf tiny-smollm3:gguf tiny-smollm3:hf tiny-mistral:gguf
   tiny-mistral:hf tiny-llama31:gguf tiny-llama31:hf tiny-qwen3moe:gguf tiny-qwen3moe:hf
-  tiny-mixtral:gguf tiny-mixtral:hf tiny-gptoss:gguf tiny-gptoss:hf"
+  tiny-mixtral:gguf tiny-mixtral:hf tiny-gptoss:gguf tiny-gptoss:hf tiny-deepseek2:gguf
+  tiny-deepseek2:hf tiny-deepseek2-lite:gguf tiny-deepseek2-lite:hf"
 # skipped SHAPE: why the shape is not compared with ik_llama.cpp's logits (empty: it is)
 skipped() {
   case $1 in
   tiny-granite) echo "ik_llama.cpp 8337e4cd3's Granite scales the residual stream after the add (x = r (x + f(x)), graphs/build_llama.cpp's fused path) where transformers adds r f(x): test_import checks it against a reference forward" ;;
+  esac
+}
+# f32_only SHAPE: why the shape's int4 conversions are not run (empty: they are, held to the
+# bounds below; the line says why)
+f32_only() {
+  case $1 in
+  tiny-deepseek2-lite) echo "27 layers of sparse routing on random weights: int4 rounding flips experts layer after layer (w4a8 0.20, w4a16 0.22, gptq 0.036, awq 0.13 measured), a property of this deep random mixture, not of the scheme; tiny-deepseek2 holds DeepSeek's int4 bounds, this shape its V2-Lite structure at f32" ;;
   esac
 }
 # no_hf SHAPE: why the shape has no Hugging Face folder to compare (empty: it has one)
@@ -34,7 +42,7 @@ no_hf() {
   esac
 }
 SHAPES="tiny-qwen3 tiny-gemma2 tiny-gemma3 tiny-phi3 tiny-granite tiny-smollm3 tiny-mistral
-  tiny-llama31 tiny-qwen3moe tiny-mixtral tiny-gptoss"
+  tiny-llama31 tiny-qwen3moe tiny-mixtral tiny-gptoss tiny-deepseek2 tiny-deepseek2-lite"
 
 # The issue's bounds at f32: mean KLD, top-1 agreement, every position's relative L2 distance
 # of the logits, and the reference's mean top-1 probability (peaked outputs: agreement between
@@ -59,6 +67,12 @@ W4A16_KLD=0.04
 # 0.049 with its experts off MXFP4's grid: not the requantization); its w4a16 bound is that with
 # the same 1.25x margin, its w4a8 the shared one
 W4A16_KLD_GPTOSS=0.057
+# DeepSeek's latent attention chains more products before the softmax (q's bottleneck and
+# expansion, the absorbed query) and its sigmoid routing's margins are narrow: tiny-deepseek2
+# measured 0.061 / 0.052 (0.054 / 0.044 with its attention at f32: its experts' share, gpt-oss's
+# order; 0.17 / 0.13 with the latent and per-head matrices at int4 too, hence their q8); its w4a16
+# bound is gpt-oss's
+W4A16_KLD_DEEPSEEK=$W4A16_KLD_GPTOSS
 # Every feature bites: the shape's folder with one config.json edit that switches a feature off
 # (tests/tools/model_edit.py), converted at f32, is at least BITE_KLD from ik's reference (else
 # the f32 comparison would not see the feature done wrong). Measured: gemma2 window 0.24,
@@ -74,7 +88,7 @@ W4A16_KLD_GPTOSS=0.057
 BITE_KLD=1e-3
 # the mixtures of experts: also evaluated with their experts placed whole on two ranks (2ep),
 # and converted with --method gptq and awq (the methods skip the experts)
-MOE="tiny-qwen3moe tiny-mixtral tiny-gptoss"
+MOE="tiny-qwen3moe tiny-mixtral tiny-gptoss tiny-deepseek2 tiny-deepseek2-lite"
 # the shapes whose GGUF holds its experts as MXFP4 (gpt-oss's): that file (without --type f32: the
 # experts MXFP4, the rest F16) converted at f32 is also held to the f32 KLD and top-1 bounds (the
 # F16 rest's rounding: 2.6e-6 and 1.0 measured)
@@ -91,13 +105,20 @@ bites() {
   tiny-qwen3moe) printf '%s\n' '{"norm_topk_prob": false}' '{"num_experts_per_tok": 3}' ;;
   tiny-mixtral) printf '%s\n' '{"num_experts_per_tok": 1}' ;;
   # truncate false: YaRN's ramp unrounded (gpt-oss's own config; ik rounds it, as the folder says)
+  # DeepSeek-V3: the weights' scale, the RoPE pairs' order, the shared expert, YaRN's score scale
+  tiny-deepseek2) printf '%s\n' '{"routed_scaling_factor": 1.0}' '{"rope_interleave": false}' \
+    '{"n_shared_experts": 0}' \
+    '{"rope_scaling": {"type": "yarn", "factor": 16.0, "beta_fast": 32.0, "beta_slow": 1.0, "original_max_position_embeddings": 256, "mscale": 1.0, "mscale_all_dim": 0}}' ;;
+  # DeepSeek-V2-Lite: V2's routing not renormalised, its two shared experts
+  # (norm_topk_prob true barely moves its peaked softmax: test_model checks that rule)
+  tiny-deepseek2-lite) printf '%s\n' '{"routed_scaling_factor": 2.0}' ;;
   tiny-gptoss) printf '%s\n' '{"sliding_window": 4096}' '{"rope_scaling": null}' \
     '{"rope_scaling": {"rope_type": "yarn", "factor": 16.0, "beta_fast": 32.0, "beta_slow": 1.0, "original_max_position_embeddings": 256, "truncate": false}}' ;;
   esac
 }
 
 # gguf_bites SHAPE: the edits of its f32 GGUF that switch a feature off where config.json cannot
-# (gpt-oss has no Hugging Face form here): "fill SUFFIX VALUE" (tests/tools/model_edit.py
+# (GGUF's own keys, the tensors of features config.json has no switch for): "fill SUFFIX VALUE" (tests/tools/model_edit.py
 # gguf-fill: zero biases, sinks of -1e4) or "key KEY TYPE VALUE" (gguf), one a line
 gguf_bites() {
   case $1 in
@@ -105,6 +126,11 @@ gguf_bites() {
     'fill ffn_gate_inp.bias 0' 'fill ffn_gate_exps.bias 0' 'fill ffn_up_exps.bias 0' \
     'fill ffn_down_exps.bias 0' 'fill attn_q.bias 0' 'fill attn_k.bias 0' 'fill attn_v.bias 0' \
     'key gpt-oss.attention.sliding_window u32 4096' 'key gpt-oss.rope.scaling.factor f32 1' ;;
+  tiny-deepseek2) printf '%s\n' 'fill exp_probs_b.bias 0' 'fill ffn_down_shexp.weight 0' \
+    'key deepseek2.expert_weights_scale f32 1' 'key deepseek2.expert_weights_norm bool false' \
+    'key deepseek2.expert_gating_func u32 1' 'key deepseek2.rope.scaling.yarn_log_multiplier f32 0' \
+    'key deepseek2.rope.scaling.factor f32 1' 'fill attn_kv_a_norm.weight 1' \
+    'fill attn_q_a_norm.weight 1' ;;
   esac
 }
 
@@ -205,9 +231,12 @@ for shape in $SHAPES; do
       fi
       rm -f "$tmp/$shape.mxfp4.gguf" "$out.mxfp4"
     fi
-    for scheme in w4a8 w4a16; do
+    lax=$(f32_only "$shape")
+    [ -n "$lax" ] && echo "$pair int4: not run: $lax"
+    for scheme in $([ -n "$lax" ] || echo w4a8 w4a16); do
       bound=$([ $scheme = w4a8 ] && echo $W4A8_KLD || echo $W4A16_KLD)
       [ $scheme = w4a16 ] && [ "$shape" = tiny-gptoss ] && bound=$W4A16_KLD_GPTOSS
+      [ $scheme = w4a16 ] && [ "$shape" = tiny-deepseek2 ] && bound=$W4A16_KLD_DEEPSEEK
       if ! "$bin" convert "$tmp/$shape.$kind" --scheme $scheme -o "$out.$scheme" -q 2>"$tmp/err"; then
         bad "$pair: convert $scheme: $(cat "$tmp/err")"
         continue
@@ -246,7 +275,7 @@ for shape in $SHAPES; do
     fi
     # a MoE model under the calibrated methods (the experts rounded to nearest, the attention
     # calibrated, AWQ's FFN scales left at 1): within the w4a8 bound at one rank
-    if [[ " $MOE " == *" $shape "* ]]; then
+    if [[ " $MOE " == *" $shape "* ]] && [ -z "$lax" ]; then
       for method in gptq awq; do
         if ! "$bin" convert "$tmp/$shape.$kind" --scheme w4a8 --method $method -o "$out.$method" \
           -q 2>"$tmp/err"; then

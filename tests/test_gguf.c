@@ -1552,7 +1552,7 @@ static void test_source_arch(void **state)
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen3moe, &c, "qwen3moe.", "missing", NULL);
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_qwen9, &c, arch, "\"qwen9\"",
               "(llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3, "
-              "qwen3moe, gpt-oss)",
+              "qwen3moe, gpt-oss, deepseek2)",
               NULL);
     /* well-formed UTF-8 kept; a stray byte, a cut sequence, a bidi override and \ escaped */
     expect_kv(b, n, arch, arch, GGUF_STRING, v_str_utf8, &c, arch,

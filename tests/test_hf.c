@@ -1549,7 +1549,7 @@ static void test_config(void **state)
     struct shardlm_err e2 = {""};
     static const char *const archs[][2] = {
         {"{\"architectures\": [\"FalconForCausalLM\"]}", "FalconForCausalLM"},
-        {"{\"architectures\": [\"DeepseekV3ForCausalLM\"]}", "DeepseekV3ForCausalLM"},
+        {"{\"architectures\": [\"DeepseekV32ForCausalLM\"]}", "DeepseekV32ForCausalLM"},
         {"{\"architectures\": []}", "architectures"},
         {"{\"architectures\": \"LlamaForCausalLM\"}", "architectures"},
         {"{\"architectures\": [3]}", "architectures"},
@@ -1679,6 +1679,90 @@ static void test_config_ext(void **state)
     assert_true(fabsf(hc.cfgx.rope_attn_factor * (0.1f * logf(4.0f) + 1.0f) - 1.5f) < 1e-6f);
 }
 
+/* A DeepSeek-V3 config.json (4 heads of 32 + 16, latent 64, 16 experts of 32 units, 4 used,
+ * V3's routing) with @extra fields appended (a later field of the same name is refused by the
+ * parser as a duplicate: @extra adds fields this one lacks). */
+static int deepseek_parse(struct coord_hf_config *hc, const char *extra, struct shardlm_err *e)
+{
+    char x[2048];
+    snprintf(x, sizeof(x),
+             ", \"kv_lora_rank\": 64, \"qk_nope_head_dim\": 32,"
+             " \"qk_rope_head_dim\": 16, \"v_head_dim\": 32, \"n_routed_experts\": 16,"
+             " \"num_experts_per_tok\": 4, \"moe_intermediate_size\": 32%s",
+             extra);
+    return arch_parse(hc, "DeepseekV3ForCausalLM", x, e);
+}
+
+/* DeepSeek-V3's config: latent attention's sizes (a head is nope + RoPE whatever head_dim says),
+ * the routing (V3's sigmoid, noaux_tc with groups and its selection bias; V2's softmax with
+ * group_limited_greedy), YaRN's mscale in the score scale and the RoPE magnitude; what the
+ * runtime lacks refused by name. */
+static void test_deepseek_config(void **state)
+{
+    struct coord_hf_config hc;
+    struct shardlm_err e = {""};
+    assert_int_equal(
+        deepseek_parse(&hc,
+                       ", \"q_lora_rank\": 32, \"head_dim\": 16, \"n_shared_experts\": 1,"
+                       " \"first_k_dense_replace\": 1, \"routed_scaling_factor\": 2.5,"
+                       " \"norm_topk_prob\": true, \"scoring_func\": \"sigmoid\","
+                       " \"topk_method\": \"noaux_tc\", \"n_group\": 4, \"topk_group\": 2,"
+                       " \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40,"
+                       " \"original_max_position_embeddings\": 4096, \"mscale\": 1.0,"
+                       " \"mscale_all_dim\": 1.0}",
+                       &e),
+        0);
+    assert_int_equal(hc.cfg.family, SHLM_FAMILY_DEEPSEEK2);
+    assert_int_equal(hc.cfg.head_dim, 48);
+    assert_int_equal(hc.cfg.rope_neox, 0); /* rope_interleave's default */
+    assert_true(hc.cfgx.q_lora_rank == 32 && hc.cfgx.kv_lora_rank == 64 && hc.cfgx.rope_dim == 16 &&
+                hc.cfgx.v_head_dim == 32);
+    assert_true(hc.cfgx.shared_ffn == 32 && hc.cfgx.moe_dense_first == 1);
+    assert_true(hc.cfgx.route_scale == 2.5f && hc.cfgx.moe_route == SHLM_ROUTE_SIGMOID_NORM);
+    assert_true(hc.cfgx.n_groups == 4 && hc.cfgx.topk_groups == 2);
+    assert_true(hc.cfg.flags & SHLM_CF_SEL_BIAS);
+    /* mscale / mscale_all_dim: RoPE at magnitude 1 (the kernel's own divided out), the scores
+     * times (0.1 ln 40 + 1)^2 / sqrt(48) */
+    double m = 0.1 * log(40.0) + 1.0;
+    assert_true(fabs(hc.cfgx.rope_attn_factor * m - 1.0) < 1e-6);
+    assert_true(fabs(hc.cfgx.query_scale - m * m / sqrt(48.0)) < 1e-6);
+    /* V2's: softmax, groups by their best, no bias; q itself (no q_lora_rank); greedy: no
+     * groups */
+    assert_int_equal(deepseek_parse(&hc,
+                                    ", \"q_lora_rank\": null, \"topk_method\":"
+                                    " \"group_limited_greedy\", \"n_group\": 4,"
+                                    " \"topk_group\": 1",
+                                    &e),
+                     0);
+    assert_true(hc.cfgx.q_lora_rank == 0 && hc.cfgx.moe_route == SHLM_ROUTE_SOFTMAX &&
+                hc.cfgx.n_groups == 4 && hc.cfgx.topk_groups == 1 &&
+                !(hc.cfg.flags & SHLM_CF_SEL_BIAS) && hc.cfgx.query_scale == 0.0f);
+    assert_int_equal(deepseek_parse(&hc, ", \"n_group\": 4, \"topk_group\": 1", &e), 0);
+    assert_int_equal(hc.cfgx.n_groups, 0);
+    assert_int_equal(deepseek_parse(&hc, ", \"rope_interleave\": false", &e), 0);
+    assert_int_equal(hc.cfg.rope_neox, 1);
+    /* refused by name */
+    static const struct {
+        const char *extra, *needle;
+    } bad[] = {
+        {", \"scoring_func\": \"sqrtsoftplus\"", "scoring_func"},
+        {", \"scoring_func\": \"sigmoid\", \"topk_method\": \"group_limited_greedy\"",
+         "topk_method"},
+        {", \"moe_layer_freq\": 2", "moe_layer_freq is 2"},
+        {", \"num_key_value_heads\": 2", "a key per head"},
+        {", \"first_k_dense_replace\": 9", "first_k_dense_replace is 9"},
+        {", \"kv_lora_rank\": 8", "kv_lora_rank"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = deepseek_parse(&hc, bad[i].extra, &e);
+        if (rc != -EINVAL || !strstr(e.msg, bad[i].needle))
+            fprintf(stderr, "%s: rc %d '%s', wanted '%s'\n", bad[i].extra, rc, e.msg,
+                    bad[i].needle);
+        assert_int_equal(rc, -EINVAL);
+        assert_non_null(strstr(e.msg, bad[i].needle));
+    }
+}
+
 /* A Gemma 2/3 config.json (@arch, 12 layers, head_dim 32) with @extra fields appended. */
 static int gemma_cfg(struct coord_hf_config *hc, const char *arch, const char *extra,
                      struct shardlm_err *e)
@@ -1774,6 +1858,7 @@ int main(void)
         cmocka_unit_test(test_dir_hostile),
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_config_ext),
+        cmocka_unit_test(test_deepseek_config),
         cmocka_unit_test(test_gemma_config),
         cmocka_unit_test(test_dir_weights),
     };

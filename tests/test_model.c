@@ -92,15 +92,26 @@ static double kld_row(const float *ref, const float *got)
     return kl;
 }
 
+/* The floats of a token's row of @im's KV cache, a layer (its KV heads', or latent attention's
+ * latent and RoPE key) */
+static uint32_t kv_width(const struct shlm_model *im)
+{
+    struct seg_plan p;
+    assert_int_equal(seg_plan_of(&p, im->hdr), 0);
+    return (uint32_t)p.kv_dim;
+}
+
+/* whether @im's KV cache holds keys only (latent attention) */
+static bool kv_keys_only(const struct shlm_model *im) { return im->hdr->cfgx.kv_lora_rank != 0; }
+
 /* A KV cache of @ns whole contexts for model @im, its blocks interleaved between the sequences:
  * block j of sequence q is block j * ns + q (*@tables: ns tables of a context each). */
 static void *kv_pool_of(const struct shlm_model *im, int ns, uint32_t **tables)
 {
     const struct shlm_config *c = &im->hdr->cfg;
-    uint32_t bpc = (c->seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK,
-             kvd = c->n_kv_heads * c->head_dim;
-    void *kv = calloc(1, seg_kv_bytes(bpc * (uint32_t)ns, c->n_layers, kvd));
-    seg_kv_init(kv, bpc * (uint32_t)ns, c->n_layers, kvd);
+    uint32_t bpc = (c->seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK, kvd = kv_width(im);
+    void *kv = calloc(1, seg_kv_bytes(bpc * (uint32_t)ns, c->n_layers, kvd, kv_keys_only(im)));
+    seg_kv_init(kv, bpc * (uint32_t)ns, c->n_layers, kvd, kv_keys_only(im));
     *tables = malloc((size_t)ns * bpc * sizeof(uint32_t));
     for (int q = 0; q < ns; q++)
         for (uint32_t j = 0; j < bpc; j++)
@@ -317,7 +328,7 @@ static void batch_vs_solo(const struct shlm_model *im, const struct kn_ops *ops,
     uint32_t *tables;
     void *kv = kv_pool_of(im, NS, &tables);
     size_t kvb =
-        seg_kv_bytes(((struct seg_kv *)kv)->n_blocks, c->n_layers, c->n_kv_heads * c->head_dim) -
+        seg_kv_bytes(((struct seg_kv *)kv)->n_blocks, c->n_layers, kv_width(im), kv_keys_only(im)) -
         64;
     float *solo[NS], *got[NS];
     struct wrk_model m;
@@ -409,11 +420,13 @@ static void test_batch_matches_solo(void **state)
 
 /* A MoE step's tokens grouped by expert (each expert's product over the rows that chose it: 0,
  * 1 or many of them, as the routing falls) give each sequence the logits it gets alone, as
- * test_batch_matches_solo: tiny-qwen3moe, tiny-mixtral and tiny-gptoss (biases, sinks), f32
- * and w4a8, every kernel table, one thread and two. */
+ * test_batch_matches_solo: tiny-qwen3moe, tiny-mixtral, tiny-gptoss (biases, sinks) and
+ * tiny-deepseek2 (latent attention, shared experts, a dense first layer), f32 and w4a8, every
+ * kernel table, one thread and two. */
 static void test_moe_batch_matches_solo(void **state)
 {
-    static const char *const shapes[] = {"tiny-qwen3moe", "tiny-mixtral", "tiny-gptoss"};
+    static const char *const shapes[] = {"tiny-qwen3moe", "tiny-mixtral", "tiny-gptoss",
+                                         "tiny-deepseek2"};
     const struct kn_ops *tables[4];
     int nt = kn_ops_available(tables, 4);
     struct wrk_pool *pool;
@@ -472,22 +485,22 @@ static void test_windowed_decode(void **state)
         char *buf = convert_parse(&o, &im);
         const struct shlm_config *c = &im.hdr->cfg;
         assert_true(im.hdr->cfgx.window > 0 && im.hdr->cfgx.window < N / 4);
-        uint32_t nb = (c->seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK,
-                 kvd = c->n_kv_heads * c->head_dim, table[64];
+        uint32_t nb = (c->seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK, kvd = kv_width(&im),
+                 table[64];
         assert_true(nb <= 64);
         for (uint32_t j = 0; j < nb; j++)
             table[j] = nb - 1 - j; /* blocks out of order, as a pool hands them out */
-        size_t kvb = seg_kv_bytes(nb, c->n_layers, kvd);
+        size_t kvb = seg_kv_bytes(nb, c->n_layers, kvd, kv_keys_only(&im));
         void *kv = calloc(1, kvb);
         float *pre = malloc((size_t)N * VOCAB * sizeof(float)),
               *dec = malloc((size_t)N * VOCAB * sizeof(float));
         for (int t = 0; t < nt; t++) {
             struct wrk_model m;
             assert_int_equal(wrk_model_init(&m, &im, tables[t], 64, NULL, NULL), 0);
-            seg_kv_init(kv, nb, c->n_layers, kvd);
+            seg_kv_init(kv, nb, c->n_layers, kvd, kv_keys_only(&im));
             assert_int_equal(wrk_forward(&m, kv, table, ids, N, 0, pre, true), 0);
             memset(kv, 0, kvb);
-            seg_kv_init(kv, nb, c->n_layers, kvd);
+            seg_kv_init(kv, nb, c->n_layers, kvd, kv_keys_only(&im));
             assert_int_equal(wrk_forward(&m, kv, table, ids, PROMPT, 0, dec, true), 0);
             for (int p = PROMPT; p < N; p++)
                 assert_int_equal(
@@ -505,6 +518,75 @@ static void test_windowed_decode(void **state)
     }
 }
 
+/* the logit whose sigmoid is @p */
+static float logit_of(double p) { return (float)log(p / (1.0 - p)); }
+
+/* The routing rules on hand-made scores (worker/model.c wrk_route): 16 experts in 4 groups of
+ * 4, 4 used. Sigmoid scores 0.9 (expert 0), 0.8 and 0.8 (4, 5), 0.7 and 0.75 (8, 9), the rest 0.1
+ * or 0.2 (group 3): the best single expert is 0, the best groups by their two best's sum are 1
+ * (1.6) and 2 (1.45), not 0 (1.0). */
+static void test_route_rules(void **state)
+{
+    (void)state;
+    float lg[16];
+    for (int e = 0; e < 16; e++)
+        lg[e] = logit_of(e >= 12 ? 0.2 : 0.1);
+    lg[0] = logit_of(0.9);
+    lg[4] = lg[5] = logit_of(0.8);
+    lg[8] = logit_of(0.7);
+    lg[9] = logit_of(0.75);
+    int ch[4];
+    float w[4];
+    struct shlm_config_ext x = {.n_experts = 16,
+                                .n_experts_used = 4,
+                                .expert_ffn = 8,
+                                .moe_route = SHLM_ROUTE_SIGMOID_NORM};
+    /* one group: the four best, the tie (4, 5) to the higher index, renormalised */
+    wrk_route(&x, lg, NULL, ch, w);
+    int want0[4] = {0, 5, 4, 9};
+    for (int j = 0; j < 4; j++)
+        assert_int_equal(ch[j], want0[j]);
+    assert_float_equal(w[0], 0.9 / 3.25, 1e-6);
+    assert_float_equal(w[3], 0.75 / 3.25, 1e-6);
+    /* DeepSeek-V3's groups (2 of 4, by the two best's sum): group 0's expert is out; times the
+     * route scale */
+    x.n_groups = 4;
+    x.topk_groups = 2;
+    x.route_scale = 2.5f;
+    wrk_route(&x, lg, NULL, ch, w);
+    int want1[4] = {5, 4, 9, 8};
+    for (int j = 0; j < 4; j++)
+        assert_int_equal(ch[j], want1[j]);
+    assert_float_equal(w[0], 2.5 * 0.8 / 3.05, 1e-6);
+    assert_float_equal(w[3], 2.5 * 0.7 / 3.05, 1e-6);
+    /* the selection bias chooses (expert 14 of group 3 lifted past all: group 3 then sums
+     * 1.4 + 0.2, above group 2) but does not weigh: 14 weighs its own score 0.2 */
+    float sel[16] = {0};
+    sel[14] = 1.2f;
+    wrk_route(&x, lg, sel, ch, w);
+    int want2[4] = {14, 5, 4, 15};
+    for (int j = 0; j < 4; j++)
+        assert_int_equal(ch[j], want2[j]);
+    assert_float_equal(w[0], 2.5 * 0.2 / 2.0, 1e-6);
+    /* not renormalised: each weight its score times the scale */
+    x.moe_route = SHLM_ROUTE_SIGMOID;
+    wrk_route(&x, lg, NULL, ch, w);
+    assert_float_equal(w[0], 2.5 * 0.8, 1e-6);
+    /* softmax routing's groups (DeepSeek-V2's group_limited_greedy) go by their best expert:
+     * one group of 4 is group 0 (holding the best, 0), though group 1 sums more */
+    x.moe_route = SHLM_ROUTE_SOFTMAX;
+    x.topk_groups = 1;
+    x.route_scale = 0.0f;
+    wrk_route(&x, lg, NULL, ch, w);
+    assert_int_equal(ch[0], 0);
+    for (int j = 1; j < 4; j++)
+        assert_true(ch[j] >= 1 && ch[j] <= 3);
+    double sum = 0.0;
+    for (int e = 0; e < 16; e++)
+        sum += exp((double)lg[e]);
+    assert_float_equal(w[0], exp((double)lg[0]) / sum, 1e-6);
+}
+
 int main(void)
 {
     if (!tu_have_data())
@@ -518,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_moe_batch_matches_solo),
         cmocka_unit_test(test_yarn_rope_table),
         cmocka_unit_test(test_windowed_decode),
+        cmocka_unit_test(test_route_rules),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -18,7 +18,7 @@ fail=0
 # the sources: tiny-qwen3 (GGUF arch qwen3, HF Qwen3ForCausalLM), tiny-mistral's GGUF (arch
 # llama), tiny-llama31's folder (LlamaForCausalLM with llama3 rope_scaling), tiny-phi3 (LongRoPE)
 # and tiny-qwen3moe (experts)
-for s in tiny-qwen3 tiny-mistral tiny-llama31 tiny-phi3 tiny-qwen3moe tiny-gptoss; do
+for s in tiny-qwen3 tiny-mistral tiny-llama31 tiny-phi3 tiny-qwen3moe tiny-gptoss tiny-deepseek2; do
   "$bin" synth --shape $s --type f32 -o "$tmp/$s.gguf" 2>/dev/null
   "$bin" synth --shape $s --type f32 --hf "$tmp/$s.hf" 2>/dev/null
 done
@@ -99,6 +99,10 @@ gguf tiny-mistral llama.rope.scaling.factor f32 4 'metadata llama\.rope\.scaling
 # a llama GGUF with experts is Mixtral, which needs its experts per token
 gguf tiny-mistral llama.expert_count u32 8 'metadata llama\.expert_used_count is missing'
 gguf tiny-qwen3 qwen3.expert_count u32 8 'metadata qwen3\.expert_count is 8 '
+# DeepSeek: a multi-token-prediction layer among the blocks; groups without a count to take
+gguf tiny-deepseek2 deepseek2.nextn_predict_layers u32 1 \
+  'metadata deepseek2\.nextn_predict_layers is 1: not supported \(multi-token prediction'
+gguf tiny-deepseek2 deepseek2.expert_group_count u32 4 'config fields n_groups/topk_groups are 4/0'
 gguf tiny-mistral llama.attention.max_alibi_bias f32 8 \
   'metadata llama\.attention\.max_alibi_bias is 8 \(ALiBi'
 gguf tiny-mistral llama.rope.dimension_count u32 8 \
@@ -130,8 +134,12 @@ config tiny-qwen3moe '{"decoder_sparse_step": 2}' 'field decoder_sparse_step is 
 config tiny-gptoss '{"swiglu_limit": 6.0}' 'field swiglu_limit is 6: not supported'
 config tiny-qwen3moe '{"quantization_config": {"quant_method": "mxfp4"}}' \
   'field quantization_config.quant_method is "mxfp4": quantized checkpoints are not supported'
-config tiny-qwen3 '{"architectures": ["DeepseekV3ForCausalLM"]}' \
-  'field architectures\[0\] is "DeepseekV3ForCausalLM"'
+config tiny-qwen3 '{"architectures": ["DeepseekV32ForCausalLM"]}' \
+  'field architectures\[0\] is "DeepseekV32ForCausalLM"'
+# DeepSeek-V3's class without its latent attention's sizes; its FP8 checkpoint
+config tiny-qwen3 '{"architectures": ["DeepseekV3ForCausalLM"]}' 'field kv_lora_rank is missing'
+config tiny-deepseek2 '{"quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}}' \
+  'field quantization_config.quant_method is "fp8": quantized checkpoints are not supported'
 config tiny-qwen3 '{"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}' \
   'field rope_scaling\.rope_type is "dynamic": only linear, llama3, yarn and longrope scaling are supported'
 config tiny-llama31 '{"rope_scaling": {"type": "linear", "factor": 0.5}}' \

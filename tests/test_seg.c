@@ -458,21 +458,22 @@ static void test_kv_layout(void **state)
     struct fixture *f = *state;
     const char *d = rundir(f);
     const uint32_t n_blocks = 3, n_layers = 2, kv_dim = 8;
-    size_t size = seg_kv_bytes(n_blocks, n_layers, kv_dim);
+    size_t size = seg_kv_bytes(n_blocks, n_layers, kv_dim, false);
     size_t plane = (size_t)SEG_KV_BLOCK * kv_dim; /* floats of one block's keys of one layer */
     assert_int_equal(size, 64 + n_blocks * n_layers * 2 * plane * sizeof(float));
-    assert_int_equal(seg_kv_block_bytes(n_layers, kv_dim), n_layers * 2 * plane * sizeof(float));
+    assert_int_equal(seg_kv_block_bytes(n_layers, kv_dim, false),
+                     n_layers * 2 * plane * sizeof(float));
     struct seg w, r;
     make_seg(&w, d, "kv0", size);
-    assert_int_equal(seg_kv_check(w.base, size, n_layers, kv_dim), -EINVAL);
-    seg_kv_init(w.base, n_blocks, n_layers, kv_dim);
+    assert_int_equal(seg_kv_check(w.base, size, n_layers, kv_dim, false), -EINVAL);
+    seg_kv_init(w.base, n_blocks, n_layers, kv_dim, false);
     assert_int_equal(seg_map(&r, w.path, size, true), 0);
-    assert_int_equal(seg_kv_check(r.base, size, n_layers, kv_dim), 0);
-    assert_int_equal(seg_kv_check(r.base, size, n_layers + 1, kv_dim), -EINVAL);
-    assert_int_equal(seg_kv_check(r.base, size, n_layers, kv_dim - 1), -EINVAL);
-    assert_int_equal(seg_kv_check(r.base, size - 4, n_layers, kv_dim), -EINVAL);
-    assert_int_equal(seg_kv_check(r.base, size + 4, n_layers, kv_dim), -EINVAL);
-    assert_int_equal(seg_kv_check(r.base, 32, n_layers, kv_dim), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size, n_layers, kv_dim, false), 0);
+    assert_int_equal(seg_kv_check(r.base, size, n_layers + 1, kv_dim, false), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size, n_layers, kv_dim - 1, false), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size - 4, n_layers, kv_dim, false), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size + 4, n_layers, kv_dim, false), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, 32, n_layers, kv_dim, false), -EINVAL);
 
     /* the planes tile the data region in (block, layer) order: keys, then values, then the next
      * layer's keys; the last values end exactly at the end of the segment */
@@ -499,11 +500,25 @@ static void test_kv_layout(void **state)
     /* no blocks at all, or blocks of another size, are refused */
     struct seg_kv *h = w.base;
     h->block_tokens = SEG_KV_BLOCK * 2;
-    assert_int_equal(seg_kv_check(r.base, size, n_layers, kv_dim), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size, n_layers, kv_dim, false), -EINVAL);
     h->block_tokens = SEG_KV_BLOCK;
     h->n_blocks = 0;
-    assert_int_equal(seg_kv_check(r.base, size, n_layers, kv_dim), -EINVAL);
+    assert_int_equal(seg_kv_check(r.base, size, n_layers, kv_dim, false), -EINVAL);
     seg_free(&r);
+    seg_free(&w);
+    /* keys only (latent attention): half the bytes, the values are the keys' rows, and a
+     * segment of the other kind is refused */
+    size_t ko = seg_kv_bytes(n_blocks, n_layers, kv_dim, true);
+    assert_int_equal(ko, 64 + n_blocks * n_layers * plane * sizeof(float));
+    make_seg(&w, d, "kv1", ko);
+    seg_kv_init(w.base, n_blocks, n_layers, kv_dim, true);
+    assert_int_equal(seg_kv_check(w.base, ko, n_layers, kv_dim, true), 0);
+    assert_int_equal(seg_kv_check(w.base, ko, n_layers, kv_dim, false), -EINVAL);
+    assert_int_equal(seg_kv_block_floats(w.base), n_layers * plane);
+    for (uint32_t l = 0; l < n_layers; l++) {
+        assert_ptr_equal(seg_kv_values(w.base, l), seg_kv_keys(w.base, l));
+        assert_ptr_equal(seg_kv_keys(w.base, l), (float *)((uint8_t *)w.base + 64) + l * plane);
+    }
     seg_free(&w);
 }
 

@@ -177,7 +177,7 @@ static void test_corruptions(void **state)
         reseal(b);                                                                                 \
         expect_refused(b, len, needle);                                                            \
     } while (0)
-    EDIT(h->cfg.flags = 1u << 5, "config field flags");
+    EDIT(h->cfg.flags = 1u << 6, "config field flags");
     EDIT(h->cfg.flags = SHLM_CF_QK_NORM, "the config needs");
     EDIT(h->cfg.flags = SHLM_CF_POST_NORMS, "the config needs");
     EDIT(h->cfg.family = SHLM_FAMILY_COUNT, "config field family");
@@ -191,6 +191,21 @@ static void test_corruptions(void **state)
     EDIT(h->cfgx.window_pattern = 2, "config field window_pattern is 2");
     EDIT((h->cfgx.window = 4, h->cfgx.window_pattern = 1), "config field window_pattern is 1");
     EDIT(h->cfgx.reserved[3] = 1, "reserved[3]");
+    /* DeepSeek's: latent attention's sizes against the heads', routing without experts */
+    EDIT(h->cfgx.kv_lora_rank = 8, "config fields q_lora_rank/kv_lora_rank/rope_dim/v_head_dim");
+    EDIT((h->cfgx.kv_lora_rank = 64, h->cfgx.rope_dim = 4, h->cfgx.v_head_dim = 16),
+         "a key per head"); /* stories260K has 4 of 8 heads for keys */
+    EDIT(h->cfgx.route_scale = -1.0f, "config field route_scale is -1");
+    EDIT(h->cfgx.shared_ffn = 32, "config fields shared_ffn/route_scale");
+    EDIT(h->cfgx.n_groups = 4, "config fields n_groups/topk_groups");
+    EDIT(h->cfg.flags = SHLM_CF_SEL_BIAS, "selection bias without experts");
+    EDIT((h->cfg.n_kv_heads = h->cfg.n_heads, h->cfgx.kv_lora_rank = 64, h->cfgx.rope_dim = 4,
+          h->cfgx.v_head_dim = 16, h->cfgx.nope_interval = 1),
+         "latent attention (kv_lora_rank 64) with");
+    EDIT((h->cfgx.n_experts = 16, h->cfgx.n_experts_used = 4, h->cfgx.expert_ffn = 8,
+          h->cfgx.moe_route = SHLM_ROUTE_SIGMOID_NORM, h->cfgx.n_groups = 16,
+          h->cfgx.topk_groups = 4),
+         "sigmoid routing scores a group by its two best experts");
 #undef EDIT
     /* in range they load: Gemma's window pattern, local RoPE base and soft-caps, Granite's
      * multipliers, SmolLM3's layers without RoPE, YaRN */
@@ -478,8 +493,12 @@ static void test_tensor_table(void **state)
     assert_int_equal(shlm_arch_hf("MixtralForCausalLM")->moe, SHLM_MOE_REQUIRED);
     assert_int_equal(shlm_arch_gguf("llama", 5)->moe, SHLM_MOE_OPTIONAL);
     assert_int_equal(shlm_arch_hf("LlamaForCausalLM")->moe, SHLM_MOE_OPTIONAL);
-    assert_null(shlm_arch_gguf("deepseek2", 9));
-    assert_null(shlm_arch_hf("DeepseekV3ForCausalLM"));
+    /* DeepSeek: latent attention, always experts */
+    assert_true(shlm_arch_gguf("deepseek2", 9)->mla);
+    assert_int_equal(shlm_arch_hf("DeepseekV3ForCausalLM")->moe, SHLM_MOE_REQUIRED);
+    assert_ptr_equal(shlm_arch_hf("DeepseekV2ForCausalLM"), shlm_arch_gguf("deepseek2", 9));
+    assert_null(shlm_arch_gguf("deepseek", 8));
+    assert_null(shlm_arch_hf("DeepseekV32ForCausalLM"));
     /* gpt-oss: its checkpoint's experts fused (source_hf.c) */
     assert_int_equal(shlm_arch_hf("GptOssForCausalLM")->hf_moe, SHLM_HF_MOE_GPTOSS);
     assert_null(shlm_arch_gguf("gpt-oss", 7)->refused);
@@ -510,7 +529,7 @@ static void test_tensor_table(void **state)
     assert_string_equal(
         names,
         "llama, qwen2, gemma, spark, qwen3, gemma2, gemma3, phi3, granite, smollm3, qwen3moe, "
-        "gpt-oss");
+        "gpt-oss, deepseek2");
 }
 
 static void test_hash_values(void **state)

@@ -68,7 +68,12 @@ static int acts_alloc(struct kn_act **out, int n, int k, int group, unsigned par
     return 0;
 }
 
-static unsigned act_parts(const struct kn_mat *w) { return kn_type_traits[w->dtype].act_parts; }
+/* The parts of an activation @w's product reads (none for an empty view: a kind the config
+ * lacks) */
+static unsigned act_parts(const struct kn_mat *w)
+{
+    return w->rows ? kn_type_traits[w->dtype].act_parts : 0;
+}
 
 static void acts_free(struct kn_act *a, int n)
 {
@@ -181,6 +186,39 @@ static void layer_views(const struct shlm_model *img, const int *ix, const struc
         case SHLM_KIND_FFN_DOWN_EXP_BIAS:
             vexperts = L->down_exp_bias;
             break;
+        case SHLM_KIND_ATTN_Q_A:
+            mat = &L->q_a;
+            break;
+        case SHLM_KIND_ATTN_Q_A_NORM:
+            v = &L->q_a_norm;
+            break;
+        case SHLM_KIND_ATTN_Q_B:
+            mat = &L->q_b;
+            break;
+        case SHLM_KIND_ATTN_KV_A:
+            mat = &L->kv_a;
+            break;
+        case SHLM_KIND_ATTN_KV_A_NORM:
+            v = &L->kv_a_norm;
+            break;
+        case SHLM_KIND_ATTN_K_B:
+            mat = &L->k_b;
+            break;
+        case SHLM_KIND_ATTN_V_B:
+            mat = &L->v_b;
+            break;
+        case SHLM_KIND_FFN_GATE_SHEXP:
+            mat = &L->gate_sh;
+            break;
+        case SHLM_KIND_FFN_UP_SHEXP:
+            mat = &L->up_sh;
+            break;
+        case SHLM_KIND_FFN_DOWN_SHEXP:
+            mat = &L->down_sh;
+            break;
+        case SHLM_KIND_FFN_SEL_BIAS:
+            v = &L->sel_bias;
+            break;
         default: /* shlm_config_check() refuses the flags of the kinds the forward lacks */
             KN_ASSERT(!"a tensor kind the forward does not read");
         }
@@ -240,16 +278,20 @@ static int model_views(struct wrk_model *m, const struct shlm_model *img)
     return 0;
 }
 
-/* This rank's widths from m->plan: its query and KV heads times head_dim, its FFN units, and the
- * inputs of O and down with the zero pads that put them at the rank's offset. */
+/* This rank's widths from m->plan: its query heads times head_dim, its KV cache row, its FFN
+ * units, and the inputs of O and down with the zero pads that put them at the rank's offset
+ * (and the shared experts'). */
 static void model_widths(struct wrk_model *m)
 {
     const struct seg_plan *p = &m->plan;
     int hd = (int)m->cfg.head_dim;
     m->qd = (p->q1 - p->q0) * hd;
-    m->kvd = (p->kv1 - p->kv0) * hd;
+    m->kvd = p->kv_dim;
+    m->od = (p->q1 - p->q0) * (int)shlm_v_dim(&m->cfg, &m->cfgx);
     m->ffn = p->f1 - p->f0;
-    m->o_cols = p->o_pad + m->qd;
+    m->o_cols = p->o_pad + m->od;
+    m->sffn = p->s1 - p->s0;
+    m->sdown_cols = p->down_pad_sh + m->sffn;
     m->down_cols = p->down_pad + m->ffn;
     m->effn = p->e1 - p->e0;
     m->edown_cols = p->down_pad_exp + m->effn;
@@ -277,7 +319,15 @@ static int gemm_scratch_alloc(struct wrk_model *m)
                                        moe ? &L->router : &none,
                                        moe ? &L->gate_exp[m->plan.x0] : &none,
                                        moe ? &L->up_exp[m->plan.x0] : &none,
-                                       moe ? &L->down_exp[m->plan.x0] : &none};
+                                       moe ? &L->down_exp[m->plan.x0] : &none,
+                                       &L->q_a,
+                                       &L->q_b,
+                                       &L->kv_a,
+                                       &L->k_b,
+                                       &L->v_b,
+                                       &L->gate_sh,
+                                       &L->up_sh,
+                                       &L->down_sh};
         for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
             size_t b = kn_gemm_scratch_bytes(m->ops, mats[i], m->max_m);
             need = b > need ? b : need;
@@ -291,7 +341,13 @@ static int gemm_scratch_alloc(struct wrk_model *m)
     return m->gemm_scratch ? 0 : -ENOMEM;
 }
 
-/* A RoPE frequency table into @out (head_dim / 2); returns the magnitude of cos and sin. @local:
+/* The width RoPE rotates in a head: rope_dim with latent attention, else head_dim. */
+static int rope_width(const struct wrk_model *m)
+{
+    return (int)(m->cfgx.rope_dim ? m->cfgx.rope_dim : m->cfg.head_dim);
+}
+
+/* A RoPE frequency table into @out (rope_width / 2); returns the magnitude of cos and sin. @local:
  * the windowed layers' own base (Gemma 3's local layers at cfgx.rope_theta_local take plain RoPE:
  * transformers' rotary_emb_local, ik's freq_scale 1 there); else the config's base and scaling.
  * LongRoPE takes its long factors where the context (seq_len, as the file was converted or
@@ -302,8 +358,9 @@ static float rope_table(const struct wrk_model *m, const struct shlm_model *img,
                         float *out)
 {
     const struct shlm_config *c = &m->cfg;
+    int rd = rope_width(m);
     if (local)
-        return kn_rope_freqs(out, (int)c->head_dim, m->cfgx.rope_theta_local, NULL);
+        return kn_rope_freqs(out, rd, m->cfgx.rope_theta_local, NULL);
     struct kn_rope_scale rs = {.factor = c->rope_factor,
                                .orig_ctx = (int)c->rope_orig_ctx,
                                .attn_factor = m->cfgx.rope_attn_factor};
@@ -334,7 +391,7 @@ static float rope_table(const struct wrk_model *m, const struct shlm_model *img,
     default:
         break;
     }
-    return kn_rope_freqs(out, (int)c->head_dim, c->rope_theta, &rs);
+    return kn_rope_freqs(out, rd, c->rope_theta, &rs);
 }
 
 /* Layer @l's RoPE table and magnitude (the local one for a windowed layer where there is one;
@@ -356,6 +413,10 @@ static void layer_options(struct wrk_model *m, uint32_t l)
     uint32_t window = windowed && m->cfgx.window < m->cfg.seq_len ? m->cfgx.window : 0;
     L->att = (struct kn_att){
         .scale = m->cfgx.query_scale, .softcap = m->cfgx.attn_softcap, .window = (int)window};
+    /* latent attention's kernel head is the cached row (kv_lora_rank + rope_dim); its scores
+     * are scaled by head_dim's (nope + rope) */
+    if (m->cfgx.kv_lora_rank && L->att.scale == 0.0f)
+        L->att.scale = 1.0f / sqrtf((float)m->cfg.head_dim);
     L->att_plain = !L->att.scale && !L->att.softcap && !L->att.window && !L->sinks;
 }
 
@@ -377,15 +438,20 @@ struct wrk_moe {
     float *gate;           /* (M k, edown_cols): down_pad_exp zeros, then act(gate) * up */
     float *up;             /* (M k, effn) */
     float *out;            /* (M k, dim) each pair's down output (this rank's partial sum) */
-    /* a set's jobs: gate and up of every expert, or down of every expert */
-    struct gemm_job *jobs; /* (2 n_experts) */
-    int *jobs_first;       /* (2 n_experts + 1) */
+    /* the shared experts' (DeepSeek; else NULL): act(gate) * up behind sdown_cols' pad, up,
+     * down's inputs and its output */
+    float *sh_gate, *sh_up, *sh_out; /* (M, sdown_cols), (M, sffn), (M, dim) */
+    struct kn_act *a_sh;             /* (M) */
+    /* a set's jobs: gate and up of every expert (and of the shared ones), or down of every
+     * expert (and of the shared ones) */
+    struct gemm_job *jobs; /* (2 n_experts + 2) */
+    int *jobs_first;       /* (2 n_experts + 3) */
 };
 
 /* The MoE scratch for chunks of max_m rows: prepared activations of width edown_cols with
  * @group and @parts_down (down's). Returns 0 or -ENOMEM, what was allocated left for
  * moe_free(). */
-static int moe_alloc(struct wrk_model *m, int group, unsigned parts_down)
+static int moe_alloc(struct wrk_model *m, int group, unsigned parts_down, unsigned parts_sh)
 {
     struct wrk_moe *e = m->moe = calloc(1, sizeof(*m->moe));
     if (!e)
@@ -403,8 +469,14 @@ static int moe_alloc(struct wrk_model *m, int group, unsigned parts_down)
     e->gate = calloc(M * k * (size_t)m->edown_cols, sizeof(float)); /* pads stay zero */
     e->up = malloc(M * k * (size_t)m->effn * sizeof(float));
     e->out = malloc(M * k * m->cfg.dim * sizeof(float));
-    e->jobs = calloc(2 * ne, sizeof(*e->jobs));
-    e->jobs_first = calloc(2 * ne + 1, sizeof(int));
+    e->jobs = calloc(2 * ne + 2, sizeof(*e->jobs));
+    e->jobs_first = calloc(2 * ne + 3, sizeof(int));
+    if (m->sffn &&
+        (!(e->sh_gate = calloc(M * (size_t)m->sdown_cols, sizeof(float))) || /* pads stay 0 */
+         !(e->sh_up = malloc(M * (size_t)m->sffn * sizeof(float))) ||
+         !(e->sh_out = malloc(M * m->cfg.dim * sizeof(float))) ||
+         acts_alloc(&e->a_sh, (int)M, m->sdown_cols, group, parts_sh)))
+        return -ENOMEM;
     if (!e->logits || !e->choice || !e->weight || !e->first || !e->row_pair || !e->pair_row ||
         !e->pair_exp || !e->a_in || !e->gate || !e->up || !e->out || !e->jobs || !e->jobs_first ||
         acts_alloc(&e->a_down, (int)(M * k), m->edown_cols, group, parts_down))
@@ -426,12 +498,96 @@ static void moe_free(struct wrk_model *m)
     free(e->pair_exp);
     free(e->a_in);
     acts_free(e->a_down, m->max_m * e->k);
+    acts_free(e->a_sh, m->max_m);
+    free(e->sh_gate);
+    free(e->sh_up);
+    free(e->sh_out);
     free(e->gate);
     free(e->up);
     free(e->out);
     free(e->jobs);
     free(e->jobs_first);
     free(e);
+}
+
+/* A latent-attention model's scratch for chunks of M = max_m rows: our nq heads' absorbed
+ * queries and latent outputs, rows of lat = kv_lora_rank + rope_dim floats (a latent part, then
+ * the RoPE part), and the prepared inputs of the per-head products, head h's row i at h M + i. */
+struct wrk_mla {
+    int nq, nope, rope, kvl, lat, vd;
+    float *qa;            /* (M, q_lora_rank): q's bottleneck */
+    struct kn_act *a_qa;  /* (M) its norm's, q_b's input */
+    float *qlat, *olat;   /* (M, nq, lat): queries absorbed into the latent, attention outputs */
+    struct kn_act *a_qn;  /* (nq M): each head's q_nope, its absorption's input */
+    struct kn_act *a_ol;  /* (nq M): each head's latent output, its value matrix's input */
+    struct kn_mat *heads; /* (n_layers, 2, nq): the per-head views (wrk_layer.k_b_head, v_b_head) */
+    struct gemm_job *jobs; /* (nq) a set of a product per head */
+    int *jobs_first;       /* (nq + 1) */
+};
+
+/* The latent-attention scratch and every layer's per-head views of attn_k_b and attn_v_b; W4
+ * activations of @group. Returns 0 or -ENOMEM, what was allocated left for mla_free(). */
+static int mla_alloc(struct wrk_model *m, int group)
+{
+    const struct shlm_config_ext *x = &m->cfgx;
+    struct wrk_mla *a = m->mla = calloc(1, sizeof(*m->mla));
+    if (!a)
+        return -ENOMEM;
+    size_t M = (size_t)m->max_m;
+    a->nq = m->plan.q1 - m->plan.q0;
+    a->rope = (int)x->rope_dim;
+    a->nope = (int)m->cfg.head_dim - a->rope;
+    a->kvl = (int)x->kv_lora_rank;
+    a->lat = (int)shlm_latent_dim(x);
+    a->vd = (int)shlm_v_dim(&m->cfg, x);
+    size_t nq = (size_t)a->nq, rows = M * nq * (size_t)a->lat;
+    unsigned parts_qa = 0, parts_qn = 0, parts_ol = 0;
+    for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
+        const struct wrk_layer *L = &m->layers[l];
+        parts_qa |= x->q_lora_rank ? act_parts(&L->q_b) : 0;
+        parts_qn |= act_parts(&L->k_b);
+        parts_ol |= act_parts(&L->v_b);
+    }
+    a->qlat = malloc(rows * sizeof(float));
+    a->olat = malloc(rows * sizeof(float));
+    a->heads = calloc((size_t)m->cfg.n_layers * 2 * nq, sizeof(*a->heads));
+    a->jobs = calloc(nq, sizeof(*a->jobs));
+    a->jobs_first = calloc(nq + 1, sizeof(int));
+    if (!a->qlat || !a->olat || !a->heads || !a->jobs || !a->jobs_first ||
+        acts_alloc(&a->a_qn, (int)(nq * M), a->nope, group, parts_qn) ||
+        acts_alloc(&a->a_ol, (int)(nq * M), a->kvl, group, parts_ol))
+        return -ENOMEM;
+    if (x->q_lora_rank && (!(a->qa = malloc(M * x->q_lora_rank * sizeof(float))) ||
+                           acts_alloc(&a->a_qa, (int)M, (int)x->q_lora_rank, group, parts_qa)))
+        return -ENOMEM;
+    for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
+        struct wrk_layer *L = &m->layers[l];
+        L->k_b_head = a->heads + (size_t)l * 2 * nq;
+        L->v_b_head = L->k_b_head + nq;
+        for (int h = 0; h < a->nq; h++) {
+            kn_mat_rows(&L->k_b, h * a->kvl, (h + 1) * a->kvl, &L->k_b_head[h]);
+            kn_mat_rows(&L->v_b, h * a->vd, (h + 1) * a->vd, &L->v_b_head[h]);
+        }
+    }
+    return 0;
+}
+
+static void mla_free(struct wrk_model *m)
+{
+    struct wrk_mla *a = m->mla;
+    if (!a)
+        return;
+    int nm = a->nq * m->max_m;
+    free(a->qa);
+    acts_free(a->a_qa, m->max_m);
+    free(a->qlat);
+    free(a->olat);
+    acts_free(a->a_qn, nm);
+    acts_free(a->a_ol, nm);
+    free(a->heads);
+    free(a->jobs);
+    free(a->jobs_first);
+    free(a);
 }
 
 /* The scratch of a chunk of m->max_m tokens (rows of activations, the prepared inputs of the
@@ -441,7 +597,7 @@ static void moe_free(struct wrk_model *m)
 static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int group)
 {
     const struct shlm_config *c = &m->cfg;
-    int hd = (int)c->head_dim, max_m = m->max_m;
+    int max_m = m->max_m;
     size_t M = (size_t)max_m, dim = c->dim;
     /* the activation group must match the W4 tensors' group; other formats ignore it */
     int agroup = group ? group : 32;
@@ -449,7 +605,8 @@ static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int 
     m->xb = malloc(M * dim * sizeof(float));
     m->q = malloc(M * (size_t)m->qd * sizeof(float));
     m->k = malloc(M * (size_t)m->kvd * sizeof(float));
-    m->v = malloc(M * (size_t)m->kvd * sizeof(float));
+    /* latent attention's values are its cached keys: no v */
+    m->v = malloc(M * (size_t)(m->cfgx.kv_lora_rank ? 1 : m->kvd) * sizeof(float));
     m->att = calloc(M * (size_t)m->o_cols, sizeof(float)); /* pads stay zero */
     /* the dense FFN's scratch (a model whose every layer is MoE has none: one float a row, as
      * a_down's width below) */
@@ -462,7 +619,7 @@ static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int 
     /* the reference attention's scores, one row per pool thread */
     m->scores =
         malloc((size_t)c->seq_len * (size_t)(m->pool ? wrk_pool_size(m->pool) : 1) * sizeof(float));
-    m->rope_freqs = malloc((size_t)hd / 2 * sizeof(float));
+    m->rope_freqs = malloc((size_t)rope_width(m) / 2 * sizeof(float));
     m->pieces = malloc(M * sizeof(*m->pieces));
     m->row_piece = malloc(M * sizeof(*m->row_piece));
     m->head_row = malloc(M * sizeof(*m->head_row));
@@ -470,16 +627,20 @@ static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int 
     if (m->rope_freqs)
         m->rope_mscale = rope_table(m, img, false, m->rope_freqs);
     bool local = m->cfgx.window && m->cfgx.rope_theta_local > 0.0f;
-    if (local && (m->rope_freqs_local = malloc((size_t)hd / 2 * sizeof(float))))
+    if (local && (m->rope_freqs_local = malloc((size_t)rope_width(m) / 2 * sizeof(float))))
         m->rope_mscale_local = rope_table(m, img, true, m->rope_freqs_local);
     for (uint32_t l = 0; l < c->n_layers; l++)
         layer_options(m, l);
     if (local && !m->rope_freqs_local)
         return -ENOMEM;
-    unsigned parts_o = 0, parts_down = 0, parts_edown = 0;
+    unsigned parts_o = 0, parts_down = 0, parts_edown = 0, parts_sh = 0;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         const struct wrk_layer *L = &m->layers[l];
-        m->parts_dim |= act_parts(&L->q) | act_parts(&L->k) | act_parts(&L->v);
+        /* the views a config lacks are empty: they add no part */
+        m->parts_dim |= act_parts(&L->q) | act_parts(&L->k) | act_parts(&L->v) |
+                        act_parts(&L->q_a) | act_parts(&L->kv_a) | act_parts(&L->gate_sh) |
+                        act_parts(&L->up_sh);
+        parts_sh |= act_parts(&L->down_sh);
         parts_o |= act_parts(&L->o);
         if (L->gate_exp) {
             m->parts_dim |= act_parts(&L->router) | act_parts(&L->gate_exp[m->plan.x0]) |
@@ -497,7 +658,9 @@ static int model_buffers(struct wrk_model *m, const struct shlm_model *img, int 
         acts_alloc(&m->a_o, max_m, m->o_cols, agroup, parts_o) ||
         acts_alloc(&m->a_down, max_m, down_cols, agroup, parts_down) || gemm_scratch_alloc(m))
         return -ENOMEM;
-    return m->cfgx.n_experts ? moe_alloc(m, agroup, parts_edown) : 0;
+    if (m->cfgx.kv_lora_rank && mla_alloc(m, agroup))
+        return -ENOMEM;
+    return m->cfgx.n_experts ? moe_alloc(m, agroup, parts_edown, parts_sh) : 0;
 }
 
 int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const struct kn_ops *ops,
@@ -530,6 +693,7 @@ int wrk_model_init(struct wrk_model *m, const struct shlm_model *img, const stru
 void wrk_model_free(struct wrk_model *m)
 {
     moe_free(m);
+    mla_free(m);
     free(m->layers);
     free(m->experts);
     free(m->expert_biases);
@@ -612,13 +776,20 @@ static void row_prepare(const struct row_job *j, int i)
 
 _Static_assert(SEG_KV_BLOCK == KN_KV_BLOCK, "the cache pages as the kernels read it");
 
+/* Floats of a token's row of one KV head: head_dim, or with latent attention the latent's and
+ * the RoPE key's (the one "KV head" every query head reads). */
+static inline int kv_row(const struct wrk_model *m)
+{
+    return m->plan.kv_dim / (m->plan.kv1 - m->plan.kv0);
+}
+
 /* Floats of one KV head's keys (or values) in a block of one layer: the keys of a layer in a
- * block are [our KV head][SEG_KV_BLOCK positions][head_dim], so attention reads one head's rows
+ * block are [our KV head][SEG_KV_BLOCK positions][kv_row], so attention reads one head's rows
  * as one run (rows a whole KV dimension apart fell into the same L1 sets, keys and values
  * alike: a batch of 8 spent 17% of its decode steps there). */
 static inline size_t kv_head_rows(const struct wrk_model *m)
 {
-    return (size_t)SEG_KV_BLOCK * m->cfg.head_dim;
+    return (size_t)SEG_KV_BLOCK * (size_t)kv_row(m);
 }
 
 /* biases, the per-head q/k norms, RoPE on q and k (but on a layer without it), k and v appended to
@@ -655,6 +826,44 @@ static void row_rope_kv(const struct row_job *j, int i)
     for (int h = 0; h < nkv; h++) {
         memcpy(kc + (size_t)h * kv_head_rows(m), ki + (size_t)h * (size_t)hd, (size_t)hd * 4);
         memcpy(vc + (size_t)h * kv_head_rows(m), vi + (size_t)h * (size_t)hd, (size_t)hd * 4);
+    }
+}
+
+/* q's bottleneck of row i through its RMSNorm, and its activations (q_b's input) */
+static void row_qa_prepare(const struct row_job *j, int i)
+{
+    const struct wrk_model *m = j->m;
+    const struct wrk_mla *a = m->mla;
+    int r = (int)m->cfgx.q_lora_rank;
+    float *qa = a->qa + (size_t)i * (size_t)r;
+    m->ops->rmsnorm(qa, qa, j->L->q_a_norm, r, m->cfg.norm_eps);
+    m->ops->act_prepare(&a->a_qa[i], qa);
+}
+
+/* Latent attention's row i: the latent through its RMSNorm and RoPE on the RoPE key, the two
+ * appended to the cache of row i's sequence at its position (one row of lat floats); RoPE on
+ * each of our heads' roped part, which goes to the end of its absorbed query, and the
+ * activations of its nope part (the input of its absorption) */
+static void row_mla_kv(const struct row_job *j, int i)
+{
+    const struct wrk_model *m = j->m;
+    const struct wrk_mla *a = m->mla;
+    const struct wrk_piece *pc = &m->pieces[m->row_piece[i]];
+    const struct wrk_layer *L = j->L;
+    const struct shlm_config *c = &m->cfg;
+    int pos = pc->r.pos + (i - pc->row0), hd = (int)c->head_dim;
+    size_t at = pc->r.blocks[pos / SEG_KV_BLOCK] * seg_kv_block_floats(j->kv) +
+                (size_t)(pos % SEG_KV_BLOCK) * (size_t)a->lat;
+    float *kv = m->k + (size_t)i * (size_t)m->kvd;
+    m->ops->rmsnorm(kv, kv, L->kv_a_norm, a->kvl, c->norm_eps);
+    m->ops->rope(kv + a->kvl, 1, a->rope, pos, L->rope_freqs, L->rope_mscale, c->rope_neox);
+    memcpy(seg_kv_keys(j->kv, j->layer) + at, kv, (size_t)a->lat * sizeof(float));
+    for (int h = 0; h < a->nq; h++) {
+        float *qh = m->q + (size_t)i * (size_t)m->qd + (size_t)h * (size_t)hd;
+        float *ql = a->qlat + ((size_t)i * (size_t)a->nq + (size_t)h) * (size_t)a->lat;
+        m->ops->rope(qh + a->nope, 1, a->rope, pos, L->rope_freqs, L->rope_mscale, c->rope_neox);
+        memcpy(ql + a->kvl, qh + a->nope, (size_t)a->rope * sizeof(float));
+        m->ops->act_prepare(&a->a_qn[(size_t)h * (size_t)m->max_m + (size_t)i], qh);
     }
 }
 
@@ -803,6 +1012,15 @@ struct att_job {
     const struct wrk_model *m;
     void *kv;
     uint32_t layer;
+    /* the queries of our heads and their outputs, @hd floats a head, rows @q_stride and
+     * @out_stride apart; the query heads a KV head serves; whether the values are the keys'
+     * rows (latent attention: a head's output is over the whole row, of which the caller
+     * keeps the latent part) */
+    const float *q;
+    float *out;
+    size_t q_stride, out_stride;
+    int hd, kv_mul;
+    bool v_is_k;
 };
 
 static void att_part(void *arg, int ti, int tn)
@@ -813,7 +1031,7 @@ static void att_part(void *arg, int ti, int tn)
     const struct wrk_layer *L = &m->layers[j->layer];
     const struct kn_att *opt = L->att_plain ? NULL : &L->att;
     struct kn_att with_sinks = L->att; /* a call's: the sinks of its first head on */
-    int hd = (int)m->cfg.head_dim, kv_mul = (int)(m->cfg.n_heads / m->cfg.n_kv_heads), u = 0;
+    int hd = j->hd, kv_mul = j->kv_mul, u = 0;
     float *scratch = m->scores + (size_t)ti * m->cfg.seq_len;
     for (int pi = 0; pi < m->n_pieces; pi++) {
         const struct wrk_piece *pc = &m->pieces[pi];
@@ -824,7 +1042,8 @@ static void att_part(void *arg, int ti, int tn)
             int h0 = kv * kv_mul > p->q0 ? kv * kv_mul : p->q0;
             int h1 = (kv + 1) * kv_mul < p->q1 ? (kv + 1) * kv_mul : p->q1;
             size_t koff = (size_t)(kv - p->kv0) * kv_head_rows(m);
-            struct kn_kv view = {kc + koff, vc + koff, pc->r.blocks, bstride, (size_t)hd};
+            struct kn_kv view = {kc + koff, (j->v_is_k ? kc : vc) + koff, pc->r.blocks, bstride,
+                                 (size_t)hd};
             for (int h = h0; h < h1; h += KN_ATT_TILE) {
                 int nh = h1 - h < KN_ATT_TILE ? h1 - h : KN_ATT_TILE, nt = KN_ATT_TILE / nh;
                 size_t qoff = (size_t)(h - p->q0) * (size_t)hd;
@@ -837,9 +1056,9 @@ static void att_part(void *arg, int ti, int tn)
                         with_sinks.sinks = L->sinks + (h - p->q0);
                         opt = &with_sinks;
                     }
-                    m->ops->attention(m->att + r * m->o_cols + p->o_pad + qoff, m->o_cols,
-                                      m->q + r * m->qd + qoff, m->qd, mt, nh, pc->r.pos + t, &view,
-                                      hd, scratch, opt);
+                    m->ops->attention(j->out + r * j->out_stride + qoff, j->out_stride,
+                                      j->q + r * j->q_stride + qoff, j->q_stride, mt, nh,
+                                      pc->r.pos + t, &view, hd, scratch, opt);
                 }
             }
         }
@@ -875,12 +1094,37 @@ static void embed(struct wrk_model *m)
     }
 }
 
-/* Attention of the chunk's queries over their sequences' KV caches into att, on the pool or,
- * below par_min_work, on the caller. */
+/* Attention of the chunk's queries over their sequences' KV caches into att (latent attention:
+ * of the absorbed queries into the latent outputs), on the pool or, below par_min_work, on the
+ * caller. */
 static void attend(const struct wrk_model *m, const struct row_job *rj)
 {
-    int nq = m->plan.q1 - m->plan.q0, hd = (int)m->cfg.head_dim;
-    struct att_job aj = {m, rj->kv, rj->layer};
+    const struct wrk_mla *a = m->mla;
+    int nq = m->plan.q1 - m->plan.q0;
+    struct att_job aj;
+    if (a)
+        aj = (struct att_job){m,
+                              rj->kv,
+                              rj->layer,
+                              a->qlat,
+                              a->olat,
+                              (size_t)(nq * a->lat),
+                              (size_t)(nq * a->lat),
+                              a->lat,
+                              (int)m->cfg.n_heads,
+                              true};
+    else
+        aj = (struct att_job){m,
+                              rj->kv,
+                              rj->layer,
+                              m->q,
+                              m->att + m->plan.o_pad,
+                              (size_t)m->qd,
+                              (size_t)m->o_cols,
+                              (int)m->cfg.head_dim,
+                              (int)(m->cfg.n_heads / m->cfg.n_kv_heads),
+                              false};
+    int hd = aj.hd;
     /* keys read by the chunk's queries times the head size, summed over our heads: below
      * the threshold (decode at a short context) one thread does it */
     long att_work = 0;
@@ -945,6 +1189,32 @@ static int reduce_add(struct wrk_model *m, int n, const float *bias, const float
     return 0;
 }
 
+/* xb = rmsnorm(x) of the chunk of @rj with layer rj->L's attention norm, and its activations:
+ * the input of the attention block's products */
+static void attention_in(struct wrk_model *m, struct row_job *rj)
+{
+    rj->row = row_norm_prepare;
+    rj->norm = rj->L->attn_norm;
+    rj->a = m->a_dim;
+    rows_run(m, rj);
+    observe(m, rj->layer, WRK_SITE_QKV, m->xb, rj->n, (int)m->cfg.dim, (int)m->cfg.dim);
+}
+
+/* x += O(att) of the chunk of @rj: the tail of an attention block. Returns 0 or the
+ * all-reduce's error. */
+static int attention_out(struct wrk_model *m, struct row_job *rj)
+{
+    const struct wrk_layer *L = rj->L;
+    int n = rj->n;
+    observe(m, rj->layer, WRK_SITE_O, m->att + m->plan.o_pad, n, m->o_cols, m->od);
+    rj->row = row_prepare;
+    rj->src = m->att;
+    rj->k = m->o_cols;
+    rj->a = m->a_o;
+    rows_run(m, rj);
+    return residual_add(m, &L->o, m->a_o, n, L->o_bias, L->attn_post_norm);
+}
+
 /* The attention block of layer rj->L over the chunk of @rj: xb = rmsnorm(x), q/k/v, RoPE and the
  * KV append, attention (times the head gates where the layer has them), then x += O(att).
  * Returns 0 or the all-reduce's error. */
@@ -952,11 +1222,7 @@ static int attention_block(struct wrk_model *m, struct row_job *rj)
 {
     const struct wrk_layer *L = rj->L;
     int n = rj->n;
-    rj->row = row_norm_prepare;
-    rj->norm = L->attn_norm;
-    rj->a = m->a_dim;
-    rows_run(m, rj);
-    observe(m, rj->layer, WRK_SITE_QKV, m->xb, n, (int)m->cfg.dim, (int)m->cfg.dim);
+    attention_in(m, rj);
     struct gemm_set qkv = {0};
     gemm_set_add(m, &qkv, &L->q, m->a_dim, n, m->q, m->qd);
     gemm_set_add(m, &qkv, &L->k, m->a_dim, n, m->k, m->kvd);
@@ -967,13 +1233,67 @@ static int attention_block(struct wrk_model *m, struct row_job *rj)
     attend(m, rj);
     if (L->head_gate)
         head_gate(m, L, n);
-    observe(m, rj->layer, WRK_SITE_O, m->att + m->plan.o_pad, n, m->o_cols, m->qd);
-    rj->row = row_prepare;
-    rj->src = m->att;
-    rj->k = m->o_cols;
-    rj->a = m->a_o;
+    return attention_out(m, rj);
+}
+
+/* the activations of row i's latent outputs of our heads (the inputs of their value matrices) */
+static void row_latent_prepare(const struct row_job *j, int i)
+{
+    const struct wrk_model *m = j->m;
+    const struct wrk_mla *a = m->mla;
+    for (int h = 0; h < a->nq; h++)
+        m->ops->act_prepare(&a->a_ol[(size_t)h * (size_t)m->max_m + (size_t)i],
+                            a->olat + ((size_t)i * (size_t)a->nq + (size_t)h) * (size_t)a->lat);
+}
+
+/* One product per head of our heads in one dispatch: head h's matrix @w[h] times its @n
+ * prepared rows @x + h max_m into @y + h @y_head (rows @ldy apart). */
+static void heads_gemm(const struct wrk_model *m, const struct kn_mat *w, const struct kn_act *x,
+                       int n, float *y, size_t y_head, int ldy)
+{
+    struct wrk_mla *a = m->mla;
+    struct gemm_set s;
+    gemm_set_over(&s, a->jobs, a->jobs_first, a->nq);
+    for (int h = 0; h < a->nq; h++)
+        gemm_set_add(m, &s, &w[h], x + (size_t)h * (size_t)m->max_m, n, y + (size_t)h * y_head,
+                     ldy);
+    gemm_set_run(m, &s);
+}
+
+/* The latent-attention block of layer rj->L (DeepSeek) over the chunk of @rj: xb = rmsnorm(x);
+ * q (through its bottleneck and norm where there is one), the latent and RoPE key; the latent
+ * normed, RoPE on the keys' and the queries' roped parts, the cache append (row_mla_kv); each
+ * head's nope query absorbed into the latent (q_nope . W_UK^T: attn_k_b); attention of every
+ * head over the one cached row a token (scores q_lat . c + q_rope . k_rope, values the latent
+ * c); each head's latent output through its value matrix (attn_v_b) into att; then x += O(att).
+ * Returns 0 or the all-reduce's error. */
+static int mla_attention_block(struct wrk_model *m, struct row_job *rj)
+{
+    const struct wrk_layer *L = rj->L;
+    struct wrk_mla *a = m->mla;
+    int n = rj->n;
+    attention_in(m, rj);
+    struct gemm_set qkv = {0};
+    bool bottleneck = m->cfgx.q_lora_rank != 0;
+    if (bottleneck)
+        gemm_set_add(m, &qkv, &L->q_a, m->a_dim, n, a->qa, (int)m->cfgx.q_lora_rank);
+    else
+        gemm_set_add(m, &qkv, &L->q, m->a_dim, n, m->q, m->qd);
+    gemm_set_add(m, &qkv, &L->kv_a, m->a_dim, n, m->k, m->kvd);
+    gemm_set_run(m, &qkv);
+    if (bottleneck) {
+        rj->row = row_qa_prepare;
+        rows_run(m, rj);
+        gemm(m, &L->q_b, a->a_qa, n, m->q, m->qd);
+    }
+    rj->row = row_mla_kv;
     rows_run(m, rj);
-    return residual_add(m, &L->o, m->a_o, n, L->o_bias, L->attn_post_norm);
+    heads_gemm(m, L->k_b_head, a->a_qn, n, a->qlat, (size_t)a->lat, a->nq * a->lat);
+    attend(m, rj);
+    rj->row = row_latent_prepare;
+    rows_run(m, rj);
+    heads_gemm(m, L->v_b_head, a->a_ol, n, m->att + m->plan.o_pad, (size_t)a->vd, m->o_cols);
+    return attention_out(m, rj);
 }
 
 /* The FFN block of layer rj->L over the chunk of @rj: xb = rmsnorm(x), gate and up,
@@ -998,37 +1318,72 @@ static int ffn_block(struct wrk_model *m, struct row_job *rj)
     return residual_add(m, &L->down, m->a_down, n, NULL, L->ffn_post_norm);
 }
 
-/* Row i's experts and weights from its router logits @lg by the config's rule: softmax over
- * every expert, the k most probable (ties to the higher index, as ik_llama.cpp's argsort orders
- * (probability, index) pairs), weighted by their probabilities, renormalised to sum 1 where the
- * rule says so. */
-static void route(const struct wrk_model *m, const float *lg, int *choice, float *weight)
+/* (model.h) */
+void wrk_route(const struct shlm_config_ext *x, const float *lg, const float *sel, int *choice,
+               float *weight)
 {
-    int ne = (int)m->cfgx.n_experts, k = m->moe->k;
-    float p[SHLM_MAX_EXPERTS], mx = lg[0], sum = 0.0f;
+    int ne = (int)x->n_experts, k = (int)x->n_experts_used;
+    float p[SHLM_MAX_EXPERTS], s[SHLM_MAX_EXPERTS];
     bool taken[SHLM_MAX_EXPERTS] = {false};
-    for (int e = 1; e < ne; e++)
-        mx = lg[e] > mx ? lg[e] : mx;
-    for (int e = 0; e < ne; e++) {
-        p[e] = expf(lg[e] - mx);
-        sum += p[e];
+    bool sigmoid = x->moe_route == SHLM_ROUTE_SIGMOID || x->moe_route == SHLM_ROUTE_SIGMOID_NORM;
+    if (sigmoid) {
+        for (int e = 0; e < ne; e++)
+            p[e] = 1.0f / (1.0f + expf(-lg[e]));
+    } else {
+        float mx = lg[0], sum = 0.0f;
+        for (int e = 1; e < ne; e++)
+            mx = lg[e] > mx ? lg[e] : mx;
+        for (int e = 0; e < ne; e++) {
+            p[e] = expf(lg[e] - mx);
+            sum += p[e];
+        }
+        float inv = 1.0f / sum;
+        for (int e = 0; e < ne; e++)
+            p[e] *= inv;
     }
-    float inv = 1.0f / sum, chosen = 0.0f;
     for (int e = 0; e < ne; e++)
-        p[e] *= inv;
+        s[e] = sel ? p[e] + sel[e] : p[e];
+    if (x->n_groups) { /* the experts of the groups not among the best are out */
+        int ng = (int)x->n_groups, per = ne / ng;
+        float gs[SHLM_MAX_EXPERTS];
+        bool gtaken[SHLM_MAX_EXPERTS] = {false};
+        for (int g = 0; g < ng; g++) {
+            float b1 = -INFINITY, b2 = -INFINITY;
+            for (int e = g * per; e < (g + 1) * per; e++)
+                if (s[e] >= b1) {
+                    b2 = b1;
+                    b1 = s[e];
+                } else if (s[e] > b2)
+                    b2 = s[e];
+            gs[g] = sigmoid ? b1 + b2 : b1;
+        }
+        for (int j = 0; j < (int)x->topk_groups; j++) {
+            int best = -1;
+            for (int g = 0; g < ng; g++)
+                if (!gtaken[g] && (best < 0 || gs[g] >= gs[best]))
+                    best = g;
+            gtaken[best] = true;
+        }
+        for (int e = 0; e < ne; e++)
+            taken[e] = !gtaken[e / per];
+    }
+    float chosen = 0.0f;
     for (int j = 0; j < k; j++) {
         int best = -1;
         for (int e = 0; e < ne; e++)
-            if (!taken[e] && (best < 0 || p[e] >= p[best]))
+            if (!taken[e] && (best < 0 || s[e] >= s[best]))
                 best = e;
         taken[best] = true;
         choice[j] = best;
         weight[j] = p[best];
         chosen += p[best];
     }
-    if (m->cfgx.moe_route == SHLM_ROUTE_SOFTMAX_NORM)
+    if (x->moe_route == SHLM_ROUTE_SOFTMAX_NORM || x->moe_route == SHLM_ROUTE_SIGMOID_NORM)
         for (int j = 0; j < k; j++)
             weight[j] /= chosen;
+    if (x->route_scale != 0.0f)
+        for (int j = 0; j < k; j++)
+            weight[j] *= x->route_scale;
 }
 
 /* xb = rmsnorm(x) and its activations (row_norm_prepare), then the router's logits of row i and
@@ -1043,7 +1398,8 @@ static void row_norm_route(const struct row_job *j, int i)
     m->ops->gemm(&j->L->router, &j->a[i], 1, lg, ne, 0, ne, NULL);
     if (j->L->router_bias)
         add_rows(lg, j->L->router_bias, (size_t)ne);
-    route(m, lg, e->choice + (size_t)i * e->k, e->weight + (size_t)i * e->k);
+    wrk_route(&m->cfgx, lg, j->L->sel_bias, e->choice + (size_t)i * e->k,
+              e->weight + (size_t)i * e->k);
 }
 
 /* pair j->first + i's act(gate + its bias) * (up + its bias) (biases: gpt-oss's), and its
@@ -1064,9 +1420,10 @@ static void pair_act_prepare(const struct row_job *j, int i)
 }
 
 /* xb's row i = the weighted sum of its experts' down outputs (plus their down biases:
- * gpt-oss's), in the order of its choices: of those this rank holds (all but with
- * expert-parallel experts, whose other ranks add theirs in the all-reduce). A bias is whole on
- * every rank that holds its expert: with tensor-parallel experts rank 0 adds it. */
+ * gpt-oss's), in the order of its choices, plus the shared experts' output (DeepSeek): of those
+ * this rank holds (all but with expert-parallel experts, whose other ranks add theirs in the
+ * all-reduce). A bias is whole on every rank that holds its expert: with tensor-parallel experts
+ * rank 0 adds it. */
 static void row_combine(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
@@ -1085,6 +1442,19 @@ static void row_combine(const struct row_job *j, int i)
         for (int d = 0; d < dim; d++)
             y[d] += w * (b ? o[d] + b[d] : o[d]);
     }
+    if (j->L->down_sh.rows) /* the shared experts' (this rank's units' partial sum) */
+        add_rows(y, e->sh_out + (size_t)i * dim, (size_t)dim);
+}
+
+/* the shared experts' hb = act(gate) * up of row i, and its activations (the input of their
+ * down) */
+static void row_shared_prepare(const struct row_job *j, int i)
+{
+    const struct wrk_model *m = j->m;
+    const struct wrk_moe *e = m->moe;
+    float *h = e->sh_gate + (size_t)i * m->sdown_cols;
+    act_mul(m, h + m->plan.down_pad_sh, e->sh_up + (size_t)i * m->sffn, m->sffn);
+    m->ops->act_prepare(&e->a_sh[i], h);
 }
 
 /* The chunk's @n rows' choices as pairs grouped by expert (a counting sort: within an expert,
@@ -1113,8 +1483,9 @@ static void moe_group(struct wrk_model *m, int n)
 
 /* The MoE FFN block of layer rj->L over the chunk of @rj: xb = rmsnorm(x), the router and each
  * row's experts, gate and up of every chosen expert over the rows that chose it in one set of
- * products (each expert's weights read once), act(gate) * up of every pair, down likewise, then
- * x += the pairs' down outputs weighted by the router, summed over the ranks. Only the chosen
+ * products (each expert's weights read once; the shared experts' over every row with them),
+ * act(gate) * up of every pair, down likewise, then x += the pairs' down outputs weighted by the
+ * router (plus the shared experts' output), summed over the ranks. Only the chosen
  * experts' weights are read. Returns 0 or the all-reduce's error. */
 static int moe_block(struct wrk_model *m, struct row_job *rj)
 {
@@ -1131,7 +1502,13 @@ static int moe_block(struct wrk_model *m, struct row_job *rj)
     /* the experts this rank holds (expert-parallel: its own; their pairs are consecutive) */
     int x0 = m->plan.x0, x1 = m->plan.x1, pairs = e->first[x1] - e->first[x0];
     struct gemm_set s;
-    gemm_set_over(&s, e->jobs, e->jobs_first, 2 * ne);
+    bool shared = L->down_sh.rows != 0;
+    gemm_set_over(&s, e->jobs, e->jobs_first, 2 * ne + 2);
+    if (shared) { /* every row's, in the same dispatch */
+        gemm_set_add(m, &s, &L->gate_sh, m->a_dim, n, e->sh_gate + m->plan.down_pad_sh,
+                     m->sdown_cols);
+        gemm_set_add(m, &s, &L->up_sh, m->a_dim, n, e->sh_up, m->sffn);
+    }
     for (int x = x0; x < x1; x++) {
         int p0 = e->first[x], cnt = e->first[x + 1] - p0;
         if (!cnt)
@@ -1152,7 +1529,13 @@ static int moe_block(struct wrk_model *m, struct row_job *rj)
         wrk_pool_run(m->pool, rows_part, &pj);
     else
         rows_part(&pj, 0, 1);
-    gemm_set_over(&s, e->jobs, e->jobs_first, 2 * ne);
+    if (shared) {
+        rj->row = row_shared_prepare;
+        rows_run(m, rj);
+    }
+    gemm_set_over(&s, e->jobs, e->jobs_first, 2 * ne + 2);
+    if (shared)
+        gemm_set_add(m, &s, &L->down_sh, e->a_sh, n, e->sh_out, dim);
     for (int x = x0; x < x1; x++) {
         int p0 = e->first[x], cnt = e->first[x + 1] - p0;
         if (cnt)
@@ -1228,7 +1611,7 @@ static int forward_chunk(struct wrk_model *m, void *kv, int n)
     embed(m);
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
         struct row_job rj = {.m = m, .n = n, .L = &m->layers[l], .kv = kv, .layer = l};
-        if ((rc = attention_block(m, &rj)) ||
+        if ((rc = m->mla ? mla_attention_block(m, &rj) : attention_block(m, &rj)) ||
             (rc = m->layers[l].gate_exp ? moe_block(m, &rj) : ffn_block(m, &rj)))
             return rc;
     }

@@ -35,6 +35,18 @@ struct wrk_layer {
      * else NULL */
     const float *o_bias, *sinks, *router_bias;
     const float **gate_exp_bias, **up_exp_bias, **down_exp_bias; /* (n_experts) */
+    /* latent attention's (DeepSeek; else empty): q's bottleneck (q_lora_rank, replicated), its
+     * norm and q's expansion to our heads (q itself where there is no bottleneck); the latent
+     * and the RoPE key (replicated) and the latent's norm; our heads' absorption and value
+     * matrices, and each head's rows of them (k_b_head[h]: (kv_lora_rank, nope) of our h-th
+     * head, v_b_head[h]: (v_head_dim, kv_lora_rank)) */
+    struct kn_mat q_a, q_b, kv_a, k_b, v_b;
+    const float *q_a_norm, *kv_a_norm;
+    struct kn_mat *k_b_head, *v_b_head;
+    /* the shared experts' gate and up (our units) and down, and the router's selection bias
+     * (DeepSeek; else empty, NULL) */
+    struct kn_mat gate_sh, up_sh, down_sh;
+    const float *sel_bias;
 };
 
 /* The inputs of a layer's matrix products, as wrk_model.observe sees them: the sites of the
@@ -75,9 +87,12 @@ struct wrk_model {
                                * (tests may lower it) */
     size_t chunk_bytes;       /* of weights a pool thread takes at a time in decode (tests may
                                * lower it: 0 takes GEMM_ROW_ALIGN rows at a time) */
-    /* this rank's widths: q and kv heads x head_dim, FFN units, O/down input with their pads;
-     * an expert's units and its down's input with its pad */
+    /* this rank's widths: q heads x head_dim, a token's KV cache row (plan.kv_dim), FFN units,
+     * O/down input with their pads; an expert's units and its down's input with its pad */
     int qd, kvd, ffn, o_cols, down_cols, effn, edown_cols;
+    /* our heads' attention output width (heads x value width: O's input) and the shared
+     * experts' units and down input */
+    int od, sffn, sdown_cols;
     /* scratch, M = max_m rows each */
     float *x, *xb;    /* (M, dim) residual stream; normed input or partial sum */
     float *q, *k, *v; /* (M, qd), (M, kvd), (M, kvd) */
@@ -85,6 +100,7 @@ struct wrk_model {
     float *hb;        /* (M, down_cols): down_pad zeros, then silu(gate) * up of our units */
     float *hb2;       /* (M, ffn) up */
     struct wrk_moe *moe; /* a MoE model's routing and expert scratch (model.c), else NULL */
+    struct wrk_mla *mla; /* a latent-attention model's scratch (model.c), else NULL */
     uint64_t expert_bytes; /* of expert weights the last wrk_forward_batch() read (each chosen
                             * expert this rank holds, once per chunk and layer) */
     float *scores;    /* (pool threads, seq_len): the reference attention's scratch */
@@ -92,9 +108,9 @@ struct wrk_model {
      * init by the table's need over every matrix at max_m (NULL when it needs none) */
     uint8_t *gemm_scratch;
     size_t gemm_scratch_bytes;
-    float *rope_freqs; /* (head_dim / 2) */
+    float *rope_freqs; /* (RoPE's width / 2: head_dim, or latent attention's rope_dim) */
     float rope_mscale; /* cos and sin times this (LongRoPE's and YaRN's attention factor; 1) */
-    /* (head_dim / 2): the windowed layers' at cfgx.rope_theta_local, or NULL; its magnitude */
+    /* (the same): the windowed layers' at cfgx.rope_theta_local, or NULL; its magnitude */
     float *rope_freqs_local;
     float rope_mscale_local;
     struct kn_act *a_dim, *a_o, *a_down; /* (M) prepared inputs of q/k/v/gate/up, O, down */
@@ -146,6 +162,18 @@ void wrk_model_free(struct wrk_model *m);
  * positions and tables. Returns 0 or the all-reduce's error
  * (-ECONNABORTED, -ETIMEDOUT). */
 int wrk_forward_batch(struct wrk_model *m, void *kv, const struct wrk_run *runs, int n_runs);
+
+/* A token's experts and weights from its router logits @lg (n_experts) by @x's rule: a score per
+ * expert (softmax over every expert, or a sigmoid of each logit); the n_experts_used best by
+ * score plus the selection bias @sel where there is one (NULL: none; DeepSeek-V3's), among the
+ * experts of the topk_groups best groups where the experts are grouped (a group scored by its
+ * best expert under softmax routing, by its two best's sum under sigmoid routing: DeepSeek-V2's
+ * group_limited_greedy and V3's noaux_tc); ties go to the higher index, as ik_llama.cpp's
+ * argsort orders (score, index) pairs, groups' too. Each chosen expert weighs its score (not
+ * biased), renormalised to sum 1 where the rule says so, times route_scale where set. Into
+ * @choice and @weight (n_experts_used each, best first). */
+void wrk_route(const struct shlm_config_ext *x, const float *lg, const float *sel, int *choice,
+               float *weight);
 
 /* wrk_forward_batch() of one run. */
 int wrk_forward(struct wrk_model *m, void *kv, const uint32_t *blocks, const int32_t *tokens, int n,

@@ -102,8 +102,7 @@ static int on_attach(struct wrk *w, const Shardlm__Attach *a, struct shardlm_err
                           h->shard_rank, h->shard_count, h->experts_placement, a->rank, a->n_ranks);
         goto out_detach;
     }
-    if (seg_kv_check(w->kv.base, w->kv.size, c->n_layers,
-                     (uint32_t)(p.kv1 - p.kv0) * c->head_dim) ||
+    if (seg_kv_check(w->kv.base, w->kv.size, c->n_layers, (uint32_t)p.kv_dim, p.kv_keys_only) ||
         seg_exchange_check(w->exch.base, w->exch.size, c->vocab_size, a->n_ranks, c->dim)) {
         rc = shardlm_fail(e, -EINVAL, "Attach: KV or exchange segment does not fit the model");
         goto out_detach;

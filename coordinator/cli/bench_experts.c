@@ -86,8 +86,8 @@ static int route_model(const struct shlm_model *img, struct trace *t, struct sha
     }
     m.route_observe = record;
     m.observe_ctx = t;
-    uint32_t kvd = c->n_kv_heads * c->head_dim, blocks = (uint32_t)(t->tokens / SEG_KV_BLOCK + 1);
-    void *kv = calloc(1, seg_kv_bytes(blocks, c->n_layers, kvd));
+    uint32_t kvd = (uint32_t)m.plan.kv_dim, blocks = (uint32_t)(t->tokens / SEG_KV_BLOCK + 1);
+    void *kv = calloc(1, seg_kv_bytes(blocks, c->n_layers, kvd, m.plan.kv_keys_only));
     uint32_t *table = malloc(blocks * sizeof(*table));
     int32_t *ids = malloc((size_t)t->tokens * sizeof(*ids));
     float *logits = malloc((size_t)c->vocab_size * sizeof(float));
@@ -95,7 +95,7 @@ static int route_model(const struct shlm_model *img, struct trace *t, struct sha
         rc = shardlm_fail(e, -ENOMEM, "out of memory for %d tokens", t->tokens);
         goto out;
     }
-    seg_kv_init(kv, blocks, c->n_layers, kvd);
+    seg_kv_init(kv, blocks, c->n_layers, kvd, m.plan.kv_keys_only);
     for (uint32_t b = 0; b < blocks; b++)
         table[b] = b;
     uint32_t x = 1; /* the LCG of the ik references (tools/ik_ref/make_refs.sh) */

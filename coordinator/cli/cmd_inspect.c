@@ -100,17 +100,38 @@ static void print_ext(const struct shlm_config *c, const struct shlm_config_ext 
         add_part(line, sizeof(line), &n, "output bias");
     if (n)
         printf("attention: %s\n", line);
+    if (x->kv_lora_rank) {
+        char q[48] = "q itself";
+        if (x->q_lora_rank)
+            snprintf(q, sizeof(q), "q through rank %u", x->q_lora_rank);
+        printf("latent attention: %s, keys and values from a latent of rank %u, rope on %u of "
+               "each head's %u, values of %u; cache %u floats a token and layer\n",
+               q, x->kv_lora_rank, x->rope_dim, c->head_dim, shlm_v_dim(c, x), shlm_latent_dim(x));
+    }
     if (x->n_experts) {
         uint32_t moe = 0;
         for (uint32_t l = 0; l < c->n_layers; l++)
             moe += shlm_layer_moe(x, l);
-        printf("experts: %u in each of %u of %u layers, %u per token, %u units each%s; routing: "
-               "%s%s\n",
+        bool sigmoid =
+            x->moe_route == SHLM_ROUTE_SIGMOID || x->moe_route == SHLM_ROUTE_SIGMOID_NORM;
+        bool norm =
+            x->moe_route == SHLM_ROUTE_SOFTMAX_NORM || x->moe_route == SHLM_ROUTE_SIGMOID_NORM;
+        char groups[64] = "", scale[32] = "", shared[48] = "";
+        if (x->n_groups)
+            snprintf(groups, sizeof(groups), " of the best %u of %u groups", x->topk_groups,
+                     x->n_groups);
+        if (x->route_scale != 0.0f)
+            snprintf(scale, sizeof(scale), ", times %g", (double)x->route_scale);
+        if (x->shared_ffn)
+            snprintf(shared, sizeof(shared), ", shared experts of %u units", x->shared_ffn);
+        printf("experts: %u in each of %u of %u layers, %u per token, %u units each%s%s; routing: "
+               "%s%s, top k%s%s%s%s\n",
                x->n_experts, moe, c->n_layers, x->n_experts_used, x->expert_ffn,
-               c->flags & SHLM_CF_MOE_BIAS ? " with biases" : "",
+               c->flags & SHLM_CF_MOE_BIAS ? " with biases" : "", shared,
                c->flags & SHLM_CF_MOE_BIAS ? "biased logits, " : "",
-               x->moe_route == SHLM_ROUTE_SOFTMAX_NORM ? "softmax, top k, weights renormalised"
-                                                       : "softmax, top k");
+               sigmoid ? "sigmoid" : "softmax",
+               c->flags & SHLM_CF_SEL_BIAS ? " (by score plus a selection bias)" : "", groups,
+               norm ? ", weights renormalised" : "", scale);
         struct seg_plan p;
         if (!h || !h->shard_count || seg_plan_of(&p, h))
             printf("        placement: at load, tensor-parallel (every worker its share of every "

@@ -22,6 +22,12 @@ static size_t features(const struct coord_synth_shape *s, char *out, size_t size
     if (s->experts)
         ADD(", %u experts of %u units, %u per token%s", s->experts, s->expert_ffn, s->experts_used,
             s->mxfp4 ? " (MXFP4 values)" : "");
+    if (s->shared)
+        ADD(" and %u shared, %s routing x%g, %u dense first", s->shared,
+            s->sigmoid ? "sigmoid" : "softmax", (double)s->route_scale, s->dense_first);
+    if (s->kv_lora)
+        ADD(", latent attention (q rank %u, latent %u, RoPE %u of %u, values %u)", s->q_lora,
+            s->kv_lora, s->rope_dim, s->head_dim, s->v_dim);
     if (s->sink_mean != 0.0f)
         ADD(", attention sinks");
     if (s->bias_std > 0.0f)

@@ -81,15 +81,15 @@ static int heldout_run(struct auto_ctx *a, void *image, size_t size, double *kld
     if ((rc = wrk_model_init(&m, &img, a->ops, a->step, a->pool, NULL)))
         return shardlm_fail(e, rc, "out of memory for the held-out forward");
     const struct shlm_config *c = &img.hdr->cfg;
-    uint32_t kvd = c->n_kv_heads * c->head_dim;
+    uint32_t kvd = (uint32_t)m.plan.kv_dim;
     uint32_t blocks = (uint32_t)((a->max_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK);
-    void *kv = calloc(1, seg_kv_bytes(blocks, c->n_layers, kvd));
+    void *kv = calloc(1, seg_kv_bytes(blocks, c->n_layers, kvd, m.plan.kv_keys_only));
     uint32_t *table = malloc((size_t)blocks * sizeof(*table));
     if (!kv || !table) {
         rc = shardlm_fail(e, -ENOMEM, "out of memory for the held-out KV cache");
         goto out;
     }
-    seg_kv_init(kv, blocks, c->n_layers, kvd);
+    seg_kv_init(kv, blocks, c->n_layers, kvd, m.plan.kv_keys_only);
     for (uint32_t b = 0; b < blocks; b++)
         table[b] = b;
     double sum = 0.0;

@@ -50,7 +50,7 @@ int coord_awq_open(struct coord_awq **out, struct coord_calib *c, struct coord_s
         return shardlm_fail(e, -ENOMEM, "out of memory");
     *a = (struct coord_awq){c, src, src->cfg, group, asym, -1, {0}, NULL, par};
     const struct shlm_config *g = &a->cfg;
-    int cols[AWQ_SITES] = {(int)g->dim, (int)(g->n_heads * g->head_dim), (int)g->dim,
+    int cols[AWQ_SITES] = {(int)g->dim, (int)(g->n_heads * shlm_v_dim(g, &src->cfgx)), (int)g->dim,
                            (int)g->hidden_dim};
     bool ok = (a->kv_s = malloc((size_t)g->n_kv_heads * g->head_dim * sizeof(float))) != NULL;
     for (int k = 0; k < AWQ_SITES; k++)
@@ -82,7 +82,7 @@ static void site_rms(const struct coord_awq *a, uint32_t l, const struct awq_sit
     const double *sq = coord_calib_sumsq(a->calib, l, st->site, &rows);
     for (int c = 0; c < cols; c++)
         rms[c] = (float)sqrt(sq[c] / (double)(rows > 0 ? rows : 1));
-    if (st->site != WRK_SITE_O)
+    if (st->site != WRK_SITE_O || a->src->cfgx.kv_lora_rank) /* latent attention: no sharing */
         return;
     int hd = (int)a->cfg.head_dim, mul = (int)(a->cfg.n_heads / a->cfg.n_kv_heads);
     for (int kv = 0; kv < (int)a->cfg.n_kv_heads; kv++)
@@ -222,7 +222,12 @@ static int awq_layer(struct coord_awq *a, uint32_t l, struct shardlm_err *e)
     for (int k = 0; k < AWQ_SITES; k++)
         if ((rc = search_site(a, l, &awq_sites[k], k, e)))
             return rc;
-    /* O's scale per KV channel: the query heads of a KV head share it (site_rms) */
+    /* O's scale per KV channel: the query heads of a KV head share it (site_rms); latent
+     * attention's O channels are attn_v_b's rows, one each */
+    if (a->src->cfgx.kv_lora_rank) {
+        a->layer = l;
+        return 0;
+    }
     int hd = (int)a->cfg.head_dim, mul = (int)(a->cfg.n_heads / a->cfg.n_kv_heads);
     for (int kv = 0; kv < (int)a->cfg.n_kv_heads; kv++)
         for (int j = 0; j < hd; j++)
@@ -262,7 +267,8 @@ int coord_awq_apply(struct coord_awq *a, int kind, uint32_t l, float *w, int row
     if (t->site >= 0 && t->site < AWQ_SITES && !vector)
         scale_cols(w, rows, cols, *col_scale = a->s[t->site]);
     if (t->feeds >= 0 && t->feeds < AWQ_SITES) {
-        const float *d = t->feeds == SHLM_SITE_O ? a->kv_s : a->s[t->feeds];
+        const float *d =
+            t->feeds == SHLM_SITE_O && !a->src->cfgx.kv_lora_rank ? a->kv_s : a->s[t->feeds];
         if (vector) /* a (1, n) vector: element c by d[c] */
             unscale_rows(w, cols, 1, d);
         else

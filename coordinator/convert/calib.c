@@ -538,16 +538,16 @@ static int model_open(struct coord_calib *c, struct coord_source *src, struct sh
         return shardlm_fail(e, rc, "out of memory for the calibration forward");
     c->m.observe = observe;
     c->m.observe_ctx = c;
-    uint32_t kvd = c->cfg.n_kv_heads * c->cfg.head_dim;
+    uint32_t kvd = (uint32_t)c->m.plan.kv_dim;
     c->bpc = (c->seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK;
     uint32_t blocks = (uint32_t)(c->bpc * CALIB_SLOTS);
-    c->kv = calloc(1, seg_kv_bytes(blocks, c->cfg.n_layers, kvd));
+    c->kv = calloc(1, seg_kv_bytes(blocks, c->cfg.n_layers, kvd, c->m.plan.kv_keys_only));
     c->table = malloc((size_t)blocks * sizeof(*c->table));
     if (c->o->head)
         c->logits = malloc((size_t)CALIB_CHUNK * c->cfg.vocab_size * sizeof(float));
     if (!c->kv || !c->table || (c->o->head && !c->logits))
         return shardlm_fail(e, -ENOMEM, "out of memory for the calibration KV cache");
-    seg_kv_init(c->kv, blocks, c->cfg.n_layers, kvd);
+    seg_kv_init(c->kv, blocks, c->cfg.n_layers, kvd, c->m.plan.kv_keys_only);
     for (uint32_t b = 0; b < blocks; b++)
         c->table[b] = b;
     return 0;
@@ -560,8 +560,9 @@ static int stats_alloc(struct coord_calib *c, struct shardlm_err *e)
     if (!c->s)
         return shardlm_fail(e, -ENOMEM, "out of memory");
     for (uint32_t l = 0; l <= g->n_layers; l++) {
-        int cols[WRK_SITES] = {(int)g->dim, (int)(g->n_heads * g->head_dim), (int)g->dim,
-                               (int)g->hidden_dim, 0};
+        /* O's input: our heads' value widths */
+        int cols[WRK_SITES] = {(int)g->dim, (int)(g->n_heads * shlm_v_dim(g, &c->m.cfgx)),
+                               (int)g->dim, (int)g->hidden_dim, 0};
         if (l == g->n_layers) { /* the head's input, after the last layer */
             memset(cols, 0, sizeof(cols));
             cols[WRK_SITE_HEAD] = c->o->head ? (int)g->dim : 0;

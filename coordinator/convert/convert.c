@@ -332,7 +332,7 @@ int coord_convert(const struct coord_convert_opts *o, struct coord_convert_info 
     if ((rc = coord_source_open(&src, o->checkpoint, o->tokenizer, o->max_ctx, e)))
         return rc;
     struct shardlm_err cerr;
-    if (shlm_config_check(&src.cfg, &cerr) || shlm_config_ext_check(&src.cfgx, &cerr)) {
+    if (shlm_config_check(&src.cfg, &cerr) || shlm_config_ext_check(&src.cfg, &src.cfgx, &cerr)) {
         rc = shardlm_fail(e, -EINVAL, "%s: %s", o->checkpoint, cerr.msg);
         goto out_src;
     }

@@ -71,6 +71,24 @@ int coord_source_check_finite(const float *w, int rows, int cols, const char *pa
     return 0;
 }
 
+void coord_kv_b_split(const struct shlm_config *c, const struct shlm_config_ext *x,
+                      enum shlm_kind kind, const float *kvb, float *out)
+{
+    size_t nh = c->n_heads, nope = c->head_dim - x->rope_dim, vd = shlm_v_dim(c, x),
+           kvl = x->kv_lora_rank;
+    for (size_t h = 0; h < nh; h++) {
+        const float *wk = kvb + h * (nope + vd) * kvl, *wv = wk + nope * kvl;
+        if (kind == SHLM_KIND_ATTN_V_B) {
+            memcpy(out + h * vd * kvl, wv, vd * kvl * sizeof(float));
+            continue;
+        }
+        float *o = out + h * kvl * nope;
+        for (size_t r = 0; r < kvl; r++)
+            for (size_t i = 0; i < nope; i++)
+                o[r * nope + i] = wk[i * kvl + r];
+    }
+}
+
 int coord_source_check_kind(enum shlm_kind kind, const float *w, int rows, int cols,
                             const char *path, const char *name, struct shardlm_err *e)
 {

@@ -60,6 +60,17 @@ int coord_source_check_finite(const float *w, int rows, int cols, const char *pa
 int coord_source_check_kind(enum shlm_kind kind, const float *w, int rows, int cols,
                             const char *path, const char *name, struct shardlm_err *e);
 
+/* Latent attention's kv_b_proj (ik_llama.cpp's attn_kv_b): of each of @c's heads, the nope rows of
+ * W_UK then the v_head_dim rows of W_UV, over kv_lora_rank columns: the rows of @kind
+ * (SHLM_KIND_ATTN_K_B: head h's W_UK transposed, (kv_lora_rank, nope) a head; _V_B: its W_UV,
+ * (v_head_dim, kv_lora_rank)) into @out. The rows of kv_b_proj: coord_kv_b_rows(). */
+void coord_kv_b_split(const struct shlm_config *c, const struct shlm_config_ext *x,
+                      enum shlm_kind kind, const float *kvb, float *out);
+static inline int coord_kv_b_rows(const struct shlm_config *c, const struct shlm_config_ext *x)
+{
+    return (int)(c->n_heads * (c->head_dim - x->rope_dim + shlm_v_dim(c, x)));
+}
+
 /* The per-format openers coord_source_open() dispatches to. */
 int coord_source_llama2c(struct coord_source *s, const char *path, const char *tokenizer,
                          struct shardlm_err *e);

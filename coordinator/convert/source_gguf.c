@@ -27,6 +27,39 @@ static const char *akey(const struct gguf_source *g, const char *key)
     return buf;
 }
 
+/* Latent attention's attn_k_b or attn_v_b (@kind) of @layer from ik_llama.cpp's attn_kv_b
+ * (transformers' kv_b_proj: of each head, nope rows of W_UK then v_head_dim rows of W_UV, of
+ * kv_lora_rank columns): head h's rows of attn_k_b are its W_UK transposed ((kv_lora_rank, nope)),
+ * those of attn_v_b its W_UV. -ENOENT where the file has no attn_kv_b. */
+static int kv_b_split(struct coord_source *s, struct gguf_source *g, enum shlm_kind kind,
+                      uint32_t layer, float *out, struct shardlm_err *e)
+{
+    const struct shlm_config_ext *x = &s->cfgx;
+    char gname[64];
+    snprintf(gname, sizeof(gname), "blk.%u.attn_kv_b.weight", layer);
+    const struct gguf_tensor *t = gguf_tensor(&g->f, gname);
+    if (!t)
+        return -ENOENT;
+    uint64_t kvl = x->kv_lora_rank, rows = (uint64_t)coord_kv_b_rows(&s->cfg, x);
+    if (t->dims[0] != kvl || gguf_tensor_rows(t) != rows)
+        return shardlm_fail(e, -EINVAL,
+                            "%s: tensor %s is %llux%llu (rows x cols), the config needs "
+                            "%llux%llu",
+                            s->path, gname, (unsigned long long)gguf_tensor_rows(t),
+                            (unsigned long long)t->dims[0], (unsigned long long)rows,
+                            (unsigned long long)kvl);
+    float *kvb = malloc(rows * kvl * sizeof(float));
+    if (!kvb)
+        return shardlm_fail(e, -ENOMEM, "out of memory for %s", gname);
+    int rc = gguf_read_rows(&g->f, t, 0, rows, kvb, e);
+    if (!rc)
+        rc = coord_source_check_kind(kind, kvb, (int)rows, (int)kvl, s->path, gname, e);
+    if (!rc)
+        coord_kv_b_split(&s->cfg, x, kind, kvb, out);
+    free(kvb);
+    return rc;
+}
+
 static int gguf_src_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer,
                          uint32_t expert, int rows, int cols, float *out, struct shardlm_err *e)
 {
@@ -64,6 +97,10 @@ static int gguf_src_read(struct coord_source *s, enum shlm_kind kind, uint32_t l
         shlm_kind_gguf_name(&s->cfg, kind, layer, gname, sizeof(gname));
         t = gguf_tensor(&g->f, gname);
     }
+    /* llama.cpp's attn_k_b / attn_v_b are ours as they are ([heads][rows][cols]); else
+     * ik_llama.cpp's attn_kv_b holds them */
+    if (!t && (kind == SHLM_KIND_ATTN_K_B || kind == SHLM_KIND_ATTN_V_B))
+        return kv_b_split(s, g, kind, layer, out, e);
     if (!t)
         return -ENOENT;
     /* GGUF dims[0] is the row length (our cols); 1-D tensors are one row */
@@ -120,6 +157,23 @@ static int arch_real(const struct gguf_source *g, const char *path, const char *
         return 0;
     }
     return coord_val_real(&v, label, lo, hi, out, e);
+}
+
+/* Boolean <arch>.<key>, @def when absent. */
+static int arch_bool(const struct gguf_source *g, const char *path, const char *key, bool def,
+                     bool *out, struct shardlm_err *e)
+{
+    struct coord_val v;
+    char label[512];
+    setting(g, path, akey(g, key), &v, label);
+    if (v.kind == COORD_VAL_ABSENT) {
+        *out = def;
+        return 0;
+    }
+    if (v.kind != COORD_VAL_BOOL)
+        return shardlm_fail(e, -EINVAL, "%s is of type %s, expected a boolean", label, v.type);
+    *out = v.b;
+    return 0;
 }
 
 /* general.architecture into g->arch: a supported row of the architecture table (*@arch). */
@@ -296,6 +350,95 @@ static int read_moe(struct gguf_source *g, const struct shlm_arch_traits *a, str
                         s->cfg.hidden_dim, &x->expert_ffn, e)))
         return rc;
     x->moe_route = SHLM_ROUTE_SOFTMAX_NORM;
+    if (!a->mla)
+        return 0;
+    /* DeepSeek's: dense first layers, shared experts, the routing's function (1 softmax, 2
+     * sigmoid; softmax where absent: DeepSeek-V2's files, as ik_llama.cpp reads them), its
+     * renormalisation, scale and groups, the selection bias (by its tensor) */
+    uint32_t shared, gating, groups, groups_used, nextn;
+    bool norm = false;
+    if ((rc = arch_uint(g, path, "leading_dense_block_count", 0, s->cfg.n_layers, false, 0,
+                        &x->moe_dense_first, e)) ||
+        (rc = arch_uint(g, path, "expert_shared_count", 0, 64, false, 0, &shared, e)) ||
+        (rc = arch_real(g, path, "expert_weights_scale", 0.0, 1e6, 0.0f, &x->route_scale, e)) ||
+        (rc = arch_bool(g, path, "expert_weights_norm", false, &norm, e)) ||
+        (rc = arch_uint(g, path, "expert_gating_func", 1, 2, false, 1, &gating, e)) ||
+        (rc = arch_uint(g, path, "expert_group_count", 0, x->n_experts, false, 0, &groups, e)) ||
+        (rc = arch_uint(g, path, "expert_group_used_count", 0, x->n_experts, false, 0, &groups_used,
+                        e)) ||
+        (rc = arch_uint(g, path, "nextn_predict_layers", 0, 1024, false, 0, &nextn, e)))
+        return rc;
+    if (nextn) /* its blocks then end in layers that are no decoder layers */
+        return shardlm_fail(e, -EINVAL,
+                            "%s: metadata %s is %u: not supported (multi-token prediction layers "
+                            "among the blocks)",
+                            path, akey(g, "nextn_predict_layers"), nextn);
+    x->shared_ffn = shared * x->expert_ffn;
+    x->moe_route = gating == 2 ? (norm ? SHLM_ROUTE_SIGMOID_NORM : SHLM_ROUTE_SIGMOID)
+                               : (norm ? SHLM_ROUTE_SOFTMAX_NORM : SHLM_ROUTE_SOFTMAX);
+    if (groups > 1) { /* one group (or none) is no grouping */
+        x->n_groups = groups;
+        x->topk_groups = groups_used;
+    }
+    char name[64];
+    shlm_kind_gguf_name(&s->cfg, SHLM_KIND_FFN_SEL_BIAS, x->moe_dense_first, name, sizeof(name));
+    if (gguf_tensor(&g->f, name))
+        s->cfg.flags |= SHLM_CF_SEL_BIAS;
+    return 0;
+}
+
+/* DeepSeek's latent attention (the row's mla): q's rank (attention.q_lora_rank; absent: attn_q
+ * itself, DeepSeek-V2-Lite's), the latent's (attention.kv_lora_rank), the roped part of a head
+ * (rope.dimension_count) and the value size (attention.value_length); a file of llama.cpp's
+ * newer form (one KV head of the latent's width) gives a head's sizes as key_length_mla and
+ * value_length_mla. */
+static int read_mla(struct gguf_source *g, struct coord_source *s, const char *path,
+                    struct shardlm_err *e)
+{
+    struct shlm_config *c = &s->cfg;
+    struct shlm_config_ext *x = &s->cfgx;
+    uint32_t kmla;
+    int rc;
+    if ((rc = arch_uint(g, path, "attention.key_length_mla", 4, 1024, false, 0, &kmla, e)))
+        return rc;
+    if (kmla) {
+        c->head_dim = kmla;
+        c->n_kv_heads = c->n_heads;
+    }
+    if ((rc = arch_uint(g, path, kmla ? "attention.value_length_mla" : "attention.value_length", 16,
+                        1024, !!kmla, c->head_dim, &x->v_head_dim, e)) ||
+        (rc =
+             arch_uint(g, path, "attention.q_lora_rank", 0, 65536, false, 0, &x->q_lora_rank, e)) ||
+        (rc = arch_uint(g, path, "attention.kv_lora_rank", 16, 4096, true, 0, &x->kv_lora_rank,
+                        e)) ||
+        (rc = arch_uint(g, path, "rope.dimension_count", 2, c->head_dim - 1, true, 0, &x->rope_dim,
+                        e)))
+        return rc;
+    return 0;
+}
+
+/* DeepSeek's YaRN: RoPE at magnitude 1 (ik_llama.cpp divides ggml's YaRN magnitude out), the
+ * scores scaled by mscale^2 / sqrt(head_dim), mscale = attn_factor (1 + yarn_log_multiplier
+ * ln(factor)) (transformers' softmax_scale with mscale_all_dim, whose tenth the multiplier is). */
+static int read_mla_yarn(struct gguf_source *g, struct coord_source *s, const char *path,
+                         struct shardlm_err *e)
+{
+    struct shlm_config *c = &s->cfg;
+    struct shlm_config_ext *x = &s->cfgx;
+    float mul;
+    int rc = arch_real(g, path, "rope.scaling.yarn_log_multiplier", -1e6, 1e6, 0.0f, &mul, e);
+    if (rc || c->rope_scaling != SHLM_ROPE_YARN)
+        return rc;
+    double f = c->rope_factor, att = x->rope_attn_factor > 0.0f ? x->rope_attn_factor : 1.0;
+    double ms = att * (1.0 + mul * log(f));
+    x->query_scale = (float)(ms * ms / sqrt((double)c->head_dim));
+    x->rope_attn_factor = (float)(1.0 / (1.0 + 0.1 * log(f)));
+    if (!(x->query_scale > 0.0f && x->query_scale < 1e6f))
+        return shardlm_fail(e, -EINVAL,
+                            "%s: metadata %s is %g: the attention scale it makes (%g) is not "
+                            "positive",
+                            path, akey(g, "rope.scaling.yarn_log_multiplier"), (double)mul,
+                            (double)x->query_scale);
     return 0;
 }
 
@@ -321,6 +464,8 @@ static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, str
         return rc;
     x->nope_interval = a->gguf_nope_interval;
     shlm_arch_apply_ext(a, x);
+    if (a->mla && (rc = read_mla(g, s, path, e)))
+        return rc;
     if (a->moe != SHLM_MOE_NONE && (rc = read_moe(g, a, s, path, e)))
         return rc;
     if (a->attn != SHLM_ATTN_GLOBAL) {
@@ -357,6 +502,8 @@ static int read_ext(struct gguf_source *g, const struct shlm_arch_traits *a, str
             return rc;
     }
     if (c->rope_scaling == SHLM_ROPE_NONE && (rc = read_rope_type(g, s, path, e)))
+        return rc;
+    if (a->mla && (rc = read_mla_yarn(g, s, path, e)))
         return rc;
     shlm_kind_gguf_name(c, SHLM_KIND_ROPE_FREQS, 0, name, sizeof(name));
     if (gguf_tensor(&g->f, name)) {

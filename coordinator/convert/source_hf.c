@@ -210,6 +210,36 @@ static int gptoss_read(const struct hf_source *h, enum shlm_kind k, uint32_t l, 
     return coord_source_check_kind(k, out, rows, cols, h->set.paths[file], base, e);
 }
 
+/* Whether @k is latent attention's attn_k_b or attn_v_b: DeepSeek's checkpoints hold both in
+ * self_attn.kv_b_proj (coord_kv_b_split). */
+static bool kv_b_kind(enum shlm_kind k)
+{
+    return k == SHLM_KIND_ATTN_K_B || k == SHLM_KIND_ATTN_V_B;
+}
+
+/* Kind @k (kv_b_kind) of layer @l from kv_b_proj (its name into @hf) into @out, or with @out NULL
+ * only its presence and shape checked: 0, -ENOENT (missing, no message) or an error. */
+static int kv_b_read(const struct hf_source *h, enum shlm_kind k, uint32_t l, float *out, char *hf,
+                     size_t len, struct shardlm_err *e)
+{
+    snprintf(hf, len, "model.layers.%u.self_attn.kv_b_proj.weight", l);
+    int rows = coord_kv_b_rows(&h->cfg, &h->cfgx), cols = (int)h->cfgx.kv_lora_rank, file, rc;
+    const struct st_tensor *t = find_checked(h, hf, rows, cols, &file, &rc, e);
+    if (!t)
+        return rc;
+    if (!out)
+        return 0;
+    float *kvb = malloc((size_t)rows * (size_t)cols * sizeof(float));
+    if (!kvb)
+        return shardlm_fail(e, -ENOMEM, "out of memory for %s", hf);
+    if (!(rc = st_read_rows(&h->set.files[file], t, 0, (uint64_t)rows, kvb, h->set.paths[file],
+                            e)) &&
+        !(rc = coord_source_check_kind(k, kvb, rows, cols, h->set.paths[file], hf, e)))
+        coord_kv_b_split(&h->cfg, &h->cfgx, k, kvb, out);
+    free(kvb);
+    return rc;
+}
+
 static int hf_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, uint32_t expert,
                    int rows, int cols, float *out, struct shardlm_err *e)
 {
@@ -225,6 +255,9 @@ static int hf_read(struct coord_source *s, enum shlm_kind kind, uint32_t layer, 
         memcpy(out, f, (size_t)cols * sizeof(float));
         return 0;
     }
+    if ((unsigned)kind < SHLM_KIND_COUNT && kv_b_kind(kind) && layer < h->cfg.n_layers &&
+        shlm_kind_present(&h->cfg, &h->cfgx, kind, layer))
+        return kv_b_read(h, kind, layer, out, hf, sizeof(hf), e);
     if (hf_name(h, kind, layer, expert, rows, hf, sizeof(hf), &norm, &row0, &total))
         return -ENOENT;
     if (gptoss_kind(h, kind))
@@ -285,6 +318,14 @@ static int check_tensors(struct hf_source *h, const struct shlm_config *c,
         int file, row0, total;
         if (config_factors(h, (enum shlm_kind)specs[i].kind))
             continue; /* from config.json */
+        if (kv_b_kind((enum shlm_kind)specs[i].kind)) {
+            char kvb[SHLM_NAME_MAX + 64];
+            if ((rc = kv_b_read(h, (enum shlm_kind)specs[i].kind, specs[i].layer, NULL, kvb,
+                                sizeof(kvb), e)) == -ENOENT)
+                rc = shardlm_fail(e, -EINVAL, "%s: tensor %s is missing from the safetensors", dir,
+                                  kvb);
+            continue;
+        }
         if (gptoss_kind(h, (enum shlm_kind)specs[i].kind)) {
             const struct shlm_tensor_spec *sp = &specs[i];
             rc = gptoss_read(h, (enum shlm_kind)sp->kind, sp->layer, sp->expert, sp->rows, sp->cols,

@@ -105,6 +105,28 @@ static const struct coord_synth_shape shapes[] = {
      .rope = COORD_SYNTH_ROPE_YARN, .rope_orig_ctx = 256,
      TINY_WEIGHTS, .out_norm = 1.0f, .experts = 16, .experts_used = 4, .expert_ffn = 32,
      .router_std = 0.75f, .bias_std = 0.05f, .sink_mean = 1.0f, .mxfp4 = true},
+    /* DeepSeek-V3: latent attention (q through a rank-32 bottleneck, a latent of 64, heads of
+     * 32 + 16 roped, values of 32), YaRN (factor 16 over 256, mscale's multiplier 0.1), a dense
+     * first layer, 16 experts of 32 units (4 per token, sigmoid routing with a selection bias,
+     * renormalised, times 2.5) and a shared one; untied (ik_llama.cpp's deepseek2 requires
+     * output.weight) */
+    {"tiny-deepseek2", "deepseek2", 64, 4, 4, 48, 4, 128, 512, 4096, 10000.0f, false, false,
+     .hf_class = "DeepseekV3ForCausalLM", .hf_type = "deepseek_v3", .eps = 1e-6f, .untied = true, .rope = COORD_SYNTH_ROPE_YARN,
+     .rope_orig_ctx = 256, TINY_WEIGHTS, .out_norm = 1.0f, .experts = 16, .experts_used = 4,
+     .expert_ffn = 32, .router_std = 0.75f, .q_lora = 32, .kv_lora = 64, .rope_dim = 16,
+     .v_dim = 32, .shared = 1, .dense_first = 1, .sel_std = 0.05f, .route_scale = 2.5f,
+     .sigmoid = true},
+    /* DeepSeek-V2-Lite: 27 layers (ik_llama.cpp tells a Lite by its layer count), q without a
+     * bottleneck, softmax routing not renormalised, two shared experts, no RoPE scaling (the
+     * scores at head_dim's 1 / sqrt, not the cached row's); the router's rows drawn
+     * wider (2: at 0.75 and 1.5, 27 layers of routing met near-ties that the two tools' float
+     * orders decided apart, a relative L2 of 2.2e-3..2.5e-3 at one position) */
+    {"tiny-deepseek2-lite", "deepseek2", 64, 27, 4, 48, 4, 128, 512, 4096, 10000.0f, false,
+     false, .hf_class = "DeepseekV2ForCausalLM", .hf_type = "deepseek_v2", .eps = 1e-6f,
+     .untied = true, TINY_WEIGHTS,
+     .out_norm = 1.0f, .experts = 16, .experts_used = 4, .expert_ffn = 32, .router_std = 2.0f,
+     .kv_lora = 64, .rope_dim = 16, .v_dim = 32, .shared = 2, .dense_first = 1,
+     .route_scale = 1.0f},
     /* the perf shapes: real dimensions and vocabularies */
     {"qwen3-1.7b", "qwen3", 2048, 28, 16, 128, 8, 6144, 151936, 40960, 1000000.0f, false, false,
      .hf_class = "Qwen3ForCausalLM", .hf_type = "qwen3", .eps = 1e-6f, .qk_norm = true,
@@ -478,6 +500,31 @@ static struct synth_tensor *low_rank(const struct synth_model *m, struct synth_t
     return t;
 }
 
+/* Layer @l's latent attention (model config @c of @m's shape): q through its bottleneck, the
+ * latent and RoPE key (reading the stream), and ik_llama.cpp's attn_kv_b (transformers'
+ * kv_b_proj) - of each head, the nope rows of W_UK then the value rows of W_UV, over the latent
+ * (the importers split it: no kind of its own) */
+static void mla_tensors(struct synth_model *m, const struct shlm_config *c, int l)
+{
+    const struct coord_synth_shape *s = m->s;
+    uint64_t d = s->dim, q = (uint64_t)s->heads * s->head_dim, nope = s->head_dim - s->rope_dim;
+    char name[64], hf[80];
+    if (s->q_lora) {
+        low_rank(m, add(m, c, SHLM_KIND_ATTN_Q_A, l, d, s->q_lora, 0, s->w_std, true), false);
+        add_norm(m, c, SHLM_KIND_ATTN_Q_A_NORM, l, s->q_lora, 1.0f);
+        add(m, c, SHLM_KIND_ATTN_Q_B, l, s->q_lora, q, 0, s->qk_std, true);
+    } else {
+        low_rank(m, add(m, c, SHLM_KIND_ATTN_Q, l, d, q, 0, s->qk_std, true), false);
+    }
+    low_rank(m, add(m, c, SHLM_KIND_ATTN_KV_A, l, d, s->kv_lora + s->rope_dim, 0, s->qk_std, true),
+             false);
+    add_norm(m, c, SHLM_KIND_ATTN_KV_A_NORM, l, s->kv_lora, 1.0f);
+    snprintf(name, sizeof(name), "blk.%d.attn_kv_b.weight", l);
+    snprintf(hf, sizeof(hf), "model.layers.%d.self_attn.kv_b_proj.weight", l);
+    add_named(m, l, name, hf, s->kv_lora, (uint64_t)s->heads * (nope + s->v_dim), 0, s->qk_std,
+              true);
+}
+
 /* The tensor list of shape @s in draw order, the basis drawn from @seed. Returns 0, -ENOMEM, or
  * -EINVAL for a shape fused where its architecture's row has no fused tensors (the caller frees
  * m->t and m->basis either way). */
@@ -520,7 +567,9 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s, 
     }
     for (int l = 0; l < (int)s->layers; l++) {
         add_norm(m, c, SHLM_KIND_ATTN_NORM, l, d, 1.0f);
-        if (s->fused) { /* q, k, v rows stacked; its q and k parts drawn with the q/k std */
+        if (s->kv_lora) {
+            mla_tensors(m, c, l);
+        } else if (s->fused) { /* q, k, v rows stacked; its q and k parts drawn with the q/k std */
             if (!(t = add_fused(m, c, SHLM_KIND_ATTN_Q, l, d, wqk)))
                 return -EINVAL;
             low_rank(m, t, false);
@@ -542,7 +591,8 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s, 
             add_norm(m, c, SHLM_KIND_ATTN_Q_NORM, l, s->head_dim, 1.0f);
             add_norm(m, c, SHLM_KIND_ATTN_K_NORM, l, s->head_dim, 1.0f);
         }
-        low_rank(m, add(m, c, SHLM_KIND_ATTN_O, l, q, d, 0, w, true), true);
+        uint64_t o_in = s->kv_lora ? (uint64_t)s->heads * s->v_dim : q;
+        low_rank(m, add(m, c, SHLM_KIND_ATTN_O, l, o_in, d, 0, w, true), true);
         if (s->bias_std > 0.0f)
             add(m, c, SHLM_KIND_ATTN_O_BIAS, l, d, 0, 0, s->bias_std, false);
         if (s->sink_mean != 0.0f)
@@ -550,11 +600,20 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s, 
         if (s->gemma)
             add_norm(m, c, SHLM_KIND_ATTN_POST_NORM, l, d, post);
         add_norm(m, c, SHLM_KIND_FFN_NORM, l, d, 1.0f);
-        if (s->experts) {
+        bool moe = s->experts && (uint32_t)l >= s->dense_first;
+        if (moe) {
             float wr = s->router_std ? s->router_std : wqk;
             low_rank(m, add(m, c, SHLM_KIND_FFN_ROUTER, l, d, s->experts, 0, wr, false), false);
             if (s->bias_std > 0.0f)
                 add(m, c, SHLM_KIND_FFN_ROUTER_BIAS, l, s->experts, 0, 0, wr, false);
+            if (s->sel_std > 0.0f)
+                add(m, c, SHLM_KIND_FFN_SEL_BIAS, l, s->experts, 0, 0, s->sel_std, false);
+            if (s->shared) {
+                uint64_t sh = (uint64_t)s->shared * s->expert_ffn;
+                low_rank(m, add(m, c, SHLM_KIND_FFN_GATE_SHEXP, l, d, sh, 0, w, true), false);
+                low_rank(m, add(m, c, SHLM_KIND_FFN_UP_SHEXP, l, d, sh, 0, w, true), false);
+                low_rank(m, add(m, c, SHLM_KIND_FFN_DOWN_SHEXP, l, sh, d, 0, w, true), true);
+            }
             /* each expert's gate, up and down (its matrices on MXFP4's grid where the shape's
              * are) */
             static const enum shlm_kind mats[] = {SHLM_KIND_FFN_GATE_EXP, SHLM_KIND_FFN_UP_EXP,
@@ -583,7 +642,7 @@ static int model_init(struct synth_model *m, const struct coord_synth_shape *s, 
             low_rank(m, add(m, c, SHLM_KIND_FFN_GATE, l, d, s->ffn, 0, w, true), false);
             low_rank(m, add(m, c, SHLM_KIND_FFN_UP, l, d, s->ffn, 0, w, true), false);
         }
-        if (!s->experts)
+        if (!moe)
             low_rank(m, add(m, c, SHLM_KIND_FFN_DOWN, l, s->ffn, d, 0, w, true), true);
         if (s->gemma)
             add_norm(m, c, SHLM_KIND_FFN_POST_NORM, l, d, post);
@@ -614,8 +673,8 @@ static void write_metadata(struct gguf_writer *w, const struct synth_model *m)
     gguf_w_u32(w, KEY("attention.head_count"), s->heads);
     gguf_w_u32(w, KEY("attention.head_count_kv"), s->kv_heads);
     gguf_w_u32(w, KEY("attention.key_length"), s->head_dim);
-    gguf_w_u32(w, KEY("attention.value_length"), s->head_dim);
-    gguf_w_u32(w, KEY("rope.dimension_count"), s->head_dim);
+    gguf_w_u32(w, KEY("attention.value_length"), s->kv_lora ? s->v_dim : s->head_dim);
+    gguf_w_u32(w, KEY("rope.dimension_count"), s->kv_lora ? s->rope_dim : s->head_dim);
     gguf_w_f32(w, KEY("rope.freq_base"), s->theta);
     gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->eps ? s->eps : 1e-5f);
     gguf_w_u32(w, KEY("vocab_size"), s->vocab);
@@ -640,6 +699,18 @@ static void write_metadata(struct gguf_writer *w, const struct synth_model *m)
         gguf_w_str(w, KEY("rope.scaling.type"), "yarn");
         gguf_w_f32(w, KEY("rope.scaling.factor"), (float)s->ctx / (float)s->rope_orig_ctx);
         gguf_w_u32(w, KEY("rope.scaling.original_context_length"), s->rope_orig_ctx);
+        if (s->kv_lora) /* DeepSeek's: 0.1 mscale_all_dim */
+            gguf_w_f32(w, KEY("rope.scaling.yarn_log_multiplier"), 0.1f);
+    }
+    if (s->kv_lora) { /* DeepSeek's, as llama.cpp's converter writes them */
+        if (s->q_lora)
+            gguf_w_u32(w, KEY("attention.q_lora_rank"), s->q_lora);
+        gguf_w_u32(w, KEY("attention.kv_lora_rank"), s->kv_lora);
+        gguf_w_u32(w, KEY("leading_dense_block_count"), s->dense_first);
+        gguf_w_u32(w, KEY("expert_shared_count"), s->shared);
+        gguf_w_f32(w, KEY("expert_weights_scale"), s->route_scale);
+        gguf_w_bool(w, KEY("expert_weights_norm"), s->sigmoid);
+        gguf_w_u32(w, KEY("expert_gating_func"), s->sigmoid ? 2 : 1); /* sigmoid, softmax */
     }
     if (s->rope == COORD_SYNTH_ROPE_LONGROPE) {
         double scale = (double)s->ctx / s->rope_orig_ctx;

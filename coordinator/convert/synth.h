@@ -72,6 +72,16 @@ struct coord_synth_shape {
      * (coord_rows_mxfp4_block), stored as MXFP4 (F32 with --f32: the same values) */
     float bias_std, sink_mean;
     bool mxfp4;
+    /* DeepSeek-V2/V3 (kv_lora 0: none): multi-head latent attention - q through a rank q_lora
+     * bottleneck, keys and values from a latent of rank kv_lora and a shared RoPE key of rope_dim
+     * (the last rope_dim of head_dim roped), values of v_dim; the first dense_first layers a dense
+     * FFN of @ffn units, the others @shared shared experts beside the routed ones; V3's routing
+     * (@sigmoid: sigmoid scores, a selection bias N(0, sel_std), the weights renormalised) or
+     * V2's (softmax, not renormalised), times route_scale; YaRN's attention factor with
+     * yarn_log_multiplier 0.1 */
+    uint32_t q_lora, kv_lora, rope_dim, v_dim, shared, dense_first;
+    float sel_std, route_scale;
+    bool sigmoid;
 };
 
 /* The shapes coord_synth() makes, *@n of them (static). */

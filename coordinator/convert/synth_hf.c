@@ -101,7 +101,9 @@ static json_t *config(const struct synth_model *m)
     json_object_set_new(c, "num_hidden_layers", json_integer(s->layers));
     json_object_set_new(c, "num_attention_heads", json_integer(s->heads));
     json_object_set_new(c, "num_key_value_heads", json_integer(s->kv_heads));
-    if (!s->fused) /* Phi-3 has none: head_dim = hidden_size / heads */
+    if (s->kv_lora) /* transformers' DeepseekV3Config: the RoPE part */
+        json_object_set_new(c, "head_dim", json_integer(s->rope_dim));
+    else if (!s->fused) /* Phi-3 has none: head_dim = hidden_size / heads */
         json_object_set_new(c, "head_dim", json_integer(s->head_dim));
     json_object_set_new(c, "max_position_embeddings", json_integer(s->ctx));
     json_object_set_new(c, "rms_norm_eps", real(s->eps));
@@ -164,7 +166,35 @@ static json_t *config(const struct synth_model *m)
     }
     if (!strcmp(type, "qwen3") || !strcmp(type, "smollm3") || !strcmp(type, "qwen3_moe"))
         json_object_set_new(c, "use_sliding_window", json_false());
-    if (s->experts && !strcmp(type, "gpt_oss")) {        /* above */
+    if (s->kv_lora) { /* as DeepSeek-V3's config.json */
+        json_object_set_new(c, "q_lora_rank", s->q_lora ? json_integer(s->q_lora) : json_null());
+        json_object_set_new(c, "kv_lora_rank", json_integer(s->kv_lora));
+        json_object_set_new(c, "qk_nope_head_dim", json_integer(s->head_dim - s->rope_dim));
+        json_object_set_new(c, "qk_rope_head_dim", json_integer(s->rope_dim));
+        json_object_set_new(c, "v_head_dim", json_integer(s->v_dim));
+        json_object_set_new(c, "n_routed_experts", json_integer(s->experts));
+        json_object_set_new(c, "num_experts_per_tok", json_integer(s->experts_used));
+        json_object_set_new(c, "moe_intermediate_size", json_integer(s->expert_ffn));
+        json_object_set_new(c, "n_shared_experts", json_integer(s->shared));
+        json_object_set_new(c, "first_k_dense_replace", json_integer(s->dense_first));
+        json_object_set_new(c, "moe_layer_freq", json_integer(1));
+        json_object_set_new(c, "routed_scaling_factor", real(s->route_scale));
+        json_object_set_new(c, "norm_topk_prob", json_boolean(s->sigmoid));
+        json_object_set_new(c, "scoring_func", json_string(s->sigmoid ? "sigmoid" : "softmax"));
+        json_object_set_new(c, "topk_method", json_string(s->sigmoid ? "noaux_tc" : "greedy"));
+        json_object_set_new(c, "n_group", json_integer(1));
+        json_object_set_new(c, "topk_group", json_integer(1));
+        json_object_set_new(c, "rope_interleave", json_true());
+        /* mscale_all_dim 1: GGUF's yarn_log_multiplier 0.1 */
+        json_object_set_new(
+            c, "rope_scaling",
+            s->rope != COORD_SYNTH_ROPE_YARN
+                ? json_null()
+                : json_pack("{s:s, s:f, s:f, s:f, s:i, s:f, s:f}", "type", "yarn", "factor",
+                            (double)s->ctx / s->rope_orig_ctx, "beta_fast", 32.0, "beta_slow", 1.0,
+                            "original_max_position_embeddings", (int)s->rope_orig_ctx, "mscale",
+                            1.0, "mscale_all_dim", 1.0));
+    } else if (s->experts && !strcmp(type, "gpt_oss")) { /* above */
     } else if (s->experts && !strcmp(type, "mixtral")) { /* intermediate_size is an expert's */
         json_object_set_new(c, "num_local_experts", json_integer(s->experts));
         json_object_set_new(c, "num_experts_per_tok", json_integer(s->experts_used));

@@ -243,7 +243,7 @@ static uint64_t kv_block_bytes(const struct coord_engine *g)
         struct seg_plan p;
         /* the weights segments were made with this plan */
         KN_ASSERT(!seg_plan_place(&p, c, &g->img.hdr->cfgx, group, g->n_ranks, r, g->experts));
-        sum += seg_kv_block_bytes(c->n_layers, (uint32_t)(p.kv1 - p.kv0) * c->head_dim);
+        sum += seg_kv_block_bytes(c->n_layers, (uint32_t)p.kv_dim, p.kv_keys_only);
     }
     return sum;
 }
@@ -353,8 +353,8 @@ static int make_kv(struct coord_engine *g, struct shardlm_err *e)
         struct coord_rank *cr = &g->ranks[r];
         struct seg_plan p;
         KN_ASSERT(!seg_plan_place(&p, c, &g->img.hdr->cfgx, group, g->n_ranks, r, g->experts));
-        uint32_t kvd = (uint32_t)(p.kv1 - p.kv0) * c->head_dim;
-        size_t kv_bytes = seg_kv_bytes(g->kv_blocks, c->n_layers, kvd);
+        uint32_t kvd = (uint32_t)p.kv_dim;
+        size_t kv_bytes = seg_kv_bytes(g->kv_blocks, c->n_layers, kvd, p.kv_keys_only);
         snprintf(what, sizeof(what), SEG_RUN_KV_FMT, r);
         /* blocks are reserved as steps first use them (coord_reserve_kv): a large pool costs
          * memory only when it is used */
@@ -363,7 +363,7 @@ static int make_kv(struct coord_engine *g, struct shardlm_err *e)
             return rc;
         if ((rc = seg_reserve(&cr->kv, 0, 64)))
             return shardlm_fail(e, rc, "KV segment of rank %d: %s", r, strerror(-rc));
-        seg_kv_init(cr->kv.base, g->kv_blocks, c->n_layers, kvd);
+        seg_kv_init(cr->kv.base, g->kv_blocks, c->n_layers, kvd, p.kv_keys_only);
         cr->kv_layout = *(const struct seg_kv *)cr->kv.base; /* no worker runs yet */
     }
     if (!(g->kv_reserved = calloc(g->kv_blocks, 1)))
@@ -434,7 +434,7 @@ int coord_reserve_kv(struct coord_engine *g, uint32_t b, struct shardlm_err *e)
         return 0;
     for (int r = 0; r < g->n_ranks; r++) {
         const struct seg_kv *h = &g->ranks[r].kv_layout;
-        size_t bytes = seg_kv_block_bytes(h->n_layers, h->kv_dim);
+        size_t bytes = seg_kv_block_bytes(h->n_layers, h->kv_dim, h->keys_only);
         int rc = seg_reserve(&g->ranks[r].kv, h->data_off + b * bytes, bytes);
         if (rc)
             return shardlm_fail(e, rc, "KV cache of rank %d: no memory for block %u in %s: %s", r,

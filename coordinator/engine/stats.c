@@ -40,7 +40,8 @@ size_t coord_engine_kv_block_bytes(const struct coord_engine *g)
 {
     size_t sum = 0;
     for (int r = 0; r < g->n_ranks; r++)
-        sum += seg_kv_block_bytes(g->ranks[r].kv_layout.n_layers, g->ranks[r].kv_layout.kv_dim);
+        sum += seg_kv_block_bytes(g->ranks[r].kv_layout.n_layers, g->ranks[r].kv_layout.kv_dim,
+                                  g->ranks[r].kv_layout.keys_only);
     return sum;
 }
 

@@ -183,6 +183,43 @@ static int cfg_longrope(const json_t *root, const json_t *rs, struct coord_hf_co
  * when absent), attention_factor (0.1 ln(factor) + 1 when absent), truncate (false: the ramp's
  * bounds unrounded, gpt-oss's; a GGUF's are rounded, as ggml's). DeepSeek's mscale and
  * mscale_all_dim are refused by name. */
+/* YaRN's magnitude in transformers' terms: 0.1 m ln(factor) + 1 (yarn_get_mscale), 1 at a factor
+ * of 1 or below */
+static double yarn_mscale(double factor, double m)
+{
+    return factor <= 1.0 ? 1.0 : 0.1 * m * log(factor) + 1.0;
+}
+
+/* DeepSeek's YaRN (rope_scaling.mscale and mscale_all_dim, transformers' deepseek_v3): cos and sin
+ * times attention_factor, else mscale(mscale) / mscale(mscale_all_dim) where both are set, else
+ * YaRN's own; the scores times mscale(mscale_all_dim)^2 where it is set (softmax_scale). */
+static int cfg_yarn_mscale(const json_t *rs, struct coord_hf_config *hc, float attn,
+                           const char *what, struct shardlm_err *e)
+{
+    struct shlm_config *c = &hc->cfg;
+    struct shlm_config_ext *x = &hc->cfgx;
+    float ms = 0.0f, all = 0.0f;
+    int rc;
+    if ((rc = cfg_num(rs, "rope_scaling.", "mscale", -1e6, 1e6, false, 0.0f, &ms, what, e)) ||
+        (rc =
+             cfg_num(rs, "rope_scaling.", "mscale_all_dim", -1e6, 1e6, false, 0.0f, &all, what, e)))
+        return rc;
+    double f = c->rope_factor, own = 0.1 * log(f) + 1.0;
+    if (attn <= 0.0f && ms != 0.0f && all != 0.0f)
+        x->rope_attn_factor = (float)(yarn_mscale(f, ms) / yarn_mscale(f, all) / own);
+    if (all != 0.0f) {
+        double m = yarn_mscale(f, all);
+        x->query_scale = (float)(m * m / sqrt((double)c->head_dim));
+    }
+    if (!(x->query_scale >= 0.0f && x->query_scale < 1e6f && x->rope_attn_factor >= 0.0f &&
+          x->rope_attn_factor < 1e6f))
+        return shardlm_fail(e, -EINVAL,
+                            "%s: fields rope_scaling.mscale / mscale_all_dim are %g / %g: the "
+                            "magnitudes they make are not positive",
+                            what, (double)ms, (double)all);
+    return 0;
+}
+
 static int cfg_yarn(const json_t *rs, struct coord_hf_config *hc, const char *what,
                     struct shardlm_err *e)
 {
@@ -190,7 +227,7 @@ static int cfg_yarn(const json_t *rs, struct coord_hf_config *hc, const char *wh
     struct shlm_config_ext *x = &hc->cfgx;
     const char *o = "rope_scaling.";
     static const char *const refused[] = {"mscale", "mscale_all_dim"};
-    for (size_t i = 0; i < 2; i++)
+    for (size_t i = 0; i < 2 && !hc->arch->mla; i++) /* DeepSeek's: below */
         if (field(rs, refused[i]))
             return shardlm_fail(e, -EINVAL,
                                 "%s: field rope_scaling.%s: not supported (YaRN "
@@ -217,7 +254,7 @@ static int cfg_yarn(const json_t *rs, struct coord_hf_config *hc, const char *wh
     /* the kernel multiplies its own 0.1 ln(factor) + 1 by this (kn.h) */
     x->rope_attn_factor = attn > 0.0f ? attn / (0.1f * logf(c->rope_factor) + 1.0f) : 0.0f;
     c->rope_scaling = SHLM_ROPE_YARN;
-    return 0;
+    return hc->arch->mla ? cfg_yarn_mscale(rs, hc, attn, what, e) : 0;
 }
 
 /* linear (position interpolation; Gemma 3 4B..27B: factor 8 on the global layers, as
@@ -292,12 +329,113 @@ static int cfg_rope_scaling(const json_t *root, struct coord_hf_config *hc, cons
  * and logit multipliers; SmolLM3's layers without RoPE
  * (no_rope_layers: 1 where a layer has RoPE, which must be every layer but each
  * no_rope_layer_interval-th, as transformers' default makes it). */
+/* DeepSeek's latent attention: q_lora_rank (null or absent: q_proj itself, V2-Lite's),
+ * kv_lora_rank, qk_nope_head_dim + qk_rope_head_dim (a head; head_dim, where transformers sets
+ * it, is the RoPE part's), v_head_dim; a key per head; RoPE on interleaved pairs unless
+ * rope_interleave is false (transformers de-interleaves the stored pairs, as GGUF's rotation
+ * reads them). */
+static int cfg_mla(const json_t *root, struct coord_hf_config *hc, const char *what,
+                   struct shardlm_err *e)
+{
+    struct shlm_config *c = &hc->cfg;
+    struct shlm_config_ext *x = &hc->cfgx;
+    uint32_t nope, rope;
+    bool interleave = true;
+    int rc;
+    if ((rc = cfg_uint(root, "", "q_lora_rank", 0, 65536, false, 0, &x->q_lora_rank, what, e)) ||
+        (rc = cfg_uint(root, "", "kv_lora_rank", 16, 4096, true, 0, &x->kv_lora_rank, what, e)) ||
+        (rc = cfg_uint(root, "", "qk_nope_head_dim", 1, 1024, true, 0, &nope, what, e)) ||
+        (rc = cfg_uint(root, "", "qk_rope_head_dim", 2, 1024, true, 0, &rope, what, e)) ||
+        (rc = cfg_uint(root, "", "v_head_dim", 16, 1024, true, 0, &x->v_head_dim, what, e)) ||
+        (rc = cfg_bool(root, "", "rope_interleave", true, &interleave, what, e)))
+        return rc;
+    if (nope + rope > 1024)
+        return shardlm_fail(e, -EINVAL,
+                            "%s: fields qk_nope_head_dim + qk_rope_head_dim are %u + %u, expected "
+                            "at most 1024",
+                            what, nope, rope);
+    if (c->n_kv_heads != c->n_heads)
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field num_key_value_heads is %u: latent attention has a key per "
+                            "head (%u)",
+                            what, c->n_kv_heads, c->n_heads);
+    c->head_dim = nope + rope;
+    x->rope_dim = rope;
+    c->rope_neox = !interleave;
+    return 0;
+}
+
+/* DeepSeek's experts: n_routed_experts of moe_intermediate_size units, num_experts_per_tok of
+ * them, n_shared_experts beside them, the first first_k_dense_replace layers dense
+ * (intermediate_size), every later one sparse (moe_layer_freq 1); scoring_func softmax or
+ * sigmoid, topk_method greedy, group_limited_greedy (softmax's: groups by their best) or
+ * noaux_tc (sigmoid's: groups by their two best's sum, the selection bias
+ * e_score_correction_bias), n_group / topk_group, norm_topk_prob, routed_scaling_factor. */
+static int cfg_mla_moe(const json_t *root, struct coord_hf_config *hc, const char *what,
+                       struct shardlm_err *e)
+{
+    struct shlm_config *c = &hc->cfg;
+    struct shlm_config_ext *x = &hc->cfgx;
+    uint32_t shared, freq, groups, topk_groups;
+    bool norm = false;
+    int rc;
+    if ((rc = cfg_uint(root, "", "n_routed_experts", 1, SHLM_MAX_EXPERTS, true, 0, &x->n_experts,
+                       what, e)))
+        return rc;
+    uint32_t most = x->n_experts < 64 ? x->n_experts : 64;
+    if ((rc = cfg_uint(root, "", "num_experts_per_tok", 1, most, true, 0, &x->n_experts_used, what,
+                       e)) ||
+        (rc = cfg_uint(root, "", "moe_intermediate_size", 1, 1u << 20, true, 0, &x->expert_ffn,
+                       what, e)) ||
+        (rc = cfg_uint(root, "", "n_shared_experts", 0, 64, false, 0, &shared, what, e)) ||
+        (rc = cfg_uint(root, "", "first_k_dense_replace", 0, c->n_layers, false, 0,
+                       &x->moe_dense_first, what, e)) ||
+        (rc = cfg_uint(root, "", "moe_layer_freq", 1, 1, false, 1, &freq, what, e)) ||
+        (rc = cfg_num(root, "", "routed_scaling_factor", 0.0, 1e6, false, 0.0f, &x->route_scale,
+                      what, e)) ||
+        (rc = cfg_bool(root, "", "norm_topk_prob", false, &norm, what, e)) ||
+        (rc = cfg_uint(root, "", "n_group", 1, x->n_experts, false, 1, &groups, what, e)) ||
+        (rc = cfg_uint(root, "", "topk_group", 1, groups, false, groups, &topk_groups, what, e)))
+        return rc;
+    const json_t *sf = field(root, "scoring_func"), *tm = field(root, "topk_method");
+    const char *scoring = sf ? json_string_value(sf) : "softmax";
+    const char *method = tm ? json_string_value(tm) : "greedy";
+    bool sigmoid = scoring && !strcmp(scoring, "sigmoid");
+    if (!scoring || (!sigmoid && strcmp(scoring, "softmax")))
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field scoring_func: expected \"softmax\" or \"sigmoid\"", what);
+    bool greedy = method && !strcmp(method, "greedy");
+    if (!method || (!greedy && strcmp(method, sigmoid ? "noaux_tc" : "group_limited_greedy")))
+        return shardlm_fail(e, -EINVAL,
+                            "%s: field topk_method: expected \"greedy\" or, with scoring_func "
+                            "%s, \"%s\"",
+                            what, sigmoid ? "sigmoid" : "softmax",
+                            sigmoid ? "noaux_tc" : "group_limited_greedy");
+    x->shared_ffn = shared * x->expert_ffn;
+    x->moe_route = sigmoid ? (norm ? SHLM_ROUTE_SIGMOID_NORM : SHLM_ROUTE_SIGMOID)
+                           : (norm ? SHLM_ROUTE_SOFTMAX_NORM : SHLM_ROUTE_SOFTMAX);
+    if (!greedy && groups > 1 && topk_groups < groups) { /* all groups: no limit */
+        x->n_groups = groups;
+        x->topk_groups = topk_groups;
+    }
+    if (sigmoid && !greedy) /* noaux_tc's e_score_correction_bias */
+        c->flags |= SHLM_CF_SEL_BIAS;
+    /* DeepSeek-V2's own code scales the weights only where it does not renormalise them (V3's
+     * always) */
+    const char *cls = json_string_value(json_array_get(field(root, "architectures"), 0));
+    if (norm && cls && !strcmp(cls, "DeepseekV2ForCausalLM"))
+        x->route_scale = 0.0f;
+    return 0;
+}
+
 static int cfg_ext(const json_t *root, const struct shlm_arch_traits *a, struct coord_hf_config *hc,
                    const char *what, struct shardlm_err *e)
 {
     struct shlm_config *c = &hc->cfg;
     struct shlm_config_ext *x = &hc->cfgx;
     int rc;
+    if (a->mla && (rc = cfg_mla(root, hc, what, e)))
+        return rc;
     if (a->multipliers && ((rc = cfg_num(root, "", "embedding_multiplier", 0.0, 65536.0, false,
                                          0.0f, &c->embd_scale, what, e)) ||
                            (rc = cfg_num(root, "", "residual_multiplier", 0.0, 1e6, false, 0.0f,
@@ -615,10 +753,11 @@ static int parse_config(struct coord_hf_config *hc, const json_t *root, const ch
         (rc = cfg_rope_scaling(root, hc, what, e)) ||
         (rc = cfg_special_tokens(root, hc, what, e)) ||
         (rc = cfg_windows(root, a, c, &hc->cfgx, what, e)) ||
-        (a->moe == SHLM_MOE_REQUIRED && (rc = cfg_moe(root, a, hc, what, e))))
+        (a->moe == SHLM_MOE_REQUIRED &&
+         (rc = a->mla ? cfg_mla_moe(root, hc, what, e) : cfg_moe(root, a, hc, what, e))))
         return rc;
     struct shardlm_err cerr;
-    if (shlm_config_check(c, &cerr) || shlm_config_ext_check(&hc->cfgx, &cerr))
+    if (shlm_config_check(c, &cerr) || shlm_config_ext_check(c, &hc->cfgx, &cerr))
         return shardlm_fail(e, -EINVAL, "%s: %s", what, cerr.msg);
     return 0;
 }

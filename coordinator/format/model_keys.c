@@ -61,6 +61,8 @@ static bool experts(const struct shlm_arch_traits *a) { return a->moe != SHLM_MO
 static bool experts_always(const struct shlm_arch_traits *a) { return a->moe == SHLM_MOE_REQUIRED; }
 /* gpt-oss's attention has q/k/v and output biases (its row's flags) */
 static bool biased(const struct shlm_arch_traits *a) { return (a->flags & SHLM_CF_O_BIAS) != 0; }
+/* DeepSeek's latent attention: RoPE on a part of each head, values unlike the keys */
+static bool latent(const struct shlm_arch_traits *a) { return a->mla; }
 
 /* The keys of coord_unsupported_keys[] the importers read (by their GGUF and config.json names;
  * NULL: not read in that format), and where: the architectures whose row @by accepts, or any
@@ -87,6 +89,9 @@ static const struct {
     {NULL, "num_local_experts", experts_always, 0},
     {NULL, "num_experts", experts_always, 0},
     {NULL, "attention_bias", biased, 0},
+    /* latent attention's sizes (read_mla) */
+    {"rope.dimension_count", NULL, latent, 0},
+    {"attention.value_length", NULL, latent, 0},
     /* YaRN's, linear's and LongRoPE's GGUF keys (read_rope_type, read_ext) */
     {"rope.scaling.type", NULL, NULL, ROPE(YARN) | ROPE(LINEAR)},
     {"rope.scaling.factor", NULL, NULL, ROPE(YARN) | ROPE(LINEAR)},

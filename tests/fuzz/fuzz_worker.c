@@ -120,15 +120,18 @@ static int setup_once(void)
     }
     coord_model_close(&f);
     const struct shlm_config *c = &h.cfg;
-    uint32_t kvd = c->n_kv_heads * c->head_dim;
+    struct seg_plan plan;
+    if (seg_plan_of(&plan, &h))
+        abort();
+    uint32_t kvd = (uint32_t)plan.kv_dim;
     uint32_t nb = 2 * ((c->seq_len + SEG_KV_BLOCK - 1) / SEG_KV_BLOCK); /* two whole contexts */
     struct seg_exchange_dims d = {c->seq_len, c->vocab_size, c->seq_len, 1, c->dim, nb};
-    size_t kv_bytes = seg_kv_bytes(nb, c->n_layers, kvd);
+    size_t kv_bytes = seg_kv_bytes(nb, c->n_layers, kvd, plan.kv_keys_only);
     size_t x_bytes = seg_exchange_bytes(&d);
     if (seg_create_on(&kv, "fuzz-kv", kv_bytes, -1, SEG_ANON) ||
         seg_create_on(&exch, "fuzz-exchange", x_bytes, -1, SEG_ANON))
         abort();
-    seg_kv_init(kv.base, nb, c->n_layers, kvd);
+    seg_kv_init(kv.base, nb, c->n_layers, kvd, plan.kv_keys_only);
     seg_exchange_init(exch.base, &d);
     ops = kn_ops_select(getenv("SHARDLM_ISA"), NULL, 0);
     return 0;

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """A model file with one setting changed, for the refusal tests (Python 3 standard library only).
 
-  model_edit.py gguf IN.gguf OUT.gguf KEY TYPE VALUE   KEY set to VALUE of TYPE (str, u32, f32),
+  model_edit.py gguf IN.gguf OUT.gguf KEY TYPE VALUE   KEY set to VALUE of TYPE (str, u32, f32, bool),
                                                        replaced or added; the tensor data moved
                                                        to the next aligned offset after the new
                                                        header, its bytes unchanged
@@ -76,8 +76,10 @@ def gguf_set(src, dst, key, ty, val, rename=None):
         kvs.append(kb + struct.pack('<II', 4, int(val)))
     elif ty == 'f32':
         kvs.append(kb + struct.pack('<If', 6, float(val)))
+    elif ty == 'bool':
+        kvs.append(kb + struct.pack('<IB', 7, val == 'true'))
     else:
-        sys.exit(f'type {ty}: expected str, u32 or f32')
+        sys.exit(f'type {ty}: expected str, u32, f32 or bool')
     head = b[:8] + struct.pack('<QQ', n_tensors, len(kvs)) + b''.join(kvs) + b[infos:off]
     head += b'\0' * (-len(head) % align)
     open(dst, 'wb').write(head + b[data:])

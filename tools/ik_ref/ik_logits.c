@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void quiet(enum ggml_log_level level, const char *text, void *ud)
 {
@@ -52,11 +53,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "ik_logits: TOTAL %d is less than the %d ids given\n", total, n_given);
         return 2;
     }
+    /* stdout is for the ids: what ik prints there itself (deepseek2's decode graph:
+     * "update_cache_copies: V has no copy..." every step) goes to stderr */
+    FILE *ids_out = fdopen(dup(STDOUT_FILENO), "w");
+    if (!ids_out || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+        perror("ik_logits: stdout");
+        return 1;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* whole lines between stderr's own */
     llama_log_set(quiet, NULL);
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
     mp.use_mmap = false;
+    mp.mla = 1; /* DeepSeek's attn_k_b / attn_v_b made from attn_kv_b at load (llm_prepare_mla) */
     struct llama_model *model = llama_model_load_from_file(argv[1], mp);
     if (!model) {
         fprintf(stderr, "ik_logits: %s: ik_llama.cpp could not load it\n", argv[1]);
@@ -71,6 +81,10 @@ int main(int argc, char **argv)
     cp.type_v = GGML_TYPE_F16; /* ik: a V cache other than F16/BF16 needs flash attention, whose
                                  CPU kernels take no F32 K/V */
     cp.flash_attn = false;
+    /* DeepSeek's latent attention: ik's first MLA form, the one that runs without flash
+     * attention (its default, 3, crashes without it); it keeps the latent cache in type_k (F32),
+     * the transposed one too. Other architectures ignore it. */
+    cp.mla_attn = 1;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) {
         fprintf(stderr, "ik_logits: %s: no context\n", argv[1]);
@@ -123,8 +137,9 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int i = 0; i < total; i++)
-        printf("%s%d", i ? " " : "", ids[i]);
-    printf("\n");
+        fprintf(ids_out, "%s%d", i ? " " : "", ids[i]);
+    fprintf(ids_out, "\n");
+    fclose(ids_out);
     fprintf(stderr, "mean top-1 probability %.4f over %d positions\n", p1 / total, total);
     llama_batch_free(b);
     free(ids);

@@ -25,7 +25,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$here/build.sh" "$ik" "$tmp/ik_logits" >/dev/null
 shapes=${SHAPES:-"tiny-qwen3 tiny-gemma2 tiny-gemma3 tiny-phi3 tiny-granite tiny-smollm3 tiny-mistral
-  tiny-llama31 tiny-qwen3moe tiny-mixtral"}
+  tiny-llama31 tiny-qwen3moe tiny-mixtral tiny-gptoss tiny-deepseek2 tiny-deepseek2-lite"}
 total=300
 vocab=512
 bos=$((vocab - 2))
