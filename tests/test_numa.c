@@ -2,7 +2,7 @@
 /* NUMA layout of `shardlm generate` with no layout options: one worker per NUMA node, rank r on
  * node r with all of that node's CPUs, its weights and KV segments on that node.
  *
- *   test_numa SHARDLM_BIN MODEL.shlm DATA_DIR
+ *   test_numa SHARDLM_BIN MODEL.shlm DATA_DIR MOE_MODEL.shlm MLA_MODEL.shlm
  *
  * Arguments rather than the environment, because this runs inside tests/numa/guest.sh, where
  * nothing but the command line crosses into the guest (tests/numa/test_numa.sh converts the model
@@ -16,7 +16,11 @@
  * experts:   a mixture of experts (tiny-qwen3moe, 16 experts) with SHARDLM_EXPERTS=ep: rank r's
  *            weights segment holds experts [16 r / n, 16 (r + 1) / n) whole and no other, every
  *            expert tensor's first and last page on the rank's node; the greedy text is the
- *            tensor-parallel placement's. */
+ *            tensor-parallel placement's.
+ * latent:    DeepSeek's latent attention (tiny-deepseek2, 4 heads) over the nodes: the greedy
+ *            text at one rank is the text at one rank per node with either expert placement;
+ *            rank r's weights segment holds the whole latent projection (attn_kv_a) and its
+ *            heads' rows of attn_k_b and attn_v_b, on its node. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -53,6 +57,7 @@ struct rank_line {
 
 static const char *bin, *model, *data; /* data: the golden outputs (tests/data) */
 static const char *moe_model;          /* tiny-qwen3moe at f32 (test_expert_placement) */
+static const char *mla_model;          /* tiny-deepseek2 at f32 (test_latent_attention) */
 static struct numa_node nodes[MAX_NODES]; /* the nodes with CPUs, by ascending id */
 static int n_nodes;
 static char base[1024];   /* private folder of this test, on tmpfs */
@@ -614,12 +619,24 @@ static int check_offsets_on_node(const char *path, const size_t *offsets, size_t
     return wrong;
 }
 
-/* `shardlm generate` of MOE_PROMPT on @moe_model at temperature 0 with @env; the text. */
-static char *moe_generate(char *const env[])
+/* `shardlm generate` of "Once" on @m at temperature 0 with @env (and @workers workers where
+ * not NULL); the text. */
+static char *generate_on(const char *m, char *const env[], const char *workers)
 {
     struct tu_run *r = malloc(sizeof(*r));
-    char *argv[] = {(char *)bin, "generate", "-m", (char *)moe_model, "-p", "Once", "-n", "12",
-                    "--temp",    "0",        NULL};
+    char *argv[] = {(char *)bin,
+                    "generate",
+                    "-m",
+                    (char *)m,
+                    "-p",
+                    "Once",
+                    "-n",
+                    "12",
+                    "--temp",
+                    "0",
+                    workers ? "--workers" : NULL,
+                    (char *)workers,
+                    NULL};
     tu_run_cmd(r, argv, env, RUN_TIMEOUT_S, NULL, NULL);
     if (r->status != 0)
         show_stderr(r->err);
@@ -633,7 +650,7 @@ static void test_expert_placement(void **state)
 {
     enum { EXPERTS = 16, LAYERS = 4 }; /* tiny-qwen3moe's */
     char *env_tp[] = {env_rundir, NULL}, *env_ep[] = {env_rundir, "SHARDLM_EXPERTS=ep", NULL};
-    char *tp = moe_generate(env_tp), *ep = moe_generate(env_ep);
+    char *tp = generate_on(moe_model, env_tp, NULL), *ep = generate_on(moe_model, env_ep, NULL);
     if (strcmp(tp, ep))
         fprintf(stderr, "--- tensor-parallel\n%s\n--- expert-parallel\n%s\n", tp, ep);
     assert_string_equal(tp, ep);
@@ -690,6 +707,74 @@ static void test_expert_placement(void **state)
     assert_int_equal(problems, 0);
 }
 
+static void test_latent_attention(void **state)
+{
+    enum { HEADS = 4, LATENT = 64, ROPE = 16, VALUE = 32 }; /* tiny-deepseek2's */
+    char *env_tp[] = {env_rundir, NULL}, *env_ep[] = {env_rundir, "SHARDLM_EXPERTS=ep", NULL};
+    char *one = generate_on(mla_model, env_tp, "1"), *tp = generate_on(mla_model, env_tp, NULL),
+         *ep = generate_on(mla_model, env_ep, NULL);
+    if (strcmp(one, tp) || strcmp(one, ep))
+        fprintf(stderr, "--- one rank\n%s\n--- tensor-parallel\n%s\n--- expert-parallel\n%s\n", one,
+                tp, ep);
+    assert_string_equal(one, tp);
+    assert_string_equal(one, ep);
+    int problems = 0;
+    struct tu_run *r = malloc(sizeof(*r));
+    for (int rank = 0; rank < n_nodes; rank++) {
+        /* the tensor-parallel runs' segments "w-<model>-l<layout>-r<r>of<n>-n<node>.weights"
+         * (tiny-qwen3moe's too): the one whose tensors are latent attention's */
+        char suffix[64], name[256] = "", path[4400];
+        snprintf(suffix, sizeof(suffix), "-r%dof%d-n%d.weights", rank, n_nodes, nodes[rank].id);
+        DIR *d = opendir(rundir);
+        struct dirent *de;
+        while (d && !name[0] && (de = readdir(d))) {
+            size_t l = strlen(de->d_name), n = strlen(suffix);
+            if (l <= n || strcmp(de->d_name + l - n, suffix))
+                continue;
+            tu_path(path, sizeof(path), "%s/%s", rundir, de->d_name);
+            char *argv[] = {(char *)bin, "inspect", path, NULL};
+            tu_run_cmd(r, argv, env_tp, RUN_TIMEOUT_S, NULL, NULL);
+            assert_int_equal(r->status, 0);
+            if (strstr(r->out, "blk.0.attn_k_b "))
+                snprintf(name, sizeof(name), "%s", de->d_name);
+        }
+        if (d)
+            closedir(d);
+        if (!name[0]) {
+            fprintf(stderr, "no weights segment of tiny-deepseek2 *%s in %s\n", suffix, rundir);
+            problems++;
+            continue;
+        }
+        /* layer 0's: "  blk.0.attn_k_b  dtype  R x C ..." */
+        int heads = HEADS * (rank + 1) / n_nodes - HEADS * rank / n_nodes;
+        unsigned kb = 0, vb = 0, kva = 0;
+        for (const char *line = r->out; line;
+             line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+            unsigned rows;
+            if (sscanf(line, " blk.0.attn_k_b %*s %u x", &rows) == 1)
+                kb = rows;
+            else if (sscanf(line, " blk.0.attn_v_b %*s %u x", &rows) == 1)
+                vb = rows;
+            else if (sscanf(line, " blk.0.attn_kv_a %*s %u x", &rows) == 1)
+                kva = rows;
+        }
+        fprintf(stderr, "rank %d: attn_k_b %u rows, attn_v_b %u, attn_kv_a %u (%d heads)\n", rank,
+                kb, vb, kva, heads);
+        if (kb != (unsigned)(heads * LATENT) || vb != (unsigned)(heads * VALUE) ||
+            kva != LATENT + ROPE) {
+            fprintf(stderr, "rank %d: want %d, %d and %d rows\n", rank, heads * LATENT,
+                    heads * VALUE, LATENT + ROPE);
+            problems++;
+        }
+        problems += check_segment_on_node(0, name, nodes[rank].id);
+    }
+    free(r);
+    free(one);
+    free(tp);
+    free(ep);
+    assert_int_equal(problems, 0);
+}
+
 /* After a failed assertion in test_placement: end the coordinator it started, then any worker
  * it named that is still there (only processes this test started, by pid). */
 static void kill_leftovers(void **state)
@@ -741,14 +826,16 @@ static int teardown(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s SHARDLM_BIN MODEL.shlm DATA_DIR MOE_MODEL.shlm\n", argv[0]);
+    if (argc != 6) {
+        fprintf(stderr, "usage: %s SHARDLM_BIN MODEL.shlm DATA_DIR MOE_MODEL.shlm MLA_MODEL.shlm\n",
+                argv[0]);
         return 2;
     }
     bin = argv[1];
     model = argv[2];
     data = argv[3];
     moe_model = argv[4];
+    mla_model = argv[5];
     n_nodes = read_nodes();
     if (n_nodes < 2) {
         fprintf(stderr, "SKIP: needs >= 2 NUMA nodes; ctest runs it in a guest that has them "
@@ -770,6 +857,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_golden_default_layout),
         cmocka_unit_test_teardown(test_placement, teardown_test),
         cmocka_unit_test(test_expert_placement),
+        cmocka_unit_test(test_latent_attention),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # ctest's test_numa_2nodes and test_numa_4nodes: test_numa in a QEMU guest with NODES NUMA nodes of
-# one CPU each (tests/numa/guest.sh), on the f32 stories260K model and a f32 tiny-qwen3moe (its
-# experts placed on the nodes) made here.
+# one CPU each (tests/numa/guest.sh), on the f32 stories260K model, a f32 tiny-qwen3moe (its
+# experts placed on the nodes) and a f32 tiny-deepseek2 (latent attention over the nodes) made
+# here.
 #
 #   tests/numa/test_numa.sh NODES BUILD_DIR DATA_DIR
 #
@@ -32,8 +33,13 @@ moe=$build/numa/tiny-qwen3moe.shlm
 "$build/shardlm" convert "$moe.$$.gguf" --scheme f32 -o "$moe.$$.tmp" -q
 rm -f "$moe.$$.gguf"
 mv -f "$moe.$$.tmp" "$moe"
+mla=$build/numa/tiny-deepseek2.shlm
+"$build/shardlm" synth --shape tiny-deepseek2 --type f32 -o "$mla.$$.gguf" 2>/dev/null
+"$build/shardlm" convert "$mla.$$.gguf" --scheme f32 -o "$mla.$$.tmp" -q
+rm -f "$mla.$$.gguf"
+mv -f "$mla.$$.tmp" "$mla"
 
 cd "$build"
 exec "$src/tests/numa/guest.sh" --nodes "$nodes" --cpus-per-node 1 --timeout 840 \
   --share "$build" --share "$data" -- \
-  "$build/tests/test_numa" "$build/shardlm" "$model" "$data" "$moe"
+  "$build/tests/test_numa" "$build/shardlm" "$model" "$data" "$moe" "$mla"
