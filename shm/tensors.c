@@ -149,8 +149,8 @@ const struct shlm_kind_traits shlm_kinds[SHLM_KIND_COUNT] = {
      * are no site: rounded to nearest, as the experts). The latent's and the heads' own
      * matrices take 8 bits in the int4 schemes (SHLM_DTC_Q8): every head reads the latent, and
      * an error in an absorbed query or a value matrix passes through the whole softmax (on
-     * tiny-deepseek2, w4a8's KLD 0.17 with them in int4, 0.061 so; the three are ~12% of V3's
-     * attention weights, ~3% of the bytes a decode step reads) */
+     * tiny-deepseek2, w4a8's KLD 0.17 with them in int4, 0.061 so; the three are ~11% of V3's
+     * attention weights: ~6% of the bytes a decode step reads, 3% more than at int4) */
     [SHLM_KIND_ATTN_Q_A] = {"attn_q_a", "attn_q_a.weight", "self_attn.q_a_proj.weight",
         L2C(NONE), true, false, D(Q_LORA), D(MODEL), S(NONE), T(MAT), QKV, NONE, q_lora},
     [SHLM_KIND_ATTN_Q_A_NORM] = {"attn_q_a_norm", "attn_q_a_norm.weight",
