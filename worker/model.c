@@ -792,16 +792,25 @@ static inline size_t kv_head_rows(const struct wrk_model *m)
     return (size_t)SEG_KV_BLOCK * (size_t)kv_row(m);
 }
 
+/* Row i's position in its sequence (*@pos) and the offset of its row in the first KV head's keys
+ * (or values) of a layer: its block's, then its place in the block (kv_row floats a row). */
+static size_t kv_row_at(const struct row_job *j, int i, int *pos)
+{
+    const struct wrk_model *m = j->m;
+    const struct wrk_piece *pc = &m->pieces[m->row_piece[i]];
+    *pos = pc->r.pos + (i - pc->row0);
+    return pc->r.blocks[*pos / SEG_KV_BLOCK] * seg_kv_block_floats(j->kv) +
+           (size_t)(*pos % SEG_KV_BLOCK) * (size_t)kv_row(m);
+}
+
 /* biases, the per-head q/k norms, RoPE on q and k (but on a layer without it), k and v appended to
  * the KV cache of row i's sequence at its position */
 static void row_rope_kv(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
-    const struct wrk_piece *pc = &m->pieces[m->row_piece[i]];
-    int pos = pc->r.pos + (i - pc->row0);
+    int pos;
+    size_t at = kv_row_at(j, i, &pos);
     const struct shlm_config *c = &m->cfg;
-    size_t at = pc->r.blocks[pos / SEG_KV_BLOCK] * seg_kv_block_floats(j->kv) +
-                (size_t)(pos % SEG_KV_BLOCK) * c->head_dim;
     float *kc = seg_kv_keys(j->kv, j->layer) + at, *vc = seg_kv_values(j->kv, j->layer) + at;
     const struct wrk_layer *L = j->L;
     int hd = (int)c->head_dim, nq = m->plan.q1 - m->plan.q0, nkv = m->plan.kv1 - m->plan.kv0;
@@ -848,12 +857,10 @@ static void row_mla_kv(const struct row_job *j, int i)
 {
     const struct wrk_model *m = j->m;
     const struct wrk_mla *a = m->mla;
-    const struct wrk_piece *pc = &m->pieces[m->row_piece[i]];
     const struct wrk_layer *L = j->L;
     const struct shlm_config *c = &m->cfg;
-    int pos = pc->r.pos + (i - pc->row0), hd = (int)c->head_dim;
-    size_t at = pc->r.blocks[pos / SEG_KV_BLOCK] * seg_kv_block_floats(j->kv) +
-                (size_t)(pos % SEG_KV_BLOCK) * (size_t)a->lat;
+    int pos, hd = (int)c->head_dim;
+    size_t at = kv_row_at(j, i, &pos);
     float *kv = m->k + (size_t)i * (size_t)m->kvd;
     m->ops->rmsnorm(kv, kv, L->kv_a_norm, a->kvl, c->norm_eps);
     m->ops->rope(kv + a->kvl, 1, a->rope, pos, L->rope_freqs, L->rope_mscale, c->rope_neox);

@@ -229,7 +229,7 @@ static int read_shape(struct gguf_source *g, struct shlm_config *c, const char *
  * layers); "yarn" (a Qwen2.5 converted with its YaRN config): factor, the original context (the
  * file's context when absent; the context raised to factor times it: coord_yarn_context), the
  * ramp's betas (32 and 1 when absent) and the attention factor that multiplies YaRN's own
- * magnitude, as llama.cpp reads them; DeepSeek's yarn_ext_factor / yarn_attn_factor are refused
+ * magnitude, as llama.cpp reads them; the yarn_ext_factor / yarn_attn_factor overrides are refused
  * by name. Leaves a config without the key, or with another type (refused by
  * check_unsupported()), as it is. */
 static int read_rope_type(struct gguf_source *g, struct coord_source *s, const char *path,
@@ -260,7 +260,9 @@ static int read_rope_type(struct gguf_source *g, struct coord_source *s, const c
     for (size_t i = 0; i < 2; i++) {
         setting(g, path, akey(g, refused[i]), &v, label);
         if (v.kind != COORD_VAL_ABSENT)
-            return shardlm_fail(e, -EINVAL, "%s is set: not supported (DeepSeek's YaRN scaling)",
+            return shardlm_fail(e, -EINVAL,
+                                "%s is set: not supported (YaRN's extrapolation mix and attention "
+                                "factor overrides)",
                                 label);
     }
     if ((rc = arch_real(g, path, "rope.scaling.factor", 0.0, 1025.0, 0.0f, &c->rope_factor, e)) ||
