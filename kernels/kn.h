@@ -17,6 +17,17 @@
  *                (rows x ngroups fp16, of either sign: the sign picks the side of the group that
  *                gets code 0, the 8th level). value = scale * (code - 8). Activations are
  *                quantized to int8 per token.
+ *   KN_DT_Q6     6-bit codes per group of KN_Q6_GROUP (32) elements (the embedding / LM head of
+ *                --head-bits 6): a row is ceil(cols / 256) blocks of KN_Q6_BLOCK (256) elements,
+ *                the last one padded with code 32 (value 0), 192 bytes each; after all rows' codes
+ *                the scales (rows x blocks x 8 fp16, of either sign as W4A8's). value = scale *
+ *                (code - 32), code 0..63. In a block, element e = 32 (L % 8) + 16 (L / 8) + 4v + j
+ *                (lane L < 16, vector v < 4, j < 4) is byte b = 4L + j of vector v: its low four
+ *                bits in the low nibble of byte b of the block's bytes [0, 64) for v = 0, the high
+ *                nibble there for v = 1, the same in bytes [64, 128) for v = 2 and 3; its two high
+ *                bits at bit 2v of byte 128 + b. So one 64-byte vector of codes is 16 lanes x 4
+ *                elements, lane L a half of group L % 8, and VPDPBUSD against the activations in
+ *                the same order (KN_ACT_Q6: int8 per group of 32) sums every lane in place.
  * Groups run along a row; the last group of a row is shorter when the group does not divide cols.
  *
  * Device layouts, made from the canonical one by kn_repack_tiles() when a weights segment is
@@ -55,8 +66,14 @@ enum kn_dtype {
     KN_DT_W4A8 = 4,
     KN_DT_W4A8_T = 5, /* device layouts, see above */
     KN_DT_W4A16_T = 6,
+    KN_DT_Q6 = 7,
 };
-#define KN_DT_COUNT 7
+#define KN_DT_COUNT 8
+
+/* KN_DT_Q6's elements per scale and per row block (codes and scales pad rows to whole blocks). */
+#define KN_Q6_GROUP 32
+#define KN_Q6_BLOCK 256
+static inline int kn_q6_blocks(int cols) { return (cols + KN_Q6_BLOCK - 1) / KN_Q6_BLOCK; }
 
 /* Queries per attention call (one per SIMD lane), and the largest head the kernels take. */
 #define KN_ATT_TILE 16
@@ -164,6 +181,8 @@ struct kn_type_traits {
     bool grouped;        /* scales (and zero points) per group of a row, not per row */
     bool zeros;          /* a uint8 zero point per group after the scales (asymmetric) */
     int tile_rows;       /* device layouts: rows per block (KN_TILE_ROWS); 0: row-major */
+    int row_block;       /* rows padded to whole blocks of this many elements (q6); 0: none */
+    int block_scales;    /* row_block: scales per block (q6: one per KN_Q6_GROUP elements) */
     enum kn_dtype canon; /* the file layout it is made from (itself for a file layout) */
     unsigned act_parts;  /* the parts of a kn_act its products read (KN_ACT_*) */
     /* Row @r of @m dequantized into @out (m->cols floats). */
@@ -227,7 +246,8 @@ enum {
     KN_ACT_Q = 1 << 2,   /* q, qgsum and qscale */
     KN_ACT_QEO = 1 << 3, /* qe, qo, qgsum and qscale */
     KN_ACT_Q16 = 1 << 4, /* q16 and q16scale */
-    KN_ACT_ALL = (1 << 5) - 1,
+    KN_ACT_Q6 = 1 << 5,  /* q6, q6scale and q6sum */
+    KN_ACT_ALL = (1 << 6) - 1,
 };
 
 /* One activation vector prepared for the weight formats of kn_act.parts: x padded with zeros to a
@@ -246,6 +266,13 @@ struct kn_act {
     float qscale;   /* max|x| / 127 */
     int16_t *q16;   /* (kpad) round(x / q16scale): the Q8 products' activations */
     float q16scale; /* max|x| / 32767 */
+    /* KN_DT_Q6's activations, kn_q6_blocks(k) blocks of KN_Q6_BLOCK: per group of 32 int8
+     * (round(x / its scale), max|x| / 127 over the group), in KN_DT_Q6's element order within
+     * each block (byte 4L + j of vector v, see kn.h's top), zero past k; and per block and lane
+     * L < 16 the scale of L's group and 32 x the sum of L's 16 codes (the weights' zero point) */
+    int8_t *q6;
+    float *q6scale;
+    int32_t *q6sum;
 };
 /* Allocates buffers for vectors of length @k with group @group. Returns 0 or -ENOMEM. */
 int kn_act_alloc(struct kn_act *a, int k, int group);
@@ -260,6 +287,9 @@ void kn_act_prepare_avx2(struct kn_act *a, const float *x);   /* group % 8 == 0,
 void kn_act_prepare_avx512(struct kn_act *a, const float *x); /* group % 16 == 0, else scalar */
 /* q16 and q16scale of @a from a->x (its kpad floats) and their max |x| @amax. */
 void kn_act_prepare_q16(struct kn_act *a, float amax);
+/* q6, q6scale and q6sum of @a from @x (a->k floats): one definition (kernels/kn_q6.c) for every
+ * table, which call it where a->parts has KN_ACT_Q6. */
+void kn_act_prepare_q6(struct kn_act *a, const float *x);
 /* The Q8 products' sum of a row: columns per int32 lane sum before it is added into an int64
  * ((4096 / 8) x 127 x 32767 < 2^31 for AVX2's 8 lanes, half that for AVX-512's 16). */
 #define KN_Q8_CHUNK 4096
@@ -442,6 +472,21 @@ static inline float kn_bf16_to_f32(uint16_t b)
 /* Quantizers: canonical layout of one matrix from f32 rows (rows, cols) into @out, which has
  * kn_mat_bytes() bytes, on the caller's thread (kn_type_traits' from_float takes a pool). */
 void kn_quant_q8(const float *w, int rows, int cols, void *out);
+/* KN_DT_Q6: each group's scale the least-error one of a few around max|w| / 32 (its sign giving
+ * the group's largest magnitude the 64th level), rows split over @par from KN_QUANT_PAR_MIN
+ * weights on (NULL: the caller's thread; the result does not depend on it). */
+void kn_quant_q6(const float *w, int rows, int cols, void *out, const struct kn_par *par);
+/* Element access in KN_DT_Q6: the code (0..63) of row @r, column @k (32 past cols), and the fp16
+ * scale of row @r, group @g (of KN_Q6_GROUP). For references and tests. */
+int kn_q6_code(const struct kn_mat *m, int r, int k);
+uint16_t kn_q6_scale(const struct kn_mat *m, int r, int g);
+/* The offset in a block of KN_DT_Q6 (and of its activations) of the vector byte holding
+ * element @e < KN_Q6_BLOCK: 64 v + 4L + j. */
+static inline int kn_q6_pos(int e)
+{
+    int g = e / 32, h = e % 32 / 16, v = e % 16 / 4, j = e % 4;
+    return 64 * v + 4 * (g + 8 * h) + j;
+}
 void kn_quant_w4a16(const float *w, int rows, int cols, int group, void *out);
 void kn_quant_w4a8(const float *w, int rows, int cols, int group, void *out);
 /* One group's parameters: scale *s (fp16-exact, as stored) and zero point *z (symmetric: 8, codes

@@ -17,8 +17,12 @@ void kn_assert_fail(const char *what, const char *file, int line)
 
 size_t kn_row_bytes(enum kn_dtype dt, int cols)
 {
-    KN_ASSERT(!kn_type_traits[dt].tile_rows); /* tiled rows interleave by block */
-    return ((size_t)cols * (size_t)kn_type_traits[dt].bits + 7) / 8;
+    const struct kn_type_traits *tt = &kn_type_traits[dt];
+    KN_ASSERT(!tt->tile_rows); /* tiled rows interleave by block */
+    size_t n = tt->row_block ? (size_t)(cols + tt->row_block - 1) / (size_t)tt->row_block *
+                                   (size_t)tt->row_block
+                             : (size_t)cols;
+    return (n * (size_t)tt->bits + 7) / 8;
 }
 
 size_t kn_codes_bytes(enum kn_dtype dt, int rows, int cols)
@@ -28,9 +32,11 @@ size_t kn_codes_bytes(enum kn_dtype dt, int rows, int cols)
     return kn_type_traits[dt].scale_bytes ? (n + 63) / 64 * 64 : n;
 }
 
-/* Scales (and zero points) per row: one, or one per group. */
+/* Scales (and zero points) per row: one, one per group, or a number per row block. */
 static size_t scales_per_row(const struct kn_type_traits *tt, int cols, int group)
 {
+    if (tt->row_block)
+        return (size_t)kn_ngroups(cols, tt->row_block) * (size_t)tt->block_scales;
     return tt->grouped ? (size_t)kn_ngroups(cols, group) : 1;
 }
 
@@ -98,11 +104,12 @@ int kn_act_alloc(struct kn_act *a, int k, int group)
     a->group = group;
     a->kpad = (k + group - 1) / group * group;
     a->parts = KN_ACT_ALL;
-    size_t kp = (size_t)a->kpad, ng = kp / (size_t)group;
+    size_t kp = (size_t)a->kpad, ng = kp / (size_t)group, nb6 = (size_t)kn_q6_blocks(k);
     /* One block, 64-byte aligned parts. */
-    size_t sz = 0, off[8];
-    size_t parts[8] = {kp * 4, kp / 2 * 4, kp / 2 * 4, ng * 4, kp, kp, ng * 4, kp * 2};
-    for (int i = 0; i < 8; i++) {
+    size_t sz = 0, off[11];
+    size_t parts[11] = {kp * 4, kp / 2 * 4, kp / 2 * 4,        ng * 4,   kp,      kp,
+                        ng * 4, kp * 2,     nb6 * KN_Q6_BLOCK, nb6 * 64, nb6 * 64};
+    for (int i = 0; i < 11; i++) {
         off[i] = sz;
         sz += (parts[i] + 63) / 64 * 64;
     }
@@ -119,6 +126,9 @@ int kn_act_alloc(struct kn_act *a, int k, int group)
     a->qo = a->qe + kp / 2;
     a->qgsum = (int32_t *)(p + off[6]);
     a->q16 = (int16_t *)(p + off[7]);
+    a->q6 = (int8_t *)(p + off[8]);
+    a->q6scale = (float *)(p + off[9]);
+    a->q6sum = (int32_t *)(p + off[10]);
     return 0;
 }
 
@@ -160,6 +170,7 @@ void kn_act_prepare_scalar(struct kn_act *a, const float *x)
         a->qgsum[gi] = qs;
     }
     kn_act_prepare_q16(a, amax);
+    kn_act_prepare_q6(a, x);
 }
 
 void kn_act_prepare_q16(struct kn_act *a, float amax)

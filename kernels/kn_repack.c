@@ -27,6 +27,12 @@ void kn_mat_rows(const struct kn_mat *m, int r0, int r1, struct kn_mat *out)
         if (m->dtype == KN_DT_Q8)
             out->scales = (const float *)m->scales + r;
         return;
+    case KN_DT_Q6: {
+        size_t spr = (size_t)kn_q6_blocks(m->cols) * (KN_Q6_BLOCK / KN_Q6_GROUP);
+        out->codes = (const uint8_t *)m->codes + r * kn_row_bytes(m->dtype, m->cols);
+        out->scales = (const uint16_t *)m->scales + r * spr;
+        return;
+    }
     case KN_DT_W4A16:
     case KN_DT_W4A8: {
         size_t ng = (size_t)kn_ngroups(m->cols, m->group);
@@ -90,6 +96,15 @@ void kn_repack_slice(const struct kn_mat *src, int r0, int r1, int c0, int c1, i
         if (src->dtype == KN_DT_Q8) /* per-row scales: partial sums of one row add up exactly */
             memcpy((float *)scales + d0, (const float *)src->scales + r0,
                    (size_t)(r1 - r0) * sizeof(float));
+        return;
+    }
+    if (src->dtype == KN_DT_Q6) { /* whole rows only: the head splits by rows */
+        KN_ASSERT(pad == 0 && c0 == 0 && c1 == src->cols);
+        size_t rb = kn_row_bytes(KN_DT_Q6, cols), spr = (size_t)kn_q6_blocks(cols) * 8 * 2;
+        memcpy(codes + (size_t)d0 * rb, (const uint8_t *)src->codes + (size_t)r0 * rb,
+               (size_t)(r1 - r0) * rb);
+        memcpy(scales + (size_t)d0 * spr, (const uint8_t *)src->scales + (size_t)r0 * spr,
+               (size_t)(r1 - r0) * spr);
         return;
     }
     int g = src->group;

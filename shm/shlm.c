@@ -274,9 +274,11 @@ int shlm_expected_tensors(const struct shlm_config *c, const struct shlm_config_
         dt[SHLM_DTC_MAT] = s == SHLM_SCHEME_W4A16 ? KN_DT_W4A16 : KN_DT_W4A8;
         if (group < 32 || group > KN_MAX_GROUP || group % 32)
             return -EINVAL;
-        if (head_bits != 8 && head_bits != 4)
+        if (head_bits != 8 && head_bits != 6 && head_bits != 4)
             return -EINVAL;
-        dt[SHLM_DTC_HEAD] = head_bits == 8 ? KN_DT_Q8 : dt[SHLM_DTC_MAT];
+        dt[SHLM_DTC_HEAD] = head_bits == 8   ? KN_DT_Q8
+                            : head_bits == 6 ? KN_DT_Q6
+                                             : dt[SHLM_DTC_MAT];
         break;
     default:
         return -EINVAL;

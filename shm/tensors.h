@@ -123,7 +123,7 @@ enum shlm_split {
 /* The formats a tensor may take in a scheme. */
 enum shlm_dtc {
     SHLM_DTC_MAT,  /* the scheme's matrix format (f32, bf16, w4a16, w4a8) */
-    SHLM_DTC_HEAD, /* the embedding / LM head: the scheme's, or q8 with --head-bits 8 */
+    SHLM_DTC_HEAD, /* the embedding / LM head: the scheme's, or q8 / q6 with --head-bits 8 / 6 */
     SHLM_DTC_F32,  /* always f32: norms, biases, the head gate, RoPE factors */
     SHLM_DTC_Q8,   /* q8 in the int4 schemes, else the scheme's: latent attention's latent and
                     * per-head matrices */

@@ -127,6 +127,9 @@ static void quantize(enum kn_dtype dt, const float *w, int rows, int cols, int g
     case KN_DT_W4A8:
         kn_quant_w4a8(w, rows, cols, group, out);
         break;
+    case KN_DT_Q6:
+        kn_quant_q6(w, rows, cols, out, NULL);
+        break;
     case KN_DT_W4A8_T: /* made by tile() from a canonical matrix */
     case KN_DT_W4A16_T:
         fail();
@@ -303,6 +306,7 @@ static void wmat_first_rows(struct wmat *dst, const struct wmat *src, int n)
         break;
     case KN_DT_W4A8_T:
     case KN_DT_W4A16_T:
+    case KN_DT_Q6: /* test_q6's own */
         fail();
     }
 }
@@ -439,6 +443,107 @@ static void *guarded_tail(struct guarded *g, const void *src, size_t bytes, size
 }
 
 static void guarded_free(struct guarded *g) { munmap(g->base, g->len); }
+
+/* ---- KN_DT_Q6, the 6-bit head ---- */
+
+/* The layout (kn.h) read back, the quantizer's error, the padding; each table's product the
+ * reference's bit for bit (GEMV over ragged rows and ranges, GEMM over 1..6 tokens = each token
+ * alone), codes ending at a guard page; the reference against the dequantized weights times the
+ * quantized activations (double), and against the f32 product within 6-bit rounding. */
+static void test_q6(void **state)
+{
+    const struct kn_ops *ops = table_or_skip(state);
+    static const int cols[] = {1, 31, 32, 100, 255, 256, 257, 300, 600, 2048};
+    static const int rows[] = {1, 3, 5, 7, 17, 64};
+    enum { N = 64, M = 6 };
+    rng_seed(6);
+    double worst_f32 = 0.0;
+    for (size_t ci = 0; ci < ARRAY_SIZE(cols); ci++) {
+        int K = cols[ci], nb = kn_q6_blocks(K);
+        struct wmat a;
+        wmat_init(&a, KN_DT_Q6, N, K, 32);
+        float *deq = xmalloc((size_t)K * sizeof(float));
+        for (int n = 0; n < N; n++) { /* codes, scales, padding */
+            kn_mat_row(&a.m, n, deq);
+            for (int k = 0; k < K; k++) {
+                float s = fabsf(kn_f16_to_f32(kn_q6_scale(&a.m, n, k / 32)));
+                assert_true(fabsf(deq[k] - a.w[(size_t)n * (size_t)K + (size_t)k]) <=
+                            s * 1.0001f + 1e-12f);
+            }
+            for (int k = K; k < nb * KN_Q6_BLOCK; k++)
+                assert_int_equal(kn_q6_code(&a.m, n, k), 32);
+        }
+        struct kn_act x[M];
+        for (int i = 0; i < M; i++)
+            act_init(&x[i], K, 32, 0.5f + (float)i);
+        float yref[M][N], y[M][N];
+        kn_gemm_ref(&a.m, x, M, &yref[0][0], N, 0, N);
+        for (int i = 0; i < M; i++) {
+            double e2 = 0.0, f2 = 0.0;
+            for (int n = 0; n < N; n++) {
+                kn_mat_row(&a.m, n, deq);
+                double want = 0.0, mag = 0.0, f32 = 0.0;
+                for (int k = 0; k < K; k++) {
+                    int b = k / KN_Q6_BLOCK, p = kn_q6_pos(k % KN_Q6_BLOCK);
+                    double q = x[i].q6[(size_t)b * KN_Q6_BLOCK + (size_t)p] *
+                               (double)x[i].q6scale[b * 16 + p % 64 / 4];
+                    want += (double)deq[k] * q;
+                    mag += fabs((double)deq[k] * q);
+                    f32 += (double)a.w[(size_t)n * (size_t)K + (size_t)k] * x[i].x[k];
+                }
+                if (!(fabs(yref[i][n] - want) <= 1e-5 * mag + 1e-30))
+                    fail_msg("q6 ref K=%d row %d: %.9g, want %.9g", K, n, yref[i][n], want);
+                e2 += (yref[i][n] - f32) * (yref[i][n] - f32);
+                f2 += f32 * f32;
+            }
+            worst_f32 = fmax(worst_f32, sqrt(e2 / f2));
+        }
+        for (size_t ri = 0; ri < ARRAY_SIZE(rows); ri++) {
+            int R = rows[ri];
+            int r[3][2] = {{0, R}, {R / 3, R - R / 4}, {R - 1, R}};
+            for (int p = 0; p < 3; p++) {
+                for (int n = 0; n < N; n++)
+                    y[0][n] = SENTINEL;
+                ops->gemv(&a.m, &x[0], y[0], r[p][0], r[p][1]);
+                for (int n = 0; n < N; n++)
+                    if (n >= r[p][0] && n < r[p][1] ? memcmp(&y[0][n], &yref[0][n], 4)
+                                                    : y[0][n] != SENTINEL)
+                        fail_msg("%s q6 gemv K=%d rows [%d, %d): row %d %.9g, ref %.9g", ops->name,
+                                 K, r[p][0], r[p][1], n, y[0][n], yref[0][n]);
+            }
+        }
+        for (int m = 1; m <= M; m++)
+            for (int p = 0; p < 2; p++) {
+                int n0 = p ? N / 2 - 3 : 0, n1 = p ? N / 2 + 2 : N;
+                for (int i = 0; i < M; i++)
+                    for (int n = 0; n < N; n++)
+                        y[i][n] = SENTINEL;
+                gemm_call(ops, &a.m, x, m, &y[0][0], N, n0, n1);
+                for (int i = 0; i < M; i++)
+                    for (int n = 0; n < N; n++)
+                        if (i < m && n >= n0 && n < n1 ? memcmp(&y[i][n], &yref[i][n], 4)
+                                                       : y[i][n] != SENTINEL)
+                            fail_msg("%s q6 gemm K=%d M=%d token %d row %d: %.9g, ref %.9g",
+                                     ops->name, K, m, i, n, y[i][n], yref[i][n]);
+            }
+        /* the codes end at a guard page, the scales at another */
+        struct guarded g1, g2;
+        struct kn_mat m = a.m;
+        m.codes = guarded_tail(&g1, a.m.codes, (size_t)N * kn_row_bytes(KN_DT_Q6, K), 64);
+        m.scales = guarded_tail(&g2, a.m.scales, (size_t)N * (size_t)nb * 16, 2);
+        ops->gemv(&m, &x[1], y[1], 0, N);
+        assert_memory_equal(y[1], yref[1], sizeof(y[1]));
+        guarded_free(&g1);
+        guarded_free(&g2);
+        for (int i = 0; i < M; i++)
+            kn_act_free(&x[i]);
+        free(deq);
+        wmat_free(&a);
+    }
+    print_message("[          ] %s q6: rel. L2 distance to the f32 product %.3g (bound 0.03)\n",
+                  ops->name, worst_f32);
+    assert_true(worst_f32 <= 0.03);
+}
 
 static void test_guard_page(void **state)
 {
@@ -1826,8 +1931,8 @@ static void test_ops_select(void **state)
 static void test_type_traits(void **state)
 {
     (void)state;
-    static const char *const names[KN_DT_COUNT] = {"f32",  "bf16",  "q8",    "w4a16",
-                                                   "w4a8", "w4a8t", "w4a16t"};
+    static const char *const names[KN_DT_COUNT] = {"f32",  "bf16",  "q8",     "w4a16",
+                                                   "w4a8", "w4a8t", "w4a16t", "q6"};
     static const int shapes[][3] = {{1, 32, 32}, {17, 172, 64}, {40, 301, 128}, {33, 100, 48}};
     for (int d = 0; d < KN_DT_COUNT; d++) {
         enum kn_dtype dt = (enum kn_dtype)d;
@@ -1861,6 +1966,11 @@ static void test_type_traits(void **state)
                 cb = (r * (size_t)((C + 1) / 2) + 63) / 64 * 64;
                 want = cb + r * ng * (dt == KN_DT_W4A16 ? 3 : 2);
                 assert_int_equal(kn_row_bytes(dt, C), (size_t)(C + 1) / 2);
+                break;
+            case KN_DT_Q6: /* rows in blocks of 256: 192 bytes and 8 fp16 scales each */
+                cb = (r * (size_t)kn_q6_blocks(C) * 192 + 63) / 64 * 64;
+                want = cb + r * (size_t)kn_q6_blocks(C) * 8 * 2;
+                assert_int_equal(kn_row_bytes(dt, C), (size_t)kn_q6_blocks(C) * 192);
                 break;
             default:
                 want = (r + 15) / 16 * kn_tile_block_bytes(dt, C, G);
@@ -2166,6 +2276,10 @@ static void act_poison(struct kn_act *p)
     memset(p->q, 0xff, kp);
     memset(p->qe, 0xff, kp); /* qe and qo */
     memset(p->q16, 0xff, kp * 2);
+    size_t nb = (size_t)kn_q6_blocks(p->k);
+    memset(p->q6, 0xff, nb * KN_Q6_BLOCK);
+    memset(p->q6scale, 0xff, nb * 64);
+    memset(p->q6sum, 0xff, nb * 64);
     p->qscale = p->q16scale = NAN;
 }
 
@@ -2237,6 +2351,12 @@ static void test_act_parts(void **state)
             assert_true(!memcmp(p->qe, f->qe, kp / 2) && !memcmp(p->qo, f->qo, kp / 2));
         if (bit == KN_ACT_Q16)
             assert_true(!memcmp(p->q16, f->q16, kp * 2) && p->q16scale == f->q16scale);
+        if (bit == KN_ACT_Q6) {
+            size_t nb = (size_t)kn_q6_blocks(p->k);
+            assert_true(!memcmp(p->q6, f->q6, nb * KN_Q6_BLOCK) &&
+                        !memcmp(p->q6scale, f->q6scale, nb * 64) &&
+                        !memcmp(p->q6sum, f->q6sum, nb * 64));
+        }
     }
     for (int i = 0; i < 9; i++) {
         kn_act_free(&full[i]);
@@ -2288,6 +2408,11 @@ int main(void)
         cmocka_unit_test(test_quant_error),
         cmocka_unit_test(test_quant_short_group),
         cmocka_unit_test(test_ref_w4_semantics),
+        PER_TABLE(test_q6, KN_ISA_REF, "q6_ref"),
+        PER_TABLE(test_q6, KN_ISA_AVX2, "q6_avx2"),
+        PER_TABLE(test_q6, KN_ISA_AVX512, "q6_avx512"),
+        PER_TABLE(test_q6, KN_ISA_AMX, "q6_amx"),
+        PER_TABLE(test_q6, SLOT_AMX_MODEL, "q6_amx_model"),
         PER_TABLE(test_gemv, KN_ISA_REF, "gemv_ref"),
         PER_TABLE(test_gemm, KN_ISA_REF, "gemm_ref"),
         PER_TABLE(test_guard_page, KN_ISA_REF, "guard_page_ref"),

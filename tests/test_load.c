@@ -385,8 +385,8 @@ static void test_cancelled(void **state)
  * listed under the name of its dtype (the names in kn.h's order, restated here). */
 static void expect_inspect_names(const char *path, const void *img, size_t len)
 {
-    static const char *const names[KN_DT_COUNT] = {"f32",  "bf16",  "q8",    "w4a16",
-                                                   "w4a8", "w4a8t", "w4a16t"};
+    static const char *const names[KN_DT_COUNT] = {"f32",  "bf16",  "q8",     "w4a16",
+                                                   "w4a8", "w4a8t", "w4a16t", "q6"};
     struct shlm_model m;
     struct shardlm_err err;
     assert_int_equal(shlm_parse(&m, img, len, path, &err), 0);
@@ -417,7 +417,8 @@ static void test_inspect_dtype_names(void **state)
     } cases[] = {{SHLM_SCHEME_F32, 0, 8},
                  {SHLM_SCHEME_BF16, 0, 8},
                  {SHLM_SCHEME_W4A16, 64, 8},
-                 {SHLM_SCHEME_W4A8, 32, 4}};
+                 {SHLM_SCHEME_W4A8, 32, 4},
+                 {SHLM_SCHEME_W4A8, 128, 6}};
     struct shlm_config c = config(64, 172, 4, 2, 256, false);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char path[4200], seg_file[4200];

@@ -393,7 +393,7 @@ static char *convert_parse(const struct coord_convert_opts *o, struct shlm_model
 }
 
 /* A step's sequences run together (worker/model.c wrk_forward_batch) give each the logits it
- * gets alone: f32 and w4a8, every kernel table, one thread and two. */
+ * gets alone: f32, w4a8 and w4a8 with the 6-bit head, every kernel table, one thread and two. */
 static void test_batch_matches_solo(void **state)
 {
     char ck[4200], tok[4200], out[4200];
@@ -402,8 +402,11 @@ static void test_batch_matches_solo(void **state)
     tu_path(out, sizeof(out), "%s/w4a8.shlm", dir);
     struct coord_convert_opts o = {
         .checkpoint = ck, .tokenizer = tok, .out = out, .scheme = SHLM_SCHEME_W4A8, .head_bits = 8};
-    struct shlm_model w4;
+    struct shlm_model w4, h6;
     char *w4_image = convert_parse(&o, &w4);
+    tu_path(out, sizeof(out), "%s/w4a8-h6.shlm", dir);
+    o.head_bits = 6;
+    char *h6_image = convert_parse(&o, &h6);
     const struct kn_ops *tables[4];
     int nt = kn_ops_available(tables, 4);
     struct wrk_pool *pool;
@@ -411,11 +414,14 @@ static void test_batch_matches_solo(void **state)
     for (int t = 0; t < nt; t++) {
         batch_vs_solo(&img, tables[t], NULL, 1e-9);
         batch_vs_solo(&w4, tables[t], NULL, 1e-6);
+        batch_vs_solo(&h6, tables[t], NULL, 1e-6);
     }
     batch_vs_solo(&img, tables[nt - 1], pool, 1e-9);
     batch_vs_solo(&w4, tables[nt - 1], pool, 1e-6);
+    batch_vs_solo(&h6, tables[nt - 1], pool, 1e-6);
     wrk_pool_free(pool);
     free(w4_image);
+    free(h6_image);
 }
 
 /* A MoE step's tokens grouped by expert (each expert's product over the rows that chose it: 0,

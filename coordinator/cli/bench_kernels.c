@@ -25,7 +25,7 @@ static const char usage_bench_kernels[] =
     "weights read; M=8 (batched decode) streams them too and prints GOP/s (2*M*N*K per\n"
     "product) beside the GB/s; GEMM (M=64, 512: prefill chunks) reuses one copy, GOP/s. Shapes "
     "NxK: 2048x2048, 8192x2048 and 2048x8192 (a 1B model's\n"
-    "attention, FFN up and down). The W4A8 tile and q8 GEMVs (decode's) pick their software\n"
+    "attention, FFN up and down). The W4A8 tile, q8 and q6 GEMVs (decode's) pick their software\n"
     "prefetch by timing calls once a first pass over the copies is done, as the workers do\n"
     "after their first over the weights (the line says which); the lines\n"
     "after it force each: 'pf hw' none, 'pf l1' 4 KiB ahead into L1, 'pf l2' 8 KiB ahead into\n"
@@ -52,6 +52,7 @@ static const struct {
     {KN_DT_W4A8, "w4a8 rows", 0, 0},
     {KN_DT_W4A16, "w4a16 rows", 0, 0},
     {KN_DT_Q8, "q8", 0, 1},
+    {KN_DT_Q6, "q6", 0, 1},
     {KN_DT_BF16, "bf16", 0, 0},
 };
 
@@ -88,6 +89,9 @@ static int fill_matrix(enum kn_dtype dt, int n, int k, int group, uint8_t *buf)
     if (dt == KN_DT_Q8)
         for (size_t i = 0; i < rows; i++)
             ((float *)m.scales)[i] = 1e-4f;
+    if (dt == KN_DT_Q6)
+        for (size_t i = 0; i < rows * (size_t)kn_q6_blocks(k) * 8; i++)
+            ((uint16_t *)m.scales)[i] = kn_f32_to_f16(1e-3f);
     if (kn_is_w4(canon))
         for (size_t i = 0; i < rows * ng; i++) {
             ((uint16_t *)m.scales)[i] = kn_f32_to_f16(0.01f);
@@ -264,7 +268,8 @@ static int bench_case(const struct kn_ops *ops, size_t fi, int n, int k, int m, 
     int rc = bufs_make(&b, ops, dt, n, k, group, m, copies);
     if (rc)
         return rc;
-    bool tuned = m == 1 && (dt == KN_DT_W4A8_T || dt == KN_DT_Q8) && ops->isa != KN_ISA_REF;
+    bool tuned = m == 1 && (dt == KN_DT_W4A8_T || dt == KN_DT_Q8 || dt == KN_DT_Q6) &&
+                 ops->isa != KN_ISA_REF;
     int ways = tuned ? BENCH_WAYS : 1;
     size_t sb = kn_gemm_scratch_bytes(ops, &b.mats[0], m); /* the copies share one shape */
     struct kn_scratch scratch = {sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL, sb};

@@ -15,7 +15,7 @@
 
 static const char usage_convert[] =
     "usage: shardlm convert INPUT [--tokenizer TOKENIZER.bin] [--scheme f32|bf16|w4a16|w4a8]\n"
-    "                       [--priority speed|fidelity] [--group N] [--head-bits 8|4]\n"
+    "                       [--priority speed|fidelity] [--group N] [--head-bits 8|6|4]\n"
     "                       [--ctx N] [--method rtn|imatrix|gptq|awq|auto] [--calib FILE|self]\n"
     "                       [--calib-tokens N] [--damp F] [--no-act-order] [--threads N]\n"
     "                       [-q] -o OUT.shlm\n"
@@ -35,7 +35,8 @@ static const char usage_convert[] =
     "  --group N       int4 group size, a multiple of 32 from 32 to 256 (default: 64 for w4a16,\n"
     "                  128 for w4a8)\n"
     "  --head-bits B   embedding and LM head of the int4 schemes: 8 = int8 per row (default),\n"
-    "                  4 = the scheme's int4\n"
+    "                  6 = 6-bit per group of 32 (6.5 bits a weight: 19% fewer bytes a token\n"
+    "                  reads than int8 for a 150k vocabulary), 4 = the scheme's int4\n"
     "  --ctx N         cap the context length (it sizes the KV cache; default: the model's)\n"
     "  --method M      how int4 matrices are rounded (the file's layout is the same for all):\n"
     "                  rtn: each group's scale searched, round to nearest (default without\n"
@@ -218,9 +219,9 @@ static int convert_option(int c, struct convert_args *a)
         a->o.group = (int)v;
         return -1;
     case 'b':
-        if (!coord_parse_long(optarg, 4, 8, &v) || (v != 4 && v != 8))
-            return coord_usage_error("convert", usage_convert, "--head-bits '%s': expected 8 or 4",
-                                     optarg);
+        if (!coord_parse_long(optarg, 4, 8, &v) || (v != 4 && v != 6 && v != 8))
+            return coord_usage_error("convert", usage_convert,
+                                     "--head-bits '%s': expected 8, 6 or 4", optarg);
         a->o.head_bits = (int)v;
         a->head_bits_set = true;
         return -1;

@@ -54,8 +54,8 @@ static int convert_group(const struct coord_convert_opts *o, int *group, struct 
     if (g < 32 || g > KN_MAX_GROUP || g % 32)
         return shardlm_fail(e, -EINVAL, "--group %d: expected a multiple of 32 from 32 to %d", g,
                             KN_MAX_GROUP);
-    if (o->head_bits != 8 && o->head_bits != 4)
-        return shardlm_fail(e, -EINVAL, "--head-bits %d: expected 8 or 4", o->head_bits);
+    if (o->head_bits != 8 && o->head_bits != 6 && o->head_bits != 4)
+        return shardlm_fail(e, -EINVAL, "--head-bits %d: expected 8, 6 or 4", o->head_bits);
     *group = g;
     return 0;
 }

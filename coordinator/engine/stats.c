@@ -73,8 +73,8 @@ void coord_log_weight_path(const struct coord_engine *g)
     kn_cpu_probe(&cpu);
     kn_cpu_describe(&cpu, feat, sizeof(feat));
     if (h->scheme >= SHLM_SCHEME_W4A16)
-        snprintf(scheme, sizeof(scheme), "%s g%u in tiles, head %s", shlm_scheme_name(h->scheme),
-                 h->group, h->head_bits == 8 ? "int8" : "int4");
+        snprintf(scheme, sizeof(scheme), "%s g%u in tiles, head int%u", shlm_scheme_name(h->scheme),
+                 h->group, h->head_bits);
     else
         snprintf(scheme, sizeof(scheme), "%s", shlm_scheme_name(h->scheme));
     coord_logf(&g->log, COORD_LOG_INFO, "weights %s; kernels %s (cpu: %s)", scheme, g->ranks[0].isa,

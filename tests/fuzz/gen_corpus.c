@@ -141,6 +141,9 @@ static size_t build_shlm(uint8_t **out, enum shlm_scheme scheme, int group, int 
         case KN_DT_Q8:
             kn_quant_q8(w, specs[i].rows, specs[i].cols, dst);
             break;
+        case KN_DT_Q6:
+            kn_quant_q6(w, specs[i].rows, specs[i].cols, dst, NULL);
+            break;
         case KN_DT_W4A16:
             kn_quant_w4a16(w, specs[i].rows, specs[i].cols, specs[i].group, dst);
             break;

@@ -137,6 +137,109 @@ static void mm_q8(const struct kn_mat *w, const struct kn_act *x, int m, float *
         KN_PF_RUN(w, n1 - n0, mm_q8_pf, w, x, m, y, ldy, n0, n1);
 }
 
+/* ---- 6-bit rows (KN_DT_Q6): the AVX-512 table's method in two 8-lane halves ----
+ * A 64-byte vector of a block is lanes 0-7 in its first 32 bytes, 8-15 in the others; codes meet
+ * activations in VPMADDUBSW (two products per int16: at most 2 x 63 x 127, no saturation), then
+ * VPMADDWD against ones gives the lane sums; the float steps are kn_gemv_q6_ref's, so the result
+ * is its bit for bit. One row at a time, Q6_T tokens at a time. */
+#define Q6_T 2
+
+/* Half @h of vector v of the block at @blk, the 32 codes */
+static inline __attribute__((always_inline)) __m256i q6_codes(const uint8_t *blk, int v, int h)
+{
+    const __m256i lo4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
+    __m256i n = _mm256_loadu_si256((const __m256i *)(blk + 64 * (v / 2) + 32 * h));
+    __m256i hb = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+    __m256i c = _mm256_and_si256(v % 2 ? _mm256_srli_epi16(n, 4) : n, lo4);
+    hb = v == 0   ? _mm256_slli_epi16(hb, 4)
+         : v == 1 ? _mm256_slli_epi16(hb, 2)
+         : v == 3 ? _mm256_srli_epi16(hb, 2)
+                  : hb;
+    return _mm256_or_si256(c, _mm256_and_si256(hb, hi2));
+}
+
+static inline __attribute__((always_inline)) float q6_reduce(__m256 lo, __m256 hi)
+{
+    __m256 h8 = _mm256_add_ps(lo, hi);
+    __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+    __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+    return _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+}
+
+/* Row @w (@nb blocks, scales @sc) against tokens x[0 .. nt) into out[t] */
+static inline __attribute__((always_inline)) void q6_row(const uint8_t *w, const uint16_t *sc,
+                                                         int nb, const struct kn_act *x, int nt,
+                                                         int pf, float out[Q6_T])
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[Q6_T][2];
+#pragma GCC unroll 2
+    for (int t = 0; t < nt; t++)
+        acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = w + (size_t)b * 192;
+        pf_line(blk, pf);
+        pf_line(blk + 64, pf);
+        pf_line(blk + 128, pf);
+        __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 8 * b)));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i u[4];
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++)
+                u[v] = q6_codes(blk, v, h);
+#pragma GCC unroll 2
+            for (int t = 0; t < nt; t++) {
+                const int8_t *a = x[t].q6 + (size_t)b * KN_Q6_BLOCK + 32 * h;
+                __m256i p01 = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(u[0], _mm256_loadu_si256((const __m256i *)a)),
+                    _mm256_maddubs_epi16(u[1], _mm256_loadu_si256((const __m256i *)(a + 64))));
+                __m256i p23 = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(u[2], _mm256_loadu_si256((const __m256i *)(a + 128))),
+                    _mm256_maddubs_epi16(u[3], _mm256_loadu_si256((const __m256i *)(a + 192))));
+                __m256i d =
+                    _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones));
+                d = _mm256_sub_epi32(
+                    d, _mm256_loadu_si256((const __m256i *)(x[t].q6sum + 16 * b + 8 * h)));
+                __m256 ts = _mm256_mul_ps(sw, _mm256_loadu_ps(x[t].q6scale + 16 * b + 8 * h));
+                acc[t][h] = _mm256_fmadd_ps(ts, _mm256_cvtepi32_ps(d), acc[t][h]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < nt; t++)
+        out[t] = q6_reduce(acc[t][0], acc[t][1]);
+}
+
+static void mm_q6_pf(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                     int n0, int n1, int pf)
+{
+    int nb = kn_q6_blocks(w->cols), spr = nb * 8;
+    size_t rb = kn_row_bytes(KN_DT_Q6, w->cols);
+    for (int n = n0; n < n1; n++) {
+        const uint8_t *row = (const uint8_t *)w->codes + (size_t)n * rb;
+        const uint16_t *sc = (const uint16_t *)w->scales + (size_t)n * (size_t)spr;
+        for (int t0 = 0; t0 < m; t0 += Q6_T) {
+            float out[Q6_T] = {0};
+            if (m - t0 >= 2)
+                q6_row(row, sc, nb, x + t0, 2, pf, out);
+            else
+                q6_row(row, sc, nb, x + t0, 1, pf, out);
+            for (int t = 0; t < Q6_T && t0 + t < m; t++)
+                y[(size_t)(t0 + t) * ldy + (size_t)n] = out[t];
+        }
+    }
+}
+
+static void mm_q6(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                  int n0, int n1)
+{
+    if (m > 1)
+        mm_q6_pf(w, x, m, y, ldy, n0, n1, KN_PF_HW);
+    else
+        KN_PF_RUN(w, n1 - n0, mm_q6_pf, w, x, m, y, ldy, n0, n1);
+}
+
 /* One W4A16 row as kn_gemv_w4a16_ref: per group sum code * x over 8 bytes (16 elements) at a
  * time against x->xe / x->xo, minus zero * gsum. Whole 8-byte steps, then a scalar tail. */
 static float dot_w4a16(const uint8_t *row, const uint16_t *sc, const uint8_t *zr,
@@ -518,6 +621,8 @@ void kn_act_prepare_avx2(struct kn_act *a, const float *x)
     }
     if (a->parts & KN_ACT_Q16)
         kn_act_prepare_q16(a, amax);
+    if (a->parts & KN_ACT_Q6)
+        kn_act_prepare_q6(a, x);
     if (!(a->parts & (KN_ACT_EO | KN_ACT_QEO)))
         return;
     const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
@@ -812,7 +917,8 @@ const struct kn_ops kn_ops_avx2 = {
            [KN_DT_W4A16] = mm_w4a16,
            [KN_DT_W4A8] = mm_ref,
            [KN_DT_W4A8_T] = mm_w4a8t,
-           [KN_DT_W4A16_T] = mm_w4a16t},
+           [KN_DT_W4A16_T] = mm_w4a16t,
+           [KN_DT_Q6] = mm_q6},
     .act_prepare = kn_act_prepare_avx2,
     .gemv = kn_gemv_avx2,
     .gemm = kn_gemm_avx2,

@@ -311,6 +311,160 @@ static void mm_q8(const struct kn_mat *w, const struct kn_act *x, int m, float *
         KN_PF_RUN(w, n1 - n0, mm_q8_one, w, x, y, n0, n1);
 }
 
+/* ---- 6-bit rows (KN_DT_Q6) against int8 activations per group ----
+ *
+ * A block's three 64-byte vectors give its four vectors of 64 codes: nibbles masked or shifted
+ * down, the two high bits shifted to bits 4-5 and merged by one VPTERNLOGD. Each meets the
+ * token's activations of the same order in one VPDPBUSD, so the 16 int32 lanes hold the block's
+ * lane sums with no shuffle; less the zero point's sums, converted, they are scaled by weight
+ * scale x activation scale into 16 float lanes (kn_gemv_q6_ref's order: every table's result is
+ * the reference's bit for bit, whichever rows and tokens share a call). Q6_R rows (runs of rows:
+ * one weight stream each, as the q8 GEMV) x up to Q6_T tokens: each block is unpacked once for
+ * all the tokens. */
+#define Q6_R 4
+#define Q6_T 4
+
+static inline __attribute__((always_inline)) void q6_unpack(const uint8_t *blk, __m512i u[4])
+{
+    const __m512i lo4 = _mm512_set1_epi8(15), hi2 = _mm512_set1_epi8(0x30);
+    __m512i n0 = _mm512_loadu_si512(blk), n1 = _mm512_loadu_si512(blk + 64);
+    __m512i h = _mm512_loadu_si512(blk + 128);
+    /* (bits 4-5 of the first operand, the rest of the second): C ? A : B, C = 0x30 */
+    u[0] = _mm512_ternarylogic_epi32(_mm512_slli_epi16(h, 4), _mm512_and_si512(n0, lo4), hi2, 0xE4);
+    u[1] = _mm512_ternarylogic_epi32(_mm512_slli_epi16(h, 2),
+                                     _mm512_and_si512(_mm512_srli_epi16(n0, 4), lo4), hi2, 0xE4);
+    u[2] = _mm512_ternarylogic_epi32(h, _mm512_and_si512(n1, lo4), hi2, 0xE4);
+    u[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(h, 2),
+                                     _mm512_and_si512(_mm512_srli_epi16(n1, 4), lo4), hi2, 0xE4);
+}
+
+/* The lanes' sum in kn_gemv_q6_ref's order: halves, then quarters, pairs, the last two. */
+static inline __attribute__((always_inline)) float q6_reduce(__m512 v)
+{
+    __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(v),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+    __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+    return _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+}
+
+/* Rows @w[0 .. Q6_R) (codes; @sc their scales) of @nb blocks against tokens x[0 .. nt): the
+ * results into out[r][t]. */
+static inline __attribute__((always_inline)) void q6_tile(const uint8_t *const *w,
+                                                          const uint16_t *const *sc, int nb,
+                                                          const struct kn_act *x, int nt, int pf,
+                                                          float out[Q6_R][Q6_T])
+{
+    __m512 acc[Q6_R][Q6_T];
+#pragma GCC unroll 4
+    for (int r = 0; r < Q6_R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            acc[r][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < Q6_R; r++) {
+            const uint8_t *blk = w[r] + (size_t)b * 192;
+            pf_line(blk, pf);
+            pf_line(blk + 64, pf);
+            pf_line(blk + 128, pf);
+            __m512i u[4];
+            q6_unpack(blk, u);
+            __m512 sw = _mm512_cvtph_ps(
+                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(sc[r] + 8 * b))));
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const int8_t *a = x[t].q6 + (size_t)b * KN_Q6_BLOCK;
+                __m512i d = dpbusd(_mm512_setzero_si512(), u[0], _mm512_loadu_si512(a));
+                d = dpbusd(d, u[1], _mm512_loadu_si512(a + 64));
+                d = dpbusd(d, u[2], _mm512_loadu_si512(a + 128));
+                d = dpbusd(d, u[3], _mm512_loadu_si512(a + 192));
+                d = _mm512_sub_epi32(d, _mm512_loadu_si512(x[t].q6sum + 16 * b));
+                __m512 ts = _mm512_mul_ps(sw, _mm512_loadu_ps(x[t].q6scale + 16 * b));
+                acc[r][t] = _mm512_fmadd_ps(ts, _mm512_cvtepi32_ps(d), acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < Q6_R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            out[r][t] = q6_reduce(acc[r][t]);
+}
+
+/* q6_tile for the run-time token count @nt (1..Q6_T), each compiled with its count a constant */
+static void q6_tiles(const uint8_t *const *w, const uint16_t *const *sc, int nb,
+                     const struct kn_act *x, int nt, int pf, float out[Q6_R][Q6_T])
+{
+    switch (nt) {
+    case 1:
+        if (pf == KN_PF_HW)
+            q6_tile(w, sc, nb, x, 1, KN_PF_HW, out);
+        else if (pf == KN_PF_L1)
+            q6_tile(w, sc, nb, x, 1, KN_PF_L1, out);
+        else
+            q6_tile(w, sc, nb, x, 1, KN_PF_L2, out);
+        break;
+    case 2:
+        q6_tile(w, sc, nb, x, 2, KN_PF_L2, out);
+        break;
+    case 3:
+        q6_tile(w, sc, nb, x, 3, KN_PF_L2, out);
+        break;
+    default:
+        q6_tile(w, sc, nb, x, 4, KN_PF_L2, out);
+        break;
+    }
+}
+
+/* Rows [n0, n1) x tokens x[0 .. m), with prefetch mode @pf for one token: Q6_R runs of rows,
+ * a row of each at a time (the rows left over in one more call, the last of them again in
+ * its unused runs, not stored); more tokens Q6_T at a time over each row tile, which stays in
+ * cache between them. */
+static void mm_q6_runs(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                       int n0, int n1, int pf)
+{
+    int nb = kn_q6_blocks(w->cols), spr = nb * 8;
+    size_t rb = kn_row_bytes(KN_DT_Q6, w->cols);
+    int run = (n1 - n0) / Q6_R, steps = run + ((n1 - n0) % Q6_R ? 1 : 0);
+    for (int i = 0; i < steps; i++) {
+        int rows[Q6_R];
+        for (int r = 0; r < Q6_R; r++) {
+            int n = i < run ? n0 + i + r * run : n0 + run * Q6_R + r;
+            rows[r] = n < n1 ? n : n1 - 1;
+        }
+        const uint8_t *wr[Q6_R];
+        const uint16_t *sr[Q6_R];
+        for (int r = 0; r < Q6_R; r++) {
+            wr[r] = (const uint8_t *)w->codes + (size_t)rows[r] * rb;
+            sr[r] = (const uint16_t *)w->scales + (size_t)rows[r] * (size_t)spr;
+        }
+        for (int t0 = 0; t0 < m; t0 += Q6_T) {
+            float out[Q6_R][Q6_T];
+            int nt = m - t0 < Q6_T ? m - t0 : Q6_T;
+            q6_tiles(wr, sr, nb, x + t0, nt, m > 1 ? KN_PF_L2 : pf, out);
+            for (int r = 0; r < Q6_R; r++)
+                if (i < run || n0 + run * Q6_R + r < n1)
+                    for (int t = 0; t < nt; t++)
+                        y[(size_t)(t0 + t) * ldy + (size_t)rows[r]] = out[r][t];
+        }
+    }
+}
+
+/* One token's rows [n0, n1) with the tuner's prefetch mode (kn_pf_begin's note in mm_q8). */
+static void mm_q6(const struct kn_mat *w, const struct kn_act *x, int m, float *y, size_t ldy,
+                  int n0, int n1)
+{
+    if (m > 1) {
+        mm_q6_runs(w, x, m, y, ldy, n0, n1, KN_PF_L2);
+        return;
+    }
+    struct kn_pf_call pc;
+    int pf = kn_pf_begin(&pc, w, n1 - n0);
+    mm_q6_runs(w, x, 1, y, ldy, n0, n1, pf);
+    kn_pf_end(&pc);
+}
+
 /* One W4A16 row: sum_g s_g * (sum_k code_k x_k - zero_g * gsum_g). Byte j of the row holds
  * elements 2j (low nibble) and 2j + 1 (high nibble), so 16 bytes meet 16 floats of x->xe and of
  * x->xo at the same index. The group sums stay in lanes, scaled by s_g, and are reduced once per
@@ -927,6 +1081,8 @@ void kn_act_prepare_avx512(struct kn_act *a, const float *x)
     else
         act_groups(a, x, inv, inv16, p & KN_ACT_F32 || eo, p & KN_ACT_F32, p & KN_ACT_Q,
                    p & (KN_ACT_Q | KN_ACT_QEO), p & KN_ACT_Q16);
+    if (p & KN_ACT_Q6)
+        kn_act_prepare_q6(a, x);
     if (!eo)
         return;
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -1459,7 +1615,8 @@ const struct kn_ops kn_ops_avx512 = {
            [KN_DT_W4A16] = mm_w4a16,
            [KN_DT_W4A8] = mm_w4a8,
            [KN_DT_W4A8_T] = mm_w4a8t,
-           [KN_DT_W4A16_T] = mm_w4a16t},
+           [KN_DT_W4A16_T] = mm_w4a16t,
+           [KN_DT_Q6] = mm_q6},
     .act_prepare = kn_act_prepare_avx512,
     .gemv = kn_gemv_avx512,
     .gemm = kn_gemm_avx512,

@@ -46,6 +46,35 @@ void kn_gemv_q8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, in
     }
 }
 
+/* KN_DT_Q6 through kn_q6_code() / kn_q6_scale(), in the order every table follows so that each
+ * gives this result bit for bit: per block and lane L (a half of group L % 8, kn.h) the exact
+ * integer sum of its 16 code x activation products less the zero point's 32 x sum(q), scaled by
+ * the group's weight scale times its activation scale into the lane's float accumulator (one
+ * fused multiply-add); the 16 lanes then added as halves (L + 8, then + 4, + 2, + 1). */
+void kn_gemv_q6_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
+{
+    int nb = kn_q6_blocks(w->cols);
+    for (int n = n0; n < n1; n++) {
+        float acc[16] = {0};
+        for (int b = 0; b < nb; b++) {
+            int32_t d[16] = {0};
+            for (int e = 0; e < KN_Q6_BLOCK; e++) {
+                int p = kn_q6_pos(e);
+                d[p % 64 / 4] += kn_q6_code(w, n, b * KN_Q6_BLOCK + e) *
+                                 x->q6[(size_t)b * KN_Q6_BLOCK + (size_t)p];
+            }
+            for (int l = 0; l < 16; l++) {
+                float t = kn_f16_to_f32(kn_q6_scale(w, n, b * 8 + l % 8)) * x->q6scale[b * 16 + l];
+                acc[l] = fmaf(t, (float)(d[l] - x->q6sum[b * 16 + l]), acc[l]);
+            }
+        }
+        for (int h = 8; h >= 1; h /= 2)
+            for (int l = 0; l < h; l++)
+                acc[l] += acc[l + h];
+        y[n] = acc[0];
+    }
+}
+
 /* The int4 references read every element through kn_w4_code() / kn_w4_scale() / kn_w4_zero(),
  * so one definition serves the canonical and the tiled layouts alike. */
 void kn_gemv_w4a16_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1)
@@ -93,6 +122,7 @@ void kn_gemv_w4a8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, 
 MM_EACH(mm_f32, kn_gemv_f32_ref)
 MM_EACH(mm_bf16, kn_gemv_bf16_ref)
 MM_EACH(mm_q8, kn_gemv_q8_ref)
+MM_EACH(mm_q6, kn_gemv_q6_ref)
 MM_EACH(mm_w4a16, kn_gemv_w4a16_ref)
 MM_EACH(mm_w4a8, kn_gemv_w4a8_ref)
 
@@ -247,7 +277,8 @@ const struct kn_ops kn_ops_ref = {
            [KN_DT_W4A16] = mm_w4a16,
            [KN_DT_W4A8] = mm_w4a8,
            [KN_DT_W4A8_T] = mm_w4a8,
-           [KN_DT_W4A16_T] = mm_w4a16},
+           [KN_DT_W4A16_T] = mm_w4a16,
+           [KN_DT_Q6] = mm_q6},
     .act_prepare = kn_act_prepare_scalar,
     .gemv = kn_gemv_ref,
     .gemm = gemm_ref,

@@ -8,6 +8,7 @@
 void kn_gemv_f32_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 void kn_gemv_bf16_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 void kn_gemv_q8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
+void kn_gemv_q6_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 void kn_gemv_w4a16_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 void kn_gemv_w4a8_ref(const struct kn_mat *w, const struct kn_act *x, float *y, int n0, int n1);
 /* Any format: kn_mm_check, then the entry of kn_ops_ref.mm for w->dtype. */
