@@ -94,7 +94,7 @@ static void q6_rows(void *arg, int t, int nt)
         for (int g = 0; g < spr; g++) {
             int k0 = g * KN_Q6_GROUP, n = j->cols - k0;
             n = n < 0 ? 0 : n > KN_Q6_GROUP ? KN_Q6_GROUP : n;
-            float s = q6_group_scale(row + k0, n);
+            float s = q6_group_scale(n ? row + k0 : row, n); /* no pointer past the row */
             sc[g] = kn_f32_to_f16(s);
             for (int i = 0; i < KN_Q6_GROUP; i++) {
                 int k = k0 + i, q = i < n ? q6_code(row[k], s) : 32;
