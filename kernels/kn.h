@@ -479,6 +479,9 @@ void kn_quant_q6(const float *w, int rows, int cols, void *out, const struct kn_
 /* Element access in KN_DT_Q6: the code (0..63) of row @r, column @k (32 past cols), and the fp16
  * scale of row @r, group @g (of KN_Q6_GROUP). For references and tests. */
 int kn_q6_code(const struct kn_mat *m, int r, int k);
+/* Row @r of a KN_DT_Q6 matrix dequantized into @out (cols floats), a block at a time: the
+ * embedding of every prompt token reads one (its type traits' to_float). */
+void kn_q6_row(const struct kn_mat *m, int r, float *out);
 uint16_t kn_q6_scale(const struct kn_mat *m, int r, int g);
 /* The offset in a block of KN_DT_Q6 (and of its activations) of the vector byte holding
  * element @e < KN_Q6_BLOCK: 64 v + 4L + j. */

@@ -16,15 +16,34 @@ static const uint8_t *q6_block(const struct kn_mat *m, int r, int b)
            (size_t)b * Q6_BLOCK_BYTES;
 }
 
+/* The code of element @e < KN_Q6_BLOCK of the block at @blk */
+static int q6_at(const uint8_t *blk, int e)
+{
+    int p = kn_q6_pos(e), v = p / 64, b = p % 64;
+    int lo = blk[64 * (v / 2) + b] >> (v % 2 ? 4 : 0) & 15;
+    return lo | (blk[128 + b] >> (2 * v) & 3) << 4;
+}
+
 int kn_q6_code(const struct kn_mat *m, int r, int k)
 {
     KN_ASSERT(m->dtype == KN_DT_Q6 && r >= 0 && r < m->rows && k >= 0 &&
               k < kn_q6_blocks(m->cols) * KN_Q6_BLOCK);
-    const uint8_t *blk = q6_block(m, r, k / KN_Q6_BLOCK);
-    int p = kn_q6_pos(k % KN_Q6_BLOCK), v = p / 64, b = p % 64;
-    uint8_t nib = blk[64 * (v / 2) + b];
-    int lo = v % 2 ? nib >> 4 : nib & 15;
-    return lo | ((blk[128 + b] >> (2 * v)) & 3) << 4;
+    return q6_at(q6_block(m, r, k / KN_Q6_BLOCK), k % KN_Q6_BLOCK);
+}
+
+void kn_q6_row(const struct kn_mat *m, int r, float *out)
+{
+    KN_ASSERT(m->dtype == KN_DT_Q6 && r >= 0 && r < m->rows);
+    const uint16_t *sc =
+        (const uint16_t *)m->scales + (size_t)r * (size_t)kn_q6_blocks(m->cols) * Q6_GROUPS;
+    for (int b = 0; b < kn_q6_blocks(m->cols); b++) {
+        const uint8_t *blk = q6_block(m, r, b);
+        float s[Q6_GROUPS];
+        for (int g = 0; g < Q6_GROUPS; g++)
+            s[g] = kn_f16_to_f32(sc[b * Q6_GROUPS + g]);
+        for (int e = 0; e < KN_Q6_BLOCK && b * KN_Q6_BLOCK + e < m->cols; e++)
+            out[b * KN_Q6_BLOCK + e] = s[e / KN_Q6_GROUP] * (float)(q6_at(blk, e) - 32);
+    }
 }
 
 uint16_t kn_q6_scale(const struct kn_mat *m, int r, int g)

@@ -40,27 +40,6 @@ static void row_w4(const struct kn_mat *m, int r, float *out)
     }
 }
 
-/* (kn_q6_code's layout, a block at a time: the embedding of every prompt token reads a row) */
-static void row_q6(const struct kn_mat *m, int r, float *out)
-{
-    KN_ASSERT(r >= 0 && r < m->rows);
-    int nb = kn_q6_blocks(m->cols);
-    const uint8_t *row = (const uint8_t *)m->codes + (size_t)r * kn_row_bytes(KN_DT_Q6, m->cols);
-    const uint16_t *sc = (const uint16_t *)m->scales + (size_t)r * (size_t)nb * 8;
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *blk = row + (size_t)b * 192;
-        float s[8];
-        for (int g = 0; g < 8; g++)
-            s[g] = kn_f16_to_f32(sc[b * 8 + g]);
-        for (int e = 0; e < KN_Q6_BLOCK && b * KN_Q6_BLOCK + e < m->cols; e++) {
-            int p = kn_q6_pos(e), v = p / 64, i = p % 64;
-            int lo = blk[64 * (v / 2) + i] >> (v % 2 ? 4 : 0) & 15;
-            int q = lo | (blk[128 + i] >> (2 * v) & 3) << 4;
-            out[b * KN_Q6_BLOCK + e] = s[e / KN_Q6_GROUP] * (float)(q - 32);
-        }
-    }
-}
-
 /* ---- from-float: the quantizers of kn_quant.c under one signature ---- */
 
 static void from_f32(const float *w, int rows, int cols, int group, void *out,
@@ -161,6 +140,6 @@ const struct kn_type_traits kn_type_traits[KN_DT_COUNT] = {
                   .block_scales = KN_Q6_BLOCK / KN_Q6_GROUP,
                   .canon = KN_DT_Q6,
                   .act_parts = KN_ACT_Q6,
-                  .to_float = row_q6,
+                  .to_float = kn_q6_row,
                   .from_float = from_q6},
 };
