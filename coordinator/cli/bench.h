@@ -33,6 +33,9 @@ int coord_bench_kernels(int argc, char **argv);
  *   tokenizer <file> bytes=<n> tokens=<n> mb_per_s=<median> reps=<r>
  * Returns the exit code: 0, 1 on a failure, 2 on bad usage; --help prints the usage. */
 int coord_bench_tokenizer(int argc, char **argv);
+/* `shardlm bench grammar --tokenizer FILE --data DIR [--json] [--limit N] [--timeout S] [-v]`:
+ * the grammar engine over MaskBench's data (see its usage). Returns the exit code. */
+int coord_bench_grammar(int argc, char **argv);
 /* `shardlm bench sampler`: what sampling a token costs per sequence and step. */
 int coord_bench_sampler(int argc, char **argv);
 

@@ -330,6 +330,7 @@ static const struct {
     {"allreduce", coord_bench_allreduce}, {"kernels", coord_bench_kernels},
     {"tokenizer", coord_bench_tokenizer}, {"sampler", coord_bench_sampler},
     {"quant", coord_bench_quant},         {"experts", coord_bench_experts},
+    {"grammar", coord_bench_grammar},
 };
 #define N_BENCH_KINDS (sizeof(bench_kinds) / sizeof(bench_kinds[0]))
 

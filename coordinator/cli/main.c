@@ -37,6 +37,8 @@ static const char usage_main[] =
     "  bench quant [-t THREADS]  the W4 quantizer's time per group, w4a8 and w4a16\n"
     "  bench experts -m MODEL.shlm  a mixture of experts' two placements over R ranks,\n"
     "            simulated from its routing: the busiest rank's expert bytes per step\n"
+    "  bench grammar --tokenizer FILE --data DIR  the grammar engine over MaskBench's schemas:\n"
+    "            passing, errors, mask and compile times\n"
     "\n"
     "`shardlm <command> --help` describes each command's options; `shardlm --version` prints\n"
     "the version and the git commit of the build.\n"

@@ -706,7 +706,7 @@ static int whole_word(const struct coord_tok *t, const char *ws, size_t wl, bool
         return tok_lookup_n(t, ws, wl);
     size_t el = 0;
     for (size_t i = 0; i < wl; i++)
-        el += tok_put_utf8(enc + el, tok_gpt2_cp((unsigned char)ws[i]));
+        el += coord_utf8_put(enc + el, tok_gpt2_cp((unsigned char)ws[i]));
     return tok_lookup_n(t, enc, el);
 }
 

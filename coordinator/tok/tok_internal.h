@@ -169,31 +169,6 @@ static inline size_t tok_utf8_len(unsigned char c)
     return lens[c >> 4];
 }
 
-/* Writes code point @cp as UTF-8 at @o (room for 4 bytes); returns its bytes. */
-static inline size_t tok_put_utf8(char *o, uint32_t cp)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | cp >> 6);
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12);
-        o[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18);
-    o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* Decodes one well-formed UTF-8 character of at most @n bytes at @s: its length, or 0. */
 static inline size_t tok_get_utf8(const char *s, size_t n, uint32_t *cp)
 {

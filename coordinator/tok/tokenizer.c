@@ -313,7 +313,7 @@ static void build_byte_ids(struct coord_tok *t)
     for (unsigned b = 0; b < 256; b++) {
         char buf[8];
         if (t->flags & COORD_TOKF_BYTE_LEVEL) {
-            t->byte_ids[b] = tok_lookup_n(t, buf, tok_put_utf8(buf, tok_gpt2_cp(b)));
+            t->byte_ids[b] = tok_lookup_n(t, buf, coord_utf8_put(buf, tok_gpt2_cp(b)));
         } else {
             snprintf(buf, sizeof(buf), "<0x%02X>", b);
             t->byte_ids[b] = tok_lookup_n(t, buf, 6);

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* The bytes of the well-formed character that @c starts, or 0: a continuation byte, or a lead
  * byte of an overlong form (C0, C1) or past U+10FFFF (F5..FF). */
@@ -45,6 +46,41 @@ static inline size_t coord_utf8_char(const unsigned char *s, size_t n)
         if (!coord_utf8_follows(s[0], i, s[i]))
             return 0;
     return l;
+}
+
+/* The code point of the well-formed character of @l bytes at @s (coord_utf8_char()'s length). */
+static inline uint32_t coord_utf8_decode(const unsigned char *s, size_t l)
+{
+    static const uint8_t lead_mask[5] = {0, 0x7f, 0x1f, 0x0f, 0x07};
+    uint32_t c = s[0] & lead_mask[l];
+    for (size_t i = 1; i < l; i++)
+        c = c << 6 | (s[i] & 0x3f);
+    return c;
+}
+
+/* Writes code point @cp as UTF-8 at @o (room for 4 bytes); returns its bytes. */
+static inline size_t coord_utf8_put(char *o, uint32_t cp)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | cp >> 6);
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | cp >> 12);
+        o[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | cp >> 18);
+    o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+    o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
 }
 
 /* Whether the @n bytes at @s are well-formed UTF-8 (a NUL byte is: callers that refuse one

