@@ -11,7 +11,7 @@ SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 PACKAGES=(build-essential cmake pkg-config procps libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
           libnuma-dev liburing-dev libcmocka-dev libjansson-dev libpcre2-dev libmicrohttpd-dev
           libicu-dev
-          python3-jinja2 curl iproute2 chromium
+          python3-jinja2 python3-jsonschema curl iproute2 chromium
           help2man dpkg-dev lintian systemd strace haproxy)
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -259,8 +259,9 @@ static void test_mask_llama31(void **state)
     uint32_t *lens = calloc((size_t)r.tok.vocab_size, sizeof(uint32_t));
     for (int i = 0; i < r.tok.vocab_size; i++)
         if ((r.tok.attrs[i] & COORD_TOKA_TYPE) != COORD_TOKT_CONTROL) {
-            bytes[i] = r.tok.dec[i];
-            lens[i] = r.tok.dec_len[i];
+            size_t len;
+            bytes[i] = coord_tok_text(&r.tok, i, &len);
+            lens[i] = (uint32_t)len;
         }
     assert_int_equal(gr_vocab_new(r.tok.vocab_size, bytes, lens, r.tok.eos_id, &r.v, &e), 0);
     r.mask = malloc(sizeof(uint32_t) * (size_t)gr_mask_words(r.v));

@@ -310,10 +310,12 @@ static void run_file(const char *dir, const char *name, const struct coord_tok *
     }
     c->schemas++;
     if (!f || !json_object_get(f, "schema")) {
+        /* what the server's JSON reader refuses too (a NUL in an object key): the schema is
+         * refused, a compile error */
         if (verbose)
-            fprintf(stderr, "%s: not read (%s): counted as a crash\n", name,
-                    f ? "no schema" : je.text);
-        c->timeouts++;
+            fprintf(stderr, "%s: compile error: the file cannot be read: %s\n", name,
+                    f ? "no \"schema\"" : je.text);
+        c->compile_errors++;
         json_decref(f);
         return;
     }
@@ -491,8 +493,9 @@ int coord_bench_grammar(int argc, char **argv)
     for (int i = 0; i < tok.vocab_size; i++) {
         if ((tok.attrs[i] & COORD_TOKA_TYPE) == COORD_TOKT_CONTROL)
             continue;
-        bytes[i] = tok.dec[i]; /* its bytes inside a text (no dummy-prefix rule) */
-        lens[i] = tok.dec_len[i];
+        size_t len;
+        bytes[i] = coord_tok_text(&tok, i, &len);
+        lens[i] = (uint32_t)len;
     }
     if (gr_vocab_new(tok.vocab_size, bytes, lens, tok.eos_id, &v, &e)) {
         fprintf(stderr, "shardlm bench grammar: %s\n", e.msg);

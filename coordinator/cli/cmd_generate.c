@@ -15,7 +15,8 @@ static const char usage_generate[] =
     "usage: shardlm generate -m MODEL.shlm (-p PROMPT ... | -f FILE) [-n N] [--json]\n"
     "                        [--temp T] [--top-p P] [--top-k K] [--min-p P] [--seed S]\n"
     "                        [--repeat-penalty R] [--frequency-penalty F] [--presence-penalty F]\n"
-    "                        [--stop STR ...] [--max-seqs N] [--step-tokens N] [--kv-tokens N]\n"
+    "                        [--stop STR ...] [--json-schema FILE | --regex RE]\n"
+    "                        [--max-seqs N] [--step-tokens N] [--kv-tokens N]\n"
     "                        [--kv-mem SIZE] [--no-prefix-cache] [--workers N] [--threads T]\n"
     "                        [--cpus LIST] [--no-persist] [--io MODE] [--verify] [--stats]\n"
     "                        [--restarts N] [--listen EP] [--keys DIR] [--verbose]\n"
@@ -41,6 +42,12 @@ static const char usage_generate[] =
     "                  subtract F per earlier occurrence of a generated token, or F once\n"
     "                  (OpenAI's; -2..2, default 0)\n"
     "  --stop STR      end a sequence before STR (repeat for up to 16)\n"
+    "  --json-schema FILE\n"
+    "                  every continuation is compact JSON valid against the JSON Schema in FILE\n"
+    "                  (each token drawn from those the schema allows; the sequence ends where\n"
+    "                  the JSON does); a schema that cannot be compiled is refused before the\n"
+    "                  model starts, naming the keyword\n"
+    "  --regex RE      every continuation matches the regular expression RE (ECMAScript syntax)\n"
     "  --seed S        random seed (default: from the clock); prompt i draws from S + "
     "i\n" SCHED_HELP LAYOUT_HELP LOAD_HELP ACCESS_HELP
     "  --verbose       worker layout (`rank <r> node <n> cpus <list> pid <pid>`), the KV cache's\n"
@@ -60,13 +67,16 @@ static const struct option generate_options[] = {{"prompt", required_argument, 0
                                                  {"frequency-penalty", required_argument, 0, 1103},
                                                  {"presence-penalty", required_argument, 0, 1104},
                                                  {"stop", required_argument, 0, 1105},
+                                                 {"json-schema", required_argument, 0, 1106},
+                                                 {"regex", required_argument, 0, 1107},
                                                  {"seed", required_argument, 0, 'S'},
                                                  {"help", no_argument, 0, 'h'},
                                                  SCHED_OPTIONS,
                                                  ENGINE_OPTIONS,
                                                  {0, 0, 0, 0}};
 
-static const struct coord_cli_path generate_paths[] = {{'f', "-f"}, {0, 0}};
+static const struct coord_cli_path generate_paths[] = {
+    {'f', "-f"}, {1106, "--json-schema"}, {0, 0}};
 
 static const struct coord_cli_cmd generate_cmd = {"generate", usage_generate, "m:p:f:n:vh",
                                                   generate_options, generate_paths};
@@ -160,6 +170,17 @@ static int generate_option(int c, void *arg)
         if (!*optarg || strlen(optarg) > 256)
             return bad_usage("--stop: expected a string of 1..256 bytes");
         o->stop[o->n_stop++] = optarg;
+        break;
+    case 1106:
+    case 1107:
+        if (o->json_schema_path || o->regex)
+            return bad_usage("--json-schema and --regex: one of them, once");
+        if (c == 1107 && !*optarg)
+            return bad_usage("--regex: expected a regular expression");
+        if (c == 1106)
+            o->json_schema_path = optarg;
+        else
+            o->regex = optarg;
         break;
     }
     return -1;

@@ -43,6 +43,7 @@ struct gen {
     bool stream;          /* one prompt, plain text: tokens go out as they come */
     int out_rc;           /* the first failed write to stdout */
     struct coord_sched *sched;
+    struct gr_grammar *grammar; /* --json-schema or --regex, shared by the prompts */
 };
 
 /* The one message of a failed write to stdout. */
@@ -274,6 +275,7 @@ static int submit_all(struct gen *g, struct shardlm_err *e)
                                   .stop = o->stop,
                                   .n_stop = o->n_stop,
                                   .logprobs = -1,
+                                  .grammar = g->grammar,
                                   .on_event = on_event,
                                   .ctx = it};
         r.sampling.seed = o->sampling.seed + (uint64_t)i;
@@ -318,6 +320,35 @@ static void gen_free(struct gen *g)
     free(g->file);
     if (g->tok_loaded)
         coord_tok_free(&g->tok);
+    gr_grammar_free(g->grammar);
+}
+
+/* --json-schema FILE or --regex RE, compiled before the model starts: a schema the engine cannot
+ * compile is refused with the keyword named, before anything runs. Returns 0 or -errno. */
+static int compile_grammar(struct gen *g, struct shardlm_err *e)
+{
+    const struct coord_generate_opts *o = g->o;
+    if (o->regex)
+        return gr_compile_regex(o->regex, strlen(o->regex), NULL, &g->grammar, e);
+    if (!o->json_schema_path)
+        return 0;
+    uint8_t *buf;
+    size_t len;
+    int rc = coord_read_file(o->json_schema_path, 16u << 20, &buf, &len, e);
+    if (rc)
+        return rc;
+    /* compact JSON, as OpenAI's structured outputs write it: whitespace a model may pad a
+     * value with forever is not offered (MaskBench's note: preferred unless the model was tuned
+     * on indented JSON) */
+    struct gr_opts go = {.max_ws = -1};
+    rc = gr_compile_json_schema((const char *)buf, len, &go, &g->grammar, e);
+    free(buf);
+    if (rc) {
+        char why[sizeof(e->msg)];
+        snprintf(why, sizeof(why), "%s", e->msg);
+        shardlm_fail(e, rc, "%s: %s", o->json_schema_path, why);
+    }
+    return rc;
 }
 
 int coord_generate(const struct coord_generate_opts *o, struct shardlm_err *e)
@@ -332,7 +363,12 @@ int coord_generate(const struct coord_generate_opts *o, struct shardlm_err *e)
     if (!eo.max_seqs)
         eo.max_seqs = n_cli < 1 ? 1 : n_cli > 16 ? 16 : (uint32_t)n_cli;
     eo.kv_fit = true;
-    int rc = coord_engine_start(&eng, &eo, e);
+    int rc = compile_grammar(&g, e);
+    if (rc) {
+        gen_free(&g);
+        return rc;
+    }
+    rc = coord_engine_start(&eng, &eo, e);
     if (rc) {
         gen_free(&g);
         return rc;

@@ -23,6 +23,8 @@ struct coord_generate_opts {
     const char *stop[GEN_MAX_STOPS];
     int n_stop;
     bool json;
+    const char *json_schema_path; /* --json-schema FILE, or NULL */
+    const char *regex;            /* --regex RE, or NULL */
     struct coord_sched_opts sched;
 };
 

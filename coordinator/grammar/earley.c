@@ -19,7 +19,7 @@ int gr_cfg_nt(struct gr_cfg *g)
 
 int gr_cfg_rule(struct gr_cfg *g, int lhs, const int32_t *sym, int n)
 {
-    if ((g->max_rules && g->n_rules >= g->max_rules) || g->n_rules >= (1 << 24) - 1 ||
+    if ((g->max_rules && g->n_rules >= g->max_rules) || g->n_rules >= (1 << 23) - 1 ||
         n >= (1 << 15))
         return -E2BIG;
     if (gr_grow((void **)&g->rules, &g->cap_rules, g->n_rules, 1, sizeof(*g->rules)) ||
@@ -131,14 +131,15 @@ static uint64_t item_key(struct gr_item it)
            (uint64_t)(uint32_t)it.origin;
 }
 
-/* Adds @it to the row being built unless it is there. Returns 0 or -ENOMEM / -E2BIG. */
-static int add_item(struct gr_parser *p, struct gr_item it)
+/* Adds @k to the set of what the row being built has seen (its items, and the completions it
+ * has made): 1 when new, 0 when there, -ENOMEM. Growing keeps only the items' keys: a
+ * completion forgotten is made again, to the same items. */
+static int seen_add(struct gr_parser *p, uint64_t k)
 {
-    int in_row = p->n_items - p->rows[p->n_rows].beg;
-    if (p->max_items && in_row >= p->max_items)
-        return -E2BIG;
-    if ((in_row + 1) * 2 > p->seen_mask) { /* grow, re-adding the row's items */
+    if ((p->n_seen + 1) * 2 > p->seen_mask) {
         int nm = p->seen_mask ? p->seen_mask * 2 + 1 : 255;
+        while ((p->n_items - p->rows[p->n_rows].beg + 1) * 2 > nm)
+            nm = nm * 2 + 1;
         uint64_t *seen = malloc(sizeof(uint64_t) * (size_t)(nm + 1));
         uint32_t *sg = calloc((size_t)nm + 1, sizeof(uint32_t));
         if (!seen || !sg) {
@@ -152,26 +153,39 @@ static int add_item(struct gr_parser *p, struct gr_item it)
         p->seen_gen = sg;
         p->seen_mask = nm;
         p->gen = 1;
+        p->n_seen = 0;
         for (int i = p->rows[p->n_rows].beg; i < p->n_items; i++) {
-            uint64_t k = item_key(p->items[i]);
-            uint64_t h = (k * 0x9E3779B97F4A7C15ull) >> 20;
+            uint64_t ik = item_key(p->items[i]);
+            uint64_t h = (ik * 0x9E3779B97F4A7C15ull) >> 20;
             while (p->seen_gen[h & (uint64_t)nm] == p->gen)
                 h++;
-            p->seen[h & (uint64_t)nm] = k;
+            p->seen[h & (uint64_t)nm] = ik;
             p->seen_gen[h & (uint64_t)nm] = p->gen;
+            p->n_seen++;
         }
     }
-    uint64_t k = item_key(it);
     for (uint64_t h = (k * 0x9E3779B97F4A7C15ull) >> 20;; h++) {
         uint64_t i = h & (uint64_t)p->seen_mask;
         if (p->seen_gen[i] != p->gen) {
             p->seen[i] = k;
             p->seen_gen[i] = p->gen;
-            break;
+            p->n_seen++;
+            return 1;
         }
         if (p->seen[i] == k)
             return 0;
     }
+}
+
+/* Adds @it to the row being built unless it is there. Returns 0 or -ENOMEM / -E2BIG. */
+static int add_item(struct gr_parser *p, struct gr_item it)
+{
+    int in_row = p->n_items - p->rows[p->n_rows].beg;
+    if (p->max_items && in_row >= p->max_items)
+        return -E2BIG;
+    int rc = seen_add(p, item_key(it));
+    if (rc <= 0)
+        return rc;
     if (gr_grow((void **)&p->items, &p->cap_items, p->n_items, 1, sizeof(*p->items)))
         return -ENOMEM;
     p->items[p->n_items++] = it;
@@ -180,11 +194,22 @@ static int add_item(struct gr_parser *p, struct gr_item it)
 
 static void new_gen(struct gr_parser *p)
 {
+    p->n_seen = 0;
     if (++p->gen == 0) {
         if (p->seen_gen)
             memset(p->seen_gen, 0, sizeof(uint32_t) * ((size_t)p->seen_mask + 1));
         p->gen = 1;
     }
+}
+
+/* A row's index of more entries than this is sorted (completions search it); smaller ones are
+ * read through. */
+#define GR_IX_SORTED 24
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
 }
 
 static int cmp_i32(const void *a, const void *b)
@@ -253,12 +278,38 @@ static int close_row(struct gr_parser *p, struct gr_grammar *g)
             int32_t want = ~ru->lhs;
             if (it.origin == r)
                 continue; /* nullable: advanced over when predicted */
+            /* the same (lhs, origin) completed by another rule adds the same items */
+            rc = seen_add(p, 1ull << 63 | (uint64_t)(uint32_t)ru->lhs << 24 | (uint32_t)it.origin);
+            if (rc <= 0) {
+                if (rc < 0)
+                    return rc;
+                continue;
+            }
+            /* the origin row's items waiting for the lhs: a binary search in its index */
             const struct gr_row *o = &p->rows[it.origin];
-            for (int j = o->beg; j < o->end; j++) {
-                struct gr_item jt = p->items[j];
-                const struct gr_rule *jr = &c->rules[jt.rule];
-                if (jt.dot < jr->len && c->rhs[jr->off + jt.dot] == want &&
-                    (rc = add_item(p, (struct gr_item){jt.rule, (int16_t)(jt.dot + 1), jt.origin})))
+            uint64_t key = (uint64_t)(uint32_t)~want << 32;
+            int lo = o->ix_beg, hi = o->ix_end;
+            if (hi - lo <= GR_IX_SORTED) { /* small: unsorted, read through */
+                for (int j = lo; j < hi; j++) {
+                    if (p->ix[j] >> 32 != (uint32_t)~want)
+                        continue;
+                    struct gr_item jt = p->items[(uint32_t)p->ix[j]];
+                    if ((rc = add_item(
+                             p, (struct gr_item){jt.rule, (int16_t)(jt.dot + 1), jt.origin})))
+                        return rc;
+                }
+                continue;
+            }
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (p->ix[mid] < key)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            for (int j = lo; j < o->ix_end && p->ix[j] >> 32 == (uint32_t)~want; j++) {
+                struct gr_item jt = p->items[(uint32_t)p->ix[j]];
+                if ((rc = add_item(p, (struct gr_item){jt.rule, (int16_t)(jt.dot + 1), jt.origin})))
                     return rc;
             }
             continue;
@@ -276,6 +327,20 @@ static int close_row(struct gr_parser *p, struct gr_grammar *g)
     }
     struct gr_row *row = &p->rows[r];
     row->end = p->n_items;
+    /* its index for later completions: the items waiting for a nonterminal, by nonterminal */
+    row->ix_beg = p->n_ix;
+    for (int i = row->beg; i < row->end; i++) {
+        struct gr_item it = p->items[i];
+        const struct gr_rule *ru = &c->rules[it.rule];
+        if (it.dot >= ru->len || c->rhs[ru->off + it.dot] >= 0)
+            continue;
+        if (gr_grow((void **)&p->ix, &p->cap_ix, p->n_ix, 1, sizeof(*p->ix)))
+            return -ENOMEM;
+        p->ix[p->n_ix++] = (uint64_t)(uint32_t)~c->rhs[ru->off + it.dot] << 32 | (uint32_t)i;
+    }
+    row->ix_end = p->n_ix;
+    if (row->ix_end - row->ix_beg > GR_IX_SORTED)
+        qsort(p->ix + row->ix_beg, (size_t)(row->ix_end - row->ix_beg), sizeof(uint64_t), cmp_u64);
     row->accepting = false;
     int n_lex = 0;
     for (int i = row->beg; i < row->end; i++) {
@@ -309,7 +374,7 @@ static int open_row(struct gr_parser *p)
         return -E2BIG;
     if (gr_grow((void **)&p->rows, &p->cap_rows, p->n_rows, 1, sizeof(*p->rows)))
         return -ENOMEM;
-    p->rows[p->n_rows] = (struct gr_row){.beg = p->n_items};
+    p->rows[p->n_rows] = (struct gr_row){.beg = p->n_items, .ix_beg = p->n_ix, .ix_end = p->n_ix};
     new_gen(p);
     return 0;
 }
@@ -360,12 +425,14 @@ int gr_parser_push(struct gr_parser *p, struct gr_grammar *g, const int32_t *acc
     return 1;
 fail:
     p->n_items = p->rows[p->n_rows].beg;
+    p->n_ix = p->rows[p->n_rows].ix_beg;
     return rc;
 }
 
 void gr_parser_free(struct gr_parser *p)
 {
     free(p->items);
+    free(p->ix);
     free(p->rows);
     free(p->seen);
     free(p->seen_gen);

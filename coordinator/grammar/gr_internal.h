@@ -234,6 +234,7 @@ struct gr_item {
 
 struct gr_row {
     int32_t beg, end;  /* its items */
+    int32_t ix_beg, ix_end; /* in gr_parser.ix: its items that wait for a nonterminal */
     int32_t lex_start; /* lexer DFA state for its allowed lexemes (GR_DEAD: none) */
     bool accepting;    /* the start symbol is complete over everything so far */
 };
@@ -241,13 +242,15 @@ struct gr_row {
 struct gr_parser {
     struct gr_item *items;
     int n_items, cap_items;
+    uint64_t *ix; /* per row, sorted: nonterminal << 32 | item, for the items waiting for it */
+    int n_ix, cap_ix;
     struct gr_row *rows;
     int n_rows, cap_rows;
     /* scratch */
     uint64_t *seen; /* open addressing of (rule, dot, origin) in the row being built */
     uint32_t *seen_gen;
     uint32_t gen;
-    int seen_mask;
+    int seen_mask, n_seen;
     int32_t *lex_buf;
     int cap_lex;
     long max_items; /* in one row */
@@ -307,6 +310,7 @@ static inline void gr_parser_pop(struct gr_parser *p)
 {
     p->n_rows--;
     p->n_items = p->rows[p->n_rows].beg;
+    p->n_ix = p->rows[p->n_rows].ix_beg;
 }
 void gr_parser_free(struct gr_parser *p);
 

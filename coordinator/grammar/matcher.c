@@ -254,12 +254,16 @@ int gr_matcher_clone(const struct gr_matcher *m, struct gr_matcher **out, struct
     c->p.max_items = m->p.max_items;
     c->p.items = malloc(sizeof(*c->p.items) * (size_t)(m->p.n_items ? m->p.n_items : 1));
     c->p.rows = malloc(sizeof(*c->p.rows) * (size_t)m->p.n_rows);
-    if (!c->p.items || !c->p.rows) {
+    c->p.ix = malloc(sizeof(*c->p.ix) * (size_t)(m->p.n_ix ? m->p.n_ix : 1));
+    if (!c->p.items || !c->p.rows || !c->p.ix) {
         gr_matcher_free(c);
         return shardlm_fail(e, -ENOMEM, "grammar: out of memory");
     }
     memcpy(c->p.items, m->p.items, sizeof(*c->p.items) * (size_t)m->p.n_items);
     memcpy(c->p.rows, m->p.rows, sizeof(*c->p.rows) * (size_t)m->p.n_rows);
+    if (m->p.n_ix)
+        memcpy(c->p.ix, m->p.ix, sizeof(*c->p.ix) * (size_t)m->p.n_ix);
+    c->p.n_ix = c->p.cap_ix = m->p.n_ix;
     c->p.n_items = c->p.cap_items = m->p.n_items;
     c->p.n_rows = c->p.cap_rows = m->p.n_rows;
     *out = c;
@@ -478,7 +482,8 @@ static void walk_lexeme(struct walk *w, int32_t q0)
             }
             if (!nd->np_below && (l->ds[q2].plain == q2 || (l->ds[q2].plain == GR_UNSET &&
                                                             gr_lexer_plain_next(l, q2) == q2))) {
-                allow_all(w, nd); /* plain tokens in a state plain characters keep */
+                /* plain tokens in a state plain characters keep: all of them */
+                allow_all(w, nd);
                 c = nd->end;
                 continue;
             }

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "utf8.h"
+#include "util.h"
 
 #define GR_MAX_PATTERN_PROPS 3 /* a key may match any set of them: 2^n key lexemes */
 
@@ -68,13 +69,14 @@ static int sc_fail(struct sc *c, const char *kw, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int sc_fail(struct sc *c, const char *kw, const char *fmt, ...)
 {
-    char msg[320];
+    char msg[320], shown[400];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    coord_escape(shown, sizeof(shown), msg, strlen(msg)); /* it may quote the schema's strings */
     return shardlm_fail(c->e, -EINVAL, "json_schema: %s%s\"%s\": %s", c->where_len ? c->where : "",
-                        c->where_len ? ": " : "", kw, msg);
+                        c->where_len ? ": " : "", kw, shown);
 }
 
 static int sc_rc(struct sc *c, int rc) { return gr_fail_code(c->e, rc, "json_schema"); }
@@ -82,8 +84,11 @@ static int sc_rc(struct sc *c, int rc) { return gr_fail_code(c->e, rc, "json_sch
 static void where_push(struct sc *c, const char *a, const char *b, int *save)
 {
     *save = c->where_len;
+    char shown[96] = "";
+    if (b)
+        coord_escape(shown, sizeof(shown), b, strlen(b)); /* a key of the schema's */
     int n = snprintf(c->where + c->where_len, sizeof(c->where) - (size_t)c->where_len, "/%s%s%s", a,
-                     b ? "/" : "", b ? b : "");
+                     b ? "/" : "", shown);
     if (n > 0)
         c->where_len += n;
     if (c->where_len >= (int)sizeof(c->where))
@@ -413,11 +418,13 @@ static json_t *flatten(struct sc *c, json_t *s, int depth)
     json_t *all = json_object_get(s, "allOf");
     if (!ref && !all)
         return s;
-    json_t *out = keep(c, json_deep_copy(s));
-    if (!out)
+    /* the referenced and the allOf schemas first, the schema's own keywords last: properties
+     * keep that order (a base's before those its extension adds) */
+    json_t *own = keep(c, json_deep_copy(s)), *out = keep(c, json_object());
+    if (!own || !out)
         return NULL;
-    json_object_del(out, "$ref");
-    json_object_del(out, "allOf");
+    json_object_del(own, "$ref");
+    json_object_del(own, "allOf");
     if (ref) {
         if (!json_is_string(ref)) {
             sc_fail(c, "$ref", "not a string");
@@ -442,6 +449,8 @@ static json_t *flatten(struct sc *c, json_t *s, int depth)
                 return NULL;
         }
     }
+    if (!(out = merge(c, out, own, depth + 1)))
+        return NULL;
     return out;
 }
 
@@ -542,6 +551,8 @@ static json_t *merge(struct sc *c, json_t *a, json_t *b, int depth)
                     json_array_append_new(t, json_string(type_names[i]));
             json_object_set_new(a, "type", t);
         } else if (!strcmp(k, "required")) {
+            av = json_copy(av); /* it may be another schema's: the union is a new list */
+            json_object_set_new(a, k, av);
             size_t i;
             json_t *x;
             json_array_foreach(bv, i, x)
@@ -786,7 +797,7 @@ static struct gr_re *re_number_range(struct sc *c, bool integer, struct bound lo
         return re_src(c, plain, GR_ENC_BYTE);
     const double lim = 9e15;
     if ((lo.set && fabs(lo.v) > lim) || (hi.set && fabs(hi.v) > lim)) {
-        shardlm_fail(c->e, -EINVAL, "json_schema: %s\"minimum\": a bound past 9e15", c->where);
+        sc_fail(c, "minimum", "a bound past 9e15");
         return NULL;
     }
     /* integers: the whole numbers in range */
@@ -818,10 +829,7 @@ static struct gr_re *re_number_range(struct sc *c, bool integer, struct bound lo
     }
     /* numbers: whole bounds only (a fraction or exponent beside them is refused) */
     if ((lo.set && lo.v != floor(lo.v)) || (hi.set && hi.v != floor(hi.v))) {
-        shardlm_fail(c->e, -EINVAL,
-                     "json_schema: %s%s\"minimum\"/\"maximum\": a bound with a fraction is not "
-                     "supported",
-                     c->where, c->where_len ? ": " : "");
+        sc_fail(c, "minimum", "a bound with a fraction is not supported");
         return NULL;
     }
     struct gr_re *alt = gr_re_new(&c->b, GR_RE_ALT);
@@ -1887,8 +1895,11 @@ int gr_compile_json_schema(const char *schema, size_t len, const struct gr_opts 
     if (!s && strstr(je.text, "too big integer")) /* past int64: numbers, as JSON has them */
         s = json_loadb(schema, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL,
                        &je);
-    if (!s)
-        return shardlm_fail(e, -EINVAL, "json_schema: not JSON (line %d: %s)", je.line, je.text);
+    if (!s) {
+        char shown[200];
+        coord_escape(shown, sizeof(shown), je.text, strlen(je.text));
+        return shardlm_fail(e, -EINVAL, "json_schema: not JSON (line %d: %s)", je.line, shown);
+    }
     if (!json_is_object(s) && !json_is_boolean(s)) {
         json_decref(s);
         return shardlm_fail(e, -EINVAL, "json_schema: a schema is an object or a boolean");

@@ -3,6 +3,7 @@
 #include "scheduler.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ struct seq {
     coord_event_fn on_event;
     void *ctx;
     struct coord_utf8 u;
+    struct gr_matcher *gm; /* the request's grammar over its generated tokens, or NULL */
     char *pending; /* decoded text held back (a stop string may begin in it) */
     size_t n_pending;
     int step_n; /* tokens in the step being built (0: not in it) */
@@ -56,6 +58,8 @@ struct coord_sched {
     char *text;                  /* scratch of one event's text */
     size_t text_cap;
     struct coord_sched_stats st;
+    struct gr_vocab *gv; /* the tokenizer's tokens for grammars, made at the first that needs it */
+    uint32_t *mask;      /* (gr_mask_words) scratch */
     int32_t eog[COORD_TOK_MAX_EOG]; /* the tokens that end a generation (coord_tok_eog_ids) */
     int n_eog;
     bool failed; /* the engine failed: fail_all() is ending every request */
@@ -162,6 +166,7 @@ static void seq_free(struct seq *q)
         free(q->stop[i]);
     free(q->stop);
     free(q->pending);
+    gr_matcher_free(q->gm);
     free(q);
 }
 
@@ -178,7 +183,42 @@ void coord_sched_free(struct coord_sched *s)
     free(s->in_step);
     free(s->raw);
     free(s->text);
+    gr_vocab_free(s->gv);
+    free(s->mask);
     free(s);
+}
+
+/* The tokenizer's vocabulary for grammars: every token's text but control tokens'; EOS the end.
+ * Returns 0 or -errno with @e set. */
+static int grammar_vocab(struct coord_sched *s, struct shardlm_err *e)
+{
+    if (s->gv)
+        return 0;
+    if (!s->tok)
+        return shardlm_fail(e, -EINVAL, "a grammar needs a tokenizer");
+    const struct coord_tok *t = s->tok;
+    int n = (int)s->be.vocab;
+    const char **bytes = calloc((size_t)n, sizeof(char *));
+    uint32_t *lens = calloc((size_t)n, sizeof(uint32_t));
+    int rc = -ENOMEM;
+    if (bytes && lens) {
+        for (int i = 0; i < n && i < t->vocab_size; i++)
+            if ((t->attrs[i] & COORD_TOKA_TYPE) != COORD_TOKT_CONTROL) {
+                size_t len;
+                bytes[i] = coord_tok_text(t, i, &len);
+                lens[i] = (uint32_t)len;
+            }
+        int eos = s->be.eos >= 0 && s->be.eos < n ? s->be.eos : -1;
+        rc = gr_vocab_new(n, bytes, lens, eos, &s->gv, e);
+        if (!rc && !(s->mask = malloc(sizeof(uint32_t) * (size_t)gr_mask_words(s->gv)))) {
+            gr_vocab_free(s->gv);
+            s->gv = NULL;
+            rc = -ENOMEM;
+        }
+    }
+    free(bytes);
+    free(lens);
+    return rc == -ENOMEM ? shardlm_fail(e, rc, "out of memory") : rc;
 }
 
 /* ---- submission ---- */
@@ -312,7 +352,9 @@ int coord_sched_submit(struct coord_sched *s, const struct coord_request *r, uin
             seq_free(q);
         return shardlm_fail(e, -ENOMEM, "out of memory");
     }
-    if ((rc = copy_stops(q, r, e))) {
+    if ((rc = copy_stops(q, r, e)) ||
+        (r->grammar &&
+         ((rc = grammar_vocab(s, e)) || (rc = gr_matcher_new(r->grammar, s->gv, &q->gm, e))))) {
         seq_free(q);
         return rc;
     }
@@ -622,10 +664,45 @@ static bool is_stop_token(const struct coord_sched *s, const struct seq *q, int 
 
 /* @q's chunk reached its last token: samples the next one from @logits, reports it, and
  * returns true when the sequence is done. */
+/* The tokens @q's grammar forbids next get -inf in @logits (the exchange's row); the tokens
+ * that end a sequence are allowed exactly where the grammar may end. Returns false when no
+ * token is left (a grammar that leads nowhere), or on an error. */
+static bool apply_grammar(struct coord_sched *s, struct seq *q, float *logits)
+{
+    long n = gr_matcher_mask(q->gm, s->mask);
+    if (n <= 0)
+        return false;
+    uint32_t *m = s->mask;
+    bool can_end = s->be.eos >= 0 && (m[s->be.eos >> 5] >> (s->be.eos & 31) & 1);
+    /* the tokens that end a sequence (control tokens: not in the grammar's vocabulary) follow
+     * EOS: allowed where the grammar may end, else not */
+    for (int i = 0; i < s->n_eog + q->n_stop_ids; i++) {
+        int t = i < s->n_eog ? s->eog[i] : q->stop_ids[i - s->n_eog];
+        if (t < 0 || (uint32_t)t >= s->be.vocab)
+            continue;
+        if (can_end)
+            m[t >> 5] |= 1u << (t & 31);
+        else
+            m[t >> 5] &= ~(1u << (t & 31));
+    }
+    for (uint32_t w = 0; w * 32 < s->be.vocab; w++) {
+        if (m[w] == 0xffffffffu)
+            continue;
+        for (uint32_t b = 0; b < 32 && w * 32 + b < s->be.vocab; b++)
+            if (!(m[w] >> b & 1))
+                logits[w * 32 + b] = -INFINITY;
+    }
+    return true;
+}
+
 static bool advance(struct coord_sched *s, struct seq *q, const float *logits)
 {
     struct coord_logprobs lp, *lpp = NULL;
     float *row = (float *)logits; /* the exchange's row: the sampler works in place */
+    if (q->gm && !apply_grammar(s, q, row)) {
+        finish(s, q, -1, NULL, COORD_FINISH_ERROR, "the grammar allows no token here");
+        return true;
+    }
     if (q->logprobs >= 0) {
         memcpy(s->raw, logits, s->be.vocab * sizeof(float));
         row = s->raw;
@@ -635,9 +712,14 @@ static bool advance(struct coord_sched *s, struct seq *q, const float *logits)
         coord_logprobs(&q->smp, logits, tok, q->logprobs, &lp);
         lpp = &lp;
     }
-    if (is_stop_token(s, q, tok) || (tok == s->be.bos && !q->ignore_eos)) {
+    if (is_stop_token(s, q, tok) || (tok == s->be.bos && !q->ignore_eos) ||
+        (q->gm && tok == s->be.eos)) { /* a grammar's end ends the sequence, ignore_eos or not */
         q->n_gen++;
         finish(s, q, tok, lpp, COORD_FINISH_STOP, NULL);
+        return true;
+    }
+    if (q->gm && !gr_matcher_commit(q->gm, tok)) { /* it was in the mask: an invariant */
+        finish(s, q, -1, lpp, COORD_FINISH_ERROR, "the grammar refused the token it allowed");
         return true;
     }
     int prev = q->tokens[q->len - 1];

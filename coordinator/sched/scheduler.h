@@ -29,6 +29,7 @@
 #define SHARDLM_COORD_SCHEDULER_H
 
 #include "engine.h"
+#include "grammar.h"
 #include "kvpool.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -78,6 +79,11 @@ struct coord_request {
     int n_stop;
     bool ignore_eos;
     int logprobs; /* -1: none; n >= 0: the sampled token's and the top n alternatives' */
+    /* structured output (NULL: none): each token is drawn from those @grammar allows next (the
+     * mask applied to the logits before every other step of sampling and before the
+     * log-probabilities), and the sequence may end (EOS, a stop token) only where the grammar
+     * is complete. Borrowed: it must outlive the request's last event; requests may share it */
+    struct gr_grammar *grammar;
     coord_event_fn on_event;
     void *ctx;
 };

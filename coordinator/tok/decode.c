@@ -99,6 +99,15 @@ int tok_build_decoded(struct coord_tok *t, const char *what, struct shardlm_err 
     return 0;
 }
 
+const char *coord_tok_text(const struct coord_tok *t, int token, size_t *len)
+{
+    if (token >= 0 && token < t->vocab_size && t->type != COORD_TOK_SPM_LLAMA2C) {
+        *len = t->dec_len[token];
+        return t->dec[token];
+    }
+    return coord_tok_decode(t, -2, token, len); /* llama2.c: no BOS before, no dummy prefix */
+}
+
 const char *coord_tok_decode(const struct coord_tok *t, int prev, int token, size_t *len)
 {
     if (token < 0 || token >= t->vocab_size) {

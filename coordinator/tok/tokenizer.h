@@ -199,6 +199,9 @@ int coord_tok_encode(const struct coord_tok *t, const char *text, bool bos, bool
  * leading space after the start or a special token is dropped. Never NULL; *@len gets the byte
  * count (pieces may contain NUL bytes). Valid while @t is. */
 const char *coord_tok_decode(const struct coord_tok *t, int prev, int token, size_t *len);
+/* The text of @token inside a text, after an ordinary token (no dummy-prefix rule): what a
+ * grammar sees of it. Never NULL; *@len gets the byte count. Valid while @t is. */
+const char *coord_tok_text(const struct coord_tok *t, int token, size_t *len);
 /* Whether a decoded piece is worth printing (llama2.c safe_printf: a lone ASCII control byte
  * is not; a lone byte past ASCII is, as a part of a character: see coord_utf8_feed()). */
 bool coord_tok_printable(const char *piece, size_t len);
