@@ -390,6 +390,14 @@ static void test_refused_requests(void **state)
     q.n_prompt = 0;
     assert_int_equal(coord_sched_submit(s, &q, &id, &e), -EINVAL);
     q.n_prompt = 10;
+    /* a grammar needs the tokenizer's texts: a scheduler without one refuses it */
+    struct gr_grammar *g;
+    assert_int_equal(gr_compile_regex("a+", 2, NULL, &g, &e), 0);
+    q.grammar = g;
+    assert_int_equal(coord_sched_submit(s, &q, &id, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "grammar needs a tokenizer"));
+    q.grammar = NULL;
+    gr_grammar_free(g);
     t[3] = VOCAB;
     assert_int_equal(coord_sched_submit(s, &q, &id, &e), -EINVAL);
     assert_non_null(strstr(e.msg, "vocabulary"));

@@ -54,10 +54,10 @@ struct sc {
         lx_null, lx_lead;
     int nt_any;
     struct memo {
-        json_t *s;
+        json_t *s; /* NULL: an empty slot */
         int nt;
-    } * memo;
-    int n_memo, cap_memo;
+    } * memo; /* open addressing by the schema's address (memo_mask + 1 slots) */
+    int n_memo, memo_mask;
     json_t *keep; /* schemas made by merging: alive until the end */
     int depth;
     long budget; /* schemas compiled: a merge that keeps making new ones is stopped */
@@ -1816,12 +1816,45 @@ out:
     return rc;
 }
 
+/* Remembers that schema @s is nonterminal @nt. Returns 0 or -ENOMEM. */
+static int memo_add(struct sc *c, json_t *s, int nt)
+{
+    if ((c->n_memo + 1) * 2 > c->memo_mask) {
+        int nm = c->memo_mask ? c->memo_mask * 2 + 1 : 255;
+        struct memo *t = calloc((size_t)nm + 1, sizeof(*t));
+        if (!t)
+            return -ENOMEM;
+        for (int j = 0; c->memo && j <= c->memo_mask; j++) {
+            if (!c->memo[j].s)
+                continue;
+            uint64_t i = ((uint64_t)(uintptr_t)c->memo[j].s * 0x9E3779B97F4A7C15ull) >> 24;
+            while (t[i & (uint64_t)nm].s)
+                i++;
+            t[i & (uint64_t)nm] = c->memo[j];
+        }
+        free(c->memo);
+        c->memo = t;
+        c->memo_mask = nm;
+    }
+    uint64_t i = ((uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull) >> 24;
+    while (c->memo[i & (uint64_t)c->memo_mask].s)
+        i++;
+    c->memo[i & (uint64_t)c->memo_mask] = (struct memo){s, nt};
+    c->n_memo++;
+    return 0;
+}
+
 /* The nonterminal of schema @s: made once per schema object. */
 static int value(struct sc *c, json_t *s)
 {
-    for (int i = 0; i < c->n_memo; i++)
-        if (c->memo[i].s == s)
-            return c->memo[i].nt;
+    uint64_t h = ((uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull) >> 24;
+    for (uint64_t i = h; c->memo; i++) {
+        const struct memo *m = &c->memo[i & (uint64_t)c->memo_mask];
+        if (!m->s)
+            break;
+        if (m->s == s)
+            return m->nt;
+    }
     if (json_is_true(s) || (json_is_object(s) && !json_object_size(s)))
         return any_value(c);
     int nt = nt_new(c);
@@ -1829,7 +1862,7 @@ static int value(struct sc *c, json_t *s)
         return nt; /* no rule: nothing matches (a property that must be absent) */
     if (nt < 0)
         return nt;
-    if (GR_PUSH(c->memo, c->n_memo, c->cap_memo, ((struct memo){s, nt})))
+    if (memo_add(c, s, nt))
         return sc_rc(c, -ENOMEM);
     int rc = schema_rules(c, s, nt);
     return rc < 0 ? rc : nt;

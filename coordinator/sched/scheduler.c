@@ -662,8 +662,6 @@ static bool is_stop_token(const struct coord_sched *s, const struct seq *q, int 
     return false;
 }
 
-/* @q's chunk reached its last token: samples the next one from @logits, reports it, and
- * returns true when the sequence is done. */
 /* The tokens @q's grammar forbids next get -inf in @logits (the exchange's row); the tokens
  * that end a sequence are allowed exactly where the grammar may end. Returns false when no
  * token is left (a grammar that leads nowhere), or on an error. */
@@ -695,6 +693,23 @@ static bool apply_grammar(struct coord_sched *s, struct seq *q, float *logits)
     return true;
 }
 
+/* Whether @tok ends @q's grammar: EOS, a token that ends a generation or a stop token - allowed
+ * only where the grammar may end, so it ends the sequence, ignore_eos or not. */
+static bool grammar_end(const struct coord_sched *s, const struct seq *q, int tok)
+{
+    if (tok == s->be.eos)
+        return true;
+    for (int i = 0; i < s->n_eog; i++)
+        if (s->eog[i] == tok)
+            return true;
+    for (int i = 0; i < q->n_stop_ids; i++)
+        if (q->stop_ids[i] == tok)
+            return true;
+    return false;
+}
+
+/* @q's chunk reached its last token: samples the next one from @logits, reports it, and
+ * returns true when the sequence is done. */
 static bool advance(struct coord_sched *s, struct seq *q, const float *logits)
 {
     struct coord_logprobs lp, *lpp = NULL;
@@ -713,7 +728,7 @@ static bool advance(struct coord_sched *s, struct seq *q, const float *logits)
         lpp = &lp;
     }
     if (is_stop_token(s, q, tok) || (tok == s->be.bos && !q->ignore_eos) ||
-        (q->gm && tok == s->be.eos)) { /* a grammar's end ends the sequence, ignore_eos or not */
+        (q->gm && grammar_end(s, q, tok))) {
         q->n_gen++;
         finish(s, q, tok, lpp, COORD_FINISH_STOP, NULL);
         return true;
