@@ -333,6 +333,86 @@ static void test_choice(void **state)
     gr_vocab_free(v);
 }
 
+/* GBNF: a JSON-like grammar (recursive rules over regular ones made lexemes) and small ones,
+ * texts taken and refused, masks against brute force, errors with their line. */
+static const char json_gbnf[] =
+    "# JSON, loosely\n"
+    "root   ::= value\n"
+    "value  ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n"
+    "object ::=\n"
+    "  \"{\" ws (\n"
+    "            string \":\" ws value\n"
+    "    (\",\" ws string \":\" ws value)*\n"
+    "  )? \"}\" ws\n"
+    "array  ::= \"[\" ws ( value (\",\" ws value)* )? \"]\" ws\n"
+    "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) "
+    ")* "
+    "\"\\\"\" ws\n"
+    "number ::= \"-\"? ([0-9] | [1-9] [0-9]+) (\".\" [0-9]+)? ws\n"
+    "ws ::= [ \\t\\n]{0,8}\n";
+
+static void test_gbnf(void **state)
+{
+    (void)state;
+    struct gr_vocab *v = small_vocab();
+    static const struct {
+        const char *src, *yes[4], *no[4];
+    } cases[] = {
+        {json_gbnf,
+         {"{\"a\": [1, -2.5, true], \"b\": {}}", "\"x\\u00e9\"", "[ ]", NULL},
+         {"{\"a\" 1}", "[1,]", "01", NULL}},
+        {"root ::= \"a\"+ b\nb ::= \"b\" | \"c\" root", {"ab", "aacab", NULL}, {"a", "abb", NULL}},
+        {"root ::= (x | y){2,3}\nx ::= [0-9]\ny ::= \"-\"",
+         {"1-", "-2-", NULL},
+         {"1", "1234", NULL}},
+        {"root ::= [^a-y]* \"z\"?", {"", "z", "\xc3\xa9z", NULL}, {"a", "za", NULL}},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gr_grammar *g;
+        struct shardlm_err e;
+        if (gr_compile_gbnf(cases[i].src, strlen(cases[i].src), NULL, &g, &e))
+            fail_msg("gbnf %zu: %s", i, e.msg);
+        for (int k = 0; k < 4 && cases[i].yes[k]; k++)
+            if (!takes(g, v, cases[i].yes[k]))
+                fail_msg("gbnf %zu refused \"%s\"", i, cases[i].yes[k]);
+        for (int k = 0; k < 4 && cases[i].no[k]; k++)
+            if (takes(g, v, cases[i].no[k]))
+                fail_msg("gbnf %zu accepted \"%s\"", i, cases[i].no[k]);
+        /* the masks along the first accepted text, against brute force */
+        uint32_t mask[(N_SMALL + 31) / 32];
+        struct gr_matcher *m;
+        assert_int_equal(gr_matcher_new(g, v, &m, &e), 0);
+        const char *text = cases[i].yes[0];
+        for (size_t at = 0; text[at];) {
+            check_mask(m, N_SMALL, mask, "gbnf");
+            size_t used;
+            assert_true(gr_matcher_commit(m, next_small_token(text + at, &used)));
+            at += used;
+        }
+        check_mask(m, N_SMALL, mask, "gbnf");
+        gr_matcher_free(m);
+        gr_grammar_free(g);
+    }
+    static const char *const bad[][2] = {
+        {"root ::= x", "\"x\" is used but not defined"},
+        {"start ::= \"a\"", "no rule \"root\""},
+        {"root ::= \"a\"\nroot ::= \"b\"", "line 2"},
+        {"root ::= (\"a\"", "unclosed ("},
+        {"root ::= [b-a]", "out of order"},
+        {"root = \"a\"", "::="},
+        {"root ::= \"\\q\"", "unknown escape"},
+        {"root ::= \"a\"{3,1}", "below m"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct gr_grammar *g;
+        struct shardlm_err e;
+        assert_int_equal(gr_compile_gbnf(bad[i][0], strlen(bad[i][0]), NULL, &g, &e), -EINVAL);
+        if (!strstr(e.msg, bad[i][1]))
+            fail_msg("%s: \"%s\" does not say %s", bad[i][0], e.msg, bad[i][1]);
+    }
+    gr_vocab_free(v);
+}
+
 /* Schemas the compiler refuses: the keyword is named, nothing is built. */
 static void test_refused(void **state)
 {
@@ -397,8 +477,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schemas),      cmocka_unit_test(test_mask_small),
         cmocka_unit_test(test_mask_llama31), cmocka_unit_test(test_regex),
-        cmocka_unit_test(test_choice),       cmocka_unit_test(test_refused),
-        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_choice),       cmocka_unit_test(test_gbnf),
+        cmocka_unit_test(test_refused),      cmocka_unit_test(test_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

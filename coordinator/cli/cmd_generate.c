@@ -15,7 +15,7 @@ static const char usage_generate[] =
     "usage: shardlm generate -m MODEL.shlm (-p PROMPT ... | -f FILE) [-n N] [--json]\n"
     "                        [--temp T] [--top-p P] [--top-k K] [--min-p P] [--seed S]\n"
     "                        [--repeat-penalty R] [--frequency-penalty F] [--presence-penalty F]\n"
-    "                        [--stop STR ...] [--json-schema FILE | --regex RE]\n"
+    "                        [--stop STR ...] [--json-schema FILE | --regex RE | --grammar FILE]\n"
     "                        [--max-seqs N] [--step-tokens N] [--kv-tokens N]\n"
     "                        [--kv-mem SIZE] [--no-prefix-cache] [--workers N] [--threads T]\n"
     "                        [--cpus LIST] [--no-persist] [--io MODE] [--verify] [--stats]\n"
@@ -48,6 +48,8 @@ static const char usage_generate[] =
     "                  the JSON does); a schema that cannot be compiled is refused before the\n"
     "                  model starts, naming the keyword\n"
     "  --regex RE      every continuation matches the regular expression RE (ECMAScript syntax)\n"
+    "  --grammar FILE  every continuation is a sentence of the GBNF grammar in FILE (llama.cpp's\n"
+    "                  syntax, from the rule root)\n"
     "  --seed S        random seed (default: from the clock); prompt i draws from S + "
     "i\n" SCHED_HELP LAYOUT_HELP LOAD_HELP ACCESS_HELP
     "  --verbose       worker layout (`rank <r> node <n> cpus <list> pid <pid>`), the KV cache's\n"
@@ -69,6 +71,7 @@ static const struct option generate_options[] = {{"prompt", required_argument, 0
                                                  {"stop", required_argument, 0, 1105},
                                                  {"json-schema", required_argument, 0, 1106},
                                                  {"regex", required_argument, 0, 1107},
+                                                 {"grammar", required_argument, 0, 1108},
                                                  {"seed", required_argument, 0, 'S'},
                                                  {"help", no_argument, 0, 'h'},
                                                  SCHED_OPTIONS,
@@ -76,7 +79,7 @@ static const struct option generate_options[] = {{"prompt", required_argument, 0
                                                  {0, 0, 0, 0}};
 
 static const struct coord_cli_path generate_paths[] = {
-    {'f', "-f"}, {1106, "--json-schema"}, {0, 0}};
+    {'f', "-f"}, {1106, "--json-schema"}, {1108, "--grammar"}, {0, 0}};
 
 static const struct coord_cli_cmd generate_cmd = {"generate", usage_generate, "m:p:f:n:vh",
                                                   generate_options, generate_paths};
@@ -173,14 +176,17 @@ static int generate_option(int c, void *arg)
         break;
     case 1106:
     case 1107:
-        if (o->json_schema_path || o->regex)
-            return bad_usage("--json-schema and --regex: one of them, once");
+    case 1108:
+        if (o->json_schema_path || o->regex || o->gbnf_path)
+            return bad_usage("--json-schema, --regex and --grammar: one of them, once");
         if (c == 1107 && !*optarg)
             return bad_usage("--regex: expected a regular expression");
         if (c == 1106)
             o->json_schema_path = optarg;
-        else
+        else if (c == 1107)
             o->regex = optarg;
+        else
+            o->gbnf_path = optarg;
         break;
     }
     return -1;

@@ -323,30 +323,37 @@ static void gen_free(struct gen *g)
     gr_grammar_free(g->grammar);
 }
 
-/* --json-schema FILE or --regex RE, compiled before the model starts: a schema the engine cannot
- * compile is refused with the keyword named, before anything runs. Returns 0 or -errno. */
+/* --json-schema FILE, --regex RE or --grammar FILE, compiled before the model starts: a schema the
+ * engine cannot compile is refused with the keyword named, before anything runs. Returns 0 or
+ * -errno. */
 static int compile_grammar(struct gen *g, struct shardlm_err *e)
 {
     const struct coord_generate_opts *o = g->o;
     if (o->regex)
         return gr_compile_regex(o->regex, strlen(o->regex), NULL, &g->grammar, e);
-    if (!o->json_schema_path)
+    const char *path = o->json_schema_path ? o->json_schema_path : o->gbnf_path;
+    if (!path)
         return 0;
     uint8_t *buf;
     size_t len;
-    int rc = coord_read_file(o->json_schema_path, 16u << 20, &buf, &len, e);
+    int rc = coord_read_file(path, 16u << 20, &buf, &len, e);
     if (rc)
         return rc;
+    if (o->gbnf_path) {
+        rc = gr_compile_gbnf((const char *)buf, len, NULL, &g->grammar, e);
+        goto out;
+    }
     /* compact JSON, as OpenAI's structured outputs write it: whitespace a model may pad a
      * value with forever is not offered (MaskBench's note: preferred unless the model was tuned
      * on indented JSON) */
     struct gr_opts go = {.max_ws = -1};
     rc = gr_compile_json_schema((const char *)buf, len, &go, &g->grammar, e);
+out:
     free(buf);
     if (rc) {
         char why[sizeof(e->msg)];
         snprintf(why, sizeof(why), "%s", e->msg);
-        shardlm_fail(e, rc, "%s: %s", o->json_schema_path, why);
+        shardlm_fail(e, rc, "%s: %s", path, why);
     }
     return rc;
 }

@@ -25,6 +25,7 @@ struct coord_generate_opts {
     bool json;
     const char *json_schema_path; /* --json-schema FILE, or NULL */
     const char *regex;            /* --regex RE, or NULL */
+    const char *gbnf_path;        /* --grammar FILE, or NULL */
     struct coord_sched_opts sched;
 };
 

@@ -2,10 +2,10 @@
 /* Fuzz target for the grammar engine's parsers (coordinator/grammar/): JSON Schema, ECMAScript
  * regexes (a schema's "pattern" among them) and choices, then the matcher over what compiled.
  *
- * Input: one byte that picks the source (0 mod 3: a JSON Schema, 1: a regex, 2: choices split at
- * NUL bytes), then the source. Whatever the bytes, compiling ends within the limits (small here)
- * with a grammar or -EINVAL / -E2BIG / -ENOMEM and a one-line message: never a crash or a hang.
- * A grammar then walks up to 48 tokens of a small vocabulary, each the first the mask allows
+ * Input: one byte that picks the source (0 mod 4: a JSON Schema, 1: a regex, 2: choices split at
+ * NUL bytes, 3: GBNF), then the source. Whatever the bytes, compiling ends within the limits (small
+ * here) with a grammar or -EINVAL / -E2BIG / -ENOMEM and a one-line message: never a crash or a
+ * hang. A grammar then walks up to 48 tokens of a small vocabulary, each the first the mask allows
  * after a cursor taken from the input: every token the mask allows commits, and the one before
  * it (when refused) does not. */
 #include <errno.h>
@@ -61,10 +61,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *src = (const char *)data + 1;
     size_t n = size - 1;
     int rc;
-    if (data[0] % 3 == 0) {
+    if (data[0] % 4 == 0) {
         rc = gr_compile_json_schema(src, n, &o, &g, &e);
-    } else if (data[0] % 3 == 1) {
+    } else if (data[0] % 4 == 1) {
         rc = gr_compile_regex(src, n, &o, &g, &e);
+    } else if (data[0] % 4 == 3) {
+        rc = gr_compile_gbnf(src, n, &o, &g, &e);
     } else {
         const char *s[16];
         size_t l[16];
