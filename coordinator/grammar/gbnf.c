@@ -278,6 +278,16 @@ static int parse_element(struct gb *p, struct gb_el *el)
     return gb_fail(p, "expected a literal, a class, a group, . or a rule name");
 }
 
+/* The decimal count at p->i (the text need not end in a NUL): 0..10000, or -1 (none, or more). */
+static long gb_count(struct gb *p)
+{
+    long v = 0;
+    size_t b = p->i;
+    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9' && v <= 10000)
+        v = v * 10 + (p->s[p->i++] - '0');
+    return p->i == b || v > 10000 ? -1 : v;
+}
+
 /* A postfix repetition after an element: applied to @el (nested repetitions multiply out). */
 static int parse_postfix(struct gb *p, struct gb_el *el)
 {
@@ -293,11 +303,8 @@ static int parse_postfix(struct gb *p, struct gb_el *el)
         } else if (c == '{') {
             p->i++;
             skip(p, false);
-            char *end;
-            lo = strtol(p->s + p->i, &end, 10);
-            if (end == p->s + p->i || lo < 0 || lo > 10000)
+            if ((lo = gb_count(p)) < 0)
                 return gb_fail(p, "expected a count 0..10000 after {");
-            p->i = (size_t)(end - p->s);
             skip(p, false);
             hi = lo;
             if (p->i < p->n && p->s[p->i] == ',') {
@@ -305,10 +312,9 @@ static int parse_postfix(struct gb *p, struct gb_el *el)
                 skip(p, false);
                 hi = -1;
                 if (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-                    hi = strtol(p->s + p->i, &end, 10);
-                    if (hi < lo || hi > 10000)
+                    hi = gb_count(p);
+                    if (hi < lo)
                         return gb_fail(p, "{m,n} with n below m or past 10000");
-                    p->i = (size_t)(end - p->s);
                     skip(p, false);
                 }
             }
