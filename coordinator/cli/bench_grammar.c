@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char usage_bench_grammar[] =
     "usage: shardlm bench grammar --tokenizer FILE --data DIR [--json] [--limit N]\n"
@@ -41,7 +42,8 @@ static const char usage_bench_grammar[] =
     "  --json            one JSON object instead of the lines\n"
     "  --limit N         the first N files (by name) only\n"
     "  --timeout S       seconds a schema may take, its tests included (default 60)\n"
-    "  -v                each schema that fails, and why, on stderr\n";
+    "  -v                each schema that fails, and why, on stderr (else, on a terminal, the\n"
+    "                    progress)\n";
 
 #define BENCH_GRAMMAR_MAX_TOKENS (1 << 20)
 
@@ -531,9 +533,14 @@ int coord_bench_grammar(int argc, char **argv)
     }
     struct counts cn = {0};
     struct times tbm = {0}, ttfm = {0};
-    for (size_t i = 0; i < n_run; i++)
+    bool tty = isatty(STDERR_FILENO);
+    for (size_t i = 0; i < n_run; i++) {
         run_file(dir, names[i], &tok, v, (double)timeout_s * 1e6, verbose, &cn, &tbm, &ttfm, ids,
                  mask);
+        if (tty && !verbose && (i % 100 == 99 || i + 1 == n_run)) /* progress on a terminal */
+            fprintf(stderr, "\rbench grammar: %zu/%zu schemas, %ld passing%s", i + 1, n_run,
+                    cn.passing, i + 1 == n_run ? "\n" : "");
+    }
     free(ids);
     free(mask);
     double ta, tp[7], tm, fa, fp[7], fm;
