@@ -303,20 +303,32 @@ static void run_file(const char *dir, const char *name, const struct coord_tok *
 {
     char path[4096];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    json_error_t je;
-    json_t *f = json_load_file(path, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    /* a regular file of at most 64 MiB (a FIFO or a device named *.json is not read) */
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    struct shardlm_err re;
+    json_error_t je = {.text = ""};
+    const char *why = je.text;
+    json_t *f = NULL;
     bool ints_as_reals = false;
-    if (!f && strstr(je.text, "too big integer")) { /* past int64: read them as numbers */
-        f = json_load_file(path, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
-        ints_as_reals = true;
+    if (coord_read_file(path, 64u << 20, &buf, &len, &re) == 0) {
+        f = json_loadb((const char *)buf, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+        if (!f && strstr(je.text, "too big integer")) { /* past int64: read them as numbers */
+            f = json_loadb((const char *)buf, len,
+                           JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
+            ints_as_reals = true;
+        }
+    } else {
+        why = re.msg;
     }
+    free(buf);
     c->schemas++;
     if (!f || !json_object_get(f, "schema")) {
         /* what the server's JSON reader refuses too (a NUL in an object key): the schema is
          * refused, a compile error */
         if (verbose)
             fprintf(stderr, "%s: compile error: the file cannot be read: %s\n", name,
-                    f ? "no \"schema\"" : je.text);
+                    f ? "no \"schema\"" : why);
         c->compile_errors++;
         json_decref(f);
         return;
@@ -476,10 +488,7 @@ int coord_bench_grammar(int argc, char **argv)
     struct coord_tok tok;
     void *map;
     size_t size;
-    rc = coord_map_nonempty(tpath, &map, &size, &e);
-    if (rc == 0 && (rc = coord_tok_from_image(&tok, map, size, 0, tpath, &e)))
-        munmap(map, size);
-    if (rc) {
+    if (coord_cli_open_tok(tpath, 0, &tok, &map, &size, &e)) {
         fprintf(stderr, "shardlm bench grammar: %s\n", e.msg);
         return 1;
     }

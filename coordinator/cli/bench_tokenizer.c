@@ -204,10 +204,7 @@ int coord_bench_tokenizer(int argc, char **argv)
     struct coord_tok t;
     void *map;
     size_t size;
-    rc = coord_map_nonempty(path, &map, &size, &e);
-    if (rc == 0 && (rc = coord_tok_from_image(&t, map, size, 0, path, &e)))
-        munmap(map, size);
-    if (rc) {
+    if (coord_cli_open_tok(path, 0, &t, &map, &size, &e)) {
         fprintf(stderr, "shardlm bench tokenizer: %s\n", e.msg);
         return 1;
     }

@@ -112,6 +112,12 @@ bool coord_cli_parse_size(const char *s, uint64_t *out);
  * COORD_CHAT_TEMPLATE_MAX bytes) and parses it into *@t with @bos / @eos; with @text, its text
  * too (malloc'd, NUL-terminated). Returns 0 or -errno with @e naming the file and the line. */
 struct coord_chat_tmpl;
+/* Maps @path and reads the tokenizer it holds (coord_tok_from_image, @vocab_size as there) into
+ * @t; the mapping (*@map, *@size) must outlive @t: munmap() it after coord_tok_free(). Returns 0
+ * or -errno with @e set (nothing left mapped). */
+struct coord_tok;
+int coord_cli_open_tok(const char *path, long vocab_size, struct coord_tok *t, void **map,
+                       size_t *size, struct shardlm_err *e);
 int coord_cli_load_template(const char *path, const char *bos, const char *eos,
                             struct coord_chat_tmpl *t, char **text, struct shardlm_err *e);
 /* One of the engine options (@c from getopt_long, its value in optarg) into @o. Returns 1 if @c

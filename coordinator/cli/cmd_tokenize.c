@@ -115,13 +115,10 @@ static int run(const char *path, long vocab_size, bool decode, bool jsonl, unsig
 {
     void *map;
     size_t size;
-    int rc = coord_map_nonempty(path, &map, &size, e);
+    struct coord_tok t;
+    int rc = coord_cli_open_tok(path, vocab_size, &t, &map, &size, e);
     if (rc)
         return rc;
-    struct coord_tok t;
-    rc = coord_tok_from_image(&t, map, size, vocab_size, path, e);
-    if (rc)
-        goto out_unmap;
     if (jsonl) {
         rc = run_jsonl(&t, flags, e);
     } else if (decode) {
@@ -162,7 +159,6 @@ static int run(const char *path, long vocab_size, bool decode, bool jsonl, unsig
         rc = shardlm_fail(e, -EIO, "cannot write to stdout");
 out_tok:
     coord_tok_free(&t);
-out_unmap:
     munmap(map, size);
     return rc;
 }

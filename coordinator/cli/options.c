@@ -8,6 +8,7 @@
 
 #include "kn.h"
 #include "scheduler.h"
+#include "tokenizer.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <math.h>
 
 bool coord_cli_parse_double(const char *s, double lo, double hi, double *out)
@@ -330,6 +332,15 @@ int coord_cli_run_option(int c, struct coord_engine_opts *eo, struct coord_sched
 {
     int r = coord_cli_engine_option(c, eo, why, len);
     return r ? r : coord_cli_sched_option(c, eo, so, why, len);
+}
+
+int coord_cli_open_tok(const char *path, long vocab_size, struct coord_tok *t, void **map,
+                       size_t *size, struct shardlm_err *e)
+{
+    int rc = coord_map_nonempty(path, map, size, e);
+    if (rc == 0 && (rc = coord_tok_from_image(t, *map, *size, vocab_size, path, e)))
+        munmap(*map, *size);
+    return rc;
 }
 
 int coord_cli_load_template(const char *path, const char *bos, const char *eos,

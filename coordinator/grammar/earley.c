@@ -118,8 +118,6 @@ void gr_cfg_free(struct gr_cfg *g)
     free(g->nullable);
     free(g->nt_off);
     free(g->nt_rules);
-    free(g->nt_first);
-    free(g->nt_next);
     memset(g, 0, sizeof(*g));
 }
 

@@ -15,6 +15,7 @@
 
 #include "grammar.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,7 +28,8 @@
  * Returns 0 or -ENOMEM (the array left as it was). */
 int gr_grow(void **p, int *cap, int len, int n, size_t size);
 #define GR_PUSH(arr, len, cap, val)                                                                \
-    (gr_grow((void **)&(arr), &(cap), (len), 1, sizeof(*(arr))) ? -12 : ((arr)[(len)++] = (val), 0))
+    (gr_grow((void **)&(arr), &(cap), (len), 1, sizeof(*(arr))) ? -ENOMEM                          \
+                                                                : ((arr)[(len)++] = (val), 0))
 
 uint64_t gr_hash(const void *p, size_t n, uint64_t h);
 
@@ -206,7 +208,6 @@ struct gr_cfg {
     int32_t *rhs;
     int n_rhs, cap_rhs;
     int n_nt;
-    int32_t *nt_first, *nt_next; /* rules of a nonterminal: nt_first[nt], rule -> nt_next */
     uint8_t *nullable;           /* (n_nt) */
     int32_t start_rule;          /* S' -> S */
     int32_t *nt_rules;           /* (n_rules) rules grouped by nonterminal (after finish) */

@@ -396,7 +396,7 @@ static bool has_validation(json_t *s, const char *except)
     return false;
 }
 
-static json_t *merge(struct sc *c, json_t *a, json_t *b, int depth);
+static json_t *merge(struct sc *c, json_t *a, json_t *b);
 
 /* @s with its $ref and allOf folded in: a schema object (kept alive by c->keep), or NULL with
  * @e set. */
@@ -409,7 +409,7 @@ static json_t *flatten(struct sc *c, json_t *s, int depth)
     if (json_is_true(s))
         return keep(c, json_object());
     if (json_is_false(s))
-        return keep(c, json_pack("{s:b}", "not", 1)); /* nothing matches: refused below */
+        return keep(c, json_pack("{s:b}", "not", 1)); /* nothing matches (apply_not) */
     if (!json_is_object(s)) {
         sc_fail(c, "schema", "a schema is an object or a boolean");
         return NULL;
@@ -432,7 +432,7 @@ static json_t *flatten(struct sc *c, json_t *s, int depth)
         }
         json_t *t = deref(c, json_string_value(ref));
         t = t ? flatten(c, t, depth + 1) : NULL;
-        if (!t || !(out = merge(c, out, t, depth + 1)))
+        if (!t || !(out = merge(c, out, t)))
             return NULL;
     }
     if (all) {
@@ -445,11 +445,11 @@ static json_t *flatten(struct sc *c, json_t *s, int depth)
         json_array_foreach(all, i, x)
         {
             json_t *t = flatten(c, x, depth + 1);
-            if (!t || !(out = merge(c, out, t, depth + 1)))
+            if (!t || !(out = merge(c, out, t)))
                 return NULL;
         }
     }
-    if (!(out = merge(c, out, own, depth + 1)))
+    if (!(out = merge(c, out, own)))
         return NULL;
     return out;
 }
@@ -470,9 +470,8 @@ static json_t *prop_schema(json_t *s, const char *k)
 }
 
 /* One schema that matches what both @a and @b match (both flattened; @a is ours to change). */
-static json_t *merge(struct sc *c, json_t *a, json_t *b, int depth)
+static json_t *merge(struct sc *c, json_t *a, json_t *b)
 {
-    (void)depth;
     const char *k;
     json_t *bv;
     if (json_object_get(a, "patternProperties") || json_object_get(b, "patternProperties")) {
@@ -1727,7 +1726,7 @@ static int schema_rules(struct sc *c, json_t *s, int nt)
                 v = value(c, x);
             } else {
                 json_t *fx = flatten(c, x, 0);
-                json_t *m = fx ? merge(c, keep(c, json_deep_copy(base)), fx, 0) : NULL;
+                json_t *m = fx ? merge(c, keep(c, json_deep_copy(base)), fx) : NULL;
                 v = m ? value(c, m) : -EINVAL;
             }
             where_pop(c, save);

@@ -651,9 +651,10 @@ static void remove_seq(struct coord_sched *s, struct seq *q)
     seq_free(q);
 }
 
-static bool is_stop_token(const struct coord_sched *s, const struct seq *q, int tok)
+/* Whether @tok is one of @q's stop tokens, or (@eog) one that ends a generation. */
+static bool is_stop_token(const struct coord_sched *s, const struct seq *q, int tok, bool eog)
 {
-    for (int i = 0; i < s->n_eog && !q->ignore_eos; i++)
+    for (int i = 0; i < s->n_eog && eog; i++)
         if (s->eog[i] == tok)
             return true;
     for (int i = 0; i < q->n_stop_ids; i++)
@@ -693,21 +694,6 @@ static bool apply_grammar(struct coord_sched *s, struct seq *q, float *logits)
     return true;
 }
 
-/* Whether @tok ends @q's grammar: EOS, a token that ends a generation or a stop token - allowed
- * only where the grammar may end, so it ends the sequence, ignore_eos or not. */
-static bool grammar_end(const struct coord_sched *s, const struct seq *q, int tok)
-{
-    if (tok == s->be.eos)
-        return true;
-    for (int i = 0; i < s->n_eog; i++)
-        if (s->eog[i] == tok)
-            return true;
-    for (int i = 0; i < q->n_stop_ids; i++)
-        if (q->stop_ids[i] == tok)
-            return true;
-    return false;
-}
-
 /* @q's chunk reached its last token: samples the next one from @logits, reports it, and
  * returns true when the sequence is done. */
 static bool advance(struct coord_sched *s, struct seq *q, const float *logits)
@@ -727,8 +713,11 @@ static bool advance(struct coord_sched *s, struct seq *q, const float *logits)
         coord_logprobs(&q->smp, logits, tok, q->logprobs, &lp);
         lpp = &lp;
     }
-    if (is_stop_token(s, q, tok) || (tok == s->be.bos && !q->ignore_eos) ||
-        (q->gm && grammar_end(s, q, tok))) {
+    /* under a grammar, EOS and the end tokens are allowed only where it may end: they end
+     * the sequence, ignore_eos or not */
+    bool grammar_end = q->gm && (tok == s->be.eos || is_stop_token(s, q, tok, true));
+    if (is_stop_token(s, q, tok, !q->ignore_eos) || (tok == s->be.bos && !q->ignore_eos) ||
+        grammar_end) {
         q->n_gen++;
         finish(s, q, tok, lpp, COORD_FINISH_STOP, NULL);
         return true;
