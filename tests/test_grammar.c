@@ -113,10 +113,14 @@ static int next_small_token(const char *text, size_t *used)
     return id;
 }
 
-static int each_schema(void (*fn)(const char *name, json_t *f, struct gr_grammar *g, void *arg),
+/* Calls @fn for each MaskBench file of folder @dir with its schema's grammar; a schema the
+ * engine refuses fails the test when @must_compile, else @fn gets NULL (the refusal checked:
+ * -EINVAL and one line). Returns the files. */
+static int each_schema(const char *dir, bool must_compile,
+                       void (*fn)(const char *name, json_t *f, struct gr_grammar *g, void *arg),
                        void *arg)
 {
-    DIR *d = opendir(DATA);
+    DIR *d = opendir(dir);
     assert_non_null(d);
     int n = 0;
     for (struct dirent *de; (de = readdir(d));) {
@@ -124,19 +128,19 @@ static int each_schema(void (*fn)(const char *name, json_t *f, struct gr_grammar
         if (l < 6 || strcmp(de->d_name + l - 5, ".json"))
             continue;
         char path[512];
-        snprintf(path, sizeof(path), DATA "/%s", de->d_name);
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
         json_error_t je;
-        json_t *f = json_load_file(path, 0, &je);
+        json_t *f = json_load_file(path, JSON_ALLOW_NUL, &je);
         if (!f)
             fail_msg("%s: %s", path, je.text);
         char *schema = dump(json_object_get(f, "schema"));
-        struct gr_grammar *g;
+        struct gr_grammar *g = NULL;
         struct shardlm_err e;
         int rc = gr_compile_json_schema(schema, strlen(schema), NULL, &g, &e);
-        if (rc)
+        if (rc && (must_compile || rc != -EINVAL || strchr(e.msg, '\n')))
             fail_msg("%s: %s", path, e.msg);
-        fn(de->d_name, f, g, arg);
-        gr_grammar_free(g);
+        fn(de->d_name, f, rc ? NULL : g, arg);
+        gr_grammar_free(rc ? NULL : g);
         free(schema);
         json_decref(f);
         n++;
@@ -165,8 +169,84 @@ static void test_schemas(void **state)
 {
     (void)state;
     struct gr_vocab *v = small_vocab();
-    assert_true(each_schema(instances, v) >= 10);
+    assert_true(each_schema(DATA, true, instances, v) >= 10);
     gr_vocab_free(v);
+}
+
+/* The official JSON-Schema-Test-Suite (tests/data/grammar/jsts, from tests/tools/jsts_import.py):
+ * a schema the engine compiles accepts none of the suite's invalid instances, and every valid
+ * one but those below (a limit, each with its reason); refusals are limits, but at least
+ * JSTS_COMPILED of the groups compile (fewer would be a regression). */
+#define JSTS DATA "/jsts"
+#define JSTS_COMPILED 140
+static const struct {
+    const char *file;
+    int test;
+    const char *why;
+} jsts_refused[] = {
+    {"draft2020-12--allOf--00.json", 0, "properties come in the order the schema defines them"},
+    {"draft2020-12--allOf--01.json", 0, "properties come in the order the schema defines them"},
+    {"draft2020-12--const--01.json", 1, "an object constant is its keys in the schema's order"},
+    {"draft2020-12--type--00.json", 1, "1.0 is an integer to JSON Schema, not to the grammar"},
+    {"draft2020-12--format-email--00.json", 11, "a quoted local part is not in the email regex"},
+    {"draft2020-12--format-email--00.json", 12, "a quoted local part is not in the email regex"},
+    {"draft2020-12--format-email--00.json", 13, "a quoted local part is not in the email regex"},
+    {"draft2020-12--format-email--00.json", 14, "an address literal is not in the email regex"},
+    {"draft2020-12--format-email--00.json", 15, "an address literal is not in the email regex"},
+    /* a leap second is taken at 23:59:60 with the offset zero only: at another offset the
+     * local time that is 23:59 UTC is one of 2,880 (sign, hours, minutes) */
+    {"draft2020-12--format-date-time--00.json", 11, "a leap second at another offset"},
+    {"draft2020-12--format-time--00.json", 16, "a leap second at another offset"},
+    {"draft2020-12--format-time--00.json", 17, "a leap second at another offset"},
+    {"draft2020-12--format-time--00.json", 20, "a leap second at another offset"},
+    {"draft2020-12--format-time--00.json", 21, "a leap second at another offset"},
+};
+
+/* What test_jsts counted. */
+struct jsts_count {
+    struct gr_vocab *v;
+    int compiled, tests, wrong;
+};
+
+static void jsts_file(const char *name, json_t *f, struct gr_grammar *g, void *arg)
+{
+    struct jsts_count *n = arg;
+    if (!g)
+        return; /* refused: a limit */
+    n->compiled++;
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(f, "tests"), i, t)
+    {
+        char *text = dump(json_object_get(t, "data"));
+        bool valid = json_is_true(json_object_get(t, "valid")), ok = takes(g, n->v, text);
+        bool known = false;
+        for (size_t k = 0; k < sizeof(jsts_refused) / sizeof(jsts_refused[0]); k++)
+            known |= !strcmp(jsts_refused[k].file, name) && jsts_refused[k].test == (int)i;
+        const char *bad = !valid && ok             ? "invalid, and was accepted"
+                          : valid && !ok && !known ? "valid, and was refused"
+                          : valid && ok && known   ? "listed as refused, and was accepted"
+                                                   : NULL;
+        if (bad) { /* all of them said, then the test fails */
+            fprintf(stderr, "%s: test %zu: %s: %s\n", name, i, bad, text);
+            n->wrong++;
+        }
+        n->tests++;
+        free(text);
+    }
+}
+
+static void test_jsts(void **state)
+{
+    (void)state;
+    struct jsts_count n = {.v = small_vocab()};
+    int files = each_schema(JSTS, false, jsts_file, &n);
+    printf("jsts: %d of %d test groups compiled, %d instances checked\n", n.compiled, files,
+           n.tests);
+    assert_int_equal(n.wrong, 0);
+    assert_true(files >= 200);
+    assert_true(n.compiled >= JSTS_COMPILED);
+    gr_vocab_free(n.v);
 }
 
 static void masks_small(const char *name, json_t *f, struct gr_grammar *g, void *arg)
@@ -205,7 +285,7 @@ static void test_mask_small(void **state)
 {
     (void)state;
     struct gr_vocab *v = small_vocab();
-    each_schema(masks_small, v);
+    each_schema(DATA, true, masks_small, v);
     gr_vocab_free(v);
 }
 
@@ -265,7 +345,7 @@ static void test_mask_llama31(void **state)
         }
     assert_int_equal(gr_vocab_new(r.tok.vocab_size, bytes, lens, r.tok.eos_id, &r.v, &e), 0);
     r.mask = malloc(sizeof(uint32_t) * (size_t)gr_mask_words(r.v));
-    each_schema(masks_real, &r);
+    each_schema(DATA, true, masks_real, &r);
     assert_true(r.checked > 20);
     free(r.mask);
     gr_vocab_free(r.v);
@@ -414,6 +494,143 @@ static void test_gbnf(void **state)
 }
 
 /* Schemas the compiler refuses: the keyword is named, nothing is built. */
+/* Tool calls: Hermes' JSON object (name, then arguments valid against the tool's schema),
+ * parallel or not, reasoning first; gpt-oss' control tokens (taken only as themselves);
+ * Qwen3-Coder's XML arguments; masks against brute force along a call. */
+static void test_tool_calls(void **state)
+{
+    (void)state;
+    struct gr_vocab *v = small_vocab();
+    json_t *weather = json_loads("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
+                                 "\"string\"}, \"unit\": {\"enum\": [\"C\", \"F\"]}}, "
+                                 "\"required\": [\"city\"], \"additionalProperties\": false}",
+                                 0, NULL);
+    json_t *add = json_loads("{\"type\": \"object\", \"properties\": {\"a\": {\"$ref\": "
+                             "\"#/$defs/n\"}, \"b\": {\"$ref\": \"#/$defs/n\"}}, \"required\": "
+                             "[\"a\", \"b\"], \"$defs\": {\"n\": {\"type\": \"integer\"}}}",
+                             0, NULL);
+    assert_non_null(weather);
+    assert_non_null(add);
+    const char *names[] = {"get_weather", "add"};
+    json_t *params[] = {weather, add};
+    struct gr_opts o = {.max_ws = -1};
+    struct shardlm_err e;
+    struct gr_grammar *g;
+
+    const struct gr_call_syntax hermes = {.pre = "<tool_call>\n",
+                                          .post = "\n</tool_call>",
+                                          .sep = "\n",
+                                          .name_key = "name",
+                                          .args_key = "arguments"};
+    struct gr_tools t = {.syn = &hermes, .names = names, .params = params, .n = 2};
+    const char *w = "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}"
+                    "\n</tool_call>";
+    const char *a =
+        "<tool_call>\n{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":-2}}\n</tool_call>";
+    char two[512];
+    snprintf(two, sizeof(two), "%s\n%s", w, a);
+    assert_int_equal(gr_compile_tool_calls(&t, &o, &g, &e), 0);
+    assert_true(takes(g, v, w));
+    assert_true(takes(g, v, a));
+    assert_false(takes(g, v, two)); /* one call */
+    assert_false(
+        takes(g, v, "<tool_call>\n{\"name\":\"add\",\"arguments\":{\"a\":1}}\n</tool_call>"));
+    assert_false(takes(g, v, "<tool_call>\n{\"name\":\"sub\",\"arguments\":{}}\n</tool_call>"));
+    assert_false(takes(g, v,
+                       "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":"
+                       "\"P\",\"x\":1}}\n</tool_call>"));
+    assert_false(takes(g, v, "Sure! <tool_call>"));
+    /* masks along a call, against committing every token */
+    struct gr_matcher *m;
+    uint32_t mask[(N_SMALL + 31) / 32];
+    assert_int_equal(gr_matcher_new(g, v, &m, &e), 0);
+    for (const char *p = w; *p;) {
+        check_mask(m, N_SMALL, mask, "hermes");
+        size_t used;
+        int tok = next_small_token(p, &used);
+        assert_true(gr_matcher_commit(m, tok));
+        p += used;
+    }
+    assert_true(gr_matcher_accepting(m));
+    check_mask(m, N_SMALL, mask, "hermes end");
+    gr_matcher_free(m);
+    gr_grammar_free(g);
+
+    t.parallel = true;
+    struct gr_opts think = {.max_ws = -1, .think_open = "<think>", .think_close = "</think>"};
+    assert_int_equal(gr_compile_tool_calls(&t, &think, &g, &e), 0);
+    assert_true(takes(g, v, two));
+    char thought[700];
+    snprintf(thought, sizeof(thought), "<think>\nNot </think yet.\n</think>\n\n%s", two);
+    assert_true(takes(g, v, thought));
+    assert_false(takes(g, v, "<think>\n</think>\n\n</think><tool_call>"));
+    gr_grammar_free(g);
+    /* the frame around any source: the prompt opened the reasoning (it must close), then a
+     * channel's header before the answer (gpt-oss') */
+    struct gr_opts frame = {.think_open = "", .think_close = "</think>", .lead = "A: "};
+    const char *yn[] = {"yes", "no"};
+    size_t yl[] = {3, 2};
+    assert_int_equal(gr_compile_choice(yn, yl, 2, &frame, &g, &e), 0);
+    assert_true(takes(g, v, "hmm, <think> no? </think>\n\nA: yes"));
+    assert_false(takes(g, v, "A: yes"));
+    assert_false(takes(g, v, "hmm</think>yes"));
+    gr_grammar_free(g);
+    frame.think_open = "<think>";
+    assert_int_equal(gr_compile_json_schema("{\"type\": \"integer\"}", 19, &frame, &g, &e), 0);
+    assert_true(takes(g, v, "A: 12"));
+    assert_true(takes(g, v, "<think>x</think>A: 12"));
+    assert_false(takes(g, v, "12"));
+    gr_grammar_free(g);
+
+    /* gpt-oss: the markers are control tokens, spelled out they are refused */
+    const struct gr_call_syntax oss = {.pre = GR_SPECIAL "<|channel|>commentary to=functions.",
+                                       .mid = " " GR_SPECIAL "<|constrain|>json" GR_SPECIAL
+                                              "<|message|>"};
+    t = (struct gr_tools){.syn = &oss, .names = names, .params = params, .n = 2};
+    assert_int_equal(gr_compile_tool_calls(&t, &o, &g, &e), 0);
+    assert_true(takes(g, v,
+                      GR_SPECIAL "<|channel|>commentary to=functions.add " GR_SPECIAL
+                                 "<|constrain|>json" GR_SPECIAL "<|message|>{\"a\":3,\"b\":4}"));
+    assert_false(takes(g, v,
+                       "<|channel|>commentary to=functions.add <|constrain|>json"
+                       "<|message|>{\"a\":3,\"b\":4}"));
+    gr_grammar_free(g);
+
+    /* Qwen3-Coder: XML arguments, a string raw, an enum raw, an integer as JSON */
+    const struct gr_call_syntax coder = {.pre = "<tool_call>\n<function=",
+                                         .mid = ">\n",
+                                         .post = "</function>\n</tool_call>",
+                                         .xml = true};
+    t = (struct gr_tools){.syn = &coder, .names = names, .params = params, .n = 2};
+    assert_int_equal(gr_compile_tool_calls(&t, &o, &g, &e), 0);
+    assert_true(takes(g, v,
+                      "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew \"York\" "
+                      "</para\n</parameter>\n<parameter=unit>\nF\n</parameter>\n</function>\n"
+                      "</tool_call>"));
+    assert_true(takes(g, v,
+                      "<tool_call>\n<function=add>\n<parameter=a>\n12\n</parameter>\n"
+                      "<parameter=b>\n-3\n</parameter>\n</function>\n</tool_call>"));
+    assert_false(takes(g, v,
+                       "<tool_call>\n<function=add>\n<parameter=a>\n12\n</parameter>\n"
+                       "</function>\n</tool_call>")); /* b is required */
+    assert_false(takes(g, v,
+                       "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n"
+                       "</parameter>\n<parameter=unit>\nK\n</parameter>\n</function>\n"
+                       "</tool_call>"));
+    gr_grammar_free(g);
+
+    /* refused clearly: no tools, a nameless one */
+    t.n = 0;
+    assert_int_equal(gr_compile_tool_calls(&t, &o, &g, &e), -EINVAL);
+    const char *nameless[] = {""};
+    t = (struct gr_tools){.syn = &hermes, .names = nameless, .params = params, .n = 1};
+    assert_int_equal(gr_compile_tool_calls(&t, &o, &g, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "without a name"));
+    json_decref(weather);
+    json_decref(add);
+    gr_vocab_free(v);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -480,6 +697,7 @@ int main(void)
         cmocka_unit_test(test_mask_llama31), cmocka_unit_test(test_regex),
         cmocka_unit_test(test_choice),       cmocka_unit_test(test_gbnf),
         cmocka_unit_test(test_refused),      cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_tool_calls),   cmocka_unit_test(test_jsts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -761,12 +761,12 @@ static void test_inert_fields(void **state)
         const char *field;
         bool taken;
     } inert[] = {
-        {"\"logit_bias\": {\"5\": 100}", false},   {"\"logit_bias\": {}", true},
-        {"\"best_of\": 3", false},                 {"\"best_of\": 1", true},
-        {"\"suffix\": \"The end\"", false},        {"\"suffix\": null", true},
-        {"\"response_format\": {\"type\": \"json_object\"}", false},
-        {"\"response_format\": {\"type\": \"text\"}", true},
-        {"\"tool_choice\": \"required\"", false}, {"\"tool_choice\": \"auto\"", true},
+        {"\"logit_bias\": {\"5\": 100}", false},
+        {"\"logit_bias\": {}", true},
+        {"\"best_of\": 3", false},
+        {"\"best_of\": 1", true},
+        {"\"suffix\": \"The end\"", false},
+        {"\"suffix\": null", true},
     };
     for (size_t i = 0; i < sizeof(inert) / sizeof(inert[0]); i++) {
         char body[256];
@@ -785,6 +785,77 @@ static void test_inert_fields(void **state)
             assert_non_null(strstr(r.body, "not supported"));
             assert_error(&r, 400);
         }
+    }
+}
+
+/* Structured output on /v1/completions: response_format and the guided fields constrain the
+ * text; what does not compile, two constraints, or tools' fields are 400s naming the field */
+static void test_structured_fields(void **state)
+{
+    struct resp r;
+    static const struct {
+        const char *field, *text; /* text NULL: a 400 whose message holds the words of @why */
+        const char *why;
+    } cases[] = {
+        {"\"response_format\": {\"type\": \"text\"}", "", NULL},
+        {"\"guided_choice\": [\"Lily\", \"Tom\"]", "Lily|Tom", NULL},
+        {"\"guided_regex\": \"[a-c]{3}\"", NULL, NULL},
+        {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": "
+         "{\"enum\": [1, 2]}}}",
+         "1|2", NULL},
+        {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": "
+         "{\"type\": \"string\", \"format\": \"hostname\"}}}",
+         NULL, "format"},
+        {"\"grammar\": \"root ::= x\"", NULL, "grammar"},
+        {"\"guided_regex\": \"a\", \"grammar\": \"root ::= \\\"a\\\"\"", NULL, "one at most"},
+        {"\"tool_choice\": \"required\"", NULL, "tool_choice"},
+        {"\"response_format\": {\"type\": \"xml\"}", NULL, "response_format"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char body[512];
+        snprintf(body, sizeof(body),
+                 "{\"prompt\": \"Once\", \"max_tokens\": 8, \"temperature\": 1, %s}",
+                 cases[i].field);
+        request("POST", "/v1/completions", body, &r);
+        if (cases[i].why || !cases[i].text) {
+            if (!cases[i].why) { /* a regex: any three of a-c */
+                assert_int_equal(r.status, 200);
+                json_t *j = json_loads(r.body, 0, NULL);
+                const char *t = json_string_value(
+                    json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+                assert_non_null(t);
+                assert_int_equal(strspn(t, "abc"), 3);
+                assert_int_equal(strlen(t), 3);
+                json_decref(j);
+                free(r.body);
+                continue;
+            }
+            if (!strstr(r.body, cases[i].why))
+                fail_msg("%s: %s", cases[i].field, r.body);
+            assert_error(&r, 400);
+            continue;
+        }
+        if (r.status != 200)
+            fail_msg("%s: %s", cases[i].field, r.body);
+        json_t *j = json_loads(r.body, 0, NULL);
+        const char *t = json_string_value(
+            json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+        assert_non_null(t);
+        const char *t0 = t;
+        if (*cases[i].text) { /* one of the |-separated texts (JSON: whitespace around) */
+            char want[64];
+            snprintf(want, sizeof(want), "|%s|", cases[i].text);
+            char got[64];
+            size_t n = strlen(t);
+            while (n && strchr(" \t\n\r", t[n - 1]))
+                n--;
+            t += strspn(t, " \t\n\r");
+            snprintf(got, sizeof(got), "|%.*s|", (int)(n - (size_t)(t - t0)), t);
+            if (!strstr(want, got))
+                fail_msg("%s: %s", cases[i].field, t);
+        }
+        json_decref(j);
+        free(r.body);
     }
 }
 
@@ -1214,6 +1285,7 @@ int main(void)
         cmocka_unit_test(test_tokenize),
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_inert_fields),
+        cmocka_unit_test(test_structured_fields),
         cmocka_unit_test(test_max_tokens_default),
         cmocka_unit_test(test_tools_documents),
         cmocka_unit_test(test_half_closed),

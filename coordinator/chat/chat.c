@@ -33,7 +33,37 @@ void coord_chat_tmpl_free(struct coord_chat_tmpl *t)
     memset(t, 0, sizeof(*t));
 }
 
-/* A copy of message @m (index @i) with its content a string or null. Returns NULL with @why. */
+/* An assistant turn @m that made tool calls as templates take it (as llama.cpp hands it over):
+ * its calls' arguments objects where they are JSON text (OpenAI sends a string; templates print
+ * them with tojson), its null content "" (templates search it for text). A copy, or @m itself
+ * (a new reference) when nothing changes; NULL when out of memory. */
+static json_t *tool_turn(json_t *m)
+{
+    json_t *calls = json_object_get(m, "tool_calls");
+    if (!json_is_array(calls))
+        return json_incref(m);
+    json_t *copy = json_deep_copy(m);
+    if (!copy)
+        return NULL;
+    if (json_is_null(json_object_get(copy, "content")))
+        json_object_set_new(copy, "content", json_string(""));
+    size_t k;
+    json_t *c;
+    json_array_foreach(json_object_get(copy, "tool_calls"), k, c)
+    {
+        json_t *fn = json_object_get(c, "function"), *a = json_object_get(fn, "arguments");
+        if (!json_is_string(a))
+            continue;
+        json_t *o = json_loadb(json_string_value(a), json_string_length(a), 0, NULL);
+        if (json_is_object(o))
+            json_object_set(fn, "arguments", o);
+        json_decref(o);
+    }
+    return copy;
+}
+
+/* A copy of message @m (index @i) with its content a string or null, its tool calls as
+ * tool_turn() makes them. Returns NULL with @why. */
 static json_t *normalize(json_t *m, size_t i, char *why, size_t wlen)
 {
     if (!json_is_object(m)) {
@@ -53,7 +83,10 @@ static json_t *normalize(json_t *m, size_t i, char *why, size_t wlen)
                      i);
             return NULL;
         }
-        return json_incref(m);
+        json_t *t = tool_turn(m);
+        if (!t)
+            snprintf(why, wlen, "out of memory");
+        return t;
     }
     size_t total = 0, k;
     json_t *part;
@@ -91,7 +124,11 @@ static json_t *normalize(json_t *m, size_t i, char *why, size_t wlen)
         snprintf(why, wlen, "out of memory");
         return NULL;
     }
-    return copy;
+    json_t *t = tool_turn(copy);
+    json_decref(copy);
+    if (!t)
+        snprintf(why, wlen, "out of memory");
+    return t;
 }
 
 int coord_chat_render(const struct coord_chat_tmpl *t, json_t *messages, bool add_generation_prompt,

@@ -25,7 +25,9 @@ void coord_chat_tmpl_free(struct coord_chat_tmpl *t);
 
 /* Renders @messages (an OpenAI messages array: objects with a string role, and content a string,
  * null, or a list of {"type": "text", "text": ...} parts, joined with newlines as vLLM and
- * llama.cpp join them; other members pass through) with add_generation_prompt, bos_token,
+ * llama.cpp join them; an assistant turn with tool_calls has its calls' JSON-text arguments as
+ * objects and a null content as "", as llama.cpp hands them to templates; other members pass
+ * through) with add_generation_prompt, bos_token,
  * eos_token and the members of @kwargs (an object or NULL, e.g. a request's
  * chat_template_kwargs; they cannot replace those four). Returns 0 and *@out (malloc'd,
  * NUL-terminated, *@len bytes); -EINVAL with @why set: the messages are malformed (@bad_request

@@ -6,6 +6,7 @@
 #include "bench.h"
 
 #include "cli.h"
+#include "grammar.h"
 #include "kn.h"
 #include "scheduler.h"
 #include "tensors.h"
@@ -22,7 +23,8 @@
 
 static const char usage_bench_model[] =
     "usage: shardlm bench -m MODEL.shlm [-p N] [-n N] [-t T[,T...]] [-r REPS] [--workers W]\n"
-    "                     [--batch B[,B...] | --prefix-cache P] [--json]\n"
+    "                     [--batch B[,B...] | --prefix-cache P | --json-schema FILE]\n"
+    "                     [--json]\n"
     "\n"
     "Runs prefill (ppN: N prompt tokens in one step) and decode (tgN: N tokens one step each)\n"
     "through the engine, REPS times each after one untimed warm-up (the prefill and one decode\n"
@@ -49,6 +51,15 @@ static const char usage_bench_model[] =
     "                  prefix_cache prefix=<P> suffix=16 ttft_cold_ms=<x> ttft_cached_ms=<y>\n"
     "                  speedup=<x/y> cached_tokens=<n> logprobs_identical=<0|1> (the first\n"
     "                  token's top-20 log-probabilities, bit for bit)\n"
+    "  --json-schema FILE  instead: B sequences at once (--batch's count, default 16) through\n"
+    "                  the scheduler, sampling (temperature 1, seeded) B x N tokens (-n) after\n"
+    "                  prompts of 16 tokens, under the JSON Schema FILE and free, alternating\n"
+    "                  REPS times (no prefix cache; a sequence the grammar ends before N tokens\n"
+    "                  is followed by a new one, so B run at once); needs a model with its\n"
+    "                  tokenizer. Prints the medians: structured batch=<B> n=<N>\n"
+    "                  free_tps=<x> schema_tps=<y> ratio=<y/x> grammar_share=<the steps' time\n"
+    "                  in masks and commits> tokens=<free>/<schema> seqs=<free>/<schema>\n"
+    "                  compile_ms=<c> (seqs: the sequences one run started)\n"
     "  --json          one JSON object per line instead of the table\n"
     "The workers run the fastest kernel table of this CPU (SHARDLM_ISA=ref|avx2|avx512|amx forces\n"
     "one); the engine names it on stderr at start.\n";
@@ -172,6 +183,7 @@ struct model_opts {
     long batch[BENCH_MAX_T]; /* --batch: sequences at once */
     int n_batch;
     int prefix; /* --prefix-cache: tokens two prompts share */
+    const char *schema; /* --json-schema: the structured batch's schema file */
 };
 
 /* What one thread count ran on: the model's and the layout's columns of its lines, and the
@@ -550,6 +562,159 @@ static int bench_prefix(const struct model_opts *o, int threads, struct shardlm_
     return 0;
 }
 
+/* One slot of a --json-schema run: its sequence's tokens asked for and come, whether it ended. */
+struct structured_seq {
+    long want, n;
+    bool done;
+};
+
+static void count_event(void *ctx, const struct coord_event *ev)
+{
+    struct structured_seq *q = ctx;
+    q->n += ev->token >= 0;
+    q->done |= ev->finish != COORD_FINISH_NONE;
+}
+
+/* One run of --json-schema on a fresh scheduler: @b sequences at once after their 16-token
+ * prompts (rows of @prompts), under @g (NULL: free), until @b x o->tg tokens came; a slot whose
+ * sequence the grammar ended early takes a new one, so that @b run in every step as a server's
+ * would. Its tokens/s into *@tps, the share of the steps' time spent in grammars into *@share,
+ * its tokens into *@tokens, its sequences into *@seqs. */
+static int structured_run(struct coord_engine *eng, const struct coord_tok *tok,
+                          const struct model_opts *o, const int32_t *prompts, int b,
+                          struct gr_grammar *g, double *tps, double *share, long *tokens,
+                          long *seqs, struct shardlm_err *e)
+{
+    struct coord_sched *s = NULL;
+    struct coord_sched_opts so = {.max_seqs = (uint32_t)b, .no_prefix_cache = true};
+    struct structured_seq *seq = calloc((size_t)b, sizeof(*seq));
+    if (!seq)
+        return shardlm_fail(e, -ENOMEM, "out of memory");
+    int rc = coord_sched_init(&s, eng, tok, &so, e);
+    long budget = (long)b * o->tg, given = 0, got = 0; /* tokens to run, asked for, come */
+    uint64_t t0 = shardlm_now_ns(), round = 0;
+    for (bool first = true; !rc && (first || !coord_sched_idle(s)); first = false) {
+        if (!first)
+            rc = coord_sched_step(s, e);
+        for (int i = 0; i < b && !rc; i++) {
+            struct structured_seq *q = &seq[i];
+            if (q->want && !q->done)
+                continue;  /* running */
+            if (q->want) { /* ended: its tokens count, what it left unused goes back */
+                got += q->n;
+                given -= q->want - q->n;
+            }
+            long want = budget - given < o->tg ? budget - given : o->tg;
+            *q = (struct structured_seq){.want = want > 0 ? want : 0};
+            if (want <= 0)
+                continue;
+            struct coord_request r = {.prompt = prompts + 16 * i,
+                                      .n_prompt = 16,
+                                      .max_tokens = (int)want,
+                                      .sampling = {.temp = 1.0f,
+                                                   .top_p = 1.0f,
+                                                   .repetition_penalty = 1.0f,
+                                                   .seed = 1000 + round++},
+                                      .ignore_eos = true,
+                                      .logprobs = -1,
+                                      .grammar = g,
+                                      .on_event = count_event,
+                                      .ctx = q};
+            uint64_t id;
+            rc = coord_sched_submit(s, &r, &id, e);
+            given += want;
+        }
+    }
+    double secs = (double)(shardlm_now_ns() - t0) / 1e9;
+    struct coord_sched_stats st = {0};
+    if (s)
+        coord_sched_stats(s, &st);
+    coord_sched_free(s);
+    free(seq);
+    if (rc)
+        return rc;
+    *tps = secs > 0 ? (double)got / secs : 0;
+    *share = st.step_ns ? (double)st.grammar_ns / (double)st.step_ns : 0;
+    *tokens = got;
+    *seqs = (long)round;
+    return 0;
+}
+
+/* --json-schema at one thread count: the schema compiled once, then REPS rounds of a free run
+ * and a constrained one (in that order) of the same sequences; prints the medians. */
+static int bench_structured(const struct model_opts *o, int threads, struct shardlm_err *e)
+{
+    int b = o->n_batch ? (int)o->batch[0] : 16;
+    size_t len;
+    uint8_t *text = NULL;
+    int rc = coord_read_file(o->schema, 1 << 24, &text, &len, e);
+    if (rc)
+        return rc;
+    struct gr_grammar *g = NULL;
+    uint64_t c0 = shardlm_now_ns();
+    rc = gr_compile_json_schema((const char *)text, len, &(struct gr_opts){.max_ws = 1}, &g, e);
+    double compile_ms = (double)(shardlm_now_ns() - c0) / 1e6;
+    free(text);
+    if (rc)
+        return rc;
+    struct coord_engine *eng = NULL;
+    struct coord_engine_opts eo = o->engine;
+    eo.model_path = o->model;
+    eo.layout.workers = o->workers;
+    eo.layout.threads = threads;
+    eo.max_seqs = (uint32_t)b;
+    struct coord_tok tok = {0};
+    bool have_tok = false;
+    int32_t *prompts = NULL;
+    if ((rc = coord_engine_start(&eng, &eo, e)))
+        goto out;
+    if ((rc = coord_tok_from_shlm(&tok, coord_engine_model(eng), o->model, e)))
+        goto out;
+    have_tok = true;
+    if (16 + o->tg >= (int)coord_engine_model(eng)->hdr->cfg.seq_len) {
+        rc = shardlm_fail(e, -E2BIG, "-n %d: the model's context is %u", o->tg,
+                          coord_engine_model(eng)->hdr->cfg.seq_len);
+        goto out;
+    }
+    if (!(prompts = malloc(16 * (size_t)b * sizeof(int32_t)))) {
+        rc = shardlm_fail(e, -ENOMEM, "out of memory");
+        goto out;
+    }
+    random_tokens(prompts, 16 * b, (uint32_t)tok.vocab_size);
+    int reps = o->reps > 16 ? 16 : o->reps;
+    double free_tps[16], schema_tps[16], share[16], ignored;
+    long n_free = 0, n_schema = 0, s_free = 0, s_schema = 0;
+    for (int r = 0; r < reps && !rc; r++) {
+        rc = structured_run(eng, &tok, o, prompts, b, NULL, &free_tps[r], &ignored, &n_free,
+                            &s_free, e);
+        if (!rc)
+            rc = structured_run(eng, &tok, o, prompts, b, g, &schema_tps[r], &share[r], &n_schema,
+                                &s_schema, e);
+    }
+    if (!rc) {
+        int n_cpus = coord_engine_layout(eng)->ranks[0].n_cpus;
+        double f = coord_sort_median(free_tps, reps), c = coord_sort_median(schema_tps, reps);
+        printf(o->json ? "{\"test\": \"structured\", \"threads\": %d, \"batch\": %d, \"n\": %d, "
+                         "\"free_tps\": %.2f, \"schema_tps\": %.2f, \"ratio\": %.3f, "
+                         "\"grammar_share\": %.4f, \"tokens_free\": %ld, \"tokens_schema\": %ld, "
+                         "\"seqs_free\": %ld, \"seqs_schema\": %ld, \"compile_ms\": %.2f}\n"
+                       : "structured threads=%d batch=%d n=%d free_tps=%.2f schema_tps=%.2f "
+                         "ratio=%.3f grammar_share=%.4f tokens=%ld/%ld seqs=%ld/%ld "
+                         "compile_ms=%.2f\n",
+               threads ? threads : n_cpus, b, o->tg, f, c, f > 0 ? c / f : 0.0,
+               coord_sort_median(share, reps), n_free, n_schema, s_free, s_schema, compile_ms);
+        fflush(stdout);
+    }
+out:
+    if (eng)
+        coord_engine_stop(eng);
+    if (have_tok)
+        coord_tok_free(&tok);
+    free(prompts);
+    gr_grammar_free(g);
+    return rc;
+}
+
 /* Parses a list like "1,2,4" of at most BENCH_MAX_T numbers in [1, @max] into @v. Returns how
  * many, or -1. */
 static int parse_list(const char *arg, long max, long *v)
@@ -574,9 +739,10 @@ int coord_bench_model(int argc, char **argv)
                                          {"batch", required_argument, 0, 'B'},
                                          {"json", no_argument, 0, 'j'},
                                          {"prefix-cache", required_argument, 0, 'P'},
+                                         {"json-schema", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    static const struct coord_cli_path paths[] = {{'m', "-m"}, {0, 0}};
+    static const struct coord_cli_path paths[] = {{'m', "-m"}, {'S', "--json-schema"}, {0, 0}};
     static const struct coord_cli_cmd cmd = {"bench", usage_bench_model, "m:p:n:t:r:h", opts,
                                              paths};
     int c, rc;
@@ -620,6 +786,9 @@ int coord_bench_model(int argc, char **argv)
                                          optarg);
             o.prefix = (int)v;
             break;
+        case 'S':
+            o.schema = optarg;
+            break;
         }
     }
     if (!o.model || optind != argc)
@@ -637,10 +806,16 @@ int coord_bench_model(int argc, char **argv)
                                      what);
         }
     coord_signals_install();
-    if (o.n_batch && o.prefix)
+    if ((o.n_batch && o.prefix) || (o.schema && o.prefix))
         return coord_usage_error("bench", usage_bench_model,
-                                 "--batch and --prefix-cache are two benchmarks: give one");
-    if (!o.n_batch && !o.prefix && !o.json) {
+                                 "--prefix-cache is a benchmark of its own: not with --batch "
+                                 "or --json-schema");
+    if (o.schema && o.n_batch > 1)
+        return coord_usage_error("bench", usage_bench_model,
+                                 "--json-schema runs one batch size: give --batch one count");
+    if (o.schema && !o.tg)
+        return coord_usage_error("bench", usage_bench_model, "--json-schema needs -n above 0");
+    if (!o.n_batch && !o.prefix && !o.schema && !o.json) {
         printf("| %-28s | %10s | %7s | %-6s | %7s | %10s | %16s |\n", "model", "size", "params",
                "backend", "threads", "test", "t/s");
         printf("| %.28s | %.10s | %.7s | %.6s | %.7s | %.10s | %.16s |\n",
@@ -650,8 +825,9 @@ int coord_bench_model(int argc, char **argv)
     struct shardlm_err e = {{0}};
     rc = coord_cli_engine_env(&o.engine, &e);
     for (int i = 0; i < o.n_threads && !rc; i++)
-        rc = o.n_batch  ? bench_batch(&o, (int)o.threads[i], &e)
-             : o.prefix ? bench_prefix(&o, (int)o.threads[i], &e)
-                        : bench_threads(&o, (int)o.threads[i], &e);
+        rc = o.schema    ? bench_structured(&o, (int)o.threads[i], &e)
+             : o.n_batch ? bench_batch(&o, (int)o.threads[i], &e)
+             : o.prefix  ? bench_prefix(&o, (int)o.threads[i], &e)
+                         : bench_threads(&o, (int)o.threads[i], &e);
     return coord_cli_exit("bench", rc, &e); /* a signal: 128 + it, as every command */
 }

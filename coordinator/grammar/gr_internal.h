@@ -9,6 +9,7 @@
  *             popped as a stack (the mask's walk tries a lexeme and takes it back)
  *   matcher.c the vocabulary's trie, one sequence's state, the mask and the commit
  *   schema.c  JSON Schema to a grammar; gbnf.c llama.cpp's GBNF; the regex and choice sources
+ *   calls.c   tool calls: a model's call syntax around its tools' argument schemas
  */
 #ifndef SHARDLM_COORD_GR_INTERNAL_H
 #define SHARDLM_COORD_GR_INTERNAL_H
@@ -16,6 +17,7 @@
 #include "grammar.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -101,6 +103,9 @@ struct gr_re *gr_re_rep(struct gr_rebuild *b, struct gr_re *x, int min, int max)
 /* Strings @pos matches and none of @neg (n_neg may be 0) match: a GR_RE_BOOL. */
 struct gr_re *gr_re_but(struct gr_rebuild *b, struct gr_re *pos, struct gr_re *const *neg,
                         int n_neg);
+/* Any UTF-8 text, then @stop at its first occurrence: the text with @stop holds it only at
+ * its end (so a greedy lexer ends the lexeme exactly there). */
+struct gr_re *gr_re_until(struct gr_rebuild *b, const char *stop);
 /* Strings both @x and @y match. */
 struct gr_re *gr_re_and(struct gr_rebuild *b, struct gr_re *x, struct gr_re *y);
 int gr_re_add(struct gr_rebuild *b, struct gr_re *parent, struct gr_re *child);
@@ -270,6 +275,7 @@ struct gr_grammar {
     } * startc;
     int n_startc, startc_mask;
     char what[64]; /* the source kind, for messages */
+    char *think_open, *think_close, *lead; /* the frame (gr_opts), NULL: none */
     /* the part of a mask that stays inside one lexeme, by lexer state, for one vocabulary
      * (matcher.c): kept for states whose walk is long */
     const struct gr_vocab *mc_vocab;
@@ -288,7 +294,7 @@ struct gr_bnd {
 struct gr_mcache {
     uint32_t *bits; /* the tokens read whole inside the lexeme */
     long count;
-    struct gr_bnd *b; /* sorted by qp */
+    struct gr_bnd *b; /* grouped by qp */
     int n_b;
     bool np; /* b's nodes are the np trie's (see matcher.c), not the full one's */
 };
@@ -296,11 +302,27 @@ struct gr_mcache {
 /* A new empty grammar with @o's limits; @what names its source in messages. */
 int gr_grammar_new(const struct gr_opts *o, const char *what, struct gr_grammar **out,
                    struct shardlm_err *e);
-/* gr_cfg_finish() of @g's rules with start symbol @start and its lexer's empty lexemes. */
+/* gr_cfg_finish() of @g's rules with start symbol @start (inside the frame of @g's options)
+ * and its lexer's empty lexemes. */
 int gr_finish(struct gr_grammar *g, int start);
 /* Sets @e for -E2BIG / -ENOMEM / -ENOENT from the builders (other codes have @e set already);
  * returns rc. */
 int gr_fail_code(struct shardlm_err *e, int rc, const char *what);
+
+/* ---- JSON Schema inside a grammar (schema.c) ---------------------------------------------- */
+
+struct gr_json; /* the JSON Schema compiler over one grammar: its JSON lexemes and memo */
+
+/* A compiler adding to @g with @o's whitespace (o->max_ws). Returns 0 or -errno with @e set. */
+int gr_json_new(struct gr_grammar *g, const struct gr_opts *o, struct gr_json **out,
+                struct shardlm_err *e);
+/* The nonterminal of @schema, whose $refs resolve in @root; both stay alive (and unchanged)
+ * until gr_json_free(). Returns it, or -errno with the compiler's error set. */
+int gr_json_value(struct gr_json *c, json_t *schema, json_t *root);
+/* @j kept alive until gr_json_free() (a schema made for gr_json_value()); NULL when @j is NULL
+ * or out of memory. */
+json_t *gr_json_keep(struct gr_json *c, json_t *j);
+void gr_json_free(struct gr_json *c);
 
 /* Initialises @p with the first row for @g. Returns 0 or -errno. */
 int gr_parser_init(struct gr_parser *p, struct gr_grammar *g, struct shardlm_err *e);

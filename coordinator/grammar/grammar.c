@@ -18,6 +18,12 @@ int gr_grammar_new(const struct gr_opts *o, const char *what, struct gr_grammar 
     g->lex.max_dstates = o && o->max_dfa_states ? o->max_dfa_states : 200000;
     g->cfg.max_rules = o && o->max_rules ? o->max_rules : 1000000;
     snprintf(g->what, sizeof(g->what), "%s", what);
+    if ((o && o->think_open && !(g->think_open = strdup(o->think_open))) ||
+        (o && o->think_close && !(g->think_close = strdup(o->think_close))) ||
+        (o && o->lead && !(g->lead = strdup(o->lead)))) {
+        gr_grammar_free(g);
+        return shardlm_fail(e, -ENOMEM, "grammar: out of memory");
+    }
     *out = g;
     return 0;
 }
@@ -28,6 +34,9 @@ void gr_grammar_free(struct gr_grammar *g)
         return;
     gr_lexer_free(&g->lex);
     gr_cfg_free(&g->cfg);
+    free(g->think_open);
+    free(g->think_close);
+    free(g->lead);
     for (int i = 0; g->startc && i <= g->startc_mask; i++)
         free(g->startc[i].ids);
     free(g->startc);
@@ -41,8 +50,60 @@ void gr_grammar_free(struct gr_grammar *g)
 
 bool gr_grammar_overflow(const struct gr_grammar *g) { return g->lex.overflow; }
 
+/* The frame around @start: top -> [think] [lead] start | [lead] start (the reasoning
+ * required when think_open is ""). Returns top or -errno. */
+static int frame(struct gr_grammar *g, int start)
+{
+    struct shardlm_err e;
+    struct gr_rebuild b = {.max_nodes = 1000000, .e = &e};
+    int32_t sym[3];
+    int n = 0, think = -1, rc = 0;
+    if (g->think_open && g->think_close && *g->think_close) {
+        struct gr_cset ws = {0};
+        if (gr_cset_add(&ws, '\t', '\n') || gr_cset_add(&ws, '\r', '\r') ||
+            gr_cset_add(&ws, ' ', ' ')) {
+            gr_cset_free(&ws);
+            return -ENOMEM;
+        }
+        struct gr_re *r = gr_re_cat(
+            &b,
+            gr_re_cat(&b, gr_re_lit(&b, GR_ENC_BYTE, g->think_open, strlen(g->think_open)),
+                      gr_re_until(&b, g->think_close)),
+            gr_re_rep(&b, gr_re_set(&b, GR_ENC_BYTE, &ws), 0, 4));
+        gr_cset_free(&ws);
+        think = r ? gr_lexer_add(&g->lex, r) : -ENOMEM;
+        rc = think < 0 ? think : 0;
+    }
+    if (!rc && g->lead && *g->lead) {
+        struct gr_re *r = gr_re_lit(&b, GR_ENC_BYTE, g->lead, strlen(g->lead));
+        int lx = r ? gr_lexer_add(&g->lex, r) : -ENOMEM;
+        if (lx < 0)
+            rc = lx;
+        else
+            sym[n++] = lx;
+    }
+    gr_rebuild_free(&b);
+    int top = rc ? rc : gr_cfg_nt(&g->cfg);
+    if (top < 0)
+        return top;
+    sym[n++] = ~start;
+    if (think < 0 || *g->think_open) /* the reasoning may be left out */
+        rc = gr_cfg_rule(&g->cfg, top, sym, n);
+    if (!rc && think >= 0) {
+        memmove(sym + 1, sym, (size_t)n * sizeof(*sym));
+        sym[0] = think;
+        rc = gr_cfg_rule(&g->cfg, top, sym, n + 1);
+    }
+    return rc ? rc : top;
+}
+
 int gr_finish(struct gr_grammar *g, int start)
 {
+    if ((g->think_open && g->think_close) || g->lead) {
+        start = frame(g, start);
+        if (start < 0)
+            return start;
+    }
     uint8_t *empty = gr_lexer_empty(&g->lex);
     if (!empty)
         return -ENOMEM;

@@ -30,6 +30,11 @@ struct gr_opts {
     long max_nfa_states; /* 0: 2,000,000 */
     long max_dfa_states; /* 0: 200,000 */
     long max_rules;      /* 0: 1,000,000 */
+    /* a frame around the output, as bytes (control tokens spelled with GR_SPECIAL, below):
+     * reasoning may come first - THINK_OPEN, any text without THINK_CLOSE, THINK_CLOSE, up to 4
+     * whitespace bytes (think_open "": the output starts inside the reasoning, which must
+     * close) - then LEAD (a channel's header), then what the source describes. NULL: none */
+    const char *think_open, *think_close, *lead;
 };
 
 /* Compiles the JSON Schema @schema (@len bytes of JSON text). Returns 0 or -EINVAL with @e
@@ -48,13 +53,43 @@ int gr_compile_choice(const char *const *s, const size_t *lens, int n, const str
 /* llama.cpp's GBNF grammar @src (@len bytes), start rule "root". */
 int gr_compile_gbnf(const char *src, size_t len, const struct gr_opts *o, struct gr_grammar **out,
                     struct shardlm_err *e);
+
+/* A control token's text in a grammar: GR_SPECIAL then the token's text. A vocabulary spells
+ * control tokens so (gr_vocab_new), and no source makes the byte 0xFF (not UTF-8), so a grammar
+ * allows one only where it names it: a tool call's markers, never inside a string. */
+#define GR_SPECIAL "\xff"
+
+/* How a model writes its tool calls, as bytes (control tokens marked with GR_SPECIAL; NULL is
+ * ""): the calls are BEGIN CALL (SEP CALL)* END, a call PRE NAME MID ARGS POST with ARGS the
+ * arguments' JSON - or, with @name_key, PRE {"<name_key>": "NAME", "<args_key>": ARGS} POST, one
+ * JSON object - or, with @xml, ARGS written as Qwen3-Coder writes them: for each argument
+ * <parameter=KEY>\nVALUE\n</parameter>\n, a string's VALUE raw, another's as JSON. */
+struct gr_call_syntax {
+    const char *begin, *end, *sep, *pre, *mid, *post;
+    const char *name_key, *args_key;
+    bool xml;
+};
+
+/* The calls a grammar allows: of the @n tools named @names, whose arguments follow the JSON
+ * Schemas @params (jansson objects; NULL: any object), in syntax @syn; one call, or any number
+ * when @parallel. */
+struct gr_tools {
+    const struct gr_call_syntax *syn;
+    const char *const *names;
+    struct json_t *const *params;
+    int n;
+    bool parallel;
+};
+int gr_compile_tool_calls(const struct gr_tools *t, const struct gr_opts *o,
+                          struct gr_grammar **out, struct shardlm_err *e);
 void gr_grammar_free(struct gr_grammar *g);
 /* Whether the grammar's lexer hit its DFA limit (masks may then refuse what it would allow). */
 bool gr_grammar_overflow(const struct gr_grammar *g);
 
-/* The vocabulary: token i is the @lens[i] bytes at @bytes[i]; a token with bytes NULL (special
- * tokens, unused ids) is never allowed by a grammar; @eos (-1: none) ends the output, allowed
- * where the grammar is complete. Returns 0 or -ENOMEM / -EINVAL. Free with gr_vocab_free(). */
+/* The vocabulary: token i is the @lens[i] bytes at @bytes[i] (a control token's: GR_SPECIAL and
+ * its text); a token with bytes NULL (unused ids) is never allowed by a grammar; @eos (-1: none)
+ * ends the output, allowed where the grammar is complete. Returns 0 or -ENOMEM / -EINVAL. Free with
+ * gr_vocab_free(). */
 int gr_vocab_new(int n, const char *const *bytes, const uint32_t *lens, int eos,
                  struct gr_vocab **out, struct shardlm_err *e);
 void gr_vocab_free(struct gr_vocab *v);

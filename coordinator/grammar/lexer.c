@@ -774,14 +774,26 @@ int32_t gr_lexer_step_slow(struct gr_lexer *l, int32_t q, uint8_t b)
         return GR_DEAD;
     mark_gen(l);
     int k = 0;
+    /* the run of bytes around @b that every edge of @q takes alike: they all go where @b goes
+     * (a mask's walk meets many bytes of one state: one closure for them all) */
+    int lo = 0, hi = 255;
     const struct gr_dstate *d = &l->ds[q];
     for (int i = 0; i < d->n_set; i++) {
         const struct gr_nstate *st = &l->ns[d->set[i]];
-        for (int j = 0; j < st->n_e; j++)
-            if (b >= st->e[j].lo && b <= st->e[j].hi && l->mark[st->e[j].to] != l->gen) {
-                l->mark[st->e[j].to] = l->gen;
-                l->stack[k++] = st->e[j].to;
-            }
+        for (int j = 0; j < st->n_e; j++) {
+            const struct gr_nedge *ed = &st->e[j];
+            if (b >= ed->lo && b <= ed->hi) {
+                lo = ed->lo > lo ? ed->lo : lo;
+                hi = ed->hi < hi ? ed->hi : hi;
+                if (l->mark[ed->to] != l->gen) {
+                    l->mark[ed->to] = l->gen;
+                    l->stack[k++] = ed->to;
+                }
+            } else if (ed->hi < b)
+                lo = ed->hi + 1 > lo ? ed->hi + 1 : lo;
+            else
+                hi = ed->lo - 1 < hi ? ed->lo - 1 : hi;
+        }
     }
     int32_t t = intern(l, closure(l, k));
     if (t < GR_DEAD) { /* out of memory: dead for now, not remembered */
@@ -790,7 +802,8 @@ int32_t gr_lexer_step_slow(struct gr_lexer *l, int32_t q, uint8_t b)
     }
     if (t == GR_DEAD && l->overflow)
         return GR_DEAD;
-    l->ds[q].next[b] = t;
+    for (int c = lo; c <= hi; c++) /* (intern may have moved l->ds) */
+        l->ds[q].next[c] = t;
     return t;
 }
 

@@ -18,10 +18,12 @@
 
 #define GR_PLAIN_MAX 64
 
+/* 12 bytes: a long walk reads the whole trie (Llama 3's: 267k nodes), so its size is its time */
 struct gr_tnode {
-    uint32_t end;            /* one past this node's subtree (preorder) */
-    uint32_t tok_beg, tok_n; /* its tokens in gr_trie.toks; tok_beg is also its subtree's first */
-    uint32_t sub_end;        /* one past its subtree's last token in gr_trie.toks */
+    uint32_t end;     /* one past this node's subtree (preorder) */
+    uint32_t tok_beg; /* its tokens in gr_trie.toks, and its subtree's first; one past the
+                       * subtree's last is nodes[end].tok_beg (node n_nodes: a sentinel) */
+    uint16_t tok_n;
     uint8_t byte;
     bool np_below; /* a token that is not plain (see gr_vocab) is in its subtree */
 };
@@ -85,7 +87,7 @@ static int plain_chars(const uint8_t *b, uint32_t n);
 /* The trie of the @k tokens @t (sorted by cmp_tok, @total bytes). Returns 0 or -ENOMEM. */
 static int trie_build(struct gr_trie *tr, const struct tok_ref *t, int k, long total)
 {
-    tr->nodes = malloc(sizeof(*tr->nodes) * (size_t)(total + 1));
+    tr->nodes = malloc(sizeof(*tr->nodes) * (size_t)(total + 2)); /* + the sentinel */
     tr->toks = malloc(sizeof(int32_t) * (size_t)(k ? k : 1));
     uint32_t *path = malloc(sizeof(uint32_t) * (size_t)(total + 1)); /* node at each depth */
     if (!tr->nodes || !tr->toks || !path) {
@@ -103,10 +105,8 @@ static int trie_build(struct gr_trie *tr, const struct tok_ref *t, int k, long t
         if (prev)
             while (common < prev->n && common < r->n && prev->b[common] == r->b[common])
                 common++;
-        while (depth > common) { /* close the nodes past the shared prefix */
-            tr->nodes[path[depth]].sub_end = (uint32_t)i;
+        while (depth > common) /* close the nodes past the shared prefix */
             tr->nodes[path[depth--]].end = tr->n_nodes;
-        }
         for (uint32_t d = common; d < r->n; d++) {
             uint32_t id = tr->n_nodes++;
             tr->nodes[id] = (struct gr_tnode){.byte = r->b[d], .tok_beg = (uint32_t)i};
@@ -122,12 +122,10 @@ static int trie_build(struct gr_trie *tr, const struct tok_ref *t, int k, long t
                 tr->nodes[path[d]].np_below = true;
         prev = r;
     }
-    while (depth > 0) {
-        tr->nodes[path[depth]].sub_end = (uint32_t)k;
+    while (depth > 0)
         tr->nodes[path[depth--]].end = tr->n_nodes;
-    }
-    tr->nodes[0].sub_end = (uint32_t)k;
     tr->nodes[0].end = tr->n_nodes;
+    tr->nodes[tr->n_nodes] = (struct gr_tnode){.tok_beg = (uint32_t)k}; /* the sentinel */
     free(path);
     return 0;
 }
@@ -388,11 +386,12 @@ struct walk {
 static void allow_all(struct walk *w, const struct gr_tnode *nd)
 {
     const int32_t *toks = w->t->toks;
-    for (uint32_t i = nd->tok_beg; i < nd->sub_end; i++) {
+    uint32_t sub_end = w->t->nodes[nd->end].tok_beg;
+    for (uint32_t i = nd->tok_beg; i < sub_end; i++) {
         int32_t t = toks[i];
         w->mask[t >> 5] |= 1u << (t & 31);
     }
-    w->count += nd->sub_end - nd->tok_beg;
+    w->count += sub_end - nd->tok_beg;
 }
 
 static void allow(struct walk *w, const struct gr_tnode *nd)
@@ -517,7 +516,58 @@ static int cmp_bnd(const void *a, const void *b)
     return (x->node > y->node) - (x->node < y->node);
 }
 
-/* The tokens through the boundaries @b (n, sorted by qp): end the lexeme (one push per qp) and
+/* Groups the boundaries w->b by their state qp (in the order the states were first met; nodes
+ * stay in preorder within a group): a counting sort over the distinct states, O(n), where a
+ * state's long walk may meet a boundary at most of the trie's nodes. A sort when the states are
+ * too many for its table. Returns 0 or -ENOMEM. */
+static int group_bnd(struct walk *w)
+{
+    enum { SLOTS = 1024, MAX_KEYS = SLOTS / 2 };
+    int32_t key[SLOTS];
+    int slot_of[SLOTS], n_keys = 0;
+    long count[MAX_KEYS] = {0};
+    for (int i = 0; i < SLOTS; i++)
+        key[i] = GR_UNSET;
+    int *which = malloc(sizeof(int) * (size_t)w->n_b);
+    struct gr_bnd *out = malloc(sizeof(*out) * (size_t)w->n_b);
+    if (!which || !out) {
+        free(which);
+        free(out);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < w->n_b; i++) {
+        uint32_t h = ((uint32_t)w->b[i].qp * 0x9E3779B1u) >> 22; /* (SLOTS = 2^10) */
+        while (key[h] != GR_UNSET && key[h] != w->b[i].qp)
+            h = (h + 1) & (SLOTS - 1);
+        if (key[h] == GR_UNSET) {
+            if (n_keys == MAX_KEYS) { /* many states: sorted instead */
+                free(which);
+                free(out);
+                qsort(w->b, (size_t)w->n_b, sizeof(*w->b), cmp_bnd);
+                return 0;
+            }
+            key[h] = w->b[i].qp;
+            slot_of[h] = n_keys++;
+        }
+        which[i] = slot_of[h];
+        count[which[i]]++;
+    }
+    long at = 0;
+    for (int k = 0; k < n_keys; k++) {
+        long c = count[k];
+        count[k] = at;
+        at += c;
+    }
+    for (int i = 0; i < w->n_b; i++)
+        out[count[which[i]]++] = w->b[i];
+    free(which);
+    free(w->b);
+    w->b = out;
+    w->cap_b = w->n_b;
+    return 0;
+}
+
+/* The tokens through the boundaries @b (n, grouped by qp): end the lexeme (one push per qp) and
  * go on from the next lexeme's start. */
 static void resolve(struct walk *w, const struct gr_bnd *b, int n)
 {
@@ -630,8 +680,10 @@ long gr_matcher_mask(struct gr_matcher *m, uint32_t *mask)
                 free(w.b);
                 return -ENOMEM;
             }
-            if (w.n_b)
-                qsort(w.b, (size_t)w.n_b, sizeof(*w.b), cmp_bnd);
+            if (w.n_b && group_bnd(&w)) {
+                free(w.b);
+                return -ENOMEM;
+            }
             if (w.nodes >= GR_MC_MIN_NODES)
                 keep_walk(m, q, &w, words);
             resolve(&w, w.b, w.n_b);

@@ -243,6 +243,17 @@ struct gr_re *gr_re_lit(struct gr_rebuild *b, enum gr_enc enc, const char *s, si
     return r;
 }
 
+struct gr_re *gr_re_until(struct gr_rebuild *b, const char *stop)
+{
+    size_t n = strlen(stop);
+#define ANY(min) gr_re_rep(b, gr_re_range(b, GR_ENC_UTF8, 0, GR_MAX_CP), (min), -1)
+    struct gr_re *ends = gr_re_cat(b, ANY(0), gr_re_lit(b, GR_ENC_BYTE, stop, n));
+    struct gr_re *more =
+        gr_re_cat(b, gr_re_cat(b, ANY(0), gr_re_lit(b, GR_ENC_BYTE, stop, n)), ANY(1));
+#undef ANY
+    return more ? gr_re_but(b, ends, &more, 1) : NULL;
+}
+
 void gr_rebuild_free(struct gr_rebuild *b)
 {
     for (struct gr_re *r = b->all, *n; r; r = n) {

@@ -44,7 +44,7 @@ enum {
 static const char *const type_names[] = {"null",   "boolean", "integer", "number",
                                          "string", "array",   "object"}; /* T_* bits */
 
-struct sc {
+struct gr_json {
     struct gr_grammar *g;
     struct gr_rebuild b;
     struct shardlm_err *e;
@@ -65,9 +65,9 @@ struct sc {
     int where_len;
 };
 
-static int sc_fail(struct sc *c, const char *kw, const char *fmt, ...)
+static int sc_fail(struct gr_json *c, const char *kw, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int sc_fail(struct sc *c, const char *kw, const char *fmt, ...)
+static int sc_fail(struct gr_json *c, const char *kw, const char *fmt, ...)
 {
     char msg[320], shown[400];
     va_list ap;
@@ -79,9 +79,9 @@ static int sc_fail(struct sc *c, const char *kw, const char *fmt, ...)
                         c->where_len ? ": " : "", kw, shown);
 }
 
-static int sc_rc(struct sc *c, int rc) { return gr_fail_code(c->e, rc, "json_schema"); }
+static int sc_rc(struct gr_json *c, int rc) { return gr_fail_code(c->e, rc, "json_schema"); }
 
-static void where_push(struct sc *c, const char *a, const char *b, int *save)
+static void where_push(struct gr_json *c, const char *a, const char *b, int *save)
 {
     *save = c->where_len;
     char shown[96] = "";
@@ -95,7 +95,7 @@ static void where_push(struct sc *c, const char *a, const char *b, int *save)
         c->where_len = (int)sizeof(c->where) - 1;
 }
 
-static void where_pop(struct sc *c, int save)
+static void where_pop(struct gr_json *c, int save)
 {
     c->where_len = save;
     c->where[save] = 0;
@@ -103,7 +103,7 @@ static void where_pop(struct sc *c, int save)
 
 /* ---- building blocks ---- */
 
-static int rule(struct sc *c, int lhs, int n, ...)
+static int rule(struct gr_json *c, int lhs, int n, ...)
 {
     int32_t sym[16];
     va_list ap;
@@ -115,14 +115,14 @@ static int rule(struct sc *c, int lhs, int n, ...)
     return rc ? sc_rc(c, rc) : 0;
 }
 
-static int nt_new(struct sc *c)
+static int nt_new(struct gr_json *c)
 {
     int nt = gr_cfg_nt(&c->g->cfg);
     return nt < 0 ? sc_rc(c, nt) : nt;
 }
 
 /* A lexeme from an AST (NULL: the builder's error is set). Returns its id or -errno. */
-static int lex(struct sc *c, struct gr_re *r)
+static int lex(struct gr_json *c, struct gr_re *r)
 {
     if (!r)
         return -EINVAL;
@@ -130,13 +130,13 @@ static int lex(struct sc *c, struct gr_re *r)
     return id < 0 ? sc_rc(c, id) : id;
 }
 
-static struct gr_re *re_src(struct sc *c, const char *src, enum gr_enc enc)
+static struct gr_re *re_src(struct gr_json *c, const char *src, enum gr_enc enc)
 {
     return gr_re_parse(&c->b, src, strlen(src), enc, true);
 }
 
 /* [ \t\n\r]{0,ws} */
-static struct gr_re *re_ws(struct sc *c, int min)
+static struct gr_re *re_ws(struct gr_json *c, int min)
 {
     struct gr_cset s = {0};
     if (gr_cset_add(&s, '\t', '\n') || gr_cset_add(&s, '\r', '\r') || gr_cset_add(&s, ' ', ' ')) {
@@ -150,7 +150,7 @@ static struct gr_re *re_ws(struct sc *c, int min)
 }
 
 /* Punctuation @p with the whitespace JSON allows before (@before) and after (@after) it. */
-static int lex_punct(struct sc *c, char p, bool before, bool after)
+static int lex_punct(struct gr_json *c, char p, bool before, bool after)
 {
     struct gr_re *r = gr_re_new(&c->b, GR_RE_CAT);
     if (!r)
@@ -164,20 +164,23 @@ static int lex_punct(struct sc *c, char p, bool before, bool after)
     return lex(c, r);
 }
 
-static struct gr_re *re_quote(struct sc *c) { return gr_re_range(&c->b, GR_ENC_BYTE, '"', '"'); }
+static struct gr_re *re_quote(struct gr_json *c)
+{
+    return gr_re_range(&c->b, GR_ENC_BYTE, '"', '"');
+}
 
 /* "content" */
-static struct gr_re *re_string(struct sc *c, struct gr_re *content)
+static struct gr_re *re_string(struct gr_json *c, struct gr_re *content)
 {
     return gr_re_cat(&c->b, gr_re_cat(&c->b, re_quote(c), content), re_quote(c));
 }
 
-static struct gr_re *re_anychar(struct sc *c)
+static struct gr_re *re_anychar(struct gr_json *c)
 {
     return gr_re_range(&c->b, GR_ENC_JSON, 0, GR_MAX_CP);
 }
 
-static int common_lexemes(struct sc *c)
+static int common_lexemes(struct gr_json *c)
 {
     if ((c->lx_obeg = lex_punct(c, '{', false, true)) < 0 ||
         (c->lx_oend = lex_punct(c, '}', true, false)) < 0 ||
@@ -201,7 +204,7 @@ static int common_lexemes(struct sc *c)
 }
 
 /* Any JSON value. */
-static int any_value(struct sc *c)
+static int any_value(struct gr_json *c)
 {
     if (c->nt_any >= 0)
         return c->nt_any;
@@ -315,7 +318,7 @@ static int type_mask(json_t *t)
 /* ---- $ref ---- */
 
 /* The schema @ref points to (a JSON pointer in this document), or NULL with @e set. */
-static json_t *deref(struct sc *c, const char *ref)
+static json_t *deref(struct gr_json *c, const char *ref)
 {
     if (ref[0] != '#') {
         sc_fail(c, "$ref", "\"%.80s\" is not in this document (only \"#...\" references are)", ref);
@@ -375,7 +378,7 @@ static json_t *deref(struct sc *c, const char *ref)
 
 /* ---- merging (allOf) ---- */
 
-static json_t *keep(struct sc *c, json_t *j)
+static json_t *keep(struct gr_json *c, json_t *j)
 {
     if (j)
         json_array_append_new(c->keep, j);
@@ -396,11 +399,11 @@ static bool has_validation(json_t *s, const char *except)
     return false;
 }
 
-static json_t *merge(struct sc *c, json_t *a, json_t *b);
+static json_t *merge(struct gr_json *c, json_t *a, json_t *b);
 
 /* @s with its $ref and allOf folded in: a schema object (kept alive by c->keep), or NULL with
  * @e set. */
-static json_t *flatten(struct sc *c, json_t *s, int depth)
+static json_t *flatten(struct gr_json *c, json_t *s, int depth)
 {
     if (depth > 32) {
         sc_fail(c, "allOf", "references nest more than 32 deep inside allOf (recursive?)");
@@ -470,10 +473,69 @@ static json_t *prop_schema(json_t *s, const char *k)
 }
 
 /* One schema that matches what both @a and @b match (both flattened; @a is ours to change). */
-static json_t *merge(struct sc *c, json_t *a, json_t *b)
+/* Schema @s's array items: its prefix (prefixItems, or draft 4's items as an array) in *@pre
+ * (NULL: none) and what the items after it follow (items, or draft 4's additionalItems) in
+ * *@rest (NULL: anything). */
+static void array_parts(json_t *s, json_t **pre, json_t **rest)
+{
+    json_t *items = json_object_get(s, "items");
+    *pre = json_object_get(s, "prefixItems");
+    *rest = items;
+    if (json_is_array(items)) {
+        *pre = items;
+        *rest = json_object_get(s, "additionalItems");
+    }
+}
+
+/* The item at @i of a schema whose parts array_parts() gave: its schema, or NULL (anything). */
+static json_t *item_at(json_t *pre, json_t *rest, size_t i)
+{
+    return i < json_array_size(pre) ? json_array_get(pre, i) : rest;
+}
+
+/* Both sides' array items in @a (in 2020-12's form: prefixItems, items): item i follows both
+ * sides' schema for item i, so a prefix on one side meets the other's items. Returns 0 or
+ * -ENOMEM. */
+static int merge_arrays(struct gr_json *c, json_t *a, json_t *b)
+{
+    json_t *pa, *ra, *pb, *rb;
+    array_parts(a, &pa, &ra);
+    array_parts(b, &pb, &rb);
+    size_t n =
+        json_array_size(pa) > json_array_size(pb) ? json_array_size(pa) : json_array_size(pb);
+    json_t *pre = n ? keep(c, json_array()) : NULL;
+    if (n && !pre)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = item_at(pa, ra, i), *y = item_at(pb, rb, i);
+        json_t *both = !x ? json_incref(y) : !y ? json_incref(x) : keep(c, all_of2(x, y));
+        if (!both || json_array_append(pre, both))
+            return -ENOMEM;
+        if (!x || !y)
+            json_decref(both);
+    }
+    json_t *rest = !ra ? rb : !rb ? ra : keep(c, all_of2(ra, rb));
+    json_object_del(a, "additionalItems");
+    json_object_del(a, "items");
+    json_object_del(a, "prefixItems");
+    if ((pre && json_object_set(a, "prefixItems", pre)) ||
+        (rest && json_object_set(a, "items", rest)))
+        return -ENOMEM;
+    return 0;
+}
+
+static json_t *merge(struct gr_json *c, json_t *a, json_t *b)
 {
     const char *k;
     json_t *bv;
+    /* arrays: each item's schema is both sides' schema for it */
+    bool arr_a = json_object_get(a, "items") || json_object_get(a, "prefixItems");
+    bool arr_b = json_object_get(b, "items") || json_object_get(b, "prefixItems");
+    bool arr = arr_a && arr_b;
+    if (arr && merge_arrays(c, a, b)) {
+        sc_rc(c, -ENOMEM);
+        return NULL;
+    }
     if (json_object_get(a, "patternProperties") || json_object_get(b, "patternProperties")) {
         if (json_object_get(a, "patternProperties") && json_object_get(b, "patternProperties")) {
             sc_fail(c, "allOf", "two schemas with patternProperties cannot be merged");
@@ -524,6 +586,9 @@ static json_t *merge(struct sc *c, json_t *a, json_t *b)
     json_object_foreach(b, k, bv)
     {
         if (obj && (!strcmp(k, "properties") || !strcmp(k, "additionalProperties")))
+            continue;
+        if (arr &&
+            (!strcmp(k, "items") || !strcmp(k, "prefixItems") || !strcmp(k, "additionalItems")))
             continue;
         json_t *av = json_object_get(a, k);
         if (!av) {
@@ -611,10 +676,10 @@ static json_t *merge(struct sc *c, json_t *a, json_t *b)
 
 /* ---- literals ---- */
 
-static int literal(struct sc *c, json_t *v, int nt);
+static int literal(struct gr_json *c, json_t *v, int nt);
 
 /* The number @v as it is written: an integer, or the shortest decimal that reads back. */
-static struct gr_re *re_number_lit(struct sc *c, json_t *v)
+static struct gr_re *re_number_lit(struct gr_json *c, json_t *v)
 {
     char buf[64];
     if (json_is_integer(v)) {
@@ -636,7 +701,7 @@ static struct gr_re *re_number_lit(struct sc *c, json_t *v)
     return gr_re_lit(&c->b, GR_ENC_BYTE, buf, strlen(buf));
 }
 
-static int literal(struct sc *c, json_t *v, int nt)
+static int literal(struct gr_json *c, json_t *v, int nt)
 {
     int lx;
     switch (json_typeof(v)) {
@@ -703,8 +768,8 @@ static int literal(struct sc *c, json_t *v, int nt)
 /* ---- numbers ---- */
 
 /* Decimal digits of @lo..@hi (both >= 0, same digit count @w) as a regex. */
-static struct gr_re *re_digits_fixed(struct sc *c, unsigned long long lo, unsigned long long hi,
-                                     int w)
+static struct gr_re *re_digits_fixed(struct gr_json *c, unsigned long long lo,
+                                     unsigned long long hi, int w)
 {
     if (!w)
         return gr_re_new(&c->b, GR_RE_EMPTY);
@@ -752,7 +817,7 @@ static int ndigits(unsigned long long v)
 }
 
 /* Whole numbers lo..hi (>= 0; @inf: no upper end) written without leading zeros. */
-static struct gr_re *re_uint_range(struct sc *c, unsigned long long lo, unsigned long long hi,
+static struct gr_re *re_uint_range(struct gr_json *c, unsigned long long lo, unsigned long long hi,
                                    bool inf)
 {
     struct gr_re *alt = gr_re_new(&c->b, GR_RE_ALT);
@@ -788,7 +853,8 @@ struct bound {
 };
 
 /* Numbers (@integer: integers only) within @lo / @hi, without an exponent when bounded. */
-static struct gr_re *re_number_range(struct sc *c, bool integer, struct bound lo, struct bound hi)
+static struct gr_re *re_number_range(struct gr_json *c, bool integer, struct bound lo,
+                                     struct bound hi)
 {
     const char *plain =
         integer ? "-?(?:0|[1-9][0-9]*)" : "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?";
@@ -891,7 +957,7 @@ static struct gr_re *re_number_range(struct sc *c, bool integer, struct bound lo
 /* The count keyword @kw of @s (minLength, maxItems...) into *@out: -1 when absent, or for an
  * upper bound of 2^32 or more (no instance that long can be written or held: no limit).
  * Returns 0 or -EINVAL (not a non-negative number). */
-static int count_kw(struct sc *c, json_t *s, const char *kw, bool upper, long *out)
+static int count_kw(struct gr_json *c, json_t *s, const char *kw, bool upper, long *out)
 {
     json_t *v = json_object_get(s, kw);
     *out = -1;
@@ -913,6 +979,10 @@ static int count_kw(struct sc *c, json_t *s, const char *kw, bool upper, long *o
 
 /* The regex (content, JSON-encoded, anchored) of a format, NULL when not known to validators
  * (then ignored: *@unknown), or NULL with @e set when known but not supported. */
+#define TIME                                                                                       \
+    "(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:[Zz]|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)|" \
+    "23:59:60(?:\\.\\d+)?(?:[Zz]|[+-]00:00))"
+
 static const char *format_regex(const char *f, bool *unknown)
 {
     static const struct {
@@ -921,13 +991,13 @@ static const char *format_regex(const char *f, bool *unknown)
         {"date", "(?:\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-"
                  "(?:0[1-9]|[12]\\d|30)|02-(?:0[1-9]|1\\d|2[0-8]))|(?:\\d\\d(?:0[48]|[2468][048]|"
                  "[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)"},
-        {"time", "(?:[01]\\d|2[0-3]):[0-5]\\d:(?:[0-5]\\d|60)(?:\\.\\d+)?(?:[Zz]|[+-](?:[01]\\d|"
-                 "2[0-3]):[0-5]\\d)"},
+        /* a leap second only at 23:59:60 UTC, with the offset zero (one at another offset's
+         * local 23:59 + the offset is refused: a limit, never an invalid time let through) */
+        {"time", TIME},
         {"date-time",
          "(?:\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-"
          "(?:0[1-9]|[12]\\d|30)|02-(?:0[1-9]|1\\d|2[0-8]))|(?:\\d\\d(?:0[48]|[2468][048]|"
-         "[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)[Tt](?:[01]\\d|2[0-3]):[0-5]\\d:"
-         "(?:[0-5]\\d|60)(?:\\.\\d+)?(?:[Zz]|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)"},
+         "[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)[Tt]" TIME},
         {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
         {"ipv4", "(?:(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(?:25[0-5]|2[0-4]\\d|1\\d\\d|"
                  "[1-9]?\\d)"},
@@ -949,7 +1019,7 @@ static const char *format_regex(const char *f, bool *unknown)
     return NULL;
 }
 
-static int string_lexeme(struct sc *c, json_t *s)
+static int string_lexeme(struct gr_json *c, json_t *s)
 {
     json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
     long lo, hi;
@@ -999,12 +1069,12 @@ static int string_lexeme(struct sc *c, json_t *s)
 
 /* ---- objects and arrays ---- */
 
-static int value(struct sc *c, json_t *s);
+static int value(struct gr_json *c, json_t *s);
 
 /* The key of an additional property: any string but the @n keys @keys, as a lexeme. Built from
  * the keys' trie: at each node, a character that leaves the trie then anything, or a child,
  * or the end where no key ends. */
-static struct gr_re *re_key_trie(struct sc *c, const char **keys, int n, size_t depth)
+static struct gr_re *re_key_trie(struct gr_json *c, const char **keys, int n, size_t depth)
 {
     /* keys[0..n) share their first @depth bytes and are sorted */
     struct gr_re *alt = gr_re_new(&c->b, GR_RE_ALT);
@@ -1060,7 +1130,7 @@ static int cmp_str(const void *a, const void *b)
 
 /* Whether the content regex @content matches the string @key (written as JSON writes it):
  * 1, 0, or -errno. */
-static int re_matches(struct sc *c, const struct gr_re *content, const char *key)
+static int re_matches(struct gr_json *c, const struct gr_re *content, const char *key)
 {
     struct gr_lexer x = {.max_states = 200000, .max_dstates = 20000};
     int32_t id = gr_lexer_add(&x, content);
@@ -1089,7 +1159,7 @@ static int re_matches(struct sc *c, const struct gr_re *content, const char *key
 /* The alternatives of @ex: for each non-empty set S of the @n_pat patterns, a key S's
  * patterns match and no other (nor one of the @n defined @keys), with the value of all of S's
  * schemas; then, if @add, a key no pattern matches (nor a defined one) with @add's value. */
-static int pattern_keys(struct sc *c, struct gr_re **pat_re, json_t **pat_s, int n_pat,
+static int pattern_keys(struct gr_json *c, struct gr_re **pat_re, json_t **pat_s, int n_pat,
                         const char **keys, int n, json_t *add, int ex)
 {
     struct gr_re **lits = calloc((size_t)n + 1, sizeof(*lits));
@@ -1140,7 +1210,7 @@ static int pattern_keys(struct sc *c, struct gr_re **pat_re, json_t **pat_s, int
     return rc;
 }
 
-static int object_rules(struct sc *c, json_t *s, int nt)
+static int object_rules(struct gr_json *c, json_t *s, int nt)
 {
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     json_t *ap = json_object_get(s, "additionalProperties");
@@ -1346,7 +1416,7 @@ out:
     return rc;
 }
 
-static int array_rules(struct sc *c, json_t *s, int nt)
+static int array_rules(struct gr_json *c, json_t *s, int nt)
 {
     json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
     json_t *addi = json_object_get(s, "additionalItems");
@@ -1446,7 +1516,7 @@ out:
 
 /* ---- a schema ---- */
 
-static int bound_of(struct sc *c, json_t *s, bool upper, struct bound *b)
+static int bound_of(struct gr_json *c, json_t *s, bool upper, struct bound *b)
 {
     const char *inc = upper ? "maximum" : "minimum";
     const char *exc = upper ? "exclusiveMaximum" : "exclusiveMinimum";
@@ -1523,7 +1593,7 @@ static int enum_ok(json_t *s, json_t *v, int types)
 
 /* Whether two branches of a oneOf cannot match the same instance: their types differ, or their
  * literals, or a required property's literals. */
-static bool disjoint(struct sc *c, json_t *a, json_t *b, int depth);
+static bool disjoint(struct gr_json *c, json_t *a, json_t *b, int depth);
 
 static int literal_set(json_t *s, json_t **out)
 {
@@ -1539,7 +1609,7 @@ static int literal_set(json_t *s, json_t **out)
     return 0;
 }
 
-static bool disjoint(struct sc *c, json_t *a, json_t *b, int depth)
+static bool disjoint(struct gr_json *c, json_t *a, json_t *b, int depth)
 {
     if (depth > 8)
         return false;
@@ -1613,7 +1683,7 @@ static bool disjoint(struct sc *c, json_t *a, json_t *b, int depth)
 /* @s (flattened) with its "not" folded into the other keywords, for the forms that fold: not
  * {} or true (nothing matches), not false, not {"type": ...} (the other types), not
  * {"required": [k]} (k absent). NULL with @e set for the others. */
-static json_t *apply_not(struct sc *c, json_t *s)
+static json_t *apply_not(struct gr_json *c, json_t *s)
 {
     json_t *n = flatten(c, json_object_get(s, "not"), 0);
     if (!n)
@@ -1666,7 +1736,7 @@ static json_t *apply_not(struct sc *c, json_t *s)
 }
 
 /* Rules for @nt: the schema @s (an object or boolean). */
-static int schema_rules(struct sc *c, json_t *s, int nt)
+static int schema_rules(struct gr_json *c, json_t *s, int nt)
 {
     if (++c->budget > 20000)
         return sc_fail(c, "schema", "more than 20000 subschemas to compile (recursive allOf?)");
@@ -1816,7 +1886,7 @@ out:
 }
 
 /* Remembers that schema @s is nonterminal @nt. Returns 0 or -ENOMEM. */
-static int memo_add(struct sc *c, json_t *s, int nt)
+static int memo_add(struct gr_json *c, json_t *s, int nt)
 {
     if ((c->n_memo + 1) * 2 > c->memo_mask) {
         int nm = c->memo_mask ? c->memo_mask * 2 + 1 : 255;
@@ -1844,7 +1914,7 @@ static int memo_add(struct sc *c, json_t *s, int nt)
 }
 
 /* The nonterminal of schema @s: made once per schema object. */
-static int value(struct sc *c, json_t *s)
+static int value(struct gr_json *c, json_t *s)
 {
     uint64_t h = ((uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull) >> 24;
     for (uint64_t i = h; c->memo; i++) {
@@ -1867,25 +1937,64 @@ static int value(struct sc *c, json_t *s)
     return rc < 0 ? rc : nt;
 }
 
-static int compile(struct sc *c, json_t *schema, const struct gr_opts *o, struct gr_grammar **out)
+/* ---- the compiler's life: inside a grammar of another source too (calls.c) ---- */
+
+int gr_json_new(struct gr_grammar *g, const struct gr_opts *o, struct gr_json **out,
+                struct shardlm_err *e)
 {
-    int rc = gr_grammar_new(o, "json_schema", &c->g, c->e);
+    struct gr_json *c = calloc(1, sizeof(*c));
+    if (!c)
+        return shardlm_fail(e, -ENOMEM, "json_schema: out of memory");
+    c->g = g;
+    c->e = e;
+    c->ws = o && o->max_ws ? (o->max_ws < 0 ? 0 : o->max_ws) : 16;
+    c->b = (struct gr_rebuild){.max_nodes = 2000000, .e = e};
+    c->keep = json_array();
+    int rc = c->keep ? common_lexemes(c) : sc_rc(c, -ENOMEM);
+    if (rc) {
+        gr_json_free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+int gr_json_value(struct gr_json *c, json_t *schema, json_t *root)
+{
+    c->root = root;
+    int v = value(c, schema);
+    c->root = NULL;
+    return v;
+}
+
+json_t *gr_json_keep(struct gr_json *c, json_t *j) { return keep(c, j); }
+
+void gr_json_free(struct gr_json *c)
+{
+    if (!c)
+        return;
+    gr_rebuild_free(&c->b);
+    json_decref(c->keep);
+    free(c->memo);
+    free(c);
+}
+
+/* @schema (NULL: json_object's any object) as a whole grammar, with the whitespace JSON allows
+ * around the value. */
+static int compile(json_t *schema, const struct gr_opts *o, struct gr_grammar **out,
+                   struct shardlm_err *e)
+{
+    struct gr_grammar *g;
+    int rc = gr_grammar_new(o, "json_schema", &g, e);
     if (rc)
         return rc;
-    c->ws = o && o->max_ws ? (o->max_ws < 0 ? 0 : o->max_ws) : 16;
-    c->b = (struct gr_rebuild){.max_nodes = 2000000, .e = c->e};
-    c->keep = json_array();
-    c->root = schema;
-    if (!c->keep) {
-        rc = -ENOMEM;
+    struct gr_json *c = NULL;
+    if ((rc = gr_json_new(g, o, &c, e)))
         goto out;
-    }
-    if ((rc = common_lexemes(c)))
-        goto out;
-    int v = schema ? value(c, schema) : -1;
+    int v = schema ? gr_json_value(c, schema, schema) : -1;
     if (!schema) { /* json_object: any object */
         json_t *obj = keep(c, json_pack("{s:s}", "type", "object"));
-        v = value(c, obj);
+        v = obj ? gr_json_value(c, obj, obj) : -ENOMEM;
     }
     if (v < 0) {
         rc = v;
@@ -1900,22 +2009,20 @@ static int compile(struct sc *c, json_t *schema, const struct gr_opts *o, struct
         rc = top < 0 ? top : rc;
         goto out;
     }
-    rc = gr_finish(c->g, top);
+    rc = gr_finish(g, top);
     if (rc == -ENOENT)
         rc = sc_fail(c, "schema", "no instance matches it");
     else if (rc)
         rc = sc_rc(c, rc);
 out:
-    gr_rebuild_free(&c->b);
-    json_decref(c->keep);
-    free(c->memo);
+    if (rc && (rc == -ENOMEM || rc == -E2BIG))
+        gr_fail_code(e, rc, "json_schema");
+    gr_json_free(c);
     if (rc) {
-        if (rc == -ENOMEM || rc == -E2BIG)
-            sc_rc(c, rc);
-        gr_grammar_free(c->g);
+        gr_grammar_free(g);
         return rc;
     }
-    *out = c->g;
+    *out = g;
     return 0;
 }
 
@@ -1936,14 +2043,12 @@ int gr_compile_json_schema(const char *schema, size_t len, const struct gr_opts 
         json_decref(s);
         return shardlm_fail(e, -EINVAL, "json_schema: a schema is an object or a boolean");
     }
-    struct sc c = {.e = e};
-    int rc = compile(&c, s, o, out);
+    int rc = compile(s, o, out, e);
     json_decref(s);
     return rc;
 }
 
 int gr_compile_json_object(const struct gr_opts *o, struct gr_grammar **out, struct shardlm_err *e)
 {
-    struct sc c = {.e = e};
-    return compile(&c, NULL, o, out);
+    return compile(NULL, o, out, e);
 }

@@ -37,6 +37,13 @@ struct seq {
     void *ctx;
     struct coord_utf8 u;
     struct gr_matcher *gm; /* the request's grammar over its generated tokens, or NULL */
+    struct gr_grammar *lazy; /* a lazy grammar not started yet (its trigger not seen) */
+    char *trig;              /* its trigger */
+    size_t trig_len;
+    bool trig_at_start;
+    char *tail; /* the output's last bytes, as the grammar spells them (trig_len - 1 + a token) */
+    size_t n_tail;
+    bool special_text;
     char *pending; /* decoded text held back (a stop string may begin in it) */
     size_t n_pending;
     int step_n; /* tokens in the step being built (0: not in it) */
@@ -59,6 +66,8 @@ struct coord_sched {
     size_t text_cap;
     struct coord_sched_stats st;
     struct gr_vocab *gv; /* the tokenizer's tokens for grammars, made at the first that needs it */
+    char *gspecial;      /* control tokens' spellings for grammars: GR_SPECIAL and their text */
+    uint64_t *gspecial_off; /* (vocab + 1) into gspecial; NULL: none */
     uint32_t *mask;      /* (gr_mask_words) scratch */
     int32_t eog[COORD_TOK_MAX_EOG]; /* the tokens that end a generation (coord_tok_eog_ids) */
     int n_eog;
@@ -167,6 +176,8 @@ static void seq_free(struct seq *q)
     free(q->stop);
     free(q->pending);
     gr_matcher_free(q->gm);
+    free(q->trig);
+    free(q->tail);
     free(q);
 }
 
@@ -184,12 +195,36 @@ void coord_sched_free(struct coord_sched *s)
     free(s->raw);
     free(s->text);
     gr_vocab_free(s->gv);
+    free(s->gspecial);
+    free(s->gspecial_off);
     free(s->mask);
     free(s);
 }
 
-/* The tokenizer's vocabulary for grammars: every token's text but control tokens'; EOS the end.
- * Returns 0 or -errno with @e set. */
+/* Whether token @id is a control token (its text is not the output's, but a format's). */
+static bool is_control(const struct coord_tok *t, int id)
+{
+    return id >= 0 && id < t->vocab_size && (t->attrs[id] & COORD_TOKA_TYPE) == COORD_TOKT_CONTROL;
+}
+
+/* Token @id as a grammar spells it (a control token: GR_SPECIAL and its text), *@len bytes. */
+static const char *grammar_bytes(const struct coord_sched *s, int id, size_t *len)
+{
+    if (s->gspecial_off && id >= 0 && (uint32_t)id < s->be.vocab &&
+        s->gspecial_off[id + 1] > s->gspecial_off[id]) {
+        *len = s->gspecial_off[id + 1] - s->gspecial_off[id];
+        return s->gspecial + s->gspecial_off[id];
+    }
+    if (!s->tok || id < 0 || id >= s->tok->vocab_size) {
+        *len = 0;
+        return "";
+    }
+    return coord_tok_text(s->tok, id, len);
+}
+
+/* The tokenizer's vocabulary for grammars: every token's text, a control token's spelled with
+ * GR_SPECIAL before it, none with the byte 0xFF of its own; EOS the end. Returns 0 or -errno with
+ * @e set. */
 static int grammar_vocab(struct coord_sched *s, struct shardlm_err *e)
 {
     if (s->gv)
@@ -198,16 +233,35 @@ static int grammar_vocab(struct coord_sched *s, struct shardlm_err *e)
         return shardlm_fail(e, -EINVAL, "a grammar needs a tokenizer");
     const struct coord_tok *t = s->tok;
     int n = (int)s->be.vocab;
+    size_t special = 0;
+    for (int i = 0; i < n && i < t->vocab_size; i++)
+        if (is_control(t, i))
+            special += strlen(GR_SPECIAL) + t->vocab_len[i];
     const char **bytes = calloc((size_t)n, sizeof(char *));
     uint32_t *lens = calloc((size_t)n, sizeof(uint32_t));
+    s->gspecial = malloc(special + 1);
+    s->gspecial_off = calloc((size_t)n + 1, sizeof(uint64_t));
     int rc = -ENOMEM;
-    if (bytes && lens) {
-        for (int i = 0; i < n && i < t->vocab_size; i++)
-            if ((t->attrs[i] & COORD_TOKA_TYPE) != COORD_TOKT_CONTROL) {
-                size_t len;
-                bytes[i] = coord_tok_text(t, i, &len);
-                lens[i] = (uint32_t)len;
+    if (bytes && lens && s->gspecial && s->gspecial_off) {
+        uint64_t off = 0;
+        for (int i = 0; i < n; i++) {
+            s->gspecial_off[i] = off;
+            if (i < t->vocab_size && is_control(t, i)) {
+                memcpy(s->gspecial + off, GR_SPECIAL, strlen(GR_SPECIAL));
+                memcpy(s->gspecial + off + strlen(GR_SPECIAL), t->vocab[i], t->vocab_len[i]);
+                off += strlen(GR_SPECIAL) + t->vocab_len[i];
             }
+        }
+        s->gspecial_off[n] = off;
+        for (int i = 0; i < n && i < t->vocab_size; i++) {
+            size_t len;
+            bytes[i] = grammar_bytes(s, i, &len);
+            lens[i] = (uint32_t)len;
+            /* a byte-level vocabulary's token of the byte 0xFF (never in UTF-8 text) would
+             * spell GR_SPECIAL: a grammar's control token is only the token itself */
+            if (!is_control(t, i) && memchr(bytes[i], 0xff, len))
+                bytes[i] = NULL;
+        }
         int eos = s->be.eos >= 0 && s->be.eos < n ? s->be.eos : -1;
         rc = gr_vocab_new(n, bytes, lens, eos, &s->gv, e);
         if (!rc && !(s->mask = malloc(sizeof(uint32_t) * (size_t)gr_mask_words(s->gv)))) {
@@ -218,7 +272,51 @@ static int grammar_vocab(struct coord_sched *s, struct shardlm_err *e)
     }
     free(bytes);
     free(lens);
+    if (!s->gv) {
+        free(s->gspecial);
+        free(s->gspecial_off);
+        s->gspecial = NULL;
+        s->gspecial_off = NULL;
+    }
     return rc == -ENOMEM ? shardlm_fail(e, rc, "out of memory") : rc;
+}
+
+/* A lazy grammar's watch after token @tok: its bytes join the output's tail; where the trigger
+ * shows, the grammar starts, fed the tail from the trigger on (dropped if it refuses it). */
+static void watch_trigger(struct coord_sched *s, struct seq *q, int tok)
+{
+    size_t len;
+    const char *b = grammar_bytes(s, tok, &len);
+    char *t = realloc(q->tail, q->n_tail + len + 1);
+    if (!t) { /* no room to watch: the grammar is not started */
+        q->lazy = NULL;
+        return;
+    }
+    q->tail = t;
+    memcpy(t + q->n_tail, b, len);
+    q->n_tail += len;
+    const char *at = memmem(t, q->n_tail, q->trig, q->trig_len);
+    if (q->trig_at_start && at != t) { /* the output did not begin with it: never */
+        size_t k = q->n_tail < q->trig_len ? q->n_tail : q->trig_len;
+        if (memcmp(t, q->trig, k))
+            q->lazy = NULL;
+        return;
+    }
+    if (at) {
+        struct shardlm_err e;
+        if (!gr_matcher_new(q->lazy, s->gv, &q->gm, &e) &&
+            !gr_matcher_commit_bytes(q->gm, at, q->n_tail - (size_t)(at - t))) {
+            gr_matcher_free(q->gm);
+            q->gm = NULL;
+        }
+        q->lazy = NULL;
+        return;
+    }
+    if (q->n_tail >= q->trig_len && !q->trig_at_start) { /* keep what may begin the trigger */
+        size_t keep = q->trig_len - 1;
+        memmove(t, t + q->n_tail - keep, keep);
+        q->n_tail = keep;
+    }
 }
 
 /* ---- submission ---- */
@@ -352,12 +450,23 @@ int coord_sched_submit(struct coord_sched *s, const struct coord_request *r, uin
             seq_free(q);
         return shardlm_fail(e, -ENOMEM, "out of memory");
     }
-    if ((rc = copy_stops(q, r, e)) ||
-        (r->grammar &&
-         ((rc = grammar_vocab(s, e)) || (rc = gr_matcher_new(r->grammar, s->gv, &q->gm, e))))) {
+    bool lazy = r->grammar && r->grammar_trigger && r->grammar_trigger_len;
+    if ((rc = copy_stops(q, r, e)) || (r->grammar && (rc = grammar_vocab(s, e))) ||
+        (r->grammar && !lazy && (rc = gr_matcher_new(r->grammar, s->gv, &q->gm, e)))) {
         seq_free(q);
         return rc;
     }
+    if (lazy) {
+        if (!(q->trig = malloc(r->grammar_trigger_len))) {
+            seq_free(q);
+            return shardlm_fail(e, -ENOMEM, "out of memory");
+        }
+        memcpy(q->trig, r->grammar_trigger, r->grammar_trigger_len);
+        q->trig_len = r->grammar_trigger_len;
+        q->trig_at_start = r->grammar_trigger_at_start;
+        q->lazy = r->grammar;
+    }
+    q->special_text = r->special_text;
     memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
     for (int i = 0; i < r->n_prompt; i++)
         coord_sampler_observe(&q->smp, r->prompt[i], false);
@@ -591,6 +700,10 @@ static int decode_into(struct coord_sched *s, struct seq *q, int prev, int tok)
         return 0;
     size_t len;
     const char *piece = coord_tok_decode(s->tok, prev, tok, &len);
+    if (q->special_text && is_control(s->tok, tok) && tok != s->tok->bos_id) {
+        piece = s->tok->vocab[tok];
+        len = s->tok->vocab_len[tok];
+    }
     if (!coord_tok_printable(piece, len))
         return 0;
     if (text_room(s, 3 * len + 12))
@@ -684,13 +797,21 @@ static bool apply_grammar(struct coord_sched *s, struct seq *q, float *logits)
         else
             m[t >> 5] &= ~(1u << (t & 31));
     }
-    for (uint32_t w = 0; w * 32 < s->be.vocab; w++) {
-        if (m[w] == 0xffffffffu)
-            continue;
-        for (uint32_t b = 0; b < 32 && w * 32 + b < s->be.vocab; b++)
-            if (!(m[w] >> b & 1))
+    /* (a word at a time: most are all allowed or all refused) */
+    uint32_t full = s->be.vocab / 32;
+    for (uint32_t w = 0; w < full; w++) {
+        uint32_t out = ~m[w];
+        if (out == 0xffffffffu) {
+            for (uint32_t b = 0; b < 32; b++)
                 logits[w * 32 + b] = -INFINITY;
+            continue;
+        }
+        for (; out; out &= out - 1)
+            logits[w * 32 + (uint32_t)__builtin_ctz(out)] = -INFINITY;
     }
+    for (uint32_t t = full * 32; t < s->be.vocab; t++)
+        if (!(m[t >> 5] >> (t & 31) & 1))
+            logits[t] = -INFINITY;
     return true;
 }
 
@@ -700,10 +821,13 @@ static bool advance(struct coord_sched *s, struct seq *q, const float *logits)
 {
     struct coord_logprobs lp, *lpp = NULL;
     float *row = (float *)logits; /* the exchange's row: the sampler works in place */
+    uint64_t g0 = q->gm ? shardlm_now_ns() : 0;
     if (q->gm && !apply_grammar(s, q, row)) {
         finish(s, q, -1, NULL, COORD_FINISH_ERROR, "the grammar allows no token here");
         return true;
     }
+    if (q->gm)
+        s->st.grammar_ns += shardlm_now_ns() - g0;
     if (q->logprobs >= 0) {
         memcpy(s->raw, logits, s->be.vocab * sizeof(float));
         row = s->raw;
@@ -722,10 +846,15 @@ static bool advance(struct coord_sched *s, struct seq *q, const float *logits)
         finish(s, q, tok, lpp, COORD_FINISH_STOP, NULL);
         return true;
     }
+    g0 = q->gm || q->lazy ? shardlm_now_ns() : 0;
     if (q->gm && !gr_matcher_commit(q->gm, tok)) { /* it was in the mask: an invariant */
         finish(s, q, -1, lpp, COORD_FINISH_ERROR, "the grammar refused the token it allowed");
         return true;
     }
+    if (q->lazy)
+        watch_trigger(s, q, tok);
+    if (g0)
+        s->st.grammar_ns += shardlm_now_ns() - g0;
     int prev = q->tokens[q->len - 1];
     q->tokens[q->len++] = tok;
     q->n_gen++;

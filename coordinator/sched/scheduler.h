@@ -84,6 +84,14 @@ struct coord_request {
      * log-probabilities), and the sequence may end (EOS, a stop token) only where the grammar
      * is complete. Borrowed: it must outlive the request's last event; requests may share it */
     struct gr_grammar *grammar;
+    /* with @grammar: it applies only from where these bytes (a grammar's spelling: control
+     * tokens as GR_SPECIAL and their text) first appear in the output - a lazy grammar, fed
+     * the output from there on; one the output then breaks is dropped (NULL: from the start) */
+    const char *grammar_trigger;
+    size_t grammar_trigger_len;
+    bool grammar_trigger_at_start; /* ... only where the output begins with it */
+    bool special_text; /* control tokens are text too (a chat format's markers), not only EOS
+                        * and the tokens that end the sequence */
     coord_event_fn on_event;
     void *ctx;
 };
@@ -101,6 +109,7 @@ struct coord_sched_opts {
 
 struct coord_sched_stats {
     uint64_t steps, step_ns, sample_ns; /* sampling and detokenizing, in the steps' time */
+    uint64_t grammar_ns;                /* grammars' masks and commits, in sample_ns */
     uint64_t prefill_tokens, decode_tokens;
     uint64_t prompt_tokens, cached_tokens; /* looked up in the prefix cache, and found */
     uint64_t preemptions, evictions;

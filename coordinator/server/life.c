@@ -64,6 +64,9 @@ struct sreq *sreq_new(struct srv *s, int fd, bool http11, bool chat)
 void sreq_free(struct sreq *p)
 {
     coord_completion_req_free(&p->q);
+    gr_grammar_free(p->grammar);
+    free(p->trigger);
+    srv_split_free(&p->split);
     json_decref(p->lp);
     free(p->out);
     pthread_cond_destroy(&p->cv);
@@ -225,6 +228,11 @@ static void submit(struct srv *s, struct sreq *p)
                                   .n_stop = q->n_stops,
                                   .ignore_eos = q->ignore_eos,
                                   .logprobs = q->logprobs,
+                                  .grammar = p->grammar,
+                                  .grammar_trigger = p->trigger,
+                                  .grammar_trigger_len = p->trigger_len,
+                                  .grammar_trigger_at_start = p->trigger_at_start,
+                                  .special_text = p->parse && s->fmt_special,
                                   .on_event = on_event,
                                   .ctx = p};
     if (!q->seeded) { /* a seed of its own */

@@ -37,30 +37,40 @@ static json_t *envelope(const struct sreq *p, const char *object, json_t *choice
     return o;
 }
 
+/* The finish_reason of @p ending with @f: tool_calls when its answer made calls. */
+static json_t *finish_json(const struct sreq *p, enum coord_finish f)
+{
+    if (!f)
+        return json_null();
+    return json_string(f == COORD_FINISH_STOP && p->split.called ? "tool_calls"
+                                                                 : coord_finish_name(f));
+}
+
 /* One text_completion object: a chunk of @text (stream), or the whole result with usage. */
 static json_t *completion_json(const struct sreq *p, const char *text, size_t n,
                                enum coord_finish f, bool usage, json_t *lp)
 {
-    json_t *choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "text", srv_text_json(text, n),
-                               "logprobs", lp ? lp : json_null(), "finish_reason",
-                               f ? json_string(coord_finish_name(f)) : json_null());
+    json_t *choice =
+        json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "text", srv_text_json(text, n), "logprobs",
+                  lp ? lp : json_null(), "finish_reason", finish_json(p, f));
     return envelope(p, "text_completion", json_pack("[o]", choice), usage);
 }
 
-/* One chat.completion(.chunk) object: a delta of @text (stream; with the role when @role), or
- * the whole message with usage. */
+/* One chat.completion(.chunk) object around @msg (consumed; NULL: a delta of @text, with the
+ * role when @role, or the whole message): a stream's chunk, or the whole answer with usage. */
 static json_t *chat_json(const struct sreq *p, const char *text, size_t n, enum coord_finish f,
-                         bool usage, json_t *lp, bool role)
+                         bool usage, json_t *lp, bool role, json_t *msg)
 {
     bool stream = p->q.stream;
-    json_t *msg = json_object();
-    if (msg && (role || !stream))
-        json_object_set_new(msg, "role", json_string("assistant"));
-    if (msg && (n || role || !stream))
-        json_object_set_new(msg, "content", srv_text_json(text, n));
-    json_t *choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, stream ? "delta" : "message", msg,
-                               "logprobs", lp ? lp : json_null(), "finish_reason",
-                               f ? json_string(coord_finish_name(f)) : json_null());
+    if (!msg && (msg = json_object())) {
+        if (role || !stream)
+            json_object_set_new(msg, "role", json_string("assistant"));
+        if (n || role || !stream)
+            json_object_set_new(msg, "content", srv_text_json(text, n));
+    }
+    json_t *choice =
+        json_pack("{s:i,s:o,s:o,s:o}", "index", 0, stream ? "delta" : "message", msg, "logprobs",
+                  lp ? lp : json_null(), "finish_reason", finish_json(p, f));
     return envelope(p, stream ? "chat.completion.chunk" : "chat.completion",
                     json_pack("[o]", choice), usage);
 }
@@ -69,7 +79,7 @@ static json_t *chat_json(const struct sreq *p, const char *text, size_t n, enum 
 static json_t *response_json(const struct sreq *p, const char *text, size_t n, enum coord_finish f,
                              bool usage, json_t *lp)
 {
-    return p->q.chat ? chat_json(p, text, n, f, usage, lp, false)
+    return p->q.chat ? chat_json(p, text, n, f, usage, lp, false, NULL)
                      : completion_json(p, text, n, f, usage, lp);
 }
 
@@ -192,10 +202,17 @@ bool srv_event_out(struct sreq *p, const struct coord_event *ev)
     if (ev->token >= 0)
         p->last_token = ev->token;
     if (ok && p->q.chat && p->q.stream && !p->role_sent) { /* the first chunk: the role */
-        ok = sse_put(p, chat_json(p, "", 0, 0, false, NULL, true));
+        ok = sse_put(p, chat_json(p, "", 0, 0, false, NULL, true, NULL));
         p->role_sent = true;
     }
-    if (ok && (ev->text_len || lp))
+    if (ok && p->parse && p->q.stream) { /* the answer split: a delta of what is new */
+        json_t *d;
+        ok = srv_split_delta(p, ev->text, ev->text_len, ev->finish != 0, &d);
+        if (ok && (d || lp))
+            ok = sse_put(p, chat_json(p, "", 0, 0, false, lp, false, d ? d : json_object()));
+        else
+            json_decref(lp);
+    } else if (ok && (ev->text_len || lp))
         ok = p->q.stream ? sse_put(p, response_json(p, ev->text, ev->text_len, 0, false, lp))
                          : sreq_out_put(p, ev->text, ev->text_len);
     else
@@ -251,11 +268,13 @@ static void stream_free(void *cls)
         sreq_free(p);
 }
 
-/* The prompt of chat request @q: its messages through the chat template, tokenized with the
+/* The prompt of chat request @p: its messages through the chat template, tokenized with the
  * special tokens the template wrote (and no BOS of its own: the template writes it, as Hugging
- * Face's apply_chat_template has it). Returns 0, or -EINVAL / -ENOMEM with @why set. */
-static int chat_prompt(struct srv *s, struct coord_completion_req *q, char *why, size_t wlen)
+ * Face's apply_chat_template has it); its grammar and answer split (srv_structure). Returns 0,
+ * or -EINVAL / -ENOMEM with @why set. */
+static int chat_prompt(struct srv *s, struct sreq *p, char *why, size_t wlen)
 {
+    struct coord_completion_req *q = &p->q;
     if (!s->chat.jinja) {
         snprintf(why, wlen, "%s", s->chat_why);
         return -EINVAL;
@@ -282,7 +301,10 @@ static int chat_prompt(struct srv *s, struct coord_completion_req *q, char *why,
     else
         skip = 0;
     int np = srv_encode(s, text + skip, n - skip, flags, "the rendered prompt", &q->ids, why, wlen);
+    int src = np < 0 ? 0 : srv_structure(s, p, text, n, why, wlen);
     free(text);
+    if (src)
+        return src;
     q->n_ids = np < 0 ? 0 : np;
     if (np >= 0 && np > s->context) {
         snprintf(why, wlen, "the prompt has %d tokens, more than the context (%d)", np, s->context);
@@ -304,13 +326,15 @@ static int prepare(struct srv *s, struct srv_conn *cn, struct sreq *p, bool chat
     int rc = coord_completion_parse(cn->body ? cn->body : "", cn->len, s->tok.vocab_size,
                                     s->context, chat, q, why, wlen);
     if (!rc && chat)
-        rc = chat_prompt(s, q, why, wlen);
+        rc = chat_prompt(s, p, why, wlen);
     if (!rc && q->prompt) {
         int np = srv_encode(s, q->prompt, strlen(q->prompt), COORD_TOK_ENC_BOS, "the prompt",
                             &q->ids, why, wlen);
         rc = np < 0 ? np : 0;
         q->n_ids = np < 0 ? 0 : np;
     }
+    if (!rc && !chat)
+        rc = srv_structure(s, p, NULL, 0, why, wlen);
     return rc;
 }
 
@@ -373,8 +397,14 @@ static enum MHD_Result answer_plain(struct srv *s, struct MHD_Connection *c, str
     }
     json_t *o = NULL;
     if (done) { /* the response takes the logprobs object */
-        o = response_json(p, p->out ? p->out : "", p->len, p->finish, true,
-                          p->q.logprobs >= 0 ? (p->lp ? p->lp : logprobs_new(p)) : NULL);
+        json_t *lp = p->q.logprobs >= 0 ? (p->lp ? p->lp : logprobs_new(p)) : NULL;
+        json_t *msg =
+            p->parse ? srv_split_message(p, p->out ? p->out : "", p->len, &p->split.called) : NULL;
+        o = msg || !p->parse
+                ? (p->q.chat
+                       ? chat_json(p, p->out ? p->out : "", p->len, p->finish, true, lp, false, msg)
+                       : completion_json(p, p->out ? p->out : "", p->len, p->finish, true, lp))
+                : (json_decref(lp), NULL);
         p->lp = NULL;
     }
     pthread_mutex_unlock(&s->mu);

@@ -41,16 +41,6 @@ static const char *get_int(json_t *o, const char *k, long lo, long hi, long *out
 static bool empty_object(json_t *v) { return json_is_object(v) && !json_object_size(v); }
 static bool one(json_t *v) { return json_is_number(v) && json_number_value(v) == 1; }
 static bool empty_string(json_t *v) { return json_is_string(v) && !json_string_length(v); }
-static bool text_format(json_t *v)
-{
-    json_t *t = json_object_get(v, "type");
-    return json_is_object(v) && json_is_string(t) && !strcmp(json_string_value(t), "text");
-}
-static bool auto_or_none(json_t *v)
-{
-    const char *t = json_string_value(v);
-    return t && (!strcmp(t, "auto") || !strcmp(t, "none"));
-}
 
 /* OpenAI fields the server does not implement, taken only at a value that asks for nothing (a
  * client sending another is told, not given something else without a word). */
@@ -62,8 +52,6 @@ static const struct {
     {"logit_bias", empty_object, "{}"},
     {"best_of", one, "1"},
     {"suffix", empty_string, "\"\""},
-    {"response_format", text_format, "{\"type\": \"text\"}"},
-    {"tool_choice", auto_or_none, "\"auto\" or \"none\""},
 };
 
 /* Why @j holds one of inert_fields at another value, or NULL (absent and null are neutral). */
@@ -248,6 +236,210 @@ static const char *parse_stops(json_t *j, struct coord_completion_req *p, char *
     return NULL;
 }
 
+/* Sets @p's grammar to @kind from @v (a reference) found at @field, refusing a second one.
+ * Returns NULL or the message of a 400. */
+static const char *set_grammar(struct coord_completion_req *p, enum coord_req_grammar kind,
+                               json_t *v, const char *field, char *why, size_t wlen)
+{
+    if (p->gkind) {
+        snprintf(why, wlen, "%s: the output is constrained by %s already (one at most)", field,
+                 p->gfield);
+        return why;
+    }
+    bool ok = kind == COORD_REQ_GR_JSON_SCHEMA   ? json_is_object(v) || json_is_boolean(v)
+              : kind == COORD_REQ_GR_JSON_OBJECT ? true
+              : kind == COORD_REQ_GR_CHOICE      ? json_is_array(v) && json_array_size(v) > 0
+                                                 : json_is_string(v) && json_string_length(v) > 0;
+    for (size_t i = 0; ok && kind == COORD_REQ_GR_CHOICE && i < json_array_size(v); i++)
+        ok = json_is_string(json_array_get(v, i));
+    if (!ok) {
+        static const char *const want[] = {"",
+                                           "a JSON Schema (an object or a boolean)",
+                                           "",
+                                           "a regular expression (a non-empty string)",
+                                           "a non-empty array of strings",
+                                           "a GBNF grammar (a non-empty string)"};
+        snprintf(why, wlen, "%s: expected %s", field, want[kind]);
+        return why;
+    }
+    p->gkind = kind;
+    p->gsrc = json_incref(v);
+    snprintf(p->gfield, sizeof(p->gfield), "%s", field);
+    return NULL;
+}
+
+/* A JSON Schema given as an object, or as a string holding one (vLLM's guided_json). */
+static const char *set_schema(struct coord_completion_req *p, json_t *v, const char *field,
+                              char *why, size_t wlen)
+{
+    if (!json_is_string(v))
+        return set_grammar(p, COORD_REQ_GR_JSON_SCHEMA, v, field, why, wlen);
+    json_t *s = json_loadb(json_string_value(v), json_string_length(v), 0, NULL);
+    const char *bad =
+        s ? set_grammar(p, COORD_REQ_GR_JSON_SCHEMA, s, field, why, wlen)
+          : (snprintf(why, wlen, "%s: a string that is not a JSON Schema", field), why);
+    json_decref(s);
+    return bad;
+}
+
+/* response_format, llama.cpp's json_schema / grammar, vLLM's guided_* and structured_outputs
+ * into @p. Returns NULL or the message of a 400. */
+static const char *parse_grammar(json_t *j, struct coord_completion_req *p, char *why, size_t wlen)
+{
+    const char *bad = NULL;
+    json_t *rf = json_object_get(j, "response_format");
+    if (rf && !json_is_null(rf)) {
+        const char *type = json_string_value(json_object_get(rf, "type"));
+        json_t *js = json_object_get(rf, "json_schema");
+        if (!json_is_object(rf) || !type)
+            return "response_format: expected {\"type\": \"text\", \"json_object\" or "
+                   "\"json_schema\"}";
+        if (!strcmp(type, "json_object")) /* llama.cpp: with a schema beside the type */
+            bad = json_object_get(rf, "schema")
+                      ? set_schema(p, json_object_get(rf, "schema"), "response_format.schema", why,
+                                   wlen)
+                      : set_grammar(p, COORD_REQ_GR_JSON_OBJECT, rf, "response_format", why, wlen);
+        else if (!strcmp(type, "json_schema")) {
+            json_t *schema = json_object_get(js, "schema");
+            if (!json_is_object(js))
+                return "response_format.json_schema: expected {\"name\", \"schema\", \"strict\"}";
+            bad = schema
+                      ? set_schema(p, schema, "response_format.json_schema.schema", why, wlen)
+                      : set_grammar(p, COORD_REQ_GR_JSON_OBJECT, rf, "response_format", why, wlen);
+        } else if (strcmp(type, "text"))
+            return "response_format.type: expected \"text\", \"json_object\" or \"json_schema\"";
+        if (bad)
+            return bad;
+    }
+    static const struct {
+        const char *field;
+        enum coord_req_grammar kind;
+    } fields[] = {
+        {"json_schema", COORD_REQ_GR_JSON_SCHEMA},
+        {"grammar", COORD_REQ_GR_GBNF},
+        {"guided_json", COORD_REQ_GR_JSON_SCHEMA},
+        {"guided_regex", COORD_REQ_GR_REGEX},
+        {"guided_choice", COORD_REQ_GR_CHOICE},
+        {"guided_grammar", COORD_REQ_GR_GBNF},
+        {"structured_outputs.json", COORD_REQ_GR_JSON_SCHEMA},
+        {"structured_outputs.regex", COORD_REQ_GR_REGEX},
+        {"structured_outputs.choice", COORD_REQ_GR_CHOICE},
+        {"structured_outputs.grammar", COORD_REQ_GR_GBNF},
+    };
+    json_t *so = json_object_get(j, "structured_outputs");
+    if (so && !json_is_null(so) && !json_is_object(so))
+        return "structured_outputs: expected an object";
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]) && !bad; i++) {
+        const char *f = fields[i].field;
+        json_t *v = strncmp(f, "structured_outputs.", 19) ? json_object_get(j, f)
+                                                          : json_object_get(so, f + 19);
+        if (!v || json_is_null(v))
+            continue;
+        bad = fields[i].kind == COORD_REQ_GR_JSON_SCHEMA
+                  ? set_schema(p, v, f, why, wlen)
+                  : set_grammar(p, fields[i].kind, v, f, why, wlen);
+    }
+    return bad;
+}
+
+/* Whether @s (@n bytes) is a function name: [A-Za-z0-9_.-], 1..64 bytes. */
+static bool tool_name_ok(const char *s, size_t n)
+{
+    if (!n || n > COORD_REQ_TOOL_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-' || s[i] == '.'))
+            return false;
+    return true;
+}
+
+/* tools, tool_choice, parallel_tool_calls and reasoning_format of a chat request into @p.
+ * Returns NULL or the message of a 400. */
+static const char *parse_tools(json_t *j, struct coord_completion_req *p, char *why, size_t wlen)
+{
+    json_t *tools = json_object_get(j, "tools"), *tc = json_object_get(j, "tool_choice");
+    json_t *ptc = json_object_get(j, "parallel_tool_calls");
+    json_t *rf = json_object_get(j, "reasoning_format");
+    if (rf && !json_is_null(rf) && !json_is_string(rf))
+        return "reasoning_format: expected a string (\"none\": no reasoning_content)";
+    p->reasoning = !json_is_string(rf) || strcmp(json_string_value(rf), "none");
+    if (ptc && !json_is_null(ptc) && !json_is_boolean(ptc))
+        return "parallel_tool_calls: expected true or false";
+    p->parallel_tool_calls = !json_is_false(ptc);
+    if (tools && !json_is_null(tools) && !json_is_array(tools))
+        return "tools: expected an array of {\"type\": \"function\", \"function\": {...}}";
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t)
+    {
+        json_t *fn = json_object_get(t, "function"), *nm = json_object_get(fn, "name");
+        json_t *type = json_object_get(t, "type"), *params = json_object_get(fn, "parameters");
+        if (!json_is_object(t) ||
+            (type && !json_is_null(type) &&
+             (!json_is_string(type) || strcmp(json_string_value(type), "function")))) {
+            snprintf(why, wlen,
+                     "tools[%zu]: expected {\"type\": \"function\", \"function\": {...}}", i);
+            return why;
+        }
+        if (!json_is_string(nm) || !tool_name_ok(json_string_value(nm), json_string_length(nm))) {
+            snprintf(why, wlen,
+                     "tools[%zu].function.name: expected 1..%d characters of a-z, A-Z, "
+                     "0-9, _ . -",
+                     i, COORD_REQ_TOOL_NAME_MAX);
+            return why;
+        }
+        if (params && !json_is_null(params) && !json_is_object(params)) {
+            snprintf(why, wlen, "tools[%zu].function.parameters: expected a JSON Schema object", i);
+            return why;
+        }
+        for (size_t k = 0; k < i; k++)
+            if (json_equal(
+                    json_object_get(json_object_get(json_array_get(tools, k), "function"), "name"),
+                    nm)) {
+                snprintf(why, wlen, "tools[%zu].function.name: \"%s\" is declared twice", i,
+                         json_string_value(nm));
+                return why;
+            }
+    }
+    bool have = json_is_array(tools) && json_array_size(tools) > 0;
+    const char *choice = json_string_value(tc);
+    if (!tc || json_is_null(tc))
+        p->tool_choice = have ? COORD_TOOLS_AUTO : COORD_TOOLS_NONE;
+    else if (choice && !strcmp(choice, "none"))
+        p->tool_choice = COORD_TOOLS_NONE;
+    else if (choice && !strcmp(choice, "auto"))
+        p->tool_choice = have ? COORD_TOOLS_AUTO : COORD_TOOLS_NONE;
+    else if (choice && !strcmp(choice, "required"))
+        p->tool_choice = COORD_TOOLS_REQUIRED;
+    else if (json_is_object(tc) &&
+             json_is_string(json_object_get(json_object_get(tc, "function"), "name"))) {
+        json_t *nm = json_object_get(json_object_get(tc, "function"), "name");
+        bool found = false;
+        json_array_foreach(tools, i, t) found |=
+            json_equal(json_object_get(json_object_get(t, "function"), "name"), nm);
+        if (!found) {
+            snprintf(why, wlen, "tool_choice: no tool named \"%.64s\" among the tools",
+                     json_string_value(nm));
+            return why;
+        }
+        p->tool_choice = COORD_TOOLS_NAMED;
+        snprintf(p->tool_name, sizeof(p->tool_name), "%s", json_string_value(nm));
+    } else
+        return "tool_choice: expected \"none\", \"auto\", \"required\" or {\"type\": "
+               "\"function\", \"function\": {\"name\": ...}}";
+    if (p->tool_choice >= COORD_TOOLS_REQUIRED && !have)
+        return "tool_choice: no tools were given";
+    if (p->tool_choice >= COORD_TOOLS_REQUIRED && p->gkind)
+        snprintf(why, wlen, "tool_choice: the answer is a tool call, it cannot follow %s too",
+                 p->gfield);
+    if (p->tool_choice >= COORD_TOOLS_REQUIRED && p->gkind)
+        return why;
+    if (have)
+        p->tools = json_incref(tools);
+    return NULL;
+}
+
 /* The fields of @j into @p. Returns NULL or the message of a 400 (maybe in @why). */
 static const char *parse_fields(json_t *j, int vocab, int context, bool chat,
                                 struct coord_completion_req *p, char *why, size_t wlen)
@@ -261,8 +453,15 @@ static const char *parse_fields(json_t *j, int vocab, int context, bool chat,
     json_t *n = json_object_get(j, "n");
     if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
         return "n: only 1 is supported";
-    if ((bad = parse_stops(j, p, why, wlen)))
+    if ((bad = parse_stops(j, p, why, wlen)) || (bad = parse_grammar(j, p, why, wlen)))
         return bad;
+    json_t *tc = json_object_get(j, "tool_choice");
+    if (chat && (bad = parse_tools(j, p, why, wlen)))
+        return bad;
+    if (!chat && tc && !json_is_null(tc) &&
+        !(json_is_string(tc) &&
+          (!strcmp(json_string_value(tc), "none") || !strcmp(json_string_value(tc), "auto"))))
+        return "tool_choice: tools are for chat completions";
     json_t *str = json_object_get(j, "stream");
     if (str && !json_is_null(str) && !json_is_boolean(str))
         return "stream: expected true or false";
@@ -280,6 +479,8 @@ void coord_completion_req_free(struct coord_completion_req *r)
 {
     json_decref(r->messages);
     json_decref(r->tmpl_kwargs);
+    json_decref(r->gsrc);
+    json_decref(r->tools);
     free(r->prompt);
     free(r->ids);
     for (int i = 0; i < r->n_stops; i++)

@@ -77,6 +77,8 @@ static int load_tok(struct coord_engine *g, void *arg, struct shardlm_err *e)
         if (s->o->engine.log)
             s->o->engine.log(s->o->engine.log_ctx, COORD_LOG_WARN, s->chat_why);
     }
+    if (srv_formats_init(s))
+        return shardlm_fail(e, -ENOMEM, "out of memory");
     return 0;
 }
 
@@ -311,6 +313,7 @@ static void serve_close(struct srv *s)
         sreq_free(p);
     }
     coord_chat_tmpl_free(&s->chat);
+    free(s->controls);
     if (s->tok_loaded)
         coord_tok_free(&s->tok);
     if (s->eng)

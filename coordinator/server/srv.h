@@ -24,9 +24,11 @@
 #define SHARDLM_COORD_SRV_H
 
 #include "chat.h"
+#include "grammar.h"
 #include "request.h"
 #include "server.h"
 #include "tokenizer.h"
+#include "toolcall.h"
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -103,6 +105,21 @@ struct sreq {
     bool ping;                 /* a stream's probe is to go out */
     size_t text_off;           /* bytes of the tokens' pieces so far (logprobs' text_offset) */
     json_t *lp;                /* a plain response's logprobs object, filled token by token */
+    /* structured output and tool calls, set up on the connection's thread */
+    struct gr_grammar *grammar; /* the request's grammar (the scheduler borrows it), or NULL */
+    char *trigger;              /* a lazy grammar's trigger (tool_choice auto), or NULL */
+    size_t trigger_len;
+    bool trigger_at_start; /* ... only where the answer begins */
+    bool parse;        /* a chat answer split into reasoning, content and tool calls (toolcall.h) */
+    bool in_think;     /* the prompt opened the reasoning (the answer starts inside it) */
+    struct srv_split { /* a stream's split answer: the text so far and what was sent */
+        char *raw;
+        size_t len, cap;
+        size_t reasoning, content; /* bytes sent */
+        int calls;                 /* calls whose name was sent */
+        size_t *args;              /* (calls) their arguments' bytes sent */
+        bool called;               /* a call was sent: finish_reason tool_calls */
+    } split;
     pthread_cond_t cv;
 };
 
@@ -125,6 +142,10 @@ struct srv {
     bool tok_loaded;
     struct coord_chat_tmpl chat; /* chat.jinja NULL: no template (chat_why says why) */
     char chat_why[300];
+    const struct coord_tool_format *fmt; /* the template's tool-call and reasoning format */
+    int32_t *controls;                   /* the control tokens, longest text first (srv_spell) */
+    int n_controls;
+    bool fmt_special; /* the format's markers are control tokens: answers show them */
     struct coord_engine *eng;
     struct coord_sched *sched;
     char model[128];
@@ -185,6 +206,13 @@ void srv_deadline(struct timespec *ts, long ms);
 int srv_encode(const struct srv *s, const char *text, size_t n, unsigned flags, const char *what,
                int32_t **ids, char *why, size_t wlen);
 
+/* @n bytes of @text as a grammar spells them: each control token's text with GR_SPECIAL before
+ * it (malloc'd, NUL-terminated; *@len its bytes when @len is not NULL), or NULL. */
+char *srv_spell(const struct srv *s, const char *text, size_t *len);
+/* Finds the control tokens and the chat format's markers (after the tokenizer and template
+ * loaded). Returns 0 or -ENOMEM. */
+int srv_formats_init(struct srv *s);
+
 /* The scheduler's thread: takes what the connections queued (new requests submitted, or
  * refused when their client left; cancellations passed on). */
 void srv_take_queued(struct srv *s);
@@ -207,6 +235,23 @@ typedef enum MHD_Result srv_route_fn(struct srv *s, struct MHD_Connection *c, st
  * /models/NAME */
 srv_route_fn srv_completions, srv_chat_completions, srv_tokenize, srv_detokenize,
     srv_apply_template, srv_models, srv_model;
+
+/* ---- structured.c: grammars, tool calls, reasoning ---- */
+
+/* Compiles @p's grammar - its response_format or guided field, or with tools its calls in the
+ * model's syntax (all of it for tool_choice required or named; for auto a lazy grammar from the
+ * format's trigger) - and decides whether its answer is split (a chat with tools, or a format
+ * that reasons). @prompt: the rendered chat prompt (NULL for completions). Returns 0, -EINVAL
+ * with @why set to a 400's message (the field and what does not compile), or -ENOMEM. */
+int srv_structure(struct srv *s, struct sreq *p, const char *prompt, size_t prompt_len, char *why,
+                  size_t wlen);
+/* A plain chat answer's message: role, content (null when only calls), reasoning_content,
+ * tool_calls; *@called when it has calls. NULL when out of memory. */
+json_t *srv_split_message(struct sreq *p, const char *text, size_t n, bool *called);
+/* A stream's next @n bytes of answer (@final: the last): *@delta the chunk's delta of what is
+ * new (NULL: nothing yet). false when out of memory. */
+bool srv_split_delta(struct sreq *p, const char *text, size_t n, bool final, json_t **delta);
+void srv_split_free(struct srv_split *sp);
 
 /* ---- metrics.c ---- */
 

@@ -51,6 +51,19 @@ void coord_tok_free(struct coord_tok *t)
     memset(t, 0, sizeof(*t));
 }
 
+/* The id of control or user-defined token @text, or -1. */
+static int special_id(const struct coord_tok *t, const char *text)
+{
+    size_t n = strlen(text);
+    for (int id = 0; id < t->vocab_size; id++) {
+        unsigned type = t->attrs[id] & COORD_TOKA_TYPE;
+        if ((type == COORD_TOKT_CONTROL || type == COORD_TOKT_USER_DEFINED) &&
+            t->vocab_len[id] == n && !memcmp(t->vocab[id], text, n))
+            return id;
+    }
+    return -1;
+}
+
 int coord_tok_eog_ids(const struct coord_tok *t, int32_t *out)
 {
     static const char *const names[] = {"<|eot_id|>",
@@ -61,6 +74,7 @@ int coord_tok_eog_ids(const struct coord_tok *t, int32_t *out)
                                         "<|endoftext|>",
                                         "<|end_of_text|>",
                                         "<|return|>",
+                                        "<|call|>",
                                         "<EOT>",
                                         "<|END_OF_TURN_TOKEN|>",
                                         "\xef\xbd\x9c"
@@ -70,19 +84,18 @@ int coord_tok_eog_ids(const struct coord_tok *t, int32_t *out)
                                         "\xe2\x96\x81"
                                         "sentence"
                                         "\xef\xbd\x9c" /* DeepSeek's */};
+    /* gpt-oss (harmony) ends a turn with <|return|> or <|call|>; its <|end|> ends one message
+     * of the turn (the reasoning before the answer) - unlike Phi-3's, whose <|end|> ends it */
+    bool harmony = special_id(t, "<|return|>") >= 0 && special_id(t, "<|channel|>") >= 0;
     int n = 0;
     if (t->eos_id >= 0)
         out[n++] = t->eos_id;
-    for (int id = 0; id < t->vocab_size && n < COORD_TOK_MAX_EOG; id++) {
-        unsigned type = t->attrs[id] & COORD_TOKA_TYPE;
-        if (id == t->eos_id || (type != COORD_TOKT_CONTROL && type != COORD_TOKT_USER_DEFINED))
+    for (size_t k = 0; k < sizeof(names) / sizeof(*names) && n < COORD_TOK_MAX_EOG; k++) {
+        if (harmony ? !strcmp(names[k], "<|end|>") : !strcmp(names[k], "<|call|>"))
             continue;
-        for (size_t k = 0; k < sizeof(names) / sizeof(*names); k++)
-            if (t->vocab_len[id] == strlen(names[k]) &&
-                !memcmp(t->vocab[id], names[k], t->vocab_len[id])) {
-                out[n++] = id;
-                break;
-            }
+        int id = special_id(t, names[k]);
+        if (id >= 0 && id != t->eos_id)
+            out[n++] = id;
     }
     return n;
 }

@@ -169,7 +169,8 @@ void coord_tok_free(struct coord_tok *t);
 #define COORD_TOK_MAX_EOG 16
 /* The tokens that end a generation: EOS, and the control tokens instruct models end a turn with
  * (<|eot_id|>, <|im_end|>, <end_of_turn>, <|end|>... as llama.cpp lists them), told by their
- * text. Writes at most COORD_TOK_MAX_EOG ids to @out; returns the count. */
+ * text; gpt-oss' <|return|> and <|call|> but not its <|end|>, which ends a message of the turn.
+ * Writes at most COORD_TOK_MAX_EOG ids to @out; returns the count. */
 int coord_tok_eog_ids(const struct coord_tok *t, int32_t *out);
 /* Stores a copy of chat template @s (@n bytes: UTF-8 without NUL, at most
  * COORD_TOK_MAX_TEMPLATE) in @t, replacing any. Returns 0 or -EINVAL / -ENOMEM with @e set. */

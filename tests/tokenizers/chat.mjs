@@ -24,11 +24,11 @@
 import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { expect, healthy, listeningPort, report, show, tally } from '../script_lib.mjs';
+import { deadline, endRun, expect, healthy, listeningPort, report, scratch, show, stopChild }
+    from '../script_lib.mjs';
 
 const SHAPE = process.env.SHARDLM_CHAT_SHAPE || 'tiny-qwen3';
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -62,32 +62,16 @@ if (process.argv.length !== 3) {
 const BIN = path.resolve(process.argv[2]);
 
 
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sl-chat-'));
-const rundir = fs.existsSync('/dev/shm') ? fs.mkdtempSync('/dev/shm/sl-chat-test-')
-                                         : path.join(tmp, 'run');
-const env = { ...process.env, SHARDLM_RUNTIME_DIR: rundir };
+const dirs = scratch('chat');
+const { tmp, env } = dirs;
 let server = null;
 let serverLog = '';
 
 async function finish() {
-    if (server && server.exitCode === null && server.signalCode === null) {
-        const exited = new Promise((r) => server.on('exit', r));
-        server.kill('SIGTERM');
-        const t = setTimeout(() => server.kill('SIGKILL'), 5_000);
-        await exited;
-        clearTimeout(t);
-    }
-    fs.rmSync(tmp, { recursive: true, force: true });
-    fs.rmSync(rundir, { recursive: true, force: true });
-    if (tally.failed && serverLog)
-        console.log(`# server output:\n${serverLog.trimEnd().replace(/^/gm, '#   ')}`);
-    console.log(`# passed ${tally.passed}, failed ${tally.failed}`);
-    process.exit(tally.failed ? 1 : 0);
+    await stopChild(server);
+    endRun(dirs, serverLog);
 }
-setTimeout(() => {
-    report('deadline', `the run took over ${DEADLINE_MS / 1000} s`);
-    finish();
-}, DEADLINE_MS).unref();
+deadline(DEADLINE_MS, finish);
 
 // what the test needs from elsewhere: the packages, python3 with jinja2
 async function prerequisites() {
