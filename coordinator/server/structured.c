@@ -13,11 +13,11 @@
 
 /* ---- control tokens ---- */
 
-static const struct coord_tok *cmp_tok;
-static int by_length(const void *a, const void *b)
+/* Control tokens longest text first (qsort_r's, over the tokenizer @t). */
+static int by_length(const void *a, const void *b, void *t)
 {
-    uint32_t la = cmp_tok->vocab_len[*(const int32_t *)a],
-             lb = cmp_tok->vocab_len[*(const int32_t *)b];
+    const struct coord_tok *tok = t;
+    uint32_t la = tok->vocab_len[*(const int32_t *)a], lb = tok->vocab_len[*(const int32_t *)b];
     return la < lb ? 1 : la > lb ? -1 : 0;
 }
 
@@ -72,8 +72,8 @@ int srv_formats_init(struct srv *s)
     for (int id = 0; id < t->vocab_size; id++)
         if ((t->attrs[id] & COORD_TOKA_TYPE) == COORD_TOKT_CONTROL && t->vocab_len[id])
             s->controls[s->n_controls++] = id;
-    cmp_tok = t; /* (once, before the server serves) */
-    qsort(s->controls, (size_t)s->n_controls, sizeof(int32_t), by_length);
+    if (s->n_controls) /* (a llama2.c vocabulary has none) */
+        qsort_r(s->controls, (size_t)s->n_controls, sizeof(int32_t), by_length, (void *)t);
     const struct coord_tool_format *f = s->fmt;
     const char *markers[] = {f->trigger,   f->think_open, f->think_close,
                              f->syn.begin, f->syn.pre,    f->syn.mid};
@@ -333,7 +333,8 @@ bool srv_split_delta(struct sreq *p, const char *text, size_t n, bool final, jso
         sp->raw = g;
         sp->cap = cap;
     }
-    memcpy(sp->raw + sp->len, text, n);
+    if (n) /* (an event without text has none) */
+        memcpy(sp->raw + sp->len, text, n);
     sp->len += n;
     struct coord_reply r;
     if (parse(p, sp->raw, sp->len, !final, &r))
