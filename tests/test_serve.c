@@ -752,6 +752,85 @@ static void test_metrics(void **state)
     assert_int_equal(ttft1 - ttft0, 8 + 3);
 }
 
+/* Whether the completion @r answered one of the texts @a, @b (JSON's whitespace around). */
+static bool answered(const struct resp *r, const char *a, const char *b)
+{
+    json_t *j = json_loads(r->body, 0, NULL);
+    const char *t = json_string_value(
+        json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+    size_t n = t ? strlen(t) : 0;
+    while (t && n && strchr(" \t\n\r", t[n - 1]))
+        n--;
+    size_t s0 = t ? strspn(t, " \t\n\r") : 0;
+    bool ok = r->status == 200 && t && s0 <= n &&
+              ((strlen(a) == n - s0 && !memcmp(t + s0, a, n - s0)) ||
+               (strlen(b) == n - s0 && !memcmp(t + s0, b, n - s0)));
+    json_decref(j);
+    return ok;
+}
+
+/* The grammar counters of /metrics: compiled (*@compiled) and found compiled already. */
+static unsigned long long grammars_reused(unsigned long long *compiled)
+{
+    struct resp r;
+    request("GET", "/metrics", "", &r);
+    assert_int_equal(r.status, 200);
+    unsigned long long reused = 0;
+    const char *m = strstr(r.body, "\nshardlm_grammars_compiled_total ");
+    assert_non_null(m);
+    sscanf(m, "\nshardlm_grammars_compiled_total %llu", compiled);
+    m = strstr(r.body, "\nshardlm_grammars_reused_total ");
+    assert_non_null(m);
+    sscanf(m, "\nshardlm_grammars_reused_total %llu", &reused);
+    free(r.body);
+    return reused;
+}
+
+/* A grammar asked for again is compiled once (the last 16 kept): the same schema three times is
+ * one compile and two reuses, each answer within it; 20 other choices (past the 16 places) all
+ * compile and answer; and the first schema, evicted by then, compiles again. */
+static void test_grammar_cache(void **state)
+{
+    static const char schema[] = "\"response_format\": {\"type\": \"json_schema\", "
+                                 "\"json_schema\": {\"schema\": {\"enum\": [\"Lily\", \"Tom\"]}}}";
+    struct resp r;
+    char body[512];
+    unsigned long long c0, c1, c2, c3;
+    unsigned long long r0 = grammars_reused(&c0);
+    for (int i = 0; i < 3; i++) {
+        snprintf(body, sizeof(body),
+                 "{\"prompt\": \"Once\", \"max_tokens\": 8, \"temperature\": 1, %s}", schema);
+        request("POST", "/v1/completions", body, &r);
+        if (!answered(&r, "\"Lily\"", "\"Tom\""))
+            fail_msg("%s", r.body);
+        free(r.body);
+    }
+    unsigned long long r1 = grammars_reused(&c1);
+    assert_int_equal(c1 - c0, 1);
+    assert_int_equal(r1 - r0, 2);
+    for (int i = 0; i < 20; i++) {
+        snprintf(body, sizeof(body),
+                 "{\"prompt\": \"Once\", \"max_tokens\": 8, \"guided_choice\": [\"a%d\", \"b%d\"]}",
+                 i, i);
+        request("POST", "/v1/completions", body, &r);
+        char a[16], b[16];
+        snprintf(a, sizeof(a), "a%d", i);
+        snprintf(b, sizeof(b), "b%d", i);
+        if (!answered(&r, a, b))
+            fail_msg("%s", r.body);
+        free(r.body);
+    }
+    unsigned long long r2 = grammars_reused(&c2);
+    assert_int_equal(c2 - c1, 20);
+    assert_int_equal(r2, r1);
+    snprintf(body, sizeof(body), "{\"prompt\": \"Once\", \"max_tokens\": 8, %s}", schema);
+    request("POST", "/v1/completions", body, &r);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    grammars_reused(&c3);
+    assert_int_equal(c3 - c2, 1);
+}
+
 /* OpenAI fields the server does not implement: a value that asks for nothing is taken, any other
  * is a 400 naming the field (not ignored) */
 static void test_inert_fields(void **state)
@@ -790,6 +869,24 @@ static void test_inert_fields(void **state)
 
 /* Structured output on /v1/completions: response_format and the guided fields constrain the
  * text; what does not compile, two constraints, or tools' fields are 400s naming the field */
+/* Whether the number in @got ("|text|") equals one of the |-separated numbers of @want as JSON
+ * Schema compares numbers (an enum's 1 allows 1.0: the grammar lets a sampled model write it). */
+static bool same_number(const char *want, const char *got)
+{
+    char *end;
+    double g = strtod(got + 1, &end);
+    if (end == got + 1 || strcmp(end, "|"))
+        return false;
+    for (const char *w = want + 1; *w; w = strchr(w, '|') + 1) {
+        double x = strtod(w, &end);
+        if (end != w && *end == '|' && x == g)
+            return true;
+        if (!strchr(w, '|')[1])
+            break;
+    }
+    return false;
+}
+
 static void test_structured_fields(void **state)
 {
     struct resp r;
@@ -851,7 +948,7 @@ static void test_structured_fields(void **state)
                 n--;
             t += strspn(t, " \t\n\r");
             snprintf(got, sizeof(got), "|%.*s|", (int)(n - (size_t)(t - t0)), t);
-            if (!strstr(want, got))
+            if (!strstr(want, got) && !same_number(want, got))
                 fail_msg("%s: %s", cases[i].field, t);
         }
         json_decref(j);
@@ -1286,6 +1383,7 @@ int main(void)
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_inert_fields),
         cmocka_unit_test(test_structured_fields),
+        cmocka_unit_test(test_grammar_cache),
         cmocka_unit_test(test_max_tokens_default),
         cmocka_unit_test(test_tools_documents),
         cmocka_unit_test(test_half_closed),

@@ -148,15 +148,17 @@ struct gr_lexeme {
 #define GR_MIXED (-3)
 
 struct gr_dstate {
-    int32_t next[256]; /* GR_UNSET until computed; GR_DEAD */
     int32_t *set; /* sorted NFA states (after epsilon closure: states with edges or accepting) */
     int n_set;
     int32_t *acc; /* lexemes accepting here, ascending */
     int n_acc;
     int32_t plain; /* where every plain character (see matcher.c) leads: a state, GR_DEAD,
                     * GR_MIXED (not all to one place), GR_UNSET (not known yet) */
+    int8_t keeps;  /* gr_lexer_keeps_plain: 1 yes, 0 no, -1 not known yet */
     uint64_t hash;
 };
+
+#define GR_PSETS 5
 
 struct gr_lexer {
     struct gr_nstate *ns;
@@ -168,7 +170,14 @@ struct gr_lexer {
     int lx_mask;
     struct gr_dstate *ds;
     int n_ds, cap_ds;
-    int32_t *ds_map; /* open addressing by set hash: state id, -1 empty */
+    /* the states' transitions: state q's on byte b at rows[q >> GR_ROW_SHIFT][(q & (2^shift - 1))
+     * * 256 + b], GR_UNSET until computed, GR_DEAD; in chunks of rows, never moved */
+    int32_t **rows;
+    int cap_rows;
+    struct gr_dslot {
+        uint32_t tag; /* the set hash's high half: most misses without a look at the state */
+        int32_t id;   /* -1: empty */
+    } * ds_map;       /* open addressing by set hash */
     int ds_mask;
     long max_dstates; /* DFA states (0: no limit); past it a transition is GR_DEAD and overflow set
                        */
@@ -177,6 +186,9 @@ struct gr_lexer {
     uint32_t *mark;
     uint32_t gen;
     int32_t *stack, *buf;
+    int32_t *pset[GR_PSETS]; /* plain_next's: the target and one set per byte of a character */
+    int8_t *nkeeps; /* (cap_scratch) by NFA state: its closure alone keeps plain text (1), not
+                     * (2), not known yet (0) */
     int cap_scratch;
 };
 
@@ -185,11 +197,19 @@ struct gr_lexer {
 int gr_lexer_add(struct gr_lexer *l, const struct gr_re *r);
 /* The DFA state for the start of any of the lexemes @ids (n ascending), or -errno. */
 int gr_lexer_start(struct gr_lexer *l, const int32_t *ids, int n);
-/* Computes the transition of @q on byte @b (stored in ds[q].next[b]). */
+#define GR_ROW_SHIFT 6
+
+/* The transitions of state @q, by byte. */
+static inline int32_t *gr_lexer_row(const struct gr_lexer *l, int32_t q)
+{
+    return l->rows[q >> GR_ROW_SHIFT] + ((size_t)(q & ((1 << GR_ROW_SHIFT) - 1)) << 8);
+}
+
+/* Computes the transition of @q on byte @b (stored in its row). */
 int32_t gr_lexer_step_slow(struct gr_lexer *l, int32_t q, uint8_t b);
 static inline int32_t gr_lexer_step(struct gr_lexer *l, int32_t q, uint8_t b)
 {
-    int32_t t = l->ds[q].next[b];
+    int32_t t = gr_lexer_row(l, q)[b];
     return t != GR_UNSET ? t : gr_lexer_step_slow(l, q, b);
 }
 /* Where every "plain" character - a whole UTF-8 character but '"', '\\' and those below
@@ -197,6 +217,10 @@ static inline int32_t gr_lexer_step(struct gr_lexer *l, int32_t q, uint8_t b)
  * without limits: @q itself; with a length limit: the next count), GR_DEAD if none is taken,
  * else GR_MIXED. Then a token of k plain characters goes k such steps from @q. */
 int32_t gr_lexer_plain_next(struct gr_lexer *l, int32_t q);
+/* Whether every string of plain characters read from @q stays inside the lexeme: some NFA state
+ * of @q alone goes back to itself on every plain character (a JSON string's body among the keys
+ * an object names). Then every plain token is taken there, whatever else @q holds. */
+bool gr_lexer_keeps_plain(struct gr_lexer *l, int32_t q);
 void gr_lexer_free(struct gr_lexer *l);
 
 /* ---- grammar and Earley parser ------------------------------------------------------------ */

@@ -623,19 +623,32 @@ static int scratch(struct gr_lexer *l)
         return 0;
     int n = l->n_ns * 2;
     uint32_t *mark = calloc((size_t)n, sizeof(uint32_t));
-    int32_t *st = malloc(sizeof(int32_t) * (size_t)n), *buf = malloc(sizeof(int32_t) * (size_t)n);
-    if (!mark || !st || !buf) {
+    int8_t *nk = calloc((size_t)n, 1);
+    int32_t *p[2 + GR_PSETS];
+    bool ok = mark && nk;
+    for (int i = 0; i < 2 + GR_PSETS; i++)
+        ok &= (p[i] = malloc(sizeof(int32_t) * (size_t)n)) != NULL;
+    if (!ok) {
         free(mark);
-        free(st);
-        free(buf);
+        free(nk);
+        for (int i = 0; i < 2 + GR_PSETS; i++)
+            free(p[i]);
         return -ENOMEM;
     }
+    if (l->nkeeps)
+        memcpy(nk, l->nkeeps, (size_t)l->cap_scratch);
     free(l->mark);
+    free(l->nkeeps);
     free(l->stack);
     free(l->buf);
+    for (int i = 0; i < GR_PSETS; i++)
+        free(l->pset[i]);
     l->mark = mark;
-    l->stack = st;
-    l->buf = buf;
+    l->nkeeps = nk;
+    l->stack = p[0];
+    l->buf = p[1];
+    for (int i = 0; i < GR_PSETS; i++)
+        l->pset[i] = p[2 + i];
     l->gen = 0;
     l->cap_scratch = n;
     return 0;
@@ -665,7 +678,17 @@ static int closure(struct gr_lexer *l, int n)
             }
         }
     }
-    qsort(l->buf, (size_t)k, sizeof(int32_t), cmp_i32);
+    if (k > 16) {
+        qsort(l->buf, (size_t)k, sizeof(int32_t), cmp_i32);
+        return k;
+    }
+    for (int i = 1; i < k; i++) { /* small sets (most): an insertion sort */
+        int32_t x = l->buf[i];
+        int j = i;
+        for (; j > 0 && l->buf[j - 1] > x; j--)
+            l->buf[j] = l->buf[j - 1];
+        l->buf[j] = x;
+    }
     return k;
 }
 
@@ -680,15 +703,16 @@ static void mark_gen(struct gr_lexer *l)
 static int ds_rehash(struct gr_lexer *l)
 {
     int nm = l->ds_mask ? l->ds_mask * 2 + 1 : 255;
-    int32_t *map = malloc(sizeof(int32_t) * (size_t)(nm + 1));
+    struct gr_dslot *map = malloc(sizeof(*map) * (size_t)(nm + 1));
     if (!map)
         return -ENOMEM;
-    memset(map, 0xff, sizeof(int32_t) * (size_t)(nm + 1));
+    for (int i = 0; i <= nm; i++)
+        map[i].id = -1;
     for (int j = 0; j < l->n_ds; j++) {
         uint64_t i = l->ds[j].hash & (uint64_t)nm;
-        while (map[i] >= 0)
+        while (map[i].id >= 0)
             i = (i + 1) & (uint64_t)nm;
-        map[i] = j;
+        map[i] = (struct gr_dslot){(uint32_t)(l->ds[j].hash >> 32), j};
     }
     free(l->ds_map);
     l->ds_map = map;
@@ -703,12 +727,13 @@ static int32_t intern(struct gr_lexer *l, int k)
     if (!k)
         return GR_DEAD;
     uint64_t h = gr_hash(l->buf, sizeof(int32_t) * (size_t)k, 0xcbf29ce484222325ull);
+    uint32_t tag = (uint32_t)(h >> 32);
     if (l->ds_mask)
         for (uint64_t i = h & (uint64_t)l->ds_mask;; i = (i + 1) & (uint64_t)l->ds_mask) {
-            int id = l->ds_map[i];
+            int id = l->ds_map[i].id;
             if (id < 0)
                 break;
-            if (l->ds[id].hash == h && l->ds[id].n_set == k &&
+            if (l->ds_map[i].tag == tag && l->ds[id].hash == h && l->ds[id].n_set == k &&
                 !memcmp(l->ds[id].set, l->buf, sizeof(int32_t) * (size_t)k))
                 return id;
         }
@@ -720,6 +745,19 @@ static int32_t intern(struct gr_lexer *l, int k)
         return -ENOMEM;
     if (gr_grow((void **)&l->ds, &l->cap_ds, l->n_ds, 1, sizeof(*l->ds)))
         return -ENOMEM;
+    int chunk = l->n_ds >> GR_ROW_SHIFT;
+    if (chunk >= l->cap_rows) {
+        int nc = l->cap_rows ? l->cap_rows * 2 : 16;
+        int32_t **t = realloc(l->rows, sizeof(*t) * (size_t)nc);
+        if (!t)
+            return -ENOMEM;
+        memset(t + l->cap_rows, 0, sizeof(*t) * (size_t)(nc - l->cap_rows));
+        l->rows = t;
+        l->cap_rows = nc;
+    }
+    if (!l->rows[chunk] &&
+        !(l->rows[chunk] = malloc(sizeof(int32_t) * ((size_t)256 << GR_ROW_SHIFT))))
+        return -ENOMEM;
     struct gr_dstate *d = &l->ds[l->n_ds];
     memset(d, 0, sizeof(*d));
     d->set = malloc(sizeof(int32_t) * (size_t)k);
@@ -728,9 +766,11 @@ static int32_t intern(struct gr_lexer *l, int k)
     memcpy(d->set, l->buf, sizeof(int32_t) * (size_t)k);
     d->n_set = k;
     d->hash = h;
+    int32_t *row = gr_lexer_row(l, l->n_ds);
     for (int i = 0; i < 256; i++)
-        d->next[i] = GR_UNSET;
+        row[i] = GR_UNSET;
     d->plain = GR_UNSET;
+    d->keeps = -1;
     int na = 0;
     for (int i = 0; i < k; i++)
         na += l->ns[l->buf[i]].lexeme >= 0;
@@ -746,9 +786,9 @@ static int32_t intern(struct gr_lexer *l, int k)
         qsort(d->acc, (size_t)na, sizeof(int32_t), cmp_i32);
     }
     uint64_t i = h & (uint64_t)l->ds_mask;
-    while (l->ds_map[i] >= 0)
+    while (l->ds_map[i].id >= 0)
         i = (i + 1) & (uint64_t)l->ds_mask;
-    l->ds_map[i] = l->n_ds;
+    l->ds_map[i] = (struct gr_dslot){tag, l->n_ds};
     return l->n_ds++;
 }
 
@@ -802,69 +842,115 @@ int32_t gr_lexer_step_slow(struct gr_lexer *l, int32_t q, uint8_t b)
     }
     if (t == GR_DEAD && l->overflow)
         return GR_DEAD;
-    for (int c = lo; c <= hi; c++) /* (intern may have moved l->ds) */
-        l->ds[q].next[c] = t;
+    int32_t *row = gr_lexer_row(l, q);
+    for (int c = lo; c <= hi; c++)
+        row[c] = t;
     return t;
 }
 
-struct tail_memo {
-    int32_t s[64];
-    int8_t k[64], r[64];
-    int n;
-};
+/* ---- plain characters (see gr_lexer_plain_next) ---- */
 
-/* Whether every continuation of @k bytes 80..BF from @s comes to @q. */
-static bool tail_to(struct gr_lexer *l, int32_t q, int32_t s, int k, struct tail_memo *m)
+/* Whether every byte string of the ranges @r[0..n) read from the closed set @a (@k states,
+ * sorted) comes to the closed set l->pset[0] (@kt states; 0: every one dies at its first byte).
+ * Sets, not DFA states: the states a character passes through midway are not made. The closures
+ * of level @d go to l->pset[d + 1]. */
+static bool ranges_to(struct gr_lexer *l, const int32_t *a, int k, const uint8_t (*r)[2], int n,
+                      int kt, int d)
 {
-    for (int i = 0; i < m->n; i++)
-        if (m->s[i] == s && m->k[i] == k)
-            return m->r[i];
-    bool ok = true;
-    for (int c = 0x80; c <= 0xBF && ok; c++) {
-        int32_t t = gr_lexer_step(l, s, (uint8_t)c);
-        ok = k == 1 ? t == q : t >= 0 && tail_to(l, q, t, k - 1, m);
+    int lo = r[0][0], hi = r[0][1];
+    /* the edges that take bytes of the range, and where runs of bytes they treat alike start */
+    enum { MAX_EDGES = 64 };
+    struct gr_nedge in[MAX_EDGES];
+    int n_in = 0;
+    bool cut[257] = {false};
+    for (int i = 0; i < k; i++) {
+        const struct gr_nstate *st = &l->ns[a[i]];
+        for (int j = 0; j < st->n_e; j++) {
+            const struct gr_nedge *e = &st->e[j];
+            if (e->hi < lo || e->lo > hi)
+                continue;
+            if (n_in == MAX_EDGES)
+                return false; /* not worth knowing: "not uniform" only costs speed */
+            in[n_in++] = *e;
+            if (e->lo > lo)
+                cut[e->lo] = true;
+            if (e->hi < hi)
+                cut[e->hi + 1] = true;
+        }
     }
-    if (m->n < 64) {
-        m->s[m->n] = s;
-        m->k[m->n] = (int8_t)k;
-        m->r[m->n++] = ok;
+    for (int b = lo; b <= hi;) {
+        mark_gen(l);
+        int seeds = 0;
+        for (int i = 0; i < n_in; i++)
+            if (b >= in[i].lo && b <= in[i].hi && l->mark[in[i].to] != l->gen) {
+                l->mark[in[i].to] = l->gen;
+                l->stack[seeds++] = in[i].to;
+            }
+        int m = closure(l, seeds);
+        if (!m) {
+            if (kt)
+                return false; /* dies where the others live */
+        } else if (!kt) {
+            return false; /* lives where the others die */
+        } else if (n == 1) {
+            if (m != kt || memcmp(l->buf, l->pset[0], sizeof(int32_t) * (size_t)m))
+                return false;
+        } else {
+            memcpy(l->pset[d + 1], l->buf, sizeof(int32_t) * (size_t)m);
+            if (!ranges_to(l, l->pset[d + 1], m, r + 1, n - 1, kt, d + 1))
+                return false;
+        }
+        do
+            b++;
+        while (b <= hi && !cut[b]);
     }
-    return ok;
+    return true;
 }
+
+/* The plain characters as UTF-8: byte ranges, one per byte of the character. */
+static const struct {
+    uint8_t r[4][2];
+    int n;
+} plain_utf8[] = {
+    {{{0x20, 0x21}}, 1},
+    {{{0x23, 0x5B}}, 1},
+    {{{0x5D, 0x7F}}, 1},
+    {{{0xC2, 0xDF}, {0x80, 0xBF}}, 2},
+    {{{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}}, 3},
+    {{{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}}, 3},
+    {{{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}}, 3},
+    {{{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}}, 3},
+    {{{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}}, 4},
+    {{{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}}, 4},
+    {{{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}}, 4},
+};
 
 static int32_t plain_next(struct gr_lexer *l, int32_t q)
 {
-    int32_t to = gr_lexer_step(l, q, 'a');
-    for (int b = 0x20; b < 0x80; b++)
-        if (b != '"' && b != '\\' && gr_lexer_step(l, q, (uint8_t)b) != to)
-            return GR_MIXED;
-    struct tail_memo m = {.n = 0};
-    for (int lead = 0xC2; lead <= 0xF4; lead++) {
-        int len = lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
-        int lo = 0x80, hi = 0xBF; /* the second byte: narrower after E0, ED, F0, F4 */
-        if (lead == 0xE0)
-            lo = 0xA0;
-        else if (lead == 0xED)
-            hi = 0x9F;
-        else if (lead == 0xF0)
-            lo = 0x90;
-        else if (lead == 0xF4)
-            hi = 0x8F;
-        int32_t s1 = gr_lexer_step(l, q, (uint8_t)lead);
-        if (to == GR_DEAD) {
-            if (s1 != GR_DEAD)
-                return GR_MIXED; /* a character that starts and may die later: not uniform */
-            continue;
-        }
-        if (s1 < 0)
-            return GR_MIXED;
-        for (int c = lo; c <= hi; c++) {
-            int32_t s2 = gr_lexer_step(l, s1, (uint8_t)c);
-            if (!(len == 2 ? s2 == to : s2 >= 0 && tail_to(l, to, s2, len - 2, &m)))
-                return GR_MIXED;
-        }
+    if (scratch(l))
+        return GR_MIXED;
+    const struct gr_dstate *d = &l->ds[q];
+    /* the set 'a' comes to: every other plain character must come there too */
+    mark_gen(l);
+    int seeds = 0;
+    for (int i = 0; i < d->n_set; i++) {
+        const struct gr_nstate *st = &l->ns[d->set[i]];
+        for (int j = 0; j < st->n_e; j++)
+            if ('a' >= st->e[j].lo && 'a' <= st->e[j].hi && l->mark[st->e[j].to] != l->gen) {
+                l->mark[st->e[j].to] = l->gen;
+                l->stack[seeds++] = st->e[j].to;
+            }
     }
-    return to;
+    int kt = closure(l, seeds);
+    memcpy(l->pset[0], l->buf, sizeof(int32_t) * (size_t)kt);
+    for (size_t i = 0; i < sizeof(plain_utf8) / sizeof(plain_utf8[0]); i++)
+        if (!ranges_to(l, d->set, d->n_set, plain_utf8[i].r, plain_utf8[i].n, kt, 0))
+            return GR_MIXED;
+    if (!kt)
+        return GR_DEAD;
+    memcpy(l->buf, l->pset[0], sizeof(int32_t) * (size_t)kt);
+    int32_t t = intern(l, kt);    /* (it may grow, move, l->ds) */
+    return t >= 0 ? t : GR_MIXED; /* out of memory or past the limit: not known */
 }
 
 int32_t gr_lexer_plain_next(struct gr_lexer *l, int32_t q)
@@ -874,6 +960,45 @@ int32_t gr_lexer_plain_next(struct gr_lexer *l, int32_t q)
         l->ds[q].plain = p;
     }
     return l->ds[q].plain;
+}
+
+/* Whether NFA state @s's closure alone goes back to itself on every plain character. */
+static bool nfa_keeps_plain(struct gr_lexer *l, int32_t s)
+{
+    mark_gen(l);
+    l->mark[s] = l->gen;
+    l->stack[0] = s;
+    int k = closure(l, 1);
+    if (!k)
+        return false;
+    memcpy(l->pset[0], l->buf, sizeof(int32_t) * (size_t)k);
+    for (size_t i = 0; i < sizeof(plain_utf8) / sizeof(plain_utf8[0]); i++)
+        if (!ranges_to(l, l->pset[0], k, plain_utf8[i].r, plain_utf8[i].n, k, 0))
+            return false;
+    return true;
+}
+
+bool gr_lexer_keeps_plain(struct gr_lexer *l, int32_t q)
+{
+    struct gr_dstate *d = &l->ds[q];
+    if (d->keeps >= 0)
+        return d->keeps;
+    if (scratch(l))
+        return false;
+    bool keeps = false;
+    for (int i = 0; i < d->n_set && !keeps; i++) {
+        int32_t s = d->set[i];
+        if (!l->nkeeps[s]) {
+            /* a quick no first: 'a' taken by an edge */
+            bool a = false;
+            for (int j = 0; j < l->ns[s].n_e && !a; j++)
+                a = 'a' >= l->ns[s].e[j].lo && 'a' <= l->ns[s].e[j].hi;
+            l->nkeeps[s] = a && nfa_keeps_plain(l, s) ? 1 : 2;
+        }
+        keeps = l->nkeeps[s] == 1;
+    }
+    d->keeps = keeps;
+    return keeps;
 }
 
 /* The successors of @q on every byte into @next (GR_DEAD where none), one closure per run of
@@ -930,9 +1055,15 @@ void gr_lexer_free(struct gr_lexer *l)
         free(l->ds[i].acc);
     }
     free(l->ds);
+    for (int i = 0; i < l->cap_rows; i++)
+        free(l->rows[i]);
+    free(l->rows);
     free(l->ds_map);
     free(l->mark);
     free(l->stack);
     free(l->buf);
+    for (int i = 0; i < GR_PSETS; i++)
+        free(l->pset[i]);
+    free(l->nkeeps);
     memset(l, 0, sizeof(*l));
 }

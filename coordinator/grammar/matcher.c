@@ -25,7 +25,8 @@ struct gr_tnode {
                        * subtree's last is nodes[end].tok_beg (node n_nodes: a sentinel) */
     uint16_t tok_n;
     uint8_t byte;
-    bool np_below; /* a token that is not plain (see gr_vocab) is in its subtree */
+    uint8_t np_below : 1; /* a token that is not plain (see gr_vocab) is in its subtree */
+    uint8_t np_here : 1;  /* ... its own tokens are not plain (all alike: the same bytes) */
 };
 
 /* Tokens as a trie in preorder: node 0 is the root; a node's children follow it. */
@@ -49,14 +50,36 @@ struct gr_vocab {
     uint32_t *plain_upto[GR_PLAIN_MAX + 1];
     long n_upto[GR_PLAIN_MAX + 1];
     struct gr_trie np;
+    /* the plain tokens below the big nodes of the full trie, as masks: where plain characters
+     * keep the lexer's state, a walk takes them with one OR instead of one bit per token. A node
+     * is big with at least sub_min plain tokens below it and a prefix of whole plain characters.
+     * sub_of[node]: its mask + 1, 0: none. */
+    uint16_t *sub_of;
+    uint32_t *sub_bits; /* (n_sub x gr_mask_words) */
+    uint32_t *sub_n;    /* the tokens of each */
+    int n_sub;
     char *arena;   /* the tokens' bytes: token t is arena[off[t] .. off[t + 1]) (none: empty) */
     uint64_t *off; /* (n + 1) */
+};
+
+struct walk_frame {
+    uint32_t end, next;
+    int32_t q;
+};
+
+/* Boundaries met by a walk. */
+struct bnds {
+    struct gr_bnd *b;
+    int n, cap;
 };
 
 struct gr_matcher {
     struct gr_grammar *g;
     const struct gr_vocab *v;
     struct gr_parser p;
+    struct walk_frame *st; /* the mask's walk's stack (the longest token's bytes + 1) */
+    struct bnds *lv; /* the boundaries of the mask's walks (the longest token's bytes + 2): [0]
+                      * from the sequence's state, [d] below a boundary resolved d deep */
     int32_t q;     /* lexer state */
     bool consumed; /* bytes of the present lexeme were read */
     bool done;     /* EOS committed */
@@ -117,9 +140,11 @@ static int trie_build(struct gr_trie *tr, const struct tok_ref *t, int k, long t
             node->tok_beg = (uint32_t)i;
         node->tok_n++;
         tr->toks[i] = r->id;
-        if (plain_chars(r->b, r->n) < 0)
+        if (plain_chars(r->b, r->n) < 0) {
+            node->np_here = true;
             for (uint32_t d = 1; d <= depth; d++)
                 tr->nodes[path[d]].np_below = true;
+        }
         prev = r;
     }
     while (depth > 0)
@@ -141,6 +166,63 @@ static int plain_chars(const uint8_t *b, uint32_t n)
         i += (uint32_t)l;
     }
     return k;
+}
+
+/* The masks of the big nodes (see gr_vocab) of @v's full trie. Returns 0 or -ENOMEM. */
+static int sub_masks(struct gr_vocab *v)
+{
+    const struct gr_trie *tr = &v->full;
+    uint32_t nn = tr->n_nodes, nt = tr->nodes[nn].tok_beg;
+    int words = gr_mask_words(v);
+    /* a vocabulary's size over 256 (Llama 3's 128k: ~70 nodes), at least 256 tokens */
+    long sub_min = v->n / 256 > 256 ? v->n / 256 : 256;
+    uint32_t *plain_before = malloc(sizeof(uint32_t) * ((size_t)nt + 1)); /* in trie order */
+    uint32_t *ends = malloc(sizeof(uint32_t) * ((size_t)v->max_len + 2));
+    v->sub_of = calloc(nn + 1, sizeof(uint16_t));
+    int rc = -ENOMEM;
+    if (!plain_before || !ends || !v->sub_of)
+        goto out;
+    plain_before[0] = 0;
+    for (uint32_t i = 0; i < nt; i++) {
+        int32_t id = tr->toks[i];
+        uint32_t len = (uint32_t)(v->off[id + 1] - v->off[id]);
+        plain_before[i + 1] =
+            plain_before[i] + (plain_chars((uint8_t *)v->arena + v->off[id], len) > 0);
+    }
+    int sp = 0, n_sub = 0;
+    for (uint32_t c = 1; c < nn; c++) { /* preorder: a node's depth from its open ancestors */
+        while (sp && ends[sp - 1] <= c)
+            sp--;
+        uint32_t depth = (uint32_t)sp + 1;
+        ends[sp++] = tr->nodes[c].end;
+        const struct gr_tnode *nd = &tr->nodes[c];
+        uint32_t first = tr->toks[nd->tok_beg];
+        uint32_t below = plain_before[tr->nodes[nd->end].tok_beg] - plain_before[nd->tok_beg];
+        if (below >= sub_min && n_sub < UINT16_MAX &&
+            plain_chars((uint8_t *)v->arena + v->off[first], depth) > 0)
+            v->sub_of[c] = (uint16_t)++n_sub;
+    }
+    v->sub_bits = calloc((size_t)n_sub * (size_t)words + 1, sizeof(uint32_t));
+    v->sub_n = calloc((size_t)n_sub + 1, sizeof(uint32_t));
+    if (!v->sub_bits || !v->sub_n)
+        goto out;
+    for (uint32_t c = 1; c < nn; c++) {
+        if (!v->sub_of[c])
+            continue;
+        uint32_t *bits = v->sub_bits + (size_t)(v->sub_of[c] - 1) * (size_t)words;
+        const struct gr_tnode *nd = &tr->nodes[c];
+        for (uint32_t i = nd->tok_beg; i < tr->nodes[nd->end].tok_beg; i++)
+            if (plain_before[i + 1] > plain_before[i])
+                bits[tr->toks[i] >> 5] |= 1u << (tr->toks[i] & 31);
+        v->sub_n[v->sub_of[c] - 1] =
+            plain_before[tr->nodes[nd->end].tok_beg] - plain_before[nd->tok_beg];
+    }
+    v->n_sub = n_sub;
+    rc = 0;
+out:
+    free(plain_before);
+    free(ends);
+    return rc;
 }
 
 int gr_vocab_new(int n, const char *const *bytes, const uint32_t *lens, int eos,
@@ -192,6 +274,8 @@ int gr_vocab_new(int n, const char *const *bytes, const uint32_t *lens, int eos,
             memcpy(v->arena + v->off[i], bytes[i], lens[i]);
         v->off[i + 1] = v->off[i] + (kept ? lens[i] : 0);
     }
+    if (sub_masks(v))
+        goto oom;
     free(t);
     free(np);
     *out = v;
@@ -215,6 +299,9 @@ void gr_vocab_free(struct gr_vocab *v)
         free(v->plain_upto[k]);
     free(v->arena);
     free(v->off);
+    free(v->sub_of);
+    free(v->sub_bits);
+    free(v->sub_n);
     free(v);
 }
 
@@ -232,8 +319,18 @@ int gr_matcher_new(struct gr_grammar *g, const struct gr_vocab *v, struct gr_mat
         return shardlm_fail(e, -ENOMEM, "grammar: out of memory");
     m->g = g;
     m->v = v;
+    m->st = malloc(sizeof(*m->st) * ((size_t)v->max_len + 1));
+    m->lv = calloc((size_t)v->max_len + 2, sizeof(*m->lv));
+    if (!m->st || !m->lv) {
+        free(m->st);
+        free(m->lv);
+        free(m);
+        return shardlm_fail(e, -ENOMEM, "grammar: out of memory");
+    }
     int rc = gr_parser_init(&m->p, g, e);
     if (rc) {
+        free(m->st);
+        free(m->lv);
         free(m);
         return rc;
     }
@@ -249,11 +346,13 @@ int gr_matcher_clone(const struct gr_matcher *m, struct gr_matcher **out, struct
         return shardlm_fail(e, -ENOMEM, "grammar: out of memory");
     *c = *m;
     memset(&c->p, 0, sizeof(c->p));
+    c->st = malloc(sizeof(*c->st) * ((size_t)m->v->max_len + 1));
+    c->lv = calloc((size_t)m->v->max_len + 2, sizeof(*c->lv));
     c->p.max_items = m->p.max_items;
     c->p.items = malloc(sizeof(*c->p.items) * (size_t)(m->p.n_items ? m->p.n_items : 1));
     c->p.rows = malloc(sizeof(*c->p.rows) * (size_t)m->p.n_rows);
     c->p.ix = malloc(sizeof(*c->p.ix) * (size_t)(m->p.n_ix ? m->p.n_ix : 1));
-    if (!c->p.items || !c->p.rows || !c->p.ix) {
+    if (!c->st || !c->lv || !c->p.items || !c->p.rows || !c->p.ix) {
         gr_matcher_free(c);
         return shardlm_fail(e, -ENOMEM, "grammar: out of memory");
     }
@@ -273,6 +372,10 @@ void gr_matcher_free(struct gr_matcher *m)
     if (!m)
         return;
     gr_parser_free(&m->p);
+    free(m->st);
+    for (uint32_t d = 0; m->lv && d < m->v->max_len + 2; d++)
+        free(m->lv[d].b);
+    free(m->lv);
     free(m);
 }
 
@@ -377,10 +480,24 @@ struct walk {
     uint32_t *mask;
     long count;
     long nodes;
-    struct gr_bnd *b; /* boundaries met by walk_lexeme() */
-    int n_b, cap_b;
     bool oom;
 };
+
+/* dst |= src over @n words, 4 at a time. */
+static void or_words(uint32_t *restrict dst, const uint32_t *restrict src, int n)
+{
+    typedef uint32_t v4 __attribute__((vector_size(16)));
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4 a, b;
+        memcpy(&a, dst + i, sizeof(a));
+        memcpy(&b, src + i, sizeof(b));
+        a |= b;
+        memcpy(dst + i, &a, sizeof(a));
+    }
+    for (; i < n; i++)
+        dst[i] |= src[i];
+}
 
 /* Every token of the subtree of @nd. */
 static void allow_all(struct walk *w, const struct gr_tnode *nd)
@@ -404,92 +521,66 @@ static void allow(struct walk *w, const struct gr_tnode *nd)
     w->count += nd->tok_n;
 }
 
-static void walk(struct walk *w, uint32_t first, uint32_t end, int32_t q, bool consumed);
-
-/* Node @c, reached at lexer state @q2 inside a lexeme: its tokens and its subtree's. */
-static void visit(struct walk *w, uint32_t c, int32_t q2)
-{
-    const struct gr_tnode *nd = &w->t->nodes[c];
-    if (nd->tok_n)
-        allow(w, nd);
-    if (nd->end > c + 1)
-        walk(w, c + 1, nd->end, q2, true);
-}
-
-/* The children first..end of a node reached at lexer state @q (@consumed: inside a lexeme),
- * lexemes ending where the parser allows: the whole mask below a node. */
-static void walk(struct walk *w, uint32_t first, uint32_t end, int32_t q, bool consumed)
-{
-    struct gr_matcher *m = w->m;
-    struct gr_lexer *l = &m->g->lex;
-    const struct gr_tnode *nodes = w->t->nodes;
-    bool any_dead = false;
-    for (uint32_t c = first; c < end; c = nodes[c].end) {
-        int32_t q2 = gr_lexer_step(l, q, nodes[c].byte);
-        if (q2 < 0) {
-            any_dead = true;
-            continue;
-        }
-        visit(w, c, q2);
-    }
-    if (!any_dead || !consumed || !end_lexeme(m, q))
-        return;
-    int32_t s = top_start(m);
-    if (s >= 0)
-        for (uint32_t c = first; c < end; c = nodes[c].end) {
-            if (gr_lexer_step(l, q, nodes[c].byte) >= 0)
-                continue;
-            int32_t q2 = gr_lexer_step(l, s, nodes[c].byte);
-            if (q2 >= 0)
-                visit(w, c, q2);
-        }
-    gr_parser_pop(&m->p);
-}
-
-/* The whole trie from lexer state @q0 without ending the lexeme: tokens read inside it go to
- * the mask, the nodes where it would have to end to w->b. Iterative: this is the long walk. */
-static void walk_lexeme(struct walk *w, int32_t q0)
+/* The subtree below node @node, reached at lexer state @q0, without ending the lexeme: tokens
+ * read inside it go to the mask, the nodes where it would have to end to @out (marked root
+ * directly below the trie's root when @top: the walk from the sequence's state). Iterative: from
+ * the root this is the long walk. */
+static void walk_below(struct walk *w, uint32_t node, int32_t q0, bool top, struct bnds *out)
 {
     struct gr_lexer *l = &w->m->g->lex;
+    const struct gr_vocab *v = w->m->v;
     const struct gr_tnode *nodes = w->t->nodes;
-    struct frame {
-        uint32_t end, next;
-        int32_t q;
-    } *st = malloc(sizeof(*st) * ((size_t)w->m->v->max_len + 1));
-    if (!st) {
-        w->oom = true;
-        return;
-    }
+    const uint16_t *sub_of = w->t == &v->full ? v->sub_of : NULL;
+    int words = gr_mask_words(v);
+    struct walk_frame *st = w->m->st;
     int sp = 0;
-    uint32_t c = 1, end = nodes[0].end;
+    int cov = -1; /* from this depth down the plain tokens are in the mask already (a big node's
+                   * mask went in above): the subtrees of plain tokens only are skipped */
+    uint32_t c = node + 1, end = nodes[node].end;
     int32_t q = q0;
     long visited = 0;
     for (;;) {
         while (c < end) {
             const struct gr_tnode *nd = &nodes[c];
-            visited++;
-            int32_t q2 = l->ds[q].next[nd->byte];
-            if (q2 == GR_UNSET)
-                q2 = gr_lexer_step_slow(l, q, nd->byte);
-            if (q2 < 0) {
-                if (l->ds[q].n_acc) {
-                    if (GR_PUSH(w->b, w->n_b, w->cap_b, ((struct gr_bnd){c, q, sp == 0})))
-                        w->oom = true;
-                }
+            if (cov >= 0 && !nd->np_below) {
                 c = nd->end;
                 continue;
             }
-            if (!nd->np_below && (l->ds[q2].plain == q2 || (l->ds[q2].plain == GR_UNSET &&
-                                                            gr_lexer_plain_next(l, q2) == q2))) {
-                /* plain tokens in a state plain characters keep: all of them */
+            visited++;
+            int32_t q2 = gr_lexer_row(l, q)[nd->byte];
+            if (q2 == GR_UNSET)
+                q2 = gr_lexer_step_slow(l, q, nd->byte);
+            if (q2 < 0) {
+                if (l->ds[q].n_acc &&
+                    GR_PUSH(out->b, out->n, out->cap, ((struct gr_bnd){c, q, top && sp == 0})))
+                    w->oom = true;
+                c = nd->end;
+                continue;
+            }
+            uint16_t sub = sub_of && cov < 0 ? sub_of[c] : 0;
+            /* whether plain text keeps the lexeme alive from q2, the prefix being whole
+             * characters: then every plain token below is taken */
+            bool keeps =
+                (!nd->np_below || sub) && (nd->tok_n || (nodes[c + 1].byte & 0xC0) != 0x80) &&
+                (l->ds[q2].keeps > 0 || (l->ds[q2].keeps < 0 && gr_lexer_keeps_plain(l, q2)));
+            if (keeps && sub) { /* (its plain tokens: none in the mask yet) */
+                or_words(w->mask, v->sub_bits + (size_t)(sub - 1) * (size_t)words, words);
+                w->count += v->sub_n[sub - 1];
+                if (!nd->np_below) {
+                    c = nd->end;
+                    continue;
+                }
+            } else if (keeps) {
                 allow_all(w, nd);
                 c = nd->end;
                 continue;
             }
-            if (nd->tok_n)
-                allow(w, nd);
+            if (nd->tok_n && (nd->np_here || (cov < 0 && !keeps)))
+                allow(w, nd);      /* (a plain one below a big node's mask is in it already) */
             if (nd->end > c + 1) { /* depth < max_len: st is deep enough */
-                st[sp++] = (struct frame){end, nd->end, q};
+                st[sp++] = (struct walk_frame){end, nd->end, q};
+                if (keeps)
+                    cov = sp;
                 end = nd->end;
                 q = q2;
                 c++;
@@ -500,11 +591,12 @@ static void walk_lexeme(struct walk *w, int32_t q0)
         if (!sp)
             break;
         sp--;
+        if (sp < cov)
+            cov = -1;
         end = st[sp].end;
         c = st[sp].next;
         q = st[sp].q;
     }
-    free(st);
     w->nodes += visited;
 }
 
@@ -516,37 +608,47 @@ static int cmp_bnd(const void *a, const void *b)
     return (x->node > y->node) - (x->node < y->node);
 }
 
-/* Groups the boundaries w->b by their state qp (in the order the states were first met; nodes
- * stay in preorder within a group): a counting sort over the distinct states, O(n), where a
- * state's long walk may meet a boundary at most of the trie's nodes. A sort when the states are
- * too many for its table. Returns 0 or -ENOMEM. */
-static int group_bnd(struct walk *w)
+/* Groups the boundaries @bl by their state qp (nodes stay in preorder within a group): a
+ * counting sort over the distinct states, O(n), where a state's long walk may meet a boundary
+ * at most of the trie's nodes (the groups in the order their states were first met); a sort
+ * when they are few, or the states too many for its table. Returns 0 or -ENOMEM. */
+static int group_bnd(struct bnds *bl)
 {
-    enum { SLOTS = 1024, MAX_KEYS = SLOTS / 2 };
+    enum { SLOTS = 1024, MAX_KEYS = SLOTS / 2, FEW = 32 };
+    if (bl->n <= FEW) { /* an insertion sort */
+        for (int i = 1; i < bl->n; i++) {
+            struct gr_bnd x = bl->b[i];
+            int j = i;
+            for (; j > 0 && cmp_bnd(&bl->b[j - 1], &x) > 0; j--)
+                bl->b[j] = bl->b[j - 1];
+            bl->b[j] = x;
+        }
+        return 0;
+    }
     int32_t key[SLOTS];
     int slot_of[SLOTS], n_keys = 0;
     long count[MAX_KEYS] = {0};
     for (int i = 0; i < SLOTS; i++)
         key[i] = GR_UNSET;
-    int *which = malloc(sizeof(int) * (size_t)w->n_b);
-    struct gr_bnd *out = malloc(sizeof(*out) * (size_t)w->n_b);
+    int *which = malloc(sizeof(int) * (size_t)bl->n);
+    struct gr_bnd *out = malloc(sizeof(*out) * (size_t)bl->n);
     if (!which || !out) {
         free(which);
         free(out);
         return -ENOMEM;
     }
-    for (int i = 0; i < w->n_b; i++) {
-        uint32_t h = ((uint32_t)w->b[i].qp * 0x9E3779B1u) >> 22; /* (SLOTS = 2^10) */
-        while (key[h] != GR_UNSET && key[h] != w->b[i].qp)
+    for (int i = 0; i < bl->n; i++) {
+        uint32_t h = ((uint32_t)bl->b[i].qp * 0x9E3779B1u) >> 22; /* (SLOTS = 2^10) */
+        while (key[h] != GR_UNSET && key[h] != bl->b[i].qp)
             h = (h + 1) & (SLOTS - 1);
         if (key[h] == GR_UNSET) {
             if (n_keys == MAX_KEYS) { /* many states: sorted instead */
                 free(which);
                 free(out);
-                qsort(w->b, (size_t)w->n_b, sizeof(*w->b), cmp_bnd);
+                qsort(bl->b, (size_t)bl->n, sizeof(*bl->b), cmp_bnd);
                 return 0;
             }
-            key[h] = w->b[i].qp;
+            key[h] = bl->b[i].qp;
             slot_of[h] = n_keys++;
         }
         which[i] = slot_of[h];
@@ -558,18 +660,38 @@ static int group_bnd(struct walk *w)
         count[k] = at;
         at += c;
     }
-    for (int i = 0; i < w->n_b; i++)
-        out[count[which[i]]++] = w->b[i];
+    for (int i = 0; i < bl->n; i++)
+        out[count[which[i]]++] = bl->b[i];
     free(which);
-    free(w->b);
-    w->b = out;
-    w->cap_b = w->n_b;
+    free(bl->b);
+    bl->b = out;
+    bl->cap = bl->n;
     return 0;
 }
 
-/* The tokens through the boundaries @b (n, grouped by qp): end the lexeme (one push per qp) and
- * go on from the next lexeme's start. */
-static void resolve(struct walk *w, const struct gr_bnd *b, int n)
+static void resolve(struct walk *w, const struct gr_bnd *b, int n, int depth);
+
+/* Node @c, reached at lexer state @q2 inside a lexeme: its tokens and its subtree's, lexemes
+ * ending below it where the parser allows (@depth: lexemes ended within the token so far). */
+static void visit(struct walk *w, uint32_t c, int32_t q2, int depth)
+{
+    const struct gr_tnode *nd = &w->t->nodes[c];
+    if (nd->tok_n)
+        allow(w, nd);
+    if (nd->end == c + 1)
+        return;
+    struct bnds *b = &w->m->lv[depth]; /* (depth <= the node's depth < max_len + 2) */
+    b->n = 0;
+    walk_below(w, c, q2, false, b);
+    if (b->n && group_bnd(b))
+        w->oom = true;
+    else if (b->n)
+        resolve(w, b->b, b->n, depth + 1);
+}
+
+/* The tokens through the boundaries @b (n, grouped by qp), @depth lexemes ended within them
+ * before: end the lexeme (one push per qp) and go on from the next lexeme's start. */
+static void resolve(struct walk *w, const struct gr_bnd *b, int n, int depth)
 {
     struct gr_matcher *m = w->m;
     struct gr_lexer *l = &m->g->lex;
@@ -585,7 +707,7 @@ static void resolve(struct walk *w, const struct gr_bnd *b, int n)
                     continue;
                 int32_t q2 = gr_lexer_step(l, s, nodes[b[k].node].byte);
                 if (q2 >= 0)
-                    visit(w, b[k].node, q2);
+                    visit(w, b[k].node, q2, depth);
             }
             gr_parser_pop(&m->p);
         }
@@ -612,7 +734,8 @@ static void keep_walk(struct gr_matcher *m, int32_t q, const struct walk *w, int
     }
     struct gr_mcache *e = &g->mc[q];
     e->bits = malloc(sizeof(uint32_t) * (size_t)words);
-    e->b = malloc(sizeof(*e->b) * (size_t)(w->n_b ? w->n_b : 1));
+    const struct bnds *top = &m->lv[0];
+    e->b = malloc(sizeof(*e->b) * (size_t)(top->n ? top->n : 1));
     if (!e->bits || !e->b) {
         free(e->bits);
         free(e->b);
@@ -621,9 +744,9 @@ static void keep_walk(struct gr_matcher *m, int32_t q, const struct walk *w, int
         return;
     }
     memcpy(e->bits, w->mask, sizeof(uint32_t) * (size_t)words);
-    if (w->n_b)
-        memcpy(e->b, w->b, sizeof(*e->b) * (size_t)w->n_b);
-    e->n_b = w->n_b;
+    if (top->n)
+        memcpy(e->b, top->b, sizeof(*e->b) * (size_t)top->n);
+    e->n_b = top->n;
     e->count = w->count;
     e->np = w->t == &m->v->np;
     g->mc_vocab = m->v;
@@ -660,13 +783,17 @@ long gr_matcher_mask(struct gr_matcher *m, uint32_t *mask)
     }
     int32_t q = m->q;
     int reach = q >= 0 ? plain_reach(&g->lex, q) : -1;
+    if (reach < 0 && q >= 0 && gr_lexer_keeps_plain(&g->lex, q))
+        reach = GR_PLAIN_MAX; /* every plain token stays inside the lexeme */
+    if (q < 0 && m->consumed)
+        return -EINVAL; /* (cannot be: a lexeme read to a dead state) */
     struct walk w = {.m = m, .mask = mask, .t = reach >= 0 ? &v->np : &v->full};
     if (q >= 0 && q < g->cap_mc && g->mc[q].bits && g->mc_vocab == v &&
         g->mc[q].np == (reach >= 0)) {
         const struct gr_mcache *e = &g->mc[q];
         memcpy(mask, e->bits, sizeof(uint32_t) * (size_t)words);
         w.count = e->count;
-        resolve(&w, e->b, e->n_b);
+        resolve(&w, e->b, e->n_b, 1);
     } else {
         if (reach >= 0) {
             memcpy(mask, v->plain_upto[reach], sizeof(uint32_t) * (size_t)words);
@@ -675,23 +802,19 @@ long gr_matcher_mask(struct gr_matcher *m, uint32_t *mask)
             memset(mask, 0, sizeof(uint32_t) * (size_t)words);
         }
         if (q >= 0) {
-            walk_lexeme(&w, q);
-            if (w.oom) {
-                free(w.b);
-                return -ENOMEM;
-            }
-            if (w.n_b && group_bnd(&w)) {
-                free(w.b);
-                return -ENOMEM;
-            }
-            if (w.nodes >= GR_MC_MIN_NODES)
+            struct bnds *top = &m->lv[0];
+            top->n = 0;
+            walk_below(&w, 0, q, true, top);
+            if (!w.oom && top->n && group_bnd(top))
+                w.oom = true;
+            if (!w.oom && w.nodes >= GR_MC_MIN_NODES)
                 keep_walk(m, q, &w, words);
-            resolve(&w, w.b, w.n_b);
-        } else if (m->consumed) {
-            return -EINVAL;
+            if (!w.oom)
+                resolve(&w, top->b, top->n, 1);
         }
-        free(w.b);
     }
+    if (w.oom)
+        return -ENOMEM;
     if (v->eos >= 0 && can_end(m)) {
         mask[v->eos >> 5] |= 1u << (v->eos & 31);
         w.count++;

@@ -64,7 +64,7 @@ struct sreq *sreq_new(struct srv *s, int fd, bool http11, bool chat)
 void sreq_free(struct sreq *p)
 {
     coord_completion_req_free(&p->q);
-    gr_grammar_free(p->grammar);
+    srv_grammar_release(p->s, p);
     free(p->trigger);
     srv_split_free(&p->split);
     json_decref(p->lp);

@@ -131,6 +131,12 @@ static void put_requests(struct srv_text *t, const struct srv_metrics *m)
     put_metric(t, "shardlm_requests_refused_total", "counter",
                "Requests refused after parsing (past the context or the KV cache, queue full)",
                (double)m->refused);
+    put_metric(t, "shardlm_grammars_compiled_total", "counter",
+               "Requests' grammars (response_format, guided fields, tools) compiled",
+               (double)m->grammars_compiled);
+    put_metric(t, "shardlm_grammars_reused_total", "counter",
+               "Requests' grammars found compiled already (the last 16 kept)",
+               (double)m->grammars_reused);
     put_hist(t, "shardlm_time_to_first_token_seconds",
              "From a request's arrival to its first token", &m->ttft);
     put_hist(t, "shardlm_inter_token_latency_seconds", "Between a request's consecutive tokens",

@@ -313,6 +313,8 @@ static void serve_close(struct srv *s)
         sreq_free(p);
     }
     coord_chat_tmpl_free(&s->chat);
+    srv_formats_free(s);
+    srv_grams_free(s);
     free(s->controls);
     if (s->tok_loaded)
         coord_tok_free(&s->tok);

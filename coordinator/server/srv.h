@@ -70,10 +70,25 @@ struct srv_metrics {
     uint64_t prompt_tokens, generated_tokens;
     uint64_t finished[COORD_FINISH_ERROR + 1]; /* requests by finish reason */
     uint64_t refused;                          /* 4xx/5xx after parsing: too long, queue full */
+    uint64_t grammars_compiled, grammars_reused; /* requests' grammars: compiled, from the cache */
     struct srv_hist ttft, itl, step;
 };
 
 struct srv;
+
+/* A compiled grammar, shared by the requests that ask for the same one (srv_structure): kept
+ * for the next request (srv.grams) while it is among the last SRV_GRAMS asked for. Only the
+ * scheduler's thread uses the grammar itself; these fields are under srv.mu. */
+struct srv_gram {
+    struct gr_grammar *g;
+    char *key; /* what it was compiled from (kind, options, source), binary */
+    size_t key_len;
+    uint64_t hash;
+    int refs;      /* requests holding it */
+    bool cached;   /* in srv.grams */
+    uint64_t used; /* srv.gram_clock when last asked for */
+};
+#define SRV_GRAMS 16
 
 /* A completion request, from its connection's thread to the scheduler's and back. */
 struct sreq {
@@ -107,6 +122,7 @@ struct sreq {
     json_t *lp;                /* a plain response's logprobs object, filled token by token */
     /* structured output and tool calls, set up on the connection's thread */
     struct gr_grammar *grammar; /* the request's grammar (the scheduler borrows it), or NULL */
+    struct srv_gram *gram;      /* ... held from the cache of compiled grammars (NULL: its own) */
     char *trigger;              /* a lazy grammar's trigger (tool_choice auto), or NULL */
     size_t trigger_len;
     bool trigger_at_start; /* ... only where the answer begins */
@@ -145,6 +161,10 @@ struct srv {
     const struct coord_tool_format *fmt; /* the template's tool-call and reasoning format */
     int32_t *controls;                   /* the control tokens, longest text first (srv_spell) */
     int n_controls;
+    struct coord_tool_format spelled;  /* fmt's markers spelled for grammars (srv_spell), once */
+    struct srv_gram *grams[SRV_GRAMS]; /* compiled grammars kept for the next requests (mu) */
+    uint64_t gram_clock;
+    size_t trigger_len; /* (spelled.trigger's) */
     bool fmt_special; /* the format's markers are control tokens: answers show them */
     struct coord_engine *eng;
     struct coord_sched *sched;
@@ -212,6 +232,11 @@ char *srv_spell(const struct srv *s, const char *text, size_t *len);
 /* Finds the control tokens and the chat format's markers (after the tokenizer and template
  * loaded). Returns 0 or -ENOMEM. */
 int srv_formats_init(struct srv *s);
+void srv_formats_free(struct srv *s);
+/* Lets go of @p's grammar (the cache's or its own). */
+void srv_grammar_release(struct srv *s, struct sreq *p);
+/* Frees the cache of compiled grammars (at the end: no request holds one). */
+void srv_grams_free(struct srv *s);
 
 /* The scheduler's thread: takes what the connections queued (new requests submitted, or
  * refused when their client left; cancellations passed on). */

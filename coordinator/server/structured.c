@@ -74,19 +74,199 @@ int srv_formats_init(struct srv *s)
             s->controls[s->n_controls++] = id;
     if (s->n_controls) /* (a llama2.c vocabulary has none) */
         qsort_r(s->controls, (size_t)s->n_controls, sizeof(int32_t), by_length, (void *)t);
+    /* the markers as grammars spell them: control tokens as themselves */
     const struct coord_tool_format *f = s->fmt;
-    const char *markers[] = {f->trigger,   f->think_open, f->think_close,
-                             f->syn.begin, f->syn.pre,    f->syn.mid};
-    for (size_t i = 0; i < sizeof(markers) / sizeof(*markers); i++) {
-        if (!markers[i])
+    struct coord_tool_format *sp = &s->spelled;
+    *sp = *f;
+    const char **fields[] = {&sp->syn.begin,   &sp->syn.end,  &sp->syn.sep, &sp->syn.pre,
+                             &sp->syn.mid,     &sp->syn.post, &sp->trigger, &sp->think_open,
+                             &sp->think_close, &sp->lead};
+    const char *plain[sizeof(fields) / sizeof(*fields)];
+    for (size_t i = 0; i < sizeof(fields) / sizeof(*fields); i++) {
+        plain[i] = *fields[i];
+        *fields[i] = NULL; /* (srv_formats_free frees what is not NULL) */
+    }
+    for (size_t i = 0; i < sizeof(fields) / sizeof(*fields); i++) {
+        if (!plain[i])
             continue;
-        char *m = srv_spell(s, markers[i], NULL);
-        if (!m)
+        size_t len;
+        if (!(*fields[i] = srv_spell(s, plain[i], &len)))
             return -ENOMEM;
-        s->fmt_special |= strcmp(m, markers[i]) != 0;
-        free(m);
+        /* (the markers an answer shows: where calls and reasoning begin) */
+        bool shown = fields[i] == &sp->trigger || fields[i] == &sp->think_open ||
+                     fields[i] == &sp->think_close || fields[i] == &sp->syn.begin ||
+                     fields[i] == &sp->syn.pre || fields[i] == &sp->syn.mid;
+        s->fmt_special |= shown && strcmp(*fields[i], plain[i]) != 0;
+        if (fields[i] == &sp->trigger)
+            s->trigger_len = len;
     }
     return 0;
+}
+
+void srv_formats_free(struct srv *s)
+{
+    struct coord_tool_format *sp = &s->spelled;
+    const char *fields[] = {sp->syn.begin,   sp->syn.end,  sp->syn.sep, sp->syn.pre,
+                            sp->syn.mid,     sp->syn.post, sp->trigger, sp->think_open,
+                            sp->think_close, sp->lead};
+    for (size_t i = 0; i < sizeof(fields) / sizeof(*fields); i++)
+        free((char *)fields[i]);
+    memset(sp, 0, sizeof(*sp));
+}
+
+/* ---- compiled grammars, kept for the next requests ---- */
+
+/* A grammar's key: what it is compiled from, each part with its length (binary: spelled markers
+ * hold 0xFF). */
+struct gkey {
+    char *b;
+    size_t n, cap;
+    bool oom;
+};
+
+static void gkey_add(struct gkey *k, const void *p, size_t n)
+{
+    uint64_t len = p ? n : UINT64_MAX; /* (NULL apart from "") */
+    if (k->oom)
+        return;
+    if (k->n + sizeof(len) + (p ? n : 0) > k->cap) {
+        size_t cap = 2 * (k->n + sizeof(len) + (p ? n : 0)) + 64;
+        char *b = realloc(k->b, cap);
+        if (!b) {
+            k->oom = true;
+            return;
+        }
+        k->b = b;
+        k->cap = cap;
+    }
+    memcpy(k->b + k->n, &len, sizeof(len));
+    k->n += sizeof(len);
+    if (p && n) {
+        memcpy(k->b + k->n, p, n);
+        k->n += n;
+    }
+}
+
+static void gkey_str(struct gkey *k, const char *s) { gkey_add(k, s, s ? strlen(s) : 0); }
+
+static uint64_t gkey_hash(const struct gkey *k)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < k->n; i++)
+        h = (h ^ (uint8_t)k->b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void gkey_int(struct gkey *k, long long v) { gkey_add(k, &v, sizeof(v)); }
+
+static void gkey_json(struct gkey *k, const json_t *v)
+{
+    char *t = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
+    if (v && !t)
+        k->oom = true;
+    gkey_str(k, t);
+    free(t);
+}
+
+static void gkey_opts(struct gkey *k, const struct gr_opts *o)
+{
+    gkey_str(k, o->think_open);
+    gkey_str(k, o->think_close);
+    gkey_str(k, o->lead);
+    gkey_int(k, o->max_ws);
+}
+
+/* Gives @p the cached grammar of key @k, if there is one. */
+static bool gram_find(struct srv *s, struct sreq *p, const struct gkey *k)
+{
+    uint64_t h = gkey_hash(k);
+    pthread_mutex_lock(&s->mu);
+    struct srv_gram *hit = NULL;
+    for (int i = 0; i < SRV_GRAMS && !hit; i++) {
+        struct srv_gram *c = s->grams[i];
+        if (c && c->hash == h && c->key_len == k->n && !memcmp(c->key, k->b, k->n))
+            hit = c;
+    }
+    if (hit) {
+        hit->refs++;
+        hit->used = ++s->gram_clock;
+        s->m.grammars_reused++;
+        p->gram = hit;
+        p->grammar = hit->g;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return hit;
+}
+
+/* Keeps @p's new grammar (key @k, taken) for the next requests: in a free place or the one
+ * asked for least lately that no request holds; not kept when every place is held. */
+static void gram_keep(struct srv *s, struct sreq *p, struct gkey *k)
+{
+    struct srv_gram *c = calloc(1, sizeof(*c));
+    if (!c)
+        return; /* (the request keeps the grammar as its own) */
+    *c = (struct srv_gram){
+        .g = p->grammar, .key = k->b, .key_len = k->n, .hash = gkey_hash(k), .refs = 1};
+    k->b = NULL;
+    struct srv_gram *old = NULL;
+    pthread_mutex_lock(&s->mu);
+    int at = -1;
+    for (int i = 0; i < SRV_GRAMS; i++) {
+        struct srv_gram *o = s->grams[i];
+        if (!o) {
+            at = i;
+            break;
+        }
+        if (!o->refs && (at < 0 || o->used < s->grams[at]->used))
+            at = i;
+    }
+    if (at >= 0) {
+        old = s->grams[at];
+        s->grams[at] = c;
+        c->cached = true;
+        c->used = ++s->gram_clock;
+    }
+    s->m.grammars_compiled++;
+    p->gram = c;
+    pthread_mutex_unlock(&s->mu);
+    if (old) { /* (held by no request) */
+        gr_grammar_free(old->g);
+        free(old->key);
+        free(old);
+    }
+}
+
+void srv_grammar_release(struct srv *s, struct sreq *p)
+{
+    struct srv_gram *c = p->gram;
+    if (!c) {
+        gr_grammar_free(p->grammar);
+        p->grammar = NULL;
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    bool last = --c->refs == 0 && !c->cached;
+    pthread_mutex_unlock(&s->mu);
+    if (last) {
+        gr_grammar_free(c->g);
+        free(c->key);
+        free(c);
+    }
+    p->gram = NULL;
+    p->grammar = NULL;
+}
+
+void srv_grams_free(struct srv *s)
+{
+    for (int i = 0; i < SRV_GRAMS; i++) {
+        struct srv_gram *c = s->grams[i];
+        if (!c)
+            continue;
+        gr_grammar_free(c->g);
+        free(c->key);
+        free(c);
+        s->grams[i] = NULL;
+    }
 }
 
 /* ---- a request's grammar ---- */
@@ -107,18 +287,12 @@ static bool ends_open(const char *text, size_t n, const char *open)
 static int tools_grammar(struct srv *s, struct sreq *p, bool no_think, const struct gr_opts *o,
                          struct shardlm_err *e)
 {
-    const struct coord_tool_format *f = s->fmt;
+    const struct coord_tool_format *f = &s->spelled;
     struct coord_completion_req *q = &p->q;
     size_t nt = json_array_size(q->tools), n = 0;
     const char **names = calloc(nt + 1, sizeof(char *));
     json_t **params = calloc(nt + 1, sizeof(json_t *));
-    const char *syn_src[] = {f->syn.begin, f->syn.end,  f->syn.sep,    f->syn.pre,
-                             f->syn.mid,   f->syn.post, f->think_open, f->think_close};
-    char *sp[8] = {0};
     int rc = names && params ? 0 : -ENOMEM;
-    for (size_t i = 0; i < 8 && !rc; i++)
-        if (syn_src[i] && !(sp[i] = srv_spell(s, syn_src[i], NULL)))
-            rc = -ENOMEM;
     size_t i;
     json_t *t;
     json_array_foreach(rc ? NULL : q->tools, i, t)
@@ -135,19 +309,12 @@ static int tools_grammar(struct srv *s, struct sreq *p, bool no_think, const str
     if (rc) {
         shardlm_fail(e, rc, "out of memory");
     } else {
-        struct gr_call_syntax syn = f->syn;
-        syn.begin = sp[0];
-        syn.end = sp[1];
-        syn.sep = sp[2];
-        syn.pre = sp[3];
-        syn.mid = sp[4];
-        syn.post = sp[5];
         struct gr_opts framed = *o;
-        if (!no_think && q->reasoning && sp[6] && sp[7]) {
-            framed.think_open = p->in_think ? "" : sp[6];
-            framed.think_close = sp[7];
+        if (!no_think && q->reasoning && f->think_open && f->think_close) {
+            framed.think_open = p->in_think ? "" : f->think_open;
+            framed.think_close = f->think_close;
         }
-        struct gr_tools gt = {.syn = &syn,
+        struct gr_tools gt = {.syn = &f->syn,
                               .names = names,
                               .params = params,
                               .n = (int)n,
@@ -155,8 +322,6 @@ static int tools_grammar(struct srv *s, struct sreq *p, bool no_think, const str
                                           q->tool_choice != COORD_TOOLS_NAMED};
         rc = gr_compile_tool_calls(&gt, &framed, &p->grammar, e);
     }
-    for (size_t k = 0; k < 8; k++)
-        free(sp[k]);
     free(names);
     free(params);
     return rc;
@@ -220,32 +385,53 @@ int srv_structure(struct srv *s, struct sreq *p, const char *prompt, size_t prom
     struct shardlm_err e = {{0}};
     int rc = 0;
     const char *field = q->gfield;
+    struct gkey k = {0}; /* the grammar's, to find it compiled already */
     if (q->gkind) {
         /* a chat's answer in the model's frame: its reasoning first, its answer's header */
         struct gr_opts framed = o;
-        bool think = q->chat && f && f->think_open && q->reasoning && !no_think;
-        bool head = q->chat && f && f->lead;
-        char *open = think ? (p->in_think ? strdup("") : srv_spell(s, f->think_open, NULL)) : NULL;
-        char *close = think ? srv_spell(s, f->think_close, NULL) : NULL;
-        char *lead = head ? srv_spell(s, f->lead, NULL) : NULL;
-        framed.think_open = open;
-        framed.think_close = close;
-        framed.lead = lead;
-        rc = (think && (!open || !close)) || (head && !lead) ? -ENOMEM
-                                                             : field_grammar(p, &framed, &e);
-        free(open);
-        free(close);
-        free(lead);
-    } else if (tools && q->tool_choice >= COORD_TOOLS_REQUIRED) {
+        const struct coord_tool_format *sp = &s->spelled;
+        if (q->chat && f && f->think_open && q->reasoning && !no_think) {
+            framed.think_open = p->in_think ? "" : sp->think_open;
+            framed.think_close = sp->think_close;
+        }
+        if (q->chat && f && f->lead)
+            framed.lead = sp->lead;
+        gkey_int(&k, q->gkind);
+        gkey_opts(&k, &framed);
+        if (json_is_string(q->gsrc))
+            gkey_add(&k, json_string_value(q->gsrc), json_string_length(q->gsrc));
+        else
+            gkey_json(&k, q->gsrc);
+        if (k.oom || !gram_find(s, p, &k))
+            rc = field_grammar(p, &framed, &e);
+    } else if (tools && (q->tool_choice >= COORD_TOOLS_REQUIRED || f->trigger)) {
+        /* required or named: a call; auto: a call, once begun, is kept valid (a lazy grammar) */
+        bool lazy = q->tool_choice < COORD_TOOLS_REQUIRED;
         field = "tools";
-        rc = tools_grammar(s, p, no_think, &o, &e);
-    } else if (tools && f->trigger) { /* auto: a call, once begun, is kept valid */
-        field = "tools";
-        if (!(rc = tools_grammar(s, p, true, &o, &e)) &&
-            !(p->trigger = srv_spell(s, f->trigger, &p->trigger_len)))
-            rc = -ENOMEM;
-        p->trigger_at_start = f->at_start;
+        gkey_int(&k, lazy ? -2 : -1);
+        gkey_int(&k, q->tool_choice);
+        gkey_str(&k, q->tool_choice == COORD_TOOLS_NAMED ? q->tool_name : NULL);
+        gkey_int(&k, q->parallel_tool_calls);
+        gkey_int(&k, lazy || no_think);
+        gkey_int(&k, q->reasoning);
+        gkey_int(&k, p->in_think);
+        gkey_opts(&k, &o);
+        gkey_json(&k, q->tools);
+        if (k.oom || !gram_find(s, p, &k))
+            rc = tools_grammar(s, p, lazy || no_think, &o, &e);
+        if (!rc && lazy) {
+            if (!(p->trigger = malloc(s->trigger_len + 1)))
+                rc = -ENOMEM;
+            else {
+                memcpy(p->trigger, s->spelled.trigger, s->trigger_len + 1);
+                p->trigger_len = s->trigger_len;
+            }
+            p->trigger_at_start = f->at_start;
+        }
     }
+    if (!rc && p->grammar && !p->gram && !k.oom)
+        gram_keep(s, p, &k); /* compiled now: kept for the next request */
+    free(k.b);
     if (rc == -ENOMEM)
         return rc;
     if (rc) {
