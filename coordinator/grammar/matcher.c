@@ -57,7 +57,6 @@ struct gr_vocab {
     uint16_t *sub_of;
     uint32_t *sub_bits; /* (n_sub x gr_mask_words) */
     uint32_t *sub_n;    /* the tokens of each */
-    int n_sub;
     char *arena;   /* the tokens' bytes: token t is arena[off[t] .. off[t + 1]) (none: empty) */
     uint64_t *off; /* (n + 1) */
 };
@@ -217,7 +216,6 @@ static int sub_masks(struct gr_vocab *v)
         v->sub_n[v->sub_of[c] - 1] =
             plain_before[tr->nodes[nd->end].tok_beg] - plain_before[nd->tok_beg];
     }
-    v->n_sub = n_sub;
     rc = 0;
 out:
     free(plain_before);

@@ -5,6 +5,8 @@
  * and tool_calls (whole, or as a stream's deltas). */
 #include "srv.h"
 
+#include "shlm.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +61,17 @@ char *srv_spell(const struct srv *s, const char *text, size_t *len)
     return out;
 }
 
+/* The markers of a format spelled for grammars (srv.spelled's fields): first the N_SHOWN an
+ * answer shows (where calls and reasoning begin: fmt_special), then the others. */
+enum { N_SHOWN = 6, N_SPELLED = 10 };
+static void spelled_fields(struct coord_tool_format *sp, const char **out[N_SPELLED])
+{
+    const char **f[N_SPELLED] = {&sp->trigger,  &sp->think_open, &sp->think_close, &sp->syn.begin,
+                                 &sp->syn.pre,  &sp->syn.mid,    &sp->syn.end,     &sp->syn.sep,
+                                 &sp->syn.post, &sp->lead};
+    memcpy(out, f, sizeof(f));
+}
+
 int srv_formats_init(struct srv *s)
 {
     const struct coord_tok *t = &s->tok;
@@ -75,28 +88,22 @@ int srv_formats_init(struct srv *s)
     if (s->n_controls) /* (a llama2.c vocabulary has none) */
         qsort_r(s->controls, (size_t)s->n_controls, sizeof(int32_t), by_length, (void *)t);
     /* the markers as grammars spell them: control tokens as themselves */
-    const struct coord_tool_format *f = s->fmt;
     struct coord_tool_format *sp = &s->spelled;
-    *sp = *f;
-    const char **fields[] = {&sp->syn.begin,   &sp->syn.end,  &sp->syn.sep, &sp->syn.pre,
-                             &sp->syn.mid,     &sp->syn.post, &sp->trigger, &sp->think_open,
-                             &sp->think_close, &sp->lead};
-    const char *plain[sizeof(fields) / sizeof(*fields)];
-    for (size_t i = 0; i < sizeof(fields) / sizeof(*fields); i++) {
+    *sp = *s->fmt;
+    const char **fields[N_SPELLED];
+    spelled_fields(sp, fields);
+    const char *plain[N_SPELLED];
+    for (size_t i = 0; i < N_SPELLED; i++) {
         plain[i] = *fields[i];
         *fields[i] = NULL; /* (srv_formats_free frees what is not NULL) */
     }
-    for (size_t i = 0; i < sizeof(fields) / sizeof(*fields); i++) {
+    for (size_t i = 0; i < N_SPELLED; i++) {
         if (!plain[i])
             continue;
         size_t len;
         if (!(*fields[i] = srv_spell(s, plain[i], &len)))
             return -ENOMEM;
-        /* (the markers an answer shows: where calls and reasoning begin) */
-        bool shown = fields[i] == &sp->trigger || fields[i] == &sp->think_open ||
-                     fields[i] == &sp->think_close || fields[i] == &sp->syn.begin ||
-                     fields[i] == &sp->syn.pre || fields[i] == &sp->syn.mid;
-        s->fmt_special |= shown && strcmp(*fields[i], plain[i]) != 0;
+        s->fmt_special |= i < N_SHOWN && strcmp(*fields[i], plain[i]) != 0;
         if (fields[i] == &sp->trigger)
             s->trigger_len = len;
     }
@@ -105,13 +112,11 @@ int srv_formats_init(struct srv *s)
 
 void srv_formats_free(struct srv *s)
 {
-    struct coord_tool_format *sp = &s->spelled;
-    const char *fields[] = {sp->syn.begin,   sp->syn.end,  sp->syn.sep, sp->syn.pre,
-                            sp->syn.mid,     sp->syn.post, sp->trigger, sp->think_open,
-                            sp->think_close, sp->lead};
-    for (size_t i = 0; i < sizeof(fields) / sizeof(*fields); i++)
-        free((char *)fields[i]);
-    memset(sp, 0, sizeof(*sp));
+    const char **fields[N_SPELLED];
+    spelled_fields(&s->spelled, fields);
+    for (size_t i = 0; i < N_SPELLED; i++)
+        free((char *)*fields[i]);
+    memset(&s->spelled, 0, sizeof(s->spelled));
 }
 
 /* ---- compiled grammars, kept for the next requests ---- */
@@ -149,13 +154,7 @@ static void gkey_add(struct gkey *k, const void *p, size_t n)
 
 static void gkey_str(struct gkey *k, const char *s) { gkey_add(k, s, s ? strlen(s) : 0); }
 
-static uint64_t gkey_hash(const struct gkey *k)
-{
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (size_t i = 0; i < k->n; i++)
-        h = (h ^ (uint8_t)k->b[i]) * 0x100000001b3ull;
-    return h;
-}
+static uint64_t gkey_hash(const struct gkey *k) { return shlm_fnv1a(SHLM_FNV_OFFSET, k->b, k->n); }
 
 static void gkey_int(struct gkey *k, long long v) { gkey_add(k, &v, sizeof(v)); }
 
@@ -174,6 +173,13 @@ static void gkey_opts(struct gkey *k, const struct gr_opts *o)
     gkey_str(k, o->think_close);
     gkey_str(k, o->lead);
     gkey_int(k, o->max_ws);
+}
+
+static void gram_free(struct srv_gram *c)
+{
+    gr_grammar_free(c->g);
+    free(c->key);
+    free(c);
 }
 
 /* Gives @p the cached grammar of key @k, if there is one. */
@@ -229,11 +235,8 @@ static void gram_keep(struct srv *s, struct sreq *p, struct gkey *k)
     s->m.grammars_compiled++;
     p->gram = c;
     pthread_mutex_unlock(&s->mu);
-    if (old) { /* (held by no request) */
-        gr_grammar_free(old->g);
-        free(old->key);
-        free(old);
-    }
+    if (old) /* (held by no request) */
+        gram_free(old);
 }
 
 void srv_grammar_release(struct srv *s, struct sreq *p)
@@ -247,11 +250,8 @@ void srv_grammar_release(struct srv *s, struct sreq *p)
     pthread_mutex_lock(&s->mu);
     bool last = --c->refs == 0 && !c->cached;
     pthread_mutex_unlock(&s->mu);
-    if (last) {
-        gr_grammar_free(c->g);
-        free(c->key);
-        free(c);
-    }
+    if (last)
+        gram_free(c);
     p->gram = NULL;
     p->grammar = NULL;
 }
@@ -259,12 +259,8 @@ void srv_grammar_release(struct srv *s, struct sreq *p)
 void srv_grams_free(struct srv *s)
 {
     for (int i = 0; i < SRV_GRAMS; i++) {
-        struct srv_gram *c = s->grams[i];
-        if (!c)
-            continue;
-        gr_grammar_free(c->g);
-        free(c->key);
-        free(c);
+        if (s->grams[i])
+            gram_free(s->grams[i]);
         s->grams[i] = NULL;
     }
 }
